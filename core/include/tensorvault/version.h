@@ -1,0 +1,19 @@
+/* tensorvault version. Invariant: bumped on every release; the on-device and
+ * wire formats carry their own versions (docs/). */
+#ifndef TENSORVAULT_VERSION_H
+#define TENSORVAULT_VERSION_H
+
+#define TV_VERSION_MAJOR 0
+#define TV_VERSION_MINOR 1
+#define TV_VERSION_PATCH 0
+#define TV_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The library's version string, for checking against the header at run time. */
+const char *tv_version(void);
+#ifdef __cplusplus
+}
+#endif
+#endif

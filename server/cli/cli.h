@@ -1,0 +1,26 @@
+/* The tensorvault command: shared declarations of its subcommands.
+ * Invariant: every subcommand returns the process exit status (0 success,
+ * 1 failure with one clear line on stderr, 2 usage error). */
+#ifndef TV_CLI_H
+#define TV_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define TV_EXIT_OK 0
+#define TV_EXIT_FAIL 1
+#define TV_EXIT_USAGE 2
+
+typedef struct tv_cli_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+} tv_cli_cmd;
+
+int tv_cli_inspect(int argc, char **argv);
+
+/* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
+ * error object {"error":{"code","message"}} to stdout. */
+void tv_cli_fail(const char *cmd, bool json, int code, const char *msg);
+
+#endif
