@@ -2,9 +2,118 @@
  * (first byte, UTF-8, nesting depth) followed by jansson with duplicate-key
  * rejection. Invariant: nothing deeper than TV_ST_MAX_DEPTH and nothing that
  * is not valid UTF-8 ever reaches jansson. */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "st/st_internal.h"
+
+/* jansson allocates every node separately, and freeing a 120k-tensor tree
+ * costs more than parsing it. While this thread parses a header, jansson's
+ * allocations come from a bump arena released in one go. The hooks are
+ * process-wide (json_set_alloc_funcs) but fall through to malloc/free for
+ * every other thread and for this thread outside a parse, so other jansson
+ * users in the process are unaffected. */
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, cap;
+    max_align_t data[];
+} arena_chunk;
+
+typedef struct tv__arena {
+    arena_chunk *head;
+    size_t next_cap;
+} tv__arena;
+
+static _Thread_local tv__arena *tl_arena;
+
+static void *arena_alloc(tv__arena *a, size_t n)
+{
+    n = (n + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+    arena_chunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = a->next_cap;
+        while (cap < n)
+            cap *= 2;
+        c = malloc(sizeof(*c) + cap);
+        if (!c)
+            return NULL;
+        c->next = a->head;
+        c->used = 0;
+        c->cap = cap;
+        a->head = c;
+        if (a->next_cap < ((size_t)64 << 20))
+            a->next_cap *= 2;
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+static bool arena_owns(const tv__arena *a, const void *p)
+{
+    for (const arena_chunk *c = a->head; c; c = c->next)
+        if ((const char *)p >= (const char *)c->data && (const char *)p < (const char *)c->data + c->cap)
+            return true;
+    return false;
+}
+
+static void *hook_malloc(size_t n)
+{
+    return tl_arena ? arena_alloc(tl_arena, n) : malloc(n);
+}
+
+static void hook_free(void *p)
+{
+    if (p && !(tl_arena && arena_owns(tl_arena, p)))
+        free(p);
+}
+
+static void install_hooks(void)
+{
+    json_set_alloc_funcs(hook_malloc, hook_free);
+}
+
+void *tv__json_arena_begin(size_t hint)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_hooks);
+    tv__arena *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    a->next_cap = hint < 65536 ? 65536 : hint;
+    tl_arena = a;
+    return a;
+}
+
+void tv__json_arena_reset(void *arena)
+{
+    tv__arena *a = arena;
+    if (!a || !a->head)
+        return;
+    /* Keep the newest (largest) chunk, drop the rest. */
+    arena_chunk *keep = a->head;
+    for (arena_chunk *c = keep->next, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    keep->next = NULL;
+    keep->used = 0;
+}
+
+void tv__json_arena_end(void *arena)
+{
+    tv__arena *a = arena;
+    if (!a)
+        return;
+    if (tl_arena == a)
+        tl_arena = NULL;
+    for (arena_chunk *c = a->head, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    free(a);
+}
 
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
 static size_t utf8_seq(const unsigned char *p, size_t left)

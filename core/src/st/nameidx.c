@@ -80,10 +80,15 @@ int tv__nameidx_build(tv_checkpoint *ck, tv_error *err)
             const tv__tensor *o = &ck->tensors[ix->slots[pos] - 1];
             if (ix->hashes[pos] == (uint32_t)h && o->name_len == t->name_len &&
                 memcmp(ck->strings + o->name_off, name, t->name_len) == 0) {
-                int rc = tv__seterr(err, TV_E_IDX_DUPLICATE_TENSOR,
-                                    "tensor '%s' is present in shard '%s' and in shard '%s'", name,
-                                    ck->strings + ck->shards[o->shard].name_off,
-                                    ck->strings + ck->shards[t->shard].name_off);
+                int rc =
+                    o->shard == t->shard
+                        ? tv__seterr(err, TV_E_ST_DUPLICATE_KEY,
+                                     "shard '%s': duplicate object key: tensor '%s' appears twice",
+                                     ck->strings + ck->shards[t->shard].name_off, name)
+                        : tv__seterr(err, TV_E_IDX_DUPLICATE_TENSOR,
+                                     "tensor '%s' is present in shard '%s' and in shard '%s'",
+                                     name, ck->strings + ck->shards[o->shard].name_off,
+                                     ck->strings + ck->shards[t->shard].name_off);
                 tv__nameidx_free(ix);
                 return rc;
             }

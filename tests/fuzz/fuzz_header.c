@@ -1,0 +1,34 @@
+/* libFuzzer target: the safetensors shard parser on arbitrary bytes (the
+ * input is the whole file image: length prefix, header, data). Invariant: any
+ * input returns 0 or a TV_E_* code; no crash, leak or sanitizer report. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "tensorvault/checkpoint.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    tv_checkpoint *ck = NULL;
+    tv_error err;
+    tv_st_limits lim = {.max_header_len = 1 << 20, .max_shards = 0};
+    int rc = tv_checkpoint_parse_shard(data, size, size, "fuzz", &lim, &ck, &err);
+    if (rc == 0) {
+        /* Walk everything the parser promised. */
+        size_t n = tv_checkpoint_n_tensors(ck);
+        uint64_t total = 0;
+        for (size_t i = 0; i < n; i++) {
+            tv_tensor_info t;
+            size_t j;
+            if (tv_checkpoint_tensor(ck, i, &t) || tv_checkpoint_find(ck, t.name, t.name_len, &j) ||
+                j != i || t.file_off + t.nbytes > size)
+                abort();
+            total += t.nbytes;
+        }
+        if (total != tv_checkpoint_total_bytes(ck))
+            abort();
+    } else if (ck != NULL || rc >= 0) {
+        abort();
+    }
+    tv_checkpoint_close(ck);
+    return 0;
+}

@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: where the built binaries are and how to run them."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
+    if not os.path.exists(os.path.join(d, "tensorvault")):
+        pytest.fail(f"tensorvault binary not built in {d} (run scripts/build)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def tv(build_dir):
+    exe = os.path.join(build_dir, "tensorvault")
+
+    def run(*args, check=False, **kw):
+        p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
+        if check and p.returncode != 0:
+            raise AssertionError(f"tensorvault {' '.join(map(str, args))} failed "
+                                 f"({p.returncode}): {p.stderr}")
+        return p
+
+    return run
