@@ -18,6 +18,16 @@ typedef struct tv_cli_cmd {
 } tv_cli_cmd;
 
 int tv_cli_inspect(int argc, char **argv);
+int tv_cli_store(int argc, char **argv);
+int tv_cli_import(int argc, char **argv);
+int tv_cli_models(int argc, char **argv);
+int tv_cli_generations(int argc, char **argv);
+int tv_cli_tensors(int argc, char **argv);
+int tv_cli_devices(int argc, char **argv);
+int tv_cli_activate(int argc, char **argv);
+int tv_cli_retire(int argc, char **argv);
+int tv_cli_gc(int argc, char **argv);
+int tv_cli_verify(int argc, char **argv);
 
 /* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
  * error object {"error":{"code","message"}} to stdout. */

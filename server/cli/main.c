@@ -1,15 +1,30 @@
 /* Entry point of the tensorvault command: dispatches to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "util/internal.h"
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
 
 static const tv_cli_cmd g_cmds[] = {
-    {"inspect", tv_cli_inspect, "inspect PATH [--json]   list a checkpoint's tensors and shards"},
+    {"inspect", tv_cli_inspect, "inspect PATH [--json]"},
+    {"store", tv_cli_store,
+     "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset BYTES] "
+     "[--region-size BYTES]"},
+    {"import", tv_cli_import,
+     "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...]"},
+    {"models", tv_cli_models, "models --store DIR"},
+    {"generations", tv_cli_generations, "generations --store DIR NAME"},
+    {"tensors", tv_cli_tensors, "tensors --store DIR NAME[@GEN]"},
+    {"devices", tv_cli_devices, "devices --store DIR"},
+    {"activate", tv_cli_activate, "activate --store DIR NAME GEN"},
+    {"retire", tv_cli_retire, "retire --store DIR NAME GEN"},
+    {"gc", tv_cli_gc, "gc --store DIR"},
+    {"verify", tv_cli_verify, "verify --store DIR"},
 };
 
 void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
@@ -31,11 +46,26 @@ static void usage(FILE *f)
     fprintf(f, "usage: tensorvault COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++)
         fprintf(f, "  %s\n", g_cmds[i].usage);
-    fprintf(f, "  version\n");
+    fprintf(f, "  version\n\nEvery command takes --json. --store defaults to $TENSORVAULT_STORE.\n");
+}
+
+static void set_log_level(void)
+{
+    /* The CLI is quiet by default: warnings and errors only. */
+    const char *lv = getenv("TENSORVAULT_LOG");
+    int level = TV_LOG_WARN;
+    if (lv && !strcmp(lv, "debug"))
+        level = TV_LOG_DEBUG;
+    else if (lv && !strcmp(lv, "info"))
+        level = TV_LOG_INFO;
+    else if (lv && !strcmp(lv, "error"))
+        level = TV_LOG_ERROR;
+    tv__log_set_level(level);
 }
 
 int main(int argc, char **argv)
 {
+    set_log_level();
     if (argc < 2) {
         usage(stderr);
         return TV_EXIT_USAGE;

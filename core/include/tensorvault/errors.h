@@ -57,7 +57,8 @@ extern "C" {
     X(TV_E_SHORT_IO, -1105, "short read or write")                                                 \
     X(TV_E_REGISTRY, -1106, "registry (SQLite) error")                                             \
     X(TV_E_SOURCE_CHANGED, -1107, "source file changed during import")                             \
-    X(TV_E_LEASED, -1108, "generation is referenced by a live reader lease")
+    X(TV_E_LEASED, -1108, "generation is referenced by a live reader lease")                       \
+    X(TV_E_REGISTRY_TOO_NEW, -1109, "registry schema is newer than this binary supports")
 
 enum tv_error_code {
 #define TV__ERR_ENUM(name, value, desc) name = value,

@@ -41,7 +41,9 @@ static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
 {
     int rc;
     char *hdr = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not hang; it is refused below. It has
+     * no effect on regular files. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", name, path,
                           strerror(errno));
@@ -133,7 +135,10 @@ TV_API int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t f
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | p[i];
-    if (n && n <= file_len - 8 && n > buf_len - 8) {
+    /* Lengths of 0, over the limit or past EOF are the header parser's to
+     * report (it rejects them before touching the header); only a plausible
+     * N that the caller's buffer does not hold is a bad argument. */
+    if (n && n <= ck->max_header_len && n <= file_len - 8 && n > buf_len - 8) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "shard '%s': buffer of %zu bytes does not hold the %llu-byte header", name,
                         buf_len, (unsigned long long)n);
@@ -258,12 +263,16 @@ static int read_small_file(const char *path, uint64_t max, char **out, size_t *l
                            tv_error *err)
 {
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return tv__seterr(err, -errno, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
         rc = tv__seterr(err, -errno, "stat %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = tv__seterr(err, -EINVAL, "%s is not a regular file", path);
         goto out;
     }
     if ((uint64_t)st.st_size > max) {

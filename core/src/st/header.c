@@ -201,8 +201,13 @@ static int cmp_range(const void *a, const void *b)
 static int check_tiling(tv_checkpoint *ck, tv__shard *sh, uint64_t data_len, const char *name,
                         tv_error *err)
 {
-    tv__tensor *ts = ck->tensors + sh->first_tensor;
-    qsort(ts, sh->n_tensors, sizeof(*ts), cmp_range);
+    /* A shard may hold no tensors (only __metadata__, or {}), and then
+     * ck->tensors can still be NULL: no arithmetic on it, no qsort. */
+    tv__tensor *ts = NULL;
+    if (sh->n_tensors) {
+        ts = ck->tensors + sh->first_tensor;
+        qsort(ts, sh->n_tensors, sizeof(*ts), cmp_range);
+    }
     uint64_t expect = 0;
     const char *prev = NULL;
     for (size_t i = 0; i < sh->n_tensors; i++) {

@@ -1,0 +1,644 @@
+/* The store subcommands of the tensorvault CLI (local mode on a store
+ * directory): store init, import, models, generations, tensors, devices,
+ * activate, retire, gc, verify. Every command takes --json.
+ * Invariant: commands that change the store take the writer lock; readers
+ * never do, so listing works while an import runs. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "import/import.h"
+#include "import/store.h"
+
+#define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}
+
+static const char *store_dir(const tv_cli_args *a)
+{
+    const char *s = tv_cli_get(a, "--store");
+    if (!s)
+        s = getenv("TENSORVAULT_STORE");
+    return s;
+}
+
+static void emit_json(json_t *o)
+{
+    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(o);
+}
+
+static int fail(const char *cmd, bool json, int rc, const tv_error *err)
+{
+    tv_cli_fail(cmd, json, rc, err->msg[0] ? err->msg : tv_strerror(rc));
+    return TV_EXIT_FAIL;
+}
+
+static int need_store(const char *cmd, const tv_cli_args *a, const char **dir)
+{
+    *dir = store_dir(a);
+    if (!*dir) {
+        fprintf(stderr, "tensorvault: %s: --store DIR is required (or TENSORVAULT_STORE)\n", cmd);
+        return TV_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* "NAME" or "NAME@GEN"; gen 0 = active. Returns 0 or -1. */
+static int split_model(const char *spec, char *name, size_t len, int64_t *gen)
+{
+    const char *at = strrchr(spec, '@');
+    *gen = 0;
+    size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+    if (nl == 0 || nl >= len)
+        return -1;
+    memcpy(name, spec, nl);
+    name[nl] = '\0';
+    if (at) {
+        char *end;
+        long long g = strtoll(at + 1, &end, 10);
+        if (*end || g <= 0)
+            return -1;
+        *gen = g;
+    }
+    return 0;
+}
+
+/* ---- store init ---------------------------------------------------------- */
+
+int tv_cli_store(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "init") != 0) {
+        fprintf(stderr, "usage: tensorvault store init --store DIR (--image FILE --size SIZE | "
+                        "--device PATH) [--region-offset BYTES] [--region-size BYTES] [--json]\n");
+        return TV_EXIT_USAGE;
+    }
+    tv_cli_opt opts[] = {STORE_OPT, {"--image", true, NULL}, {"--size", true, NULL},
+                         {"--device", true, NULL}, {"--region-offset", true, NULL},
+                         {"--region-size", true, NULL}};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("store init", argc - 1, argv + 1, &a)) || (u = need_store("store init", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    tv__store_init_opts o = {0};
+    o.image = tv_cli_get(&a, "--image");
+    o.device = tv_cli_get(&a, "--device");
+    const char *size = tv_cli_get(&a, "--size"), *roff = tv_cli_get(&a, "--region-offset"),
+               *rlen = tv_cli_get(&a, "--region-size");
+    if (a.n_pos || !o.image == !o.device || (o.image && !size) || (o.device && size) ||
+        (size && tv_cli_parse_size(size, &o.image_size)) ||
+        (roff && tv_cli_parse_size(roff, &o.region_off)) ||
+        (rlen && tv_cli_parse_size(rlen, &o.region_len))) {
+        fprintf(stderr, "tensorvault: store init: need --image FILE --size SIZE, or --device "
+                        "PATH (sizes like 64M, 2G)\n");
+        return TV_EXIT_USAGE;
+    }
+    tv_error err = {0};
+    int64_t id;
+    int rc = tv__store_init(dir, &o, &id, &err);
+    if (rc)
+        return fail("store init", json, rc, &err);
+    tv__store *st;
+    tv__reg_device row;
+    if ((rc = tv__store_open(dir, 0, &st, &err)))
+        return fail("store init", json, rc, &err);
+    rc = tv__reg_device_get(st->reg, id, &row, &err);
+    tv__store_close(st);
+    if (rc)
+        return fail("store init", json, rc, &err);
+    if (json)
+        emit_json(json_pack("{s:s,s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "store", dir,
+                            "device_id", (json_int_t)id, "uuid", row.uuid, "path", row.path,
+                            "kind", row.kind, "lba_size", (json_int_t)row.lba_size, "io_align",
+                            (json_int_t)row.io_align, "object_align",
+                            (json_int_t)row.object_align, "region_offset",
+                            (json_int_t)row.region_off, "region_size",
+                            (json_int_t)row.region_len, "data_offset", (json_int_t)row.data_off));
+    else
+        printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64
+               ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
+               dir, id, row.path, row.kind, row.lba_size, row.io_align, row.region_off,
+               row.region_len, row.uuid);
+    return TV_EXIT_OK;
+}
+
+/* ---- import -------------------------------------------------------------- */
+
+typedef struct progress {
+    double t0, last;
+    bool tty;
+} progress;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    progress *p = ctx;
+    double t = mono();
+    if (!p->tty || (t - p->last < 0.1 && done < total))
+        return;
+    p->last = t;
+    double el = t - p->t0, rate = el > 0 ? (double)done / el : 0;
+    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    int bar = (int)(pct / 100.0 * 30);
+    char b[31];
+    for (int i = 0; i < 30; i++)
+        b[i] = i < bar ? '#' : '.';
+    b[30] = '\0';
+    double eta = rate > 0 ? (double)(total - done) / rate : 0;
+    fprintf(stderr, "\r[%s] %5.1f%% %8.1f / %.1f MiB  %7.1f MB/s  ETA %4.0fs", b, pct,
+            (double)done / 1048576.0, (double)total / 1048576.0, rate / 1e6, eta);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int tv_cli_import(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT, {"--activate", false, NULL}, {"--strict", false, NULL},
+                         {"--replicas", true, NULL}, {"--chunk", true, NULL}};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("import", argc, argv, &a)) || (u = need_store("import", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    if (a.n_pos != 2) {
+        fprintf(stderr, "usage: tensorvault import --store DIR NAME SRC [--activate] [--strict] "
+                        "[--replicas DEV,...] [--json]\n");
+        return TV_EXIT_USAGE;
+    }
+    tv__import_opts o = {0};
+    o.activate = tv_cli_flag(&a, "--activate");
+    o.strict = tv_cli_flag(&a, "--strict");
+    uint64_t chunk = 0;
+    if (tv_cli_get(&a, "--chunk") && tv_cli_parse_size(tv_cli_get(&a, "--chunk"), &chunk)) {
+        fprintf(stderr, "tensorvault: import: bad --chunk\n");
+        return TV_EXIT_USAGE;
+    }
+    o.chunk_len = (size_t)chunk;
+    tv_error err = {0};
+    tv__store *st;
+    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    if (rc)
+        return fail("import", json, rc, &err);
+    int64_t devs[TV__IMPORT_MAX_DEVICES];
+    const char *rep = tv_cli_get(&a, "--replicas");
+    if (rep) {
+        char *copy = strdup(rep), *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+            if (o.n_devices == TV__IMPORT_MAX_DEVICES)
+                rc = tv__seterr(&err, TV_E_INVALID_ARG, "at most %d replicas",
+                                TV__IMPORT_MAX_DEVICES);
+            else
+                rc = tv__store_find_device(st, tok, &devs[o.n_devices++], &err);
+        }
+        free(copy);
+        o.devices = devs;
+        if (rc) {
+            tv__store_close(st);
+            return fail("import", json, rc, &err);
+        }
+    }
+    progress pr = {mono(), 0, isatty(2) && !json};
+    o.progress = on_progress;
+    o.progress_ctx = &pr;
+    tv__import_result r;
+    rc = tv__import(st, a.pos[0], a.pos[1], &o, &r, &err);
+    tv__store_close(st);
+    if (rc)
+        return fail("import", json, rc, &err);
+    double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
+    if (json)
+        emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a.pos[0],
+                            "generation", (json_int_t)r.generation, "active", o.activate,
+                            "shards", (json_int_t)r.n_shards, "tensors",
+                            (json_int_t)r.n_tensors, "bytes", (json_int_t)r.bytes_total,
+                            "bytes_written", (json_int_t)r.bytes_written, "bytes_deduplicated",
+                            (json_int_t)r.bytes_deduped, "seconds", r.seconds, "mb_per_s", mbs));
+    else
+        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
+               " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
+               a.pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
+               r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
+    return TV_EXIT_OK;
+}
+
+/* ---- listings ------------------------------------------------------------ */
+
+int tv_cli_models(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("models", argc, argv, &a)) || (u = need_store("models", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_model *m = NULL;
+    size_t n = 0;
+    int rc = tv__store_open(dir, 0, &st, &err);
+    if (!rc)
+        rc = tv__reg_models_list(st->reg, &m, &n, &err);
+    tv__store_close(st);
+    if (rc)
+        return fail("models", json, rc, &err);
+    json_t *arr = json_array();
+    if (!json)
+        printf("%-40s %8s %12s\n", "MODEL", "ACTIVE", "GENERATIONS");
+    for (size_t i = 0; i < n; i++) {
+        if (json)
+            json_array_append_new(arr, json_pack("{s:s,s:o,s:I}", "name", m[i].name, "active",
+                                                 m[i].active_generation
+                                                     ? json_integer(m[i].active_generation)
+                                                     : json_null(),
+                                                 "generations", (json_int_t)m[i].n_generations));
+        else {
+            char act[24] = "-";
+            if (m[i].active_generation)
+                snprintf(act, sizeof(act), "%" PRId64, m[i].active_generation);
+            printf("%-40s %8s %12" PRId64 "\n", m[i].name, act, m[i].n_generations);
+        }
+    }
+    free(m);
+    if (json)
+        emit_json(json_pack("{s:o}", "models", arr));
+    else
+        json_decref(arr);
+    return TV_EXIT_OK;
+}
+
+int tv_cli_generations(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("generations", argc, argv, &a)) ||
+        (u = need_store("generations", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    if (a.n_pos != 1) {
+        fprintf(stderr, "usage: tensorvault generations --store DIR NAME [--json]\n");
+        return TV_EXIT_USAGE;
+    }
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_generation *g = NULL;
+    size_t n = 0;
+    int rc = tv__store_open(dir, 0, &st, &err);
+    if (!rc)
+        rc = tv__reg_generations_list(st->reg, a.pos[0], &g, &n, &err);
+    tv__store_close(st);
+    if (rc)
+        return fail("generations", json, rc, &err);
+    json_t *arr = json_array();
+    if (!json)
+        printf("%4s %-9s %6s %7s %9s %14s  %s\n", "GEN", "STATE", "ACTIVE", "SHARDS", "TENSORS",
+               "BYTES", "SOURCE");
+    for (size_t i = 0; i < n; i++) {
+        if (json)
+            json_array_append_new(
+                arr, json_pack("{s:I,s:s,s:b,s:I,s:I,s:I,s:s,s:I}", "generation",
+                               (json_int_t)g[i].number, "state", tv__gen_state_name(g[i].state),
+                               "active", g[i].active, "shards", (json_int_t)g[i].n_shards,
+                               "tensors", (json_int_t)g[i].n_tensors, "bytes",
+                               (json_int_t)g[i].total_bytes, "source", g[i].source,
+                               "created_at", (json_int_t)g[i].created_at));
+        else
+            printf("%4" PRId64 " %-9s %6s %7" PRId64 " %9" PRId64 " %14" PRIu64 "  %s\n",
+                   g[i].number, tv__gen_state_name(g[i].state), g[i].active ? "*" : "",
+                   g[i].n_shards, g[i].n_tensors, g[i].total_bytes, g[i].source);
+    }
+    free(g);
+    if (json)
+        emit_json(json_pack("{s:s,s:o}", "model", a.pos[0], "generations", arr));
+    else
+        json_decref(arr);
+    return TV_EXIT_OK;
+}
+
+int tv_cli_tensors(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("tensors", argc, argv, &a)) || (u = need_store("tensors", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    char name[256];
+    int64_t gen;
+    if (a.n_pos != 1 || split_model(a.pos[0], name, sizeof(name), &gen)) {
+        fprintf(stderr, "usage: tensorvault tensors --store DIR NAME[@GEN] [--json]\n");
+        return TV_EXIT_USAGE;
+    }
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_generation g;
+    tv__reg_manifest *m = NULL;
+    tv__reg_device *devs = NULL;
+    size_t n_devs = 0;
+    int rc = tv__store_open(dir, 0, &st, &err);
+    if (!rc)
+        rc = tv__reg_generation_get(st->reg, name, gen, &g, &err);
+    if (!rc)
+        rc = tv__reg_tensors_list(st->reg, g.id, &m, &err);
+    if (!rc)
+        rc = tv__reg_device_list(st->reg, &devs, &n_devs, &err);
+    tv__store_close(st);
+    if (rc) {
+        free(devs);
+        tv__reg_manifest_free(m);
+        return fail("tensors", json, rc, &err);
+    }
+    json_t *arr = json_array();
+    if (!json)
+        printf("%-48s %-11s %-18s %5s %14s %12s %16s\n", "TENSOR", "DTYPE", "SHAPE", "SHARD",
+               "FILE_OFFSET", "LENGTH", "DEVICE_OFFSET");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tv__reg_tensor *t = &m->tensors[i];
+        const tv__reg_shard *sh = &m->shards[t->shard_idx];
+        json_t *shape = json_array();
+        char shp[128];
+        size_t o = (size_t)snprintf(shp, sizeof(shp), "[");
+        for (uint32_t d = 0; d < t->rank; d++) {
+            json_array_append_new(shape, json_integer((json_int_t)t->shape[d]));
+            if (o < sizeof(shp))
+                o += (size_t)snprintf(shp + o, sizeof(shp) - o, "%s%" PRIu64, d ? "," : "",
+                                      t->shape[d]);
+        }
+        if (o < sizeof(shp))
+            snprintf(shp + o, sizeof(shp) - o, "]");
+        uint64_t file_off = sh->data_off + t->begin_off;
+        json_t *reps = json_array();
+        for (size_t r = 0; r < sh->n_replicas; r++) {
+            const tv__reg_replica *rp = &sh->replicas[r];
+            const char *path = "";
+            for (size_t k = 0; k < n_devs; k++)
+                if (devs[k].id == rp->device_id)
+                    path = devs[k].path;
+            json_array_append_new(reps, json_pack("{s:I,s:s,s:I,s:I}", "device_id",
+                                                  (json_int_t)rp->device_id, "device", path,
+                                                  "object_offset", (json_int_t)rp->base_off,
+                                                  "device_offset",
+                                                  (json_int_t)(rp->base_off + file_off)));
+        }
+        if (json) {
+            json_array_append_new(
+                arr, json_pack("{s:s%,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:o}", "name", t->name,
+                               t->name_len, "dtype", tv_dtype_name(t->dtype), "shape", shape,
+                               "shard", sh->name, "shard_index", (json_int_t)t->shard_idx,
+                               "file_offset", (json_int_t)file_off, "begin",
+                               (json_int_t)t->begin_off, "length",
+                               (json_int_t)(t->end_off - t->begin_off), "replicas", reps));
+        } else {
+            printf("%-48s %-11s %-18s %5u %14" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n", t->name,
+                   tv_dtype_name(t->dtype), shp, t->shard_idx, file_off,
+                   t->end_off - t->begin_off,
+                   sh->n_replicas ? sh->replicas[0].base_off + file_off : 0);
+            json_decref(shape);
+            json_decref(reps);
+        }
+    }
+    if (json)
+        emit_json(json_pack("{s:s,s:I,s:s,s:o}", "model", name, "generation",
+                            (json_int_t)m->generation.number, "state",
+                            tv__gen_state_name(m->generation.state), "tensors", arr));
+    else
+        json_decref(arr);
+    free(devs);
+    tv__reg_manifest_free(m);
+    return TV_EXIT_OK;
+}
+
+int tv_cli_devices(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("devices", argc, argv, &a)) || (u = need_store("devices", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_device *d = NULL;
+    size_t n = 0;
+    int rc = tv__store_open(dir, 0, &st, &err);
+    if (!rc)
+        rc = tv__reg_device_list(st->reg, &d, &n, &err);
+    if (rc) {
+        tv__store_close(st);
+        return fail("devices", json, rc, &err);
+    }
+    json_t *arr = json_array();
+    if (!json)
+        printf("%3s %-6s %-36s %6s %14s %14s %14s  %s\n", "ID", "KIND", "PATH", "LBA", "REGION",
+               "USED", "FREE", "STATUS");
+    int worst = TV_EXIT_OK;
+    for (size_t i = 0; i < n; i++) {
+        tv__reg_object *objs = NULL;
+        size_t no = 0;
+        uint64_t used = 0, largest = 0, cur = d[i].data_off;
+        uint64_t end = d[i].region_off + d[i].region_len;
+        tv_error e2 = {0};
+        if (tv__reg_objects_on_device(st->reg, d[i].id, &objs, &no, &e2) == 0) {
+            for (size_t k = 0; k < no; k++) {
+                used += objs[k].alloc_len;
+                if (objs[k].base_off > cur && objs[k].base_off - cur > largest)
+                    largest = objs[k].base_off - cur;
+                cur = objs[k].base_off + objs[k].alloc_len;
+            }
+        }
+        if (end > cur && end - cur > largest)
+            largest = end - cur;
+        uint64_t cap = end - d[i].data_off;
+        tv__dev *dev;
+        tv_error de = {0};
+        int drc = tv__store_device(st, d[i].id, false, &dev, &de);
+        const char *status = drc ? tv_err_name(drc) : "ok";
+        if (drc)
+            worst = TV_EXIT_FAIL;
+        if (json) {
+            json_error_t je;
+            json_t *ident = json_loads(d[i].identity, 0, &je);
+            json_array_append_new(
+                arr, json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,"
+                               "s:o,s:s,s:s}",
+                               "id", (json_int_t)d[i].id, "uuid", d[i].uuid, "kind", d[i].kind,
+                               "path", d[i].path, "lba_size", (json_int_t)d[i].lba_size,
+                               "io_align", (json_int_t)d[i].io_align, "object_align",
+                               (json_int_t)d[i].object_align, "size", (json_int_t)d[i].size_bytes,
+                               "region_offset", (json_int_t)d[i].region_off, "region_size",
+                               (json_int_t)d[i].region_len, "data_offset",
+                               (json_int_t)d[i].data_off, "used", (json_int_t)used, "free",
+                               (json_int_t)(cap - used), "largest_free", (json_int_t)largest,
+                               "objects", (json_int_t)no, "identity",
+                               ident ? ident : json_object(), "status", status, "message",
+                               drc ? de.msg : ""));
+        } else {
+            printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
+                   "  %s%s%s\n",
+                   d[i].id, d[i].kind, d[i].path, d[i].lba_size, d[i].region_len, used,
+                   cap - used, status, drc ? ": " : "", drc ? de.msg : "");
+        }
+        free(objs);
+    }
+    tv__store_close(st);
+    free(d);
+    if (json)
+        emit_json(json_pack("{s:o}", "devices", arr));
+    else
+        json_decref(arr);
+    return worst;
+}
+
+static int gen_change(const char *cmd, int argc, char **argv, bool activate)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse(cmd, argc, argv, &a)) || (u = need_store(cmd, &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    char *end = NULL;
+    long long gen = a.n_pos == 2 ? strtoll(a.pos[1], &end, 10) : 0;
+    if (a.n_pos != 2 || *end || gen <= 0) {
+        fprintf(stderr, "usage: tensorvault %s --store DIR NAME GEN [--json]\n", cmd);
+        return TV_EXIT_USAGE;
+    }
+    tv_error err = {0};
+    tv__store *st;
+    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    if (!rc)
+        rc = activate ? tv__reg_generation_activate(st->reg, a.pos[0], gen, &err)
+                      : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
+    tv__store_close(st);
+    if (rc)
+        return fail(cmd, json, rc, &err);
+    if (json)
+        emit_json(json_pack("{s:s,s:I,s:s}", "model", a.pos[0], "generation", (json_int_t)gen,
+                            "state", activate ? "active" : "retired"));
+    else
+        printf("%s generation %lld of %s\n", activate ? "activated" : "retired", gen, a.pos[0]);
+    return TV_EXIT_OK;
+}
+
+int tv_cli_activate(int argc, char **argv)
+{
+    return gen_change("activate", argc, argv, true);
+}
+
+int tv_cli_retire(int argc, char **argv)
+{
+    return gen_change("retire", argc, argv, false);
+}
+
+int tv_cli_gc(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("gc", argc, argv, &a)) || (u = need_store("gc", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_object *o = NULL;
+    size_t n = 0, freed = 0;
+    uint64_t bytes = 0;
+    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    if (!rc)
+        rc = tv__reg_objects_unreferenced(st->reg, &o, &n, &err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        tv_error e2;
+        int drc = tv__reg_object_delete(st->reg, o[i].id, &e2);
+        if (drc == 0) {
+            freed++;
+            bytes += o[i].alloc_len;
+        } else if (drc != TV_E_LEASED && drc != TV_E_STATE) {
+            rc = drc;
+            err = e2;
+        }
+    }
+    free(o);
+    tv__store_close(st);
+    if (rc)
+        return fail("gc", json, rc, &err);
+    if (json)
+        emit_json(json_pack("{s:I,s:I}", "objects_freed", (json_int_t)freed, "bytes_freed",
+                            (json_int_t)bytes));
+    else
+        printf("gc: freed %zu objects, %" PRIu64 " bytes\n", freed, bytes);
+    return TV_EXIT_OK;
+}
+
+int tv_cli_verify(int argc, char **argv)
+{
+    tv_cli_opt opts[] = {STORE_OPT};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    const char *dir;
+    int u;
+    if ((u = tv_cli_parse("verify", argc, argv, &a)) || (u = need_store("verify", &a, &dir)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    tv_error err = {0};
+    tv__store *st;
+    tv__reg_object *o = NULL;
+    size_t n = 0, bad = 0;
+    uint64_t bytes = 0;
+    int rc = tv__store_open(dir, 0, &st, &err);
+    if (!rc)
+        rc = tv__reg_objects_list_committed(st->reg, 0, &o, &n, &err);
+    if (rc) {
+        tv__store_close(st);
+        return fail("verify", json, rc, &err);
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        tv_error e2 = {0};
+        int vrc = tv__verify_object(st, &o[i], &e2);
+        bytes += o[i].canonical_len;
+        if (vrc) {
+            bad++;
+            if (!json)
+                fprintf(stderr, "tensorvault: verify: object %" PRId64 ": %s: %s\n", o[i].id,
+                        tv_err_name(vrc), e2.msg);
+        }
+        json_array_append_new(arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s}", "id",
+                                             (json_int_t)o[i].id, "device_id",
+                                             (json_int_t)o[i].device_id, "offset",
+                                             (json_int_t)o[i].base_off, "length",
+                                             (json_int_t)o[i].canonical_len, "sha256",
+                                             o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
+                                             "message", vrc ? e2.msg : ""));
+    }
+    tv__store_close(st);
+    free(o);
+    if (json)
+        emit_json(json_pack("{s:I,s:I,s:I,s:o}", "objects", (json_int_t)n, "failed",
+                            (json_int_t)bad, "bytes", (json_int_t)bytes, "results", arr));
+    else {
+        json_decref(arr);
+        printf("verify: %zu objects, %" PRIu64 " bytes, %zu failed\n", n, bytes, bad);
+    }
+    return bad ? TV_EXIT_FAIL : TV_EXIT_OK;
+}

@@ -1,0 +1,696 @@
+/* The importer; see import.h for the order of steps and the invariants.
+ *
+ * Data path: the calling thread reads a shard in chunk_len pieces from the
+ * source file (buffered pread), hashes each piece, and hands it to a writer
+ * thread through a small ring of aligned buffers; the writer thread issues
+ * the O_DIRECT pwrites to every replica. So hashing of chunk i+1 overlaps
+ * the device write of chunk i, and memory stays at N_BUFS x chunk_len. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "import/alloc.h"
+#include "import/import.h"
+#include "util/sha256.h"
+#include "util/sys.h"
+
+#define N_BUFS 3
+#define BUF_ALIGN 65536 /* >= every device's io_align */
+
+typedef struct target {
+    tv__dev *dev;
+    uint64_t off; /* absolute device offset of this buffer */
+    size_t len;   /* bytes of the buffer this target takes (its extent may end sooner) */
+} target;
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len;
+    size_t n_targets;
+    target t[TV__IMPORT_MAX_DEVICES];
+} wbuf;
+
+typedef struct writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    wbuf bufs[N_BUFS];
+    size_t head, count;
+    bool stop;
+    int rc;
+    tv_error err;
+    uint64_t written;
+} writer;
+
+/* One shard's plan: which objects hold it on which device. */
+typedef struct shard_plan {
+    tv_shard_info info;
+    char sha_hex[65];
+    char header_sha_hex[65];
+    bool have_sha;             /* full hash known before writing (dedup probe) */
+    size_t n_obj;
+    int64_t dev_id[TV__IMPORT_MAX_DEVICES];
+    tv__reg_object obj[TV__IMPORT_MAX_DEVICES];
+    bool reused[TV__IMPORT_MAX_DEVICES]; /* bound to an existing committed object */
+} shard_plan;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *writer_main(void *arg)
+{
+    writer *w = arg;
+    size_t tail = 0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->count == 0 && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->count == 0 && w->stop)
+            break;
+        wbuf *b = &w->bufs[tail];
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        tv_error e = {0};
+        for (size_t i = 0; !failed && !rc && i < b->n_targets; i++)
+            rc = tv__dev_pwrite_full(b->t[i].dev, b->p, b->t[i].len, b->t[i].off, &e);
+        pthread_mutex_lock(&w->mu);
+        if (rc && !w->rc) {
+            w->rc = rc;
+            w->err = e;
+        }
+        for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
+            w->written += b->t[i].len;
+        tail = (tail + 1) % N_BUFS;
+        w->count--;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Waits for a free buffer; returns it, or NULL when the writer failed. */
+static wbuf *writer_acquire(writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->count == N_BUFS && !w->rc)
+        pthread_cond_wait(&w->cv, &w->mu);
+    wbuf *b = w->rc ? NULL : &w->bufs[w->head];
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+static void writer_submit(writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->head = (w->head + 1) % N_BUFS;
+    w->count++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits until every submitted buffer is written; returns the writer's rc. */
+static int writer_drain(writer *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->count > 0)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (rc && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static uint64_t writer_written(writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t n = w->written;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const char *name,
+                       tv_error *err)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = tv__sys.pread(fd, buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return tv__seterr(err, -errno, "shard '%s': read at %llu: %s", name,
+                              (unsigned long long)(off + done), strerror(errno));
+        }
+        if (n == 0)
+            return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                              "shard '%s' is shorter than when it was validated (EOF at %llu)",
+                              name, (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Hashes the whole source file (dedup probe) and its header. */
+static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chunk,
+                       char sha_hex[65], char hdr_hex[65], tv_error *err)
+{
+    tv__sha256 h, hh;
+    uint8_t dig[32];
+    int rc;
+    if (tv__sha256_init(&h))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (tv__sha256_init(&hh)) {
+        tv__sha256_free(&h);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    uint64_t hdr_end = si->data_off;
+    for (uint64_t off = 0; off < si->file_len; off += chunk) {
+        size_t n = (size_t)(si->file_len - off < chunk ? si->file_len - off : chunk);
+        if ((rc = read_source(fd, buf, n, off, si->name, err))) {
+            tv__sha256_free(&h);
+            tv__sha256_free(&hh);
+            return rc;
+        }
+        tv__sha256_update(&h, buf, n);
+        if (off < hdr_end)
+            tv__sha256_update(&hh, buf, (size_t)(hdr_end - off < n ? hdr_end - off : n));
+    }
+    tv__sha256_final(&h, dig);
+    tv__hex(dig, 32, sha_hex);
+    tv__sha256_final(&hh, dig);
+    tv__hex(dig, 32, hdr_hex);
+    return 0;
+}
+
+static int open_source(const tv_shard_info *si, int *fd_out, tv_error *err)
+{
+    int fd = open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", si->name, si->path,
+                          strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != si->file_len) {
+        close(fd);
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' changed size since validation (%llu bytes expected)",
+                          si->name, (unsigned long long)si->file_len);
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+/* Reads back one object and checks its hash and its zero padding. */
+static int verify_extent(tv__dev *d, uint64_t base, uint64_t canonical, uint64_t alloc,
+                         const char *want_hex, uint8_t *buf, size_t chunk, const char *what,
+                         tv_error *err)
+{
+    tv__sha256 h;
+    uint8_t dig[32];
+    char hex[65];
+    int rc;
+    if (tv__sha256_init(&h))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (uint64_t off = 0; off < alloc; off += chunk) {
+        size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
+        if ((rc = tv__dev_pread_full(d, buf, n, base + off, err))) {
+            tv__sha256_free(&h);
+            return rc;
+        }
+        size_t payload = off >= canonical ? 0 : (size_t)(canonical - off < n ? canonical - off : n);
+        tv__sha256_update(&h, buf, payload);
+        for (size_t i = payload; i < n; i++) {
+            if (buf[i]) {
+                tv__sha256_free(&h);
+                return tv__seterr(err, TV_E_HASH_MISMATCH,
+                                  "%s: padding byte at object offset %llu is not zero", what,
+                                  (unsigned long long)(off + i));
+            }
+        }
+    }
+    tv__sha256_final(&h, dig);
+    tv__hex(dig, 32, hex);
+    if (strcmp(hex, want_hex) != 0)
+        return tv__seterr(err, TV_E_HASH_MISMATCH, "%s: read back sha256 %s, expected %s", what,
+                          hex, want_hex);
+    return 0;
+}
+
+int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err)
+{
+    tv__dev *d;
+    int rc = tv__store_device(st, obj->device_id, false, &d, err);
+    if (rc)
+        return rc;
+    size_t chunk = TV__IMPORT_DEFAULT_CHUNK;
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, BUF_ALIGN, chunk))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    char what[96];
+    snprintf(what, sizeof(what), "object %lld on device %lld", (long long)obj->id,
+             (long long)obj->device_id);
+    rc = verify_extent(d, obj->base_off, obj->canonical_len, obj->alloc_len, obj->sha256, buf,
+                       chunk, what, err);
+    free(buf);
+    return rc;
+}
+
+/* Compares shard s of the validated checkpoint with the header bytes that
+ * were actually written (8 + N bytes). Returns 0 or TV_E_SOURCE_CHANGED. */
+static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr,
+                       const shard_plan *p, tv_error *err)
+{
+    tv_checkpoint *w = NULL;
+    tv_error e2;
+    int rc = 0;
+    if (tv_checkpoint_parse_shard(hdr, (size_t)p->info.data_off, p->info.file_len, p->info.name,
+                                  NULL, &w, &e2) != 0)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' changed during import: written header is invalid (%s)",
+                          p->info.name, e2.msg);
+    size_t first = 0;
+    for (size_t i = 0; i < tv_checkpoint_n_tensors(ck); i++) {
+        tv_tensor_info t;
+        tv_checkpoint_tensor(ck, i, &t);
+        if (t.shard < s)
+            first = i + 1;
+    }
+    if (tv_checkpoint_n_tensors(w) != p->info.n_tensors)
+        rc = -1;
+    for (size_t i = 0; !rc && i < p->info.n_tensors; i++) {
+        tv_tensor_info a, b;
+        tv_checkpoint_tensor(ck, first + i, &a);
+        tv_checkpoint_tensor(w, i, &b);
+        if (a.name_len != b.name_len || memcmp(a.name, b.name, a.name_len) || a.dtype != b.dtype ||
+            a.rank != b.rank || a.begin_off != b.begin_off || a.end_off != b.end_off ||
+            (a.rank && memcmp(a.shape, b.shape, sizeof(uint64_t) * a.rank)))
+            rc = -1;
+    }
+    tv_checkpoint_close(w);
+    if (rc)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' changed during import: its header differs from the "
+                          "validated one", p->info.name);
+    return 0;
+}
+
+static void release_reservations(tv__store *st, shard_plan *plans, size_t n)
+{
+    for (size_t s = 0; s < n; s++) {
+        for (size_t k = 0; k < plans[s].n_obj; k++) {
+            if (!plans[s].reused[k] && plans[s].obj[k].id > 0) {
+                tv_error e;
+                if (tv__reg_object_delete(st->reg, plans[s].obj[k].id, &e))
+                    tv__log(TV_LOG_WARN, "releasing reservation %lld: %s",
+                            (long long)plans[s].obj[k].id, e.msg);
+                plans[s].obj[k].id = 0;
+            }
+        }
+    }
+}
+
+static int publish(tv__store *st, const char *model, const char *source, tv_checkpoint *ck,
+                   shard_plan *plans, size_t n_shards, bool activate, int64_t *gen_number,
+                   tv_error *err)
+{
+    int rc;
+    tv_tensor_info *infos = NULL;
+    size_t n_t = tv_checkpoint_n_tensors(ck);
+    if (!(infos = malloc(sizeof(*infos) * (n_t ? n_t : 1))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n_t; i++)
+        tv_checkpoint_tensor(ck, i, &infos[i]);
+    if ((rc = tv__reg_begin(st->reg, err)))
+        goto out;
+    for (size_t s = 0; s < n_shards; s++)
+        for (size_t k = 0; k < plans[s].n_obj; k++)
+            if (!plans[s].reused[k] &&
+                (rc = tv__reg_object_commit(st->reg, plans[s].obj[k].id, plans[s].sha_hex, err)))
+                goto fail_tx;
+    tv__reg_generation gen;
+    if ((rc = tv__reg_generation_create(st->reg, model, source, tv_checkpoint_total_bytes(ck),
+                                        &gen, err)))
+        goto fail_tx;
+    for (size_t s = 0; s < n_shards; s++) {
+        tv__reg_shard_in in = {
+            .idx = (uint32_t)s,
+            .name = plans[s].info.name,
+            .file_len = plans[s].info.file_len,
+            .header_len = plans[s].info.header_len,
+            .sha256_hex = plans[s].sha_hex,
+            .header_sha256_hex = plans[s].header_sha_hex,
+        };
+        int64_t shard_id;
+        if ((rc = tv__reg_shard_add(st->reg, gen.id, &in, &shard_id, err)))
+            goto fail_tx;
+        for (size_t k = 0; k < plans[s].n_obj; k++)
+            if ((rc = tv__reg_shard_bind(st->reg, shard_id, plans[s].obj[k].id, err)))
+                goto fail_tx;
+    }
+    if ((rc = tv__reg_tensors_insert(st->reg, gen.id, infos, n_t, err)) ||
+        (rc = tv__reg_generation_set_state(st->reg, gen.id, TV__GEN_READY, err)))
+        goto fail_tx;
+    if (activate && (rc = tv__reg_generation_activate(st->reg, model, gen.number, err)))
+        goto fail_tx;
+    tv__crash_point("publish");
+    if ((rc = tv__reg_commit(st->reg, err)))
+        goto out;
+    *gen_number = gen.number;
+    goto out;
+fail_tx:
+    tv__reg_rollback(st->reg);
+out:
+    free(infos);
+    return rc;
+}
+
+int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
+               tv__import_result *res, tv_error *err)
+{
+    int rc;
+    tv__import_opts dflt = {0};
+    tv_checkpoint *ck = NULL;
+    shard_plan *plans = NULL;
+    uint8_t *bufs = NULL;
+    writer w;
+    bool writer_started = false;
+    int src_fd = -1;
+    uint8_t *hdr_copy = NULL;
+    int64_t devs[TV__IMPORT_MAX_DEVICES];
+    size_t n_devs = 0;
+    tv__reg_device *all = NULL;
+    size_t n_all = 0;
+    char real_src[PATH_MAX];
+    double t0 = now_s();
+    tv__import_result r = {0};
+
+    if (!o)
+        o = &dflt;
+    if (!st || !model || !src || st->lock_fd < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a "
+                          "source");
+    size_t chunk = o->chunk_len ? o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
+    chunk = (chunk + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+
+    /* 1. Validate everything first. */
+    if ((rc = tv_checkpoint_open(src, NULL, &ck, err)))
+        return rc;
+    if (!realpath(src, real_src))
+        snprintf(real_src, sizeof(real_src), "%s", src);
+    size_t n_shards = tv_checkpoint_n_shards(ck);
+
+    if (o->n_devices > TV__IMPORT_MAX_DEVICES) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "at most %d replicas", TV__IMPORT_MAX_DEVICES);
+        goto out;
+    }
+    if (o->n_devices) {
+        for (size_t i = 0; i < o->n_devices; i++) {
+            for (size_t j = 0; j < n_devs; j++)
+                if (devs[j] == o->devices[i]) {
+                    rc = tv__seterr(err, TV_E_INVALID_ARG, "device %lld named twice",
+                                    (long long)o->devices[i]);
+                    goto out;
+                }
+            devs[n_devs++] = o->devices[i];
+        }
+    } else {
+        if ((rc = tv__reg_device_list(st->reg, &all, &n_all, err)))
+            goto out;
+        if (n_all == 0) {
+            rc = tv__seterr(err, TV_E_NOT_FOUND, "store %s has no device", st->dir);
+            goto out;
+        }
+        devs[n_devs++] = all[0].id;
+    }
+    /* Every device is validated (label, size, identity) before any write. */
+    for (size_t i = 0; i < n_devs; i++) {
+        tv__dev *d;
+        if ((rc = tv__store_device(st, devs[i], true, &d, err)))
+            goto out;
+    }
+
+    if (!(plans = calloc(n_shards ? n_shards : 1, sizeof(*plans))) ||
+        posix_memalign((void **)&bufs, BUF_ALIGN, chunk * N_BUFS)) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t s = 0; s < n_shards; s++) {
+        tv_checkpoint_shard(ck, s, &plans[s].info);
+        r.bytes_total += plans[s].info.file_len;
+    }
+
+    /* Dedup probe: a shard whose length matches a committed object on a
+     * target device is hashed first; an identical object is reused. */
+    for (size_t i = 0; i < n_devs; i++) {
+        tv__reg_object *objs = NULL;
+        size_t n_objs = 0;
+        if ((rc = tv__reg_objects_list_committed(st->reg, devs[i], &objs, &n_objs, err)))
+            goto out;
+        for (size_t s = 0; s < n_shards && !rc; s++) {
+            shard_plan *p = &plans[s];
+            bool candidate = false;
+            for (size_t k = 0; k < n_objs; k++)
+                candidate |= objs[k].canonical_len == p->info.file_len;
+            if (!candidate)
+                continue;
+            if (!p->have_sha) {
+                int fd;
+                if ((rc = open_source(&p->info, &fd, err)))
+                    break;
+                rc = hash_source(fd, &p->info, bufs, chunk, p->sha_hex, p->header_sha_hex, err);
+                close(fd);
+                if (rc)
+                    break;
+                p->have_sha = true;
+            }
+            tv__reg_object found;
+            tv_error e2;
+            if (tv__reg_object_find_committed(st->reg, devs[i], p->sha_hex, &found, &e2) == 0) {
+                p->dev_id[p->n_obj] = devs[i];
+                p->obj[p->n_obj] = found;
+                p->reused[p->n_obj++] = true;
+                r.bytes_deduped += p->info.file_len;
+            }
+        }
+        free(objs);
+        if (rc)
+            goto out;
+    }
+
+    /* 2. Reserve extents for everything that must be written. */
+    uint64_t to_write = 0;
+    for (size_t s = 0; s < n_shards; s++) {
+        shard_plan *p = &plans[s];
+        for (size_t i = 0; i < n_devs; i++) {
+            bool have = false;
+            for (size_t k = 0; k < p->n_obj; k++)
+                have |= p->dev_id[k] == devs[i];
+            if (have)
+                continue;
+            size_t k = p->n_obj;
+            if ((rc = tv__alloc_reserve(st->reg, devs[i], p->info.file_len, &p->obj[k], err)))
+                goto fail_release;
+            p->dev_id[k] = devs[i];
+            p->n_obj++;
+            to_write += p->obj[k].alloc_len;
+        }
+    }
+    tv__crash_point("reserve");
+
+    /* 3. Write canonical bytes + zero padding, hashing on the way. */
+    memset(&w, 0, sizeof(w));
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    for (size_t b = 0; b < N_BUFS; b++)
+        w.bufs[b].p = bufs + b * chunk;
+    if (pthread_create(&w.thread, NULL, writer_main, &w)) {
+        rc = tv__seterr(err, -EAGAIN, "cannot start the writer thread");
+        goto fail_release;
+    }
+    writer_started = true;
+    bool crashed_mid = false;
+    uint64_t submitted = 0;
+    for (size_t s = 0; s < n_shards; s++) {
+        shard_plan *p = &plans[s];
+        size_t n_new = 0;
+        target tg[TV__IMPORT_MAX_DEVICES];
+        uint64_t tg_alloc[TV__IMPORT_MAX_DEVICES];
+        uint64_t alloc = 0; /* the largest extent; replicas may differ in object_align */
+        for (size_t k = 0; k < p->n_obj; k++) {
+            if (p->reused[k])
+                continue;
+            tv__store_device(st, p->dev_id[k], true, &tg[n_new].dev, NULL);
+            tg[n_new].off = p->obj[k].base_off;
+            tg_alloc[n_new++] = p->obj[k].alloc_len;
+            if (p->obj[k].alloc_len > alloc)
+                alloc = p->obj[k].alloc_len;
+        }
+        if (n_new == 0)
+            continue;
+        tv__sha256 h, hh;
+        uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
+        if ((rc = open_source(&p->info, &src_fd, err)))
+            goto fail_writer;
+        if (!(hdr_copy = malloc((size_t)hdr_end))) {
+            rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
+                            (unsigned long long)hdr_end);
+            goto fail_writer;
+        }
+        if (tv__sha256_init(&h) || tv__sha256_init(&hh)) {
+            tv__sha256_free(&h);
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            goto fail_writer;
+        }
+        for (uint64_t off = 0; off < alloc; off += chunk) {
+            wbuf *b = writer_acquire(&w);
+            if (!b) {
+                rc = writer_drain(&w, err);
+                break;
+            }
+            size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
+            size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
+            if (payload && (rc = read_source(src_fd, b->p, payload, off, p->info.name, err)))
+                break;
+            memset(b->p + payload, 0, n - payload);
+            tv__sha256_update(&h, b->p, payload);
+            if (off < hdr_end) {
+                size_t hn = (size_t)(hdr_end - off < payload ? hdr_end - off : payload);
+                tv__sha256_update(&hh, b->p, hn);
+                memcpy(hdr_copy + off, b->p, hn);
+            }
+            b->len = n;
+            b->n_targets = 0;
+            for (size_t k = 0; k < n_new; k++) {
+                if (off >= tg_alloc[k])
+                    continue;
+                size_t tl = (size_t)(tg_alloc[k] - off < n ? tg_alloc[k] - off : n);
+                b->t[b->n_targets++] = (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
+                submitted += tl;
+            }
+            writer_submit(&w);
+            if (o->progress)
+                o->progress(o->progress_ctx, submitted, to_write);
+            if (!crashed_mid && submitted * 2 >= to_write) {
+                crashed_mid = true;
+                tv__crash_point("write");
+            }
+        }
+        uint8_t dig[32];
+        char sha_hex[65], hdr_hex[65];
+        tv__sha256_final(&h, dig);
+        tv__hex(dig, 32, sha_hex);
+        tv__sha256_final(&hh, dig);
+        tv__hex(dig, 32, hdr_hex);
+        struct stat sb;
+        if (!rc && (fstat(src_fd, &sb) < 0 || (uint64_t)sb.st_size != canon))
+            rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed size during import",
+                            p->info.name);
+        close(src_fd);
+        src_fd = -1;
+        if (rc)
+            goto fail_writer;
+        /* What is published must describe the bytes written: re-parse the
+         * header exactly as written and compare it with the validated one. */
+        rc = same_header(ck, s, hdr_copy, p, err);
+        free(hdr_copy);
+        hdr_copy = NULL;
+        if (rc)
+            goto fail_writer;
+        if (p->have_sha && strcmp(p->sha_hex, sha_hex) != 0) {
+            rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed content during import",
+                            p->info.name);
+            goto fail_writer;
+        }
+        memcpy(p->sha_hex, sha_hex, sizeof(sha_hex));
+        memcpy(p->header_sha_hex, hdr_hex, sizeof(hdr_hex));
+        p->have_sha = true;
+    }
+    if ((rc = writer_drain(&w, err)))
+        goto fail_writer;
+
+    /* 4. Flush every device written. */
+    for (size_t i = 0; i < n_devs; i++) {
+        tv__dev *d;
+        if ((rc = tv__store_device(st, devs[i], true, &d, err)) || (rc = tv__dev_flush(d, err)))
+            goto fail_writer;
+    }
+    tv__crash_point("flush");
+
+    /* 5. Verify bounds; strict mode reads every new object back. */
+    for (size_t s = 0; s < n_shards; s++) {
+        shard_plan *p = &plans[s];
+        for (size_t k = 0; k < p->n_obj; k++) {
+            if (p->reused[k])
+                continue;
+            tv__reg_device row;
+            if ((rc = tv__reg_device_get(st->reg, p->dev_id[k], &row, err)))
+                goto fail_writer;
+            uint64_t end;
+            if (tv__add_u64(p->obj[k].base_off, p->obj[k].alloc_len, &end) ||
+                p->obj[k].base_off < row.data_off || end > row.region_off + row.region_len ||
+                p->obj[k].canonical_len != p->info.file_len) {
+                rc = tv__seterr(err, TV_E_INTERNAL, "object %lld lies outside its region",
+                                (long long)p->obj[k].id);
+                goto fail_writer;
+            }
+            if (o->strict) {
+                tv__dev *d;
+                char what[160];
+                snprintf(what, sizeof(what), "shard '%s' on device %lld", p->info.name,
+                         (long long)p->dev_id[k]);
+                if ((rc = tv__store_device(st, p->dev_id[k], true, &d, err)) ||
+                    (rc = verify_extent(d, p->obj[k].base_off, p->obj[k].canonical_len,
+                                        p->obj[k].alloc_len, p->sha_hex, bufs, chunk, what, err)))
+                    goto fail_writer;
+            }
+        }
+    }
+
+    /* 6. Publish last, in one transaction. */
+    if ((rc = publish(st, model, real_src, ck, plans, n_shards, o->activate, &r.generation, err)))
+        goto fail_writer;
+    r.n_shards = n_shards;
+    r.n_tensors = tv_checkpoint_n_tensors(ck);
+    r.bytes_written = writer_written(&w);
+    r.seconds = now_s() - t0;
+    if (res)
+        *res = r;
+    rc = 0;
+    goto out_writer;
+
+fail_writer:
+    if (src_fd >= 0)
+        close(src_fd);
+    free(hdr_copy);
+out_writer:
+    if (writer_started) {
+        pthread_mutex_lock(&w.mu);
+        w.stop = true;
+        pthread_cond_broadcast(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(w.thread, NULL);
+        pthread_mutex_destroy(&w.mu);
+        pthread_cond_destroy(&w.cv);
+    }
+    if (rc == 0)
+        goto out;
+fail_release:
+    release_reservations(st, plans, plans ? n_shards : 0);
+out:
+    free(all);
+    free(bufs);
+    free(plans);
+    tv_checkpoint_close(ck);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* The importer: a validated safetensors checkpoint becomes immutable,
+ * verified objects on the store's devices and, last, a published generation.
+ *
+ * Invariants (DESIGN section 3, "Import, in this order"):
+ *   1. every shard header and the index are validated before any byte is
+ *      written;
+ *   2. extents are reserved as 'writing' rows (non-overlapping, aligned);
+ *   3. the canonical bytes plus zero padding are written with O_DIRECT in
+ *      large aligned chunks, hashed (SHA-256) on the way; hashing and writing
+ *      overlap (a writer thread);
+ *   4. each device is flushed (fdatasync);
+ *   5. bounds are verified and, in strict mode, every object is read back
+ *      and re-hashed;
+ *   6. one transaction commits the objects, the generation, its shards,
+ *      bindings and tensors, and optionally activates it.
+ * Any failure before 6 deletes the reservations; nothing is published and
+ * the previously active generation is untouched. A shard whose SHA-256 is
+ * already committed on a device is bound to that object, not written again. */
+#ifndef TV_IMPORT_IMPORT_H
+#define TV_IMPORT_IMPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "import/store.h"
+
+#define TV__IMPORT_DEFAULT_CHUNK (8u << 20)
+#define TV__IMPORT_MAX_DEVICES 16
+
+typedef void (*tv__import_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+typedef struct tv__import_opts {
+    bool activate;
+    bool strict;              /* read every object back and re-hash */
+    const int64_t *devices;   /* replicas: one copy per device; NULL = first device */
+    size_t n_devices;
+    size_t chunk_len;         /* 0 = TV__IMPORT_DEFAULT_CHUNK */
+    tv__import_progress_fn progress;
+    void *progress_ctx;
+    int64_t job_id;           /* 0 = none; else progress is recorded in the job */
+} tv__import_opts;
+
+typedef struct tv__import_result {
+    int64_t generation;
+    size_t n_shards;
+    size_t n_tensors;
+    uint64_t bytes_total;   /* canonical bytes of the checkpoint */
+    uint64_t bytes_written; /* bytes written to devices (padding and replicas included) */
+    uint64_t bytes_deduped; /* canonical bytes bound to already committed objects */
+    double seconds;
+} tv__import_result;
+
+/* Imports src (a .safetensors file, an index, or a directory) as a new
+ * generation of model. st must be a writer store.
+ * Returns 0 and *res (may be NULL); the checkpoint errors (TV_E_ST_*,
+ * TV_E_IDX_*, ...); TV_E_NO_SPACE; TV_E_SOURCE_CHANGED (a shard changed size
+ * or content after validation); TV_E_HASH_MISMATCH (strict read-back);
+ * TV_E_DEVICE_MISMATCH; -EIO, -ENOSPC and other -errno from the devices;
+ * the registry's errors. */
+int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
+               tv__import_result *res, tv_error *err);
+
+/* Re-hashes one committed object and compares with its registry hash.
+ * Returns 0; TV_E_HASH_MISMATCH; the device errors. */
+int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err);
+
+#endif

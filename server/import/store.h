@@ -1,0 +1,73 @@
+/* A store directory: the registry (registry.db), a writer lock file (lock)
+ * and the devices it names. Opening a device through the store validates its
+ * label, geometry and identity against the registry before any I/O.
+ *
+ * Invariants: at most one writer per store directory (flock on DIR/lock,
+ * taken without waiting: a second writer gets TV_E_LOCKED naming the holder's
+ * pid); a writer reclaims 'writing' reservations of crashed imports when it
+ * opens; a device whose label, size, LBA size or identity differs from its
+ * registry row is never read or written (TV_E_DEVICE_MISMATCH). */
+#ifndef TV_IMPORT_STORE_H
+#define TV_IMPORT_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dev/dev.h"
+#include "registry/registry.h"
+
+#define TV__STORE_WRITE 0x1u /* take the writer lock and reclaim reservations */
+
+typedef struct tv__store_dev {
+    int64_t id;
+    tv__dev *dev; /* opened lazily by tv__store_device */
+    bool writable;
+} tv__store_dev;
+
+typedef struct tv__store {
+    char *dir;
+    tv__reg *reg;
+    int lock_fd; /* -1 for readers */
+    tv__reg_reclaim reclaimed;
+    size_t n_devs;
+    tv__store_dev *devs;
+} tv__store;
+
+typedef struct tv__store_init_opts {
+    const char *image;      /* create a sparse file image of image_size bytes, or */
+    uint64_t image_size;
+    const char *device;     /* use an existing block device or image */
+    uint64_t region_off;    /* 0 = 1 MiB (rounded up to the device's io_align) */
+    uint64_t region_len;    /* 0 = the rest of the device */
+} tv__store_init_opts;
+
+/* Initialises a store in dir (created if missing) or, when dir already holds
+ * one, adds the device to it: creates the image if asked, writes a fresh
+ * label (new store UUID per device), registers the device.
+ * Returns 0 and *device_id (may be NULL); -EEXIST when the image exists or
+ * the device is already registered; the errors of tv__dev_open,
+ * tv__label_init/write, tv__reg_open and tv__reg_device_add; TV_E_LOCKED. */
+int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id,
+                   tv_error *err);
+
+/* Opens an existing store. flags: 0 (reader) or TV__STORE_WRITE.
+ * Returns 0 and *out; TV_E_NOT_FOUND (no registry in dir); TV_E_LOCKED;
+ * the errors of tv__reg_open and tv__reg_reclaim_writing. */
+int tv__store_open(const char *dir, unsigned flags, tv__store **out, tv_error *err);
+
+/* NULL-safe: closes devices, the registry and releases the lock. */
+void tv__store_close(tv__store *st);
+
+/* Opens (once) and validates device id. write requires a writer store.
+ * Returns 0 and *out (owned by the store); TV_E_NOT_FOUND; TV_E_DEVICE_MISMATCH;
+ * the errors of tv__dev_open and tv__label_read. */
+int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_error *err);
+
+/* Resolves a device given by id, path or uuid. Returns 0 or TV_E_NOT_FOUND. */
+int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err);
+
+/* Kills the process with SIGKILL when the environment variable
+ * TV_TEST_CRASH_AT equals point: the crash-safety tests' real kill -9. */
+void tv__crash_point(const char *point);
+
+#endif

@@ -1,0 +1,370 @@
+/* Objects: extents on a device that hold one shard's canonical bytes plus
+ * zero padding. Insert ('writing'), commit (hash), dedup lookup, listing for
+ * the allocator, verify and gc, deletion and start-up reclaim.
+ *
+ * Invariants: an object is deleted only when nothing live needs it (a
+ * 'writing' object is never referenced by a ready generation; a committed
+ * one must not be bound to an importing or ready generation nor to a leased
+ * one), and its bindings go in the same transaction; every multi-statement
+ * change runs in one transaction level. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry/reg_internal.h"
+
+#define OBJECT_COLS "id, device_id, base_off, alloc_len, canonical_len, sha256, state, created_at"
+
+static void read_object(sqlite3_stmt *st, tv__reg_object *o)
+{
+    memset(o, 0, sizeof *o);
+    o->id = sqlite3_column_int64(st, 0);
+    o->device_id = sqlite3_column_int64(st, 1);
+    o->base_off = tv__reg_col_u64(st, 2);
+    o->alloc_len = tv__reg_col_u64(st, 3);
+    o->canonical_len = tv__reg_col_u64(st, 4);
+    tv__reg_col_text(st, 5, o->sha256, sizeof o->sha256);
+    const unsigned char *s = sqlite3_column_text(st, 6);
+    o->state = s && !strcmp((const char *)s, "committed") ? TV__OBJ_COMMITTED : TV__OBJ_WRITING;
+    o->created_at = sqlite3_column_int64(st, 7);
+}
+
+/* Runs a query binding up to two values (an id and an optional text) and
+ * collects every row into a malloc'd array. */
+static int list_objects(tv__reg *reg, const char *sql, const int64_t *id, const char *text,
+                        tv__reg_object **out, size_t *n, const char *what, tv_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    tv__reg_vec v = {.size = sizeof(tv__reg_object)};
+    int rc = tv__reg_prepare(reg, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((id && (rc = tv__reg_bind_i64(reg, st, 1, *id, err))) ||
+        (text && (rc = tv__reg_bind_text(reg, st, 2, text, err))))
+        goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        tv__reg_object *o = tv__reg_vec_push(&v);
+        if (!o) {
+            rc = tv__seterr(err, -ENOMEM, "%s: out of memory", what);
+            goto fail;
+        }
+        read_object(st, o);
+    }
+    if (rc != SQLITE_DONE) {
+        rc = tv__sqlerr(reg->db, err, rc, what);
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    *out = v.items;
+    *n = v.n;
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    free(v.items);
+    return rc;
+}
+
+/* Reads one object row; TV_E_NOT_FOUND with msg when there is none. */
+static int get_one(tv__reg *reg, const char *sql, int64_t id, const char *text, tv__reg_object *out,
+                   const char *missing, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_bind_i64(reg, st, 1, id, err)) ||
+        (text && (rc = tv__reg_bind_text(reg, st, 2, text, err))))
+        goto done;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        read_object(st, out);
+        rc = 0;
+    } else if (rc == SQLITE_DONE) {
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "%s", missing);
+    } else {
+        rc = tv__sqlerr(reg->db, err, rc, "reading an object");
+    }
+done:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int tv__reg_object_get(tv__reg *reg, int64_t object_id, tv__reg_object *out, tv_error *err)
+{
+    if (!reg || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_get: NULL argument");
+    char missing[64];
+    snprintf(missing, sizeof missing, "no object with id %lld", (long long)object_id);
+    return get_one(reg, "SELECT " OBJECT_COLS " FROM objects WHERE id = ?1", object_id, NULL, out,
+                   missing, err);
+}
+
+static int device_exists(tv__reg *reg, int64_t device_id, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg, "SELECT 1 FROM devices WHERE id = ?1", &st, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_bind_i64(reg, st, 1, device_id, err)) == 0) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            rc = 0;
+        else if (rc == SQLITE_DONE)
+            rc = tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)device_id);
+        else
+            rc = tv__sqlerr(reg->db, err, rc, "looking up a device");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int tv__reg_object_insert_writing(tv__reg *reg, int64_t device_id, uint64_t base_off,
+                                  uint64_t alloc_len, uint64_t canonical_len, int64_t *id,
+                                  tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_insert_writing: NULL registry");
+    if (!alloc_len || !canonical_len || canonical_len > alloc_len)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "object of %llu canonical bytes cannot use a "
+                          "%llu-byte extent",
+                          (unsigned long long)canonical_len, (unsigned long long)alloc_len);
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    if ((rc = device_exists(reg, device_id, err)))
+        goto done;
+    if ((rc = tv__reg_prepare(reg,
+                              "INSERT INTO objects (device_id, base_off, alloc_len, canonical_len) "
+                              "VALUES (?1, ?2, ?3, ?4)",
+                              &st, err)))
+        goto done;
+    if ((rc = tv__reg_bind_i64(reg, st, 1, device_id, err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 2, base_off, "object base_off", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 3, alloc_len, "object alloc_len", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 4, canonical_len, "object canonical_len", err)) ||
+        (rc = tv__reg_step_done(reg, st, "reserving an object extent", err)))
+        goto done;
+    if (id)
+        *id = sqlite3_last_insert_rowid(reg->db);
+done:
+    sqlite3_finalize(st);
+    return tv__reg_level_end(reg, rc, err);
+}
+
+int tv__reg_objects_on_device(tv__reg *reg, int64_t device_id, tv__reg_object **out, size_t *n,
+                              tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_objects_on_device: NULL argument");
+    return list_objects(reg,
+                        "SELECT " OBJECT_COLS " FROM objects WHERE device_id = ?1 "
+                        "ORDER BY base_off",
+                        &device_id, NULL, out, n, "listing a device's objects", err);
+}
+
+int tv__reg_object_find_committed(tv__reg *reg, int64_t device_id, const char *sha256_hex,
+                                  tv__reg_object *out, tv_error *err)
+{
+    if (!reg || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_find_committed: NULL argument");
+    if (!tv__reg_sha256_valid(sha256_hex))
+        return tv__seterr(err, TV_E_INVALID_ARG, "sha256 is not 64 lower-case hex digits");
+    char missing[128];
+    snprintf(missing, sizeof missing, "no committed object with sha256 %.16s... on device %lld",
+             sha256_hex, (long long)device_id);
+    return get_one(reg,
+                   "SELECT " OBJECT_COLS " FROM objects WHERE device_id = ?1 AND sha256 = ?2 "
+                   "AND state = 'committed'",
+                   device_id, sha256_hex, out, missing, err);
+}
+
+int tv__reg_object_commit(tv__reg *reg, int64_t object_id, const char *sha256_hex, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_commit: NULL registry");
+    if (!tv__reg_sha256_valid(sha256_hex))
+        return tv__seterr(err, TV_E_INVALID_ARG, "sha256 is not 64 lower-case hex digits");
+    sqlite3_stmt *st = NULL;
+    tv__reg_object o, dup;
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_object_get(reg, object_id, &o, err)))
+        goto done;
+    if (o.state != TV__OBJ_WRITING) {
+        rc = tv__seterr(err, TV_E_STATE, "object %lld is already committed", (long long)object_id);
+        goto done;
+    }
+    rc = tv__reg_object_find_committed(reg, o.device_id, sha256_hex, &dup, NULL);
+    if (rc == 0) {
+        rc = tv__seterr(err, -EEXIST, "device %lld already holds object %lld with sha256 %s",
+                        (long long)o.device_id, (long long)dup.id, sha256_hex);
+        goto done;
+    }
+    if (rc != TV_E_NOT_FOUND) {
+        /* Repeat for the message: the lookup ran without err. */
+        rc = tv__reg_object_find_committed(reg, o.device_id, sha256_hex, &dup, err);
+        goto done;
+    }
+    if ((rc = tv__reg_prepare(
+             reg, "UPDATE objects SET sha256 = ?2, state = 'committed' WHERE id = ?1", &st, err)) ||
+        (rc = tv__reg_bind_i64(reg, st, 1, object_id, err)) ||
+        (rc = tv__reg_bind_text(reg, st, 2, sha256_hex, err)) ||
+        (rc = tv__reg_step_done(reg, st, "committing an object", err)))
+        goto done;
+done:
+    sqlite3_finalize(st);
+    return tv__reg_level_end(reg, rc, err);
+}
+
+int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_object **out, size_t *n,
+                                   tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_objects_list_committed: NULL argument");
+    return list_objects(reg,
+                        "SELECT " OBJECT_COLS " FROM objects WHERE state = 'committed' "
+                        "AND (?1 = 0 OR device_id = ?1) ORDER BY device_id, base_off",
+                        &device_id, NULL, out, n, "listing committed objects", err);
+}
+
+int tv__reg_objects_unreferenced(tv__reg *reg, tv__reg_object **out, size_t *n, tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_objects_unreferenced: NULL argument");
+    return list_objects(reg,
+                        "SELECT " OBJECT_COLS " FROM objects o WHERE o.state = 'committed' "
+                        "AND NOT EXISTS (SELECT 1 FROM shard_objects so "
+                        "  JOIN shards s ON s.id = so.shard_id "
+                        "  JOIN generations g ON g.id = s.generation_id "
+                        "  WHERE so.object_id = o.id AND (g.state IN ('importing', 'ready') "
+                        "    OR EXISTS (SELECT 1 FROM leases l WHERE l.generation_id = g.id))) "
+                        "ORDER BY o.device_id, o.base_off",
+                        NULL, NULL, out, n, "listing unreferenced objects", err);
+}
+
+/* Fails with TV_E_STATE / TV_E_LEASED when a committed object is still
+ * needed, naming the first generation that needs it. */
+static int check_unneeded(tv__reg *reg, int64_t object_id, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg,
+                             "SELECT m.name, g.number, g.state, "
+                             "  EXISTS (SELECT 1 FROM leases l WHERE l.generation_id = g.id) "
+                             "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
+                             "JOIN generations g ON g.id = s.generation_id "
+                             "JOIN models m ON m.id = g.model_id "
+                             "WHERE so.object_id = ?1 "
+                             "ORDER BY g.state IN ('importing', 'ready') DESC",
+                             &st, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_bind_i64(reg, st, 1, object_id, err)))
+        goto done;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *model = (const char *)sqlite3_column_text(st, 0);
+        long long number = sqlite3_column_int64(st, 1);
+        const char *state = (const char *)sqlite3_column_text(st, 2);
+        bool leased = sqlite3_column_int(st, 3) != 0;
+        if (!strcmp(state, "importing") || !strcmp(state, "ready")) {
+            rc = tv__seterr(err, TV_E_STATE,
+                            "object %lld holds a shard of %s generation %lld, "
+                            "which is %s",
+                            (long long)object_id, model, number, state);
+            goto done;
+        }
+        if (leased) {
+            rc = tv__seterr(err, TV_E_LEASED,
+                            "object %lld holds a shard of %s generation %lld, "
+                            "which a reader still leases",
+                            (long long)object_id, model, number);
+            goto done;
+        }
+    }
+    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "checking object references");
+done:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int exec_id(tv__reg *reg, const char *sql, int64_t id, const char *what, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg, sql, &st, err);
+    if (rc == 0 && (rc = tv__reg_bind_i64(reg, st, 1, id, err)) == 0)
+        rc = tv__reg_step_done(reg, st, what, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int tv__reg_object_delete(tv__reg *reg, int64_t object_id, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_delete: NULL registry");
+    tv__reg_object o;
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_object_get(reg, object_id, &o, err)))
+        goto done;
+    if (o.state == TV__OBJ_COMMITTED && (rc = check_unneeded(reg, object_id, err)))
+        goto done;
+    if ((rc = exec_id(reg, "DELETE FROM shard_objects WHERE object_id = ?1", object_id,
+                      "unbinding an object", err)) ||
+        (rc = exec_id(reg, "DELETE FROM objects WHERE id = ?1", object_id, "deleting an object",
+                      err)))
+        goto done;
+done:
+    return tv__reg_level_end(reg, rc, err);
+}
+
+static int exec_count(tv__reg *reg, const char *sql, size_t *count, tv_error *err)
+{
+    int rc = sqlite3_exec(reg->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return tv__sqlerr(reg->db, err, rc, "reclaiming after a restart");
+    if (count)
+        *count = (size_t)sqlite3_changes64(reg->db);
+    return 0;
+}
+
+int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_reclaim_writing: NULL registry");
+    tv__reg_reclaim r = {0};
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    if ((rc = exec_count(reg, "UPDATE generations SET state = 'failed' WHERE state = 'importing'",
+                         &r.n_generations, err)) ||
+        (rc = exec_count(reg,
+                         "DELETE FROM shard_objects WHERE object_id IN "
+                         "(SELECT id FROM objects WHERE state = 'writing')",
+                         NULL, err)) ||
+        (rc = exec_count(reg, "DELETE FROM objects WHERE state = 'writing'", &r.n_objects, err)) ||
+        (rc = exec_count(reg,
+                         "UPDATE import_jobs SET state = 'failed', "
+                         "error = 'interrupted by a restart of tensorvault', "
+                         "finished_at = CAST(strftime('%s', 'now') AS INTEGER) "
+                         "WHERE state IN ('queued', 'running')",
+                         &r.n_jobs, err)))
+        goto done;
+done:
+    rc = tv__reg_level_end(reg, rc, err);
+    if (rc == 0) {
+        if (r.n_objects || r.n_generations || r.n_jobs)
+            tv__log(tv__reg_log_level(reg, 0),
+                    "registry: reclaimed %zu writing objects, failed %zu importing generations "
+                    "and %zu unfinished jobs",
+                    r.n_objects, r.n_generations, r.n_jobs);
+        if (out)
+            *out = r;
+    }
+    return rc;
+}

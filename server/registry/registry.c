@@ -1,0 +1,603 @@
+/* Registry connection: open (pragmas, defensive mode, migrations), close,
+ * transaction levels, shared helpers, and the devices table.
+ *
+ * Invariants: a handle is returned only after WAL, synchronous=FULL,
+ * foreign_keys=ON and the busy timeout are confirmed in effect and the
+ * schema is current; reg->depth mirrors the open BEGIN/SAVEPOINT levels and
+ * is reset when SQLite rolls a transaction back on its own (a busy or I/O
+ * error), so the next call starts clean. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "registry/migrate.h"
+#include "registry/reg_internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+int tv__sqlerr(sqlite3 *db, tv_error *err, int rc, const char *what)
+{
+    int code = (rc & 0xff) == SQLITE_BUSY ? TV_E_LOCKED : TV_E_REGISTRY;
+    return tv__seterr(err, code, "%s: %s (%s)", what, db ? sqlite3_errmsg(db) : "no connection",
+                      sqlite3_errstr(rc));
+}
+
+int tv__reg_prepare(tv__reg *reg, const char *sql, sqlite3_stmt **st, tv_error *err)
+{
+    int rc = sqlite3_prepare_v2(reg->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK) {
+        *st = NULL;
+        return tv__sqlerr(reg->db, err, rc, "preparing a registry statement");
+    }
+    return 0;
+}
+
+int tv__reg_step_done(tv__reg *reg, sqlite3_stmt *st, const char *what, tv_error *err)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW)
+        return 0;
+    if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
+        return tv__seterr(err, -EEXIST, "%s: %s", what, sqlite3_errmsg(reg->db));
+    return tv__sqlerr(reg->db, err, rc, what);
+}
+
+int tv__reg_bind_u64(tv__reg *reg, sqlite3_stmt *st, int idx, uint64_t v, const char *what,
+                     tv_error *err)
+{
+    if (v > (uint64_t)INT64_MAX)
+        return tv__seterr(err, TV_E_OVERFLOW, "%s %llu does not fit in the registry (max %lld)",
+                          what, (unsigned long long)v, (long long)INT64_MAX);
+    int rc = sqlite3_bind_int64(st, idx, (sqlite3_int64)v);
+    return rc == SQLITE_OK ? 0 : tv__sqlerr(reg->db, err, rc, "binding a value");
+}
+
+int tv__reg_bind_text(tv__reg *reg, sqlite3_stmt *st, int idx, const char *s, tv_error *err)
+{
+    int rc = s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, idx);
+    return rc == SQLITE_OK ? 0 : tv__sqlerr(reg->db, err, rc, "binding a string");
+}
+
+int tv__reg_bind_i64(tv__reg *reg, sqlite3_stmt *st, int idx, int64_t v, tv_error *err)
+{
+    int rc = sqlite3_bind_int64(st, idx, (sqlite3_int64)v);
+    return rc == SQLITE_OK ? 0 : tv__sqlerr(reg->db, err, rc, "binding a value");
+}
+
+uint64_t tv__reg_col_u64(sqlite3_stmt *st, int col)
+{
+    sqlite3_int64 v = sqlite3_column_int64(st, col);
+    return v < 0 ? 0 : (uint64_t)v;
+}
+
+void tv__reg_col_text(sqlite3_stmt *st, int col, char *out, size_t cap)
+{
+    const unsigned char *s = sqlite3_column_text(st, col);
+    size_t len = s ? (size_t)sqlite3_column_bytes(st, col) : 0;
+    if (len >= cap)
+        len = cap - 1;
+    if (len)
+        memcpy(out, s, len);
+    out[len] = '\0';
+}
+
+int tv__reg_check_name(const char *s, const char *what, tv_error *err)
+{
+    if (!s || !*s)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s is empty", what);
+    size_t len = strnlen(s, TV__REG_NAME_MAX + 1);
+    if (len > TV__REG_NAME_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s is longer than %d bytes", what,
+                          TV__REG_NAME_MAX);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return tv__seterr(err, TV_E_INVALID_ARG, "%s has a control character at byte %zu", what,
+                              i);
+    return 0;
+}
+
+int tv__reg_check_path(const char *s, const char *what, tv_error *err)
+{
+    if (!s || !*s)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s is empty", what);
+    if (strnlen(s, TV__REG_PATH_MAX) >= TV__REG_PATH_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s is longer than %d bytes", what,
+                          TV__REG_PATH_MAX - 1);
+    return 0;
+}
+
+void *tv__reg_vec_push(tv__reg_vec *v)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 16;
+        uint64_t bytes;
+        if (cap < v->cap || tv__mul_u64(cap, v->size, &bytes) || bytes > SIZE_MAX)
+            return NULL;
+        void *p = realloc(v->items, (size_t)bytes);
+        if (!p)
+            return NULL;
+        v->items = p;
+        v->cap = cap;
+    }
+    void *item = (char *)v->items + v->n * v->size;
+    memset(item, 0, v->size);
+    v->n++;
+    return item;
+}
+
+void tv__reg_sha256_hex(const uint8_t digest[32], char out[TV__REG_SHA256_HEX_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < 32; i++) {
+        out[2 * i] = hex[digest[i] >> 4];
+        out[2 * i + 1] = hex[digest[i] & 15];
+    }
+    out[TV__REG_SHA256_HEX_LEN] = '\0';
+}
+
+static bool is_lower_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+bool tv__reg_sha256_valid(const char *hex)
+{
+    if (!hex)
+        return false;
+    for (size_t i = 0; i < TV__REG_SHA256_HEX_LEN; i++)
+        if (!is_lower_hex(hex[i]))
+            return false;
+    return hex[TV__REG_SHA256_HEX_LEN] == '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* Transactions                                                             */
+/* ------------------------------------------------------------------------ */
+
+static int exec_simple(tv__reg *reg, const char *sql, tv_error *err)
+{
+    int rc = sqlite3_exec(reg->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : tv__sqlerr(reg->db, err, rc, sql);
+}
+
+/* SQLite rolls a whole transaction back on its own after some errors (busy
+ * during commit, I/O, out of memory); then every level we count is gone. */
+static void sync_depth(tv__reg *reg)
+{
+    if (reg->depth > 0 && sqlite3_get_autocommit(reg->db))
+        reg->depth = 0;
+}
+
+int tv__reg_level_begin(tv__reg *reg, bool write, tv_error *err)
+{
+    sync_depth(reg);
+    int rc;
+    if (reg->depth == 0)
+        rc = exec_simple(reg, write ? "BEGIN IMMEDIATE" : "BEGIN", err);
+    else
+        rc = exec_simple(reg, "SAVEPOINT tv_level", err);
+    if (rc == 0)
+        reg->depth++;
+    return rc;
+}
+
+static int level_commit(tv__reg *reg, tv_error *err)
+{
+    if (reg->depth > 0 && sqlite3_get_autocommit(reg->db)) {
+        reg->depth--;
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "the transaction was rolled back by SQLite after an earlier error");
+    }
+    if (reg->depth == 0)
+        return tv__seterr(err, TV_E_STATE, "no registry transaction is open");
+    int rc = exec_simple(reg, reg->depth == 1 ? "COMMIT" : "RELEASE tv_level", err);
+    if (rc) {
+        /* A failed COMMIT leaves the transaction open: undo it so the
+         * handle stays usable. */
+        tv__reg_rollback(reg);
+        return rc;
+    }
+    reg->depth--;
+    return 0;
+}
+
+int tv__reg_rollback(tv__reg *reg)
+{
+    if (!reg)
+        return TV_E_INVALID_ARG;
+    if (reg->depth == 0)
+        return TV_E_STATE;
+    if (sqlite3_get_autocommit(reg->db)) {
+        reg->depth--;
+        return 0;
+    }
+    if (reg->depth == 1)
+        sqlite3_exec(reg->db, "ROLLBACK", NULL, NULL, NULL);
+    else
+        sqlite3_exec(reg->db, "ROLLBACK TO tv_level; RELEASE tv_level", NULL, NULL, NULL);
+    reg->depth--;
+    return 0;
+}
+
+int tv__reg_level_end(tv__reg *reg, int rc, tv_error *err)
+{
+    if (rc) {
+        tv__reg_rollback(reg);
+        return rc;
+    }
+    return level_commit(reg, err);
+}
+
+int tv__reg_begin(tv__reg *reg, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_begin: NULL registry");
+    return tv__reg_level_begin(reg, true, err);
+}
+
+int tv__reg_commit(tv__reg *reg, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_commit: NULL registry");
+    return level_commit(reg, err);
+}
+
+int tv__reg_tx_depth(const tv__reg *reg)
+{
+    return reg ? reg->depth : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open and close                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int pragma_text(tv__reg *reg, const char *sql, char *out, size_t cap, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg, sql, &st, err);
+    if (rc)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = tv__sqlerr(reg->db, err, rc, sql);
+        sqlite3_finalize(st);
+        return rc;
+    }
+    tv__reg_col_text(st, 0, out, cap);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static int configure(tv__reg *reg, const char *path, tv_error *err)
+{
+    sqlite3 *db = reg->db;
+    int rc, on = 0;
+    sqlite3_extended_result_codes(db, 1);
+    if ((rc = sqlite3_busy_timeout(db, TV__REG_BUSY_TIMEOUT_MS)) != SQLITE_OK)
+        return tv__sqlerr(db, err, rc, "setting busy_timeout");
+    /* Defensive: no writable_schema, no direct shadow-table writes, so a
+     * bad query cannot corrupt the file. Double-quoted strings are errors,
+     * not silent string literals. */
+    static const int flags[][2] = {
+        {SQLITE_DBCONFIG_DEFENSIVE, 1},      {SQLITE_DBCONFIG_ENABLE_FKEY, 1},
+        {SQLITE_DBCONFIG_DQS_DDL, 0},        {SQLITE_DBCONFIG_DQS_DML, 0},
+        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 1},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(flags); i++) {
+        rc = sqlite3_db_config(db, flags[i][0], flags[i][1], &on);
+        if (rc != SQLITE_OK)
+            return tv__sqlerr(db, err, rc, "sqlite3_db_config");
+        if (on != flags[i][1])
+            return tv__seterr(err, TV_E_REGISTRY, "sqlite3_db_config option %d did not take",
+                              flags[i][0]);
+    }
+    char mode[16];
+    if ((rc = pragma_text(reg, "PRAGMA journal_mode = WAL", mode, sizeof mode, err)))
+        return rc;
+    if (strcmp(mode, "wal"))
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "registry %s: cannot use WAL (journal_mode is '%s'); it must be a file "
+                          "on a local filesystem",
+                          path, mode);
+    /* A publish writes ~100k tensor rows in one transaction, inside a
+     * savepoint: keep its statement journal and working set in memory
+     * instead of spilling pages to temporary files. */
+    if ((rc = exec_simple(reg, "PRAGMA synchronous = FULL", err)) ||
+        (rc = exec_simple(reg, "PRAGMA foreign_keys = ON", err)) ||
+        (rc = exec_simple(reg, "PRAGMA temp_store = MEMORY", err)) ||
+        (rc = exec_simple(reg, "PRAGMA cache_size = -32768", err)))
+        return rc;
+    char v[16];
+    if ((rc = pragma_text(reg, "PRAGMA foreign_keys", v, sizeof v, err)))
+        return rc;
+    if (strcmp(v, "1"))
+        return tv__seterr(err, TV_E_REGISTRY, "this SQLite cannot enforce foreign keys");
+    if ((rc = pragma_text(reg, "PRAGMA synchronous", v, sizeof v, err)))
+        return rc;
+    if (strcmp(v, "2"))
+        return tv__seterr(err, TV_E_REGISTRY, "PRAGMA synchronous = FULL did not take (%s)", v);
+    return 0;
+}
+
+int tv__reg_open(const char *path, tv__reg **out, tv_error *err)
+{
+    int rc;
+    if (!out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_open: NULL out");
+    *out = NULL;
+    if (!path || !*path || !strcmp(path, ":memory:"))
+        return tv__seterr(err, TV_E_INVALID_ARG, "registry path must name a file");
+    if (sqlite3_libversion_number() < 3037000)
+        return tv__seterr(err, TV_E_NOT_SUPPORTED,
+                          "SQLite %s is too old: the registry needs 3.37 or newer",
+                          sqlite3_libversion());
+    /* Create the file ourselves so it is private from the first byte (it
+     * holds API token hashes); SQLite gives -wal/-shm the same mode. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tv__seterr(err, -errno, "registry %s: %s", path, strerror(errno));
+    close(fd);
+
+    tv__reg *reg = calloc(1, sizeof *reg);
+    if (!reg)
+        return tv__seterr(err, -ENOMEM, "registry %s: out of memory", path);
+    rc = sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        rc = reg->db
+                 ? tv__seterr(err, TV_E_REGISTRY, "registry %s: %s", path, sqlite3_errmsg(reg->db))
+                 : tv__seterr(err, -ENOMEM, "registry %s: out of memory", path);
+        goto fail_db;
+    }
+    if ((rc = configure(reg, path, err)))
+        goto fail_db;
+    if ((rc = tv__migrate(reg->db, tv__migrations, tv__n_migrations, NULL, err)))
+        goto fail_db;
+    *out = reg;
+    return 0;
+
+fail_db:
+    sqlite3_close_v2(reg->db);
+    free(reg);
+    return rc;
+}
+
+void tv__reg_close(tv__reg *reg)
+{
+    if (!reg)
+        return;
+    if (reg->db && !sqlite3_get_autocommit(reg->db))
+        sqlite3_exec(reg->db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close_v2(reg->db);
+    free(reg);
+}
+
+sqlite3 *tv__reg_sqlite(tv__reg *reg)
+{
+    return reg ? reg->db : NULL;
+}
+
+int tv__reg_schema_version(tv__reg *reg, int *version, tv_error *err)
+{
+    if (!reg || !version)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_schema_version: NULL argument");
+    return tv__migrate_version(reg->db, version, err);
+}
+
+int tv__reg_schema_latest(void)
+{
+    return (int)tv__n_migrations;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static bool uuid_valid(const char *s)
+{
+    for (size_t i = 0; i < TV__REG_UUID_LEN; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !is_lower_hex(s[i]))
+            return false;
+    }
+    return s[TV__REG_UUID_LEN] == '\0';
+}
+
+static int check_geometry(const tv__reg_device *d, tv_error *err)
+{
+    const char *u = d->uuid;
+    if (d->lba_size < 512 || (d->lba_size & (d->lba_size - 1)))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device %s: lba_size %llu is not a power of two "
+                          ">= 512",
+                          u, (unsigned long long)d->lba_size);
+    if (!d->io_align || d->io_align % d->lba_size || d->io_align % 4096)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device %s: io_align %llu is not a multiple of "
+                          "lba_size %llu and 4096",
+                          u, (unsigned long long)d->io_align, (unsigned long long)d->lba_size);
+    if (!d->object_align || d->object_align % d->io_align || d->object_align % 65536)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device %s: object_align %llu is not a multiple "
+                          "of io_align %llu and 64 KiB",
+                          u, (unsigned long long)d->object_align, (unsigned long long)d->io_align);
+    if (d->size_bytes > (uint64_t)INT64_MAX)
+        return tv__seterr(err, TV_E_OVERFLOW, "device %s: size %llu is over INT64_MAX", u,
+                          (unsigned long long)d->size_bytes);
+    uint64_t region_end;
+    if (tv__add_u64(d->region_off, d->region_len, &region_end))
+        return tv__seterr(err, TV_E_OVERFLOW, "device %s: region_off + region_len overflows", u);
+    if (!d->region_off || d->region_off % d->io_align || !d->region_len ||
+        region_end > d->size_bytes)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device %s: region [%llu, %llu) must start after "
+                          "byte 0 on an io_align boundary and lie inside the %llu-byte device",
+                          u, (unsigned long long)d->region_off, (unsigned long long)region_end,
+                          (unsigned long long)d->size_bytes);
+    if (d->data_off <= d->region_off || d->data_off > region_end || d->data_off % d->object_align)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device %s: data_off %llu must be object_align "
+                          "aligned and inside the region (%llu, %llu]",
+                          u, (unsigned long long)d->data_off, (unsigned long long)d->region_off,
+                          (unsigned long long)region_end);
+    return 0;
+}
+
+int tv__reg_device_add(tv__reg *reg, const tv__reg_device *in, int64_t *id, tv_error *err)
+{
+    int rc;
+    sqlite3_stmt *st = NULL;
+    if (!reg || !in)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_add: NULL argument");
+    if (!uuid_valid(in->uuid))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "device uuid '%.40s' is not a lower-case "
+                          "canonical UUID",
+                          in->uuid);
+    if (strcmp(in->kind, "file") && strcmp(in->kind, "block") && strcmp(in->kind, "nvme"))
+        return tv__seterr(err, TV_E_INVALID_ARG, "device kind '%.8s' is not file, block or nvme",
+                          in->kind);
+    if (strnlen(in->path, sizeof in->path) == sizeof in->path ||
+        strnlen(in->identity, sizeof in->identity) == sizeof in->identity)
+        return tv__seterr(err, TV_E_INVALID_ARG, "device path or identity is not NUL-terminated");
+    if ((rc = tv__reg_check_path(in->path, "device path", err)) || (rc = check_geometry(in, err)))
+        return rc;
+    const char *identity = in->identity[0] ? in->identity : "{}";
+
+    if ((rc = tv__reg_prepare(reg,
+                              "INSERT INTO devices (uuid, path, kind, lba_size, io_align, "
+                              "object_align, size_bytes, region_off, region_len, data_off, "
+                              "identity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                              "CASE WHEN json_valid(?11) AND json_type(?11) = 'object' "
+                              "THEN ?11 END)",
+                              &st, err)))
+        return rc;
+    if ((rc = tv__reg_bind_text(reg, st, 1, in->uuid, err)) ||
+        (rc = tv__reg_bind_text(reg, st, 2, in->path, err)) ||
+        (rc = tv__reg_bind_text(reg, st, 3, in->kind, err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 4, in->lba_size, "lba_size", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 5, in->io_align, "io_align", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 6, in->object_align, "object_align", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 7, in->size_bytes, "size_bytes", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 8, in->region_off, "region_off", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 9, in->region_len, "region_len", err)) ||
+        (rc = tv__reg_bind_u64(reg, st, 10, in->data_off, "data_off", err)) ||
+        (rc = tv__reg_bind_text(reg, st, 11, identity, err)))
+        goto done;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        rc = 0;
+        if (id)
+            *id = sqlite3_last_insert_rowid(reg->db);
+    } else if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+        rc = tv__seterr(err, -EEXIST, "device %s is already registered", in->uuid);
+    } else if (rc == SQLITE_CONSTRAINT_NOTNULL) {
+        rc =
+            tv__seterr(err, TV_E_INVALID_ARG, "device %s: identity is not a JSON object", in->uuid);
+    } else {
+        rc = tv__sqlerr(reg->db, err, rc, "adding a device");
+    }
+done:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+#define DEVICE_COLS                                                                                \
+    "id, uuid, path, kind, lba_size, io_align, object_align, size_bytes, region_off, "             \
+    "region_len, data_off, identity, created_at"
+
+static void read_device(sqlite3_stmt *st, tv__reg_device *d)
+{
+    memset(d, 0, sizeof *d);
+    d->id = sqlite3_column_int64(st, 0);
+    tv__reg_col_text(st, 1, d->uuid, sizeof d->uuid);
+    tv__reg_col_text(st, 2, d->path, sizeof d->path);
+    tv__reg_col_text(st, 3, d->kind, sizeof d->kind);
+    d->lba_size = tv__reg_col_u64(st, 4);
+    d->io_align = tv__reg_col_u64(st, 5);
+    d->object_align = tv__reg_col_u64(st, 6);
+    d->size_bytes = tv__reg_col_u64(st, 7);
+    d->region_off = tv__reg_col_u64(st, 8);
+    d->region_len = tv__reg_col_u64(st, 9);
+    d->data_off = tv__reg_col_u64(st, 10);
+    tv__reg_col_text(st, 11, d->identity, sizeof d->identity);
+    d->created_at = sqlite3_column_int64(st, 12);
+}
+
+static int device_get_where(tv__reg *reg, const char *sql, int64_t id, const char *uuid,
+                            tv__reg_device *out, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = tv__reg_prepare(reg, sql, &st, err);
+    if (rc)
+        return rc;
+    rc = uuid ? tv__reg_bind_text(reg, st, 1, uuid, err) : tv__reg_bind_i64(reg, st, 1, id, err);
+    if (rc)
+        goto done;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        read_device(st, out);
+        rc = 0;
+    } else if (rc == SQLITE_DONE) {
+        rc = uuid ? tv__seterr(err, TV_E_NOT_FOUND, "no device with uuid %.40s", uuid)
+                  : tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)id);
+    } else {
+        rc = tv__sqlerr(reg->db, err, rc, "reading a device");
+    }
+done:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int tv__reg_device_get(tv__reg *reg, int64_t id, tv__reg_device *out, tv_error *err)
+{
+    if (!reg || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_get: NULL argument");
+    return device_get_where(reg, "SELECT " DEVICE_COLS " FROM devices WHERE id = ?1", id, NULL, out,
+                            err);
+}
+
+int tv__reg_device_get_by_uuid(tv__reg *reg, const char *uuid, tv__reg_device *out, tv_error *err)
+{
+    if (!reg || !uuid || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_get_by_uuid: NULL argument");
+    return device_get_where(reg, "SELECT " DEVICE_COLS " FROM devices WHERE uuid = ?1", 0, uuid,
+                            out, err);
+}
+
+int tv__reg_device_list(tv__reg *reg, tv__reg_device **out, size_t *n, tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_list: NULL argument");
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    tv__reg_vec v = {.size = sizeof(tv__reg_device)};
+    int rc = tv__reg_prepare(reg, "SELECT " DEVICE_COLS " FROM devices ORDER BY id", &st, err);
+    if (rc)
+        return rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        tv__reg_device *d = tv__reg_vec_push(&v);
+        if (!d) {
+            rc = tv__seterr(err, -ENOMEM, "listing devices: out of memory");
+            goto fail;
+        }
+        read_device(st, d);
+    }
+    if (rc != SQLITE_DONE) {
+        rc = tv__sqlerr(reg->db, err, rc, "listing devices");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    *out = v.items;
+    *n = v.n;
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    free(v.items);
+    return rc;
+}

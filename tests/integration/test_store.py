@@ -1,0 +1,252 @@
+"""The raw store: init, import, generations, gc, verify, dedup, replicas,
+bad input and faults, through the tensorvault CLI on file images."""
+import fcntl
+import json
+import os
+import pty
+import subprocess
+
+import numpy as np
+import pytest
+
+import gen_checkpoints as gen
+from storeutil import assert_store_matches, read_at, reference_tensors
+
+
+def js(p):
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    rng = np.random.default_rng(11)
+    tensors = gen.random_tensors(rng, 40, big_tensor_bytes=3 << 20)
+    return gen.write_checkpoint(str(tmp_path / "ck"), tensors, 2)
+
+
+@pytest.fixture
+def ckpt_b(tmp_path):
+    rng = np.random.default_rng(12)
+    tensors = gen.random_tensors(rng, 25, big_tensor_bytes=1 << 20)
+    return gen.write_checkpoint(str(tmp_path / "ckb"), tensors, 2)
+
+
+@pytest.fixture
+def store(tv, tmp_path):
+    s = str(tmp_path / "store")
+    js(tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "256M", "--json"))
+    return s
+
+
+def objects(tv, store):
+    """devices --json; exits 1 (with the JSON) when a device is unhealthy."""
+    p = tv("devices", "--store", store, "--json")
+    doc = json.loads(p.stdout)["devices"]
+    assert p.returncode == (0 if all(d["status"] == "ok" for d in doc) else 1), p.stderr
+    return doc
+
+
+def test_init_import_verify_activate_gc(tv, store, ckpt, ckpt_b):
+    dev = objects(tv, store)[0]
+    assert dev["status"] == "ok" and dev["region_offset"] > 0 and dev["used"] == 0
+    assert dev["data_offset"] % dev["object_align"] == 0
+    r = js(tv("import", "--store", store, "m", ckpt, "--activate", "--json"))
+    assert r["generation"] == 1 and r["active"] and r["bytes_deduplicated"] == 0
+    assert_store_matches(tv, store, "m", ckpt)
+    assert_store_matches(tv, store, "m@1", ckpt)
+    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    # A second generation with other content; activation switches, rollback returns.
+    r2 = js(tv("import", "--store", store, "m", ckpt_b, "--json"))
+    assert r2["generation"] == 2
+    assert js(tv("models", "--store", store, "--json"))["models"][0]["active"] == 1
+    js(tv("activate", "--store", store, "m", "2", "--json"))
+    assert_store_matches(tv, store, "m", ckpt_b)
+    js(tv("activate", "--store", store, "m", "1", "--json"))
+    assert_store_matches(tv, store, "m", ckpt)
+    # The active generation cannot be retired; an inactive one can, and gc frees it.
+    assert "TV_E_STATE" in tv("retire", "--store", store, "m", "1").stderr
+    used_before = objects(tv, store)[0]["used"]
+    js(tv("retire", "--store", store, "m", "2", "--json"))
+    g = js(tv("gc", "--store", store, "--json"))
+    assert g["objects_freed"] == 2 and g["bytes_freed"] > 0
+    assert objects(tv, store)[0]["used"] == used_before - g["bytes_freed"]
+    assert_store_matches(tv, store, "m", ckpt)
+    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
+    assert [(x["generation"], x["state"], x["active"]) for x in gens] == \
+        [(1, "ready", True), (2, "retired", False)]
+
+
+def test_objects_are_aligned_padded_and_disjoint(tv, store, ckpt, ckpt_b):
+    tv("import", "--store", store, "a", ckpt, "--activate", check=True)
+    tv("import", "--store", store, "b", ckpt_b, "--activate", check=True)
+    dev = objects(tv, store)[0]
+    v = js(tv("verify", "--store", store, "--json"))["results"]
+    extents = sorted((o["offset"], o["length"]) for o in v)
+    for (off, n), nxt in zip(extents, extents[1:] + [None]):
+        assert off % dev["object_align"] == 0 and off >= dev["data_offset"]
+        padded = -(-n // dev["object_align"]) * dev["object_align"]
+        if nxt:
+            assert off + padded <= nxt[0]
+        # Padding after the canonical bytes is zero.
+        assert read_at(dev["path"], off + n, padded - n) == bytes(padded - n)
+
+
+def test_same_checkpoint_is_deduplicated(tv, store, ckpt):
+    r1 = js(tv("import", "--store", store, "m", ckpt, "--json"))
+    used = objects(tv, store)[0]["used"]
+    r2 = js(tv("import", "--store", store, "m2", ckpt, "--json"))
+    assert r2["bytes_written"] == 0 and r2["bytes_deduplicated"] == r1["bytes"]
+    assert objects(tv, store)[0]["used"] == used
+    assert_store_matches(tv, store, "m2@1", ckpt)
+
+
+def test_strict_import(tv, store, ckpt):
+    r = js(tv("import", "--store", store, "m", ckpt, "--strict", "--activate", "--json"))
+    assert r["generation"] == 1
+    assert_store_matches(tv, store, "m", ckpt)
+
+
+def test_replicas(tv, store, ckpt, tmp_path):
+    tv("store", "init", "--store", store, "--image", tmp_path / "img2", "--size", "128M", check=True)
+    devs = objects(tv, store)
+    assert len(devs) == 2
+    tv("import", "--store", store, "m", ckpt, "--activate", "--replicas",
+          f"{devs[0]['id']},{devs[1]['path']}", check=True)
+    assert_store_matches(tv, store, "m", ckpt, replicas=2)
+    assert js(tv("verify", "--store", store, "--json"))["objects"] == 4
+
+
+def test_invalid_checkpoint_writes_nothing(tv, store, tmp_path):
+    d = tmp_path / "bad"
+    expect = gen.malformed(str(d))
+    for name, err in expect.items():
+        p = tv("import", "--store", store, "m", d / name)
+        assert p.returncode == 1 and err in p.stderr, (name, p.stderr)
+    assert objects(tv, store)[0]["used"] == 0
+    assert js(tv("models", "--store", store, "--json"))["models"] == []
+
+
+def test_region_full(tv, tmp_path, ckpt):
+    s = str(tmp_path / "small")
+    tv("store", "init", "--store", s, "--image", tmp_path / "small.img", "--size", "4M", check=True)
+    p = tv("import", "--store", s, "m", ckpt)
+    assert p.returncode == 1 and "TV_E_NO_SPACE" in p.stderr, p.stderr
+    assert objects(tv, s)[0]["used"] == 0
+    assert js(tv("models", "--store", s, "--json"))["models"] == []
+
+
+def test_unreadable_and_missing_source(tv, store, tmp_path):
+    p = tv("import", "--store", store, "m", tmp_path / "nope")
+    assert p.returncode == 1 and "ENOENT" in p.stderr
+    d = tmp_path / "fifo"
+    d.mkdir()
+    os.mkfifo(d / "model.safetensors")
+    p = tv("import", "--store", store, "m", d / "model.safetensors")
+    assert p.returncode == 1
+    assert objects(tv, store)[0]["used"] == 0
+
+
+def test_device_resized_is_refused(tv, store, ckpt, tmp_path):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    img = objects(tv, store)[0]["path"]
+    os.truncate(img, os.path.getsize(img) + (1 << 20))
+    d = objects(tv, store)[0]
+    assert d["status"] == "TV_E_DEVICE_MISMATCH" and "size" in d["message"]
+    p = tv("import", "--store", store, "m", ckpt)
+    assert p.returncode == 1 and "TV_E_DEVICE_MISMATCH" in p.stderr
+    assert tv("verify", "--store", store).returncode == 1
+    os.truncate(img, os.path.getsize(img) - (1 << 20))
+    assert objects(tv, store)[0]["status"] == "ok"
+
+
+def test_device_label_corrupt_or_swapped(tv, store, ckpt, tmp_path):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    dev = objects(tv, store)[0]
+    img = dev["path"]
+    # Swapped: another store's image (same size) at the same path.
+    other = str(tmp_path / "other")
+    tv("store", "init", "--store", other, "--image", tmp_path / "other.img", "--size", "256M", check=True)
+    os.rename(img, img + ".orig")
+    os.rename(tmp_path / "other.img", img)
+    d = objects(tv, store)[0]
+    assert d["status"] == "TV_E_DEVICE_MISMATCH" and "uuid" in d["message"].lower()
+    assert "TV_E_DEVICE_MISMATCH" in tv("import", "--store", store, "m", ckpt).stderr
+    os.rename(img, tmp_path / "other.img")
+    os.rename(img + ".orig", img)
+    # Corrupted label byte: checksum mismatch.
+    with open(img, "r+b") as f:
+        f.seek(dev["region_offset"] + 20)
+        b = f.read(1)
+        f.seek(dev["region_offset"] + 20)
+        f.write(bytes([b[0] ^ 0xFF]))
+    d = objects(tv, store)[0]
+    assert d["status"] == "TV_E_DEVICE_MISMATCH"
+    assert tv("verify", "--store", store).returncode == 1
+
+
+def test_store_lock_keeps_second_writer_out(tv, store, ckpt):
+    with open(os.path.join(store, "lock"), "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = tv("import", "--store", store, "m", ckpt)
+        assert p.returncode == 1 and "TV_E_LOCKED" in p.stderr and "locked" in p.stderr
+        # Readers are not blocked.
+        assert tv("models", "--store", store).returncode == 0
+    assert tv("import", "--store", store, "m", ckpt).returncode == 0
+
+
+CRASH_POINTS = ["reserve", "write", "flush", "publish"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_leaves_active_generation_intact(tv, store, ckpt, ckpt_b, point):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    used = objects(tv, store)[0]["used"]
+    env = dict(os.environ, TV_TEST_CRASH_AT=point)
+    p = tv("import", "--store", store, "m", ckpt_b, "--activate", env=env)
+    assert p.returncode == -9, (point, p.returncode, p.stderr)
+    # Readers see the old state; the next writer reclaims the reservation.
+    gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
+    assert [(g["generation"], g["active"]) for g in gens] == [(1, True)]
+    assert_store_matches(tv, store, "m", ckpt)
+    js(tv("gc", "--store", store, "--json"))
+    assert objects(tv, store)[0]["used"] == used
+    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    # And the store still works.
+    r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
+    assert r["generation"] == 2
+    assert_store_matches(tv, store, "m", ckpt_b)
+
+
+def test_progress_bar_only_on_a_terminal(tv, build_dir, store, ckpt, ckpt_b):
+    p = tv("import", "--store", store, "quiet", ckpt_b)
+    assert p.returncode == 0 and p.stderr == ""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([os.path.join(build_dir, "tensorvault"), "import", "--store", store,
+                             "loud", ckpt, "--activate"], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait()
+    os.close(master)
+    assert proc.returncode == 0
+    text = out.decode()
+    assert "100.0%" in text and "MB/s" in text and "ETA" in text
+
+
+def test_usage_errors(tv, store):
+    assert tv("import", "--store", store, "m").returncode == 2
+    assert tv("store", "init", "--store", store).returncode == 2
+    assert tv("store", "init", "--store", store, "--image", "x", "--size", "12Q").returncode == 2
+    assert tv("tensors", "--store", store, "m@x").returncode == 2
+    assert tv("models").returncode == 2
+    p = tv("models", "--store", "/nonexistent/store")
+    assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr

@@ -1,0 +1,1155 @@
+/* Unit tests of the registry (server/registry): migrations, pragmas,
+ * devices, objects (reserve, commit, dedup, reclaim, gc), generations
+ * (numbering, state rules, activation and rollback), leases, import jobs,
+ * explicit transactions, a 120k-tensor bulk insert and concurrent
+ * reservations from two connections. Each test gets a fresh database in
+ * its own temporary directory. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "import/alloc.h"
+#include "registry/migrate.h"
+#include "registry/registry.h"
+
+#define MiB (1024ull * 1024ull)
+#define OA  65536ull /* object_align of the test device */
+
+typedef struct fixture {
+    char dir[64];
+    char path[128];
+    tv__reg *reg;
+    int64_t dev;
+} fixture;
+
+static void fill_device(tv__reg_device *d, const char *uuid, uint64_t size)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->uuid, sizeof d->uuid, "%s", uuid);
+    snprintf(d->kind, sizeof d->kind, "file");
+    snprintf(d->path, sizeof d->path, "/var/lib/tensorvault/store.img");
+    snprintf(d->identity, sizeof d->identity, "{\"serial\":\"\",\"model\":\"\",\"nsid\":0}");
+    d->lba_size = 512;
+    d->io_align = 4096;
+    d->object_align = OA;
+    d->size_bytes = size;
+    d->region_off = 4096;
+    d->region_len = size - 4096;
+    d->data_off = OA;
+}
+
+static const char *UUID1 = "0f8fad5b-d9cb-469f-a165-70867728950e";
+static const char *UUID2 = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/tv_test_registry_XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/registry.db", f->dir);
+    tv_error err = {0};
+    int rc = tv__reg_open(f->path, &f->reg, &err);
+    if (rc)
+        fprintf(stderr, "open: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    tv__reg_device d;
+    fill_device(&d, UUID1, 256 * MiB);
+    assert_int_equal(tv__reg_device_add(f->reg, &d, &f->dev, &err), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    tv__reg_close(f->reg);
+    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
+        char p[160];
+        snprintf(p, sizeof p, "%s%s", f->path, sfx[i]);
+        unlink(p);
+    }
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void sha_of(uint64_t k, char out[65])
+{
+    snprintf(out, 65, "%064llx", (unsigned long long)k);
+}
+
+static int64_t query_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Builds a complete generation of one shard (file_len bytes) stored in a
+ * committed object with hash sha_of(k) (reused when already on the device),
+ * with tensors "a" and "b", and makes it ready. */
+static int64_t make_ready(fixture *f, const char *model, uint64_t k, int64_t *object_id)
+{
+    tv_error err = {0};
+    tv__reg_generation g;
+    const uint64_t file_len = 1000, header_len = 100;
+    char sha[65], hsha[65];
+    sha_of(k, sha);
+    sha_of(k + 1000000, hsha);
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_create(f->reg, model, "/imports/m", 892, &g, &err), 0);
+    tv__reg_object o;
+    if (tv__reg_object_find_committed(f->reg, f->dev, sha, &o, NULL) != 0) {
+        assert_int_equal(tv__alloc_reserve(f->reg, f->dev, file_len, &o, &err), 0);
+        assert_int_equal(tv__reg_object_commit(f->reg, o.id, sha, &err), 0);
+    }
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "model.safetensors",
+                           .file_len = file_len,
+                           .header_len = header_len,
+                           .sha256_hex = sha,
+                           .header_sha256_hex = hsha};
+    int64_t shard;
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, shard, o.id, &err), 0);
+    uint64_t shape_a[2] = {10, 10}, shape_b[1] = {123};
+    tv_tensor_info t[2] = {
+        {.name = "a",
+         .name_len = 1,
+         .dtype = TV_DTYPE_F32,
+         .rank = 2,
+         .shape = shape_a,
+         .shard = 0,
+         .begin_off = 0,
+         .end_off = 400},
+        {.name = "b",
+         .name_len = 1,
+         .dtype = TV_DTYPE_F32,
+         .rank = 1,
+         .shape = shape_b,
+         .shard = 0,
+         .begin_off = 400,
+         .end_off = 892},
+    };
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 2, &err), 0);
+    int rc = tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err);
+    if (rc)
+        fprintf(stderr, "ready: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+    if (object_id)
+        *object_id = o.id;
+    return g.number;
+}
+
+/* ---- migrations and pragmas --------------------------------------------- */
+
+static void test_migrations_fresh(void **state)
+{
+    fixture *f = *state;
+    int v = -1;
+    assert_int_equal(tv__reg_schema_version(f->reg, &v, NULL), 0);
+    assert_true(tv__reg_schema_latest() >= 1);
+    assert_int_equal(v, tv__reg_schema_latest());
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    static const char *const tables[] = {"devices", "objects",       "models",  "generations",
+                                         "shards",  "shard_objects", "tensors", "import_jobs",
+                                         "leases",  "api_tokens"};
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
+                 "name = '%s'",
+                 tables[i]);
+        assert_int_equal(query_int(db, sql), 1);
+    }
+    assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = "
+                                   "'objects_device_sha256'"),
+                     1);
+}
+
+static void test_reopen_is_noop(void **state)
+{
+    fixture *f = *state;
+    tv__reg_close(f->reg);
+    f->reg = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv__reg_open(f->path, &f->reg, &err), 0);
+    size_t applied = 99;
+    assert_int_equal(
+        tv__migrate(tv__reg_sqlite(f->reg), tv__migrations, tv__n_migrations, &applied, &err), 0);
+    assert_int_equal(applied, 0);
+    tv__reg_device d;
+    assert_int_equal(tv__reg_device_get(f->reg, f->dev, &d, &err), 0); /* data kept */
+    assert_string_equal(d.uuid, UUID1);
+}
+
+static void test_newer_version_refused(void **state)
+{
+    fixture *f = *state;
+    tv__reg_close(f->reg);
+    f->reg = NULL;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", tv__reg_schema_latest() + 1);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    tv_error err = {0};
+    tv__reg *reg = (tv__reg *)&err; /* must be reset to NULL */
+    assert_int_equal(tv__reg_open(f->path, &reg, &err), TV_E_REGISTRY_TOO_NEW);
+    assert_null(reg);
+    assert_int_equal(err.code, TV_E_REGISTRY_TOO_NEW);
+    assert_non_null(strstr(err.msg, "newer"));
+    assert_string_equal(tv_err_name(TV_E_REGISTRY_TOO_NEW), "TV_E_REGISTRY_TOO_NEW");
+}
+
+static void test_failed_migration_is_atomic(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/raw.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    const tv__migration list[] = {
+        {1, "0001_a.sql", "CREATE TABLE a (x INTEGER);"},
+        {2, "0002_b.sql", "CREATE TABLE b (x INTEGER); INSERT INTO a VALUES (1); CREATE TABLE ("},
+    };
+    tv_error err = {0};
+    size_t applied = 0;
+    assert_int_equal(tv__migrate(db, list, 2, &applied, &err), TV_E_REGISTRY);
+    assert_int_equal(applied, 1);
+    assert_non_null(strstr(err.msg, "0002_b.sql"));
+    int v = -1;
+    assert_int_equal(tv__migrate_version(db, &v, NULL), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'b'"), 0);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM a"), 0);
+    /* A malformed list (numbers not 1..n) is an internal error. */
+    const tv__migration bad[] = {{2, "0002_x.sql", "SELECT 1;"}};
+    assert_int_equal(tv__migrate(db, bad, 1, NULL, NULL), TV_E_INTERNAL);
+    /* And a database ahead of the list is refused untouched. */
+    assert_int_equal(tv__migrate(db, list, 0, NULL, &err), TV_E_REGISTRY_TOO_NEW);
+    sqlite3_close(db);
+    unlink(path);
+}
+
+static void test_pragmas_in_effect(void **state)
+{
+    fixture *f = *state;
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    assert_int_equal(query_int(db, "PRAGMA foreign_keys"), 1);
+    assert_int_equal(query_int(db, "PRAGMA synchronous"), 2);
+    assert_int_equal(query_int(db, "PRAGMA busy_timeout"), TV__REG_BUSY_TIMEOUT_MS);
+    int on = -1;
+    assert_int_equal(sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, -1, &on), SQLITE_OK);
+    assert_int_equal(on, 1);
+    /* Defensive mode: writable_schema cannot be used to corrupt the file. */
+    assert_int_equal(sqlite3_exec(db, "PRAGMA writable_schema = ON", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "UPDATE sqlite_schema SET sql = 'x' WHERE name = "
+                                      "'devices'",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    struct stat sb;
+    assert_int_equal(stat(f->path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    /* Foreign keys are enforced. */
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "INSERT INTO generations (model_id, number, source) "
+                                      "VALUES (999, 1, 'x')",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+}
+
+static void test_open_bad_arguments(void **state)
+{
+    (void)state;
+    tv__reg *reg = NULL;
+    assert_int_equal(tv__reg_open(":memory:", &reg, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_open("", &reg, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_open(NULL, &reg, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_open("/nonexistent-dir/x/registry.db", &reg, NULL), -ENOENT);
+    assert_null(reg);
+    tv__reg_close(NULL);
+    assert_int_equal(tv__reg_rollback(NULL), TV_E_INVALID_ARG);
+}
+
+/* ---- devices ------------------------------------------------------------- */
+
+static void test_devices(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_device d, got;
+    fill_device(&d, UUID1, 256 * MiB);
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), -EEXIST);
+    fill_device(&d, UUID2, 512 * MiB);
+    snprintf(d.kind, sizeof d.kind, "nvme");
+    int64_t id2 = 0;
+    assert_int_equal(tv__reg_device_add(f->reg, &d, &id2, &err), 0);
+    assert_int_equal(tv__reg_device_get(f->reg, id2, &got, &err), 0);
+    assert_string_equal(got.uuid, UUID2);
+    assert_string_equal(got.kind, "nvme");
+    assert_int_equal(got.size_bytes, 512 * MiB);
+    assert_int_equal(got.data_off, OA);
+    assert_non_null(strstr(got.identity, "serial"));
+    assert_int_equal(tv__reg_device_get_by_uuid(f->reg, UUID2, &got, &err), 0);
+    assert_int_equal(got.id, id2);
+    assert_int_equal(tv__reg_device_get(f->reg, 9999, &got, &err), TV_E_NOT_FOUND);
+    tv__reg_device *all = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_device_list(f->reg, &all, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(all[0].id, f->dev);
+    assert_int_equal(all[1].id, id2);
+    free(all);
+
+    /* Validation. */
+    const char *other = "11111111-2222-4333-8444-555555555555";
+    fill_device(&d, "0F8FAD5B-D9CB-469F-A165-70867728950E", 256 * MiB); /* upper case */
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    d.data_off = OA + 4096; /* not object_align aligned */
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    d.region_off = 0; /* the region never starts at byte 0 */
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    d.region_len = 256 * MiB; /* past the end */
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    d.region_len = UINT64_MAX;
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_OVERFLOW);
+    fill_device(&d, other, 256 * MiB);
+    d.io_align = 2048;
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    snprintf(d.kind, sizeof d.kind, "tape");
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    snprintf(d.identity, sizeof d.identity, "[1,2]");
+    assert_int_equal(tv__reg_device_add(f->reg, &d, NULL, &err), TV_E_INVALID_ARG);
+    fill_device(&d, other, 256 * MiB);
+    d.identity[0] = '\0'; /* stored as {} */
+    assert_int_equal(tv__reg_device_add(f->reg, &d, &id2, &err), 0);
+    assert_int_equal(tv__reg_device_get(f->reg, id2, &got, &err), 0);
+    assert_string_equal(got.identity, "{}");
+}
+
+/* ---- objects ------------------------------------------------------------- */
+
+static void test_object_reserve_commit_dedup(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_object a, b, c, got;
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1, &a, &err), 0);
+    assert_int_equal(a.state, TV__OBJ_WRITING);
+    assert_int_equal(a.base_off, OA); /* data_off */
+    assert_int_equal(a.alloc_len, OA);
+    assert_int_equal(a.canonical_len, 1);
+    assert_string_equal(a.sha256, "");
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 3 * OA + 1, &b, &err), 0);
+    assert_int_equal(b.base_off, 2 * OA);
+    assert_int_equal(b.alloc_len, 4 * OA);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, OA, &c, &err), 0);
+    assert_int_equal(c.base_off, 6 * OA);
+
+    char sha[65], sha2[65];
+    sha_of(7, sha);
+    sha_of(8, sha2);
+    assert_int_equal(tv__reg_object_find_committed(f->reg, f->dev, sha, &got, &err),
+                     TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_object_commit(f->reg, b.id, sha, &err), 0);
+    assert_int_equal(tv__reg_object_find_committed(f->reg, f->dev, sha, &got, &err), 0);
+    assert_int_equal(got.id, b.id);
+    assert_int_equal(got.state, TV__OBJ_COMMITTED);
+    assert_string_equal(got.sha256, sha);
+    /* committing twice, or a duplicate of a committed hash, is refused */
+    assert_int_equal(tv__reg_object_commit(f->reg, b.id, sha2, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_object_commit(f->reg, a.id, sha, &err), -EEXIST);
+    assert_int_equal(tv__reg_object_commit(f->reg, a.id, "ABC", &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_object_commit(f->reg, 9999, sha2, &err), TV_E_NOT_FOUND);
+    /* the same hash on another device is a different object */
+    tv__reg_device d2;
+    int64_t dev2;
+    fill_device(&d2, UUID2, 64 * MiB);
+    assert_int_equal(tv__reg_device_add(f->reg, &d2, &dev2, &err), 0);
+    tv__reg_object other;
+    assert_int_equal(tv__alloc_reserve(f->reg, dev2, 100, &other, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, other.id, sha, &err), 0);
+
+    tv__reg_object *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_list_committed(f->reg, f->dev, &list, &n, &err), 0);
+    assert_int_equal(n, 1);
+    free(list);
+    assert_int_equal(tv__reg_objects_list_committed(f->reg, 0, &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    free(list);
+    assert_int_equal(tv__reg_objects_on_device(f->reg, f->dev, &list, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_true(list[0].base_off < list[1].base_off && list[1].base_off < list[2].base_off);
+    free(list);
+
+    /* Freeing a writing object makes its extent the lowest gap again. */
+    assert_int_equal(tv__reg_object_delete(f->reg, a.id, &err), 0);
+    assert_int_equal(tv__reg_object_get(f->reg, a.id, &got, &err), TV_E_NOT_FOUND);
+    tv__reg_object again;
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 10, &again, &err), 0);
+    assert_int_equal(again.base_off, OA);
+
+    tv__alloc_space sp;
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), 0);
+    assert_int_equal(sp.used_len, 6 * OA);
+    assert_int_equal(sp.total_len, 256 * MiB - OA);
+    assert_int_equal(sp.free_len, sp.total_len - sp.used_len);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 256 * MiB, &got, &err), TV_E_NO_SPACE);
+    assert_non_null(strstr(err.msg, UUID1));
+    assert_int_equal(tv__alloc_reserve(f->reg, 4242, 10, &got, &err), TV_E_NOT_FOUND);
+}
+
+static void test_schema_refuses_bad_extents(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t id;
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 4 * OA, OA, 10, &id, &err), 0);
+    /* overlapping, misaligned, before data_off, past the region end */
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 3 * OA, 2 * OA, 10, NULL, &err),
+                     TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "overlaps"));
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 4 * OA, OA, 10, NULL, &err),
+                     TV_E_REGISTRY);
+    assert_int_equal(
+        tv__reg_object_insert_writing(f->reg, f->dev, 8 * OA + 4096, OA, 10, NULL, &err),
+        TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "aligned"));
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 0, OA, 10, NULL, &err),
+                     TV_E_REGISTRY);
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 256 * MiB, OA, 10, NULL, &err),
+                     TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "outside"));
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, f->dev, 9 * OA, OA, 2 * OA, NULL, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_object_insert_writing(f->reg, 777, 9 * OA, OA, 1, NULL, &err),
+                     TV_E_NOT_FOUND);
+    assert_int_equal(
+        tv__reg_object_insert_writing(f->reg, f->dev, UINT64_MAX - OA + 1, OA, 1, NULL, &err),
+        TV_E_OVERFLOW);
+    /* Committed objects are immutable even to raw SQL. */
+    char sha[65];
+    sha_of(1, sha);
+    assert_int_equal(tv__reg_object_commit(f->reg, id, sha, &err), 0);
+    assert_int_not_equal(sqlite3_exec(tv__reg_sqlite(f->reg),
+                                      "UPDATE objects SET state = 'writing', sha256 = NULL", NULL,
+                                      NULL, NULL),
+                         SQLITE_OK);
+    assert_int_not_equal(
+        sqlite3_exec(tv__reg_sqlite(f->reg), "UPDATE objects SET base_off = 0", NULL, NULL, NULL),
+        SQLITE_OK);
+}
+
+static void test_reclaim_writing(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t committed_obj;
+    make_ready(f, "llama", 1, &committed_obj);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+    /* A crashed import: a writing object bound to an importing generation
+     * and a running job. */
+    tv__reg_generation g;
+    tv__reg_object w, w2;
+    int64_t shard, job;
+    char sha[65];
+    sha_of(2, sha);
+    assert_int_equal(tv__reg_generation_create(f->reg, "llama", "/imports/x", 0, &g, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &w, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 5000, &w2, &err), 0);
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "s",
+                           .file_len = 1000,
+                           .header_len = 10,
+                           .sha256_hex = sha,
+                           .header_sha256_hex = sha};
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, shard, w.id, &err), 0);
+    /* a writing binding keeps the generation from becoming ready */
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "being written"));
+    assert_int_equal(tv__reg_job_create(f->reg, "llama", "/imports/x", 100, &job, &err), 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, job, 10, 100, g.number, &err), 0);
+
+    tv__reg_reclaim r;
+    assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
+    assert_int_equal(r.n_objects, 2);
+    assert_int_equal(r.n_generations, 1);
+    assert_int_equal(r.n_jobs, 1);
+    tv__reg_object got;
+    assert_int_equal(tv__reg_object_get(f->reg, w.id, &got, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_object_get(f->reg, w2.id, &got, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_object_get(f->reg, committed_obj, &got, &err), 0);
+    assert_int_equal(tv__reg_generation_get_by_id(f->reg, g.id, &g, &err), 0);
+    assert_int_equal(g.state, TV__GEN_FAILED);
+    tv__reg_job j;
+    assert_int_equal(tv__reg_job_get(f->reg, job, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_FAILED);
+    assert_true(j.finished_at > 0);
+    assert_non_null(strstr(j.error, "interrupted"));
+    /* the previously active generation is intact */
+    int64_t active;
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
+    assert_int_equal(active, 1);
+    tv__reg_manifest *m = NULL;
+    assert_int_equal(tv__reg_generation_get(f->reg, "llama", 1, &g, &err), 0);
+    assert_int_equal(tv__reg_tensors_list(f->reg, g.id, &m, &err), 0);
+    assert_int_equal(m->n_tensors, 2);
+    assert_int_equal(m->shards[0].replicas[0].object_id, committed_obj);
+    tv__reg_manifest_free(m);
+    /* idempotent */
+    assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
+    assert_int_equal(r.n_objects + r.n_generations + r.n_jobs, 0);
+}
+
+/* ---- generations --------------------------------------------------------- */
+
+static void test_generation_numbering(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_generation g;
+    for (int64_t i = 1; i <= 3; i++) {
+        assert_int_equal(tv__reg_generation_create(f->reg, "llama", "/src", 10, &g, &err), 0);
+        assert_int_equal(g.number, i);
+        assert_int_equal(g.state, TV__GEN_IMPORTING);
+        assert_string_equal(g.model, "llama");
+        assert_false(g.active);
+    }
+    assert_int_equal(tv__reg_generation_create(f->reg, "qwen", "/src", 10, &g, &err), 0);
+    assert_int_equal(g.number, 1);
+    /* a failed create (inside a rolled-back transaction) does not burn a number */
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_create(f->reg, "qwen", "/src", 10, &g, &err), 0);
+    assert_int_equal(g.number, 2);
+    assert_int_equal(tv__reg_rollback(f->reg), 0);
+    assert_int_equal(tv__reg_generation_create(f->reg, "qwen", "/src", 10, &g, &err), 0);
+    assert_int_equal(g.number, 2);
+
+    tv__reg_model *models = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_models_list(f->reg, &models, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(models[0].name, "llama");
+    assert_int_equal(models[0].n_generations, 3);
+    assert_int_equal(models[0].active_generation, 0);
+    assert_string_equal(models[1].name, "qwen");
+    assert_int_equal(models[1].n_generations, 2);
+    free(models);
+    tv__reg_generation *gens = NULL;
+    assert_int_equal(tv__reg_generations_list(f->reg, "llama", &gens, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(gens[0].number, 1);
+    assert_int_equal(gens[2].number, 3);
+    free(gens);
+    assert_int_equal(tv__reg_generations_list(f->reg, "nope", &gens, &n, &err), TV_E_NOT_FOUND);
+    /* name validation */
+    assert_int_equal(tv__reg_generation_create(f->reg, "", "/src", 0, &g, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_generation_create(f->reg, "a\nb", "/src", 0, &g, &err),
+                     TV_E_INVALID_ARG);
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(tv__reg_generation_create(f->reg, longname, "/src", 0, &g, &err),
+                     TV_E_INVALID_ARG);
+}
+
+static void test_generation_state_rules(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_generation g;
+    assert_int_equal(tv__reg_generation_create(f->reg, "llama", "/src", 10, &g, &err), 0);
+    /* activating a non-ready generation */
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "importing"));
+    /* ready without shards */
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "no shards"));
+    /* retiring an importing generation */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_FAILED, &err), 0);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_IMPORTING, &err),
+                     TV_E_STATE);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), 0); /* no-op */
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
+    /* shards can no longer be added */
+    char sha[65];
+    sha_of(3, sha);
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "s",
+                           .file_len = 100,
+                           .header_len = 10,
+                           .sha256_hex = sha,
+                           .header_sha256_hex = sha};
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, NULL, &err), TV_E_STATE);
+
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 7, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "nope", 1, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no model"));
+    assert_int_equal(tv__reg_generation_set_state(f->reg, 12345, TV__GEN_READY, &err),
+                     TV_E_NOT_FOUND);
+}
+
+static void test_activate_rollback_retire(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2;
+    assert_int_equal(make_ready(f, "llama", 1, &obj1), 1);
+    assert_int_equal(make_ready(f, "llama", 2, &obj2), 2);
+    int64_t active = 0;
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no active"));
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
+    assert_int_equal(active, 1);
+
+    /* A reader on a second connection sees the switch only at commit. */
+    tv__reg *reader = NULL;
+    assert_int_equal(tv__reg_open(f->path, &reader, &err), 0);
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 2, &err), 0);
+    assert_int_equal(tv__reg_active_generation(reader, "llama", &active, &err), 0);
+    assert_int_equal(active, 1);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+    assert_int_equal(tv__reg_active_generation(reader, "llama", &active, &err), 0);
+    assert_int_equal(active, 2);
+    tv__reg_generation g;
+    assert_int_equal(tv__reg_generation_get(reader, "llama", 0, &g, &err), 0);
+    assert_int_equal(g.number, 2);
+    assert_true(g.active);
+    assert_int_equal(g.n_shards, 1);
+    assert_int_equal(g.n_tensors, 2);
+    tv__reg_close(reader);
+
+    /* A rolled-back activation changes nothing. */
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_rollback(f->reg), 0);
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
+    assert_int_equal(active, 2);
+
+    /* Rollback = activate the older ready generation. */
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0); /* no-op */
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
+    assert_int_equal(active, 1);
+    /* the active generation cannot be retired or failed */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "active"));
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 2, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 2, &err), TV_E_STATE);
+    /* the schema backstop refuses a non-ready active generation too */
+    assert_int_not_equal(sqlite3_exec(tv__reg_sqlite(f->reg),
+                                      "UPDATE models SET active_generation = 2", NULL, NULL, NULL),
+                         SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(tv__reg_sqlite(f->reg),
+                                      "UPDATE generations SET state = 'retired' WHERE number = 1",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    tv__reg_model *models = NULL;
+    size_t n;
+    assert_int_equal(tv__reg_models_list(f->reg, &models, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(models[0].active_generation, 1);
+    assert_int_equal(models[0].n_generations, 2);
+    free(models);
+}
+
+static void test_shards_bind_rules(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_generation g;
+    tv__reg_object o, small, o2;
+    char sha[65], other[65];
+    sha_of(10, sha);
+    sha_of(11, other);
+    assert_int_equal(tv__reg_generation_create(f->reg, "m", "/src", 0, &g, &err), 0);
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "a.safetensors",
+                           .file_len = 5000,
+                           .header_len = 100,
+                           .sha256_hex = sha,
+                           .header_sha256_hex = sha};
+    int64_t s0, s1;
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &s0, &err), 0);
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, NULL, &err), -EEXIST);
+    in.idx = 2; /* leaves a hole at idx 1 */
+    in.name = "c.safetensors";
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &s1, &err), 0);
+    in.header_len = 4993; /* 8 + N > file_len */
+    in.name = "d";
+    in.idx = 3;
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, NULL, &err), TV_E_INVALID_ARG);
+
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 5000, &o, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 4000, &small, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, small.id, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 5000, &o2, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, o2.id, other, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, o2.id, &err), TV_E_HASH_MISMATCH);
+    assert_int_equal(tv__reg_object_commit(f->reg, o.id, sha, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, o.id, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, o.id, &err), -EEXIST);
+    assert_int_equal(tv__reg_shard_bind(f->reg, 999, o.id, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, 999, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s1, o.id, &err), 0); /* same content */
+    /* idx 0, 2: out of sequence */
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "sequence"));
+
+    /* A second replica on another device. */
+    tv__reg_device d2;
+    int64_t dev2;
+    fill_device(&d2, UUID2, 64 * MiB);
+    assert_int_equal(tv__reg_device_add(f->reg, &d2, &dev2, &err), 0);
+    tv__reg_generation g2;
+    tv__reg_object r2;
+    assert_int_equal(tv__reg_generation_create(f->reg, "m", "/src", 0, &g2, &err), 0);
+    in = (tv__reg_shard_in){.idx = 0,
+                            .name = "a.safetensors",
+                            .file_len = 5000,
+                            .header_len = 100,
+                            .sha256_hex = sha,
+                            .header_sha256_hex = sha};
+    assert_int_equal(tv__reg_shard_add(f->reg, g2.id, &in, &s0, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, o.id, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, dev2, 5000, &r2, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, r2.id, sha, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, s0, r2.id, &err), 0);
+    /* The schema ties a tensor's shard to the tensor's generation. */
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO tensors (generation_id, shard_id, name, dtype, shape, "
+             "begin_off, end_off) VALUES (%lld, %lld, 'x', 0, '[1]', 0, 1)",
+             (long long)g2.id, (long long)s1);
+    assert_int_not_equal(sqlite3_exec(tv__reg_sqlite(f->reg), sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g2.id, TV__GEN_READY, &err), 0);
+    tv__reg_manifest *m = NULL;
+    assert_int_equal(tv__reg_tensors_list(f->reg, g2.id, &m, &err), 0);
+    assert_int_equal(m->n_shards, 1);
+    assert_int_equal(m->shards[0].n_replicas, 2);
+    assert_int_equal(m->shards[0].replicas[0].device_id, f->dev);
+    assert_int_equal(m->shards[0].replicas[0].base_off, o.base_off);
+    assert_int_equal(m->shards[0].replicas[1].device_id, dev2);
+    assert_int_equal(m->shards[0].replicas[1].base_off, r2.base_off);
+    assert_true(m->shards[0].replicas[1].committed);
+    assert_int_equal(m->shards[0].data_off, 108);
+    assert_string_equal(m->shards[0].name, "a.safetensors");
+    assert_int_equal(m->n_tensors, 0);
+    tv__reg_manifest_free(m);
+    tv__reg_manifest_free(NULL);
+}
+
+/* ---- explicit transactions ----------------------------------------------- */
+
+static void test_explicit_transactions(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(tv__reg_commit(f->reg, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_rollback(f->reg), TV_E_STATE);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+
+    /* A failed call inside a transaction leaves the transaction usable and
+     * undoes only its own changes. */
+    tv__reg_generation g;
+    char sha[65];
+    sha_of(5, sha);
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 1);
+    assert_int_equal(tv__reg_generation_create(f->reg, "m", "/src", 0, &g, &err), 0);
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "s",
+                           .file_len = 100,
+                           .header_len = 10,
+                           .sha256_hex = sha,
+                           .header_sha256_hex = sha};
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, NULL, &err), 0);
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, NULL, &err), -EEXIST);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 1);
+    /* nesting */
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_job_create(f->reg, "m", "/src", 0, NULL, &err), 0);
+    assert_int_equal(tv__reg_rollback(f->reg), 0);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+    assert_int_equal(tv__reg_generation_get(f->reg, "m", 1, &g, &err), 0);
+    assert_int_equal(g.n_shards, 1);
+    tv__reg_job *jobs = NULL;
+    size_t n = 9;
+    assert_int_equal(tv__reg_jobs_list(f->reg, 0, &jobs, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_null(jobs);
+}
+
+/* ---- leases and gc ------------------------------------------------------- */
+
+static bool listed(const tv__reg_object *list, size_t n, int64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (list[i].id == id)
+            return true;
+    return false;
+}
+
+static void test_leases_protect_objects_from_gc(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2, obj3;
+    make_ready(f, "llama", 1, &obj1);
+    make_ready(f, "llama", 2, &obj2);
+    make_ready(f, "llama", 2, &obj3); /* generation 3: same content, dedup */
+    assert_int_equal(obj3, obj2);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+
+    tv__reg_lease l1, l0;
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 0, "fastpath:1", 42, &l0, &err), 0);
+    assert_int_equal(l0.number, 1); /* the active one */
+    assert_string_equal(l0.model, "llama");
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 1, "fastpath:2", 43, &l1, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 2, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), 0); /* leases allow it */
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 1, "late", 1, NULL, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 9, "late", 1, NULL, &err),
+                     TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 2, "", 1, NULL, &err),
+                     TV_E_INVALID_ARG);
+
+    tv__reg_object *gc = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &gc, &n, &err), 0);
+    assert_false(listed(gc, n, obj1)); /* leased */
+    assert_false(listed(gc, n, obj2)); /* active */
+    free(gc);
+    assert_int_equal(tv__reg_object_delete(f->reg, obj1, &err), TV_E_LEASED);
+    assert_int_equal(tv__reg_object_delete(f->reg, obj2, &err), TV_E_STATE);
+
+    tv__reg_lease *leases = NULL;
+    assert_int_equal(tv__reg_leases_list(f->reg, &leases, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(leases[0].pid, 42);
+    assert_string_equal(leases[1].owner, "fastpath:2");
+    free(leases);
+
+    assert_int_equal(tv__reg_lease_release(f->reg, l0.id, &err), 0);
+    assert_int_equal(tv__reg_lease_release(f->reg, l0.id, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &gc, &n, &err), 0);
+    assert_false(listed(gc, n, obj1)); /* still one lease */
+    free(gc);
+    size_t released = 0;
+    assert_int_equal(tv__reg_lease_release_owner(f->reg, "fastpath:2", &released, &err), 0);
+    assert_int_equal(released, 1);
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &gc, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(gc[0].id, obj1);
+    free(gc);
+
+    /* Generation 2 retired: its object is still needed by generation 3. */
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 3, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 2, &err), 0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &gc, &n, &err), 0);
+    assert_false(listed(gc, n, obj2));
+    free(gc);
+
+    assert_int_equal(tv__reg_object_delete(f->reg, obj1, &err), 0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &gc, &n, &err), 0);
+    assert_int_equal(n, 0);
+    free(gc);
+    /* the retired generation's manifest lost its replica */
+    tv__reg_generation g1;
+    tv__reg_manifest *m = NULL;
+    assert_int_equal(tv__reg_generation_get(f->reg, "llama", 1, &g1, &err), 0);
+    assert_int_equal(tv__reg_tensors_list(f->reg, g1.id, &m, &err), 0);
+    assert_int_equal(m->shards[0].n_replicas, 0);
+    tv__reg_manifest_free(m);
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+#define N_BULK   120000u
+#define N_SHARDS 4u
+
+static void test_bulk_120k_tensors(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    const uint64_t per_shard = N_BULK / N_SHARDS, tensor_len = 8, header_len = 4096;
+    const uint64_t file_len = 8 + header_len + per_shard * tensor_len;
+    tv_tensor_info *t = calloc(N_BULK, sizeof *t);
+    char *names = malloc((size_t)N_BULK * 32);
+    uint64_t *shapes = malloc((size_t)N_BULK * 2 * sizeof *shapes);
+    assert_non_null(t);
+    assert_non_null(names);
+    assert_non_null(shapes);
+    for (uint32_t i = 0; i < N_BULK; i++) {
+        char *name = names + (size_t)i * 32;
+        int len = snprintf(name, 32, "model.layers.%u.weight", i);
+        shapes[2 * i] = 1;
+        shapes[2 * i + 1] = 2;
+        t[i] = (tv_tensor_info){.name = name,
+                                .name_len = (size_t)len,
+                                .dtype = TV_DTYPE_F32,
+                                .rank = 2,
+                                .shape = &shapes[2 * i],
+                                .shard = i / per_shard,
+                                .begin_off = (i % per_shard) * tensor_len,
+                                .end_off = (i % per_shard + 1) * tensor_len};
+    }
+    t[7].rank = 0; /* a scalar */
+
+    tv__reg_generation g;
+    tv__reg_object objs[N_SHARDS];
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(
+        tv__reg_generation_create(f->reg, "big", "/src", N_BULK * tensor_len, &g, &err), 0);
+    for (uint32_t s = 0; s < N_SHARDS; s++) {
+        char sha[65], name[64];
+        sha_of(100 + s, sha);
+        snprintf(name, sizeof name, "model-%05u-of-%05u.safetensors", s + 1, N_SHARDS);
+        tv__reg_shard_in in = {.idx = s,
+                               .name = name,
+                               .file_len = file_len,
+                               .header_len = header_len,
+                               .sha256_hex = sha,
+                               .header_sha256_hex = sha};
+        int64_t shard;
+        assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
+        assert_int_equal(tv__alloc_reserve(f->reg, f->dev, file_len, &objs[s], &err), 0);
+        assert_int_equal(tv__reg_object_commit(f->reg, objs[s].id, sha, &err), 0);
+        assert_int_equal(tv__reg_shard_bind(f->reg, shard, objs[s].id, &err), 0);
+    }
+    /* all or nothing: a duplicate name at the very end rolls the batch back */
+    const char *keep = t[N_BULK - 1].name;
+    t[N_BULK - 1].name = t[0].name;
+    t[N_BULK - 1].name_len = t[0].name_len;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, N_BULK, &err), -EEXIST);
+    assert_non_null(strstr(err.msg, "model.layers.0.weight"));
+    t[N_BULK - 1].name = keep;
+    t[N_BULK - 1].name_len = strlen(keep);
+    assert_int_equal(tv__reg_generation_get_by_id(f->reg, g.id, &g, &err), 0);
+    assert_int_equal(g.n_tensors, 0);
+    /* bad rows are named */
+    t[5].end_off = per_shard * tensor_len + 1;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 10, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "model.layers.5.weight"));
+    t[5].end_off = 6 * tensor_len;
+    t[6].shard = 99;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 10, &err), TV_E_NOT_FOUND);
+    t[6].shard = 0;
+    t[3].rank = TV_ST_MAX_RANK + 1;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 10, &err), TV_E_INVALID_ARG);
+    t[3].rank = 2;
+    t[3].dtype = TV_DTYPE_COUNT;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 10, &err), TV_E_INVALID_ARG);
+    t[3].dtype = TV_DTYPE_F32;
+    uint64_t huge[2] = {UINT64_MAX, 1};
+    t[4].shape = huge;
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 10, &err), TV_E_OVERFLOW);
+    t[4].shape = &shapes[8];
+
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, N_BULK, &err), 0);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "big", g.number, &err), 0);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+
+    tv__reg_manifest *m = NULL;
+    assert_int_equal(tv__reg_tensors_list(f->reg, g.id, &m, &err), 0);
+    assert_int_equal(m->n_tensors, N_BULK);
+    assert_int_equal(m->n_shards, N_SHARDS);
+    assert_int_equal(m->generation.n_tensors, N_BULK);
+    assert_true(m->generation.active);
+    for (uint32_t i = 0; i < N_BULK; i += 997) {
+        const tv__reg_tensor *x = &m->tensors[i];
+        assert_string_equal(x->name, t[i].name);
+        assert_int_equal(x->name_len, t[i].name_len);
+        assert_int_equal(x->shard_idx, t[i].shard);
+        assert_int_equal(x->begin_off, t[i].begin_off);
+        assert_int_equal(x->end_off, t[i].end_off);
+        assert_int_equal(x->dtype, TV_DTYPE_F32);
+        assert_int_equal(x->rank, 2);
+        assert_int_equal(x->shape[1], 2);
+        const tv__reg_shard *s = &m->shards[x->shard_idx];
+        assert_int_equal(s->n_replicas, 1);
+        assert_int_equal(s->replicas[0].base_off, objs[x->shard_idx].base_off);
+        assert_true(s->replicas[0].base_off + s->data_off + x->end_off <=
+                    s->replicas[0].base_off + s->replicas[0].alloc_len);
+    }
+    assert_int_equal(m->tensors[7].rank, 0);
+    for (size_t i = 1; i < m->n_tensors; i++) /* file order */
+        assert_true(m->tensors[i - 1].shard_idx < m->tensors[i].shard_idx ||
+                    (m->tensors[i - 1].shard_idx == m->tensors[i].shard_idx &&
+                     m->tensors[i - 1].end_off <= m->tensors[i].begin_off));
+    tv__reg_manifest_free(m);
+    /* tensors cannot be added after publish */
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, 1, &err), TV_E_STATE);
+    free(t);
+    free(names);
+    free(shapes);
+}
+
+/* ---- import jobs --------------------------------------------------------- */
+
+static void test_import_jobs(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t a, b;
+    tv__reg_job j;
+    assert_int_equal(tv__reg_job_create(f->reg, "llama", "/imports/llama", 0, &a, &err), 0);
+    assert_int_equal(tv__reg_job_create(f->reg, "qwen", "/imports/qwen", 500, &b, &err), 0);
+    assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_QUEUED);
+    assert_int_equal(j.finished_at, 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, 50, 100, 0, &err), 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, 150, 100, 0, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_RUNNING);
+    assert_int_equal(j.bytes_done, 50);
+    assert_int_equal(j.bytes_total, 100);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, 100, 100, 3, &err), 0);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, 0, NULL, 0, &err), 0);
+    assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_SUCCEEDED);
+    assert_int_equal(j.generation, 3);
+    assert_string_equal(j.error, "");
+    assert_true(j.finished_at > 0);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, 0, NULL, 0, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, 1, 100, 0, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_job_finish(f->reg, b, TV_E_NO_SPACE, NULL, 0, &err), 0);
+    assert_int_equal(tv__reg_job_get(f->reg, b, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_FAILED);
+    assert_string_equal(j.error, tv_strerror(TV_E_NO_SPACE));
+    assert_int_equal(tv__reg_job_get(f->reg, 999, &j, &err), TV_E_NOT_FOUND);
+    tv__reg_job *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_jobs_list(f->reg, 0, &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(list[0].id, b); /* newest first */
+    free(list);
+    assert_int_equal(tv__reg_jobs_list(f->reg, 1, &list, &n, &err), 0);
+    assert_int_equal(n, 1);
+    free(list);
+    assert_string_equal(tv__job_state_name(TV__JOB_RUNNING), "running");
+    tv__gen_state gs;
+    assert_int_equal(tv__gen_state_parse("retired", &gs), 0);
+    assert_int_equal(gs, TV__GEN_RETIRED);
+    assert_int_equal(tv__gen_state_parse("bogus", &gs), TV_E_INVALID_ARG);
+}
+
+/* ---- two writers --------------------------------------------------------- */
+
+#define PER_THREAD 40
+
+typedef struct worker {
+    const char *path;
+    int64_t dev;
+    tv__reg_object got[PER_THREAD];
+    int rc;
+} worker;
+
+static void *reserve_many(void *arg)
+{
+    worker *w = arg;
+    tv__reg *reg = NULL;
+    tv_error err = {0};
+    w->rc = tv__reg_open(w->path, &reg, &err);
+    for (int i = 0; i < PER_THREAD && w->rc == 0; i++)
+        w->rc = tv__alloc_reserve(reg, w->dev, 1 + (uint64_t)i * 20000, &w->got[i], &err);
+    if (w->rc)
+        fprintf(stderr, "worker: %s\n", err.msg);
+    tv__reg_close(reg);
+    return NULL;
+}
+
+static void test_concurrent_reservations_never_overlap(void **state)
+{
+    fixture *f = *state;
+    worker w[2] = {{.path = f->path, .dev = f->dev}, {.path = f->path, .dev = f->dev}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, reserve_many, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
+    tv__reg_object *all = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_on_device(f->reg, f->dev, &all, &n, NULL), 0);
+    assert_int_equal(n, 2 * PER_THREAD);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(all[i].base_off % OA, 0);
+        if (i)
+            assert_true(all[i - 1].base_off + all[i - 1].alloc_len <= all[i].base_off);
+    }
+    free(all);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_migrations_fresh),
+        T(test_reopen_is_noop),
+        T(test_newer_version_refused),
+        T(test_failed_migration_is_atomic),
+        T(test_pragmas_in_effect),
+        cmocka_unit_test(test_open_bad_arguments),
+        T(test_devices),
+        T(test_object_reserve_commit_dedup),
+        T(test_schema_refuses_bad_extents),
+        T(test_reclaim_writing),
+        T(test_generation_numbering),
+        T(test_generation_state_rules),
+        T(test_activate_rollback_retire),
+        T(test_shards_bind_rules),
+        T(test_explicit_transactions),
+        T(test_leases_protect_objects_from_gc),
+        T(test_bulk_120k_tensors),
+        T(test_import_jobs),
+        T(test_concurrent_reservations_never_overlap),
+    };
+#undef T
+    const char *filter = getenv("TV_TEST_FILTER"); /* e.g. "*bulk*" */
+    if (filter)
+        cmocka_set_test_filter(filter);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
