@@ -11,7 +11,8 @@ int tv_cli_parse(const char *cmd, int argc, char **argv, tv_cli_args *a)
     a->n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (arg[0] == '-' && arg[1] == '-' && arg[2]) {
+        /* "--long", "--long=value", and short options declared as such ("-o"). */
+        if (arg[0] == '-' && arg[1] && (arg[1] != '-' || arg[2])) {
             const char *eq = strchr(arg, '=');
             size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
             tv_cli_opt *o = NULL;

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "tensorvault/errors.h"
+
 #define TV_EXIT_OK 0
 #define TV_EXIT_FAIL 1
 #define TV_EXIT_USAGE 2
@@ -28,6 +30,11 @@ int tv_cli_activate(int argc, char **argv);
 int tv_cli_retire(int argc, char **argv);
 int tv_cli_gc(int argc, char **argv);
 int tv_cli_verify(int argc, char **argv);
+int tv_cli_get_tensor(int argc, char **argv);
+int tv_cli_bench(int argc, char **argv);
+
+/* Sets err to code with "what: strerror" and returns code. */
+int tv__cli_err(tv_error *err, int code, const char *what);
 
 /* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
  * error object {"error":{"code","message"}} to stdout. */

@@ -25,7 +25,18 @@ static const tv_cli_cmd g_cmds[] = {
     {"retire", tv_cli_retire, "retire --store DIR NAME GEN"},
     {"gc", tv_cli_gc, "gc --store DIR"},
     {"verify", tv_cli_verify, "verify --store DIR"},
+    {"get", tv_cli_get_tensor, "get --store DIR NAME[@GEN] TENSOR -o FILE [--rows R0:R1 | --f32]"},
+    {"bench", tv_cli_bench, "bench --store DIR NAME[@GEN] [--engine auto|uring|pread] [--qd N]"},
 };
+
+int tv__cli_err(tv_error *err, int code, const char *what)
+{
+    if (err) {
+        err->code = code;
+        snprintf(err->msg, sizeof(err->msg), "%s: %s", what, tv_strerror(code));
+    }
+    return code;
+}
 
 void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
 {

@@ -3,6 +3,7 @@
  * activate, retire, gc, verify. Every command takes --json.
  * Invariant: commands that change the store take the writer lock; readers
  * never do, so listing works while an import runs. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "import/import.h"
+#include "import/snapbuild.h"
 #include "import/store.h"
 
 #define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}
@@ -530,6 +532,8 @@ static int gen_change(const char *cmd, int argc, char **argv, bool activate)
     if (!rc)
         rc = activate ? tv__reg_generation_activate(st->reg, a.pos[0], gen, &err)
                       : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
+    if (!rc && activate)
+        rc = tv__store_write_active(st, a.pos[0], &err);
     tv__store_close(st);
     if (rc)
         return fail(cmd, json, rc, &err);
@@ -565,10 +569,19 @@ int tv_cli_gc(int argc, char **argv)
     tv__reg_object *o = NULL;
     size_t n = 0, freed = 0;
     uint64_t bytes = 0;
+    bool *keep = NULL;
     int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
     if (!rc)
         rc = tv__reg_objects_unreferenced(st->reg, &o, &n, &err);
+    if (!rc && !(keep = calloc(n ? n : 1, sizeof(*keep))))
+        rc = tv__seterr(&err, -ENOMEM, "out of memory");
+    /* Snapshots go first, under their lock: a generation a reader holds
+     * keeps its objects (keep[i]); the others can no longer be opened. */
+    if (!rc)
+        rc = tv__store_gc_snapshots(st, o, n, keep, &err);
     for (size_t i = 0; !rc && i < n; i++) {
+        if (keep[i])
+            continue;
         tv_error e2;
         int drc = tv__reg_object_delete(st->reg, o[i].id, &e2);
         if (drc == 0) {
@@ -580,6 +593,7 @@ int tv_cli_gc(int argc, char **argv)
         }
     }
     free(o);
+    free(keep);
     tv__store_close(st);
     if (rc)
         return fail("gc", json, rc, &err);

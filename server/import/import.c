@@ -18,6 +18,7 @@
 
 #include "import/alloc.h"
 #include "import/import.h"
+#include "import/snapbuild.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 
@@ -162,8 +163,10 @@ static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const cha
     return 0;
 }
 
-/* Hashes the whole source file (dedup probe) and its header. */
-static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chunk,
+/* Hashes the whole source file (dedup probe) and its header, and copies the
+ * 8 + N header bytes into hdr (si->data_off bytes): the header compared with
+ * the validated one must come from the same reads as the hash. */
+static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chunk, uint8_t *hdr,
                        char sha_hex[65], char hdr_hex[65], tv_error *err)
 {
     tv__sha256 h, hh;
@@ -184,8 +187,11 @@ static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chu
             return rc;
         }
         tv__sha256_update(&h, buf, n);
-        if (off < hdr_end)
-            tv__sha256_update(&hh, buf, (size_t)(hdr_end - off < n ? hdr_end - off : n));
+        if (off < hdr_end) {
+            size_t hn = (size_t)(hdr_end - off < n ? hdr_end - off : n);
+            tv__sha256_update(&hh, buf, hn);
+            memcpy(hdr + off, buf, hn);
+        }
     }
     tv__sha256_final(&h, dig);
     tv__hex(dig, 32, sha_hex);
@@ -466,10 +472,25 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
                 continue;
             if (!p->have_sha) {
                 int fd;
-                if ((rc = open_source(&p->info, &fd, err)))
+                uint8_t *hdr = malloc((size_t)p->info.data_off);
+                if (!hdr) {
+                    rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
+                                    (unsigned long long)p->info.data_off);
                     break;
-                rc = hash_source(fd, &p->info, bufs, chunk, p->sha_hex, p->header_sha_hex, err);
+                }
+                if ((rc = open_source(&p->info, &fd, err))) {
+                    free(hdr);
+                    break;
+                }
+                rc = hash_source(fd, &p->info, bufs, chunk, hdr, p->sha_hex, p->header_sha_hex,
+                                 err);
                 close(fd);
+                /* A reused object is bound without reading the source again,
+                 * so the header it holds must be the validated one, or the
+                 * published tensors would not describe its bytes. */
+                if (!rc)
+                    rc = same_header(ck, s, hdr, p, err);
+                free(hdr);
                 if (rc)
                     break;
                 p->have_sha = true;
@@ -660,6 +681,15 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     /* 6. Publish last, in one transaction. */
     if ((rc = publish(st, model, real_src, ck, plans, n_shards, o->activate, &r.generation, err)))
         goto fail_writer;
+    /* The generation is published; a snapshot failure is repaired by the
+     * next writer open (tv__store_sync_snapshots), so it only warns. */
+    {
+        tv_error se = {0};
+        if (tv__store_write_snapshot(st, model, r.generation, &se) ||
+            tv__store_write_active(st, model, &se))
+            tv__log(TV_LOG_WARN, "import: model '%s' generation %lld: snapshot: %s", model,
+                    (long long)r.generation, se.msg);
+    }
     r.n_shards = n_shards;
     r.n_tensors = tv_checkpoint_n_tensors(ck);
     r.bytes_written = writer_written(&w);

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "import/snapbuild.h"
 #include "import/store.h"
 
 #define REGISTRY_FILE "registry.db"
@@ -110,6 +111,11 @@ static int open_common(const char *dir, unsigned flags, bool must_exist, tv__sto
         tv__log(TV_LOG_WARN, "store %s: reclaimed %zu interrupted reservations, %zu importing "
                 "generations marked failed", dir, st->reclaimed.n_objects,
                 st->reclaimed.n_generations);
+    if (flags & TV__STORE_WRITE) {
+        tv_error se = {0};
+        if (tv__store_sync_snapshots(st, &se))
+            tv__log(TV_LOG_WARN, "store %s: snapshot repair: %s", dir, se.msg);
+    }
     *out = st;
     return 0;
 fail:

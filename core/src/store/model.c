@@ -1,0 +1,626 @@
+/* tv_model: one opened generation (snapshot + validated devices + read
+ * engine) and the public read API of tensorvault.h on top of it.
+ *
+ * Invariants: a model handle holds its snapshot file's shared flock for its
+ * whole life (the reader lease); every device is opened read-only and its
+ * label checked against the snapshot's device record before the engine is
+ * created; every tensor record is validated once at open (so reads follow
+ * only checked offsets) and requests are built from those checked values. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dev/dev.h"
+#include "io/engine.h"
+#include "store/snapfile.h"
+#include "store/snapshot.h"
+#include "tensorvault/tensorvault.h"
+#include "xfer/xfer.h"
+
+typedef struct tensor_plan {
+    const char *name;
+    size_t name_len;
+    tv_dtype dtype;
+    uint32_t rank;
+    uint32_t shard;
+    uint64_t begin, end;
+    uint64_t dims_at; /* index into m->dims */
+    uint64_t n_elements;
+} tensor_plan;
+
+struct tv_model {
+    uint8_t *snap_buf;
+    size_t snap_len;
+    tv__snap snap;
+    int lease_fd;
+    char *name;
+    tv__dev **devs;
+    size_t n_devs;
+    tv__io *io;
+    tensor_plan *t;
+    uint64_t *dims;
+    uint32_t max_io_align;
+};
+
+TV_API void tv_model_close(tv_model *m)
+{
+    if (!m)
+        return;
+    tv__io_destroy(m->io);
+    for (size_t i = 0; i < m->n_devs; i++)
+        tv__dev_close(m->devs[i]);
+    free(m->devs);
+    free(m->t);
+    free(m->dims);
+    free(m->name);
+    free(m->snap_buf);
+    if (m->lease_fd >= 0)
+        close(m->lease_fd);
+    free(m);
+}
+
+/* The label a device must carry, from its snapshot record. */
+static void expected_label(const tv__snap_device_info *sd, tv__label *l)
+{
+    memset(l, 0, sizeof(*l));
+    memcpy(l->magic, TV_LABEL_MAGIC, 8);
+    l->version = TV_LABEL_VERSION;
+    l->label_len = TV_LABEL_LEN;
+    memcpy(l->store_uuid, sd->uuid, 16);
+    l->lba_size = sd->lba_size;
+    l->io_align = sd->io_align;
+    l->region_off = sd->region_off;
+    l->region_len = sd->region_len;
+    l->object_align = sd->object_align;
+    l->device_size = sd->size_bytes;
+    l->dev_kind = sd->kind;
+    memcpy(l->serial, sd->serial, sizeof(l->serial));
+    memcpy(l->model, sd->model, sizeof(l->model));
+    l->nsid = sd->nsid;
+    memcpy(l->nguid, sd->nguid, 16);
+    memcpy(l->eui64, sd->eui64, 8);
+}
+
+static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
+{
+    int rc;
+    m->devs = calloc(m->snap.n_devices ? m->snap.n_devices : 1, sizeof(*m->devs));
+    tv__io_dev *iod = calloc(m->snap.n_devices ? m->snap.n_devices : 1, sizeof(*iod));
+    if (!m->devs || !iod) {
+        free(iod);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < m->snap.n_devices; i++) {
+        tv__snap_device_info sd;
+        tv__label on_disk, want;
+        char path[4096];
+        if ((rc = tv__snap_device(&m->snap, i, &sd, err)))
+            goto out;
+        if (sd.path_len >= sizeof(path)) {
+            rc = tv__seterr(err, TV_E_SNAPSHOT, "device %u: path too long", i);
+            goto out;
+        }
+        memcpy(path, sd.path, sd.path_len);
+        path[sd.path_len] = '\0';
+        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0);
+        if ((rc = tv__dev_open(path, flags, &m->devs[i], err)))
+            goto out;
+        m->n_devs = i + 1;
+        expected_label(&sd, &want);
+        if ((rc = tv__label_read(m->devs[i], sd.region_off, &on_disk, err)) ||
+            (rc = tv__label_check(&on_disk, &want, m->devs[i], err))) {
+            if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
+                rc = tv__seterr(err, TV_E_DEVICE_MISMATCH, "device %s: label unreadable: %s", path,
+                                err ? err->msg : "");
+            goto out;
+        }
+        iod[i] = (tv__io_dev){.fd = m->devs[i]->fd,
+                              .io_align = m->devs[i]->io_align,
+                              .size = m->devs[i]->size_bytes,
+                              .direct = m->devs[i]->direct};
+        if (m->devs[i]->io_align > m->max_io_align)
+            m->max_io_align = m->devs[i]->io_align;
+    }
+    tv__io_opts io = {.engine = o->engine,
+                      .queue_depth = o->queue_depth,
+                      .chunk_len = o->chunk_len,
+                      .n_threads = o->n_threads};
+    rc = tv__io_create(iod, m->snap.n_devices, &io, &m->io, err);
+out:
+    free(iod);
+    return rc;
+}
+
+/* Validates every tensor, shard and replica once and builds the plans. */
+static int build_plans(tv_model *m, tv_error *err)
+{
+    int rc;
+    uint32_t n = m->snap.n_tensors;
+    m->t = calloc(n ? n : 1, sizeof(*m->t));
+    m->dims = calloc(m->snap.n_dims ? m->snap.n_dims : 1, sizeof(*m->dims));
+    if (!m->t || !m->dims)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (uint32_t s = 0; s < m->snap.n_shards; s++) {
+        tv__snap_shard_info sh;
+        if ((rc = tv__snap_shard(&m->snap, s, &sh, err)))
+            return rc;
+        if (sh.n_replicas == 0 || sh.n_replicas > TV__IO_MAX_REPLICAS)
+            return tv__seterr(err, TV_E_SNAPSHOT, "shard %u: %u replicas", s, sh.n_replicas);
+        for (uint32_t r = 0; r < sh.n_replicas; r++) {
+            tv__snap_replica_info rp;
+            if ((rc = tv__snap_replica(&m->snap, sh.first_replica + r, &rp, err)))
+                return rc;
+        }
+    }
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        tv__snap_tensor_info st;
+        if ((rc = tv__snap_tensor(&m->snap, i, &st, err)))
+            return rc;
+        tensor_plan *p = &m->t[i];
+        p->name = st.name;
+        p->name_len = st.name_len;
+        p->dtype = st.dtype;
+        p->rank = st.rank;
+        p->shard = st.shard;
+        p->begin = st.begin_off;
+        p->end = st.end_off;
+        p->dims_at = at;
+        p->n_elements = 1;
+        if (at + st.rank > m->snap.n_dims)
+            return tv__seterr(err, TV_E_SNAPSHOT, "tensor %u: dims past the dims array", i);
+        for (uint32_t d = 0; d < st.rank; d++) {
+            m->dims[at + d] = tv__snap_dim(&st, d);
+            if (tv__mul_u64(p->n_elements, m->dims[at + d], &p->n_elements))
+                p->n_elements = UINT64_MAX;
+        }
+        at += st.rank;
+    }
+    return 0;
+}
+
+static int finish_open(tv_model *m, const tv_open_opts *opts, tv_error *err)
+{
+    int rc;
+    tv_open_opts dflt = {0};
+    if (!opts)
+        opts = &dflt;
+    if ((rc = tv__snap_open(m->snap_buf, m->snap_len, TV__SNAP_VERIFY_CHECKSUM, &m->snap, err)))
+        return rc;
+    const char *nm;
+    size_t nl;
+    if ((rc = tv__snap_model(&m->snap, &nm, &nl, err)))
+        return rc;
+    if (!(m->name = strndup(nm, nl)))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if ((rc = build_plans(m, err)))
+        return rc;
+    return open_devices(m, opts, err);
+}
+
+TV_API int tv_model_open_snapshot(const void *buf, size_t len, const tv_open_opts *opts,
+                                  tv_model **out, tv_error *err)
+{
+    int rc;
+    if (!buf || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    tv_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    m->lease_fd = -1;
+    if (!(m->snap_buf = malloc(len ? len : 1))) {
+        free(m);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    memcpy(m->snap_buf, buf, len);
+    m->snap_len = len;
+    if ((rc = finish_open(m, opts, err))) {
+        tv_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_opts *opts,
+                         tv_model **out, tv_error *err)
+{
+    int rc;
+    if (!store_dir || !spec || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    char name[512];
+    int64_t gen = 0;
+    const char *at = strrchr(spec, '@');
+    size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+    if (nl == 0 || nl >= sizeof(name))
+        return tv__seterr(err, TV_E_INVALID_ARG, "bad model spec '%s' (NAME or NAME@GEN)", spec);
+    memcpy(name, spec, nl);
+    name[nl] = '\0';
+    /* gen 0: tv__snapfile_open resolves the active pointer and retries if
+     * an activation or gc races with it. */
+    if (at) {
+        char *end;
+        long long g = strtoll(at + 1, &end, 10);
+        if (*end || g <= 0)
+            return tv__seterr(err, TV_E_INVALID_ARG, "bad generation in '%s'", spec);
+        gen = g;
+    }
+    tv_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    m->lease_fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    if ((rc = tv__snapfile_open(store_dir, name, gen, &m->lease_fd, &buf, &len, err))) {
+        tv_model_close(m);
+        return rc;
+    }
+    m->snap_buf = buf;
+    m->snap_len = len;
+    if ((rc = finish_open(m, opts, err))) {
+        tv_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+TV_API int64_t tv_model_generation(const tv_model *m)
+{
+    return m ? m->snap.generation : 0;
+}
+
+TV_API const char *tv_model_name(const tv_model *m)
+{
+    return m ? m->name : NULL;
+}
+
+TV_API size_t tv_model_n_tensors(const tv_model *m)
+{
+    return m ? m->snap.n_tensors : 0;
+}
+
+TV_API int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out)
+{
+    if (!m || !out || i >= m->snap.n_tensors)
+        return TV_E_INVALID_ARG;
+    const tensor_plan *p = &m->t[i];
+    out->name = p->name;
+    out->name_len = p->name_len;
+    out->dtype = p->dtype;
+    out->rank = p->rank;
+    out->shape = m->dims + p->dims_at;
+    out->nbytes = p->end - p->begin;
+    out->n_elements = p->n_elements;
+    out->shard = p->shard;
+    return 0;
+}
+
+TV_API int tv_model_find(const tv_model *m, const char *name, size_t name_len, size_t *index)
+{
+    uint32_t i;
+    if (!m || !name)
+        return TV_E_NOT_FOUND;
+    int rc = tv__snap_find(&m->snap, name, name_len, &i, NULL);
+    if (rc == 0 && index)
+        *index = i;
+    return rc == 0 ? 0 : TV_E_NOT_FOUND;
+}
+
+static int lookup(tv_model *m, const char *name, size_t *idx, tv_error *err)
+{
+    if (!m || !name)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    uint32_t i;
+    int rc = tv__snap_find(&m->snap, name, strlen(name), &i, err);
+    if (rc == TV_E_NOT_FOUND)
+        return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%lld", name, m->name,
+                          (long long)m->snap.generation);
+    if (rc == 0)
+        *idx = i;
+    return rc;
+}
+
+/* Fills req with the replicas of tensor i for the byte range
+ * [begin + rel_off, begin + rel_off + len) of the tensor. */
+static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void *dest,
+                    tv__io_req *req, tv_error *err)
+{
+    int rc;
+    const tensor_plan *p = &m->t[i];
+    tv__snap_shard_info sh;
+    if ((rc = tv__snap_shard(&m->snap, p->shard, &sh, err)))
+        return rc;
+    memset(req, 0, sizeof(*req));
+    req->len = len;
+    req->dest = dest;
+    for (uint32_t r = 0; r < sh.n_replicas && r < TV__IO_MAX_REPLICAS; r++) {
+        tv__snap_replica_info rp;
+        if ((rc = tv__snap_replica(&m->snap, sh.first_replica + r, &rp, err)))
+            return rc;
+        uint64_t off;
+        if (tv__add_u64(rp.base_off, sh.data_off, &off) || tv__add_u64(off, p->begin, &off) ||
+            tv__add_u64(off, rel_off, &off))
+            return tv__seterr(err, TV_E_OVERFLOW, "tensor '%.*s': offset overflows",
+                              (int)p->name_len, p->name);
+        req->src[req->n_src++] = (tv__io_src){.dev = rp.device, .off = off};
+    }
+    return 0;
+}
+
+static int run_one(tv_model *m, tv__io_req *req, const tv__io_sink *sink, const char *name,
+                   tv_error *err)
+{
+    int rc = tv__io_run(m->io, req, 1, sink, err);
+    if (rc == 0 && req->result)
+        rc = req->result;
+    if (rc && err && !strstr(err->msg, name)) {
+        char msg[sizeof(err->msg) + 300];
+        snprintf(msg, sizeof(msg), "tensor '%.256s': %s", name, err->msg);
+        memcpy(err->msg, msg, sizeof(err->msg) - 1);
+        err->msg[sizeof(err->msg) - 1] = '\0';
+    }
+    return rc;
+}
+
+TV_API int tv_read_into(tv_model *m, const char *name, void *dest, size_t dest_len, tv_error *err)
+{
+    size_t i;
+    int rc = lookup(m, name, &i, err);
+    if (rc)
+        return rc;
+    uint64_t nbytes = m->t[i].end - m->t[i].begin;
+    if ((!dest && nbytes) || dest_len < nbytes)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "tensor '%s' needs %llu bytes; destination %p has %zu", name,
+                          (unsigned long long)nbytes, dest, dest_len);
+    tv__io_req req;
+    if ((rc = fill_req(m, i, 0, nbytes, dest, &req, err)))
+        return rc;
+    return run_one(m, &req, NULL, name, err);
+}
+
+static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *sink, tv_error *err)
+{
+    int rc = 0, first = 0;
+    if (!m || (!reqs && n))
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    tv__io_req *io = calloc(n ? n : 1, sizeof(*io));
+    size_t *map = calloc(n ? n : 1, sizeof(*map));
+    if (!io || !map) {
+        free(io);
+        free(map);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    size_t k = 0;
+    tv_error first_err = {0};
+    for (size_t j = 0; j < n; j++) {
+        size_t i = reqs[j].index;
+        tv_error e = {0};
+        int r = 0;
+        if (reqs[j].name)
+            r = lookup(m, reqs[j].name, &i, &e);
+        else if (i >= m->snap.n_tensors)
+            r = tv__seterr(&e, TV_E_INVALID_ARG, "request %zu: tensor index %zu out of range", j,
+                           i);
+        if (!r) {
+            uint64_t nbytes = m->t[i].end - m->t[i].begin;
+            if ((!reqs[j].dest && nbytes) || reqs[j].dest_len < nbytes)
+                r = tv__seterr(&e, TV_E_INVALID_ARG,
+                               "request %zu (tensor '%.*s'): needs %llu bytes, destination has "
+                               "%zu",
+                               j, (int)m->t[i].name_len, m->t[i].name,
+                               (unsigned long long)nbytes, reqs[j].dest_len);
+            else
+                r = fill_req(m, i, 0, nbytes, reqs[j].dest, &io[k], &e);
+        }
+        reqs[j].result = r;
+        if (r) {
+            if (!first) {
+                first = r;
+                first_err = e;
+            }
+            continue;
+        }
+        map[k++] = j;
+    }
+    tv_error e = {0};
+    rc = tv__io_run(m->io, io, k, sink, &e);
+    for (size_t q = 0; q < k; q++)
+        reqs[map[q]].result = io[q].result;
+    if (rc && !first) {
+        first = rc;
+        first_err = e;
+    }
+    for (size_t j = 0; j < n && !first; j++)
+        if (reqs[j].result) {
+            first = reqs[j].result;
+            tv__seterr(&first_err, first, "request %zu failed: %s", j, tv_strerror(first));
+        }
+    if (first && err)
+        *err = first_err;
+    free(io);
+    free(map);
+    return first;
+}
+
+TV_API int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err)
+{
+    return batch(m, reqs, n, NULL, err);
+}
+
+TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1, void *dest,
+                        size_t dest_len, tv_error *err)
+{
+    size_t i;
+    int rc = lookup(m, name, &i, err);
+    if (rc)
+        return rc;
+    const tensor_plan *p = &m->t[i];
+    if (p->rank == 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' is a scalar: no rows", name);
+    uint64_t rows = m->dims[p->dims_at];
+    if (r0 > r1 || r1 > rows)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)",
+                          name, (unsigned long long)r0, (unsigned long long)r1,
+                          (unsigned long long)rows);
+    if (r0 == r1)
+        return 0;
+    /* Bits per row: elements of one row x dtype bits; rows of a sub-byte
+     * dtype are addressable only when they are whole bytes. */
+    uint64_t row_elems = 1, row_bits;
+    for (uint32_t d = 1; d < p->rank; d++)
+        if (tv__mul_u64(row_elems, m->dims[p->dims_at + d], &row_elems))
+            return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
+    if (tv__mul_u64(row_elems, tv_dtype_bits(p->dtype), &row_bits))
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
+    if (row_bits % 8)
+        return tv__seterr(err, TV_E_ST_NOT_BYTE_ADDRESSABLE,
+                          "tensor '%s': a row of %s is %llu bits, not whole bytes", name,
+                          tv_dtype_name(p->dtype), (unsigned long long)row_bits);
+    uint64_t row_len = row_bits / 8, off, len;
+    if (tv__mul_u64(r0, row_len, &off) || tv__mul_u64(r1 - r0, row_len, &len))
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row range overflows", name);
+    if (!dest || dest_len < len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' rows [%llu, %llu) need %llu bytes; "
+                          "destination has %zu", name, (unsigned long long)r0,
+                          (unsigned long long)r1, (unsigned long long)len, dest_len);
+    tv__io_req req;
+    if ((rc = fill_req(m, i, off, len, dest, &req, err)))
+        return rc;
+    return run_one(m, &req, NULL, name, err);
+}
+
+TV_API int tv_read_f32(tv_model *m, const char *name, float *dest, size_t dest_len, tv_error *err)
+{
+    size_t i;
+    int rc = lookup(m, name, &i, err);
+    if (rc)
+        return rc;
+    const tensor_plan *p = &m->t[i];
+    uint64_t nbytes = p->end - p->begin;
+    float probe;
+    if (tv_convert_f32(p->dtype, &probe, 0, &probe) != 0)
+        return tv__seterr(err, TV_E_NOT_SUPPORTED, "tensor '%s': no float32 conversion from %s",
+                          name, tv_dtype_name(p->dtype));
+    uint64_t need;
+    if (tv__mul_u64(p->n_elements, 4, &need) || !dest || dest_len < need)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' as float32 needs %llu bytes; "
+                          "destination has %zu", name,
+                          (unsigned long long)(p->n_elements * 4), dest_len);
+    if (p->dtype == TV_DTYPE_F32)
+        return tv_read_into(m, name, dest, dest_len, err);
+    void *raw = malloc(nbytes ? nbytes : 1);
+    if (!raw)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    rc = tv_read_into(m, name, raw, nbytes, err);
+    if (!rc)
+        rc = tv_convert_f32(p->dtype, raw, p->n_elements, dest);
+    free(raw);
+    return rc;
+}
+
+struct tv_tensor_impl {
+    tv_tensor pub;
+    void *arena;
+    uint64_t shape[TV_ST_MAX_RANK];
+};
+
+TV_API int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_error *err)
+{
+    size_t i;
+    int rc;
+    if (!out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    if ((rc = lookup(m, name, &i, err)))
+        return rc;
+    const tensor_plan *p = &m->t[i];
+    uint64_t nbytes = p->end - p->begin, arena_len;
+    uint32_t a = m->max_io_align ? m->max_io_align : 4096;
+    /* Headroom for the envelope on either side of the payload. */
+    if (tv__add_u64(nbytes, 2ull * a, &arena_len) || tv__align_up_u64(arena_len, a, &arena_len))
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s' too large", name);
+    struct tv_tensor_impl *t = calloc(1, sizeof(*t));
+    if (!t)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (posix_memalign(&t->arena, a, (size_t)arena_len)) {
+        free(t);
+        return tv__seterr(err, -ENOMEM, "out of memory for a %llu-byte tensor",
+                          (unsigned long long)arena_len);
+    }
+    uint64_t skip = 0;
+    tv__io_req req;
+    if ((rc = fill_req(m, i, 0, nbytes, t->arena, &req, err)))
+        goto fail;
+    req.envelope_into_dest = true;
+    req.payload_skip = &skip;
+    if ((rc = run_one(m, &req, NULL, name, err)))
+        goto fail;
+    if (skip + nbytes > arena_len) {
+        rc = tv__seterr(err, TV_E_INTERNAL, "tensor '%s': envelope larger than the arena", name);
+        goto fail;
+    }
+    memcpy(t->shape, m->dims + p->dims_at, sizeof(uint64_t) * p->rank);
+    t->pub.data = (const uint8_t *)t->arena + skip;
+    t->pub.nbytes = nbytes;
+    t->pub.dtype = p->dtype;
+    t->pub.rank = p->rank;
+    t->pub.shape = t->shape;
+    *out = &t->pub;
+    return 0;
+fail:
+    free(t->arena);
+    free(t);
+    return rc;
+}
+
+TV_API void tv_tensor_free(tv_tensor *pub)
+{
+    if (!pub)
+        return;
+    struct tv_tensor_impl *t = (struct tv_tensor_impl *)pub;
+    free(t->arena);
+    free(t);
+}
+
+TV_API bool tv_cuda_available(void)
+{
+    return tv__cuda_available();
+}
+
+static int cuda_batch(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv_error *err)
+{
+    tv__cuda_sink *cs = NULL;
+    int rc = tv__cuda_sink_create(stream, 1024, &cs, err);
+    if (rc)
+        return rc;
+    for (size_t j = 0; j < n; j++)
+        if (reqs[j].dest && (rc = tv__cuda_check_dest(reqs[j].dest, reqs[j].dest_len, err))) {
+            tv__cuda_sink_destroy(cs);
+            return rc;
+        }
+    tv__io_sink sink;
+    tv__cuda_sink_bind(cs, &sink);
+    rc = batch(m, reqs, n, &sink, err);
+    tv__cuda_sink_destroy(cs);
+    return rc;
+}
+
+TV_API int tv_read_batch_cuda(tv_model *m, tv_read_req *reqs, size_t n, void *stream,
+                              tv_error *err)
+{
+    return cuda_batch(m, reqs, n, stream, err);
+}
+
+TV_API int tv_read_into_cuda(tv_model *m, const char *name, void *dev_ptr, size_t dev_len,
+                             void *stream, tv_error *err)
+{
+    tv_read_req r = {.name = name, .dest = dev_ptr, .dest_len = dev_len};
+    return cuda_batch(m, &r, 1, stream, err);
+}

@@ -1,0 +1,113 @@
+/* Snapshot files in a store directory, readable without SQLite:
+ *
+ *   DIR/snapshots/<escaped model>/<gen>.tvsnap   one immutable image per generation
+ *   DIR/snapshots/<escaped model>/active         text: the active generation number
+ *
+ * Invariants:
+ *   - every file appears atomically (temporary file, fdatasync, rename,
+ *     fsync of the directory), so a reader sees a whole file or none;
+ *   - a generation's file is never replaced in place: writing one that
+ *     exists fails with -EEXIST (a reader's flock on it stays meaningful);
+ *   - a reader holds a shared flock on the file it opened for its whole
+ *     lifetime: that lock is the reader lease. tv__snapfile_remove takes the
+ *     exclusive lock without waiting and unlinks under it, so it never
+ *     removes a leased file, and a reader that opened the file just before
+ *     the unlink notices (link count 0) and does not use it;
+ *   - escaping is injective: '/', '%', control bytes (< 0x20, 0x7f) and a
+ *     leading '.' become %XX (upper-case hex); when the result would exceed
+ *     TV__SNAPFILE_ESCAPED_MAX bytes it becomes a %XX-safe prefix of at
+ *     most 128 bytes + "%~" + the SHA-256 (hex) of the name, which no plain
+ *     escape contains. Escaped names never start with '.', so temporary
+ *     files (".tmp-*") never collide with them.
+ * Only the store's writer (holder of DIR/lock) writes or removes these
+ * files. Paths are at most TV__SNAPFILE_PATH_MAX bytes including the NUL. */
+#ifndef TV_STORE_SNAPFILE_H
+#define TV_STORE_SNAPFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/internal.h"
+
+#define TV__SNAPFILE_DIR         "snapshots"
+#define TV__SNAPFILE_EXT         ".tvsnap"
+#define TV__SNAPFILE_ACTIVE      "active"
+#define TV__SNAPFILE_TMP_PREFIX  ".tmp-"
+#define TV__SNAPFILE_ESCAPED_MAX 200 /* longer escapes use the hashed form */
+#define TV__SNAPFILE_PATH_MAX    4096
+#define TV__SNAPFILE_MAX_LEN     (1ull << 30) /* largest image a reader loads */
+
+/* Escapes model (NUL-terminated, non-empty) into out (out_len >=
+ * TV__SNAPFILE_ESCAPED_MAX + 1 always suffices). Returns 0;
+ * TV_E_INVALID_ARG (NULL or empty model); -ENAMETOOLONG (out too small);
+ * -ENOMEM. */
+int tv__snapfile_escape(const char *model, char *out, size_t out_len, tv_error *err);
+
+/* DIR/snapshots/<escaped>, DIR/snapshots/<escaped>/<gen>.tvsnap (gen > 0)
+ * and DIR/snapshots/<escaped>/active. Return 0; TV_E_INVALID_ARG (NULL
+ * argument, gen <= 0); -ENAMETOOLONG; -ENOMEM. */
+int tv__snapfile_model_dir(const char *dir, const char *model, char *out, size_t out_len,
+                           tv_error *err);
+int tv__snapfile_path(const char *dir, const char *model, int64_t gen, char *out, size_t out_len,
+                      tv_error *err);
+int tv__snapfile_active_path(const char *dir, const char *model, char *out, size_t out_len,
+                             tv_error *err);
+
+/* Sets *exists. Returns 0, the path errors, or -errno from stat (not
+ * ENOENT). */
+int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *exists,
+                        tv_error *err);
+
+/* Writes generation gen's image atomically (creating DIR/snapshots and the
+ * model directory if needed, mode 0755; the file is 0644). Returns 0;
+ * -EEXIST when the generation's file already exists (never replaced);
+ * TV_E_INVALID_ARG (NULL buf, len 0, gen <= 0); the path errors; -errno
+ * from mkdir/open/pwrite/fdatasync/rename/fsync (pwrite and fdatasync go
+ * through tv__sys). On failure the temporary file is removed. */
+int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const void *buf, size_t len,
+                       tv_error *err);
+
+/* Points the model's active pointer at gen (text "<gen>\n", written
+ * atomically, replacing the old pointer); gen 0 removes the pointer (absent
+ * is fine). Returns 0; TV_E_INVALID_ARG (gen < 0); the path errors; -errno. */
+int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, tv_error *err);
+
+/* Reads the active pointer. Returns 0 and *gen > 0; TV_E_NOT_FOUND (no
+ * pointer: the model has no active generation or does not exist);
+ * TV_E_SNAPSHOT (the pointer is not a positive decimal number with an
+ * optional newline); the path errors; -errno. */
+int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err);
+
+/* Opens generation gen (0 = the one the active pointer names; the pointer is
+ * re-read if that file vanished under it), takes a SHARED flock on it (the
+ * reader lease: keep *fd open for the reader's lifetime, close it to
+ * release) and reads it fully into *buf (malloc'd, *len bytes; free with
+ * free()). Validation of the bytes is tv__snap_open's job.
+ * Returns 0; TV_E_NOT_FOUND (no such file, no active pointer, or the file
+ * was removed by gc while opening); TV_E_SNAPSHOT (not a regular file, over
+ * TV__SNAPFILE_MAX_LEN, or shorter than its size when read); TV_E_INVALID_ARG;
+ * the path errors; -ENOMEM; -errno from open/flock/fstat/pread. On failure
+ * *fd is -1 and *buf NULL. */
+int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd, void **buf,
+                      size_t *len, tv_error *err);
+
+/* For gc: tries LOCK_EX|LOCK_NB on a new open file description of the
+ * generation's file and releases it at once. *leased = true when a reader
+ * holds a shared lock; false when none does or the file does not exist.
+ * Returns 0, TV_E_INVALID_ARG, the path errors, or -errno. */
+int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, bool *leased,
+                               tv_error *err);
+
+/* Removes the generation's file under the exclusive lock (taken without
+ * waiting), then fsyncs the directory. A missing file is success.
+ * Returns 0; TV_E_LEASED (a reader holds it: nothing removed);
+ * TV_E_INVALID_ARG; the path errors; -errno. */
+int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_error *err);
+
+/* Removes leftover temporary files (".tmp-*") of interrupted writes in the
+ * model's directory. Call only as the store's writer. A missing directory
+ * is success. *n (may be NULL) receives the count. Returns 0 or -errno. */
+int tv__snapfile_clean_temps(const char *dir, const char *model, size_t *n, tv_error *err);
+
+#endif

@@ -1,0 +1,484 @@
+/* Manifest snapshots of a store's generations: registry rows -> tv__snap_in
+ * -> one image per generation under DIR/snapshots. See snapbuild.h for the
+ * invariants. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "import/snapbuild.h"
+#include "store/snapfile.h"
+#include "store/snapshot.h"
+
+/* ---- registry rows -> builder input ------------------------------------- */
+
+static int hex_nibble(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Exactly 2 * n hex digits (dashes skipped when allow_dash) -> n bytes. */
+static int unhex_exact(const char *s, uint8_t *out, size_t n, bool allow_dash)
+{
+    size_t j = 0;
+    if (!s)
+        return -1;
+    for (size_t i = 0; s[i]; i++) {
+        if (allow_dash && s[i] == '-')
+            continue;
+        int hi = hex_nibble(s[i]), lo = s[i + 1] ? hex_nibble(s[i + 1]) : -1;
+        if (hi < 0 || lo < 0 || j == n)
+            return -1;
+        out[j++] = (uint8_t)(hi << 4 | lo);
+        i++;
+    }
+    return j == n ? 0 : -1;
+}
+
+/* Lenient hex for identity fields (same rule as the store's label check:
+ * a missing or short value leaves zeros). */
+static void unhex_lenient(const char *s, uint8_t *out, size_t n)
+{
+    memset(out, 0, n);
+    for (size_t i = 0; s && i < n && s[2 * i] && s[2 * i + 1]; i++) {
+        int hi = hex_nibble(s[2 * i]), lo = hex_nibble(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            break;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+}
+
+/* A device row -> the snapshot's device record, mapping the uuid text and
+ * the identity JSON the way the store maps them to label fields. */
+static int device_in_from_row(const tv__reg_device *row, tv__snap_device_in *d, tv_error *err)
+{
+    memset(d, 0, sizeof *d);
+    if (unhex_exact(row->uuid, d->uuid, sizeof d->uuid, true))
+        return tv__seterr(err, TV_E_REGISTRY, "device %lld: malformed uuid '%s' in registry",
+                          (long long)row->id, row->uuid);
+    if (!strcmp(row->kind, "file"))
+        d->kind = TV_DEV_FILE;
+    else if (!strcmp(row->kind, "block"))
+        d->kind = TV_DEV_BLOCK;
+    else if (!strcmp(row->kind, "nvme"))
+        d->kind = TV_DEV_NVME;
+    else
+        return tv__seterr(err, TV_E_REGISTRY, "device %lld: unknown kind '%s' in registry",
+                          (long long)row->id, row->kind);
+    if (row->lba_size > UINT32_MAX || row->io_align > UINT32_MAX)
+        return tv__seterr(err, TV_E_REGISTRY, "device %lld: lba size or io_align out of range",
+                          (long long)row->id);
+    d->path = row->path;
+    d->lba_size = (uint32_t)row->lba_size;
+    d->io_align = (uint32_t)row->io_align;
+    d->object_align = row->object_align;
+    d->size_bytes = row->size_bytes;
+    d->region_off = row->region_off;
+    d->region_len = row->region_len;
+    d->data_off = row->data_off;
+    json_error_t je;
+    json_t *id = json_loads(row->identity, 0, &je);
+    if (id) {
+        const char *serial = json_string_value(json_object_get(id, "serial"));
+        const char *model = json_string_value(json_object_get(id, "model"));
+        /* Zero-padded, not NUL-terminated when full: as in the label. */
+        if (serial)
+            memcpy(d->serial, serial, strnlen(serial, sizeof d->serial));
+        if (model)
+            memcpy(d->model, model, strnlen(model, sizeof d->model));
+        d->nsid = (uint32_t)json_integer_value(json_object_get(id, "nsid"));
+        unhex_lenient(json_string_value(json_object_get(id, "nguid")), d->nguid, sizeof d->nguid);
+        unhex_lenient(json_string_value(json_object_get(id, "eui64")), d->eui64, sizeof d->eui64);
+        json_decref(id);
+    }
+    return 0;
+}
+
+typedef struct build_mem {
+    tv__reg_manifest *m;
+    int64_t *dev_ids;
+    tv__reg_device *dev_rows;
+    tv__snap_device_in *devs;
+    tv__snap_shard_in *shards;
+    tv__snap_replica_in *reps;
+    tv__snap_tensor_in *tensors;
+} build_mem;
+
+static void build_mem_free(build_mem *b)
+{
+    tv__reg_manifest_free(b->m);
+    free(b->dev_ids);
+    free(b->dev_rows);
+    free(b->devs);
+    free(b->shards);
+    free(b->reps);
+    free(b->tensors);
+    memset(b, 0, sizeof *b);
+}
+
+/* Builds generation gen (0 = active) with the given hash seed (0 = random).
+ * *g receives the generation row (its model name and number name the file). */
+static int build_image(tv__store *st, const char *model, int64_t gen, uint64_t seed,
+                       tv__reg_generation *g, void **buf, size_t *len, tv_error *err)
+{
+    build_mem b = {0};
+    size_t n_reps = 0, n_devs = 0;
+    int rc;
+    *buf = NULL;
+    *len = 0;
+    if ((rc = tv__reg_generation_get(st->reg, model, gen, g, err)))
+        return rc;
+    if (g->state != TV__GEN_READY && g->state != TV__GEN_RETIRED)
+        return tv__seterr(err, TV_E_STATE,
+                          "model '%s' generation %lld is %s: only ready and "
+                          "retired generations have snapshots",
+                          g->model, (long long)g->number, tv__gen_state_name(g->state));
+    if ((rc = tv__reg_tensors_list(st->reg, g->id, &b.m, err)))
+        return rc;
+    const tv__reg_manifest *m = b.m;
+    for (size_t i = 0; i < m->n_shards; i++)
+        n_reps += m->shards[i].n_replicas;
+    if ((n_reps && (!(b.dev_ids = calloc(n_reps, sizeof *b.dev_ids)) ||
+                    !(b.reps = calloc(n_reps, sizeof *b.reps)))) ||
+        (m->n_shards && !(b.shards = calloc(m->n_shards, sizeof *b.shards))) ||
+        (m->n_tensors && !(b.tensors = calloc(m->n_tensors, sizeof *b.tensors)))) {
+        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+        goto done;
+    }
+    /* Devices holding a committed replica, in first-seen order. */
+    for (size_t i = 0; i < m->n_shards; i++) {
+        for (size_t r = 0; r < m->shards[i].n_replicas; r++) {
+            const tv__reg_replica *rp = &m->shards[i].replicas[r];
+            size_t k = 0;
+            while (k < n_devs && b.dev_ids[k] != rp->device_id)
+                k++;
+            if (rp->committed && k == n_devs)
+                b.dev_ids[n_devs++] = rp->device_id;
+        }
+    }
+    if (n_devs && (!(b.dev_rows = calloc(n_devs, sizeof *b.dev_rows)) ||
+                   !(b.devs = calloc(n_devs, sizeof *b.devs)))) {
+        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < n_devs; k++) {
+        if ((rc = tv__reg_device_get(st->reg, b.dev_ids[k], &b.dev_rows[k], err)) ||
+            (rc = device_in_from_row(&b.dev_rows[k], &b.devs[k], err)))
+            goto done;
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        const tv__reg_shard *sh = &m->shards[i];
+        tv__snap_shard_in *out = &b.shards[i];
+        out->name = sh->name;
+        out->file_len = sh->file_len;
+        out->header_len = sh->header_len;
+        if (unhex_exact(sh->sha256, out->sha256, sizeof out->sha256, false)) {
+            rc = tv__seterr(err, TV_E_REGISTRY, "shard '%s': malformed sha256 '%s' in registry",
+                            sh->name, sh->sha256);
+            goto done;
+        }
+        out->replicas = b.reps ? b.reps + used : NULL;
+        for (size_t r = 0; r < sh->n_replicas; r++) {
+            const tv__reg_replica *rp = &sh->replicas[r];
+            if (!rp->committed)
+                continue;
+            uint32_t k = 0;
+            while (b.dev_ids[k] != rp->device_id)
+                k++;
+            b.reps[used++] = (tv__snap_replica_in){.device = k,
+                                                   .object_id = rp->object_id,
+                                                   .base_off = rp->base_off,
+                                                   .alloc_len = rp->alloc_len};
+            out->n_replicas++;
+        }
+        if (out->n_replicas == 0) {
+            rc = tv__seterr(err, TV_E_STATE,
+                            "model '%s' generation %lld: shard '%s' has no "
+                            "committed object (freed by gc?)",
+                            g->model, (long long)g->number, sh->name);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tv__reg_tensor *t = &m->tensors[i];
+        b.tensors[i] = (tv__snap_tensor_in){.name = t->name,
+                                            .name_len = t->name_len,
+                                            .dtype = t->dtype,
+                                            .rank = t->rank,
+                                            .shape = t->shape,
+                                            .shard = t->shard_idx,
+                                            .begin_off = t->begin_off,
+                                            .end_off = t->end_off};
+    }
+    tv__snap_in in = {.model = g->model,
+                      .generation = g->number,
+                      .n_devices = n_devs,
+                      .devices = b.devs,
+                      .n_shards = m->n_shards,
+                      .shards = b.shards,
+                      .n_tensors = m->n_tensors,
+                      .tensors = b.tensors,
+                      .hash_seed = seed};
+    rc = tv__snap_build(&in, buf, len, err);
+done:
+    build_mem_free(&b);
+    return rc;
+}
+
+int tv__store_build_snapshot(tv__store *st, const char *model, int64_t gen, void **buf, size_t *len,
+                             tv_error *err)
+{
+    tv__reg_generation g;
+    if (!st || !model || !buf || !len || gen < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_build_snapshot: bad argument");
+    return build_image(st, model, gen, 0, &g, buf, len, err);
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+/* The file of g exists: keep it when it is valid and equal to what the
+ * registry says now (rebuilt with the file's own hash seed, the image must
+ * match byte for byte), else replace it unless a reader holds it. */
+static int reconcile_existing(tv__store *st, const tv__reg_generation *g, const void *fresh,
+                              size_t fresh_len, tv_error *err)
+{
+    int fd = -1, rc;
+    void *old = NULL, *again = NULL;
+    size_t old_len = 0, again_len = 0;
+    tv__reg_generation g2;
+    tv__snap s;
+    tv_error e2 = {0};
+    rc = tv__snapfile_open(st->dir, g->model, g->number, &fd, &old, &old_len, &e2);
+    if (fd >= 0)
+        close(fd);            /* our own shared lock would block the removal below */
+    if (rc == TV_E_NOT_FOUND) /* vanished meanwhile: write it */
+        return tv__snapfile_write(st->dir, g->model, g->number, fresh, fresh_len, err);
+    if (rc == 0 && tv__snap_open(old, old_len, TV__SNAP_VERIFY_CHECKSUM, &s, &e2) == 0 &&
+        s.hash_seed != 0 &&
+        build_image(st, g->model, g->number, s.hash_seed, &g2, &again, &again_len, &e2) == 0 &&
+        again_len == old_len && memcmp(again, old, old_len) == 0) {
+        free(old);
+        free(again);
+        return 0;
+    }
+    free(old);
+    free(again);
+    tv__log(TV_LOG_WARN,
+            "store %s: snapshot of model '%s' generation %lld is stale or corrupt "
+            "(%s): replacing it unless a reader holds it",
+            st->dir, g->model, (long long)g->number,
+            e2.msg[0] ? e2.msg : "differs from the registry");
+    if ((rc = tv__snapfile_remove(st->dir, g->model, g->number, err)))
+        return rc;
+    return tv__snapfile_write(st->dir, g->model, g->number, fresh, fresh_len, err);
+}
+
+int tv__store_write_snapshot(tv__store *st, const char *model, int64_t gen, tv_error *err)
+{
+    tv__reg_generation g;
+    void *buf = NULL;
+    size_t len = 0;
+    if (!st || !model || gen < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_write_snapshot: bad argument");
+    int rc = build_image(st, model, gen, 0, &g, &buf, &len, err);
+    if (rc)
+        return rc;
+    rc = tv__snapfile_write(st->dir, g.model, g.number, buf, len, err);
+    if (rc == -EEXIST)
+        rc = reconcile_existing(st, &g, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+int tv__store_write_active(tv__store *st, const char *model, tv_error *err)
+{
+    int64_t number = 0;
+    bool exists = false;
+    tv_error e2 = {0};
+    if (!st || !model)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_write_active: NULL argument");
+    int rc = tv__reg_active_generation(st->reg, model, &number, &e2);
+    if (rc == TV_E_NOT_FOUND)
+        return tv__snapfile_write_active(st->dir, model, 0, err);
+    if (rc) {
+        if (err)
+            *err = e2;
+        return rc;
+    }
+    if ((rc = tv__snapfile_exists(st->dir, model, number, &exists, err)))
+        return rc;
+    if (!exists && (rc = tv__store_write_snapshot(st, model, number, err)))
+        return rc;
+    return tv__snapfile_write_active(st->dir, model, number, err);
+}
+
+static void keep_first(int *first, tv_error *err, int rc, const tv_error *e)
+{
+    if (rc && !*first) {
+        *first = rc;
+        if (err)
+            *err = *e;
+    }
+}
+
+int tv__store_sync_snapshots(tv__store *st, tv_error *err)
+{
+    tv__reg_model *models = NULL;
+    size_t n_models = 0;
+    int first = 0, rc;
+    if (!st)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_sync_snapshots: NULL argument");
+    if ((rc = tv__reg_models_list(st->reg, &models, &n_models, err)))
+        return rc;
+    for (size_t i = 0; i < n_models; i++) {
+        const char *name = models[i].name;
+        tv__reg_generation *gens = NULL;
+        size_t n_gens = 0, n_tmp = 0;
+        tv_error e = {0};
+        rc = tv__snapfile_clean_temps(st->dir, name, &n_tmp, &e);
+        keep_first(&first, err, rc, &e);
+        if ((rc = tv__reg_generations_list(st->reg, name, &gens, &n_gens, &e))) {
+            keep_first(&first, err, rc, &e);
+            continue;
+        }
+        for (size_t j = 0; j < n_gens; j++) {
+            bool exists = true;
+            if (gens[j].state != TV__GEN_READY && gens[j].state != TV__GEN_RETIRED)
+                continue;
+            if ((rc = tv__snapfile_exists(st->dir, name, gens[j].number, &exists, &e))) {
+                keep_first(&first, err, rc, &e);
+                continue;
+            }
+            if (exists)
+                continue;
+            rc = tv__store_write_snapshot(st, name, gens[j].number, &e);
+            if (rc == TV_E_STATE && gens[j].state == TV__GEN_RETIRED)
+                continue; /* its objects were freed: nothing left to read */
+            if (rc)
+                tv__log(TV_LOG_WARN, "store %s: snapshot of model '%s' generation %lld: %s",
+                        st->dir, name, (long long)gens[j].number, e.msg);
+            else
+                tv__log(TV_LOG_INFO,
+                        "store %s: wrote missing snapshot of model '%s' "
+                        "generation %lld",
+                        st->dir, name, (long long)gens[j].number);
+            keep_first(&first, err, rc, &e);
+        }
+        free(gens);
+        rc = tv__store_write_active(st, name, &e);
+        keep_first(&first, err, rc, &e);
+    }
+    free(models);
+    return first;
+}
+
+int tv__store_snapshot_leased(tv__store *st, const char *model, int64_t gen, bool *leased,
+                              tv_error *err)
+{
+    if (!st)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_snapshot_leased: NULL argument");
+    return tv__snapfile_try_exclusive(st->dir, model, gen, leased, err);
+}
+
+int tv__store_remove_snapshot(tv__store *st, const char *model, int64_t gen, tv_error *err)
+{
+    if (!st)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_remove_snapshot: NULL argument");
+    return tv__snapfile_remove(st->dir, model, gen, err);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether id is among the sorted ids. */
+static const int64_t *find_id(const int64_t *ids, size_t n, int64_t id)
+{
+    return n ? bsearch(&id, ids, n, sizeof *ids, cmp_i64) : NULL;
+}
+
+/* Whether manifest m binds any of the objects to free (ids: their sorted
+ * ids); with mark, also sets keep[k] for each such object objs[k]. */
+static bool touches(const tv__reg_manifest *m, const tv__reg_object *objs, const int64_t *ids,
+                    size_t n, bool *keep, bool mark)
+{
+    bool any = false;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        for (size_t r = 0; r < m->shards[i].n_replicas; r++) {
+            if (!find_id(ids, n, m->shards[i].replicas[r].object_id))
+                continue;
+            any = true;
+            if (!mark)
+                return true;
+            for (size_t k = 0; k < n; k++)
+                if (objs[k].id == m->shards[i].replicas[r].object_id)
+                    keep[k] = true;
+        }
+    }
+    return any;
+}
+
+int tv__store_gc_snapshots(tv__store *st, const tv__reg_object *objs, size_t n, bool *keep,
+                           tv_error *err)
+{
+    tv__reg_model *models = NULL;
+    size_t n_models = 0;
+    int64_t *ids = NULL;
+    int rc;
+    if (!st || (n && (!objs || !keep)))
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_gc_snapshots: NULL argument");
+    if (n == 0)
+        return 0;
+    if (!(ids = malloc(n * sizeof *ids)))
+        return tv__seterr(err, -ENOMEM, "gc: out of memory");
+    for (size_t k = 0; k < n; k++)
+        ids[k] = objs[k].id;
+    qsort(ids, n, sizeof *ids, cmp_i64);
+    if ((rc = tv__reg_models_list(st->reg, &models, &n_models, err)))
+        goto done;
+    for (size_t i = 0; !rc && i < n_models; i++) {
+        tv__reg_generation *gens = NULL;
+        size_t n_gens = 0;
+        if ((rc = tv__reg_generations_list(st->reg, models[i].name, &gens, &n_gens, err)))
+            break;
+        for (size_t j = 0; !rc && j < n_gens; j++) {
+            tv__reg_manifest *m = NULL;
+            if (gens[j].state != TV__GEN_RETIRED)
+                continue;
+            if ((rc = tv__reg_tensors_list(st->reg, gens[j].id, &m, err)))
+                break;
+            if (touches(m, objs, ids, n, keep, false)) {
+                tv_error e2 = {0};
+                rc = tv__snapfile_remove(st->dir, models[i].name, gens[j].number, &e2);
+                if (rc == TV_E_LEASED) {
+                    tv__log(TV_LOG_INFO,
+                            "gc: model '%s' generation %lld is held by a reader: "
+                            "keeping its objects",
+                            models[i].name, (long long)gens[j].number);
+                    touches(m, objs, ids, n, keep, true);
+                    rc = 0;
+                } else if (rc && err) {
+                    *err = e2;
+                }
+            }
+            tv__reg_manifest_free(m);
+        }
+        free(gens);
+    }
+done:
+    free(models);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,85 @@
+/* Manifest snapshots of a store's generations: built from the registry,
+ * written as files under DIR/snapshots (core/src/store/snapfile.h) so that
+ * readers open a generation without SQLite, and kept in step with the
+ * registry by the writer.
+ *
+ * Invariants:
+ *   - only ready and retired generations whose shards all still have a
+ *     committed object get a snapshot; a generation's file is written once
+ *     and never changes (a file that exists is kept when it is valid and
+ *     equal to what the registry says, and replaced only when stale or
+ *     corrupt and no reader holds it);
+ *   - the active pointer is written only after the active generation's
+ *     snapshot exists, so it never names a missing file;
+ *   - a snapshot file a reader holds (shared flock) is never removed.
+ * Call the writing functions only on a writer store (TV__STORE_WRITE). */
+#ifndef TV_IMPORT_SNAPBUILD_H
+#define TV_IMPORT_SNAPBUILD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "import/store.h"
+
+/* Builds the snapshot image of generation gen of model (0 = the active one)
+ * from the registry (tv__reg_generation_get, tv__reg_tensors_list,
+ * tv__reg_device_get for every device holding a committed replica).
+ * *buf is malloc'd (free with free()).
+ * Returns 0; TV_E_NOT_FOUND (model, generation, or no active one);
+ * TV_E_STATE (the generation is importing or failed, or a shard has no
+ * committed object left, e.g. freed by gc); TV_E_REGISTRY (a device row or
+ * shard hash that cannot be mapped); the errors of tv__snap_build
+ * (TV_E_INVALID_ARG naming the record, TV_E_OVERFLOW); -ENOMEM; the
+ * registry's errors. */
+int tv__store_build_snapshot(tv__store *st, const char *model, int64_t gen, void **buf, size_t *len,
+                             tv_error *err);
+
+/* Builds and writes DIR/snapshots/<model>/<gen>.tvsnap (gen 0 = the active
+ * generation). When the file already exists and is valid and identical to
+ * the registry's manifest, nothing is written; when it is stale or corrupt
+ * it is replaced unless a reader holds it.
+ * Returns 0; TV_E_LEASED (a stale file is held by a reader); the errors of
+ * tv__store_build_snapshot and tv__snapfile_write. */
+int tv__store_write_snapshot(tv__store *st, const char *model, int64_t gen, tv_error *err);
+
+/* Makes DIR/snapshots/<model>/active match the registry: writes the active
+ * generation's snapshot if it is missing, then the pointer; removes the
+ * pointer when the model has no active generation (or does not exist).
+ * Returns 0 or the errors of tv__store_write_snapshot,
+ * tv__snapfile_write_active and the registry. */
+int tv__store_write_active(tv__store *st, const char *model, tv_error *err);
+
+/* Crash repair, for writer open: for every model, removes leftover
+ * temporary files, writes the snapshot of every ready or retired
+ * generation whose file is missing (retired generations whose objects were
+ * freed are skipped), and rewrites the active pointer. Keeps going after a
+ * failure and returns the first error (0 when all went well). */
+int tv__store_sync_snapshots(tv__store *st, tv_error *err);
+
+/* *leased = true when a reader holds the generation's snapshot (shared
+ * flock); false when none does or there is no file. Returns 0 or the errors
+ * of tv__snapfile_try_exclusive. */
+int tv__store_snapshot_leased(tv__store *st, const char *model, int64_t gen, bool *leased,
+                              tv_error *err);
+
+/* Removes the generation's snapshot file under the exclusive lock so that no
+ * reader can open the generation afterwards (call before freeing its
+ * objects). A missing file is success. Returns 0; TV_E_LEASED (a reader
+ * holds it: nothing removed, keep the objects); the errors of
+ * tv__snapfile_remove. */
+int tv__store_remove_snapshot(tv__store *st, const char *model, int64_t gen, tv_error *err);
+
+/* For gc, before it frees objects: objs are the objects it is about to free
+ * (tv__reg_objects_unreferenced). For every retired generation that binds
+ * one of them, removes the generation's snapshot under the exclusive lock,
+ * so no reader can open it afterwards; when a reader holds that snapshot,
+ * sets keep[i] = true for each of objs bound to that generation instead
+ * (those objects must not be freed). keep has n entries, set by the caller
+ * (normally all false). Retired generations with nothing to free keep their
+ * snapshots. On failure the caller must free nothing.
+ * Returns 0 or the registry's and tv__snapfile_remove's errors. */
+int tv__store_gc_snapshots(tv__store *st, const tv__reg_object *objs, size_t n, bool *keep,
+                           tv_error *err);
+
+#endif

@@ -1,0 +1,415 @@
+/* Unit tests of snapshot files in a store directory
+ * (core/src/store/snapfile.c): model-name escaping (HF names with '/',
+ * "../x", control bytes, the hashed form of long names), atomic immutable
+ * writes, the active pointer, the shared-flock reader lease against gc's
+ * exclusive try (flock locks belong to open file descriptions, so a second
+ * open() in this process conflicts like another process would), removal
+ * under the lock (including a reader that opened just before the unlink),
+ * injected write and flush failures, and leftover temporary files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "store/snapfile.h"
+#include "util/sys.h"
+
+static char g_dir[256];
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)type, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/tv-test-snapfile-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tv__sys_reset();
+    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+static void expect_escape(const char *model, const char *want)
+{
+    char out[TV__SNAPFILE_ESCAPED_MAX + 1];
+    tv_error err = {0};
+    assert_int_equal(tv__snapfile_escape(model, out, sizeof out, &err), 0);
+    assert_string_equal(out, want);
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static void test_escape(void **state)
+{
+    (void)state;
+    expect_escape("org/name", "org%2Fname");
+    expect_escape("../x", "%2E.%2Fx");
+    expect_escape(".", "%2E");
+    expect_escape("..", "%2E.");
+    expect_escape("a.b", "a.b");
+    expect_escape("100%", "100%25");
+    expect_escape("a\nb\x7f", "a%0Ab%7F");
+    expect_escape("meta-llama/Llama-3.1-8B", "meta-llama%2FLlama-3.1-8B");
+    expect_escape("caf\xc3\xa9", "caf\xc3\xa9"); /* UTF-8 kept */
+    /* Distinct names stay distinct: "%2F" literally vs "/". */
+    expect_escape("a%2Fb", "a%252Fb");
+
+    /* Long names: hashed form, bounded, distinct, never splitting %XX. */
+    char a[256], b[256], oa[TV__SNAPFILE_ESCAPED_MAX + 1], ob[TV__SNAPFILE_ESCAPED_MAX + 1];
+    memset(a, '/', 255);
+    a[255] = '\0';
+    memcpy(b, a, sizeof b);
+    b[254] = 'x';
+    assert_int_equal(tv__snapfile_escape(a, oa, sizeof oa, NULL), 0);
+    assert_int_equal(tv__snapfile_escape(b, ob, sizeof ob, NULL), 0);
+    assert_true(strlen(oa) <= TV__SNAPFILE_ESCAPED_MAX);
+    assert_non_null(strstr(oa, "%~"));
+    assert_string_not_equal(oa, ob);
+    assert_int_equal((strstr(oa, "%~") - oa) % 3, 0);
+    char c[300];
+    memset(c, 'q', 299);
+    c[299] = '\0';
+    assert_int_equal(tv__snapfile_escape(c, oa, sizeof oa, NULL), 0);
+    assert_int_equal(strlen(oa), 128 + 2 + 64);
+    /* Exactly at the limit: plain. */
+    memset(c, 'q', TV__SNAPFILE_ESCAPED_MAX);
+    c[TV__SNAPFILE_ESCAPED_MAX] = '\0';
+    assert_int_equal(tv__snapfile_escape(c, oa, sizeof oa, NULL), 0);
+    assert_string_equal(oa, c);
+
+    tv_error err = {0};
+    assert_int_equal(tv__snapfile_escape("", oa, sizeof oa, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_escape(NULL, oa, sizeof oa, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_escape("org/name", oa, 10, &err), -ENAMETOOLONG);
+}
+
+static void test_paths(void **state)
+{
+    (void)state;
+    char p[TV__SNAPFILE_PATH_MAX], want[TV__SNAPFILE_PATH_MAX];
+    tv_error err = {0};
+    assert_int_equal(tv__snapfile_path(g_dir, "org/name", 3, p, sizeof p, &err), 0);
+    snprintf(want, sizeof want, "%s/snapshots/org%%2Fname/3.tvsnap", g_dir);
+    assert_string_equal(p, want);
+    assert_int_equal(tv__snapfile_active_path(g_dir, "org/name", p, sizeof p, &err), 0);
+    snprintf(want, sizeof want, "%s/snapshots/org%%2Fname/active", g_dir);
+    assert_string_equal(p, want);
+    assert_int_equal(tv__snapfile_model_dir(g_dir, "../x", p, sizeof p, &err), 0);
+    snprintf(want, sizeof want, "%s/snapshots/%%2E.%%2Fx", g_dir);
+    assert_string_equal(p, want);
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 0, p, sizeof p, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_path(g_dir, "m", -1, p, sizeof p, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 1, p, 8, &err), -ENAMETOOLONG);
+}
+
+static void test_write_read(void **state)
+{
+    (void)state;
+    static const char img[] = "not really a snapshot, but bytes";
+    tv_error err = {0};
+    bool ex = true;
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    char p[TV__SNAPFILE_PATH_MAX];
+
+    assert_int_equal(tv__snapfile_exists(g_dir, "org/name", 1, &ex, &err), 0);
+    assert_false(ex);
+    assert_int_equal(tv__snapfile_open(g_dir, "org/name", 1, &fd, &buf, &len, &err),
+                     TV_E_NOT_FOUND);
+    assert_int_equal(fd, -1);
+    assert_null(buf);
+    assert_int_equal(tv__snapfile_write(g_dir, "org/name", 1, img, sizeof img, &err), 0);
+    assert_int_equal(tv__snapfile_exists(g_dir, "org/name", 1, &ex, &err), 0);
+    assert_true(ex);
+    assert_int_equal(tv__snapfile_path(g_dir, "org/name", 1, p, sizeof p, &err), 0);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_size, sizeof img);
+
+    assert_int_equal(tv__snapfile_open(g_dir, "org/name", 1, &fd, &buf, &len, &err), 0);
+    assert_true(fd >= 0);
+    assert_int_equal(len, sizeof img);
+    assert_memory_equal(buf, img, len);
+    free(buf);
+    close(fd);
+
+    /* Immutable: a second write of the same generation is refused. */
+    assert_int_equal(tv__snapfile_write(g_dir, "org/name", 1, "other", 5, &err), -EEXIST);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_size, sizeof img);
+
+    /* "../x" stays inside DIR/snapshots. */
+    assert_int_equal(tv__snapfile_write(g_dir, "../x", 2, img, sizeof img, &err), 0);
+    char outside[TV__SNAPFILE_PATH_MAX];
+    snprintf(outside, sizeof outside, "%s/x", g_dir);
+    assert_false(exists(outside));
+    snprintf(outside, sizeof outside, "%s/snapshots/%%2E.%%2Fx/2.tvsnap", g_dir);
+    assert_true(exists(outside));
+
+    /* No temporary file left behind. */
+    size_t n = 99;
+    assert_int_equal(tv__snapfile_clean_temps(g_dir, "org/name", &n, &err), 0);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, NULL, 4, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, img, 0, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 0, img, 4, &err), TV_E_INVALID_ARG);
+}
+
+static void test_active(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    int64_t gen = 0;
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 0, &err), 0); /* absent: fine */
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 5, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
+    assert_int_equal(gen, 5);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 12345678901LL, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
+    assert_int_equal(gen, 12345678901LL);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 0, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", -1, &err), TV_E_INVALID_ARG);
+
+    /* Malformed pointers. */
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 1, &err), 0);
+    assert_int_equal(tv__snapfile_active_path(g_dir, "org/m", p, sizeof p, &err), 0);
+    static const char *const bad[] = {
+        "", "0", "0\n", "007\n", "abc", "12x", "12\n\n", "-3", "99999999999999999999\n", " 4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(p, bad[i]);
+        assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), TV_E_SNAPSHOT);
+    }
+    write_file(p, "42");
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
+    assert_int_equal(gen, 42);
+}
+
+static void test_open_active(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, "one", 3, &err), 0);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 2, "two!", 4, &err), 0);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "m", 2, &err), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), 0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(buf, "two!", 4);
+    free(buf);
+    close(fd);
+    /* A pointer to a missing file. */
+    assert_int_equal(tv__snapfile_write_active(g_dir, "m", 3, &err), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), TV_E_NOT_FOUND);
+    assert_int_equal(fd, -1);
+    /* Not a regular file. */
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 3, p, sizeof p, &err), 0);
+    assert_int_equal(mkdir(p, 0700), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 3, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_int_equal(fd, -1);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", -1, &fd, &buf, &len, &err), TV_E_INVALID_ARG);
+}
+
+static void test_lease(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    int fd1 = -1, fd2 = -1;
+    void *b1 = NULL, *b2 = NULL;
+    size_t l1, l2;
+    bool leased = true;
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
+    assert_false(leased); /* no file */
+    assert_int_equal(tv__snapfile_write(g_dir, "org/m", 4, "four", 4, &err), 0);
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
+    assert_false(leased);
+
+    /* Two readers share the lock. */
+    assert_int_equal(tv__snapfile_open(g_dir, "org/m", 4, &fd1, &b1, &l1, &err), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "org/m", 4, &fd2, &b2, &l2, &err), 0);
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
+    assert_true(leased);
+    assert_int_equal(tv__snapfile_remove(g_dir, "org/m", 4, &err), TV_E_LEASED);
+    close(fd1);
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
+    assert_true(leased);
+    close(fd2);
+    free(b1);
+    free(b2);
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
+    assert_false(leased);
+
+    /* try_exclusive released its lock: a reader gets in. */
+    assert_int_equal(tv__snapfile_open(g_dir, "org/m", 4, &fd1, &b1, &l1, &err), 0);
+    close(fd1);
+    free(b1);
+
+    assert_int_equal(tv__snapfile_remove(g_dir, "org/m", 4, &err), 0);
+    bool ex = true;
+    assert_int_equal(tv__snapfile_exists(g_dir, "org/m", 4, &ex, &err), 0);
+    assert_false(ex);
+    assert_int_equal(tv__snapfile_remove(g_dir, "org/m", 4, &err), 0); /* already gone */
+    assert_int_equal(tv__snapfile_open(g_dir, "org/m", 4, &fd1, &b1, &l1, &err), TV_E_NOT_FOUND);
+}
+
+/* A reader that opened the file just before gc unlinked it (gc holding the
+ * exclusive lock) must not use it once it gets its shared lock. */
+typedef struct opener {
+    int rc;
+    int fd;
+} opener;
+
+static void *open_thread(void *arg)
+{
+    opener *o = arg;
+    void *buf = NULL;
+    size_t len = 0;
+    o->rc = tv__snapfile_open(g_dir, "race", 1, &o->fd, &buf, &len, NULL);
+    free(buf);
+    return NULL;
+}
+
+static void test_reader_races_gc(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_write(g_dir, "race", 1, "bytes", 5, &err), 0);
+    assert_int_equal(tv__snapfile_path(g_dir, "race", 1, p, sizeof p, &err), 0);
+    int gc = open(p, O_RDONLY | O_CLOEXEC);
+    assert_true(gc >= 0);
+    assert_int_equal(flock(gc, LOCK_EX), 0);
+    opener o = {.rc = 1, .fd = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, open_thread, &o), 0);
+    usleep(100 * 1000); /* the reader has opened the file and waits for LOCK_SH */
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(flock(gc, LOCK_UN), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    close(gc);
+    assert_int_equal(o.rc, TV_E_NOT_FOUND);
+    assert_int_equal(o.fd, -1);
+}
+
+static ssize_t pwrite_eio(int fd, const void *buf, size_t len, off_t off)
+{
+    (void)fd, (void)buf, (void)len, (void)off;
+    errno = EIO;
+    return -1;
+}
+
+static int fdatasync_eio(int fd)
+{
+    (void)fd;
+    errno = EIO;
+    return -1;
+}
+
+static ssize_t pwrite_short(int fd, const void *buf, size_t len, off_t off)
+{
+    return pwrite(fd, buf, len > 3 ? 3 : len, off); /* loops to completion */
+}
+
+static void test_write_faults(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    bool ex = true;
+    size_t n = 99;
+    tv__sys.pwrite = pwrite_eio;
+    assert_int_equal(tv__snapfile_write(g_dir, "f", 1, "abcdef", 6, &err), -EIO);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "f", 1, &err), -EIO);
+    tv__sys_reset();
+    tv__sys.fdatasync = fdatasync_eio;
+    assert_int_equal(tv__snapfile_write(g_dir, "f", 1, "abcdef", 6, &err), -EIO);
+    tv__sys_reset();
+    assert_int_equal(tv__snapfile_exists(g_dir, "f", 1, &ex, &err), 0);
+    assert_false(ex);
+    int64_t gen;
+    assert_int_equal(tv__snapfile_read_active(g_dir, "f", &gen, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_clean_temps(g_dir, "f", &n, &err), 0);
+    assert_int_equal(n, 0); /* failures removed their temporary files */
+
+    tv__sys.pwrite = pwrite_short;
+    assert_int_equal(tv__snapfile_write(g_dir, "f", 1, "abcdefgh", 8, &err), 0);
+    tv__sys_reset();
+    int fd;
+    void *buf;
+    size_t len;
+    assert_int_equal(tv__snapfile_open(g_dir, "f", 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(len, 8);
+    assert_memory_equal(buf, "abcdefgh", 8);
+    free(buf);
+    close(fd);
+
+    /* Leftovers of a crash mid-write are cleaned; real files are kept. */
+    char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX + 32];
+    assert_int_equal(tv__snapfile_model_dir(g_dir, "f", md, sizeof md, &err), 0);
+    snprintf(p, sizeof p, "%s/.tmp-7-1234-0", md);
+    write_file(p, "partial");
+    snprintf(p, sizeof p, "%s/.tmp-active-1234-1", md);
+    write_file(p, "9\n");
+    assert_int_equal(tv__snapfile_clean_temps(g_dir, "f", &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(tv__snapfile_exists(g_dir, "f", 1, &ex, &err), 0);
+    assert_true(ex);
+    assert_int_equal(tv__snapfile_clean_temps(g_dir, "nothing-here", &n, &err), 0);
+    assert_int_equal(n, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_escape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_races_gc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_faults, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
