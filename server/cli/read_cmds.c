@@ -160,9 +160,69 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Latency mode: `count` reads of one tensor with tv_read_into, each timed;
+ * prints p50 / p99 / max in microseconds. */
+static int latency(tv_model *m, const char *name, unsigned long count, bool json)
+{
+    tv_error err = {0};
+    size_t idx;
+    tv_tensor_desc d;
+    if (count == 0 || count > 10000000) {
+        fprintf(stderr, "tensorvault: bench: bad --count\n");
+        return TV_EXIT_USAGE;
+    }
+    if (tv_model_find(m, name, strlen(name), &idx)) {
+        tv_cli_fail("bench", json, TV_E_NOT_FOUND, "no such tensor");
+        return TV_EXIT_FAIL;
+    }
+    tv_model_tensor(m, idx, &d);
+    void *buf = malloc(d.nbytes ? d.nbytes : 1);
+    double *t = malloc(sizeof(double) * count);
+    if (!buf || !t) {
+        free(buf);
+        free(t);
+        tv_cli_fail("bench", json, -ENOMEM, "out of memory");
+        return TV_EXIT_FAIL;
+    }
+    int rc = 0;
+    for (unsigned long i = 0; i < 10 && !rc; i++)
+        rc = tv_read_into(m, name, buf, d.nbytes, &err);
+    for (unsigned long i = 0; i < count && !rc; i++) {
+        double t0 = now();
+        rc = tv_read_into(m, name, buf, d.nbytes, &err);
+        t[i] = (now() - t0) * 1e6;
+    }
+    if (rc) {
+        tv_cli_fail("bench", json, rc, err.msg);
+    } else {
+        qsort(t, count, sizeof(double), cmp_double);
+        double p50 = t[count / 2], p99 = t[(size_t)((double)count * 0.99)], mx = t[count - 1];
+        if (json) {
+            json_t *o = json_pack("{s:s,s:I,s:I,s:f,s:f,s:f}", "tensor", name, "bytes",
+                                  (json_int_t)d.nbytes, "count", (json_int_t)count, "p50_us", p50,
+                                  "p99_us", p99, "max_us", mx);
+            json_dumpf(o, stdout, JSON_INDENT(2));
+            fputc('\n', stdout);
+            json_decref(o);
+        } else {
+            printf("%s (%" PRIu64 " bytes): %lu reads, p50 %.1f us, p99 %.1f us, max %.1f us\n",
+                   name, d.nbytes, count, p50, p99, mx);
+        }
+    }
+    free(buf);
+    free(t);
+    return rc ? TV_EXIT_FAIL : TV_EXIT_OK;
+}
+
 int tv_cli_bench(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {READ_OPTS, {"--repeat", true, NULL}};
+    tv_cli_opt opts[] = {READ_OPTS, {"--latency", true, NULL}, {"--count", true, NULL}};
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     int u;
     if ((u = tv_cli_parse("bench", argc, argv, &a)))
@@ -184,6 +244,12 @@ int tv_cli_bench(int argc, char **argv)
     if (rc) {
         tv_cli_fail("bench", json, rc, err.msg);
         return TV_EXIT_FAIL;
+    }
+    if (tv_cli_get(&a, "--latency")) {
+        const char *cnt = tv_cli_get(&a, "--count");
+        rc = latency(m, tv_cli_get(&a, "--latency"), cnt ? strtoul(cnt, NULL, 10) : 2000, json);
+        tv_model_close(m);
+        return rc;
     }
     size_t n = tv_model_n_tensors(m);
     uint64_t total = 0, arena_len = 0;

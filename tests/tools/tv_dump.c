@@ -78,7 +78,7 @@ int main(int argc, char **argv)
         if (!strcmp(mode, "into")) {
             rc = tv_read_into(m, d.name, dst, lens[i], &err);
         } else if (!strcmp(mode, "f32")) {
-            rc = tv_read_f32(m, d.name, (float *)(void *)dst, lens[i], &err);
+            rc = tv_read_f32(m, d.name, dst, lens[i], &err);
             if (rc == TV_E_NOT_SUPPORTED)
                 continue;
         } else if (!strcmp(mode, "get")) {

@@ -39,7 +39,7 @@ enum tv_engine {
 typedef struct tv_open_opts {
     int engine;           /* enum tv_engine */
     uint32_t queue_depth; /* in-flight reads; 0 = 32 */
-    size_t chunk_len;     /* bytes per device read; 0 = 4 MiB (rounded to io_align) */
+    size_t chunk_len;     /* bytes per device read; 0 = 1 MiB (rounded to io_align) */
     uint32_t n_threads;   /* pread engine workers; 0 = queue_depth capped at 16 */
     bool no_direct;       /* buffered reads (tests on tmpfs); default O_DIRECT */
 } tv_open_opts;
@@ -109,11 +109,12 @@ int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err);
 int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1, void *dest,
                  size_t dest_len, tv_error *err);
 
-/* Reads a tensor converted to float32 (n_elements floats into dest).
+/* Reads a tensor converted to float32 (n_elements little-endian floats
+ * into dest, which need not be 4-byte aligned).
  * Supported source dtypes: F32 (copy), BF16, F16, F8_E4M3, F8_E5M2, F8_E8M0.
  * Conversion is exact (every source value is representable in float32).
  * Returns 0; TV_E_NOT_SUPPORTED for other dtypes; as tv_read_into. */
-int tv_read_f32(tv_model *m, const char *name, float *dest, size_t dest_len, tv_error *err);
+int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_len, tv_error *err);
 
 /* A tensor in an aligned arena owned by the library (zero copy: the device
  * read lands in the arena and data points at the payload inside it). */
@@ -144,7 +145,7 @@ bool tv_cuda_available(void);
 
 /* Float32 conversion of raw elements (exposed for tests and the Python
  * package). Returns 0 or TV_E_NOT_SUPPORTED. */
-int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n_elements, float *dst);
+int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n_elements, void *dst);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,7 @@
 
 #define TV__IO_MAX_REPLICAS  8
 #define TV__IO_DEFAULT_QD    32
-#define TV__IO_DEFAULT_CHUNK (4u << 20)
+#define TV__IO_DEFAULT_CHUNK (1u << 20)
 #define TV__IO_MAX_QD        4096u
 #define TV__IO_MAX_CHUNK     (1u << 30) /* io_uring's limit for one registered buffer */
 

@@ -43,6 +43,10 @@ struct tv_model {
     tensor_plan *t;
     uint64_t *dims;
     uint32_t max_io_align;
+    uint32_t queue_depth;
+    size_t chunk_len;
+    void *pinned; /* CUDA staging (cudaHostAlloc), allocated on first use */
+    size_t pinned_len;
 };
 
 TV_API void tv_model_close(tv_model *m)
@@ -50,6 +54,7 @@ TV_API void tv_model_close(tv_model *m)
     if (!m)
         return;
     tv__io_destroy(m->io);
+    tv__cuda_host_free(m->pinned);
     for (size_t i = 0; i < m->n_devs; i++)
         tv__dev_close(m->devs[i]);
     free(m->devs);
@@ -124,6 +129,9 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         if (m->devs[i]->io_align > m->max_io_align)
             m->max_io_align = m->devs[i]->io_align;
     }
+    m->queue_depth = o->queue_depth ? o->queue_depth : TV__IO_DEFAULT_QD;
+    m->chunk_len = o->chunk_len ? o->chunk_len : TV__IO_DEFAULT_CHUNK;
+    m->chunk_len = (m->chunk_len + m->max_io_align - 1) / m->max_io_align * m->max_io_align;
     tv__io_opts io = {.engine = o->engine,
                       .queue_depth = o->queue_depth,
                       .chunk_len = o->chunk_len,
@@ -496,7 +504,7 @@ TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1,
     return run_one(m, &req, NULL, name, err);
 }
 
-TV_API int tv_read_f32(tv_model *m, const char *name, float *dest, size_t dest_len, tv_error *err)
+TV_API int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_len, tv_error *err)
 {
     size_t i;
     int rc = lookup(m, name, &i, err);
@@ -597,9 +605,21 @@ TV_API bool tv_cuda_available(void)
 static int cuda_batch(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv_error *err)
 {
     tv__cuda_sink *cs = NULL;
-    int rc = tv__cuda_sink_create(stream, 1024, &cs, err);
+    if (!m)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL model");
+    /* One fence per staging slot: the engine's slots are < queue_depth. */
+    int rc = tv__cuda_sink_create(stream, m->queue_depth, &cs, err);
     if (rc)
         return rc;
+    if (!m->pinned) {
+        size_t len = (size_t)m->queue_depth * m->chunk_len;
+        tv_error pe = {0};
+        if (tv__cuda_host_alloc(len, &m->pinned, &pe) == 0)
+            m->pinned_len = len;
+        else
+            tv__log(TV_LOG_WARN, "pinned staging unavailable (%s): pageable copies", pe.msg);
+    }
+    tv__cuda_sink_set_staging(cs, m->pinned, m->pinned_len);
     for (size_t j = 0; j < n; j++)
         if (reqs[j].dest && (rc = tv__cuda_check_dest(reqs[j].dest, reqs[j].dest_len, err))) {
             tv__cuda_sink_destroy(cs);

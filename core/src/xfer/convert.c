@@ -10,11 +10,10 @@
 #include "util/internal.h"
 #include "xfer/xfer.h"
 
-static inline float from_bits(uint32_t u)
+/* Stores go through memcpy: dst need not be 4-byte aligned. */
+static inline void put(void *dst, size_t i, uint32_t u)
 {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    memcpy((uint8_t *)dst + 4 * i, &u, 4);
 }
 
 /* IEEE binary16 -> binary32 bits. */
@@ -70,7 +69,7 @@ static inline uint32_t e8m0_bits(uint8_t b)
     return (uint32_t)b << 23;
 }
 
-TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, float *dst)
+TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, void *dst)
 {
     const uint8_t *p = src;
     switch (src_dtype) {
@@ -79,11 +78,11 @@ TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, float *
         return 0;
     case TV_DTYPE_BF16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = from_bits((uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16);
+            put(dst, i, (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16);
         return 0;
     case TV_DTYPE_F16:
         for (size_t i = 0; i < n; i++)
-            dst[i] = from_bits(f16_bits((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)));
+            put(dst, i, f16_bits((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)));
         return 0;
     case TV_DTYPE_F8_E5M2:
         /* E5M2 is the high byte of a binary16; NaNs are canonicalised. */
@@ -91,16 +90,16 @@ TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, float *
             uint32_t b = f16_bits((uint16_t)(p[i] << 8));
             if ((b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu))
                 b = (b & 0x80000000u) | 0x7fc00000u;
-            dst[i] = from_bits(b);
+            put(dst, i, b);
         }
         return 0;
     case TV_DTYPE_F8_E4M3:
         for (size_t i = 0; i < n; i++)
-            dst[i] = from_bits(e4m3_bits(p[i]));
+            put(dst, i, e4m3_bits(p[i]));
         return 0;
     case TV_DTYPE_F8_E8M0:
         for (size_t i = 0; i < n; i++)
-            dst[i] = from_bits(e8m0_bits(p[i]));
+            put(dst, i, e8m0_bits(p[i]));
         return 0;
     default:
         return TV_E_NOT_SUPPORTED;

@@ -32,6 +32,12 @@ void tv__cuda_sink_bind(tv__cuda_sink *s, tv__io_sink *out);
  * failures are not fatal for correctness (copies stay correct, slower). */
 int tv__cuda_pin(void *p, size_t len, tv_error *err);
 void tv__cuda_unpin(void *p);
+/* Pinned host memory (cudaHostAlloc) for the staging ring, so that
+ * cudaMemcpyAsync from it is truly asynchronous. Returns 0 or an error. */
+int tv__cuda_host_alloc(size_t len, void **out, tv_error *err);
+void tv__cuda_host_free(void *p);
+/* Offers p (len bytes, pinned) to the engine as this sink's staging. */
+void tv__cuda_sink_set_staging(tv__cuda_sink *s, void *p, size_t len);
 /* Checks that ptr is device memory with at least len bytes reachable.
  * Returns 0, TV_E_INVALID_ARG, or TV_E_NOT_SUPPORTED. */
 int tv__cuda_check_dest(const void *ptr, size_t len, tv_error *err);

@@ -2,6 +2,7 @@
  * cudaMemcpyAsync on the caller's stream; one event per staging slot fences
  * its reuse, so device reads overlap host-to-device copies. See xfer.h. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,8 @@ struct tv__cuda_sink {
     cudaEvent_t *ev;
     bool *armed;
     cudaError_t first_error;
+    void *staging; /* pinned, owned by the caller */
+    size_t staging_len;
 };
 
 static int cuda_fail(tv_error *err, cudaError_t e, const char *what)
@@ -114,6 +117,14 @@ static int sink_finish(void *ctx)
     return s->first_error == cudaSuccess ? 0 : -EIO;
 }
 
+static void *sink_alloc_staging(void *ctx, size_t len, size_t align)
+{
+    tv__cuda_sink *s = ctx;
+    if (!s->staging || len > s->staging_len || (uintptr_t)s->staging % align)
+        return NULL; /* the engine falls back to its own (pageable) staging */
+    return s->staging;
+}
+
 void tv__cuda_sink_bind(tv__cuda_sink *s, tv__io_sink *out)
 {
     *out = (tv__io_sink){
@@ -121,7 +132,33 @@ void tv__cuda_sink_bind(tv__cuda_sink *s, tv__io_sink *out)
         .copy = sink_copy,
         .wait_slot = sink_wait_slot,
         .finish = sink_finish,
+        .alloc_staging = sink_alloc_staging,
+        .free_staging = NULL, /* the staging outlives the batch */
     };
+}
+
+void tv__cuda_sink_set_staging(tv__cuda_sink *s, void *p, size_t len)
+{
+    s->staging = p;
+    s->staging_len = len;
+}
+
+int tv__cuda_host_alloc(size_t len, void **out, tv_error *err)
+{
+    *out = NULL;
+    cudaError_t e = cudaHostAlloc(out, len, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return cuda_fail(err, e, "cudaHostAlloc");
+    }
+    return 0;
+}
+
+void tv__cuda_host_free(void *p)
+{
+    if (p && cudaFreeHost(p) != cudaSuccess)
+        cudaGetLastError();
 }
 
 int tv__cuda_pin(void *p, size_t len, tv_error *err)

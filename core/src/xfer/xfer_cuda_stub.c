@@ -44,3 +44,22 @@ int tv__cuda_check_dest(const void *ptr, size_t len, tv_error *err)
     (void)len;
     return tv__seterr(err, TV_E_NOT_SUPPORTED, "this build has no CUDA support");
 }
+
+int tv__cuda_host_alloc(size_t len, void **out, tv_error *err)
+{
+    (void)len;
+    *out = NULL;
+    return tv__seterr(err, TV_E_NOT_SUPPORTED, "this build has no CUDA support");
+}
+
+void tv__cuda_host_free(void *p)
+{
+    (void)p;
+}
+
+void tv__cuda_sink_set_staging(tv__cuda_sink *s, void *p, size_t len)
+{
+    (void)s;
+    (void)p;
+    (void)len;
+}
