@@ -37,7 +37,6 @@ typedef struct tv__import_opts {
     size_t chunk_len;         /* 0 = TV__IMPORT_DEFAULT_CHUNK */
     tv__import_progress_fn progress;
     void *progress_ctx;
-    int64_t job_id;           /* 0 = none; else progress is recorded in the job */
 } tv__import_opts;
 
 typedef struct tv__import_result {
