@@ -360,9 +360,9 @@ done:
 /* Fails with TV_E_STATE unless the generation is importing. */
 static int require_importing(tv__reg *reg, int64_t generation_id, const char *what, tv_error *err)
 {
-    tv__gen_state state;
+    tv__gen_state state = TV__GEN_IMPORTING;
     char model[TV__REG_NAME_MAX + 1];
-    int64_t number;
+    int64_t number = 0;
     int rc = gen_brief(reg, generation_id, &state, model, sizeof model, &number, err);
     if (rc)
         return rc;
@@ -748,7 +748,7 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
         return tv__seterr(err, TV_E_INVALID_ARG, "generation state %d out of range", (int)to);
     tv__gen_state from;
     char model[TV__REG_NAME_MAX + 1];
-    int64_t number;
+    int64_t number = 0;
     bool active = false;
     int rc = gen_brief(reg, generation_id, &from, model, sizeof model, &number, err);
     if (rc || from == to)

@@ -252,9 +252,13 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     /* gen 0: tv__snapfile_open resolves the active pointer and retries if
      * an activation or gc races with it. */
     if (at) {
-        char *end;
-        long long g = strtoll(at + 1, &end, 10);
-        if (*end || g <= 0)
+        /* Digits only: strtoll alone would take " 1", "+1" and saturate. */
+        char *end = NULL;
+        long long g = 0;
+        errno = 0;
+        if (at[1] >= '0' && at[1] <= '9')
+            g = strtoll(at + 1, &end, 10);
+        if (!end || *end || errno || g <= 0)
             return tv__seterr(err, TV_E_INVALID_ARG, "bad generation in '%s'", spec);
         gen = g;
     }
@@ -322,6 +326,9 @@ TV_API int tv_model_find(const tv_model *m, const char *name, size_t name_len, s
 
 static int lookup(tv_model *m, const char *name, size_t *idx, tv_error *err)
 {
+    /* Set on every path: the compiler cannot see that tv__seterr never
+     * returns 0, and a Release build (-Werror=maybe-uninitialized) fails. */
+    *idx = 0;
     if (!m || !name)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     uint32_t i;
@@ -610,7 +617,7 @@ static int cuda_batch(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv
     /* One fence per staging slot: the engine's slots are < queue_depth. */
     int rc = tv__cuda_sink_create(stream, m->queue_depth, &cs, err);
     if (rc)
-        return rc;
+        goto fail_all;
     if (!m->pinned) {
         size_t len = (size_t)m->queue_depth * m->chunk_len;
         tv_error pe = {0};
@@ -623,12 +630,17 @@ static int cuda_batch(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv
     for (size_t j = 0; j < n; j++)
         if (reqs[j].dest && (rc = tv__cuda_check_dest(reqs[j].dest, reqs[j].dest_len, err))) {
             tv__cuda_sink_destroy(cs);
-            return rc;
+            goto fail_all;
         }
     tv__io_sink sink;
     tv__cuda_sink_bind(cs, &sink);
     rc = batch(m, reqs, n, &sink, err);
     tv__cuda_sink_destroy(cs);
+    return rc;
+fail_all:
+    /* Nothing ran: every request carries the reason. */
+    for (size_t j = 0; reqs && j < n; j++)
+        reqs[j].result = rc;
     return rc;
 }
 

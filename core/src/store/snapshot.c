@@ -916,7 +916,7 @@ int tv__snap_shard(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_e
     if (rc)
         return rc;
     for (uint32_t r = 0; r < sh.n_replicas; r++) {
-        tv__snap_replica_info rep;
+        tv__snap_replica_info rep = {0};
         if ((rc = tv__snap_replica(s, sh.first_replica + r, &rep, err)))
             return rc;
         if (rep.alloc_len < sh.file_len)

@@ -1,0 +1,1342 @@
+/* Unit tests of the reader API (core/src/store/model.c, tensorvault.h) on a
+ * store built here: a file image, a checkpoint written by the test (so the
+ * source bytes are known), imported and published with the server's
+ * importer, then read only through the public API with both engines
+ * (io_uring and pread), chunk_len 64 KiB and queue depth 4.
+ *
+ * The checkpoint has a fixed header length (data section at file offset
+ * 4008, unaligned), several dtypes, an odd-length U8 so later offsets are
+ * unaligned, zero-size and rank-0 tensors, a tensor of ~6 chunks, one whose
+ * device range is exactly 4 KiB aligned (the direct-read path), an F4
+ * tensor whose rows are not whole bytes, and the special values of every
+ * float format the float32 conversion knows.
+ *
+ * Invariants checked: every read returns the source bytes and writes only
+ * [dest, dest + nbytes) (4 KiB of guard pattern on both sides, odd and
+ * aligned destinations); refused calls write nothing; batch results are per
+ * request; injected device faults (tv__io_fault) surface as errors of
+ * exactly the requests they touch; a corrupted snapshot or a resized device
+ * is refused at open, before any device read; a reader's lease keeps a
+ * retired generation's objects through gc; CUDA entry points fail cleanly
+ * with TV_E_NOT_SUPPORTED where there is no GPU. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "import/import.h"
+#include "import/snapbuild.h"
+#include "import/store.h"
+#include "io/engine.h"
+#include "registry/registry.h"
+#include "store/snapfile.h"
+#include "store/snapshot.h"
+#include "tensorvault/tensorvault.h"
+
+#define KiB       1024ull
+#define MiB       (1024ull * 1024ull)
+#define MODEL     "acme/tiny" /* '/' exercises the snapshot path escaping */
+#define HDR_LEN   4000u       /* JSON header, space-padded: data section at 4008 */
+#define DATA_BASE (8u + HDR_LEN)
+#define GUARD     4096u
+#define PAT       0xA5
+#define CHUNK     (64 * KiB)
+#define ALIGN     4096u /* io_align of a file image */
+
+/* ---- the checkpoint ----------------------------------------------------- */
+
+typedef struct tspec {
+    const char *name;
+    tv_dtype dtype;
+    const char *dts;
+    uint32_t rank;
+    uint64_t shape[4];
+    /* computed */
+    uint64_t begin, nbytes, n_elems;
+} tspec;
+
+enum {
+    T_FIRST,
+    T_ODD,
+    T_I16,
+    T_EMPTY,
+    T_SCALAR,
+    T_BF16,
+    T_F16,
+    T_E4M3,
+    T_E5M2,
+    T_E8M0,
+    T_F4,
+    T_I32,
+    T_ROWS,
+    T_F64,
+    T_BIG,
+    T_PAD,
+    T_ALIGNED,
+    T_AFTER,
+    T_EMPTY2,
+    T_LAST,
+    N_T
+};
+
+#define TS(n, dt, s, r, ...)                                                                       \
+    {                                                                                              \
+        .name = n, .dtype = dt, .dts = s, .rank = r, .shape = { __VA_ARGS__ }                      \
+    }
+static tspec g_t[N_T] = {
+    [T_FIRST] = TS("first.f32", TV_DTYPE_F32, "F32", 1, 5),
+    [T_ODD] = TS("odd.u8", TV_DTYPE_U8, "U8", 1, 3),
+    [T_I16] = TS("mat.i16", TV_DTYPE_I16, "I16", 2, 3, 5),
+    [T_EMPTY] = TS("empty.f32", TV_DTYPE_F32, "F32", 2, 0, 4),
+    [T_SCALAR] = TS("scalar.i32", TV_DTYPE_I32, "I32", 0, 0),
+    [T_BF16] = TS("sp.bf16", TV_DTYPE_BF16, "BF16", 1, 11),
+    [T_F16] = TS("sp.f16", TV_DTYPE_F16, "F16", 1, 12),
+    [T_E4M3] = TS("sp.e4m3", TV_DTYPE_F8_E4M3, "F8_E4M3", 1, 11),
+    [T_E5M2] = TS("sp.e5m2", TV_DTYPE_F8_E5M2, "F8_E5M2", 1, 13),
+    [T_E8M0] = TS("sp.e8m0", TV_DTYPE_F8_E8M0, "F8_E8M0", 1, 6),
+    [T_F4] = TS("w.f4", TV_DTYPE_F4, "F4", 2, 2, 3), /* 3 bytes; a row is 12 bits */
+    [T_I32] = TS("v.i32", TV_DTYPE_I32, "I32", 1, 7),
+    [T_ROWS] = TS("rows.u8", TV_DTYPE_U8, "U8", 2, 9, 5),
+    [T_F64] = TS("v.f64", TV_DTYPE_F64, "F64", 1, 3),
+    [T_BIG] = TS("big.f32", TV_DTYPE_F32, "F32", 2, 100, 1000), /* 400000 bytes, 4000 a row */
+    [T_PAD] = TS("pad.u8", TV_DTYPE_U8, "U8", 1, 0),            /* length set by layout() */
+    [T_ALIGNED] = TS("aligned.f32", TV_DTYPE_F32, "F32", 1, 2048),
+    [T_AFTER] = TS("after.bf16", TV_DTYPE_BF16, "BF16", 2, 4, 7),
+    [T_EMPTY2] = TS("empty.u8", TV_DTYPE_U8, "U8", 1, 0),
+    [T_LAST] = TS("last.u8", TV_DTYPE_U8, "U8", 1, 13),
+};
+
+/* Special values (raw little-endian bits) and their float32 bits, computed
+ * by hand from the formats (and equal to numpy / ml_dtypes astype). */
+static const uint16_t SP_BF16[11] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f7f, 0xff7f,
+                                     0x7f80, 0xff80, 0x7fc1, 0xffa5, 0x3f80};
+static const uint32_t SP_BF16_F32[11] = {0x00000000, 0x80000000, 0x00010000, 0x807f0000,
+                                         0x7f7f0000, 0xff7f0000, 0x7f800000, 0xff800000,
+                                         0x7fc10000, 0xffa50000, 0x3f800000};
+static const uint16_t SP_F16[12] = {0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff,
+                                    0xfbff, 0x7c00, 0xfc00, 0x7e01, 0xfd00, 0x3c00};
+static const uint32_t SP_F16_F32[12] = {0x00000000, 0x80000000, 0x33800000, 0x387fc000,
+                                        0x38800000, 0x477fe000, 0xc77fe000, 0x7f800000,
+                                        0xff800000, 0x7fc02000, 0xffa00000, 0x3f800000};
+static const uint8_t SP_E4M3[11] = {0x00, 0x80, 0x01, 0x07, 0x08, 0x7e,
+                                    0xfe, 0x7f, 0xff, 0x38, 0x81};
+static const uint32_t SP_E4M3_F32[11] = {0x00000000, 0x80000000, 0x3b000000, 0x3c600000,
+                                         0x3c800000, 0x43e00000, 0xc3e00000, 0x7fc00000,
+                                         0xffc00000, 0x3f800000, 0xbb000000};
+static const uint8_t SP_E5M2[13] = {0x00, 0x80, 0x01, 0x03, 0x04, 0x7b, 0xfb,
+                                    0x7c, 0xfc, 0x7d, 0xfe, 0x7f, 0x3c};
+static const uint32_t SP_E5M2_F32[13] = {0x00000000, 0x80000000, 0x37800000, 0x38400000, 0x38800000,
+                                         0x47600000, 0xc7600000, 0x7f800000, 0xff800000, 0x7fc00000,
+                                         0xffc00000, 0x7fc00000, 0x3f800000};
+static const uint8_t SP_E8M0[6] = {0x00, 0x01, 0x7f, 0xfe, 0xff, 0x80};
+static const uint32_t SP_E8M0_F32[6] = {0x00400000, 0x00800000, 0x3f800000,
+                                        0x7f000000, 0x7fc00000, 0x40000000};
+
+static uint64_t g_data_len; /* bytes of the data section */
+
+/* Computes begins and lengths; pad.u8 makes aligned.f32 start on a 4 KiB
+ * boundary of the file (objects are 64 KiB aligned, so of the device too). */
+static void layout(void)
+{
+    uint64_t cur = 0;
+    for (int i = 0; i < N_T; i++) {
+        tspec *t = &g_t[i];
+        if (i == T_PAD) {
+            uint64_t p = (ALIGN - (DATA_BASE + cur) % ALIGN) % ALIGN;
+            t->shape[0] = p ? p : ALIGN;
+        }
+        t->n_elems = 1;
+        for (uint32_t d = 0; d < t->rank; d++)
+            t->n_elems *= t->shape[d];
+        t->nbytes = t->n_elems * tv_dtype_bits(t->dtype) / 8;
+        t->begin = cur;
+        cur += t->nbytes;
+    }
+    g_data_len = cur;
+}
+
+static uint64_t file_off(int i)
+{
+    return DATA_BASE + g_t[i].begin;
+}
+
+/* The checkpoint's bytes for seed (malloc'd, g_file_len bytes). */
+static uint8_t *make_file(unsigned seed, uint64_t *len)
+{
+    char hdr[HDR_LEN + 1];
+    size_t hl = 0;
+    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{\"__metadata__\":{\"seed\":\"%u\"}", seed);
+    for (int i = 0; i < N_T; i++) {
+        const tspec *t = &g_t[i];
+        hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+                               t->name, t->dts);
+        for (uint32_t d = 0; d < t->rank; d++)
+            hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "%s%llu", d ? "," : "",
+                                   (unsigned long long)t->shape[d]);
+        hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "],\"data_offsets\":[%llu,%llu]}",
+                               (unsigned long long)t->begin,
+                               (unsigned long long)(t->begin + t->nbytes));
+        assert_true(hl < HDR_LEN);
+    }
+    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
+    assert_true(hl <= HDR_LEN);
+    memset(hdr + hl, ' ', HDR_LEN - hl);
+    *len = DATA_BASE + g_data_len;
+    uint8_t *b = malloc(*len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)HDR_LEN >> (8 * i));
+    memcpy(b + 8, hdr, HDR_LEN);
+    for (uint64_t i = DATA_BASE; i < *len; i++)
+        b[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 12) + (i >> 9) * seed);
+    for (size_t k = 0; k < 11; k++) {
+        b[file_off(T_BF16) + 2 * k] = (uint8_t)SP_BF16[k];
+        b[file_off(T_BF16) + 2 * k + 1] = (uint8_t)(SP_BF16[k] >> 8);
+    }
+    for (size_t k = 0; k < 12; k++) {
+        b[file_off(T_F16) + 2 * k] = (uint8_t)SP_F16[k];
+        b[file_off(T_F16) + 2 * k + 1] = (uint8_t)(SP_F16[k] >> 8);
+    }
+    memcpy(b + file_off(T_E4M3), SP_E4M3, sizeof SP_E4M3);
+    memcpy(b + file_off(T_E5M2), SP_E5M2, sizeof SP_E5M2);
+    memcpy(b + file_off(T_E8M0), SP_E8M0, sizeof SP_E8M0);
+    return b;
+}
+
+static void write_file(const char *path, const uint8_t *b, uint64_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b, len), (ssize_t)len);
+    close(fd);
+}
+
+/* ---- stores --------------------------------------------------------------- */
+
+typedef struct store_fx {
+    char dir[128];
+    char store[256];
+    char image[256];
+    char ck1[256], ck2[256];
+    uint8_t *src1, *src2; /* file bytes of generations 1 and 2 */
+    uint64_t len1, len2;
+    uint64_t base1; /* device offset of generation 1's object */
+    tv__store *st;  /* the writer, open while the test needs it */
+} store_fx;
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)type, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void import_ck(store_fx *f, const char *ck)
+{
+    tv_error err = {0};
+    tv__import_opts o = {.activate = true, .strict = true};
+    if (tv__import(f->st, MODEL, ck, &o, NULL, &err))
+        fail_msg("import %s: %s", ck, err.msg);
+}
+
+/* A fresh store on a 16 MiB image with generation 1 (seed 1) imported and
+ * active; the writer stays open in f->st. */
+static store_fx *store_new(void)
+{
+    store_fx *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(f->dir, sizeof f->dir, "%s/tv-test-model-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
+    snprintf(f->image, sizeof f->image, "%s/image", f->dir);
+    snprintf(f->ck1, sizeof f->ck1, "%s/ck1.safetensors", f->dir);
+    snprintf(f->ck2, sizeof f->ck2, "%s/ck2.safetensors", f->dir);
+    f->src1 = make_file(1, &f->len1);
+    f->src2 = make_file(2, &f->len2);
+    write_file(f->ck1, f->src1, f->len1);
+    write_file(f->ck2, f->src2, f->len2);
+    tv_error err = {0};
+    tv__store_init_opts o = {.image = f->image, .image_size = 16 * MiB};
+    if (tv__store_init(f->store, &o, NULL, &err))
+        fail_msg("store init: %s", err.msg);
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("store open: %s", err.msg);
+    import_ck(f, f->ck1);
+    tv__reg_object *objs = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_list_committed(f->st->reg, 0, &objs, &n, &err), 0);
+    assert_int_equal(n, 1);
+    f->base1 = objs[0].base_off;
+    assert_int_equal(f->base1 % (64 * KiB), 0);
+    free(objs);
+    return f;
+}
+
+static void store_free(store_fx *f)
+{
+    if (!f)
+        return;
+    tv__io_fault = NULL;
+    tv__store_close(f->st);
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(f->src1);
+    free(f->src2);
+    free(f);
+}
+
+/* ---- fault hooks (called from pread workers concurrently) ------------------ */
+
+static atomic_long g_reads;
+static uint64_t g_fail_lo, g_fail_hi; /* device range whose reads fail */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_failed[256][2]; /* [off, end) of every failed read */
+static size_t g_n_failed;
+
+static void hook_count(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len, (void)res;
+    atomic_fetch_add(&g_reads, 1);
+}
+
+static void hook_eio_all(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    atomic_fetch_add(&g_reads, 1);
+    *res = -EIO;
+}
+
+static void hook_short_all(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    atomic_fetch_add(&g_reads, 1);
+    if (*res > 0)
+        *res -= 1;
+}
+
+static void hook_eio_range(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev;
+    atomic_fetch_add(&g_reads, 1);
+    if (off < g_fail_hi && g_fail_lo < off + len) {
+        *res = -EIO;
+        pthread_mutex_lock(&g_mu);
+        assert_true(g_n_failed < 256);
+        g_failed[g_n_failed][0] = off;
+        g_failed[g_n_failed][1] = off + len;
+        g_n_failed++;
+        pthread_mutex_unlock(&g_mu);
+    }
+}
+
+static void hooks_reset(void)
+{
+    tv__io_fault = NULL;
+    atomic_store(&g_reads, 0);
+    g_n_failed = 0;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static store_fx *g_fx; /* the shared read-only store (group fixture) */
+static int ENG_URING = TV_ENGINE_URING, ENG_PREAD = TV_ENGINE_PREAD;
+
+static int open_m(const char *store, const char *spec, int engine, tv_model **m, tv_error *err)
+{
+    tv_open_opts o = {.engine = engine, .chunk_len = CHUNK, .queue_depth = 4};
+    return tv_model_open(store, spec, &o, m, err);
+}
+
+/* Opens spec with engine or skips the test when io_uring is unavailable. */
+static tv_model *open_ok(const char *store, const char *spec, int engine)
+{
+    tv_model *m = NULL;
+    tv_error err = {0};
+    int rc = open_m(store, spec, engine, &m, &err);
+    if (rc == TV_E_NOT_SUPPORTED && engine == TV_ENGINE_URING) {
+        printf("# io_uring unavailable here (%s): skipped\n", err.msg);
+        skip();
+    }
+    if (rc)
+        fail_msg("open %s: %s: %s", spec, tv_err_name(rc), err.msg);
+    return m;
+}
+
+static int engine_of(void **state)
+{
+    return *(int *)*state;
+}
+
+/* A buffer of n payload bytes at offset mis (0..4095) after GUARD bytes of
+ * pattern, with GUARD bytes of pattern after it. */
+typedef struct gbuf {
+    uint8_t *raw;
+    uint8_t *p;
+    size_t n;
+    size_t raw_len;
+} gbuf;
+
+static gbuf gbuf_new(size_t n, size_t mis)
+{
+    gbuf g;
+    g.n = n;
+    g.raw_len = GUARD + mis + n + GUARD;
+    assert_int_equal(posix_memalign((void **)&g.raw, ALIGN, g.raw_len + ALIGN), 0);
+    memset(g.raw, PAT, g.raw_len + ALIGN);
+    g.p = g.raw + GUARD + mis;
+    return g;
+}
+
+/* Everything outside [p, p + n) still holds the pattern. */
+static void gbuf_check(const gbuf *g, const char *what)
+{
+    for (uint8_t *q = g->raw; q < g->p; q++)
+        if (*q != PAT)
+            fail_msg("%s: guard byte %td before the destination changed", what, g->p - q);
+    for (uint8_t *q = g->p + g->n; q < g->raw + g->raw_len + ALIGN; q++)
+        if (*q != PAT)
+            fail_msg("%s: guard byte %td after the destination changed", what, q - (g->p + g->n));
+}
+
+/* The whole buffer, destination included, still holds the pattern. */
+static void gbuf_untouched(const gbuf *g, const char *what)
+{
+    for (size_t i = 0; i < g->raw_len + ALIGN; i++)
+        if (g->raw[i] != PAT)
+            fail_msg("%s: byte %zu written by a refused call", what, i);
+}
+
+static void gbuf_free(gbuf *g)
+{
+    free(g->raw);
+    g->raw = NULL;
+}
+
+static const uint8_t *src_of(const uint8_t *src, int i)
+{
+    return src + file_off(i);
+}
+
+/* Reads every tensor with tv_read_into at misalignment mis and compares. */
+static void read_all_into(tv_model *m, const uint8_t *src, size_t mis, const char *label)
+{
+    tv_error err = {0};
+    for (int i = 0; i < N_T; i++) {
+        gbuf g = gbuf_new(g_t[i].nbytes, mis);
+        int rc = tv_read_into(m, g_t[i].name, g.p, g.n, &err);
+        if (rc)
+            fail_msg("%s: read_into %s (mis %zu): %s: %s", label, g_t[i].name, mis, tv_err_name(rc),
+                     err.msg);
+        if (memcmp(g.p, src_of(src, i), g.n))
+            fail_msg("%s: %s (mis %zu): bytes differ", label, g_t[i].name, mis);
+        gbuf_check(&g, g_t[i].name);
+        gbuf_free(&g);
+    }
+}
+
+/* ---- group fixture ------------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    layout();
+    assert_int_equal((DATA_BASE + g_t[T_ALIGNED].begin) % ALIGN, 0);
+    assert_true(g_t[T_BIG].nbytes > 4 * CHUNK);
+    g_fx = store_new();
+    tv__store_close(g_fx->st); /* readers need no writer */
+    g_fx->st = NULL;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    store_free(g_fx);
+    g_fx = NULL;
+    return 0;
+}
+
+static int teardown_hooks(void **state)
+{
+    (void)state;
+    hooks_reset();
+    return 0;
+}
+
+/* ---- opening, names, iteration ---------------------------------------------------- */
+
+static void test_open_and_describe(void **state)
+{
+    int eng = engine_of(state);
+    tv_error err = {0};
+    tv_model *m = open_ok(g_fx->store, MODEL, eng);
+    tv_model *m1 = open_ok(g_fx->store, MODEL "@1", eng);
+    assert_int_equal(tv_model_generation(m), 1);
+    assert_int_equal(tv_model_generation(m1), 1);
+    assert_string_equal(tv_model_name(m), MODEL);
+    assert_string_equal(tv_model_name(m1), MODEL);
+    assert_int_equal(tv_model_n_tensors(m), N_T);
+
+    /* iteration in file order, with dtype, shape, sizes */
+    tv_tensor_desc d;
+    for (int i = 0; i < N_T; i++) {
+        assert_int_equal(tv_model_tensor(m, (size_t)i, &d), 0);
+        assert_int_equal(d.name_len, strlen(g_t[i].name));
+        assert_memory_equal(d.name, g_t[i].name, d.name_len);
+        assert_int_equal(d.dtype, g_t[i].dtype);
+        assert_int_equal(d.rank, g_t[i].rank);
+        for (uint32_t k = 0; k < d.rank; k++)
+            assert_int_equal(d.shape[k], g_t[i].shape[k]);
+        assert_int_equal(d.nbytes, g_t[i].nbytes);
+        assert_int_equal(d.n_elements, g_t[i].n_elems);
+        assert_int_equal(d.shard, 0);
+        size_t idx = 999;
+        assert_int_equal(tv_model_find(m, g_t[i].name, strlen(g_t[i].name), &idx), 0);
+        assert_int_equal(idx, (size_t)i);
+    }
+    assert_int_equal(tv_model_tensor(m, N_T, &d), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_tensor(m, 0, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_tensor(NULL, 0, &d), TV_E_INVALID_ARG);
+    size_t idx = 999;
+    assert_int_equal(tv_model_find(m, "nope", 4, &idx), TV_E_NOT_FOUND);
+    assert_int_equal(idx, 999);
+    assert_int_equal(tv_model_find(m, "big.f32", 3, &idx), TV_E_NOT_FOUND); /* a prefix */
+    assert_int_equal(tv_model_find(m, "big.f32x", 7, &idx), 0);             /* len counts */
+    assert_int_equal(idx, T_BIG);
+    assert_int_equal(tv_model_find(m, "", 0, &idx), TV_E_NOT_FOUND);
+    assert_int_equal(tv_model_find(NULL, "big.f32", 7, &idx), TV_E_NOT_FOUND);
+    assert_int_equal(tv_model_find(m, NULL, 0, &idx), TV_E_NOT_FOUND);
+
+    /* unknown model / generation, bad specs */
+    tv_model *x = (tv_model *)&err;
+    assert_int_equal(open_m(g_fx->store, "acme/none", eng, &x, &err), TV_E_NOT_FOUND);
+    assert_null(x);
+    assert_int_equal(open_m(g_fx->store, MODEL "@2", eng, &x, &err), TV_E_NOT_FOUND);
+    assert_int_equal(open_m(g_fx->store, MODEL "@99", eng, &x, &err), TV_E_NOT_FOUND);
+    static const char *const bad[] = {"",
+                                      "@1",
+                                      MODEL "@",
+                                      MODEL "@0",
+                                      MODEL "@-1",
+                                      MODEL "@x",
+                                      MODEL "@1x",
+                                      MODEL "@ 1",
+                                      MODEL "@+1",
+                                      MODEL "@1 ",
+                                      MODEL "@99999999999999999999"};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        int rc = open_m(g_fx->store, bad[k], eng, &x, &err);
+        if (rc != TV_E_INVALID_ARG)
+            fail_msg("spec '%s': %s, want TV_E_INVALID_ARG", bad[k], tv_err_name(rc));
+        assert_null(x);
+    }
+    assert_int_equal(open_m(g_fx->store, NULL, eng, &x, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(NULL, MODEL, eng, &x, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open(g_fx->store, MODEL, NULL, NULL, &err), TV_E_INVALID_ARG);
+    char nostore[300];
+    snprintf(nostore, sizeof nostore, "%s/absent", g_fx->dir);
+    assert_int_equal(open_m(nostore, MODEL, eng, &x, &err), TV_E_NOT_FOUND);
+    /* opts NULL (defaults: auto engine, default chunk and depth) works too */
+    assert_int_equal(tv_model_open(g_fx->store, MODEL, NULL, &x, &err), 0);
+    read_all_into(x, g_fx->src1, 1, "default opts");
+    tv_model_close(x);
+
+    /* accessors and destructors are NULL-safe */
+    assert_int_equal(tv_model_generation(NULL), 0);
+    assert_null(tv_model_name(NULL));
+    assert_int_equal(tv_model_n_tensors(NULL), 0);
+    tv_model_close(NULL);
+    tv_model_close(m1);
+    tv_model_close(m);
+}
+
+/* ---- tv_read_into ------------------------------------------------------------------- */
+
+static void test_read_into_every_tensor(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    /* odd, 8-byte and 4 KiB aligned destinations: the last takes the
+     * direct-read path for aligned.f32 */
+    for (size_t mis = 0; mis < 8; mis++)
+        read_all_into(m, g_fx->src1, mis, "into");
+    read_all_into(m, g_fx->src1, 2048, "into");
+    read_all_into(m, g_fx->src1, 4095, "into");
+    tv_model_close(m);
+}
+
+static void test_read_into_refusals(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    for (int i = 0; i < N_T; i++) {
+        if (!g_t[i].nbytes)
+            continue;
+        gbuf g = gbuf_new(g_t[i].nbytes, 1);
+        int rc = tv_read_into(m, g_t[i].name, g.p, g.n - 1, &err);
+        assert_int_equal(rc, TV_E_INVALID_ARG);
+        assert_non_null(strstr(err.msg, g_t[i].name));
+        gbuf_untouched(&g, g_t[i].name);
+        assert_int_equal(tv_read_into(m, g_t[i].name, NULL, g.n, &err), TV_E_INVALID_ARG);
+        assert_int_equal(tv_read_into(m, g_t[i].name, g.p, 0, &err), TV_E_INVALID_ARG);
+        gbuf_untouched(&g, g_t[i].name);
+        gbuf_free(&g);
+    }
+    uint8_t b[16];
+    memset(b, PAT, sizeof b);
+    assert_int_equal(tv_read_into(m, "no.such", b, sizeof b, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no.such"));
+    assert_int_equal(tv_read_into(m, NULL, b, sizeof b, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_into(NULL, "odd.u8", b, sizeof b, &err), TV_E_INVALID_ARG);
+    for (size_t k = 0; k < sizeof b; k++)
+        assert_int_equal(b[k], PAT);
+    /* a larger destination than needed: only nbytes are written */
+    gbuf g = gbuf_new(g_t[T_ODD].nbytes + 100, 3);
+    assert_int_equal(tv_read_into(m, "odd.u8", g.p, g.n, &err), 0);
+    assert_memory_equal(g.p, src_of(g_fx->src1, T_ODD), 3);
+    g.n = 3;
+    gbuf_check(&g, "odd.u8 in a larger buffer");
+    gbuf_free(&g);
+    /* zero-size tensors read into a zero-length destination */
+    uint8_t z = PAT;
+    assert_int_equal(tv_read_into(m, "empty.f32", &z, 0, &err), 0);
+    assert_int_equal(tv_read_into(m, "empty.u8", &z, 0, &err), 0);
+    assert_int_equal(z, PAT);
+    tv_model_close(m);
+}
+
+/* ---- tv_read_batch ---------------------------------------------------------------------- */
+
+static void test_read_batch(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    gbuf g[N_T];
+    tv_read_req r[N_T + 2];
+    for (size_t mis = 0; mis < 3; mis++) {
+        memset(r, 0, sizeof r);
+        for (int i = 0; i < N_T; i++) {
+            g[i] = gbuf_new(g_t[i].nbytes, mis == 2 ? 0 : 1 + 2 * (size_t)i * mis);
+            /* half by name, half by index */
+            if (i % 2)
+                r[i].name = g_t[i].name;
+            else
+                r[i].index = (size_t)i;
+            r[i].dest = g[i].p;
+            r[i].dest_len = g[i].n;
+            r[i].result = 12345;
+        }
+        int rc = tv_read_batch(m, r, N_T, &err);
+        if (rc)
+            fail_msg("batch: %s: %s", tv_err_name(rc), err.msg);
+        for (int i = 0; i < N_T; i++) {
+            assert_int_equal(r[i].result, 0);
+            if (memcmp(g[i].p, src_of(g_fx->src1, i), g[i].n))
+                fail_msg("batch: %s: bytes differ", g_t[i].name);
+            gbuf_check(&g[i], g_t[i].name);
+            gbuf_free(&g[i]);
+        }
+    }
+
+    /* one request with a too-small destination, one unknown name, one bad
+     * index: those fail, every other is read */
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N_T; i++) {
+        g[i] = gbuf_new(g_t[i].nbytes, 5);
+        r[i].name = g_t[i].name;
+        r[i].dest = g[i].p;
+        r[i].dest_len = g[i].n - (i == T_E4M3 ? 1 : 0);
+    }
+    r[N_T].name = "no.such";
+    r[N_T].dest = g[0].p;
+    r[N_T].dest_len = g[0].n;
+    r[N_T + 1].index = 10000;
+    r[N_T + 1].dest = g[0].p;
+    r[N_T + 1].dest_len = g[0].n;
+    memset(&err, 0, sizeof err);
+    int rc = tv_read_batch(m, r, N_T + 2, &err);
+    assert_int_equal(rc, TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "sp.e4m3"));
+    assert_int_equal(r[N_T].result, TV_E_NOT_FOUND);
+    assert_int_equal(r[N_T + 1].result, TV_E_INVALID_ARG);
+    for (int i = 0; i < N_T; i++) {
+        if (i == T_E4M3) {
+            assert_int_equal(r[i].result, TV_E_INVALID_ARG);
+            gbuf_untouched(&g[i], "refused request");
+        } else {
+            assert_int_equal(r[i].result, 0);
+            assert_memory_equal(g[i].p, src_of(g_fx->src1, i), g[i].n);
+            gbuf_check(&g[i], g_t[i].name);
+        }
+        gbuf_free(&g[i]);
+    }
+
+    /* the same tensor twice, and an empty batch */
+    gbuf a = gbuf_new(g_t[T_BIG].nbytes, 1), b = gbuf_new(g_t[T_BIG].nbytes, 7);
+    tv_read_req two[2] = {{.name = "big.f32", .dest = a.p, .dest_len = a.n},
+                          {.index = T_BIG, .dest = b.p, .dest_len = b.n}};
+    assert_int_equal(tv_read_batch(m, two, 2, &err), 0);
+    assert_memory_equal(a.p, src_of(g_fx->src1, T_BIG), a.n);
+    assert_memory_equal(b.p, src_of(g_fx->src1, T_BIG), b.n);
+    gbuf_check(&a, "dup a");
+    gbuf_check(&b, "dup b");
+    gbuf_free(&a);
+    gbuf_free(&b);
+    assert_int_equal(tv_read_batch(m, NULL, 0, &err), 0);
+    assert_int_equal(tv_read_batch(m, NULL, 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_batch(NULL, two, 2, &err), TV_E_INVALID_ARG);
+    tv_model_close(m);
+}
+
+/* ---- tv_get_tensor --------------------------------------------------------------------------- */
+
+static void test_get_tensor(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    for (int i = 0; i < N_T; i++) {
+        tv_tensor *t = NULL;
+        int rc = tv_get_tensor(m, g_t[i].name, &t, &err);
+        if (rc)
+            fail_msg("get %s: %s: %s", g_t[i].name, tv_err_name(rc), err.msg);
+        assert_int_equal(t->nbytes, g_t[i].nbytes);
+        assert_int_equal(t->dtype, g_t[i].dtype);
+        assert_int_equal(t->rank, g_t[i].rank);
+        for (uint32_t k = 0; k < t->rank; k++)
+            assert_int_equal(t->shape[k], g_t[i].shape[k]);
+        if (t->nbytes) {
+            assert_non_null(t->data);
+            assert_memory_equal(t->data, src_of(g_fx->src1, i), t->nbytes);
+            /* zero copy: the device's aligned envelope landed in an aligned
+             * arena, so the payload sits at the device offset's alignment */
+            assert_int_equal((uintptr_t)t->data % ALIGN, (g_fx->base1 + file_off(i)) % ALIGN);
+        }
+        tv_tensor_free(t);
+    }
+    tv_tensor *t = (tv_tensor *)&err;
+    assert_int_equal(tv_get_tensor(m, "no.such", &t, &err), TV_E_NOT_FOUND);
+    assert_null(t);
+    assert_int_equal(tv_get_tensor(m, "odd.u8", NULL, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_get_tensor(NULL, "odd.u8", &t, &err), TV_E_INVALID_ARG);
+    tv_tensor_free(NULL);
+    tv_model_close(m);
+}
+
+/* ---- tv_read_rows --------------------------------------------------------------------------- */
+
+static void rows_ok(tv_model *m, int i, uint64_t r0, uint64_t r1, size_t mis)
+{
+    tv_error err = {0};
+    uint64_t row_len = g_t[i].nbytes / g_t[i].shape[0];
+    gbuf g = gbuf_new((size_t)((r1 - r0) * row_len), mis);
+    int rc = tv_read_rows(m, g_t[i].name, r0, r1, g.p, g.n, &err);
+    if (rc)
+        fail_msg("rows %s [%llu, %llu): %s: %s", g_t[i].name, (unsigned long long)r0,
+                 (unsigned long long)r1, tv_err_name(rc), err.msg);
+    if (memcmp(g.p, src_of(g_fx->src1, i) + r0 * row_len, g.n))
+        fail_msg("rows %s [%llu, %llu): bytes differ", g_t[i].name, (unsigned long long)r0,
+                 (unsigned long long)r1);
+    gbuf_check(&g, g_t[i].name);
+    gbuf_free(&g);
+}
+
+static void rows_refused(tv_model *m, const char *name, uint64_t r0, uint64_t r1, size_t len,
+                         int want)
+{
+    tv_error err = {0};
+    gbuf g = gbuf_new(len, 1);
+    int rc = tv_read_rows(m, name, r0, r1, g.p, g.n, &err);
+    if (rc != want)
+        fail_msg("rows %s [%llu, %llu): %s, want %s", name, (unsigned long long)r0,
+                 (unsigned long long)r1, tv_err_name(rc), tv_err_name(want));
+    gbuf_untouched(&g, name);
+    gbuf_free(&g);
+}
+
+static void test_read_rows(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    static const uint64_t big[][2] = {{0, 1},   {0, 100}, {99, 100}, {3, 50},   {16, 17},
+                                      {15, 33}, {42, 42}, {0, 0},    {100, 100}};
+    for (size_t k = 0; k < sizeof big / sizeof *big; k++)
+        for (size_t mis = 0; mis < 3; mis++)
+            rows_ok(m, T_BIG, big[k][0], big[k][1], mis * 3);
+    static const uint64_t small[][2] = {{2, 7}, {8, 9}, {0, 9}, {9, 9}, {0, 1}};
+    for (size_t k = 0; k < sizeof small / sizeof *small; k++)
+        rows_ok(m, T_ROWS, small[k][0], small[k][1], 1);
+    rows_ok(m, T_I16, 1, 3, 1);
+    rows_ok(m, T_I16, 0, 3, 0);
+    rows_ok(m, T_AFTER, 0, 4, 0);
+    rows_ok(m, T_AFTER, 3, 4, 5);
+    rows_ok(m, T_FIRST, 4, 5, 1);
+    rows_ok(m, T_LAST, 12, 13, 1);
+    rows_ok(m, T_ALIGNED, 0, 2048, 0);
+    rows_ok(m, T_ALIGNED, 1024, 2048, 0); /* aligned rows into an aligned dest */
+    /* zero-size tensor: shape [0, 4] has no rows; [0, 0) is fine */
+    uint8_t z = PAT;
+    tv_error err = {0};
+    assert_int_equal(tv_read_rows(m, "empty.f32", 0, 0, &z, 0, &err), 0);
+    assert_int_equal(z, PAT);
+
+    rows_refused(m, "big.f32", 5, 2, 16000, TV_E_INVALID_ARG);    /* r0 > r1 */
+    rows_refused(m, "big.f32", 0, 101, 404000, TV_E_INVALID_ARG); /* r1 > rows */
+    rows_refused(m, "big.f32", 101, 101, 16, TV_E_INVALID_ARG);
+    rows_refused(m, "big.f32", 0, 2, 7999, TV_E_INVALID_ARG); /* destination too small */
+    rows_refused(m, "empty.f32", 0, 1, 16, TV_E_INVALID_ARG);
+    rows_refused(m, "scalar.i32", 0, 1, 16, TV_E_INVALID_ARG); /* rank 0 */
+    rows_refused(m, "scalar.i32", 0, 0, 16, TV_E_INVALID_ARG);
+    rows_refused(m, "w.f4", 0, 1, 16, TV_E_ST_NOT_BYTE_ADDRESSABLE); /* 12-bit rows */
+    rows_refused(m, "w.f4", 0, 2, 16, TV_E_ST_NOT_BYTE_ADDRESSABLE);
+    rows_refused(m, "no.such", 0, 1, 16, TV_E_NOT_FOUND);
+    assert_int_equal(tv_read_rows(m, "big.f32", 0, 1, NULL, 4000, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_rows(NULL, "big.f32", 0, 1, &z, 1, &err), TV_E_INVALID_ARG);
+    /* the F4 tensor as a whole is bytes */
+    gbuf g = gbuf_new(3, 1);
+    assert_int_equal(tv_read_into(m, "w.f4", g.p, 3, &err), 0);
+    assert_memory_equal(g.p, src_of(g_fx->src1, T_F4), 3);
+    gbuf_check(&g, "w.f4");
+    gbuf_free(&g);
+    tv_model_close(m);
+}
+
+/* ---- float32 conversion ---------------------------------------------------------------------- */
+
+static void f32_expect(tv_model *m, int i, const uint32_t *want, size_t n)
+{
+    tv_error err = {0};
+    assert_int_equal(g_t[i].n_elems, n);
+    /* the destination need not be float-aligned */
+    static const size_t mis[] = {0, 1, 4, 7};
+    for (size_t a = 0; a < 4; a++) {
+        gbuf g = gbuf_new(n * 4, mis[a]);
+        int rc = tv_read_f32(m, g_t[i].name, g.p, g.n, &err);
+        if (rc)
+            fail_msg("f32 %s: %s: %s", g_t[i].name, tv_err_name(rc), err.msg);
+        for (size_t k = 0; k < n; k++) {
+            uint32_t got;
+            memcpy(&got, g.p + 4 * k, 4);
+            if (got != want[k])
+                fail_msg("f32 %s[%zu] (mis %zu): 0x%08x, want 0x%08x", g_t[i].name, k, mis[a], got,
+                         want[k]);
+        }
+        gbuf_check(&g, g_t[i].name);
+        gbuf_free(&g);
+    }
+}
+
+static void test_read_f32(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    f32_expect(m, T_BF16, SP_BF16_F32, 11);
+    f32_expect(m, T_F16, SP_F16_F32, 12);
+    f32_expect(m, T_E4M3, SP_E4M3_F32, 11);
+    f32_expect(m, T_E5M2, SP_E5M2_F32, 13);
+    f32_expect(m, T_E8M0, SP_E8M0_F32, 6);
+    /* BF16 at an aligned begin with arbitrary bits: bits << 16 */
+    uint32_t after[28];
+    for (size_t k = 0; k < 28; k++) {
+        const uint8_t *s = src_of(g_fx->src1, T_AFTER) + 2 * k;
+        after[k] = (uint32_t)(s[0] | s[1] << 8) << 16;
+    }
+    f32_expect(m, T_AFTER, after, 28);
+    /* F32 copies, big ones across chunks too */
+    static const int f32s[] = {T_FIRST, T_BIG, T_ALIGNED};
+    for (size_t k = 0; k < 3; k++) {
+        int i = f32s[k];
+        gbuf g = gbuf_new(g_t[i].nbytes, 4);
+        assert_int_equal(tv_read_f32(m, g_t[i].name, g.p, g.n, &err), 0);
+        assert_memory_equal(g.p, src_of(g_fx->src1, i), g.n);
+        gbuf_check(&g, g_t[i].name);
+        gbuf_free(&g);
+    }
+    float f = 0;
+    assert_int_equal(tv_read_f32(m, "empty.f32", &f, 0, &err), 0);
+    /* unsupported dtypes and refusals write nothing */
+    static const int unsup[] = {T_I32, T_SCALAR, T_ODD, T_F4, T_F64, T_I16};
+    for (size_t k = 0; k < sizeof unsup / sizeof *unsup; k++) {
+        int i = unsup[k];
+        gbuf g = gbuf_new(g_t[i].n_elems * 4 + 64, 4);
+        int rc = tv_read_f32(m, g_t[i].name, g.p, g.n, &err);
+        if (rc != TV_E_NOT_SUPPORTED)
+            fail_msg("f32 %s: %s, want TV_E_NOT_SUPPORTED", g_t[i].name, tv_err_name(rc));
+        assert_non_null(strstr(err.msg, g_t[i].name));
+        gbuf_untouched(&g, g_t[i].name);
+        gbuf_free(&g);
+    }
+    gbuf g = gbuf_new(11 * 4, 4);
+    assert_int_equal(tv_read_f32(m, "sp.bf16", g.p, 11 * 4 - 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_f32(m, "sp.bf16", g.p, 11 * 2, &err),
+                     TV_E_INVALID_ARG); /* big enough for the raw bytes, not the floats */
+    assert_int_equal(tv_read_f32(m, "sp.bf16", NULL, 44, &err), TV_E_INVALID_ARG);
+    gbuf_untouched(&g, "f32 refused");
+    gbuf_free(&g);
+    assert_int_equal(tv_read_f32(m, "no.such", &f, 4, &err), TV_E_NOT_FOUND);
+    tv_model_close(m);
+}
+
+static void convert_expect(tv_dtype dt, const void *src, const uint32_t *want, size_t n)
+{
+    /* into an aligned and an odd destination: bytes around stay untouched */
+    for (size_t mis = 0; mis < 2; mis++) {
+        uint8_t out[1 + 16 * 4];
+        memset(out, PAT, sizeof out);
+        assert_int_equal(tv_convert_f32(dt, src, n, out + mis), 0);
+        for (size_t k = 0; k < n; k++) {
+            uint32_t got;
+            memcpy(&got, out + mis + 4 * k, 4);
+            if (got != want[k])
+                fail_msg("convert %s[%zu] (mis %zu): 0x%08x, want 0x%08x", tv_dtype_name(dt), k,
+                         mis, got, want[k]);
+        }
+        for (size_t k = 0; k < sizeof out; k++)
+            if (k < mis || k >= mis + 4 * n)
+                assert_int_equal(out[k], PAT);
+    }
+}
+
+static void test_convert_f32(void **state)
+{
+    (void)state;
+    uint8_t le[32];
+    for (size_t k = 0; k < 11; k++)
+        le[2 * k] = (uint8_t)SP_BF16[k], le[2 * k + 1] = (uint8_t)(SP_BF16[k] >> 8);
+    convert_expect(TV_DTYPE_BF16, le, SP_BF16_F32, 11);
+    for (size_t k = 0; k < 12; k++)
+        le[2 * k] = (uint8_t)SP_F16[k], le[2 * k + 1] = (uint8_t)(SP_F16[k] >> 8);
+    convert_expect(TV_DTYPE_F16, le, SP_F16_F32, 12);
+    convert_expect(TV_DTYPE_F8_E4M3, SP_E4M3, SP_E4M3_F32, 11);
+    convert_expect(TV_DTYPE_F8_E5M2, SP_E5M2, SP_E5M2_F32, 13);
+    convert_expect(TV_DTYPE_F8_E8M0, SP_E8M0, SP_E8M0_F32, 6);
+    convert_expect(TV_DTYPE_F32, SP_BF16_F32, SP_BF16_F32, 11);
+    /* the source is read as little-endian bytes: an odd address is fine */
+    uint8_t odd[1 + 24];
+    memcpy(odd + 1, le, 24);
+    convert_expect(TV_DTYPE_F16, odd + 1, SP_F16_F32, 12);
+    /* every 8-bit NaN, whatever its payload, is sign | 0x7fc00000 */
+    for (unsigned b = 0; b < 256; b++) {
+        uint8_t v = (uint8_t)b;
+        float o;
+        uint32_t u;
+        assert_int_equal(tv_convert_f32(TV_DTYPE_F8_E5M2, &v, 1, &o), 0);
+        memcpy(&u, &o, 4);
+        if ((b & 0x7f) > 0x7c)
+            assert_int_equal(u, (b & 0x80 ? 0x80000000u : 0) | 0x7fc00000u);
+        assert_int_equal(tv_convert_f32(TV_DTYPE_F8_E4M3, &v, 1, &o), 0);
+        memcpy(&u, &o, 4);
+        if ((b & 0x7f) == 0x7f)
+            assert_int_equal(u, (b & 0x80 ? 0x80000000u : 0) | 0x7fc00000u);
+        else
+            assert_true((u & 0x7f800000u) != 0x7f800000u); /* no inf, no other NaN */
+    }
+    float o[2] = {1, 2};
+    assert_int_equal(tv_convert_f32(TV_DTYPE_BF16, le, 0, o), 0);
+    assert_true(o[0] == 1 && o[1] == 2);
+    static const tv_dtype unsup[] = {TV_DTYPE_I32,  TV_DTYPE_U8,          TV_DTYPE_F64,
+                                     TV_DTYPE_F4,   TV_DTYPE_F8_E4M3FNUZ, TV_DTYPE_BOOL,
+                                     TV_DTYPE_COUNT};
+    for (size_t k = 0; k < sizeof unsup / sizeof *unsup; k++)
+        assert_int_equal(tv_convert_f32(unsup[k], le, 1, o), TV_E_NOT_SUPPORTED);
+    assert_true(o[0] == 1 && o[1] == 2);
+}
+
+/* ---- device faults ------------------------------------------------------------------------- */
+
+static uint64_t phys(int i)
+{
+    return g_fx->base1 + file_off(i);
+}
+
+static bool overlaps_failed(int i)
+{
+    uint64_t lo = phys(i), hi = lo + g_t[i].nbytes;
+    for (size_t k = 0; k < g_n_failed; k++)
+        if (lo < g_failed[k][1] && g_failed[k][0] < hi)
+            return true;
+    return false;
+}
+
+/* Fails every read that overlaps [lo, hi) of the device and reads all
+ * tensors in one batch (aligned destinations when mis is 0): exactly the
+ * non-empty requests whose bytes overlap a failed read fail with -EIO. */
+static void batch_with_eio_range(tv_model *m, uint64_t lo, uint64_t hi, int target, size_t mis)
+{
+    tv_error err = {0};
+    gbuf g[N_T];
+    tv_read_req r[N_T];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N_T; i++) {
+        g[i] = gbuf_new(g_t[i].nbytes, mis);
+        r[i] = (tv_read_req){.name = g_t[i].name, .dest = g[i].p, .dest_len = g[i].n};
+    }
+    hooks_reset();
+    g_fail_lo = lo;
+    g_fail_hi = hi;
+    tv__io_fault = hook_eio_range;
+    int rc = tv_read_batch(m, r, N_T, &err);
+    tv__io_fault = NULL;
+    assert_int_equal(rc, -EIO);
+    assert_true(g_n_failed > 0);
+    size_t n_failed = 0, n_ok = 0;
+    for (int i = 0; i < N_T; i++) {
+        if (g_t[i].nbytes && overlaps_failed(i)) {
+            if (r[i].result != -EIO)
+                fail_msg("%s overlaps a failed read but got %s", g_t[i].name,
+                         tv_err_name(r[i].result));
+            n_failed++;
+        } else {
+            if (r[i].result != 0)
+                fail_msg("%s overlaps no failed read but got %s", g_t[i].name,
+                         tv_err_name(r[i].result));
+            if (memcmp(g[i].p, src_of(g_fx->src1, i), g[i].n))
+                fail_msg("%s: bytes differ beside a failed read", g_t[i].name);
+            n_ok++;
+        }
+        gbuf_check(&g[i], g_t[i].name); /* a failed read still writes only its range */
+        gbuf_free(&g[i]);
+    }
+    assert_int_equal(r[target].result, -EIO);
+    assert_true(n_failed >= 1 && n_ok >= 5);
+}
+
+static void test_faults(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    gbuf g = gbuf_new(g_t[T_BIG].nbytes, 1);
+
+    /* EIO on every read: every non-empty read fails, whatever API */
+    hooks_reset();
+    tv__io_fault = hook_eio_all;
+    for (int i = 0; i < N_T; i++) {
+        int rc = tv_read_into(m, g_t[i].name, g.p, g_t[i].nbytes, &err);
+        if (rc != (g_t[i].nbytes ? -EIO : 0))
+            fail_msg("EIO: read_into %s: %s", g_t[i].name, tv_err_name(rc));
+        if (rc)
+            assert_non_null(strstr(err.msg, g_t[i].name));
+    }
+    tv_tensor *t = (tv_tensor *)&err;
+    assert_int_equal(tv_get_tensor(m, "big.f32", &t, &err), -EIO);
+    assert_null(t);
+    assert_int_equal(tv_read_rows(m, "big.f32", 3, 9, g.p, g.n, &err), -EIO);
+    float f[16];
+    assert_int_equal(tv_read_f32(m, "sp.bf16", f, sizeof f, &err), -EIO);
+    tv_read_req r[N_T];
+    gbuf b[N_T];
+    for (int i = 0; i < N_T; i++) {
+        b[i] = gbuf_new(g_t[i].nbytes, 3);
+        r[i] = (tv_read_req){.name = g_t[i].name, .dest = b[i].p, .dest_len = b[i].n};
+    }
+    assert_int_equal(tv_read_batch(m, r, N_T, &err), -EIO);
+    for (int i = 0; i < N_T; i++)
+        assert_int_equal(r[i].result, g_t[i].nbytes ? -EIO : 0);
+    assert_true(atomic_load(&g_reads) > 0);
+
+    /* short reads, always: never success, TV_E_SHORT_IO */
+    hooks_reset();
+    tv__io_fault = hook_short_all;
+    for (int i = 0; i < N_T; i++) {
+        int rc = tv_read_into(m, g_t[i].name, g.p, g_t[i].nbytes, &err);
+        if (rc != (g_t[i].nbytes ? TV_E_SHORT_IO : 0))
+            fail_msg("short: read_into %s: %s", g_t[i].name, tv_err_name(rc));
+    }
+    assert_int_equal(tv_read_batch(m, r, N_T, &err), TV_E_SHORT_IO);
+    for (int i = 0; i < N_T; i++) {
+        assert_int_equal(r[i].result, g_t[i].nbytes ? TV_E_SHORT_IO : 0);
+        gbuf_check(&b[i], g_t[i].name);
+    }
+    assert_int_equal(tv_get_tensor(m, "odd.u8", &t, &err), TV_E_SHORT_IO);
+    assert_null(t);
+    hooks_reset();
+
+    /* the handle is still good afterwards */
+    read_all_into(m, g_fx->src1, 1, "after faults");
+
+    /* EIO only where one tensor's bytes are: exactly the requests that
+     * share a failed read fail */
+    batch_with_eio_range(m, phys(T_E4M3), phys(T_E4M3) + g_t[T_E4M3].nbytes, T_E4M3, 1);
+    batch_with_eio_range(m, phys(T_ALIGNED), phys(T_ALIGNED) + g_t[T_ALIGNED].nbytes, T_ALIGNED, 0);
+    batch_with_eio_range(m, phys(T_ALIGNED), phys(T_ALIGNED) + g_t[T_ALIGNED].nbytes, T_ALIGNED, 1);
+    uint64_t mid = phys(T_BIG) + 200000;
+    batch_with_eio_range(m, mid, mid + 1, T_BIG, 1);
+    batch_with_eio_range(m, phys(T_LAST), phys(T_LAST) + 1, T_LAST, 1);
+    read_all_into(m, g_fx->src1, 0, "after targeted faults");
+
+    for (int i = 0; i < N_T; i++)
+        gbuf_free(&b[i]);
+    gbuf_free(&g);
+    tv_model_close(m);
+}
+
+/* ---- per-test stores: corruption, resized device, leases ------------------------------------ */
+
+typedef struct tfx {
+    int engine;
+    store_fx *f;
+} tfx;
+
+static int setup_store(void **state)
+{
+    tfx *x = calloc(1, sizeof(*x));
+    assert_non_null(x);
+    x->engine = *(int *)*state;
+    x->f = store_new();
+    *state = x;
+    return 0;
+}
+
+static int teardown_store(void **state)
+{
+    tfx *x = *state;
+    hooks_reset();
+    store_free(x->f);
+    free(x);
+    return 0;
+}
+
+static uint8_t *read_whole(const char *path, size_t *len)
+{
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &sb), 0);
+    uint8_t *b = malloc((size_t)sb.st_size);
+    assert_non_null(b);
+    assert_int_equal(pread(fd, b, (size_t)sb.st_size, 0), sb.st_size);
+    close(fd);
+    *len = (size_t)sb.st_size;
+    return b;
+}
+
+static void test_corrupt_snapshot(void **state)
+{
+    tfx *x = *state;
+    tv_error err = {0};
+    char path[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_path(x->f->store, MODEL, 1, path, sizeof path, &err), 0);
+    size_t len;
+    uint8_t *img = read_whole(path, &len);
+    tv__snap s;
+    assert_int_equal(tv__snap_open(img, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
+    assert_true(s.off_tensors + 8 < len);
+
+    /* the in-memory image opens and reads; truncated ones are refused */
+    tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
+    tv_model *m = NULL;
+    int rc = tv_model_open_snapshot(img, len, &o, &m, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        skip();
+    assert_int_equal(rc, 0);
+    assert_int_equal(tv_model_generation(m), 1);
+    assert_string_equal(tv_model_name(m), MODEL);
+    read_all_into(m, x->f->src1, 1, "from snapshot");
+    tv_model_close(m);
+    hooks_reset();
+    tv__io_fault = hook_count;
+    static const size_t cut[] = {0, 1, 100, TV_SNAP_HEADER_LEN, 0x1000, 1};
+    for (size_t k = 0; k < sizeof cut / sizeof *cut; k++) {
+        size_t l = k == sizeof cut / sizeof *cut - 1 ? len - 1 : (cut[k] < len ? cut[k] : len / 2);
+        m = (tv_model *)&err;
+        rc = tv_model_open_snapshot(img, l, &o, &m, &err);
+        if (rc != TV_E_SNAPSHOT)
+            fail_msg("snapshot cut to %zu bytes: %s", l, tv_err_name(rc));
+        assert_null(m);
+    }
+    assert_int_equal(tv_model_open_snapshot(NULL, len, &o, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open_snapshot(img, len, &o, NULL, &err), TV_E_INVALID_ARG);
+    /* a flipped byte in memory */
+    img[s.off_tensors + 5] ^= 0x40;
+    assert_int_equal(tv_model_open_snapshot(img, len, &o, &m, &err), TV_E_SNAPSHOT);
+    img[s.off_tensors + 5] ^= 0x40;
+
+    /* a flipped byte in the tensor section of the file on disk */
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    uint8_t byte = img[s.off_tensors + 5] ^ 0x40;
+    assert_int_equal(pwrite(fd, &byte, 1, (off_t)(s.off_tensors + 5)), 1);
+    close(fd);
+    rc = open_m(x->f->store, MODEL, x->engine, &m, &err);
+    if (rc != TV_E_SNAPSHOT)
+        fail_msg("corrupt snapshot file: %s: %s", tv_err_name(rc), err.msg);
+    assert_null(m);
+    assert_int_equal(open_m(x->f->store, MODEL "@1", x->engine, &m, &err), TV_E_SNAPSHOT);
+    assert_int_equal(atomic_load(&g_reads), 0);
+    free(img);
+}
+
+static void test_device_changed(void **state)
+{
+    tfx *x = *state;
+    tv_error err = {0};
+    tv_model *m = open_ok(x->f->store, MODEL, x->engine);
+    tv_model_close(m);
+    struct stat sb;
+    assert_int_equal(stat(x->f->image, &sb), 0);
+    assert_int_equal(truncate(x->f->image, sb.st_size + 4096), 0);
+    hooks_reset();
+    tv__io_fault = hook_count;
+    m = (tv_model *)&err;
+    int rc = open_m(x->f->store, MODEL, x->engine, &m, &err);
+    if (rc != TV_E_DEVICE_MISMATCH)
+        fail_msg("resized device: %s: %s", tv_err_name(rc), err.msg);
+    assert_null(m);
+    assert_int_equal(open_m(x->f->store, MODEL "@1", x->engine, &m, &err), TV_E_DEVICE_MISMATCH);
+    assert_int_equal(atomic_load(&g_reads), 0);
+    /* back to its size: accepted again */
+    assert_int_equal(truncate(x->f->image, sb.st_size), 0);
+    m = open_ok(x->f->store, MODEL, x->engine);
+    read_all_into(m, x->f->src1, 1, "restored device");
+    tv_model_close(m);
+}
+
+/* gc as `tensorvault gc` does it: snapshots first, then unleased objects.
+ * Returns the number of objects freed; *n_kept those a lease kept. */
+static size_t gc(store_fx *f, size_t *n_kept)
+{
+    tv_error err = {0};
+    tv__reg_object *o = NULL;
+    size_t n = 0, freed = 0;
+    assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &o, &n, &err), 0);
+    bool *keep = calloc(n ? n : 1, sizeof(*keep));
+    assert_non_null(keep);
+    int rc = tv__store_gc_snapshots(f->st, o, n, keep, &err);
+    if (rc)
+        fail_msg("gc snapshots: %s", err.msg);
+    *n_kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i]) {
+            (*n_kept)++;
+            continue;
+        }
+        rc = tv__reg_object_delete(f->st->reg, o[i].id, &err);
+        if (rc)
+            fail_msg("gc delete: %s", err.msg);
+        freed++;
+    }
+    free(keep);
+    free(o);
+    return freed;
+}
+
+static void test_lease_keeps_retired_generation(void **state)
+{
+    tfx *x = *state;
+    store_fx *f = x->f;
+    tv_error err = {0};
+    size_t kept;
+    tv_model *m1 = open_ok(f->store, MODEL "@1", x->engine);
+
+    import_ck(f, f->ck2); /* generation 2, activated */
+    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    tv_model *m2 = open_ok(f->store, MODEL, x->engine);
+    assert_int_equal(tv_model_generation(m2), 2);
+    read_all_into(m2, f->src2, 1, "generation 2");
+
+    /* gc while generation 1 is leased: nothing freed, its snapshot stays */
+    assert_int_equal(gc(f, &kept), 0);
+    assert_int_equal(kept, 1);
+    bool exists = false;
+    assert_int_equal(tv__snapfile_exists(f->store, MODEL, 1, &exists, &err), 0);
+    assert_true(exists);
+    assert_int_equal(tv_model_generation(m1), 1);
+    read_all_into(m1, f->src1, 1, "leased generation 1");
+    tv_model *again = open_ok(f->store, MODEL "@1", x->engine); /* still openable */
+    tv_model_close(again);
+
+    /* released: gc frees generation 1's object and its snapshot */
+    tv_model_close(m1);
+    assert_int_equal(gc(f, &kept), 1);
+    assert_int_equal(kept, 0);
+    assert_int_equal(tv__snapfile_exists(f->store, MODEL, 1, &exists, &err), 0);
+    assert_false(exists);
+    tv_model *m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, MODEL "@1", x->engine, &m, &err), TV_E_NOT_FOUND);
+    assert_null(m);
+    /* generation 2 is untouched, in the open handle and a new one */
+    read_all_into(m2, f->src2, 0, "generation 2 after gc");
+    tv_model_close(m2);
+    m2 = open_ok(f->store, MODEL, x->engine);
+    assert_int_equal(tv_model_generation(m2), 2);
+    read_all_into(m2, f->src2, 3, "generation 2 reopened");
+    tv_model_close(m2);
+    assert_int_equal(gc(f, &kept), 0);
+}
+
+/* ---- CUDA where there is no GPU ------------------------------------------------------------ */
+
+static void test_cuda_absent(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    uint8_t host[64];
+    memset(host, PAT, sizeof host);
+    /* With a GPU, a host pointer is not device memory; without one (or in
+     * a build without CUDA) every CUDA call is TV_E_NOT_SUPPORTED. */
+    bool gpu = tv_cuda_available();
+    int want = gpu ? TV_E_INVALID_ARG : TV_E_NOT_SUPPORTED;
+    if (gpu)
+        printf("# a CUDA device is present: checking host-pointer refusal only\n");
+    int rc = tv_read_into_cuda(m, "odd.u8", host, sizeof host, NULL, &err);
+    if (rc != want)
+        fail_msg("read_into_cuda: %s (%s), want %s", tv_err_name(rc), err.msg, tv_err_name(want));
+    assert_true(strlen(err.msg) > 0);
+    if (!gpu) {
+        assert_true(strstr(err.msg, "CUDA") != NULL);
+        printf("# no CUDA: \"%s\"\n", err.msg);
+    }
+    tv_read_req r[3] = {{.name = "odd.u8", .dest = host, .dest_len = 3},
+                        {.index = T_LAST, .dest = host + 8, .dest_len = 13},
+                        {.name = "empty.u8", .dest = NULL, .dest_len = 0}};
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv_read_batch_cuda(m, r, 3, NULL, &err), want);
+    assert_true(strlen(err.msg) > 0);
+    memset(&err, 0, sizeof err);
+    rc = tv_read_batch_cuda(m, NULL, 0, NULL, &err);
+    assert_int_equal(rc, gpu ? 0 : TV_E_NOT_SUPPORTED);
+    assert_int_equal(tv_read_into_cuda(NULL, "odd.u8", host, 3, NULL, &err),
+                     gpu ? TV_E_INVALID_ARG : TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_batch_cuda(NULL, r, 3, NULL, &err), TV_E_INVALID_ARG);
+    for (size_t k = 0; k < sizeof host; k++)
+        assert_int_equal(host[k], PAT);
+    /* host reads are unaffected by the failed CUDA calls */
+    read_all_into(m, g_fx->src1, 1, "after CUDA refusal");
+    tv_model_close(m);
+}
+
+#define BOTH(f)                                                                                    \
+    cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_URING),                 \
+        cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_PREAD)
+#define BOTH_STORE(f)                                                                              \
+    cmocka_unit_test_prestate_setup_teardown(f, setup_store, teardown_store, &ENG_URING),          \
+        cmocka_unit_test_prestate_setup_teardown(f, setup_store, teardown_store, &ENG_PREAD)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_open_and_describe),
+        BOTH(test_read_into_every_tensor),
+        BOTH(test_read_into_refusals),
+        BOTH(test_read_batch),
+        BOTH(test_get_tensor),
+        BOTH(test_read_rows),
+        BOTH(test_read_f32),
+        cmocka_unit_test(test_convert_f32),
+        BOTH(test_faults),
+        BOTH(test_cuda_absent),
+        BOTH_STORE(test_corrupt_snapshot),
+        BOTH_STORE(test_device_changed),
+        BOTH_STORE(test_lease_keeps_retired_generation),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
