@@ -1,10 +1,10 @@
 /* The importer; see import.h for the order of steps and the invariants.
  *
  * Data path: the calling thread reads a shard in chunk_len pieces from the
- * source file (buffered pread), hashes each piece, and hands it to a writer
- * thread through a small ring of aligned buffers; the writer thread issues
- * the O_DIRECT pwrites to every replica. So hashing of chunk i+1 overlaps
- * the device write of chunk i, and memory stays at N_BUFS x chunk_len. */
+ * source file (buffered pread, sequential read-ahead advised) into a ring of
+ * aligned buffers; a hasher thread runs SHA-256 over each piece while a
+ * writer thread issues the O_DIRECT pwrites to every replica. Reading,
+ * hashing and writing overlap, and memory stays at N_BUFS x chunk_len. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,7 +22,7 @@
 #include "util/sha256.h"
 #include "util/sys.h"
 
-#define N_BUFS 3
+#define N_BUFS 4
 #define BUF_ALIGN 65536 /* >= every device's io_align */
 
 typedef struct target {
@@ -33,22 +33,30 @@ typedef struct target {
 
 typedef struct wbuf {
     uint8_t *p;
-    size_t len;
+    size_t len;        /* bytes to write (payload + zero padding) */
+    size_t payload;    /* canonical shard bytes at the start of p */
+    tv__sha256 *h;     /* the shard's hash, fed by the hasher thread */
     size_t n_targets;
     target t[TV__IMPORT_MAX_DEVICES];
 } wbuf;
 
-typedef struct writer {
-    pthread_t thread;
+/* Three stages over one ring of buffers, tracked by sequence numbers: the
+ * calling thread fills buffer `filled`, the hasher thread hashes buffer
+ * `hashed` and the writer thread writes buffer `written` (hasher and writer
+ * only read the buffer, so they run side by side); a buffer is free again
+ * once both passed it. */
+typedef struct pipeline {
+    pthread_t writer, hasher;
+    bool writer_started, hasher_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     wbuf bufs[N_BUFS];
-    size_t head, count;
+    uint64_t filled, hashed, written;
     bool stop;
     int rc;
     tv_error err;
-    uint64_t written;
-} writer;
+    uint64_t bytes_written;
+} pipeline;
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -71,15 +79,14 @@ static double now_s(void)
 
 static void *writer_main(void *arg)
 {
-    writer *w = arg;
-    size_t tail = 0;
+    pipeline *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (w->count == 0 && !w->stop)
+        while (w->written == w->filled && !w->stop)
             pthread_cond_wait(&w->cv, &w->mu);
-        if (w->count == 0 && w->stop)
+        if (w->written == w->filled)
             break;
-        wbuf *b = &w->bufs[tail];
+        wbuf *b = &w->bufs[w->written % N_BUFS];
         int failed = w->rc;
         pthread_mutex_unlock(&w->mu);
         int rc = 0;
@@ -92,40 +99,104 @@ static void *writer_main(void *arg)
             w->err = e;
         }
         for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
-            w->written += b->t[i].len;
-        tail = (tail + 1) % N_BUFS;
-        w->count--;
+            w->bytes_written += b->t[i].len;
+        w->written++;
         pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
 }
 
-/* Waits for a free buffer; returns it, or NULL when the writer failed. */
-static wbuf *writer_acquire(writer *w)
+static void *hasher_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->hashed == w->filled && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->hashed == w->filled)
+            break;
+        wbuf *b = &w->bufs[w->hashed % N_BUFS];
+        pthread_mutex_unlock(&w->mu);
+        if (b->h)
+            tv__sha256_update(b->h, b->p, b->payload);
+        pthread_mutex_lock(&w->mu);
+        w->hashed++;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int pipeline_start(pipeline *w, uint8_t *bufs, size_t chunk, tv_error *err)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    for (size_t b = 0; b < N_BUFS; b++)
+        w->bufs[b].p = bufs + b * chunk;
+    if (pthread_create(&w->writer, NULL, writer_main, w))
+        return tv__seterr(err, -EAGAIN, "cannot start the writer thread");
+    w->writer_started = true;
+    if (pthread_create(&w->hasher, NULL, hasher_main, w))
+        return tv__seterr(err, -EAGAIN, "cannot start the hasher thread");
+    w->hasher_started = true;
+    return 0;
+}
+
+/* Lets both threads finish what was submitted, then joins them. */
+static void pipeline_stop(pipeline *w)
 {
     pthread_mutex_lock(&w->mu);
-    while (w->count == N_BUFS && !w->rc)
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->writer_started)
+        pthread_join(w->writer, NULL);
+    if (w->hasher_started)
+        pthread_join(w->hasher, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* Waits for a free buffer; returns it, or NULL when the writer failed. */
+static wbuf *pipeline_acquire(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        uint64_t done = w->hashed < w->written ? w->hashed : w->written;
+        if (w->rc || w->filled - done < N_BUFS)
+            break;
         pthread_cond_wait(&w->cv, &w->mu);
-    wbuf *b = w->rc ? NULL : &w->bufs[w->head];
+    }
+    wbuf *b = w->rc ? NULL : &w->bufs[w->filled % N_BUFS];
     pthread_mutex_unlock(&w->mu);
     return b;
 }
 
-static void writer_submit(writer *w)
+static void pipeline_submit(pipeline *w)
 {
     pthread_mutex_lock(&w->mu);
-    w->head = (w->head + 1) % N_BUFS;
-    w->count++;
+    w->filled++;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Waits until every submitted buffer is written; returns the writer's rc. */
-static int writer_drain(writer *w, tv_error *err)
+/* Waits until every submitted buffer is hashed (a shard's digest is final). */
+static void pipeline_wait_hashed(pipeline *w)
 {
     pthread_mutex_lock(&w->mu);
-    while (w->count > 0)
+    while (w->hashed < w->filled)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits until every submitted buffer is hashed and written; returns the
+ * writer's rc. */
+static int pipeline_drain(pipeline *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->hashed < w->filled || w->written < w->filled)
         pthread_cond_wait(&w->cv, &w->mu);
     int rc = w->rc;
     if (rc && err)
@@ -134,10 +205,10 @@ static int writer_drain(writer *w, tv_error *err)
     return rc;
 }
 
-static uint64_t writer_written(writer *w)
+static uint64_t pipeline_bytes_written(pipeline *w)
 {
     pthread_mutex_lock(&w->mu);
-    uint64_t n = w->written;
+    uint64_t n = w->bytes_written;
     pthread_mutex_unlock(&w->mu);
     return n;
 }
@@ -206,6 +277,8 @@ static int open_source(const tv_shard_info *si, int *fd_out, tv_error *err)
     if (fd < 0)
         return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", si->name, si->path,
                           strerror(errno));
+    /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     struct stat sb;
     if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != si->file_len) {
         close(fd);
@@ -389,8 +462,8 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     tv_checkpoint *ck = NULL;
     shard_plan *plans = NULL;
     uint8_t *bufs = NULL;
-    writer w;
-    bool writer_started = false;
+    pipeline w;
+    bool pipeline_started = false;
     int src_fd = -1;
     uint8_t *hdr_copy = NULL;
     int64_t devs[TV__IMPORT_MAX_DEVICES];
@@ -530,16 +603,9 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     tv__crash_point("reserve");
 
     /* 3. Write canonical bytes + zero padding, hashing on the way. */
-    memset(&w, 0, sizeof(w));
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    for (size_t b = 0; b < N_BUFS; b++)
-        w.bufs[b].p = bufs + b * chunk;
-    if (pthread_create(&w.thread, NULL, writer_main, &w)) {
-        rc = tv__seterr(err, -EAGAIN, "cannot start the writer thread");
-        goto fail_release;
-    }
-    writer_started = true;
+    pipeline_started = true;
+    if ((rc = pipeline_start(&w, bufs, chunk, err)))
+        goto fail_writer;
     bool crashed_mid = false;
     uint64_t submitted = 0;
     for (size_t s = 0; s < n_shards; s++) {
@@ -574,17 +640,22 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
             goto fail_writer;
         }
         for (uint64_t off = 0; off < alloc; off += chunk) {
-            wbuf *b = writer_acquire(&w);
+            wbuf *b = pipeline_acquire(&w);
             if (!b) {
-                rc = writer_drain(&w, err);
+                rc = pipeline_drain(&w, err);
                 break;
             }
             size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
             size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
+            /* Ask for the next chunk now so the disk reads it while this
+             * one is copied, hashed and written. */
+            if (off + n < canon)
+                (void)posix_fadvise(src_fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
             if (payload && (rc = read_source(src_fd, b->p, payload, off, p->info.name, err)))
                 break;
             memset(b->p + payload, 0, n - payload);
-            tv__sha256_update(&h, b->p, payload);
+            b->h = &h;
+            b->payload = payload;
             if (off < hdr_end) {
                 size_t hn = (size_t)(hdr_end - off < payload ? hdr_end - off : payload);
                 tv__sha256_update(&hh, b->p, hn);
@@ -599,7 +670,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
                 b->t[b->n_targets++] = (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
                 submitted += tl;
             }
-            writer_submit(&w);
+            pipeline_submit(&w);
             if (o->progress)
                 o->progress(o->progress_ctx, submitted, to_write);
             if (!crashed_mid && submitted * 2 >= to_write) {
@@ -607,6 +678,8 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
                 tv__crash_point("write");
             }
         }
+        /* The hasher still reads h until it caught up with this shard. */
+        pipeline_wait_hashed(&w);
         uint8_t dig[32];
         char sha_hex[65], hdr_hex[65];
         tv__sha256_final(&h, dig);
@@ -637,7 +710,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         memcpy(p->header_sha_hex, hdr_hex, sizeof(hdr_hex));
         p->have_sha = true;
     }
-    if ((rc = writer_drain(&w, err)))
+    if ((rc = pipeline_drain(&w, err)))
         goto fail_writer;
 
     /* 4. Flush every device written. */
@@ -692,7 +765,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     }
     r.n_shards = n_shards;
     r.n_tensors = tv_checkpoint_n_tensors(ck);
-    r.bytes_written = writer_written(&w);
+    r.bytes_written = pipeline_bytes_written(&w);
     r.seconds = now_s() - t0;
     if (res)
         *res = r;
@@ -704,15 +777,8 @@ fail_writer:
         close(src_fd);
     free(hdr_copy);
 out_writer:
-    if (writer_started) {
-        pthread_mutex_lock(&w.mu);
-        w.stop = true;
-        pthread_cond_broadcast(&w.cv);
-        pthread_mutex_unlock(&w.mu);
-        pthread_join(w.thread, NULL);
-        pthread_mutex_destroy(&w.mu);
-        pthread_cond_destroy(&w.cv);
-    }
+    if (pipeline_started)
+        pipeline_stop(&w);
     if (rc == 0)
         goto out;
 fail_release:
