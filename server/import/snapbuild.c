@@ -59,7 +59,7 @@ static void unhex_lenient(const char *s, uint8_t *out, size_t n)
 
 /* A device row -> the snapshot's device record, mapping the uuid text and
  * the identity JSON the way the store maps them to label fields. */
-static int device_in_from_row(const tv__reg_device *row, tv__snap_device_in *d, tv_error *err)
+int tv__store_device_record(const tv__reg_device *row, tv__snap_device_in *d, tv_error *err)
 {
     memset(d, 0, sizeof *d);
     if (unhex_exact(row->uuid, d->uuid, sizeof d->uuid, true))
@@ -172,7 +172,7 @@ static int build_image(tv__store *st, const char *model, int64_t gen, uint64_t s
     }
     for (size_t k = 0; k < n_devs; k++) {
         if ((rc = tv__reg_device_get(st->reg, b.dev_ids[k], &b.dev_rows[k], err)) ||
-            (rc = device_in_from_row(&b.dev_rows[k], &b.devs[k], err)))
+            (rc = tv__store_device_record(&b.dev_rows[k], &b.devs[k], err)))
             goto done;
     }
     size_t used = 0;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "import/store.h"
+#include "store/snapshot.h"
 
 /* Builds the snapshot image of generation gen of model (0 = the active one)
  * from the registry (tv__reg_generation_get, tv__reg_tensors_list,
@@ -32,6 +33,13 @@
  * shard hash that cannot be mapped); the errors of tv__snap_build
  * (TV_E_INVALID_ARG naming the record, TV_E_OVERFLOW); -ENOMEM; the
  * registry's errors. */
+/* A device row as a snapshot device record: the uuid text and the identity
+ * JSON decoded the way the label stores them (zero-padded strings; missing
+ * identity fields stay zero). The single mapping from registry to on-device
+ * identity, used for snapshots and for the label check at open.
+ * d->path points into row. Returns 0 or TV_E_REGISTRY (malformed row). */
+int tv__store_device_record(const tv__reg_device *row, tv__snap_device_in *d, tv_error *err);
+
 int tv__store_build_snapshot(tv__store *st, const char *model, int64_t gen, void **buf, size_t *len,
                              tv_error *err);
 

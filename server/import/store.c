@@ -139,17 +139,6 @@ static void hexs(const uint8_t *b, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static void unhex(const char *s, uint8_t *b, size_t n)
-{
-    memset(b, 0, n);
-    for (size_t i = 0; s && i < n && s[2 * i] && s[2 * i + 1]; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
-            break;
-        b[i] = (uint8_t)v;
-    }
-}
-
 static int identity_json(const tv__dev *d, char *out, size_t len)
 {
     char nguid[33], eui[17];
@@ -171,60 +160,30 @@ static int identity_json(const tv__dev *d, char *out, size_t len)
     return rc;
 }
 
-static int parse_uuid(const char *s, uint8_t out[16])
-{
-    size_t j = 0;
-    for (size_t i = 0; s[i] && j < 16; i++) {
-        if (s[i] == '-')
-            continue;
-        unsigned v;
-        if (sscanf(s + i, "%2x", &v) != 1)
-            return -1;
-        out[j++] = (uint8_t)v;
-        i++;
-    }
-    return j == 16 ? 0 : -1;
-}
-
-static int kind_from_name(const char *k)
-{
-    return !strcmp(k, "nvme") ? TV_DEV_NVME : !strcmp(k, "block") ? TV_DEV_BLOCK : TV_DEV_FILE;
-}
-
 /* The label the registry row says should be on the device. */
-static int expected_label(const tv__reg_device *row, const tv__dev *d, tv__label *l,
-                          tv_error *err)
+static int expected_label(const tv__reg_device *row, tv__label *l, tv_error *err)
 {
+    tv__snap_device_in r;
+    int rc = tv__store_device_record(row, &r, err);
+    if (rc)
+        return rc;
     memset(l, 0, sizeof(*l));
     memcpy(l->magic, TV_LABEL_MAGIC, 8);
     l->version = TV_LABEL_VERSION;
     l->label_len = TV_LABEL_LEN;
-    if (parse_uuid(row->uuid, l->store_uuid))
-        return tv__seterr(err, TV_E_REGISTRY, "device %lld: malformed uuid '%s' in registry",
-                          (long long)row->id, row->uuid);
-    l->lba_size = (uint32_t)row->lba_size;
-    l->io_align = (uint32_t)row->io_align;
-    l->region_off = row->region_off;
-    l->region_len = row->region_len;
-    l->object_align = row->object_align;
-    l->device_size = row->size_bytes;
-    l->dev_kind = (uint32_t)kind_from_name(row->kind);
-    json_error_t je;
-    json_t *id = json_loads(row->identity, 0, &je);
-    if (id) {
-        const char *serial = json_string_value(json_object_get(id, "serial"));
-        const char *model = json_string_value(json_object_get(id, "model"));
-        /* Label strings are zero-padded, not NUL-terminated when full. */
-        if (serial)
-            memcpy(l->serial, serial, strnlen(serial, sizeof(l->serial)));
-        if (model)
-            memcpy(l->model, model, strnlen(model, sizeof(l->model)));
-        l->nsid = (uint32_t)json_integer_value(json_object_get(id, "nsid"));
-        unhex(json_string_value(json_object_get(id, "nguid")), l->nguid, 16);
-        unhex(json_string_value(json_object_get(id, "eui64")), l->eui64, 8);
-        json_decref(id);
-    }
-    (void)d;
+    memcpy(l->store_uuid, r.uuid, 16);
+    l->lba_size = r.lba_size;
+    l->io_align = r.io_align;
+    l->region_off = r.region_off;
+    l->region_len = r.region_len;
+    l->object_align = r.object_align;
+    l->device_size = r.size_bytes;
+    l->dev_kind = r.kind;
+    memcpy(l->serial, r.serial, sizeof(l->serial));
+    memcpy(l->model, r.model, sizeof(l->model));
+    l->nsid = r.nsid;
+    memcpy(l->nguid, r.nguid, 16);
+    memcpy(l->eui64, r.eui64, 8);
     return 0;
 }
 
@@ -247,7 +206,7 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
     if ((rc = tv__dev_open(row.path, write ? TV_DEV_O_RDWR : TV_DEV_O_RDONLY, &d, err)))
         return rc;
     if ((rc = tv__label_read(d, row.region_off, &on_disk, err)) ||
-        (rc = expected_label(&row, d, &want, err)) ||
+        (rc = expected_label(&row, &want, err)) ||
         (rc = tv__label_check(&on_disk, &want, d, err))) {
         tv__dev_close(d);
         if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
