@@ -52,8 +52,9 @@ int tv__reg_gen_state_from_text(const unsigned char *s, tv__gen_state *out)
     "(SELECT count(*) FROM tensors t WHERE t.generation_id = g.id), g.created_at "                 \
     "FROM generations g JOIN models m ON m.id = g.model_id "
 
-static void read_generation(sqlite3_stmt *st, tv__reg_generation *g)
+static void read_generation(sqlite3_stmt *st, void *record)
 {
+    tv__reg_generation *g = record;
     memset(g, 0, sizeof *g);
     g->id = sqlite3_column_int64(st, 0);
     g->model_id = sqlite3_column_int64(st, 1);
@@ -178,6 +179,16 @@ done:
     return rc;
 }
 
+static void read_model(sqlite3_stmt *st, void *record)
+{
+    tv__reg_model *m = record;
+    m->id = sqlite3_column_int64(st, 0);
+    tv__reg_col_text(st, 1, m->name, sizeof m->name);
+    m->active_generation = sqlite3_column_int64(st, 2);
+    m->n_generations = sqlite3_column_int64(st, 3);
+    m->created_at = sqlite3_column_int64(st, 4);
+}
+
 int tv__reg_models_list(tv__reg *reg, tv__reg_model **out, size_t *n, tv_error *err)
 {
     if (!reg || !out || !n)
@@ -193,22 +204,8 @@ int tv__reg_models_list(tv__reg *reg, tv__reg_model **out, size_t *n, tv_error *
                              &st, err);
     if (rc)
         return rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_model *m = tv__reg_vec_push(&v);
-        if (!m) {
-            rc = tv__seterr(err, -ENOMEM, "listing models: out of memory");
-            goto fail;
-        }
-        m->id = sqlite3_column_int64(st, 0);
-        tv__reg_col_text(st, 1, m->name, sizeof m->name);
-        m->active_generation = sqlite3_column_int64(st, 2);
-        m->n_generations = sqlite3_column_int64(st, 3);
-        m->created_at = sqlite3_column_int64(st, 4);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "listing models");
+    if ((rc = tv__reg_collect(reg, st, &v, read_model, "listing models", err)))
         goto fail;
-    }
     sqlite3_finalize(st);
     *out = v.items;
     *n = v.n;
@@ -234,18 +231,8 @@ int tv__reg_generations_list(tv__reg *reg, const char *model, tv__reg_generation
     if ((rc = tv__reg_prepare(reg, GEN_SELECT "WHERE m.name = ?1 ORDER BY g.number", &st, err)) ||
         (rc = tv__reg_bind_text(reg, st, 1, model, err)))
         goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_generation *g = tv__reg_vec_push(&v);
-        if (!g) {
-            rc = tv__seterr(err, -ENOMEM, "listing generations: out of memory");
-            goto done;
-        }
-        read_generation(st, g);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "listing generations");
+    if ((rc = tv__reg_collect(reg, st, &v, read_generation, "listing generations", err)))
         goto done;
-    }
     /* A model row is created with its first generation, so no rows means
      * no model. */
     rc = v.n ? 0 : tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);

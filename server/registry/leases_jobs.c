@@ -21,8 +21,9 @@
     "FROM leases l JOIN generations g ON g.id = l.generation_id "                                  \
     "JOIN models m ON m.id = g.model_id "
 
-static void read_lease(sqlite3_stmt *st, tv__reg_lease *l)
+static void read_lease(sqlite3_stmt *st, void *record)
 {
+    tv__reg_lease *l = record;
     memset(l, 0, sizeof *l);
     l->id = sqlite3_column_int64(st, 0);
     l->generation_id = sqlite3_column_int64(st, 1);
@@ -126,18 +127,8 @@ int tv__reg_leases_list(tv__reg *reg, tv__reg_lease **out, size_t *n, tv_error *
     int rc = tv__reg_prepare(reg, LEASE_SELECT "ORDER BY l.id", &st, err);
     if (rc)
         return rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_lease *l = tv__reg_vec_push(&v);
-        if (!l) {
-            rc = tv__seterr(err, -ENOMEM, "listing leases: out of memory");
-            goto fail;
-        }
-        read_lease(st, l);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "listing leases");
+    if ((rc = tv__reg_collect(reg, st, &v, read_lease, "listing leases", err)))
         goto fail;
-    }
     sqlite3_finalize(st);
     *out = v.items;
     *n = v.n;
@@ -171,8 +162,9 @@ static tv__job_state job_state_from_text(const unsigned char *s)
     "id, model, source, state, bytes_total, bytes_done, ifnull(error, ''), "                       \
     "ifnull(generation, 0), created_at, ifnull(finished_at, 0)"
 
-static void read_job(sqlite3_stmt *st, tv__reg_job *j)
+static void read_job(sqlite3_stmt *st, void *record)
 {
+    tv__reg_job *j = record;
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(st, 0);
     tv__reg_col_text(st, 1, j->model, sizeof j->model);
@@ -331,18 +323,8 @@ int tv__reg_jobs_list(tv__reg *reg, size_t limit, tv__reg_job **out, size_t *n, 
     if ((rc = tv__reg_bind_i64(reg, st, 1, limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit,
                                err)))
         goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_job *j = tv__reg_vec_push(&v);
-        if (!j) {
-            rc = tv__seterr(err, -ENOMEM, "listing import jobs: out of memory");
-            goto fail;
-        }
-        read_job(st, j);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "listing import jobs");
+    if ((rc = tv__reg_collect(reg, st, &v, read_job, "listing import jobs", err)))
         goto fail;
-    }
     sqlite3_finalize(st);
     *out = v.items;
     *n = v.n;

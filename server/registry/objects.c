@@ -16,8 +16,9 @@
 
 #define OBJECT_COLS "id, device_id, base_off, alloc_len, canonical_len, sha256, state, created_at"
 
-static void read_object(sqlite3_stmt *st, tv__reg_object *o)
+static void read_object(sqlite3_stmt *st, void *record)
 {
+    tv__reg_object *o = record;
     memset(o, 0, sizeof *o);
     o->id = sqlite3_column_int64(st, 0);
     o->device_id = sqlite3_column_int64(st, 1);
@@ -45,18 +46,8 @@ static int list_objects(tv__reg *reg, const char *sql, const int64_t *id, const 
     if ((id && (rc = tv__reg_bind_i64(reg, st, 1, *id, err))) ||
         (text && (rc = tv__reg_bind_text(reg, st, 2, text, err))))
         goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_object *o = tv__reg_vec_push(&v);
-        if (!o) {
-            rc = tv__seterr(err, -ENOMEM, "%s: out of memory", what);
-            goto fail;
-        }
-        read_object(st, o);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, what);
+    if ((rc = tv__reg_collect(reg, st, &v, read_object, what, err)))
         goto fail;
-    }
     sqlite3_finalize(st);
     *out = v.items;
     *n = v.n;

@@ -79,4 +79,14 @@ typedef struct tv__reg_vec {
 /* Appends one zeroed record; returns it, or NULL on overflow/ENOMEM. */
 void *tv__reg_vec_push(tv__reg_vec *v);
 
+/* Fills one record from the current row. */
+typedef void (*tv__reg_row_fn)(sqlite3_stmt *st, void *record);
+
+/* Steps a prepared (and bound) statement to the end, appending one record
+ * per row to v with read. Does not finalize st; on failure v->items is
+ * still the caller's to free. Returns 0, -ENOMEM or the SQLite error
+ * (messages say "what"). */
+int tv__reg_collect(tv__reg *reg, sqlite3_stmt *st, tv__reg_vec *v, tv__reg_row_fn read,
+                    const char *what, tv_error *err);
+
 #endif

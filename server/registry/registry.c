@@ -111,6 +111,19 @@ int tv__reg_check_path(const char *s, const char *what, tv_error *err)
     return 0;
 }
 
+int tv__reg_collect(tv__reg *reg, sqlite3_stmt *st, tv__reg_vec *v, tv__reg_row_fn read,
+                    const char *what, tv_error *err)
+{
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        void *rec = tv__reg_vec_push(v);
+        if (!rec)
+            return tv__seterr(err, -ENOMEM, "%s: out of memory", what);
+        read(st, rec);
+    }
+    return rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, what);
+}
+
 void *tv__reg_vec_push(tv__reg_vec *v)
 {
     if (v->n == v->cap) {
@@ -510,8 +523,9 @@ done:
     "id, uuid, path, kind, lba_size, io_align, object_align, size_bytes, region_off, "             \
     "region_len, data_off, identity, created_at"
 
-static void read_device(sqlite3_stmt *st, tv__reg_device *d)
+static void read_device(sqlite3_stmt *st, void *record)
 {
+    tv__reg_device *d = record;
     memset(d, 0, sizeof *d);
     d->id = sqlite3_column_int64(st, 0);
     tv__reg_col_text(st, 1, d->uuid, sizeof d->uuid);
@@ -580,18 +594,8 @@ int tv__reg_device_list(tv__reg *reg, tv__reg_device **out, size_t *n, tv_error 
     int rc = tv__reg_prepare(reg, "SELECT " DEVICE_COLS " FROM devices ORDER BY id", &st, err);
     if (rc)
         return rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_device *d = tv__reg_vec_push(&v);
-        if (!d) {
-            rc = tv__seterr(err, -ENOMEM, "listing devices: out of memory");
-            goto fail;
-        }
-        read_device(st, d);
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "listing devices");
+    if ((rc = tv__reg_collect(reg, st, &v, read_device, "listing devices", err)))
         goto fail;
-    }
     sqlite3_finalize(st);
     *out = v.items;
     *n = v.n;
