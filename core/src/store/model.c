@@ -31,6 +31,14 @@ typedef struct tensor_plan {
     uint64_t n_elements;
 } tensor_plan;
 
+/* A shard's replicas, decoded and validated once at open: reads only add
+ * offsets. payload_base = object base_off + the shard's data_off. */
+typedef struct shard_plan {
+    uint32_t n_rep;
+    uint32_t dev[TV__IO_MAX_REPLICAS];
+    uint64_t payload_base[TV__IO_MAX_REPLICAS];
+} shard_plan;
+
 struct tv_model {
     uint8_t *snap_buf;
     size_t snap_len;
@@ -41,6 +49,7 @@ struct tv_model {
     size_t n_devs;
     tv__io *io;
     tensor_plan *t;
+    shard_plan *sh;
     uint64_t *dims;
     uint32_t max_io_align;
     uint32_t queue_depth;
@@ -59,6 +68,7 @@ TV_API void tv_model_close(tv_model *m)
         tv__dev_close(m->devs[i]);
     free(m->devs);
     free(m->t);
+    free(m->sh);
     free(m->dims);
     free(m->name);
     free(m->snap_buf);
@@ -148,8 +158,9 @@ static int build_plans(tv_model *m, tv_error *err)
     int rc;
     uint32_t n = m->snap.n_tensors;
     m->t = calloc(n ? n : 1, sizeof(*m->t));
+    m->sh = calloc(m->snap.n_shards ? m->snap.n_shards : 1, sizeof(*m->sh));
     m->dims = calloc(m->snap.n_dims ? m->snap.n_dims : 1, sizeof(*m->dims));
-    if (!m->t || !m->dims)
+    if (!m->t || !m->sh || !m->dims)
         return tv__seterr(err, -ENOMEM, "out of memory");
     for (uint32_t s = 0; s < m->snap.n_shards; s++) {
         tv__snap_shard_info sh;
@@ -161,7 +172,11 @@ static int build_plans(tv_model *m, tv_error *err)
             tv__snap_replica_info rp;
             if ((rc = tv__snap_replica(&m->snap, sh.first_replica + r, &rp, err)))
                 return rc;
+            if (tv__add_u64(rp.base_off, sh.data_off, &m->sh[s].payload_base[r]))
+                return tv__seterr(err, TV_E_SNAPSHOT, "shard %u: replica offset overflows", s);
+            m->sh[s].dev[r] = rp.device;
         }
+        m->sh[s].n_rep = sh.n_replicas;
     }
     uint64_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -346,24 +361,17 @@ static int lookup(tv_model *m, const char *name, size_t *idx, tv_error *err)
 static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void *dest,
                     tv__io_req *req, tv_error *err)
 {
-    int rc;
     const tensor_plan *p = &m->t[i];
-    tv__snap_shard_info sh;
-    if ((rc = tv__snap_shard(&m->snap, p->shard, &sh, err)))
-        return rc;
+    const shard_plan *sp = &m->sh[p->shard];
     memset(req, 0, sizeof(*req));
     req->len = len;
     req->dest = dest;
-    for (uint32_t r = 0; r < sh.n_replicas && r < TV__IO_MAX_REPLICAS; r++) {
-        tv__snap_replica_info rp;
-        if ((rc = tv__snap_replica(&m->snap, sh.first_replica + r, &rp, err)))
-            return rc;
+    for (uint32_t r = 0; r < sp->n_rep; r++) {
         uint64_t off;
-        if (tv__add_u64(rp.base_off, sh.data_off, &off) || tv__add_u64(off, p->begin, &off) ||
-            tv__add_u64(off, rel_off, &off))
+        if (tv__add_u64(sp->payload_base[r], p->begin, &off) || tv__add_u64(off, rel_off, &off))
             return tv__seterr(err, TV_E_OVERFLOW, "tensor '%.*s': offset overflows",
                               (int)p->name_len, p->name);
-        req->src[req->n_src++] = (tv__io_src){.dev = rp.device, .off = off};
+        req->src[req->n_src++] = (tv__io_src){.dev = sp->dev[r], .off = off};
     }
     return 0;
 }
