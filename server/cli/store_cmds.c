@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "import/alloc.h"
 #include "import/import.h"
 #include "import/snapbuild.h"
 #include "import/store.h"
@@ -455,22 +456,13 @@ int tv_cli_devices(int argc, char **argv)
                "USED", "FREE", "STATUS");
     int worst = TV_EXIT_OK;
     for (size_t i = 0; i < n; i++) {
-        tv__reg_object *objs = NULL;
-        size_t no = 0;
-        uint64_t used = 0, largest = 0, cur = d[i].data_off;
-        uint64_t end = d[i].region_off + d[i].region_len;
-        tv_error e2 = {0};
-        if (tv__reg_objects_on_device(st->reg, d[i].id, &objs, &no, &e2) == 0) {
-            for (size_t k = 0; k < no; k++) {
-                used += objs[k].alloc_len;
-                if (objs[k].base_off > cur && objs[k].base_off - cur > largest)
-                    largest = objs[k].base_off - cur;
-                cur = objs[k].base_off + objs[k].alloc_len;
-            }
+        tv__alloc_space sp;
+        if ((rc = tv__alloc_device_space(st->reg, d[i].id, &sp, &err))) {
+            json_decref(arr);
+            free(d);
+            tv__store_close(st);
+            return fail("devices", json, rc, &err);
         }
-        if (end > cur && end - cur > largest)
-            largest = end - cur;
-        uint64_t cap = end - d[i].data_off;
         tv__dev *dev;
         tv_error de = {0};
         int drc = tv__store_device(st, d[i].id, false, &dev, &de);
@@ -489,18 +481,18 @@ int tv_cli_devices(int argc, char **argv)
                                (json_int_t)d[i].object_align, "size", (json_int_t)d[i].size_bytes,
                                "region_offset", (json_int_t)d[i].region_off, "region_size",
                                (json_int_t)d[i].region_len, "data_offset",
-                               (json_int_t)d[i].data_off, "used", (json_int_t)used, "free",
-                               (json_int_t)(cap - used), "largest_free", (json_int_t)largest,
-                               "objects", (json_int_t)no, "identity",
+                               (json_int_t)d[i].data_off, "used", (json_int_t)sp.used_len, "free",
+                               (json_int_t)sp.free_len, "largest_free",
+                               (json_int_t)sp.largest_free_len, "objects", (json_int_t)sp.n_used,
+                               "identity",
                                ident ? ident : json_object(), "status", status, "message",
                                drc ? de.msg : ""));
         } else {
             printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
                    "  %s%s%s\n",
-                   d[i].id, d[i].kind, d[i].path, d[i].lba_size, d[i].region_len, used,
-                   cap - used, status, drc ? ": " : "", drc ? de.msg : "");
+                   d[i].id, d[i].kind, d[i].path, d[i].lba_size, d[i].region_len, sp.used_len,
+                   sp.free_len, status, drc ? ": " : "", drc ? de.msg : "");
         }
-        free(objs);
     }
     tv__store_close(st);
     free(d);

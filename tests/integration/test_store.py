@@ -82,6 +82,11 @@ def test_objects_are_aligned_padded_and_disjoint(tv, store, ckpt, ckpt_b):
     tv("import", "--store", store, "a", ckpt, "--activate", check=True)
     tv("import", "--store", store, "b", ckpt_b, "--activate", check=True)
     dev = objects(tv, store)[0]
+    # Space accounting: objects plus free space fill the data region exactly
+    # (every extent is object_align aligned), and the largest hole fits in it.
+    data_len = dev["region_offset"] + dev["region_size"] - dev["data_offset"]
+    assert dev["used"] + dev["free"] == data_len - data_len % dev["object_align"]
+    assert 0 < dev["largest_free"] <= dev["free"] and dev["objects"] == 4
     v = js(tv("verify", "--store", store, "--json"))["results"]
     extents = sorted((o["offset"], o["length"]) for o in v)
     for (off, n), nxt in zip(extents, extents[1:] + [None]):
