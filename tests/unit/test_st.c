@@ -1055,7 +1055,7 @@ static void test_name_index_130k(void **state)
     tv_checkpoint_close(ck);
 }
 
-/* ---- the parser's jansson allocation arena ---- */
+/* ---- parsing beside other jansson users and other threads ---- */
 
 /* A header of n U8 tensors plus metadata; tensor k at offset k. */
 static char *medium_header(unsigned n)
@@ -1091,7 +1091,7 @@ static void jansson_roundtrip(int seed)
     json_decref(o);
 }
 
-static void test_arena_caller_jansson_unaffected(void **state)
+static void test_parse_beside_caller_jansson(void **state)
 {
     (void)state;
     json_t *before = json_pack("{s:s}", "made", "before");
@@ -1100,14 +1100,14 @@ static void test_arena_caller_jansson_unaffected(void **state)
     jansson_roundtrip(1);
     /* Freed after a parse: plain heap memory, freed for real. */
     json_decref(before);
-    /* A parse that fails half way leaves no arena behind on this thread. */
+    /* A parse that fails half way leaves the caller's jansson working. */
     REJECT("{" ENT_A ",'b':{'dtype':'U8','shape':[1],'data_offsets':[1,2]},'c':tru}", 2,
            TV_E_ST_JSON, "header");
     jansson_roundtrip(2);
     REJECT("{" ENT_A ",'b':{'dtype':'F128','shape':[1],'data_offsets':[1,2]}}", 2, TV_E_ST_DTYPE,
            "'b'");
     jansson_roundtrip(3);
-    /* Values read back after the arena is gone are intact copies. */
+    /* Values read back after the parse are the checkpoint's own copies. */
     tv_tensor_info ti = tensor_at(ck, 1);
     assert_string_equal(ti.name, "b");
     const char *k = NULL, *v = NULL;
@@ -1117,19 +1117,19 @@ static void test_arena_caller_jansson_unaffected(void **state)
     tv_checkpoint_close(ck);
 }
 
-#define ARENA_THREADS 4
+#define PARSE_THREADS 4
 #define ARENA_ROUNDS  25
 #define ARENA_TENSORS 600u
 
-typedef struct arena_job {
+typedef struct parse_job {
     const unsigned char *img;
     size_t len;
     int failures;
-} arena_job;
+} parse_job;
 
-static void *arena_worker(void *arg)
+static void *parse_worker(void *arg)
 {
-    arena_job *j = arg;
+    parse_job *j = arg;
     for (int r = 0; r < ARENA_ROUNDS; r++) {
         tv_checkpoint *ck = NULL;
         tv_error err;
@@ -1148,24 +1148,24 @@ static void *arena_worker(void *arg)
     return NULL;
 }
 
-static void test_arena_threads(void **state)
+static void test_parse_threads(void **state)
 {
     (void)state;
     char *hdr = medium_header(ARENA_TENSORS);
     size_t len;
     unsigned char *img = shard_image(hdr, ARENA_TENSORS, &len);
     free(hdr);
-    pthread_t th[ARENA_THREADS];
-    arena_job jobs[ARENA_THREADS];
-    for (int i = 0; i < ARENA_THREADS; i++) {
-        jobs[i] = (arena_job){.img = img, .len = len, .failures = 0};
-        assert_int_equal(pthread_create(&th[i], NULL, arena_worker, &jobs[i]), 0);
+    pthread_t th[PARSE_THREADS];
+    parse_job jobs[PARSE_THREADS];
+    for (int i = 0; i < PARSE_THREADS; i++) {
+        jobs[i] = (parse_job){.img = img, .len = len, .failures = 0};
+        assert_int_equal(pthread_create(&th[i], NULL, parse_worker, &jobs[i]), 0);
     }
     /* Meanwhile this thread allocates and frees jansson nodes through the
      * same process-wide hooks. */
     for (int i = 0; i < 200; i++)
         jansson_roundtrip(i);
-    for (int i = 0; i < ARENA_THREADS; i++) {
+    for (int i = 0; i < PARSE_THREADS; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_int_equal(jobs[i].failures, 0);
     }
@@ -1765,8 +1765,8 @@ int main(void)
         cmocka_unit_test(test_header_padding),
         cmocka_unit_test(test_dtype_round_trip),
         cmocka_unit_test(test_name_index_130k),
-        cmocka_unit_test(test_arena_caller_jansson_unaffected),
-        cmocka_unit_test(test_arena_threads),
+        cmocka_unit_test(test_parse_beside_caller_jansson),
+        cmocka_unit_test(test_parse_threads),
         cmocka_unit_test(test_error_names),
         cmocka_unit_test(test_close_null),
         cmocka_unit_test_setup_teardown(test_index_two_shards, fx_setup, fx_teardown),

@@ -311,13 +311,13 @@ static int load_part(const char *hdr, size_t b, size_t e, const char *what, json
 /* The header is parsed entry by entry: this file walks the top-level object's
  * punctuation and jansson decodes every key and value. Parsing a 120k-tensor
  * header as one tree takes ~10x its size in scattered nodes and scales
- * worse than linearly; entry by entry the working set stays in cache.
+ * worse than linearly; entry by entry the working set stays in cache (and
+ * each entry's few nodes are freed at once, so malloc's caches serve them).
  * Top-level duplicate keys are caught by the name index. */
 int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, uint64_t file_len,
                         const char *name, const char *path, tv_error *err)
 {
     int rc;
-    void *arena = NULL;
     json_t *key = NULL, *val = NULL;
     uint64_t data_off, data_len;
     if (hdr_len == 0)
@@ -347,7 +347,6 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
     sh->file_len = file_len;
     sh->header_len = hdr_len;
     sh->first_tensor = ck->n_tensors;
-    arena = tv__json_arena_begin(1 << 16);
 
     size_t len = (size_t)hdr_len, i = 1;
     while (i < len && is_ws(hdr[i]))
@@ -402,7 +401,6 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
         json_decref(key);
         json_decref(val);
         key = val = NULL;
-        tv__json_arena_reset(arena);
         first = false;
         i = ve;
         while (i < len && is_ws(hdr[i]))
@@ -426,8 +424,6 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
         rc = json_syntax(err, what, i, "end of header after the top-level object");
         goto fail;
     }
-    tv__json_arena_end(arena);
-    arena = NULL;
     sh->n_tensors = ck->n_tensors - sh->first_tensor;
     if ((rc = check_tiling(ck, sh, data_len, name, err)))
         return rc;
@@ -439,6 +435,5 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
 fail:
     json_decref(key);
     json_decref(val);
-    tv__json_arena_end(arena);
     return rc;
 }

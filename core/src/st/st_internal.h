@@ -79,16 +79,6 @@ int tv__json_prescan(const char *buf, size_t len, bool require_brace, const char
 int tv__json_load(const char *buf, size_t len, size_t flags, int json_code, const char *what,
                   json_t **out, tv_error *err);
 
-/* Routes this thread's jansson allocations to a bump arena until
- * tv__json_arena_end, which frees every node at once (json_decref of nodes
- * inside the arena is then a no-op). Returns NULL on allocation failure, in
- * which case jansson keeps using malloc. */
-void *tv__json_arena_begin(size_t hint);
-void tv__json_arena_end(void *arena);
-/* Forgets every allocation made in the arena so far (all nodes must have
- * been released) and reuses its memory: keeps the working set cache-sized. */
-void tv__json_arena_reset(void *arena);
-
 uint64_t tv__hash_bytes(const void *p, size_t n, uint64_t seed);
 
 /* Builds the index over ck->tensors. Returns 0, -ENOMEM, or
