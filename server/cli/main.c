@@ -1,12 +1,15 @@
 /* Entry point of the tensorvault command: dispatches to subcommands. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cli/cli.h"
 #include "util/internal.h"
+#include "util/sys.h"
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
 
@@ -74,9 +77,22 @@ static void set_log_level(void)
     tv__log_set_level(level);
 }
 
+/* TEMPORARY (hardening issue moves this into a test-only binary): the
+ * crash-safety tests' real kill -9 at a named crash point. */
+static void env_crash_hook(const char *point)
+{
+    const char *want = getenv("TV_TEST_CRASH_AT");
+    if (want && strcmp(want, point) == 0) {
+        fprintf(stderr, "tensorvault: test crash point '%s': kill -9 self\n", point);
+        kill(getpid(), SIGKILL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     set_log_level();
+    if (getenv("TV_TEST_CRASH_AT"))
+        tv__sys_crash_hook = env_crash_hook;
     if (argc < 2) {
         usage(stderr);
         return TV_EXIT_USAGE;

@@ -18,15 +18,6 @@
 #define REGISTRY_FILE "registry.db"
 #define LOCK_FILE "lock"
 
-void tv__crash_point(const char *point)
-{
-    const char *want = getenv("TV_TEST_CRASH_AT");
-    if (want && strcmp(want, point) == 0) {
-        fprintf(stderr, "tensorvault: test crash point '%s': kill -9 self\n", point);
-        kill(getpid(), SIGKILL);
-    }
-}
-
 static int path_join(char *out, size_t len, const char *dir, const char *name, tv_error *err)
 {
     if ((size_t)snprintf(out, len, "%s/%s", dir, name) >= len)

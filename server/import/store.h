@@ -66,8 +66,4 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
 /* Resolves a device given by id, path or uuid. Returns 0 or TV_E_NOT_FOUND. */
 int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err);
 
-/* Kills the process with SIGKILL when the environment variable
- * TV_TEST_CRASH_AT equals point: the crash-safety tests' real kill -9. */
-void tv__crash_point(const char *point);
-
 #endif

@@ -1,24 +1,71 @@
-/* The overridable system-call table. Every pread, pwrite, fdatasync and ioctl
- * on a device or shard goes through tv__sys so tests can inject EIO, ENOSPC
- * and short transfers without touching real hardware.
+/* The one door to the OS: an overridable system-call table (SQLite's
+ * aSyscall[] idea) plus the "transfer everything" helpers built on it.
+ * Every open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
+ * flock, rename, link, unlink and mkdir on a device, shard, snapshot or
+ * store file goes through tv__sys, so tests can fail, shorten or crash any
+ * of them without real hardware.
  *
- * Invariant: production code never calls these syscalls directly on store
- * data paths; tests restore the table (tv__sys_reset) after each case. */
+ * Invariants: production code never calls these syscalls directly on those
+ * files (scripts/check enforces it); tests restore the table with
+ * tv__sys_reset after each case; tv__crash_point is a no-op unless a test
+ * build installed tv__sys_crash_hook (the shipped binaries never do). */
 #ifndef TV_UTIL_SYS_H
 #define TV_UTIL_SYS_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 typedef struct tv__sys_ops {
+    int (*open)(const char *path, int flags, mode_t mode);
+    int (*close)(int fd);
     ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
     ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+    int (*fsync)(int fd);
     int (*fdatasync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+    int (*fstat)(int fd, struct stat *sb);
     int (*ioctl)(int fd, unsigned long req, void *arg);
+    int (*flock)(int fd, int op);
+    int (*rename)(const char *from, const char *to);
+    /* rename that fails with EEXIST instead of replacing (renameat2
+     * RENAME_NOREPLACE; EINVAL/ENOSYS/ENOTSUP where unsupported). */
+    int (*rename_noreplace)(const char *from, const char *to);
+    int (*link)(const char *from, const char *to);
+    int (*unlink)(const char *path);
+    int (*mkdir)(const char *path, mode_t mode);
 } tv__sys_ops;
 
 extern tv__sys_ops tv__sys;
 
 /* Restores the real system calls. */
 void tv__sys_reset(void);
+
+/* Test-build crash hook: called by tv__crash_point at every named crash
+ * point (after a step's durable effect, before the next one). NULL in the
+ * shipped binaries. */
+extern void (*tv__sys_crash_hook)(const char *point);
+static inline void tv__crash_point(const char *point)
+{
+    if (tv__sys_crash_hook)
+        tv__sys_crash_hook(point);
+}
+
+/* ---- transfer-everything helpers (EINTR retried; return 0 or -errno) ---- */
+
+/* open(2) through the table; returns fd >= 0 or -errno. */
+int tv__sys_open(const char *path, int flags, mode_t mode);
+/* Reads up to len bytes at off, stopping only at EOF; *got_len (may be NULL)
+ * receives the count. Returns 0 (check *got_len for a short file) or -errno. */
+int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len);
+/* Reads exactly len bytes at off; EOF before len is -ENODATA. */
+int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off);
+/* Writes all len bytes at off; a zero-byte write is -EIO. */
+int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+int tv__sys_fsync(int fd);
+int tv__sys_fdatasync(int fd);
+/* fsyncs a directory (after creating, renaming or unlinking an entry). */
+int tv__sys_fsync_dir(const char *path);
 
 #endif
