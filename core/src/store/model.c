@@ -128,8 +128,8 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         if ((rc = tv__label_read(m->devs[i], sd.region_off, &on_disk, err)) ||
             (rc = tv__label_check(&on_disk, &want, m->devs[i], err))) {
             if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
-                rc = tv__seterr(err, TV_E_DEVICE_MISMATCH, "device %s: label unreadable: %s", path,
-                                err ? err->msg : "");
+                rc =
+                    tv__seterr_wrap(err, TV_E_DEVICE_MISMATCH, "device %s: label unreadable", path);
             goto out;
         }
         iod[i] = (tv__io_dev){.fd = m->devs[i]->fd,

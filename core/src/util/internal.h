@@ -20,6 +20,10 @@
 
 /* Fills err (if non-NULL) with code and a formatted message; returns code. */
 int tv__seterr(tv_error *err, int code, const char *fmt, ...) TV_PRINTF(3, 4);
+/* Prefixes err's current message: "PREFIX: old message" (just PREFIX when
+ * err has none), code replaced; the old message is copied aside first, so
+ * fmt's arguments may include err->msg. Returns code. */
+int tv__seterr_wrap(tv_error *err, int code, const char *fmt, ...) TV_PRINTF(3, 4);
 
 static inline bool tv__add_u64(uint64_t a, uint64_t b, uint64_t *r)
 {
