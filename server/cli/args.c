@@ -1,47 +1,85 @@
-/* Option parsing for the CLI; see args.h. */
+/* Option and value parsing for the CLI; see args.h for the grammars. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
+#include "util/internal.h"
+
+int tv__cli_usage(const char *cmd, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tensorvault: %s: %s\n", cmd, msg);
+    return 2;
+}
+
+static tv_cli_opt *find_opt(tv_cli_args *a, const char *arg, size_t nl)
+{
+    for (size_t k = 0; k < a->n_opts; k++)
+        if (strlen(a->opts[k].name) == nl && !strncmp(a->opts[k].name, arg, nl))
+            return &a->opts[k];
+    return NULL;
+}
+
+/* Whether arg looks like an option of this command ("--store", "--store=x",
+ * "-o"): then it cannot be the value of the option before it. */
+static bool is_known_opt(tv_cli_args *a, const char *arg)
+{
+    if (arg[0] != '-' || !arg[1])
+        return false;
+    const char *eq = strchr(arg, '=');
+    return find_opt(a, arg, eq ? (size_t)(eq - arg) : strlen(arg)) != NULL;
+}
 
 int tv_cli_parse(const char *cmd, int argc, char **argv, tv_cli_args *a)
 {
+    bool opts_done = false;
     a->n_pos = 0;
+    for (size_t k = 0; k < a->n_opts; k++)
+        a->opts[k].value = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        /* "--long", "--long=value", and short options declared as such ("-o"). */
-        if (arg[0] == '-' && arg[1] && (arg[1] != '-' || arg[2])) {
+        if (!opts_done && !strcmp(arg, "--")) {
+            opts_done = true;
+            continue;
+        }
+        /* "--long", "--long=value", and short options declared as such ("-o");
+         * a lone "-" is a positional, and so is "-1" (no option starts with a
+         * digit), for the positional's own parser to name. */
+        if (!opts_done && arg[0] == '-' && arg[1] && !(arg[1] >= '0' && arg[1] <= '9')) {
             const char *eq = strchr(arg, '=');
             size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-            tv_cli_opt *o = NULL;
-            for (size_t k = 0; k < a->n_opts; k++)
-                if (strlen(a->opts[k].name) == nl && !strncmp(a->opts[k].name, arg, nl))
-                    o = &a->opts[k];
-            if (!o) {
-                fprintf(stderr, "tensorvault: %s: unknown option '%.*s'\n", cmd, (int)nl, arg);
-                return 2;
-            }
+            tv_cli_opt *o = find_opt(a, arg, nl);
+            if (!o)
+                return tv__cli_usage(cmd, "unknown option '%.*s'", (int)nl, arg);
+            if (o->value)
+                return tv__cli_usage(cmd, "%s given twice", o->name);
             if (!o->takes_value) {
-                if (eq) {
-                    fprintf(stderr, "tensorvault: %s: %s takes no value\n", cmd, o->name);
-                    return 2;
-                }
+                if (eq)
+                    return tv__cli_usage(cmd, "%s takes no value", o->name);
                 o->value = "1";
-            } else if (eq) {
-                o->value = eq + 1;
-            } else if (i + 1 < argc) {
-                o->value = argv[++i];
-            } else {
-                fprintf(stderr, "tensorvault: %s: %s needs a value\n", cmd, o->name);
-                return 2;
+                continue;
             }
+            const char *v = NULL;
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc && !is_known_opt(a, argv[i + 1]))
+                v = argv[++i];
+            if (!v)
+                return tv__cli_usage(cmd, "%s needs a value", o->name);
+            if (!*v)
+                return tv__cli_usage(cmd, "%s needs a non-empty value", o->name);
+            o->value = v;
         } else {
-            if (a->n_pos == sizeof(a->pos) / sizeof(a->pos[0])) {
-                fprintf(stderr, "tensorvault: %s: too many arguments\n", cmd);
-                return 2;
-            }
+            if (a->n_pos == TV_ARRAY_LEN(a->pos))
+                return tv__cli_usage(cmd, "too many arguments (unexpected '%s')", arg);
             a->pos[a->n_pos++] = arg;
         }
     }
@@ -61,31 +99,246 @@ bool tv_cli_flag(const tv_cli_args *a, const char *name)
     return tv_cli_get(a, name) != NULL;
 }
 
-int tv_cli_parse_size(const char *s, uint64_t *out)
+int tv__cli_npos(const char *cmd, const tv_cli_args *a, size_t min, size_t max, const char *usage)
 {
-    if (!s || !*s || *s == '-')
-        return -1;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: break;
+    if (a->n_pos > max)
+        return tv__cli_usage(cmd, "unexpected argument '%s' (usage: tensorvault %s)", a->pos[max],
+                             usage);
+    if (a->n_pos < min) {
+        fprintf(stderr, "usage: tensorvault %s\n", usage);
+        return 2;
     }
-    if (shift && *end == 'i')
-        end++;
-    if (*end == 'B')
-        end++;
-    if (*end)
-        return -1;
-    if (shift && v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* Scans the decimal digits at s; returns where they end. *overflow is set
+ * when the value does not fit 64 bits (*v is then meaningless). */
+static const char *scan_digits(const char *s, uint64_t *v, bool *overflow)
+{
+    *v = 0;
+    *overflow = false;
+    for (; *s >= '0' && *s <= '9'; s++)
+        if (tv__mul_u64(*v, 10, v) || tv__add_u64(*v, (uint64_t)(*s - '0'), v))
+            *overflow = true;
+    return s;
+}
+
+int tv__cli_parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v;
+    bool ovf;
+    if (!s || !out)
+        return -EINVAL;
+    const char *end = scan_digits(s, &v, &ovf);
+    if (end == s || *end)
+        return -EINVAL;
+    if (ovf || v > max)
+        return -ERANGE;
+    *out = v;
+    return 0;
+}
+
+int tv__cli_parse_gen(const char *s, int64_t *gen)
+{
+    uint64_t v;
+    if (!s || !gen || s[0] < '1' || s[0] > '9')
+        return -EINVAL;
+    int rc = tv__cli_parse_uint(s, INT64_MAX, &v);
+    if (rc)
+        return rc;
+    *gen = (int64_t)v;
+    return 0;
+}
+
+int tv__cli_parse_spec(const char *spec, char *name, size_t name_len, int64_t *gen,
+                       const char **gen_str)
+{
+    if (gen_str)
+        *gen_str = NULL;
+    if (!spec || !name || !gen)
+        return -EINVAL;
+    const char *at = strrchr(spec, '@');
+    size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+    if (nl == 0 || nl >= name_len)
+        return -EINVAL;
+    int64_t g = 0;
+    if (at) {
+        if (gen_str)
+            *gen_str = at + 1;
+        int rc = tv__cli_parse_gen(at + 1, &g);
+        if (rc)
+            return rc;
+    }
+    memcpy(name, spec, nl);
+    name[nl] = '\0';
+    *gen = g;
+    return 0;
+}
+
+int tv__cli_parse_rows(const char *s, uint64_t *r0, uint64_t *r1)
+{
+    uint64_t a, b;
+    bool ovf_a, ovf_b;
+    if (!s || !r0 || !r1)
+        return -EINVAL;
+    const char *end = scan_digits(s, &a, &ovf_a);
+    if (end == s || *end != ':')
+        return -EINVAL;
+    const char *second = end + 1;
+    end = scan_digits(second, &b, &ovf_b);
+    if (end == second || *end)
+        return -EINVAL;
+    if (ovf_a || ovf_b)
+        return -ERANGE;
+    if (a > b)
+        return -EDOM;
+    *r0 = a;
+    *r1 = b;
+    return 0;
+}
+
+/* s equals lower (which is lower case), ignoring the case of s. */
+static bool ieq(const char *s, const char *lower)
+{
+    for (; *s && *lower; s++, lower++)
+        if ((*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s) != *lower)
+            return false;
+    return *s == *lower;
+}
+
+int tv__cli_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix; /* lower case */
+        unsigned shift;
+    } units[] = {{"", 0},   {"k", 10},   {"kib", 10}, {"m", 20},  {"mib", 20},
+                 {"g", 30}, {"gib", 30}, {"t", 40},   {"tib", 40}};
+    uint64_t v;
+    bool ovf;
+    if (!s || !out)
+        return -EINVAL;
+    const char *end = scan_digits(s, &v, &ovf);
+    if (end == s)
+        return -EINVAL;
+    for (size_t u = 0; u < TV_ARRAY_LEN(units); u++) {
+        if (!ieq(end, units[u].suffix))
+            continue;
+        if (ovf || tv__mul_u64(v, (uint64_t)1 << units[u].shift, &v))
+            return -ERANGE;
+        *out = v;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int tv__cli_parse_list(const char *s, char *buf, size_t buf_len, const char **items,
+                       size_t max_items, size_t *n_items, const char **why)
+{
+    const char *dummy;
+    if (!why)
+        why = &dummy;
+    *why = "";
+    if (!s || !buf || !items || !n_items)
+        return -EINVAL;
+    *n_items = 0;
+    size_t len = strlen(s);
+    if (len == 0) {
+        *why = "empty list";
+        return -EINVAL;
+    }
+    if (len >= buf_len) {
+        *why = "list too long";
+        return -ERANGE;
+    }
+    memcpy(buf, s, len + 1);
+    size_t n = 0;
+    char *p = buf;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (!*p) {
+            *why = "empty item";
+            return -EINVAL;
+        }
+        for (size_t k = 0; k < n; k++)
+            if (!strcmp(items[k], p)) {
+                *why = "item named twice";
+                return -EINVAL;
+            }
+        if (n == max_items) {
+            *why = "too many items";
+            return -ERANGE;
+        }
+        items[n++] = p;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *n_items = n;
+    return 0;
+}
+
+#define SIZE_GRAMMAR                                                                               \
+    "digits with an optional binary suffix K, M, G, T or KiB, MiB, GiB, TiB, any case"
+
+int tv__cli_opt_size(const char *cmd, const tv_cli_args *a, const char *name, uint64_t min,
+                     uint64_t max, uint64_t *out)
+{
+    const char *s = tv_cli_get(a, name);
+    uint64_t v;
+    if (!s)
+        return 0;
+    int rc = tv__cli_parse_size(s, &v);
+    if (rc == -ERANGE)
+        return tv__cli_usage(cmd, "%s '%s' overflows 64 bits", name, s);
+    if (rc)
+        return tv__cli_usage(cmd, "bad %s '%s': %s", name, s, SIZE_GRAMMAR);
+    if (v < min && max == UINT64_MAX)
+        return tv__cli_usage(cmd, "%s '%s' must be at least %" PRIu64 " bytes", name, s, min);
+    if (v < min || v > max)
+        return tv__cli_usage(cmd, "%s '%s' is outside [%" PRIu64 ", %" PRIu64 "] bytes", name, s,
+                             min, max);
+    *out = v;
+    return 0;
+}
+
+int tv__cli_opt_uint(const char *cmd, const tv_cli_args *a, const char *name, uint64_t min,
+                     uint64_t max, uint64_t *out)
+{
+    const char *s = tv_cli_get(a, name);
+    uint64_t v;
+    if (!s)
+        return 0;
+    int rc = tv__cli_parse_uint(s, UINT64_MAX, &v);
+    if (rc == -EINVAL)
+        return tv__cli_usage(cmd, "bad %s '%s': digits only", name, s);
+    if (rc || v < min || v > max)
+        return tv__cli_usage(cmd, "%s '%s' is outside [%" PRIu64 ", %" PRIu64 "]", name, s, min,
+                             max);
+    *out = v;
+    return 0;
+}
+
+int tv__cli_gen(const char *cmd, const char *s, int64_t *gen)
+{
+    int rc = tv__cli_parse_gen(s, gen);
+    if (rc == -ERANGE)
+        return tv__cli_usage(cmd, "generation '%s' is above %" PRId64, s, INT64_MAX);
+    if (rc)
+        return tv__cli_usage(cmd, "bad generation '%s': %s", s, TV_CLI_GEN_GRAMMAR);
+    return 0;
+}
+
+int tv__cli_spec(const char *cmd, const char *spec, char *name, size_t name_len, int64_t *gen)
+{
+    const char *gs;
+    int rc = tv__cli_parse_spec(spec, name, name_len, gen, &gs);
+    if (rc == -ERANGE)
+        return tv__cli_usage(cmd, "generation '%s' in '%s' is above %" PRId64, gs, spec, INT64_MAX);
+    if (rc && gs)
+        return tv__cli_usage(cmd, "bad generation '%s' in '%s': %s", gs, spec, TV_CLI_GEN_GRAMMAR);
+    if (rc)
+        return tv__cli_usage(cmd, "bad model '%s' (NAME or NAME@GEN)", spec);
     return 0;
 }

@@ -13,6 +13,24 @@
 #define TV_EXIT_FAIL 1
 #define TV_EXIT_USAGE 2
 
+/* Usage lines (after "tensorvault "), shared by --help and each command's
+ * usage errors. */
+/* clang-format off */
+#define TV_CLI_USAGE_INSPECT "inspect PATH [--json]"
+#define TV_CLI_USAGE_STORE "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset SIZE] [--region-size SIZE] [--json]"
+#define TV_CLI_USAGE_IMPORT "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...] [--chunk SIZE] [--json]"
+#define TV_CLI_USAGE_MODELS "models --store DIR [--json]"
+#define TV_CLI_USAGE_GENERATIONS "generations --store DIR NAME [--json]"
+#define TV_CLI_USAGE_TENSORS "tensors --store DIR NAME[@GEN] [--json]"
+#define TV_CLI_USAGE_DEVICES "devices --store DIR [--json]"
+#define TV_CLI_USAGE_ACTIVATE "activate --store DIR NAME GEN [--json]"
+#define TV_CLI_USAGE_RETIRE "retire --store DIR NAME GEN [--json]"
+#define TV_CLI_USAGE_GC "gc --store DIR [--json]"
+#define TV_CLI_USAGE_VERIFY "verify --store DIR [--json]"
+#define TV_CLI_USAGE_GET "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
+#define TV_CLI_USAGE_BENCH "bench --store DIR NAME[@GEN] [--latency TENSOR [--count N]] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
+/* clang-format on */
+
 typedef struct tv_cli_cmd {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -35,6 +53,12 @@ int tv_cli_bench(int argc, char **argv);
 
 /* Sets err to code with "what: strerror" and returns code. */
 int tv__cli_err(tv_error *err, int code, const char *what);
+
+/* 0 when dir looks like a store (a directory holding registry.db); else
+ * TV_E_NOT_FOUND with "DIR is not a tensorvault store (reason)" for a
+ * missing path, a file or a directory without registry.db, or -errno
+ * naming dir when it cannot be examined (EACCES...). */
+int tv__cli_check_store(const char *dir, tv_error *err);
 
 /* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
  * error object {"error":{"code","message"}} to stdout. */

@@ -8,8 +8,10 @@
 
 #include <jansson.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "tensorvault/checkpoint.h"
+#include "util/internal.h"
 
 static json_t *shape_json(const tv_tensor_info *t)
 {
@@ -122,25 +124,14 @@ static void print_text(const tv_checkpoint *ck)
 
 int tv_cli_inspect(int argc, char **argv)
 {
-    bool json = false;
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "tensorvault: inspect: unknown option '%s'\n", argv[i]);
-            return TV_EXIT_USAGE;
-        } else if (!path)
-            path = argv[i];
-        else {
-            fprintf(stderr, "tensorvault: inspect: more than one PATH\n");
-            return TV_EXIT_USAGE;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "usage: tensorvault inspect PATH [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    tv_cli_opt opts[] = {{"--json", false, NULL}};
+    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
+    int u;
+    if ((u = tv_cli_parse("inspect", argc, argv, &a)) ||
+        (u = tv__cli_npos("inspect", &a, 1, 1, TV_CLI_USAGE_INSPECT)))
+        return u;
+    bool json = tv_cli_flag(&a, "--json");
+    const char *path = a.pos[0];
     tv_checkpoint *ck = NULL;
     tv_error err = {0};
     int rc = tv_checkpoint_open(path, NULL, &ck, &err);

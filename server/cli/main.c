@@ -14,31 +14,25 @@
 #include "tensorvault/version.h"
 
 static const tv_cli_cmd g_cmds[] = {
-    {"inspect", tv_cli_inspect, "inspect PATH [--json]"},
-    {"store", tv_cli_store,
-     "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset BYTES] "
-     "[--region-size BYTES]"},
-    {"import", tv_cli_import,
-     "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...]"},
-    {"models", tv_cli_models, "models --store DIR"},
-    {"generations", tv_cli_generations, "generations --store DIR NAME"},
-    {"tensors", tv_cli_tensors, "tensors --store DIR NAME[@GEN]"},
-    {"devices", tv_cli_devices, "devices --store DIR"},
-    {"activate", tv_cli_activate, "activate --store DIR NAME GEN"},
-    {"retire", tv_cli_retire, "retire --store DIR NAME GEN"},
-    {"gc", tv_cli_gc, "gc --store DIR"},
-    {"verify", tv_cli_verify, "verify --store DIR"},
-    {"get", tv_cli_get_tensor, "get --store DIR NAME[@GEN] TENSOR -o FILE [--rows R0:R1 | --f32]"},
-    {"bench", tv_cli_bench, "bench --store DIR NAME[@GEN] [--engine auto|uring|pread] [--qd N]"},
+    {"inspect", tv_cli_inspect, TV_CLI_USAGE_INSPECT},
+    {"store", tv_cli_store, TV_CLI_USAGE_STORE},
+    {"import", tv_cli_import, TV_CLI_USAGE_IMPORT},
+    {"models", tv_cli_models, TV_CLI_USAGE_MODELS},
+    {"generations", tv_cli_generations, TV_CLI_USAGE_GENERATIONS},
+    {"tensors", tv_cli_tensors, TV_CLI_USAGE_TENSORS},
+    {"devices", tv_cli_devices, TV_CLI_USAGE_DEVICES},
+    {"activate", tv_cli_activate, TV_CLI_USAGE_ACTIVATE},
+    {"retire", tv_cli_retire, TV_CLI_USAGE_RETIRE},
+    {"gc", tv_cli_gc, TV_CLI_USAGE_GC},
+    {"verify", tv_cli_verify, TV_CLI_USAGE_VERIFY},
+    {"get", tv_cli_get_tensor, TV_CLI_USAGE_GET},
+    {"bench", tv_cli_bench, TV_CLI_USAGE_BENCH},
 };
 
 int tv__cli_err(tv_error *err, int code, const char *what)
 {
-    if (err) {
-        err->code = code;
-        snprintf(err->msg, sizeof(err->msg), "%s: %s", what, tv_strerror(code));
-    }
-    return code;
+    /* tv__seterr formats aside, so what may be err->msg itself. */
+    return tv__seterr(err, code, "%s: %s", what, tv_strerror(code));
 }
 
 void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
@@ -55,12 +49,42 @@ void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
     }
 }
 
+/* The value grammars every command shares (args.h has the parsers). */
+static void notes(FILE *f)
+{
+    fputs("\nEvery command takes --json. --store defaults to $TENSORVAULT_STORE.\n", f);
+    fputs("Options: each at most once; --opt VALUE or --opt=VALUE; -- ends the options.\n", f);
+    fputs("SIZE: bytes, or digits with a binary suffix K, M, G, T or\n", f);
+    fputs("  KiB, MiB, GiB, TiB in any case (all powers of 1024: 64K = 64kib = 65536);\n", f);
+    fputs("  1GB, 1B, 1.5G, 1 G, signs and sizes above 2^64-1 are refused.\n", f);
+    fputs("GEN: a generation number from 1, digits only (no sign, spaces, leading zeros).\n", f);
+    fputs("R0:R1 (get --rows): rows [R0, R1) of dimension 0, decimal,\n", f);
+    fputs("  0 <= R0 <= R1 <= dim 0; R0 == R1 writes nothing (numpy's a[r:r] is empty).\n", f);
+    fputs("get, bench: --qd 1..4096 (default 32), --chunk 4K..1G (default 1M, rounded\n", f);
+    fputs("  up to the device's io alignment), --qd x --chunk at most 1G.\n", f);
+    fputs("import: --chunk 4K..256M (default 8M; 4 chunks in flight).\n", f);
+    fputs("store init: --region-offset is a multiple of the device's io alignment.\n", f);
+    fputs("Exit status: 0 success, 1 failure, 2 usage error.\n", f);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: tensorvault COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++)
         fprintf(f, "  %s\n", g_cmds[i].usage);
-    fprintf(f, "  version\n\nEvery command takes --json. --store defaults to $TENSORVAULT_STORE.\n");
+    fprintf(f, "  version\n");
+    notes(f);
+}
+
+/* `tensorvault CMD --help` (or -h right after CMD): its usage and the notes. */
+static bool wants_help(int argc, char **argv)
+{
+    if (argc > 2 && !strcmp(argv[2], "-h"))
+        return true;
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help"))
+            return true;
+    return false;
 }
 
 static void set_log_level(void)
@@ -101,13 +125,24 @@ int main(int argc, char **argv)
         usage(stdout);
         return TV_EXIT_OK;
     }
+    if ((!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) && argc > 2) {
+        fprintf(stderr, "tensorvault: version: unexpected argument '%s'\n", argv[2]);
+        return TV_EXIT_USAGE;
+    }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("tensorvault %s\n", tv_version());
         return TV_EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++)
-        if (!strcmp(argv[1], g_cmds[i].name))
-            return g_cmds[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++) {
+        if (strcmp(argv[1], g_cmds[i].name))
+            continue;
+        if (wants_help(argc, argv)) {
+            printf("usage: tensorvault %s\n", g_cmds[i].usage);
+            notes(stdout);
+            return TV_EXIT_OK;
+        }
+        return g_cmds[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "tensorvault: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return TV_EXIT_USAGE;

@@ -17,65 +17,111 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "tensorvault/tensorvault.h"
+#include "io/engine.h"
 #include "util/internal.h"
+
+#define TV_CLI_DEFAULT_QD    ((uint64_t)TV__IO_DEFAULT_QD)
+#define TV_CLI_DEFAULT_CHUNK ((uint64_t)TV__IO_DEFAULT_CHUNK)
 
 #define READ_OPTS                                                                                  \
     {"--store", true, NULL}, {"--json", false, NULL}, {"--engine", true, NULL},                    \
         {"--qd", true, NULL}, {"--chunk", true, NULL}, {"--no-direct", false, NULL}
 
+/* --engine, --qd, --chunk, --no-direct: bounded here so a bad value is a
+ * usage error naming it, before the store is opened. */
 static int read_opts(const char *cmd, const tv_cli_args *a, tv_open_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    const char *e = tv_cli_get(a, "--engine"), *qd = tv_cli_get(a, "--qd"),
-               *ch = tv_cli_get(a, "--chunk");
+    const char *e = tv_cli_get(a, "--engine");
+    uint64_t qd = 0, chunk = 0;
+    int u;
     if (e && !strcmp(e, "uring"))
         o->engine = TV_ENGINE_URING;
     else if (e && !strcmp(e, "pread"))
         o->engine = TV_ENGINE_PREAD;
-    else if (e && strcmp(e, "auto")) {
-        fprintf(stderr, "tensorvault: %s: --engine is auto, uring or pread\n", cmd);
-        return TV_EXIT_USAGE;
-    }
-    if (qd) {
-        char *end;
-        unsigned long v = strtoul(qd, &end, 10);
-        if (*end || v == 0 || v > 4096) {
-            fprintf(stderr, "tensorvault: %s: bad --qd\n", cmd);
-            return TV_EXIT_USAGE;
-        }
-        o->queue_depth = (uint32_t)v;
-    }
-    uint64_t c = 0;
-    if (ch && tv_cli_parse_size(ch, &c)) {
-        fprintf(stderr, "tensorvault: %s: bad --chunk\n", cmd);
-        return TV_EXIT_USAGE;
-    }
-    o->chunk_len = (size_t)c;
+    else if (e && strcmp(e, "auto"))
+        return tv__cli_usage(cmd, "bad --engine '%s': auto, uring or pread", e);
+    if ((u = tv__cli_opt_uint(cmd, a, "--qd", 1, TV_CLI_MAX_QD, &qd)) ||
+        (u = tv__cli_opt_size(cmd, a, "--chunk", TV_CLI_MIN_CHUNK, TV_CLI_MAX_CHUNK, &chunk)))
+        return u;
+    /* Staging memory is one chunk per read in flight. */
+    uint64_t staging;
+    if (tv__mul_u64(qd ? qd : TV_CLI_DEFAULT_QD, chunk ? chunk : TV_CLI_DEFAULT_CHUNK, &staging) ||
+        staging > TV_CLI_MAX_STAGING)
+        return tv__cli_usage(cmd, "--qd x --chunk = %llu x %llu bytes, over the staging cap %llu",
+                             (unsigned long long)(qd ? qd : TV_CLI_DEFAULT_QD),
+                             (unsigned long long)(chunk ? chunk : TV_CLI_DEFAULT_CHUNK),
+                             (unsigned long long)TV_CLI_MAX_STAGING);
+    o->queue_depth = (uint32_t)qd;
+    o->chunk_len = (size_t)chunk;
     o->no_direct = tv_cli_flag(a, "--no-direct");
     return 0;
 }
 
-static int write_file(const char *path, const void *buf, size_t len, tv_error *err)
+static int write_all(int fd, const void *buf, size_t len)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return tv__cli_err(err, -errno, path);
     size_t done = 0;
     while (done < len) {
         ssize_t n = write(fd, (const char *)buf + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0) {
-            int e = n < 0 ? -errno : -EIO;
-            close(fd);
-            return tv__cli_err(err, e, path);
-        }
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
         done += (size_t)n;
+    }
+    return 0;
+}
+
+/* path "-" is standard output. */
+static int write_file(const char *path, const void *buf, size_t len, tv_error *err)
+{
+    int rc;
+    if (!strcmp(path, "-")) {
+        if ((rc = write_all(STDOUT_FILENO, buf, len)))
+            return tv__cli_err(err, rc, "standard output");
+        return 0;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return tv__cli_err(err, -errno, path);
+    if ((rc = write_all(fd, buf, len))) {
+        close(fd);
+        return tv__cli_err(err, rc, path);
     }
     if (close(fd) < 0)
         return tv__cli_err(err, -errno, path);
     return 0;
 }
+
+/* Bytes `get` writes, checked before anything is allocated: rows [r0, r1)
+ * of dim 0, n_elements float32s, or the tensor's bytes. */
+static int output_len(const tv_tensor_desc *d, const char *tensor, bool rows, uint64_t r0,
+                      uint64_t r1, bool f32, size_t *len, tv_error *err)
+{
+    uint64_t n = d->nbytes;
+    if (rows) {
+        if (d->rank == 0)
+            return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' is a scalar: no rows", tensor);
+        uint64_t dim0 = d->shape[0];
+        if (r1 > dim0)
+            return tv__seterr(
+                err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)", tensor,
+                (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)dim0);
+        if (tv__mul_u64(r1 - r0, dim0 ? d->nbytes / dim0 : 0, &n))
+            return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': rows [%llu, %llu) overflow", tensor,
+                              (unsigned long long)r0, (unsigned long long)r1);
+    } else if (f32 && tv__mul_u64(d->n_elements, 4, &n)) {
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': float32 size overflows", tensor);
+    }
+    if (n > SIZE_MAX)
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': %llu bytes do not fit in memory",
+                          tensor, (unsigned long long)n);
+    *len = (size_t)n;
+    return 0;
+}
+
+#define GET_USAGE   TV_CLI_USAGE_GET
+#define BENCH_USAGE TV_CLI_USAGE_BENCH
 
 int tv_cli_get_tensor(int argc, char **argv)
 {
@@ -91,42 +137,50 @@ int tv_cli_get_tensor(int argc, char **argv)
     const char *outp = tv_cli_get(&a, "-o") ? tv_cli_get(&a, "-o") : tv_cli_get(&a, "--output");
     const char *rows = tv_cli_get(&a, "--rows");
     bool f32 = tv_cli_flag(&a, "--f32");
-    unsigned long long r0 = 0, r1 = 0;
-    if (!dir || !outp || a.n_pos != 2 || (rows && (sscanf(rows, "%llu:%llu", &r0, &r1) != 2)) ||
-        (rows && f32)) {
-        fprintf(stderr, "usage: tensorvault get --store DIR NAME[@GEN] TENSOR -o FILE "
-                        "[--rows R0:R1 | --f32] [--engine auto|uring|pread] [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    uint64_t r0 = 0, r1 = 0;
+    if ((u = tv__cli_npos("get", &a, 2, 2, GET_USAGE)))
+        return u;
+    if (!dir || !*dir)
+        return tv__cli_usage("get", "--store DIR is required (or TENSORVAULT_STORE)");
+    if (!outp)
+        return tv__cli_usage("get", "-o FILE is required (- for standard output)");
+    if (tv_cli_get(&a, "-o") && tv_cli_get(&a, "--output"))
+        return tv__cli_usage("get", "-o and --output given together");
+    if (!strcmp(outp, "-") && json)
+        return tv__cli_usage("get", "-o - and --json both write to standard output");
+    if (rows && f32)
+        return tv__cli_usage("get", "--rows and --f32 cannot be combined");
+    if (rows && (u = tv__cli_parse_rows(rows, &r0, &r1)))
+        return tv__cli_usage("get", "bad --rows '%s': %s", rows,
+                             u == -ERANGE ? "a bound overflows 64 bits"
+                             : u == -EDOM ? "R0 is above R1"
+                                          : "R0:R1 is two decimal numbers (digits only)");
     tv_open_opts oo;
-    if ((u = read_opts("get", &a, &oo)))
+    char name[512];
+    int64_t gen;
+    if ((u = tv__cli_spec("get", a.pos[0], name, sizeof(name), &gen)) ||
+        (u = read_opts("get", &a, &oo)))
         return u;
     tv_error err = {0};
     tv_model *m = NULL;
-    int rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
-    if (rc) {
-        tv_cli_fail("get", json, rc, err.msg);
-        return TV_EXIT_FAIL;
-    }
-    size_t idx;
+    size_t idx, len = 0;
     tv_tensor_desc d;
     void *buf = NULL;
-    size_t len = 0;
+    int rc = tv__cli_check_store(dir, &err);
+    if (!rc)
+        rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
+    if (rc)
+        goto out;
     if (tv_model_find(m, a.pos[1], strlen(a.pos[1]), &idx)) {
-        rc = tv__cli_err(&err, TV_E_NOT_FOUND, a.pos[1]);
-        snprintf(err.msg, sizeof(err.msg), "no tensor '%s' in %s@%" PRId64, a.pos[1],
-                 tv_model_name(m), tv_model_generation(m));
+        rc = tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, a.pos[1],
+                        tv_model_name(m), tv_model_generation(m));
         goto out;
     }
     tv_model_tensor(m, idx, &d);
-    if (rows) {
-        uint64_t row_len = d.rank && d.shape[0] ? d.nbytes / d.shape[0] : 0;
-        len = (size_t)((r1 > r0 ? r1 - r0 : 0) * row_len);
-    } else {
-        len = (size_t)(f32 ? d.n_elements * 4 : d.nbytes);
-    }
+    if ((rc = output_len(&d, a.pos[1], rows != NULL, r0, r1, f32, &len, &err)))
+        goto out;
     if (!(buf = malloc(len ? len : 1))) {
-        rc = tv__cli_err(&err, -ENOMEM, "out of memory");
+        rc = tv__seterr(&err, -ENOMEM, "tensor '%s': out of memory for %zu bytes", a.pos[1], len);
         goto out;
     }
     if (rows)
@@ -173,12 +227,10 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
     tv_error err = {0};
     size_t idx;
     tv_tensor_desc d;
-    if (count == 0 || count > 10000000) {
-        fprintf(stderr, "tensorvault: bench: bad --count\n");
-        return TV_EXIT_USAGE;
-    }
     if (tv_model_find(m, name, strlen(name), &idx)) {
-        tv_cli_fail("bench", json, TV_E_NOT_FOUND, "no such tensor");
+        tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, tv_model_name(m),
+                   tv_model_generation(m));
+        tv_cli_fail("bench", json, err.code, err.msg);
         return TV_EXIT_FAIL;
     }
     tv_model_tensor(m, idx, &d);
@@ -230,37 +282,53 @@ int tv_cli_bench(int argc, char **argv)
     bool json = tv_cli_flag(&a, "--json");
     const char *dir = tv_cli_get(&a, "--store") ? tv_cli_get(&a, "--store")
                                                  : getenv("TENSORVAULT_STORE");
-    if (!dir || a.n_pos != 1) {
-        fprintf(stderr, "usage: tensorvault bench --store DIR NAME[@GEN] [--engine "
-                        "auto|uring|pread] [--qd N] [--chunk SIZE] [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    uint64_t count = 2000;
+    if ((u = tv__cli_npos("bench", &a, 1, 1, BENCH_USAGE)))
+        return u;
+    if (!dir || !*dir)
+        return tv__cli_usage("bench", "--store DIR is required (or TENSORVAULT_STORE)");
+    if (tv_cli_get(&a, "--count") && !tv_cli_get(&a, "--latency"))
+        return tv__cli_usage("bench", "--count needs --latency TENSOR");
     tv_open_opts oo;
-    if ((u = read_opts("bench", &a, &oo)))
+    char name[512];
+    int64_t gen;
+    if ((u = tv__cli_spec("bench", a.pos[0], name, sizeof(name), &gen)) ||
+        (u = read_opts("bench", &a, &oo)) ||
+        (u = tv__cli_opt_uint("bench", &a, "--count", 1, TV_CLI_MAX_COUNT, &count)))
         return u;
     tv_error err = {0};
     tv_model *m = NULL;
-    int rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
+    int rc = tv__cli_check_store(dir, &err);
+    if (!rc)
+        rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
     if (rc) {
         tv_cli_fail("bench", json, rc, err.msg);
         return TV_EXIT_FAIL;
     }
     if (tv_cli_get(&a, "--latency")) {
-        const char *cnt = tv_cli_get(&a, "--count");
-        rc = latency(m, tv_cli_get(&a, "--latency"), cnt ? strtoul(cnt, NULL, 10) : 2000, json);
+        rc = latency(m, tv_cli_get(&a, "--latency"), (unsigned long)count, json);
         tv_model_close(m);
         return rc;
     }
     size_t n = tv_model_n_tensors(m);
     uint64_t total = 0, arena_len = 0;
     tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
+    bool ovf = false;
     for (size_t i = 0; reqs && i < n; i++) {
         tv_tensor_desc d;
+        uint64_t padded;
         tv_model_tensor(m, i, &d);
         reqs[i].index = i;
         reqs[i].dest_len = (size_t)d.nbytes;
-        total += d.nbytes;
-        arena_len += (d.nbytes + 63) & ~63ull;
+        ovf |= tv__add_u64(total, d.nbytes, &total) || tv__align_up_u64(d.nbytes, 64, &padded) ||
+               tv__add_u64(arena_len, padded, &arena_len) || arena_len > SIZE_MAX;
+    }
+    if (ovf) {
+        free(reqs);
+        tv_model_close(m);
+        tv_cli_fail("bench", json, TV_E_OVERFLOW,
+                    "the destination buffers overflow the address space");
+        return TV_EXIT_FAIL;
     }
     /* Destinations are one pre-faulted arena so the timing is the load, not
      * page faults; its size is subtracted from the reported peak RSS. */

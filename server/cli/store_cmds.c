@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,42 +47,64 @@ static int fail(const char *cmd, bool json, int rc, const tv_error *err)
 static int need_store(const char *cmd, const tv_cli_args *a, const char **dir)
 {
     *dir = store_dir(a);
-    if (!*dir) {
+    if (!*dir || !**dir) {
         fprintf(stderr, "tensorvault: %s: --store DIR is required (or TENSORVAULT_STORE)\n", cmd);
         return TV_EXIT_USAGE;
     }
     return 0;
 }
 
-/* "NAME" or "NAME@GEN"; gen 0 = active. Returns 0 or -1. */
-static int split_model(const char *spec, char *name, size_t len, int64_t *gen)
+int tv__cli_check_store(const char *dir, tv_error *err)
 {
-    const char *at = strrchr(spec, '@');
-    *gen = 0;
-    size_t nl = at ? (size_t)(at - spec) : strlen(spec);
-    if (nl == 0 || nl >= len)
-        return -1;
-    memcpy(name, spec, nl);
-    name[nl] = '\0';
-    if (at) {
-        char *end;
-        long long g = strtoll(at + 1, &end, 10);
-        if (*end || g <= 0)
-            return -1;
-        *gen = g;
+    char p[4096];
+    struct stat sb;
+    if (stat(dir, &sb) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return tv__seterr(
+                err, TV_E_NOT_FOUND,
+                "%s is not a tensorvault store (no such directory; run 'tensorvault store init')",
+                dir);
+        return tv__seterr(err, -errno, "%s: %s", dir, strerror(errno));
     }
+    if (!S_ISDIR(sb.st_mode))
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (not a directory)",
+                          dir);
+    if ((size_t)snprintf(p, sizeof(p), "%s/registry.db", dir) >= sizeof(p))
+        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", dir);
+    if (stat(p, &sb) < 0) {
+        if (errno == ENOENT)
+            return tv__seterr(
+                err, TV_E_NOT_FOUND,
+                "%s is not a tensorvault store (no registry.db; run 'tensorvault store init')",
+                dir);
+        return tv__seterr(err, -errno, "%s: %s", p, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return tv__seterr(err, TV_E_NOT_FOUND,
+                          "%s is not a tensorvault store (registry.db is not a regular file)", dir);
     return 0;
+}
+
+/* Every command but store init: refuse a path that is not a store with the
+ * same message before the registry is touched. */
+static int open_store(const char *dir, unsigned flags, tv__store **st, tv_error *err)
+{
+    *st = NULL;
+    int rc = tv__cli_check_store(dir, err);
+    return rc ? rc : tv__store_open(dir, flags, st, err);
 }
 
 /* ---- store init ---------------------------------------------------------- */
 
 int tv_cli_store(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "init") != 0) {
-        fprintf(stderr, "usage: tensorvault store init --store DIR (--image FILE --size SIZE | "
-                        "--device PATH) [--region-offset BYTES] [--region-size BYTES] [--json]\n");
+    if (argc < 2) {
+        fprintf(stderr, "usage: tensorvault %s\n", TV_CLI_USAGE_STORE);
         return TV_EXIT_USAGE;
     }
+    if (strcmp(argv[1], "init") != 0)
+        return tv__cli_usage("store", "unknown subcommand '%s' (usage: tensorvault %s)", argv[1],
+                             TV_CLI_USAGE_STORE);
     tv_cli_opt opts[] = {STORE_OPT, {"--image", true, NULL}, {"--size", true, NULL},
                          {"--device", true, NULL}, {"--region-offset", true, NULL},
                          {"--region-size", true, NULL}};
@@ -94,16 +117,17 @@ int tv_cli_store(int argc, char **argv)
     tv__store_init_opts o = {0};
     o.image = tv_cli_get(&a, "--image");
     o.device = tv_cli_get(&a, "--device");
-    const char *size = tv_cli_get(&a, "--size"), *roff = tv_cli_get(&a, "--region-offset"),
-               *rlen = tv_cli_get(&a, "--region-size");
-    if (a.n_pos || !o.image == !o.device || (o.image && !size) || (o.device && size) ||
-        (size && tv_cli_parse_size(size, &o.image_size)) ||
-        (roff && tv_cli_parse_size(roff, &o.region_off)) ||
-        (rlen && tv_cli_parse_size(rlen, &o.region_len))) {
-        fprintf(stderr, "tensorvault: store init: need --image FILE --size SIZE, or --device "
-                        "PATH (sizes like 64M, 2G)\n");
-        return TV_EXIT_USAGE;
-    }
+    const char *size = tv_cli_get(&a, "--size");
+    if ((u = tv__cli_npos("store init", &a, 0, 0, TV_CLI_USAGE_STORE)))
+        return u;
+    if (!o.image == !o.device || (o.image && !size) || (o.device && size))
+        return tv__cli_usage("store init", "need --image FILE --size SIZE, or --device PATH");
+    /* Explicit zeros are refused: 0 is not "the default" here (the region
+     * never starts at byte 0; a region of 0 bytes holds nothing). */
+    if ((u = tv__cli_opt_size("store init", &a, "--size", 1, UINT64_MAX, &o.image_size)) ||
+        (u = tv__cli_opt_size("store init", &a, "--region-offset", 1, UINT64_MAX, &o.region_off)) ||
+        (u = tv__cli_opt_size("store init", &a, "--region-size", 1, UINT64_MAX, &o.region_len)))
+        return u;
     tv_error err = {0};
     int64_t id;
     int rc = tv__store_init(dir, &o, &id, &err);
@@ -179,37 +203,36 @@ int tv_cli_import(int argc, char **argv)
     if ((u = tv_cli_parse("import", argc, argv, &a)) || (u = need_store("import", &a, &dir)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
-    if (a.n_pos != 2) {
-        fprintf(stderr, "usage: tensorvault import --store DIR NAME SRC [--activate] [--strict] "
-                        "[--replicas DEV,...] [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    if ((u = tv__cli_npos("import", &a, 2, 2, TV_CLI_USAGE_IMPORT)))
+        return u;
     tv__import_opts o = {0};
     o.activate = tv_cli_flag(&a, "--activate");
     o.strict = tv_cli_flag(&a, "--strict");
     uint64_t chunk = 0;
-    if (tv_cli_get(&a, "--chunk") && tv_cli_parse_size(tv_cli_get(&a, "--chunk"), &chunk)) {
-        fprintf(stderr, "tensorvault: import: bad --chunk\n");
-        return TV_EXIT_USAGE;
-    }
+    /* The importer holds TV_CLI_IMPORT_BUFS chunks: the staging cap bounds them. */
+    if ((u = tv__cli_opt_size("import", &a, "--chunk", TV_CLI_MIN_CHUNK,
+                              TV_CLI_MAX_STAGING / TV_CLI_IMPORT_BUFS, &chunk)))
+        return u;
     o.chunk_len = (size_t)chunk;
+    /* --replicas: distinct, non-empty names, checked before the store opens. */
+    const char *rep = tv_cli_get(&a, "--replicas"), *names[TV__IMPORT_MAX_DEVICES], *why;
+    char rep_buf[4096];
+    size_t n_names = 0;
+    if (rep && tv__cli_parse_list(rep, rep_buf, sizeof(rep_buf), names, TV_ARRAY_LEN(names),
+                                  &n_names, &why))
+        return tv__cli_usage(
+            "import",
+            "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
+            rep, why, TV__IMPORT_MAX_DEVICES);
     tv_error err = {0};
     tv__store *st;
-    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
     if (rc)
         return fail("import", json, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
-    const char *rep = tv_cli_get(&a, "--replicas");
     if (rep) {
-        char *copy = strdup(rep), *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
-            if (o.n_devices == TV__IMPORT_MAX_DEVICES)
-                rc = tv__seterr(&err, TV_E_INVALID_ARG, "at most %d replicas",
-                                TV__IMPORT_MAX_DEVICES);
-            else
-                rc = tv__store_find_device(st, tok, &devs[o.n_devices++], &err);
-        }
-        free(copy);
+        for (size_t i = 0; i < n_names && !rc; i++)
+            rc = tv__store_find_device(st, names[i], &devs[o.n_devices++], &err);
         o.devices = devs;
         if (rc) {
             tv__store_close(st);
@@ -248,14 +271,15 @@ int tv_cli_models(int argc, char **argv)
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
-    if ((u = tv_cli_parse("models", argc, argv, &a)) || (u = need_store("models", &a, &dir)))
+    if ((u = tv_cli_parse("models", argc, argv, &a)) || (u = need_store("models", &a, &dir)) ||
+        (u = tv__cli_npos("models", &a, 0, 0, TV_CLI_USAGE_MODELS)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
     tv_error err = {0};
     tv__store *st;
     tv__reg_model *m = NULL;
     size_t n = 0;
-    int rc = tv__store_open(dir, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_models_list(st->reg, &m, &n, &err);
     tv__store_close(st);
@@ -296,15 +320,13 @@ int tv_cli_generations(int argc, char **argv)
         (u = need_store("generations", &a, &dir)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
-    if (a.n_pos != 1) {
-        fprintf(stderr, "usage: tensorvault generations --store DIR NAME [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    if ((u = tv__cli_npos("generations", &a, 1, 1, TV_CLI_USAGE_GENERATIONS)))
+        return u;
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation *g = NULL;
     size_t n = 0;
-    int rc = tv__store_open(dir, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_generations_list(st->reg, a.pos[0], &g, &n, &err);
     tv__store_close(st);
@@ -347,17 +369,16 @@ int tv_cli_tensors(int argc, char **argv)
     bool json = tv_cli_flag(&a, "--json");
     char name[256];
     int64_t gen;
-    if (a.n_pos != 1 || split_model(a.pos[0], name, sizeof(name), &gen)) {
-        fprintf(stderr, "usage: tensorvault tensors --store DIR NAME[@GEN] [--json]\n");
-        return TV_EXIT_USAGE;
-    }
+    if ((u = tv__cli_npos("tensors", &a, 1, 1, TV_CLI_USAGE_TENSORS)) ||
+        (u = tv__cli_spec("tensors", a.pos[0], name, sizeof(name), &gen)))
+        return u;
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
     tv__reg_device *devs = NULL;
     size_t n_devs = 0;
-    int rc = tv__store_open(dir, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_generation_get(st->reg, name, gen, &g, &err);
     if (!rc)
@@ -436,14 +457,15 @@ int tv_cli_devices(int argc, char **argv)
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
-    if ((u = tv_cli_parse("devices", argc, argv, &a)) || (u = need_store("devices", &a, &dir)))
+    if ((u = tv_cli_parse("devices", argc, argv, &a)) || (u = need_store("devices", &a, &dir)) ||
+        (u = tv__cli_npos("devices", &a, 0, 0, TV_CLI_USAGE_DEVICES)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
     tv_error err = {0};
     tv__store *st;
     tv__reg_device *d = NULL;
     size_t n = 0;
-    int rc = tv__store_open(dir, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_device_list(st->reg, &d, &n, &err);
     if (rc) {
@@ -512,15 +534,14 @@ static int gen_change(const char *cmd, int argc, char **argv, bool activate)
     if ((u = tv_cli_parse(cmd, argc, argv, &a)) || (u = need_store(cmd, &a, &dir)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
-    char *end = NULL;
-    long long gen = a.n_pos == 2 ? strtoll(a.pos[1], &end, 10) : 0;
-    if (a.n_pos != 2 || *end || gen <= 0) {
-        fprintf(stderr, "usage: tensorvault %s --store DIR NAME GEN [--json]\n", cmd);
-        return TV_EXIT_USAGE;
-    }
+    int64_t gen = 0;
+    if ((u = tv__cli_npos(cmd, &a, 2, 2, activate ? TV_CLI_USAGE_ACTIVATE : TV_CLI_USAGE_RETIRE)))
+        return u;
+    if ((u = tv__cli_gen(cmd, a.pos[1], &gen)))
+        return u;
     tv_error err = {0};
     tv__store *st;
-    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
     if (!rc)
         rc = activate ? tv__reg_generation_activate(st->reg, a.pos[0], gen, &err)
                       : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
@@ -533,7 +554,8 @@ static int gen_change(const char *cmd, int argc, char **argv, bool activate)
         emit_json(json_pack("{s:s,s:I,s:s}", "model", a.pos[0], "generation", (json_int_t)gen,
                             "state", activate ? "active" : "retired"));
     else
-        printf("%s generation %lld of %s\n", activate ? "activated" : "retired", gen, a.pos[0]);
+        printf("%s generation %" PRId64 " of %s\n", activate ? "activated" : "retired", gen,
+               a.pos[0]);
     return TV_EXIT_OK;
 }
 
@@ -553,7 +575,8 @@ int tv_cli_gc(int argc, char **argv)
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
-    if ((u = tv_cli_parse("gc", argc, argv, &a)) || (u = need_store("gc", &a, &dir)))
+    if ((u = tv_cli_parse("gc", argc, argv, &a)) || (u = need_store("gc", &a, &dir)) ||
+        (u = tv__cli_npos("gc", &a, 0, 0, TV_CLI_USAGE_GC)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
     tv_error err = {0};
@@ -562,7 +585,7 @@ int tv_cli_gc(int argc, char **argv)
     size_t n = 0, freed = 0;
     uint64_t bytes = 0;
     bool *keep = NULL;
-    int rc = tv__store_open(dir, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
     if (!rc)
         rc = tv__reg_objects_unreferenced(st->reg, &o, &n, &err);
     if (!rc && !(keep = calloc(n ? n : 1, sizeof(*keep))))
@@ -603,7 +626,8 @@ int tv_cli_verify(int argc, char **argv)
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
-    if ((u = tv_cli_parse("verify", argc, argv, &a)) || (u = need_store("verify", &a, &dir)))
+    if ((u = tv_cli_parse("verify", argc, argv, &a)) || (u = need_store("verify", &a, &dir)) ||
+        (u = tv__cli_npos("verify", &a, 0, 0, TV_CLI_USAGE_VERIFY)))
         return u;
     bool json = tv_cli_flag(&a, "--json");
     tv_error err = {0};
@@ -611,7 +635,7 @@ int tv_cli_verify(int argc, char **argv)
     tv__reg_object *o = NULL;
     size_t n = 0, bad = 0;
     uint64_t bytes = 0;
-    int rc = tv__store_open(dir, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_objects_list_committed(st->reg, 0, &o, &n, &err);
     if (rc) {

@@ -201,8 +201,8 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
         (rc = tv__label_check(&on_disk, &want, d, err))) {
         tv__dev_close(d);
         if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
-            return tv__seterr(err, TV_E_DEVICE_MISMATCH, "device %lld (%s): label unreadable: %s",
-                              (long long)id, row.path, err ? err->msg : "");
+            return tv__seterr_wrap(err, TV_E_DEVICE_MISMATCH, "device %lld (%s): label unreadable",
+                                   (long long)id, row.path);
         return rc;
     }
     tv__store_dev *nd = realloc(st->devs, sizeof(*nd) * (st->n_devs + 1));
@@ -278,6 +278,13 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     if ((rc = tv__dev_open(real, TV_DEV_O_RDWR, &d, err)))
         goto fail;
     uint64_t roff = o->region_off ? o->region_off : (1u << 20);
+    /* An explicit offset is used as given or refused, never rounded. */
+    if (o->region_off && o->region_off % d->io_align) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "region offset %llu is not a multiple of the io alignment %llu of %s",
+                        (unsigned long long)o->region_off, (unsigned long long)d->io_align, real);
+        goto fail;
+    }
     if (tv__align_up_u64(roff, d->io_align, &roff)) {
         rc = tv__seterr(err, TV_E_OVERFLOW, "region offset overflows");
         goto fail;

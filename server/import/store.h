@@ -37,7 +37,7 @@ typedef struct tv__store_init_opts {
     const char *image;      /* create a sparse file image of image_size bytes, or */
     uint64_t image_size;
     const char *device;     /* use an existing block device or image */
-    uint64_t region_off;    /* 0 = 1 MiB (rounded up to the device's io_align) */
+    uint64_t region_off;    /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
     uint64_t region_len;    /* 0 = the rest of the device */
 } tv__store_init_opts;
 

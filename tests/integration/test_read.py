@@ -120,7 +120,7 @@ def test_get_errors(tv, stored, tmp_path):
     assert p.returncode == 1 and "TV_E_INVALID_ARG" in p.stderr
     big = "big.f32"
     p = tv("get", "--store", store, "m", big, "--rows", "5:2", "-o", tmp_path / "x")
-    assert p.returncode == 1
+    assert p.returncode == 2 and "'5:2'" in p.stderr  # R0 > R1: a usage error
     p = tv("get", "--store", store, "m@9", big, "-o", tmp_path / "x")
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
 

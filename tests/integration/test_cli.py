@@ -1,0 +1,345 @@
+"""CLI strictness, end to end: one generation grammar for every command,
+--rows and size grammars, bounded --qd/--chunk, --region-offset refused when
+unaligned, --replicas lists, `-o -`, option misuse (twice, unknown, missing
+value, extra arguments), every command on a path that is not a store, and
+error messages that are not built from their own buffer."""
+import json
+import os
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gen_checkpoints as gen
+
+GEN_BAD = ["+1", " 1", "1 ", "01", "0", "-1", "", "1x", "9223372036854775808",
+           "99999999999999999999"]
+ROWS_BAD = ["1:2x", "-1:2", "1:-2", "+1:2", " 1:2", "1: 2", "1:2 ", "1:", ":2", "1", ":", "",
+            "3:2", "1:18446744073709551616", "0x1:2", "1.0:2"]
+SIZE_BAD = ["1GB", "1gb", "1KB", "1B", "1.5G", "1 G", " 1G", "1G ", "+1G", "-1", "1P", "0x10",
+            "1e3", "G", "1Gi", "16777216T", "18446744073709551616", "99999999999999999999999T"]
+SIZE_OK = {"64M": 64 << 20, "64m": 64 << 20, "64MiB": 64 << 20, "64mib": 64 << 20,
+           "64MIB": 64 << 20, "65536K": 64 << 20, "65536kib": 64 << 20, "65536KiB": 64 << 20,
+           "67108864": 64 << 20, "1G": 1 << 30, "1g": 1 << 30, "1GiB": 1 << 30, "1gib": 1 << 30,
+           "1T": 1 << 40, "1tib": 1 << 40, "1TiB": 1 << 40}
+
+
+@pytest.fixture(scope="module")
+def st(tmp_path_factory, build_dir):
+    """A store with one model, two generations (tensors w [8, 8] F32, h
+    BF16, z [0, 4], s scalar)."""
+    import subprocess
+    tmp = tmp_path_factory.mktemp("cli")
+    exe = os.path.join(build_dir, "tensorvault")
+    tensors = {
+        "w": np.arange(64, dtype=np.float32).reshape(8, 8),
+        "h": np.arange(48, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(6, 8),
+        "z": np.zeros((0, 4), dtype=np.float32),
+        "s": np.array(3.0, dtype=np.float32),
+    }
+    ck = gen.write_checkpoint(str(tmp / "ck"), tensors, 1)
+    store = str(tmp / "store")
+    for args in (["store", "init", "--store", store, "--image", str(tmp / "img"), "--size", "16M"],
+                 ["import", "--store", store, "m", ck, "--activate"],
+                 ["import", "--store", store, "m", ck]):
+        p = subprocess.run([exe, *args], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    return store, tensors
+
+
+def usage_error(p, value):
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stdout == ""
+    assert f"'{value}'" in p.stderr, p.stderr
+
+
+# ---- generations ------------------------------------------------------------
+
+@pytest.mark.parametrize("g", GEN_BAD)
+def test_generation_grammar_everywhere(tv, st, tmp_path, g):
+    store, _ = st
+    forms = [
+        ("activate", "--store", store, "m", g),
+        ("retire", "--store", store, "m", g),
+        ("tensors", "--store", store, f"m@{g}"),
+        ("get", "--store", store, f"m@{g}", "w", "-o", tmp_path / "o"),
+        ("bench", "--store", store, f"m@{g}"),
+    ]
+    for f in forms:
+        usage_error(tv(*f), g)
+    assert not (tmp_path / "o").exists()
+
+
+def test_generation_good_forms(tv, st, tmp_path):
+    store, t = st
+    assert json.loads(tv("tensors", "--store", store, "m@2", "--json", check=True).stdout)[
+        "generation"] == 2
+    tv("get", "--store", store, "m@1", "w", "-o", tmp_path / "o", check=True)
+    assert (tmp_path / "o").read_bytes() == t["w"].tobytes()
+    tv("activate", "--store", store, "m", "1", check=True)
+    # A well-formed generation that does not exist is a failure, not usage.
+    p = tv("activate", "--store", store, "m", "9223372036854775807")
+    assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
+
+
+# ---- rows -------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", ROWS_BAD)
+def test_rows_grammar(tv, st, tmp_path, rows):
+    store, _ = st
+    p = tv("get", "--store", store, "m", "w", "--rows", rows, "-o", tmp_path / "o")
+    if rows == "":
+        assert p.returncode == 2 and "--rows" in p.stderr
+    else:
+        usage_error(p, rows)
+    assert not (tmp_path / "o").exists()
+
+
+def test_rows_ranges(tv, st, tmp_path):
+    store, t = st
+    out = tmp_path / "o"
+    w = t["w"]
+    # R0 == R1 is an empty read, as numpy's w[3:3].
+    tv("get", "--store", store, "m", "w", "--rows", "3:3", "-o", out, check=True)
+    assert out.read_bytes() == w[3:3].tobytes() == b""
+    tv("get", "--store", store, "m", "w", "--rows", "8:8", "-o", out, check=True)
+    assert out.read_bytes() == b""
+    tv("get", "--store", store, "m", "z", "--rows", "0:0", "-o", out, check=True)
+    assert out.read_bytes() == b""
+    tv("get", "--store", store, "m", "w", "--rows", "006:008", "-o", out, check=True)
+    assert out.read_bytes() == w[6:8].tobytes()
+    # Past dim 0 (numpy would clamp): refused, against the tensor, before
+    # any buffer is allocated (a huge R1 would need exabytes).
+    for rows in ("0:9", "8:9", "0:18446744073709551615", "18446744073709551615:18446744073709551615"):
+        p = tv("get", "--store", store, "m", "w", "--rows", rows, "-o", out)
+        assert p.returncode == 1 and "TV_E_INVALID_ARG" in p.stderr, (rows, p.stderr)
+        assert "outside [0, 8)" in p.stderr
+    p = tv("get", "--store", store, "m", "s", "--rows", "0:0", "-o", out)
+    assert p.returncode == 1 and "scalar" in p.stderr
+
+
+# ---- sizes, --qd, --chunk -----------------------------------------------------
+
+@pytest.mark.parametrize("size", SIZE_BAD)
+def test_size_grammar(tv, st, tmp_path, size):
+    store, _ = st
+    usage_error(tv("store", "init", "--store", tmp_path / "s", "--image", tmp_path / "i",
+                   "--size", size), size)
+    assert not (tmp_path / "i").exists() and not (tmp_path / "s").exists()
+    usage_error(tv("bench", "--store", store, "m", "--chunk", size), size)
+    usage_error(tv("get", "--store", store, "m", "w", "-o", tmp_path / "o", "--chunk", size), size)
+    usage_error(tv("import", "--store", store, "m2", tmp_path, "--chunk", size), size)
+    usage_error(tv("store", "init", "--store", tmp_path / "s", "--image", tmp_path / "i",
+                   "--size", "16M", "--region-offset", size), size)
+    usage_error(tv("store", "init", "--store", tmp_path / "s", "--image", tmp_path / "i",
+                   "--size", "16M", "--region-size", size), size)
+
+
+def test_size_suffixes_are_binary(tv, tmp_path):
+    for i, (s, n) in enumerate(SIZE_OK.items()):
+        img = tmp_path / f"i{i}"
+        doc = json.loads(tv("store", "init", "--store", tmp_path / f"s{i}", "--image", img,
+                            "--size", s, "--json", check=True).stdout)
+        assert os.path.getsize(img) == n, s
+        assert doc["region_offset"] == 1 << 20
+        os.unlink(img)  # sparse anyway; keep the tmp dir small
+
+
+def test_help_states_the_grammars(tv):
+    for args in (["--help"], ["store", "--help"], ["get", "--help"], ["bench", "-h"],
+                 ["import", "--help"]):
+        p = tv(*args)
+        assert p.returncode == 0, args
+        for word in ("KiB, MiB, GiB, TiB", "any case", "powers of 1024", "1GB", "GEN:", "R0:R1"):
+            assert word in p.stdout, (args, word)
+
+
+@pytest.mark.parametrize("args,value", [
+    (["--qd", "0"], "0"), (["--qd", "4097"], "4097"), (["--qd", "-1"], "-1"),
+    (["--qd", "+4"], "+4"), (["--qd", "1K"], "1K"), (["--qd", "18446744073709551617"], None),
+    (["--chunk", "4095"], "4095"), (["--chunk", "2G"], "2G"),
+    (["--chunk", "4194304T"], "4194304T"),        # 2^62: corrupted the heap before
+    (["--chunk", "16777215T"], "16777215T"),      # just under 2^64
+    (["--chunk", "18446744073709551615"], "18446744073709551615"),
+    (["--qd", "2048", "--chunk", "1M"], None),     # staging 2 GiB over the cap
+    (["--count", "0"], "0"), (["--count", "x"], "x"),
+])
+def test_read_options_bounded(tv, st, tmp_path, args, value):
+    store, _ = st
+    extra = ["--latency", "w"] if "--count" in args else []
+    for cmd in (["bench", "--store", store, "m", *extra],
+                ["get", "--store", store, "m", "w", "-o", tmp_path / "o"]):
+        if cmd[0] == "get" and "--count" in args:
+            continue
+        p = tv(*cmd, *args)
+        assert p.returncode == 2, (cmd, args, p.stderr)
+        if value is not None:
+            assert f"'{value}'" in p.stderr, p.stderr
+        else:
+            assert "staging" in p.stderr or "outside" in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_read_options_in_bounds_work(tv, st, tmp_path):
+    store, t = st
+    for args in (["--qd", "1", "--chunk", "4K"], ["--qd", "4096", "--chunk", "4k"],
+                 ["--chunk", "64MiB", "--qd", "1", "--engine", "pread"], ["--chunk", "5000"]):
+        tv("get", "--store", store, "m", "w", "-o", tmp_path / "o", *args, check=True)
+        assert (tmp_path / "o").read_bytes() == t["w"].tobytes(), args
+    tv("bench", "--store", store, "m", "--latency", "w", "--count", "3", check=True)
+
+
+# ---- store init --region-offset ---------------------------------------------
+
+def test_region_offset_refused_not_rounded(tv, tmp_path):
+    p = tv("store", "init", "--store", tmp_path / "s", "--image", tmp_path / "i", "--size", "16M",
+           "--region-offset", "6000")
+    assert p.returncode == 1 and "TV_E_INVALID_ARG" in p.stderr, p.stderr
+    assert "6000" in p.stderr and "io alignment 4096" in p.stderr
+    usage_error(tv("store", "init", "--store", tmp_path / "s", "--image", tmp_path / "i",
+                   "--size", "16M", "--region-offset", "0"), "0")
+    doc = json.loads(tv("store", "init", "--store", tmp_path / "s2", "--image", tmp_path / "i2",
+                        "--size", "16M", "--region-offset", "8k", "--region-size", "4M", "--json",
+                        check=True).stdout)
+    assert doc["region_offset"] == 8192 and doc["region_size"] == 4 << 20
+
+
+# ---- --replicas ---------------------------------------------------------------
+
+@pytest.mark.parametrize("rep", [",,", ",", "", "a,,b", "1,", ",1", "1,1", "a,b,a"])
+def test_replicas_list(tv, st, rep, tmp_path):
+    store, _ = st
+    before = tv("generations", "--store", store, "m", "--json", check=True).stdout
+    p = tv("import", "--store", store, "m", tmp_path, "--replicas", rep)
+    if rep == "":
+        assert p.returncode == 2 and "--replicas" in p.stderr
+    else:
+        usage_error(p, rep)
+    assert tv("generations", "--store", store, "m", "--json", check=True).stdout == before
+
+
+# ---- -o - -----------------------------------------------------------------------
+
+def test_output_to_stdout_is_byte_identical(build_dir, st, tmp_path):
+    import subprocess
+    store, t = st
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    for extra in ([], ["--rows", "2:5"], ["--f32"], ["--rows", "1:1"]):
+        for name in ("w", "h", "z"):
+            if name == "z" and extra[:1] == ["--rows"]:
+                continue
+            f = tmp_path / "f.bin"
+            a = subprocess.run([exe, "get", "--store", store, "m", name, "-o", str(f), *extra],
+                               capture_output=True)
+            b = subprocess.run([exe, "get", "--store", store, "m", name, "-o", "-", *extra],
+                               capture_output=True, cwd=tmp_path)
+            assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+            assert a.stdout == b""
+            assert b.stdout == f.read_bytes(), (name, extra)
+            if not extra:
+                assert b.stdout == t[name].tobytes()
+    assert not (tmp_path / "-").exists()
+    p = subprocess.run([exe, "get", "--store", store, "m", "w", "-o", "-", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+
+
+# ---- option misuse, for every command -------------------------------------------
+
+def commands(store, tmp):
+    return {
+        "inspect": ["inspect", str(tmp)],
+        "store": ["store", "init", "--store", str(tmp / "n"), "--image", str(tmp / "ni"),
+                  "--size", "16M"],
+        "import": ["import", "--store", store, "m9", str(tmp)],
+        "models": ["models", "--store", store],
+        "generations": ["generations", "--store", store, "m"],
+        "tensors": ["tensors", "--store", store, "m"],
+        "devices": ["devices", "--store", store],
+        "activate": ["activate", "--store", store, "m", "1"],
+        "retire": ["retire", "--store", store, "m", "7"],
+        "gc": ["gc", "--store", store],
+        "verify": ["verify", "--store", store],
+        "get": ["get", "--store", store, "m", "w", "-o", str(tmp / "o")],
+        "bench": ["bench", "--store", store, "m"],
+    }
+
+
+def test_option_misuse_everywhere(tv, st, tmp_path):
+    store, _ = st
+    for name, args in commands(store, tmp_path).items():
+        p = tv(*args, "--json", "--json")
+        assert p.returncode == 2 and "--json given twice" in p.stderr, (name, p.stderr)
+        p = tv(*args, "--bogus")
+        assert p.returncode == 2 and "'--bogus'" in p.stderr, (name, p.stderr)
+        p = tv(*args, "extra-arg")
+        assert p.returncode == 2 and "'extra-arg'" in p.stderr, (name, p.stderr)
+        if "--store" in args:
+            i = args.index("--store")
+            p = tv(*args[:i], *args[i + 2:], "--store")
+            assert p.returncode == 2 and "--store needs a value" in p.stderr, (name, p.stderr)
+            p = tv(*args[:i], *args[i + 2:], "--store", "--json")
+            assert p.returncode == 2 and "--store needs a value" in p.stderr, (name, p.stderr)
+            p = tv(*args, "--store", store)
+            assert p.returncode == 2 and "--store given twice" in p.stderr, (name, p.stderr)
+    # Nothing above ran a command: the store is unchanged and nothing was created.
+    assert not (tmp_path / "n").exists() and not (tmp_path / "ni").exists()
+    assert not (tmp_path / "o").exists()
+    p = tv("get", "--store", store, "m", "w", "-o", tmp_path / "o", "--output", tmp_path / "p")
+    assert p.returncode == 2
+    p = tv("store", "frob")
+    assert p.returncode == 2 and "'frob'" in p.stderr
+
+
+# ---- not a store ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty", "fake"])
+def test_not_a_store_every_command(tv, tmp_path, kind):
+    d = tmp_path / "d"
+    if kind == "file":
+        d.write_bytes(b"x")
+    elif kind == "empty":
+        d.mkdir()
+    elif kind == "fake":  # looks like a reader's store but has no registry
+        (d / "snapshots" / "m").mkdir(parents=True)
+        (d / "snapshots" / "m" / "active").write_text("1\n")
+    for name, args in commands(str(d), tmp_path).items():
+        if name in ("inspect", "store"):
+            continue
+        p = tv(*args)
+        assert p.returncode == 1, (name, p.stderr)
+        assert f"{d} is not a tensorvault store" in p.stderr, (name, p.stderr)
+        assert "TV_E_NOT_FOUND" in p.stderr, (name, p.stderr)
+        assert "SQLite" not in p.stderr and "snapshots" not in p.stderr, (name, p.stderr)
+        p = tv(*args, "--json")
+        assert p.returncode == 1
+        assert json.loads(p.stdout)["error"]["code"] == "TV_E_NOT_FOUND", name
+    # No command created anything there.
+    if kind == "missing":
+        assert not d.exists()
+    elif kind in ("empty", "fake"):
+        assert not (d / "registry.db").exists() and not (d / "lock").exists()
+
+
+# ---- messages not built from their own buffer ---------------------------------------
+
+def repeated(msg, path):
+    """A run of 24+ characters that occurs twice (once the legitimately
+    repeated path is shortened): the trace of a message formatted into its
+    own buffer."""
+    return re.search(r"(.{24,}).*\1", msg.replace(str(path), "IMG"))
+
+
+def test_label_error_message_not_garbled(tv, tmp_path):
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {"w": np.ones((4, 4), np.float32)}, 1)
+    s, img = tmp_path / "s", tmp_path / "img"
+    tv("store", "init", "--store", s, "--image", img, "--size", "16M", check=True)
+    tv("import", "--store", s, "m", ck, "--activate", check=True)
+    os.truncate(img, 4096)  # the label block is now past the end
+    p = tv("devices", "--store", s)
+    line = next(ln for ln in p.stdout.splitlines() if str(img) in ln)
+    assert "label unreadable" in line and not repeated(line, img), line
+    p = tv("get", "--store", s, "m", "w", "-o", tmp_path / "o")
+    assert p.returncode == 1 and "label unreadable" in p.stderr
+    assert not repeated(p.stderr, img), p.stderr

@@ -1,0 +1,371 @@
+/* Unit tests of the CLI's value and option parsers (server/cli/args.c):
+ * generation numbers, NAME[@GEN] specs, --rows ranges, sizes with every
+ * suffix in every case and every refused form, comma lists (--replicas),
+ * plain counts, and the option parser's strictness (twice, unknown,
+ * missing or empty value, "--"). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/args.h"
+#include "util/internal.h"
+
+static void test_gen_accepts(void **state)
+{
+    (void)state;
+    int64_t g = -7;
+    assert_int_equal(tv__cli_parse_gen("1", &g), 0);
+    assert_int_equal(g, 1);
+    assert_int_equal(tv__cli_parse_gen("10", &g), 0);
+    assert_int_equal(g, 10);
+    assert_int_equal(tv__cli_parse_gen("9223372036854775807", &g), 0);
+    assert_true(g == INT64_MAX);
+}
+
+static void test_gen_refuses(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"",   "0",  "00",  "01",  "+1",  "-1",  " 1", "1 ",
+                                "1x", "x1", "1.0", "0x1", "1e3", "\t1", "١",  "1\n"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        int64_t g = 42;
+        assert_int_equal(tv__cli_parse_gen(bad[i], &g), -EINVAL);
+        assert_int_equal(g, 42); /* untouched */
+    }
+    int64_t g = 42;
+    assert_int_equal(tv__cli_parse_gen("9223372036854775808", &g), -ERANGE);
+    assert_int_equal(tv__cli_parse_gen("18446744073709551616", &g), -ERANGE);
+    assert_int_equal(tv__cli_parse_gen("99999999999999999999999999", &g), -ERANGE);
+    assert_int_equal(g, 42);
+    assert_int_equal(tv__cli_parse_gen(NULL, &g), -EINVAL);
+}
+
+static void test_spec(void **state)
+{
+    (void)state;
+    char name[8];
+    int64_t g = -1;
+    const char *gs = "x";
+    assert_int_equal(tv__cli_parse_spec("llama", name, sizeof(name), &g, &gs), 0);
+    assert_string_equal(name, "llama");
+    assert_int_equal(g, 0);
+    assert_null(gs);
+    assert_int_equal(tv__cli_parse_spec("llama@12", name, sizeof(name), &g, &gs), 0);
+    assert_string_equal(name, "llama");
+    assert_int_equal(g, 12);
+    assert_string_equal(gs, "12");
+    /* The last '@' splits, as tv_model_open does. */
+    assert_int_equal(tv__cli_parse_spec("a@b@3", name, sizeof(name), &g, &gs), 0);
+    assert_string_equal(name, "a@b");
+    assert_int_equal(g, 3);
+    /* Every bad generation form, reported with the text after '@'. */
+    static const char *bad_gen[] = {"m@", "m@0", "m@01", "m@+1", "m@-1", "m@ 1", "m@1 ", "m@x"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad_gen); i++) {
+        assert_int_equal(tv__cli_parse_spec(bad_gen[i], name, sizeof(name), &g, &gs), -EINVAL);
+        assert_non_null(gs);
+        assert_ptr_equal(gs, strrchr(bad_gen[i], '@') + 1);
+    }
+    assert_int_equal(tv__cli_parse_spec("m@9223372036854775808", name, sizeof(name), &g, &gs),
+                     -ERANGE);
+    /* Bad names: empty, too long for the buffer. */
+    assert_int_equal(tv__cli_parse_spec("", name, sizeof(name), &g, &gs), -EINVAL);
+    assert_int_equal(tv__cli_parse_spec("@1", name, sizeof(name), &g, &gs), -EINVAL);
+    assert_null(gs);
+    assert_int_equal(tv__cli_parse_spec("12345678", name, sizeof(name), &g, &gs), -EINVAL);
+    assert_int_equal(tv__cli_parse_spec("1234567", name, sizeof(name), &g, &gs), 0);
+}
+
+static void test_rows(void **state)
+{
+    (void)state;
+    uint64_t a = 7, b = 7;
+    assert_int_equal(tv__cli_parse_rows("8:16", &a, &b), 0);
+    assert_true(a == 8 && b == 16);
+    assert_int_equal(tv__cli_parse_rows("0:0", &a, &b), 0); /* empty, as numpy a[0:0] */
+    assert_true(a == 0 && b == 0);
+    assert_int_equal(tv__cli_parse_rows("5:5", &a, &b), 0);
+    assert_true(a == 5 && b == 5);
+    assert_int_equal(tv__cli_parse_rows("007:010", &a, &b), 0); /* decimal, not octal */
+    assert_true(a == 7 && b == 10);
+    assert_int_equal(tv__cli_parse_rows("0:18446744073709551615", &a, &b), 0);
+    assert_true(a == 0 && b == UINT64_MAX);
+
+    static const char *bad[] = {"",     ":",    "1",    "1:",    ":2",    "1:2x",  "1:2:3",
+                                "-1:2", "1:-2", "+1:2", "1:+2",  " 1:2",  "1 :2",  "1: 2",
+                                "1:2 ", "1,2",  "a:b",  "1.0:2", "0x1:2", "1e1:20"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        a = b = 99;
+        assert_int_equal(tv__cli_parse_rows(bad[i], &a, &b), -EINVAL);
+        assert_true(a == 99 && b == 99);
+    }
+    assert_int_equal(tv__cli_parse_rows("16:8", &a, &b), -EDOM);
+    assert_int_equal(tv__cli_parse_rows("1:18446744073709551616", &a, &b), -ERANGE);
+    assert_int_equal(tv__cli_parse_rows("18446744073709551616:1", &a, &b), -ERANGE);
+    assert_true(a == 99 && b == 99);
+}
+
+static void test_size_every_suffix_and_case(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        uint64_t v;
+    } ok[] = {
+        {"0", 0},
+        {"1", 1},
+        {"4096", 4096},
+        {"007", 7},
+        {"18446744073709551615", UINT64_MAX},
+        {"1k", 1ull << 10},
+        {"1K", 1ull << 10},
+        {"1kib", 1ull << 10},
+        {"1KiB", 1ull << 10},
+        {"1KIB", 1ull << 10},
+        {"1kIb", 1ull << 10},
+        {"3m", 3ull << 20},
+        {"3M", 3ull << 20},
+        {"3mib", 3ull << 20},
+        {"3MiB", 3ull << 20},
+        {"3MIB", 3ull << 20},
+        {"2g", 2ull << 30},
+        {"2G", 2ull << 30},
+        {"2gib", 2ull << 30},
+        {"2GiB", 2ull << 30},
+        {"2GIB", 2ull << 30},
+        {"5t", 5ull << 40},
+        {"5T", 5ull << 40},
+        {"5tib", 5ull << 40},
+        {"5TiB", 5ull << 40},
+        {"5TIB", 5ull << 40},
+        {"0G", 0},
+        {"16777215T", 16777215ull << 40}, /* the largest T that fits */
+        {"17179869183G", 17179869183ull << 30},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(ok); i++) {
+        uint64_t v = 12345;
+        assert_int_equal(tv__cli_parse_size(ok[i].s, &v), 0);
+        assert_true(v == ok[i].v);
+    }
+}
+
+static void test_size_refuses(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"",     "K",     "KiB", "1GB", "1gb",  "1KB", "1B",   "1b",
+                                "1.5G", "1,5G",  "1 G", " 1G", "1G ",  "+1G", "-1G",  "-1",
+                                "1Gi",  "1GiBB", "1GG", "1P",  "1PiB", "1E",  "0x10", "1e3",
+                                "1kB",  "1 ",    "\t1", "1\n", "G1",   "1iB", "1Ki",  "1KiBytes"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        uint64_t v = 12345;
+        int rc = tv__cli_parse_size(bad[i], &v);
+        if (rc != -EINVAL)
+            fail_msg("size '%s': rc %d, want -EINVAL", bad[i], rc);
+        assert_true(v == 12345);
+    }
+    static const char *range[] = {"18446744073709551616", "16777216T",
+                                  "17179869184G",         "17592186044416M",
+                                  "18014398509481984K",   "99999999999999999999999999999999999999",
+                                  "99999999999T"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(range); i++) {
+        uint64_t v = 12345;
+        int rc = tv__cli_parse_size(range[i], &v);
+        if (rc != -ERANGE)
+            fail_msg("size '%s': rc %d, want -ERANGE", range[i], rc);
+        assert_true(v == 12345);
+    }
+    uint64_t v;
+    assert_int_equal(tv__cli_parse_size(NULL, &v), -EINVAL);
+}
+
+static void test_uint(void **state)
+{
+    (void)state;
+    uint64_t v = 5;
+    assert_int_equal(tv__cli_parse_uint("32", 4096, &v), 0);
+    assert_true(v == 32);
+    assert_int_equal(tv__cli_parse_uint("4096", 4096, &v), 0);
+    assert_int_equal(tv__cli_parse_uint("4097", 4096, &v), -ERANGE);
+    assert_int_equal(tv__cli_parse_uint("18446744073709551616", UINT64_MAX, &v), -ERANGE);
+    static const char *bad[] = {"", "+1", "-1", " 1", "1 ", "1K", "0x1", "1.0"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++)
+        assert_int_equal(tv__cli_parse_uint(bad[i], UINT64_MAX, &v), -EINVAL);
+    assert_true(v == 4096);
+}
+
+static void test_list(void **state)
+{
+    (void)state;
+    char buf[64];
+    const char *items[4], *why = NULL;
+    size_t n = 99;
+    assert_int_equal(tv__cli_parse_list("1", buf, sizeof(buf), items, 4, &n, &why), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0], "1");
+    assert_int_equal(tv__cli_parse_list("1,/dev/x,abc-uuid", buf, sizeof(buf), items, 4, &n, &why),
+                     0);
+    assert_int_equal(n, 3);
+    assert_string_equal(items[0], "1");
+    assert_string_equal(items[1], "/dev/x");
+    assert_string_equal(items[2], "abc-uuid");
+
+    static const char *empty[] = {"", ",", ",,", "a,,b", "a,", ",a", ",,,a"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(empty); i++) {
+        why = NULL;
+        assert_int_equal(tv__cli_parse_list(empty[i], buf, sizeof(buf), items, 4, &n, &why),
+                         -EINVAL);
+        assert_non_null(why);
+        assert_true(strstr(why, "empty") != NULL);
+        assert_int_equal(n, 0);
+    }
+    assert_int_equal(tv__cli_parse_list("a,b,a", buf, sizeof(buf), items, 4, &n, &why), -EINVAL);
+    assert_string_equal(why, "item named twice");
+    assert_int_equal(tv__cli_parse_list("1,1", buf, sizeof(buf), items, 4, &n, &why), -EINVAL);
+    assert_int_equal(tv__cli_parse_list("a,b,c,d,e", buf, sizeof(buf), items, 4, &n, &why),
+                     -ERANGE);
+    assert_string_equal(why, "too many items");
+    assert_int_equal(tv__cli_parse_list("a,b,c,d", buf, sizeof(buf), items, 4, &n, &why), 0);
+    char big[100];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(tv__cli_parse_list(big, buf, sizeof(buf), items, 4, &n, &why), -ERANGE);
+    /* why may be NULL. */
+    assert_int_equal(tv__cli_parse_list(",", buf, sizeof(buf), items, 4, &n, NULL), -EINVAL);
+}
+
+/* ---- the option parser ---------------------------------------------------- */
+
+static int parse(tv_cli_opt *opts, size_t n_opts, tv_cli_args *a, const char **args)
+{
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)"cmd";
+    for (; *args; args++)
+        argv[argc++] = (char *)*args;
+    a->opts = opts;
+    a->n_opts = n_opts;
+    a->n_pos = 0;
+    return tv_cli_parse("cmd", argc, argv, a);
+}
+
+#define OPTS                                                                                       \
+    tv_cli_opt opts[] = {{"--store", true, NULL}, {"--json", false, NULL}, {"-o", true, NULL}};    \
+    tv_cli_args a
+
+static void test_parse_ok(void **state)
+{
+    (void)state;
+    OPTS;
+    const char *args[] = {"--store", "S", "x", "-o", "-", "--json", "y", NULL};
+    assert_int_equal(parse(opts, 3, &a, args), 0);
+    assert_string_equal(tv_cli_get(&a, "--store"), "S");
+    assert_string_equal(tv_cli_get(&a, "-o"), "-");
+    assert_true(tv_cli_flag(&a, "--json"));
+    assert_int_equal(a.n_pos, 2);
+    assert_string_equal(a.pos[0], "x");
+    assert_string_equal(a.pos[1], "y");
+    const char *eq[] = {"--store=S=T", NULL};
+    assert_int_equal(parse(opts, 3, &a, eq), 0);
+    assert_string_equal(tv_cli_get(&a, "--store"), "S=T");
+    assert_false(tv_cli_flag(&a, "--json"));
+    /* "--" ends the options; a value may look like a foreign option. */
+    const char *dd[] = {"-o", "-1:2", "--", "--json", "-x", NULL};
+    assert_int_equal(parse(opts, 3, &a, dd), 0);
+    assert_string_equal(tv_cli_get(&a, "-o"), "-1:2");
+    assert_false(tv_cli_flag(&a, "--json"));
+    assert_int_equal(a.n_pos, 2);
+    assert_string_equal(a.pos[0], "--json");
+    assert_string_equal(a.pos[1], "-x");
+    /* "-1" is a positional (for the generation parser to refuse by name). */
+    const char *neg[] = {"-1", "-5:3", NULL};
+    assert_int_equal(parse(opts, 3, &a, neg), 0);
+    assert_int_equal(a.n_pos, 2);
+    assert_string_equal(a.pos[0], "-1");
+}
+
+static void test_parse_refuses(void **state)
+{
+    (void)state;
+    static const char *cases[][6] = {
+        {"--store", "S", "--store", "T", NULL}, /* given twice */
+        {"--json", "--json", NULL},             /* flag twice */
+        {"--store=S", "--store", "S", NULL},    /* twice, mixed forms */
+        {"--nope", NULL},                       /* unknown */
+        {"-x", NULL},                           /* unknown short */
+        {"--stor", "S", NULL},                  /* prefix is not a match */
+        {"--store", NULL},                      /* missing value at the end */
+        {"--store", "--json", NULL},            /* the next argument is an option */
+        {"--store", "-o", "f", NULL},           /* ... a short one */
+        {"--store=", NULL},                     /* empty value */
+        {"--store", "", NULL},                  /* empty value */
+        {"--json=1", NULL},                     /* flag given a value */
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        OPTS;
+        if (parse(opts, 3, &a, cases[i]) != 2)
+            fail_msg("case %zu (%s ...) was accepted", i, cases[i][0]);
+    }
+    OPTS;
+    const char *many[] = {"1", "2", "3", "4", "5", "6", "7", "8", "9", NULL};
+    assert_int_equal(parse(opts, 3, &a, many), 2);
+    const char *eight[] = {"1", "2", "3", "4", "5", "6", "7", "8", NULL};
+    assert_int_equal(parse(opts, 3, &a, eight), 0);
+    assert_int_equal(tv__cli_npos("cmd", &a, 0, 7, "cmd"), 2);
+    assert_int_equal(tv__cli_npos("cmd", &a, 8, 8, "cmd"), 0);
+    assert_int_equal(tv__cli_npos("cmd", &a, 9, 9, "cmd"), 2);
+}
+
+static void test_opt_size_bounds(void **state)
+{
+    (void)state;
+    tv_cli_opt opts[] = {{"--chunk", true, NULL}};
+    tv_cli_args a;
+    uint64_t v = 77;
+    const char *none[] = {NULL};
+    assert_int_equal(parse(opts, 1, &a, none), 0);
+    assert_int_equal(tv__cli_opt_size("cmd", &a, "--chunk", 4096, 1 << 30, &v), 0);
+    assert_true(v == 77); /* absent: untouched */
+    const char *ok[] = {"--chunk", "1GiB", NULL};
+    assert_int_equal(parse(opts, 1, &a, ok), 0);
+    assert_int_equal(tv__cli_opt_size("cmd", &a, "--chunk", 4096, 1 << 30, &v), 0);
+    assert_true(v == 1u << 30);
+    static const char *bad[] = {"4095", "1025M", "2G", "1.5G", "1GB", "16777216T", "-4K"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        const char *args[] = {"--chunk", bad[i], NULL};
+        assert_int_equal(parse(opts, 1, &a, args), 0);
+        v = 77;
+        assert_int_equal(tv__cli_opt_size("cmd", &a, "--chunk", 4096, 1 << 30, &v), 2);
+        assert_true(v == 77);
+    }
+    tv_cli_opt qopts[] = {{"--qd", true, NULL}};
+    static const char *bad_qd[] = {"0", "4097", "-1", "+1", "1K", "18446744073709551616"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad_qd); i++) {
+        const char *args[] = {"--qd", bad_qd[i], NULL};
+        assert_int_equal(parse(qopts, 1, &a, args), 0);
+        assert_int_equal(tv__cli_opt_uint("cmd", &a, "--qd", 1, TV_CLI_MAX_QD, &v), 2);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gen_accepts),
+        cmocka_unit_test(test_gen_refuses),
+        cmocka_unit_test(test_spec),
+        cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_size_every_suffix_and_case),
+        cmocka_unit_test(test_size_refuses),
+        cmocka_unit_test(test_uint),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_parse_ok),
+        cmocka_unit_test(test_parse_refuses),
+        cmocka_unit_test(test_opt_size_bounds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
