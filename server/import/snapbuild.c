@@ -317,8 +317,7 @@ static int registry_active(tv__store *st, const char *model, int64_t *active, tv
 
 /* The pointer as it is now: *gen 0 when absent or unreadable (malformed, a
  * link, not a regular file: all rewritten from the registry). */
-static int pointer_now(tv__store *st, const char *model, int64_t *gen, int64_t *from,
-                       tv_error *err)
+static int pointer_now(tv__store *st, const char *model, int64_t *gen, int64_t *from, tv_error *err)
 {
     tv_error e2 = {0};
     int rc = tv__snapfile_read_pointer(st->dir, model, gen, from, &e2);
@@ -373,9 +372,8 @@ static void restore_pointer(tv__store *st, const char *model, int64_t gen, int64
     tv_error e2 = {0};
     if (tv__snapfile_write_pointer(st->dir, model, gen, gen ? from : -1, &e2) == 0)
         return;
-    tv__log(TV_LOG_WARN,
-            "store %s: model '%s': restoring the active pointer failed (%s); the next writer completes the activation",
-            st->dir, model, e2.msg);
+    tv__log(TV_LOG_WARN, "store %s: model '%s': restoring the active pointer failed: %s", st->dir,
+            model, e2.msg);
     if (err) {
         char msg[2 * sizeof err->msg + 64];
         snprintf(msg, sizeof msg, "%s (and restoring the active pointer failed: %s)", err->msg,
@@ -396,9 +394,10 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
     if ((rc = tv__reg_generation_get(st->reg, model, gen, &g, err)))
         return rc;
     if (g.state != TV__GEN_READY)
-        return tv__seterr(err, TV_E_STATE,
-                          "model '%s' generation %lld is %s: only ready generations can be activated",
-                          model, (long long)gen, tv__gen_state_name(g.state));
+        return tv__seterr(
+            err, TV_E_STATE,
+            "model '%s' generation %lld is %s: only ready generations can be activated", model,
+            (long long)gen, tv__gen_state_name(g.state));
     if ((rc = registry_active(st, model, &prev, err)))
         return rc;
     if (prev == gen) /* nothing to change; the pointer must agree all the same */
@@ -463,14 +462,15 @@ static int sync_pointer(tv__store *st, const char *model, const tv__reg_generati
             return rc;
         if (ready && exists) {
             tv__log(TV_LOG_WARN,
-                    "store %s: model '%s': completing an interrupted activation of generation %lld (the active pointer already named it)",
-                    st->dir, model, (long long)p);
+                    "store %s: model '%s': completing the activation of generation %lld", st->dir,
+                    model, (long long)p);
             return tv__reg_generation_activate(st->reg, model, p, err);
         }
     }
-    tv__log(TV_LOG_WARN,
-            "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
-            st->dir, model, (long long)p, (long long)active);
+    tv__log(
+        TV_LOG_WARN,
+        "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
+        st->dir, model, (long long)p, (long long)active);
     return pointer_from_registry(st, model, active, err);
 }
 
@@ -520,8 +520,9 @@ int tv__store_sync_snapshots(tv__store *st, tv_error *err)
                 tv__log(TV_LOG_WARN, "store %s: snapshot of model '%s' generation %lld: %s",
                         st->dir, name, (long long)gens[j].number, e.msg);
             else
-                tv__log(TV_LOG_INFO, "store %s: wrote missing snapshot of model '%s' generation %lld",
-                        st->dir, name, (long long)gens[j].number);
+                tv__log(TV_LOG_INFO,
+                        "store %s: wrote missing snapshot of model '%s' generation %lld", st->dir,
+                        name, (long long)gens[j].number);
             keep_first(&first, err, rc, &e);
         }
         rc = sync_pointer(st, name, gens, n_gens, &e);

@@ -533,7 +533,6 @@ static void test_gc_shared_objects(void **state)
     free(objs);
 }
 
-
 /* ---- registry and pointer agree (issue 7 item 3), cost (item 12) ------------ */
 
 /* Injected failure of the k-th call (1-based) among pwrite, fdatasync,
@@ -758,7 +757,8 @@ static void test_activate_crash_points(void **state)
     static const struct {
         const char *point;
         bool lands; /* the activation survives the crash */
-    } cases[] = {{"activate-snapshot", false}, {"activate-pointer", true}, {"activate-commit", true}};
+    } cases[] = {
+        {"activate-snapshot", false}, {"activate-pointer", true}, {"activate-commit", true}};
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         int64_t before = agreed_active(f, MODEL), target = before == 1 ? 2 : 1;
         crash_child(f, cases[i].point, target, false);
@@ -767,7 +767,8 @@ static void test_activate_crash_points(void **state)
         void *buf;
         size_t len;
         int64_t seen = 0;
-        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &seen, &fd, &buf, &len, &err), 0);
+        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &seen, &fd, &buf, &len, &err),
+                         0);
         free(buf);
         close(fd);
         if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))

@@ -267,9 +267,8 @@ static int check_identity(const char *store_dir, const char *name, int64_t gen, 
     if (tv__snapfile_path(store_dir, name, gen, path, sizeof path, NULL))
         snprintf(path, sizeof path, "(path too long)");
     return tv__seterr(err, TV_E_SNAPSHOT_IDENTITY,
-                      "%s holds model '%.*s' generation %lld, not model '%s' generation %lld (copied or renamed from another path?)",
-                      path, nl > 256 ? 256 : (int)nl, nm, (long long)s.generation, name,
-                      (long long)gen);
+                      "%s holds model '%.*s' generation %lld, not model '%s' generation %lld", path,
+                      nl > 256 ? 256 : (int)nl, nm, (long long)s.generation, name, (long long)gen);
 }
 
 TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_opts *opts,
@@ -307,8 +306,8 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     void *buf = NULL;
     size_t len = 0;
     int64_t opened = 0;
-    if ((rc = tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len,
-                                    err))) {
+    if ((rc =
+             tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len, err))) {
         tv_model_close(m);
         return rc;
     }

@@ -155,8 +155,7 @@ static int check_dir(const char *path, tv_error *err)
     if (fd == -ENOENT)
         return fd;
     if (fd == -ELOOP || fd == -ENOTDIR)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "%s is a symbolic link or not a directory (refused: the snapshots directory and model directories must be real directories)",
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s is a symbolic link or not a directory (refused)",
                           path);
     if (fd < 0)
         return tv__seterr(err, fd, "open %s: %s", path, strerror(-fd));
@@ -170,8 +169,7 @@ static int check_dirs(const char *dir, const char *model, tv_error *err)
     char top[TV__SNAPFILE_PATH_MAX], md[TV__SNAPFILE_PATH_MAX];
     int rc;
     if ((rc = fmt_path(top, sizeof top, err, "%s/%s", dir, TV__SNAPFILE_DIR)) ||
-        (rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)) ||
-        (rc = check_dir(top, err)))
+        (rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)) || (rc = check_dir(top, err)))
         return rc;
     return check_dir(md, err);
 }
@@ -524,8 +522,9 @@ int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64
             int64_t now;
             if (gen == 0 && tv__snapfile_read_active(dir, model, &now, NULL) == 0 && now != g)
                 continue; /* activation and gc raced with us: follow the pointer */
-            return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' generation %lld has no snapshot (%s)",
-                              model, (long long)g, p);
+            return tv__seterr(err, TV_E_NOT_FOUND,
+                              "model '%s' generation %lld has no snapshot (%s)", model,
+                              (long long)g, p);
         }
         if (fd < 0)
             return fd;

@@ -43,7 +43,7 @@
 #define TV__SNAPFILE_ESCAPED_MAX 200 /* longer escapes use the hashed form */
 #define TV__SNAPFILE_PATH_MAX    4096
 #define TV__SNAPFILE_MAX_LEN     (1ull << 30) /* largest image a reader loads */
-#define TV__SNAPFILE_POINTER_MAX 64          /* longest valid active pointer */
+#define TV__SNAPFILE_POINTER_MAX 64           /* longest valid active pointer */
 
 /* Escapes model (NUL-terminated, non-empty) into out (out_len >=
  * TV__SNAPFILE_ESCAPED_MAX + 1 always suffices). Returns 0;
