@@ -813,6 +813,29 @@ static void test_stale_pointer_repaired(void **state)
     assert_int_equal(mkfifo(p, 0600), 0);
     assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
+    /* a FIFO, then a symbolic link, in place of the active snapshot: the
+     * entry is replaced by the real file */
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p, sizeof p, &err), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(unlink(p), 0);
+        if (i == 0)
+            assert_int_equal(mkfifo(p, 0600), 0);
+        else
+            assert_int_equal(symlink("1.tvsnap", p), 0);
+        assert_false(snap_exists(f, MODEL, 2));
+        if (tv__store_sync_snapshots(f->st, &err))
+            fail_msg("sync: %s", err.msg);
+        assert_true(snap_exists(f, MODEL, 2));
+        int fd;
+        void *buf;
+        size_t len;
+        tv__snap sn;
+        assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+        assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &sn, &err), 0);
+        assert_int_equal(sn.generation, 2);
+        free(buf);
+        close(fd);
+    }
 }
 
 /* Writer commands cost what they change: with 50 other models and 10

@@ -132,8 +132,8 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
     int rc = tv__snapfile_path(dir, model, gen, p, sizeof p, err);
     if (rc)
         return rc;
-    if (lstat(p, &sb) == 0) { /* any entry counts, a bad one included */
-        *exists = true;
+    if (lstat(p, &sb) == 0) { /* a link, FIFO or directory there is no snapshot */
+        *exists = S_ISREG(sb.st_mode);
         return 0;
     }
     if (errno == ENOENT) {

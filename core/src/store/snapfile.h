@@ -61,8 +61,10 @@ int tv__snapfile_path(const char *dir, const char *model, int64_t gen, char *out
 int tv__snapfile_active_path(const char *dir, const char *model, char *out, size_t out_len,
                              tv_error *err);
 
-/* Sets *exists (any directory entry, even a bad one, counts). Returns 0,
- * the path errors, or -errno from lstat (not ENOENT). */
+/* Sets *exists: true when a regular file is there (lstat: a symbolic
+ * link, FIFO or directory in its place is not a snapshot; writing one then
+ * fails with -EEXIST and the caller replaces the entry). Returns 0, the
+ * path errors, or -errno from lstat (not ENOENT). */
 int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *exists,
                         tv_error *err);
 
