@@ -364,8 +364,9 @@ int tv__store_write_active(tv__store *st, const char *model, tv_error *err)
     return pointer_from_registry(st, model, number, err);
 }
 
-/* Puts the pointer back as it was (gen 0: absent) after a failed
- * activation; appends to err's message when even that fails. */
+/* Puts the pointer back on the registry's generation (gen 0: absent; from
+ * as it was) after a failed activation; appends to err's message when even
+ * that fails. */
 static void restore_pointer(tv__store *st, const char *model, int64_t gen, int64_t from,
                             tv_error *err)
 {
@@ -419,13 +420,13 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
      * replaces so that a writer killed before step 4 is told apart from a
      * stale pointer (the next writer completes the change). */
     if ((rc = tv__snapfile_write_pointer(st->dir, model, gen, prev, err))) {
-        restore_pointer(st, model, old_gen, old_from, err);
+        restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
         goto fail_tx;
     }
     tv__crash_point("activate-pointer");
     /* 4. Commit; a failed commit undoes the transaction: undo the pointer. */
     if ((rc = tv__reg_commit(st->reg, err))) {
-        restore_pointer(st, model, old_gen, old_from, err);
+        restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
         return rc;
     }
     tv__crash_point("activate-commit");
