@@ -542,11 +542,12 @@ static int gen_change(const char *cmd, int argc, char **argv, bool activate)
     tv_error err = {0};
     tv__store *st;
     int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
+    /* Activation changes registry and pointer together (an error changes
+     * neither); retiring never touches the pointer (the active generation
+     * cannot be retired). */
     if (!rc)
-        rc = activate ? tv__reg_generation_activate(st->reg, a.pos[0], gen, &err)
+        rc = activate ? tv__store_activate(st, a.pos[0], gen, &err)
                       : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
-    if (!rc && activate)
-        rc = tv__store_write_active(st, a.pos[0], &err);
     tv__store_close(st);
     if (rc)
         return fail(cmd, json, rc, &err);

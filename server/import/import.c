@@ -465,6 +465,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     pipeline w;
     bool pipeline_started = false;
     int src_fd = -1;
+    bool published = false;
     uint8_t *hdr_copy = NULL;
     int64_t devs[TV__IMPORT_MAX_DEVICES];
     size_t n_devs = 0;
@@ -752,16 +753,30 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     }
 
     /* 6. Publish last, in one transaction. */
-    if ((rc = publish(st, model, real_src, ck, plans, n_shards, o->activate, &r.generation, err)))
+    if ((rc = publish(st, model, real_src, ck, plans, n_shards, false, &r.generation, err)))
         goto fail_writer;
-    /* The generation is published; a snapshot failure is repaired by the
-     * next writer open (tv__store_sync_snapshots), so it only warns. */
+    /* The generation is published (ready, not active). Its snapshot: a
+     * failure is repaired by the next writer open, so it only warns.
+     * --activate then goes through the activation protocol (registry and
+     * pointer together, an error changes neither): on failure the import
+     * reports it and the generation stays ready and inactive. */
     {
         tv_error se = {0};
-        if (tv__store_write_snapshot(st, model, r.generation, &se) ||
-            tv__store_write_active(st, model, &se))
+        if (tv__store_write_snapshot(st, model, r.generation, &se))
             tv__log(TV_LOG_WARN, "import: model '%s' generation %lld: snapshot: %s", model,
                     (long long)r.generation, se.msg);
+    }
+    published = true; /* from here on the objects are committed: keep them */
+    if (o->activate && (rc = tv__store_activate(st, model, r.generation, err))) {
+        if (err) {
+            char msg[sizeof err->msg + 600];
+            snprintf(msg, sizeof msg,
+                     "model '%.256s' generation %lld was imported (ready) but not activated: %s",
+                     model, (long long)r.generation, err->msg);
+            memcpy(err->msg, msg, sizeof err->msg - 1);
+            err->msg[sizeof err->msg - 1] = '\0';
+        }
+        goto out_writer;
     }
     r.n_shards = n_shards;
     r.n_tensors = tv_checkpoint_n_tensors(ck);
@@ -779,7 +794,7 @@ fail_writer:
 out_writer:
     if (pipeline_started)
         pipeline_stop(&w);
-    if (rc == 0)
+    if (rc == 0 || published)
         goto out;
 fail_release:
     release_reservations(st, plans, plans ? n_shards : 0);

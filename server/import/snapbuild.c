@@ -12,6 +12,7 @@
 #include "import/snapbuild.h"
 #include "store/snapfile.h"
 #include "store/snapshot.h"
+#include "util/sys.h"
 
 /* ---- registry rows -> builder input ------------------------------------- */
 
@@ -300,26 +301,178 @@ int tv__store_write_snapshot(tv__store *st, const char *model, int64_t gen, tv_e
     return rc;
 }
 
-int tv__store_write_active(tv__store *st, const char *model, tv_error *err)
+/* The registry's active generation of model (0: none, or no such model). */
+static int registry_active(tv__store *st, const char *model, int64_t *active, tv_error *err)
 {
-    int64_t number = 0;
-    bool exists = false;
     tv_error e2 = {0};
-    if (!st || !model)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_write_active: NULL argument");
-    int rc = tv__reg_active_generation(st->reg, model, &number, &e2);
-    if (rc == TV_E_NOT_FOUND)
-        return tv__snapfile_write_active(st->dir, model, 0, err);
-    if (rc) {
-        if (err)
-            *err = e2;
-        return rc;
+    int rc = tv__reg_active_generation(st->reg, model, active, &e2);
+    if (rc == TV_E_NOT_FOUND) {
+        *active = 0;
+        return 0;
     }
+    if (rc && err)
+        *err = e2;
+    return rc;
+}
+
+/* The pointer as it is now: *gen 0 when absent or unreadable (malformed, a
+ * link, not a regular file: all rewritten from the registry). */
+static int pointer_now(tv__store *st, const char *model, int64_t *gen, int64_t *from, tv_error *err)
+{
+    tv_error e2 = {0};
+    int rc = tv__snapfile_read_pointer(st->dir, model, gen, from, &e2);
+    if (rc == TV_E_NOT_FOUND || rc == TV_E_SNAPSHOT) {
+        if (rc == TV_E_SNAPSHOT)
+            tv__log(TV_LOG_WARN, "store %s: %s: rewriting it from the registry", st->dir, e2.msg);
+        *gen = 0;
+        *from = -1;
+        return rc == TV_E_SNAPSHOT ? 1 : 0;
+    }
+    if (rc && err)
+        *err = e2;
+    return rc;
+}
+
+/* Writes the pointer as the registry says (number 0: removes it), the
+ * snapshot it names first; nothing when it already says so. */
+static int pointer_from_registry(tv__store *st, const char *model, int64_t number, tv_error *err)
+{
+    int64_t now = 0, from = -1;
+    bool exists = false;
+    int rc = pointer_now(st, model, &now, &from, err);
+    if (rc < 0)
+        return rc;
+    if (rc == 0 && now == number)
+        return 0; /* read and compared: nothing to write */
+    if (number == 0)
+        return tv__snapfile_write_pointer(st->dir, model, 0, -1, err);
     if ((rc = tv__snapfile_exists(st->dir, model, number, &exists, err)))
         return rc;
     if (!exists && (rc = tv__store_write_snapshot(st, model, number, err)))
         return rc;
-    return tv__snapfile_write_active(st->dir, model, number, err);
+    return tv__snapfile_write_pointer(st->dir, model, number, -1, err);
+}
+
+int tv__store_write_active(tv__store *st, const char *model, tv_error *err)
+{
+    int64_t number = 0;
+    if (!st || !model)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_write_active: NULL argument");
+    int rc = registry_active(st, model, &number, err);
+    if (rc)
+        return rc;
+    return pointer_from_registry(st, model, number, err);
+}
+
+/* Puts the pointer back on the registry's generation (gen 0: absent; from
+ * as it was) after a failed activation; appends to err's message when even
+ * that fails. */
+static void restore_pointer(tv__store *st, const char *model, int64_t gen, int64_t from,
+                            tv_error *err)
+{
+    tv_error e2 = {0};
+    if (tv__snapfile_write_pointer(st->dir, model, gen, gen ? from : -1, &e2) == 0)
+        return;
+    tv__log(TV_LOG_WARN, "store %s: model '%s': restoring the active pointer failed: %s", st->dir,
+            model, e2.msg);
+    if (err) {
+        char msg[2 * sizeof err->msg + 64];
+        snprintf(msg, sizeof msg, "%s (and restoring the active pointer failed: %s)", err->msg,
+                 e2.msg);
+        memcpy(err->msg, msg, sizeof err->msg - 1);
+        err->msg[sizeof err->msg - 1] = '\0';
+    }
+}
+
+int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *err)
+{
+    tv__reg_generation g;
+    int64_t prev = 0, old_gen = 0, old_from = -1;
+    bool exists = false;
+    int rc;
+    if (!st || !model || gen <= 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_activate: bad argument");
+    if ((rc = tv__reg_generation_get(st->reg, model, gen, &g, err)))
+        return rc;
+    if (g.state != TV__GEN_READY)
+        return tv__seterr(
+            err, TV_E_STATE,
+            "model '%s' generation %lld is %s: only ready generations can be activated", model,
+            (long long)gen, tv__gen_state_name(g.state));
+    if ((rc = registry_active(st, model, &prev, err)))
+        return rc;
+    if (prev == gen) /* nothing to change; the pointer must agree all the same */
+        return pointer_from_registry(st, model, gen, err);
+    /* 1. The snapshot exists before anything names it (harmless if we stop
+     * here: a ready generation may have its file). */
+    if ((rc = tv__snapfile_exists(st->dir, model, gen, &exists, err)) ||
+        (!exists && (rc = tv__store_write_snapshot(st, model, gen, err))))
+        return rc;
+    tv__crash_point("activate-snapshot");
+    if ((rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
+        return rc;
+    /* 2. The registry change, not committed yet. */
+    if ((rc = tv__reg_begin(st->reg, err)))
+        return rc;
+    if ((rc = tv__reg_generation_activate(st->reg, model, gen, err)))
+        goto fail_tx;
+    /* 3. The pointer: readers switch here. It records the generation it
+     * replaces so that a writer killed before step 4 is told apart from a
+     * stale pointer (the next writer completes the change). */
+    if ((rc = tv__snapfile_write_pointer(st->dir, model, gen, prev, err))) {
+        restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
+        goto fail_tx;
+    }
+    tv__crash_point("activate-pointer");
+    /* 4. Commit; a failed commit undoes the transaction: undo the pointer. */
+    if ((rc = tv__reg_commit(st->reg, err))) {
+        restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
+        return rc;
+    }
+    tv__crash_point("activate-commit");
+    return 0;
+fail_tx:
+    tv__reg_rollback(st->reg);
+    return rc;
+}
+
+/* Writer-open repair of one model's pointer (gens: its generations).
+ * Registry and pointer agree: nothing is written. The pointer names a
+ * ready generation with a snapshot and records that it replaced the
+ * registry's active one: an activation was cut between its pointer and
+ * its commit, so the registry is brought forward. Otherwise the registry
+ * wins and the pointer is rewritten. */
+static int sync_pointer(tv__store *st, const char *model, const tv__reg_generation *gens,
+                        size_t n_gens, tv_error *err)
+{
+    int64_t active = 0, p = 0, from = -1;
+    bool exists = false;
+    int rc;
+    if ((rc = registry_active(st, model, &active, err)))
+        return rc;
+    if ((rc = pointer_now(st, model, &p, &from, err)) < 0)
+        return rc;
+    if (rc == 0 && p == active)
+        return 0;
+    if (rc == 0 && p > 0 && from == active) {
+        bool ready = false;
+        for (size_t j = 0; j < n_gens; j++)
+            if (gens[j].number == p && gens[j].state == TV__GEN_READY)
+                ready = true;
+        if (ready && (rc = tv__snapfile_exists(st->dir, model, p, &exists, err)))
+            return rc;
+        if (ready && exists) {
+            tv__log(TV_LOG_WARN,
+                    "store %s: model '%s': completing the activation of generation %lld", st->dir,
+                    model, (long long)p);
+            return tv__reg_generation_activate(st->reg, model, p, err);
+        }
+    }
+    tv__log(
+        TV_LOG_WARN,
+        "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
+        st->dir, model, (long long)p, (long long)active);
+    return pointer_from_registry(st, model, active, err);
 }
 
 static void keep_first(int *first, tv_error *err, int rc, const tv_error *e)
@@ -353,7 +506,9 @@ int tv__store_sync_snapshots(tv__store *st, tv_error *err)
         }
         for (size_t j = 0; j < n_gens; j++) {
             bool exists = true;
-            if (gens[j].state != TV__GEN_READY && gens[j].state != TV__GEN_RETIRED)
+            /* Retired generations are never rebuilt: none can become active
+             * again, and a reader that holds one holds its file. */
+            if (gens[j].state != TV__GEN_READY)
                 continue;
             if ((rc = tv__snapfile_exists(st->dir, name, gens[j].number, &exists, &e))) {
                 keep_first(&first, err, rc, &e);
@@ -362,21 +517,18 @@ int tv__store_sync_snapshots(tv__store *st, tv_error *err)
             if (exists)
                 continue;
             rc = tv__store_write_snapshot(st, name, gens[j].number, &e);
-            if (rc == TV_E_STATE && gens[j].state == TV__GEN_RETIRED)
-                continue; /* its objects were freed: nothing left to read */
             if (rc)
                 tv__log(TV_LOG_WARN, "store %s: snapshot of model '%s' generation %lld: %s",
                         st->dir, name, (long long)gens[j].number, e.msg);
             else
                 tv__log(TV_LOG_INFO,
-                        "store %s: wrote missing snapshot of model '%s' "
-                        "generation %lld",
-                        st->dir, name, (long long)gens[j].number);
+                        "store %s: wrote missing snapshot of model '%s' generation %lld", st->dir,
+                        name, (long long)gens[j].number);
             keep_first(&first, err, rc, &e);
         }
-        free(gens);
-        rc = tv__store_write_active(st, name, &e);
+        rc = sync_pointer(st, name, gens, n_gens, &e);
         keep_first(&first, err, rc, &e);
+        free(gens);
     }
     free(models);
     return first;

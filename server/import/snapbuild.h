@@ -11,7 +11,20 @@
  *     corrupt and no reader holds it);
  *   - the active pointer is written only after the active generation's
  *     snapshot exists, so it never names a missing file;
- *   - a snapshot file a reader holds (shared flock) is never removed.
+ *   - a snapshot file a reader holds (shared flock) is never removed;
+ *   - registry and pointer agree after every command. The registry is the
+ *     source of truth; an activation changes the pointer (the moment
+ *     readers switch) inside the open SQL transaction and commits right
+ *     after, so a failure at any step rolls both back and reports an error
+ *     with nothing changed. A writer killed between the pointer and the
+ *     commit leaves a pointer that records the generation it replaced
+ *     ("from"), equal to the registry's active one: the next writer's open
+ *     completes that activation in the registry (what readers already see)
+ *     before anything else; any other disagreement is repaired by
+ *     rewriting the pointer from the registry;
+ *   - writer commands write only what they change: the repair at open reads
+ *     and compares, and writes a pointer or snapshot only where it differs
+ *     or is missing; retired generations are never rebuilt.
  * Call the writing functions only on a writer store (TV__STORE_WRITE). */
 #ifndef TV_IMPORT_SNAPBUILD_H
 #define TV_IMPORT_SNAPBUILD_H
@@ -54,15 +67,33 @@ int tv__store_write_snapshot(tv__store *st, const char *model, int64_t gen, tv_e
 /* Makes DIR/snapshots/<model>/active match the registry: writes the active
  * generation's snapshot if it is missing, then the pointer; removes the
  * pointer when the model has no active generation (or does not exist).
+ * Reads and compares first: nothing is written when they agree.
  * Returns 0 or the errors of tv__store_write_snapshot,
- * tv__snapfile_write_active and the registry. */
+ * tv__snapfile_write_pointer and the registry. */
 int tv__store_write_active(tv__store *st, const char *model, tv_error *err);
 
+/* Activates ready generation gen of model, registry and pointer together:
+ * (1) writes the generation's snapshot if missing; (2) in one registry
+ * transaction sets the active generation; (3) before committing, points
+ * the pointer at gen recording the previous active generation ("from");
+ * (4) commits. A failure at (2)-(4) rolls the registry back and puts the
+ * old pointer back: an error changes neither (only when restoring the
+ * pointer fails too, which the message says, does the next writer's open
+ * complete the activation). Crash points: "activate-snapshot",
+ * "activate-pointer" (between the pointer and the commit),
+ * "activate-commit". Activating the active generation only checks the
+ * pointer. Returns 0; TV_E_INVALID_ARG; TV_E_NOT_FOUND; TV_E_STATE (not
+ * ready); the errors of the snapshot and pointer writes and the registry. */
+int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *err);
+
 /* Crash repair, for writer open: for every model, removes leftover
- * temporary files, writes the snapshot of every ready or retired
- * generation whose file is missing (retired generations whose objects were
- * freed are skipped), and rewrites the active pointer. Keeps going after a
- * failure and returns the first error (0 when all went well). */
+ * temporary files, writes the snapshot of every ready generation whose
+ * file is missing (retired ones are never rebuilt) and reconciles the
+ * active pointer with the registry (see the invariants: an interrupted
+ * activation is completed, any other difference rewrites the pointer).
+ * Costs O(models + generations) reads and no write or sync where nothing
+ * differs. Keeps going after a failure and returns the first error (0 when
+ * all went well). */
 int tv__store_sync_snapshots(tv__store *st, tv_error *err);
 
 /* *leased = true when a reader holds the generation's snapshot (shared

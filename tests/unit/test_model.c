@@ -1273,6 +1273,77 @@ static void test_lease_keeps_retired_generation(void **state)
     assert_int_equal(gc(f, &kept), 0);
 }
 
+/* A snapshot copied or renamed to another generation's or model's path is
+ * refused at open (its header names the model and generation it belongs
+ * to), before any device read. */
+static void copy_file(const char *from, const char *to)
+{
+    size_t len;
+    uint8_t *b = read_whole(from, &len);
+    unlink(to);
+    write_file(to, b, len);
+    free(b);
+}
+
+static void test_swapped_snapshot(void **state)
+{
+    tfx *x = *state;
+    store_fx *f = x->f;
+    tv_error err = {0};
+    char p1[TV__SNAPFILE_PATH_MAX], p2[TV__SNAPFILE_PATH_MAX], po[TV__SNAPFILE_PATH_MAX];
+    import_ck(f, f->ck2); /* generation 2, active */
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 1, p1, sizeof p1, &err), 0);
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p2, sizeof p2, &err), 0);
+    copy_file(p1, p2);
+    hooks_reset();
+    tv__io_fault = hook_count;
+    tv_model *m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, MODEL "@2", x->engine, &m, &err), TV_E_SNAPSHOT_IDENTITY);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "generation 1, not model '" MODEL "' generation 2"));
+    m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, MODEL, x->engine, &m, &err), TV_E_SNAPSHOT_IDENTITY);
+    assert_null(m);
+    /* another model's path */
+    assert_int_equal(tv__snapfile_write(f->store, "other", 1, "x", 1, &err), 0);
+    assert_int_equal(tv__snapfile_path(f->store, "other", 1, po, sizeof po, &err), 0);
+    copy_file(p1, po);
+    assert_int_equal(tv__snapfile_write_active(f->store, "other", 1, &err), 0);
+    m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, "other", x->engine, &m, &err), TV_E_SNAPSHOT_IDENTITY);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "not model 'other' generation 1"));
+    assert_int_equal(atomic_load(&g_reads), 0);
+    /* the right file still opens */
+    m = open_ok(f->store, MODEL "@1", x->engine);
+    assert_int_equal(tv_model_generation(m), 1);
+    tv_model_close(m);
+}
+
+/* Through the public API: a FIFO in place of the active pointer or of a
+ * snapshot file is refused without blocking. */
+static void test_unsafe_snapshot_files(void **state)
+{
+    tfx *x = *state;
+    store_fx *f = x->f;
+    tv_error err = {0};
+    char p[TV__SNAPFILE_PATH_MAX];
+    alarm(10);
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 7, p, sizeof p, &err), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    tv_model *m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, MODEL "@7", x->engine, &m, &err), TV_E_SNAPSHOT);
+    assert_null(m);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(symlink("1.tvsnap", p), 0);
+    m = (tv_model *)&err;
+    assert_int_equal(open_m(f->store, MODEL, x->engine, &m, &err), TV_E_SNAPSHOT);
+    assert_null(m);
+    alarm(0);
+}
+
 /* ---- CUDA where there is no GPU ------------------------------------------------------------ */
 
 static void test_cuda_absent(void **state)
@@ -1337,6 +1408,8 @@ int main(void)
         BOTH_STORE(test_corrupt_snapshot),
         BOTH_STORE(test_device_changed),
         BOTH_STORE(test_lease_keeps_retired_generation),
+        BOTH_STORE(test_swapped_snapshot),
+        BOTH_STORE(test_unsafe_snapshot_files),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

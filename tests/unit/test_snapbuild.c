@@ -6,7 +6,11 @@
  * points at are read back from both images and compared with the source
  * files. Also: an existing valid file is kept, a corrupt one replaced
  * (unless a reader holds it), gc's lease check and removal, crash repair
- * (tv__store_sync_snapshots) and the active pointer. */
+ * (tv__store_sync_snapshots) and the active pointer. Registry and pointer
+ * agree after activate and import --activate under a failure of every
+ * write, sync and rename (tv__sys), after a writer killed at each crash
+ * point (forked child, _exit), and after a stale or garbage pointer; a
+ * writer open with 50 models and 10 retired generations writes nothing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -18,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -29,6 +35,7 @@
 #include "registry/registry.h"
 #include "store/snapfile.h"
 #include "store/snapshot.h"
+#include "util/sys.h"
 
 #define MiB   (1024ull * 1024ull)
 #define MODEL "org/tiny-model"
@@ -153,6 +160,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
+    tv__sys_reset();
+    tv__sys_crash_hook = NULL;
     tv__store_close(f->st);
     nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(f);
@@ -460,7 +469,6 @@ static void test_active_gc_sync(void **state)
     char p[TV__SNAPFILE_PATH_MAX], md[TV__SNAPFILE_PATH_MAX], tmp[TV__SNAPFILE_PATH_MAX + 32];
     assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p, sizeof p, &err), 0);
     assert_int_equal(unlink(p), 0);
-    assert_int_equal(tv__store_remove_snapshot(f->st, MODEL, 1, &err), 0);
     assert_int_equal(tv__snapfile_write_active(f->store, MODEL, 0, &err), 0);
     assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, md, sizeof md, &err), 0);
     snprintf(tmp, sizeof tmp, "%s/.tmp-2-999-0", md);
@@ -468,7 +476,7 @@ static void test_active_gc_sync(void **state)
     if (tv__store_sync_snapshots(f->st, &err))
         fail_msg("sync: %s", err.msg);
     assert_true(snap_exists(f, MODEL, 2));
-    assert_true(snap_exists(f, MODEL, 1)); /* retired, objects still there */
+    assert_true(snap_exists(f, MODEL, 1)); /* retired: kept as it was (never rebuilt) */
     assert_false(access(tmp, F_OK) == 0);
     assert_int_equal(tv__snapfile_read_active(f->store, MODEL, &active, &err), 0);
     assert_int_equal(active, 2);
@@ -525,6 +533,377 @@ static void test_gc_shared_objects(void **state)
     free(objs);
 }
 
+/* ---- registry and pointer agree (issue 7 item 3), cost (item 12) ------------ */
+
+/* Injected failure of the k-th call (1-based) among pwrite, fdatasync,
+ * fsync, rename and rename_noreplace; counts every call. */
+static int g_fail_at, g_calls;
+static int g_n_pwrite, g_n_sync, g_n_rename;
+
+static bool fault_now(void)
+{
+    return ++g_calls == g_fail_at;
+}
+
+static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t off)
+{
+    g_n_pwrite++;
+    if (fault_now())
+        return errno = EIO, -1;
+    return pwrite(fd, b, n, off);
+}
+
+static int f_fsync(int fd)
+{
+    g_n_sync++;
+    if (fault_now())
+        return errno = EIO, -1;
+    return fsync(fd);
+}
+
+static int f_fdatasync(int fd)
+{
+    g_n_sync++;
+    if (fault_now())
+        return errno = EIO, -1;
+    return fdatasync(fd);
+}
+
+static int f_rename(const char *a, const char *b)
+{
+    g_n_rename++;
+    if (fault_now())
+        return errno = EIO, -1;
+    return rename(a, b);
+}
+
+static int f_rename_noreplace(const char *a, const char *b)
+{
+    g_n_rename++;
+    if (fault_now())
+        return errno = EIO, -1;
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_NOREPLACE);
+}
+
+static void faults_on(int fail_at)
+{
+    g_fail_at = fail_at;
+    g_calls = g_n_pwrite = g_n_sync = g_n_rename = 0;
+    tv__sys.pwrite = f_pwrite;
+    tv__sys.fsync = f_fsync;
+    tv__sys.fdatasync = f_fdatasync;
+    tv__sys.rename = f_rename;
+    tv__sys.rename_noreplace = f_rename_noreplace;
+}
+
+/* The registry's active generation (0: none) and the pointer's (0: none)
+ * are the same; returns it. */
+static int64_t agreed_active(fixture *f, const char *model)
+{
+    tv_error err = {0};
+    int64_t reg = 0, ptr = 0;
+    int rc = tv__reg_active_generation(f->st->reg, model, &reg, &err);
+    if (rc == TV_E_NOT_FOUND)
+        reg = 0;
+    else if (rc)
+        fail_msg("registry: %s", err.msg);
+    rc = tv__snapfile_read_active(f->store, model, &ptr, &err);
+    if (rc == TV_E_NOT_FOUND)
+        ptr = 0;
+    else if (rc)
+        fail_msg("pointer: %s", err.msg);
+    if (reg != ptr)
+        fail_msg("model '%s': registry says generation %lld, the active pointer %lld", model,
+                 (long long)reg, (long long)ptr);
+    return reg;
+}
+
+/* Every failing pwrite/fdatasync/fsync/rename during activate (the
+ * target's snapshot missing, so its write is exercised too) leaves the
+ * registry and the pointer on the old generation; the first run with no
+ * failure left activates. */
+static void test_activate_faults(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+    int k, n_failed = 0;
+    for (k = 1; k < 100; k++) {
+        int64_t before = agreed_active(f, MODEL), target = before == 1 ? 2 : 1;
+        assert_int_equal(tv__snapfile_path(f->store, MODEL, target, p, sizeof p, &err), 0);
+        assert_true(unlink(p) == 0 || errno == ENOENT); /* absent after a failed write */
+        faults_on(k);
+        int rc = tv__store_activate(f->st, MODEL, target, &err);
+        int calls = g_calls;
+        tv__sys_reset();
+        int64_t now = agreed_active(f, MODEL);
+        if (rc) {
+            n_failed++;
+            assert_int_equal(now, before); /* an error changes neither */
+            assert_non_null(strstr(err.msg, "Input/output error"));
+        } else {
+            assert_int_equal(now, target);
+        }
+        /* a reader opens what both say */
+        int fd;
+        void *buf;
+        size_t len;
+        int64_t opened = 0;
+        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err),
+                         0);
+        assert_int_equal(opened, now);
+        free(buf);
+        close(fd);
+        if (calls < k) {
+            assert_int_equal(rc, 0);
+            break; /* no call left to fail */
+        }
+    }
+    assert_true(k < 100);
+    assert_true(n_failed >= 6); /* snapshot: pwrite, fdatasync, rename, fsync; pointer: the same */
+    /* Activating the active generation writes nothing. */
+    int64_t cur = agreed_active(f, MODEL);
+    faults_on(0);
+    assert_int_equal(tv__store_activate(f->st, MODEL, cur, &err), 0);
+    assert_int_equal(g_calls, 0);
+    tv__sys_reset();
+    /* Retire under every fault: registry only, the pointer stays agreed. */
+    faults_on(1);
+    if (tv__reg_generation_retire(f->st->reg, MODEL, cur == 1 ? 2 : 1, &err))
+        fail_msg("retire: %s", err.msg);
+    tv__sys_reset();
+    assert_int_equal(agreed_active(f, MODEL), cur);
+}
+
+/* import --activate under every failing write or sync: on an error the
+ * registry's and the pointer's active generation are the old one; on
+ * success the new one. */
+static void test_import_faults(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(import(f, f->ck_a), 1);
+    int k;
+    for (k = 1; k < 400; k++) {
+        int64_t before = agreed_active(f, MODEL);
+        tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+        tv__import_result res = {0};
+        tv_error err = {0};
+        faults_on(k);
+        int rc = tv__import(f->st, MODEL, f->ck_b, &o, &res, &err);
+        int calls = g_calls;
+        tv__sys_reset();
+        int64_t now = agreed_active(f, MODEL);
+        if (rc)
+            assert_int_equal(now, before);
+        else
+            assert_int_equal(now, res.generation);
+        if (calls < k) {
+            assert_int_equal(rc, 0);
+            break;
+        }
+    }
+    assert_true(k < 400);
+}
+
+/* A writer killed (SIGKILL-like: _exit in a child, no cleanup) at each
+ * crash point of activate: the next writer's open reconciles in the
+ * documented direction, and what readers saw before the repair is what
+ * they see after it (no flip back). */
+static const char *g_crash_at;
+
+static void crash_hook(const char *point)
+{
+    if (g_crash_at && strcmp(point, g_crash_at) == 0)
+        _exit(42);
+}
+
+static void crash_child(fixture *f, const char *point, int64_t target, bool via_import)
+{
+    tv__store_close(f->st);
+    f->st = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        tv__store *st;
+        tv_error err = {0};
+        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+            _exit(3);
+        g_crash_at = point;
+        tv__sys_crash_hook = crash_hook;
+        int rc;
+        if (via_import) {
+            tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+            rc = tv__import(st, MODEL, f->ck_b, &o, NULL, &err);
+        } else {
+            rc = tv__store_activate(st, MODEL, target, &err);
+        }
+        _exit(rc ? 4 : 5);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 42);
+}
+
+static void test_activate_crash_points(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    static const struct {
+        const char *point;
+        bool lands; /* the activation survives the crash */
+    } cases[] = {
+        {"activate-snapshot", false}, {"activate-pointer", true}, {"activate-commit", true}};
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        int64_t before = agreed_active(f, MODEL), target = before == 1 ? 2 : 1;
+        crash_child(f, cases[i].point, target, false);
+        /* Before any writer runs: a reader opens what the pointer says. */
+        int fd;
+        void *buf;
+        size_t len;
+        int64_t seen = 0;
+        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &seen, &fd, &buf, &len, &err),
+                         0);
+        free(buf);
+        close(fd);
+        if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+            fail_msg("reopen: %s", err.msg);
+        int64_t now = agreed_active(f, MODEL);
+        if (now != (cases[i].lands ? target : before))
+            fail_msg("crash at %s: active %lld, want %lld", cases[i].point, (long long)now,
+                     (long long)(cases[i].lands ? target : before));
+        assert_int_equal(now, seen);
+    }
+    /* import --activate killed between its pointer and its commit */
+    int64_t before = agreed_active(f, MODEL);
+    crash_child(f, "activate-pointer", 0, true);
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("reopen: %s", err.msg);
+    int64_t now = agreed_active(f, MODEL);
+    assert_true(now > before && now > 2);
+}
+
+/* A pointer that disagrees with the registry without recording the
+ * registry's generation as the one it replaced is rewritten from the
+ * registry (the registry is the source of truth). */
+static void test_stale_pointer_repaired(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, -1, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, 7, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+    /* garbage, or a FIFO in the pointer's place */
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
+    write_text(p, "junk");
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+    /* a FIFO, then a symbolic link, in place of the active snapshot: the
+     * entry is replaced by the real file */
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p, sizeof p, &err), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(unlink(p), 0);
+        if (i == 0)
+            assert_int_equal(mkfifo(p, 0600), 0);
+        else
+            assert_int_equal(symlink("1.tvsnap", p), 0);
+        assert_false(snap_exists(f, MODEL, 2));
+        if (tv__store_sync_snapshots(f->st, &err))
+            fail_msg("sync: %s", err.msg);
+        assert_true(snap_exists(f, MODEL, 2));
+        int fd;
+        void *buf;
+        size_t len;
+        tv__snap sn;
+        assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+        assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &sn, &err), 0);
+        assert_int_equal(sn.generation, 2);
+        free(buf);
+        close(fd);
+    }
+}
+
+/* Writer commands cost what they change: with 50 other models and 10
+ * retired generations whose snapshots are gone, a writer open performs no
+ * write, sync or rename at all, and activating one model O(1); retired
+ * generations are never rebuilt. */
+static void test_writer_cost(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    enum { N_OTHER = 50, N_RETIRED = 10 };
+    tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+    for (int i = 0; i < N_OTHER; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "other-%02d", i);
+        if (tv__import(f->st, name, f->ck_b, &o, NULL, &err))
+            fail_msg("import %s: %s", name, err.msg);
+    }
+    for (int i = 0; i < N_RETIRED + 2; i++) /* 1..10 retired, 11 ready, 12 active */
+        import(f, f->ck_a);
+    for (int64_t g = 1; g <= N_RETIRED; g++) {
+        assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, g, &err), 0);
+        assert_int_equal(tv__store_remove_snapshot(f->st, MODEL, g, &err), 0);
+    }
+    tv__store_close(f->st);
+    f->st = NULL;
+
+    struct timespec t0, t1;
+    faults_on(0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("open: %s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int open_writes = g_n_pwrite + g_n_sync + g_n_rename;
+    printf("# writer open, %d models + %d retired generations: %d writes/syncs/renames, %.1f ms\n",
+           N_OTHER + 1, N_RETIRED, open_writes,
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    assert_int_equal(open_writes, 0);
+    for (int64_t g = 1; g <= N_RETIRED; g++)
+        assert_false(snap_exists(f, MODEL, g)); /* never rebuilt */
+
+    /* activate one model: one pointer (write, fdatasync, rename, dir fsync) */
+    int64_t cur = agreed_active(f, MODEL);
+    faults_on(0);
+    assert_int_equal(cur, N_RETIRED + 2);
+    assert_int_equal(tv__store_activate(f->st, MODEL, cur - 1, &err), 0);
+    printf("# activate: %d pwrite, %d syncs, %d renames\n", g_n_pwrite, g_n_sync, g_n_rename);
+    assert_true(g_n_pwrite == 1 && g_n_sync == 2 && g_n_rename == 1);
+
+    /* gc of one model's retired generations: no pointer is touched */
+    tv__reg_object *objs = NULL;
+    size_t n = 0;
+    bool keep[64] = {false};
+    faults_on(0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &objs, &n, &err), 0);
+    assert_true(n <= 64);
+    assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, keep, &err), 0);
+    free(objs);
+    printf("# gc snapshots: %d pwrite, %d syncs, %d renames\n", g_n_pwrite, g_n_sync, g_n_rename);
+    assert_int_equal(g_n_pwrite + g_n_rename, 0);
+    tv__sys_reset();
+    for (int i = 0; i < N_OTHER; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "other-%02d", i);
+        assert_int_equal(agreed_active(f, name), 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +911,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_existing_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_active_gc_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_shared_objects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_activate_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_import_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_activate_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_pointer_repaired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_cost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

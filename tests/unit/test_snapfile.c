@@ -5,11 +5,14 @@
  * exclusive try (flock locks belong to open file descriptions, so a second
  * open() in this process conflicts like another process would), removal
  * under the lock (including a reader that opened just before the unlink),
- * injected write and flush failures, and leftover temporary files. */
+ * injected write and flush failures, leftover temporary files, the pointer
+ * parser, and safe opening (a symbolic link, FIFO or directory in place of
+ * a file, a linked model or snapshots directory). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -399,6 +402,177 @@ static void test_write_faults(void **state)
     assert_int_equal(n, 0);
 }
 
+/* The pointer parser on bytes (the fuzz target's function): both forms,
+ * and everything else refused. */
+static void test_parse_active(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int64_t gen, from; /* gen 0: refused */
+    } cases[] = {
+        {"1", 1, -1},
+        {"1\n", 1, -1},
+        {"42\nfrom 41\n", 42, 41},
+        {"3\nfrom 0\n", 3, 0},
+        {"9223372036854775807\nfrom 9223372036854775807\n", INT64_MAX, INT64_MAX},
+        {"9223372036854775808\n", 0, 0},
+        {"3\nfrom 00\n", 0, 0},
+        {"3\nfrom 01\n", 0, 0},
+        {"3\nfrom 2", 0, 0},
+        {"3\nfrom 2\n\n", 0, 0},
+        {"3\nfrom -2\n", 0, 0},
+        {"3\nfrom \n", 0, 0},
+        {"3from 2\n", 0, 0},
+        {"3\nFROM 2\n", 0, 0},
+        {"3\n from 2\n", 0, 0},
+        {"3\nfrom  2\n", 0, 0},
+        {"\n", 0, 0},
+        {"0\nfrom 1\n", 0, 0},
+    };
+    tv_error err = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t g = -7, fr = -7;
+        int rc = tv__snapfile_parse_active(cases[i].text, strlen(cases[i].text), &g, &fr, &err);
+        if (cases[i].gen == 0) {
+            if (rc != TV_E_SNAPSHOT)
+                fail_msg("'%s' accepted", cases[i].text);
+            continue;
+        }
+        if (rc)
+            fail_msg("'%s': %s", cases[i].text, err.msg);
+        assert_int_equal(g, cases[i].gen);
+        assert_int_equal(fr, cases[i].from);
+    }
+    /* embedded NUL, over the size limit */
+    int64_t g, fr;
+    assert_int_equal(tv__snapfile_parse_active("1\0", 2, &g, &fr, &err), TV_E_SNAPSHOT);
+    char big[TV__SNAPFILE_POINTER_MAX + 8];
+    memset(big, '1', sizeof big);
+    assert_int_equal(tv__snapfile_parse_active(big, sizeof big, &g, &fr, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_parse_active(NULL, 0, &g, &fr, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_parse_active("1", 1, NULL, &fr, &err), TV_E_INVALID_ARG);
+
+    /* the writer's forms read back */
+    assert_int_equal(tv__snapfile_write_pointer(g_dir, "p", 8, 5, &err), 0);
+    assert_int_equal(tv__snapfile_read_pointer(g_dir, "p", &g, &fr, &err), 0);
+    assert_int_equal(g, 8);
+    assert_int_equal(fr, 5);
+    assert_int_equal(tv__snapfile_write_pointer(g_dir, "p", 9, -1, &err), 0);
+    assert_int_equal(tv__snapfile_read_pointer(g_dir, "p", &g, &fr, &err), 0);
+    assert_int_equal(g, 9);
+    assert_int_equal(fr, -1);
+    assert_int_equal(tv__snapfile_write_pointer(g_dir, "p", 0, 3, &err), TV_E_INVALID_ARG);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "blocked opening a FIFO\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {
+    }
+    _exit(1);
+}
+
+/* Snapshot files and pointers are opened safely: a symbolic link, FIFO or
+ * directory in their place (or a link in place of DIR/snapshots or the
+ * model directory) is refused with TV_E_SNAPSHOT, never followed, never
+ * blocked on; the writer does not write through a linked directory. */
+static void test_unsafe_files(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    char p[TV__SNAPFILE_PATH_MAX], md[TV__SNAPFILE_PATH_MAX], q[TV__SNAPFILE_PATH_MAX + 32];
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    int64_t gen = 0;
+    bool leased = true;
+    signal(SIGALRM, on_alarm);
+    alarm(10); /* a blocking open of a FIFO fails the test instead of hanging */
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, "one", 3, &err), 0);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "m", 1, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(g_dir, "m", md, sizeof md, &err), 0);
+
+    /* generation 2 is a symbolic link to generation 1's file */
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 2, p, sizeof p, &err), 0);
+    assert_int_equal(symlink("1.tvsnap", p), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 2, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "symbolic link"));
+    assert_int_equal(fd, -1);
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "m", 2, &leased, &err), 0);
+    assert_false(leased);
+    assert_int_equal(tv__snapfile_remove(g_dir, "m", 2, &err), 0); /* the link, not its target */
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
+    free(buf);
+    close(fd);
+
+    /* a FIFO in place of generation 3 and of the pointer */
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 3, p, sizeof p, &err), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 3, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "FIFO"));
+    assert_int_equal(tv__snapfile_remove(g_dir, "m", 3, &err), 0);
+    assert_int_equal(tv__snapfile_active_path(g_dir, "m", p, sizeof p, &err), 0);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    /* the writer replaces it (rename replaces the entry itself) */
+    assert_int_equal(tv__snapfile_write_active(g_dir, "m", 1, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), 0);
+    assert_int_equal(gen, 1);
+
+    /* the pointer is a directory, then a symbolic link */
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkdir(p, 0700), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "directory"));
+    assert_int_equal(rmdir(p), 0);
+    snprintf(q, sizeof q, "%s/elsewhere", g_dir);
+    write_file(q, "1\n");
+    assert_int_equal(symlink(q, p), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "m", 1, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), 0);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode)); /* the link was replaced, q untouched */
+    assert_int_equal(lstat(q, &sb), 0);
+    assert_int_equal(sb.st_size, 2);
+
+    /* a model directory that is a symbolic link to another model's */
+    assert_int_equal(tv__snapfile_model_dir(g_dir, "n", q, sizeof q, &err), 0);
+    assert_int_equal(symlink("m", q), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "n", 1, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "symbolic link"));
+    assert_int_equal(tv__snapfile_read_active(g_dir, "n", &gen, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_write(g_dir, "n", 5, "five", 4, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "n", 5, &err), TV_E_SNAPSHOT);
+    bool ex = true;
+    assert_int_equal(tv__snapfile_exists(g_dir, "m", 5, &ex, &err), 0);
+    assert_false(ex); /* nothing written through the link */
+    assert_int_equal(unlink(q), 0);
+
+    /* DIR/snapshots itself is a symbolic link */
+    char top[TV__SNAPFILE_PATH_MAX], moved[TV__SNAPFILE_PATH_MAX];
+    snprintf(top, sizeof top, "%s/snapshots", g_dir);
+    snprintf(moved, sizeof moved, "%s/real-snapshots", g_dir);
+    assert_int_equal(rename(top, moved), 0);
+    assert_int_equal(symlink("real-snapshots", top), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 6, "six!", 4, &err), TV_E_SNAPSHOT);
+    assert_int_equal(unlink(top), 0);
+    assert_int_equal(rename(moved, top), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
+    free(buf);
+    close(fd);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +584,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_races_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsafe_files, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -249,6 +249,28 @@ TV_API int tv_model_open_snapshot(const void *buf, size_t len, const tv_open_opt
     return 0;
 }
 
+/* The snapshot a store reader opened must be the one it asked for: its
+ * header names the model and generation, so a file copied or renamed to
+ * another model's or generation's path is refused before anything in it is
+ * followed. A header that does not even open is left to finish_open. */
+static int check_identity(const char *store_dir, const char *name, int64_t gen, const void *buf,
+                          size_t len, tv_error *err)
+{
+    tv__snap s;
+    const char *nm;
+    size_t nl;
+    char path[TV__SNAPFILE_PATH_MAX];
+    if (tv__snap_open(buf, len, 0, &s, NULL) || tv__snap_model(&s, &nm, &nl, NULL))
+        return 0;
+    if (s.generation == gen && nl == strlen(name) && memcmp(nm, name, nl) == 0)
+        return 0;
+    if (tv__snapfile_path(store_dir, name, gen, path, sizeof path, NULL))
+        snprintf(path, sizeof path, "(path too long)");
+    return tv__seterr(err, TV_E_SNAPSHOT_IDENTITY,
+                      "%s holds model '%.*s' generation %lld, not model '%s' generation %lld", path,
+                      nl > 256 ? 256 : (int)nl, nm, (long long)s.generation, name, (long long)gen);
+}
+
 TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_opts *opts,
                          tv_model **out, tv_error *err)
 {
@@ -283,12 +305,18 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     m->lease_fd = -1;
     void *buf = NULL;
     size_t len = 0;
-    if ((rc = tv__snapfile_open(store_dir, name, gen, &m->lease_fd, &buf, &len, err))) {
+    int64_t opened = 0;
+    if ((rc =
+             tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len, err))) {
         tv_model_close(m);
         return rc;
     }
     m->snap_buf = buf;
     m->snap_len = len;
+    if ((rc = check_identity(store_dir, name, opened, buf, len, err))) {
+        tv_model_close(m);
+        return rc;
+    }
     if ((rc = finish_open(m, opts, err))) {
         tv_model_close(m);
         return rc;

@@ -1,6 +1,7 @@
 /* Snapshot files in a store directory: escaping, atomic writes, the active
  * pointer, and the shared-flock reader lease. See snapfile.h for the
- * invariants; every data write and flush goes through tv__sys. */
+ * invariants; every open, write, flush, rename, link, unlink, mkdir, fstat
+ * and flock goes through tv__sys. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -131,8 +132,8 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
     int rc = tv__snapfile_path(dir, model, gen, p, sizeof p, err);
     if (rc)
         return rc;
-    if (stat(p, &sb) == 0) {
-        *exists = true;
+    if (lstat(p, &sb) == 0) { /* a link, FIFO or directory there is no snapshot */
+        *exists = S_ISREG(sb.st_mode);
         return 0;
     }
     if (errno == ENOENT) {
@@ -142,28 +143,90 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
     return tv__seterr(err, -errno, "%s: %s", p, strerror(errno));
 }
 
+/* ---- safe opening ------------------------------------------------------- */
+
+/* path must be a real directory, not a symbolic link (O_NOFOLLOW |
+ * O_DIRECTORY): a link planted in place of DIR/snapshots or a model
+ * directory would send reads and writes elsewhere. -ENOENT passes through
+ * (absent is the caller's business). */
+static int check_dir(const char *path, tv_error *err)
+{
+    int fd = tv__sys_open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    if (fd == -ENOENT)
+        return fd;
+    if (fd == -ELOOP || fd == -ENOTDIR)
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s is a symbolic link or not a directory (refused)",
+                          path);
+    if (fd < 0)
+        return tv__seterr(err, fd, "open %s: %s", path, strerror(-fd));
+    tv__sys.close(fd);
+    return 0;
+}
+
+/* Both directories above a model's files: DIR/snapshots and the model's. */
+static int check_dirs(const char *dir, const char *model, tv_error *err)
+{
+    char top[TV__SNAPFILE_PATH_MAX], md[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if ((rc = fmt_path(top, sizeof top, err, "%s/%s", dir, TV__SNAPFILE_DIR)) ||
+        (rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)) || (rc = check_dir(top, err)))
+        return rc;
+    return check_dir(md, err);
+}
+
+/* Opens a snapshot file or pointer for reading without following a symbolic
+ * link (O_NOFOLLOW), without blocking on a FIFO (O_NONBLOCK) and only when
+ * it is a regular file (fstat). Returns the fd; -ENOENT (absent, or a
+ * directory above it is absent); TV_E_SNAPSHOT (a symbolic link, FIFO,
+ * directory, device or socket in its place, or in place of a directory);
+ * -errno. */
+static int open_regular(const char *dir, const char *model, const char *path, tv_error *err)
+{
+    struct stat sb;
+    int rc = check_dirs(dir, model, err);
+    if (rc)
+        return rc;
+    int fd = tv__sys_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd == -ENOENT)
+        return fd;
+    if (fd == -ELOOP)
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s is a symbolic link (refused)", path);
+    if (fd < 0)
+        return tv__seterr(err, fd, "open %s: %s", path, strerror(-fd));
+    if (tv__sys.fstat(fd, &sb) < 0) {
+        rc = tv__seterr(err, -errno, "fstat %s: %s", path, strerror(errno));
+        tv__sys.close(fd);
+        return rc;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        tv__sys.close(fd);
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s is not a regular file (%s; refused)", path,
+                          S_ISDIR(sb.st_mode)    ? "a directory"
+                          : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                          : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                 : "a device");
+    }
+    return fd;
+}
+
 /* ---- durable file operations ------------------------------------------- */
 
 static int fsync_dir(const char *path, tv_error *err)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return tv__seterr(err, -errno, "open %s: %s", path, strerror(errno));
-    int rc = 0;
-    if (fsync(fd) < 0)
-        rc = tv__seterr(err, -errno, "fsync %s: %s", path, strerror(errno));
-    close(fd);
-    return rc;
+    int rc = tv__sys_fsync_dir(path);
+    if (rc)
+        return tv__seterr(err, rc, "fsync %s: %s", path, strerror(-rc));
+    return 0;
 }
 
 /* mkdir path (mode 0755); when it was created, fsync its parent so the new
- * entry survives a crash. */
+ * entry survives a crash; when it exists it must be a real directory. */
 static int make_dir(const char *path, const char *parent, tv_error *err)
 {
-    if (mkdir(path, 0755) == 0)
+    if (tv__sys.mkdir(path, 0755) == 0)
         return fsync_dir(parent, err);
     if (errno == EEXIST)
-        return 0;
+        return check_dir(path, err);
     return tv__seterr(err, -errno, "mkdir %s: %s", path, strerror(errno));
 }
 
@@ -179,23 +242,6 @@ static int ensure_model_dir(const char *dir, const char *model, char *md, size_t
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len, const char *path, tv_error *err)
-{
-    const uint8_t *p = buf;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = tv__sys.pwrite(fd, p + done, len - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tv__seterr(err, -errno, "write %s: %s", path, strerror(errno));
-        if (n == 0)
-            return tv__seterr(err, -EIO, "write %s: no progress at byte %zu", path, done);
-        done += (size_t)n;
-    }
-    return 0;
-}
-
 /* Writes buf to a new temporary file in md and flushes it; *tmp gets its
  * path. */
 static int write_temp(const char *md, const char *tag, const void *buf, size_t len, char *tmp,
@@ -207,19 +253,19 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
         if ((rc = fmt_path(tmp, tmp_len, err, "%s/%s%s-%ld-%u", md, TV__SNAPFILE_TMP_PREFIX, tag,
                            (long)getpid(), c)))
             return rc;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && (errno != EEXIST || tries > 100))
-            return tv__seterr(err, -errno, "create %s: %s", tmp, strerror(errno));
+        fd = tv__sys_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && (fd != -EEXIST || tries > 100))
+            return tv__seterr(err, fd, "create %s: %s", tmp, strerror(-fd));
     }
-    if ((rc = write_all(fd, buf, len, tmp, err)))
-        goto fail;
-    while ((rc = tv__sys.fdatasync(fd)) < 0 && errno == EINTR)
-        ;
-    if (rc < 0) {
-        rc = tv__seterr(err, -errno, "fdatasync %s: %s", tmp, strerror(errno));
+    if ((rc = tv__sys_pwrite_full(fd, buf, len, 0))) {
+        rc = tv__seterr(err, rc, "write %s: %s", tmp, strerror(-rc));
         goto fail;
     }
-    if (close(fd) < 0) {
+    if ((rc = tv__sys_fdatasync(fd))) {
+        rc = tv__seterr(err, rc, "fdatasync %s: %s", tmp, strerror(-rc));
+        goto fail;
+    }
+    if (tv__sys.close(fd) < 0) {
         fd = -1;
         rc = tv__seterr(err, -errno, "close %s: %s", tmp, strerror(errno));
         goto fail;
@@ -227,8 +273,8 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
     return 0;
 fail:
     if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+        tv__sys.close(fd);
+    tv__sys.unlink(tmp);
     return rc;
 }
 
@@ -236,13 +282,13 @@ fail:
  * the filesystem lacks it. */
 static int rename_noreplace(const char *from, const char *to)
 {
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+    if (tv__sys.rename_noreplace(from, to) == 0)
         return 0;
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
         return -errno;
-    if (link(from, to) < 0)
+    if (tv__sys.link(from, to) < 0)
         return -errno;
-    unlink(from);
+    tv__sys.unlink(from);
     return 0;
 }
 
@@ -261,7 +307,7 @@ int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const vo
     if ((rc = write_temp(md, tag, buf, len, tmp, sizeof tmp, err)))
         return rc;
     if ((rc = rename_noreplace(tmp, p))) {
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         if (rc == -EEXIST)
             return tv__seterr(err, rc, "%s already exists (snapshots are immutable)", p);
         return tv__seterr(err, rc, "rename %s -> %s: %s", tmp, p, strerror(-rc));
@@ -269,76 +315,140 @@ int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const vo
     return fsync_dir(md, err);
 }
 
-int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, tv_error *err)
+/* ---- the active pointer ------------------------------------------------- */
+
+/* Decimal digits, no sign, no leading zero unless zero_ok and the number is
+ * exactly "0"; *v <= INT64_MAX. Returns the bytes used, 0 when malformed. */
+static size_t parse_number(const char *s, size_t n, bool zero_ok, int64_t *v)
+{
+    size_t i = 0;
+    int64_t x = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+        if (x > (INT64_MAX - (s[i] - '0')) / 10)
+            return 0;
+        x = x * 10 + (s[i] - '0');
+        i++;
+    }
+    if (i == 0 || (s[0] == '0' && (i > 1 || !zero_ok)))
+        return 0;
+    *v = x;
+    return i;
+}
+
+int tv__snapfile_parse_active(const void *buf, size_t len, int64_t *gen, int64_t *from,
+                              tv_error *err)
+{
+    static const char kw[] = "from ";
+    const char *s = buf;
+    int64_t g = 0, f = -1;
+    size_t i, k;
+    if ((!buf && len) || !gen || !from)
+        return tv__seterr(err, TV_E_INVALID_ARG, "active pointer: NULL argument");
+    if (len > TV__SNAPFILE_POINTER_MAX)
+        goto bad;
+    if (!(i = parse_number(s, len, false, &g)))
+        goto bad;
+    if (i < len && s[i] == '\n')
+        i++;
+    if (i < len) {
+        if (s[i - 1] != '\n' || len - i < sizeof kw - 1 || memcmp(s + i, kw, sizeof kw - 1))
+            goto bad;
+        i += sizeof kw - 1;
+        if (!(k = parse_number(s + i, len - i, true, &f)))
+            goto bad;
+        i += k;
+        if (i >= len || s[i] != '\n' || i + 1 != len)
+            goto bad;
+    }
+    *gen = g;
+    *from = f;
+    return 0;
+bad:
+    return tv__seterr(err, TV_E_SNAPSHOT,
+                      "not an active pointer (\"<gen>\\n\" or \"<gen>\\nfrom <gen>\\n\")");
+}
+
+int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, int64_t from,
+                               tv_error *err)
 {
     char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX], tmp[TV__SNAPFILE_PATH_MAX];
-    char text[32];
-    int rc;
-    if (gen < 0)
-        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: active generation %lld",
-                          (long long)gen);
+    char text[TV__SNAPFILE_POINTER_MAX + 1];
+    int rc, n;
+    if (gen < 0 || (gen == 0 && from >= 0))
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: active generation %lld from %lld",
+                          (long long)gen, (long long)from);
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
     if (gen == 0) {
-        if (unlink(p) < 0) {
+        if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
+            return rc;
+        if ((rc = check_dirs(dir, model, err)) == -ENOENT)
+            return 0; /* no directory: no pointer */
+        if (rc)
+            return rc;
+        if (tv__sys.unlink(p) < 0) {
             if (errno == ENOENT)
                 return 0;
             return tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
         }
-        if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
-            return rc;
         return fsync_dir(md, err);
     }
     if ((rc = ensure_model_dir(dir, model, md, sizeof md, err)))
         return rc;
-    int n = snprintf(text, sizeof text, "%" PRId64 "\n", gen);
+    if (from >= 0)
+        n = snprintf(text, sizeof text, "%" PRId64 "\nfrom %" PRId64 "\n", gen, from);
+    else
+        n = snprintf(text, sizeof text, "%" PRId64 "\n", gen);
     if ((rc = write_temp(md, "active", text, (size_t)n, tmp, sizeof tmp, err)))
         return rc;
-    if (rename(tmp, p) < 0) {
+    /* rename(2) replaces the entry itself, never what a link there names. */
+    if (tv__sys.rename(tmp, p) < 0) {
         rc = tv__seterr(err, -errno, "rename %s -> %s: %s", tmp, p, strerror(errno));
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         return rc;
     }
     return fsync_dir(md, err);
 }
 
-int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err)
+int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, tv_error *err)
 {
-    char p[TV__SNAPFILE_PATH_MAX], text[32];
+    if (gen < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: active generation %lld",
+                          (long long)gen);
+    return tv__snapfile_write_pointer(dir, model, gen, -1, err);
+}
+
+int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, int64_t *from,
+                              tv_error *err)
+{
+    char p[TV__SNAPFILE_PATH_MAX], text[TV__SNAPFILE_POINTER_MAX + 1];
+    size_t n = 0;
     int rc;
-    if (!gen)
+    if (!gen || !from)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
-        return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
-    }
-    ssize_t n;
-    while ((n = read(fd, text, sizeof text - 1)) < 0 && errno == EINTR)
-        ;
-    int e = errno;
-    close(fd);
-    if (n < 0)
-        return tv__seterr(err, -e, "read %s: %s", p, strerror(e));
-    text[n] = '\0';
-    int64_t v = 0;
-    ssize_t i = 0;
-    for (; i < n && text[i] >= '0' && text[i] <= '9'; i++) {
-        if (v > (INT64_MAX - (text[i] - '0')) / 10) {
-            v = -1;
-            break;
-        }
-        v = v * 10 + (text[i] - '0');
-    }
-    if (i < n && text[i] == '\n')
-        i++;
-    if (v <= 0 || i != n || text[0] == '0')
-        return tv__seterr(err, TV_E_SNAPSHOT, "%s: not a generation number", p);
-    *gen = v;
+    int fd = open_regular(dir, model, p, err);
+    if (fd == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
+    if (fd < 0)
+        return fd;
+    rc = tv__sys_pread_full(fd, text, sizeof text, 0, &n);
+    tv__sys.close(fd);
+    if (rc)
+        return tv__seterr(err, rc, "read %s: %s", p, strerror(-rc));
+    tv_error e2 = {0};
+    if ((rc = tv__snapfile_parse_active(text, n, gen, from, &e2)))
+        return tv__seterr(err, rc, "%s: %s", p, e2.msg);
     return 0;
+}
+
+int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err)
+{
+    int64_t from;
+    if (!gen)
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
+    return tv__snapfile_read_pointer(dir, model, gen, &from, err);
 }
 
 /* ---- readers and gc ----------------------------------------------------- */
@@ -346,7 +456,7 @@ int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, t
 static int flock_retry(int fd, int op)
 {
     int rc;
-    while ((rc = flock(fd, op)) < 0 && errno == EINTR)
+    while ((rc = tv__sys.flock(fd, op)) < 0 && errno == EINTR)
         ;
     return rc;
 }
@@ -356,7 +466,7 @@ static int flock_retry(int fd, int op)
 static bool still_linked(int fd, const char *path)
 {
     struct stat a, b;
-    if (fstat(fd, &a) < 0 || a.st_nlink == 0 || stat(path, &b) < 0)
+    if (tv__sys.fstat(fd, &a) < 0 || a.st_nlink == 0 || lstat(path, &b) < 0)
         return false;
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
@@ -364,40 +474,33 @@ static bool still_linked(int fd, const char *path)
 static int read_whole(int fd, const char *path, void **buf, size_t *len, tv_error *err)
 {
     struct stat sb;
-    if (fstat(fd, &sb) < 0)
+    if (tv__sys.fstat(fd, &sb) < 0)
         return tv__seterr(err, -errno, "fstat %s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return tv__seterr(err, TV_E_SNAPSHOT, "%s is not a regular file", path);
     if (sb.st_size < 0 || (uint64_t)sb.st_size > TV__SNAPFILE_MAX_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT, "%s: %lld bytes, over the %llu-byte limit", path,
                           (long long)sb.st_size, (unsigned long long)TV__SNAPFILE_MAX_LEN);
-    size_t n = (size_t)sb.st_size, done = 0;
+    size_t n = (size_t)sb.st_size, got = 0;
     uint8_t *p = malloc(n ? n : 1);
     if (!p)
         return tv__seterr(err, -ENOMEM, "out of memory (%zu bytes)", n);
-    while (done < n) {
-        ssize_t r = tv__sys.pread(fd, p + done, n - done, (off_t)done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(p);
-            return tv__seterr(err, -e, "read %s: %s", path, strerror(e));
-        }
-        if (r == 0) {
-            free(p);
-            return tv__seterr(err, TV_E_SNAPSHOT, "%s: truncated at %zu of %zu bytes", path, done,
-                              n);
-        }
-        done += (size_t)r;
+    int rc = tv__sys_pread_full(fd, p, n, 0, &got);
+    if (rc == 0 && got != n)
+        rc = tv__seterr(err, TV_E_SNAPSHOT, "%s: truncated at %zu of %zu bytes", path, got, n);
+    else if (rc)
+        rc = tv__seterr(err, rc, "read %s: %s", path, strerror(-rc));
+    if (rc) {
+        free(p);
+        return rc;
     }
     *buf = p;
     *len = n;
     return 0;
 }
 
-int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_out, void **buf,
-                      size_t *len, tv_error *err)
+int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened,
+                          int *fd_out, void **buf, size_t *len, tv_error *err)
 {
     char p[TV__SNAPFILE_PATH_MAX];
     int rc;
@@ -406,42 +509,51 @@ int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_o
     *fd_out = -1;
     *buf = NULL;
     *len = 0;
+    if (opened)
+        *opened = 0;
     for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
         int64_t g = gen;
         if (gen == 0 && (rc = tv__snapfile_read_active(dir, model, &g, err)))
             return rc;
         if ((rc = tv__snapfile_path(dir, model, g, p, sizeof p, err)))
             return rc;
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno != ENOENT)
-                return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
+        int fd = open_regular(dir, model, p, err);
+        if (fd == -ENOENT) {
             int64_t now;
             if (gen == 0 && tv__snapfile_read_active(dir, model, &now, NULL) == 0 && now != g)
                 continue; /* activation and gc raced with us: follow the pointer */
             return tv__seterr(err, TV_E_NOT_FOUND,
-                              "model '%s' generation %lld has no snapshot "
-                              "(%s)",
-                              model, (long long)g, p);
+                              "model '%s' generation %lld has no snapshot (%s)", model,
+                              (long long)g, p);
         }
+        if (fd < 0)
+            return fd;
         if (flock_retry(fd, LOCK_SH) < 0) {
             rc = tv__seterr(err, -errno, "flock %s: %s", p, strerror(errno));
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
         if (!still_linked(fd, p)) {
-            close(fd); /* gc removed it between our open and our lock */
+            tv__sys.close(fd); /* gc removed it between our open and our lock */
             continue;
         }
         if ((rc = read_whole(fd, p, buf, len, err))) {
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
         *fd_out = fd;
+        if (opened)
+            *opened = g;
         return 0;
     }
     return tv__seterr(err, TV_E_NOT_FOUND, "model '%s': snapshot kept disappearing while opening",
                       model);
+}
+
+int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_out, void **buf,
+                      size_t *len, tv_error *err)
+{
+    return tv__snapfile_open_gen(dir, model, gen, NULL, fd_out, buf, len, err);
 }
 
 int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, bool *leased,
@@ -453,22 +565,22 @@ int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, 
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
     if ((rc = tv__snapfile_path(dir, model, gen, p, sizeof p, err)))
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno != ENOENT)
-            return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
-        *leased = false;
+    int fd = open_regular(dir, model, p, err);
+    if (fd == -ENOENT || fd == TV_E_SNAPSHOT) {
+        *leased = false; /* nothing a reader could have opened */
         return 0;
     }
+    if (fd < 0)
+        return fd;
     if (flock_retry(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
-        close(fd);
+        tv__sys.close(fd);
         if (e != EWOULDBLOCK)
             return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
         *leased = true;
         return 0;
     }
-    close(fd); /* releases the lock */
+    tv__sys.close(fd); /* releases the lock */
     *leased = false;
     return 0;
 }
@@ -481,34 +593,43 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
         (rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
         return rc;
     for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        tv_error e2 = {0};
+        int fd = open_regular(dir, model, p, &e2);
+        if (fd == -ENOENT)
+            return 0;
+        if (fd == TV_E_SNAPSHOT && check_dirs(dir, model, NULL) == 0) {
+            /* A link, FIFO or socket in a generation's place: no reader can
+             * hold it; remove the entry itself (a directory stays: refused). */
+            if (tv__sys.unlink(p) < 0)
+                return tv__seterr(err, TV_E_SNAPSHOT, "%s", e2.msg);
+            return fsync_dir(md, err);
+        }
         if (fd < 0) {
-            if (errno == ENOENT)
-                return 0;
-            return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
+            if (err)
+                *err = e2;
+            return fd;
         }
         if (flock_retry(fd, LOCK_EX | LOCK_NB) < 0) {
             int e = errno;
-            close(fd);
+            tv__sys.close(fd);
             if (e == EWOULDBLOCK)
                 return tv__seterr(err, TV_E_LEASED,
-                                  "model '%s' generation %lld: snapshot is "
-                                  "held by a reader",
-                                  model, (long long)gen);
+                                  "model '%s' generation %lld: snapshot is held by a reader", model,
+                                  (long long)gen);
             return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
         }
         if (!still_linked(fd, p)) {
-            close(fd);
+            tv__sys.close(fd);
             continue;
         }
         /* Unlink while holding the lock: a reader that opened the file
          * before this point sees link count 0 once it gets its lock. */
-        if (unlink(p) < 0) {
+        if (tv__sys.unlink(p) < 0) {
             rc = tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
-        close(fd);
+        tv__sys.close(fd);
         return fsync_dir(md, err);
     }
     return tv__seterr(err, -EAGAIN, "%s kept changing while removing it", p);
@@ -523,6 +644,10 @@ int tv__snapfile_clean_temps(const char *dir, const char *model, size_t *n, tv_e
         *n = 0;
     if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
         return rc;
+    if ((rc = check_dirs(dir, model, err)) == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
     DIR *d = opendir(md);
     if (!d) {
         if (errno == ENOENT)
@@ -534,7 +659,7 @@ int tv__snapfile_clean_temps(const char *dir, const char *model, size_t *n, tv_e
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, TV__SNAPFILE_TMP_PREFIX, plen) != 0)
             continue;
-        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && unlink(p) == 0)
+        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && tv__sys.unlink(p) == 0)
             count++;
     }
     closedir(d);

@@ -2,6 +2,7 @@
  *
  *   DIR/snapshots/<escaped model>/<gen>.tvsnap   one immutable image per generation
  *   DIR/snapshots/<escaped model>/active         text: the active generation number
+ *                                                (and the one it replaced)
  *
  * Invariants:
  *   - every file appears atomically (temporary file, fdatasync, rename,
@@ -19,6 +20,11 @@
  *     most 128 bytes + "%~" + the SHA-256 (hex) of the name, which no plain
  *     escape contains. Escaped names never start with '.', so temporary
  *     files (".tmp-*") never collide with them.
+ *   - files are opened safely: never through a symbolic link (O_NOFOLLOW
+ *     on the file; DIR/snapshots and the model directory must be real
+ *     directories, checked with O_NOFOLLOW | O_DIRECTORY), never blocking
+ *     on a FIFO (O_NONBLOCK, then fstat); anything but a regular file in a
+ *     snapshot's or pointer's place is TV_E_SNAPSHOT.
  * Only the store's writer (holder of DIR/lock) writes or removes these
  * files. Paths are at most TV__SNAPFILE_PATH_MAX bytes including the NUL. */
 #ifndef TV_STORE_SNAPFILE_H
@@ -37,6 +43,7 @@
 #define TV__SNAPFILE_ESCAPED_MAX 200 /* longer escapes use the hashed form */
 #define TV__SNAPFILE_PATH_MAX    4096
 #define TV__SNAPFILE_MAX_LEN     (1ull << 30) /* largest image a reader loads */
+#define TV__SNAPFILE_POINTER_MAX 64           /* longest valid active pointer */
 
 /* Escapes model (NUL-terminated, non-empty) into out (out_len >=
  * TV__SNAPFILE_ESCAPED_MAX + 1 always suffices). Returns 0;
@@ -54,8 +61,10 @@ int tv__snapfile_path(const char *dir, const char *model, int64_t gen, char *out
 int tv__snapfile_active_path(const char *dir, const char *model, char *out, size_t out_len,
                              tv_error *err);
 
-/* Sets *exists. Returns 0, the path errors, or -errno from stat (not
- * ENOENT). */
+/* Sets *exists: true when a regular file is there (lstat: a symbolic
+ * link, FIFO or directory in its place is not a snapshot; writing one then
+ * fails with -EEXIST and the caller replaces the entry). Returns 0, the
+ * path errors, or -errno from lstat (not ENOENT). */
 int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *exists,
                         tv_error *err);
 
@@ -68,15 +77,36 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
 int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const void *buf, size_t len,
                        tv_error *err);
 
-/* Points the model's active pointer at gen (text "<gen>\n", written
- * atomically, replacing the old pointer); gen 0 removes the pointer (absent
- * is fine). Returns 0; TV_E_INVALID_ARG (gen < 0); the path errors; -errno. */
+/* The active pointer's bytes (docs/formats.md): "<gen>" with an optional
+ * newline, or "<gen>\nfrom <prev>\n" where prev is the generation it
+ * replaced (0: none). Numbers are decimal digits without sign or leading
+ * zeros (prev may be "0"), gen > 0, both <= INT64_MAX; at most
+ * TV__SNAPFILE_POINTER_MAX bytes. A pure function of the bytes (fuzzed).
+ * Returns 0, *gen and *from (-1 when there is no "from" line);
+ * TV_E_SNAPSHOT (malformed); TV_E_INVALID_ARG (NULL). */
+int tv__snapfile_parse_active(const void *buf, size_t len, int64_t *gen, int64_t *from,
+                              tv_error *err);
+
+/* Points the model's active pointer at gen, written atomically (temporary
+ * file, fdatasync, rename over the old pointer, fsync of the directory):
+ * "<gen>\n", or with from >= 0 "<gen>\nfrom <from>\n" (the activation
+ * protocol records the generation it replaces, see snapbuild.h). gen 0
+ * removes the pointer (absent is fine; from must be < 0). Returns 0;
+ * TV_E_INVALID_ARG; TV_E_SNAPSHOT (a directory above is a symbolic link);
+ * the path errors; -errno. */
+int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, int64_t from,
+                               tv_error *err);
+/* tv__snapfile_write_pointer(dir, model, gen, -1, err); gen < 0 is
+ * TV_E_INVALID_ARG. */
 int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, tv_error *err);
 
-/* Reads the active pointer. Returns 0 and *gen > 0; TV_E_NOT_FOUND (no
- * pointer: the model has no active generation or does not exist);
- * TV_E_SNAPSHOT (the pointer is not a positive decimal number with an
- * optional newline); the path errors; -errno. */
+/* Reads the active pointer (opened safely, see above). Returns 0, *gen > 0
+ * and *from (-1: no "from" line); TV_E_NOT_FOUND (no pointer: the model has
+ * no active generation or does not exist); TV_E_SNAPSHOT (malformed, or not
+ * a regular file); the path errors; -errno. */
+int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, int64_t *from,
+                              tv_error *err);
+/* The same without *from. */
 int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err);
 
 /* Opens generation gen (0 = the one the active pointer names; the pointer is
@@ -85,22 +115,31 @@ int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, t
  * release) and reads it fully into *buf (malloc'd, *len bytes; free with
  * free()). Validation of the bytes is tv__snap_open's job.
  * Returns 0; TV_E_NOT_FOUND (no such file, no active pointer, or the file
- * was removed by gc while opening); TV_E_SNAPSHOT (not a regular file, over
+ * was removed by gc while opening); TV_E_SNAPSHOT (a symbolic link, FIFO,
+ * directory or other non-regular file in its place or in place of a
+ * directory above it, a malformed pointer, over
  * TV__SNAPFILE_MAX_LEN, or shorter than its size when read); TV_E_INVALID_ARG;
  * the path errors; -ENOMEM; -errno from open/flock/fstat/pread. On failure
  * *fd is -1 and *buf NULL. */
 int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd, void **buf,
                       size_t *len, tv_error *err);
+/* The same, and *opened (may be NULL) receives the generation whose file
+ * was opened (gen, or the one the pointer named). */
+int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened, int *fd,
+                          void **buf, size_t *len, tv_error *err);
 
 /* For gc: tries LOCK_EX|LOCK_NB on a new open file description of the
  * generation's file and releases it at once. *leased = true when a reader
- * holds a shared lock; false when none does or the file does not exist.
+ * holds a shared lock; false when none does, the file does not exist or is
+ * not a regular file (no reader can hold it).
  * Returns 0, TV_E_INVALID_ARG, the path errors, or -errno. */
 int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, bool *leased,
                                tv_error *err);
 
 /* Removes the generation's file under the exclusive lock (taken without
- * waiting), then fsyncs the directory. A missing file is success.
+ * waiting), then fsyncs the directory. A missing file is success; a
+ * symbolic link, FIFO or socket in its place is unlinked (never followed or
+ * opened); a directory there is TV_E_SNAPSHOT.
  * Returns 0; TV_E_LEASED (a reader holds it: nothing removed);
  * TV_E_INVALID_ARG; the path errors; -errno. */
 int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_error *err);
