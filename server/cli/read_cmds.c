@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "tensorvault/tensorvault.h"
 #include "util/internal.h"
+#include "util/sys.h"
 
 #define READ_OPTS                                                                                  \
     {"--store", true, NULL}, {"--json", false, NULL}, {"--engine", true, NULL},                    \
@@ -57,22 +58,23 @@ static int read_opts(const char *cmd, const tv_cli_args *a, tv_open_opts *o)
 
 static int write_file(const char *path, const void *buf, size_t len, tv_error *err)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = tv__sys.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return tv__cli_err(err, -errno, path);
     size_t done = 0;
     while (done < len) {
+        /* raw-syscall-ok: the -o output may be a pipe or a tty (no pwrite) */
         ssize_t n = write(fd, (const char *)buf + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
             int e = n < 0 ? -errno : -EIO;
-            close(fd);
+            tv__sys.close(fd);
             return tv__cli_err(err, e, path);
         }
         done += (size_t)n;
     }
-    if (close(fd) < 0)
+    if (tv__sys.close(fd) < 0)
         return tv__cli_err(err, -errno, path);
     return 0;
 }

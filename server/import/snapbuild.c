@@ -12,6 +12,7 @@
 #include "import/snapbuild.h"
 #include "store/snapfile.h"
 #include "store/snapshot.h"
+#include "util/sys.h"
 
 /* ---- registry rows -> builder input ------------------------------------- */
 
@@ -260,7 +261,7 @@ static int reconcile_existing(tv__store *st, const tv__reg_generation *g, const 
     tv_error e2 = {0};
     rc = tv__snapfile_open(st->dir, g->model, g->number, &fd, &old, &old_len, &e2);
     if (fd >= 0)
-        close(fd);            /* our own shared lock would block the removal below */
+        tv__sys.close(fd);    /* our own shared lock would block the removal below */
     if (rc == TV_E_NOT_FOUND) /* vanished meanwhile: write it */
         return tv__snapfile_write(st->dir, g->model, g->number, fresh, fresh_len, err);
     if (rc == 0 && tv__snap_open(old, old_len, TV__SNAP_VERIFY_CHECKSUM, &s, &e2) == 0 &&

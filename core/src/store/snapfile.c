@@ -146,13 +146,13 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
 
 static int fsync_dir(const char *path, tv_error *err)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = tv__sys.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, -errno, "open %s: %s", path, strerror(errno));
     int rc = 0;
-    if (fsync(fd) < 0)
+    if (tv__sys.fsync(fd) < 0)
         rc = tv__seterr(err, -errno, "fsync %s: %s", path, strerror(errno));
-    close(fd);
+    tv__sys.close(fd);
     return rc;
 }
 
@@ -160,7 +160,7 @@ static int fsync_dir(const char *path, tv_error *err)
  * entry survives a crash. */
 static int make_dir(const char *path, const char *parent, tv_error *err)
 {
-    if (mkdir(path, 0755) == 0)
+    if (tv__sys.mkdir(path, 0755) == 0)
         return fsync_dir(parent, err);
     if (errno == EEXIST)
         return 0;
@@ -181,18 +181,12 @@ static int ensure_model_dir(const char *dir, const char *model, char *md, size_t
 
 static int write_all(int fd, const void *buf, size_t len, const char *path, tv_error *err)
 {
-    const uint8_t *p = buf;
     size_t done = 0;
-    while (done < len) {
-        ssize_t n = tv__sys.pwrite(fd, p + done, len - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tv__seterr(err, -errno, "write %s: %s", path, strerror(errno));
-        if (n == 0)
-            return tv__seterr(err, -EIO, "write %s: no progress at byte %zu", path, done);
-        done += (size_t)n;
-    }
+    int rc = tv__sys_pwrite_upto(fd, buf, len, 0, &done);
+    if (rc)
+        return tv__seterr(err, rc, "write %s: %s", path, strerror(-rc));
+    if (done < len)
+        return tv__seterr(err, -EIO, "write %s: no progress at byte %zu", path, done);
     return 0;
 }
 
@@ -207,7 +201,7 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
         if ((rc = fmt_path(tmp, tmp_len, err, "%s/%s%s-%ld-%u", md, TV__SNAPFILE_TMP_PREFIX, tag,
                            (long)getpid(), c)))
             return rc;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = tv__sys.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && (errno != EEXIST || tries > 100))
             return tv__seterr(err, -errno, "create %s: %s", tmp, strerror(errno));
     }
@@ -219,7 +213,7 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
         rc = tv__seterr(err, -errno, "fdatasync %s: %s", tmp, strerror(errno));
         goto fail;
     }
-    if (close(fd) < 0) {
+    if (tv__sys.close(fd) < 0) {
         fd = -1;
         rc = tv__seterr(err, -errno, "close %s: %s", tmp, strerror(errno));
         goto fail;
@@ -227,8 +221,8 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
     return 0;
 fail:
     if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+        tv__sys.close(fd);
+    tv__sys.unlink(tmp);
     return rc;
 }
 
@@ -236,13 +230,13 @@ fail:
  * the filesystem lacks it. */
 static int rename_noreplace(const char *from, const char *to)
 {
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+    if (tv__sys.rename_noreplace(from, to) == 0)
         return 0;
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
         return -errno;
-    if (link(from, to) < 0)
+    if (tv__sys.link(from, to) < 0)
         return -errno;
-    unlink(from);
+    tv__sys.unlink(from);
     return 0;
 }
 
@@ -261,7 +255,7 @@ int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const vo
     if ((rc = write_temp(md, tag, buf, len, tmp, sizeof tmp, err)))
         return rc;
     if ((rc = rename_noreplace(tmp, p))) {
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         if (rc == -EEXIST)
             return tv__seterr(err, rc, "%s already exists (snapshots are immutable)", p);
         return tv__seterr(err, rc, "rename %s -> %s: %s", tmp, p, strerror(-rc));
@@ -280,7 +274,7 @@ int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, t
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
     if (gen == 0) {
-        if (unlink(p) < 0) {
+        if (tv__sys.unlink(p) < 0) {
             if (errno == ENOENT)
                 return 0;
             return tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
@@ -294,9 +288,9 @@ int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, t
     int n = snprintf(text, sizeof text, "%" PRId64 "\n", gen);
     if ((rc = write_temp(md, "active", text, (size_t)n, tmp, sizeof tmp, err)))
         return rc;
-    if (rename(tmp, p) < 0) {
+    if (tv__sys.rename(tmp, p) < 0) {
         rc = tv__seterr(err, -errno, "rename %s -> %s: %s", tmp, p, strerror(errno));
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         return rc;
     }
     return fsync_dir(md, err);
@@ -310,17 +304,17 @@ int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, t
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = tv__sys.open(p, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
         if (errno == ENOENT)
             return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
         return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
     }
     ssize_t n;
-    while ((n = read(fd, text, sizeof text - 1)) < 0 && errno == EINTR)
+    while ((n = tv__sys.pread(fd, text, sizeof text - 1, 0)) < 0 && errno == EINTR)
         ;
     int e = errno;
-    close(fd);
+    tv__sys.close(fd);
     if (n < 0)
         return tv__seterr(err, -e, "read %s: %s", p, strerror(e));
     text[n] = '\0';
@@ -346,7 +340,7 @@ int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, t
 static int flock_retry(int fd, int op)
 {
     int rc;
-    while ((rc = flock(fd, op)) < 0 && errno == EINTR)
+    while ((rc = tv__sys.flock(fd, op)) < 0 && errno == EINTR)
         ;
     return rc;
 }
@@ -356,7 +350,7 @@ static int flock_retry(int fd, int op)
 static bool still_linked(int fd, const char *path)
 {
     struct stat a, b;
-    if (fstat(fd, &a) < 0 || a.st_nlink == 0 || stat(path, &b) < 0)
+    if (tv__sys.fstat(fd, &a) < 0 || a.st_nlink == 0 || stat(path, &b) < 0)
         return false;
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
@@ -364,7 +358,7 @@ static bool still_linked(int fd, const char *path)
 static int read_whole(int fd, const char *path, void **buf, size_t *len, tv_error *err)
 {
     struct stat sb;
-    if (fstat(fd, &sb) < 0)
+    if (tv__sys.fstat(fd, &sb) < 0)
         return tv__seterr(err, -errno, "fstat %s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return tv__seterr(err, TV_E_SNAPSHOT, "%s is not a regular file", path);
@@ -375,21 +369,14 @@ static int read_whole(int fd, const char *path, void **buf, size_t *len, tv_erro
     uint8_t *p = malloc(n ? n : 1);
     if (!p)
         return tv__seterr(err, -ENOMEM, "out of memory (%zu bytes)", n);
-    while (done < n) {
-        ssize_t r = tv__sys.pread(fd, p + done, n - done, (off_t)done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-            free(p);
-            return tv__seterr(err, -e, "read %s: %s", path, strerror(e));
-        }
-        if (r == 0) {
-            free(p);
-            return tv__seterr(err, TV_E_SNAPSHOT, "%s: truncated at %zu of %zu bytes", path, done,
-                              n);
-        }
-        done += (size_t)r;
+    int rc = tv__sys_pread_full(fd, p, n, 0, &done);
+    if (rc) {
+        free(p);
+        return tv__seterr(err, rc, "read %s: %s", path, strerror(-rc));
+    }
+    if (done < n) {
+        free(p);
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s: truncated at %zu of %zu bytes", path, done, n);
     }
     *buf = p;
     *len = n;
@@ -412,7 +399,7 @@ int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_o
             return rc;
         if ((rc = tv__snapfile_path(dir, model, g, p, sizeof p, err)))
             return rc;
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        int fd = tv__sys.open(p, O_RDONLY | O_CLOEXEC, 0);
         if (fd < 0) {
             if (errno != ENOENT)
                 return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
@@ -426,15 +413,15 @@ int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_o
         }
         if (flock_retry(fd, LOCK_SH) < 0) {
             rc = tv__seterr(err, -errno, "flock %s: %s", p, strerror(errno));
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
         if (!still_linked(fd, p)) {
-            close(fd); /* gc removed it between our open and our lock */
+            tv__sys.close(fd); /* gc removed it between our open and our lock */
             continue;
         }
         if ((rc = read_whole(fd, p, buf, len, err))) {
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
         *fd_out = fd;
@@ -453,7 +440,7 @@ int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, 
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
     if ((rc = tv__snapfile_path(dir, model, gen, p, sizeof p, err)))
         return rc;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    int fd = tv__sys.open(p, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
         if (errno != ENOENT)
             return tv__seterr(err, -errno, "open %s: %s", p, strerror(errno));
@@ -462,13 +449,13 @@ int tv__snapfile_try_exclusive(const char *dir, const char *model, int64_t gen, 
     }
     if (flock_retry(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
-        close(fd);
+        tv__sys.close(fd);
         if (e != EWOULDBLOCK)
             return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
         *leased = true;
         return 0;
     }
-    close(fd); /* releases the lock */
+    tv__sys.close(fd); /* releases the lock */
     *leased = false;
     return 0;
 }
@@ -481,7 +468,7 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
         (rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
         return rc;
     for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        int fd = tv__sys.open(p, O_RDONLY | O_CLOEXEC, 0);
         if (fd < 0) {
             if (errno == ENOENT)
                 return 0;
@@ -489,7 +476,7 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
         }
         if (flock_retry(fd, LOCK_EX | LOCK_NB) < 0) {
             int e = errno;
-            close(fd);
+            tv__sys.close(fd);
             if (e == EWOULDBLOCK)
                 return tv__seterr(err, TV_E_LEASED,
                                   "model '%s' generation %lld: snapshot is "
@@ -498,17 +485,17 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
             return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
         }
         if (!still_linked(fd, p)) {
-            close(fd);
+            tv__sys.close(fd);
             continue;
         }
         /* Unlink while holding the lock: a reader that opened the file
          * before this point sees link count 0 once it gets its lock. */
-        if (unlink(p) < 0) {
+        if (tv__sys.unlink(p) < 0) {
             rc = tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
-            close(fd);
+            tv__sys.close(fd);
             return rc;
         }
-        close(fd);
+        tv__sys.close(fd);
         return fsync_dir(md, err);
     }
     return tv__seterr(err, -EAGAIN, "%s kept changing while removing it", p);
@@ -534,7 +521,7 @@ int tv__snapfile_clean_temps(const char *dir, const char *model, size_t *n, tv_e
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, TV__SNAPFILE_TMP_PREFIX, plen) != 0)
             continue;
-        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && unlink(p) == 0)
+        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && tv__sys.unlink(p) == 0)
             count++;
     }
     closedir(d);

@@ -6,7 +6,7 @@
  * of them without real hardware.
  *
  * Invariants: production code never calls these syscalls directly on those
- * files (scripts/check enforces it); tests restore the table with
+ * files (scripts/check-syscalls enforces it); tests restore the table with
  * tv__sys_reset after each case; tv__crash_point is a no-op unless a test
  * build installed tv__sys_crash_hook (the shipped binaries never do). */
 #ifndef TV_UTIL_SYS_H
@@ -61,6 +61,10 @@ int tv__sys_open(const char *path, int flags, mode_t mode);
 int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len);
 /* Reads exactly len bytes at off; EOF before len is -ENODATA. */
 int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off);
+/* Writes up to len bytes at off, stopping only at a write that accepts 0
+ * bytes; *put_len (may be NULL) receives the count, also on error.
+ * Returns 0 (check *put_len for a full device) or -errno. */
+int tv__sys_pwrite_upto(int fd, const void *buf, size_t len, uint64_t off, size_t *put_len);
 /* Writes all len bytes at off; a zero-byte write is -EIO. */
 int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 int tv__sys_fsync(int fd);
