@@ -19,6 +19,7 @@
 #include "import/import.h"
 #include "import/snapbuild.h"
 #include "import/store.h"
+#include "util/sys.h"
 
 #define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}
 
@@ -526,6 +527,8 @@ static int gen_change(const char *cmd, int argc, char **argv, bool activate)
                       : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
     if (!rc && activate)
         rc = tv__store_write_active(st, a.pos[0], &err);
+    if (!rc && activate)
+        tv__crash_point("activate.pointer");
     tv__store_close(st);
     if (rc)
         return fail(cmd, json, rc, &err);
@@ -577,6 +580,7 @@ int tv_cli_gc(int argc, char **argv)
         tv_error e2;
         int drc = tv__reg_object_delete(st->reg, o[i].id, &e2);
         if (drc == 0) {
+            tv__crash_point("gc.commit");
             freed++;
             bytes += o[i].alloc_len;
         } else if (drc != TV_E_LEASED && drc != TV_E_STATE) {

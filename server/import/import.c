@@ -748,6 +748,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     /* 6. Publish last, in one transaction. */
     if ((rc = publish(st, model, real_src, ck, plans, n_shards, o->activate, &r.generation, err)))
         goto fail_writer;
+    tv__crash_point("import.commit");
     /* The generation is published; a snapshot failure is repaired by the
      * next writer open (tv__store_sync_snapshots), so it only warns. */
     {
@@ -757,6 +758,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
             tv__log(TV_LOG_WARN, "import: model '%s' generation %lld: snapshot: %s", model,
                     (long long)r.generation, se.msg);
     }
+    tv__crash_point("import.pointer");
     r.n_shards = n_shards;
     r.n_tensors = tv_checkpoint_n_tensors(ck);
     r.bytes_written = pipeline_bytes_written(&w);

@@ -463,6 +463,8 @@ int tv__store_gc_snapshots(tv__store *st, const tv__reg_object *objs, size_t n, 
             if (touches(m, objs, ids, n, keep, false)) {
                 tv_error e2 = {0};
                 rc = tv__snapfile_remove(st->dir, models[i].name, gens[j].number, &e2);
+                if (rc == 0)
+                    tv__crash_point("gc.snapshot_unlink");
                 if (rc == TV_E_LEASED) {
                     tv__log(TV_LOG_INFO,
                             "gc: model '%s' generation %lld is held by a reader: "

@@ -44,7 +44,22 @@ void tv__sys_reset(void);
 
 /* Test-build crash hook: called by tv__crash_point at every named crash
  * point (after a step's durable effect, before the next one). NULL in the
- * shipped binaries. */
+ * shipped binaries; tests/tools/tensorvault_crashtest.c installs one that
+ * kill -9s at the point named by TV_TEST_CRASH_AT.
+ *
+ * Crash points (name: where, what is durable when it fires):
+ *   reserve             import: extents reserved ('writing' objects committed)
+ *   write               import: about half of the shard bytes written
+ *   flush               import: every byte written and fdatasync'ed
+ *   publish             import: publish transaction built, not yet committed
+ *   import.commit       import: generation published (registry committed)
+ *   import.pointer      import: snapshot file and active pointer written
+ *   activate.commit     activate: registry's active generation committed
+ *   activate.pointer    activate: snapshot and active pointer written
+ *   retire.commit       retire: generation state 'retired' committed
+ *   gc.snapshot_unlink  gc: one retired generation's snapshot file unlinked
+ *   gc.commit           gc: one object's row deleted (its extent is free)
+ */
 extern void (*tv__sys_crash_hook)(const char *point);
 static inline void tv__crash_point(const char *point)
 {
