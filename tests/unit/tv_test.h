@@ -227,18 +227,22 @@ static inline const char *tv_test_sys_name(int kind)
     return kind >= 0 && kind < TV_TEST_SYS_N ? names[kind] : "any";
 }
 
+#define TV_TEST_MAX_FDS 1024
+
 typedef struct tv_test_fault_state {
     tv__sys_ops under;        /* the table wrapped by tv_test_fault_install */
     tv__io_fault_fn under_io; /* the io hook wrapped */
     atomic_long count[TV_TEST_SYS_N];
-    atomic_long total;           /* calls of every kind */
-    atomic_long fired;           /* faults injected so far */
-    int kind;                    /* planned fault: kind or TV_TEST_SYS_ANY */
-    long nth;                    /* 1-based call (of kind) to fail; 0 = none */
-    int err;                     /* errno to fail with; 0 = a short transfer */
-    bool persist;                /* fail every matching call from the nth on */
-    int only_fd;                 /* count/fail only calls on this fd (-1: all) */
-    atomic_long last_fired_kind; /* kind of the last injected fault */
+    atomic_long total;                  /* calls of every kind */
+    atomic_long fired;                  /* faults injected so far */
+    int kind;                           /* planned fault: kind or TV_TEST_SYS_ANY */
+    long nth;                           /* 1-based call (of kind) to fail; 0 = none */
+    int err;                            /* errno to fail with; 0 = a short transfer */
+    bool persist;                       /* fail every matching call from the nth on */
+    int only_fd;                        /* count/fail only calls on this fd (-1: all) */
+    atomic_long last_fired_kind;        /* kind of the last injected fault */
+    char last_path[512];                /* what the last injected fault hit */
+    char fd_path[TV_TEST_MAX_FDS][256]; /* path each fd was opened with */
 } tv_test_fault_state;
 
 static inline tv_test_fault_state *tv_test__fs(void)
@@ -249,7 +253,7 @@ static inline tv_test_fault_state *tv_test__fs(void)
 
 /* Counts one call of kind on fd (-1: not an fd call) and decides whether it
  * fails: returns 0 (run it), 1 (fail with errno set) or 2 (make it short). */
-static inline int tv_test__fault_step(int kind, int fd)
+static inline int tv_test__fault_step(int kind, int fd, const char *path)
 {
     tv_test_fault_state *s = tv_test__fs();
     if (s->only_fd >= 0 && fd != s->only_fd)
@@ -263,6 +267,9 @@ static inline int tv_test__fault_step(int kind, int fd)
         return 0;
     atomic_fetch_add(&s->fired, 1);
     atomic_store(&s->last_fired_kind, kind);
+    if (!path && fd >= 0 && fd < TV_TEST_MAX_FDS)
+        path = s->fd_path[fd];
+    snprintf(s->last_path, sizeof s->last_path, "%s", path ? path : "");
     bool can_short =
         kind == TV_TEST_SYS_PREAD || kind == TV_TEST_SYS_PWRITE || kind == TV_TEST_SYS_IO_READ;
     if (s->err == 0 && can_short)
@@ -280,14 +287,17 @@ static inline size_t tv_test__short_len(size_t len)
 
 static inline int tv_test__open(const char *path, int flags, mode_t mode)
 {
-    if (tv_test__fault_step(TV_TEST_SYS_OPEN, -1))
+    if (tv_test__fault_step(TV_TEST_SYS_OPEN, -1, path))
         return -1;
-    return tv_test__fs()->under.open(path, flags, mode);
+    int fd = tv_test__fs()->under.open(path, flags, mode);
+    if (fd >= 0 && fd < TV_TEST_MAX_FDS)
+        snprintf(tv_test__fs()->fd_path[fd], sizeof tv_test__fs()->fd_path[fd], "%s", path);
+    return fd;
 }
 static inline int tv_test__close(int fd)
 {
     /* A failed close still releases the descriptor (Linux semantics). */
-    if (tv_test__fault_step(TV_TEST_SYS_CLOSE, fd)) {
+    if (tv_test__fault_step(TV_TEST_SYS_CLOSE, fd, NULL)) {
         int e = errno;
         tv_test__fs()->under.close(fd);
         errno = e;
@@ -297,72 +307,84 @@ static inline int tv_test__close(int fd)
 }
 static inline ssize_t tv_test__pread(int fd, void *buf, size_t len, off_t off)
 {
-    int f = tv_test__fault_step(TV_TEST_SYS_PREAD, fd);
+    int f = tv_test__fault_step(TV_TEST_SYS_PREAD, fd, NULL);
     if (f == 1)
         return -1;
     return tv_test__fs()->under.pread(fd, buf, f == 2 ? tv_test__short_len(len) : len, off);
 }
 static inline ssize_t tv_test__pwrite(int fd, const void *buf, size_t len, off_t off)
 {
-    int f = tv_test__fault_step(TV_TEST_SYS_PWRITE, fd);
+    int f = tv_test__fault_step(TV_TEST_SYS_PWRITE, fd, NULL);
     if (f == 1)
         return -1;
     return tv_test__fs()->under.pwrite(fd, buf, f == 2 ? tv_test__short_len(len) : len, off);
 }
 static inline int tv_test__fsync(int fd)
 {
-    return tv_test__fault_step(TV_TEST_SYS_FSYNC, fd) ? -1 : tv_test__fs()->under.fsync(fd);
+    return tv_test__fault_step(TV_TEST_SYS_FSYNC, fd, NULL) ? -1 : tv_test__fs()->under.fsync(fd);
 }
 static inline int tv_test__fdatasync(int fd)
 {
-    return tv_test__fault_step(TV_TEST_SYS_FDATASYNC, fd) ? -1 : tv_test__fs()->under.fdatasync(fd);
+    return tv_test__fault_step(TV_TEST_SYS_FDATASYNC, fd, NULL)
+               ? -1
+               : tv_test__fs()->under.fdatasync(fd);
 }
 static inline int tv_test__ftruncate(int fd, off_t len)
 {
-    return tv_test__fault_step(TV_TEST_SYS_FTRUNCATE, fd) ? -1
-                                                          : tv_test__fs()->under.ftruncate(fd, len);
+    return tv_test__fault_step(TV_TEST_SYS_FTRUNCATE, fd, NULL)
+               ? -1
+               : tv_test__fs()->under.ftruncate(fd, len);
 }
 static inline int tv_test__fstat(int fd, struct stat *sb)
 {
-    return tv_test__fault_step(TV_TEST_SYS_FSTAT, fd) ? -1 : tv_test__fs()->under.fstat(fd, sb);
+    return tv_test__fault_step(TV_TEST_SYS_FSTAT, fd, NULL) ? -1
+                                                            : tv_test__fs()->under.fstat(fd, sb);
 }
 static inline int tv_test__ioctl(int fd, unsigned long req, void *arg)
 {
-    return tv_test__fault_step(TV_TEST_SYS_IOCTL, fd) ? -1
-                                                      : tv_test__fs()->under.ioctl(fd, req, arg);
+    return tv_test__fault_step(TV_TEST_SYS_IOCTL, fd, NULL)
+               ? -1
+               : tv_test__fs()->under.ioctl(fd, req, arg);
 }
 static inline int tv_test__flock(int fd, int op)
 {
-    return tv_test__fault_step(TV_TEST_SYS_FLOCK, fd) ? -1 : tv_test__fs()->under.flock(fd, op);
+    return tv_test__fault_step(TV_TEST_SYS_FLOCK, fd, NULL) ? -1
+                                                            : tv_test__fs()->under.flock(fd, op);
 }
 static inline int tv_test__rename(const char *from, const char *to)
 {
-    return tv_test__fault_step(TV_TEST_SYS_RENAME, -1) ? -1 : tv_test__fs()->under.rename(from, to);
+    return tv_test__fault_step(TV_TEST_SYS_RENAME, -1, from)
+               ? -1
+               : tv_test__fs()->under.rename(from, to);
 }
 static inline int tv_test__rename_noreplace(const char *from, const char *to)
 {
-    return tv_test__fault_step(TV_TEST_SYS_RENAME_NOREPLACE, -1)
+    return tv_test__fault_step(TV_TEST_SYS_RENAME_NOREPLACE, -1, from)
                ? -1
                : tv_test__fs()->under.rename_noreplace(from, to);
 }
 static inline int tv_test__link(const char *from, const char *to)
 {
-    return tv_test__fault_step(TV_TEST_SYS_LINK, -1) ? -1 : tv_test__fs()->under.link(from, to);
+    return tv_test__fault_step(TV_TEST_SYS_LINK, -1, from) ? -1
+                                                           : tv_test__fs()->under.link(from, to);
 }
 static inline int tv_test__unlink(const char *path)
 {
-    return tv_test__fault_step(TV_TEST_SYS_UNLINK, -1) ? -1 : tv_test__fs()->under.unlink(path);
+    return tv_test__fault_step(TV_TEST_SYS_UNLINK, -1, path) ? -1
+                                                             : tv_test__fs()->under.unlink(path);
 }
 static inline int tv_test__mkdir(const char *path, mode_t mode)
 {
-    return tv_test__fault_step(TV_TEST_SYS_MKDIR, -1) ? -1 : tv_test__fs()->under.mkdir(path, mode);
+    return tv_test__fault_step(TV_TEST_SYS_MKDIR, -1, path)
+               ? -1
+               : tv_test__fs()->under.mkdir(path, mode);
 }
 static inline void tv_test__io_fault(uint32_t dev, uint64_t off, size_t len, int64_t *res)
 {
     tv_test_fault_state *s = tv_test__fs();
     if (s->under_io)
         s->under_io(dev, off, len, res);
-    int f = tv_test__fault_step(TV_TEST_SYS_IO_READ, -1);
+    int f = tv_test__fault_step(TV_TEST_SYS_IO_READ, -1, "(tv__io engine device read)");
     if (f == 1)
         *res = -(int64_t)errno;
     else if (f == 2 && *res > 0)
@@ -378,6 +400,7 @@ static inline void tv_test_fault_clear(void)
     atomic_store(&s->total, 0);
     atomic_store(&s->fired, 0);
     atomic_store(&s->last_fired_kind, -1);
+    s->last_path[0] = '\0';
     s->kind = TV_TEST_SYS_ANY;
     s->nth = 0;
     s->err = 0;
@@ -456,6 +479,13 @@ static inline long tv_test_fault_count(int kind)
 static inline long tv_test_fault_fired(void)
 {
     return atomic_load(&tv_test__fs()->fired);
+}
+
+/* What the last injected fault hit: the path of a path call, the path an
+ * fd was opened with through the table, or "" (an fd opened elsewhere). */
+static inline const char *tv_test_fault_last_path(void)
+{
+    return tv_test__fs()->last_path;
 }
 
 /* Kind of the last injected fault (-1: none yet). */
