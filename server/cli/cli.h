@@ -51,6 +51,9 @@ int tv_cli_verify(int argc, char **argv);
 int tv_cli_get_tensor(int argc, char **argv);
 int tv_cli_bench(int argc, char **argv);
 
+/* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
+int tv__cli_main(int argc, char **argv);
+
 /* Sets err to code with "what: strerror" and returns code. */
 int tv__cli_err(tv_error *err, int code, const char *what);
 

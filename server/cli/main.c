@@ -1,5 +1,5 @@
-/* Entry point of the tensorvault command: dispatches to subcommands. */
-#include <signal.h>
+/* The tensorvault command's dispatcher, tv__cli_main (in the tv_server
+ * library so test tools can run the same CLI; main() is cli/entry.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +9,6 @@
 
 #include "cli/cli.h"
 #include "util/internal.h"
-#include "util/sys.h"
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
 
@@ -101,22 +100,9 @@ static void set_log_level(void)
     tv__log_set_level(level);
 }
 
-/* TEMPORARY (hardening issue moves this into a test-only binary): the
- * crash-safety tests' real kill -9 at a named crash point. */
-static void env_crash_hook(const char *point)
-{
-    const char *want = getenv("TV_TEST_CRASH_AT");
-    if (want && strcmp(want, point) == 0) {
-        fprintf(stderr, "tensorvault: test crash point '%s': kill -9 self\n", point);
-        kill(getpid(), SIGKILL);
-    }
-}
-
-int main(int argc, char **argv)
+int tv__cli_main(int argc, char **argv)
 {
     set_log_level();
-    if (getenv("TV_TEST_CRASH_AT"))
-        tv__sys_crash_hook = env_crash_hook;
     if (argc < 2) {
         usage(stderr);
         return TV_EXIT_USAGE;

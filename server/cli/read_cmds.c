@@ -19,6 +19,7 @@
 #include "tensorvault/tensorvault.h"
 #include "io/engine.h"
 #include "util/internal.h"
+#include "util/sys.h"
 
 #define TV_CLI_DEFAULT_QD    ((uint64_t)TV__IO_DEFAULT_QD)
 #define TV_CLI_DEFAULT_CHUNK ((uint64_t)TV__IO_DEFAULT_CHUNK)
@@ -62,6 +63,7 @@ static int write_all(int fd, const void *buf, size_t len)
 {
     size_t done = 0;
     while (done < len) {
+        /* raw-syscall-ok: the -o output may be a pipe or a tty (no pwrite) */
         ssize_t n = write(fd, (const char *)buf + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
@@ -81,14 +83,14 @@ static int write_file(const char *path, const void *buf, size_t len, tv_error *e
             return tv__cli_err(err, rc, "standard output");
         return 0;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = tv__sys.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return tv__cli_err(err, -errno, path);
     if ((rc = write_all(fd, buf, len))) {
-        close(fd);
+        tv__sys.close(fd);
         return tv__cli_err(err, rc, path);
     }
-    if (close(fd) < 0)
+    if (tv__sys.close(fd) < 0)
         return tv__cli_err(err, -errno, path);
     return 0;
 }

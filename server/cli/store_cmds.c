@@ -20,6 +20,7 @@
 #include "import/import.h"
 #include "import/snapbuild.h"
 #include "import/store.h"
+#include "util/sys.h"
 
 #define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}
 
@@ -282,6 +283,8 @@ int tv_cli_models(int argc, char **argv)
     int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_models_list(st->reg, &m, &n, &err);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = tv__store_settled_active(st, m[i].name, &m[i].active_generation, &err);
     tv__store_close(st);
     if (rc)
         return fail("models", json, rc, &err);
@@ -326,9 +329,14 @@ int tv_cli_generations(int argc, char **argv)
     tv__store *st;
     tv__reg_generation *g = NULL;
     size_t n = 0;
+    int64_t active = 0;
     int rc = open_store(dir, 0, &st, &err);
     if (!rc)
         rc = tv__reg_generations_list(st->reg, a.pos[0], &g, &n, &err);
+    if (!rc)
+        rc = tv__store_settled_active(st, a.pos[0], &active, &err);
+    for (size_t i = 0; !rc && i < n; i++)
+        g[i].active = g[i].number == active;
     tv__store_close(st);
     if (rc)
         return fail("generations", json, rc, &err);
@@ -379,6 +387,8 @@ int tv_cli_tensors(int argc, char **argv)
     tv__reg_device *devs = NULL;
     size_t n_devs = 0;
     int rc = open_store(dir, 0, &st, &err);
+    if (!rc && gen == 0) /* the active generation, as readers open it */
+        rc = tv__store_settled_active(st, name, &gen, &err);
     if (!rc)
         rc = tv__reg_generation_get(st->reg, name, gen, &g, &err);
     if (!rc)
@@ -601,6 +611,7 @@ int tv_cli_gc(int argc, char **argv)
         tv_error e2;
         int drc = tv__reg_object_delete(st->reg, o[i].id, &e2);
         if (drc == 0) {
+            tv__crash_point("gc.commit");
             freed++;
             bytes += o[i].alloc_len;
         } else if (drc != TV_E_LEASED && drc != TV_E_STATE) {

@@ -217,20 +217,14 @@ static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const cha
                        tv_error *err)
 {
     size_t done = 0;
-    while (done < len) {
-        ssize_t n = tv__sys.pread(fd, buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return tv__seterr(err, -errno, "shard '%s': read at %llu: %s", name,
-                              (unsigned long long)(off + done), strerror(errno));
-        }
-        if (n == 0)
-            return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                              "shard '%s' is shorter than when it was validated (EOF at %llu)",
-                              name, (unsigned long long)(off + done));
-        done += (size_t)n;
-    }
+    int rc = tv__sys_pread_full(fd, buf, len, off, &done);
+    if (rc)
+        return tv__seterr(err, rc, "shard '%s': read at %llu: %s", name,
+                          (unsigned long long)(off + done), strerror(-rc));
+    if (done < len)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' is shorter than when it was validated (EOF at %llu)", name,
+                          (unsigned long long)(off + done));
     return 0;
 }
 
@@ -273,15 +267,15 @@ static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chu
 
 static int open_source(const tv_shard_info *si, int *fd_out, tv_error *err)
 {
-    int fd = open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = tv__sys.open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", si->name, si->path,
                           strerror(errno));
     /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     struct stat sb;
-    if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != si->file_len) {
-        close(fd);
+    if (tv__sys.fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != si->file_len) {
+        tv__sys.close(fd);
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' changed size since validation (%llu bytes expected)",
                           si->name, (unsigned long long)si->file_len);
@@ -558,7 +552,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
                 }
                 rc = hash_source(fd, &p->info, bufs, chunk, hdr, p->sha_hex, p->header_sha_hex,
                                  err);
-                close(fd);
+                tv__sys.close(fd);
                 /* A reused object is bound without reading the source again,
                  * so the header it holds must be the validated one, or the
                  * published tensors would not describe its bytes. */
@@ -688,10 +682,10 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         tv__sha256_final(&hh, dig);
         tv__hex(dig, 32, hdr_hex);
         struct stat sb;
-        if (!rc && (fstat(src_fd, &sb) < 0 || (uint64_t)sb.st_size != canon))
+        if (!rc && (tv__sys.fstat(src_fd, &sb) < 0 || (uint64_t)sb.st_size != canon))
             rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed size during import",
                             p->info.name);
-        close(src_fd);
+        tv__sys.close(src_fd);
         src_fd = -1;
         if (rc)
             goto fail_writer;
@@ -755,6 +749,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     /* 6. Publish last, in one transaction. */
     if ((rc = publish(st, model, real_src, ck, plans, n_shards, false, &r.generation, err)))
         goto fail_writer;
+    tv__crash_point("import.commit");
     /* The generation is published (ready, not active). Its snapshot: a
      * failure is repaired by the next writer open, so it only warns.
      * --activate then goes through the activation protocol (registry and
@@ -789,7 +784,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
 
 fail_writer:
     if (src_fd >= 0)
-        close(src_fd);
+        tv__sys.close(src_fd);
     free(hdr_copy);
 out_writer:
     if (pipeline_started)

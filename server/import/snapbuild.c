@@ -261,7 +261,7 @@ static int reconcile_existing(tv__store *st, const tv__reg_generation *g, const 
     tv_error e2 = {0};
     rc = tv__snapfile_open(st->dir, g->model, g->number, &fd, &old, &old_len, &e2);
     if (fd >= 0)
-        close(fd);            /* our own shared lock would block the removal below */
+        tv__sys.close(fd);    /* our own shared lock would block the removal below */
     if (rc == TV_E_NOT_FOUND) /* vanished meanwhile: write it */
         return tv__snapfile_write(st->dir, g->model, g->number, fresh, fresh_len, err);
     if (rc == 0 && tv__snap_open(old, old_len, TV__SNAP_VERIFY_CHECKSUM, &s, &e2) == 0 &&
@@ -408,7 +408,7 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
     if ((rc = tv__snapfile_exists(st->dir, model, gen, &exists, err)) ||
         (!exists && (rc = tv__store_write_snapshot(st, model, gen, err))))
         return rc;
-    tv__crash_point("activate-snapshot");
+    tv__crash_point("activate.snapshot");
     if ((rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
         return rc;
     /* 2. The registry change, not committed yet. */
@@ -423,13 +423,13 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
         restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
         goto fail_tx;
     }
-    tv__crash_point("activate-pointer");
+    tv__crash_point("activate.pointer");
     /* 4. Commit; a failed commit undoes the transaction: undo the pointer. */
     if ((rc = tv__reg_commit(st->reg, err))) {
         restore_pointer(st, model, prev, old_gen == prev ? old_from : -1, err);
         return rc;
     }
-    tv__crash_point("activate-commit");
+    tv__crash_point("activate.commit");
     return 0;
 fail_tx:
     tv__reg_rollback(st->reg);
@@ -442,37 +442,72 @@ fail_tx:
  * registry's active one: an activation was cut between its pointer and
  * its commit, so the registry is brought forward. Otherwise the registry
  * wins and the pointer is rewritten. */
+/* Whether a model's pointer shows an interrupted activation: it names a
+ * ready generation p with a snapshot and records that it replaced the
+ * registry's active generation (a writer killed between the pointer rename
+ * and the commit). Then the next writer completes the activation (readers
+ * already switched); any other disagreement is settled by the registry. */
+static int interrupted_activation(tv__store *st, const char *model, const tv__reg_generation *gens,
+                                  size_t n_gens, int64_t *active, int64_t *p, bool *interrupted,
+                                  tv_error *err)
+{
+    int64_t from = -1;
+    bool exists = false, ready = false;
+    int rc;
+    *interrupted = false;
+    *p = 0;
+    if ((rc = registry_active(st, model, active, err)))
+        return rc;
+    if ((rc = pointer_now(st, model, p, &from, err)) < 0)
+        return rc;
+    if (rc > 0) /* unreadable pointer: never equal to the registry's value */
+        *p = -1;
+    if (*p == *active || *p <= 0 || from != *active)
+        return 0;
+    for (size_t j = 0; j < n_gens; j++)
+        if (gens[j].number == *p && gens[j].state == TV__GEN_READY)
+            ready = true;
+    if (ready && (rc = tv__snapfile_exists(st->dir, model, *p, &exists, err)))
+        return rc;
+    *interrupted = ready && exists;
+    return 0;
+}
+
 static int sync_pointer(tv__store *st, const char *model, const tv__reg_generation *gens,
                         size_t n_gens, tv_error *err)
 {
-    int64_t active = 0, p = 0, from = -1;
-    bool exists = false;
-    int rc;
-    if ((rc = registry_active(st, model, &active, err)))
+    int64_t active = 0, p = 0;
+    bool interrupted = false;
+    int rc = interrupted_activation(st, model, gens, n_gens, &active, &p, &interrupted, err);
+    if (rc)
         return rc;
-    if ((rc = pointer_now(st, model, &p, &from, err)) < 0)
-        return rc;
-    if (rc == 0 && p == active)
-        return 0;
-    if (rc == 0 && p > 0 && from == active) {
-        bool ready = false;
-        for (size_t j = 0; j < n_gens; j++)
-            if (gens[j].number == p && gens[j].state == TV__GEN_READY)
-                ready = true;
-        if (ready && (rc = tv__snapfile_exists(st->dir, model, p, &exists, err)))
-            return rc;
-        if (ready && exists) {
-            tv__log(TV_LOG_WARN,
-                    "store %s: model '%s': completing the activation of generation %lld", st->dir,
-                    model, (long long)p);
-            return tv__reg_generation_activate(st->reg, model, p, err);
-        }
+    if (interrupted) {
+        tv__log(TV_LOG_WARN, "store %s: model '%s': completing the activation of generation %lld",
+                st->dir, model, (long long)p);
+        return tv__reg_generation_activate(st->reg, model, p, err);
     }
+    if (p == active)
+        return 0;
     tv__log(
         TV_LOG_WARN,
         "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
         st->dir, model, (long long)p, (long long)active);
     return pointer_from_registry(st, model, active, err);
+}
+
+int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_error *err)
+{
+    tv__reg_generation *gens = NULL;
+    size_t n_gens = 0;
+    int64_t active = 0, p = 0;
+    bool interrupted = false;
+    int rc = tv__reg_generations_list(st->reg, model, &gens, &n_gens, err);
+    if (!rc)
+        rc = interrupted_activation(st, model, gens, n_gens, &active, &p, &interrupted, err);
+    free(gens);
+    if (!rc)
+        *gen = interrupted ? p : active;
+    return rc;
 }
 
 static void keep_first(int *first, tv_error *err, int rc, const tv_error *e)
@@ -614,6 +649,8 @@ int tv__store_gc_snapshots(tv__store *st, const tv__reg_object *objs, size_t n, 
             if (touches(m, objs, ids, n, keep, false)) {
                 tv_error e2 = {0};
                 rc = tv__snapfile_remove(st->dir, models[i].name, gens[j].number, &e2);
+                if (rc == 0)
+                    tv__crash_point("gc.snapshot_unlink");
                 if (rc == TV_E_LEASED) {
                     tv__log(TV_LOG_INFO,
                             "gc: model '%s' generation %lld is held by a reader: "

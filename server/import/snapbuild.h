@@ -86,6 +86,14 @@ int tv__store_write_active(tv__store *st, const char *model, tv_error *err);
  * ready); the errors of the snapshot and pointer writes and the registry. */
 int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *err);
 
+/* The active generation of model as the next writer settles it (what
+ * read-only commands report, so that they agree with what readers open):
+ * the registry's, unless the pointer shows an interrupted activation (a
+ * writer killed after the pointer rename, before its commit), which the
+ * next writer completes. Returns 0 and *gen (0 = none); the errors of the
+ * registry and of the pointer read. */
+int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_error *err);
+
 /* Crash repair, for writer open: for every model, removes leftover
  * temporary files, writes the snapshot of every ready generation whose
  * file is missing (retired ones are never rebuilt) and reconciles the

@@ -14,6 +14,7 @@
 
 #include "import/snapbuild.h"
 #include "import/store.h"
+#include "util/sys.h"
 
 #define REGISTRY_FILE "registry.db"
 #define LOCK_FILE "lock"
@@ -31,16 +32,16 @@ static int take_lock(const char *dir, int *fd_out, tv_error *err)
     int rc = path_join(p, sizeof(p), dir, LOCK_FILE, err);
     if (rc)
         return rc;
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = tv__sys.open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return tv__seterr(err, -errno, "%s: %s", p, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    if (tv__sys.flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
         char holder[32] = "";
-        ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+        ssize_t n = tv__sys.pread(fd, holder, sizeof(holder) - 1, 0);
         holder[n > 0 ? n : 0] = '\0';
         holder[strcspn(holder, "\n")] = '\0';
-        close(fd);
+        tv__sys.close(fd);
         if (e == EWOULDBLOCK)
             return tv__seterr(err, TV_E_LOCKED,
                               "store %s is locked by another writer (pid %s)", dir,
@@ -49,7 +50,7 @@ static int take_lock(const char *dir, int *fd_out, tv_error *err)
     }
     char pid[32];
     int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) != n) {
+    if (tv__sys.ftruncate(fd, 0) == 0 && tv__sys.pwrite(fd, pid, (size_t)n, 0) != n) {
         /* The pid is only informational. */
     }
     *fd_out = fd;
@@ -65,7 +66,7 @@ void tv__store_close(tv__store *st)
     free(st->devs);
     tv__reg_close(st->reg);
     if (st->lock_fd >= 0)
-        close(st->lock_fd); /* releases the flock */
+        tv__sys.close(st->lock_fd); /* releases the flock */
     free(st->dir);
     free(st);
 }
@@ -253,7 +254,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     if (!dir || !o || (!o->image == !o->device))
         return tv__seterr(err, TV_E_INVALID_ARG, "store init needs exactly one of --image or "
                           "--device");
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    if (tv__sys.mkdir(dir, 0700) < 0 && errno != EEXIST)
         return tv__seterr(err, -errno, "mkdir %s: %s", dir, strerror(errno));
     if ((rc = open_common(dir, TV__STORE_WRITE, false, &st, err)))
         return rc;
@@ -328,7 +329,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
 fail:
     tv__dev_close(d);
     if (created_image)
-        unlink(o->image);
+        tv__sys.unlink(o->image);
     tv__store_close(st);
     return rc;
 }

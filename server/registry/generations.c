@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "registry/reg_internal.h"
+#include "util/sys.h"
 
 static const char *const g_gen_states[] = {"importing", "ready", "failed", "retired"};
 
@@ -814,7 +815,8 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
             (long long)previous, (long long)number);
 done:
     sqlite3_finalize(st);
-    return tv__reg_level_end(reg, rc, err);
+    rc = tv__reg_level_end(reg, rc, err);
+    return rc;
 }
 
 int tv__reg_generation_retire(tv__reg *reg, const char *model, int64_t number, tv_error *err)
@@ -830,7 +832,10 @@ int tv__reg_generation_retire(tv__reg *reg, const char *model, int64_t number, t
         return rc;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, err)) == 0)
         rc = set_state(reg, g.id, TV__GEN_RETIRED, err);
-    return tv__reg_level_end(reg, rc, err);
+    rc = tv__reg_level_end(reg, rc, err);
+    if (!rc && reg->depth == 0)
+        tv__crash_point("retire.commit");
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -29,3 +29,26 @@ def tv(build_dir):
         return p
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tv_crash(build_dir):
+    """Runs the test-only CLI build (tests/tools/tensorvault_crashtest.c: the
+    same dispatcher plus a crash hook): crash_at=POINT[#N] kill -9s it at that
+    crash point, trace=FILE appends every crash point reached to FILE."""
+    exe = os.path.join(build_dir, "tests", "tensorvault_crashtest")
+    if not os.path.exists(exe):
+        pytest.fail(f"tensorvault_crashtest not built in {build_dir}/tests (run scripts/build)")
+
+    def run(*args, crash_at=None, trace=None, **kw):
+        env = dict(kw.pop("env", os.environ))
+        env.pop("TV_TEST_CRASH_AT", None)
+        env.pop("TV_TEST_CRASH_TRACE", None)
+        if crash_at:
+            env["TV_TEST_CRASH_AT"] = crash_at
+        if trace:
+            env["TV_TEST_CRASH_TRACE"] = str(trace)
+        return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, env=env,
+                              **kw)
+
+    return run

@@ -205,11 +205,10 @@ CRASH_POINTS = ["reserve", "write", "flush", "publish"]
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
-def test_crash_leaves_active_generation_intact(tv, store, ckpt, ckpt_b, point):
+def test_crash_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b, point):
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
     used = objects(tv, store)[0]["used"]
-    env = dict(os.environ, TV_TEST_CRASH_AT=point)
-    p = tv("import", "--store", store, "m", ckpt_b, "--activate", env=env)
+    p = tv_crash("import", "--store", store, "m", ckpt_b, "--activate", crash_at=point)
     assert p.returncode == -9, (point, p.returncode, p.stderr)
     # Readers see the old state; the next writer reclaims the reservation.
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
@@ -222,6 +221,71 @@ def test_crash_leaves_active_generation_intact(tv, store, ckpt, ckpt_b, point):
     r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
     assert r["generation"] == 2
     assert_store_matches(tv, store, "m", ckpt_b)
+
+
+def test_shipped_binary_has_no_crash_hook(tv, build_dir, store, ckpt):
+    """Crash points are hooks of the test build only: the shipped binary
+    neither contains nor obeys TV_TEST_CRASH_AT."""
+    with open(os.path.join(build_dir, "tensorvault"), "rb") as f:
+        assert b"TV_TEST_CRASH_AT" not in f.read()
+    with open(os.path.join(build_dir, "tests", "tensorvault_crashtest"), "rb") as f:
+        assert b"TV_TEST_CRASH_AT" in f.read()
+    env = dict(os.environ, TV_TEST_CRASH_AT="reserve")
+    p = tv("import", "--store", store, "m", ckpt, "--activate", env=env)
+    assert p.returncode == 0, p.stderr
+
+
+def test_crash_points_of_activate_retire_gc(tv, tv_crash, store, ckpt, ckpt_b, tmp_path):
+    """Every writer command reaches its named crash points in order, and a
+    kill -9 at each leaves a store that opens, verifies, reads back the
+    generation the registry reports active and frees all space at gc."""
+    trace = tmp_path / "trace"
+    assert tv_crash("import", "--store", store, "m", ckpt, "--activate",
+                    trace=trace).returncode == 0
+    used_a = objects(tv, store)[0]["used"]
+    assert tv_crash("import", "--store", store, "m", ckpt_b, trace=trace).returncode == 0
+    used_b = objects(tv, store)[0]["used"] - used_a
+    assert tv_crash("activate", "--store", store, "m", 2, trace=trace).returncode == 0
+    assert tv_crash("retire", "--store", store, "m", 1, trace=trace).returncode == 0
+    assert tv_crash("gc", "--store", store, trace=trace).returncode == 0
+    points = trace.read_text().split()
+    for want in [["reserve", "write", "flush", "publish", "import.commit"],
+                 ["activate.snapshot", "activate.pointer", "activate.commit"], ["retire.commit"],
+                 ["gc.snapshot_unlink", "gc.commit"]]:
+        at = [points.index(w) for w in want]
+        assert at == sorted(at), (want, points)
+
+    def check(active, ck):
+        assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+        models = js(tv("models", "--store", store, "--json"))["models"]
+        assert [m["active"] for m in models] == [active]
+        assert_store_matches(tv, store, f"m@{active}", ck)
+
+    # kill -9 at each point of activate, retire and gc: what was committed
+    # stays, what was not never happened.
+    tv("import", "--store", store, "m", ckpt, check=True)  # generation 3
+    p = tv_crash("activate", "--store", store, "m", 3, crash_at="activate.commit")
+    assert p.returncode == -9, p.stderr
+    check(3, ckpt)
+    p = tv_crash("activate", "--store", store, "m", 2, crash_at="activate.pointer")
+    assert p.returncode == -9, p.stderr
+    check(2, ckpt_b)
+    p = tv_crash("retire", "--store", store, "m", 3, crash_at="retire.commit")
+    assert p.returncode == -9, p.stderr
+    check(2, ckpt_b)
+    p = tv_crash("gc", "--store", store, crash_at="gc.snapshot_unlink")
+    assert p.returncode == -9, p.stderr
+    check(2, ckpt_b)
+    p = tv_crash("gc", "--store", store, crash_at="gc.commit")
+    assert p.returncode == -9, p.stderr
+    check(2, ckpt_b)
+    # The next gc frees the rest: only generation 2's bytes stay allocated.
+    js(tv("gc", "--store", store, "--json"))
+    check(2, ckpt_b)
+    assert objects(tv, store)[0]["used"] == used_b
+    gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
+    assert [(g["generation"], g["state"]) for g in gens] == [(1, "retired"), (2, "ready"),
+                                                             (3, "retired")]
 
 
 def test_progress_bar_only_on_a_terminal(tv, build_dir, store, ckpt, ckpt_b):

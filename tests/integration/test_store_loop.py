@@ -170,11 +170,10 @@ def test_loop_strict_import_activate(tv, store, ckpt):
     assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
 
 
-def test_loop_crash_at_write_leaves_active_generation_intact(tv, store, ckpt, ckpt_b):
+def test_loop_crash_at_write_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b):
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
     used = devices(tv, store)[0]["used"]
-    env = dict(os.environ, TV_TEST_CRASH_AT="write")
-    p = tv("import", "--store", store, "m", ckpt_b, "--activate", env=env)
+    p = tv_crash("import", "--store", store, "m", ckpt_b, "--activate", crash_at="write")
     assert p.returncode == -9, (p.returncode, p.stderr)
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
     assert [(g["generation"], g["active"]) for g in gens] == [(1, True)]

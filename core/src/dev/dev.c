@@ -91,28 +91,27 @@ int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "image size %llu is 0, not a multiple of %u or too large",
                           (unsigned long long)size_bytes, TV_DEV_MIN_ALIGN);
-    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    fd = tv__sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        rc = -errno;
+        rc = fd;
         return tv__seterr(err, rc, "create image %s: %s", path, strerror(-rc));
     }
-    if (ftruncate(fd, (off_t)size_bytes) != 0) {
+    if (tv__sys.ftruncate(fd, (off_t)size_bytes) != 0) {
         rc = -errno;
         tv__seterr(err, rc, "ftruncate image %s to %llu bytes: %s", path,
                    (unsigned long long)size_bytes, strerror(-rc));
         goto fail_unlink;
     }
-    if (fsync(fd) != 0) {
-        rc = -errno;
+    if ((rc = tv__sys_fsync(fd)) != 0) {
         tv__seterr(err, rc, "fsync image %s: %s", path, strerror(-rc));
         goto fail_unlink;
     }
-    close(fd);
+    tv__sys.close(fd);
     return 0;
 
 fail_unlink:
-    close(fd);
-    unlink(path);
+    tv__sys.close(fd);
+    tv__sys.unlink(path);
     return rc;
 }
 
@@ -125,7 +124,7 @@ static int open_fd(const char *path, int oflags, bool want_direct, bool *direct)
     *direct = false;
     if (want_direct) {
         do {
-            fd = open(path, oflags | O_DIRECT);
+            fd = tv__sys.open(path, oflags | O_DIRECT, 0);
         } while (fd < 0 && errno == EINTR);
         if (fd >= 0) {
             *direct = true;
@@ -135,7 +134,7 @@ static int open_fd(const char *path, int oflags, bool want_direct, bool *direct)
             return -errno;
     }
     do {
-        fd = open(path, oflags);
+        fd = tv__sys.open(path, oflags, 0);
     } while (fd < 0 && errno == EINTR);
     return fd < 0 ? -errno : fd;
 }
@@ -236,7 +235,7 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
         rc = tv__seterr(err, -ENOMEM, "open device %s: out of memory", path);
         goto fail_dev;
     }
-    if (fstat(fd, &st) != 0) {
+    if (tv__sys.fstat(fd, &st) != 0) {
         rc = -errno;
         tv__seterr(err, rc, "fstat %s: %s", path, strerror(-rc));
         goto fail_dev;
@@ -273,7 +272,7 @@ fail_dev:
     free(d->path);
     free(d);
 fail_fd:
-    close(fd);
+    tv__sys.close(fd);
     return rc;
 }
 
@@ -282,7 +281,7 @@ void tv__dev_close(tv__dev *d)
     if (!d)
         return;
     if (d->fd >= 0)
-        close(d->fd);
+        tv__sys.close(d->fd);
     free(d->path);
     free(d);
 }
@@ -335,24 +334,14 @@ int tv__dev_pread_full(tv__dev *d, void *buf, size_t len, uint64_t off, tv_error
 
     if (rc)
         return rc;
-    while (done < len) {
-        ssize_t n = tv__sys.pread(d->fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            return tv__seterr(err, rc, "read %s: offset %llu length %zu (at +%zu): %s", d->path,
-                              (unsigned long long)off, len, done, strerror(-rc));
-        }
-        if (n == 0)
-            return tv__seterr(err, TV_E_SHORT_IO,
-                              "read %s: offset %llu length %zu: end of data after %zu bytes",
-                              d->path, (unsigned long long)off, len, done);
-        if ((size_t)n > len - done)
-            return tv__seterr(err, TV_E_INTERNAL, "read %s: pread returned %zd > %zu asked",
-                              d->path, n, len - done);
-        done += (size_t)n;
-    }
+    rc = tv__sys_pread_full(d->fd, buf, len, off, &done);
+    if (rc)
+        return tv__seterr(err, rc, "read %s: offset %llu length %zu (at +%zu): %s", d->path,
+                          (unsigned long long)off, len, done, strerror(-rc));
+    if (done < len)
+        return tv__seterr(err, TV_E_SHORT_IO,
+                          "read %s: offset %llu length %zu: end of data after %zu bytes", d->path,
+                          (unsigned long long)off, len, done);
     return 0;
 }
 
@@ -365,26 +354,14 @@ int tv__dev_pwrite_full(tv__dev *d, const void *buf, size_t len, uint64_t off, t
         return rc;
     if (!d->writable)
         return tv__seterr(err, -EBADF, "write %s: device opened read-only", d->path);
-    while (done < len) {
-        ssize_t n =
-            tv__sys.pwrite(d->fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            return tv__seterr(err, rc, "write %s: offset %llu length %zu (at +%zu): %s", d->path,
-                              (unsigned long long)off, len, done, strerror(-rc));
-        }
-        if (n == 0)
-            return tv__seterr(err, TV_E_SHORT_IO,
-                              "write %s: offset %llu length %zu: device accepted 0 bytes after "
-                              "%zu",
-                              d->path, (unsigned long long)off, len, done);
-        if ((size_t)n > len - done)
-            return tv__seterr(err, TV_E_INTERNAL, "write %s: pwrite returned %zd > %zu asked",
-                              d->path, n, len - done);
-        done += (size_t)n;
-    }
+    rc = tv__sys_pwrite_upto(d->fd, buf, len, off, &done);
+    if (rc)
+        return tv__seterr(err, rc, "write %s: offset %llu length %zu (at +%zu): %s", d->path,
+                          (unsigned long long)off, len, done, strerror(-rc));
+    if (done < len)
+        return tv__seterr(err, TV_E_SHORT_IO,
+                          "write %s: offset %llu length %zu: device accepted 0 bytes after %zu",
+                          d->path, (unsigned long long)off, len, done);
     return 0;
 }
 

@@ -17,24 +17,14 @@
 #include <unistd.h>
 
 #include "st/st_internal.h"
+#include "util/sys.h"
 
 /* Reads exactly len bytes at off; a short file is -EIO here (callers check
  * sizes first so this only fires when the file shrinks underneath us). */
 static int read_exact(int fd, void *buf, size_t len, uint64_t off)
 {
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return -EIO;
-        done += (size_t)n;
-    }
-    return 0;
+    int rc = tv__sys_pread_exact(fd, buf, len, off);
+    return rc == -ENODATA ? -EIO : rc;
 }
 
 static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *name, tv_error *err)
@@ -43,12 +33,12 @@ static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
     char *hdr = NULL;
     /* O_NONBLOCK: opening a FIFO must not hang; it is refused below. It has
      * no effect on regular files. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = tv__sys.open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", name, path,
                           strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
+    if (tv__sys.fstat(fd, &st) < 0) {
         rc = tv__seterr(err, -errno, "shard '%s': stat: %s", name, strerror(errno));
         goto fail_fd;
     }
@@ -90,7 +80,7 @@ static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
 fail_hdr:
     free(hdr);
 fail_fd:
-    close(fd);
+    tv__sys.close(fd);
     return rc;
 }
 
@@ -263,11 +253,11 @@ static int read_small_file(const char *path, uint64_t max, char **out, size_t *l
                            tv_error *err)
 {
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    int fd = tv__sys.open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, -errno, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
+    if (tv__sys.fstat(fd, &st) < 0) {
         rc = tv__seterr(err, -errno, "stat %s: %s", path, strerror(errno));
         goto out;
     }
@@ -292,7 +282,7 @@ static int read_small_file(const char *path, uint64_t max, char **out, size_t *l
         tv__seterr(err, rc, "read %s: %s", path, tv_strerror(rc));
     }
 out:
-    close(fd);
+    tv__sys.close(fd);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 #include "io/engine.h"
 #include "store/snapfile.h"
 #include "store/snapshot.h"
+#include "util/sys.h"
 #include "tensorvault/tensorvault.h"
 #include "xfer/xfer.h"
 
@@ -73,7 +74,7 @@ TV_API void tv_model_close(tv_model *m)
     free(m->name);
     free(m->snap_buf);
     if (m->lease_fd >= 0)
-        close(m->lease_fd);
+        tv__sys.close(m->lease_fd);
     free(m);
 }
 

@@ -21,12 +21,12 @@ static int real_rename_noreplace(const char *from, const char *to)
     return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
 }
 
-#define TV__SYS_REAL                                                                         \
-    {                                                                                        \
-        .open = real_open, .close = close, .pread = pread, .pwrite = pwrite, .fsync = fsync, \
-        .fdatasync = fdatasync, .ftruncate = ftruncate, .fstat = fstat, .ioctl = real_ioctl, \
-        .flock = flock, .rename = rename, .rename_noreplace = real_rename_noreplace,         \
-        .link = link, .unlink = unlink, .mkdir = mkdir,                                      \
+#define TV__SYS_REAL                                                                               \
+    {                                                                                              \
+        .open = real_open, .close = close, .pread = pread, .pwrite = pwrite, .fsync = fsync,       \
+        .fdatasync = fdatasync, .ftruncate = ftruncate, .fstat = fstat, .ioctl = real_ioctl,       \
+        .flock = flock, .rename = rename, .rename_noreplace = real_rename_noreplace, .link = link, \
+        .unlink = unlink, .mkdir = mkdir,                                                          \
     }
 
 static const tv__sys_ops g_real = TV__SYS_REAL;
@@ -80,21 +80,38 @@ int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off)
     return rc;
 }
 
-int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+int tv__sys_pwrite_upto(int fd, const void *buf, size_t len, uint64_t off, size_t *put_len)
 {
     size_t done = 0;
+    int rc = 0;
     while (done < len) {
-        ssize_t n =
-            tv__sys.pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        ssize_t n = tv__sys.pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0 || (size_t)n > len - done)
-            return -EIO;
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        if ((size_t)n > len - done) { /* a broken (or injected) pwrite */
+            rc = -EIO;
+            break;
+        }
         done += (size_t)n;
     }
-    return 0;
+    if (put_len)
+        *put_len = done;
+    return rc;
+}
+
+int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+    size_t put = 0;
+    int rc = tv__sys_pwrite_upto(fd, buf, len, off, &put);
+    if (rc == 0 && put != len)
+        rc = -EIO;
+    return rc;
 }
 
 int tv__sys_fsync(int fd)

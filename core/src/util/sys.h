@@ -6,7 +6,7 @@
  * of them without real hardware.
  *
  * Invariants: production code never calls these syscalls directly on those
- * files (scripts/check enforces it); tests restore the table with
+ * files (scripts/check-syscalls enforces it); tests restore the table with
  * tv__sys_reset after each case; tv__crash_point is a no-op unless a test
  * build installed tv__sys_crash_hook (the shipped binaries never do). */
 #ifndef TV_UTIL_SYS_H
@@ -44,7 +44,24 @@ void tv__sys_reset(void);
 
 /* Test-build crash hook: called by tv__crash_point at every named crash
  * point (after a step's durable effect, before the next one). NULL in the
- * shipped binaries. */
+ * shipped binaries; tests/tools/tensorvault_crashtest.c installs one that
+ * kill -9s at the point named by TV_TEST_CRASH_AT.
+ *
+ * Crash points (name: where, what is durable when it fires):
+ *   reserve             import: extents reserved ('writing' objects committed)
+ *   write               import: about half of the shard bytes written
+ *   flush               import: every byte written and fdatasync'ed
+ *   publish             import: publish transaction built, not yet committed
+ *   import.commit       import: generation published (registry committed);
+ *                       with --activate the activate.* points follow
+ *   activate.snapshot   activate: the target's snapshot file exists
+ *   activate.pointer    activate: active pointer renamed (readers switched),
+ *                       registry transaction open, not committed
+ *   activate.commit     activate: registry's active generation committed
+ *   retire.commit       retire: generation state 'retired' committed
+ *   gc.snapshot_unlink  gc: one retired generation's snapshot file unlinked
+ *   gc.commit           gc: one object's row deleted (its extent is free)
+ */
 extern void (*tv__sys_crash_hook)(const char *point);
 static inline void tv__crash_point(const char *point)
 {
@@ -61,6 +78,10 @@ int tv__sys_open(const char *path, int flags, mode_t mode);
 int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len);
 /* Reads exactly len bytes at off; EOF before len is -ENODATA. */
 int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off);
+/* Writes up to len bytes at off, stopping only at a write that accepts 0
+ * bytes; *put_len (may be NULL) receives the count, also on error.
+ * Returns 0 (check *put_len for a full device) or -errno. */
+int tv__sys_pwrite_upto(int fd, const void *buf, size_t len, uint64_t off, size_t *put_len);
 /* Writes all len bytes at off; a zero-byte write is -EIO. */
 int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 int tv__sys_fsync(int fd);
