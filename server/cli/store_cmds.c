@@ -79,12 +79,15 @@ int tv_cli_store(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "init") != 0) {
         fprintf(stderr, "usage: tensorvault store init --store DIR (--image FILE --size SIZE | "
-                        "--device PATH) [--region-offset BYTES] [--region-size BYTES] [--json]\n");
+                        "--device PATH) [--region-offset BYTES] [--region-size BYTES] [--force] "
+                        "[--json]\n"
+                        "  --force  overwrite a device or image that holds another store's "
+                        "label or data in its region\n");
         return TV_EXIT_USAGE;
     }
     tv_cli_opt opts[] = {STORE_OPT, {"--image", true, NULL}, {"--size", true, NULL},
                          {"--device", true, NULL}, {"--region-offset", true, NULL},
-                         {"--region-size", true, NULL}};
+                         {"--region-size", true, NULL}, {"--force", false, NULL}};
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
@@ -94,6 +97,7 @@ int tv_cli_store(int argc, char **argv)
     tv__store_init_opts o = {0};
     o.image = tv_cli_get(&a, "--image");
     o.device = tv_cli_get(&a, "--device");
+    o.force = tv_cli_flag(&a, "--force");
     const char *size = tv_cli_get(&a, "--size"), *roff = tv_cli_get(&a, "--region-offset"),
                *rlen = tv_cli_get(&a, "--region-size");
     if (a.n_pos || !o.image == !o.device || (o.image && !size) || (o.device && size) ||
