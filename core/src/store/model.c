@@ -442,8 +442,8 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
                 r = tv__seterr(&e, TV_E_INVALID_ARG,
                                "request %zu (tensor '%.*s'): needs %llu bytes, destination has "
                                "%zu",
-                               j, (int)m->t[i].name_len, m->t[i].name, (unsigned long long)nbytes,
-                               reqs[j].dest_len);
+                               j, (int)m->t[i].name_len, m->t[i].name,
+                               (unsigned long long)nbytes, reqs[j].dest_len);
             else
                 r = fill_req(m, i, 0, nbytes, reqs[j].dest, &io[k], &e);
         }
@@ -515,11 +515,9 @@ TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1,
     if (tv__mul_u64(r0, row_len, &off) || tv__mul_u64(r1 - r0, row_len, &len))
         return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row range overflows", name);
     if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' rows [%llu, %llu) need %llu bytes; "
-                          "destination has %zu",
-                          name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)len, dest_len);
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' rows [%llu, %llu) need %llu bytes; "
+                          "destination has %zu", name, (unsigned long long)r0,
+                          (unsigned long long)r1, (unsigned long long)len, dest_len);
     tv__io_req req;
     if ((rc = fill_req(m, i, off, len, dest, &req, err)))
         return rc;
@@ -540,10 +538,9 @@ TV_API int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_le
                           name, tv_dtype_name(p->dtype));
     uint64_t need;
     if (tv__mul_u64(p->n_elements, 4, &need) || !dest || dest_len < need)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' as float32 needs %llu bytes; "
-                          "destination has %zu",
-                          name, (unsigned long long)(p->n_elements * 4), dest_len);
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' as float32 needs %llu bytes; "
+                          "destination has %zu", name,
+                          (unsigned long long)(p->n_elements * 4), dest_len);
     if (p->dtype == TV_DTYPE_F32)
         return tv_read_into(m, name, dest, dest_len, err);
     void *raw = malloc(nbytes ? nbytes : 1);
@@ -660,7 +657,8 @@ fail_all:
     return rc;
 }
 
-TV_API int tv_read_batch_cuda(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv_error *err)
+TV_API int tv_read_batch_cuda(tv_model *m, tv_read_req *reqs, size_t n, void *stream,
+                              tv_error *err)
 {
     return cuda_batch(m, reqs, n, stream, err);
 }
