@@ -476,7 +476,8 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
         /* A directory with snapshots/ or a lock but no registry is a store
          * that lost its registry: never start a new one over it. */
         char p[4096];
-        if (!path_join(p, sizeof(p), dir, "snapshots", NULL) && lstat(p, &sb) == 0)
+        if ((!path_join(p, sizeof(p), dir, "snapshots", NULL) && lstat(p, &sb) == 0) ||
+            (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL) && lstat(p, &sb) == 0))
             return no_registry(dir, reg_path, err);
     }
     created_reg = new_store;

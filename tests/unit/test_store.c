@@ -388,10 +388,13 @@ static void test_registry_missing_empty_corrupt(void **state)
         assert_non_null(strstr(err.msg, "missing"));
     }
     assert_false(exists(reg, NULL));
-    /* store init does not start a new store over it either... only when the
-     * directory shows a store's snapshots. */
-    char snaps[300];
+    /* store init does not start a new store over it either (the directory
+     * has a store's lock, or its snapshots/). */
+    assert_int_equal(init_image(f->store, f->other_image, 64 * MiB, false, &err), TV_E_REGISTRY);
+    char lock[300], snaps[300];
+    snprintf(lock, sizeof lock, "%s/lock", f->store);
     snprintf(snaps, sizeof snaps, "%s/snapshots", f->store);
+    assert_int_equal(unlink(lock), 0);
     assert_int_equal(mkdir(snaps, 0700), 0);
     assert_int_equal(init_image(f->store, f->other_image, 64 * MiB, false, &err), TV_E_REGISTRY);
     assert_false(exists(reg, NULL));
