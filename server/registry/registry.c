@@ -383,7 +383,7 @@ static bool dir_readonly(const char *path)
     if (!slash)
         snprintf(dir, sizeof dir, ".");
     else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path ? slash - path : 1), path);
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash > path ? slash - path : 1), path);
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
         return true;
