@@ -437,3 +437,18 @@ def test_read_only_mount_lists_and_reads(tv, tmp_path, ckpt):
         assert p.returncode == 1 and "Read-only" in p.stderr, p.stderr
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_image_replaced_by_symlink_is_not_followed(tv, store, ckpt, tmp_path):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    img = objects(tv, store)[0]["path"]
+    name = sorted(reference_tensors(ckpt))[0]
+    os.rename(img, tmp_path / "elsewhere.img")
+    os.symlink(tmp_path / "elsewhere.img", img)
+    p = tv("get", "--store", store, "m", name, "-o", tmp_path / "x")
+    assert p.returncode == 1 and "symlink" in p.stderr, p.stderr
+    assert "symlink" in objects(tv, store)[0]["message"]
+    assert tv("import", "--store", store, "m2", ckpt).returncode == 1
+    os.unlink(img)
+    os.rename(tmp_path / "elsewhere.img", img)
+    tv("get", "--store", store, "m", name, "-o", tmp_path / "x", check=True)

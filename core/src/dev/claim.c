@@ -48,12 +48,11 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err)
         int rc = -errno;
         return tv__seterr(err, rc, "fstat %s: %s", d->path, strerror(-rc));
     }
-    if (S_ISREG(sb.st_mode)) {
+    if (S_ISREG(sb.st_mode))
         add_key(out, "file", (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
-        return 0;
-    }
-    add_key(out, "blk", major(sb.st_rdev), minor(sb.st_rdev));
-    if (major(sb.st_rdev) == LOOP_MAJOR_NUM) {
+    else
+        add_key(out, "blk", major(sb.st_rdev), minor(sb.st_rdev));
+    if (S_ISBLK(sb.st_mode) && major(sb.st_rdev) == LOOP_MAJOR_NUM) {
         /* The same bytes as its backing file: key it like that file. An
          * unbound loop device fails with ENXIO and has no backing key. */
         struct loop_info64 li;

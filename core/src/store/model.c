@@ -120,7 +120,10 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         }
         memcpy(path, sd.path, sd.path_len);
         path[sd.path_len] = '\0';
-        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0);
+        /* An image is recorded by its real path: a symlink there now was
+         * planted, and is not followed. */
+        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
+                         (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
         if ((rc = tv__dev_open(path, flags, &m->devs[i], err)))
             goto out;
         m->n_devs = i + 1;
