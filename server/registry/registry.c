@@ -462,8 +462,15 @@ static int connect(tv__reg *reg, const char *path, unsigned flags, tv_error *err
     if (!(flags & TV__REG_READONLY)) {
         rc = sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE, NULL);
     } else {
-        char uri[4200];
+        /* immutable=1 skips the WAL: safe only when there is none to read
+         * (a writer that died leaves -wal and -shm behind, and then plain
+         * mode=ro reads them, -shm read-only). */
+        char uri[4200], wal[4200];
+        struct stat wsb;
         bool immutable = dir_readonly(path);
+        if (immutable && (size_t)snprintf(wal, sizeof wal, "%s-wal", path) < sizeof wal &&
+            stat(wal, &wsb) == 0 && wsb.st_size > 0)
+            immutable = false;
         if (file_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro", uri, sizeof uri))
             return tv__seterr(err, -ENAMETOOLONG, "registry %s: path too long", path);
         rc = sqlite3_open_v2(uri, &reg->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);

@@ -5,6 +5,7 @@ import json
 import os
 import pty
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -435,6 +436,20 @@ def test_read_only_mount_lists_and_reads(tv, tmp_path, ckpt):
         # Writers fail cleanly, naming the problem.
         p = tv("import", "--store", s, "m2", ckpt)
         assert p.returncode == 1 and "Read-only" in p.stderr, p.stderr
+        # A writer that died left a WAL (and -shm) with a committed change:
+        # readers on the read-only mount see it (no immutable=1 then).
+        r = subprocess.run(["mount", "-o", "remount,rw", str(mnt)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        code = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                "c.execute('PRAGMA wal_autocheckpoint = 0'); "
+                "c.execute(\"UPDATE models SET name = 'renamed'\"); c.commit(); os._exit(0)")
+        subprocess.run([sys.executable, "-c", code, os.path.join(s, "registry.db")], check=True)
+        assert os.path.getsize(os.path.join(s, "registry.db-wal")) > 0
+        r = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert [m["name"] for m in js(tv("models", "--store", s, "--json"))["models"]] == \
+            ["renamed"]
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
