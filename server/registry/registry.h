@@ -75,9 +75,9 @@ int tv__reg_open(const char *path, tv__reg **out, tv_error *err);
  * or is corrupt, or one with no schema (user_version 0) is TV_E_REGISTRY,
  * each naming the file. TV__REG_READONLY opens with SQLite mode=ro (and,
  * when the directory is on a read-only filesystem so the -shm file cannot
- * be made, immutable=1), applies no pragma that writes and refuses a
- * schema older than this binary's (TV_E_REGISTRY: a writer command
- * migrates it) instead of migrating. A full filesystem while creating is
+ * be made and no non-empty -wal is left to read, immutable=1), applies no
+ * pragma that writes and refuses a schema older than this binary's
+ * (TV_E_REGISTRY: a writer command migrates it) instead of migrating. A full filesystem while creating is
  * -ENOSPC saying so. */
 int tv__reg_open_ex(const char *path, unsigned flags, tv__reg **out, tv_error *err);
 
