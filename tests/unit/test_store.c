@@ -2,7 +2,8 @@
  * device claim safety (another store's label, data in the region, the same
  * image under another name), what a failed init leaves behind, the lock file
  * (FIFO, symlink, directory), read-only opens that never create or migrate
- * the registry, an empty or corrupt registry, EIO on a label read, and
+ * the registry, an empty or corrupt registry, EIO on a label read (store
+ * and reader), and
  * ENOSPC when creating the image, registry or lock (injected through
  * tv__sys). The syscall table is restored after each case. */
 #include <errno.h>
@@ -22,7 +23,9 @@
 #include <sqlite3.h>
 
 #include "dev/dev.h"
+#include "import/import.h"
 #include "import/store.h"
+#include "tensorvault/tensorvault.h"
 #include "registry/registry.h"
 #include "util/sys.h"
 
@@ -496,6 +499,48 @@ static void test_label_eio_is_io_error(void **state)
     tv__store_close(st);
 }
 
+/* The reader (tv_model_open) keeps an EIO on the label an I/O error too. */
+static void test_reader_label_eio_is_io_error(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(init_image(f->store, f->image, 64 * MiB, false, &err), 0);
+    /* A one-tensor checkpoint: header {"t": U8 [8]} padded to 8 bytes. */
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/model.safetensors", f->dir);
+    const char hdr[] = "{\"t\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}";
+    size_t hl = (sizeof hdr - 1 + 7) / 8 * 8;
+    uint8_t buf[256] = {0};
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(hl >> (8 * i));
+    memset(buf + 8, ' ', hl);
+    memcpy(buf + 8, hdr, sizeof hdr - 1);
+    memcpy(buf + 8 + hl, "ABCDEFGH", 8);
+    int fd = open(ckpt, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_int_equal(write(fd, buf, 16 + hl), (ssize_t)(16 + hl));
+    close(fd);
+    tv__store *st = NULL;
+    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &st, &err), 0);
+    tv__import_opts io = {.activate = true};
+    tv__import_result res;
+    if (tv__import(st, "m", ckpt, &io, &res, &err))
+        fail_msg("import: %s", err.msg);
+    tv__store_close(st);
+    tv_model *m = NULL;
+    assert_int_equal(tv_model_open(f->store, "m", NULL, &m, &err), 0);
+    tv_model_close(m);
+    m = NULL;
+    g_fail_off = MiB;
+    g_fail_errno = EIO;
+    tv__sys.pread = pread_fail_at;
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv_model_open(f->store, "m", NULL, &m, &err), -EIO);
+    tv__sys_reset();
+    assert_null(m);
+    assert_non_null(strstr(err.msg, f->image));
+    assert_null(strstr(err.msg, "unreadable"));
+}
+
 static const char *g_enospc_suffix;
 static int open_enospc(const char *path, int flags, mode_t mode)
 {
@@ -587,6 +632,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_registry_missing_empty_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_never_migrates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_label_eio_is_io_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_label_eio_is_io_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_enospc_says_so, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
