@@ -69,9 +69,14 @@ static int take_lock(const char *dir, int *fd_out, bool *created, tv_error *err)
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
-        rc =
-            tv__seterr(err, TV_E_INVALID_ARG, "lock %s is not a regular file (mode 0%o); remove it",
-                       p, (unsigned)(sb.st_mode & S_IFMT));
+        const char *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                           : S_ISDIR(sb.st_mode)  ? "a directory"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                                                  : "not a file";
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "lock %s is not a regular file (%s); remove it", p,
+                        kind);
         goto fail;
     }
     int fl = fcntl(fd, F_GETFL);
@@ -374,7 +379,8 @@ int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error
  * identity (claim keys recorded at registration or computed now from the
  * registered path) or by real path, or a label of this store's uuid. */
 static int check_not_registered(tv__store *st, const tv__dev *d, const char *real,
-                                const tv__dev_claim *mine, const tv__dev_scan *scan, tv_error *err)
+                                const tv__dev_claim *mine, const tv__dev_scan *scan, bool fresh,
+                                tv_error *err)
 {
     tv__reg_device *devs = NULL;
     size_t n = 0;
@@ -385,11 +391,14 @@ static int check_not_registered(tv__store *st, const tv__dev *d, const char *rea
     if (scan && scan->label_valid)
         tv__uuid_format(scan->label_uuid, scan_uuid);
     for (size_t i = 0; i < n && !rc; i++) {
+        /* A file this call just created (O_EXCL) is a new inode: a key
+         * recorded for a registered image deleted since may have been
+         * reused by it, so only the path is compared. */
         tv__dev_claim theirs;
         row_claim(&devs[i], &theirs);
-        bool same = tv__dev_claim_same(mine, &theirs);
+        bool same = !fresh && tv__dev_claim_same(mine, &theirs);
         const char *why = "the same device";
-        if (!same) {
+        if (!same && !fresh) {
             tv__dev *o = NULL;
             tv_error ignore;
             if (tv__dev_open(devs[i].path, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &o, &ignore) == 0 &&
@@ -530,7 +539,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
         goto fail;
     /* Our own devices are refused even with --force: their objects are in
      * the registry. */
-    if ((rc = check_not_registered(st, d, real, &claim, &scan, err)) ||
+    if ((rc = check_not_registered(st, d, real, &claim, &scan, created_image, err)) ||
         (rc = check_unclaimed(d, &scan, roff, rlen, o->force, err)))
         goto fail;
     uint8_t uuid[16];

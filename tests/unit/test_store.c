@@ -223,6 +223,21 @@ static void test_same_image_under_other_names(void **state)
     assert_non_null(strstr(err.msg, "already device 1"));
 }
 
+/* A registered image deleted, then a new image created (often on the same
+ * inode number): the new one is not mistaken for the old. */
+static void test_new_image_on_reused_inode(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(init_image(f->store, f->image, 64 * MiB, false, &err), 0);
+    struct stat old, now;
+    assert_int_equal(stat(f->image, &old), 0);
+    assert_int_equal(unlink(f->image), 0);
+    assert_int_equal(init_image(f->store, f->other_image, 64 * MiB, false, &err), 0);
+    assert_int_equal(stat(f->other_image, &now), 0);
+    print_message("inode %s\n", old.st_ino == now.st_ino ? "reused" : "not reused");
+}
+
 static void test_claim_keys(void **state)
 {
     fixture *f = *state;
@@ -624,6 +639,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scan_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_image_under_other_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_image_on_reused_inode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_init_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_dir_is_0700, setup, teardown),
         cmocka_unit_test_setup_teardown(test_image_symlink_not_followed, setup, teardown),
