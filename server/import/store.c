@@ -151,10 +151,8 @@ static int no_registry(const char *dir, const char *reg_path, tv_error *err)
         store_like = true;
     if (store_like)
         return tv__seterr(err, TV_E_REGISTRY,
-                          "store %s: registry %s is missing (the directory has a lock or "
-                          "snapshots/ of a store); restore it from a backup, it is never "
-                          "re-created over an existing store",
-                          dir, reg_path);
+                          "store %s: registry %s is missing; restore it (never re-created)", dir,
+                          reg_path);
     if (stat(dir, &sb) != 0)
         return tv__seterr(err, TV_E_NOT_FOUND, "%s: no such store directory (%s)", dir,
                           strerror(errno));
@@ -198,9 +196,8 @@ static int open_common(const char *dir, unsigned flags, bool create, bool *creat
         goto fail;
     if (st->reclaimed.n_objects || st->reclaimed.n_generations)
         tv__log(TV_LOG_WARN,
-                "store %s: reclaimed %zu interrupted reservations, %zu importing "
-                "generations marked failed",
-                dir, st->reclaimed.n_objects, st->reclaimed.n_generations);
+                "store %s: reclaimed %zu reservations, %zu importing generations failed", dir,
+                st->reclaimed.n_objects, st->reclaimed.n_generations);
     if (flags & TV__STORE_WRITE) {
         tv_error se = {0};
         if (tv__store_sync_snapshots(st, &se))
@@ -444,8 +441,7 @@ static int check_unclaimed(const tv__dev *d, const tv__dev_scan *s, uint64_t rof
         return 0;
     }
     return tv__seterr(err, TV_E_DEVICE_IN_USE,
-                      "%s holds %s (region [%llu, %llu)): refusing to overwrite it; use --force "
-                      "if its contents may be destroyed",
+                      "%s holds %s in region [%llu, %llu): not overwritten without --force",
                       d->path, what, (unsigned long long)roff, (unsigned long long)(roff + rlen));
 }
 
@@ -459,8 +455,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     struct stat sb;
     if (!dir || !o || (!o->image == !o->device))
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "store init needs exactly one of --image or "
-                          "--device");
+                          "store init needs exactly one of --image or --device");
     if ((rc = path_join(reg_path, sizeof(reg_path), dir, REGISTRY_FILE, err)))
         return rc;
     if (stat(dir, &sb) == 0) {
@@ -468,9 +463,8 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
             return tv__seterr(err, -ENOTDIR, "store %s is not a directory", dir);
         if (sb.st_mode & 077)
             tv__log(TV_LOG_WARN,
-                    "store directory %s has mode 0%o: other users can reach it "
-                    "(chmod 700 %s)",
-                    dir, (unsigned)(sb.st_mode & 0777), dir);
+                    "store directory %s has mode 0%o: others can reach it, chmod 700 it", dir,
+                    (unsigned)(sb.st_mode & 0777));
     } else if (errno != ENOENT) {
         return tv__seterr(err, -errno, "store %s: %s", dir, strerror(errno));
     } else {

@@ -423,9 +423,7 @@ static int precheck(const char *path, unsigned flags, tv_error *err)
         rc = tv__seterr(err, TV_E_REGISTRY, "registry %s is not a regular file", path);
     else if (!(flags & TV__REG_CREATE) && sb.st_size == 0)
         rc = tv__seterr(err, TV_E_REGISTRY,
-                        "registry %s is empty (0 bytes): not a tensorvault registry; restore it "
-                        "from a backup (it is never re-created over an existing store)",
-                        path);
+                        "registry %s is empty (0 bytes): restore it (never re-created)", path);
     tv__sys.close(fd);
     return rc;
 }
@@ -491,16 +489,12 @@ static int check_schema(tv__reg *reg, const char *path, unsigned flags, tv_error
         return rc;
     if (version == 0)
         return tv__seterr(err, TV_E_REGISTRY,
-                          "registry %s has no tensorvault schema (user_version 0): not a "
-                          "tensorvault registry",
-                          path);
+                          "registry %s has no tensorvault schema (user_version 0)", path);
     if (version > latest || !(flags & TV__REG_READONLY))
         return 0; /* tv__migrate refuses a newer one, or migrates an older one */
     if (version < latest)
         return tv__seterr(err, TV_E_REGISTRY,
-                          "registry %s has schema version %d, this tensorvault needs %d: run a "
-                          "writer command (e.g. tensorvault gc) to migrate it; read-only "
-                          "commands never do",
+                          "registry %s: schema %d is older than %d; a writer command migrates it",
                           path, version, latest);
     return 0;
 }
@@ -542,8 +536,7 @@ int tv__reg_open_ex(const char *path, unsigned flags, tv__reg **out, tv_error *e
             goto fail_db;
         if (version > (int)tv__n_migrations) {
             rc = tv__seterr(err, TV_E_REGISTRY_TOO_NEW,
-                            "registry schema version %d is newer than this tensorvault supports "
-                            "(%d); upgrade tensorvault or open a registry it created",
+                            "registry schema version %d is newer than this tensorvault (%d)",
                             version, (int)tv__n_migrations);
             goto fail_db;
         }
