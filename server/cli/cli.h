@@ -17,7 +17,7 @@
  * usage errors. */
 /* clang-format off */
 #define TV_CLI_USAGE_INSPECT "inspect PATH [--json]"
-#define TV_CLI_USAGE_STORE "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset SIZE] [--region-size SIZE] [--json]"
+#define TV_CLI_USAGE_STORE "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset SIZE] [--region-size SIZE] [--force] [--json]"
 #define TV_CLI_USAGE_IMPORT "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...] [--chunk SIZE] [--json]"
 #define TV_CLI_USAGE_MODELS "models --store DIR [--json]"
 #define TV_CLI_USAGE_GENERATIONS "generations --store DIR NAME [--json]"

@@ -57,33 +57,7 @@ static int need_store(const char *cmd, const tv_cli_args *a, const char **dir)
 
 int tv__cli_check_store(const char *dir, tv_error *err)
 {
-    char p[4096];
-    struct stat sb;
-    if (stat(dir, &sb) < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return tv__seterr(
-                err, TV_E_NOT_FOUND,
-                "%s is not a tensorvault store (no such directory; run 'tensorvault store init')",
-                dir);
-        return tv__seterr(err, -errno, "%s: %s", dir, strerror(errno));
-    }
-    if (!S_ISDIR(sb.st_mode))
-        return tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (not a directory)",
-                          dir);
-    if ((size_t)snprintf(p, sizeof(p), "%s/registry.db", dir) >= sizeof(p))
-        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", dir);
-    if (stat(p, &sb) < 0) {
-        if (errno == ENOENT)
-            return tv__seterr(
-                err, TV_E_NOT_FOUND,
-                "%s is not a tensorvault store (no registry.db; run 'tensorvault store init')",
-                dir);
-        return tv__seterr(err, -errno, "%s: %s", p, strerror(errno));
-    }
-    if (!S_ISREG(sb.st_mode))
-        return tv__seterr(err, TV_E_NOT_FOUND,
-                          "%s is not a tensorvault store (registry.db is not a regular file)", dir);
-    return 0;
+    return tv__store_check_dir(dir, err);
 }
 
 /* Every command but store init: refuse a path that is not a store with the
@@ -108,7 +82,7 @@ int tv_cli_store(int argc, char **argv)
                              TV_CLI_USAGE_STORE);
     tv_cli_opt opts[] = {STORE_OPT, {"--image", true, NULL}, {"--size", true, NULL},
                          {"--device", true, NULL}, {"--region-offset", true, NULL},
-                         {"--region-size", true, NULL}};
+                         {"--region-size", true, NULL}, {"--force", false, NULL}};
     tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
     const char *dir;
     int u;
@@ -118,6 +92,7 @@ int tv_cli_store(int argc, char **argv)
     tv__store_init_opts o = {0};
     o.image = tv_cli_get(&a, "--image");
     o.device = tv_cli_get(&a, "--device");
+    o.force = tv_cli_flag(&a, "--force");
     const char *size = tv_cli_get(&a, "--size");
     if ((u = tv__cli_npos("store init", &a, 0, 0, TV_CLI_USAGE_STORE)))
         return u;

@@ -17,7 +17,7 @@
 #include "util/sys.h"
 
 #define REGISTRY_FILE "registry.db"
-#define LOCK_FILE "lock"
+#define LOCK_FILE     "lock"
 
 static int path_join(char *out, size_t len, const char *dir, const char *name, tv_error *err)
 {
@@ -26,35 +26,102 @@ static int path_join(char *out, size_t len, const char *dir, const char *name, t
     return 0;
 }
 
-static int take_lock(const char *dir, int *fd_out, tv_error *err)
+/* Says plainly when an errno means the store's filesystem is full. */
+static const char *full_hint(int neg_errno)
+{
+    if (neg_errno == -ENOSPC)
+        return " (no space left on the store's filesystem)";
+    if (neg_errno == -EDQUOT)
+        return " (disk quota exceeded on the store's filesystem)";
+    return "";
+}
+
+static bool is_errno(int rc)
+{
+    return rc < 0 && rc > -1000; /* TV_E_* codes start at -1000 */
+}
+
+/* Opens DIR/lock without following a symlink or blocking on a FIFO, creates
+ * it (0600) when absent (*created), and takes the writer flock. A lock that
+ * is not a regular file is an error naming it; it is never truncated. */
+static int take_lock(const char *dir, int *fd_out, bool *created, tv_error *err)
 {
     char p[4096];
     int rc = path_join(p, sizeof(p), dir, LOCK_FILE, err);
     if (rc)
         return rc;
-    int fd = tv__sys.open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    const int base = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    int fd = tv__sys_open(p, base, 0);
+    if (fd == -ENOENT) {
+        fd = tv__sys_open(p, base | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0)
+            *created = true;
+        else if (fd == -EEXIST) /* another writer made it just now */
+            fd = tv__sys_open(p, base, 0);
+    }
+    if (fd == -ELOOP)
+        return tv__seterr(err, fd, "lock %s is a symlink (never followed); remove it", p);
     if (fd < 0)
-        return tv__seterr(err, -errno, "%s: %s", p, strerror(errno));
+        return tv__seterr(err, fd, "lock %s: %s%s", p, strerror(-fd), full_hint(fd));
+    struct stat sb;
+    if (tv__sys.fstat(fd, &sb) != 0) {
+        rc = tv__seterr(err, -errno, "lock %s: fstat: %s", p, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        const char *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                           : S_ISDIR(sb.st_mode)  ? "a directory"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                                                  : "not a file";
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "lock %s is not a regular file (%s); remove it", p,
+                        kind);
+        goto fail;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        rc = tv__seterr(err, -errno, "lock %s: fcntl: %s", p, strerror(errno));
+        goto fail;
+    }
     if (tv__sys.flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
         char holder[32] = "";
-        ssize_t n = tv__sys.pread(fd, holder, sizeof(holder) - 1, 0);
-        holder[n > 0 ? n : 0] = '\0';
+        size_t n = 0;
+        if (tv__sys_pread_full(fd, holder, sizeof(holder) - 1, 0, &n))
+            n = 0;
+        holder[n] = '\0';
         holder[strcspn(holder, "\n")] = '\0';
-        tv__sys.close(fd);
         if (e == EWOULDBLOCK)
-            return tv__seterr(err, TV_E_LOCKED,
-                              "store %s is locked by another writer (pid %s)", dir,
-                              holder[0] ? holder : "unknown");
-        return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
+            rc = tv__seterr(err, TV_E_LOCKED, "store %s is locked by another writer (pid %s)", dir,
+                            holder[0] ? holder : "unknown");
+        else
+            rc = tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
+        goto fail;
+    }
+    /* A failed store init unlinks the lock it created: holding the flock
+     * counts only while the path still names this inode. */
+    struct stat now;
+    if (lstat(p, &now) != 0 || now.st_ino != sb.st_ino || now.st_dev != sb.st_dev) {
+        rc =
+            tv__seterr(err, TV_E_LOCKED, "store %s: lock %s was replaced while locking it", dir, p);
+        goto fail;
     }
     char pid[32];
     int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (tv__sys.ftruncate(fd, 0) == 0 && tv__sys.pwrite(fd, pid, (size_t)n, 0) != n) {
-        /* The pid is only informational. */
+    if (tv__sys.ftruncate(fd, 0) != 0) {
+        rc = tv__seterr(err, -errno, "lock %s: ftruncate: %s", p, strerror(errno));
+        goto fail;
+    }
+    if ((rc = tv__sys_pwrite_full(fd, pid, (size_t)n, 0))) {
+        tv__seterr(err, rc, "lock %s: writing the pid: %s%s", p, strerror(-rc), full_hint(rc));
+        goto fail;
     }
     *fd_out = fd;
     return 0;
+fail:
+    tv__sys.close(fd); /* releases the flock if it was taken */
+    return rc;
 }
 
 void tv__store_close(tv__store *st)
@@ -71,11 +138,67 @@ void tv__store_close(tv__store *st)
     free(st);
 }
 
-static int open_common(const char *dir, unsigned flags, bool must_exist, tv__store **out,
-                       tv_error *err)
+/* What an existing directory without registry.db is: a store that lost its
+ * registry (it has a lock or snapshots/) or no store at all. */
+static int no_registry(const char *dir, const char *reg_path, tv_error *err)
+{
+    char p[4096];
+    struct stat sb;
+    bool store_like = false;
+    if (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL) && lstat(p, &sb) == 0)
+        store_like = true;
+    if (!path_join(p, sizeof(p), dir, "snapshots", NULL) && lstat(p, &sb) == 0)
+        store_like = true;
+    if (store_like)
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "store %s: registry %s is missing; restore it (never re-created)", dir,
+                          reg_path);
+    if (stat(dir, &sb) != 0)
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s: no such store directory (%s)", dir,
+                          strerror(errno));
+    return tv__seterr(err, TV_E_NOT_FOUND,
+                      "%s is not a tensorvault store (no %s; run 'tensorvault store init')", dir,
+                      REGISTRY_FILE);
+}
+
+int tv__store_check_dir(const char *dir, tv_error *err)
+{
+    char p[4096];
+    struct stat sb;
+    int rc;
+    if (!dir)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL store directory");
+    if (stat(dir, &sb) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return tv__seterr(
+                err, TV_E_NOT_FOUND,
+                "%s is not a tensorvault store (no such directory; run 'tensorvault store init')",
+                dir);
+        return tv__seterr(err, -errno, "%s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (not a directory)",
+                          dir);
+    if ((rc = path_join(p, sizeof(p), dir, REGISTRY_FILE, err)))
+        return rc;
+    if (lstat(p, &sb) < 0)
+        return no_registry(dir, p, err);
+    if (!S_ISREG(sb.st_mode))
+        return tv__seterr(err, TV_E_REGISTRY, "store %s: registry %s is not a regular file", dir,
+                          p);
+    return 0;
+}
+
+/* Opens the store in dir. Readers open the registry read-only (never
+ * creating, migrating or writing it: a read-only mount works); writers take
+ * the lock first. create (store init of a new store only) lets the registry
+ * be created; *created_lock reports a lock file made here. */
+static int open_common(const char *dir, unsigned flags, bool create, bool *created_lock,
+                       tv__store **out, tv_error *err)
 {
     int rc;
     char p[4096];
+    bool lock_made = false;
     *out = NULL;
     tv__store *st = calloc(1, sizeof(*st));
     if (!st)
@@ -88,30 +211,34 @@ static int open_common(const char *dir, unsigned flags, bool must_exist, tv__sto
     if ((rc = path_join(p, sizeof(p), dir, REGISTRY_FILE, err)))
         goto fail;
     struct stat sb;
-    if (must_exist && stat(p, &sb) < 0) {
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (no %s; run "
-                        "'tensorvault store init')", dir, REGISTRY_FILE);
+    if (!create && lstat(p, &sb) < 0) {
+        rc = no_registry(dir, p, err);
         goto fail;
     }
-    if ((flags & TV__STORE_WRITE) && (rc = take_lock(dir, &st->lock_fd, err)))
+    if ((flags & TV__STORE_WRITE) && (rc = take_lock(dir, &st->lock_fd, &lock_made, err)))
         goto fail;
-    if ((rc = tv__reg_open(p, &st->reg, err)))
+    unsigned rflags = create ? TV__REG_CREATE : (flags & TV__STORE_WRITE) ? 0 : TV__REG_READONLY;
+    if ((rc = tv__reg_open_ex(p, rflags, &st->reg, err)))
         goto fail;
     if ((flags & TV__STORE_WRITE) && (rc = tv__reg_reclaim_writing(st->reg, &st->reclaimed, err)))
         goto fail;
     if (st->reclaimed.n_objects || st->reclaimed.n_generations)
-        tv__log(TV_LOG_WARN, "store %s: reclaimed %zu interrupted reservations, %zu importing "
-                "generations marked failed", dir, st->reclaimed.n_objects,
-                st->reclaimed.n_generations);
+        tv__log(TV_LOG_WARN,
+                "store %s: reclaimed %zu reservations, %zu importing generations failed", dir,
+                st->reclaimed.n_objects, st->reclaimed.n_generations);
     if (flags & TV__STORE_WRITE) {
         tv_error se = {0};
         if (tv__store_sync_snapshots(st, &se))
             tv__log(TV_LOG_WARN, "store %s: snapshot repair: %s", dir, se.msg);
     }
+    if (created_lock)
+        *created_lock = lock_made;
     *out = st;
     return 0;
 fail:
     tv__store_close(st);
+    if (lock_made && create && !path_join(p, sizeof(p), dir, LOCK_FILE, NULL))
+        tv__sys.unlink(p);
     return rc;
 }
 
@@ -119,7 +246,7 @@ int tv__store_open(const char *dir, unsigned flags, tv__store **out, tv_error *e
 {
     if (!dir || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
-    return open_common(dir, flags, true, out, err);
+    return open_common(dir, flags, false, NULL, out, err);
 }
 
 /* Identity JSON stored in the registry row <-> label fields. */
@@ -131,14 +258,19 @@ static void hexs(const uint8_t *b, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-static int identity_json(const tv__dev *d, char *out, size_t len)
+/* The NVMe identity (what the label records) plus the claim keys that
+ * recognise the device under any other path ("claim": tv__dev_claim_keys). */
+static int identity_json(const tv__dev *d, const tv__dev_claim *c, char *out, size_t len)
 {
     char nguid[33], eui[17];
     hexs(d->ident.nguid, 16, nguid);
     hexs(d->ident.eui64, 8, eui);
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "serial", d->ident.serial, "model",
-                          d->ident.model, "nsid", (json_int_t)d->ident.nsid, "nguid", nguid,
-                          "eui64", eui);
+    json_t *keys = json_array();
+    for (size_t i = 0; keys && i < c->n_keys; i++)
+        json_array_append_new(keys, json_string(c->keys[i]));
+    json_t *o =
+        json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "serial", d->ident.serial, "model", d->ident.model,
+                  "nsid", (json_int_t)d->ident.nsid, "nguid", nguid, "eui64", eui, "claim", keys);
     if (!o)
         return -ENOMEM;
     char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
@@ -150,6 +282,21 @@ static int identity_json(const tv__dev *d, char *out, size_t len)
         strcpy(out, s);
     free(s);
     return rc;
+}
+
+/* The claim keys a registry row recorded at registration (none for rows of
+ * older builds). */
+static void row_claim(const tv__reg_device *row, tv__dev_claim *c)
+{
+    memset(c, 0, sizeof(*c));
+    json_t *o = json_loads(row->identity, 0, NULL);
+    json_t *keys = json_object_get(o, "claim");
+    for (size_t i = 0; i < json_array_size(keys) && c->n_keys < TV_DEV_CLAIM_MAX_KEYS; i++) {
+        const char *k = json_string_value(json_array_get(keys, i));
+        if (k && strlen(k) < TV_DEV_CLAIM_KEY_LEN)
+            strcpy(c->keys[c->n_keys++], k);
+    }
+    json_decref(o);
 }
 
 /* The label the registry row says should be on the device. */
@@ -195,13 +342,20 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
     if ((rc = tv__reg_device_get(st->reg, id, &row, err)))
         return rc;
     tv__dev *d = NULL;
-    if ((rc = tv__dev_open(row.path, write ? TV_DEV_O_RDWR : TV_DEV_O_RDONLY, &d, err)))
+    /* An image is registered by its real path: a symlink found there later
+     * was planted, not made by us, and is not followed. */
+    unsigned oflags = (write ? TV_DEV_O_RDWR : TV_DEV_O_RDONLY) |
+                      (!strcmp(row.kind, "file") ? TV_DEV_O_NOFOLLOW : 0);
+    if ((rc = tv__dev_open(row.path, oflags, &d, err)))
         return rc;
     if ((rc = tv__label_read(d, row.region_off, &on_disk, err)) ||
         (rc = expected_label(&row, &want, err)) ||
         (rc = tv__label_check(&on_disk, &want, d, err))) {
         tv__dev_close(d);
-        if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
+        if (is_errno(rc) && rc != -ENOMEM) /* EIO and friends stay I/O errors */
+            return tv__seterr_wrap(err, rc, "device %lld (%s): reading the label", (long long)id,
+                                   row.path);
+        if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM && rc != TV_E_REGISTRY)
             return tv__seterr_wrap(err, TV_E_DEVICE_MISMATCH, "device %lld (%s): label unreadable",
                                    (long long)id, row.path);
         return rc;
@@ -243,41 +397,147 @@ int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error
     return rc;
 }
 
-int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id,
-                   tv_error *err)
+/* -EEXIST when d is already a device of this store: the same storage by
+ * identity (claim keys recorded at registration or computed now from the
+ * registered path) or by real path, or a label of this store's uuid. */
+static int check_not_registered(tv__store *st, const tv__dev *d, const char *real,
+                                const tv__dev_claim *mine, const tv__dev_scan *scan, bool fresh,
+                                tv_error *err)
+{
+    tv__reg_device *devs = NULL;
+    size_t n = 0;
+    int rc = tv__reg_device_list(st->reg, &devs, &n, err);
+    if (rc)
+        return rc;
+    char scan_uuid[37] = "";
+    if (scan && scan->label_valid)
+        tv__uuid_format(scan->label_uuid, scan_uuid);
+    for (size_t i = 0; i < n && !rc; i++) {
+        /* A file this call just created (O_EXCL) is a new inode: a key
+         * recorded for a registered image deleted since may have been
+         * reused by it, so only the path is compared. */
+        tv__dev_claim theirs;
+        row_claim(&devs[i], &theirs);
+        bool same = !fresh && tv__dev_claim_same(mine, &theirs);
+        const char *why = "the same device";
+        if (!same && !fresh) {
+            tv__dev *o = NULL;
+            tv_error ignore;
+            if (tv__dev_open(devs[i].path, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &o, &ignore) == 0 &&
+                tv__dev_claim_keys(o, &theirs, &ignore) == 0)
+                same = tv__dev_claim_same(mine, &theirs);
+            tv__dev_close(o);
+        }
+        if (!same && !strcmp(real, devs[i].path))
+            same = true;
+        if (!same && scan_uuid[0] && !strcmp(scan_uuid, devs[i].uuid)) {
+            same = true;
+            why = "its label";
+        }
+        if (same)
+            rc = tv__seterr(err, -EEXIST, "%s is already device %lld of store %s (%s, %s)", d->path,
+                            (long long)devs[i].id, st->dir, why, devs[i].path);
+    }
+    free(devs);
+    return rc;
+}
+
+/* TV_E_DEVICE_IN_USE unless the scan found nothing or force is set. */
+static int check_unclaimed(const tv__dev *d, const tv__dev_scan *s, uint64_t roff, uint64_t rlen,
+                           bool force, tv_error *err)
+{
+    if (!s->label && !s->nonzero)
+        return 0;
+    char what[160];
+    if (s->label && s->label_valid) {
+        char u[37];
+        tv__uuid_format(s->label_uuid, u);
+        snprintf(what, sizeof(what), "the label of tensorvault store %s at offset %llu", u,
+                 (unsigned long long)s->label_off);
+    } else if (s->label) {
+        snprintf(what, sizeof(what), "a damaged tensorvault label at offset %llu",
+                 (unsigned long long)s->label_off);
+    } else {
+        snprintf(what, sizeof(what), "non-zero data at offset %llu",
+                 (unsigned long long)s->nonzero_off);
+    }
+    if (force) {
+        tv__log(TV_LOG_WARN, "%s holds %s: overwriting it (--force)", d->path, what);
+        return 0;
+    }
+    return tv__seterr(err, TV_E_DEVICE_IN_USE,
+                      "%s holds %s in region [%llu, %llu): not overwritten without --force",
+                      d->path, what, (unsigned long long)roff, (unsigned long long)(roff + rlen));
+}
+
+int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id, tv_error *err)
 {
     int rc;
     tv__store *st = NULL;
     tv__dev *d = NULL;
-    bool created_image = false;
-    char real[4096];
+    bool created_dir = false, created_reg = false, created_lock = false, created_image = false;
+    char real[4096], reg_path[4096];
+    struct stat sb;
     if (!dir || !o || (!o->image == !o->device))
-        return tv__seterr(err, TV_E_INVALID_ARG, "store init needs exactly one of --image or "
-                          "--device");
-    if (tv__sys.mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return tv__seterr(err, -errno, "mkdir %s: %s", dir, strerror(errno));
-    if ((rc = open_common(dir, TV__STORE_WRITE, false, &st, err)))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "store init needs exactly one of --image or --device");
+    if ((rc = path_join(reg_path, sizeof(reg_path), dir, REGISTRY_FILE, err)))
         return rc;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return tv__seterr(err, -ENOTDIR, "store %s is not a directory", dir);
+        if (sb.st_mode & 077)
+            tv__log(TV_LOG_WARN,
+                    "store directory %s has mode 0%o: others can reach it, chmod 700 it", dir,
+                    (unsigned)(sb.st_mode & 0777));
+    } else if (errno != ENOENT) {
+        return tv__seterr(err, -errno, "store %s: %s", dir, strerror(errno));
+    } else {
+        if (tv__sys.mkdir(dir, 0700) != 0) {
+            rc = -errno;
+            return tv__seterr(err, rc, "mkdir %s: %s%s", dir, strerror(-rc), full_hint(rc));
+        }
+        created_dir = true;
+    }
+    bool new_store = lstat(reg_path, &sb) != 0;
+    if (new_store && !created_dir) {
+        /* A directory with snapshots/ or a lock but no registry is a store
+         * that lost its registry: never start a new one over it. */
+        char p[4096];
+        if ((!path_join(p, sizeof(p), dir, "snapshots", NULL) && lstat(p, &sb) == 0) ||
+            (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL) && lstat(p, &sb) == 0))
+            return no_registry(dir, reg_path, err);
+    }
+    created_reg = new_store;
+    if ((rc = open_common(dir, TV__STORE_WRITE, new_store, &created_lock, &st, err))) {
+        if (rc == TV_E_LOCKED) /* another init holds it: its files are not ours */
+            created_reg = false;
+        goto fail;
+    }
     const char *path = o->device;
+    unsigned dflags = TV_DEV_O_RDWR;
     if (o->image) {
-        if ((rc = tv__dev_create_image(o->image, o->image_size, err)))
-            goto fail;
-        created_image = true;
         path = o->image;
+        dflags |= TV_DEV_O_NOFOLLOW;
+        rc = tv__dev_create_image(o->image, o->image_size, err);
+        if (rc == 0)
+            created_image = true;
+        else if (rc != -EEXIST)
+            goto fail;
+        /* An existing image is used as it is, under the same claim rules as
+         * a device. */
+    }
+    if ((rc = tv__dev_open(path, dflags, &d, err)))
+        goto fail;
+    if (o->image && !created_image && d->size_bytes != o->image_size) {
+        rc = tv__seterr(err, -EEXIST, "image %s exists with %llu bytes, not the %llu asked", path,
+                        (unsigned long long)d->size_bytes, (unsigned long long)o->image_size);
+        goto fail;
     }
     if (!realpath(path, real)) {
         rc = tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
         goto fail;
     }
-    int64_t existing;
-    tv_error e2;
-    if (tv__store_find_device(st, real, &existing, &e2) == 0) {
-        rc = tv__seterr(err, -EEXIST, "%s is already device %lld of store %s", real,
-                        (long long)existing, dir);
-        goto fail;
-    }
-    if ((rc = tv__dev_open(real, TV_DEV_O_RDWR, &d, err)))
-        goto fail;
     uint64_t roff = o->region_off ? o->region_off : (1u << 20);
     /* An explicit offset is used as given or refused, never rounded. */
     if (o->region_off && o->region_off % d->io_align) {
@@ -293,6 +553,21 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     uint64_t rlen = o->region_len;
     if (!rlen)
         rlen = d->size_bytes > roff ? d->size_bytes - roff : 0;
+    if ((rc = tv__region_validate(d, roff, rlen, err)))
+        goto fail;
+    tv__dev_claim claim;
+    tv__dev_scan scan;
+    memset(&scan, 0, sizeof(scan));
+    if ((rc = tv__dev_claim_keys(d, &claim, err)))
+        goto fail;
+    /* A fresh image is all holes: nothing to look at. */
+    if (!created_image && (rc = tv__dev_claim_scan(d, roff, rlen, &scan, err)))
+        goto fail;
+    /* Our own devices are refused even with --force: their objects are in
+     * the registry. */
+    if ((rc = check_not_registered(st, d, real, &claim, &scan, created_image, err)) ||
+        (rc = check_unclaimed(d, &scan, roff, rlen, o->force, err)))
+        goto fail;
     uint8_t uuid[16];
     tv__label l;
     if ((rc = tv__uuid_random(uuid, err)) || (rc = tv__label_init(&l, d, uuid, roff, rlen, err)))
@@ -306,7 +581,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
         goto fail;
     }
     strcpy(row.path, real);
-    if ((rc = identity_json(d, row.identity, sizeof(row.identity)))) {
+    if ((rc = identity_json(d, &claim, row.identity, sizeof(row.identity)))) {
         tv__seterr(err, rc, "device identity does not fit");
         goto fail;
     }
@@ -318,7 +593,8 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     row.region_len = l.region_len;
     row.data_off = tv__region_data_off(&l);
     /* Label first, registry row last: a crash in between leaves a labelled
-     * but unregistered device, which a retry simply relabels. */
+     * but unregistered device, which a retry refuses without --force (it
+     * cannot tell it from another store's). */
     if ((rc = tv__label_write(d, &l, err)))
         goto fail;
     if ((rc = tv__reg_device_add(st->reg, &row, device_id, err)))
@@ -327,9 +603,25 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     tv__store_close(st);
     return 0;
 fail:
+    /* Remove what this call created, never what was there before. */
     tv__dev_close(d);
+    tv__store_close(st);
     if (created_image)
         tv__sys.unlink(o->image);
-    tv__store_close(st);
+    if (created_reg) {
+        static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+        for (size_t i = 0; i < TV_ARRAY_LEN(sfx); i++) {
+            char p[4200];
+            if ((size_t)snprintf(p, sizeof(p), "%s%s", reg_path, sfx[i]) < sizeof(p))
+                tv__sys.unlink(p);
+        }
+    }
+    if (created_lock) {
+        char p[4096];
+        if (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL))
+            tv__sys.unlink(p);
+    }
+    if (created_dir)
+        rmdir(dir);
     return rc;
 }

@@ -34,33 +34,62 @@ typedef struct tv__store {
 } tv__store;
 
 typedef struct tv__store_init_opts {
-    const char *image;      /* create a sparse file image of image_size bytes, or */
+    const char *image;      /* create a sparse file image of image_size bytes (or use the
+                               existing file of that size), or */
     uint64_t image_size;
     const char *device;     /* use an existing block device or image */
     uint64_t region_off;    /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
     uint64_t region_len;    /* 0 = the rest of the device */
+    bool force;             /* overwrite another store's label or data in the region */
 } tv__store_init_opts;
 
-/* Initialises a store in dir (created if missing) or, when dir already holds
- * one, adds the device to it: creates the image if asked, writes a fresh
- * label (new store UUID per device), registers the device.
- * Returns 0 and *device_id (may be NULL); -EEXIST when the image exists or
- * the device is already registered; the errors of tv__dev_open,
- * tv__label_init/write, tv__reg_open and tv__reg_device_add; TV_E_LOCKED. */
+/* Initialises a store in dir (created 0700 if missing; an existing one that
+ * others can reach is used with a warning) or, when dir already holds one,
+ * adds the device to it: creates the image if asked (never following a
+ * symlink), checks the claim, writes a fresh label (new store UUID per
+ * device), registers the device with its identity (tv__dev_claim_keys).
+ * The claim: a device that is already one of this store's, by identity
+ * under any path or by the label it carries, is -EEXIST even with force;
+ * one holding any store's label or non-zero bytes in the region
+ * (tv__dev_claim_scan's bounded scan) is TV_E_DEVICE_IN_USE unless
+ * o->force. On failure nothing this call created is left (directory,
+ * registry, lock, image); nothing that existed before is removed.
+ * Returns 0 and *device_id (may be NULL); -EEXIST when the device is
+ * already registered or an existing image has another size;
+ * TV_E_DEVICE_IN_USE; TV_E_REGISTRY for a store directory whose registry is
+ * missing, empty or corrupt; -ENOSPC/-EDQUOT saying the store's filesystem
+ * is full; the errors of tv__dev_open, tv__dev_claim_scan,
+ * tv__label_init/write, tv__reg_open_ex and tv__reg_device_add;
+ * TV_E_LOCKED. */
 int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id,
                    tv_error *err);
 
-/* Opens an existing store. flags: 0 (reader) or TV__STORE_WRITE.
- * Returns 0 and *out; TV_E_NOT_FOUND (no registry in dir); TV_E_LOCKED;
- * the errors of tv__reg_open and tv__reg_reclaim_writing. */
+/* Opens an existing store. flags: 0 (reader: the registry is opened
+ * read-only, never created or migrated, and a read-only mount works) or
+ * TV__STORE_WRITE (takes DIR/lock: opened with O_NOFOLLOW | O_NONBLOCK, a
+ * lock that is not a regular file is refused, never truncated).
+ * Returns 0 and *out; TV_E_NOT_FOUND (dir is not a store); TV_E_REGISTRY
+ * naming the file when the registry of a store directory is missing,
+ * empty, corrupt or (for readers) of an older schema; TV_E_LOCKED;
+ * TV_E_INVALID_ARG for a lock that is not a regular file; -ELOOP for a
+ * symlinked lock; the errors of tv__reg_open_ex and tv__reg_reclaim_writing. */
 int tv__store_open(const char *dir, unsigned flags, tv__store **out, tv_error *err);
+
+/* Whether dir is a store, without opening anything: TV_E_NOT_FOUND ("DIR is
+ * not a tensorvault store": missing, not a directory, no registry.db and no
+ * trace of a store); TV_E_REGISTRY (a store directory, with a lock or
+ * snapshots/, whose registry.db is missing or not a regular file). */
+int tv__store_check_dir(const char *dir, tv_error *err);
 
 /* NULL-safe: closes devices, the registry and releases the lock. */
 void tv__store_close(tv__store *st);
 
-/* Opens (once) and validates device id. write requires a writer store.
- * Returns 0 and *out (owned by the store); TV_E_NOT_FOUND; TV_E_DEVICE_MISMATCH;
- * the errors of tv__dev_open and tv__label_read. */
+/* Opens (once) and validates device id (an image never through a symlink).
+ * write requires a writer store. Returns 0 and *out (owned by the store);
+ * TV_E_NOT_FOUND; TV_E_DEVICE_MISMATCH for a label, geometry or identity
+ * that differs (or a label block past the end of the device); a -errno such
+ * as -EIO when reading the label fails (an I/O error, not a mismatch: the
+ * message names the device id and path); the errors of tv__dev_open. */
 int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_error *err);
 
 /* Resolves a device given by id, path or uuid. Returns 0 or TV_E_NOT_FOUND. */

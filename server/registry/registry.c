@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "registry/migrate.h"
@@ -23,6 +25,9 @@
 
 int tv__sqlerr(sqlite3 *db, tv_error *err, int rc, const char *what)
 {
+    if ((rc & 0xff) == SQLITE_FULL)
+        return tv__seterr(err, -ENOSPC, "%s: no space left on the store's filesystem (%s)", what,
+                          sqlite3_errstr(rc));
     int code = (rc & 0xff) == SQLITE_BUSY ? TV_E_LOCKED : TV_E_REGISTRY;
     return tv__seterr(err, code, "%s: %s (%s)", what, db ? sqlite3_errmsg(db) : "no connection",
                       sqlite3_errstr(rc));
@@ -287,7 +292,7 @@ static int pragma_text(tv__reg *reg, const char *sql, char *out, size_t cap, tv_
     return 0;
 }
 
-static int configure(tv__reg *reg, const char *path, tv_error *err)
+static int configure(tv__reg *reg, const char *path, bool readonly, tv_error *err)
 {
     sqlite3 *db = reg->db;
     int rc, on = 0;
@@ -310,6 +315,17 @@ static int configure(tv__reg *reg, const char *path, tv_error *err)
             return tv__seterr(err, TV_E_REGISTRY, "sqlite3_db_config option %d did not take",
                               flags[i][0]);
     }
+    if ((rc = exec_simple(reg, "PRAGMA foreign_keys = ON", err)) ||
+        (rc = exec_simple(reg, "PRAGMA temp_store = MEMORY", err)) ||
+        (rc = exec_simple(reg, "PRAGMA cache_size = -32768", err)))
+        return rc;
+    char v[16];
+    if ((rc = pragma_text(reg, "PRAGMA foreign_keys", v, sizeof v, err)))
+        return rc;
+    if (strcmp(v, "1"))
+        return tv__seterr(err, TV_E_REGISTRY, "this SQLite cannot enforce foreign keys");
+    if (readonly) /* journal_mode and synchronous only matter to writers */
+        return 0;
     char mode[16];
     if ((rc = pragma_text(reg, "PRAGMA journal_mode = WAL", mode, sizeof mode, err)))
         return rc;
@@ -321,16 +337,8 @@ static int configure(tv__reg *reg, const char *path, tv_error *err)
     /* A publish writes ~100k tensor rows in one transaction, inside a
      * savepoint: keep its statement journal and working set in memory
      * instead of spilling pages to temporary files. */
-    if ((rc = exec_simple(reg, "PRAGMA synchronous = FULL", err)) ||
-        (rc = exec_simple(reg, "PRAGMA foreign_keys = ON", err)) ||
-        (rc = exec_simple(reg, "PRAGMA temp_store = MEMORY", err)) ||
-        (rc = exec_simple(reg, "PRAGMA cache_size = -32768", err)))
+    if ((rc = exec_simple(reg, "PRAGMA synchronous = FULL", err)))
         return rc;
-    char v[16];
-    if ((rc = pragma_text(reg, "PRAGMA foreign_keys", v, sizeof v, err)))
-        return rc;
-    if (strcmp(v, "1"))
-        return tv__seterr(err, TV_E_REGISTRY, "this SQLite cannot enforce foreign keys");
     if ((rc = pragma_text(reg, "PRAGMA synchronous", v, sizeof v, err)))
         return rc;
     if (strcmp(v, "2"))
@@ -338,7 +346,165 @@ static int configure(tv__reg *reg, const char *path, tv_error *err)
     return 0;
 }
 
+/* "file:" URI of path with the characters URIs reserve escaped, plus a
+ * query string. Returns 0 or -ENAMETOOLONG. */
+static int file_uri(const char *path, const char *query, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    const char *pre = "file:";
+    for (const char *p = pre; *p; p++)
+        if (o + 1 < cap)
+            out[o++] = *p;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x20 || *p >= 0x7f) {
+            if (o + 4 >= cap)
+                return -ENAMETOOLONG;
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        } else {
+            if (o + 2 >= cap)
+                return -ENAMETOOLONG;
+            out[o++] = (char)*p;
+        }
+    }
+    int n = snprintf(out + o, cap - o, "?%s", query);
+    return n < 0 || (size_t)n >= cap - o ? -ENAMETOOLONG : 0;
+}
+
+/* True when the directory holding path is on a read-only filesystem or not
+ * writable by us: then SQLite cannot create the -shm file a WAL reader
+ * needs, and nobody can be writing the database through this mount. */
+static bool dir_readonly(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash > path ? slash - path : 1), path);
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+        return true;
+    return access(dir, W_OK) != 0;
+}
+
+static const char *full_hint(int e)
+{
+    return e == ENOSPC   ? " (no space left on the store's filesystem)"
+           : e == EDQUOT ? " (disk quota exceeded on the store's filesystem)"
+                         : "";
+}
+
+/* Checks the file before SQLite sees it: SQLite would silently turn an empty
+ * file into a new database. */
+static int precheck(const char *path, unsigned flags, tv_error *err)
+{
+    int fd;
+    if (flags & TV__REG_CREATE) {
+        /* Create the file ourselves so it is private from the first byte
+         * (it holds API token hashes); SQLite gives -wal/-shm the same mode. */
+        fd = tv__sys_open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return tv__seterr(err, fd, "registry %s: %s%s", path, strerror(-fd), full_hint(-fd));
+    } else {
+        fd = tv__sys_open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+        if (fd == -ENOENT)
+            return tv__seterr(err, fd, "registry %s is missing", path);
+        if (fd < 0)
+            return tv__seterr(err, fd, "registry %s: %s", path, strerror(-fd));
+    }
+    struct stat sb;
+    int rc = 0;
+    if (tv__sys.fstat(fd, &sb) != 0)
+        rc = tv__seterr(err, -errno, "registry %s: fstat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        rc = tv__seterr(err, TV_E_REGISTRY, "registry %s is not a regular file", path);
+    else if (!(flags & TV__REG_CREATE) && sb.st_size == 0)
+        rc = tv__seterr(err, TV_E_REGISTRY,
+                        "registry %s is empty (0 bytes): restore it (never re-created)", path);
+    tv__sys.close(fd);
+    return rc;
+}
+
+/* The first read of the file: a non-database or corrupt file fails here,
+ * with a message that names it. */
+static int probe(tv__reg *reg, const char *path, tv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(reg->db, "SELECT count(*) FROM sqlite_schema", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        rc = rc == SQLITE_ROW ? SQLITE_OK : rc;
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        return 0;
+    int prim = rc & 0xff;
+    if (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT)
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "registry %s is corrupt or not an SQLite database (%s)", path,
+                          sqlite3_errstr(rc));
+    if (prim == SQLITE_BUSY)
+        return tv__sqlerr(reg->db, err, rc, "opening the registry");
+    return tv__seterr(err, TV_E_REGISTRY, "registry %s: %s (%s)", path, sqlite3_errmsg(reg->db),
+                      sqlite3_errstr(rc));
+}
+
+/* Opens the connection: read-write, or read-only with mode=ro and, where the
+ * -shm file cannot be created, immutable=1. */
+static int connect(tv__reg *reg, const char *path, unsigned flags, tv_error *err)
+{
+    int rc;
+    if (!(flags & TV__REG_READONLY)) {
+        rc = sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE, NULL);
+    } else {
+        /* immutable=1 skips the WAL: safe only when there is none to read
+         * (a writer that died leaves -wal and -shm behind, and then plain
+         * mode=ro reads them, -shm read-only). */
+        char uri[4200], wal[4200];
+        struct stat wsb;
+        bool immutable = dir_readonly(path);
+        if (immutable && (size_t)snprintf(wal, sizeof wal, "%s-wal", path) < sizeof wal &&
+            stat(wal, &wsb) == 0 && wsb.st_size > 0)
+            immutable = false;
+        if (file_uri(path, immutable ? "mode=ro&immutable=1" : "mode=ro", uri, sizeof uri))
+            return tv__seterr(err, -ENAMETOOLONG, "registry %s: path too long", path);
+        rc = sqlite3_open_v2(uri, &reg->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    }
+    if (rc != SQLITE_OK)
+        return reg->db ? tv__seterr(err, TV_E_REGISTRY, "registry %s: %s", path,
+                                    sqlite3_errmsg(reg->db))
+                       : tv__seterr(err, -ENOMEM, "registry %s: out of memory", path);
+    return probe(reg, path, err);
+}
+
+/* The schema check of a read-only or non-creating open. */
+static int check_schema(tv__reg *reg, const char *path, unsigned flags, tv_error *err)
+{
+    int version = 0, latest = (int)tv__n_migrations;
+    int rc = tv__migrate_version(reg->db, &version, err);
+    if (rc)
+        return rc;
+    if (version == 0)
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "registry %s has no tensorvault schema (user_version 0)", path);
+    if (version > latest || !(flags & TV__REG_READONLY))
+        return 0; /* tv__migrate refuses a newer one, or migrates an older one */
+    if (version < latest)
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "registry %s: schema %d is older than %d; a writer command migrates it",
+                          path, version, latest);
+    return 0;
+}
+
 int tv__reg_open(const char *path, tv__reg **out, tv_error *err)
+{
+    return tv__reg_open_ex(path, TV__REG_CREATE, out, err);
+}
+
+int tv__reg_open_ex(const char *path, unsigned flags, tv__reg **out, tv_error *err)
 {
     int rc;
     if (!out)
@@ -346,31 +512,37 @@ int tv__reg_open(const char *path, tv__reg **out, tv_error *err)
     *out = NULL;
     if (!path || !*path || !strcmp(path, ":memory:"))
         return tv__seterr(err, TV_E_INVALID_ARG, "registry path must name a file");
+    if ((flags & ~(TV__REG_CREATE | TV__REG_READONLY)) ||
+        (flags & (TV__REG_CREATE | TV__REG_READONLY)) == (TV__REG_CREATE | TV__REG_READONLY))
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_open: bad flags 0x%x", flags);
     if (sqlite3_libversion_number() < 3037000)
         return tv__seterr(err, TV_E_NOT_SUPPORTED,
                           "SQLite %s is too old: the registry needs 3.37 or newer",
                           sqlite3_libversion());
-    /* Create the file ourselves so it is private from the first byte (it
-     * holds API token hashes); SQLite gives -wal/-shm the same mode. */
-    int fd = tv__sys.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return tv__seterr(err, -errno, "registry %s: %s", path, strerror(errno));
-    tv__sys.close(fd);
+    if ((rc = precheck(path, flags, err)))
+        return rc;
 
     tv__reg *reg = calloc(1, sizeof *reg);
     if (!reg)
         return tv__seterr(err, -ENOMEM, "registry %s: out of memory", path);
-    rc = sqlite3_open_v2(path, &reg->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc != SQLITE_OK) {
-        rc = reg->db
-                 ? tv__seterr(err, TV_E_REGISTRY, "registry %s: %s", path, sqlite3_errmsg(reg->db))
-                 : tv__seterr(err, -ENOMEM, "registry %s: out of memory", path);
+    if ((rc = connect(reg, path, flags, err)) ||
+        (rc = configure(reg, path, (flags & TV__REG_READONLY) != 0, err)))
+        goto fail_db;
+    if (!(flags & TV__REG_CREATE) && (rc = check_schema(reg, path, flags, err)))
+        goto fail_db;
+    if (flags & TV__REG_READONLY) {
+        int version = 0;
+        if ((rc = tv__migrate_version(reg->db, &version, err)))
+            goto fail_db;
+        if (version > (int)tv__n_migrations) {
+            rc = tv__seterr(err, TV_E_REGISTRY_TOO_NEW,
+                            "registry schema version %d is newer than this tensorvault (%d)",
+                            version, (int)tv__n_migrations);
+            goto fail_db;
+        }
+    } else if ((rc = tv__migrate(reg->db, tv__migrations, tv__n_migrations, NULL, err))) {
         goto fail_db;
     }
-    if ((rc = configure(reg, path, err)))
-        goto fail_db;
-    if ((rc = tv__migrate(reg->db, tv__migrations, tv__n_migrations, NULL, err)))
-        goto fail_db;
     *out = reg;
     return 0;
 

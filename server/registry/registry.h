@@ -65,6 +65,22 @@ typedef struct tv__reg tv__reg;
  * cannot be created; the errors of tv__migrate. On failure *out is NULL. */
 int tv__reg_open(const char *path, tv__reg **out, tv_error *err);
 
+/* Flags of tv__reg_open_ex. */
+#define TV__REG_CREATE   0x1u /* create the file when absent and migrate it */
+#define TV__REG_READONLY 0x2u /* read only: never writes, creates or migrates */
+
+/* tv__reg_open with flags (tv__reg_open is TV__REG_CREATE). Without
+ * TV__REG_CREATE the file must exist and hold a tensorvault registry: a
+ * missing file is -ENOENT, an empty one, one that is not an SQLite database
+ * or is corrupt, or one with no schema (user_version 0) is TV_E_REGISTRY,
+ * each naming the file. TV__REG_READONLY opens with SQLite mode=ro (and,
+ * when the directory is on a read-only filesystem so the -shm file cannot
+ * be made and no non-empty -wal is left to read, immutable=1), applies no
+ * pragma that writes and refuses a schema older than this binary's
+ * (TV_E_REGISTRY: a writer command migrates it) instead of migrating. A full filesystem while creating is
+ * -ENOSPC saying so. */
+int tv__reg_open_ex(const char *path, unsigned flags, tv__reg **out, tv_error *err);
+
 /* Rolls back an open explicit transaction, then closes. NULL-safe. */
 void tv__reg_close(tv__reg *reg);
 

@@ -5,6 +5,7 @@ import json
 import os
 import pty
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -319,3 +320,214 @@ def test_usage_errors(tv, store):
     assert tv("models").returncode == 2
     p = tv("models", "--store", "/nonexistent/store")
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
+
+
+# ---- issue 7: device claims, store files, read-only registry ---------------
+
+def test_claim_other_stores_image_is_refused_without_force(tv, store, ckpt, tmp_path):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    img = objects(tv, store)[0]["path"]
+    before = read_at(img, 0, 4 << 20)
+    other = str(tmp_path / "other")
+    for args in (["--device", img], ["--image", img, "--size", "256M"]):
+        p = tv("store", "init", "--store", other, *args)
+        assert p.returncode == 1 and "TV_E_DEVICE_IN_USE" in p.stderr, p.stderr
+        assert "label of tensorvault store" in p.stderr and "--force" in p.stderr
+        assert not os.path.exists(other)  # nothing left behind
+    assert read_at(img, 0, 4 << 20) == before
+    assert_store_matches(tv, store, "m", ckpt)
+    # The usage line documents --force, and --force overwrites.
+    assert "--force" in tv("store").stderr
+    js(tv("store", "init", "--store", other, "--device", img, "--force", "--json"))
+    assert objects(tv, store)[0]["status"] == "TV_E_DEVICE_MISMATCH"
+
+
+def test_claim_same_image_by_identity_not_path(tv, store, tmp_path):
+    img = objects(tv, store)[0]["path"]
+    os.link(img, tmp_path / "hard.img")
+    os.symlink(img, tmp_path / "sym.img")
+    for alias in ("hard.img", "sym.img"):
+        p = tv("store", "init", "--store", store, "--device", tmp_path / alias, "--force")
+        assert p.returncode == 1 and "EEXIST" in p.stderr and "already device 1" in p.stderr, \
+            p.stderr
+    assert len(objects(tv, store)) == 1
+
+
+def test_claim_data_in_region_is_refused(tv, tmp_path):
+    img = tmp_path / "used.img"
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+        f.seek(100 << 20)
+        f.write(b"precious")
+    s = str(tmp_path / "s")
+    p = tv("store", "init", "--store", s, "--image", img, "--size", "256M")
+    assert p.returncode == 1 and "TV_E_DEVICE_IN_USE" in p.stderr, p.stderr
+    assert f"non-zero data at offset {100 << 20}" in p.stderr
+    assert read_at(img, 100 << 20, 8) == b"precious" and not os.path.exists(s)
+    # An existing all-zero image of the asked size is used as it is.
+    clean = tmp_path / "clean.img"
+    with open(clean, "wb") as f:
+        f.truncate(64 << 20)
+    js(tv("store", "init", "--store", s, "--image", clean, "--size", "64M", "--json"))
+
+
+def test_store_dir_mode_and_wide_dir_warning(tv, tmp_path):
+    s = tmp_path / "s"
+    old = os.umask(0)
+    try:
+        js(tv("store", "init", "--store", s, "--image", tmp_path / "i", "--size", "64M", "--json"))
+    finally:
+        os.umask(old)
+    assert os.stat(s).st_mode & 0o777 == 0o700
+    w = tmp_path / "wide"
+    w.mkdir()
+    os.chmod(w, 0o755)
+    p = tv("store", "init", "--store", w, "--image", tmp_path / "j", "--size", "64M")
+    assert p.returncode == 0 and "mode 0755" in p.stderr, p.stderr
+
+
+def test_failed_init_leaves_nothing(tv, tmp_path):
+    s = tmp_path / "s"
+    p = tv("store", "init", "--store", s, "--device", tmp_path / "missing")
+    assert p.returncode == 1 and "ENOENT" in p.stderr
+    assert not s.exists()
+    s.mkdir()
+    p = tv("store", "init", "--store", s, "--image", tmp_path / "tiny", "--size", "1M")
+    assert p.returncode == 1
+    assert os.listdir(s) == [] and not (tmp_path / "tiny").exists()
+
+
+def test_lock_fifo_or_symlink_is_refused_not_followed(tv, store, ckpt, tmp_path):
+    lock = os.path.join(store, "lock")
+    os.unlink(lock)
+    os.mkfifo(lock)
+    p = tv("import", "--store", store, "m", ckpt, timeout=20)  # never blocks on the FIFO
+    assert p.returncode == 1 and "not a regular file" in p.stderr and lock in p.stderr, p.stderr
+    os.unlink(lock)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    os.symlink(victim, lock)
+    p = tv("import", "--store", store, "m", ckpt)
+    assert p.returncode == 1 and "symlink" in p.stderr, p.stderr
+    assert victim.read_bytes() == b"keep me"
+    assert tv("models", "--store", store).returncode == 0
+
+
+def test_readers_never_create_or_rewrite_the_registry(tv, store, tmp_path):
+    empty = tmp_path / "notastore"
+    empty.mkdir()
+    for cmd in ("models", "devices", "verify"):
+        p = tv(cmd, "--store", empty)
+        assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr, p.stderr
+    assert os.listdir(empty) == []
+    # A valid SQLite file without the schema is not migrated by a reader.
+    import sqlite3
+    other = tmp_path / "noschema"
+    other.mkdir()
+    con = sqlite3.connect(other / "registry.db")
+    con.execute("CREATE TABLE x (a)")
+    con.commit()
+    con.close()
+    p = tv("models", "--store", other)
+    assert p.returncode == 1 and "no tensorvault schema" in p.stderr, p.stderr
+    con = sqlite3.connect(other / "registry.db")
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    con.close()
+    assert tables == ["x"] and version == 0
+    reg = os.path.join(store, "registry.db")
+    st = os.stat(reg)
+    for cmd in (["models"], ["devices"], ["verify"], ["generations", "m"]):
+        tv(*cmd, "--store", store)
+    st2 = os.stat(reg)
+    assert (st.st_size, st.st_mtime_ns) == (st2.st_size, st2.st_mtime_ns)
+
+
+@pytest.mark.parametrize("damage", ["empty", "corrupt", "missing"])
+def test_damaged_registry_is_a_clear_error(tv, store, ckpt, damage):
+    reg = os.path.join(store, "registry.db")
+    if damage == "missing":
+        os.unlink(reg)
+    else:
+        with open(reg, "r+b") as f:
+            f.truncate(0)
+            if damage == "corrupt":
+                f.write(b"\x5a" * 8192)
+    size = os.path.getsize(reg) if damage != "missing" else None
+    for cmd in (["models"], ["import", "m", ckpt], ["store", "init", "--image",
+                                                   store + ".img2", "--size", "64M"]):
+        args = [cmd[0], "--store", store, *cmd[1:]] if cmd[0] != "store" else \
+            ["store", "init", "--store", store, *cmd[2:]]
+        p = tv(*args)
+        assert p.returncode == 1 and "TV_E_REGISTRY" in p.stderr and reg in p.stderr, \
+            (cmd, p.stderr)
+        assert {"empty": "empty", "corrupt": "corrupt", "missing": "missing"}[damage] in p.stderr
+    # Never silently re-created.
+    assert (os.path.getsize(reg) if os.path.exists(reg) else None) == size
+
+
+def test_read_only_mount_lists_and_reads(tv, tmp_path, ckpt):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to loop-mount an ext4 image")
+    fs = tmp_path / "fs.img"
+    with open(fs, "wb") as f:
+        f.truncate(192 << 20)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    p = subprocess.run(["mkfs.ext4", "-q", "-F", str(fs)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {p.stderr.strip()}")
+    p = subprocess.run(["mount", "-o", "loop", str(fs), str(mnt)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot loop-mount an ext4 image here: {p.stderr.strip()}")
+    try:
+        s = str(mnt / "store")
+        tv("store", "init", "--store", s, "--image", mnt / "dev.img", "--size", "96M", check=True)
+        tv("import", "--store", s, "m", ckpt, "--activate", check=True)
+        r = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert not os.path.exists(os.path.join(s, "registry.db-shm"))
+        assert js(tv("models", "--store", s, "--json"))["models"][0]["active"] == 1
+        assert js(tv("generations", "--store", s, "m", "--json"))["generations"][0]["state"] == \
+            "ready"
+        assert js(tv("devices", "--store", s, "--json"))["devices"][0]["status"] == "ok"
+        assert js(tv("verify", "--store", s, "--json"))["failed"] == 0
+        assert_store_matches(tv, s, "m", ckpt)
+        ref = reference_tensors(ckpt)
+        name = sorted(ref)[0]
+        tv("get", "--store", s, "m", name, "-o", tmp_path / "t.bin", check=True)
+        assert (tmp_path / "t.bin").read_bytes() == ref[name][2]
+        # Writers fail cleanly, naming the problem.
+        p = tv("import", "--store", s, "m2", ckpt)
+        assert p.returncode == 1 and "Read-only" in p.stderr, p.stderr
+        # A writer that died left a WAL (and -shm) with a committed change:
+        # readers on the read-only mount see it (no immutable=1 then).
+        r = subprocess.run(["mount", "-o", "remount,rw", str(mnt)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        code = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                "c.execute('PRAGMA wal_autocheckpoint = 0'); "
+                "c.execute(\"UPDATE models SET name = 'renamed'\"); c.commit(); os._exit(0)")
+        subprocess.run([sys.executable, "-c", code, os.path.join(s, "registry.db")], check=True)
+        assert os.path.getsize(os.path.join(s, "registry.db-wal")) > 0
+        r = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert [m["name"] for m in js(tv("models", "--store", s, "--json"))["models"]] == \
+            ["renamed"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_image_replaced_by_symlink_is_not_followed(tv, store, ckpt, tmp_path):
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    img = objects(tv, store)[0]["path"]
+    name = sorted(reference_tensors(ckpt))[0]
+    os.rename(img, tmp_path / "elsewhere.img")
+    os.symlink(tmp_path / "elsewhere.img", img)
+    p = tv("get", "--store", store, "m", name, "-o", tmp_path / "x")
+    assert p.returncode == 1 and "symlink" in p.stderr, p.stderr
+    assert "symlink" in objects(tv, store)[0]["message"]
+    assert tv("import", "--store", store, "m2", ckpt).returncode == 1
+    os.unlink(img)
+    os.rename(tmp_path / "elsewhere.img", img)
+    tv("get", "--store", store, "m", name, "-o", tmp_path / "x", check=True)

@@ -1,13 +1,16 @@
 """The raw store on a real block device: a loop device with 4096-byte
 sectors over a sparse image. Import (plain and strict), verify, byte-exact
 reads at the recorded device offsets, generations, gc, a crash during the
-write phase, and a re-attach with another sector size (device mismatch).
+write phase, a re-attach with another sector size (device mismatch), and
+the claim checks of store init (a loop device is the same device as its
+backing file; a symlink or second node with the same st_rdev too).
 
 Needs root and a working `losetup`; otherwise every test is skipped with the
 reason. Loop devices are always detached and images deleted, even when a
 test fails."""
 import json
 import os
+import stat
 import subprocess
 import time
 
@@ -211,3 +214,48 @@ def test_loop_sector_size_change_is_refused(tv, store, loop, ckpt, ckpt_b):
     assert devices(tv, store)[0]["status"] == "ok"
     assert_store_matches(tv, store, "m", ckpt)
     assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+
+
+# ---- issue 7: a loop device is recognised by its backing file ---------------
+
+def test_loop_over_registered_image_is_refused(tv, tmp_path):
+    """A store on a file image; a loop device over that same file is the same
+    device (LOOP_GET_STATUS64 backing inode), refused even with --force."""
+    if os.geteuid() != 0:
+        pytest.skip("loop-device tests need root (losetup)")
+    s = str(tmp_path / "s")
+    img = str(tmp_path / "s.img")
+    js(tv("store", "init", "--store", s, "--image", img, "--size", "64M", "--json"))
+    lp = Loop(img)
+    try:
+        p = lp.attach(4096)
+        if p.returncode != 0:
+            pytest.skip(f"losetup --find --show failed (rc {p.returncode}): {p.stderr.strip()}")
+        before = open(img, "rb").read(4 << 20)
+        p = tv("store", "init", "--store", s, "--device", lp.dev, "--force")
+        assert p.returncode == 1 and "EEXIST" in p.stderr and "already device 1" in p.stderr, \
+            p.stderr
+        assert open(img, "rb").read(4 << 20) == before
+        # Another store may not take it without --force either (it holds our label).
+        other = str(tmp_path / "o")
+        p = tv("store", "init", "--store", other, "--device", lp.dev)
+        assert p.returncode == 1 and "TV_E_DEVICE_IN_USE" in p.stderr, p.stderr
+        assert not os.path.exists(other)
+    finally:
+        lp.detach()
+
+
+def test_image_over_registered_loop_device_is_refused(tv, store, loop, tmp_path):
+    """The other way round: the store has the loop device; its backing file
+    given as an image or device is the same storage, and so are a symlink
+    (as in /dev/disk/by-*) and a second device node with the same st_rdev."""
+    alias = tmp_path / "by-id-alias"
+    os.symlink(loop.dev, alias)
+    node = tmp_path / "node"
+    os.mknod(node, 0o600 | stat.S_IFBLK, os.stat(loop.dev).st_rdev)
+    for args in (["--device", loop.image], ["--image", loop.image, "--size", str(IMAGE_SIZE)],
+                 ["--device", alias], ["--device", node]):
+        p = tv("store", "init", "--store", store, *args, "--force")
+        assert p.returncode == 1 and "EEXIST" in p.stderr and "already device 1" in p.stderr, \
+            p.stderr
+    assert len(devices(tv, store)) == 1

@@ -483,6 +483,90 @@ static void test_null_args(void **state)
     tv__dev_close(d);
 }
 
+/* ---- opens that must not block or follow (issue 7) ---------------------- */
+
+static void test_open_fifo_does_not_block(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__dev *d = NULL;
+    assert_int_equal(mkfifo(g_img, 0600), 0);
+    alarm(10); /* a blocking open would hang here: SIGALRM fails the test */
+    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), TV_E_INVALID_ARG);
+    alarm(0);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, "neither a regular file nor a block device"));
+}
+
+static void test_open_nofollow(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__dev *d = NULL;
+    char target[320];
+    snprintf(target, sizeof target, "%s/target", g_dir);
+    assert_int_equal(tv__dev_create_image(target, MIB, &err), 0);
+    assert_int_equal(symlink(target, g_img), 0);
+    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NOFOLLOW, &d, &err), -ELOOP);
+    assert_non_null(strstr(err.msg, "symlink"));
+    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), 0);
+    tv__dev_close(d);
+    /* Creating an image never writes through a symlink. */
+    assert_int_equal(unlink(target), 0);
+    assert_int_equal(tv__dev_create_image(g_img, MIB, &err), -EEXIST);
+    assert_int_equal(access(target, F_OK), -1);
+}
+
+static int ftruncate_enospc(int fd, off_t len)
+{
+    (void)fd, (void)len;
+    errno = ENOSPC;
+    return -1;
+}
+
+static void test_create_image_enospc(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__sys.ftruncate = ftruncate_enospc;
+    assert_int_equal(tv__dev_create_image(g_img, 4 * MIB, &err), -ENOSPC);
+    assert_non_null(strstr(err.msg, "no space left on the filesystem"));
+    assert_non_null(strstr(err.msg, g_img));
+    assert_int_equal(access(g_img, F_OK), -1); /* nothing left behind */
+}
+
+static void test_claim_keys_nvme(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__dev *a = open_image(MIB, TV_DEV_O_RDONLY);
+    char other[320];
+    snprintf(other, sizeof other, "%s/other", g_dir);
+    assert_int_equal(tv__dev_create_image(other, MIB, &err), 0);
+    tv__dev *b = NULL;
+    assert_int_equal(tv__dev_open(other, TV_DEV_O_RDONLY, &b, &err), 0);
+    tv__dev_claim ka, kb;
+    assert_int_equal(tv__dev_claim_keys(a, &ka, &err), 0);
+    assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);
+    assert_false(tv__dev_claim_same(&ka, &kb));
+    /* The same NVMe namespace seen through two nodes: identity matches. */
+    a->kind = b->kind = TV_DEV_NVME;
+    static const tv__dev_identity id = {
+        .serial = "S1", .model = "M", .nsid = 1, .nguid = {1, 2, 3}, .eui64 = {4, 5}};
+    a->ident = b->ident = id;
+    assert_int_equal(tv__dev_claim_keys(a, &ka, &err), 0);
+    assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);
+    assert_int_equal(ka.n_keys, 2);
+    assert_true(tv__dev_claim_same(&ka, &kb));
+    b->ident.nsid = 2; /* another namespace of the same controller */
+    assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);
+    assert_false(tv__dev_claim_same(&ka, &kb));
+    tv__dev_close(a);
+    tv__dev_close(b);
+    unlink(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +585,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_short_reads_buffered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eintr_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_null_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_fifo_does_not_block, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_nofollow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_image_enospc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_keys_nvme, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

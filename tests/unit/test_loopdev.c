@@ -1,6 +1,7 @@
 /* Block-device test of the device layer on a real loop device with
  * 4096-byte sectors: kind and geometry from BLKSSZGET/BLKGETSIZE64, O_DIRECT
- * I/O, the label round trip, ioctl faults through tv__sys, and a resize.
+ * I/O, the label round trip, ioctl faults through tv__sys, the claim keys
+ * (the loop device is the same device as its backing file) and a resize.
  * Needs root and a working losetup; otherwise exits 77 with the reason.
  * The loop device is always detached (after the group, or at exit). */
 #include <errno.h>
@@ -285,6 +286,45 @@ static void test_resized(void **state)
     tv__dev_close(d);
 }
 
+/* The loop device and its backing file are the same device: they share the
+ * backing file's key (LOOP_GET_STATUS64), whatever their paths; the in-use
+ * scan sees a label written through either. */
+static void test_claim_backing_file(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__dev *d = open_loop(TV_DEV_O_RDWR), *f = NULL;
+    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &f, &err), 0);
+    tv__dev_claim kd, kf;
+    assert_int_equal(tv__dev_claim_keys(d, &kd, &err), 0);
+    assert_int_equal(tv__dev_claim_keys(f, &kf, &err), 0);
+    assert_int_equal(kd.n_keys, 2);
+    assert_true(!strncmp(kd.keys[0], "blk:7:", 6));
+    assert_string_equal(kd.keys[1], kf.keys[0]);
+    assert_true(tv__dev_claim_same(&kd, &kf));
+    /* A label at an unusual region offset (8 MiB) is found by the scan of a
+     * region that starts at 1 MiB (after the earlier cases' labels are
+     * wiped). */
+    void *zero = tv__dev_alloc_aligned(d, 16 * MIB);
+    assert_non_null(zero);
+    assert_int_equal(tv__dev_pwrite_full(d, zero, 16 * MIB, 0, &err), 0);
+    tv__label l;
+    uint8_t uuid[16] = {9, 8, 7};
+    assert_int_equal(tv__label_init(&l, d, uuid, 8 * MIB, IMG_LEN - 8 * MIB, &err), 0);
+    assert_int_equal(tv__label_write(d, &l, &err), 0);
+    tv__dev_scan sc;
+    assert_int_equal(tv__dev_claim_scan(d, MIB, IMG_LEN - MIB, &sc, &err), 0);
+    assert_true(sc.label && sc.label_valid);
+    assert_int_equal(sc.label_off, 8 * MIB);
+    assert_memory_equal(sc.label_uuid, uuid, 16);
+    /* Clean it again for the other cases. */
+    assert_int_equal(tv__dev_pwrite_full(d, zero, d->io_align, 8 * MIB, &err), 0);
+    assert_int_equal(tv__dev_flush(d, &err), 0);
+    free(zero);
+    tv__dev_close(f);
+    tv__dev_close(d);
+}
+
 int main(void)
 {
     char out[1024];
@@ -329,6 +369,7 @@ int main(void)
         cmocka_unit_test_teardown(test_direct_io, teardown),
         cmocka_unit_test_teardown(test_label, teardown),
         cmocka_unit_test_teardown(test_ioctl_faults, teardown),
+        cmocka_unit_test_teardown(test_claim_backing_file, teardown),
         cmocka_unit_test_teardown(test_resized, teardown),
     };
     rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,6 +61,7 @@ extern "C" {
     X(TV_E_REGISTRY_TOO_NEW, -1109, "registry schema is newer than this binary supports")          \
     X(TV_E_SNAPSHOT, -1110, "manifest snapshot is malformed")                                      \
     X(TV_E_TIMEOUT, -1111, "device read timed out")                                                \
+    X(TV_E_DEVICE_IN_USE, -1112, "device holds a store label or data (store init --force overwrites)") \
     X(TV_E_SNAPSHOT_IDENTITY, -1120, "snapshot belongs to another model or generation")
 
 enum tv_error_code {

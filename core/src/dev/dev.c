@@ -81,9 +81,32 @@ bool tv__dev_is_nvme_name(const char *name)
     return *p == '\0';
 }
 
+/* " (the filesystem is full)" for the errors that mean it, else "". */
+static const char *full_hint(int neg_errno)
+{
+    if (neg_errno == -ENOSPC)
+        return " (no space left on the filesystem holding it)";
+    if (neg_errno == -EDQUOT)
+        return " (disk quota exceeded on the filesystem holding it)";
+    return "";
+}
+
+/* The directory part of path, for the fsync after creating an entry. */
+static void dir_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == path)
+        snprintf(out, cap, "/");
+    else
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
 int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err)
 {
     int fd, rc = 0;
+    char dir[PATH_MAX];
 
     if (!path || !*path)
         return tv__seterr(err, TV_E_INVALID_ARG, "image path is empty");
@@ -91,19 +114,23 @@ int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "image size %llu is 0, not a multiple of %u or too large",
                           (unsigned long long)size_bytes, TV_DEV_MIN_ALIGN);
-    fd = tv__sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = fd;
-        return tv__seterr(err, rc, "create image %s: %s", path, strerror(-rc));
-    }
+    fd = tv__sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return tv__seterr(err, fd, "create image %s: %s%s", path, strerror(-fd), full_hint(fd));
     if (tv__sys.ftruncate(fd, (off_t)size_bytes) != 0) {
         rc = -errno;
-        tv__seterr(err, rc, "ftruncate image %s to %llu bytes: %s", path,
-                   (unsigned long long)size_bytes, strerror(-rc));
+        tv__seterr(err, rc, "ftruncate image %s to %llu bytes: %s%s", path,
+                   (unsigned long long)size_bytes, strerror(-rc), full_hint(rc));
         goto fail_unlink;
     }
     if ((rc = tv__sys_fsync(fd)) != 0) {
-        tv__seterr(err, rc, "fsync image %s: %s", path, strerror(-rc));
+        tv__seterr(err, rc, "fsync image %s: %s%s", path, strerror(-rc), full_hint(rc));
+        goto fail_unlink;
+    }
+    dir_of(path, dir, sizeof dir);
+    if ((rc = tv__sys_fsync_dir(dir)) != 0) {
+        tv__seterr(err, rc, "fsync directory %s after creating image %s: %s%s", dir, path,
+                   strerror(-rc), full_hint(rc));
         goto fail_unlink;
     }
     tv__sys.close(fd);
@@ -116,27 +143,25 @@ fail_unlink:
 }
 
 /* Opens with O_DIRECT when asked, falling back to buffered I/O on
- * filesystems that refuse it (EINVAL, e.g. tmpfs before Linux 6.6). */
+ * filesystems that refuse it (EINVAL, e.g. tmpfs before Linux 6.6).
+ * O_NONBLOCK keeps a FIFO planted at path from blocking the open; the
+ * caller checks the type and clears it. */
 static int open_fd(const char *path, int oflags, bool want_direct, bool *direct)
 {
     int fd;
 
     *direct = false;
+    oflags |= O_NONBLOCK;
     if (want_direct) {
-        do {
-            fd = tv__sys.open(path, oflags | O_DIRECT, 0);
-        } while (fd < 0 && errno == EINTR);
+        fd = tv__sys_open(path, oflags | O_DIRECT, 0);
         if (fd >= 0) {
             *direct = true;
             return fd;
         }
-        if (errno != EINVAL)
-            return -errno;
+        if (fd != -EINVAL)
+            return fd;
     }
-    do {
-        fd = tv__sys.open(path, oflags, 0);
-    } while (fd < 0 && errno == EINTR);
-    return fd < 0 ? -errno : fd;
+    return tv__sys_open(path, oflags, 0);
 }
 
 static int block_geometry(tv__dev *d, tv_error *err)
@@ -213,12 +238,16 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
         *out = NULL;
     if (!path || !*path || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__dev_open: NULL or empty argument");
-    if (flags & ~(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT))
+    if (flags & ~(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT | TV_DEV_O_NOFOLLOW))
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__dev_open %s: unknown flags 0x%x", path,
                           flags);
 
-    fd = open_fd(path, ((flags & TV_DEV_O_RDWR) ? O_RDWR : O_RDONLY) | O_CLOEXEC,
+    fd = open_fd(path,
+                 ((flags & TV_DEV_O_RDWR) ? O_RDWR : O_RDONLY) | O_CLOEXEC |
+                     ((flags & TV_DEV_O_NOFOLLOW) ? O_NOFOLLOW : 0),
                  !(flags & TV_DEV_O_NODIRECT), &direct);
+    if (fd == -ELOOP && (flags & TV_DEV_O_NOFOLLOW))
+        return tv__seterr(err, fd, "open device %s: is a symlink (not followed)", path);
     if (fd < 0)
         return tv__seterr(err, fd, "open device %s: %s", path, strerror(-fd));
 
@@ -252,6 +281,13 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
     } else {
         rc = tv__seterr(err, TV_E_INVALID_ARG, "%s is neither a regular file nor a block device",
                         path);
+        goto fail_dev;
+    }
+    /* The type is known (no FIFO): blocking I/O from here on. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        rc = -errno;
+        tv__seterr(err, rc, "fcntl %s: %s", path, strerror(-rc));
         goto fail_dev;
     }
     if (d->size_bytes == 0) {

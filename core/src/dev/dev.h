@@ -29,10 +29,13 @@ typedef enum {
     TV_DEV_NVME = 3,  /* NVMe namespace with identity from libnvme */
 } tv__dev_kind;
 
-/* Open flags: RDONLY (0) or RDWR, plus NODIRECT to force buffered I/O. */
+/* Open flags: RDONLY (0) or RDWR, plus NODIRECT to force buffered I/O and
+ * NOFOLLOW to refuse a symlink as the last path component (file images the
+ * store created: a symlink planted there is never followed). */
 #define TV_DEV_O_RDONLY   0x0u
 #define TV_DEV_O_RDWR     0x1u
 #define TV_DEV_O_NODIRECT 0x2u
+#define TV_DEV_O_NOFOLLOW 0x4u
 
 #define TV_DEV_MIN_ALIGN        4096u  /* io_align is a multiple of this */
 #define TV_DEV_OBJECT_ALIGN_MIN 65536u /* object_align is a multiple of this */
@@ -65,13 +68,17 @@ typedef struct tv__dev {
     tv__dev_identity ident;
 } tv__dev;
 
-/* Creates a sparse file image of size_bytes (ftruncate) with mode 0600.
- * Returns 0; -EEXIST if path exists (never overwrites); TV_E_INVALID_ARG for
- * size 0 or a size that is not a multiple of 4096 or over INT64_MAX; another
- * -errno from open/ftruncate/fsync. */
+/* Creates a sparse file image of size_bytes (ftruncate) with mode 0600,
+ * never following a symlink (O_EXCL | O_NOFOLLOW), and fsyncs it and its
+ * directory. Returns 0; -EEXIST if path exists (never overwrites);
+ * TV_E_INVALID_ARG for size 0 or a size that is not a multiple of 4096 or
+ * over INT64_MAX; another -errno from open/ftruncate/fsync (-ENOSPC and
+ * -EDQUOT say that the filesystem holding the image is full). On failure
+ * nothing is left at path. */
 int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err);
 
-/* Opens path and detects its kind: regular file -> TV_DEV_FILE (lba_size 512,
+/* Opens path (O_NONBLOCK until the type is known, so a FIFO never blocks the
+ * open) and detects its kind: regular file -> TV_DEV_FILE (lba_size 512,
  * size from fstat); block device -> TV_DEV_BLOCK (BLKSSZGET, BLKGETSIZE64);
  * a whole NVMe namespace (sysfs name nvmeXnY or nvmeXcYnZ) -> TV_DEV_NVME with
  * its identity, or TV_DEV_BLOCK when this build has no libnvme or the
@@ -117,6 +124,64 @@ bool tv__dev_is_nvme_name(const char *name);
 
 /* Name for messages: "file", "block", "nvme" or "unknown". */
 const char *tv__dev_kind_name(int kind);
+
+/* ------------------------------------------------------------------------ */
+/* Claims: device identity and the "already in use" scan                    */
+/* ------------------------------------------------------------------------ */
+
+#define TV_DEV_CLAIM_MAX_KEYS 3
+#define TV_DEV_CLAIM_KEY_LEN  160
+
+/* What a device is, whatever path names it: keys that two opens of the same
+ * storage share. A regular file is "file:DEV:INO" (st_dev, st_ino: a hard
+ * link or symlink gives the same key); a loop device adds the key of its
+ * backing file (LOOP_GET_STATUS64 lo_device/lo_inode), so a loop device over
+ * a registered image matches it; any block device is "blk:MAJ:MIN"
+ * (st_rdev: /dev/disk/by-* aliases match); an NVMe namespace adds
+ * "nvme:SERIAL:MODEL:NSID:NGUID:EUI64" (the same namespace under another
+ * controller path or after a rename matches). Never built from the path. */
+typedef struct tv__dev_claim {
+    size_t n_keys;
+    char keys[TV_DEV_CLAIM_MAX_KEYS][TV_DEV_CLAIM_KEY_LEN];
+} tv__dev_claim;
+
+/* Fills *out for the open device d. Returns 0 or -errno from fstat. */
+int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err);
+
+/* True when a and b share a key (the same storage). */
+bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b);
+
+/* Bounds of the in-use scan (documented in the README, "The store"). */
+#define TV_DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
+#define TV_DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
+#define TV_DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
+#define TV_DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
+#define TV_DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
+
+typedef struct tv__dev_scan {
+    bool label;              /* a tensorvault label was found */
+    uint64_t label_off;      /* ...at this byte offset */
+    bool label_valid;        /* ...with a good checksum (then label_uuid is set) */
+    uint8_t label_uuid[16];  /* the store uuid it records */
+    bool nonzero;            /* a non-zero byte inside the region */
+    uint64_t nonzero_off;    /* ...the first one found */
+    uint64_t bytes_read;     /* what the scan cost */
+} tv__dev_scan;
+
+/* Looks for anything the region [region_off, region_off + region_len) of d
+ * would overwrite: a tensorvault label (magic "TVSTORE1") at any io_align
+ * block of the first TV_DEV_SCAN_HEAD bytes of the device or of a scanned
+ * window, and any non-zero byte inside the region in the label block, the
+ * first and last TV_DEV_SCAN_EDGE bytes, TV_DEV_SCAN_SAMPLES windows spread
+ * evenly in between and, for a regular file, the first window of each of
+ * the first TV_DEV_SCAN_EXTENTS data extents (SEEK_DATA: a sparse image's
+ * holes cost nothing). Bytes before region_off other than labels (a
+ * partition table) are not the region's. Reads at most about 64 + 32 +
+ * 64 + 256 MiB whatever the device size. Returns 0 and *out (look at
+ * out->label and out->nonzero); TV_E_INVALID_ARG for a region outside d;
+ * -ENOMEM; the errors of tv__dev_pread_full. */
+int tv__dev_claim_scan(tv__dev *d, uint64_t region_off, uint64_t region_len, tv__dev_scan *out,
+                       tv_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* NVMe identity                                                            */

@@ -121,14 +121,19 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         }
         memcpy(path, sd.path, sd.path_len);
         path[sd.path_len] = '\0';
-        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0);
+        /* An image is recorded by its real path: a symlink there now was
+         * planted, and is not followed. */
+        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
+                         (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
         if ((rc = tv__dev_open(path, flags, &m->devs[i], err)))
             goto out;
         m->n_devs = i + 1;
         expected_label(&sd, &want);
         if ((rc = tv__label_read(m->devs[i], sd.region_off, &on_disk, err)) ||
             (rc = tv__label_check(&on_disk, &want, m->devs[i], err))) {
-            if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
+            if (rc < 0 && rc > -1000 && rc != -ENOMEM) /* EIO stays an I/O error */
+                rc = tv__seterr_wrap(err, rc, "device %s: reading the label", path);
+            else if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
                 rc =
                     tv__seterr_wrap(err, TV_E_DEVICE_MISMATCH, "device %s: label unreadable", path);
             goto out;
