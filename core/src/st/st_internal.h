@@ -79,6 +79,34 @@ int tv__json_prescan(const char *buf, size_t len, bool require_brace, const char
 int tv__json_load(const char *buf, size_t len, size_t flags, int json_code, const char *what,
                   json_t **out, tv_error *err);
 
+/* Walks the members of one JSON object text (buf[0] == '{', already
+ * pre-scanned) without building a tree: each member is a key token and a
+ * value text, for tv__json_load_part to decode. Syntax errors are
+ * TV_E_ST_JSON with the byte offset in buf. */
+typedef struct tv__json_walk {
+    const char *buf;
+    size_t len;
+    size_t i; /* next byte to look at */
+    bool first;
+    bool done;
+    const char *what; /* message prefix */
+} tv__json_walk;
+
+typedef struct tv__json_member {
+    size_t key_begin, key_end;     /* the key's string token, quotes included */
+    size_t value_begin, value_end; /* the value, whitespace excluded */
+} tv__json_member;
+
+void tv__json_walk_init(tv__json_walk *w, const char *buf, size_t len, const char *what);
+/* Returns 1 and fills *m for the next member; 0 after the closing '}' when
+ * only whitespace follows it; or TV_E_ST_JSON. */
+int tv__json_walk_next(tv__json_walk *w, tv__json_member *m, tv_error *err);
+/* Decodes buf[b, e) (one token or value) with jansson, duplicate keys
+ * rejected; errors (TV_E_ST_JSON, TV_E_ST_DUPLICATE_KEY) name the byte
+ * offset in buf. */
+int tv__json_load_part(const char *buf, size_t b, size_t e, const char *what, json_t **out,
+                       tv_error *err);
+
 uint64_t tv__hash_bytes(const void *p, size_t n, uint64_t seed);
 
 /* Builds the index over ck->tensors. Returns 0, -ENOMEM, or
@@ -91,6 +119,17 @@ void tv__nameidx_free(tv__nameidx *ix);
  * shard ck->n_shards. */
 int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, uint64_t file_len,
                         const char *name, const char *path, tv_error *err);
+
+/* Reads exactly len bytes at off; a short file is -EIO here (callers check
+ * sizes first so this only fires when the file shrinks underneath us). */
+int tv__st_read_exact(int fd, void *buf, size_t len, uint64_t off);
+/* Opens the shard file at path (a regular file) and parses its header as
+ * shard name. */
+int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *name, tv_error *err);
+/* All shards are parsed: builds the name index. */
+int tv__st_finish(tv_checkpoint *ck, tv_error *err);
+/* Opens a Hugging Face index and every shard it names (index.c). */
+int tv__st_open_index(tv_checkpoint *ck, const char *index_path, tv_error *err);
 
 /* Appends len bytes plus a NUL to the arena; returns the offset in *off. */
 int tv__strings_add(tv_checkpoint *ck, const char *s, size_t len, uint32_t *off);
