@@ -60,7 +60,10 @@ extern "C" {
     X(TV_E_LEASED, -1108, "generation is referenced by a live reader lease")                       \
     X(TV_E_REGISTRY_TOO_NEW, -1109, "registry schema is newer than this binary supports")          \
     X(TV_E_SNAPSHOT, -1110, "manifest snapshot is malformed")                                      \
-    X(TV_E_TIMEOUT, -1111, "device read timed out")
+    X(TV_E_TIMEOUT, -1111, "device read timed out")                                                \
+    X(TV_E_ST_NAME_EMPTY, -1032, "tensor name is empty (the registry cannot store it)")            \
+    X(TV_E_ST_NUL, -1033, "NUL (\\u0000) in a tensor name or __metadata__")                        \
+    X(TV_E_ST_INT_RANGE, -1034, "integer in a tensor entry above INT64_MAX")
 
 enum tv_error_code {
 #define TV__ERR_ENUM(name, value, desc) name = value,

@@ -161,8 +161,8 @@ static bool ends_with(const char *s, const char *suf)
 
 /* Picks the checkpoint file inside a directory: model.safetensors.index.json,
  * else the only *.safetensors.index.json, else model.safetensors, else the
- * only *.safetensors. */
-static int pick_in_dir(const char *dir, char *out, size_t out_len, tv_error *err)
+ * only *.safetensors. Writes the entry's name (NAME_MAX + 1 bytes). */
+static int pick_in_dir(const char *dir, char *out, tv_error *err)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -199,8 +199,41 @@ static int pick_in_dir(const char *dir, char *out, size_t out_len, tv_error *err
                           "%s: no single safetensors checkpoint (found %d index files, %d "
                           ".safetensors files)",
                           dir, n_idx, n_st);
-    if ((size_t)snprintf(out, out_len, "%s/%s", dir, pick) >= out_len)
-        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", dir);
+    snprintf(out, NAME_MAX + 1, "%s", pick);
+    return 0;
+}
+
+/* Where path's checkpoint file is: the real path of its directory, its name
+ * there (a link keeps its own name) and the file it resolves to. A file
+ * picked inside a named directory must resolve inside it (or be a hub cache
+ * link); a file named directly is the caller's choice. */
+static int locate(const char *path, char *real_dir, char *name, char *file, tv_error *err)
+{
+    int rc;
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (!realpath(path, real_dir))
+            return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
+        if ((rc = pick_in_dir(real_dir, name, err)))
+            return rc;
+        return tv__st_resolve_in_dir(real_dir, name, "checkpoint file", file, err);
+    }
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (strlen(base) > NAME_MAX)
+        return tv__seterr(err, -ENAMETOOLONG, "%s: name too long", path);
+    snprintf(name, NAME_MAX + 1, "%s", base);
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path) >= sizeof(dir))
+        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", path);
+    if (!realpath(dir, real_dir) || !realpath(path, file))
+        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -208,33 +241,21 @@ TV_API int tv_checkpoint_open(const char *path, const tv_st_limits *lim, tv_chec
                               tv_error *err)
 {
     int rc;
-    char picked[PATH_MAX];
+    char real_dir[PATH_MAX], name[NAME_MAX + 1], file[PATH_MAX];
     if (!path || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *out = NULL;
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) {
-        if ((rc = pick_in_dir(path, picked, sizeof(picked), err)))
-            return rc;
-        path = picked;
-    }
+    if ((rc = locate(path, real_dir, name, file, err)))
+        return rc;
     tv_checkpoint *ck = tv__checkpoint_new(lim);
     if (!ck)
         return tv__seterr(err, -ENOMEM, "out of memory");
-    if (ends_with(path, ".json")) {
-        rc = tv__st_open_index(ck, path, err);
+    if (ends_with(name, ".json")) {
+        rc = tv__st_open_index(ck, real_dir, name, file, err);
     } else {
-        char real[PATH_MAX];
-        if (!realpath(path, real)) {
-            rc = tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
-        } else {
-            const char *base = strrchr(real, '/');
-            rc = tv__st_parse_shard_file(ck, real, base ? base + 1 : real, err);
-            if (!rc)
-                rc = tv__st_finish(ck, err);
-        }
+        rc = tv__st_parse_shard_file(ck, file, name, err);
+        if (!rc)
+            rc = tv__st_finish(ck, err);
     }
     if (rc) {
         tv_checkpoint_close(ck);

@@ -69,21 +69,33 @@ static bool get_u64(const json_t *v, uint64_t *out)
     return true;
 }
 
+/* __metadata__: a string-to-string object, or null (the official loader's
+ * Option: no metadata). NUL in a key or value is refused: the accessors hand
+ * out C strings, which would silently cut it short. */
 static int parse_metadata(tv_checkpoint *ck, tv__shard *sh, json_t *meta, const char *name,
                           tv_error *err)
 {
+    sh->meta_seen = true;
+    if (json_is_null(meta))
+        return 0;
     if (!json_is_object(meta))
         return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__ is not an object", name);
     const char *key;
+    size_t klen;
     json_t *val;
     sh->first_meta = ck->n_meta / 2;
-    json_object_foreach(meta, key, val)
+    json_object_keylen_foreach(meta, key, klen, val)
     {
         if (!json_is_string(val))
             return tv__seterr(err, TV_E_ST_METADATA,
                               "shard '%s': __metadata__ value of '%s' is not a string", name, key);
+        if (memchr(key, '\0', klen) ||
+            memchr(json_string_value(val), '\0', json_string_length(val)))
+            return tv__seterr(err, TV_E_ST_NUL,
+                              "shard '%s': __metadata__ entry '%s' holds a NUL (\\u0000) in its %s",
+                              name, key, memchr(key, '\0', klen) ? "key" : "value");
         uint32_t ko, vo;
-        if (tv__strings_add(ck, key, strlen(key), &ko) ||
+        if (tv__strings_add(ck, key, klen, &ko) ||
             tv__strings_add(ck, json_string_value(val), json_string_length(val), &vo) ||
             GROW(ck->meta, ck->cap_meta, ck->n_meta + 2))
             return tv__seterr(err, -ENOMEM, "out of memory");
@@ -93,6 +105,51 @@ static int parse_metadata(tv_checkpoint *ck, tv__shard *sh, json_t *meta, const 
     }
     sh->has_meta = true;
     return 0;
+}
+
+/* A tensor name the store can hold: not empty, no NUL (registry names are
+ * TEXT, the API hands out C strings). */
+static int check_tensor_name(const char *k, size_t klen, const char *name, tv_error *err)
+{
+    if (klen == 0)
+        return tv__seterr(err, TV_E_ST_NAME_EMPTY,
+                          "shard '%s': a tensor has an empty name (the registry needs a name)",
+                          name);
+    if (memchr(k, '\0', klen))
+        return tv__seterr(err, TV_E_ST_NUL,
+                          "shard '%s': tensor name '%s' holds a NUL (\\u0000) at byte %zu", name, k,
+                          strlen(k));
+    return 0;
+}
+
+/* The official parser reads shape and data_offsets as unsigned integers and
+ * refuses -0 (serde_json sees a float); jansson reads it as 0. The decoded
+ * entry cannot tell, so the entry's text is searched: every number in a
+ * valid entry is a non-negative integer, so any '-' outside strings is -0.
+ * Returns 0, TV_E_ST_SHAPE or TV_E_ST_OFFSETS (by the member it sits in). */
+static int check_negative_zero(const char *hdr, const tv__json_member *ent, const char *what,
+                               const char *name, const char *key, tv_error *err)
+{
+    size_t pos;
+    if (!tv__json_find_minus(hdr, ent->value_begin, ent->value_end, &pos))
+        return 0;
+    bool in_shape = false;
+    tv__json_walk w;
+    tv__json_member m;
+    tv__json_walk_init(&w, hdr + ent->value_begin, ent->value_end - ent->value_begin, what);
+    while (tv__json_walk_next(&w, &m, NULL) == 1) {
+        if (pos < ent->value_begin + m.value_begin || pos >= ent->value_begin + m.value_end)
+            continue;
+        json_t *k = NULL;
+        if (tv__json_load_part(hdr + ent->value_begin, m.key_begin, m.key_end, what, &k, NULL) == 0)
+            in_shape = strcmp(json_string_value(k), "shape") == 0;
+        json_decref(k);
+        break;
+    }
+    return tv__seterr(err, in_shape ? TV_E_ST_SHAPE : TV_E_ST_OFFSETS,
+                      "shard '%s': tensor '%s': %s holds -0 at header byte %zu (the official "
+                      "loader refuses it)",
+                      name, key, in_shape ? "shape" : "data_offsets", pos);
 }
 
 static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_t shard_idx,
@@ -134,12 +191,11 @@ static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_
                               "shard '%s': tensor '%s': shape[%zu] is not a non-negative integer",
                               name, key, d);
         ck->dims[ck->n_dims + d] = dim;
-        ovf |= tv__mul_u64(n_elem, dim, &n_elem);
+        if (!ovf)
+            ovf = tv__mul_u64(n_elem, dim, &n_elem);
     }
-    /* A zero dimension makes the product 0 whatever overflowed before it. */
-    for (size_t d = 0; d < rank; d++)
-        if (ck->dims[ck->n_dims + d] == 0)
-            ovf = false, n_elem = 0;
+    /* The product is checked step by step in shape order, as the official
+     * loader does: [2^32, 2^32, 0] overflows before the zero is reached. */
     uint64_t n_bits;
     if (ovf || tv__mul_u64(n_elem, tv_dtype_bits(dt), &n_bits))
         return tv__seterr(err, TV_E_ST_OVERFLOW,
@@ -275,6 +331,31 @@ static int add_shard(tv_checkpoint *ck, const char *name, const char *path, uint
     return 0;
 }
 
+/* Decodes one value of the header. A number jansson cannot hold (above
+ * INT64_MAX) is TV_E_ST_INT_RANGE naming the tensor (TV_E_ST_METADATA in
+ * __metadata__, which holds only strings); NUL in a nested key is
+ * TV_E_ST_NUL naming the member. */
+static int load_value(const char *hdr, const tv__json_member *m, const char *what, const char *name,
+                      const char *key, json_t **val, tv_error *err)
+{
+    int rc = tv__json_load_part(hdr, m->value_begin, m->value_end, what, val, err);
+    if (rc != TV_E_ST_INT_RANGE && rc != TV_E_ST_NUL)
+        return rc;
+    char why[sizeof(err->msg)];
+    snprintf(why, sizeof(why), "%s", err ? err->msg : "");
+    bool meta = strcmp(key, "__metadata__") == 0;
+    if (rc == TV_E_ST_NUL)
+        return tv__seterr(err, rc, "shard '%s': %s%s%s: NUL (\\u0000) in a key (%s)", name,
+                          meta ? "" : "tensor '", meta ? "__metadata__" : key, meta ? "" : "'",
+                          why);
+    if (meta)
+        return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__: %s", name, why);
+    return tv__seterr(err, rc,
+                      "shard '%s': tensor '%s': integer above INT64_MAX (%s); numpy, torch and "
+                      "the registry hold int64",
+                      name, key, why);
+}
+
 /* One top-level member: decodes key and value and files it as the shard's
  * __metadata__ or as a tensor. */
 static int parse_member(tv_checkpoint *ck, uint32_t shard_idx, const char *hdr,
@@ -285,19 +366,23 @@ static int parse_member(tv_checkpoint *ck, uint32_t shard_idx, const char *hdr,
     tv__shard *sh = &ck->shards[shard_idx];
     if ((rc = tv__json_load_part(hdr, m->key_begin, m->key_end, what, &key, err)))
         goto out;
-    if ((rc = tv__json_load_part(hdr, m->value_begin, m->value_end, what, &val, err)))
-        goto out;
     const char *k = json_string_value(key);
-    if (strcmp(k, "__metadata__") == 0) {
-        if (sh->has_meta) {
+    size_t klen = json_string_length(key);
+    bool is_meta = strcmp(k, "__metadata__") == 0 && klen == strlen("__metadata__");
+    if (!is_meta && (rc = check_tensor_name(k, klen, name, err)))
+        goto out;
+    if ((rc = load_value(hdr, m, what, name, k, &val, err)))
+        goto out;
+    if (is_meta) {
+        if (sh->meta_seen) {
             rc = tv__seterr(err, TV_E_ST_DUPLICATE_KEY,
                             "%s byte %zu: duplicate object key '__metadata__'", what,
                             m->value_begin);
             goto out;
         }
         rc = parse_metadata(ck, sh, val, name, err);
-    } else {
-        rc = parse_tensor(ck, k, val, shard_idx, name, err);
+    } else if (!(rc = parse_tensor(ck, k, val, shard_idx, name, err))) {
+        rc = check_negative_zero(hdr, m, what, name, k, err);
     }
 out:
     json_decref(key);

@@ -1,11 +1,16 @@
 /* The Hugging Face sharded layout: model.safetensors.index.json names the
- * shard of every tensor (weight_map); the shards sit beside it.
+ * shard of every tensor (weight_map); the shards sit beside it. Also where a
+ * file named inside a checkpoint directory may resolve to.
  *
  * Invariants: shard paths named by an index are checked lexically (not
- * absolute, no "..", backslash or NUL) and then by real path (they must
- * resolve inside the index's directory, so a symlink cannot escape); after a
- * successful open every tensor is in exactly one shard and listed in the
- * index under that shard. */
+ * absolute, no "..", backslash or NUL) and then by real path: they resolve
+ * inside the index's directory, or, in a Hugging Face hub cache snapshot
+ * (models--ORG--NAME/snapshots/REV/), the entry is itself a symlink to a
+ * regular file directly in models--ORG--NAME/blobs/ (a blobs directory that
+ * is a symlink elsewhere, a link to a directory or outside the repository's
+ * blobs is refused); a shard keeps the name the index gives it (the link
+ * name), never the blob's. After a successful open every tensor is in
+ * exactly one shard and listed in the index under that shard. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -63,8 +68,18 @@ static int validate_index(json_t *root, uint32_t max_shards, const char ***shard
     int rc = 0;
     json_object_keylen_foreach(wm, key, klen, val)
     {
+        /* The shard parser's name rules, so an index cannot name what no
+         * shard may hold. */
+        if (klen == 0) {
+            rc = tv__seterr(err, TV_E_ST_NAME_EMPTY,
+                            "index: weight_map has an empty tensor name (the registry needs a "
+                            "name)");
+            goto fail;
+        }
         if (memchr(key, '\0', klen)) {
-            rc = tv__seterr(err, TV_E_IDX_WEIGHT_MAP, "index: weight_map key contains NUL");
+            rc = tv__seterr(err, TV_E_ST_NUL,
+                            "index: weight_map tensor name '%s' holds a NUL (\\u0000) at byte %zu",
+                            key, strlen(key));
             goto fail;
         }
         if (!json_is_string(val)) {
@@ -99,12 +114,23 @@ fail:
     return rc;
 }
 
+/* Integers above INT64_MAX (a huge metadata.total_size, which is never
+ * enforced) are legal JSON that jansson cannot hold as integers: such a
+ * document is read again with every integer as a real, so it is accepted
+ * and the number is only not reported. */
 static int load_index_json(const char *buf, size_t len, json_t **root, tv_error *err)
 {
     int rc = tv__json_prescan(buf, len, false, "index", err);
     if (rc)
         return rc == TV_E_ST_HEADER_START ? TV_E_IDX_JSON : rc;
-    return tv__json_load(buf, len, JSON_ALLOW_NUL, TV_E_IDX_JSON, "index", root, err);
+    json_error_t je;
+    *root = json_loadb(buf, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
+    if (!*root && json_error_code(&je) == json_error_numeric_overflow)
+        return tv__json_load(buf, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, TV_E_IDX_JSON,
+                             "index", root, err);
+    if (!*root)
+        return tv__json_load(buf, len, JSON_ALLOW_NUL, TV_E_IDX_JSON, "index", root, err);
+    return 0;
 }
 
 TV_API int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim,
@@ -158,8 +184,9 @@ out:
     return rc;
 }
 
-/* metadata.total_size, when it is a non-negative number: reported, never
- * enforced (producers disagree on it). */
+/* metadata.total_size is reported, never enforced (producers disagree on
+ * it): only a number in [0, INT64_MAX] is reported; anything else (absent,
+ * negative, huge, not a number) is accepted and not reported. */
 static void read_total_size(tv_checkpoint *ck, json_t *root)
 {
     json_t *meta = json_object_get(root, "metadata");
@@ -167,26 +194,26 @@ static void read_total_size(tv_checkpoint *ck, json_t *root)
     if (json_is_integer(ts) && json_integer_value(ts) >= 0) {
         ck->has_total_size = true;
         ck->total_size = (uint64_t)json_integer_value(ts);
-    } else if (json_is_real(ts) && json_real_value(ts) >= 0 && json_real_value(ts) < 1.8e19) {
+    } else if (json_is_real(ts) && json_real_value(ts) >= 0 &&
+               json_real_value(ts) < 9223372036854775808.0) {
         ck->has_total_size = true;
         ck->total_size = (uint64_t)json_real_value(ts);
     }
 }
 
-/* Reads, parses and validates the index file; ck->index_path becomes its
- * real path. */
-static int load_index_file(tv_checkpoint *ck, const char *index_path, json_t **root,
-                           const char ***shards, size_t *n_shards, tv_error *err)
+/* Reads, parses and validates the index file (file: its resolved path);
+ * ck->index_path becomes dir/name, the path it was named by. */
+static int load_index_file(tv_checkpoint *ck, const char *dir, const char *name, const char *file,
+                           json_t **root, const char ***shards, size_t *n_shards, tv_error *err)
 {
     int rc;
     char *buf = NULL;
     size_t len = 0;
-    char real[PATH_MAX];
-    if (!realpath(index_path, real))
-        return tv__seterr(err, -errno, "index %s: %s", index_path, strerror(errno));
-    if (!(ck->index_path = strdup(real)))
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    if (!(ck->index_path = malloc(n)))
         return tv__seterr(err, -ENOMEM, "out of memory");
-    if ((rc = read_small_file(ck->index_path, ck->max_header_len, &buf, &len, err)))
+    snprintf(ck->index_path, n, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, name);
+    if ((rc = read_small_file(file, ck->max_header_len, &buf, &len, err)))
         return rc;
     if ((rc = load_index_json(buf, len, root, err)))
         goto out;
@@ -196,52 +223,84 @@ out:
     return rc;
 }
 
-/* Real path of the directory holding the index (ck->index_path). */
-static int index_real_dir(const tv_checkpoint *ck, char *real_dir, tv_error *err)
+/* ---- where a named file may resolve to ---- */
+
+static bool path_inside(const char *path, const char *dir)
 {
-    int rc = 0;
-    char *dir = strdup(ck->index_path);
-    if (!dir)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    if (!realpath(dir, real_dir))
-        rc = tv__seterr(err, -errno, "index directory %s: %s", dir, strerror(errno));
-    free(dir);
-    return rc;
+    size_t dlen = strlen(dir);
+    return strncmp(path, dir, dlen) == 0 && (path[dlen] == '/' || strcmp(dir, "/") == 0);
 }
 
-/* Resolves shard name inside real_dir; the result must stay inside it. */
-static int resolve_shard(const char *real_dir, const char *name, char *real_shard, tv_error *err)
+/* If real_dir lies in a Hugging Face hub cache snapshot,
+ * <repo>/snapshots/<rev>[/...] with <repo> named models--ORG--NAME, writes
+ * <repo>/blobs to blobs and returns true. */
+static bool hub_blobs_dir(const char *real_dir, char *blobs, size_t blobs_len)
 {
-    char shard_path[PATH_MAX];
-    size_t dlen = strlen(real_dir);
-    if ((size_t)snprintf(shard_path, sizeof(shard_path), "%s/%s", real_dir, name) >=
-        sizeof(shard_path))
-        return tv__seterr(err, -ENAMETOOLONG, "shard '%s': path too long", name);
-    if (!realpath(shard_path, real_shard))
-        return tv__seterr(err, -errno, "shard '%s': %s", name, strerror(errno));
-    bool inside = strncmp(real_shard, real_dir, dlen) == 0 &&
-                  (real_shard[dlen] == '/' || (dlen == 1 && real_dir[0] == '/'));
-    if (!inside)
+    static const char snap[] = "/snapshots/";
+    for (const char *p = strstr(real_dir, snap); p; p = strstr(p + 1, snap)) {
+        const char *repo = p;
+        while (repo > real_dir && repo[-1] != '/')
+            repo--;
+        size_t repo_len = (size_t)(p - repo);
+        if (repo_len > strlen("models--") && strncmp(repo, "models--", 8) == 0 &&
+            p[sizeof(snap) - 1] != '\0' && p[sizeof(snap) - 1] != '/')
+            return (size_t)snprintf(blobs, blobs_len, "%.*s/blobs", (int)(p - real_dir), real_dir) <
+                   blobs_len;
+    }
+    return false;
+}
+
+/* The hub cache's own indirection: path (real_dir/name) is itself a
+ * symlink, its directory resolves inside real_dir, and it resolves to a
+ * regular file directly in the repo's blobs directory (real is where it
+ * resolved). Returns NULL if so, else why not. */
+static const char *hub_link_refusal(const char *real_dir, const char *path, const char *real)
+{
+    char blobs[PATH_MAX], parent[PATH_MAX], real_parent[PATH_MAX];
+    struct stat st;
+    if (!hub_blobs_dir(real_dir, blobs, sizeof(blobs)))
+        return "not in a Hugging Face cache snapshot";
+    if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
+        return "not itself a link into the cache's blobs";
+    snprintf(parent, sizeof(parent), "%s", path);
+    *strrchr(parent, '/') = '\0';
+    if (!realpath(parent, real_parent) ||
+        (strcmp(real_parent, real_dir) != 0 && !path_inside(real_parent, real_dir)))
+        return "its directory leaves the snapshot";
+    size_t blen = strlen(blobs);
+    if (strncmp(real, blobs, blen) != 0 || real[blen] != '/' || strchr(real + blen + 1, '/'))
+        return "the link leaves the repository's blobs directory";
+    if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
+        return "the blob is not a regular file";
+    return NULL;
+}
+
+int tv__st_resolve_in_dir(const char *real_dir, const char *name, const char *what, char *real,
+                          tv_error *err)
+{
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", strcmp(real_dir, "/") == 0 ? "" : real_dir,
+                         name) >= sizeof(path))
+        return tv__seterr(err, -ENAMETOOLONG, "%s '%s': path too long", what, name);
+    if (!realpath(path, real))
+        return tv__seterr(err, -errno, "%s '%s': %s", what, name, strerror(errno));
+    if (path_inside(real, real_dir))
+        return 0;
+    const char *why = hub_link_refusal(real_dir, path, real);
+    if (why)
         return tv__seterr(err, TV_E_IDX_SHARD_ESCAPE,
-                          "shard '%s' resolves to %s, outside the index directory %s", name,
-                          real_shard, real_dir);
+                          "%s '%s' resolves to %s, outside the directory %s (%s)", what, name, real,
+                          real_dir, why);
     return 0;
 }
 
-static int parse_index_shards(tv_checkpoint *ck, const char **shards, size_t n_shards,
-                              tv_error *err)
+static int parse_index_shards(tv_checkpoint *ck, const char *real_dir, const char **shards,
+                              size_t n_shards, tv_error *err)
 {
     int rc;
-    char real_dir[PATH_MAX], real_shard[PATH_MAX];
-    if ((rc = index_real_dir(ck, real_dir, err)))
-        return rc;
+    char real_shard[PATH_MAX];
     for (size_t i = 0; i < n_shards; i++) {
-        if ((rc = resolve_shard(real_dir, shards[i], real_shard, err)))
+        if ((rc = tv__st_resolve_in_dir(real_dir, shards[i], "shard", real_shard, err)))
             return rc;
         if ((rc = tv__st_parse_shard_file(ck, real_shard, shards[i], err)))
             return rc;
@@ -284,16 +343,17 @@ static int cross_check(const tv_checkpoint *ck, json_t *root, tv_error *err)
     return tv__seterr(err, TV_E_INTERNAL, "index and shards disagree on the tensor count");
 }
 
-int tv__st_open_index(tv_checkpoint *ck, const char *index_path, tv_error *err)
+int tv__st_open_index(tv_checkpoint *ck, const char *real_dir, const char *name, const char *file,
+                      tv_error *err)
 {
     int rc;
     json_t *root = NULL;
     const char **shards = NULL;
     size_t n_shards = 0;
-    if ((rc = load_index_file(ck, index_path, &root, &shards, &n_shards, err)))
+    if ((rc = load_index_file(ck, real_dir, name, file, &root, &shards, &n_shards, err)))
         goto out;
     read_total_size(ck, root);
-    if ((rc = parse_index_shards(ck, shards, n_shards, err)))
+    if ((rc = parse_index_shards(ck, real_dir, shards, n_shards, err)))
         goto out;
     if ((rc = tv__st_finish(ck, err)))
         goto out;

@@ -83,8 +83,10 @@ int tv__json_load(const char *buf, size_t len, size_t flags, int json_code, cons
     json_error_t je;
     json_t *root = json_loadb(buf, len, flags | JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        int code =
-            json_error_code(&je) == json_error_duplicate_key ? TV_E_ST_DUPLICATE_KEY : json_code;
+        enum json_error_code jc = json_error_code(&je);
+        int code = jc == json_error_duplicate_key      ? TV_E_ST_DUPLICATE_KEY
+                   : jc == json_error_null_byte_in_key ? TV_E_ST_NUL
+                                                       : json_code;
         return tv__seterr(err, code, "%s byte %d (line %d, column %d): %s", what, je.position,
                           je.line, je.column, je.text);
     }
@@ -160,11 +162,15 @@ int tv__json_load_part(const char *buf, size_t b, size_t e, const char *what, js
                        tv_error *err)
 {
     json_error_t je;
-    *out = json_loadb(buf + b, e - b, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    *out =
+        json_loadb(buf + b, e - b, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (*out)
         return 0;
-    int code =
-        json_error_code(&je) == json_error_duplicate_key ? TV_E_ST_DUPLICATE_KEY : TV_E_ST_JSON;
+    enum json_error_code jc = json_error_code(&je);
+    int code = jc == json_error_duplicate_key      ? TV_E_ST_DUPLICATE_KEY
+               : jc == json_error_numeric_overflow ? TV_E_ST_INT_RANGE
+               : jc == json_error_null_byte_in_key ? TV_E_ST_NUL
+                                                   : TV_E_ST_JSON;
     return tv__seterr(err, code, "%s byte %zu: %s", what, b + (size_t)je.position, je.text);
 }
 
@@ -239,4 +245,22 @@ int tv__json_walk_next(tv__json_walk *w, tv__json_member *m, tv_error *err)
     w->i = ve;
     w->first = false;
     return 1;
+}
+
+bool tv__json_find_minus(const char *buf, size_t b, size_t e, size_t *pos)
+{
+    if (!memchr(buf + b, '-', e - b))
+        return false;
+    for (size_t i = b; i < e; i++) {
+        if (buf[i] == '"') {
+            size_t se = string_end(buf, e, i);
+            if (!se)
+                return false;
+            i = se - 1;
+        } else if (buf[i] == '-') {
+            *pos = i;
+            return true;
+        }
+    }
+    return false;
 }

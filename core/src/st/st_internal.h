@@ -36,7 +36,8 @@ typedef struct tv__shard {
     size_t n_tensors;
     size_t first_meta; /* into meta */
     size_t n_meta;
-    bool has_meta;
+    bool has_meta;  /* __metadata__ is an object */
+    bool meta_seen; /* __metadata__ present (an object or null) */
 } tv__shard;
 
 /* Open-addressing hash table mapping a name to a tensor index. */
@@ -102,10 +103,14 @@ void tv__json_walk_init(tv__json_walk *w, const char *buf, size_t len, const cha
  * only whitespace follows it; or TV_E_ST_JSON. */
 int tv__json_walk_next(tv__json_walk *w, tv__json_member *m, tv_error *err);
 /* Decodes buf[b, e) (one token or value) with jansson, duplicate keys
- * rejected; errors (TV_E_ST_JSON, TV_E_ST_DUPLICATE_KEY) name the byte
- * offset in buf. */
+ * rejected, \u0000 kept (callers decide; strings have lengths); errors
+ * (TV_E_ST_JSON, TV_E_ST_DUPLICATE_KEY, TV_E_ST_INT_RANGE for a number
+ * jansson cannot hold) name the byte offset in buf. */
 int tv__json_load_part(const char *buf, size_t b, size_t e, const char *what, json_t **out,
                        tv_error *err);
+
+/* True, with *pos, if buf[b, e) holds a '-' outside strings. */
+bool tv__json_find_minus(const char *buf, size_t b, size_t e, size_t *pos);
 
 uint64_t tv__hash_bytes(const void *p, size_t n, uint64_t seed);
 
@@ -128,8 +133,18 @@ int tv__st_read_exact(int fd, void *buf, size_t len, uint64_t off);
 int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *name, tv_error *err);
 /* All shards are parsed: builds the name index. */
 int tv__st_finish(tv_checkpoint *ck, tv_error *err);
-/* Opens a Hugging Face index and every shard it names (index.c). */
-int tv__st_open_index(tv_checkpoint *ck, const char *index_path, tv_error *err);
+/* Opens a Hugging Face index and every shard it names (index.c): the index
+ * is entry name of directory real_dir (a real path), read from file (where
+ * that entry resolves); shards resolve with tv__st_resolve_in_dir. */
+int tv__st_open_index(tv_checkpoint *ck, const char *real_dir, const char *name, const char *file,
+                      tv_error *err);
+/* Resolves entry name (may hold '/') of directory real_dir into real
+ * (PATH_MAX bytes): it must stay inside real_dir, or be a Hugging Face hub
+ * cache link into its repository's blobs/ (see index.c). what names the
+ * entry in messages ("shard"). Returns 0, -errno, -ENAMETOOLONG or
+ * TV_E_IDX_SHARD_ESCAPE. */
+int tv__st_resolve_in_dir(const char *real_dir, const char *name, const char *what, char *real,
+                          tv_error *err);
 
 /* Appends len bytes plus a NUL to the arena; returns the offset in *off. */
 int tv__strings_add(tv_checkpoint *ck, const char *s, size_t len, uint32_t *off);
