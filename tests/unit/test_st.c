@@ -1896,6 +1896,20 @@ static void test_hub_cache_layout(void **state)
     ck = OPEN_OK(snap, NULL);
     check_hub(snap, ck);
     tv_checkpoint_close(ck);
+    /* A file in a subfolder of the snapshot links one level further up. */
+    char sub[PATH_MAX];
+    path_join(sub, snap, "sub");
+    assert_int_equal(mkdir(sub, 0700), 0);
+    link_at(sub, S2, "../../../blobs/" BLOB_S2);
+    write_json(f->root, "hub/" HUB_REPO "/blobs/" BLOB_IDX,
+               "{'weight_map':{'" T_HEAD "':'sub/" S2 "','" T_EMBED "':'" S1 "','" T_NORM "':'" S1
+               "'}}");
+    ck = OPEN_OK(snap, NULL);
+    tv_shard_info si;
+    assert_int_equal(tv_checkpoint_shard(ck, 1, &si), 0);
+    assert_string_equal(si.name, "sub/" S2);
+    assert_string_equal(strrchr(si.path, '/') + 1, BLOB_S2);
+    tv_checkpoint_close(ck);
 }
 
 static void test_hub_cache_single_file(void **state)
