@@ -147,9 +147,8 @@ static int check_negative_zero(const char *hdr, const tv__json_member *ent, cons
         break;
     }
     return tv__seterr(err, in_shape ? TV_E_ST_SHAPE : TV_E_ST_OFFSETS,
-                      "shard '%s': tensor '%s': %s holds -0 at header byte %zu (the official "
-                      "loader refuses it)",
-                      name, key, in_shape ? "shape" : "data_offsets", pos);
+                      "shard '%s': tensor '%s': %s holds -0 at header byte %zu", name, key,
+                      in_shape ? "shape" : "data_offsets", pos);
 }
 
 static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_t shard_idx,
@@ -350,10 +349,8 @@ static int load_value(const char *hdr, const tv__json_member *m, const char *wha
                           why);
     if (meta)
         return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__: %s", name, why);
-    return tv__seterr(err, rc,
-                      "shard '%s': tensor '%s': integer above INT64_MAX (%s); numpy, torch and "
-                      "the registry hold int64",
-                      name, key, why);
+    return tv__seterr(err, rc, "shard '%s': tensor '%s': integer above INT64_MAX (%s)", name, key,
+                      why);
 }
 
 /* One top-level member: decodes key and value and files it as the shard's

@@ -71,9 +71,7 @@ static int validate_index(json_t *root, uint32_t max_shards, const char ***shard
         /* The shard parser's name rules, so an index cannot name what no
          * shard may hold. */
         if (klen == 0) {
-            rc = tv__seterr(err, TV_E_ST_NAME_EMPTY,
-                            "index: weight_map has an empty tensor name (the registry needs a "
-                            "name)");
+            rc = tv__seterr(err, TV_E_ST_NAME_EMPTY, "index: weight_map has an empty tensor name");
             goto fail;
         }
         if (memchr(key, '\0', klen)) {
