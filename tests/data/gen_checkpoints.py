@@ -109,6 +109,87 @@ def raw_shard(header, data=b""):
     return struct.pack("<Q", len(h)) + h + data
 
 
+def _t(dt, shape, b, e):
+    return {"dtype": dt, "shape": shape, "data_offsets": [b, e]}
+
+
+def _hdr(text):
+    """Header text with ' for " (so the cases read naturally)."""
+    return text.replace("'", '"').encode()
+
+
+W = "'w':{'dtype':'U8','shape':[3],'data_offsets':[0,3]}"
+
+# Cases where tensorvault and the official parser (safetensors.deserialize /
+# safe_open) must be compared: {file: (header, data, official accepts?,
+# tensorvault's error or None)}. An entry the official parser accepts and
+# tensorvault refuses is a deliberate difference (README, "What is
+# validated"); every other entry must agree.
+AGREEMENT = {
+    # Element count overflows before the zero: the official product is
+    # checked in shape order.
+    "ovf_before_zero.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[4294967296,4294967296,0],'data_offsets':[0,0]}," + W + "}"), b"abc", False, "TV_E_ST_OVERFLOW"),
+    "zero_before_ovf.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[0,4294967296,4294967296],'data_offsets':[3,3]}," + W + "}"), b"abc", True, None),
+    "negzero_dim.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[-0],'data_offsets':[3,3]}," + W + "}"), b"abc", False, "TV_E_ST_SHAPE"),
+    "negzero_offset.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[0],'data_offsets':[-0,0]}}"), b"", False, "TV_E_ST_OFFSETS"),
+    "negzero_end.safetensors": (_hdr("{" + W + ",'a':{'dtype':'U8','shape':[0],'data_offsets':[3,-0]}}"), b"abc", False, "TV_E_ST_OFFSETS"),
+    "metadata_null.safetensors": (_hdr("{'__metadata__':null," + W + "}"), b"abc", True, None),
+    "metadata_null_only.safetensors": (_hdr("{'__metadata__':null}"), b"", True, None),
+    "metadata_null_twice.safetensors": (_hdr("{'__metadata__':null,'__metadata__':{'a':'b'}," + W + "}"), b"abc", False, "TV_E_ST_DUPLICATE_KEY"),
+    "dim_int64_max.safetensors": (_hdr("{'a':{'dtype':'F32','shape':[9223372036854775807,0],'data_offsets':[3,3]}," + W + "}"), b"abc", True, None),
+    # Deliberate differences: accepted by the official parser, refused here.
+    "nul_name.safetensors": (_hdr("{'a\\u0000b':{'dtype':'U8','shape':[0],'data_offsets':[3,3]}," + W + "}"), b"abc", True, "TV_E_ST_NUL"),
+    "nul_metadata_key.safetensors": (_hdr("{'__metadata__':{'k\\u0000':'v'}," + W + "}"), b"abc", True, "TV_E_ST_NUL"),
+    "nul_metadata_value.safetensors": (_hdr("{'__metadata__':{'k':'v\\u0000'}," + W + "}"), b"abc", True, "TV_E_ST_NUL"),
+    "dim_above_int64_max.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[9223372036854775808,0],'data_offsets':[3,3]}," + W + "}"), b"abc", True, "TV_E_ST_INT_RANGE"),
+    "dim_u64_max.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[0,18446744073709551615],'data_offsets':[3,3]}," + W + "}"), b"abc", True, "TV_E_ST_INT_RANGE"),
+    "empty_name.safetensors": (_hdr("{'':{'dtype':'U8','shape':[0],'data_offsets':[3,3]}," + W + "}"), b"abc", True, "TV_E_ST_NAME_EMPTY"),
+    "rank_17.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,0],'data_offsets':[3,3]}," + W + "}"), b"abc", True, "TV_E_ST_RANK"),
+    "extra_field.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[0],'data_offsets':[3,3],'x':1}," + W + "}"), b"abc", True, "TV_E_ST_TENSOR_FIELDS"),
+    "deep_extra_field.safetensors": (_hdr("{'a':{'dtype':'U8','shape':[0],'data_offsets':[3,3],'x':[[[[[[[[[[]]]]]]]]]]}," + W + "}"), b"abc", True, "TV_E_ST_TOO_DEEP"),
+    "dup_tensor.safetensors": (_hdr("{" + W + ",'z':{'dtype':'U8','shape':[0],'data_offsets':[3,3]},'z':{'dtype':'U8','shape':[0],'data_offsets':[3,3]}}"), b"abc", True, "TV_E_ST_DUPLICATE_KEY"),
+    "dup_metadata_key.safetensors": (_hdr("{'__metadata__':{'k':'a','k':'b'}," + W + "}"), b"abc", True, "TV_E_ST_DUPLICATE_KEY"),
+    "leading_space.safetensors": (_hdr(" {" + W + "}"), b"abc", True, "TV_E_ST_HEADER_START"),
+}
+
+
+def agreement(out_dir):
+    """Writes the AGREEMENT shards; returns {file: (official accepts?, error or None)}."""
+    os.makedirs(out_dir, exist_ok=True)
+    out = {}
+    for name, (hdr, data, official, err) in AGREEMENT.items():
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(raw_shard(hdr, data))
+        out[name] = (official, err)
+    return out
+
+
+def agreement_index(out_dir):
+    """Sharded checkpoints whose index the official tools (json.load) read:
+    {dir: error or None}. total_size is never enforced, so a huge one is
+    accepted (and not reported); weight_map follows the shard name rules."""
+    os.makedirs(out_dir, exist_ok=True)
+    a = {"a": np.arange(4, dtype=np.float32)}
+    b = {"b": np.arange(3, dtype=np.int16)}
+    wm = {"a": "s1.safetensors", "b": "s2.safetensors"}
+    cases = {
+        "idx_total_size_above_int64_max": ('{"metadata":{"total_size":9223372036854775808},"weight_map":%s}' % json.dumps(wm), None),
+        "idx_total_size_above_u64_max": ('{"metadata":{"total_size":18446744073709551616},"weight_map":%s}' % json.dumps(wm), None),
+        "idx_empty_tensor_name": ('{"weight_map":{"":"s1.safetensors"}}', "TV_E_ST_NAME_EMPTY"),
+        "idx_nul_tensor_name": ('{"weight_map":{"a\\u0000":"s1.safetensors"}}', "TV_E_ST_NUL"),
+    }
+    out = {}
+    for dname, (index, err) in cases.items():
+        d = os.path.join(out_dir, dname)
+        os.makedirs(d, exist_ok=True)
+        save_file(a, os.path.join(d, "s1.safetensors"))
+        save_file(b, os.path.join(d, "s2.safetensors"))
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            f.write(index)
+        out[dname] = err
+    return out
+
+
 def malformed(out_dir):
     """One fixture per named error; returns {filename: expected error name}."""
     os.makedirs(out_dir, exist_ok=True)
@@ -137,6 +218,10 @@ def malformed(out_dir):
         "trailing.safetensors": (raw_shard({"a": t("U8", [2], 0, 2)}, b"x" * 5), "TV_E_ST_TRAILING"),
         "truncated.safetensors": (raw_shard({"a": t("U8", [8], 0, 8)}, b"x" * 5), "TV_E_ST_TRUNCATED"),
     }
+    # Every refusal of the agreement cases is a malformed fixture too.
+    for name, (hdr, data, _, err) in AGREEMENT.items():
+        if err:
+            cases[name] = (raw_shard(hdr, data), err)
     expect = {}
     for name, (blob, err) in cases.items():
         with open(os.path.join(out_dir, name), "wb") as f:

@@ -1,8 +1,11 @@
 /* libFuzzer target: the safetensors shard parser on arbitrary bytes (the
  * input is the whole file image: length prefix, header, data). Invariant: any
- * input returns 0 or a TV_E_* code; no crash, leak or sanitizer report. */
+ * input returns 0 or a TV_E_* code; no crash, leak or sanitizer report; an
+ * accepted header has only names the registry can hold (non-empty, no NUL)
+ * and dimensions within INT64_MAX. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tensorvault/checkpoint.h"
 
@@ -22,6 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (tv_checkpoint_tensor(ck, i, &t) || tv_checkpoint_find(ck, t.name, t.name_len, &j) ||
                 j != i || t.file_off + t.nbytes > size)
                 abort();
+            if (t.name_len == 0 || strlen(t.name) != t.name_len)
+                abort();
+            for (uint32_t d = 0; d < t.rank; d++)
+                if (t.shape[d] > (uint64_t)INT64_MAX)
+                    abort();
             total += t.nbytes;
         }
         if (total != tv_checkpoint_total_bytes(ck))

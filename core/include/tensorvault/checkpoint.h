@@ -10,7 +10,9 @@
  *     exactly (no overlap, no hole, no trailing bytes, nothing past EOF);
  *   - for an index, every tensor is in exactly one shard and listed under it;
  *   - tensors are iterated in file order (shard index, then offset) and
- *     names are unique across the checkpoint;
+ *     names are unique across the checkpoint, non-empty and free of NUL
+ *     (as are __metadata__ keys and values); every dimension is at most
+ *     INT64_MAX;
  *   - file_off + nbytes never overflows and lies inside the shard file. */
 #ifndef TENSORVAULT_CHECKPOINT_H
 #define TENSORVAULT_CHECKPOINT_H
@@ -90,8 +92,9 @@ typedef struct tv_tensor_info {
 } tv_tensor_info;
 
 typedef struct tv_shard_info {
-    const char *name; /* file name as listed in the index (or the base name) */
-    const char *path; /* resolved absolute path */
+    const char *name; /* file name as listed in the index (or the base name of
+                         the path it was named by: a link keeps its own name) */
+    const char *path; /* resolved absolute path (for a hub cache link: the blob) */
     uint64_t file_len;
     uint64_t header_len; /* N of the 8-byte prefix */
     uint64_t data_off;   /* 8 + N */
@@ -103,7 +106,11 @@ typedef struct tv_shard_info {
 
 /* Opens path: a .safetensors file, a model.safetensors.index.json (or any
  * *.index.json), or a directory holding one (the index wins over a lone
- * model.safetensors). Reads only headers, never tensor data.
+ * model.safetensors). Reads only headers, never tensor data. Files named by
+ * an index, or picked in a named directory, must resolve inside that
+ * directory, or be a Hugging Face hub cache snapshot's links
+ * (models--ORG--NAME/snapshots/REV/NAME -> ../../blobs/HASH): else
+ * TV_E_IDX_SHARD_ESCAPE.
  * lim may be NULL (defaults). On failure *out is NULL and err names the
  * problem (tensor, offset or path).
  * Returns 0; a negative errno (open/read failure); or TV_E_FILE_SHORT,
@@ -124,7 +131,8 @@ int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len
  * filesystem: weight_map shape and shard-name rules, shard count limit.
  * On success *n_shards and *n_tensors (either may be NULL) are set.
  * Returns 0, TV_E_IDX_JSON, TV_E_ST_DUPLICATE_KEY, TV_E_ST_TOO_DEEP,
- * TV_E_IDX_WEIGHT_MAP, TV_E_IDX_SHARD_NAME, TV_E_IDX_TOO_MANY_SHARDS. */
+ * TV_E_IDX_WEIGHT_MAP, TV_E_IDX_SHARD_NAME, TV_E_IDX_TOO_MANY_SHARDS,
+ * TV_E_ST_NAME_EMPTY or TV_E_ST_NUL (a tensor name no shard may hold). */
 int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim,
                              size_t *n_shards, size_t *n_tensors, tv_error *err);
 
@@ -136,7 +144,8 @@ size_t tv_checkpoint_n_shards(const tv_checkpoint *ck);
 /* Sum of nbytes over all tensors. */
 uint64_t tv_checkpoint_total_bytes(const tv_checkpoint *ck);
 /* The index's metadata.total_size if present (it differs between producers:
- * reported, never validated). Returns true and sets *out when present. */
+ * reported, never validated). Returns true and sets *out when it is a number
+ * in [0, INT64_MAX]; any other value is accepted and not reported. */
 bool tv_checkpoint_index_total_size(const tv_checkpoint *ck, uint64_t *out);
 /* Path of the index file, or NULL for a single shard. */
 const char *tv_checkpoint_index_path(const tv_checkpoint *ck);

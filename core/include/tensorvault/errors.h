@@ -40,6 +40,9 @@ extern "C" {
     X(TV_E_ST_TRAILING, -1029, "unindexed bytes after the last tensor")                            \
     X(TV_E_ST_TRUNCATED, -1030, "data section shorter than the last tensor's END")                 \
     X(TV_E_ST_NOT_BYTE_ADDRESSABLE, -1031, "sub-byte dtype is not byte-addressable for reads")     \
+    X(TV_E_ST_NAME_EMPTY, -1032, "tensor name is empty (the registry cannot store it)")            \
+    X(TV_E_ST_NUL, -1033, "NUL (\\u0000) in a tensor name or __metadata__")                        \
+    X(TV_E_ST_INT_RANGE, -1034, "integer in a tensor entry above INT64_MAX")                       \
     X(TV_E_IDX_JSON, -1040, "index file is not valid JSON")                                        \
     X(TV_E_IDX_WEIGHT_MAP, -1041, "index weight_map is not a string-to-string object")             \
     X(TV_E_IDX_SHARD_NAME, -1042, "index shard name is absolute, has '..', a backslash or NUL")    \

@@ -1,11 +1,9 @@
-/* Opening a checkpoint from the filesystem: a single shard, a Hugging Face
- * index with its shards, or a directory holding either; and the accessors.
+/* Opening a checkpoint from the filesystem: a single shard or a directory
+ * holding a checkpoint (the Hugging Face index lives in index.c); and the
+ * accessors.
  *
- * Invariants: only headers are read, never tensor data; shard paths named by
- * an index are checked lexically (not absolute, no "..", backslash or NUL)
- * and then by real path (they must resolve inside the index's directory, so
- * a symlink cannot escape); after a successful open every tensor is in
- * exactly one shard and listed in the index under that shard. */
+ * Invariants: only headers are read, never tensor data; a shard is a
+ * regular file (FIFOs and devices are refused without blocking). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,15 +17,13 @@
 #include "st/st_internal.h"
 #include "util/sys.h"
 
-/* Reads exactly len bytes at off; a short file is -EIO here (callers check
- * sizes first so this only fires when the file shrinks underneath us). */
-static int read_exact(int fd, void *buf, size_t len, uint64_t off)
+int tv__st_read_exact(int fd, void *buf, size_t len, uint64_t off)
 {
     int rc = tv__sys_pread_exact(fd, buf, len, off);
     return rc == -ENODATA ? -EIO : rc;
 }
 
-static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *name, tv_error *err)
+int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *name, tv_error *err)
 {
     int rc;
     char *hdr = NULL;
@@ -49,11 +45,13 @@ static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
     uint64_t file_len = (uint64_t)st.st_size;
     unsigned char prefix[8];
     if (file_len < 8) {
-        rc = tv__seterr(err, TV_E_FILE_SHORT, "shard '%s': file is %llu bytes, shorter than the "
-                        "8-byte length prefix", name, (unsigned long long)file_len);
+        rc = tv__seterr(err, TV_E_FILE_SHORT,
+                        "shard '%s': file is %llu bytes, shorter than the "
+                        "8-byte length prefix",
+                        name, (unsigned long long)file_len);
         goto fail_fd;
     }
-    if ((rc = read_exact(fd, prefix, 8, 0))) {
+    if ((rc = tv__st_read_exact(fd, prefix, 8, 0))) {
         tv__seterr(err, rc, "shard '%s': read: %s", name, tv_strerror(rc));
         goto fail_fd;
     }
@@ -72,7 +70,7 @@ static int parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
                         (unsigned long long)n);
         goto fail_fd;
     }
-    if ((rc = read_exact(fd, hdr, n, 8))) {
+    if ((rc = tv__st_read_exact(fd, hdr, n, 8))) {
         tv__seterr(err, rc, "shard '%s': read header: %s", name, tv_strerror(rc));
         goto fail_hdr;
     }
@@ -84,7 +82,7 @@ fail_fd:
     return rc;
 }
 
-static int finish(tv_checkpoint *ck, tv_error *err)
+int tv__st_finish(tv_checkpoint *ck, tv_error *err)
 {
     return tv__nameidx_build(ck, err);
 }
@@ -104,8 +102,8 @@ TV_API void tv_checkpoint_close(tv_checkpoint *ck)
 }
 
 TV_API int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len,
-                                     const char *name, const tv_st_limits *lim,
-                                     tv_checkpoint **out, tv_error *err)
+                                     const char *name, const tv_st_limits *lim, tv_checkpoint **out,
+                                     tv_error *err)
 {
     int rc;
     if (!out || (!buf && buf_len))
@@ -117,8 +115,8 @@ TV_API int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t f
     if (!ck)
         return tv__seterr(err, -ENOMEM, "out of memory");
     if (buf_len < 8 || file_len < 8) {
-        rc = tv__seterr(err, TV_E_FILE_SHORT,
-                        "shard '%s': shorter than the 8-byte length prefix", name);
+        rc = tv__seterr(err, TV_E_FILE_SHORT, "shard '%s': shorter than the 8-byte length prefix",
+                        name);
         goto fail;
     }
     const unsigned char *p = buf;
@@ -136,264 +134,12 @@ TV_API int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t f
     }
     if ((rc = tv__st_parse_header(ck, (const char *)p + 8, n, file_len, name, NULL, err)))
         goto fail;
-    if ((rc = finish(ck, err)))
+    if ((rc = tv__st_finish(ck, err)))
         goto fail;
     *out = ck;
     return 0;
 fail:
     tv_checkpoint_close(ck);
-    return rc;
-}
-
-/* Lexical shard-name rules of the index. */
-static int check_shard_name(const char *s, size_t len, tv_error *err)
-{
-    const char *why = NULL;
-    if (len == 0)
-        why = "is empty";
-    else if (s[0] == '/')
-        why = "is absolute";
-    else if (memchr(s, '\0', len))
-        why = "contains NUL";
-    else if (memchr(s, '\\', len))
-        why = "contains a backslash";
-    else if (strstr(s, ".."))
-        why = "contains '..'";
-    if (why)
-        return tv__seterr(err, TV_E_IDX_SHARD_NAME, "index: shard name '%.*s' %s", (int)len, s,
-                          why);
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Validates the index document; fills a sorted, de-duplicated array of shard
- * names (pointers into root) when shards_out is non-NULL. */
-static int validate_index(json_t *root, uint32_t max_shards, const char ***shards_out,
-                          size_t *n_shards, size_t *n_tensors, tv_error *err)
-{
-    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-    if (!json_is_object(wm))
-        return tv__seterr(err, TV_E_IDX_WEIGHT_MAP, "index: weight_map is missing or not an "
-                          "object");
-    size_t n = json_object_size(wm);
-    const char **names = malloc(sizeof(*names) * (n ? n : 1));
-    if (!names)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    size_t k = 0;
-    const char *key;
-    size_t klen;
-    json_t *val;
-    int rc = 0;
-    json_object_keylen_foreach(wm, key, klen, val)
-    {
-        if (memchr(key, '\0', klen)) {
-            rc = tv__seterr(err, TV_E_IDX_WEIGHT_MAP, "index: weight_map key contains NUL");
-            goto fail;
-        }
-        if (!json_is_string(val)) {
-            rc = tv__seterr(err, TV_E_IDX_WEIGHT_MAP,
-                            "index: weight_map value for tensor '%s' is not a string", key);
-            goto fail;
-        }
-        if ((rc = check_shard_name(json_string_value(val), json_string_length(val), err)))
-            goto fail;
-        names[k++] = json_string_value(val);
-    }
-    qsort(names, k, sizeof(*names), cmp_str);
-    size_t u = 0;
-    for (size_t i = 0; i < k; i++)
-        if (u == 0 || strcmp(names[u - 1], names[i]) != 0)
-            names[u++] = names[i];
-    if (u > max_shards) {
-        rc = tv__seterr(err, TV_E_IDX_TOO_MANY_SHARDS, "index: %zu shards, over the limit %u", u,
-                        max_shards);
-        goto fail;
-    }
-    if (n_shards)
-        *n_shards = u;
-    if (n_tensors)
-        *n_tensors = n;
-    if (shards_out) {
-        *shards_out = names;
-        return 0;
-    }
-fail:
-    free(names);
-    return rc;
-}
-
-static int load_index_json(const char *buf, size_t len, json_t **root, tv_error *err)
-{
-    int rc = tv__json_prescan(buf, len, false, "index", err);
-    if (rc)
-        return rc == TV_E_ST_HEADER_START ? TV_E_IDX_JSON : rc;
-    return tv__json_load(buf, len, JSON_ALLOW_NUL, TV_E_IDX_JSON, "index", root, err);
-}
-
-TV_API int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim,
-                                    size_t *n_shards, size_t *n_tensors, tv_error *err)
-{
-    json_t *root = NULL;
-    if (!buf && len)
-        return tv__seterr(err, TV_E_INVALID_ARG, "NULL buffer");
-    int rc = load_index_json(buf, len, &root, err);
-    if (rc)
-        return rc;
-    uint32_t max = lim && lim->max_shards ? lim->max_shards : TV_ST_DEFAULT_MAX_SHARDS;
-    rc = validate_index(root, max, NULL, n_shards, n_tensors, err);
-    json_decref(root);
-    return rc;
-}
-
-static int read_small_file(const char *path, uint64_t max, char **out, size_t *len,
-                           tv_error *err)
-{
-    int rc = 0;
-    int fd = tv__sys.open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0)
-        return tv__seterr(err, -errno, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (tv__sys.fstat(fd, &st) < 0) {
-        rc = tv__seterr(err, -errno, "stat %s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = tv__seterr(err, -EINVAL, "%s is not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > max) {
-        rc = tv__seterr(err, TV_E_ST_HEADER_TOO_LARGE, "%s is %lld bytes, over the limit %llu",
-                        path, (long long)st.st_size, (unsigned long long)max);
-        goto out;
-    }
-    *len = (size_t)st.st_size;
-    *out = malloc(*len ? *len : 1);
-    if (!*out) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((rc = read_exact(fd, *out, *len, 0))) {
-        free(*out);
-        *out = NULL;
-        tv__seterr(err, rc, "read %s: %s", path, tv_strerror(rc));
-    }
-out:
-    tv__sys.close(fd);
-    return rc;
-}
-
-static int open_index(tv_checkpoint *ck, const char *index_path, tv_error *err)
-{
-    int rc;
-    char *buf = NULL, *dir = NULL;
-    size_t len = 0;
-    json_t *root = NULL;
-    const char **shards = NULL;
-    size_t n_shards = 0;
-    char real_dir[PATH_MAX], shard_path[PATH_MAX], real_shard[PATH_MAX];
-
-    if (!realpath(index_path, real_shard))
-        return tv__seterr(err, -errno, "index %s: %s", index_path, strerror(errno));
-    if (!(ck->index_path = strdup(real_shard)))
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    if ((rc = read_small_file(ck->index_path, ck->max_header_len, &buf, &len, err)))
-        return rc;
-    if ((rc = load_index_json(buf, len, &root, err)))
-        goto out;
-    if ((rc = validate_index(root, ck->max_shards, &shards, &n_shards, NULL, err)))
-        goto out;
-    json_t *meta = json_object_get(root, "metadata");
-    json_t *ts = json_is_object(meta) ? json_object_get(meta, "total_size") : NULL;
-    if (json_is_integer(ts) && json_integer_value(ts) >= 0) {
-        ck->has_total_size = true;
-        ck->total_size = (uint64_t)json_integer_value(ts);
-    } else if (json_is_real(ts) && json_real_value(ts) >= 0 && json_real_value(ts) < 1.8e19) {
-        ck->has_total_size = true;
-        ck->total_size = (uint64_t)json_real_value(ts);
-    }
-    if (!(dir = strdup(ck->index_path))) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    if (!realpath(dir, real_dir)) {
-        rc = tv__seterr(err, -errno, "index directory %s: %s", dir, strerror(errno));
-        goto out;
-    }
-    size_t dlen = strlen(real_dir);
-    for (size_t i = 0; i < n_shards; i++) {
-        if ((size_t)snprintf(shard_path, sizeof(shard_path), "%s/%s", real_dir, shards[i]) >=
-            sizeof(shard_path)) {
-            rc = tv__seterr(err, -ENAMETOOLONG, "shard '%s': path too long", shards[i]);
-            goto out;
-        }
-        if (!realpath(shard_path, real_shard)) {
-            rc = tv__seterr(err, -errno, "shard '%s': %s", shards[i], strerror(errno));
-            goto out;
-        }
-        bool inside = strncmp(real_shard, real_dir, dlen) == 0 &&
-                      (real_shard[dlen] == '/' || (dlen == 1 && real_dir[0] == '/'));
-        if (!inside) {
-            rc = tv__seterr(err, TV_E_IDX_SHARD_ESCAPE,
-                            "shard '%s' resolves to %s, outside the index directory %s", shards[i],
-                            real_shard, real_dir);
-            goto out;
-        }
-        if ((rc = parse_shard_file(ck, real_shard, shards[i], err)))
-            goto out;
-    }
-    if ((rc = finish(ck, err)))
-        goto out;
-    /* Cross-check: every listed tensor is in the shard it is listed under,
-     * and every tensor found is listed. */
-    json_t *wm = json_object_get(root, "weight_map");
-    const char *key;
-    json_t *val;
-    json_object_foreach(wm, key, val)
-    {
-        size_t idx;
-        const char *want = json_string_value(val);
-        if (tv_checkpoint_find(ck, key, strlen(key), &idx) != 0) {
-            rc = tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                            "tensor '%s' is listed in the index under shard '%s' but is missing "
-                            "from it",
-                            key, want);
-            goto out;
-        }
-        const char *have = ck->strings + ck->shards[ck->tensors[idx].shard].name_off;
-        if (strcmp(have, want) != 0) {
-            rc = tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                            "tensor '%s' is listed in the index under shard '%s' but is missing "
-                            "from it (found in shard '%s')",
-                            key, want, have);
-            goto out;
-        }
-    }
-    if (json_object_size(wm) != ck->n_tensors) {
-        for (size_t i = 0; i < ck->n_tensors; i++) {
-            const char *tn = ck->strings + ck->tensors[i].name_off;
-            if (!json_object_get(wm, tn)) {
-                rc = tv__seterr(err, TV_E_IDX_UNLISTED_TENSOR,
-                                "tensor '%s' in shard '%s' is not listed in the index", tn,
-                                ck->strings + ck->shards[ck->tensors[i].shard].name_off);
-                goto out;
-            }
-        }
-        rc = tv__seterr(err, TV_E_INTERNAL, "index and shards disagree on the tensor count");
-    }
-out:
-    free(shards);
-    json_decref(root);
-    free(buf);
-    free(dir);
     return rc;
 }
 
@@ -405,8 +151,8 @@ static bool ends_with(const char *s, const char *suf)
 
 /* Picks the checkpoint file inside a directory: model.safetensors.index.json,
  * else the only *.safetensors.index.json, else model.safetensors, else the
- * only *.safetensors. */
-static int pick_in_dir(const char *dir, char *out, size_t out_len, tv_error *err)
+ * only *.safetensors. Writes the entry's name (NAME_MAX + 1 bytes). */
+static int pick_in_dir(const char *dir, char *out, tv_error *err)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -443,8 +189,41 @@ static int pick_in_dir(const char *dir, char *out, size_t out_len, tv_error *err
                           "%s: no single safetensors checkpoint (found %d index files, %d "
                           ".safetensors files)",
                           dir, n_idx, n_st);
-    if ((size_t)snprintf(out, out_len, "%s/%s", dir, pick) >= out_len)
-        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", dir);
+    snprintf(out, NAME_MAX + 1, "%s", pick);
+    return 0;
+}
+
+/* Where path's checkpoint file is: the real path of its directory, its name
+ * there (a link keeps its own name) and the file it resolves to. A file
+ * picked inside a named directory must resolve inside it (or be a hub cache
+ * link); a file named directly is the caller's choice. */
+static int locate(const char *path, char *real_dir, char *name, char *file, tv_error *err)
+{
+    int rc;
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (!realpath(path, real_dir))
+            return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
+        if ((rc = pick_in_dir(real_dir, name, err)))
+            return rc;
+        return tv__st_resolve_in_dir(real_dir, name, "checkpoint file", file, err);
+    }
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (strlen(base) > NAME_MAX)
+        return tv__seterr(err, -ENAMETOOLONG, "%s: name too long", path);
+    snprintf(name, NAME_MAX + 1, "%s", base);
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path) >= sizeof(dir))
+        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", path);
+    if (!realpath(dir, real_dir) || !realpath(path, file))
+        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -452,33 +231,21 @@ TV_API int tv_checkpoint_open(const char *path, const tv_st_limits *lim, tv_chec
                               tv_error *err)
 {
     int rc;
-    char picked[PATH_MAX];
+    char real_dir[PATH_MAX], name[NAME_MAX + 1], file[PATH_MAX];
     if (!path || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *out = NULL;
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) {
-        if ((rc = pick_in_dir(path, picked, sizeof(picked), err)))
-            return rc;
-        path = picked;
-    }
+    if ((rc = locate(path, real_dir, name, file, err)))
+        return rc;
     tv_checkpoint *ck = tv__checkpoint_new(lim);
     if (!ck)
         return tv__seterr(err, -ENOMEM, "out of memory");
-    if (ends_with(path, ".json")) {
-        rc = open_index(ck, path, err);
+    if (ends_with(name, ".json")) {
+        rc = tv__st_open_index(ck, real_dir, name, file, err);
     } else {
-        char real[PATH_MAX];
-        if (!realpath(path, real)) {
-            rc = tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
-        } else {
-            const char *base = strrchr(real, '/');
-            rc = parse_shard_file(ck, real, base ? base + 1 : real, err);
-            if (!rc)
-                rc = finish(ck, err);
-        }
+        rc = tv__st_parse_shard_file(ck, file, name, err);
+        if (!rc)
+            rc = tv__st_finish(ck, err);
     }
     if (rc) {
         tv_checkpoint_close(ck);

@@ -51,8 +51,8 @@ tv_checkpoint *tv__checkpoint_new(const tv_st_limits *lim)
     tv_checkpoint *ck = calloc(1, sizeof(*ck));
     if (!ck)
         return NULL;
-    ck->max_header_len = lim && lim->max_header_len ? lim->max_header_len
-                                                    : TV_ST_DEFAULT_MAX_HEADER_LEN;
+    ck->max_header_len =
+        lim && lim->max_header_len ? lim->max_header_len : TV_ST_DEFAULT_MAX_HEADER_LEN;
     ck->max_shards = lim && lim->max_shards ? lim->max_shards : TV_ST_DEFAULT_MAX_SHARDS;
     return ck;
 }
@@ -69,22 +69,33 @@ static bool get_u64(const json_t *v, uint64_t *out)
     return true;
 }
 
+/* __metadata__: a string-to-string object, or null (the official loader's
+ * Option: no metadata). NUL in a key or value is refused: the accessors hand
+ * out C strings, which would silently cut it short. */
 static int parse_metadata(tv_checkpoint *ck, tv__shard *sh, json_t *meta, const char *name,
                           tv_error *err)
 {
+    sh->meta_seen = true;
+    if (json_is_null(meta))
+        return 0;
     if (!json_is_object(meta))
-        return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__ is not an object",
-                          name);
+        return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__ is not an object", name);
     const char *key;
+    size_t klen;
     json_t *val;
     sh->first_meta = ck->n_meta / 2;
-    json_object_foreach(meta, key, val)
+    json_object_keylen_foreach(meta, key, klen, val)
     {
         if (!json_is_string(val))
             return tv__seterr(err, TV_E_ST_METADATA,
                               "shard '%s': __metadata__ value of '%s' is not a string", name, key);
+        if (memchr(key, '\0', klen) ||
+            memchr(json_string_value(val), '\0', json_string_length(val)))
+            return tv__seterr(err, TV_E_ST_NUL,
+                              "shard '%s': __metadata__ entry '%s' holds a NUL (\\u0000) in its %s",
+                              name, key, memchr(key, '\0', klen) ? "key" : "value");
         uint32_t ko, vo;
-        if (tv__strings_add(ck, key, strlen(key), &ko) ||
+        if (tv__strings_add(ck, key, klen, &ko) ||
             tv__strings_add(ck, json_string_value(val), json_string_length(val), &vo) ||
             GROW(ck->meta, ck->cap_meta, ck->n_meta + 2))
             return tv__seterr(err, -ENOMEM, "out of memory");
@@ -94,6 +105,50 @@ static int parse_metadata(tv_checkpoint *ck, tv__shard *sh, json_t *meta, const 
     }
     sh->has_meta = true;
     return 0;
+}
+
+/* A tensor name the store can hold: not empty, no NUL (registry names are
+ * TEXT, the API hands out C strings). */
+static int check_tensor_name(const char *k, size_t klen, const char *name, tv_error *err)
+{
+    if (klen == 0)
+        return tv__seterr(err, TV_E_ST_NAME_EMPTY,
+                          "shard '%s': a tensor has an empty name (the registry needs a name)",
+                          name);
+    if (memchr(k, '\0', klen))
+        return tv__seterr(err, TV_E_ST_NUL,
+                          "shard '%s': tensor name '%s' holds a NUL (\\u0000) at byte %zu", name, k,
+                          strlen(k));
+    return 0;
+}
+
+/* The official parser reads shape and data_offsets as unsigned integers and
+ * refuses -0 (serde_json sees a float); jansson reads it as 0. The decoded
+ * entry cannot tell, so the entry's text is searched: every number in a
+ * valid entry is a non-negative integer, so any '-' outside strings is -0.
+ * Returns 0, TV_E_ST_SHAPE or TV_E_ST_OFFSETS (by the member it sits in). */
+static int check_negative_zero(const char *hdr, const tv__json_member *ent, const char *what,
+                               const char *name, const char *key, tv_error *err)
+{
+    size_t pos;
+    if (!tv__json_find_minus(hdr, ent->value_begin, ent->value_end, &pos))
+        return 0;
+    bool in_shape = false;
+    tv__json_walk w;
+    tv__json_member m;
+    tv__json_walk_init(&w, hdr + ent->value_begin, ent->value_end - ent->value_begin, what);
+    while (tv__json_walk_next(&w, &m, NULL) == 1) {
+        if (pos < ent->value_begin + m.value_begin || pos >= ent->value_begin + m.value_end)
+            continue;
+        json_t *k = NULL;
+        if (tv__json_load_part(hdr + ent->value_begin, m.key_begin, m.key_end, what, &k, NULL) == 0)
+            in_shape = strcmp(json_string_value(k), "shape") == 0;
+        json_decref(k);
+        break;
+    }
+    return tv__seterr(err, in_shape ? TV_E_ST_SHAPE : TV_E_ST_OFFSETS,
+                      "shard '%s': tensor '%s': %s holds -0 at header byte %zu", name, key,
+                      in_shape ? "shape" : "data_offsets", pos);
 }
 
 static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_t shard_idx,
@@ -112,13 +167,13 @@ static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_
     tv_dtype dt;
     if (!json_is_string(jd) ||
         tv_dtype_from_name(json_string_value(jd), json_string_length(jd), &dt))
-        return tv__seterr(err, TV_E_ST_DTYPE, "shard '%s': tensor '%s': unknown dtype %s%s%s",
-                          name, key, json_is_string(jd) ? "'" : "",
+        return tv__seterr(err, TV_E_ST_DTYPE, "shard '%s': tensor '%s': unknown dtype %s%s%s", name,
+                          key, json_is_string(jd) ? "'" : "",
                           json_is_string(jd) ? json_string_value(jd) : "(not a string)",
                           json_is_string(jd) ? "'" : "");
     if (!json_is_array(js))
-        return tv__seterr(err, TV_E_ST_SHAPE, "shard '%s': tensor '%s': shape is not a list",
-                          name, key);
+        return tv__seterr(err, TV_E_ST_SHAPE, "shard '%s': tensor '%s': shape is not a list", name,
+                          key);
     size_t rank = json_array_size(js);
     if (rank > TV_ST_MAX_RANK)
         return tv__seterr(err, TV_E_ST_RANK, "shard '%s': tensor '%s': rank %zu over the limit %d",
@@ -135,12 +190,11 @@ static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_
                               "shard '%s': tensor '%s': shape[%zu] is not a non-negative integer",
                               name, key, d);
         ck->dims[ck->n_dims + d] = dim;
-        ovf |= tv__mul_u64(n_elem, dim, &n_elem);
+        if (!ovf)
+            ovf = tv__mul_u64(n_elem, dim, &n_elem);
     }
-    /* A zero dimension makes the product 0 whatever overflowed before it. */
-    for (size_t d = 0; d < rank; d++)
-        if (ck->dims[ck->n_dims + d] == 0)
-            ovf = false, n_elem = 0;
+    /* The product is checked step by step in shape order, as the official
+     * loader does: [2^32, 2^32, 0] overflows before the zero is reached. */
     uint64_t n_bits;
     if (ovf || tv__mul_u64(n_elem, tv_dtype_bits(dt), &n_bits))
         return tv__seterr(err, TV_E_ST_OVERFLOW,
@@ -154,9 +208,8 @@ static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_
                           "non-negative integers",
                           name, key);
     if (end < begin)
-        return tv__seterr(err, TV_E_ST_OFFSETS,
-                          "shard '%s': tensor '%s': END %llu < BEGIN %llu", name, key,
-                          (unsigned long long)end, (unsigned long long)begin);
+        return tv__seterr(err, TV_E_ST_OFFSETS, "shard '%s': tensor '%s': END %llu < BEGIN %llu",
+                          name, key, (unsigned long long)end, (unsigned long long)begin);
     if (n_bits % 8 != 0)
         return tv__seterr(err, TV_E_ST_LENGTH,
                           "shard '%s': tensor '%s': %llu elements of %s are %llu bits, not a "
@@ -239,87 +292,11 @@ static int check_tiling(tv_checkpoint *ck, tv__shard *sh, uint64_t data_len, con
     return 0;
 }
 
-static bool is_ws(char c)
+/* Framing checks on N before the header is touched; sets *data_len. */
+static int check_framing(const tv_checkpoint *ck, uint64_t hdr_len, uint64_t file_len,
+                         const char *name, uint64_t *data_len, tv_error *err)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-/* End (one past) of the JSON string token starting at buf[i] == '"'. The
- * pre-scan already proved the header is valid UTF-8; jansson validates the
- * escapes when it decodes the token. Returns 0 if unterminated. */
-static size_t string_end(const char *buf, size_t len, size_t i)
-{
-    for (i++; i < len; i++) {
-        if (buf[i] == '\\')
-            i++;
-        else if (buf[i] == '"')
-            return i + 1;
-    }
-    return 0;
-}
-
-/* End (one past) of the JSON value starting at buf[i]: the first ',' or '}'
- * at nesting depth 0 outside strings (trailing whitespace excluded). */
-static size_t value_end(const char *buf, size_t len, size_t i)
-{
-    int depth = 0;
-    size_t last = i;
-    for (; i < len; i++) {
-        char c = buf[i];
-        if (c == '"') {
-            size_t e = string_end(buf, len, i);
-            if (!e)
-                return len;
-            i = e - 1;
-            last = e;
-            continue;
-        }
-        if (c == '{' || c == '[')
-            depth++;
-        else if (c == '}' || c == ']') {
-            if (depth == 0)
-                return last;
-            depth--;
-        } else if (c == ',' && depth == 0) {
-            return last;
-        }
-        if (!is_ws(c))
-            last = i + 1;
-    }
-    return last;
-}
-
-static int json_syntax(tv_error *err, const char *what, size_t pos, const char *expect)
-{
-    return tv__seterr(err, TV_E_ST_JSON, "%s byte %zu: %s expected", what, pos, expect);
-}
-
-/* Loads one token or value [b, e) of the header with jansson, reporting
- * errors at their header offset. */
-static int load_part(const char *hdr, size_t b, size_t e, const char *what, json_t **out,
-                     tv_error *err)
-{
-    json_error_t je;
-    *out = json_loadb(hdr + b, e - b, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-    if (*out)
-        return 0;
-    int code = json_error_code(&je) == json_error_duplicate_key ? TV_E_ST_DUPLICATE_KEY
-                                                                : TV_E_ST_JSON;
-    return tv__seterr(err, code, "%s byte %zu: %s", what, b + (size_t)je.position, je.text);
-}
-
-/* The header is parsed entry by entry: this file walks the top-level object's
- * punctuation and jansson decodes every key and value. Parsing a 120k-tensor
- * header as one tree takes ~10x its size in scattered nodes and scales
- * worse than linearly; entry by entry the working set stays in cache (and
- * each entry's few nodes are freed at once, so malloc's caches serve them).
- * Top-level duplicate keys are caught by the name index. */
-int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, uint64_t file_len,
-                        const char *name, const char *path, tv_error *err)
-{
-    int rc;
-    json_t *key = NULL, *val = NULL;
-    uint64_t data_off, data_len;
+    uint64_t data_off;
     if (hdr_len == 0)
         return tv__seterr(err, TV_E_ST_HEADER_EMPTY, "shard '%s': header length is 0", name);
     if (hdr_len > ck->max_header_len)
@@ -331,15 +308,17 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
                           "shard '%s': header of %llu bytes extends past the end of the %llu-byte "
                           "file",
                           name, (unsigned long long)hdr_len, (unsigned long long)file_len);
-    data_len = file_len - data_off;
-    char what[300];
-    snprintf(what, sizeof(what), "shard '%s': header", name);
-    if ((rc = tv__json_prescan(hdr, hdr_len, true, what, err)))
-        return rc;
+    *data_len = file_len - data_off;
+    return 0;
+}
+
+/* Appends an empty shard record (tensors follow); *idx is its index. */
+static int add_shard(tv_checkpoint *ck, const char *name, const char *path, uint64_t file_len,
+                     uint64_t hdr_len, uint32_t *idx, tv_error *err)
+{
     if (ck->n_shards >= UINT32_MAX || GROW(ck->shards, ck->cap_shards, ck->n_shards + 1))
         return tv__seterr(err, -ENOMEM, "out of memory");
-    uint32_t shard_idx = (uint32_t)ck->n_shards;
-    tv__shard *sh = &ck->shards[shard_idx];
+    tv__shard *sh = &ck->shards[ck->n_shards];
     memset(sh, 0, sizeof(*sh));
     if (tv__strings_add(ck, name, strlen(name), &sh->name_off) ||
         tv__strings_add(ck, path ? path : name, strlen(path ? path : name), &sh->path_off))
@@ -347,83 +326,92 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
     sh->file_len = file_len;
     sh->header_len = hdr_len;
     sh->first_tensor = ck->n_tensors;
+    *idx = (uint32_t)ck->n_shards;
+    return 0;
+}
 
-    size_t len = (size_t)hdr_len, i = 1;
-    while (i < len && is_ws(hdr[i]))
-        i++;
-    bool first = true;
-    for (;;) {
-        if (i < len && hdr[i] == '}' && first) {
-            i++;
-            break;
+/* Decodes one value of the header. A number jansson cannot hold (above
+ * INT64_MAX) is TV_E_ST_INT_RANGE naming the tensor (TV_E_ST_METADATA in
+ * __metadata__, which holds only strings); NUL in a nested key is
+ * TV_E_ST_NUL naming the member. */
+static int load_value(const char *hdr, const tv__json_member *m, const char *what, const char *name,
+                      const char *key, json_t **val, tv_error *err)
+{
+    int rc = tv__json_load_part(hdr, m->value_begin, m->value_end, what, val, err);
+    if (rc != TV_E_ST_INT_RANGE && rc != TV_E_ST_NUL)
+        return rc;
+    char why[sizeof(err->msg)];
+    snprintf(why, sizeof(why), "%s", err ? err->msg : "");
+    bool meta = strcmp(key, "__metadata__") == 0;
+    if (rc == TV_E_ST_NUL)
+        return tv__seterr(err, rc, "shard '%s': %s%s%s: NUL (\\u0000) in a key (%s)", name,
+                          meta ? "" : "tensor '", meta ? "__metadata__" : key, meta ? "" : "'",
+                          why);
+    if (meta)
+        return tv__seterr(err, TV_E_ST_METADATA, "shard '%s': __metadata__: %s", name, why);
+    return tv__seterr(err, rc, "shard '%s': tensor '%s': integer above INT64_MAX (%s)", name, key,
+                      why);
+}
+
+/* One top-level member: decodes key and value and files it as the shard's
+ * __metadata__ or as a tensor. */
+static int parse_member(tv_checkpoint *ck, uint32_t shard_idx, const char *hdr,
+                        const tv__json_member *m, const char *what, const char *name, tv_error *err)
+{
+    int rc;
+    json_t *key = NULL, *val = NULL;
+    tv__shard *sh = &ck->shards[shard_idx];
+    if ((rc = tv__json_load_part(hdr, m->key_begin, m->key_end, what, &key, err)))
+        goto out;
+    const char *k = json_string_value(key);
+    size_t klen = json_string_length(key);
+    bool is_meta = strcmp(k, "__metadata__") == 0 && klen == strlen("__metadata__");
+    if (!is_meta && (rc = check_tensor_name(k, klen, name, err)))
+        goto out;
+    if ((rc = load_value(hdr, m, what, name, k, &val, err)))
+        goto out;
+    if (is_meta) {
+        if (sh->meta_seen) {
+            rc = tv__seterr(err, TV_E_ST_DUPLICATE_KEY,
+                            "%s byte %zu: duplicate object key '__metadata__'", what,
+                            m->value_begin);
+            goto out;
         }
-        if (i >= len || hdr[i] != '"') {
-            rc = json_syntax(err, what, i, first ? "a key or '}'" : "a key");
-            goto fail;
-        }
-        size_t ke = string_end(hdr, len, i);
-        if (!ke) {
-            rc = json_syntax(err, what, i, "a terminated string");
-            goto fail;
-        }
-        if ((rc = load_part(hdr, i, ke, what, &key, err)))
-            goto fail;
-        i = ke;
-        while (i < len && is_ws(hdr[i]))
-            i++;
-        if (i >= len || hdr[i] != ':') {
-            rc = json_syntax(err, what, i, "':'");
-            goto fail;
-        }
-        i++;
-        while (i < len && is_ws(hdr[i]))
-            i++;
-        size_t ve = value_end(hdr, len, i);
-        if (ve <= i) {
-            rc = json_syntax(err, what, i, "a value");
-            goto fail;
-        }
-        if ((rc = load_part(hdr, i, ve, what, &val, err)))
-            goto fail;
-        const char *k = json_string_value(key);
-        if (strcmp(k, "__metadata__") == 0) {
-            if (sh->has_meta) {
-                rc = tv__seterr(err, TV_E_ST_DUPLICATE_KEY,
-                                "%s byte %zu: duplicate object key '__metadata__'", what, i);
-                goto fail;
-            }
-            rc = parse_metadata(ck, sh, val, name, err);
-        } else {
-            rc = parse_tensor(ck, k, val, shard_idx, name, err);
-        }
-        if (rc)
-            goto fail;
-        json_decref(key);
-        json_decref(val);
-        key = val = NULL;
-        first = false;
-        i = ve;
-        while (i < len && is_ws(hdr[i]))
-            i++;
-        if (i < len && hdr[i] == ',') {
-            i++;
-            while (i < len && is_ws(hdr[i]))
-                i++;
-            continue;
-        }
-        if (i < len && hdr[i] == '}') {
-            i++;
-            break;
-        }
-        rc = json_syntax(err, what, i, "',' or '}'");
-        goto fail;
+        rc = parse_metadata(ck, sh, val, name, err);
+    } else if (!(rc = parse_tensor(ck, k, val, shard_idx, name, err))) {
+        rc = check_negative_zero(hdr, m, what, name, k, err);
     }
-    while (i < len && is_ws(hdr[i]))
-        i++;
-    if (i != len) {
-        rc = json_syntax(err, what, i, "end of header after the top-level object");
-        goto fail;
-    }
+out:
+    json_decref(key);
+    json_decref(val);
+    return rc;
+}
+
+/* The header is parsed entry by entry: json.c walks the top-level object's
+ * punctuation and jansson decodes every key and value. Parsing a 120k-tensor
+ * header as one tree takes ~10x its size in scattered nodes and scales
+ * worse than linearly; entry by entry the working set stays in cache (and
+ * each entry's few nodes are freed at once, so malloc's caches serve them).
+ * Top-level duplicate keys are caught by the name index. */
+static int parse_members(tv_checkpoint *ck, uint32_t shard_idx, const char *hdr, size_t len,
+                         const char *what, const char *name, tv_error *err)
+{
+    tv__json_walk w;
+    tv__json_member m;
+    int rc;
+    tv__json_walk_init(&w, hdr, len, what);
+    while ((rc = tv__json_walk_next(&w, &m, err)) == 1)
+        if ((rc = parse_member(ck, shard_idx, hdr, &m, what, name, err)))
+            return rc;
+    return rc;
+}
+
+/* The shard's tensors are complete: check the tiling and count it in. */
+static int finish_shard(tv_checkpoint *ck, uint32_t shard_idx, uint64_t data_len, const char *name,
+                        tv_error *err)
+{
+    int rc;
+    tv__shard *sh = &ck->shards[shard_idx];
     sh->n_tensors = ck->n_tensors - sh->first_tensor;
     if ((rc = check_tiling(ck, sh, data_len, name, err)))
         return rc;
@@ -431,9 +419,23 @@ int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, ui
         ck->total_bytes += ck->tensors[t].end - ck->tensors[t].begin;
     ck->n_shards++;
     return 0;
+}
 
-fail:
-    json_decref(key);
-    json_decref(val);
-    return rc;
+int tv__st_parse_header(tv_checkpoint *ck, const char *hdr, uint64_t hdr_len, uint64_t file_len,
+                        const char *name, const char *path, tv_error *err)
+{
+    int rc;
+    uint64_t data_len = 0;
+    uint32_t shard_idx = 0;
+    if ((rc = check_framing(ck, hdr_len, file_len, name, &data_len, err)))
+        return rc;
+    char what[300];
+    snprintf(what, sizeof(what), "shard '%s': header", name);
+    if ((rc = tv__json_prescan(hdr, hdr_len, true, what, err)))
+        return rc;
+    if ((rc = add_shard(ck, name, path, file_len, hdr_len, &shard_idx, err)))
+        return rc;
+    if ((rc = parse_members(ck, shard_idx, hdr, (size_t)hdr_len, what, name, err)))
+        return rc;
+    return finish_shard(ck, shard_idx, data_len, name, err);
 }
