@@ -47,6 +47,10 @@ typedef struct shard_plan {
     uint64_t payload_base[TV__IO_MAX_REPLICAS];
 } shard_plan;
 
+/* printf precision for a name of len bytes: at most 256 (a length over
+ * INT_MAX would turn negative and print the whole string table). */
+#define NAME_PREC(len) ((int)((len) > 256 ? 256 : (len)))
+
 /* One device of the snapshot as validated at open. */
 typedef struct dev_state {
     char *path;
@@ -300,7 +304,7 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
             continue;
         replica_reasons(m, sp, why, sizeof(why));
         tv__log(TV_LOG_WARN, "model %s@%lld: shard %u (%.*s) has no valid replica: %s", m->name,
-                (long long)m->snap.generation, s, (int)sp->name_len, sp->name, why);
+                (long long)m->snap.generation, s, NAME_PREC(sp->name_len), sp->name, why);
     }
     m->queue_depth = o->queue_depth ? o->queue_depth : TV__IO_DEFAULT_QD;
     tv__io_opts io = {.engine = o->engine,
@@ -560,10 +564,9 @@ static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void 
     if (!sp->n_ok) {
         char why[400];
         replica_reasons(m, sp, why, sizeof(why));
-        return tv__seterr(err, TV_E_NO_REPLICA,
-                          "tensor '%.*s': shard %u (%.*s) has no valid replica: %s",
-                          (int)(p->name_len > 128 ? 128 : p->name_len), p->name, p->shard,
-                          (int)(sp->name_len > 128 ? 128 : sp->name_len), sp->name, why);
+        return tv__seterr(
+            err, TV_E_NO_REPLICA, "tensor '%.*s': shard %u (%.*s) has no valid replica: %s",
+            NAME_PREC(p->name_len), p->name, p->shard, NAME_PREC(sp->name_len), sp->name, why);
     }
     for (uint32_t r = 0; r < sp->n_rep; r++) {
         uint64_t off;
@@ -571,7 +574,7 @@ static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void 
             continue; /* excluded: never part of a plan */
         if (tv__add_u64(sp->payload_base[r], p->begin, &off) || tv__add_u64(off, rel_off, &off))
             return tv__seterr(err, TV_E_OVERFLOW, "tensor '%.*s': offset overflows",
-                              (int)p->name_len, p->name);
+                              NAME_PREC(p->name_len), p->name);
         req->src[req->n_src++] = (tv__io_src){.dev = sp->dev[r], .off = off};
     }
     return 0;
@@ -638,8 +641,8 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
                 r = tv__seterr(&e, TV_E_INVALID_ARG,
                                "request %zu (tensor '%.*s'): needs %llu bytes, destination has "
                                "%zu",
-                               j, (int)m->t[i].name_len, m->t[i].name, (unsigned long long)nbytes,
-                               reqs[j].dest_len);
+                               j, NAME_PREC(m->t[i].name_len), m->t[i].name,
+                               (unsigned long long)nbytes, reqs[j].dest_len);
             else
                 r = fill_req(m, i, 0, nbytes, reqs[j].dest, &io[k], &e);
         }
