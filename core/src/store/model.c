@@ -197,6 +197,8 @@ static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error 
     rc = tv__dev_open(m->dst[i].path, flags, &m->devs[i], &e);
     if (rc == -ENOMEM)
         return tv__seterr(err, rc, "device %s: out of memory", m->dst[i].path);
+    if (rc == TV_E_INVALID_ARG || rc == TV_E_OVERFLOW)
+        rc = TV_E_DEVICE_MISMATCH; /* not a file or block device any more, or odd geometry */
     if (rc) {
         exclude(m, i, rc, e.msg);
         return 0;
@@ -223,7 +225,8 @@ static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error 
     return 0;
 }
 
-/* "device 2 /path: reason; device 3 ...": every replica of shard s. */
+/* "reason naming device A; reason naming device B": every replica of a
+ * shard, valid ones as "PATH: valid". */
 static void replica_reasons(const tv_model *m, const shard_plan *sp, char *out, size_t len)
 {
     size_t at = 0;
@@ -288,7 +291,8 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         for (uint32_t i = 0; i < nd && at + 1 < sizeof(why); i++) {
             if (!m->dst[i].reason)
                 continue;
-            int n = snprintf(why + at, sizeof(why) - at, "%s%s", at ? "; " : "", m->dst[i].why);
+            /* each reason shortened so that several devices fit */
+            int n = snprintf(why + at, sizeof(why) - at, "%s%.200s", at ? "; " : "", m->dst[i].why);
             if (n < 0)
                 break;
             at += (size_t)n;
