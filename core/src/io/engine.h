@@ -22,8 +22,11 @@
  *     proportion to each device's measured bandwidth (EWMA of completed
  *     reads, seeded equal);
  *   - the engine never mmaps a device; memory is the staging ring
- *     (queue_depth x chunk_len) plus a small fixed record per request and
- *     per chunk-sized piece, whatever the batch size;
+ *     (queue_depth x chunk_len, at most TV__IO_MAX_STAGING, checked at
+ *     create) plus a small fixed record per request and per chunk-sized
+ *     piece, whatever the batch size;
+ *   - an excluded device is never read: its sources are dropped from every
+ *     request before planning, so neither a split nor a retry reaches it;
  *   - when tv__io_run returns, no read is in flight: nothing writes into
  *     staging or into a destination afterwards (timed-out reads are
  *     cancelled and reaped first; a pread stuck in the kernel is waited
