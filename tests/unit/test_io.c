@@ -1186,6 +1186,176 @@ static void test_sink_paths(void **state)
     tv__io_destroy(io);
 }
 
+/* ---- excluded devices -------------------------------------------------- */
+
+/* Device 0 excluded (fd -1, as a reader marks a device that failed its
+ * label check): multi-replica requests are read from device 1 only, split
+ * or not; a request whose only source is excluded fails with
+ * TV_E_NO_REPLICA before any I/O; envelope mode needs src[0] usable. */
+static void test_excluded_device(void **state)
+{
+    (void)state;
+    tv__io_dev d[2] = {{.fd = -1, .excluded = true}, iodev(1)};
+    tv__io_opts o = {.engine = g_engine, .queue_depth = 8, .chunk_len = CHUNK, .n_threads = 4};
+    tv__io *io = NULL;
+    tv_error err = {0};
+    int rc = tv__io_create(d, 2, &o, &io, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        skip();
+    assert_int_equal(rc, 0);
+    enum { N = 300 };
+    size_t alen;
+    tensor *t = make_tensors(N, 4096 + 8, 20000, &alen);
+    uint8_t *a = arena_alloc(alen);
+    tv__io_req *rs = calloc(N + 1, sizeof(*rs));
+    assert_non_null(rs);
+    for (size_t i = 0; i < N; i++)
+        rs[i] = req2(t[i].off, t[i].len, a + t[i].at);
+    /* sources in both orders: the excluded one first and second */
+    for (size_t i = 0; i < N; i += 2) {
+        tv__io_src s0 = rs[i].src[0];
+        rs[i].src[0] = rs[i].src[1];
+        rs[i].src[1] = s0;
+    }
+    reset_counters();
+    tv__io_fault = hook_count;
+    rc = tv__io_run(io, rs, N, NULL, &err);
+    if (rc)
+        fail_msg("excluded replica: %s", err.msg);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(rs[i].result, 0);
+        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
+    }
+    check_arena_guards(a, alen, t, N);
+    assert_int_equal(atomic_load(&g_dev_bytes[0]), 0);
+    assert_true(atomic_load(&g_dev_bytes[1]) > 0);
+    /* EIO on device 1 is not retried on the excluded device */
+    tv__io_fault = hook_eio_all;
+    reset_counters();
+    rc = tv__io_run(io, rs, 4, NULL, &err);
+    assert_int_equal(rc, -EIO);
+    /* only source excluded */
+    uint8_t buf[100];
+    memset(buf, 0x5a, sizeof buf);
+    tv__io_req one = req1(0, 4096, sizeof buf, buf);
+    reset_counters();
+    assert_int_equal(tv__io_run(io, &one, 1, NULL, &err), TV_E_NO_REPLICA);
+    assert_int_equal(one.result, TV_E_NO_REPLICA);
+    assert_non_null(strstr(err.msg, "excluded"));
+    assert_int_equal(atomic_load(&g_calls), 0);
+    for (size_t i = 0; i < sizeof buf; i++)
+        assert_int_equal(buf[i], 0x5a);
+    /* envelope mode: src[0] excluded is refused; src[1] excluded is ignored */
+    uint64_t skip = 0;
+    uint8_t *arena = NULL;
+    assert_int_equal(posix_memalign((void **)&arena, 4096, 4 * 4096), 0);
+    tv__io_req env = req2(4096 + 100, 5000, arena);
+    env.src[0].dev = 0;
+    env.src[1].dev = 1;
+    env.envelope_into_dest = true;
+    env.payload_skip = &skip;
+    assert_int_equal(tv__io_run(io, &env, 1, NULL, &err), TV_E_INVALID_ARG);
+    env.src[0].dev = 1;
+    env.src[1].dev = 0;
+    tv__io_fault = NULL;
+    assert_int_equal(tv__io_run(io, &env, 1, NULL, &err), 0);
+    assert_int_equal(skip, 100);
+    assert_true(bytes_ok(arena + skip, 4096 + 100, 5000));
+    free(arena);
+    tv__io_destroy(io);
+    /* every device excluded: refused at create */
+    d[1].excluded = true;
+    io = (tv__io *)&err;
+    assert_int_equal(tv__io_create(d, 2, &o, &io, &err), TV_E_INVALID_ARG);
+    assert_null(io);
+    assert_non_null(strstr(err.msg, "excluded"));
+    free(rs);
+    free(a);
+    free(t);
+}
+
+/* ---- option bounds ----------------------------------------------------- */
+
+static void create_refused(uint32_t qd, uint64_t chunk, const char *needle)
+{
+    tv__io_dev d = iodev(0);
+    tv__io_opts o = {.engine = g_engine, .queue_depth = qd, .chunk_len = (size_t)chunk};
+    tv__io *io = (tv__io *)&o;
+    tv_error err = {0};
+    int rc = tv__io_create(&d, 1, &o, &io, &err);
+    if (rc != TV_E_INVALID_ARG)
+        fail_msg("qd %u chunk %llu: %s (%s), want TV_E_INVALID_ARG", qd, (unsigned long long)chunk,
+                 tv_err_name(rc), err.msg);
+    assert_null(io);
+    if (!strstr(err.msg, needle))
+        fail_msg("qd %u chunk %llu: \"%s\" lacks \"%s\"", qd, (unsigned long long)chunk, err.msg,
+                 needle);
+}
+
+/* Creates, checks the chunk in use, and reads through it when asked. */
+static void create_ok(uint32_t qd, uint64_t chunk, uint64_t want_chunk, bool read)
+{
+    tv__io_dev d = iodev(0);
+    tv__io_opts o = {.engine = g_engine, .queue_depth = qd, .chunk_len = (size_t)chunk};
+    tv__io *io = NULL;
+    tv_error err = {0};
+    int rc = tv__io_create(&d, 1, &o, &io, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        skip();
+    if (rc)
+        fail_msg("qd %u chunk %llu: %s", qd, (unsigned long long)chunk, err.msg);
+    assert_int_equal(tv__io_chunk_len(io), want_chunk);
+    if (read) {
+        guarded g = guarded_alloc(3 * 4096 + 77, 3);
+        tv__io_req r = req1(0, 4096 * 5 + 11, 3 * 4096 + 77, g.dest);
+        assert_int_equal(tv__io_run(io, &r, 1, NULL, &err), 0);
+        check_guarded(&g, 4096 * 5 + 11, 3 * 4096 + 77, "bounded options");
+        free(g.base);
+    }
+    tv__io_destroy(io);
+}
+
+static void test_option_bounds(void **state)
+{
+    (void)state;
+    uint32_t a = g_dev[0]->io_align;
+    /* chunk: 0, 1, io_align - 1, io_align, io_align + 1 (rounded up, checked) */
+    create_ok(4, 0, TV__IO_DEFAULT_CHUNK, true);
+    create_ok(4, 1, a, true);
+    create_ok(4, a - 1, a, true);
+    create_ok(4, a, a, true);
+    create_ok(1, a + 1, 2ull * a, true);
+    /* the caps (staging is allocated on the first batch: not read) */
+    create_ok(1, TV__IO_MAX_CHUNK, TV__IO_MAX_CHUNK, false);
+    create_ok(8, TV__IO_MAX_STAGING / 8, TV__IO_MAX_STAGING / 8, false);
+    create_ok(TV__IO_MAX_QD, 0, TV__IO_MAX_STAGING / TV__IO_MAX_QD, false); /* default lowered */
+    create_ok(1024, 0, TV__IO_DEFAULT_CHUNK, false);
+    create_ok(2048, 0, TV__IO_MAX_STAGING / 2048, false);
+    /* past the caps and near 2^62 / 2^64 */
+    create_refused(1, TV__IO_MAX_CHUNK + 1ull, "over");
+    create_refused(1, 1ull << 62, "4611686018427387904");
+    create_refused(1, 1ull << 63, "9223372036854775808");
+    create_refused(1, UINT64_MAX, "18446744073709551615");
+    create_refused(1, UINT64_MAX - a + 2, "over");
+    create_refused(2, TV__IO_MAX_STAGING / 2 + 1, "staging");
+    create_refused(32, TV__IO_MAX_CHUNK, "staging");
+    create_refused(TV__IO_MAX_QD, 1u << 20, "staging");
+    create_refused(TV__IO_MAX_QD, TV__IO_MAX_CHUNK, "staging");
+    /* queue depth */
+    create_ok(1, CHUNK, CHUNK, true);
+    create_refused(TV__IO_MAX_QD + 1, 0, "queue depth 4097");
+    create_refused(UINT32_MAX, 0, "queue depth 4294967295");
+    /* a device over INT64_MAX bytes cannot be addressed with off_t */
+    tv__io_dev big = iodev(0);
+    big.size = (uint64_t)INT64_MAX + 1;
+    tv__io_opts o = {.engine = g_engine};
+    tv__io *io = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv__io_create(&big, 1, &o, &io, &err), TV_E_INVALID_ARG);
+    assert_null(io);
+    assert_int_equal(tv__io_chunk_len(NULL), 0);
+}
+
 /* ---- engine selection -------------------------------------------------- */
 
 static void test_engine_selection(void **state)
@@ -1310,6 +1480,8 @@ int main(void)
         cmocka_unit_test_teardown(test_sink_paths, teardown),
         cmocka_unit_test_teardown(test_engine_selection, teardown),
         cmocka_unit_test_teardown(test_engine_fallback, teardown),
+        cmocka_unit_test_teardown(test_excluded_device, teardown),
+        cmocka_unit_test_teardown(test_option_bounds, teardown),
     };
     int rc = 0;
     g_engine = TV_ENGINE_URING;

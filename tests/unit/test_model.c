@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +45,7 @@
 #include "store/snapfile.h"
 #include "store/snapshot.h"
 #include "tensorvault/tensorvault.h"
+#include "util/sys.h"
 
 #define KiB       1024ull
 #define MiB       (1024ull * 1024ull)
@@ -1385,12 +1387,680 @@ static void test_cuda_absent(void **state)
     tv_model_close(m);
 }
 
+/* ---- replica failover: excluded devices --------------------------------------------------------
+ */
+
+#define N_REP 3
+
+/* A store of N_REP file images with generation 1 (seed 1) replicated on
+ * every one of them; the writer stays open in f->st. */
+typedef struct rep_fx {
+    store_fx f;
+    char img[N_REP][256];
+    char other[256]; /* a second store, whose label is copied by foreign_label */
+    int engine;
+} rep_fx;
+
+static void rep_store(rep_fx *x)
+{
+    store_fx *f = &x->f;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(f->dir, sizeof f->dir, "%s/tv-test-rep-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
+    snprintf(f->ck1, sizeof f->ck1, "%s/ck1.safetensors", f->dir);
+    snprintf(x->other, sizeof x->other, "%s/other", f->dir);
+    f->src1 = make_file(1, &f->len1);
+    write_file(f->ck1, f->src1, f->len1);
+    tv_error err = {0};
+    int64_t ids[N_REP];
+    for (int i = 0; i < N_REP; i++) {
+        snprintf(x->img[i], sizeof x->img[i], "%s/image%d", f->dir, i);
+        tv__store_init_opts o = {.image = x->img[i], .image_size = 16 * MiB};
+        if (tv__store_init(f->store, &o, &ids[i], &err))
+            fail_msg("store init %s: %s", x->img[i], err.msg);
+    }
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("store open: %s", err.msg);
+    tv__import_opts io = {.activate = true, .strict = true, .devices = ids, .n_devices = N_REP};
+    if (tv__import(f->st, MODEL, f->ck1, &io, NULL, &err))
+        fail_msg("replicated import: %s", err.msg);
+}
+
+static int setup_rep(void **state)
+{
+    rep_fx *x = calloc(1, sizeof(*x));
+    assert_non_null(x);
+    x->engine = *(int *)*state;
+    rep_store(x);
+    *state = x;
+    return 0;
+}
+
+static int teardown_rep(void **state)
+{
+    rep_fx *x = *state;
+    hooks_reset();
+    tv__sys_reset();
+    tv__store_close(x->f.st);
+    nftw(x->f.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(x->f.src1);
+    free(x);
+    return 0;
+}
+
+/* Reads per engine device index (tv__io_fault: both engines), and preads
+ * through tv__sys on the file at g_spy_path (the pread engine and labels). */
+static atomic_long g_dev_reads[8];
+static atomic_long g_spy_preads;
+static char g_spy_path[PATH_MAX];
+
+static void hook_dev_count(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)off, (void)len, (void)res;
+    if (dev < 8)
+        atomic_fetch_add(&g_dev_reads[dev], 1);
+}
+
+static ssize_t pread_spy(int fd, void *buf, size_t len, off_t off)
+{
+    char link[64], target[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = '\0';
+        if (!strcmp(target, g_spy_path))
+            atomic_fetch_add(&g_spy_preads, 1);
+    }
+    return pread(fd, buf, len, off);
+}
+
+static void counters_reset(void)
+{
+    for (int i = 0; i < 8; i++)
+        atomic_store(&g_dev_reads[i], 0);
+    atomic_store(&g_spy_preads, 0);
+}
+
+enum damage { D_DELETE, D_GROW, D_SHRINK, D_ZERO_LABEL, D_FOREIGN_LABEL };
+
+static void write_at(const char *path, const void *b, size_t n, off_t off)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, b, n, off), (ssize_t)n);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+}
+
+#define LABEL_OFF (1 * MiB) /* the default region start: the label block */
+
+static void damage(rep_fx *x, int i, enum damage how)
+{
+    const char *p = x->img[i];
+    uint8_t blk[4096];
+    switch (how) {
+    case D_DELETE:
+        assert_int_equal(unlink(p), 0);
+        break;
+    case D_GROW:
+        assert_int_equal(truncate(p, 16 * MiB + 4096), 0);
+        break;
+    case D_SHRINK:
+        assert_int_equal(truncate(p, 8 * MiB), 0);
+        break;
+    case D_ZERO_LABEL:
+        memset(blk, 0, sizeof blk);
+        write_at(p, blk, 512, LABEL_OFF);
+        break;
+    case D_FOREIGN_LABEL: {
+        /* A valid label of another store (another uuid), same geometry. */
+        char img[300], st[300];
+        tv_error err = {0};
+        snprintf(st, sizeof st, "%s/store", x->other);
+        snprintf(img, sizeof img, "%s.img", x->other);
+        assert_int_equal(mkdir(x->other, 0700), 0);
+        tv__store_init_opts o = {.image = img, .image_size = 16 * MiB};
+        if (tv__store_init(st, &o, NULL, &err))
+            fail_msg("other store: %s", err.msg);
+        int fd = open(img, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(pread(fd, blk, sizeof blk, LABEL_OFF), (ssize_t)sizeof blk);
+        close(fd);
+        write_at(p, blk, sizeof blk, LABEL_OFF);
+        break;
+    }
+    }
+}
+
+static int dev_index(tv_model *m, const char *path)
+{
+    tv_device_status ds;
+    for (size_t i = 0; i < tv_model_n_devices(m); i++) {
+        assert_int_equal(tv_model_device(m, i, &ds), 0);
+        if (!strcmp(ds.path, path))
+            return (int)i;
+    }
+    fail_msg("no device %s in the model", path);
+    return -1;
+}
+
+/* Runs fn with stderr captured into a buffer (the library's log lines). */
+static char g_log[8192];
+
+static void log_begin(int *saved, FILE **f)
+{
+    fflush(stderr);
+    *f = tmpfile();
+    assert_non_null(*f);
+    *saved = dup(2);
+    assert_true(*saved >= 0);
+    assert_true(dup2(fileno(*f), 2) >= 0);
+}
+
+static void log_end(int saved, FILE *f)
+{
+    fflush(stderr);
+    assert_true(dup2(saved, 2) >= 0);
+    close(saved);
+    rewind(f);
+    size_t n = fread(g_log, 1, sizeof g_log - 1, f);
+    g_log[n] = '\0';
+    fclose(f);
+}
+
+/* Every read API on the whole model, compared with the source. */
+static void read_everything(tv_model *m, const uint8_t *src, const char *label)
+{
+    tv_error err = {0};
+    read_all_into(m, src, 1, label);
+    read_all_into(m, src, 0, label);
+    tv_read_req r[N_T];
+    gbuf b[N_T];
+    for (int i = 0; i < N_T; i++) {
+        b[i] = gbuf_new(g_t[i].nbytes, (size_t)i % 3);
+        r[i] = (tv_read_req){.name = g_t[i].name, .dest = b[i].p, .dest_len = b[i].n};
+    }
+    if (tv_read_batch(m, r, N_T, &err))
+        fail_msg("%s: batch: %s", label, err.msg);
+    for (int i = 0; i < N_T; i++) {
+        assert_int_equal(r[i].result, 0);
+        if (memcmp(b[i].p, src_of(src, i), b[i].n))
+            fail_msg("%s: batch %s: bytes differ", label, g_t[i].name);
+        gbuf_check(&b[i], g_t[i].name);
+        gbuf_free(&b[i]);
+    }
+    tv_tensor *t = NULL;
+    if (tv_get_tensor(m, "big.f32", &t, &err))
+        fail_msg("%s: get_tensor: %s", label, err.msg);
+    assert_memory_equal(t->data, src_of(src, T_BIG), g_t[T_BIG].nbytes);
+    tv_tensor_free(t);
+    gbuf g = gbuf_new(4000 * 7, 1);
+    assert_int_equal(tv_read_rows(m, "big.f32", 13, 20, g.p, g.n, &err), 0);
+    assert_memory_equal(g.p, src_of(src, T_BIG) + 13 * 4000, g.n);
+    gbuf_free(&g);
+}
+
+/* One device damaged: the open succeeds, reports it excluded with the
+ * reason, logs it, and every tensor reads identical without one read of
+ * the damaged device (neither through the engine nor a pread syscall). */
+static void failover_case(rep_fx *x, int bad, enum damage how, int want_reason,
+                          const char *want_msg)
+{
+    tv_error err = {0};
+    tv_model *m = NULL;
+    assert_non_null(realpath(x->img[bad], g_spy_path));
+    damage(x, bad, how);
+    counters_reset();
+    tv__io_fault = hook_dev_count;
+    tv__sys.pread = pread_spy;
+    int saved;
+    FILE *lf;
+    log_begin(&saved, &lf);
+    int rc = open_m(x->f.store, MODEL, x->engine, &m, &err);
+    log_end(saved, lf);
+    if (rc == TV_E_NOT_SUPPORTED && x->engine == TV_ENGINE_URING) {
+        printf("# io_uring unavailable here (%s): skipped\n", err.msg);
+        skip();
+    }
+    if (rc)
+        fail_msg("open with device %d damaged (%d): %s: %s", bad, how, tv_err_name(rc), err.msg);
+    assert_int_equal(tv_model_n_devices(m), N_REP);
+    assert_int_equal(tv_model_n_excluded_devices(m), 1);
+    tv_device_status ds;
+    for (int i = 0; i < N_REP; i++) {
+        int k = dev_index(m, x->img[i]);
+        assert_int_equal(tv_model_device(m, (size_t)k, &ds), 0);
+        if (i != bad) {
+            assert_false(ds.excluded);
+            assert_int_equal(ds.reason, 0);
+            assert_string_equal(ds.message, "");
+            continue;
+        }
+        assert_true(ds.excluded);
+        if (ds.reason != want_reason)
+            fail_msg("device %s: reason %s (%s), want %s", ds.path, tv_err_name(ds.reason),
+                     ds.message, tv_err_name(want_reason));
+        assert_non_null(strstr(ds.message, x->img[bad]));
+        if (!strstr(ds.message, want_msg))
+            fail_msg("reason \"%s\" lacks \"%s\"", ds.message, want_msg);
+    }
+    assert_int_equal(tv_model_device(m, N_REP, &ds), TV_E_INVALID_ARG);
+    if (!strstr(g_log, "excluded") || !strstr(g_log, x->img[bad]) ||
+        !strstr(g_log, tv_err_name(want_reason)))
+        fail_msg("no warning naming the excluded device in the log: \"%s\"", g_log);
+    int kbad = dev_index(m, x->img[bad]);
+    counters_reset(); /* the label check of open may read it; nothing after */
+    read_everything(m, x->f.src1, "one device excluded");
+    assert_int_equal(atomic_load(&g_dev_reads[kbad]), 0);
+    assert_int_equal(atomic_load(&g_spy_preads), 0);
+    long others = 0;
+    for (int i = 0; i < N_REP; i++)
+        others += atomic_load(&g_dev_reads[i]);
+    assert_true(others > 0);
+    tv_model_close(m);
+    tv__sys_reset();
+}
+
+static void test_failover_missing_device(void **state)
+{
+    rep_fx *x = *state;
+    failover_case(x, 0, D_DELETE, -ENOENT, "No such file");
+}
+
+static void test_failover_grown_device(void **state)
+{
+    rep_fx *x = *state;
+    failover_case(x, 1, D_GROW, TV_E_DEVICE_MISMATCH, "resized");
+}
+
+static void test_failover_shrunk_device(void **state)
+{
+    rep_fx *x = *state;
+    failover_case(x, 2, D_SHRINK, TV_E_DEVICE_MISMATCH, "resized");
+}
+
+static void test_failover_label_overwritten(void **state)
+{
+    rep_fx *x = *state;
+    failover_case(x, 1, D_ZERO_LABEL, TV_E_DEVICE_MISMATCH, "magic");
+}
+
+static void test_failover_foreign_label(void **state)
+{
+    rep_fx *x = *state;
+    failover_case(x, 0, D_FOREIGN_LABEL, TV_E_DEVICE_MISMATCH, "store uuid");
+}
+
+/* Every replica damaged: the open fails, naming every device and reason. */
+static void test_failover_all_devices_bad(void **state)
+{
+    rep_fx *x = *state;
+    tv_error err = {0};
+    tv_model *m = (tv_model *)&err;
+    damage(x, 0, D_ZERO_LABEL);
+    damage(x, 1, D_DELETE);
+    damage(x, 2, D_FOREIGN_LABEL);
+    counters_reset();
+    tv__io_fault = hook_dev_count;
+    int rc = open_m(x->f.store, MODEL, x->engine, &m, &err);
+    if (rc == TV_E_NOT_SUPPORTED && x->engine == TV_ENGINE_URING)
+        skip();
+    if (rc != TV_E_DEVICE_MISMATCH)
+        fail_msg("all devices bad: %s: %s", tv_err_name(rc), err.msg);
+    assert_null(m);
+    for (int i = 0; i < N_REP; i++)
+        if (!strstr(err.msg, x->img[i]))
+            fail_msg("error \"%s\" does not name %s", err.msg, x->img[i]);
+    assert_non_null(strstr(err.msg, "No such file"));
+    assert_non_null(strstr(err.msg, "store uuid"));
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(atomic_load(&g_dev_reads[i]), 0);
+}
+
+/* A snapshot of the replicated generation in which the second half of the
+ * tensors belongs to a second shard ("b.safetensors": the same object) whose
+ * only replica is on device `only` (engine index); the rest stays on all. */
+static void *split_snapshot(store_fx *f, uint32_t only, size_t *len)
+{
+    tv_error err = {0};
+    void *buf = NULL;
+    size_t blen = 0;
+    tv__snap s;
+    if (tv__store_build_snapshot(f->st, MODEL, 0, &buf, &blen, &err) ||
+        tv__snap_open(buf, blen, TV__SNAP_VERIFY_CHECKSUM, &s, &err))
+        fail_msg("snapshot: %s", err.msg);
+    assert_int_equal(s.n_shards, 1);
+    tv__snap_device_in dev[N_REP];
+    tv__snap_replica_in rep[N_REP], one;
+    tv__snap_shard_in sh[2];
+    tv__snap_tensor_in t[N_T];
+    uint64_t shape[N_T][4];
+    assert_int_equal(s.n_devices, N_REP);
+    for (uint32_t i = 0; i < N_REP; i++) {
+        tv__snap_device_info d;
+        assert_int_equal(tv__snap_device(&s, i, &d, &err), 0);
+        dev[i] = (tv__snap_device_in){.path = d.path,
+                                      .kind = d.kind,
+                                      .lba_size = d.lba_size,
+                                      .io_align = d.io_align,
+                                      .object_align = d.object_align,
+                                      .size_bytes = d.size_bytes,
+                                      .region_off = d.region_off,
+                                      .region_len = d.region_len,
+                                      .data_off = d.data_off,
+                                      .nsid = d.nsid};
+        memcpy(dev[i].uuid, d.uuid, 16);
+        memcpy(dev[i].serial, d.serial, sizeof d.serial);
+        memcpy(dev[i].model, d.model, sizeof d.model);
+        memcpy(dev[i].nguid, d.nguid, 16);
+        memcpy(dev[i].eui64, d.eui64, 8);
+    }
+    tv__snap_shard_info si;
+    assert_int_equal(tv__snap_shard(&s, 0, &si, &err), 0);
+    assert_int_equal(si.n_replicas, N_REP);
+    bool found = false;
+    for (uint32_t r = 0; r < N_REP; r++) {
+        tv__snap_replica_info ri;
+        assert_int_equal(tv__snap_replica(&s, si.first_replica + r, &ri, &err), 0);
+        rep[r] = (tv__snap_replica_in){.device = ri.device,
+                                       .object_id = ri.object_id,
+                                       .base_off = ri.base_off,
+                                       .alloc_len = ri.alloc_len};
+        if (ri.device == only) {
+            one = rep[r];
+            found = true;
+        }
+    }
+    assert_true(found);
+    sh[0] = (tv__snap_shard_in){.name = "a.safetensors",
+                                .file_len = si.file_len,
+                                .header_len = si.header_len,
+                                .n_replicas = N_REP,
+                                .replicas = rep};
+    memcpy(sh[0].sha256, si.sha256, 32);
+    sh[1] = sh[0];
+    sh[1].name = "b.safetensors";
+    sh[1].n_replicas = 1;
+    sh[1].replicas = &one;
+    assert_int_equal(s.n_tensors, N_T);
+    for (uint32_t i = 0; i < N_T; i++) {
+        tv__snap_tensor_info ti;
+        assert_int_equal(tv__snap_tensor(&s, i, &ti, &err), 0);
+        for (uint32_t d = 0; d < ti.rank; d++)
+            shape[i][d] = tv__snap_dim(&ti, d);
+        t[i] = (tv__snap_tensor_in){.name = ti.name,
+                                    .name_len = ti.name_len,
+                                    .dtype = ti.dtype,
+                                    .rank = ti.rank,
+                                    .shape = shape[i],
+                                    .shard = i < N_T / 2 ? 0 : 1,
+                                    .begin_off = ti.begin_off,
+                                    .end_off = ti.end_off};
+    }
+    tv__snap_in in = {.model = MODEL,
+                      .generation = s.generation,
+                      .n_devices = N_REP,
+                      .devices = dev,
+                      .n_shards = 2,
+                      .shards = sh,
+                      .n_tensors = N_T,
+                      .tensors = t,
+                      .hash_seed = 7};
+    void *out = NULL;
+    if (tv__snap_build(&in, &out, len, &err))
+        fail_msg("split snapshot: %s", err.msg);
+    free(buf);
+    return out;
+}
+
+/* A shard whose only replica is on the damaged device: its tensors fail
+ * with TV_E_NO_REPLICA naming the shard and the device's reason, writing
+ * nothing; every other tensor reads identical; the bad device gets no read. */
+static void test_failover_shard_without_valid_replica(void **state)
+{
+    rep_fx *x = *state;
+    tv_error err = {0};
+    tv_model *m = NULL;
+    size_t len = 0;
+    /* the engine index of image 1, from a handle on the intact store */
+    tv_model *probe = open_ok(x->f.store, MODEL, x->engine);
+    int bad = dev_index(probe, x->img[1]);
+    tv_model_close(probe);
+    void *img = split_snapshot(&x->f, (uint32_t)bad, &len);
+    damage(x, 1, D_ZERO_LABEL);
+    tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
+    int rc = tv_model_open_snapshot(img, len, &o, &m, &err);
+    free(img);
+    if (rc)
+        fail_msg("open split snapshot: %s: %s", tv_err_name(rc), err.msg);
+    assert_int_equal(tv_model_n_excluded_devices(m), 1);
+    counters_reset();
+    tv__io_fault = hook_dev_count;
+    size_t n_ok = 0, n_refused = 0;
+    tv_read_req r[N_T];
+    gbuf b[N_T];
+    for (int i = 0; i < N_T; i++) {
+        size_t idx;
+        tv_tensor_desc d;
+        assert_int_equal(tv_model_find(m, g_t[i].name, strlen(g_t[i].name), &idx), 0);
+        assert_int_equal(tv_model_tensor(m, idx, &d), 0);
+        gbuf g = gbuf_new(g_t[i].nbytes, 1);
+        rc = tv_read_into(m, g_t[i].name, g.p, g.n, &err);
+        if (d.shard == 0) {
+            if (rc)
+                fail_msg("%s (shard a): %s: %s", g_t[i].name, tv_err_name(rc), err.msg);
+            assert_memory_equal(g.p, src_of(x->f.src1, i), g.n);
+            gbuf_check(&g, g_t[i].name);
+            n_ok++;
+        } else {
+            if (rc != TV_E_NO_REPLICA)
+                fail_msg("%s (shard b): %s, want TV_E_NO_REPLICA", g_t[i].name, tv_err_name(rc));
+            if (!strstr(err.msg, "b.safetensors") || !strstr(err.msg, x->img[1]) ||
+                !strstr(err.msg, "magic") || !strstr(err.msg, g_t[i].name))
+                fail_msg("error \"%s\" does not name the shard, tensor and reason", err.msg);
+            gbuf_untouched(&g, g_t[i].name);
+            tv_tensor *t = (tv_tensor *)&err;
+            assert_int_equal(tv_get_tensor(m, g_t[i].name, &t, &err), TV_E_NO_REPLICA);
+            assert_null(t);
+            n_refused++;
+        }
+        gbuf_free(&g);
+        b[i] = gbuf_new(g_t[i].nbytes, 0);
+        r[i] = (tv_read_req){.name = g_t[i].name, .dest = b[i].p, .dest_len = b[i].n};
+        r[i].result = d.shard; /* remembered until the batch overwrites it */
+    }
+    assert_true(n_ok > 3 && n_refused > 3);
+    int shard_of[N_T];
+    for (int i = 0; i < N_T; i++)
+        shard_of[i] = r[i].result;
+    assert_int_equal(tv_read_batch(m, r, N_T, &err), TV_E_NO_REPLICA);
+    for (int i = 0; i < N_T; i++) {
+        if (shard_of[i] == 0) {
+            assert_int_equal(r[i].result, 0);
+            assert_memory_equal(b[i].p, src_of(x->f.src1, i), b[i].n);
+            gbuf_check(&b[i], g_t[i].name);
+        } else {
+            assert_int_equal(r[i].result, TV_E_NO_REPLICA);
+            gbuf_untouched(&b[i], g_t[i].name);
+        }
+        gbuf_free(&b[i]);
+    }
+    assert_int_equal(atomic_load(&g_dev_reads[bad]), 0);
+    tv_model_close(m);
+}
+
+/* ---- read options: bounded before anything is opened ------------------------------------------
+ */
+
+static atomic_long g_sys_calls;
+
+static ssize_t pread_counted(int fd, void *buf, size_t len, off_t off)
+{
+    atomic_fetch_add(&g_sys_calls, 1);
+    return pread(fd, buf, len, off);
+}
+
+static int open_counted(const char *path, int flags, mode_t mode)
+{
+    atomic_fetch_add(&g_sys_calls, 1);
+    return open(path, flags, mode);
+}
+
+/* Refused options: the named error, no handle, no file opened or read. */
+static void opts_refused(int engine, uint32_t qd, uint64_t chunk, const char *needle)
+{
+    tv_error err = {0};
+    tv_model *m = (tv_model *)&err;
+    tv_open_opts o = {.engine = engine, .queue_depth = qd, .chunk_len = (size_t)chunk};
+    atomic_store(&g_sys_calls, 0);
+    tv__sys.pread = pread_counted;
+    tv__sys.open = open_counted;
+    int rc = tv_model_open(g_fx->store, MODEL, &o, &m, &err);
+    tv__sys_reset();
+    if (rc != TV_E_INVALID_ARG)
+        fail_msg("qd %u chunk %llu: %s (%s), want TV_E_INVALID_ARG", qd, (unsigned long long)chunk,
+                 tv_err_name(rc), err.msg);
+    assert_null(m);
+    if (!strstr(err.msg, needle))
+        fail_msg("qd %u chunk %llu: \"%s\" lacks \"%s\"", qd, (unsigned long long)chunk, err.msg,
+                 needle);
+    assert_int_equal(atomic_load(&g_sys_calls), 0);
+    m = (tv_model *)&err;
+    rc = tv_model_open_snapshot("x", 1, &o, &m, &err);
+    assert_int_equal(rc, TV_E_INVALID_ARG);
+    assert_null(m);
+}
+
+static void opts_ok(int engine, uint32_t qd, uint64_t chunk, bool read)
+{
+    tv_error err = {0};
+    tv_model *m = NULL;
+    tv_open_opts o = {.engine = engine, .queue_depth = qd, .chunk_len = (size_t)chunk};
+    int rc = tv_model_open(g_fx->store, MODEL, &o, &m, &err);
+    if (rc == TV_E_NOT_SUPPORTED && engine == TV_ENGINE_URING)
+        skip();
+    if (rc)
+        fail_msg("qd %u chunk %llu: %s: %s", qd, (unsigned long long)chunk, tv_err_name(rc),
+                 err.msg);
+    if (read)
+        read_all_into(m, g_fx->src1, 1, "bounded options");
+    tv_model_close(m);
+}
+
+static void test_read_options_bounded(void **state)
+{
+    int eng = engine_of(state);
+    char s[64];
+    /* chunk: 0 (default), 1, io_align - 1, io_align, unaligned: rounded up */
+    opts_ok(eng, 4, 0, true);
+    opts_ok(eng, 4, 1, true);
+    opts_ok(eng, 4, ALIGN - 1, true);
+    opts_ok(eng, 4, ALIGN + 1, true);
+    opts_ok(eng, 1, 1, true);
+    /* the caps themselves (staging allocated on the first read: not read) */
+    opts_ok(eng, 1, TV_READ_MAX_CHUNK, false);
+    opts_ok(eng, 4, TV_READ_MAX_STAGING / 4, false);
+    opts_ok(eng, TV_READ_MAX_QUEUE_DEPTH, 0, false); /* default chunk lowered to fit */
+    opts_ok(eng, TV_READ_MAX_QUEUE_DEPTH, TV_READ_MAX_STAGING / TV_READ_MAX_QUEUE_DEPTH, false);
+    /* over the caps, and values near 2^62 and 2^64 */
+    snprintf(s, sizeof s, "%llu", (unsigned long long)TV_READ_MAX_CHUNK);
+    opts_refused(eng, 1, TV_READ_MAX_CHUNK + 1, "over the maximum");
+    opts_refused(eng, 1, 1ull << 62, "4611686018427387904");
+    opts_refused(eng, 1, 1ull << 63, "9223372036854775808");
+    opts_refused(eng, 1, UINT64_MAX, "18446744073709551615");
+    opts_refused(eng, 1, UINT64_MAX - ALIGN + 2, s);    /* rounding up would wrap */
+    opts_refused(eng, 0, TV_READ_MAX_CHUNK, "staging"); /* 32 x 1 GiB */
+    opts_refused(eng, 4, TV_READ_MAX_STAGING / 4 + 1, "staging");
+    opts_refused(eng, 2, TV_READ_MAX_STAGING / 2 + ALIGN, "staging");
+    opts_refused(eng, TV_READ_MAX_QUEUE_DEPTH, 1 * MiB, "staging");
+    /* queue depth: over the io_uring limit and huge */
+    opts_refused(eng, TV_READ_MAX_QUEUE_DEPTH + 1, 0, "queue depth 4097");
+    opts_refused(eng, UINT32_MAX, 0, "queue depth 4294967295");
+    opts_refused(eng, UINT32_MAX, ALIGN, "queue depth");
+    opts_refused(7, 1, 0, "unknown engine 7");
+    /* n_threads over the queue depth is capped, not refused */
+    tv_error err = {0};
+    tv_model *m = NULL;
+    tv_open_opts o = {.engine = eng, .queue_depth = 2, .n_threads = UINT32_MAX};
+    int rc = tv_model_open(g_fx->store, MODEL, &o, &m, &err);
+    if (rc == TV_E_NOT_SUPPORTED && eng == TV_ENGINE_URING)
+        skip();
+    assert_int_equal(rc, 0);
+    read_all_into(m, g_fx->src1, 0, "n_threads capped");
+    tv_model_close(m);
+}
+
+/* Row ranges: every check before any allocation or read, at and past the
+ * ends, with values whose products overflow. */
+static void test_rows_bounds(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_error err = {0};
+    uint64_t len = 77;
+    assert_int_equal(tv_rows_len(m, "big.f32", 0, 100, &len, &err), 0);
+    assert_int_equal(len, 400000);
+    assert_int_equal(tv_rows_len(m, "big.f32", 100, 100, &len, &err), 0);
+    assert_int_equal(len, 0);
+    assert_int_equal(tv_rows_len(m, "big.f32", 99, 100, &len, &err), 0);
+    assert_int_equal(len, 4000);
+    assert_int_equal(tv_rows_len(m, "empty.f32", 0, 0, &len, &err), 0);
+    assert_int_equal(len, 0);
+    static const uint64_t bad[][2] = {{0, 101},
+                                      {100, 101},
+                                      {101, 101},
+                                      {5, 4},
+                                      {0, 1ull << 62},
+                                      {1ull << 62, 1ull << 62},
+                                      {0, 1ull << 63},
+                                      {0, UINT64_MAX},
+                                      {UINT64_MAX, UINT64_MAX},
+                                      {UINT64_MAX / 4000 + 1, UINT64_MAX / 4000 + 2}};
+    atomic_store(&g_reads, 0);
+    tv__io_fault = hook_count;
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        len = 77;
+        int rc = tv_rows_len(m, "big.f32", bad[k][0], bad[k][1], &len, &err);
+        if (rc != TV_E_INVALID_ARG)
+            fail_msg("rows_len [%llu, %llu): %s", (unsigned long long)bad[k][0],
+                     (unsigned long long)bad[k][1], tv_err_name(rc));
+        assert_int_equal(len, 0);
+        assert_non_null(strstr(err.msg, "big.f32"));
+        rows_refused(m, "big.f32", bad[k][0], bad[k][1], 16, TV_E_INVALID_ARG);
+        /* even with a destination that claims to be huge: nothing is read */
+        gbuf g = gbuf_new(16, 0);
+        assert_int_equal(tv_read_rows(m, "big.f32", bad[k][0], bad[k][1], g.p, SIZE_MAX, &err),
+                         TV_E_INVALID_ARG);
+        gbuf_untouched(&g, "huge dest_len");
+        gbuf_free(&g);
+    }
+    assert_int_equal(atomic_load(&g_reads), 0);
+    assert_int_equal(tv_rows_len(m, "scalar.i32", 0, 0, &len, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_rows_len(m, "w.f4", 0, 1, &len, &err), TV_E_ST_NOT_BYTE_ADDRESSABLE);
+    assert_int_equal(tv_rows_len(m, "no.such", 0, 1, &len, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv_rows_len(m, "big.f32", 0, 1, NULL, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_rows_len(NULL, "big.f32", 0, 1, &len, &err), TV_E_INVALID_ARG);
+    tv__io_fault = NULL;
+    /* float32 conversion: element counts whose byte size overflows */
+    float o[2] = {1, 2};
+    assert_int_equal(tv_convert_f32(TV_DTYPE_BF16, o, SIZE_MAX / 2, o), TV_E_OVERFLOW);
+    assert_int_equal(tv_convert_f32(TV_DTYPE_F32, o, (SIZE_MAX / 4) + 1, o), TV_E_OVERFLOW);
+    assert_int_equal(tv_convert_f32(TV_DTYPE_F16, NULL, 1, o), TV_E_INVALID_ARG);
+    assert_int_equal(tv_convert_f32(TV_DTYPE_F16, o, 1, NULL), TV_E_INVALID_ARG);
+    assert_true(o[0] == 1 && o[1] == 2);
+    tv_model_close(m);
+}
+
 #define BOTH(f)                                                                                    \
     cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_URING),                 \
         cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_PREAD)
 #define BOTH_STORE(f)                                                                              \
     cmocka_unit_test_prestate_setup_teardown(f, setup_store, teardown_store, &ENG_URING),          \
         cmocka_unit_test_prestate_setup_teardown(f, setup_store, teardown_store, &ENG_PREAD)
+
+#define BOTH_REP(f)                                                                                \
+    cmocka_unit_test_prestate_setup_teardown(f, setup_rep, teardown_rep, &ENG_URING),              \
+        cmocka_unit_test_prestate_setup_teardown(f, setup_rep, teardown_rep, &ENG_PREAD)
 
 int main(void)
 {
@@ -1410,6 +2080,15 @@ int main(void)
         BOTH_STORE(test_lease_keeps_retired_generation),
         BOTH_STORE(test_swapped_snapshot),
         BOTH_STORE(test_unsafe_snapshot_files),
+        BOTH(test_read_options_bounded),
+        BOTH(test_rows_bounds),
+        BOTH_REP(test_failover_missing_device),
+        BOTH_REP(test_failover_grown_device),
+        BOTH_REP(test_failover_shrunk_device),
+        BOTH_REP(test_failover_label_overwritten),
+        BOTH_REP(test_failover_foreign_label),
+        BOTH_REP(test_failover_all_devices_bad),
+        BOTH_REP(test_failover_shard_without_valid_replica),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

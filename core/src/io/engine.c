@@ -123,13 +123,18 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
     if (!devs || n_devs == 0 || n_devs > UINT32_MAX)
         return tv__seterr(err, TV_E_INVALID_ARG, "io engine: %zu devices", devs ? n_devs : 0);
     for (size_t i = 0; i < n_devs; i++) {
+        if (devs[i].excluded)
+            continue;
         if (devs[i].fd < 0 || devs[i].io_align < 512 || devs[i].io_align > TV__IO_MAX_CHUNK ||
-            !is_pow2(devs[i].io_align))
-            return tv__seterr(err, TV_E_INVALID_ARG, "io engine: device %zu: fd %d, io_align %u", i,
-                              devs[i].fd, devs[i].io_align);
+            !is_pow2(devs[i].io_align) || devs[i].size > INT64_MAX)
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "io engine: device %zu: fd %d, io_align %u, size %llu", i, devs[i].fd,
+                              devs[i].io_align, (unsigned long long)devs[i].size);
         if (devs[i].io_align > max_align)
             max_align = devs[i].io_align;
     }
+    if (!max_align)
+        return tv__seterr(err, TV_E_INVALID_ARG, "io engine: all %zu devices are excluded", n_devs);
     if (o.engine != TV_ENGINE_AUTO && o.engine != TV_ENGINE_URING && o.engine != TV_ENGINE_PREAD)
         return tv__seterr(err, TV_E_INVALID_ARG, "io engine: unknown engine %d", o.engine);
     if (!o.queue_depth)
@@ -137,15 +142,25 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
     if (o.queue_depth > TV__IO_MAX_QD)
         return tv__seterr(err, TV_E_INVALID_ARG, "io engine: queue depth %u over %u", o.queue_depth,
                           TV__IO_MAX_QD);
-    if (!o.chunk_len)
-        o.chunk_len = TV__IO_DEFAULT_CHUNK;
-    if (o.chunk_len > TV__IO_MAX_CHUNK)
-        return tv__seterr(err, TV_E_INVALID_ARG, "io engine: chunk of %zu bytes over %u",
-                          o.chunk_len, TV__IO_MAX_CHUNK);
-    if (tv__align_up_u64(o.chunk_len, max_align, &chunk) || chunk > TV__IO_MAX_CHUNK ||
-        tv__mul_u64(chunk, o.queue_depth, &total) || total > SIZE_MAX / 2)
-        return tv__seterr(err, TV_E_OVERFLOW, "io engine: staging of %u x %zu bytes overflows",
-                          o.queue_depth, o.chunk_len);
+    if (!o.chunk_len) {
+        /* The default shrinks for deep queues so that the staging fits. */
+        chunk = TV__IO_MAX_STAGING / o.queue_depth;
+        if (chunk > TV__IO_DEFAULT_CHUNK)
+            chunk = TV__IO_DEFAULT_CHUNK;
+        chunk = tv__align_down_u64(chunk, max_align);
+        if (!chunk)
+            chunk = max_align;
+    } else if (o.chunk_len > TV__IO_MAX_CHUNK || tv__align_up_u64(o.chunk_len, max_align, &chunk) ||
+               chunk > TV__IO_MAX_CHUNK) {
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "io engine: chunk of %zu bytes over %u (rounded up to %u)", o.chunk_len,
+                          TV__IO_MAX_CHUNK, max_align);
+    }
+    if (tv__mul_u64(chunk, o.queue_depth, &total) || total > TV__IO_MAX_STAGING)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "io engine: staging: queue depth %u x chunk %llu over %llu bytes",
+                          o.queue_depth, (unsigned long long)chunk,
+                          (unsigned long long)TV__IO_MAX_STAGING);
     if (!o.n_threads)
         o.n_threads = o.queue_depth < 16 ? o.queue_depth : 16;
     if (o.n_threads > o.queue_depth)
@@ -221,6 +236,11 @@ void tv__io_destroy(tv__io *io)
 int tv__io_engine(const tv__io *io)
 {
     return io ? io->engine : TV_E_INVALID_ARG;
+}
+
+uint64_t tv__io_chunk_len(const tv__io *io)
+{
+    return io ? io->chunk_len : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -362,6 +382,7 @@ static void validate(batch *b, size_t i)
         set_fail(b, i, TV_E_INVALID_ARG, "envelope mode without payload_skip");
         return;
     }
+    uint8_t usable = 0;
     for (uint32_t s = 0; s < r->n_src; s++) {
         uint64_t ib, ie, sk;
         uint32_t dv = r->src[s].dev;
@@ -370,6 +391,8 @@ static void validate(batch *b, size_t i)
                      io->n_devs);
             return;
         }
+        if (io->devs[dv].excluded)
+            continue; /* never read, whatever its offsets */
         if (tv__io_envelope(r->src[s].off, r->len, io->devs[dv].io_align, &ib, &ie, &sk)) {
             set_fail(b, i, TV_E_INVALID_ARG,
                      "source %u: device %u offset %llu + length %llu overflows", s, dv,
@@ -390,12 +413,23 @@ static void validate(batch *b, size_t i)
             ie0 = ie;
             skip0 = sk;
         }
+        usable |= (uint8_t)(1u << s);
+    }
+    if (!usable) {
+        set_fail(b, i, TV_E_NO_REPLICA, "all %u sources are on excluded devices", r->n_src);
+        return;
     }
     q->skip = 0;
     q->span = r->len;
-    q->ok_mask = (uint8_t)((1u << r->n_src) - 1);
+    q->ok_mask = usable;
     if (r->envelope_into_dest) {
-        uint32_t a0 = io->devs[r->src[0].dev].io_align;
+        uint32_t a0;
+        if (!(usable & 1u)) {
+            set_fail(b, i, TV_E_INVALID_ARG, "envelope mode: source 0 is on excluded device %u",
+                     r->src[0].dev);
+            return;
+        }
+        a0 = io->devs[r->src[0].dev].io_align;
         *r->payload_skip = skip0;
         if (r->len && !b->sink && ((uintptr_t)r->dest % a0)) {
             set_fail(b, i, TV_E_INVALID_ARG, "envelope arena %p not aligned to %u", r->dest, a0);
@@ -407,7 +441,7 @@ static void validate(batch *b, size_t i)
         for (uint32_t s = 1; s < r->n_src; s++) {
             const tv__io_dev *d = &io->devs[r->src[s].dev];
             uint64_t base, end;
-            if (r->src[s].off < skip0)
+            if (!(usable & (1u << s)) || r->src[s].off < skip0)
                 continue;
             base = r->src[s].off - skip0;
             if (base % d->io_align || q->span % d->io_align || tv__add_u64(base, q->span, &end) ||

@@ -22,8 +22,11 @@
  *     proportion to each device's measured bandwidth (EWMA of completed
  *     reads, seeded equal);
  *   - the engine never mmaps a device; memory is the staging ring
- *     (queue_depth x chunk_len) plus a small fixed record per request and
- *     per chunk-sized piece, whatever the batch size;
+ *     (queue_depth x chunk_len, at most TV__IO_MAX_STAGING, checked at
+ *     create) plus a small fixed record per request and per chunk-sized
+ *     piece, whatever the batch size;
+ *   - an excluded device is never read: its sources are dropped from every
+ *     request before planning, so neither a split nor a retry reaches it;
  *   - when tv__io_run returns, no read is in flight: nothing writes into
  *     staging or into a destination afterwards (timed-out reads are
  *     cancelled and reaped first; a pread stuck in the kernel is waited
@@ -44,16 +47,21 @@
 #define TV__IO_MAX_REPLICAS  8
 #define TV__IO_DEFAULT_QD    32
 #define TV__IO_DEFAULT_CHUNK (1u << 20)
-#define TV__IO_MAX_QD        4096u
-#define TV__IO_MAX_CHUNK     (1u << 30) /* io_uring's limit for one registered buffer */
+#define TV__IO_MAX_QD        4096u        /* = TV_READ_MAX_QUEUE_DEPTH (tensorvault.h) */
+#define TV__IO_MAX_CHUNK     (1u << 30)   /* io_uring's limit for one registered buffer */
+#define TV__IO_MAX_STAGING   (1ull << 30) /* queue_depth x chunk_len: = TV_READ_MAX_STAGING */
 
 typedef struct tv__io tv__io;
 
 typedef struct tv__io_dev {
     int fd;            /* opened O_RDONLY (| O_DIRECT when direct) */
     uint32_t io_align; /* power of two, >= 512 */
-    uint64_t size;     /* bytes; reads never pass it */
+    uint64_t size;     /* bytes, at most INT64_MAX; reads never pass it */
     bool direct;
+    /* Failed validation (missing, resized, another store's label): never
+     * read. The other fields are ignored (fd may be -1); a source on it is
+     * dropped from its request's replicas before planning. */
+    bool excluded;
 } tv__io_dev;
 
 /* Where a request's bytes go. NULL sink = host memcpy into dest. A custom
@@ -105,8 +113,11 @@ typedef struct tv__io_req {
 typedef struct tv__io_opts {
     int engine;           /* TV_ENGINE_AUTO / URING / PREAD (tensorvault.h) */
     uint32_t queue_depth; /* 0 = TV__IO_DEFAULT_QD; at most TV__IO_MAX_QD */
-    size_t chunk_len;     /* 0 = TV__IO_DEFAULT_CHUNK; rounded up to the max io_align;
-                             at most TV__IO_MAX_CHUNK */
+    size_t chunk_len;     /* 0 = TV__IO_DEFAULT_CHUNK, lowered (to a multiple of the max
+                             io_align) so that the staging fits TV__IO_MAX_STAGING; else
+                             rounded up to the max io_align (checked); at most
+                             TV__IO_MAX_CHUNK, and queue_depth x chunk_len at most
+                             TV__IO_MAX_STAGING */
     uint32_t n_threads;   /* pread engine; 0 = min(queue_depth, 16); capped at queue_depth */
     uint32_t timeout_ms;  /* 0 = 30000: when no read completes for this long, every read
                              in flight fails with TV_E_TIMEOUT (io_uring cancels them; a
@@ -114,17 +125,20 @@ typedef struct tv__io_opts {
                              device is not read again in this batch */
 } tv__io_opts;
 
-/* Creates an engine over n_devs devices (copied; the fds stay the caller's).
+/* Creates an engine over n_devs devices (copied; the fds stay the caller's);
+ * excluded devices keep their index but are never read (at least one device
+ * must not be excluded).
  * AUTO uses io_uring when io_uring_queue_init works, else the pread pool
  * (logged). Staging is allocated on the first batch that needs it and, for
  * io_uring, registered (fixed buffers); when registration is refused
  * (RLIMIT_MEMLOCK) plain reads are used, with identical results.
  * Returns 0 and *out; TV_E_NOT_SUPPORTED (TV_ENGINE_URING asked and
  * io_uring unavailable: ENOSYS, EPERM, EACCES, EOPNOTSUPP); TV_E_INVALID_ARG
- * (NULL out, no devices, a negative fd, an io_align that is not a power of
- * two in [512, 1 GiB], an unknown engine, queue_depth or chunk_len over the
- * limits); TV_E_OVERFLOW; -ENOMEM; -errno from io_uring setup or
- * pthread_create. */
+ * (NULL out, no devices or every device excluded, a negative fd, an
+ * io_align that is not a power of two in [512, 1 GiB], a size over
+ * INT64_MAX, an unknown engine, queue_depth or chunk_len over the limits,
+ * staging over TV__IO_MAX_STAGING: the message names the values); -ENOMEM;
+ * -errno from io_uring setup or pthread_create. */
 int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts, tv__io **out,
                   tv_error *err);
 /* Joins the pread workers, closes the ring, frees staging. NULL-safe. */
@@ -133,6 +147,8 @@ void tv__io_destroy(tv__io *io);
 /* Which engine runs: TV_ENGINE_URING or TV_ENGINE_PREAD (TV_E_INVALID_ARG
  * for NULL). */
 int tv__io_engine(const tv__io *io);
+/* The chunk length in use (after defaults and rounding); 0 for NULL. */
+uint64_t tv__io_chunk_len(const tv__io *io);
 
 /* Executes n requests (blocking), with sink (NULL = host memcpy). Each
  * request's result is set. Returns 0 when all succeeded, else the first
@@ -140,8 +156,10 @@ int tv__io_engine(const tv__io *io);
  * device, offset and cause. Validation errors (n_src 0 or over the maximum,
  * an unknown device, a source whose envelope passes its device's end,
  * overflow, a NULL dest with len > 0, envelope mode without payload_skip or
- * with a host arena not aligned to io_align) fail that request with
- * TV_E_INVALID_ARG before any I/O for it; the others still run. Read
+ * with a host arena not aligned to io_align or with src[0] on an excluded
+ * device) fail that request with TV_E_INVALID_ARG before any I/O for it;
+ * sources on excluded devices are dropped, and a request left with none
+ * fails with TV_E_NO_REPLICA; the others still run. Read
  * failures: -errno from the device (EIO, ENXIO, ...), TV_E_SHORT_IO (a read
  * short twice), TV_E_TIMEOUT, each only after every usable replica failed;
  * errors of the sink. Returns TV_E_INVALID_ARG for a NULL io, NULL reqs with

@@ -1,11 +1,15 @@
 /* tv_model: one opened generation (snapshot + validated devices + read
  * engine) and the public read API of tensorvault.h on top of it.
  *
- * Invariants: a model handle holds its snapshot file's shared flock for its
- * whole life (the reader lease); every device is opened read-only and its
- * label checked against the snapshot's device record before the engine is
- * created; every tensor record is validated once at open (so reads follow
- * only checked offsets) and requests are built from those checked values. */
+ * Invariants: the options are bounded before anything is opened; a model
+ * handle holds its snapshot file's shared flock for its whole life (the
+ * reader lease); every device is opened read-only and its size and label
+ * checked against the snapshot's device record before the engine is
+ * created; a device that fails is excluded: closed at once, marked
+ * excluded in the engine and left out of every request, so no read is ever
+ * issued to it; every tensor record is validated once at open (so reads
+ * follow only checked offsets) and requests are built from those checked
+ * values, with the valid replicas only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -33,12 +37,33 @@ typedef struct tensor_plan {
 } tensor_plan;
 
 /* A shard's replicas, decoded and validated once at open: reads only add
- * offsets. payload_base = object base_off + the shard's data_off. */
+ * offsets. payload_base = object base_off + the shard's data_off; dev is the
+ * snapshot's (and the engine's) device index. n_ok: replicas on devices
+ * that passed validation (0: the shard cannot be read). */
 typedef struct shard_plan {
-    uint32_t n_rep;
+    const char *name; /* inside the snapshot */
+    size_t name_len;
+    uint32_t n_rep, n_ok;
     uint32_t dev[TV__IO_MAX_REPLICAS];
     uint64_t payload_base[TV__IO_MAX_REPLICAS];
 } shard_plan;
+
+/* printf precision for a name of len bytes: at most 256 (a length over
+ * INT_MAX would turn negative and print the whole string table). */
+#define NAME_PREC(len) ((int)((len) > 256 ? 256 : (len)))
+
+/* One device of the snapshot as validated at open. */
+typedef struct dev_state {
+    char *path;
+    int reason; /* 0: usable; else why it is excluded */
+    char why[sizeof(((tv_error *)0)->msg)];
+} dev_state;
+
+_Static_assert(TV_READ_MAX_QUEUE_DEPTH == TV__IO_MAX_QD, "queue depth limits agree");
+_Static_assert(TV_READ_MAX_CHUNK == TV__IO_MAX_CHUNK, "chunk limits agree");
+_Static_assert(TV_READ_MAX_STAGING == TV__IO_MAX_STAGING, "staging limits agree");
+_Static_assert(TV_READ_DEFAULT_QUEUE_DEPTH == TV__IO_DEFAULT_QD, "default queue depths agree");
+_Static_assert(TV_READ_DEFAULT_CHUNK == TV__IO_DEFAULT_CHUNK, "default chunks agree");
 
 struct tv_model {
     uint8_t *snap_buf;
@@ -46,8 +71,9 @@ struct tv_model {
     tv__snap snap;
     int lease_fd;
     char *name;
-    tv__dev **devs;
-    size_t n_devs;
+    tv__dev **devs; /* NULL for an excluded device */
+    dev_state *dst;
+    size_t n_devs, n_excluded;
     tv__io *io;
     tensor_plan *t;
     shard_plan *sh;
@@ -65,9 +91,14 @@ TV_API void tv_model_close(tv_model *m)
         return;
     tv__io_destroy(m->io);
     tv__cuda_host_free(m->pinned);
-    for (size_t i = 0; i < m->n_devs; i++)
-        tv__dev_close(m->devs[i]);
+    for (size_t i = 0; i < m->n_devs; i++) {
+        if (m->devs)
+            tv__dev_close(m->devs[i]);
+        if (m->dst)
+            free(m->dst[i].path);
+    }
     free(m->devs);
+    free(m->dst);
     free(m->t);
     free(m->sh);
     free(m->dims);
@@ -100,43 +131,141 @@ static void expected_label(const tv__snap_device_info *sd, tv__label *l)
     memcpy(l->eui64, sd->eui64, 8);
 }
 
+/* The option checks that need no device: engine, queue depth and chunk
+ * bounds, and the staging cap with chunk_len rounded up to 4096 (every
+ * io_align is a multiple of it); open_devices checks the cap again with the
+ * devices' io_align. Runs before anything is opened or allocated. */
+static int check_opts(const tv_open_opts *o, tv_error *err)
+{
+    uint64_t chunk, total;
+    uint32_t qd = o->queue_depth ? o->queue_depth : TV_READ_DEFAULT_QUEUE_DEPTH;
+    if (o->engine != TV_ENGINE_AUTO && o->engine != TV_ENGINE_URING && o->engine != TV_ENGINE_PREAD)
+        return tv__seterr(err, TV_E_INVALID_ARG, "read options: unknown engine %d", o->engine);
+    if (qd > TV_READ_MAX_QUEUE_DEPTH)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "read options: queue depth %u is over the maximum %u", qd,
+                          TV_READ_MAX_QUEUE_DEPTH);
+    if (o->chunk_len == 0)
+        return 0; /* the default fits any queue depth (the engine lowers it) */
+    if ((uint64_t)o->chunk_len > TV_READ_MAX_CHUNK ||
+        tv__align_up_u64(o->chunk_len, TV_DEV_MIN_ALIGN, &chunk) || chunk > TV_READ_MAX_CHUNK)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "read options: chunk_len %zu is over the maximum %llu bytes",
+                          o->chunk_len, (unsigned long long)TV_READ_MAX_CHUNK);
+    if (tv__mul_u64(chunk, qd, &total) || total > TV_READ_MAX_STAGING)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "read options: staging: queue depth %u x chunk_len %llu over %llu bytes",
+                          qd, (unsigned long long)chunk, (unsigned long long)TV_READ_MAX_STAGING);
+    return 0;
+}
+
+/* Marks device i excluded for reason code with message msg (copied first:
+ * msg may be the caller's error buffer) and closes it. */
+static void exclude(tv_model *m, uint32_t i, int code, const char *msg)
+{
+    dev_state *ds = &m->dst[i];
+    char why[sizeof(ds->why)];
+    if (!msg || !*msg)
+        msg = tv_strerror(code);
+    if (strstr(msg, ds->path))
+        snprintf(why, sizeof(why), "%s", msg);
+    else
+        snprintf(why, sizeof(why), "device %s: %s", ds->path, msg);
+    memcpy(ds->why, why, sizeof(why));
+    ds->reason = code;
+    tv__dev_close(m->devs[i]);
+    m->devs[i] = NULL;
+    m->n_excluded++;
+    tv__log(TV_LOG_WARN, "model %s@%lld: device excluded, never read: %s: %s", m->name,
+            (long long)m->snap.generation, tv_err_name(code), why);
+}
+
+/* Opens device i of the snapshot and validates it: size first (no read
+ * for a resized image), then label and identity. Returns 0 (usable or
+ * excluded) or an error that fails the whole open (-ENOMEM, a malformed
+ * snapshot record). */
+static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error *err)
+{
+    tv__snap_device_info sd;
+    tv__label on_disk, want;
+    tv_error e = {0};
+    int rc;
+    if ((rc = tv__snap_device(&m->snap, i, &sd, err)))
+        return rc;
+    if (!(m->dst[i].path = strndup(sd.path, sd.path_len)))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    /* An image is recorded by its real path: a symlink there now was
+     * planted, and is not followed. */
+    unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
+                     (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
+    rc = tv__dev_open(m->dst[i].path, flags, &m->devs[i], &e);
+    if (rc == -ENOMEM)
+        return tv__seterr(err, rc, "device %s: out of memory", m->dst[i].path);
+    if (rc == TV_E_INVALID_ARG || rc == TV_E_OVERFLOW)
+        rc = TV_E_DEVICE_MISMATCH; /* not a file or block device any more, or odd geometry */
+    if (rc) {
+        exclude(m, i, rc, e.msg);
+        return 0;
+    }
+    tv__dev *d = m->devs[i];
+    if (d->size_bytes != sd.size_bytes) {
+        tv__seterr(&e, TV_E_DEVICE_MISMATCH,
+                   "device %s: size %llu bytes, the store recorded %llu (resized?)", m->dst[i].path,
+                   (unsigned long long)d->size_bytes, (unsigned long long)sd.size_bytes);
+        exclude(m, i, TV_E_DEVICE_MISMATCH, e.msg);
+        return 0;
+    }
+    expected_label(&sd, &want);
+    if ((rc = tv__label_read(d, sd.region_off, &on_disk, &e)) == 0)
+        rc = tv__label_check(&on_disk, &want, d, &e);
+    if (rc == -ENOMEM)
+        return tv__seterr(err, rc, "device %s: out of memory", m->dst[i].path);
+    if (rc == TV_E_INVALID_ARG || rc == TV_E_OVERFLOW)
+        rc = TV_E_DEVICE_MISMATCH; /* a region that does not fit the device as it is now */
+    if (rc) {
+        exclude(m, i, rc, e.msg);
+        return 0;
+    }
+    return 0;
+}
+
+/* "reason naming device A; reason naming device B": every replica of a
+ * shard, valid ones as "PATH: valid". */
+static void replica_reasons(const tv_model *m, const shard_plan *sp, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (uint32_t r = 0; r < sp->n_rep && at + 1 < len; r++) {
+        const dev_state *ds = &m->dst[sp->dev[r]];
+        int n = snprintf(out + at, len - at, "%s%s%s", r ? "; " : "",
+                         ds->reason ? ds->why : ds->path, ds->reason ? "" : ": valid");
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
 static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
 {
-    int rc;
-    m->devs = calloc(m->snap.n_devices ? m->snap.n_devices : 1, sizeof(*m->devs));
-    tv__io_dev *iod = calloc(m->snap.n_devices ? m->snap.n_devices : 1, sizeof(*iod));
-    if (!m->devs || !iod) {
+    int rc = 0;
+    size_t nd = m->snap.n_devices;
+    uint32_t n_readable = 0, first_bad = UINT32_MAX;
+    m->devs = calloc(nd ? nd : 1, sizeof(*m->devs));
+    m->dst = calloc(nd ? nd : 1, sizeof(*m->dst));
+    tv__io_dev *iod = calloc(nd ? nd : 1, sizeof(*iod));
+    if (!m->devs || !m->dst || !iod) {
         free(iod);
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
-    for (uint32_t i = 0; i < m->snap.n_devices; i++) {
-        tv__snap_device_info sd;
-        tv__label on_disk, want;
-        char path[4096];
-        if ((rc = tv__snap_device(&m->snap, i, &sd, err)))
+    m->n_devs = nd;
+    for (uint32_t i = 0; i < nd; i++) {
+        if ((rc = open_device(m, i, o, err)))
             goto out;
-        if (sd.path_len >= sizeof(path)) {
-            rc = tv__seterr(err, TV_E_SNAPSHOT, "device %u: path too long", i);
-            goto out;
-        }
-        memcpy(path, sd.path, sd.path_len);
-        path[sd.path_len] = '\0';
-        /* An image is recorded by its real path: a symlink there now was
-         * planted, and is not followed. */
-        unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
-                         (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
-        if ((rc = tv__dev_open(path, flags, &m->devs[i], err)))
-            goto out;
-        m->n_devs = i + 1;
-        expected_label(&sd, &want);
-        if ((rc = tv__label_read(m->devs[i], sd.region_off, &on_disk, err)) ||
-            (rc = tv__label_check(&on_disk, &want, m->devs[i], err))) {
-            if (rc < 0 && rc > -1000 && rc != -ENOMEM) /* EIO stays an I/O error */
-                rc = tv__seterr_wrap(err, rc, "device %s: reading the label", path);
-            else if (rc != TV_E_DEVICE_MISMATCH && rc != -ENOMEM)
-                rc =
-                    tv__seterr_wrap(err, TV_E_DEVICE_MISMATCH, "device %s: label unreadable", path);
-            goto out;
+        if (!m->devs[i]) {
+            iod[i] = (tv__io_dev){.fd = -1, .excluded = true};
+            if (first_bad == UINT32_MAX)
+                first_bad = i;
+            continue;
         }
         iod[i] = (tv__io_dev){.fd = m->devs[i]->fd,
                               .io_align = m->devs[i]->io_align,
@@ -145,14 +274,54 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         if (m->devs[i]->io_align > m->max_io_align)
             m->max_io_align = m->devs[i]->io_align;
     }
+    for (uint32_t s = 0; s < m->snap.n_shards; s++) {
+        shard_plan *sp = &m->sh[s];
+        sp->n_ok = 0;
+        for (uint32_t r = 0; r < sp->n_rep; r++)
+            if (sp->dev[r] >= nd) {
+                rc = tv__seterr(err, TV_E_SNAPSHOT, "shard %u: replica on device %u of %zu", s,
+                                sp->dev[r], nd);
+                goto out;
+            } else if (!m->dst[sp->dev[r]].reason) {
+                sp->n_ok++;
+            }
+        if (sp->n_ok)
+            n_readable++;
+    }
+    if (first_bad != UINT32_MAX && n_readable == 0 && m->snap.n_shards) {
+        char why[sizeof(err->msg)];
+        size_t at = 0;
+        why[0] = '\0';
+        for (uint32_t i = 0; i < nd && at + 1 < sizeof(why); i++) {
+            if (!m->dst[i].reason)
+                continue;
+            /* each reason shortened so that several devices fit */
+            int n = snprintf(why + at, sizeof(why) - at, "%s%.200s", at ? "; " : "", m->dst[i].why);
+            if (n < 0)
+                break;
+            at += (size_t)n;
+        }
+        rc = tv__seterr(err, m->dst[first_bad].reason, "%s@%lld: no shard has a valid replica: %s",
+                        m->name, (long long)m->snap.generation, why);
+        goto out;
+    }
+    for (uint32_t s = 0; s < m->snap.n_shards; s++) {
+        const shard_plan *sp = &m->sh[s];
+        char why[400];
+        if (sp->n_ok)
+            continue;
+        replica_reasons(m, sp, why, sizeof(why));
+        tv__log(TV_LOG_WARN, "model %s@%lld: shard %u (%.*s) has no valid replica: %s", m->name,
+                (long long)m->snap.generation, s, NAME_PREC(sp->name_len), sp->name, why);
+    }
     m->queue_depth = o->queue_depth ? o->queue_depth : TV__IO_DEFAULT_QD;
-    m->chunk_len = o->chunk_len ? o->chunk_len : TV__IO_DEFAULT_CHUNK;
-    m->chunk_len = (m->chunk_len + m->max_io_align - 1) / m->max_io_align * m->max_io_align;
     tv__io_opts io = {.engine = o->engine,
                       .queue_depth = o->queue_depth,
                       .chunk_len = o->chunk_len,
                       .n_threads = o->n_threads};
-    rc = tv__io_create(iod, m->snap.n_devices, &io, &m->io, err);
+    if ((rc = tv__io_create(iod, nd, &io, &m->io, err)))
+        goto out;
+    m->chunk_len = tv__io_chunk_len(m->io);
 out:
     free(iod);
     return rc;
@@ -183,6 +352,8 @@ static int build_plans(tv_model *m, tv_error *err)
             m->sh[s].dev[r] = rp.device;
         }
         m->sh[s].n_rep = sh.n_replicas;
+        m->sh[s].name = sh.name;
+        m->sh[s].name_len = sh.name_len;
     }
     uint64_t at = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -199,7 +370,7 @@ static int build_plans(tv_model *m, tv_error *err)
         p->end = st.end_off;
         p->dims_at = at;
         p->n_elements = 1;
-        if (at + st.rank > m->snap.n_dims)
+        if (st.rank > m->snap.n_dims || at > m->snap.n_dims - st.rank)
             return tv__seterr(err, TV_E_SNAPSHOT, "tensor %u: dims past the dims array", i);
         for (uint32_t d = 0; d < st.rank; d++) {
             m->dims[at + d] = tv__snap_dim(&st, d);
@@ -237,6 +408,8 @@ TV_API int tv_model_open_snapshot(const void *buf, size_t len, const tv_open_opt
     if (!buf || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *out = NULL;
+    if (opts && (rc = check_opts(opts, err)))
+        return rc;
     tv_model *m = calloc(1, sizeof(*m));
     if (!m)
         return tv__seterr(err, -ENOMEM, "out of memory");
@@ -284,6 +457,8 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     if (!store_dir || !spec || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *out = NULL;
+    if (opts && (rc = check_opts(opts, err)))
+        return rc;
     char name[512];
     int64_t gen = 0;
     const char *at = strrchr(spec, '@');
@@ -341,6 +516,28 @@ TV_API const char *tv_model_name(const tv_model *m)
     return m ? m->name : NULL;
 }
 
+TV_API size_t tv_model_n_devices(const tv_model *m)
+{
+    return m ? m->n_devs : 0;
+}
+
+TV_API size_t tv_model_n_excluded_devices(const tv_model *m)
+{
+    return m ? m->n_excluded : 0;
+}
+
+TV_API int tv_model_device(const tv_model *m, size_t i, tv_device_status *out)
+{
+    if (!m || !out || i >= m->n_devs)
+        return TV_E_INVALID_ARG;
+    const dev_state *ds = &m->dst[i];
+    out->path = ds->path ? ds->path : "";
+    out->excluded = ds->reason != 0;
+    out->reason = ds->reason;
+    out->message = ds->reason ? ds->why : "";
+    return 0;
+}
+
 TV_API size_t tv_model_n_tensors(const tv_model *m)
 {
     return m ? m->snap.n_tensors : 0;
@@ -373,7 +570,7 @@ TV_API int tv_model_find(const tv_model *m, const char *name, size_t name_len, s
     return rc == 0 ? 0 : TV_E_NOT_FOUND;
 }
 
-static int lookup(tv_model *m, const char *name, size_t *idx, tv_error *err)
+static int lookup(const tv_model *m, const char *name, size_t *idx, tv_error *err)
 {
     /* Set on every path: the compiler cannot see that tv__seterr never
      * returns 0, and a Release build (-Werror=maybe-uninitialized) fails. */
@@ -400,11 +597,20 @@ static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void 
     memset(req, 0, sizeof(*req));
     req->len = len;
     req->dest = dest;
+    if (!sp->n_ok) {
+        char why[400];
+        replica_reasons(m, sp, why, sizeof(why));
+        return tv__seterr(
+            err, TV_E_NO_REPLICA, "tensor '%.*s': shard %u (%.*s) has no valid replica: %s",
+            NAME_PREC(p->name_len), p->name, p->shard, NAME_PREC(sp->name_len), sp->name, why);
+    }
     for (uint32_t r = 0; r < sp->n_rep; r++) {
         uint64_t off;
+        if (m->dst[sp->dev[r]].reason)
+            continue; /* excluded: never part of a plan */
         if (tv__add_u64(sp->payload_base[r], p->begin, &off) || tv__add_u64(off, rel_off, &off))
             return tv__seterr(err, TV_E_OVERFLOW, "tensor '%.*s': offset overflows",
-                              (int)p->name_len, p->name);
+                              NAME_PREC(p->name_len), p->name);
         req->src[req->n_src++] = (tv__io_src){.dev = sp->dev[r], .off = off};
     }
     return 0;
@@ -471,7 +677,7 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
                 r = tv__seterr(&e, TV_E_INVALID_ARG,
                                "request %zu (tensor '%.*s'): needs %llu bytes, destination has "
                                "%zu",
-                               j, (int)m->t[i].name_len, m->t[i].name,
+                               j, NAME_PREC(m->t[i].name_len), m->t[i].name,
                                (unsigned long long)nbytes, reqs[j].dest_len);
             else
                 r = fill_req(m, i, 0, nbytes, reqs[j].dest, &io[k], &e);
@@ -511,11 +717,14 @@ TV_API int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err
     return batch(m, reqs, n, NULL, err);
 }
 
-TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1, void *dest,
-                        size_t dest_len, tv_error *err)
+/* The checks of tv_read_rows, before anything is allocated or read:
+ * *off and *len are the byte range of rows [r0, r1) inside the tensor. */
+static int rows_range(const tv_model *m, const char *name, uint64_t r0, uint64_t r1, size_t *idx,
+                      uint64_t *off, uint64_t *len, tv_error *err)
 {
     size_t i;
     int rc = lookup(m, name, &i, err);
+    *off = *len = 0;
     if (rc)
         return rc;
     const tensor_plan *p = &m->t[i];
@@ -526,27 +735,61 @@ TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1,
         return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)",
                           name, (unsigned long long)r0, (unsigned long long)r1,
                           (unsigned long long)rows);
-    if (r0 == r1)
-        return 0;
     /* Bits per row: elements of one row x dtype bits; rows of a sub-byte
      * dtype are addressable only when they are whole bytes. */
-    uint64_t row_elems = 1, row_bits;
+    uint64_t row_elems = 1, row_bits, end, nbytes = p->end - p->begin;
     for (uint32_t d = 1; d < p->rank; d++)
         if (tv__mul_u64(row_elems, m->dims[p->dims_at + d], &row_elems))
             return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
     if (tv__mul_u64(row_elems, tv_dtype_bits(p->dtype), &row_bits))
         return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
-    if (row_bits % 8)
+    if (row_bits % 8 && r0 != r1)
         return tv__seterr(err, TV_E_ST_NOT_BYTE_ADDRESSABLE,
                           "tensor '%s': a row of %s is %llu bits, not whole bytes", name,
                           tv_dtype_name(p->dtype), (unsigned long long)row_bits);
-    uint64_t row_len = row_bits / 8, off, len;
-    if (tv__mul_u64(r0, row_len, &off) || tv__mul_u64(r1 - r0, row_len, &len))
-        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row range overflows", name);
+    uint64_t row_len = row_bits / 8;
+    if (tv__mul_u64(r0, row_len, off) || tv__mul_u64(r1, row_len, &end))
+        return tv__seterr(
+            err, TV_E_OVERFLOW, "tensor '%s': rows [%llu, %llu) x %llu bytes a row overflows", name,
+            (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)row_len);
+    if (end > nbytes)
+        return tv__seterr(err, TV_E_SNAPSHOT,
+                          "tensor '%s': rows end at byte %llu, past its %llu bytes", name,
+                          (unsigned long long)end, (unsigned long long)nbytes);
+    *len = end - *off;
+    *idx = i;
+    return 0;
+}
+
+TV_API int tv_rows_len(const tv_model *m, const char *name, uint64_t r0, uint64_t r1, uint64_t *len,
+                       tv_error *err)
+{
+    size_t i;
+    uint64_t off, l;
+    if (!len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *len = 0;
+    int rc = rows_range(m, name, r0, r1, &i, &off, &l, err);
+    if (!rc)
+        *len = l;
+    return rc;
+}
+
+TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1, void *dest,
+                        size_t dest_len, tv_error *err)
+{
+    size_t i;
+    uint64_t off, len;
+    int rc = rows_range(m, name, r0, r1, &i, &off, &len, err);
+    if (rc)
+        return rc;
+    if (r0 == r1)
+        return 0;
     if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' rows [%llu, %llu) need %llu bytes; "
-                          "destination has %zu", name, (unsigned long long)r0,
-                          (unsigned long long)r1, (unsigned long long)len, dest_len);
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "tensor '%s' rows [%llu, %llu) need %llu bytes; destination has %zu",
+                          name, (unsigned long long)r0, (unsigned long long)r1,
+                          (unsigned long long)len, dest_len);
     tv__io_req req;
     if ((rc = fill_req(m, i, off, len, dest, &req, err)))
         return rc;
@@ -566,10 +809,13 @@ TV_API int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_le
         return tv__seterr(err, TV_E_NOT_SUPPORTED, "tensor '%s': no float32 conversion from %s",
                           name, tv_dtype_name(p->dtype));
     uint64_t need;
-    if (tv__mul_u64(p->n_elements, 4, &need) || !dest || dest_len < need)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' as float32 needs %llu bytes; "
-                          "destination has %zu", name,
-                          (unsigned long long)(p->n_elements * 4), dest_len);
+    if (tv__mul_u64(p->n_elements, 4, &need))
+        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': %llu elements as float32 overflow",
+                          name, (unsigned long long)p->n_elements);
+    if (!dest || dest_len < need)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "tensor '%s' as float32 needs %llu bytes; destination has %zu", name,
+                          (unsigned long long)need, dest_len);
     if (p->dtype == TV_DTYPE_F32)
         return tv_read_into(m, name, dest, dest_len, err);
     void *raw = malloc(nbytes ? nbytes : 1);
@@ -686,8 +932,7 @@ fail_all:
     return rc;
 }
 
-TV_API int tv_read_batch_cuda(tv_model *m, tv_read_req *reqs, size_t n, void *stream,
-                              tv_error *err)
+TV_API int tv_read_batch_cuda(tv_model *m, tv_read_req *reqs, size_t n, void *stream, tv_error *err)
 {
     return cuda_batch(m, reqs, n, stream, err);
 }

@@ -72,9 +72,14 @@ static inline uint32_t e8m0_bits(uint8_t b)
 TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, void *dst)
 {
     const uint8_t *p = src;
+    size_t out_len;
+    if (__builtin_mul_overflow(n, (size_t)4, &out_len))
+        return TV_E_OVERFLOW;
+    if (n && (!src || !dst))
+        return TV_E_INVALID_ARG;
     switch (src_dtype) {
     case TV_DTYPE_F32:
-        memmove(dst, src, n * 4);
+        memmove(dst, src, out_len);
         return 0;
     case TV_DTYPE_BF16:
         for (size_t i = 0; i < n; i++)
