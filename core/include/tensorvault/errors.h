@@ -60,7 +60,8 @@ extern "C" {
     X(TV_E_LEASED, -1108, "generation is referenced by a live reader lease")                       \
     X(TV_E_REGISTRY_TOO_NEW, -1109, "registry schema is newer than this binary supports")          \
     X(TV_E_SNAPSHOT, -1110, "manifest snapshot is malformed")                                      \
-    X(TV_E_TIMEOUT, -1111, "device read timed out")
+    X(TV_E_TIMEOUT, -1111, "device read timed out")                                                \
+    X(TV_E_NAME, -1125, "model or alias name breaks the name rule")
 
 enum tv_error_code {
 #define TV__ERR_ENUM(name, value, desc) name = value,

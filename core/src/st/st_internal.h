@@ -37,6 +37,9 @@ typedef struct tv__shard {
     size_t first_meta; /* into meta */
     size_t n_meta;
     bool has_meta;
+    /* fstat of the file when its header was read (0 for in-memory shards) */
+    uint64_t dev_id, inode;
+    int64_t mtime_ns, ctime_ns;
 } tv__shard;
 
 /* Open-addressing hash table mapping a name to a tensor index. */
