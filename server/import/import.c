@@ -496,6 +496,9 @@ static int hash_source(const src_file *sf, const tv_shard_info *si, uint8_t *buf
 
 /* ---- names ---------------------------------------------------------------- */
 
+static const char NAME_RULE[] =
+    "a name is 1-128 bytes of [A-Za-z0-9._-] in components separated by '/'";
+
 static bool name_char(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -507,11 +510,11 @@ int tv__name_valid(const char *name, const char *what, tv_error *err)
     if (!what)
         what = "name";
     if (!name || !*name)
-        return tv__seterr(err, TV_E_NAME, "%s is empty", what);
+        return tv__seterr(err, TV_E_NAME, "%s is empty; %s", what, NAME_RULE);
     size_t len = strnlen(name, TV__NAME_MAX + 1);
     if (len > TV__NAME_MAX)
-        return tv__seterr(err, TV_E_NAME, "%s '%.32s...' is longer than %d bytes", what, name,
-                          TV__NAME_MAX);
+        return tv__seterr(err, TV_E_NAME, "%s '%.32s...' is longer than %d bytes; %s", what, name,
+                          TV__NAME_MAX, NAME_RULE);
     const char *bad = NULL;
     size_t at = 0;
     for (size_t i = 0; i < len && !bad; i++) {
@@ -523,9 +526,9 @@ int tv__name_valid(const char *name, const char *what, tv_error *err)
         else if (c == '/')
             continue;
         else if (c == '@')
-            bad = "'@', which separates a name from its generation or alias";
+            bad = "'@' (it separates a name from a generation or alias)";
         else if (!name_char(c))
-            bad = c <= 0x20 || c >= 0x7f ? "a space, control or non-ASCII byte"
+            bad = c <= 0x20 || c >= 0x7f ? "a space, control character or non-ASCII byte"
                                          : "a character outside [A-Za-z0-9._-] and '/'";
         else if (start && (c == '-' || c == '.'))
             bad = "a component starting with '-' or '.'";
@@ -542,10 +545,8 @@ int tv__name_valid(const char *name, const char *what, tv_error *err)
         o += (size_t)snprintf(q + o, sizeof(q) - o,
                               c < 0x20 || c >= 0x7f || c == '\\' ? "\\x%02x" : "%c", c);
     }
-    return tv__seterr(err, TV_E_NAME,
-                      "%s '%s' has %s at byte %zu (names are 1-%d bytes of "
-                      "[A-Za-z0-9._-] in '/'-separated components, like org/model-1.5)",
-                      what, q, bad, at, TV__NAME_MAX);
+    return tv__seterr(err, TV_E_NAME, "%s '%s' is refused at byte %zu: %s; %s", what, q, at, bad,
+                      NAME_RULE);
 }
 
 /* Reads back one object and checks its hash and its zero padding. */

@@ -58,7 +58,7 @@ typedef struct tv__import_result {
  * NAME@ALIAS syntax), whitespace, control characters, non-ASCII bytes and
  * every other punctuation. what names the kind in the message ("model name").
  * Returns 0 or TV_E_NAME (the message quotes the name and the byte at fault). */
-#define TV__NAME_MAX 128
+#define TV__NAME_MAX 128 /* bytes; NAME_RULE in import.c says it too */
 int tv__name_valid(const char *name, const char *what, tv_error *err);
 
 /* Imports src (a .safetensors file, an index, or a directory) as a new
