@@ -24,7 +24,7 @@
 #include "util/sha256.h"
 #include "util/sys.h"
 
-#define N_BUFS    4
+#define N_BUFS 4
 #define BUF_ALIGN 65536 /* >= every device's io_align */
 
 typedef struct target {
@@ -35,9 +35,9 @@ typedef struct target {
 
 typedef struct wbuf {
     uint8_t *p;
-    size_t len;     /* bytes to write (payload + zero padding) */
-    size_t payload; /* canonical shard bytes at the start of p */
-    tv__sha256 *h;  /* the shard's hash, fed by the hasher thread */
+    size_t len;        /* bytes to write (payload + zero padding) */
+    size_t payload;    /* canonical shard bytes at the start of p */
+    tv__sha256 *h;     /* the shard's hash, fed by the hasher thread */
     size_t n_targets;
     target t[TV__IMPORT_MAX_DEVICES];
 } wbuf;
@@ -65,7 +65,7 @@ typedef struct shard_plan {
     tv_shard_info info;
     char sha_hex[65];
     char header_sha_hex[65];
-    bool have_sha; /* full hash known before writing (dedup probe) */
+    bool have_sha;             /* full hash known before writing (dedup probe) */
     size_t n_obj;
     int64_t dev_id[TV__IMPORT_MAX_DEVICES];
     tv__reg_object obj[TV__IMPORT_MAX_DEVICES];
@@ -606,8 +606,8 @@ int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err)
 
 /* Compares shard s of the validated checkpoint with the header bytes that
  * were actually written (8 + N bytes). Returns 0 or TV_E_SOURCE_CHANGED. */
-static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr, const shard_plan *p,
-                       tv_error *err)
+static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr,
+                       const shard_plan *p, tv_error *err)
 {
     tv_checkpoint *w = NULL;
     tv_error e2;
@@ -639,8 +639,7 @@ static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr, co
     if (rc)
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' changed during import: its header differs from the "
-                          "validated one",
-                          p->info.name);
+                          "validated one", p->info.name);
     return 0;
 }
 
@@ -678,8 +677,8 @@ static int publish(tv__store *st, const char *model, const char *source, tv_chec
                 (rc = tv__reg_object_commit(st->reg, plans[s].obj[k].id, plans[s].sha_hex, err)))
                 goto fail_tx;
     tv__reg_generation gen;
-    if ((rc = tv__reg_generation_create(st->reg, model, source, tv_checkpoint_total_bytes(ck), &gen,
-                                        err)))
+    if ((rc = tv__reg_generation_create(st->reg, model, source, tv_checkpoint_total_bytes(ck),
+                                        &gen, err)))
         goto fail_tx;
     for (size_t s = 0; s < n_shards; s++) {
         tv__reg_shard_in in = {
@@ -737,8 +736,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     if (!o)
         o = &dflt;
     if (!st || !model || !src || st->lock_fd < 0)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "import needs a writer store, a model and a "
+        return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a "
                           "source");
     if ((rc = tv__name_valid(model, "model name", err)))
         return rc;
@@ -931,8 +929,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
                 if (off >= tg_alloc[k])
                     continue;
                 size_t tl = (size_t)(tg_alloc[k] - off < n ? tg_alloc[k] - off : n);
-                b->t[b->n_targets++] =
-                    (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
+                b->t[b->n_targets++] = (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
                 submitted += tl;
             }
             pipeline_submit(&w);
