@@ -375,3 +375,61 @@ def test_verify_failure_names_model_generation_and_shard(tv, store, ckpt, ckpt_b
     assert "model 'm' generation 1" in p.stderr
     # Objects nobody corrupted still verify, and name their users too.
     assert all(r["used_by"] for r in doc["results"])
+
+
+LEASE_WRITER = r"""
+import os, sys, time
+path = sys.argv[1]
+ino = os.stat(path).st_ino
+print("ready", flush=True)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:  # wait for the importer's read lease
+    with open("/proc/locks") as f:
+        if any(l.split()[1:2] == ["LEASE"] and l.split()[-3].endswith(":%d" % ino)
+               if len(l.split()) >= 6 else False for l in f):
+            break
+    time.sleep(0.0002)
+else:
+    sys.exit(3)
+fd = os.open(path, os.O_WRONLY)  # waits until the importer lets the lease go
+os.close(fd)                     # opened for writing, nothing written
+print("opened", flush=True)
+"""
+
+
+def test_import_lease_sees_a_writer_open(tv, store, tmp_path):
+    """Where the kernel grants the importer a read lease, another process
+    opening the shard for writing (even without writing a byte) fails the
+    import, and the writer's open waits only until the importer lets go."""
+    import sys
+    rng = np.random.default_rng(22)
+    path = gen.write_checkpoint(str(tmp_path / "big"),
+                                gen.random_tensors(rng, 4, big_tensor_bytes=64 << 20), 1)
+    F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+    probe = os.open(path, os.O_RDONLY)
+    try:  # would the kernel grant this process (so the importer) a lease here?
+        fcntl.fcntl(probe, F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(probe, F_SETLEASE, fcntl.F_UNLCK)
+    except OSError as e:
+        pytest.skip(f"no read lease on this filesystem ({e}); the stamp checks still apply")
+    finally:
+        os.close(probe)
+    for attempt in range(5):
+        w = subprocess.Popen([sys.executable, "-c", LEASE_WRITER, path],
+                             stdout=subprocess.PIPE, text=True)
+        assert w.stdout.readline().strip() == "ready"
+        p = tv("import", "--store", store, "m", path, "--chunk", "256K")
+        out, _ = w.communicate(timeout=30)
+        assert w.returncode != 3, "the importer never held a read lease on the shard"
+        assert w.returncode == 0 and "opened" in out
+        if p.returncode == 0:
+            continue  # the import finished before the writer saw the lease: again
+        assert "TV_E_SOURCE_CHANGED" in p.stderr and "opened for writing" in p.stderr, p.stderr
+        assert "model.safetensors" in p.stderr
+        break
+    else:
+        pytest.fail("the writer never caught the import reading")
+    # Only the attempts the writer missed published a generation.
+    models = js(tv("models", "--store", store, "--json"))["models"]
+    assert sum(m["generations"] for m in models) == attempt, models
+    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
