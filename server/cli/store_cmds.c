@@ -181,6 +181,12 @@ int tv_cli_import(int argc, char **argv)
     bool json = tv_cli_flag(&a, "--json");
     if ((u = tv__cli_npos("import", &a, 2, 2, TV_CLI_USAGE_IMPORT)))
         return u;
+    tv_error err = {0};
+    /* The name rule first: a bad name touches neither the store nor the
+     * source. */
+    int rc = tv__name_valid(a.pos[0], "model name", &err);
+    if (rc)
+        return fail("import", json, rc, &err);
     tv__import_opts o = {0};
     o.activate = tv_cli_flag(&a, "--activate");
     o.strict = tv_cli_flag(&a, "--strict");
@@ -200,9 +206,8 @@ int tv_cli_import(int argc, char **argv)
             "import",
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
-    tv_error err = {0};
     tv__store *st;
-    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
+    rc = open_store(dir, TV__STORE_WRITE, &st, &err);
     if (rc)
         return fail("import", json, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
@@ -607,6 +612,24 @@ int tv_cli_gc(int argc, char **argv)
     return TV_EXIT_OK;
 }
 
+/* "model 'm' generation 1 (active) shard 'x.safetensors'; ..." for every
+ * user of an object, into buf ("no generation" when nothing binds it). */
+static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && off < len; i++) {
+        int w = snprintf(buf + off, len - off, "%smodel '%s' generation %lld%s shard '%s'",
+                         i ? "; " : "", u[i].model, (long long)u[i].generation,
+                         u[i].active ? " (active)" : "", u[i].shard);
+        off = w < 0 ? len : off + (size_t)w;
+    }
+    if (n == 0)
+        snprintf(buf, len, "no generation");
+    if (off >= len && len > 4)
+        memcpy(buf + len - 4, "...", 4);
+}
+
 int tv_cli_verify(int argc, char **argv)
 {
     tv_cli_opt opts[] = {STORE_OPT};
@@ -634,19 +657,39 @@ int tv_cli_verify(int argc, char **argv)
         tv_error e2 = {0};
         int vrc = tv__verify_object(st, &o[i], &e2);
         bytes += o[i].canonical_len;
+        /* Who uses the object: a failure names models, generations and
+         * shards, not only ids. A failed lookup is reported, never fatal. */
+        tv__reg_object_user *users = NULL;
+        size_t n_users = 0;
+        tv_error ue = {0};
+        int urc = tv__reg_object_users(st->reg, o[i].id, &users, &n_users, &ue);
+        json_t *used_by = json_array();
+        for (size_t k = 0; k < n_users; k++)
+            json_array_append_new(
+                used_by, json_pack("{s:s,s:I,s:s,s:b,s:s,s:I}", "model", users[k].model,
+                                   "generation", (json_int_t)users[k].generation, "state",
+                                   tv__gen_state_name(users[k].state), "active", users[k].active,
+                                   "shard", users[k].shard, "shard_index",
+                                   (json_int_t)users[k].shard_idx));
         if (vrc) {
             bad++;
-            if (!json)
-                fprintf(stderr, "tensorvault: verify: object %" PRId64 ": %s: %s\n", o[i].id,
-                        tv_err_name(vrc), e2.msg);
+            char who[1024];
+            if (urc)
+                snprintf(who, sizeof who, "users unknown: %s", ue.msg);
+            else
+                describe_users(users, n_users, who, sizeof who);
+            /* stderr in both modes: --json adds used_by to the result. */
+            fprintf(stderr, "tensorvault: verify: %s (object %lld on device %lld): %s: %s\n", who,
+                    (long long)o[i].id, (long long)o[i].device_id, tv_err_name(vrc), e2.msg);
         }
-        json_array_append_new(arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s}", "id",
+        free(users);
+        json_array_append_new(arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "id",
                                              (json_int_t)o[i].id, "device_id",
                                              (json_int_t)o[i].device_id, "offset",
                                              (json_int_t)o[i].base_off, "length",
                                              (json_int_t)o[i].canonical_len, "sha256",
                                              o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
-                                             "message", vrc ? e2.msg : ""));
+                                             "message", vrc ? e2.msg : "", "used_by", used_by));
     }
     tv__store_close(st);
     free(o);

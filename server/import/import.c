@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +215,226 @@ static uint64_t pipeline_bytes_written(pipeline *w)
     return n;
 }
 
+/* ---- source immutability ----------------------------------------------------
+ *
+ * A shard must not change while it is imported, or the published object is
+ * a mixture of old and new bytes with a hash that matches it. The importer
+ * compares the file's identity and change stamps (st_dev, st_ino, size,
+ * mtime and ctime in nanoseconds) from three fstat calls: the one taken when
+ * the header was validated (core/src/st, tv_shard_info), one on the fd it
+ * reads from, before the first read, and one after the last read; and after
+ * the last read it checks that the path still names the inode it read.
+ * Where the kernel allows it, it also holds a read lease (F_SETLEASE
+ * F_RDLCK) while reading: any open for writing or truncate by another
+ * process breaks it, which F_GETLEASE reports (checked after every chunk, so
+ * the writer, whose open waits for the lease, is held up one chunk at most).
+ * A lease needs the importer to own the file (or CAP_LEASE), a local
+ * filesystem, and no writable fd open on the file; otherwise the stamps
+ * alone decide. Any difference is TV_E_SOURCE_CHANGED and nothing is
+ * published.
+ *
+ * Detected: the path renamed over or deleted and recreated (other inode);
+ * a size change, even when restored (truncate and rewrite); any write,
+ * truncate, chmod, chown or link through any fd, since each sets ctime to
+ * the current time and no system call can set ctime back; with a lease,
+ * an open for writing even before it writes.
+ * Not detected (without a lease): a write whose new ctime equals the stamp,
+ * which happens when file timestamps come from the coarse clock (one tick,
+ * 1-10 ms) and the write lands in the same tick as the change the stamp
+ * recorded; filesystems with multigrain timestamps (Linux 6.13+: ext4, xfs,
+ * btrfs, tmpfs) give the first change after a stat a fresh fine-grained
+ * ctime, which closes that hole there. Also not detected: stores through a
+ * shared writable mapping into pages already dirty (they touch no stamp),
+ * writes on a filesystem that does not maintain ctime or caches attributes
+ * (some FUSE and network filesystems), and writes to the block device under
+ * the filesystem. STATX_CHANGE_COOKIE (the inode's i_version) would close
+ * these, but Linux does not report it to user space. */
+
+typedef struct src_stamp {
+    uint64_t dev_id, inode, size;
+    int64_t mtime_ns, ctime_ns;
+} src_stamp;
+
+typedef struct src_file {
+    int fd;
+    bool leased; /* holds a read lease: a writer's open is seen */
+    src_stamp st;
+} src_file;
+
+static void stamp_of(const struct stat *sb, src_stamp *s)
+{
+    s->dev_id = (uint64_t)sb->st_dev;
+    s->inode = (uint64_t)sb->st_ino;
+    s->size = (uint64_t)sb->st_size;
+    s->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    s->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
+}
+
+static void stamp_of_info(const tv_shard_info *si, src_stamp *s)
+{
+    s->dev_id = si->dev_id;
+    s->inode = si->inode;
+    s->size = si->file_len;
+    s->mtime_ns = si->mtime_ns;
+    s->ctime_ns = si->ctime_ns;
+}
+
+static void appendf(char *buf, size_t len, size_t *o, const char *fmt, ...) TV_PRINTF(4, 5);
+static void appendf(char *buf, size_t len, size_t *o, const char *fmt, ...)
+{
+    if (*o >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *o, len - *o, fmt, ap);
+    va_end(ap);
+    *o = n < 0 ? *o : (size_t)n >= len - *o ? len : *o + (size_t)n;
+}
+
+static void append_time(char *buf, size_t len, size_t *o, const char *what, int64_t have,
+                        int64_t want)
+{
+    appendf(buf, len, o, "%s%s %lld.%09lld (was %lld.%09lld)", *o ? ", " : "", what,
+            (long long)(have / 1000000000), (long long)(have % 1000000000),
+            (long long)(want / 1000000000), (long long)(want % 1000000000));
+}
+
+/* Describes what differs between want and have into what (empty when
+ * nothing does). Returns true when something differs. */
+static bool stamp_diff(const src_stamp *want, const src_stamp *have, char *what, size_t len)
+{
+    size_t o = 0;
+    what[0] = '\0';
+    if (want->dev_id != have->dev_id || want->inode != have->inode)
+        appendf(what, len, &o,
+                "another file (inode %llu on device %llu, was inode %llu on "
+                "device %llu)",
+                (unsigned long long)have->inode, (unsigned long long)have->dev_id,
+                (unsigned long long)want->inode, (unsigned long long)want->dev_id);
+    if (want->size != have->size)
+        appendf(what, len, &o, "%ssize %llu (was %llu)", o ? ", " : "",
+                (unsigned long long)have->size, (unsigned long long)want->size);
+    if (want->mtime_ns != have->mtime_ns)
+        append_time(what, len, &o, "mtime", have->mtime_ns, want->mtime_ns);
+    if (want->ctime_ns != have->ctime_ns)
+        append_time(what, len, &o, "ctime", have->ctime_ns, want->ctime_ns);
+    return o != 0;
+}
+
+/* Takes a read lease, quietly: refused (not the owner, no CAP_LEASE, a
+ * writable fd open somewhere, a filesystem without leases) means stamps
+ * only. The break signal goes to no one (F_SETOWN 0 once the lease is set;
+ * SIGURG, ignored by default, in the instant before): the importer polls
+ * F_GETLEASE instead, so a lease break never kills or interrupts the
+ * process. */
+static bool take_lease(int fd)
+{
+    if (fcntl(fd, F_SETSIG, SIGURG) < 0)
+        return false;
+    if (fcntl(fd, F_SETLEASE, F_RDLCK) < 0) {
+        (void)fcntl(fd, F_SETSIG, 0);
+        return false;
+    }
+    (void)fcntl(fd, F_SETOWN, 0);
+    return true;
+}
+
+/* A lease is broken (or being broken) once another process opened the file
+ * for writing or truncated it. */
+static int check_lease(const src_file *sf, const tv_shard_info *si, tv_error *err)
+{
+    if (sf->leased && fcntl(sf->fd, F_GETLEASE) != F_RDLCK)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' (%s) was opened for writing or truncated by another process "
+                          "during import",
+                          si->name, si->path);
+    return 0;
+}
+
+static void close_source(src_file *sf)
+{
+    if (sf->fd >= 0)
+        tv__sys.close(sf->fd); /* releases the lease */
+    sf->fd = -1;
+    sf->leased = false;
+}
+
+/* Opens a shard for reading and checks that it is still the file whose
+ * header was validated. */
+static int open_source(const tv_shard_info *si, src_file *sf, tv_error *err)
+{
+    struct stat sb;
+    src_stamp want;
+    char what[512];
+    int rc;
+    sf->fd = -1;
+    sf->leased = false;
+    int fd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0)
+        return tv__seterr(err, fd, "shard '%s': cannot open %s: %s", si->name, si->path,
+                          strerror(-fd));
+    sf->fd = fd;
+    /* Lease first, stamps second: a writer that came and went before the
+     * lease left its mark in the stamps. */
+    sf->leased = take_lease(fd);
+    if (tv__sys.fstat(fd, &sb) < 0) {
+        rc = tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
+                        strerror(errno));
+        goto fail;
+    }
+    stamp_of(&sb, &sf->st);
+    stamp_of_info(si, &want);
+    if (!S_ISREG(sb.st_mode) || stamp_diff(&want, &sf->st, what, sizeof(what))) {
+        rc = tv__seterr(err, TV_E_SOURCE_CHANGED,
+                        "shard '%s' (%s) changed since it was validated: %s", si->name, si->path,
+                        S_ISREG(sb.st_mode) ? what : "not a regular file");
+        goto fail;
+    }
+    /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return 0;
+fail:
+    close_source(sf);
+    return rc;
+}
+
+/* After the last read: the lease still held, the path still naming the
+ * inode read (a rename over it also moves the old inode's ctime: the
+ * replacement is the better report), and the fd's stamps unchanged. */
+static int check_source(const src_file *sf, const tv_shard_info *si, tv_error *err)
+{
+    struct stat sb;
+    src_stamp now;
+    char what[512];
+    int rc;
+    if ((rc = check_lease(sf, si, err)))
+        return rc;
+    int pfd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (pfd < 0)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' (%s) was removed or renamed during import: %s", si->name,
+                          si->path, strerror(-pfd));
+    rc = tv__sys.fstat(pfd, &sb) < 0 ? -errno : 0;
+    tv__sys.close(pfd);
+    if (rc)
+        return tv__seterr(err, rc, "shard '%s': fstat %s: %s", si->name, si->path, strerror(-rc));
+    stamp_of(&sb, &now);
+    if (now.dev_id != sf->st.dev_id || now.inode != sf->st.inode) {
+        stamp_diff(&sf->st, &now, what, sizeof(what));
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "shard '%s' (%s) was replaced during import: the path now names %s",
+                          si->name, si->path, what);
+    }
+    if (tv__sys.fstat(sf->fd, &sb) < 0)
+        return tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
+                          strerror(errno));
+    stamp_of(&sb, &now);
+    if (stamp_diff(&sf->st, &now, what, sizeof(what)))
+        return tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' (%s) changed during import: %s",
+                          si->name, si->path, what);
+    return 0;
+}
+
 static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const char *name,
                        tv_error *err)
 {
@@ -231,8 +453,8 @@ static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const cha
 /* Hashes the whole source file (dedup probe) and its header, and copies the
  * 8 + N header bytes into hdr (si->data_off bytes): the header compared with
  * the validated one must come from the same reads as the hash. */
-static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chunk, uint8_t *hdr,
-                       char sha_hex[65], char hdr_hex[65], tv_error *err)
+static int hash_source(const src_file *sf, const tv_shard_info *si, uint8_t *buf, size_t chunk,
+                       uint8_t *hdr, char sha_hex[65], char hdr_hex[65], tv_error *err)
 {
     tv__sha256 h, hh;
     uint8_t dig[32];
@@ -246,7 +468,8 @@ static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chu
     uint64_t hdr_end = si->data_off;
     for (uint64_t off = 0; off < si->file_len; off += chunk) {
         size_t n = (size_t)(si->file_len - off < chunk ? si->file_len - off : chunk);
-        if ((rc = read_source(fd, buf, n, off, si->name, err))) {
+        if ((rc = read_source(sf->fd, buf, n, off, si->name, err)) ||
+            (rc = check_lease(sf, si, err))) {
             tv__sha256_free(&h);
             tv__sha256_free(&hh);
             return rc;
@@ -262,26 +485,62 @@ static int hash_source(int fd, const tv_shard_info *si, uint8_t *buf, size_t chu
     tv__hex(dig, 32, sha_hex);
     tv__sha256_final(&hh, dig);
     tv__hex(dig, 32, hdr_hex);
-    return 0;
+    return check_source(sf, si, err);
 }
 
-static int open_source(const tv_shard_info *si, int *fd_out, tv_error *err)
+/* ---- names ---------------------------------------------------------------- */
+
+static const char NAME_RULE[] =
+    "a name is 1-128 bytes of [A-Za-z0-9._-] in components separated by '/'";
+
+static bool name_char(unsigned char c)
 {
-    int fd = tv__sys.open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0)
-        return tv__seterr(err, -errno, "shard '%s': cannot open %s: %s", si->name, si->path,
-                          strerror(errno));
-    /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    struct stat sb;
-    if (tv__sys.fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != si->file_len) {
-        tv__sys.close(fd);
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' changed size since validation (%llu bytes expected)",
-                          si->name, (unsigned long long)si->file_len);
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+int tv__name_valid(const char *name, const char *what, tv_error *err)
+{
+    if (!what)
+        what = "name";
+    if (!name || !*name)
+        return tv__seterr(err, TV_E_NAME, "%s is empty; %s", what, NAME_RULE);
+    size_t len = strnlen(name, TV__NAME_MAX + 1);
+    if (len > TV__NAME_MAX)
+        return tv__seterr(err, TV_E_NAME, "%s '%.32s...' is longer than %d bytes; %s", what, name,
+                          TV__NAME_MAX, NAME_RULE);
+    const char *bad = NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < len && !bad; i++) {
+        unsigned char c = (unsigned char)name[i];
+        bool start = i == 0 || name[i - 1] == '/';
+        at = i;
+        if (c == '/' && (start || i + 1 == len))
+            bad = "an empty component (a leading, trailing or doubled '/')";
+        else if (c == '/')
+            continue;
+        else if (c == '@')
+            bad = "'@' (it separates a name from a generation or alias)";
+        else if (!name_char(c))
+            bad = c <= 0x20 || c >= 0x7f ? "a space, control character or non-ASCII byte"
+                                         : "a character outside [A-Za-z0-9._-] and '/'";
+        else if (start && (c == '-' || c == '.'))
+            bad = "a component starting with '-' or '.'";
+        else if (c == '.' && name[i + 1] == '.')
+            bad = "'..'";
     }
-    *fd_out = fd;
-    return 0;
+    if (!bad)
+        return 0;
+    /* Quote the name with unprintable bytes escaped: it may be hostile. */
+    char q[4 * TV__NAME_MAX + 1];
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        o += (size_t)snprintf(q + o, sizeof(q) - o,
+                              c < 0x20 || c >= 0x7f || c == '\\' ? "\\x%02x" : "%c", c);
+    }
+    return tv__seterr(err, TV_E_NAME, "%s '%s' is refused at byte %zu: %s; %s", what, q, at, bad,
+                      NAME_RULE);
 }
 
 /* Reads back one object and checks its hash and its zero padding. */
@@ -458,7 +717,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     uint8_t *bufs = NULL;
     pipeline w;
     bool pipeline_started = false;
-    int src_fd = -1;
+    src_file sf = {.fd = -1};
     bool published = false;
     uint8_t *hdr_copy = NULL;
     int64_t devs[TV__IMPORT_MAX_DEVICES];
@@ -474,6 +733,8 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     if (!st || !model || !src || st->lock_fd < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a "
                           "source");
+    if ((rc = tv__name_valid(model, "model name", err)))
+        return rc;
     size_t chunk = o->chunk_len ? o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
     chunk = (chunk + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
 
@@ -539,20 +800,20 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
             if (!candidate)
                 continue;
             if (!p->have_sha) {
-                int fd;
+                src_file hsf;
                 uint8_t *hdr = malloc((size_t)p->info.data_off);
                 if (!hdr) {
                     rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
                                     (unsigned long long)p->info.data_off);
                     break;
                 }
-                if ((rc = open_source(&p->info, &fd, err))) {
+                if ((rc = open_source(&p->info, &hsf, err))) {
                     free(hdr);
                     break;
                 }
-                rc = hash_source(fd, &p->info, bufs, chunk, hdr, p->sha_hex, p->header_sha_hex,
+                rc = hash_source(&hsf, &p->info, bufs, chunk, hdr, p->sha_hex, p->header_sha_hex,
                                  err);
-                tv__sys.close(fd);
+                close_source(&hsf);
                 /* A reused object is bound without reading the source again,
                  * so the header it holds must be the validated one, or the
                  * published tensors would not describe its bytes. */
@@ -622,7 +883,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
             continue;
         tv__sha256 h, hh;
         uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
-        if ((rc = open_source(&p->info, &src_fd, err)))
+        if ((rc = open_source(&p->info, &sf, err)))
             goto fail_writer;
         if (!(hdr_copy = malloc((size_t)hdr_end))) {
             rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
@@ -645,8 +906,9 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
             /* Ask for the next chunk now so the disk reads it while this
              * one is copied, hashed and written. */
             if (off + n < canon)
-                (void)posix_fadvise(src_fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
-            if (payload && (rc = read_source(src_fd, b->p, payload, off, p->info.name, err)))
+                (void)posix_fadvise(sf.fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
+            if (payload && ((rc = read_source(sf.fd, b->p, payload, off, p->info.name, err)) ||
+                            (rc = check_lease(&sf, &p->info, err))))
                 break;
             memset(b->p + payload, 0, n - payload);
             b->h = &h;
@@ -681,12 +943,9 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         tv__hex(dig, 32, sha_hex);
         tv__sha256_final(&hh, dig);
         tv__hex(dig, 32, hdr_hex);
-        struct stat sb;
-        if (!rc && (tv__sys.fstat(src_fd, &sb) < 0 || (uint64_t)sb.st_size != canon))
-            rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed size during import",
-                            p->info.name);
-        tv__sys.close(src_fd);
-        src_fd = -1;
+        if (!rc)
+            rc = check_source(&sf, &p->info, err);
+        close_source(&sf);
         if (rc)
             goto fail_writer;
         /* What is published must describe the bytes written: re-parse the
@@ -783,8 +1042,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     goto out_writer;
 
 fail_writer:
-    if (src_fd >= 0)
-        tv__sys.close(src_fd);
+    close_source(&sf);
     free(hdr_copy);
 out_writer:
     if (pipeline_started)

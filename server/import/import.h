@@ -49,11 +49,25 @@ typedef struct tv__import_result {
     double seconds;
 } tv__import_result;
 
+/* The name rule for models and aliases, one function for every place that
+ * creates one (import today, the daemon and aliases later). A name is
+ * 1..TV__NAME_MAX bytes of [A-Za-z0-9._-] in one or more components
+ * separated by '/' (so Hugging Face repo ids like "meta-llama/Llama-3-8B"
+ * work as they are); no component is empty or starts with '-' or '.', and
+ * ".." appears nowhere. Everything else is refused: '@' (the NAME@GEN and
+ * NAME@ALIAS syntax), whitespace, control characters, non-ASCII bytes and
+ * every other punctuation. what names the kind in the message ("model name").
+ * Returns 0 or TV_E_NAME (the message quotes the name and the byte at fault). */
+#define TV__NAME_MAX 128 /* bytes; NAME_RULE in import.c says it too */
+int tv__name_valid(const char *name, const char *what, tv_error *err);
+
 /* Imports src (a .safetensors file, an index, or a directory) as a new
  * generation of model. st must be a writer store.
- * Returns 0 and *res (may be NULL); the checkpoint errors (TV_E_ST_*,
- * TV_E_IDX_*, ...); TV_E_NO_SPACE; TV_E_SOURCE_CHANGED (a shard changed size
- * or content after validation); TV_E_HASH_MISMATCH (strict read-back);
+ * Returns 0 and *res (may be NULL); TV_E_NAME (model breaks the name rule,
+ * checked before anything is read or written); the checkpoint errors (TV_E_ST_*,
+ * TV_E_IDX_*, ...); TV_E_NO_SPACE; TV_E_SOURCE_CHANGED (a shard was replaced,
+ * resized, written or opened for writing after validation; see import.c for
+ * what the checks can and cannot see); TV_E_HASH_MISMATCH (strict read-back);
  * TV_E_DEVICE_MISMATCH; -EIO, -ENOSPC and other -errno from the devices;
  * the registry's errors. */
 int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,

@@ -1,6 +1,7 @@
 /* Objects: extents on a device that hold one shard's canonical bytes plus
  * zero padding. Insert ('writing'), commit (hash), dedup lookup, listing for
- * the allocator, verify and gc, deletion and start-up reclaim.
+ * the allocator, verify and gc, deletion and start-up reclaim, and which
+ * model, generation and shard use an object (for reports).
  *
  * Invariants: an object is deleted only when nothing live needs it (a
  * 'writing' object is never referenced by a ready generation; a committed
@@ -358,4 +359,54 @@ done:
             *out = r;
     }
     return rc;
+}
+
+static void read_user(sqlite3_stmt *st, void *record)
+{
+    tv__reg_object_user *u = record;
+    tv__reg_col_text(st, 0, u->model, sizeof u->model);
+    u->generation = sqlite3_column_int64(st, 1);
+    if (tv__reg_gen_state_from_text(sqlite3_column_text(st, 2), &u->state))
+        u->state = TV__GEN_FAILED;
+    u->active = sqlite3_column_int(st, 3) != 0;
+    tv__reg_col_text(st, 4, u->shard, sizeof u->shard);
+    u->shard_idx = (uint32_t)sqlite3_column_int64(st, 5);
+}
+
+int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **out, size_t *n,
+                         tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_users: NULL argument");
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    tv__reg_vec v = {.size = sizeof(tv__reg_object_user)};
+    tv__reg_object o;
+    /* One read transaction: the object and its bindings from one state. */
+    int rc = tv__reg_level_begin(reg, false, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_object_get(reg, object_id, &o, err)) ||
+        (rc = tv__reg_prepare(reg,
+                              "SELECT m.name, g.number, g.state, "
+                              "  coalesce(m.active_generation = g.number, 0), s.name, s.idx "
+                              "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
+                              "JOIN generations g ON g.id = s.generation_id "
+                              "JOIN models m ON m.id = g.model_id "
+                              "WHERE so.object_id = ?1 ORDER BY m.name, g.number, s.idx",
+                              &st, err)) ||
+        (rc = tv__reg_bind_i64(reg, st, 1, object_id, err)) ||
+        (rc = tv__reg_collect(reg, st, &v, read_user, "listing an object's users", err)))
+        goto done;
+done:
+    sqlite3_finalize(st);
+    rc = tv__reg_level_end(reg, rc, err);
+    if (rc) {
+        free(v.items);
+        return rc;
+    }
+    *out = v.items;
+    *n = v.n;
+    return 0;
 }

@@ -477,6 +477,26 @@ int tv__reg_job_get(tv__reg *reg, int64_t id, tv__reg_job *out, tv_error *err);
 int tv__reg_jobs_list(tv__reg *reg, size_t limit, tv__reg_job **out, size_t *n, tv_error *err);
 
 /* ------------------------------------------------------------------------ */
+/* Who uses an object (for verify and other reports)                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tv__reg_object_user {
+    char model[TV__REG_NAME_MAX + 1];
+    int64_t generation; /* number */
+    tv__gen_state state;
+    bool active; /* the model's active generation */
+    char shard[TV__REG_NAME_MAX + 1]; /* shard file name, as in the index */
+    uint32_t shard_idx;
+} tv__reg_object_user;
+
+/* Every (model, generation, shard) bound to an object, by model name, then
+ * generation number, then shard idx (several when the object is shared by
+ * deduplication). Returns 0 (*n = 0 when nothing binds it);
+ * TV_E_NOT_FOUND when there is no such object. */
+int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **out, size_t *n,
+                         tv_error *err);
+
+/* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 

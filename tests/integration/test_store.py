@@ -531,3 +531,181 @@ def test_image_replaced_by_symlink_is_not_followed(tv, store, ckpt, tmp_path):
     os.unlink(img)
     os.rename(tmp_path / "elsewhere.img", img)
     tv("get", "--store", store, "m", name, "-o", tmp_path / "x", check=True)
+
+
+# ---- issue 7: names, source immutability, verify reports ----------------------
+
+
+def store_state(store):
+    """Every file of the store directory with its bytes: a command that
+    must write nothing leaves this unchanged."""
+    out = {}
+    for root, _, files in os.walk(store):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, store)] = fh.read()
+    return out
+
+
+BAD_NAMES = ["x@1", "x@prod", "a b", "org/-x", ".hidden", "../up", "a/../b", "a//b", "/abs",
+             "tab\tname", "caf\u00e9", "a:b", "x" * 129]
+
+
+def test_import_bad_name_writes_nothing(tv, store, ckpt):
+    before = store_state(store)
+    used = objects(tv, store)[0]["used"]
+    for name in BAD_NAMES:
+        p = tv("import", "--store", store, name, ckpt, "--activate", "--json")
+        assert p.returncode == 1, (name, p.stderr)
+        assert "TV_E_NAME" in p.stderr and "model name" in p.stderr, (name, p.stderr)
+        assert json.loads(p.stdout)["error"]["code"] == "TV_E_NAME", name
+    assert store_state(store) == before
+    assert objects(tv, store)[0]["used"] == used
+    assert js(tv("models", "--store", store, "--json"))["models"] == []
+    # Hugging Face repo ids are names as they are, and NAME@GEN reads them.
+    js(tv("import", "--store", store, "meta-llama/Llama-3-8B", ckpt, "--activate", "--json"))
+    assert_store_matches(tv, store, "meta-llama/Llama-3-8B@1", ckpt)
+    assert [m["name"] for m in js(tv("models", "--store", store, "--json"))["models"]] == \
+        ["meta-llama/Llama-3-8B"]
+
+
+WRITER = r"""
+import os, sys, time
+path, start = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDWR)
+size = os.fstat(fd).st_size
+print("ready", flush=True)
+i = 0
+while True:  # rewrite data bytes in place, same size, until killed
+    os.pwrite(fd, bytes([i & 0xFF]) * 4096, start + (i * 65536) % (size - start - 4096))
+    i += 1
+    time.sleep(0.001)
+"""
+
+
+def test_import_with_a_concurrent_writer_publishes_nothing(tv, store, tmp_path):
+    """A real second process rewrites a shard's data bytes (same size, same
+    header) while it is imported: TV_E_SOURCE_CHANGED naming the shard, no
+    generation, no space used, verify clean."""
+    import sys
+    rng = np.random.default_rng(21)
+    tensors = gen.random_tensors(rng, 10, big_tensor_bytes=48 << 20)
+    path = gen.write_checkpoint(str(tmp_path / "big"), tensors, 1)
+    with open(path, "rb") as f:
+        data_off = 8 + int.from_bytes(f.read(8), "little")
+    w = subprocess.Popen([sys.executable, "-c", WRITER, path, str(data_off)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout.readline().strip() == "ready"
+        p = tv("import", "--store", store, "m", path, "--activate", "--chunk", "1M")
+    finally:
+        w.kill()
+        w.wait()
+    assert p.returncode == 1, p.stderr
+    assert "TV_E_SOURCE_CHANGED" in p.stderr and "model.safetensors" in p.stderr, p.stderr
+    assert "changed" in p.stderr
+    assert js(tv("models", "--store", store, "--json"))["models"] == []
+    assert objects(tv, store)[0]["used"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["objects"] == 0
+    # Once the writer is gone the same file imports.
+    assert js(tv("import", "--store", store, "m", path, "--json"))["generation"] == 1
+
+
+def test_verify_failure_names_model_generation_and_shard(tv, store, ckpt, ckpt_b):
+    """A corrupted object is reported with every model, generation and shard
+    that uses it (two models share it by deduplication), on stderr and in
+    --json, not only by object id."""
+    tv("import", "--store", store, "m", ckpt, "--activate", check=True)
+    tv("import", "--store", store, "other", ckpt, "--activate", check=True)  # deduplicated
+    tv("import", "--store", store, "b", ckpt_b, "--activate", check=True)
+    res = js(tv("verify", "--store", store, "--json"))["results"]
+    shard = "model-00002-of-00002.safetensors"
+    target = [r for r in res if any(u["shard"] == shard and u["model"] == "m"
+                                    for u in r["used_by"])]
+    assert len(target) == 1
+    obj = target[0]
+    assert sorted((u["model"], u["generation"], u["shard"], u["active"])
+                  for u in obj["used_by"]) == [("m", 1, shard, True), ("other", 1, shard, True)]
+    dev = objects(tv, store)[0]
+    with open(dev["path"], "r+b") as f:  # flip one byte in the middle of the object
+        f.seek(obj["offset"] + obj["length"] // 2)
+        b = f.read(1)
+        f.seek(obj["offset"] + obj["length"] // 2)
+        f.write(bytes([b[0] ^ 0x5A]))
+    p = tv("verify", "--store", store)
+    assert p.returncode == 1
+    lines = [ln for ln in p.stderr.splitlines() if "TV_E_HASH_MISMATCH" in ln]
+    assert len(lines) == 1, p.stderr
+    assert f"model 'm' generation 1 (active) shard '{shard}'" in lines[0]
+    assert f"model 'other' generation 1 (active) shard '{shard}'" in lines[0]
+    assert f"object {obj['id']}" in lines[0]
+    p = tv("verify", "--store", store, "--json")
+    assert p.returncode == 1
+    doc = json.loads(p.stdout)
+    assert doc["failed"] == 1
+    bad = [r for r in doc["results"] if r["status"] != "ok"]
+    assert [r["id"] for r in bad] == [obj["id"]] and bad[0]["status"] == "TV_E_HASH_MISMATCH"
+    assert {(u["model"], u["generation"], u["shard"], u["state"]) for u in bad[0]["used_by"]} == \
+        {("m", 1, shard, "ready"), ("other", 1, shard, "ready")}
+    assert "model 'm' generation 1" in p.stderr
+    # Objects nobody corrupted still verify, and name their users too.
+    assert all(r["used_by"] for r in doc["results"])
+
+
+LEASE_WRITER = r"""
+import os, sys, time
+path = sys.argv[1]
+ino = os.stat(path).st_ino
+print("ready", flush=True)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:  # wait for the importer's read lease
+    with open("/proc/locks") as f:
+        if any(l.split()[1:2] == ["LEASE"] and l.split()[-3].endswith(":%d" % ino)
+               if len(l.split()) >= 6 else False for l in f):
+            break
+    time.sleep(0.0002)
+else:
+    sys.exit(3)
+fd = os.open(path, os.O_WRONLY)  # waits until the importer lets the lease go
+os.close(fd)                     # opened for writing, nothing written
+print("opened", flush=True)
+"""
+
+
+def test_import_lease_sees_a_writer_open(tv, store, tmp_path):
+    """Where the kernel grants the importer a read lease, another process
+    opening the shard for writing (even without writing a byte) fails the
+    import, and the writer's open waits only until the importer lets go."""
+    import sys
+    rng = np.random.default_rng(22)
+    path = gen.write_checkpoint(str(tmp_path / "big"),
+                                gen.random_tensors(rng, 4, big_tensor_bytes=64 << 20), 1)
+    F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+    probe = os.open(path, os.O_RDONLY)
+    try:  # would the kernel grant this process (so the importer) a lease here?
+        fcntl.fcntl(probe, F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(probe, F_SETLEASE, fcntl.F_UNLCK)
+    except OSError as e:
+        pytest.skip(f"no read lease on this filesystem ({e}); the stamp checks still apply")
+    finally:
+        os.close(probe)
+    for attempt in range(5):
+        w = subprocess.Popen([sys.executable, "-c", LEASE_WRITER, path],
+                             stdout=subprocess.PIPE, text=True)
+        assert w.stdout.readline().strip() == "ready"
+        p = tv("import", "--store", store, "m", path, "--chunk", "256K")
+        out, _ = w.communicate(timeout=30)
+        assert w.returncode != 3, "the importer never held a read lease on the shard"
+        assert w.returncode == 0 and "opened" in out
+        if p.returncode == 0:
+            continue  # the import finished before the writer saw the lease: again
+        assert "TV_E_SOURCE_CHANGED" in p.stderr and "opened for writing" in p.stderr, p.stderr
+        assert "model.safetensors" in p.stderr
+        break
+    else:
+        pytest.fail("the writer never caught the import reading")
+    # Only the attempts the writer missed published a generation.
+    models = js(tv("models", "--store", store, "--json"))["models"]
+    assert sum(m["generations"] for m in models) == attempt, models
+    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0

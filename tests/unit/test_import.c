@@ -2,9 +2,11 @@
  * clean sharded import, then every failure of DESIGN section 3 injected
  * through the tv__sys table (device pwrite EIO / ENOSPC / short write,
  * fdatasync EIO / ENOSPC, source pread EIO, a source truncated, grown or
- * rewritten after validation, on the write and on the dedup path, a full
- * region, a refused publish, a corrupted strict read-back) and
- * deduplication.
+ * rewritten after validation, on the write and on the dedup path; data
+ * bytes rewritten in place, truncated and restored, the path renamed over,
+ * a writer's open seen through the read lease; a full region, a refused
+ * publish, a corrupted strict read-back), deduplication, and the model name
+ * rule.
  *
  * Invariant checked after every failure: the expected code comes back, no
  * generation is published (or the previously active one is unchanged), no
@@ -23,9 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include <sqlite3.h>
 
 #include "dev/dev.h"
 #include "import/import.h"
@@ -145,12 +150,17 @@ static int g_dev_fd = -1;  /* the store device: everything else is a source */
 static atomic_int g_calls; /* hooked calls so far */
 static int g_fail_at;      /* 1-based call that fails */
 static int g_errno;        /* errno it fails with */
-static char g_src[512];    /* source file the pread hooks tamper with */
+static char g_src[1024];   /* source file the pread hooks tamper with */
 static off_t g_new_len;    /* truncate / extend target */
+static int g_wfd = -1;     /* writable fd on g_src, see open_writer */
 
 static void hooks_reset(void)
 {
     tv__sys_reset();
+    tv__sys_crash_hook = NULL;
+    if (g_wfd >= 0)
+        close(g_wfd);
+    g_wfd = -1;
     atomic_store(&g_calls, 0);
     g_fail_at = 0;
     g_errno = 0;
@@ -198,12 +208,139 @@ static ssize_t pread_source_eio(int fd, void *buf, size_t len, off_t off)
     return pread(fd, buf, len, off);
 }
 
+/* A writable fd on the source, opened before the import: it stands for a
+ * writer that already had the file open, and it keeps the importer from
+ * taking a read lease (the kernel refuses one on a file open for writing),
+ * so these cases exercise the stamp checks alone. */
+static void open_writer(const char *path)
+{
+    if (path != g_src)
+        snprintf(g_src, sizeof g_src, "%s", path);
+    g_wfd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(g_wfd >= 0);
+}
+
+/* The importer's first read of a source: a chunk from offset 0 (the header
+ * validation reads 8 bytes at 0, then the header at 8; this test's snapshot
+ * and pointer files are read whole from 0, and are under 4 KiB). */
+static bool first_import_read(int fd, size_t len, off_t off)
+{
+    return fd != g_dev_fd && fd != g_wfd && off == 0 && len >= 4096 &&
+           atomic_fetch_add(&g_calls, 1) == 0;
+}
+
+/* Sleeps past a coarse timestamp tick, so that even a filesystem without
+ * fine-grained timestamps gives the next change a new ctime. */
+static void next_tick(void)
+{
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
 /* First source read: resize the file behind the importer's back. */
 static ssize_t pread_resize_source(int fd, void *buf, size_t len, off_t off)
 {
-    if (fd != g_dev_fd && atomic_fetch_add(&g_calls, 1) == 0)
-        assert_int_equal(truncate(g_src, g_new_len), 0);
+    if (first_import_read(fd, len, off))
+        assert_int_equal(ftruncate(g_wfd, g_new_len), 0);
     return pread(fd, buf, len, off);
+}
+
+/* First source read: rewrite data bytes in place (same size, same header):
+ * the last 4 KiB of the file, which the importer reads last. */
+static ssize_t pread_rewrite_data(int fd, void *buf, size_t len, off_t off)
+{
+    if (first_import_read(fd, len, off)) {
+        uint8_t junk[4096];
+        struct stat sb;
+        assert_int_equal(fstat(g_wfd, &sb), 0);
+        memset(junk, 0xa5, sizeof junk);
+        next_tick();
+        assert_int_equal(pwrite(g_wfd, junk, sizeof junk, sb.st_size - (off_t)sizeof junk),
+                         (ssize_t)sizeof junk);
+    }
+    return pread(fd, buf, len, off);
+}
+
+/* First source read: truncate the file to half, then write the lost bytes
+ * back: size and content are as validated, only the stamps moved. */
+static ssize_t pread_truncate_restore(int fd, void *buf, size_t len, off_t off)
+{
+    if (first_import_read(fd, len, off)) {
+        struct stat sb;
+        assert_int_equal(fstat(g_wfd, &sb), 0);
+        size_t half = (size_t)sb.st_size / 2, rest = (size_t)sb.st_size - half;
+        uint8_t *copy = malloc(rest);
+        assert_non_null(copy);
+        assert_int_equal(pread(g_wfd, copy, rest, (off_t)half), (ssize_t)rest);
+        next_tick();
+        assert_int_equal(ftruncate(g_wfd, (off_t)half), 0);
+        assert_int_equal(pwrite(g_wfd, copy, rest, (off_t)half), (ssize_t)rest);
+        free(copy);
+    }
+    return pread(fd, buf, len, off);
+}
+
+/* First source read: rename another file over the source path (the
+ * importer's fd keeps reading the old inode). */
+static ssize_t pread_rename_over(int fd, void *buf, size_t len, off_t off)
+{
+    if (first_import_read(fd, len, off)) {
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.new", g_src);
+        int in = open(g_src, O_RDONLY | O_CLOEXEC), out;
+        assert_true(in >= 0);
+        out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        assert_true(out >= 0);
+        uint8_t b[65536];
+        ssize_t n;
+        off_t o = 0;
+        while ((n = pread(in, b, sizeof b, o)) > 0) {
+            b[n - 1] ^= 0xff;
+            assert_int_equal(pwrite(out, b, (size_t)n, o), n);
+            o += n;
+        }
+        close(in);
+        close(out);
+        assert_int_equal(rename(tmp, g_src), 0);
+    }
+    return pread(fd, buf, len, off);
+}
+
+/* First source read: another opener asks for write access. With the
+ * importer's read lease in force the open fails with EWOULDBLOCK (and
+ * breaks the lease); without a lease it succeeds and writes one byte. */
+static int g_writer_open_errno; /* 0: the writer's open succeeded */
+
+static ssize_t pread_writer_opens(int fd, void *buf, size_t len, off_t off)
+{
+    if (first_import_read(fd, len, off)) {
+        int w = open(g_src, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        g_writer_open_errno = w < 0 ? errno : 0;
+        if (w >= 0) { /* a data byte: the header compare cannot see it */
+            struct stat sb;
+            assert_int_equal(fstat(w, &sb), 0);
+            next_tick();
+            assert_int_equal(pwrite(w, "x", 1, sb.st_size - 1), 1);
+            close(w);
+        }
+    }
+    return pread(fd, buf, len, off);
+}
+
+/* Crash hook at "reserve" (after the dedup probe, before the write pass
+ * opens the shards): rewrite data bytes of g_src in place. */
+static void crash_rewrite_at_reserve(const char *point)
+{
+    if (strcmp(point, "reserve") != 0)
+        return;
+    atomic_fetch_add(&g_calls, 1);
+    int w = open(g_src, O_WRONLY | O_CLOEXEC);
+    assert_true(w >= 0);
+    next_tick();
+    struct stat sb;
+    assert_int_equal(fstat(w, &sb), 0);
+    assert_int_equal(pwrite(w, "zzzz", 4, sb.st_size - 4), 4);
+    close(w);
 }
 
 /* First source read: rewrite the quoted tensor name g_old as g_new (same
@@ -212,11 +349,9 @@ static const char *g_old, *g_new;
 
 static ssize_t pread_rewrite_header(int fd, void *buf, size_t len, off_t off)
 {
-    /* len > 4096: skip the checkpoint parser's header reads (validation). */
-    if (fd != g_dev_fd && len > 4096 && atomic_fetch_add(&g_calls, 1) == 0) {
+    if (first_import_read(fd, len, off)) {
         char hdr[512], quoted[64];
-        int wfd = open(g_src, O_RDWR | O_CLOEXEC);
-        assert_true(wfd >= 0);
+        int wfd = g_wfd;
         ssize_t n = pread(wfd, hdr, sizeof hdr, 0);
         assert_true(n > 16);
         int ql = snprintf(quoted, sizeof quoted, "\"%s\"", g_old);
@@ -225,7 +360,6 @@ static ssize_t pread_rewrite_header(int fd, void *buf, size_t len, off_t off)
         assert_int_equal(strlen(g_new), strlen(g_old));
         memcpy(name + 1, g_new, strlen(g_new));
         assert_int_equal(pwrite(wfd, name, (size_t)ql, name - hdr), ql);
-        close(wfd);
     }
     return pread(fd, buf, len, off);
 }
@@ -504,7 +638,7 @@ static void test_source_truncated(void **state)
 {
     fixture *f = *state;
     open_store(f, 0);
-    snprintf(g_src, sizeof g_src, "%s", f->single);
+    open_writer(f->single);
     g_new_len = (off_t)(f->single_len / 2); /* inside the second chunk */
     tv__sys.pread = pread_resize_source;
     expect_failure(f, f->single, false, TV_E_SOURCE_CHANGED);
@@ -514,7 +648,7 @@ static void test_source_grown(void **state)
 {
     fixture *f = *state;
     open_store(f, 0);
-    snprintf(g_src, sizeof g_src, "%s", f->single);
+    open_writer(f->single);
     g_new_len = (off_t)(f->single_len + 4096); /* all validated bytes still readable */
     tv__sys.pread = pread_resize_source;
     expect_failure(f, f->single, false, TV_E_SOURCE_CHANGED);
@@ -524,7 +658,7 @@ static void test_source_header_rewritten(void **state)
 {
     fixture *f = *state;
     open_store(f, 0);
-    snprintf(g_src, sizeof g_src, "%s", f->single);
+    open_writer(f->single);
     g_old = "emb.x";
     g_new = "emb.q";
     tv__sys.pread = pread_rewrite_header;
@@ -546,6 +680,7 @@ static void test_dedup_source_header_rewritten(void **state)
     snprintf(g_src, sizeof g_src, "%s/model.safetensors", d);
     static const tdesc LOOKALIKE[] = {{"head.q", "BF16", 5000, 2}};
     assert_int_equal(write_shard(g_src, LOOKALIKE, 1, 2), f->shard2_len);
+    open_writer(g_src);
 
     g_old = "head.q";
     g_new = "head.w";
@@ -558,6 +693,110 @@ static void test_dedup_source_header_rewritten(void **state)
         fail_msg("import returned %s (%s), expected TV_E_SOURCE_CHANGED", tv_err_name(rc), err.msg);
     assert_unchanged(f, 1, 2);
     assert_clean_import(f, f->sharded2, 2);
+}
+
+/* An import that must fail with TV_E_SOURCE_CHANGED, with a message that
+ * names the shard and says what happened; then nothing leaked and a clean
+ * import still works. */
+static void expect_source_changed(fixture *f, const char *src, const char *shard, const char *what,
+                                  int64_t active_gen, size_t n_objects)
+{
+    tv_error err = {0};
+    tv__import_result r = {.generation = -1};
+    int rc = import(f, src, false, &r, &err);
+    int calls = atomic_load(&g_calls);
+    hooks_reset();
+    assert_true(calls >= 1); /* the change was made */
+    if (rc != TV_E_SOURCE_CHANGED)
+        fail_msg("import returned %s (%s), expected TV_E_SOURCE_CHANGED", tv_err_name(rc), err.msg);
+    if (!strstr(err.msg, shard) || !strstr(err.msg, what))
+        fail_msg("message '%s' does not name shard '%s' and '%s'", err.msg, shard, what);
+    assert_int_equal(r.generation, -1);
+    assert_unchanged(f, active_gen, n_objects);
+    assert_clean_import(f, f->sharded2, active_gen + 1);
+}
+
+#define SHARD1_NAME "model-00001-of-00002.safetensors"
+
+/* The defect of issue 7 item 2: data bytes rewritten in place mid-import
+ * (same size, same header) were published as a mixture with a matching
+ * hash. */
+static void test_source_data_rewritten(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    open_writer(f->shard1);
+    tv__sys.pread = pread_rewrite_data;
+    expect_source_changed(f, f->sharded, SHARD1_NAME, "changed during import: mtime", 0, 0);
+}
+
+static void test_source_truncate_restored(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    open_writer(f->single);
+    tv__sys.pread = pread_truncate_restore;
+    expect_source_changed(f, f->single, "model.safetensors", "changed during import", 0, 0);
+}
+
+static void test_source_renamed_over(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    snprintf(g_src, sizeof g_src, "%s", f->single);
+    tv__sys.pread = pread_rename_over;
+    expect_source_changed(f, f->single, "model.safetensors", "was replaced during import", 0, 0);
+}
+
+/* With the read lease, a writer's open is seen even before it writes. */
+static void test_source_writer_opens(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    snprintf(g_src, sizeof g_src, "%s", f->single);
+    g_writer_open_errno = -1;
+    tv__sys.pread = pread_writer_opens;
+    tv_error err = {0};
+    int rc = import(f, f->single, false, NULL, &err);
+    hooks_reset();
+    assert_int_equal(rc, TV_E_SOURCE_CHANGED);
+    if (g_writer_open_errno == EWOULDBLOCK) {
+        if (!strstr(err.msg, "opened for writing"))
+            fail_msg("lease break not reported: %s", err.msg);
+    } else {
+        /* No lease on this filesystem: the byte written moved the stamps. */
+        assert_int_equal(g_writer_open_errno, 0);
+        print_message("no read lease here (%s); stamps caught the write\n", err.msg);
+        assert_non_null(strstr(err.msg, "changed during import"));
+    }
+    assert_unchanged(f, 0, 0);
+    assert_clean_import(f, f->sharded, 1);
+}
+
+/* Changed between validation and the first read of the write pass. */
+static void test_source_changed_after_validation(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    snprintf(g_src, sizeof g_src, "%s", f->single);
+    tv__sys_crash_hook = crash_rewrite_at_reserve;
+    expect_source_changed(f, f->single, "model.safetensors", "changed since it was validated", 0,
+                          0);
+}
+
+/* The dedup probe hashes a shard before anything is written (shard 1 of
+ * ck2 has the length of a committed object): a rewrite during that pass is
+ * caught as well. */
+static void test_dedup_source_data_rewritten(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    assert_clean_import(f, f->sharded, 1);
+    char p[600];
+    snprintf(p, sizeof p, "%s/ck2/" SHARD1_NAME, f->dir);
+    open_writer(p);
+    tv__sys.pread = pread_rewrite_data;
+    expect_source_changed(f, f->sharded2, SHARD1_NAME, "changed during import", 1, 2);
 }
 
 /* The region holds shard 1 exactly: shard 1 is reserved, shard 2 does not
@@ -617,18 +856,98 @@ static void test_failure_keeps_active_generation(void **state)
     assert_unchanged(f, 2, 3);
 }
 
-/* The registry refuses the generation at publish (a model name with a
- * control character), after every byte was written: the reservations of
- * the written objects are still released. */
+/* The registry refuses the generation at publish (a temporary trigger
+ * makes its INSERT fail), after every byte was written: the reservations
+ * of the written objects are still released. */
 static void test_publish_failure(void **state)
 {
     fixture *f = *state;
     open_store(f, 0);
+    sqlite3 *db = tv__reg_sqlite(f->st->reg);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TEMP TRIGGER tv_test_refuse BEFORE INSERT ON "
+                                  "main.generations BEGIN SELECT RAISE(ABORT, 'refused by the "
+                                  "test'); END",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
     tv__import_opts o = {.activate = true, .chunk_len = CHUNK};
     tv_error err = {0};
-    int rc = tv__import(f->st, "bad\001name", f->sharded, &o, NULL, &err);
-    if (rc != TV_E_INVALID_ARG)
-        fail_msg("import returned %s (%s), expected TV_E_INVALID_ARG", tv_err_name(rc), err.msg);
+    tv__import_result r = {0};
+    int rc = tv__import(f->st, MODEL, f->sharded, &o, &r, &err);
+    assert_int_equal(sqlite3_exec(db, "DROP TRIGGER temp.tv_test_refuse", NULL, NULL, NULL),
+                     SQLITE_OK);
+    if (rc != TV_E_REGISTRY)
+        fail_msg("import returned %s (%s), expected TV_E_REGISTRY", tv_err_name(rc), err.msg);
+    assert_unchanged(f, 0, 0);
+    assert_clean_import(f, f->sharded, 1);
+}
+
+/* The name rule (issue 7 item 10): one table of names a registry user
+ * expects to work and of names that would collide with NAME@GEN /
+ * NAME@ALIAS, paths, options or terminals. */
+static void test_name_rule(void **state)
+{
+    (void)state;
+    char longest[TV__NAME_MAX + 1], too_long[TV__NAME_MAX + 2];
+    memset(longest, 'a', TV__NAME_MAX);
+    longest[TV__NAME_MAX] = '\0';
+    memset(too_long, 'a', TV__NAME_MAX + 1);
+    too_long[TV__NAME_MAX + 1] = '\0';
+    const char *good[] = {
+        "llama",
+        "m",
+        "gpt2",
+        "Llama-3-8B",
+        "meta-llama/Llama-3-8B",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "org/team/model",
+        "a.b_c-d",
+        "model-",
+        "v1.0",
+        "_private",
+        "0",
+        longest,
+    };
+    const char *bad[] = {
+        "",     "x@1",    "x@prod", "@x",           "x@",     "a b",  " a",
+        "a ",   "a\tb",   "a\nb",   "a\001b",       "a\177b", "-rf",  ".hidden",
+        ".",    "..",     "a..b",   "a/../b",       "a/./b",  "/abs", "trailing/",
+        "a//b", "org/-x", "org/.x", "na\xc3\xafve", "a\\b",   "a:b",  "a*b",
+        "a?b",  "a;b",    "a$b",    "a%b",          "a~b",    "a'b",  "a\"b",
+        "a#b",  "a+b",    "a,b",    "a=b",          too_long,
+    };
+    tv_error err;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = tv__name_valid(good[i], "model name", &err);
+        if (rc)
+            fail_msg("'%s' refused: %s", good[i], err.msg);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = tv__name_valid(bad[i], "model name", &err);
+        if (rc != TV_E_NAME)
+            fail_msg("bad name #%zu '%s' returned %s", i, bad[i], tv_err_name(rc));
+        assert_non_null(strstr(err.msg, "model name"));
+    }
+    assert_int_equal(tv__name_valid(NULL, "alias name", &err), TV_E_NAME);
+    assert_non_null(strstr(err.msg, "alias name is empty"));
+}
+
+/* A bad model name is refused before anything is read or written. */
+static void test_import_bad_name(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    tv__sys.pwrite = pwrite_fail_nth; /* counts device writes; never fails */
+    tv_error err = {0};
+    int rc = tv__import(f->st, "llama@1", f->sharded, NULL, NULL, &err);
+    int writes = atomic_load(&g_calls);
+    hooks_reset();
+    assert_int_equal(rc, TV_E_NAME);
+    assert_int_equal(writes, 0);
+    assert_non_null(strstr(err.msg, "'llama@1'"));
     assert_unchanged(f, 0, 0);
     assert_clean_import(f, f->sharded, 1);
 }
@@ -679,9 +998,17 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_source_grown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_header_rewritten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_source_header_rewritten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_data_rewritten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_truncate_restored, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_renamed_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_writer_opens, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_changed_after_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dedup_source_data_rewritten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_region_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_keeps_active_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_name_rule, NULL, NULL),
+        cmocka_unit_test_setup_teardown(test_import_bad_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strict_corrupt_readback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_second_import, setup, teardown),
     };

@@ -1123,6 +1123,52 @@ static void test_concurrent_reservations_never_overlap(void **state)
     free(all);
 }
 
+/* tv__reg_object_users (issue 7 item 11): every model, generation and
+ * shard that binds an object, in order; none for an unbound one; an
+ * unknown id is TV_E_NOT_FOUND. */
+static void test_object_users(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2, obj3;
+    assert_int_equal(make_ready(f, "zeta", 1, &obj1), 1);
+    assert_int_equal(make_ready(f, "alpha", 1, &obj2), 1); /* the same object (dedup) */
+    assert_int_equal(make_ready(f, "alpha", 2, &obj3), 2);
+    assert_int_equal(obj1, obj2);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "alpha", 2, &err), 0);
+    tv__reg_object_user *u = NULL;
+    size_t n = 99;
+    assert_int_equal(tv__reg_object_users(f->reg, obj1, &u, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(u[0].model, "alpha");
+    assert_int_equal(u[0].generation, 1);
+    assert_false(u[0].active);
+    assert_int_equal(u[0].state, TV__GEN_READY);
+    assert_string_equal(u[0].shard, "model.safetensors");
+    assert_int_equal(u[0].shard_idx, 0);
+    assert_string_equal(u[1].model, "zeta");
+    assert_int_equal(u[1].generation, 1);
+    assert_false(u[1].active); /* make_ready does not activate */
+    free(u);
+    assert_int_equal(tv__reg_object_users(f->reg, obj3, &u, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(u[0].model, "alpha");
+    assert_int_equal(u[0].generation, 2);
+    assert_true(u[0].active);
+    free(u);
+    /* A committed object nothing binds. */
+    tv__reg_object lone;
+    char sha[65];
+    sha_of(77, sha);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &lone, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, lone.id, sha, &err), 0);
+    assert_int_equal(tv__reg_object_users(f->reg, lone.id, &u, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_null(u);
+    assert_int_equal(tv__reg_object_users(f->reg, 987654, &u, &n, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_object_users(f->reg, obj1, NULL, &n, &err), TV_E_INVALID_ARG);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1146,6 +1192,7 @@ int main(void)
         T(test_bulk_120k_tensors),
         T(test_import_jobs),
         T(test_concurrent_reservations_never_overlap),
+        T(test_object_users),
     };
 #undef T
     const char *filter = getenv("TV_TEST_FILTER"); /* e.g. "*bulk*" */

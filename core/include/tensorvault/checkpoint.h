@@ -102,6 +102,11 @@ typedef struct tv_shard_info {
     size_t n_tensors;
     size_t n_metadata; /* __metadata__ entries (0 when absent) */
     bool has_metadata;
+    /* Identity and change stamps from the fstat taken when the header was
+     * validated (all 0 for a shard parsed from memory): the importer refuses
+     * a file that is no longer this one. */
+    uint64_t dev_id, inode;
+    int64_t mtime_ns, ctime_ns;
 } tv_shard_info;
 
 /* Opens path: a .safetensors file, a model.safetensors.index.json (or any

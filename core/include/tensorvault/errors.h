@@ -66,6 +66,7 @@ extern "C" {
     X(TV_E_TIMEOUT, -1111, "device read timed out")                                                \
     X(TV_E_DEVICE_IN_USE, -1112, "device holds a store label or data (store init --force overwrites)") \
     X(TV_E_SNAPSHOT_IDENTITY, -1120, "snapshot belongs to another model or generation")            \
+    X(TV_E_NAME, -1125, "model or alias name breaks the name rule")                                \
     X(TV_E_NO_REPLICA, -1130, "no valid replica: every device holding the shard is excluded")
 
 enum tv_error_code {

@@ -75,6 +75,13 @@ int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
         goto fail_hdr;
     }
     rc = tv__st_parse_header(ck, hdr, n, file_len, name, path, err);
+    if (rc == 0) { /* the importer compares these with its own fstat */
+        tv__shard *sh = &ck->shards[ck->n_shards - 1];
+        sh->dev_id = (uint64_t)st.st_dev;
+        sh->inode = (uint64_t)st.st_ino;
+        sh->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        sh->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    }
 fail_hdr:
     free(hdr);
 fail_fd:
@@ -318,6 +325,10 @@ TV_API int tv_checkpoint_shard(const tv_checkpoint *ck, size_t i, tv_shard_info 
     out->n_tensors = sh->n_tensors;
     out->n_metadata = sh->n_meta;
     out->has_metadata = sh->has_meta;
+    out->dev_id = sh->dev_id;
+    out->inode = sh->inode;
+    out->mtime_ns = sh->mtime_ns;
+    out->ctime_ns = sh->ctime_ns;
     return 0;
 }
 

@@ -38,6 +38,9 @@ typedef struct tv__shard {
     size_t n_meta;
     bool has_meta;  /* __metadata__ is an object */
     bool meta_seen; /* __metadata__ present (an object or null) */
+    /* fstat of the file when its header was read (0 for in-memory shards) */
+    uint64_t dev_id, inode;
+    int64_t mtime_ns, ctime_ns;
 } tv__shard;
 
 /* Open-addressing hash table mapping a name to a tensor index. */
