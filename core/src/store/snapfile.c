@@ -146,13 +146,13 @@ int tv__snapfile_exists(const char *dir, const char *model, int64_t gen, bool *e
 
 static int fsync_dir(const char *path, tv_error *err)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = tv__sys.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, -errno, "open %s: %s", path, strerror(errno));
     int rc = 0;
-    if (fsync(fd) < 0)
+    if (tv__sys.fsync(fd) < 0)
         rc = tv__seterr(err, -errno, "fsync %s: %s", path, strerror(errno));
-    close(fd);
+    tv__sys.close(fd);
     return rc;
 }
 

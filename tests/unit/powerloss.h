@@ -1,0 +1,69 @@
+/* Power-loss simulation for the tests (SQLite's test6.c idea): every write
+ * to a file since that file's last successful fsync/fdatasync is volatile,
+ * and a "power loss" at sync point k throws all of them away.
+ *
+ * What is interposed (in a forked child only, the parent is untouched):
+ *   - tv__sys.pwrite / ftruncate: an undo record (the bytes and the file size
+ *     before the write) is kept per file, keyed by st_dev/st_ino;
+ *   - tv__sys.fsync / fdatasync: a sync point; on success the file's undo
+ *     records are dropped (its writes are durable); an fsync of a directory
+ *     is a sync point too;
+ *   - SQLite: a wrapper VFS registered as the default (before the command
+ *     opens the registry) whose xWrite/xTruncate keep undo records of the
+ *     main database and the WAL and whose xSync is a sync point, exactly as
+ *     in test6.c. The -shm is not durable state: it is left as the dead
+ *     process left it, and SQLite rebuilds it from the WAL (the child's
+ *     death released its locks);
+ *   - tv__sys_crash_hook: records the last crash point passed, for the trace.
+ * Sync points are numbered 1, 2, ... over all of them in call order.
+ *
+ * Power loss at sync point k: the k-th sync is not performed; instead every
+ * unsynced write of every file is reverted (old bytes restored, size put
+ * back) and the child _exit()s at once, so no cleanup code runs.
+ * TV_PL_AT_END: the command runs to its end, then its unsynced writes are
+ * dropped (loss after the last sync completed).
+ *
+ * Not modelled: directory entries (create, rename, link, unlink, mkdir) are
+ * durable at once, not only after an fsync of their directory; writes are
+ * lost whole (no torn sectors, no random subset of unsynced writes kept);
+ * block devices (the suite uses file images). */
+#ifndef TV_TEST_POWERLOSS_H
+#define TV_TEST_POWERLOSS_H
+
+#include <stdbool.h>
+
+#define TV_PL_MAX_SYNCS 1024
+#define TV_PL_COUNT     0    /* no power loss: count the sync points */
+#define TV_PL_AT_END    (-1) /* power loss after the command returned */
+#define TV_PL_CUT       1000 /* tv_pl_run's result when the power was cut */
+
+typedef struct tv_pl_sync {
+    char op[12];    /* "fsync", "fdatasync", "xSync" */
+    char file[80];  /* the file's name (last two path components) */
+    char after[32]; /* the last crash point passed before it ("" if none) */
+} tv_pl_sync;
+
+/* Shared between the parent and the child (MAP_SHARED). */
+typedef struct tv_pl_trace {
+    int n_syncs;    /* sync points reached (a cut one included) */
+    bool cut;       /* the power was cut */
+    int n_reverted; /* undo records applied at the cut */
+    tv_pl_sync sync[TV_PL_MAX_SYNCS];
+} tv_pl_trace;
+
+/* A zeroed trace in shared memory (NULL on failure); free with
+ * tv_pl_trace_free. */
+tv_pl_trace *tv_pl_trace_new(void);
+void tv_pl_trace_free(tv_pl_trace *t);
+
+/* Runs fn(ctx) in a fork()ed child with the hooks above armed and power
+ * loss at sync point cut (1-based; TV_PL_COUNT: never; TV_PL_AT_END: after
+ * fn returned). trace (reset here) receives the sync points the child saw.
+ * The child's stdout and stderr go to /dev/null unless TV_PL_VERBOSE is set.
+ * Returns TV_PL_CUT when the power was cut, fn's result (0..255) when it
+ * returned without a cut, or -1 when the child died otherwise (a signal:
+ * the message is printed). The parent must have no thread and no SQLite
+ * connection open when calling it. */
+int tv_pl_run(int (*fn)(void *ctx), void *ctx, int cut, tv_pl_trace *trace);
+
+#endif
