@@ -10,6 +10,7 @@
  * the bytes and size the file had at its last successful sync. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -52,6 +53,26 @@ static char g_last_point[32];
 static pl_file g_files[PL_MAX_FILES];
 static size_t g_n_files;
 static tv__sys_ops g_real;
+
+/* Directory entries created, renamed, linked, unlinked or made since their
+ * directory's last fsync, oldest first. A replaced or unlinked file is kept
+ * alive under a hard link in the stash directory until the fsync. */
+typedef enum pl_op_kind { OP_CREATE, OP_RENAME, OP_LINK, OP_UNLINK, OP_MKDIR } pl_op_kind;
+
+typedef struct pl_op {
+    pl_op_kind kind;
+    dev_t dir_dev;
+    ino_t dir_ino;
+    char path[1024];  /* the entry made, renamed to, or unlinked */
+    char from[1024];  /* OP_RENAME: the old name */
+    char stash[1024]; /* the file the entry named before ("" if none) */
+} pl_op;
+
+#define PL_MAX_OPS 256
+static pl_op g_ops[PL_MAX_OPS];
+static size_t g_n_ops;
+static char g_stash_dir[900];
+static unsigned g_stash_seq;
 
 static void die(const char *what)
 {
@@ -152,9 +173,44 @@ static void commit(pl_file *f)
 }
 
 /* The power cut: every file back to its last synced state, then gone. */
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)type, (void)ftw;
+    return remove(path);
+}
+
+static void revert_entries(int *n)
+{
+    for (size_t i = g_n_ops; i-- > 0;) {
+        pl_op *o = &g_ops[i];
+        int rc = 0;
+        switch (o->kind) {
+        case OP_CREATE:
+        case OP_LINK:
+            rc = unlink(o->path);
+            break;
+        case OP_RENAME:
+            rc = rename(o->path, o->from);
+            if (rc == 0 && o->stash[0])
+                rc = rename(o->stash, o->path);
+            break;
+        case OP_UNLINK:
+            rc = o->stash[0] ? rename(o->stash, o->path) : 0;
+            break;
+        case OP_MKDIR: /* with whatever was made durable inside it */
+            rc = nftw(o->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            break;
+        }
+        if (rc < 0)
+            die("revert a directory entry");
+        (*n)++;
+    }
+}
+
 static void cut_now(void)
 {
     int n = 0;
+    revert_entries(&n);
     for (size_t i = 0; i < g_n_files; i++) {
         pl_file *f = &g_files[i];
         for (size_t j = f->n; j-- > 0;) {
@@ -259,6 +315,155 @@ static int hook_ftruncate(int fd, off_t len)
     return rc;
 }
 
+/* ---- directory entries ------------------------------------------------------ */
+
+/* The directory holding path's entry. */
+static void dir_of(const char *path, dev_t *dev, ino_t *ino)
+{
+    char d[1024];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(d, sizeof d, ".");
+    else if (slash == path)
+        snprintf(d, sizeof d, "/");
+    else
+        snprintf(d, sizeof d, "%.*s", (int)(slash - path), path);
+    struct stat sb;
+    if (stat(d, &sb) < 0)
+        die("stat a directory");
+    *dev = sb.st_dev;
+    *ino = sb.st_ino;
+}
+
+static pl_op *new_op(pl_op_kind kind, const char *path)
+{
+    if (g_n_ops == PL_MAX_OPS) {
+        errno = EMFILE;
+        die("too many directory operations");
+    }
+    pl_op *o = &g_ops[g_n_ops++];
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    snprintf(o->path, sizeof o->path, "%s", path);
+    dir_of(path, &o->dir_dev, &o->dir_ino);
+    return o;
+}
+
+/* Hard-links the file named path into the stash (out = "" when path names
+ * no regular file). */
+static void stash(const char *path, char *out, size_t len)
+{
+    struct stat sb;
+    out[0] = '\0';
+    if (!g_stash_dir[0] || lstat(path, &sb) < 0 || !S_ISREG(sb.st_mode))
+        return;
+    snprintf(out, len, "%s/.pl-stash-%ld-%u", g_stash_dir, (long)getpid(), g_stash_seq++);
+    if (link(path, out) < 0)
+        die("stash a replaced file");
+}
+
+static void drop_stash(pl_op *o)
+{
+    if (o->stash[0])
+        unlink(o->stash);
+    o->stash[0] = '\0';
+}
+
+static void commit_dir(dev_t dev, ino_t ino)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < g_n_ops; i++) {
+        if (g_ops[i].dir_dev == dev && g_ops[i].dir_ino == ino)
+            drop_stash(&g_ops[i]);
+        else
+            g_ops[w++] = g_ops[i];
+    }
+    g_n_ops = w;
+}
+
+static int hook_open(const char *path, int flags, mode_t mode)
+{
+    pthread_mutex_lock(&g_mu);
+    struct stat sb;
+    bool existed = !(flags & O_CREAT) || lstat(path, &sb) == 0;
+    int fd = g_real.open(path, flags, mode);
+    int e = errno;
+    if (fd >= 0 && !existed)
+        new_op(OP_CREATE, path);
+    pthread_mutex_unlock(&g_mu);
+    errno = e;
+    return fd;
+}
+
+static int do_rename(const char *from, const char *to, int (*real)(const char *, const char *))
+{
+    pthread_mutex_lock(&g_mu);
+    char st[1024];
+    stash(to, st, sizeof st);
+    int rc = real(from, to);
+    int e = errno;
+    if (rc == 0) {
+        pl_op *o = new_op(OP_RENAME, to);
+        snprintf(o->from, sizeof o->from, "%s", from);
+        snprintf(o->stash, sizeof o->stash, "%s", st);
+    } else if (st[0]) {
+        unlink(st);
+    }
+    pthread_mutex_unlock(&g_mu);
+    errno = e;
+    return rc;
+}
+
+static int hook_rename(const char *from, const char *to)
+{
+    return do_rename(from, to, g_real.rename);
+}
+
+static int hook_rename_noreplace(const char *from, const char *to)
+{
+    return do_rename(from, to, g_real.rename_noreplace);
+}
+
+static int hook_link(const char *from, const char *to)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = g_real.link(from, to);
+    int e = errno;
+    if (rc == 0)
+        new_op(OP_LINK, to);
+    pthread_mutex_unlock(&g_mu);
+    errno = e;
+    return rc;
+}
+
+static int hook_unlink(const char *path)
+{
+    pthread_mutex_lock(&g_mu);
+    char st[1024];
+    stash(path, st, sizeof st);
+    int rc = g_real.unlink(path);
+    int e = errno;
+    if (rc == 0)
+        snprintf(new_op(OP_UNLINK, path)->stash, sizeof st, "%s", st);
+    else if (st[0])
+        unlink(st);
+    pthread_mutex_unlock(&g_mu);
+    errno = e;
+    return rc;
+}
+
+static int hook_mkdir(const char *path, mode_t mode)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = g_real.mkdir(path, mode);
+    int e = errno;
+    if (rc == 0)
+        new_op(OP_MKDIR, path);
+    pthread_mutex_unlock(&g_mu);
+    errno = e;
+    return rc;
+}
+
 static int do_sync(int fd, int (*real)(int), const char *op)
 {
     char name[80];
@@ -271,6 +476,9 @@ static int do_sync(int fd, int (*real)(int), const char *op)
         pl_file *f = file_of_fd(fd, false);
         if (f)
             commit(f);
+        struct stat sb;
+        if (g_real.fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode))
+            commit_dir(sb.st_dev, sb.st_ino);
     }
     pthread_mutex_unlock(&g_mu);
     errno = e;
@@ -562,8 +770,22 @@ static void arm(int cut, tv_pl_trace *trace)
     tv__sys.ftruncate = hook_ftruncate;
     tv__sys.fsync = hook_fsync;
     tv__sys.fdatasync = hook_fdatasync;
+    if (g_stash_dir[0]) {
+        g_n_ops = 0;
+        tv__sys.open = hook_open;
+        tv__sys.rename = hook_rename;
+        tv__sys.rename_noreplace = hook_rename_noreplace;
+        tv__sys.link = hook_link;
+        tv__sys.unlink = hook_unlink;
+        tv__sys.mkdir = hook_mkdir;
+    }
     tv__sys_crash_hook = crash_hook;
     install_vfs();
+}
+
+void tv_pl_model_dirs(const char *stash_dir)
+{
+    snprintf(g_stash_dir, sizeof g_stash_dir, "%s", stash_dir ? stash_dir : "");
 }
 
 tv_pl_trace *tv_pl_trace_new(void)
@@ -599,10 +821,11 @@ int tv_pl_run(int (*fn)(void *ctx), void *ctx, int cut, tv_pl_trace *trace)
         }
         arm(cut, trace);
         int rc = fn(ctx);
-        if (cut == TV_PL_AT_END) {
-            pthread_mutex_lock(&g_mu);
+        pthread_mutex_lock(&g_mu);
+        if (cut == TV_PL_AT_END)
             cut_now();
-        }
+        for (size_t i = 0; i < g_n_ops; i++)
+            drop_stash(&g_ops[i]);
         _exit(rc & 0xff);
     }
     int status;

@@ -14,19 +14,28 @@
  *     in test6.c. The -shm is not durable state: it is left as the dead
  *     process left it, and SQLite rebuilds it from the WAL (the child's
  *     death released its locks);
+ *   - tv__sys.open (O_CREAT of a new file) / rename / rename_noreplace /
+ *     link / unlink / mkdir, once tv_pl_model_dirs named a stash directory:
+ *     a directory entry is durable only after an fsync of its directory; a
+ *     file replaced or unlinked meanwhile is kept alive under a hard link in
+ *     the stash until then;
  *   - tv__sys_crash_hook: records the last crash point passed, for the trace.
  * Sync points are numbered 1, 2, ... over all of them in call order.
  *
  * Power loss at sync point k: the k-th sync is not performed; instead every
  * unsynced write of every file is reverted (old bytes restored, size put
- * back) and the child _exit()s at once, so no cleanup code runs.
+ * back), every directory operation since its directory's last fsync is
+ * undone, newest first, and the child _exit()s at once, so no cleanup code
+ * runs.
  * TV_PL_AT_END: the command runs to its end, then its unsynced writes are
  * dropped (loss after the last sync completed).
  *
- * Not modelled: directory entries (create, rename, link, unlink, mkdir) are
- * durable at once, not only after an fsync of their directory; writes are
- * lost whole (no torn sectors, no random subset of unsynced writes kept);
- * block devices (the suite uses file images). */
+ * Not modelled: the directory entries SQLite makes (its files are taken as
+ * durable when created or deleted: SQLite fsyncs their directory itself),
+ * and entries made by calls that bypass tv__sys; a rename is durable with
+ * its target's directory (the suite renames within one directory); writes
+ * are lost whole (no torn sectors, no random subset of unsynced writes
+ * kept); block devices (the suite uses file images). */
 #ifndef TV_TEST_POWERLOSS_H
 #define TV_TEST_POWERLOSS_H
 
@@ -50,6 +59,12 @@ typedef struct tv_pl_trace {
     int n_reverted; /* undo records applied at the cut */
     tv_pl_sync sync[TV_PL_MAX_SYNCS];
 } tv_pl_trace;
+
+/* Turns on the model of directory entries for later tv_pl_run calls:
+ * stash_dir (on the same filesystem as the files the commands touch, and
+ * not inside a directory they list) holds the hard links that keep
+ * replaced and unlinked files revertible. NULL turns it off. */
+void tv_pl_model_dirs(const char *stash_dir);
 
 /* A zeroed trace in shared memory (NULL on failure); free with
  * tv_pl_trace_free. */

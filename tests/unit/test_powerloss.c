@@ -1,7 +1,9 @@
 /* Power loss at every sync point of every writer command (issue 7, "Fault
  * injection at every system call"), with the harness of powerloss.h: the
- * writes since each file's last successful sync are dropped, SQLite
- * test6.c-style, and the command dies on the spot.
+ * writes since each file's last successful sync and the directory entries
+ * since their directory's last fsync are dropped, SQLite test6.c-style, and
+ * the command dies on the spot. (Alias moves do not exist yet; when they
+ * do, they get a sweep like activate's.)
  *
  * For each command (import of a 2-shard checkpoint with and without
  * --activate, activate of an older generation, retire, gc with two objects
@@ -691,6 +693,10 @@ static int group_setup(void **state)
     make_ckpt(&F.ck[0], p, 1);
     snprintf(p, sizeof p, "%s/ck-b", F.dir);
     make_ckpt(&F.ck[1], p, 5);
+    snprintf(p, sizeof p, "%s/stash", F.dir);
+    if (mkdir(p, 0700) < 0)
+        return -1;
+    tv_pl_model_dirs(p);
     F.trace = tv_pl_trace_new();
     F.clean = tv_pl_trace_new();
     if (!F.trace || !F.clean)
@@ -770,6 +776,39 @@ static void test_harness_drops_unsynced_file_writes(void **state)
     assert_int_equal(tv_pl_run(harness_file_writes, NULL, TV_PL_AT_END, F.trace), TV_PL_CUT);
     assert_int_equal(F.trace->n_reverted, 3);
     file_is("AAAA", 4); /* after the end: only the synced write survives */
+}
+
+/* A new file renamed over an old one (the way pointers are replaced): the
+ * rename is lost unless the directory was fsynced. */
+static int harness_dir_ops(void *ctx)
+{
+    bool sync_dir = ctx != NULL;
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", g_hfile);
+    int fd = tv__sys_open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || tv__sys_pwrite_full(fd, "NEW", 3, 0) || tv__sys_fdatasync(fd))
+        return 1;
+    close(fd);
+    if (tv__sys.rename(tmp, g_hfile) < 0 || (sync_dir && tv__sys_fsync_dir(F.dir)))
+        return 1;
+    return 0;
+}
+
+static void test_harness_drops_unsynced_dir_entries(void **state)
+{
+    (void)state;
+    char tmp[700];
+    snprintf(g_hfile, sizeof g_hfile, "%s/harness-dir", F.dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", g_hfile);
+    write_text(g_hfile, "OLD");
+    assert_int_equal(tv_pl_run(harness_dir_ops, NULL, TV_PL_AT_END, F.trace), TV_PL_CUT);
+    file_is("OLD", 3); /* the rename and the new file are gone */
+    assert_int_equal(access(tmp, F_OK), -1);
+    assert_int_equal(tv_pl_run(harness_dir_ops, "sync", TV_PL_AT_END, F.trace), TV_PL_CUT);
+    assert_int_equal(F.trace->n_syncs, 2);
+    file_is("NEW", 3); /* fsync of the directory: durable */
+    assert_int_equal(access(tmp, F_OK), -1);
+    unlink(g_hfile);
 }
 
 /* A committed transaction survives a power loss only if SQLite synced it:
@@ -883,6 +922,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_harness_drops_unsynced_file_writes),
+        cmocka_unit_test(test_harness_drops_unsynced_dir_entries),
         cmocka_unit_test(test_harness_drops_unsynced_sqlite),
         cmocka_unit_test(test_import_activate),
         cmocka_unit_test(test_import),

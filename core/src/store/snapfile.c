@@ -160,7 +160,7 @@ static int fsync_dir(const char *path, tv_error *err)
  * entry survives a crash. */
 static int make_dir(const char *path, const char *parent, tv_error *err)
 {
-    if (mkdir(path, 0755) == 0)
+    if (tv__sys.mkdir(path, 0755) == 0)
         return fsync_dir(parent, err);
     if (errno == EEXIST)
         return 0;
@@ -207,7 +207,7 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
         if ((rc = fmt_path(tmp, tmp_len, err, "%s/%s%s-%ld-%u", md, TV__SNAPFILE_TMP_PREFIX, tag,
                            (long)getpid(), c)))
             return rc;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = tv__sys.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && (errno != EEXIST || tries > 100))
             return tv__seterr(err, -errno, "create %s: %s", tmp, strerror(errno));
     }
@@ -228,7 +228,7 @@ static int write_temp(const char *md, const char *tag, const void *buf, size_t l
 fail:
     if (fd >= 0)
         close(fd);
-    unlink(tmp);
+    tv__sys.unlink(tmp);
     return rc;
 }
 
@@ -236,13 +236,13 @@ fail:
  * the filesystem lacks it. */
 static int rename_noreplace(const char *from, const char *to)
 {
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+    if (tv__sys.rename_noreplace(from, to) == 0)
         return 0;
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
         return -errno;
-    if (link(from, to) < 0)
+    if (tv__sys.link(from, to) < 0)
         return -errno;
-    unlink(from);
+    tv__sys.unlink(from);
     return 0;
 }
 
@@ -261,7 +261,7 @@ int tv__snapfile_write(const char *dir, const char *model, int64_t gen, const vo
     if ((rc = write_temp(md, tag, buf, len, tmp, sizeof tmp, err)))
         return rc;
     if ((rc = rename_noreplace(tmp, p))) {
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         if (rc == -EEXIST)
             return tv__seterr(err, rc, "%s already exists (snapshots are immutable)", p);
         return tv__seterr(err, rc, "rename %s -> %s: %s", tmp, p, strerror(-rc));
@@ -280,7 +280,7 @@ int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, t
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
     if (gen == 0) {
-        if (unlink(p) < 0) {
+        if (tv__sys.unlink(p) < 0) {
             if (errno == ENOENT)
                 return 0;
             return tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
@@ -294,9 +294,9 @@ int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, t
     int n = snprintf(text, sizeof text, "%" PRId64 "\n", gen);
     if ((rc = write_temp(md, "active", text, (size_t)n, tmp, sizeof tmp, err)))
         return rc;
-    if (rename(tmp, p) < 0) {
+    if (tv__sys.rename(tmp, p) < 0) {
         rc = tv__seterr(err, -errno, "rename %s -> %s: %s", tmp, p, strerror(errno));
-        unlink(tmp);
+        tv__sys.unlink(tmp);
         return rc;
     }
     return fsync_dir(md, err);
@@ -503,7 +503,7 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
         }
         /* Unlink while holding the lock: a reader that opened the file
          * before this point sees link count 0 once it gets its lock. */
-        if (unlink(p) < 0) {
+        if (tv__sys.unlink(p) < 0) {
             rc = tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
             close(fd);
             return rc;
@@ -534,7 +534,7 @@ int tv__snapfile_clean_temps(const char *dir, const char *model, size_t *n, tv_e
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, TV__SNAPFILE_TMP_PREFIX, plen) != 0)
             continue;
-        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && unlink(p) == 0)
+        if (fmt_path(p, sizeof p, NULL, "%s/%s", md, e->d_name) == 0 && tv__sys.unlink(p) == 0)
             count++;
     }
     closedir(d);
