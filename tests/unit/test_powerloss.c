@@ -153,12 +153,10 @@ static void make_ckpt(ckpt *ck, const char *dir, unsigned seed)
 
 /* ---- the fixture: one temporary directory, saved "before" states ---------- */
 
-enum {
-    ST_A,
-    ST_AB,
-    ST_AB_RETIRED,
-    N_STATES
-}; /* gen 1 = A active; + gen 2 = B active; gen 1 retired */
+/* Saved states: an empty store; gen 1 = A active; + gen 2 = B active; and
+ * gen 1 retired. Generation 3 exists only in the dedup case (A again). */
+enum { ST_EMPTY, ST_A, ST_AB, ST_AB_RETIRED, N_STATES };
+static const int GEN_CK[4] = {-1, 0, 1, 0};
 
 static struct {
     char dir[256];
@@ -347,6 +345,19 @@ static int64_t device_id(tv__store *st)
     return id;
 }
 
+/* The model's generations; none when the model does not exist yet. */
+static void list_gens(tv__store *st, tv__reg_generation **g, size_t *n)
+{
+    tv_error err = {0};
+    int rc = tv__reg_generations_list(st->reg, MODEL, g, n, &err);
+    if (rc == TV_E_NOT_FOUND) {
+        *g = NULL;
+        *n = 0;
+        return;
+    }
+    CHECK(rc == 0, "generations: %s: %s", tv_err_name(rc), err.msg);
+}
+
 typedef struct view {
     char gens[128]; /* "1:ready* 2:ready" (* = active) */
     int64_t active;
@@ -360,8 +371,8 @@ static void registry_view(tv__store *st, view *v)
     memset(v, 0, sizeof *v);
     tv__reg_generation *g = NULL;
     size_t n = 0;
-    int rc = tv__reg_generations_list(st->reg, MODEL, &g, &n, &err);
-    CHECK(rc == 0, "generations: %s", err.msg);
+    int rc;
+    list_gens(st, &g, &n);
     size_t l = 0;
     for (size_t i = 0; i < n; i++) {
         l += (size_t)snprintf(v->gens + l, sizeof v->gens - l, "%s%" PRId64 ":%s%s", i ? " " : "",
@@ -395,8 +406,8 @@ static int64_t read_back(const char *spec, bool may_be_missing)
         return 0;
     CHECK(rc == 0, "reader open %s: %s: %s", spec, tv_err_name(rc), err.msg);
     int64_t gen = tv_model_generation(m);
-    CHECK(gen == 1 || gen == 2, "reader opened generation %" PRId64, gen);
-    const ckpt *ck = &F.ck[gen - 1];
+    CHECK(gen >= 1 && gen <= 3, "reader opened generation %" PRId64, gen);
+    const ckpt *ck = &F.ck[GEN_CK[gen]];
     CHECK(tv_model_n_tensors(m) == ck->n, "generation %" PRId64 ": %zu tensors", gen,
           tv_model_n_tensors(m));
     for (size_t i = 0; i < ck->n; i++) {
@@ -442,8 +453,7 @@ static void check_readers(const view *v)
     tv__store *st = open_store(0);
     tv__reg_generation *g = NULL;
     size_t n = 0;
-    tv_error err = {0};
-    assert_int_equal(tv__reg_generations_list(st->reg, MODEL, &g, &n, &err), 0);
+    list_gens(st, &g, &n);
     tv__store_close(st);
     for (size_t i = 0; i < n; i++) {
         if (g[i].state != TV__GEN_READY)
@@ -471,7 +481,7 @@ static void check_no_leak(void)
     int64_t dev = device_id(st);
     tv__reg_generation *g = NULL;
     size_t n_g = 0;
-    assert_int_equal(tv__reg_generations_list(st->reg, MODEL, &g, &n_g, &err), 0);
+    list_gens(st, &g, &n_g);
     int64_t live[16];
     size_t n_live = 0;
     uint64_t live_len = 0;
@@ -530,6 +540,8 @@ static void check_no_leak(void)
     char md[1024];
     assert_int_equal(tv__snapfile_model_dir(F.store, MODEL, md, sizeof md, &err), 0);
     DIR *d = opendir(md);
+    if (!d && errno == ENOENT && n_g == 0)
+        return; /* no model: no snapshot directory either */
     CHECK(d != NULL, "no snapshot directory %s", md);
     struct dirent *e;
     while ((e = readdir(d)))
@@ -604,7 +616,7 @@ static void sweep(pl_cmd *c)
         st = open_store(0);
         registry_view(st, &v);
         tv__store_close(st);
-        int64_t g = read_back(MODEL, before.active == 0 && v.active == 0);
+        int64_t g = read_back(MODEL, before.active == 0);
         CHECK(g == v.active || (g == before.active && v.active == after.active),
               "before repair the reader opens generation %" PRId64 ", the registry has %" PRId64
               " (before the command: %" PRId64 ")",
@@ -708,7 +720,10 @@ static int group_setup(void **state)
         .argv = {"store", "init", "--store", F.store, "--image", F.image, "--size", IMAGE_LEN}};
     pl_cmd imp_a = cmd_import(true, 0), imp_b = cmd_import(true, 1);
     pl_cmd retire = cmd_gen(tv_cli_retire, "retire", "1");
-    if (run_or_die(&init) || run_or_die(&imp_a))
+    if (run_or_die(&init))
+        return -1;
+    save_state(ST_EMPTY);
+    if (run_or_die(&imp_a))
         return -1;
     save_state(ST_A);
     if (run_or_die(&imp_b))
@@ -882,6 +897,25 @@ static void test_import_activate(void **state)
     sweep(&c);
 }
 
+static void test_import_first(void **state)
+{
+    (void)state;
+    pl_cmd c = cmd_import(true, 0);
+    c.label = "import --activate (first)";
+    c.before = ST_EMPTY;
+    sweep(&c);
+}
+
+/* Every shard is already committed: nothing is written to the device. */
+static void test_import_dedup(void **state)
+{
+    (void)state;
+    pl_cmd c = cmd_import(true, 0);
+    c.label = "import --activate (dedup)";
+    c.before = ST_AB;
+    sweep(&c);
+}
+
 static void test_import(void **state)
 {
     (void)state;
@@ -926,6 +960,8 @@ int main(void)
         cmocka_unit_test(test_harness_drops_unsynced_sqlite),
         cmocka_unit_test(test_import_activate),
         cmocka_unit_test(test_import),
+        cmocka_unit_test(test_import_first),
+        cmocka_unit_test(test_import_dedup),
         cmocka_unit_test(test_activate_older),
         cmocka_unit_test(test_retire),
         cmocka_unit_test(test_gc),
