@@ -28,7 +28,10 @@
  * undone, newest first, and the child _exit()s at once, so no cleanup code
  * runs.
  * TV_PL_AT_END: the command runs to its end, then its unsynced writes are
- * dropped (loss after the last sync completed).
+ * dropped (loss after the last sync completed). A loss anywhere between
+ * sync k-1 and sync k (at a crash point, say) leaves exactly the state of
+ * a loss at sync k, since nothing becomes durable but at a sync: cutting
+ * at every sync and at the end covers every moment of the command.
  *
  * Not modelled: the directory entries SQLite makes (its files are taken as
  * durable when created or deleted: SQLite fsyncs their directory itself),

@@ -6,15 +6,18 @@
  * do, they get a sweep like activate's.)
  *
  * For each command (import of a 2-shard checkpoint with and without
- * --activate, activate of an older generation, retire, gc with two objects
- * to free) a clean run in a child counts its K sync points; then for every
+ * --activate, into an empty store, and one whose shards are all already
+ * stored; activate of an older generation; retire; gc with two objects to
+ * free) a clean run in a child counts its K sync points; then for every
  * k in 1..K, and once after the command returned (its unsynced writes
  * dropped), a fresh copy of the "before" store runs the command with the
  * power cut at k, and the parent checks:
  *   1. before any repair, a reader (tv_model_open) opens the model and reads
  *      back byte-identical either the registry's active generation or the
  *      one active before the command: the active pointer never runs ahead
- *      of the registry;
+ *      of the registry; a snapshot file exists only for a ready or retired
+ *      generation whose shards all have committed objects (checked again
+ *      after the repair);
  *   2. the store opens as a writer (repairing), holds no 'writing' object,
  *      and every committed object passes verify;
  *   3. the registry is exactly in the state before the command or after it
@@ -424,6 +427,47 @@ static int64_t read_back(const char *spec, bool may_be_missing)
     return gen;
 }
 
+/* A snapshot file is what readers trust: one may exist only for a ready
+ * or retired generation whose every shard is bound to committed objects
+ * (a file naming freed extents would read whatever reuses them). */
+static void check_snapshot_files(tv__store *st)
+{
+    tv_error err = {0};
+    tv__reg_generation *g = NULL;
+    size_t n = 0;
+    list_gens(st, &g, &n);
+    for (int64_t num = 1; num <= 3; num++) {
+        bool exists = false;
+        assert_int_equal(tv__snapfile_exists(F.store, MODEL, num, &exists, &err), 0);
+        if (!exists)
+            continue;
+        const tv__reg_generation *gen = NULL;
+        for (size_t i = 0; i < n; i++)
+            if (g[i].number == num)
+                gen = &g[i];
+        CHECK(gen && (gen->state == TV__GEN_READY || gen->state == TV__GEN_RETIRED),
+              "a snapshot file of generation %" PRId64 " exists, the registry has it %s", num,
+              gen ? tv__gen_state_name(gen->state) : "not at all");
+        tv__reg_manifest *m = NULL;
+        assert_int_equal(tv__reg_tensors_list(st->reg, gen->id, &m, &err), 0);
+        for (size_t sh = 0; sh < m->n_shards; sh++) {
+            bool ok = m->shards[sh].n_replicas > 0;
+            for (size_t r = 0; r < m->shards[sh].n_replicas; r++) {
+                tv__reg_object o;
+                ok =
+                    ok && m->shards[sh].replicas[r].committed &&
+                    tv__reg_object_get(st->reg, m->shards[sh].replicas[r].object_id, &o, &err) == 0;
+            }
+            CHECK(ok,
+                  "generation %" PRId64
+                  " has a snapshot file but shard %zu has no committed object",
+                  num, sh);
+        }
+        tv__reg_manifest_free(m);
+    }
+    free(g);
+}
+
 /* Step 2: the writer open repairs; nothing half-written survives it and
  * every committed object verifies. */
 static void writer_open_and_verify(view *v)
@@ -453,6 +497,7 @@ static void check_readers(const view *v)
     tv__store *st = open_store(0);
     tv__reg_generation *g = NULL;
     size_t n = 0;
+    check_snapshot_files(st);
     list_gens(st, &g, &n);
     tv__store_close(st);
     for (size_t i = 0; i < n; i++) {
@@ -615,6 +660,7 @@ static void sweep(pl_cmd *c)
         /* 1. before any repair */
         st = open_store(0);
         registry_view(st, &v);
+        check_snapshot_files(st);
         tv__store_close(st);
         int64_t g = read_back(MODEL, before.active == 0);
         CHECK(g == v.active || (g == before.active && v.active == after.active),
