@@ -33,6 +33,7 @@
 typedef struct pl_undo {
     uint64_t off;
     uint64_t old_size; /* the file's size before the write */
+    uint64_t wlen;     /* bytes the write (or truncation) changed from off on */
     size_t len;        /* old bytes saved (the part of the write below old_size) */
     uint8_t *data;
 } pl_undo;
@@ -73,6 +74,15 @@ static pl_op g_ops[PL_MAX_OPS];
 static size_t g_n_ops;
 static char g_stash_dir[900];
 static unsigned g_stash_seq;
+static uint64_t g_rng; /* 0: drop every unsynced write; else keep a random subset */
+
+static uint64_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
 
 static void die(const char *what)
 {
@@ -143,7 +153,7 @@ static void record(pl_file *f, uint64_t off, uint64_t len, int64_t truncate_to)
         off = (uint64_t)truncate_to;
         len = size > off ? size - off : 0;
     }
-    pl_undo u = {.off = off, .old_size = size};
+    pl_undo u = {.off = off, .old_size = size, .wlen = len};
     if (off < size) {
         u.len = (size_t)(len < size - off ? len : size - off);
         u.data = xmalloc(u.len);
@@ -181,7 +191,9 @@ static int rm_entry(const char *path, const struct stat *sb, int type, struct FT
 
 static void revert_entries(int *n)
 {
-    for (size_t i = g_n_ops; i-- > 0;) {
+    /* Metadata reaches the disk in order (a journal): some prefix survives. */
+    size_t keep = g_rng ? (size_t)(rnd() % (g_n_ops + 1)) : 0;
+    for (size_t i = g_n_ops; i-- > keep;) {
         pl_op *o = &g_ops[i];
         int rc = 0;
         switch (o->kind) {
@@ -207,25 +219,82 @@ static void revert_entries(int *n)
     }
 }
 
+static void pwrite_raw(int fd, const uint8_t *p, size_t len, uint64_t off, const char *what)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(fd, p + done, len - done, (off_t)(off + done));
+        if (w <= 0)
+            die(what);
+        done += (size_t)w;
+    }
+}
+
+#define PL_SECTOR 512u
+
+/* Subset mode, after the revert: each sector an unsynced write touched gets
+ * its newest bytes back (saved in cur, a copy of the file before the
+ * revert, cur_size bytes) with probability keep/32, and the size is the old
+ * or the new one. */
+static void keep_some(pl_file *f, const uint8_t *cur, uint64_t cur_size, unsigned keep)
+{
+    struct stat sb;
+    if (fstat(f->raw_fd, &sb) < 0)
+        die("fstat");
+    uint64_t n_sec = (cur_size + PL_SECTOR - 1) / PL_SECTOR;
+    uint8_t *dirty = calloc(n_sec ? n_sec : 1, 1);
+    if (!dirty)
+        die("out of memory");
+    for (size_t j = 0; j < f->n; j++)
+        for (uint64_t s = f->u[j].off / PL_SECTOR;
+             s < n_sec && s * PL_SECTOR < f->u[j].off + f->u[j].wlen; s++)
+            dirty[s] = 1;
+    for (uint64_t s = 0; s < n_sec; s++) {
+        if (!dirty[s] || rnd() % 32 >= keep)
+            continue;
+        uint64_t off = s * PL_SECTOR, len = cur_size - off < PL_SECTOR ? cur_size - off : PL_SECTOR;
+        pwrite_raw(f->raw_fd, cur + off, (size_t)len, off, "keep: pwrite");
+    }
+    free(dirty);
+    uint64_t size = (rnd() & 1) ? cur_size : (uint64_t)sb.st_size;
+    if (ftruncate(f->raw_fd, (off_t)size) < 0)
+        die("keep: ftruncate");
+}
+
 static void cut_now(void)
 {
     int n = 0;
+    static const unsigned keep_of_32[3] = {16, 28, 31};
+    unsigned keep = keep_of_32[g_rng ? rnd() % 3 : 0];
     revert_entries(&n);
     for (size_t i = 0; i < g_n_files; i++) {
         pl_file *f = &g_files[i];
+        uint8_t *cur = NULL;
+        uint64_t cur_size = 0;
+        if (g_rng && f->n) {
+            struct stat sb;
+            if (fstat(f->raw_fd, &sb) < 0)
+                die("fstat");
+            cur_size = (uint64_t)sb.st_size;
+            cur = xmalloc((size_t)cur_size);
+            size_t done = 0;
+            while (done < cur_size) {
+                ssize_t r = pread(f->raw_fd, cur + done, (size_t)cur_size - done, (off_t)done);
+                if (r <= 0)
+                    die("keep: pread");
+                done += (size_t)r;
+            }
+        }
         for (size_t j = f->n; j-- > 0;) {
             pl_undo *u = &f->u[j];
             if (ftruncate(f->raw_fd, (off_t)u->old_size) < 0)
                 die("revert: ftruncate");
-            size_t done = 0;
-            while (done < u->len) {
-                ssize_t w =
-                    pwrite(f->raw_fd, u->data + done, u->len - done, (off_t)(u->off + done));
-                if (w <= 0)
-                    die("revert: pwrite");
-                done += (size_t)w;
-            }
+            pwrite_raw(f->raw_fd, u->data, u->len, u->off, "revert: pwrite");
             n++;
+        }
+        if (cur) {
+            keep_some(f, cur, cur_size, keep);
+            free(cur);
         }
     }
     g_trace->cut = true;
@@ -781,6 +850,11 @@ static void arm(int cut, tv_pl_trace *trace)
     }
     tv__sys_crash_hook = crash_hook;
     install_vfs();
+}
+
+void tv_pl_keep_random(uint64_t seed)
+{
+    g_rng = seed;
 }
 
 void tv_pl_model_dirs(const char *stash_dir)

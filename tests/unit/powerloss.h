@@ -37,12 +37,13 @@
  * durable when created or deleted: SQLite fsyncs their directory itself),
  * and entries made by calls that bypass tv__sys; a rename is durable with
  * its target's directory (the suite renames within one directory); writes
- * are lost whole (no torn sectors, no random subset of unsynced writes
- * kept); block devices (the suite uses file images). */
+ * are lost whole or, with tv_pl_keep_random, sector by sector (never a torn
+ * sector); block devices (the suite uses file images). */
 #ifndef TV_TEST_POWERLOSS_H
 #define TV_TEST_POWERLOSS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #define TV_PL_MAX_SYNCS 1024
 #define TV_PL_COUNT     0    /* no power loss: count the sync points */
@@ -68,6 +69,15 @@ typedef struct tv_pl_trace {
  * not inside a directory they list) holds the hard links that keep
  * replaced and unlinked files revertible. NULL turns it off. */
 void tv_pl_model_dirs(const char *stash_dir);
+
+/* For later tv_pl_run calls: seed 0 (the default) drops every unsynced
+ * write at a cut; any other seed keeps a random subset instead, as test6.c
+ * does: each 512-byte sector an unsynced write touched ends with its
+ * newest bytes with probability 1/2, 7/8 or 31/32 (chosen per cut), else
+ * its synced ones, each file with its old or its new size, and a
+ * prefix of the unsynced directory operations survives (metadata is
+ * journalled in order). What was synced is kept either way. */
+void tv_pl_keep_random(uint64_t seed);
 
 /* A zeroed trace in shared memory (NULL on failure); free with
  * tv_pl_trace_free. */
