@@ -1,13 +1,15 @@
 /* Power-loss harness for the tests: undo logs of unsynced writes behind
- * tv__sys and a wrapper SQLite VFS, a numbered sync point per fsync,
- * fdatasync and xSync, and a power cut that reverts every unsynced write and
- * _exit()s. See powerloss.h for what is and is not modelled.
+ * tv__sys and a wrapper SQLite VFS, a log of unsynced directory operations,
+ * a numbered sync point per fsync, fdatasync and xSync, and a power cut that
+ * reverts what was not synced (all of it, or a random part) and _exit()s.
+ * See powerloss.h for what is and is not modelled.
  *
  * Invariants: the hooks exist only in the forked child; every hook body runs
  * under one mutex (writes of the importer's writer thread and of SQLite are
  * serialised with the cut, so nothing is written after the revert); the
  * undo records of a file are applied newest first, which restores exactly
- * the bytes and size the file had at its last successful sync. */
+ * the bytes and size the file had at its last successful sync; directory
+ * operations are undone newest first, so each finds the names it made. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
