@@ -597,8 +597,14 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
      * cannot tell it from another store's). */
     if ((rc = tv__label_write(d, &l, err)))
         goto fail;
-    if ((rc = tv__reg_device_add(st->reg, &row, device_id, err)))
+    int64_t id = 0;
+    if ((rc = tv__reg_device_add(st->reg, &row, &id, err)))
         goto fail;
+    row.id = id;
+    if (device_id)
+        *device_id = id;
+    if (o->row_out)
+        *o->row_out = row;
     tv__dev_close(d);
     tv__store_close(st);
     return 0;

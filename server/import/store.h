@@ -41,6 +41,7 @@ typedef struct tv__store_init_opts {
     uint64_t region_off;    /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
     uint64_t region_len;    /* 0 = the rest of the device */
     bool force;             /* overwrite another store's label or data in the region */
+    tv__reg_device *row_out; /* optional: receives the registered device row */
 } tv__store_init_opts;
 
 /* Initialises a store in dir (created 0700 if missing; an existing one that

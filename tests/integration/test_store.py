@@ -553,8 +553,8 @@ BAD_NAMES = ["x@1", "x@prod", "a b", "org/-x", ".hidden", "../up", "a/../b", "a/
 
 
 def test_import_bad_name_writes_nothing(tv, store, ckpt):
+    used = objects(tv, store)[0]["used"]  # a reader: SQLite makes its -wal/-shm here
     before = store_state(store)
-    used = objects(tv, store)[0]["used"]
     for name in BAD_NAMES:
         p = tv("import", "--store", store, name, ckpt, "--activate", "--json")
         assert p.returncode == 1, (name, p.stderr)

@@ -546,19 +546,28 @@ typedef struct stats {
  * generation the registry calls ready reads back identical (the previously
  * active one always), and gc leaves no leak. */
 static void check_after(const fcase *c, uint64_t used_before, uint64_t used_after, int kind,
-                        long nth, int err)
+                        long nth, int err, int cmd_rc, const char *path)
 {
-    char what[160];
-    snprintf(what, sizeof what, "%s, %s #%ld %s", c->name, tv_test_sys_name(kind), nth,
-             err ? strerror(err) : "short");
+    char what[800];
+    snprintf(what, sizeof what, "%s, %s #%ld %s on '%s'", c->name, tv_test_sys_name(kind), nth,
+             err ? strerror(err) : "short", path);
     if (c->run == run_init) {
-        /* A failed init may leave an empty store directory, never a device
-         * half-registered: a retry on the same paths works. */
-        struct stat sb;
-        if (stat(g_img[0], &sb) == 0 && access(g_store, F_OK) != 0)
-            unlink(g_img[0]); /* an image without a store: not ours to judge */
-        if (access(g_store, F_OK) == 0 && cli("verify", "--store", g_store, NULL) == 0)
-            return;
+        /* A failed init leaves nothing behind (neither the store directory
+         * nor the image existed before it); a tolerated one made a store
+         * that verifies. Either way a retry on the same paths works. */
+        if (cmd_rc && (access(g_store, F_OK) == 0 || access(g_img[0], F_OK) == 0)) {
+            char left[512] = "";
+            DIR *dd = opendir(g_store);
+            for (struct dirent *de; dd && (de = readdir(dd));)
+                if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+                    snprintf(left + strlen(left), sizeof left - strlen(left), " %s", de->d_name);
+            if (dd)
+                closedir(dd);
+            fail_msg("%s: failed init left %s behind (holding:%s)", what,
+                     access(g_store, F_OK) == 0 ? g_store : g_img[0], left);
+        }
+        if (!cmd_rc && cli("verify", "--store", g_store, NULL))
+            fail_msg("%s: init succeeded but verify fails: %s", what, cli_output());
         tv_test_rmtree(g_store);
         unlink(g_img[0]);
         if (init_store(g_img[0]))
@@ -675,7 +684,7 @@ static void run_case(const fcase *c)
                 } else {
                     s.failed++;
                 }
-                check_after(c, used_before, used_after, k, j, errs[v]);
+                check_after(c, used_before, used_after, k, j, errs[v], rc, path);
             }
         }
     }

@@ -535,6 +535,7 @@ static void test_open_and_describe(void **state)
                                       MODEL "@x",
                                       MODEL "@1x",
                                       MODEL "@ 1",
+                                      MODEL "@01",
                                       MODEL "@+1",
                                       MODEL "@1 ",
                                       MODEL "@99999999999999999999"};

@@ -470,11 +470,12 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     /* gen 0: tv__snapfile_open resolves the active pointer and retries if
      * an activation or gc races with it. */
     if (at) {
-        /* Digits only: strtoll alone would take " 1", "+1" and saturate. */
+        /* Digits only, no leading zero (the CLI's rule): strtoll alone
+         * would take " 1", "+1", "01" and saturate. */
         char *end = NULL;
         long long g = 0;
         errno = 0;
-        if (at[1] >= '0' && at[1] <= '9')
+        if (at[1] >= '1' && at[1] <= '9')
             g = strtoll(at + 1, &end, 10);
         if (!end || *end || errno || g <= 0)
             return tv__seterr(err, TV_E_INVALID_ARG, "bad generation in '%s'", spec);
