@@ -18,8 +18,8 @@
 #include "cli/cli.h"
 #include "import/alloc.h"
 #include "import/import.h"
-#include "import/snapbuild.h"
-#include "import/store.h"
+#include "store/snapbuild.h"
+#include "store/store.h"
 #include "util/sys.h"
 
 #define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}

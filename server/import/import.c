@@ -20,7 +20,7 @@
 
 #include "import/alloc.h"
 #include "import/import.h"
-#include "import/snapbuild.h"
+#include "store/snapbuild.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 

@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "import/store.h"
+#include "store/store.h"
 
 #define TV__IMPORT_DEFAULT_CHUNK (8u << 20)
 #define TV__IMPORT_MAX_DEVICES 16

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/snapshot.h"
+#include "snap/snapshot.h"
 
 static void check(int rc, int also)
 {

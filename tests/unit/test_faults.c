@@ -42,7 +42,7 @@
 
 #include "cli/cli.h"
 #include "import/alloc.h"
-#include "import/store.h"
+#include "store/store.h"
 #include "registry/registry.h"
 #include "tensorvault/tensorvault.h"
 #include "tv_test.h"

@@ -34,7 +34,7 @@
 
 #include "dev/dev.h"
 #include "import/import.h"
-#include "import/store.h"
+#include "store/store.h"
 #include "registry/registry.h"
 #include "util/sys.h"
 

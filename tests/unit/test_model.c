@@ -1,4 +1,4 @@
-/* Unit tests of the reader API (core/src/store/model.c, tensorvault.h) on a
+/* Unit tests of the reader API (core/src/reader/model.c, tensorvault.h) on a
  * store built here: a file image, a checkpoint written by the test (so the
  * source bytes are known), imported and published with the server's
  * importer, then read only through the public API with both engines
@@ -38,12 +38,12 @@
 #include <cmocka.h>
 
 #include "import/import.h"
-#include "import/snapbuild.h"
-#include "import/store.h"
+#include "store/snapbuild.h"
+#include "store/store.h"
 #include "io/engine.h"
 #include "registry/registry.h"
-#include "store/snapfile.h"
-#include "store/snapshot.h"
+#include "snap/snapfile.h"
+#include "snap/snapshot.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
 

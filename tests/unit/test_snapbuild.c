@@ -1,5 +1,5 @@
 /* Unit tests of snapshot files built from the registry
- * (server/import/snapbuild.c): a store on two file images, a generated
+ * (server/store/snapbuild.c): a store on two file images, a generated
  * two-shard checkpoint (rank 0 and zero-size tensors included) imported
  * with one replica per device, then every snapshot field is checked
  * against the registry manifest and device rows, and the bytes each record
@@ -30,11 +30,11 @@
 
 #include "dev/dev.h"
 #include "import/import.h"
-#include "import/snapbuild.h"
-#include "import/store.h"
+#include "store/snapbuild.h"
+#include "store/store.h"
 #include "registry/registry.h"
-#include "store/snapfile.h"
-#include "store/snapshot.h"
+#include "snap/snapfile.h"
+#include "snap/snapshot.h"
 #include "util/sys.h"
 
 #define MiB   (1024ull * 1024ull)

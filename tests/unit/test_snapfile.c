@@ -1,5 +1,5 @@
 /* Unit tests of snapshot files in a store directory
- * (core/src/store/snapfile.c): model-name escaping (HF names with '/',
+ * (core/src/snap/snapfile.c): model-name escaping (HF names with '/',
  * "../x", control bytes, the hashed form of long names), atomic immutable
  * writes, the active pointer, the shared-flock reader lease against gc's
  * exclusive try (flock locks belong to open file descriptions, so a second
@@ -26,7 +26,7 @@
 
 #include <cmocka.h>
 
-#include "store/snapfile.h"
+#include "snap/snapfile.h"
 #include "util/sys.h"
 
 static char g_dir[256];

@@ -1,4 +1,4 @@
-/* Unit tests of the manifest snapshot (core/src/store/snapshot.c): build and
+/* Unit tests of the manifest snapshot (core/src/snap/snapshot.c): build and
  * open round trip (devices, shards with two replicas, tensors of rank 0 and
  * of zero size, file order, name lookup), a 130k-tensor snapshot, the
  * checksum, the builder's input checks, rejection of every corrupted header
@@ -21,7 +21,7 @@
 
 #include "dev/dev.h"
 #include "st/st_internal.h"
-#include "store/snapshot.h"
+#include "snap/snapshot.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)

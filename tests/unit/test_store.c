@@ -1,4 +1,4 @@
-/* Unit tests of the store directory (server/import/store.c) on file images:
+/* Unit tests of the store directory (server/store/store.c) on file images:
  * device claim safety (another store's label, data in the region, the same
  * image under another name), what a failed init leaves behind, the lock file
  * (FIFO, symlink, directory), read-only opens that never create or migrate
@@ -24,7 +24,7 @@
 
 #include "dev/dev.h"
 #include "import/import.h"
-#include "import/store.h"
+#include "store/store.h"
 #include "tensorvault/tensorvault.h"
 #include "registry/registry.h"
 #include "util/sys.h"

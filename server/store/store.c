@@ -12,8 +12,8 @@
 
 #include <jansson.h>
 
-#include "import/snapbuild.h"
-#include "import/store.h"
+#include "store/snapbuild.h"
+#include "store/store.h"
 #include "util/sys.h"
 
 #define REGISTRY_FILE "registry.db"

@@ -19,8 +19,8 @@
 
 #include "dev/dev.h"
 #include "io/engine.h"
-#include "store/snapfile.h"
-#include "store/snapshot.h"
+#include "snap/snapfile.h"
+#include "snap/snapshot.h"
 #include "util/sys.h"
 #include "tensorvault/tensorvault.h"
 #include "xfer/xfer.h"

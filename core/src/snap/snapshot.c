@@ -20,7 +20,7 @@
 
 #include "dev/dev.h"        /* little-endian helpers, device kinds and alignments */
 #include "st/st_internal.h" /* tv__hash_bytes: the index hash is part of the format */
-#include "store/snapshot.h"
+#include "snap/snapshot.h"
 #include "util/sha256.h"
 
 /* ---- field maps ----------------------------------------------------------- */

@@ -27,8 +27,8 @@
  *     snapshot's or pointer's place is TV_E_SNAPSHOT.
  * Only the store's writer (holder of DIR/lock) writes or removes these
  * files. Paths are at most TV__SNAPFILE_PATH_MAX bytes including the NUL. */
-#ifndef TV_STORE_SNAPFILE_H
-#define TV_STORE_SNAPFILE_H
+#ifndef TV_SNAP_SNAPFILE_H
+#define TV_SNAP_SNAPFILE_H
 
 #include <stdbool.h>
 #include <stddef.h>

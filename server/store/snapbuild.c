@@ -9,9 +9,9 @@
 
 #include <jansson.h>
 
-#include "import/snapbuild.h"
-#include "store/snapfile.h"
-#include "store/snapshot.h"
+#include "store/snapbuild.h"
+#include "snap/snapfile.h"
+#include "snap/snapshot.h"
 #include "util/sys.h"
 
 /* ---- registry rows -> builder input ------------------------------------- */

@@ -1,5 +1,5 @@
 /* Manifest snapshots of a store's generations: built from the registry,
- * written as files under DIR/snapshots (core/src/store/snapfile.h) so that
+ * written as files under DIR/snapshots (core/src/snap/snapfile.h) so that
  * readers open a generation without SQLite, and kept in step with the
  * registry by the writer.
  *
@@ -26,15 +26,15 @@
  *     and compares, and writes a pointer or snapshot only where it differs
  *     or is missing; retired generations are never rebuilt.
  * Call the writing functions only on a writer store (TV__STORE_WRITE). */
-#ifndef TV_IMPORT_SNAPBUILD_H
-#define TV_IMPORT_SNAPBUILD_H
+#ifndef TV_STORE_SNAPBUILD_H
+#define TV_STORE_SNAPBUILD_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "import/store.h"
-#include "store/snapshot.h"
+#include "store/store.h"
+#include "snap/snapshot.h"
 
 /* Builds the snapshot image of generation gen of model (0 = the active one)
  * from the registry (tv__reg_generation_get, tv__reg_tensors_list,

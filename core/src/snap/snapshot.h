@@ -18,8 +18,8 @@
  *   - the builder emits tensors in file order (shard, begin, end, name),
  *     sizes the index at a power of two >= 2 x n_tensors (at least 16) and is
  *     deterministic for a given input and hash seed. */
-#ifndef TV_STORE_SNAPSHOT_H
-#define TV_STORE_SNAPSHOT_H
+#ifndef TV_SNAP_SNAPSHOT_H
+#define TV_SNAP_SNAPSHOT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  * pid); a writer reclaims 'writing' reservations of crashed imports when it
  * opens; a device whose label, size, LBA size or identity differs from its
  * registry row is never read or written (TV_E_DEVICE_MISMATCH). */
-#ifndef TV_IMPORT_STORE_H
-#define TV_IMPORT_STORE_H
+#ifndef TV_STORE_STORE_H
+#define TV_STORE_STORE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/snapfile.h"
+#include "snap/snapfile.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 
