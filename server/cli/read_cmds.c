@@ -17,12 +17,11 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "tensorvault/tensorvault.h"
-#include "io/engine.h"
 #include "util/internal.h"
 #include "util/sys.h"
 
-#define TV_CLI_DEFAULT_QD    ((uint64_t)TV__IO_DEFAULT_QD)
-#define TV_CLI_DEFAULT_CHUNK ((uint64_t)TV__IO_DEFAULT_CHUNK)
+#define TV_CLI_DEFAULT_QD    ((uint64_t)TV_READ_DEFAULT_QUEUE_DEPTH)
+#define TV_CLI_DEFAULT_CHUNK ((uint64_t)TV_READ_DEFAULT_CHUNK)
 
 #define READ_OPTS                                                                                  \
     {"--store", true, NULL}, {"--json", false, NULL}, {"--engine", true, NULL},                    \
@@ -345,7 +344,9 @@ int tv_cli_bench(int argc, char **argv)
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         reqs[i].dest = arena + at;
-        at += (reqs[i].dest_len + 63) & ~(size_t)63;
+        uint64_t padded = 0; /* cannot fail: arena_len summed the same values above */
+        (void)tv__align_up_u64(reqs[i].dest_len, 64, &padded);
+        at += padded;
     }
     double t0 = now();
     rc = tv_read_batch(m, reqs, n, &err);
@@ -366,8 +367,7 @@ int tv_cli_bench(int argc, char **argv)
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("%s@%" PRId64 ": %zu tensors, %" PRIu64 " bytes in %.3f s: %.2f GB/s (peak RSS "
-               "%.1f MiB, %.1f MiB beyond the destination buffers)\n",
+        printf("%s@%" PRId64 ": %zu tensors, %" PRIu64 " bytes in %.3f s: %.2f GB/s (peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
                tv_model_name(m), tv_model_generation(m), n, total, secs,
                secs > 0 ? (double)total / secs / 1e9 : 0.0, rss_mib, extra_mib);
     }
