@@ -122,8 +122,7 @@ int tv_cli_store(int argc, char **argv)
                             (json_int_t)row.region_off, "region_size",
                             (json_int_t)row.region_len, "data_offset", (json_int_t)row.data_off));
     else
-        printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64
-               ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
+        printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64 ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
                dir, id, row.path, row.kind, row.lba_size, row.io_align, row.region_off,
                row.region_len, row.uuid);
     return TV_EXIT_OK;
@@ -233,8 +232,7 @@ int tv_cli_import(int argc, char **argv)
                             "bytes_written", (json_int_t)r.bytes_written, "bytes_deduplicated",
                             (json_int_t)r.bytes_deduped, "seconds", r.seconds, "mb_per_s", mbs));
     else
-        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
-               " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
+        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64 " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
                a.pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
                r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
     return TV_EXIT_OK;
@@ -496,8 +494,7 @@ int tv_cli_devices(int argc, char **argv)
                                ident ? ident : json_object(), "status", status, "message",
                                drc ? de.msg : ""));
         } else {
-            printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
-                   "  %s%s%s\n",
+            printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64 "  %s%s%s\n",
                    d[i].id, d[i].kind, d[i].path, d[i].lba_size, d[i].region_len, sp.used_len,
                    sp.free_len, status, drc ? ": " : "", drc ? de.msg : "");
         }

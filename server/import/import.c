@@ -307,8 +307,7 @@ static bool stamp_diff(const src_stamp *want, const src_stamp *have, char *what,
     what[0] = '\0';
     if (want->dev_id != have->dev_id || want->inode != have->inode)
         appendf(what, len, &o,
-                "another file (inode %llu on device %llu, was inode %llu on "
-                "device %llu)",
+                "another file (inode %llu on device %llu, was inode %llu on device %llu)",
                 (unsigned long long)have->inode, (unsigned long long)have->dev_id,
                 (unsigned long long)want->inode, (unsigned long long)want->dev_id);
     if (want->size != have->size)
@@ -345,8 +344,7 @@ static int check_lease(const src_file *sf, const tv_shard_info *si, tv_error *er
 {
     if (sf->leased && fcntl(sf->fd, F_GETLEASE) != F_RDLCK)
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' (%s) was opened for writing or truncated by another process "
-                          "during import",
+                          "shard '%s' (%s) was opened for writing or truncated by another process during import",
                           si->name, si->path);
     return 0;
 }
@@ -632,8 +630,7 @@ static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr,
     tv_checkpoint_close(w);
     if (rc)
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' changed during import: its header differs from the "
-                          "validated one", p->info.name);
+                          "shard '%s' changed during import: its header differs from the validated one", p->info.name);
     return 0;
 }
 
@@ -731,12 +728,14 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     if (!o)
         o = &dflt;
     if (!st || !model || !src || st->lock_fd < 0)
-        return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a "
-                          "source");
+        return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a source");
     if ((rc = tv__name_valid(model, "model name", err)))
         return rc;
     size_t chunk = o->chunk_len ? o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
-    chunk = (chunk + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    uint64_t chunk_al; /* N_BUFS x chunk is allocated at once below */
+    if (tv__align_up_u64(chunk, BUF_ALIGN, &chunk_al) || chunk_al > SIZE_MAX / N_BUFS)
+        return tv__seterr(err, TV_E_INVALID_ARG, "import chunk_len %zu: rounded up to a multiple of %d, %d of them overflow the address space", chunk, BUF_ALIGN, N_BUFS);
+    chunk = (size_t)chunk_al;
 
     /* 1. Validate everything first. */
     if ((rc = tv_checkpoint_open(src, NULL, &ck, err)))

@@ -372,14 +372,12 @@ int tv__reg_shard_add(tv__reg *reg, int64_t generation_id, const tv__reg_shard_i
     if (in->header_len == 0 || tv__add_u64(8, in->header_len, &header_end) ||
         header_end > in->file_len)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "shard '%s': header of %llu bytes does not fit "
-                          "in a %llu-byte file",
+                          "shard '%s': header of %llu bytes does not fit in a %llu-byte file",
                           in->name, (unsigned long long)in->header_len,
                           (unsigned long long)in->file_len);
     if (!tv__reg_sha256_valid(in->sha256_hex) || !tv__reg_sha256_valid(in->header_sha256_hex))
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "shard '%s': sha256 values must be 64 "
-                          "lower-case hex digits",
+                          "shard '%s': sha256 values must be 64 lower-case hex digits",
                           in->name);
     sqlite3_stmt *st = NULL;
     if ((rc = tv__reg_level_begin(reg, true, err)))
@@ -445,16 +443,14 @@ int tv__reg_shard_bind(tv__reg *reg, int64_t shard_id, int64_t object_id, tv_err
         goto done;
     if (o.canonical_len != file_len) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
-                        "shard '%s' is %llu bytes but object %lld holds "
-                        "%llu",
+                        "shard '%s' is %llu bytes but object %lld holds %llu",
                         name, (unsigned long long)file_len, (long long)object_id,
                         (unsigned long long)o.canonical_len);
         goto done;
     }
     if (o.state == TV__OBJ_COMMITTED && strcmp(o.sha256, sha)) {
         rc = tv__seterr(err, TV_E_HASH_MISMATCH,
-                        "shard '%s' has sha256 %s but object %lld "
-                        "holds %s",
+                        "shard '%s' has sha256 %s but object %lld holds %s",
                         name, sha, (long long)object_id, o.sha256);
         goto done;
     }
@@ -569,19 +565,16 @@ static int check_tensor(const tv_tensor_info *t, size_t i, const tv__reg_vec *sh
     for (uint32_t d = 0; d < t->rank; d++)
         if (t->shape[d] > (uint64_t)INT64_MAX)
             return tv__seterr(err, TV_E_OVERFLOW,
-                              "tensor '%.*s': dimension %u is %llu, over "
-                              "INT64_MAX",
+                              "tensor '%.*s': dimension %u is %llu, over INT64_MAX",
                               nl, t->name, d, (unsigned long long)t->shape[d]);
     *row = find_shard(shards, t->shard);
     if (!*row)
         return tv__seterr(err, TV_E_NOT_FOUND,
-                          "tensor '%.*s': no shard with idx %u in this "
-                          "generation",
+                          "tensor '%.*s': no shard with idx %u in this generation",
                           nl, t->name, t->shard);
     if (t->end_off < t->begin_off || t->end_off > (*row)->data_len)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%.*s': [%llu, %llu) is not inside "
-                          "shard %u's %llu-byte data section",
+                          "tensor '%.*s': [%llu, %llu) is not inside shard %u's %llu-byte data section",
                           nl, t->name, (unsigned long long)t->begin_off,
                           (unsigned long long)t->end_off, t->shard,
                           (unsigned long long)(*row)->data_len);
@@ -689,8 +682,7 @@ static int check_complete(tv__reg *reg, int64_t generation_id, const char *model
                                         : NULL;
         if (why) {
             rc = tv__seterr(err, TV_E_STATE,
-                            "model '%s' generation %lld cannot be ready: shard "
-                            "%lld '%s' %s",
+                            "model '%s' generation %lld cannot be ready: shard %lld '%s' %s",
                             model, (long long)number, (long long)idx, name, why);
             goto done;
         }
@@ -702,8 +694,7 @@ static int check_complete(tv__reg *reg, int64_t generation_id, const char *model
     }
     rc = expect ? 0
                 : tv__seterr(err, TV_E_STATE,
-                             "model '%s' generation %lld cannot be ready: "
-                             "it has no shards",
+                             "model '%s' generation %lld cannot be ready: it has no shards",
                              model, (long long)number);
 done:
     sqlite3_finalize(st);
@@ -749,8 +740,7 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
         return rc;
     if (active)
         return tv__seterr(err, TV_E_STATE,
-                          "model '%s' generation %lld is active: activate "
-                          "another generation first",
+                          "model '%s' generation %lld is active: activate another generation first",
                           model, (long long)number);
     if (to == TV__GEN_READY && (rc = check_complete(reg, generation_id, model, number, err)))
         return rc;
@@ -796,8 +786,7 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
         goto done;
     if (g.state != TV__GEN_READY) {
         rc = tv__seterr(err, TV_E_STATE,
-                        "model '%s' generation %lld is %s: only ready "
-                        "generations can be activated",
+                        "model '%s' generation %lld is %s: only ready generations can be activated",
                         model, (long long)number, tv__gen_state_name(g.state));
         goto done;
     }
@@ -918,8 +907,7 @@ static int load_manifest_shards(tv__reg *reg, tv__reg_manifest *m, manifest_mem 
         int64_t idx = sqlite3_column_int64(st, 1);
         if (idx != (int64_t)shards->n - 1) {
             rc = tv__seterr(err, TV_E_REGISTRY,
-                            "generation %lld: shard idx %lld out of sequence "
-                            "(expected %zu)",
+                            "generation %lld: shard idx %lld out of sequence (expected %zu)",
                             (long long)m->generation.id, (long long)idx, shards->n - 1);
             goto done;
         }
@@ -1014,8 +1002,7 @@ static int load_manifest_tensors(tv__reg *reg, tv__reg_manifest *m, manifest_mem
         if (dtype < 0 || dtype >= TV_DTYPE_COUNT || idx < 0 || (uint64_t)idx >= m->n_shards ||
             !shape || parse_shape(shape, t)) {
             rc = tv__seterr(err, TV_E_REGISTRY,
-                            "generation %lld: tensor '%.200s' has a corrupt "
-                            "dtype, shard or shape",
+                            "generation %lld: tensor '%.200s' has a corrupt dtype, shard or shape",
                             (long long)m->generation.id, mm->arena + off);
             goto done;
         }

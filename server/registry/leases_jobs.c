@@ -52,8 +52,7 @@ int tv__reg_lease_acquire(tv__reg *reg, const char *model, int64_t number, const
         goto done;
     if (g.state != TV__GEN_READY) {
         rc = tv__seterr(err, TV_E_STATE,
-                        "model '%s' generation %lld is %s: only ready "
-                        "generations can be opened",
+                        "model '%s' generation %lld is %s: only ready generations can be opened",
                         model, (long long)g.number, tv__gen_state_name(g.state));
         goto done;
     }
@@ -245,8 +244,7 @@ int tv__reg_job_progress(tv__reg *reg, int64_t id, uint64_t bytes_done, uint64_t
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_job_progress: NULL registry");
     if (bytes_done > bytes_total || generation < 0)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "import job %lld: %llu of %llu bytes done, "
-                          "generation %lld",
+                          "import job %lld: %llu of %llu bytes done, generation %lld",
                           (long long)id, (unsigned long long)bytes_done,
                           (unsigned long long)bytes_total, (long long)generation);
     tv__reg_job j;

@@ -121,8 +121,7 @@ int tv__reg_object_insert_writing(tv__reg *reg, int64_t device_id, uint64_t base
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_insert_writing: NULL registry");
     if (!alloc_len || !canonical_len || canonical_len > alloc_len)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "object of %llu canonical bytes cannot use a "
-                          "%llu-byte extent",
+                          "object of %llu canonical bytes cannot use a %llu-byte extent",
                           (unsigned long long)canonical_len, (unsigned long long)alloc_len);
     sqlite3_stmt *st = NULL;
     int rc = tv__reg_level_begin(reg, true, err);
@@ -265,15 +264,13 @@ static int check_unneeded(tv__reg *reg, int64_t object_id, tv_error *err)
         bool leased = sqlite3_column_int(st, 3) != 0;
         if (!strcmp(state, "importing") || !strcmp(state, "ready")) {
             rc = tv__seterr(err, TV_E_STATE,
-                            "object %lld holds a shard of %s generation %lld, "
-                            "which is %s",
+                            "object %lld holds a shard of %s generation %lld, which is %s",
                             (long long)object_id, model, number, state);
             goto done;
         }
         if (leased) {
             rc = tv__seterr(err, TV_E_LEASED,
-                            "object %lld holds a shard of %s generation %lld, "
-                            "which a reader still leases",
+                            "object %lld holds a shard of %s generation %lld, which a reader still leases",
                             (long long)object_id, model, number);
             goto done;
         }
@@ -352,8 +349,7 @@ done:
     if (rc == 0) {
         if (r.n_objects || r.n_generations || r.n_jobs)
             tv__log(tv__reg_log_level(reg, 0),
-                    "registry: reclaimed %zu writing objects, failed %zu importing generations "
-                    "and %zu unfinished jobs",
+                    "registry: reclaimed %zu writing objects, failed %zu importing generations and %zu unfinished jobs",
                     r.n_objects, r.n_generations, r.n_jobs);
         if (out)
             *out = r;

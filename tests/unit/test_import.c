@@ -952,6 +952,25 @@ static void test_import_bad_name(void **state)
     assert_clean_import(f, f->sharded, 1);
 }
 
+/* A chunk_len whose round-up to the buffer alignment overflows is refused
+ * before anything is read or written (it used to wrap to 0 and loop). */
+static void test_import_chunk_overflow(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    tv__sys.pwrite = pwrite_fail_nth; /* counts device writes; never fails */
+    tv__import_opts o = {.activate = true, .chunk_len = SIZE_MAX - 10};
+    tv_error err = {0};
+    int rc = tv__import(f->st, MODEL, f->sharded, &o, NULL, &err);
+    int writes = atomic_load(&g_calls);
+    hooks_reset();
+    assert_int_equal(rc, TV_E_INVALID_ARG);
+    assert_int_equal(writes, 0);
+    assert_non_null(strstr(err.msg, "chunk_len"));
+    assert_unchanged(f, 0, 0);
+    assert_clean_import(f, f->sharded, 1);
+}
+
 static void test_strict_corrupt_readback(void **state)
 {
     fixture *f = *state;
@@ -1009,6 +1028,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_publish_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_name_rule, NULL, NULL),
         cmocka_unit_test_setup_teardown(test_import_bad_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_import_chunk_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strict_corrupt_readback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_second_import, setup, teardown),
     };

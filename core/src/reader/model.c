@@ -676,8 +676,7 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
             uint64_t nbytes = m->t[i].end - m->t[i].begin;
             if ((!reqs[j].dest && nbytes) || reqs[j].dest_len < nbytes)
                 r = tv__seterr(&e, TV_E_INVALID_ARG,
-                               "request %zu (tensor '%.*s'): needs %llu bytes, destination has "
-                               "%zu",
+                               "request %zu (tensor '%.*s'): needs %llu bytes, destination has %zu",
                                j, NAME_PREC(m->t[i].name_len), m->t[i].name,
                                (unsigned long long)nbytes, reqs[j].dest_len);
             else

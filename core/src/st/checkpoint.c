@@ -46,8 +46,7 @@ int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
     unsigned char prefix[8];
     if (file_len < 8) {
         rc = tv__seterr(err, TV_E_FILE_SHORT,
-                        "shard '%s': file is %llu bytes, shorter than the "
-                        "8-byte length prefix",
+                        "shard '%s': file is %llu bytes, shorter than the 8-byte length prefix",
                         name, (unsigned long long)file_len);
         goto fail_fd;
     }
@@ -193,8 +192,7 @@ static int pick_in_dir(const char *dir, char *out, tv_error *err)
         pick = st;
     if (!pick)
         return tv__seterr(err, TV_E_CKPT_NOT_FOUND,
-                          "%s: no single safetensors checkpoint (found %d index files, %d "
-                          ".safetensors files)",
+                          "%s: no single safetensors checkpoint (found %d index files, %d .safetensors files)",
                           dir, n_idx, n_st);
     snprintf(out, NAME_MAX + 1, "%s", pick);
     return 0;

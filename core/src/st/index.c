@@ -56,8 +56,7 @@ static int validate_index(json_t *root, uint32_t max_shards, const char ***shard
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm))
         return tv__seterr(err, TV_E_IDX_WEIGHT_MAP,
-                          "index: weight_map is missing or not an "
-                          "object");
+                          "index: weight_map is missing or not an object");
     size_t n = json_object_size(wm);
     const char **names = malloc(sizeof(*names) * (n ? n : 1));
     if (!names)
@@ -320,14 +319,12 @@ static int cross_check(const tv_checkpoint *ck, json_t *root, tv_error *err)
         const char *want = json_string_value(val);
         if (tv_checkpoint_find(ck, key, strlen(key), &idx) != 0)
             return tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                              "tensor '%s' is listed in the index under shard '%s' but is "
-                              "missing from it",
+                              "tensor '%s' is listed in the index under shard '%s' but is missing from it",
                               key, want);
         const char *have = ck->strings + ck->shards[ck->tensors[idx].shard].name_off;
         if (strcmp(have, want) != 0)
             return tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                              "tensor '%s' is listed in the index under shard '%s' but is "
-                              "missing from it (found in shard '%s')",
+                              "tensor '%s' is listed in the index under shard '%s' but is missing from it (found in shard '%s')",
                               key, want, have);
     }
     if (json_object_size(wm) == ck->n_tensors)

@@ -188,7 +188,6 @@ int tv__cuda_check_dest(const void *ptr, size_t len, tv_error *err)
         return cuda_fail(err, e, "cudaPointerGetAttributes");
     }
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-        return tv__seterr(err, TV_E_INVALID_ARG, "destination %p (%zu bytes) is not CUDA device "
-                          "memory", ptr, len);
+        return tv__seterr(err, TV_E_INVALID_ARG, "destination %p (%zu bytes) is not CUDA device memory", ptr, len);
     return 0;
 }
