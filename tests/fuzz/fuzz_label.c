@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 #include "util/sha256.h"
 
 #define SUM_OFF 480 /* offsetof(tv__label, sha256): 32 bytes of SHA-256 over [0, 480) */

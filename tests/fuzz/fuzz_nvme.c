@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 
 static void check_ascii(const char *s, size_t cap)
 {

@@ -20,8 +20,9 @@
 #include <cmocka.h>
 
 #include "dev/dev.h"
-#include "st/st_internal.h"
 #include "snap/snapshot.h"
+#include "util/endian.h"
+#include "util/hash.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)

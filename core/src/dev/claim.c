@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dev/dev.h"
+#include "util/hex.h"
 #include "util/sys.h"
 
 #define LOOP_MAJOR_NUM 7u
@@ -27,14 +28,6 @@ static void add_key(tv__dev_claim *c, const char *fmt_kind, unsigned long long a
 {
     if (c->n_keys < TV_DEV_CLAIM_MAX_KEYS)
         snprintf(c->keys[c->n_keys++], TV_DEV_CLAIM_KEY_LEN, "%s:%llu:%llu", fmt_kind, a, b);
-}
-
-static void hex(const uint8_t *b, size_t n, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++)
-        out[2 * i] = d[b[i] >> 4], out[2 * i + 1] = d[b[i] & 15];
-    out[2 * n] = '\0';
 }
 
 int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err)
@@ -62,8 +55,8 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err)
     }
     if (d->kind == TV_DEV_NVME && out->n_keys < TV_DEV_CLAIM_MAX_KEYS) {
         char nguid[33], eui[17];
-        hex(d->ident.nguid, 16, nguid);
-        hex(d->ident.eui64, 8, eui);
+        tv__hex_encode(d->ident.nguid, 16, false, nguid);
+        tv__hex_encode(d->ident.eui64, 8, false, eui);
         snprintf(out->keys[out->n_keys++], TV_DEV_CLAIM_KEY_LEN, "nvme:%s:%s:%u:%s:%s",
                  d->ident.serial, d->ident.model, d->ident.nsid, nguid, eui);
     }

@@ -189,32 +189,6 @@ int tv__dev_claim_scan(tv__dev *d, uint64_t region_off, uint64_t region_len, tv_
 
 #define TV_NVME_IDENTIFY_LEN 4096u
 
-/* Little-endian field access for on-disk and on-wire structures. */
-static inline uint16_t tv__le16_get(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
-}
-static inline uint32_t tv__le32_get(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t tv__le64_get(const uint8_t *p)
-{
-    return (uint64_t)tv__le32_get(p) | (uint64_t)tv__le32_get(p + 4) << 32;
-}
-static inline void tv__le32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-static inline void tv__le64_put(uint8_t *p, uint64_t v)
-{
-    tv__le32_put(p, (uint32_t)v);
-    tv__le32_put(p + 4, (uint32_t)(v >> 32));
-}
-
 /* Decodes raw Identify Controller and Identify Namespace data (4096 bytes
  * each, as returned by the device) for namespace nsid into *out.
  * Returns 0; TV_E_INVALID_ARG for NULL buffers, an FLBAS index beyond NLBAF,
@@ -313,5 +287,9 @@ int tv__uuid_random(uint8_t uuid[16], tv_error *err);
 
 /* Formats uuid as 36 lower-case characters plus NUL. */
 void tv__uuid_format(const uint8_t uuid[16], char out[37]);
+
+/* Parses the 36-character 8-4-4-4-12 form (either case; nothing before or
+ * after it) into uuid. Returns 0; -EINVAL (uuid untouched) otherwise. */
+int tv__uuid_parse(const char *text, uint8_t uuid[16]);
 
 #endif

@@ -18,6 +18,8 @@
 #include <sys/random.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
+#include "util/hex.h"
 
 #define LABEL_SUM_OFF 480u
 
@@ -57,27 +59,37 @@ static void label_sum(const uint8_t *buf, uint8_t out[32])
         memset(out, 0, 32); /* cannot match a real digest of a valid label */
 }
 
+/* The 8-4-4-4-12 groups of a uuid's text form, in bytes. */
+static const uint8_t uuid_groups[5] = {4, 2, 2, 2, 6};
+
 void tv__uuid_format(const uint8_t uuid[16], char out[37])
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
+    size_t i = 0, o = 0;
+    for (size_t g = 0; g < 5; g++) {
+        if (g)
             out[o++] = '-';
-        out[o++] = hex[uuid[i] >> 4];
-        out[o++] = hex[uuid[i] & 15];
+        tv__hex_encode(uuid + i, uuid_groups[g], false, out + o);
+        i += uuid_groups[g];
+        o += 2u * uuid_groups[g];
     }
-    out[o] = '\0';
 }
 
-static void hex_format(const uint8_t *b, size_t n, char *out)
+int tv__uuid_parse(const char *text, uint8_t uuid[16])
 {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
+    uint8_t u[16];
+    size_t i = 0, o = 0;
+    if (!text || strlen(text) != 36)
+        return -EINVAL;
+    for (size_t g = 0; g < 5; g++) {
+        if (g && text[o++] != '-')
+            return -EINVAL;
+        if (tv__hex_decode(text + o, 2u * uuid_groups[g], u + i, uuid_groups[g]))
+            return -EINVAL;
+        i += uuid_groups[g];
+        o += 2u * uuid_groups[g];
     }
-    out[2 * n] = '\0';
+    memcpy(uuid, u, sizeof u);
+    return 0;
 }
 
 int tv__uuid_random(uint8_t uuid[16], tv_error *err)
@@ -346,8 +358,8 @@ static int cmp_bytes(tv_error *err, const char *path, const char *field, const c
     char h[33], w[33];
     if (memcmp(have, want, n) == 0)
         return 0;
-    hex_format(have, n, h);
-    hex_format(want, n, w);
+    tv__hex_encode(have, n, false, h);
+    tv__hex_encode(want, n, false, w);
     return tv__seterr(err, TV_E_DEVICE_MISMATCH, "device %s: %s: label has %s, %s %s", path, field,
                       h, who, w);
 }

@@ -18,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dev/dev.h"        /* little-endian helpers, device kinds and alignments */
-#include "st/st_internal.h" /* tv__hash_bytes: the index hash is part of the format */
+#include "dev/dev.h" /* device kinds and alignments */
 #include "snap/snapshot.h"
+#include "util/endian.h"
+#include "util/hash.h" /* the index hash is part of the format */
 #include "util/sha256.h"
 
 /* ---- field maps ----------------------------------------------------------- */
