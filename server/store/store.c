@@ -303,26 +303,12 @@ static void row_claim(const tv__reg_device *row, tv__dev_claim *c)
 static int expected_label(const tv__reg_device *row, tv__label *l, tv_error *err)
 {
     tv__snap_device_in r;
+    tv__dev_record rec;
     int rc = tv__store_device_record(row, &r, err);
     if (rc)
         return rc;
-    memset(l, 0, sizeof(*l));
-    memcpy(l->magic, TV_LABEL_MAGIC, 8);
-    l->version = TV_LABEL_VERSION;
-    l->label_len = TV_LABEL_LEN;
-    memcpy(l->store_uuid, r.uuid, 16);
-    l->lba_size = r.lba_size;
-    l->io_align = r.io_align;
-    l->region_off = r.region_off;
-    l->region_len = r.region_len;
-    l->object_align = r.object_align;
-    l->device_size = r.size_bytes;
-    l->dev_kind = r.kind;
-    memcpy(l->serial, r.serial, sizeof(l->serial));
-    memcpy(l->model, r.model, sizeof(l->model));
-    l->nsid = r.nsid;
-    memcpy(l->nguid, r.nguid, 16);
-    memcpy(l->eui64, r.eui64, 8);
+    tv__snap_device_in_record(&r, &rec);
+    tv__label_expected(&rec, l);
     return 0;
 }
 

@@ -112,7 +112,7 @@ static void test_round_trip(void **state)
     assert_int_equal(back.object_align, 65536);
     assert_int_equal(back.region_off, REGION_OFF);
     assert_int_equal(back.region_len, REGION_LEN);
-    assert_int_equal(back.device_size, IMG_LEN);
+    assert_int_equal(back.size_bytes, IMG_LEN);
     assert_int_equal(back.dev_kind, TV_DEV_FILE);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     assert_int_equal(tv__label_check(&back, NULL, d, &err), 0);
@@ -276,7 +276,7 @@ static void test_expected_fields(void **state)
     e.region_len -= 4096;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "region length");
     e = l;
-    e.device_size *= 2;
+    e.size_bytes *= 2;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "device size");
     e = l;
     e.dev_kind = TV_DEV_NVME;

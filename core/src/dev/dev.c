@@ -407,14 +407,11 @@ int tv__dev_flush(tv__dev *d, tv_error *err)
 
     if (!d)
         return tv__seterr(err, TV_E_INVALID_ARG, "flush: NULL device");
-    /* Only EINTR is retried: after a real writeback error the dirty pages
-     * may be gone, so a second fdatasync could falsely report success. */
-    do {
-        rc = tv__sys.fdatasync(d->fd);
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-        rc = -errno;
+    /* Only EINTR is retried (tv__sys_fdatasync): after a real writeback
+     * error the dirty pages may be gone, so a second fdatasync could falsely
+     * report success. */
+    rc = tv__sys_fdatasync(d->fd);
+    if (rc)
         return tv__seterr(err, rc, "fdatasync %s: %s", d->path, strerror(-rc));
-    }
     return 0;
 }

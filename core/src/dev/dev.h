@@ -227,7 +227,7 @@ typedef struct tv__label {
     uint64_t region_off;    /*  40: byte offset of the region (and the label) */
     uint64_t region_len;    /*  48: bytes, label block included */
     uint64_t object_align;  /*  56 */
-    uint64_t device_size;   /*  64: bytes; the device must keep exactly this size */
+    uint64_t size_bytes;    /*  64: the device must keep exactly this size */
     uint32_t dev_kind;      /*  72: tv__dev_kind */
     char serial[20];        /*  76: NVMe only, else zero */
     char model[40];         /*  96 */
@@ -237,6 +237,32 @@ typedef struct tv__label {
     uint8_t reserved[316];  /* 164: zero */
     uint8_t sha256[32];     /* 480: SHA-256 of bytes [0, 480) */
 } tv__label;
+
+/* What the registry and a snapshot record about a device: everything its
+ * label must say. Both device records (the snapshot's, and the registry row
+ * through tv__store_device_record) convert to this one
+ * (tv__snap_device_record, tv__snap_device_in_record), so one function maps
+ * a record to its expected label. */
+typedef struct tv__dev_record {
+    uint8_t store_uuid[16];
+    uint32_t kind; /* tv__dev_kind */
+    uint32_t lba_size;
+    uint32_t io_align;
+    uint64_t object_align;
+    uint64_t size_bytes;
+    uint64_t region_off;
+    uint64_t region_len;
+    char serial[20]; /* NVMe identity, zero-padded; zero otherwise */
+    char model[40];
+    uint32_t nsid;
+    uint8_t nguid[16];
+    uint8_t eui64[8];
+} tv__dev_record;
+
+/* Fills *out with the label a device described by rec must carry (magic,
+ * version and length set; the checksum is not: tv__label_check compares
+ * fields). */
+void tv__label_expected(const tv__dev_record *rec, tv__label *out);
 
 /* Validates a region of d: region_off > 0 and io_align-aligned, region inside
  * the device, and long enough for the label block plus one object_align of

@@ -33,7 +33,7 @@ _Static_assert(offsetof(tv__label, io_align) == 36, "label io_align");
 _Static_assert(offsetof(tv__label, region_off) == 40, "label region_off");
 _Static_assert(offsetof(tv__label, region_len) == 48, "label region_len");
 _Static_assert(offsetof(tv__label, object_align) == 56, "label object_align");
-_Static_assert(offsetof(tv__label, device_size) == 64, "label device_size");
+_Static_assert(offsetof(tv__label, size_bytes) == 64, "label size_bytes");
 _Static_assert(offsetof(tv__label, dev_kind) == 72, "label dev_kind");
 _Static_assert(offsetof(tv__label, serial) == 76, "label serial");
 _Static_assert(offsetof(tv__label, model) == 96, "label model");
@@ -170,6 +170,27 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
     return 0;
 }
 
+void tv__label_expected(const tv__dev_record *rec, tv__label *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->magic, TV_LABEL_MAGIC, sizeof out->magic);
+    out->version = TV_LABEL_VERSION;
+    out->label_len = TV_LABEL_LEN;
+    memcpy(out->store_uuid, rec->store_uuid, sizeof out->store_uuid);
+    out->lba_size = rec->lba_size;
+    out->io_align = rec->io_align;
+    out->region_off = rec->region_off;
+    out->region_len = rec->region_len;
+    out->object_align = rec->object_align;
+    out->size_bytes = rec->size_bytes;
+    out->dev_kind = rec->kind;
+    memcpy(out->serial, rec->serial, sizeof out->serial);
+    memcpy(out->model, rec->model, sizeof out->model);
+    out->nsid = rec->nsid;
+    memcpy(out->nguid, rec->nguid, sizeof out->nguid);
+    memcpy(out->eui64, rec->eui64, sizeof out->eui64);
+}
+
 int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint64_t region_off,
                    uint64_t region_len, tv_error *err)
 {
@@ -190,7 +211,7 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     l->region_off = region_off;
     l->region_len = region_len;
     l->object_align = d->object_align;
-    l->device_size = d->size_bytes;
+    l->size_bytes = d->size_bytes;
     l->dev_kind = (uint32_t)d->kind;
     if (d->kind == TV_DEV_NVME) {
         put_field(l->serial, sizeof l->serial, d->ident.serial);
@@ -214,7 +235,7 @@ void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
     PUT64(out, region_off, l->region_off);
     PUT64(out, region_len, l->region_len);
     PUT64(out, object_align, l->object_align);
-    PUT64(out, device_size, l->device_size);
+    PUT64(out, size_bytes, l->size_bytes);
     PUT32(out, dev_kind, l->dev_kind);
     PUTB(out, l, serial);
     PUTB(out, l, model);
@@ -256,7 +277,7 @@ int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *e
     l.region_off = GET64(in, region_off);
     l.region_len = GET64(in, region_len);
     l.object_align = GET64(in, object_align);
-    l.device_size = GET64(in, device_size);
+    l.size_bytes = GET64(in, size_bytes);
     l.dev_kind = GET32(in, dev_kind);
     GETB(in, &l, serial);
     GETB(in, &l, model);
@@ -388,7 +409,7 @@ static int check_expected(const tv__label *l, const tv__label *e, const char *p,
                    cmp_u64(err, p, "object_align", w, l->object_align, e->object_align) ||
                    cmp_u64(err, p, "region offset", w, l->region_off, e->region_off) ||
                    cmp_u64(err, p, "region length", w, l->region_len, e->region_len) ||
-                   cmp_u64(err, p, "device size", w, l->device_size, e->device_size) ||
+                   cmp_u64(err, p, "device size", w, l->size_bytes, e->size_bytes) ||
                    cmp_kind(err, p, w, l->dev_kind, e->dev_kind) ||
                    cmp_str(err, p, "nvme serial", w, l->serial, e->serial, sizeof l->serial) ||
                    cmp_str(err, p, "nvme model", w, l->model, e->model, sizeof l->model) ||
@@ -407,7 +428,7 @@ static int check_device(const tv__label *l, const tv__dev *d, tv_error *err)
     if (cmp_u64(err, p, "lba size", w, l->lba_size, d->lba_size) ||
         cmp_u64(err, p, "io_align", w, l->io_align, d->io_align) ||
         cmp_u64(err, p, "object_align", w, l->object_align, d->object_align) ||
-        cmp_u64(err, p, "device size (resized?)", w, l->device_size, d->size_bytes) ||
+        cmp_u64(err, p, "device size (resized?)", w, l->size_bytes, d->size_bytes) ||
         cmp_kind(err, p, w, l->dev_kind, (uint32_t)d->kind))
         return TV_E_DEVICE_MISMATCH;
     if (d->kind != TV_DEV_NVME)

@@ -794,6 +794,34 @@ int tv__snap_model(const tv__snap *s, const char **name, size_t *len, tv_error *
     return 0;
 }
 
+/* One copy per record type of the fields a label carries (see dev.h). */
+#define DEV_RECORD_FROM(d, out)                                                                   \
+    do {                                                                                          \
+        memcpy((out)->store_uuid, (d)->uuid, sizeof (out)->store_uuid);                           \
+        (out)->kind = (d)->kind;                                                                  \
+        (out)->lba_size = (d)->lba_size;                                                          \
+        (out)->io_align = (d)->io_align;                                                          \
+        (out)->object_align = (d)->object_align;                                                  \
+        (out)->size_bytes = (d)->size_bytes;                                                      \
+        (out)->region_off = (d)->region_off;                                                      \
+        (out)->region_len = (d)->region_len;                                                      \
+        memcpy((out)->serial, (d)->serial, sizeof (out)->serial);                                 \
+        memcpy((out)->model, (d)->model, sizeof (out)->model);                                    \
+        (out)->nsid = (d)->nsid;                                                                  \
+        memcpy((out)->nguid, (d)->nguid, sizeof (out)->nguid);                                    \
+        memcpy((out)->eui64, (d)->eui64, sizeof (out)->eui64);                                    \
+    } while (0)
+
+void tv__snap_device_record(const tv__snap_device_info *d, tv__dev_record *out)
+{
+    DEV_RECORD_FROM(d, out);
+}
+
+void tv__snap_device_in_record(const tv__snap_device_in *d, tv__dev_record *out)
+{
+    DEV_RECORD_FROM(d, out);
+}
+
 int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv_error *err)
 {
     if (!s || !s->base || !out)

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev/dev.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
@@ -217,6 +218,12 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
 uint64_t tv__snap_dim(const tv__snap_tensor_info *t, uint32_t d);
 /* The model name. Returns 0, TV_E_INVALID_ARG or TV_E_SNAPSHOT. */
 int tv__snap_model(const tv__snap *s, const char **name, size_t *len, tv_error *err);
+
+/* The label-relevant fields of a device record (builder input or decoded
+ * record) as the shared device record that tv__label_expected maps to the
+ * label the device must carry. */
+void tv__snap_device_record(const tv__snap_device_info *d, tv__dev_record *out);
+void tv__snap_device_in_record(const tv__snap_device_in *d, tv__dev_record *out);
 
 /* Name lookup through the index (seeded tv__hash_bytes; the full name is
  * compared). Never allocates; probes at most n_index slots. Returns 0 and
