@@ -1132,7 +1132,7 @@ static void test_corrupt_snapshot(void **state)
     uint8_t *img = read_whole(path, &len);
     tv__snap s;
     assert_int_equal(tv__snap_open(img, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
-    assert_true(s.off_tensors + 8 < len);
+    assert_true(s.tensors_off + 8 < len);
 
     /* the in-memory image opens and reads; truncated ones are refused */
     tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
@@ -1159,15 +1159,15 @@ static void test_corrupt_snapshot(void **state)
     assert_int_equal(tv_model_open_snapshot(NULL, len, &o, &m, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv_model_open_snapshot(img, len, &o, NULL, &err), TV_E_INVALID_ARG);
     /* a flipped byte in memory */
-    img[s.off_tensors + 5] ^= 0x40;
+    img[s.tensors_off + 5] ^= 0x40;
     assert_int_equal(tv_model_open_snapshot(img, len, &o, &m, &err), TV_E_SNAPSHOT);
-    img[s.off_tensors + 5] ^= 0x40;
+    img[s.tensors_off + 5] ^= 0x40;
 
     /* a flipped byte in the tensor section of the file on disk */
     int fd = open(path, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
-    uint8_t byte = img[s.off_tensors + 5] ^ 0x40;
-    assert_int_equal(pwrite(fd, &byte, 1, (off_t)(s.off_tensors + 5)), 1);
+    uint8_t byte = img[s.tensors_off + 5] ^ 0x40;
+    assert_int_equal(pwrite(fd, &byte, 1, (off_t)(s.tensors_off + 5)), 1);
     close(fd);
     rc = open_m(x->f->store, MODEL, x->engine, &m, &err);
     if (rc != TV_E_SNAPSHOT)

@@ -42,13 +42,13 @@ enum {
     H_FLAGS = 84,
     H_N_DIMS = 88,
     H_STRINGS_LEN = 96,
-    H_OFF_DEVICES = 104,
-    H_OFF_SHARDS = 112,
-    H_OFF_REPLICAS = 120,
-    H_OFF_TENSORS = 128,
-    H_OFF_DIMS = 136,
-    H_OFF_STRINGS = 144,
-    H_OFF_INDEX = 152,
+    H_DEVICES_OFF = 104,
+    H_SHARDS_OFF = 112,
+    H_REPLICAS_OFF = 120,
+    H_TENSORS_OFF = 128,
+    H_DIMS_OFF = 136,
+    H_STRINGS_OFF = 144,
+    H_INDEX_OFF = 152,
     H_SEED = 160,
     H_MODEL_OFF = 168,
     H_MODEL_LEN = 172,
@@ -79,7 +79,7 @@ enum {
     T_NAME_LEN = 4,
     T_DTYPE = 8,
     T_RANK = 12,
-    T_DIMS_OFF = 16,
+    T_FIRST_DIM = 16,
     T_SHARD = 20,
     T_BEGIN = 24,
     T_END = 32
@@ -647,16 +647,16 @@ static void test_header_corruptions(void **state)
     poke_expect(buf, len, H_GENERATION, 8, (uint64_t)-5, "generation");
 
     /* Section offsets: outside, misaligned, inside the header, overlapping. */
-    poke_expect(buf, len, H_OFF_TENSORS, 8, len, "tensors");
-    poke_expect(buf, len, H_OFF_TENSORS, 8, UINT64_MAX - 7, "tensors");
-    poke_expect(buf, len, H_OFF_INDEX, 8, len - 8, "index");
-    poke_expect(buf, len, H_OFF_DEVICES, 8, s.off_devices + 4, "not 8-byte aligned");
-    poke_expect(buf, len, H_OFF_STRINGS, 8, s.off_strings + 1, "not 8-byte aligned");
-    poke_expect(buf, len, H_OFF_SHARDS, 8, 128, "outside");
-    poke_expect(buf, len, H_OFF_SHARDS, 8, s.off_devices, "overlap");
-    poke_expect(buf, len, H_OFF_REPLICAS, 8, s.off_shards + 8, "overlap");
-    poke_expect(buf, len, H_OFF_INDEX, 8, s.off_strings, "overlap");
-    poke_expect(buf, len, H_OFF_DIMS, 8, s.off_tensors + 16, "overlap");
+    poke_expect(buf, len, H_TENSORS_OFF, 8, len, "tensors");
+    poke_expect(buf, len, H_TENSORS_OFF, 8, UINT64_MAX - 7, "tensors");
+    poke_expect(buf, len, H_INDEX_OFF, 8, len - 8, "index");
+    poke_expect(buf, len, H_DEVICES_OFF, 8, s.devices_off + 4, "not 8-byte aligned");
+    poke_expect(buf, len, H_STRINGS_OFF, 8, s.strings_off + 1, "not 8-byte aligned");
+    poke_expect(buf, len, H_SHARDS_OFF, 8, 128, "outside");
+    poke_expect(buf, len, H_SHARDS_OFF, 8, s.devices_off, "overlap");
+    poke_expect(buf, len, H_REPLICAS_OFF, 8, s.shards_off + 8, "overlap");
+    poke_expect(buf, len, H_INDEX_OFF, 8, s.strings_off, "overlap");
+    poke_expect(buf, len, H_DIMS_OFF, 8, s.tensors_off + 16, "overlap");
 
     /* Counts. */
     poke_expect(buf, len, H_N_INDEX, 4, 24, "power of two");
@@ -760,10 +760,10 @@ static void test_record_corruptions(void **state)
     uint8_t *buf = build_small(&len);
     tv__snap s;
     open_ok(buf, len, &s);
-    size_t dev0 = s.off_devices, dev1 = dev0 + TV_SNAP_DEVICE_LEN;
-    size_t sh0 = s.off_shards, sh1 = sh0 + TV_SNAP_SHARD_LEN;
-    size_t rep0 = s.off_replicas, rep3 = rep0 + 3 * TV_SNAP_REPLICA_LEN;
-    size_t t0 = s.off_tensors, t1 = t0 + TV_SNAP_TENSOR_LEN, t4 = t0 + 4 * TV_SNAP_TENSOR_LEN;
+    size_t dev0 = s.devices_off, dev1 = dev0 + TV_SNAP_DEVICE_LEN;
+    size_t sh0 = s.shards_off, sh1 = sh0 + TV_SNAP_SHARD_LEN;
+    size_t rep0 = s.replicas_off, rep3 = rep0 + 3 * TV_SNAP_REPLICA_LEN;
+    size_t t0 = s.tensors_off, t1 = t0 + TV_SNAP_TENSOR_LEN, t4 = t0 + 4 * TV_SNAP_TENSOR_LEN;
     uint32_t sl = (uint32_t)s.strings_len;
 
     /* Tensors. */
@@ -781,10 +781,10 @@ static void test_record_corruptions(void **state)
     record_expect(buf, len, t1 + T_DTYPE, 4, TV_DTYPE_U8, F_TENSOR, 1, "shape x dtype");
     record_expect(buf, len, t1 + T_RANK, 4, TV_ST_MAX_RANK + 1, F_TENSOR, 1, "rank");
     record_expect(buf, len, t1 + T_RANK, 4, 8, F_TENSOR, 1, "dims"); /* past n_dims = 8 */
-    record_expect(buf, len, t1 + T_DIMS_OFF, 4, 8, F_TENSOR, 1, "dims");
-    record_expect(buf, len, t1 + T_DIMS_OFF, 4, UINT32_MAX, F_TENSOR, 1, "dims");
-    record_expect(buf, len, s.off_dims, 8, 1ull << 62, F_TENSOR, 0, "overflows");
-    record_expect(buf, len, s.off_dims + 8, 8, 9, F_TENSOR, 0, "shape x dtype");
+    record_expect(buf, len, t1 + T_FIRST_DIM, 4, 8, F_TENSOR, 1, "dims");
+    record_expect(buf, len, t1 + T_FIRST_DIM, 4, UINT32_MAX, F_TENSOR, 1, "dims");
+    record_expect(buf, len, s.dims_off, 8, 1ull << 62, F_TENSOR, 0, "overflows");
+    record_expect(buf, len, s.dims_off + 8, 8, 9, F_TENSOR, 0, "shape x dtype");
 
     /* Shards (also reached through a tensor). */
     record_expect(buf, len, sh0 + S_NAME_OFF, 4, sl + 10, F_SHARD, 0, "name ref");
@@ -822,8 +822,8 @@ static void test_record_corruptions(void **state)
      * met by a probe, and an index with no empty slot (the probe must end). */
     uint8_t *p = dup_image(buf, len);
     for (uint32_t k = 0; k < s.n_index; k++)
-        if (tv__le32_get(p + s.off_index + 8 * k + 4))
-            tv__le32_put(p + s.off_index + 8 * k + 4, 7);
+        if (tv__le32_get(p + s.index_off + 8 * k + 4))
+            tv__le32_put(p + s.index_off + 8 * k + 4, 7);
     tv__snap s2;
     assert_int_equal(tv__snap_open(p, len, 0, &s2, NULL), 0); /* checksum now stale: off */
     assert_int_equal(tv__snap_find(&s2, "a.weight", 8, NULL, NULL), TV_E_SNAPSHOT);
@@ -831,8 +831,8 @@ static void test_record_corruptions(void **state)
 
     p = dup_image(buf, len);
     for (uint32_t k = 0; k < s.n_index; k++) {
-        tv__le32_put(p + s.off_index + 8 * k, 0xFFFFFFFFu);
-        tv__le32_put(p + s.off_index + 8 * k + 4, 2); /* all name tensor 1: "a.bias" */
+        tv__le32_put(p + s.index_off + 8 * k, 0xFFFFFFFFu);
+        tv__le32_put(p + s.index_off + 8 * k + 4, 2); /* all name tensor 1: "a.bias" */
     }
     tv_error err = {0};
     assert_int_equal(tv__snap_open(p, len, 0, &s2, &err), 0);
@@ -841,12 +841,12 @@ static void test_record_corruptions(void **state)
     /* Every slot carries the query's hash: the full name comparison decides. */
     uint64_t h = tv__hash_bytes("nope", 4, s2.hash_seed);
     for (uint32_t k = 0; k < s.n_index; k++)
-        tv__le32_put(p + s.off_index + 8 * k, (uint32_t)(h >> 32));
+        tv__le32_put(p + s.index_off + 8 * k, (uint32_t)(h >> 32));
     assert_int_equal(tv__snap_find(&s2, "nope", 4, NULL, &err), TV_E_SNAPSHOT);
     uint32_t idx = 0;
     h = tv__hash_bytes("a.bias", 6, s2.hash_seed);
     for (uint32_t k = 0; k < s.n_index; k++)
-        tv__le32_put(p + s.off_index + 8 * k, (uint32_t)(h >> 32));
+        tv__le32_put(p + s.index_off + 8 * k, (uint32_t)(h >> 32));
     assert_int_equal(tv__snap_find(&s2, "a.bias", 6, &idx, &err), 0);
     assert_int_equal(idx, 1);
     /* A matching slot whose tensor's name ref is bad. */

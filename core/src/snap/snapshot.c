@@ -41,13 +41,13 @@ typedef struct snap_header {
     uint32_t flags;
     uint64_t n_dims;
     uint64_t strings_len;
-    uint64_t off_devices;
-    uint64_t off_shards;
-    uint64_t off_replicas;
-    uint64_t off_tensors;
-    uint64_t off_dims;
-    uint64_t off_strings;
-    uint64_t off_index;
+    uint64_t devices_off;
+    uint64_t shards_off;
+    uint64_t replicas_off;
+    uint64_t tensors_off;
+    uint64_t dims_off;
+    uint64_t strings_off;
+    uint64_t index_off;
     uint64_t hash_seed;
     uint32_t model_off;
     uint32_t model_len;
@@ -68,13 +68,13 @@ _Static_assert(offsetof(snap_header, n_index) == 80, "header n_index");
 _Static_assert(offsetof(snap_header, flags) == 84, "header flags");
 _Static_assert(offsetof(snap_header, n_dims) == 88, "header n_dims");
 _Static_assert(offsetof(snap_header, strings_len) == 96, "header strings_len");
-_Static_assert(offsetof(snap_header, off_devices) == 104, "header off_devices");
-_Static_assert(offsetof(snap_header, off_shards) == 112, "header off_shards");
-_Static_assert(offsetof(snap_header, off_replicas) == 120, "header off_replicas");
-_Static_assert(offsetof(snap_header, off_tensors) == 128, "header off_tensors");
-_Static_assert(offsetof(snap_header, off_dims) == 136, "header off_dims");
-_Static_assert(offsetof(snap_header, off_strings) == 144, "header off_strings");
-_Static_assert(offsetof(snap_header, off_index) == 152, "header off_index");
+_Static_assert(offsetof(snap_header, devices_off) == 104, "header devices_off");
+_Static_assert(offsetof(snap_header, shards_off) == 112, "header shards_off");
+_Static_assert(offsetof(snap_header, replicas_off) == 120, "header replicas_off");
+_Static_assert(offsetof(snap_header, tensors_off) == 128, "header tensors_off");
+_Static_assert(offsetof(snap_header, dims_off) == 136, "header dims_off");
+_Static_assert(offsetof(snap_header, strings_off) == 144, "header strings_off");
+_Static_assert(offsetof(snap_header, index_off) == 152, "header index_off");
 _Static_assert(offsetof(snap_header, hash_seed) == 160, "header hash_seed");
 _Static_assert(offsetof(snap_header, model_off) == 168, "header model_off");
 _Static_assert(offsetof(snap_header, model_len) == 172, "header model_len");
@@ -154,7 +154,7 @@ typedef struct snap_tensor_rec {
     uint32_t name_len;
     uint32_t dtype;
     uint32_t rank;
-    uint32_t dims_off;
+    uint32_t first_dim;
     uint32_t shard;
     uint64_t begin_off;
     uint64_t end_off;
@@ -163,7 +163,7 @@ typedef struct snap_tensor_rec {
 _Static_assert(sizeof(snap_tensor_rec) == TV_SNAP_TENSOR_LEN, "tensor record size");
 _Static_assert(offsetof(snap_tensor_rec, dtype) == 8, "tensor dtype");
 _Static_assert(offsetof(snap_tensor_rec, rank) == 12, "tensor rank");
-_Static_assert(offsetof(snap_tensor_rec, dims_off) == 16, "tensor dims_off");
+_Static_assert(offsetof(snap_tensor_rec, first_dim) == 16, "tensor first_dim");
 _Static_assert(offsetof(snap_tensor_rec, shard) == 20, "tensor shard");
 _Static_assert(offsetof(snap_tensor_rec, begin_off) == 24, "tensor begin_off");
 _Static_assert(offsetof(snap_tensor_rec, end_off) == 32, "tensor end_off");
@@ -477,24 +477,24 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
 
     /* Sections in order; every record size is a multiple of 8, so only the
      * string table needs padding. */
-    uint64_t off = TV_SNAP_HEADER_LEN, off_devices, off_shards, off_replicas, off_tensors, off_dims,
-             off_strings, off_index, total, pad_strings;
-    off_devices = off;
+    uint64_t off = TV_SNAP_HEADER_LEN, devices_off, shards_off, replicas_off, tensors_off, dims_off,
+             strings_off, index_off, total, pad_strings;
+    devices_off = off;
     off += (uint64_t)in->n_devices * TV_SNAP_DEVICE_LEN;
-    off_shards = off;
+    shards_off = off;
     off += (uint64_t)in->n_shards * TV_SNAP_SHARD_LEN;
-    off_replicas = off;
+    replicas_off = off;
     off += n_replicas * TV_SNAP_REPLICA_LEN;
-    off_tensors = off;
+    tensors_off = off;
     off += (uint64_t)in->n_tensors * TV_SNAP_TENSOR_LEN;
-    off_dims = off;
+    dims_off = off;
     off += n_dims * 8;
-    off_strings = off;
+    strings_off = off;
     if (tv__align_up_u64(strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off)) {
         rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
         goto fail;
     }
-    off_index = off;
+    index_off = off;
     if (tv__add_u64(off, (uint64_t)n_index * TV_SNAP_SLOT_LEN, &total) || total > SIZE_MAX) {
         rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
         goto fail;
@@ -514,7 +514,7 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
     if (in->n_tensors > 1)
         qsort(order, in->n_tensors, sizeof *order, cmp_tensor_in);
 
-    uint8_t *strings = img + off_strings;
+    uint8_t *strings = img + strings_off;
     uint64_t used = 0;
     uint64_t seed = in->hash_seed ? in->hash_seed : draw_seed();
     size_t model_len = strlen(in->model);
@@ -532,20 +532,20 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
     PUT32(h, snap_header, n_index, n_index);
     PUT64(h, snap_header, n_dims, n_dims);
     PUT64(h, snap_header, strings_len, strings_len);
-    PUT64(h, snap_header, off_devices, off_devices);
-    PUT64(h, snap_header, off_shards, off_shards);
-    PUT64(h, snap_header, off_replicas, off_replicas);
-    PUT64(h, snap_header, off_tensors, off_tensors);
-    PUT64(h, snap_header, off_dims, off_dims);
-    PUT64(h, snap_header, off_strings, off_strings);
-    PUT64(h, snap_header, off_index, off_index);
+    PUT64(h, snap_header, devices_off, devices_off);
+    PUT64(h, snap_header, shards_off, shards_off);
+    PUT64(h, snap_header, replicas_off, replicas_off);
+    PUT64(h, snap_header, tensors_off, tensors_off);
+    PUT64(h, snap_header, dims_off, dims_off);
+    PUT64(h, snap_header, strings_off, strings_off);
+    PUT64(h, snap_header, index_off, index_off);
     PUT64(h, snap_header, hash_seed, seed);
     PUT32(h, snap_header, model_off, put_string(strings, &used, in->model, model_len));
     PUT32(h, snap_header, model_len, model_len);
 
     for (size_t i = 0; i < in->n_devices; i++) {
         const tv__snap_device_in *d = &in->devices[i];
-        uint8_t *p = img + off_devices + i * TV_SNAP_DEVICE_LEN;
+        uint8_t *p = img + devices_off + i * TV_SNAP_DEVICE_LEN;
         PUTB(p, snap_device_rec, uuid, d->uuid);
         PUT32(p, snap_device_rec, path_off, put_string(strings, &used, d->path, devs[i].path_len));
         PUT32(p, snap_device_rec, path_len, devs[i].path_len);
@@ -567,7 +567,7 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
     uint32_t rep = 0;
     for (size_t i = 0; i < in->n_shards; i++) {
         const tv__snap_shard_in *sh = &in->shards[i];
-        uint8_t *p = img + off_shards + i * TV_SNAP_SHARD_LEN;
+        uint8_t *p = img + shards_off + i * TV_SNAP_SHARD_LEN;
         size_t nl = strlen(sh->name);
         PUT32(p, snap_shard_rec, name_off, put_string(strings, &used, sh->name, nl));
         PUT32(p, snap_shard_rec, name_len, nl);
@@ -578,7 +578,7 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUT32(p, snap_shard_rec, n_replicas, sh->n_replicas);
         for (uint32_t r = 0; r < sh->n_replicas; r++, rep++) {
             const tv__snap_replica_in *rp = &sh->replicas[r];
-            uint8_t *q = img + off_replicas + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
+            uint8_t *q = img + replicas_off + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
             PUT32(q, snap_replica_rec, device, rp->device);
             PUT64(q, snap_replica_rec, object_id, (uint64_t)rp->object_id);
             PUT64(q, snap_replica_rec, base_off, rp->base_off);
@@ -586,22 +586,22 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         }
     }
 
-    uint8_t *index = img + off_index;
+    uint8_t *index = img + index_off;
     uint32_t mask = n_index - 1;
     uint64_t dim = 0;
     for (size_t i = 0; i < in->n_tensors; i++) {
         const tv__snap_tensor_in *t = order[i];
-        uint8_t *p = img + off_tensors + i * TV_SNAP_TENSOR_LEN;
+        uint8_t *p = img + tensors_off + i * TV_SNAP_TENSOR_LEN;
         PUT32(p, snap_tensor_rec, name_off, put_string(strings, &used, t->name, t->name_len));
         PUT32(p, snap_tensor_rec, name_len, t->name_len);
         PUT32(p, snap_tensor_rec, dtype, t->dtype);
         PUT32(p, snap_tensor_rec, rank, t->rank);
-        PUT32(p, snap_tensor_rec, dims_off, dim);
+        PUT32(p, snap_tensor_rec, first_dim, dim);
         PUT32(p, snap_tensor_rec, shard, t->shard);
         PUT64(p, snap_tensor_rec, begin_off, t->begin_off);
         PUT64(p, snap_tensor_rec, end_off, t->end_off);
         for (uint32_t d = 0; d < t->rank; d++, dim++)
-            tv__le64_put(img + off_dims + dim * 8, t->shape[d]);
+            tv__le64_put(img + dims_off + dim * 8, t->shape[d]);
 
         uint64_t hv = tv__hash_bytes(t->name, t->name_len, seed);
         for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
@@ -643,9 +643,9 @@ fail:
 static bool string_ref(const tv__snap *s, uint32_t off, uint32_t len, const char **out)
 {
     uint64_t end = (uint64_t)off + len;
-    if (end >= s->strings_len || s->base[s->off_strings + end] != 0)
+    if (end >= s->strings_len || s->base[s->strings_off + end] != 0)
         return false;
-    *out = (const char *)s->base + s->off_strings + off;
+    *out = (const char *)s->base + s->strings_off + off;
     return true;
 }
 
@@ -716,13 +716,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     s.n_index = GET32(p, snap_header, n_index);
     s.n_dims = GET64(p, snap_header, n_dims);
     s.strings_len = GET64(p, snap_header, strings_len);
-    s.off_devices = GET64(p, snap_header, off_devices);
-    s.off_shards = GET64(p, snap_header, off_shards);
-    s.off_replicas = GET64(p, snap_header, off_replicas);
-    s.off_tensors = GET64(p, snap_header, off_tensors);
-    s.off_dims = GET64(p, snap_header, off_dims);
-    s.off_strings = GET64(p, snap_header, off_strings);
-    s.off_index = GET64(p, snap_header, off_index);
+    s.devices_off = GET64(p, snap_header, devices_off);
+    s.shards_off = GET64(p, snap_header, shards_off);
+    s.replicas_off = GET64(p, snap_header, replicas_off);
+    s.tensors_off = GET64(p, snap_header, tensors_off);
+    s.dims_off = GET64(p, snap_header, dims_off);
+    s.strings_off = GET64(p, snap_header, strings_off);
+    s.index_off = GET64(p, snap_header, index_off);
     s.hash_seed = GET64(p, snap_header, hash_seed);
     s.model_off = GET32(p, snap_header, model_off);
     s.model_len = GET32(p, snap_header, model_len);
@@ -737,13 +737,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
                           (unsigned long long)s.strings_len);
 
     section sec[] = {
-        {"devices", s.off_devices, s.n_devices, TV_SNAP_DEVICE_LEN, 0},
-        {"shards", s.off_shards, s.n_shards, TV_SNAP_SHARD_LEN, 0},
-        {"replicas", s.off_replicas, s.n_replicas, TV_SNAP_REPLICA_LEN, 0},
-        {"tensors", s.off_tensors, s.n_tensors, TV_SNAP_TENSOR_LEN, 0},
-        {"dims", s.off_dims, s.n_dims, 8, 0},
-        {"strings", s.off_strings, s.strings_len, 1, 0},
-        {"index", s.off_index, s.n_index, TV_SNAP_SLOT_LEN, 0},
+        {"devices", s.devices_off, s.n_devices, TV_SNAP_DEVICE_LEN, 0},
+        {"shards", s.shards_off, s.n_shards, TV_SNAP_SHARD_LEN, 0},
+        {"replicas", s.replicas_off, s.n_replicas, TV_SNAP_REPLICA_LEN, 0},
+        {"tensors", s.tensors_off, s.n_tensors, TV_SNAP_TENSOR_LEN, 0},
+        {"dims", s.dims_off, s.n_dims, 8, 0},
+        {"strings", s.strings_off, s.strings_len, 1, 0},
+        {"index", s.index_off, s.n_index, TV_SNAP_SLOT_LEN, 0},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
         uint64_t end;
@@ -829,7 +829,7 @@ int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv
     if (i >= s->n_devices)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: device %u out of range (%u)", i,
                           s->n_devices);
-    const uint8_t *p = s->base + s->off_devices + (uint64_t)i * TV_SNAP_DEVICE_LEN;
+    const uint8_t *p = s->base + s->devices_off + (uint64_t)i * TV_SNAP_DEVICE_LEN;
     tv__snap_device_info d;
     memset(&d, 0, sizeof d);
     uint32_t path_off = GET32(p, snap_device_rec, path_off);
@@ -871,7 +871,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
     if (i >= s->n_replicas)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: replica %u out of range (%u)", i,
                           s->n_replicas);
-    const uint8_t *p = s->base + s->off_replicas + (uint64_t)i * TV_SNAP_REPLICA_LEN;
+    const uint8_t *p = s->base + s->replicas_off + (uint64_t)i * TV_SNAP_REPLICA_LEN;
     tv__snap_replica_info r = {
         .device = GET32(p, snap_replica_rec, device),
         .object_id = (int64_t)GET64(p, snap_replica_rec, object_id),
@@ -902,7 +902,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
 /* A shard's own fields, without walking its replicas. */
 static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_error *err)
 {
-    const uint8_t *p = s->base + s->off_shards + (uint64_t)i * TV_SNAP_SHARD_LEN;
+    const uint8_t *p = s->base + s->shards_off + (uint64_t)i * TV_SNAP_SHARD_LEN;
     tv__snap_shard_info sh;
     memset(&sh, 0, sizeof sh);
     uint32_t name_off = GET32(p, snap_shard_rec, name_off);
@@ -966,7 +966,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     if (i >= s->n_tensors)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor %u out of range (%u)", i,
                           s->n_tensors);
-    const uint8_t *p = s->base + s->off_tensors + (uint64_t)i * TV_SNAP_TENSOR_LEN;
+    const uint8_t *p = s->base + s->tensors_off + (uint64_t)i * TV_SNAP_TENSOR_LEN;
     tv__snap_tensor_info t;
     memset(&t, 0, sizeof t);
     uint32_t name_off = GET32(p, snap_tensor_rec, name_off);
@@ -978,16 +978,16 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
                           i, name_off, name_len);
     t.name_len = name_len;
     uint32_t dtype = GET32(p, snap_tensor_rec, dtype);
-    uint32_t dims_off = GET32(p, snap_tensor_rec, dims_off);
+    uint32_t first_dim = GET32(p, snap_tensor_rec, first_dim);
     t.rank = GET32(p, snap_tensor_rec, rank);
     t.shard = GET32(p, snap_tensor_rec, shard);
     t.begin_off = GET64(p, snap_tensor_rec, begin_off);
     t.end_off = GET64(p, snap_tensor_rec, end_off);
-    if (t.rank > TV_ST_MAX_RANK || (uint64_t)dims_off + t.rank > s->n_dims)
+    if (t.rank > TV_ST_MAX_RANK || (uint64_t)first_dim + t.rank > s->n_dims)
         return tv__seterr(err, TV_E_SNAPSHOT,
                           "snapshot: tensor '%.*s': rank %u or dims [%u, +%u)"
                           " outside the dims array (%llu)",
-                          name_shown(t.name_len), t.name, t.rank, dims_off, t.rank,
+                          name_shown(t.name_len), t.name, t.rank, first_dim, t.rank,
                           (unsigned long long)s->n_dims);
     if (t.shard >= s->n_shards)
         return tv__seterr(err, TV_E_SNAPSHOT,
@@ -999,7 +999,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     if (rc)
         return rc;
     uint64_t dims[TV_ST_MAX_RANK];
-    t.shape_le = s->base + s->off_dims + (uint64_t)dims_off * 8;
+    t.shape_le = s->base + s->dims_off + (uint64_t)first_dim * 8;
     for (uint32_t d = 0; d < t.rank; d++)
         dims[d] = tv__le64_get(t.shape_le + (size_t)d * 8);
     const char *why = tensor_problem(dtype, t.rank, dims, t.begin_off, t.end_off,
@@ -1028,7 +1028,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
         name = "";
     uint64_t h = tv__hash_bytes(name, len, s->hash_seed);
     uint32_t mask = s->n_index - 1, hi = (uint32_t)(h >> 32);
-    const uint8_t *slots = s->base + s->off_index;
+    const uint8_t *slots = s->base + s->index_off;
     uint32_t pos = (uint32_t)h & mask;
     /* At most n_index probes: a crafted index without an empty slot ends. */
     for (uint32_t probe = 0; probe < s->n_index; probe++, pos = (pos + 1) & mask) {
@@ -1042,7 +1042,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
                               pos, t1 - 1, s->n_tensors);
         if (GET32(slot, snap_slot, hash_hi) != hi)
             continue;
-        const uint8_t *rec = s->base + s->off_tensors + (uint64_t)(t1 - 1) * TV_SNAP_TENSOR_LEN;
+        const uint8_t *rec = s->base + s->tensors_off + (uint64_t)(t1 - 1) * TV_SNAP_TENSOR_LEN;
         uint32_t name_off = GET32(rec, snap_tensor_rec, name_off);
         uint32_t name_len = GET32(rec, snap_tensor_rec, name_len);
         const char *tn;

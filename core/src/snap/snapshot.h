@@ -128,7 +128,7 @@ typedef struct tv__snap {
     /* decoded header fields (host order) */
     int64_t generation;
     uint32_t n_devices, n_shards, n_replicas, n_tensors, n_index;
-    uint64_t off_devices, off_shards, off_replicas, off_tensors, off_dims, off_strings, off_index;
+    uint64_t devices_off, shards_off, replicas_off, tensors_off, dims_off, strings_off, index_off;
     uint64_t n_dims, strings_len;
     uint64_t hash_seed;
     uint32_t model_off, model_len;
@@ -203,7 +203,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
  *            n_replicas >= 1 and [first, first + n) inside the replicas;
  *            every replica valid with file_len <= alloc_len;
  *   tensor:  name inside the string table; dtype known; rank <=
- *            TV_ST_MAX_RANK; [dims_off, dims_off + rank) inside the dims
+ *            TV_ST_MAX_RANK; [first_dim, first_dim + rank) inside the dims
  *            array; shard index in range (its own fields valid; its replicas
  *            are checked by tv__snap_shard); begin <= end <= file_len -
  *            data_off; end - begin == elements x dtype bits / 8 without
