@@ -23,6 +23,7 @@
 #include "snap/snapshot.h"
 #include "util/endian.h"
 #include "util/hash.h"
+#include "tv_test.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)
@@ -953,67 +954,98 @@ static void test_random_flips(void **state)
     free(good);
 }
 
-/* ---- fuzz seeds --------------------------------------------------------------- */
+/* ---- fuzz seeds and byte stability ------------------------------------------ */
 
-static void write_seed(const char *dir, const char *name, const uint8_t *buf, size_t len)
+/* The seed corpus (tests/fuzz/corpus/snapshot), by number: the small
+ * generation, an empty one, and 64 tensors in one shard (a denser index).
+ * Deterministic (fixed hash seeds). NULL name past the last one. */
+static uint8_t *build_seed(int which, const char **name, size_t *len)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *fp = fopen(p, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(buf, 1, len, fp), len);
-    fclose(fp);
+    static const uint64_t shape[] = {2};
+    enum { N = 64 };
+    tv__snap_tensor_in t[N];
+    char names[N][16];
+    gen_fixture g;
+
+    *name = NULL;
+    switch (which) {
+    case 0:
+        *name = "small.tvsnap";
+        return build_small(len);
+    case 1: {
+        tv__snap_in empty = {.model = "m", .generation = 1, .hash_seed = 7};
+        *name = "empty.tvsnap";
+        return build(&empty, len);
+    }
+    case 2: {
+        fill_generation(&g);
+        tv__snap_shard_in sh = {.name = "model.safetensors",
+                                .file_len = 8 + 64 + N * 2,
+                                .header_len = 64,
+                                .n_replicas = 1,
+                                .replicas = g.reps0};
+        for (int i = 0; i < N; i++) {
+            int n = snprintf(names[i], sizeof names[i], "t%d", i);
+            t[i] = (tv__snap_tensor_in){.name = names[i],
+                                        .name_len = (size_t)n,
+                                        .dtype = TV_DTYPE_U8,
+                                        .rank = 1,
+                                        .shape = shape,
+                                        .begin_off = (uint64_t)i * 2,
+                                        .end_off = (uint64_t)i * 2 + 2};
+        }
+        g.in.n_devices = 1;
+        g.in.n_shards = 1;
+        g.in.shards = &sh;
+        g.in.n_tensors = N;
+        g.in.tensors = t;
+        g.in.hash_seed = 42;
+        *name = "dense.tvsnap";
+        return build(&g.in, len);
+    }
+    default:
+        return NULL;
+    }
 }
 
-/* With TV_SNAPSHOT_SEED_DIR set, writes the fuzz seed corpus
- * (tests/fuzz/corpus/snapshot): the small generation, an empty one, and 64
- * tensors in one shard (a denser index). Deterministic (fixed hash seeds). */
+/* With TV_SNAPSHOT_SEED_DIR set, writes the fuzz seed corpus. */
 static void test_write_fuzz_seeds(void **state)
 {
     (void)state;
     const char *dir = getenv("TV_SNAPSHOT_SEED_DIR");
     if (!dir || !*dir)
         skip();
+    const char *name;
     size_t len;
-    uint8_t *buf = build_small(&len);
-    write_seed(dir, "small.tvsnap", buf, len);
-    free(buf);
-
-    tv__snap_in empty = {.model = "m", .generation = 1, .hash_seed = 7};
-    buf = build(&empty, &len);
-    write_seed(dir, "empty.tvsnap", buf, len);
-    free(buf);
-
-    gen_fixture g;
-    fill_generation(&g);
-    enum { N = 64 };
-    static const uint64_t shape[] = {2};
-    tv__snap_tensor_in t[N];
-    char names[N][16];
-    tv__snap_shard_in sh = {.name = "model.safetensors",
-                            .file_len = 8 + 64 + N * 2,
-                            .header_len = 64,
-                            .n_replicas = 1,
-                            .replicas = g.reps0};
-    for (int i = 0; i < N; i++) {
-        int n = snprintf(names[i], sizeof names[i], "t%d", i);
-        t[i] = (tv__snap_tensor_in){.name = names[i],
-                                    .name_len = (size_t)n,
-                                    .dtype = TV_DTYPE_U8,
-                                    .rank = 1,
-                                    .shape = shape,
-                                    .begin_off = (uint64_t)i * 2,
-                                    .end_off = (uint64_t)i * 2 + 2};
+    uint8_t *buf;
+    for (int i = 0; (buf = build_seed(i, &name, &len)); i++) {
+        char p[512];
+        tv_test_write_file(tv_test_path(p, sizeof p, "%s/%s", dir, name), buf, len);
+        free(buf);
     }
-    g.in.n_devices = 1;
-    g.in.n_shards = 1;
-    g.in.shards = &sh;
-    g.in.n_tensors = N;
-    g.in.tensors = t;
-    g.in.hash_seed = 42;
-    buf = build(&g.in, &len);
-    write_seed(dir, "dense.tvsnap", buf, len);
-    free(buf);
+}
+
+/* The builder's output is part of the format: the committed seed corpus
+ * (built by version 1 of the builder) must come out byte for byte. */
+static void test_build_is_byte_stable(void **state)
+{
+    (void)state;
+    const char *name;
+    size_t len, want_len;
+    uint8_t *buf;
+    int n = 0;
+    for (int i = 0; (buf = build_seed(i, &name, &len)); i++, n++) {
+        char p[512];
+        uint8_t *want =
+            tv_test_read_file(tv_test_path(p, sizeof p, "fuzz/corpus/snapshot/%s", name), &want_len);
+        if (!want)
+            fail_msg("%s: cannot read the committed seed (tests run from tests/)", p);
+        assert_int_equal(len, want_len);
+        assert_memory_equal(buf, want, len);
+        free(want);
+        free(buf);
+    }
+    assert_int_equal(n, 3);
 }
 
 int main(void)
@@ -1025,6 +1057,7 @@ int main(void)
         cmocka_unit_test(test_build_rejects),    cmocka_unit_test(test_header_corruptions),
         cmocka_unit_test(test_checksum),         cmocka_unit_test(test_record_corruptions),
         cmocka_unit_test(test_random_flips),     cmocka_unit_test(test_write_fuzz_seeds),
+        cmocka_unit_test(test_build_is_byte_stable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

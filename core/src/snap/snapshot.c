@@ -451,104 +451,115 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
     return 0;
 }
 
-int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err)
+/* What the builder works on: the input, its validated devices, the tensors
+ * in file order and the image being filled with its section offsets. */
+typedef struct snap_builder {
+    const tv__snap_in *in;
+    tv__snap_device_info *devs;        /* from build_check */
+    const tv__snap_tensor_in **order;  /* in->tensors in file order */
+    uint64_t strings_len, n_dims, n_replicas;
+    uint32_t n_index;
+    uint64_t devices_off, shards_off, replicas_off, tensors_off, dims_off, strings_off, index_off;
+    uint64_t total_len;
+    uint8_t *img;
+    uint64_t strings_used; /* bytes of the string table written so far */
+    uint64_t seed;
+} snap_builder;
+
+/* Step 2: sizes the index and lays the sections out in order; every record
+ * size is a multiple of 8, so only the string table needs padding. */
+static int build_layout(snap_builder *b, tv_error *err)
 {
-    int rc;
-    tv__snap_device_info *devs = NULL;
-    const tv__snap_tensor_in **order = NULL;
-    uint8_t *img = NULL;
-    uint64_t strings_len = 0, n_dims = 0, n_replicas = 0;
-    if (out)
-        *out = NULL;
-    if (out_len)
-        *out_len = 0;
-    if (!in || !in->model || !out || !out_len)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_build: NULL argument");
-    if (in->n_devices && !(devs = calloc(in->n_devices, sizeof *devs))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
-        goto fail;
-    }
-    if ((rc = build_check(in, devs, &strings_len, &n_dims, &n_replicas, err)))
-        goto fail;
+    const tv__snap_in *in = b->in;
+    uint64_t off = TV_SNAP_HEADER_LEN, pad_strings;
 
-    uint32_t n_index = MIN_INDEX;
-    while (n_index < 2 * in->n_tensors) /* n_tensors <= UINT32_MAX / 4 */
-        n_index *= 2;
-
-    /* Sections in order; every record size is a multiple of 8, so only the
-     * string table needs padding. */
-    uint64_t off = TV_SNAP_HEADER_LEN, devices_off, shards_off, replicas_off, tensors_off, dims_off,
-             strings_off, index_off, total, pad_strings;
-    devices_off = off;
+    b->n_index = MIN_INDEX;
+    while (b->n_index < 2 * in->n_tensors) /* n_tensors <= UINT32_MAX / 4 */
+        b->n_index *= 2;
+    b->devices_off = off;
     off += (uint64_t)in->n_devices * TV_SNAP_DEVICE_LEN;
-    shards_off = off;
+    b->shards_off = off;
     off += (uint64_t)in->n_shards * TV_SNAP_SHARD_LEN;
-    replicas_off = off;
-    off += n_replicas * TV_SNAP_REPLICA_LEN;
-    tensors_off = off;
+    b->replicas_off = off;
+    off += b->n_replicas * TV_SNAP_REPLICA_LEN;
+    b->tensors_off = off;
     off += (uint64_t)in->n_tensors * TV_SNAP_TENSOR_LEN;
-    dims_off = off;
-    off += n_dims * 8;
-    strings_off = off;
-    if (tv__align_up_u64(strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off)) {
-        rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
-        goto fail;
-    }
-    index_off = off;
-    if (tv__add_u64(off, (uint64_t)n_index * TV_SNAP_SLOT_LEN, &total) || total > SIZE_MAX) {
-        rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
-        goto fail;
-    }
+    b->dims_off = off;
+    off += b->n_dims * 8;
+    b->strings_off = off;
+    if (tv__align_up_u64(b->strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off))
+        return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
+    b->index_off = off;
+    if (tv__add_u64(off, (uint64_t)b->n_index * TV_SNAP_SLOT_LEN, &b->total_len) ||
+        b->total_len > SIZE_MAX)
+        return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
+    return 0;
+}
 
-    if (in->n_tensors && !(order = malloc(in->n_tensors * sizeof *order))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
-        goto fail;
-    }
-    if (!(img = calloc(1, (size_t)total))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory (%llu bytes)",
-                        (unsigned long long)total);
-        goto fail;
-    }
+/* Step 3: the tensors in file order, and the zeroed image. */
+static int build_alloc(snap_builder *b, tv_error *err)
+{
+    const tv__snap_in *in = b->in;
+
+    if (in->n_tensors && !(b->order = malloc(in->n_tensors * sizeof *b->order)))
+        return tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+    if (!(b->img = calloc(1, (size_t)b->total_len)))
+        return tv__seterr(err, -ENOMEM, "snapshot: out of memory (%llu bytes)",
+                          (unsigned long long)b->total_len);
     for (size_t i = 0; i < in->n_tensors; i++)
-        order[i] = &in->tensors[i];
+        b->order[i] = &in->tensors[i];
     if (in->n_tensors > 1)
-        qsort(order, in->n_tensors, sizeof *order, cmp_tensor_in);
+        qsort(b->order, in->n_tensors, sizeof *b->order, cmp_tensor_in);
+    return 0;
+}
 
-    uint8_t *strings = img + strings_off;
-    uint64_t used = 0;
-    uint64_t seed = in->hash_seed ? in->hash_seed : draw_seed();
+/* Appends s to the image's string table; returns its offset there. */
+static uint32_t build_string(snap_builder *b, const char *s, size_t len)
+{
+    return put_string(b->img + b->strings_off, &b->strings_used, s, len);
+}
+
+/* Step 4: the header (checksum left zero) and the model name, the first
+ * string of the table. */
+static void build_header(snap_builder *b)
+{
+    const tv__snap_in *in = b->in;
+    uint8_t *h = b->img;
     size_t model_len = strlen(in->model);
 
-    uint8_t *h = img;
     memcpy(h, TV_SNAP_MAGIC, 8);
     PUT32(h, snap_header, version, TV_SNAP_VERSION);
     PUT32(h, snap_header, header_len, TV_SNAP_HEADER_LEN);
-    PUT64(h, snap_header, total_len, total);
+    PUT64(h, snap_header, total_len, b->total_len);
     PUT64(h, snap_header, generation, (uint64_t)in->generation);
     PUT32(h, snap_header, n_devices, in->n_devices);
     PUT32(h, snap_header, n_shards, in->n_shards);
-    PUT32(h, snap_header, n_replicas, n_replicas);
+    PUT32(h, snap_header, n_replicas, b->n_replicas);
     PUT32(h, snap_header, n_tensors, in->n_tensors);
-    PUT32(h, snap_header, n_index, n_index);
-    PUT64(h, snap_header, n_dims, n_dims);
-    PUT64(h, snap_header, strings_len, strings_len);
-    PUT64(h, snap_header, devices_off, devices_off);
-    PUT64(h, snap_header, shards_off, shards_off);
-    PUT64(h, snap_header, replicas_off, replicas_off);
-    PUT64(h, snap_header, tensors_off, tensors_off);
-    PUT64(h, snap_header, dims_off, dims_off);
-    PUT64(h, snap_header, strings_off, strings_off);
-    PUT64(h, snap_header, index_off, index_off);
-    PUT64(h, snap_header, hash_seed, seed);
-    PUT32(h, snap_header, model_off, put_string(strings, &used, in->model, model_len));
+    PUT32(h, snap_header, n_index, b->n_index);
+    PUT64(h, snap_header, n_dims, b->n_dims);
+    PUT64(h, snap_header, strings_len, b->strings_len);
+    PUT64(h, snap_header, devices_off, b->devices_off);
+    PUT64(h, snap_header, shards_off, b->shards_off);
+    PUT64(h, snap_header, replicas_off, b->replicas_off);
+    PUT64(h, snap_header, tensors_off, b->tensors_off);
+    PUT64(h, snap_header, dims_off, b->dims_off);
+    PUT64(h, snap_header, strings_off, b->strings_off);
+    PUT64(h, snap_header, index_off, b->index_off);
+    PUT64(h, snap_header, hash_seed, b->seed);
+    PUT32(h, snap_header, model_off, build_string(b, in->model, model_len));
     PUT32(h, snap_header, model_len, model_len);
+}
 
-    for (size_t i = 0; i < in->n_devices; i++) {
-        const tv__snap_device_in *d = &in->devices[i];
-        uint8_t *p = img + devices_off + i * TV_SNAP_DEVICE_LEN;
+/* Step 5: the device records and their paths. */
+static void build_devices(snap_builder *b)
+{
+    for (size_t i = 0; i < b->in->n_devices; i++) {
+        const tv__snap_device_in *d = &b->in->devices[i];
+        uint8_t *p = b->img + b->devices_off + i * TV_SNAP_DEVICE_LEN;
         PUTB(p, snap_device_rec, uuid, d->uuid);
-        PUT32(p, snap_device_rec, path_off, put_string(strings, &used, d->path, devs[i].path_len));
-        PUT32(p, snap_device_rec, path_len, devs[i].path_len);
+        PUT32(p, snap_device_rec, path_off, build_string(b, d->path, b->devs[i].path_len));
+        PUT32(p, snap_device_rec, path_len, b->devs[i].path_len);
         PUT32(p, snap_device_rec, kind, d->kind);
         PUT32(p, snap_device_rec, lba_size, d->lba_size);
         PUT32(p, snap_device_rec, io_align, d->io_align);
@@ -563,13 +574,18 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUTB(p, snap_device_rec, nguid, d->nguid);
         PUTB(p, snap_device_rec, eui64, d->eui64);
     }
+}
 
+/* Step 6: the shard records, their names and their replicas (in shard
+ * order, so each shard's replicas are one run). */
+static void build_shards(snap_builder *b)
+{
     uint32_t rep = 0;
-    for (size_t i = 0; i < in->n_shards; i++) {
-        const tv__snap_shard_in *sh = &in->shards[i];
-        uint8_t *p = img + shards_off + i * TV_SNAP_SHARD_LEN;
+    for (size_t i = 0; i < b->in->n_shards; i++) {
+        const tv__snap_shard_in *sh = &b->in->shards[i];
+        uint8_t *p = b->img + b->shards_off + i * TV_SNAP_SHARD_LEN;
         size_t nl = strlen(sh->name);
-        PUT32(p, snap_shard_rec, name_off, put_string(strings, &used, sh->name, nl));
+        PUT32(p, snap_shard_rec, name_off, build_string(b, sh->name, nl));
         PUT32(p, snap_shard_rec, name_len, nl);
         PUT64(p, snap_shard_rec, file_len, sh->file_len);
         PUT64(p, snap_shard_rec, header_len, sh->header_len);
@@ -578,21 +594,52 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUT32(p, snap_shard_rec, n_replicas, sh->n_replicas);
         for (uint32_t r = 0; r < sh->n_replicas; r++, rep++) {
             const tv__snap_replica_in *rp = &sh->replicas[r];
-            uint8_t *q = img + replicas_off + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
+            uint8_t *q = b->img + b->replicas_off + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
             PUT32(q, snap_replica_rec, device, rp->device);
             PUT64(q, snap_replica_rec, object_id, (uint64_t)rp->object_id);
             PUT64(q, snap_replica_rec, base_off, rp->base_off);
             PUT64(q, snap_replica_rec, alloc_len, rp->alloc_len);
         }
     }
+}
 
-    uint8_t *index = img + index_off;
-    uint32_t mask = n_index - 1;
+/* Places tensor i (of b->order) in the name index: linear probing from its
+ * hash to the first empty slot. Returns 0, or TV_E_INVALID_ARG when a
+ * tensor of the same name is already there. */
+static int build_index_insert(snap_builder *b, size_t i, tv_error *err)
+{
+    const tv__snap_tensor_in *t = b->order[i];
+    uint8_t *index = b->img + b->index_off;
+    uint32_t mask = b->n_index - 1;
+    uint64_t hv = tv__hash_bytes(t->name, t->name_len, b->seed);
+
+    for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
+        uint8_t *slot = index + (uint64_t)pos * TV_SNAP_SLOT_LEN;
+        uint32_t other = GET32(slot, snap_slot, tensor);
+        if (other == 0) {
+            PUT32(slot, snap_slot, hash_hi, hv >> 32);
+            PUT32(slot, snap_slot, tensor, i + 1);
+            return 0;
+        }
+        const tv__snap_tensor_in *o = b->order[other - 1];
+        if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) &&
+            o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0)
+            return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' appears twice",
+                              name_shown(t->name_len), t->name);
+    }
+}
+
+/* Step 7: the tensor records in file order, their names and dims, and the
+ * name index (which finds duplicate names). */
+static int build_tensors(snap_builder *b, tv_error *err)
+{
     uint64_t dim = 0;
-    for (size_t i = 0; i < in->n_tensors; i++) {
-        const tv__snap_tensor_in *t = order[i];
-        uint8_t *p = img + tensors_off + i * TV_SNAP_TENSOR_LEN;
-        PUT32(p, snap_tensor_rec, name_off, put_string(strings, &used, t->name, t->name_len));
+    int rc;
+
+    for (size_t i = 0; i < b->in->n_tensors; i++) {
+        const tv__snap_tensor_in *t = b->order[i];
+        uint8_t *p = b->img + b->tensors_off + i * TV_SNAP_TENSOR_LEN;
+        PUT32(p, snap_tensor_rec, name_off, build_string(b, t->name, t->name_len));
         PUT32(p, snap_tensor_rec, name_len, t->name_len);
         PUT32(p, snap_tensor_rec, dtype, t->dtype);
         PUT32(p, snap_tensor_rec, rank, t->rank);
@@ -601,39 +648,53 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUT64(p, snap_tensor_rec, begin_off, t->begin_off);
         PUT64(p, snap_tensor_rec, end_off, t->end_off);
         for (uint32_t d = 0; d < t->rank; d++, dim++)
-            tv__le64_put(img + dims_off + dim * 8, t->shape[d]);
-
-        uint64_t hv = tv__hash_bytes(t->name, t->name_len, seed);
-        for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
-            uint8_t *slot = index + (uint64_t)pos * TV_SNAP_SLOT_LEN;
-            uint32_t other = GET32(slot, snap_slot, tensor);
-            if (other == 0) {
-                PUT32(slot, snap_slot, hash_hi, hv >> 32);
-                PUT32(slot, snap_slot, tensor, i + 1);
-                break;
-            }
-            const tv__snap_tensor_in *o = order[other - 1];
-            if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) &&
-                o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0) {
-                rc = tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' appears twice",
-                                name_shown(t->name_len), t->name);
-                goto fail;
-            }
-        }
+            tv__le64_put(b->img + b->dims_off + dim * 8, t->shape[d]);
+        if ((rc = build_index_insert(b, i, err)))
+            return rc;
     }
-    if ((rc = tv__snap_seal(img, (size_t)total))) {
+    return 0;
+}
+
+/* Validate (1), lay out (2), allocate and order (3), write the header (4),
+ * devices (5), shards and replicas (6), tensors, dims and index (7), then
+ * seal the checksum (8). The string table fills in that order. */
+int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err)
+{
+    snap_builder b = {.in = in};
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    if (!in || !in->model || !out || !out_len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_build: NULL argument");
+    if (in->n_devices && !(b.devs = calloc(in->n_devices, sizeof *b.devs))) {
+        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+        goto fail;
+    }
+    if ((rc = build_check(in, b.devs, &b.strings_len, &b.n_dims, &b.n_replicas, err)) ||
+        (rc = build_layout(&b, err)) || (rc = build_alloc(&b, err)))
+        goto fail;
+    b.seed = in->hash_seed ? in->hash_seed : draw_seed();
+    build_header(&b);
+    build_devices(&b);
+    build_shards(&b);
+    if ((rc = build_tensors(&b, err)))
+        goto fail;
+    if ((rc = tv__snap_seal(b.img, (size_t)b.total_len))) {
         rc = tv__seterr(err, rc, "snapshot: checksum failed");
         goto fail;
     }
-    free(order);
-    free(devs);
-    *out = img;
-    *out_len = (size_t)total;
+    free(b.order);
+    free(b.devs);
+    *out = b.img;
+    *out_len = (size_t)b.total_len;
     return 0;
 fail:
-    free(img);
-    free(order);
-    free(devs);
+    free(b.img);
+    free(b.order);
+    free(b.devs);
     return rc;
 }
 
@@ -985,8 +1046,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     t.end_off = GET64(p, snap_tensor_rec, end_off);
     if (t.rank > TV_ST_MAX_RANK || (uint64_t)first_dim + t.rank > s->n_dims)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor '%.*s': rank %u or dims [%u, +%u)"
-                          " outside the dims array (%llu)",
+                          "snapshot: tensor '%.*s': rank %u or dims [%u, +%u) outside the dims array (%llu)",
                           name_shown(t.name_len), t.name, t.rank, first_dim, t.rank,
                           (unsigned long long)s->n_dims);
     if (t.shard >= s->n_shards)
