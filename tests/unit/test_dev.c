@@ -99,7 +99,7 @@ static void test_nvme_names(void **state)
     assert_false(tv__dev_is_nvme_name("sda"));
     assert_false(tv__dev_is_nvme_name(""));
     assert_false(tv__dev_is_nvme_name(NULL));
-    assert_string_equal(tv__dev_kind_name(TV_DEV_NVME), "nvme");
+    assert_string_equal(tv__dev_kind_name(TV__DEV_NVME), "nvme");
     assert_string_equal(tv__dev_kind_name(99), "unknown");
 }
 
@@ -144,10 +144,10 @@ static void test_create_image(void **state)
 static void test_open_file_geometry(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(64 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(64 * MIB, TV__DEV_O_RDWR);
     static const tv__dev_identity zero;
 
-    assert_int_equal(d->kind, TV_DEV_FILE);
+    assert_int_equal(d->kind, TV__DEV_FILE);
     assert_string_equal(d->path, g_img);
     assert_true(d->fd >= 0);
     assert_int_equal(d->lba_size, 512);
@@ -160,7 +160,7 @@ static void test_open_file_geometry(void **state)
     tv__dev_close(d);
 
     tv_error err = {0};
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_false(d->direct);
     assert_false(d->writable);
     tv__dev_close(d);
@@ -173,7 +173,7 @@ static void test_open_errors(void **state)
     tv_error err = {0};
     tv__dev *d = (tv__dev *)&err; /* must be reset to NULL on failure */
 
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), -ENOENT);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), -ENOENT);
     assert_null(d);
     assert_non_null(strstr(err.msg, g_img));
 
@@ -182,15 +182,15 @@ static void test_open_errors(void **state)
     assert_int_equal(tv__dev_open(g_img, 0, NULL, &err), TV_E_INVALID_ARG);
 
     /* A directory and a character device are neither file nor block. */
-    assert_int_equal(tv__dev_open(g_dir, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_dir, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     assert_null(d);
-    assert_int_equal(tv__dev_open("/dev/null", TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open("/dev/null", TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
 
     /* An empty image has no room for anything. */
     int fd = open(g_img, O_CREAT | O_WRONLY, 0600);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "empty"));
 }
 
@@ -234,19 +234,19 @@ static void round_trip(unsigned flags)
 static void test_round_trip_direct(void **state)
 {
     (void)state;
-    round_trip(TV_DEV_O_RDWR);
+    round_trip(TV__DEV_O_RDWR);
 }
 
 static void test_round_trip_buffered(void **state)
 {
     (void)state;
-    round_trip(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT);
+    round_trip(TV__DEV_O_RDWR | TV__DEV_O_NODIRECT);
     /* Buffered I/O has no alignment requirement. */
     tv__dev *d = NULL;
     tv_error err = {0};
     char msg[] = "unaligned bytes";
     char back[sizeof msg];
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_int_equal(tv__dev_pwrite_full(d, msg, sizeof msg, 12345, &err), 0);
     assert_int_equal(tv__dev_pread_full(d, back, sizeof back, 12345, &err), 0);
     assert_string_equal(back, msg);
@@ -256,7 +256,7 @@ static void test_round_trip_buffered(void **state)
 static void test_read_only_write(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDONLY);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDONLY);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
     assert_int_equal(tv__dev_pwrite_full(d, b, 4096, 4096, &err), -EBADF);
@@ -276,7 +276,7 @@ static ssize_t counting_pread(int fd, void *buf, size_t len, off_t off)
 static void test_direct_alignment_rejected(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR | TV_DEV_O_NODIRECT);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR | TV__DEV_O_NODIRECT);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 3 * 4096);
 
@@ -366,7 +366,7 @@ static int eintr_fdatasync(int fd)
 static void test_inject_eio(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 8192);
 
@@ -390,7 +390,7 @@ static void test_inject_eio(void **state)
 static void test_inject_enospc(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
 
@@ -439,19 +439,19 @@ static void short_transfers(unsigned flags, size_t cap)
 static void test_short_reads_direct(void **state)
 {
     (void)state;
-    short_transfers(TV_DEV_O_RDWR, 4096); /* O_DIRECT: short counts stay aligned */
+    short_transfers(TV__DEV_O_RDWR, 4096); /* O_DIRECT: short counts stay aligned */
 }
 
 static void test_short_reads_buffered(void **state)
 {
     (void)state;
-    short_transfers(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT, 1000);
+    short_transfers(TV__DEV_O_RDWR | TV__DEV_O_NODIRECT, 1000);
 }
 
 static void test_eintr_retried(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
 
@@ -477,7 +477,7 @@ static void test_null_args(void **state)
     assert_int_equal(tv__dev_pwrite_full(NULL, b, 16, 0, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv__dev_flush(NULL, &err), TV_E_INVALID_ARG);
     assert_null(tv__dev_alloc_aligned(NULL, 16));
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     assert_int_equal(tv__dev_pread_full(d, NULL, 4096, 0, &err), TV_E_INVALID_ARG);
     assert_null(tv__dev_alloc_aligned(d, SIZE_MAX));
     tv__dev_close(d);
@@ -492,8 +492,8 @@ static void test_open_fifo_does_not_block(void **state)
     tv__dev *d = NULL;
     assert_int_equal(mkfifo(g_img, 0600), 0);
     alarm(10); /* a blocking open would hang here: SIGALRM fails the test */
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), TV_E_INVALID_ARG);
     alarm(0);
     assert_null(d);
     assert_non_null(strstr(err.msg, "neither a regular file nor a block device"));
@@ -508,9 +508,9 @@ static void test_open_nofollow(void **state)
     snprintf(target, sizeof target, "%s/target", g_dir);
     assert_int_equal(tv__dev_create_image(target, MIB, &err), 0);
     assert_int_equal(symlink(target, g_img), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NOFOLLOW, &d, &err), -ELOOP);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NOFOLLOW, &d, &err), -ELOOP);
     assert_non_null(strstr(err.msg, "symlink"));
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), 0);
     tv__dev_close(d);
     /* Creating an image never writes through a symlink. */
     assert_int_equal(unlink(target), 0);
@@ -540,18 +540,18 @@ static void test_claim_keys_nvme(void **state)
 {
     (void)state;
     tv_error err = {0};
-    tv__dev *a = open_image(MIB, TV_DEV_O_RDONLY);
+    tv__dev *a = open_image(MIB, TV__DEV_O_RDONLY);
     char other[320];
     snprintf(other, sizeof other, "%s/other", g_dir);
     assert_int_equal(tv__dev_create_image(other, MIB, &err), 0);
     tv__dev *b = NULL;
-    assert_int_equal(tv__dev_open(other, TV_DEV_O_RDONLY, &b, &err), 0);
+    assert_int_equal(tv__dev_open(other, TV__DEV_O_RDONLY, &b, &err), 0);
     tv__dev_claim ka, kb;
     assert_int_equal(tv__dev_claim_keys(a, &ka, &err), 0);
     assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);
     assert_false(tv__dev_claim_same(&ka, &kb));
     /* The same NVMe namespace seen through two nodes: identity matches. */
-    a->kind = b->kind = TV_DEV_NVME;
+    a->kind = b->kind = TV__DEV_NVME;
     static const tv__dev_identity id = {
         .serial = "S1", .model = "M", .nsid = 1, .nguid = {1, 2, 3}, .eui64 = {4, 5}};
     a->ident = b->ident = id;

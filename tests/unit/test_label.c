@@ -54,7 +54,7 @@ static tv__dev *open_rw(void)
 {
     tv__dev *d = NULL;
     tv_error err = {0};
-    if (tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err) != 0)
+    if (tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err) != 0)
         fail_msg("open %s: %s", g_img, err.msg);
     return d;
 }
@@ -103,7 +103,7 @@ static void test_round_trip(void **state)
     tv__dev *d = labelled(&l);
 
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
-    assert_memory_equal(back.magic, TV_LABEL_MAGIC, 8);
+    assert_memory_equal(back.magic, TV__LABEL_MAGIC, 8);
     assert_int_equal(back.version, 1);
     assert_int_equal(back.label_len, 512);
     assert_memory_equal(back.store_uuid, g_uuid, 16);
@@ -113,7 +113,7 @@ static void test_round_trip(void **state)
     assert_int_equal(back.region_off, REGION_OFF);
     assert_int_equal(back.region_len, REGION_LEN);
     assert_int_equal(back.size_bytes, IMG_LEN);
-    assert_int_equal(back.dev_kind, TV_DEV_FILE);
+    assert_int_equal(back.dev_kind, TV__DEV_FILE);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     assert_int_equal(tv__label_check(&back, NULL, d, &err), 0);
     /* Objects start at the first 64 KiB boundary after the label block. */
@@ -121,7 +121,7 @@ static void test_round_trip(void **state)
     tv__dev_close(d);
 
     /* And again through a read-only, buffered open. */
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     tv__dev_close(d);
@@ -148,7 +148,7 @@ static void test_on_disk_bytes(void **state)
     assert_memory_equal(raw + 36, io_align, 4);
     assert_memory_equal(raw + 40, region_off, 8);
     assert_memory_equal(raw + 64, dev_size, 8);
-    assert_int_equal(raw[72], TV_DEV_FILE);
+    assert_int_equal(raw[72], TV__DEV_FILE);
     /* Reserved bytes and the rest of the block are zero. */
     for (size_t i = 164; i < 480; i++)
         assert_int_equal(raw[i], 0);
@@ -279,7 +279,7 @@ static void test_expected_fields(void **state)
     e.size_bytes *= 2;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "device size");
     e = l;
-    e.dev_kind = TV_DEV_NVME;
+    e.dev_kind = TV__DEV_NVME;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "kind: label has file");
     e = l;
     e.object_align = 131072;
@@ -296,7 +296,7 @@ static void test_resized_image(void **state)
     tv__dev_close(d);
 
     assert_int_equal(truncate(g_img, IMG_LEN + 1 * MIB), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "device size");
     assert_non_null(strstr(err.msg, "16777216"));
@@ -306,7 +306,7 @@ static void test_resized_image(void **state)
     /* Shrunk below the region: still a mismatch (never a crash or a read
      * past the end). */
     assert_int_equal(truncate(g_img, 8 * MIB), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "device size");
     tv__dev_close(d);
@@ -334,7 +334,7 @@ static void test_different_lba_size(void **state)
     d->io_align = 8192;
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "io_align");
     d->io_align = 4096;
-    d->kind = TV_DEV_BLOCK;
+    d->kind = TV__DEV_BLOCK;
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "kind");
     tv__dev_close(d);
 }
@@ -347,7 +347,7 @@ static void test_nvme_identity(void **state)
     tv__dev *d = open_rw();
 
     /* Pretend the image is an NVMe namespace with an identity. */
-    d->kind = TV_DEV_NVME;
+    d->kind = TV__DEV_NVME;
     strcpy(d->ident.serial, "S64ANS0T123456");
     memset(d->ident.model, 'M', 40); /* a model that fills its 40 bytes */
     d->ident.model[40] = '\0';

@@ -1147,7 +1147,7 @@ static void test_corrupt_snapshot(void **state)
     tv_model_close(m);
     hooks_reset();
     tv__io_fault = hook_count;
-    static const size_t cut[] = {0, 1, 100, TV_SNAP_HEADER_LEN, 0x1000, 1};
+    static const size_t cut[] = {0, 1, 100, TV__SNAP_HEADER_LEN, 0x1000, 1};
     for (size_t k = 0; k < sizeof cut / sizeof *cut; k++) {
         size_t l = k == sizeof cut / sizeof *cut - 1 ? len - 1 : (cut[k] < len ? cut[k] : len / 2);
         m = (tv_model *)&err;

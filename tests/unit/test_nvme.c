@@ -18,7 +18,7 @@
 #include "dev/dev.h"
 #include "util/endian.h"
 
-#define ID_LEN TV_NVME_IDENTIFY_LEN
+#define ID_LEN TV__NVME_IDENTIFY_LEN
 
 static uint8_t g_ctrl[ID_LEN], g_ns[ID_LEN];
 

@@ -118,7 +118,7 @@ static void fill_generation(gen_fixture *g)
     for (int i = 0; i < 16; i++)
         d->uuid[i] = (uint8_t)(0x10 + i);
     d->path = "/var/lib/tv/image0";
-    d->kind = TV_DEV_FILE;
+    d->kind = TV__DEV_FILE;
     d->lba_size = 512;
     d->io_align = 4096;
     d->object_align = 64 * KiB;
@@ -131,7 +131,7 @@ static void fill_generation(gen_fixture *g)
     for (int i = 0; i < 16; i++)
         d->uuid[i] = (uint8_t)(0xA0 + i);
     d->path = "/dev/nvme0n1";
-    d->kind = TV_DEV_NVME;
+    d->kind = TV__DEV_NVME;
     d->lba_size = 4096;
     d->io_align = 4096;
     d->object_align = 64 * KiB;
@@ -219,9 +219,9 @@ static void test_roundtrip(void **state)
     size_t len;
     uint8_t *buf = build(&g.in, &len);
     assert_int_equal(len % 8, 0);
-    assert_memory_equal(buf, TV_SNAP_MAGIC, 8);
-    assert_int_equal(tv__le32_get(buf + H_VERSION), TV_SNAP_VERSION);
-    assert_int_equal(tv__le32_get(buf + H_HEADER_LEN), TV_SNAP_HEADER_LEN);
+    assert_memory_equal(buf, TV__SNAP_MAGIC, 8);
+    assert_int_equal(tv__le32_get(buf + H_VERSION), TV__SNAP_VERSION);
+    assert_int_equal(tv__le32_get(buf + H_HEADER_LEN), TV__SNAP_HEADER_LEN);
     assert_int_equal(tv__le64_get(buf + H_TOTAL_LEN), len);
 
     tv__snap s;
@@ -582,7 +582,7 @@ static void expect_open_error(const uint8_t *good, size_t len, size_t new_len,
     assert_non_null(p);
     memcpy(p, good, len < new_len ? len : new_len);
     fn(p, ctx);
-    if (new_len >= TV_SNAP_HEADER_LEN)
+    if (new_len >= TV__SNAP_HEADER_LEN)
         tv__snap_seal(p, new_len);
     tv__snap s;
     tv_error err = {0};
@@ -761,10 +761,10 @@ static void test_record_corruptions(void **state)
     uint8_t *buf = build_small(&len);
     tv__snap s;
     open_ok(buf, len, &s);
-    size_t dev0 = s.devices_off, dev1 = dev0 + TV_SNAP_DEVICE_LEN;
-    size_t sh0 = s.shards_off, sh1 = sh0 + TV_SNAP_SHARD_LEN;
-    size_t rep0 = s.replicas_off, rep3 = rep0 + 3 * TV_SNAP_REPLICA_LEN;
-    size_t t0 = s.tensors_off, t1 = t0 + TV_SNAP_TENSOR_LEN, t4 = t0 + 4 * TV_SNAP_TENSOR_LEN;
+    size_t dev0 = s.devices_off, dev1 = dev0 + TV__SNAP_DEVICE_LEN;
+    size_t sh0 = s.shards_off, sh1 = sh0 + TV__SNAP_SHARD_LEN;
+    size_t rep0 = s.replicas_off, rep3 = rep0 + 3 * TV__SNAP_REPLICA_LEN;
+    size_t t0 = s.tensors_off, t1 = t0 + TV__SNAP_TENSOR_LEN, t4 = t0 + 4 * TV__SNAP_TENSOR_LEN;
     uint32_t sl = (uint32_t)s.strings_len;
 
     /* Tensors. */

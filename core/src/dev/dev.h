@@ -24,23 +24,23 @@
 /* ------------------------------------------------------------------------ */
 
 typedef enum {
-    TV_DEV_FILE = 1,  /* regular file image */
-    TV_DEV_BLOCK = 2, /* any block device (loop, SCSI, NVMe without libnvme) */
-    TV_DEV_NVME = 3,  /* NVMe namespace with identity from libnvme */
+    TV__DEV_FILE = 1,  /* regular file image */
+    TV__DEV_BLOCK = 2, /* any block device (loop, SCSI, NVMe without libnvme) */
+    TV__DEV_NVME = 3,  /* NVMe namespace with identity from libnvme */
 } tv__dev_kind;
 
 /* Open flags: RDONLY (0) or RDWR, plus NODIRECT to force buffered I/O and
  * NOFOLLOW to refuse a symlink as the last path component (file images the
  * store created: a symlink planted there is never followed). */
-#define TV_DEV_O_RDONLY   0x0u
-#define TV_DEV_O_RDWR     0x1u
-#define TV_DEV_O_NODIRECT 0x2u
-#define TV_DEV_O_NOFOLLOW 0x4u
+#define TV__DEV_O_RDONLY   0x0u
+#define TV__DEV_O_RDWR     0x1u
+#define TV__DEV_O_NODIRECT 0x2u
+#define TV__DEV_O_NOFOLLOW 0x4u
 
-#define TV_DEV_MIN_ALIGN        4096u  /* io_align is a multiple of this */
-#define TV_DEV_OBJECT_ALIGN_MIN 65536u /* object_align is a multiple of this */
-#define TV_DEV_MIN_LBA          512u
-#define TV_DEV_MAX_LBA          65536u
+#define TV__DEV_MIN_ALIGN        4096u  /* io_align is a multiple of this */
+#define TV__DEV_OBJECT_ALIGN_MIN 65536u /* object_align is a multiple of this */
+#define TV__DEV_MIN_LBA          512u
+#define TV__DEV_MAX_LBA          65536u
 
 /* NVMe identity; all zero for file and plain block devices. Strings are
  * NUL-terminated with the NVMe space padding trimmed. */
@@ -78,11 +78,11 @@ typedef struct tv__dev {
 int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err);
 
 /* Opens path (O_NONBLOCK until the type is known, so a FIFO never blocks the
- * open) and detects its kind: regular file -> TV_DEV_FILE (lba_size 512,
- * size from fstat); block device -> TV_DEV_BLOCK (BLKSSZGET, BLKGETSIZE64);
- * a whole NVMe namespace (sysfs name nvmeXnY or nvmeXcYnZ) -> TV_DEV_NVME with
- * its identity, or TV_DEV_BLOCK when this build has no libnvme or the
- * identify command fails (logged). Uses O_DIRECT unless TV_DEV_O_NODIRECT or
+ * open) and detects its kind: regular file -> TV__DEV_FILE (lba_size 512,
+ * size from fstat); block device -> TV__DEV_BLOCK (BLKSSZGET, BLKGETSIZE64);
+ * a whole NVMe namespace (sysfs name nvmeXnY or nvmeXcYnZ) -> TV__DEV_NVME with
+ * its identity, or TV__DEV_BLOCK when this build has no libnvme or the
+ * identify command fails (logged). Uses O_DIRECT unless TV__DEV_O_NODIRECT or
  * the filesystem refuses it (then direct = false).
  * Returns 0 and *out (free with tv__dev_close); TV_E_INVALID_ARG for bad
  * flags, NULL arguments, other file types, an empty device or an lba size
@@ -129,8 +129,8 @@ const char *tv__dev_kind_name(int kind);
 /* Claims: device identity and the "already in use" scan                    */
 /* ------------------------------------------------------------------------ */
 
-#define TV_DEV_CLAIM_MAX_KEYS 3
-#define TV_DEV_CLAIM_KEY_LEN  160
+#define TV__DEV_CLAIM_MAX_KEYS 3
+#define TV__DEV_CLAIM_KEY_LEN  160
 
 /* What a device is, whatever path names it: keys that two opens of the same
  * storage share. A regular file is "file:DEV:INO" (st_dev, st_ino: a hard
@@ -142,7 +142,7 @@ const char *tv__dev_kind_name(int kind);
  * controller path or after a rename matches). Never built from the path. */
 typedef struct tv__dev_claim {
     size_t n_keys;
-    char keys[TV_DEV_CLAIM_MAX_KEYS][TV_DEV_CLAIM_KEY_LEN];
+    char keys[TV__DEV_CLAIM_MAX_KEYS][TV__DEV_CLAIM_KEY_LEN];
 } tv__dev_claim;
 
 /* Fills *out for the open device d. Returns 0 or -errno from fstat. */
@@ -152,11 +152,11 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err);
 bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b);
 
 /* Bounds of the in-use scan (documented in the README, "The store"). */
-#define TV_DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
-#define TV_DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
-#define TV_DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
-#define TV_DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
-#define TV_DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
+#define TV__DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
+#define TV__DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
+#define TV__DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
+#define TV__DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
+#define TV__DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
 
 typedef struct tv__dev_scan {
     bool label;              /* a tensorvault label was found */
@@ -170,11 +170,11 @@ typedef struct tv__dev_scan {
 
 /* Looks for anything the region [region_off, region_off + region_len) of d
  * would overwrite: a tensorvault label (magic "TVSTORE1") at any io_align
- * block of the first TV_DEV_SCAN_HEAD bytes of the device or of a scanned
+ * block of the first TV__DEV_SCAN_HEAD bytes of the device or of a scanned
  * window, and any non-zero byte inside the region in the label block, the
- * first and last TV_DEV_SCAN_EDGE bytes, TV_DEV_SCAN_SAMPLES windows spread
+ * first and last TV__DEV_SCAN_EDGE bytes, TV__DEV_SCAN_SAMPLES windows spread
  * evenly in between and, for a regular file, the first window of each of
- * the first TV_DEV_SCAN_EXTENTS data extents (SEEK_DATA: a sparse image's
+ * the first TV__DEV_SCAN_EXTENTS data extents (SEEK_DATA: a sparse image's
  * holes cost nothing). Bytes before region_off other than labels (a
  * partition table) are not the region's. Reads at most about 64 + 32 +
  * 64 + 256 MiB whatever the device size. Returns 0 and *out (look at
@@ -187,7 +187,7 @@ int tv__dev_claim_scan(tv__dev *d, uint64_t region_off, uint64_t region_len, tv_
 /* NVMe identity                                                            */
 /* ------------------------------------------------------------------------ */
 
-#define TV_NVME_IDENTIFY_LEN 4096u
+#define TV__NVME_IDENTIFY_LEN 4096u
 
 /* Decodes raw Identify Controller and Identify Namespace data (4096 bytes
  * each, as returned by the device) for namespace nsid into *out.
@@ -209,9 +209,9 @@ int tv__nvme_identify(int fd, tv__dev_identity *out, tv_error *err);
 /* Label                                                                    */
 /* ------------------------------------------------------------------------ */
 
-#define TV_LABEL_MAGIC   "TVSTORE1"
-#define TV_LABEL_VERSION 1u
-#define TV_LABEL_LEN     512u
+#define TV__LABEL_MAGIC   "TVSTORE1"
+#define TV__LABEL_VERSION 1u
+#define TV__LABEL_LEN     512u
 
 /* The label's layout: this struct is the field map (offsets asserted in
  * label.c) and the in-memory form (host byte order). On disk every integer
@@ -219,8 +219,8 @@ int tv__nvme_identify(int fd, tv__dev_identity *out, tv_error *err);
  * zero-padded, not NUL-terminated when full. */
 typedef struct tv__label {
     char magic[8];          /*   0: "TVSTORE1" */
-    uint32_t version;       /*   8: TV_LABEL_VERSION */
-    uint32_t label_len;     /*  12: TV_LABEL_LEN */
+    uint32_t version;       /*   8: TV__LABEL_VERSION */
+    uint32_t label_len;     /*  12: TV__LABEL_LEN */
     uint8_t store_uuid[16]; /*  16 */
     uint32_t lba_size;      /*  32 */
     uint32_t io_align;      /*  36 */
@@ -276,11 +276,11 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
                    uint64_t region_len, tv_error *err);
 
 /* Encodes l (little-endian, checksum computed here) into 512 bytes. */
-void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN]);
+void tv__label_encode(const tv__label *l, uint8_t out[TV__LABEL_LEN]);
 
 /* Decodes and verifies 512 bytes: magic, version, label_len, checksum.
  * Returns 0 or TV_E_DEVICE_MISMATCH naming what is wrong. */
-int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *err);
+int tv__label_decode(const uint8_t in[TV__LABEL_LEN], tv__label *out, tv_error *err);
 
 /* Writes l into a zeroed io_align-sized block at l->region_off and flushes.
  * Returns 0; the errors of tv__region_validate (checked against d);

@@ -23,7 +23,7 @@
 
 #define LABEL_SUM_OFF 480u
 
-_Static_assert(sizeof(tv__label) == TV_LABEL_LEN, "label size");
+_Static_assert(sizeof(tv__label) == TV__LABEL_LEN, "label size");
 _Static_assert(offsetof(tv__label, magic) == 0, "label magic");
 _Static_assert(offsetof(tv__label, version) == 8, "label version");
 _Static_assert(offsetof(tv__label, label_len) == 12, "label label_len");
@@ -173,9 +173,9 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
 void tv__label_expected(const tv__dev_record *rec, tv__label *out)
 {
     memset(out, 0, sizeof *out);
-    memcpy(out->magic, TV_LABEL_MAGIC, sizeof out->magic);
-    out->version = TV_LABEL_VERSION;
-    out->label_len = TV_LABEL_LEN;
+    memcpy(out->magic, TV__LABEL_MAGIC, sizeof out->magic);
+    out->version = TV__LABEL_VERSION;
+    out->label_len = TV__LABEL_LEN;
     memcpy(out->store_uuid, rec->store_uuid, sizeof out->store_uuid);
     out->lba_size = rec->lba_size;
     out->io_align = rec->io_align;
@@ -202,9 +202,9 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     if (rc)
         return rc;
     memset(l, 0, sizeof *l);
-    memcpy(l->magic, TV_LABEL_MAGIC, sizeof l->magic);
-    l->version = TV_LABEL_VERSION;
-    l->label_len = TV_LABEL_LEN;
+    memcpy(l->magic, TV__LABEL_MAGIC, sizeof l->magic);
+    l->version = TV__LABEL_VERSION;
+    l->label_len = TV__LABEL_LEN;
     memcpy(l->store_uuid, uuid, sizeof l->store_uuid);
     l->lba_size = d->lba_size;
     l->io_align = d->io_align;
@@ -213,7 +213,7 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     l->object_align = d->object_align;
     l->size_bytes = d->size_bytes;
     l->dev_kind = (uint32_t)d->kind;
-    if (d->kind == TV_DEV_NVME) {
+    if (d->kind == TV__DEV_NVME) {
         put_field(l->serial, sizeof l->serial, d->ident.serial);
         put_field(l->model, sizeof l->model, d->ident.model);
         l->nsid = d->ident.nsid;
@@ -223,10 +223,10 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     return 0;
 }
 
-void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
+void tv__label_encode(const tv__label *l, uint8_t out[TV__LABEL_LEN])
 {
-    memset(out, 0, TV_LABEL_LEN);
-    memcpy(out, TV_LABEL_MAGIC, 8);
+    memset(out, 0, TV__LABEL_LEN);
+    memcpy(out, TV__LABEL_MAGIC, 8);
     PUT32(out, version, l->version);
     PUT32(out, label_len, l->label_len);
     PUTB(out, l, store_uuid);
@@ -246,27 +246,27 @@ void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
     label_sum(out, out + LABEL_SUM_OFF);
 }
 
-int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *err)
+int tv__label_decode(const uint8_t in[TV__LABEL_LEN], tv__label *out, tv_error *err)
 {
     tv__label l;
     uint8_t sum[32];
 
     if (!in || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "label decode: NULL argument");
-    if (memcmp(in, TV_LABEL_MAGIC, 8) != 0)
+    if (memcmp(in, TV__LABEL_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH, "no store label: bad magic (expected \"%s\")",
-                          TV_LABEL_MAGIC);
+                          TV__LABEL_MAGIC);
     memset(&l, 0, sizeof l);
     memcpy(l.magic, in, 8);
     l.version = GET32(in, version);
     l.label_len = GET32(in, label_len);
-    if (l.version != TV_LABEL_VERSION)
+    if (l.version != TV__LABEL_VERSION)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH,
                           "store label: unsupported format version %u (this build reads %u)",
-                          l.version, TV_LABEL_VERSION);
-    if (l.label_len != TV_LABEL_LEN)
+                          l.version, TV__LABEL_VERSION);
+    if (l.label_len != TV__LABEL_LEN)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH, "store label: label_len %u, expected %u",
-                          l.label_len, TV_LABEL_LEN);
+                          l.label_len, TV__LABEL_LEN);
     label_sum(in, sum);
     if (memcmp(sum, in + LABEL_SUM_OFF, sizeof sum) != 0)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH,
@@ -431,7 +431,7 @@ static int check_device(const tv__label *l, const tv__dev *d, tv_error *err)
         cmp_u64(err, p, "device size (resized?)", w, l->size_bytes, d->size_bytes) ||
         cmp_kind(err, p, w, l->dev_kind, (uint32_t)d->kind))
         return TV_E_DEVICE_MISMATCH;
-    if (d->kind != TV_DEV_NVME)
+    if (d->kind != TV__DEV_NVME)
         return 0;
     memset(&now, 0, sizeof now);
     put_field(now.serial, sizeof now.serial, d->ident.serial);

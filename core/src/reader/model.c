@@ -126,7 +126,7 @@ static int check_opts(const tv_open_opts *o, tv_error *err)
     if (o->chunk_len == 0)
         return 0; /* the default fits any queue depth (the engine lowers it) */
     if ((uint64_t)o->chunk_len > TV_READ_MAX_CHUNK ||
-        tv__align_up_u64(o->chunk_len, TV_DEV_MIN_ALIGN, &chunk) || chunk > TV_READ_MAX_CHUNK)
+        tv__align_up_u64(o->chunk_len, TV__DEV_MIN_ALIGN, &chunk) || chunk > TV_READ_MAX_CHUNK)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "read options: chunk_len %zu is over the maximum %llu bytes",
                           o->chunk_len, (unsigned long long)TV_READ_MAX_CHUNK);
@@ -174,8 +174,8 @@ static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error 
         return tv__seterr(err, -ENOMEM, "out of memory");
     /* An image is recorded by its real path: a symlink there now was
      * planted, and is not followed. */
-    unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
-                     (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
+    unsigned flags = TV__DEV_O_RDONLY | (o->no_direct ? TV__DEV_O_NODIRECT : 0) |
+                     (sd.kind == TV__DEV_FILE ? TV__DEV_O_NOFOLLOW : 0);
     rc = tv__dev_open(m->dst[i].path, flags, &m->devs[i], &e);
     if (rc == -ENOMEM)
         return tv__seterr(err, rc, "device %s: out of memory", m->dst[i].path);

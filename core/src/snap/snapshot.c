@@ -54,11 +54,11 @@ typedef struct snap_header {
     uint8_t reserved[80];
 } snap_header;
 
-_Static_assert(sizeof(snap_header) == TV_SNAP_HEADER_LEN, "snapshot header size");
+_Static_assert(sizeof(snap_header) == TV__SNAP_HEADER_LEN, "snapshot header size");
 _Static_assert(offsetof(snap_header, version) == 8, "header version");
 _Static_assert(offsetof(snap_header, header_len) == 12, "header header_len");
 _Static_assert(offsetof(snap_header, total_len) == 16, "header total_len");
-_Static_assert(offsetof(snap_header, sha256) == TV_SNAP_CHECKSUM_OFF, "header sha256");
+_Static_assert(offsetof(snap_header, sha256) == TV__SNAP_CHECKSUM_OFF, "header sha256");
 _Static_assert(offsetof(snap_header, generation) == 56, "header generation");
 _Static_assert(offsetof(snap_header, n_devices) == 64, "header n_devices");
 _Static_assert(offsetof(snap_header, n_shards) == 68, "header n_shards");
@@ -100,7 +100,7 @@ typedef struct snap_device_rec {
     uint32_t reserved;
 } snap_device_rec;
 
-_Static_assert(sizeof(snap_device_rec) == TV_SNAP_DEVICE_LEN, "device record size");
+_Static_assert(sizeof(snap_device_rec) == TV__SNAP_DEVICE_LEN, "device record size");
 _Static_assert(offsetof(snap_device_rec, path_off) == 16, "device path_off");
 _Static_assert(offsetof(snap_device_rec, path_len) == 20, "device path_len");
 _Static_assert(offsetof(snap_device_rec, kind) == 24, "device kind");
@@ -128,7 +128,7 @@ typedef struct snap_shard_rec {
     uint32_t n_replicas;
 } snap_shard_rec;
 
-_Static_assert(sizeof(snap_shard_rec) == TV_SNAP_SHARD_LEN, "shard record size");
+_Static_assert(sizeof(snap_shard_rec) == TV__SNAP_SHARD_LEN, "shard record size");
 _Static_assert(offsetof(snap_shard_rec, file_len) == 8, "shard file_len");
 _Static_assert(offsetof(snap_shard_rec, header_len) == 16, "shard header_len");
 _Static_assert(offsetof(snap_shard_rec, sha256) == 24, "shard sha256");
@@ -143,7 +143,7 @@ typedef struct snap_replica_rec {
     uint64_t alloc_len;
 } snap_replica_rec;
 
-_Static_assert(sizeof(snap_replica_rec) == TV_SNAP_REPLICA_LEN, "replica record size");
+_Static_assert(sizeof(snap_replica_rec) == TV__SNAP_REPLICA_LEN, "replica record size");
 _Static_assert(offsetof(snap_replica_rec, reserved) == 4, "replica reserved");
 _Static_assert(offsetof(snap_replica_rec, object_id) == 8, "replica object_id");
 _Static_assert(offsetof(snap_replica_rec, base_off) == 16, "replica base_off");
@@ -160,7 +160,7 @@ typedef struct snap_tensor_rec {
     uint64_t end_off;
 } snap_tensor_rec;
 
-_Static_assert(sizeof(snap_tensor_rec) == TV_SNAP_TENSOR_LEN, "tensor record size");
+_Static_assert(sizeof(snap_tensor_rec) == TV__SNAP_TENSOR_LEN, "tensor record size");
 _Static_assert(offsetof(snap_tensor_rec, dtype) == 8, "tensor dtype");
 _Static_assert(offsetof(snap_tensor_rec, rank) == 12, "tensor rank");
 _Static_assert(offsetof(snap_tensor_rec, first_dim) == 16, "tensor first_dim");
@@ -173,7 +173,7 @@ typedef struct snap_slot {
     uint32_t tensor;  /* tensor index + 1; 0 = empty */
 } snap_slot;
 
-_Static_assert(sizeof(snap_slot) == TV_SNAP_SLOT_LEN, "index slot size");
+_Static_assert(sizeof(snap_slot) == TV__SNAP_SLOT_LEN, "index slot size");
 _Static_assert(offsetof(snap_slot, tensor) == 4, "slot tensor");
 
 #define GET32(p, T, f)     tv__le32_get((p) + offsetof(T, f))
@@ -198,14 +198,14 @@ static bool is_pow2_u64(uint64_t v)
 static const char *device_problem(const tv__snap_device_info *d)
 {
     uint64_t region_end;
-    if (d->kind != TV_DEV_FILE && d->kind != TV_DEV_BLOCK && d->kind != TV_DEV_NVME)
+    if (d->kind != TV__DEV_FILE && d->kind != TV__DEV_BLOCK && d->kind != TV__DEV_NVME)
         return "unknown device kind";
-    if (!is_pow2_u64(d->lba_size) || d->lba_size < TV_DEV_MIN_LBA || d->lba_size > TV_DEV_MAX_LBA)
+    if (!is_pow2_u64(d->lba_size) || d->lba_size < TV__DEV_MIN_LBA || d->lba_size > TV__DEV_MAX_LBA)
         return "lba size is not a power of two in [512, 65536]";
-    if (!is_pow2_u64(d->io_align) || d->io_align % d->lba_size || d->io_align % TV_DEV_MIN_ALIGN)
+    if (!is_pow2_u64(d->io_align) || d->io_align % d->lba_size || d->io_align % TV__DEV_MIN_ALIGN)
         return "io_align is not a power of two multiple of the lba size and 4096";
     if (d->object_align == 0 || d->object_align % d->io_align ||
-        d->object_align % TV_DEV_OBJECT_ALIGN_MIN)
+        d->object_align % TV__DEV_OBJECT_ALIGN_MIN)
         return "object_align is not a multiple of io_align and 64 KiB";
     if (d->region_off == 0 || d->region_off % d->io_align)
         return "region offset is 0 or not io_align aligned";
@@ -272,13 +272,13 @@ int tv__snap_checksum(const void *buf, size_t len, uint8_t out[32])
     static const uint8_t zero[32];
     const uint8_t *p = buf;
     tv__sha256 h;
-    if (!buf || len < TV_SNAP_HEADER_LEN)
+    if (!buf || len < TV__SNAP_HEADER_LEN)
         return TV_E_INVALID_ARG;
     if (tv__sha256_init(&h))
         return -ENOMEM;
-    tv__sha256_update(&h, p, TV_SNAP_CHECKSUM_OFF);
+    tv__sha256_update(&h, p, TV__SNAP_CHECKSUM_OFF);
     tv__sha256_update(&h, zero, sizeof zero);
-    tv__sha256_update(&h, p + TV_SNAP_CHECKSUM_OFF + 32, len - TV_SNAP_CHECKSUM_OFF - 32);
+    tv__sha256_update(&h, p + TV__SNAP_CHECKSUM_OFF + 32, len - TV__SNAP_CHECKSUM_OFF - 32);
     tv__sha256_final(&h, out);
     return 0;
 }
@@ -288,7 +288,7 @@ int tv__snap_seal(void *buf, size_t len)
     uint8_t sum[32];
     int rc = tv__snap_checksum(buf, len, sum);
     if (rc == 0)
-        memcpy((uint8_t *)buf + TV_SNAP_CHECKSUM_OFF, sum, sizeof sum);
+        memcpy((uint8_t *)buf + TV__SNAP_CHECKSUM_OFF, sum, sizeof sum);
     return rc;
 }
 
@@ -471,26 +471,26 @@ typedef struct snap_builder {
 static int build_layout(snap_builder *b, tv_error *err)
 {
     const tv__snap_in *in = b->in;
-    uint64_t off = TV_SNAP_HEADER_LEN, pad_strings;
+    uint64_t off = TV__SNAP_HEADER_LEN, pad_strings;
 
     b->n_index = MIN_INDEX;
     while (b->n_index < 2 * in->n_tensors) /* n_tensors <= UINT32_MAX / 4 */
         b->n_index *= 2;
     b->devices_off = off;
-    off += (uint64_t)in->n_devices * TV_SNAP_DEVICE_LEN;
+    off += (uint64_t)in->n_devices * TV__SNAP_DEVICE_LEN;
     b->shards_off = off;
-    off += (uint64_t)in->n_shards * TV_SNAP_SHARD_LEN;
+    off += (uint64_t)in->n_shards * TV__SNAP_SHARD_LEN;
     b->replicas_off = off;
-    off += b->n_replicas * TV_SNAP_REPLICA_LEN;
+    off += b->n_replicas * TV__SNAP_REPLICA_LEN;
     b->tensors_off = off;
-    off += (uint64_t)in->n_tensors * TV_SNAP_TENSOR_LEN;
+    off += (uint64_t)in->n_tensors * TV__SNAP_TENSOR_LEN;
     b->dims_off = off;
     off += b->n_dims * 8;
     b->strings_off = off;
     if (tv__align_up_u64(b->strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off))
         return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
     b->index_off = off;
-    if (tv__add_u64(off, (uint64_t)b->n_index * TV_SNAP_SLOT_LEN, &b->total_len) ||
+    if (tv__add_u64(off, (uint64_t)b->n_index * TV__SNAP_SLOT_LEN, &b->total_len) ||
         b->total_len > SIZE_MAX)
         return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
     return 0;
@@ -527,9 +527,9 @@ static void build_header(snap_builder *b)
     uint8_t *h = b->img;
     size_t model_len = strlen(in->model);
 
-    memcpy(h, TV_SNAP_MAGIC, 8);
-    PUT32(h, snap_header, version, TV_SNAP_VERSION);
-    PUT32(h, snap_header, header_len, TV_SNAP_HEADER_LEN);
+    memcpy(h, TV__SNAP_MAGIC, 8);
+    PUT32(h, snap_header, version, TV__SNAP_VERSION);
+    PUT32(h, snap_header, header_len, TV__SNAP_HEADER_LEN);
     PUT64(h, snap_header, total_len, b->total_len);
     PUT64(h, snap_header, generation, (uint64_t)in->generation);
     PUT32(h, snap_header, n_devices, in->n_devices);
@@ -556,7 +556,7 @@ static void build_devices(snap_builder *b)
 {
     for (size_t i = 0; i < b->in->n_devices; i++) {
         const tv__snap_device_in *d = &b->in->devices[i];
-        uint8_t *p = b->img + b->devices_off + i * TV_SNAP_DEVICE_LEN;
+        uint8_t *p = b->img + b->devices_off + i * TV__SNAP_DEVICE_LEN;
         PUTB(p, snap_device_rec, uuid, d->uuid);
         PUT32(p, snap_device_rec, path_off, build_string(b, d->path, b->devs[i].path_len));
         PUT32(p, snap_device_rec, path_len, b->devs[i].path_len);
@@ -583,7 +583,7 @@ static void build_shards(snap_builder *b)
     uint32_t rep = 0;
     for (size_t i = 0; i < b->in->n_shards; i++) {
         const tv__snap_shard_in *sh = &b->in->shards[i];
-        uint8_t *p = b->img + b->shards_off + i * TV_SNAP_SHARD_LEN;
+        uint8_t *p = b->img + b->shards_off + i * TV__SNAP_SHARD_LEN;
         size_t nl = strlen(sh->name);
         PUT32(p, snap_shard_rec, name_off, build_string(b, sh->name, nl));
         PUT32(p, snap_shard_rec, name_len, nl);
@@ -594,7 +594,7 @@ static void build_shards(snap_builder *b)
         PUT32(p, snap_shard_rec, n_replicas, sh->n_replicas);
         for (uint32_t r = 0; r < sh->n_replicas; r++, rep++) {
             const tv__snap_replica_in *rp = &sh->replicas[r];
-            uint8_t *q = b->img + b->replicas_off + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
+            uint8_t *q = b->img + b->replicas_off + (uint64_t)rep * TV__SNAP_REPLICA_LEN;
             PUT32(q, snap_replica_rec, device, rp->device);
             PUT64(q, snap_replica_rec, object_id, (uint64_t)rp->object_id);
             PUT64(q, snap_replica_rec, base_off, rp->base_off);
@@ -614,7 +614,7 @@ static int build_index_insert(snap_builder *b, size_t i, tv_error *err)
     uint64_t hv = tv__hash_bytes(t->name, t->name_len, b->seed);
 
     for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
-        uint8_t *slot = index + (uint64_t)pos * TV_SNAP_SLOT_LEN;
+        uint8_t *slot = index + (uint64_t)pos * TV__SNAP_SLOT_LEN;
         uint32_t other = GET32(slot, snap_slot, tensor);
         if (other == 0) {
             PUT32(slot, snap_slot, hash_hi, hv >> 32);
@@ -638,7 +638,7 @@ static int build_tensors(snap_builder *b, tv_error *err)
 
     for (size_t i = 0; i < b->in->n_tensors; i++) {
         const tv__snap_tensor_in *t = b->order[i];
-        uint8_t *p = b->img + b->tensors_off + i * TV_SNAP_TENSOR_LEN;
+        uint8_t *p = b->img + b->tensors_off + i * TV__SNAP_TENSOR_LEN;
         PUT32(p, snap_tensor_rec, name_off, build_string(b, t->name, t->name_len));
         PUT32(p, snap_tensor_rec, name_len, t->name_len);
         PUT32(p, snap_tensor_rec, dtype, t->dtype);
@@ -732,21 +732,21 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     if (!buf || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_open: NULL argument");
     memset(out, 0, sizeof *out);
-    if (len < TV_SNAP_HEADER_LEN)
+    if (len < TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT,
                           "snapshot: %zu bytes, shorter than the %u-byte "
                           "header",
-                          len, TV_SNAP_HEADER_LEN);
-    if (memcmp(p, TV_SNAP_MAGIC, 8) != 0)
+                          len, TV__SNAP_HEADER_LEN);
+    if (memcmp(p, TV__SNAP_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: bad magic (not a tensorvault snapshot)");
     uint32_t version = GET32(p, snap_header, version);
-    if (version != TV_SNAP_VERSION)
+    if (version != TV__SNAP_VERSION)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: version %u, this build reads %u", version,
-                          TV_SNAP_VERSION);
+                          TV__SNAP_VERSION);
     uint32_t header_len = GET32(p, snap_header, header_len);
-    if (header_len != TV_SNAP_HEADER_LEN)
+    if (header_len != TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: header_len %u, expected %u", header_len,
-                          TV_SNAP_HEADER_LEN);
+                          TV__SNAP_HEADER_LEN);
     uint64_t total_len = GET64(p, snap_header, total_len);
     if (total_len != len)
         return tv__seterr(err, TV_E_SNAPSHOT,
@@ -758,7 +758,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
         int rc = tv__snap_checksum(p, len, sum);
         if (rc)
             return tv__seterr(err, rc, "snapshot: cannot compute the checksum");
-        if (memcmp(sum, p + TV_SNAP_CHECKSUM_OFF, sizeof sum) != 0)
+        if (memcmp(sum, p + TV__SNAP_CHECKSUM_OFF, sizeof sum) != 0)
             return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: checksum mismatch");
     }
     if (GET32(p, snap_header, flags) != 0 ||
@@ -798,13 +798,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
                           (unsigned long long)s.strings_len);
 
     section sec[] = {
-        {"devices", s.devices_off, s.n_devices, TV_SNAP_DEVICE_LEN, 0},
-        {"shards", s.shards_off, s.n_shards, TV_SNAP_SHARD_LEN, 0},
-        {"replicas", s.replicas_off, s.n_replicas, TV_SNAP_REPLICA_LEN, 0},
-        {"tensors", s.tensors_off, s.n_tensors, TV_SNAP_TENSOR_LEN, 0},
+        {"devices", s.devices_off, s.n_devices, TV__SNAP_DEVICE_LEN, 0},
+        {"shards", s.shards_off, s.n_shards, TV__SNAP_SHARD_LEN, 0},
+        {"replicas", s.replicas_off, s.n_replicas, TV__SNAP_REPLICA_LEN, 0},
+        {"tensors", s.tensors_off, s.n_tensors, TV__SNAP_TENSOR_LEN, 0},
         {"dims", s.dims_off, s.n_dims, 8, 0},
         {"strings", s.strings_off, s.strings_len, 1, 0},
-        {"index", s.index_off, s.n_index, TV_SNAP_SLOT_LEN, 0},
+        {"index", s.index_off, s.n_index, TV__SNAP_SLOT_LEN, 0},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
         uint64_t end;
@@ -816,13 +816,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
                               "snapshot: %s: offset %llu is not 8-byte "
                               "aligned",
                               sec[i].name, (unsigned long long)sec[i].off);
-        if (sec[i].off < TV_SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
+        if (sec[i].off < TV__SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
             end > len)
             return tv__seterr(err, TV_E_SNAPSHOT,
                               "snapshot: %s: [%llu, +%llu) lies outside the "
                               "image body [%u, %zu)",
                               sec[i].name, (unsigned long long)sec[i].off,
-                              (unsigned long long)sec[i].len, TV_SNAP_HEADER_LEN, len);
+                              (unsigned long long)sec[i].len, TV__SNAP_HEADER_LEN, len);
     }
     for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
         for (size_t j = i + 1; j < TV_ARRAY_LEN(sec); j++) {
@@ -890,7 +890,7 @@ int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv
     if (i >= s->n_devices)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: device %u out of range (%u)", i,
                           s->n_devices);
-    const uint8_t *p = s->base + s->devices_off + (uint64_t)i * TV_SNAP_DEVICE_LEN;
+    const uint8_t *p = s->base + s->devices_off + (uint64_t)i * TV__SNAP_DEVICE_LEN;
     tv__snap_device_info d;
     memset(&d, 0, sizeof d);
     uint32_t path_off = GET32(p, snap_device_rec, path_off);
@@ -932,7 +932,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
     if (i >= s->n_replicas)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: replica %u out of range (%u)", i,
                           s->n_replicas);
-    const uint8_t *p = s->base + s->replicas_off + (uint64_t)i * TV_SNAP_REPLICA_LEN;
+    const uint8_t *p = s->base + s->replicas_off + (uint64_t)i * TV__SNAP_REPLICA_LEN;
     tv__snap_replica_info r = {
         .device = GET32(p, snap_replica_rec, device),
         .object_id = (int64_t)GET64(p, snap_replica_rec, object_id),
@@ -963,7 +963,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
 /* A shard's own fields, without walking its replicas. */
 static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_error *err)
 {
-    const uint8_t *p = s->base + s->shards_off + (uint64_t)i * TV_SNAP_SHARD_LEN;
+    const uint8_t *p = s->base + s->shards_off + (uint64_t)i * TV__SNAP_SHARD_LEN;
     tv__snap_shard_info sh;
     memset(&sh, 0, sizeof sh);
     uint32_t name_off = GET32(p, snap_shard_rec, name_off);
@@ -1027,7 +1027,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     if (i >= s->n_tensors)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor %u out of range (%u)", i,
                           s->n_tensors);
-    const uint8_t *p = s->base + s->tensors_off + (uint64_t)i * TV_SNAP_TENSOR_LEN;
+    const uint8_t *p = s->base + s->tensors_off + (uint64_t)i * TV__SNAP_TENSOR_LEN;
     tv__snap_tensor_info t;
     memset(&t, 0, sizeof t);
     uint32_t name_off = GET32(p, snap_tensor_rec, name_off);
@@ -1092,7 +1092,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
     uint32_t pos = (uint32_t)h & mask;
     /* At most n_index probes: a crafted index without an empty slot ends. */
     for (uint32_t probe = 0; probe < s->n_index; probe++, pos = (pos + 1) & mask) {
-        const uint8_t *slot = slots + (uint64_t)pos * TV_SNAP_SLOT_LEN;
+        const uint8_t *slot = slots + (uint64_t)pos * TV__SNAP_SLOT_LEN;
         uint32_t t1 = GET32(slot, snap_slot, tensor);
         if (t1 == 0)
             return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%.*s' in the snapshot",
@@ -1102,7 +1102,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
                               pos, t1 - 1, s->n_tensors);
         if (GET32(slot, snap_slot, hash_hi) != hi)
             continue;
-        const uint8_t *rec = s->base + s->tensors_off + (uint64_t)(t1 - 1) * TV_SNAP_TENSOR_LEN;
+        const uint8_t *rec = s->base + s->tensors_off + (uint64_t)(t1 - 1) * TV__SNAP_TENSOR_LEN;
         uint32_t name_off = GET32(rec, snap_tensor_rec, name_off);
         uint32_t name_len = GET32(rec, snap_tensor_rec, name_len);
         const char *tn;

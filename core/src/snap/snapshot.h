@@ -29,17 +29,17 @@
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
-#define TV_SNAP_MAGIC   "TVSNAP01"
-#define TV_SNAP_VERSION 1u
+#define TV__SNAP_MAGIC   "TVSNAP01"
+#define TV__SNAP_VERSION 1u
 
 /* Fixed sizes of version 1 (docs/formats.md); asserted in snapshot.c. */
-#define TV_SNAP_HEADER_LEN   256u
-#define TV_SNAP_DEVICE_LEN   168u
-#define TV_SNAP_SHARD_LEN    64u
-#define TV_SNAP_REPLICA_LEN  32u
-#define TV_SNAP_TENSOR_LEN   40u
-#define TV_SNAP_SLOT_LEN     8u
-#define TV_SNAP_CHECKSUM_OFF 24u /* 32-byte SHA-256 field inside the header */
+#define TV__SNAP_HEADER_LEN   256u
+#define TV__SNAP_DEVICE_LEN   168u
+#define TV__SNAP_SHARD_LEN    64u
+#define TV__SNAP_REPLICA_LEN  32u
+#define TV__SNAP_TENSOR_LEN   40u
+#define TV__SNAP_SLOT_LEN     8u
+#define TV__SNAP_CHECKSUM_OFF 24u /* 32-byte SHA-256 field inside the header */
 
 /* ---- builder input (plain structs; the server fills them from SQL) ---- */
 
@@ -113,7 +113,7 @@ typedef struct tv__snap_in {
  * size_t); -ENOMEM. */
 int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err);
 
-/* SHA-256 of an image of len >= TV_SNAP_HEADER_LEN bytes with the checksum
+/* SHA-256 of an image of len >= TV__SNAP_HEADER_LEN bytes with the checksum
  * field read as zeros. Returns 0, TV_E_INVALID_ARG (too short) or -ENOMEM. */
 int tv__snap_checksum(const void *buf, size_t len, uint8_t out[32]);
 /* Recomputes and stores the checksum field in place (tests, fuzz seeds).
