@@ -17,6 +17,7 @@
 
 #include "dev/dev.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MIB (1024u * 1024u)
 
@@ -26,20 +27,16 @@ static char g_img[300];
 static int setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-dev-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    snprintf(g_img, sizeof g_img, "%s/image", g_dir);
+    tv_test_tmpdir(g_dir, sizeof g_dir, "dev");
+    tv_test_path(g_img, sizeof g_img, "%s/image", g_dir);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    tv__sys_reset();
-    unlink(g_img);
-    rmdir(g_dir);
+    tv_test_fault_reset();
+    tv_test_rmtree(g_dir);
     return 0;
 }
 
@@ -299,28 +296,9 @@ static void test_direct_alignment_rejected(void **state)
 
 /* ---- fault injection ---------------------------------------------------- */
 
-static int g_fail_errno;
 static size_t g_cap;
 static int g_eintr_left;
 
-static ssize_t fail_pread(int fd, void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = g_fail_errno;
-    return -1;
-}
-static ssize_t fail_pwrite(int fd, const void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = g_fail_errno;
-    return -1;
-}
-static int fail_fdatasync(int fd)
-{
-    (void)fd;
-    errno = g_fail_errno;
-    return -1;
-}
 static ssize_t short_pread(int fd, void *buf, size_t len, off_t off)
 {
     g_calls++;
@@ -370,18 +348,19 @@ static void test_inject_eio(void **state)
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 8192);
 
-    g_fail_errno = EIO;
-    tv__sys.pread = fail_pread;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PREAD, 1, EIO, true);
     assert_int_equal(tv__dev_pread_full(d, b, 8192, 65536, &err), -EIO);
     assert_int_equal(err.code, -EIO);
     assert_non_null(strstr(err.msg, g_img));
     assert_non_null(strstr(err.msg, "65536"));
     assert_non_null(strstr(err.msg, "8192"));
 
-    tv__sys.fdatasync = fail_fdatasync;
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_FDATASYNC, 1, EIO, true);
     assert_int_equal(tv__dev_flush(d, &err), -EIO);
     assert_non_null(strstr(err.msg, "fdatasync"));
-    tv__sys_reset();
+    tv_test_fault_reset();
     assert_int_equal(tv__dev_pread_full(d, b, 8192, 65536, &err), 0);
     free(b);
     tv__dev_close(d);
@@ -394,8 +373,8 @@ static void test_inject_enospc(void **state)
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
 
-    g_fail_errno = ENOSPC;
-    tv__sys.pwrite = fail_pwrite;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PWRITE, 1, ENOSPC, true);
     assert_int_equal(tv__dev_pwrite_full(d, b, 4096, 4096, &err), -ENOSPC);
     assert_non_null(strstr(err.msg, "write"));
     assert_non_null(strstr(err.msg, "4096"));

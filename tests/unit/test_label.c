@@ -17,6 +17,7 @@
 
 #include "dev/dev.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MIB        (1024u * 1024u)
 #define IMG_LEN    (16 * MIB)
@@ -31,11 +32,8 @@ static const uint8_t g_uuid[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0x4c, 0xd
 static int setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-label-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    snprintf(g_img, sizeof g_img, "%s/image", g_dir);
+    tv_test_tmpdir(g_dir, sizeof g_dir, "label");
+    tv_test_path(g_img, sizeof g_img, "%s/image", g_dir);
     if (tv__dev_create_image(g_img, IMG_LEN, NULL) != 0)
         return -1;
     return 0;
@@ -44,9 +42,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tv__sys_reset();
-    unlink(g_img);
-    rmdir(g_dir);
+    tv_test_fault_reset();
+    tv_test_rmtree(g_dir);
     return 0;
 }
 
@@ -287,6 +284,49 @@ static void test_expected_fields(void **state)
     tv__dev_close(d);
 }
 
+/* The record the registry and the snapshot keep for a device maps to the
+ * label tv__label_init writes for it, and a record that differs in one
+ * field makes tv__label_check name that field. */
+static void test_expected_from_record(void **state)
+{
+    (void)state;
+    tv__label l, back, want;
+    tv_error err = {0};
+    tv__dev *d = labelled(&l);
+    tv__dev_record rec = {.kind = TV__DEV_FILE,
+                          .lba_size = d->lba_size,
+                          .io_align = d->io_align,
+                          .object_align = d->object_align,
+                          .size_bytes = d->size_bytes,
+                          .region_off = REGION_OFF,
+                          .region_len = REGION_LEN};
+    memcpy(rec.store_uuid, g_uuid, 16);
+
+    memset(&want, 0xee, sizeof want);
+    tv__label_expected(&rec, &want);
+    assert_memory_equal(&want, &l, sizeof l); /* every byte, reserved and checksum zero */
+    assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
+    assert_int_equal(tv__label_check(&back, &want, d, &err), 0);
+
+    tv__dev_record r = rec;
+    r.size_bytes += 4096;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "device size");
+    r = rec;
+    r.store_uuid[15] ^= 1;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "uuid");
+    r = rec;
+    memcpy(r.serial, "S123", 4);
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "serial");
+    r = rec;
+    r.eui64[0] = 1;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "eui64");
+    tv__dev_close(d);
+}
+
 static void test_resized_image(void **state)
 {
     (void)state;
@@ -443,24 +483,6 @@ static void test_region_validation(void **state)
 
 /* ---- faults ---------------------------------------------------------------- */
 
-static ssize_t eio_pwrite(int fd, const void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = EIO;
-    return -1;
-}
-static ssize_t eio_pread(int fd, void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = EIO;
-    return -1;
-}
-static int eio_fdatasync(int fd)
-{
-    (void)fd;
-    errno = EIO;
-    return -1;
-}
 
 static void test_io_faults(void **state)
 {
@@ -470,15 +492,17 @@ static void test_io_faults(void **state)
     tv__dev *d = open_rw();
 
     assert_int_equal(tv__label_init(&l, d, g_uuid, REGION_OFF, REGION_LEN, &err), 0);
-    tv__sys.pwrite = eio_pwrite;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PWRITE, 1, EIO, true);
     assert_int_equal(tv__label_write(d, &l, &err), -EIO);
-    tv__sys_reset();
-    tv__sys.fdatasync = eio_fdatasync;
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_FDATASYNC, 1, EIO, true);
     assert_int_equal(tv__label_write(d, &l, &err), -EIO);
-    tv__sys_reset();
-    tv__sys.pread = eio_pread;
+    assert_true(tv_test_fault_fired() > 0);
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_PREAD, 1, EIO, true);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), -EIO);
-    tv__sys_reset();
+    tv_test_fault_reset();
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     tv__dev_close(d);
 }
@@ -527,6 +551,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_label_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changed_uuid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expected_fields, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expected_from_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resized_image, setup, teardown),
         cmocka_unit_test_setup_teardown(test_different_lba_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvme_identity, setup, teardown),

@@ -144,8 +144,9 @@ static inline uint8_t *tv_test_read_file(const char *path, size_t *len_out)
 typedef struct tv_test_tensor {
     const char *name;
     const char *dtype; /* "F32", "U8", ... */
-    uint64_t n_elems;  /* 1-D shape [n_elems] */
+    uint64_t n_elems;  /* 1-D shape [n_elems], unless shape is given */
     unsigned elem_len; /* bytes per element, matching dtype */
+    const char *shape; /* JSON list ("[10,20]", "[]"), n_elems elements; NULL = [n_elems] */
 } tv_test_tensor;
 
 /* Payload byte i of a shard written with seed (what tv_test_write_shard stores). */
@@ -166,10 +167,13 @@ static inline uint64_t tv_test_write_shard(const char *path, const tv_test_tenso
     hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
     for (size_t i = 0; i < n; i++) {
         uint64_t len = t[i].n_elems * t[i].elem_len;
+        char shape[32];
+        if (!t[i].shape)
+            snprintf(shape, sizeof shape, "[%llu]", (unsigned long long)t[i].n_elems);
         hl += (size_t)snprintf(
             hdr + hl, sizeof hdr - hl,
-            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
-            i ? "," : "", t[i].name, t[i].dtype, (unsigned long long)t[i].n_elems,
+            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}",
+            i ? "," : "", t[i].name, t[i].dtype, t[i].shape ? t[i].shape : shape,
             (unsigned long long)off, (unsigned long long)(off + len));
         TV_TEST_CHECK(hl < sizeof hdr);
         off += len;
