@@ -53,15 +53,15 @@ typedef struct fixture {
 
 /* ---- checkpoints (tv_test_write_shard) ---------------------------------------- */
 
-static const tv_test_tensor SHARD1[] = {
-    {"layers.0.w", "F32", 200, 4, "[10,20]"},
-    {"layers.0.b", "U8", 13, 1, NULL},
-    {"scalar", "I64", 1, 8, "[]"},
-    {"empty", "F16", 0, 2, "[0,4]"},
+static const tv_test_tensor_nd SHARD1[] = {
+    {"layers.0.w", "F32", "[10,20]", 800},
+    {"layers.0.b", "U8", "[13]", 13},
+    {"scalar", "I64", "[]", 8},
+    {"empty", "F16", "[0,4]", 0},
 };
-static const tv_test_tensor SHARD2[] = {{"head.w", "BF16", 35, 2, "[5,7]"}};
-static const tv_test_tensor SINGLE[] = {{"emb", "U8", 100, 1, NULL},
-                                        {"emb.scale", "F32", 1, 4, "[]"}};
+static const tv_test_tensor_nd SHARD2[] = {{"head.w", "BF16", "[5,7]", 70}};
+static const tv_test_tensor_nd SINGLE[] = {{"emb", "U8", "[100]", 100},
+                                           {"emb.scale", "F32", "[]", 4}};
 
 static const char INDEX[] = "{\"metadata\":{\"total_size\":891},\"weight_map\":{"
                             "\"layers.0.w\":\"model-00001-of-00002.safetensors\","
@@ -80,13 +80,13 @@ static int setup(void **state)
     snprintf(d, sizeof d, "%s/ck", f->dir);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", d);
-    tv_test_write_shard(p, SHARD1, TV_ARRAY_LEN(SHARD1), 1);
+    tv_test_write_shard_nd(p, SHARD1, TV_ARRAY_LEN(SHARD1), 1);
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", d);
-    tv_test_write_shard(p, SHARD2, TV_ARRAY_LEN(SHARD2), 2);
+    tv_test_write_shard_nd(p, SHARD2, TV_ARRAY_LEN(SHARD2), 2);
     snprintf(f->ck_a, sizeof f->ck_a, "%s/model.safetensors.index.json", d);
     tv_test_write_text(f->ck_a, INDEX);
     snprintf(f->ck_b, sizeof f->ck_b, "%s/single.safetensors", f->dir);
-    tv_test_write_shard(f->ck_b, SINGLE, TV_ARRAY_LEN(SINGLE), 5);
+    tv_test_write_shard_nd(f->ck_b, SINGLE, TV_ARRAY_LEN(SINGLE), 5);
 
     tv_error err = {0};
     for (int i = 0; i < 2; i++) {

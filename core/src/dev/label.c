@@ -164,8 +164,7 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
                           region_off, d->path);
     if (need > end)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "region [%" PRIu64 ", %" PRIu64 ") of %s is too small: the label and "
-                          "one %" PRIu64 "-byte object need it to reach %" PRIu64,
+                          "region [%" PRIu64 ", %" PRIu64 ") of %s is too small: the label and one %" PRIu64 "-byte object need it to reach %" PRIu64,
                           region_off, end, d->path, d->object_align, need);
     return 0;
 }

@@ -366,8 +366,7 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: NULL record array");
     if (in->n_devices > UINT32_MAX || in->n_shards > UINT32_MAX || in->n_tensors > UINT32_MAX / 4)
         return tv__seterr(err, TV_E_OVERFLOW,
-                          "snapshot: too many records (%zu devices, %zu "
-                          "shards, %zu tensors)",
+                          "snapshot: too many records (%zu devices, %zu shards, %zu tensors)",
                           in->n_devices, in->n_shards, in->n_tensors);
     sl = model_len + 1;
     for (size_t i = 0; i < in->n_devices; i++) {
@@ -396,18 +395,15 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
             const tv__snap_replica_in *rp = &sh->replicas[r];
             if (rp->device >= in->n_devices)
                 return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u: "
-                                  "device %u out of range",
+                                  "snapshot: shard %zu (%s) replica %u: device %u out of range",
                                   i, sh->name, r, rp->device);
             if ((why = replica_problem(&devs[rp->device], rp->base_off, rp->alloc_len)))
                 return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u "
-                                  "(object %lld): %s",
+                                  "snapshot: shard %zu (%s) replica %u (object %lld): %s",
                                   i, sh->name, r, (long long)rp->object_id, why);
             if (rp->alloc_len < sh->file_len)
                 return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u: "
-                                  "object of %llu bytes is shorter than the file (%llu)",
+                                  "snapshot: shard %zu (%s) replica %u: object of %llu bytes is shorter than the file (%llu)",
                                   i, sh->name, r, (unsigned long long)rp->alloc_len,
                                   (unsigned long long)sh->file_len);
         }
@@ -425,8 +421,7 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
             return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor %zu has no name", i);
         if (t->shard >= in->n_shards)
             return tv__seterr(err, TV_E_INVALID_ARG,
-                              "snapshot: tensor '%.*s': shard %u out of "
-                              "range",
+                              "snapshot: tensor '%.*s': shard %u out of range",
                               name_shown(t->name_len), t->name, t->shard);
         if (t->rank && !t->shape)
             return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' has no shape",
@@ -442,8 +437,7 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
     }
     if (sl > UINT32_MAX || nd > UINT32_MAX)
         return tv__seterr(err, TV_E_OVERFLOW,
-                          "snapshot: string table (%llu bytes) or dims "
-                          "(%llu) over the format's 32-bit limit",
+                          "snapshot: string table (%llu bytes) or dims (%llu) over the format's 32-bit limit",
                           (unsigned long long)sl, (unsigned long long)nd);
     *strings_len = sl;
     *n_dims = nd;
@@ -734,8 +728,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     memset(out, 0, sizeof *out);
     if (len < TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: %zu bytes, shorter than the %u-byte "
-                          "header",
+                          "snapshot: %zu bytes, shorter than the %u-byte header",
                           len, TV__SNAP_HEADER_LEN);
     if (memcmp(p, TV__SNAP_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: bad magic (not a tensorvault snapshot)");
@@ -750,8 +743,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     uint64_t total_len = GET64(p, snap_header, total_len);
     if (total_len != len)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: total_len %llu but the image has %zu "
-                          "bytes",
+                          "snapshot: total_len %llu but the image has %zu bytes",
                           (unsigned long long)total_len, len);
     if (flags & TV__SNAP_VERIFY_CHECKSUM) {
         uint8_t sum[32];
@@ -790,8 +782,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
 
     if (!is_pow2_u64(s.n_index) || s.n_index <= s.n_tensors)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: index of %u slots for %u tensors (must "
-                          "be a power of two above the tensor count)",
+                          "snapshot: index of %u slots for %u tensors (must be a power of two above the tensor count)",
                           s.n_index, s.n_tensors);
     if (s.strings_len > UINT32_MAX)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: string table of %llu bytes over 4 GiB",
@@ -813,14 +804,12 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
                               (unsigned long long)sec[i].count);
         if (sec[i].off % 8)
             return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: %s: offset %llu is not 8-byte "
-                              "aligned",
+                              "snapshot: %s: offset %llu is not 8-byte aligned",
                               sec[i].name, (unsigned long long)sec[i].off);
         if (sec[i].off < TV__SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
             end > len)
             return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: %s: [%llu, +%llu) lies outside the "
-                              "image body [%u, %zu)",
+                              "snapshot: %s: [%llu, +%llu) lies outside the image body [%u, %zu)",
                               sec[i].name, (unsigned long long)sec[i].off,
                               (unsigned long long)sec[i].len, TV__SNAP_HEADER_LEN, len);
     }
@@ -836,8 +825,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     const char *model;
     if (s.model_len == 0 || !string_ref(&s, s.model_off, s.model_len, &model))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: model name ref (%u, %u) is empty or "
-                          "outside the string table",
+                          "snapshot: model name ref (%u, %u) is empty or outside the string table",
                           s.model_off, s.model_len);
     *out = s;
     return 0;
@@ -899,8 +887,7 @@ int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: device %u: reserved bytes not zero", i);
     if (path_len == 0 || !string_ref(s, path_off, path_len, &d.path))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: device %u: path ref (%u, %u) is empty "
-                          "or outside the string table",
+                          "snapshot: device %u: path ref (%u, %u) is empty or outside the string table",
                           i, path_off, path_len);
     d.path_len = path_len;
     GETB(p, snap_device_rec, uuid, d.uuid);
@@ -943,8 +930,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: replica %u: reserved bytes not zero", i);
     if (r.device >= s->n_devices)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: replica %u: device %u out of range "
-                          "(%u)",
+                          "snapshot: replica %u: device %u out of range (%u)",
                           i, r.device, s->n_devices);
     tv__snap_device_info d;
     int rc = tv__snap_device(s, r.device, &d, err);
@@ -953,8 +939,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
     const char *why = replica_problem(&d, r.base_off, r.alloc_len);
     if (why)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: replica %u (object %lld on device %u): "
-                          "%s",
+                          "snapshot: replica %u (object %lld on device %u): %s",
                           i, (long long)r.object_id, r.device, why);
     *out = r;
     return 0;
@@ -970,8 +955,7 @@ static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out,
     uint32_t name_len = GET32(p, snap_shard_rec, name_len);
     if (!string_ref(s, name_off, name_len, &sh.name))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: shard %u: name ref (%u, %u) outside the "
-                          "string table",
+                          "snapshot: shard %u: name ref (%u, %u) outside the string table",
                           i, name_off, name_len);
     sh.name_len = name_len;
     sh.file_len = GET64(p, snap_shard_rec, file_len);
@@ -986,8 +970,7 @@ static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out,
     sh.data_off = sh.header_len + 8;
     if (sh.n_replicas == 0 || (uint64_t)sh.first_replica + sh.n_replicas > s->n_replicas)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: shard %u (%.*s): replicas [%u, +%u) "
-                          "empty or out of range (%u)",
+                          "snapshot: shard %u (%.*s): replicas [%u, +%u) empty or out of range (%u)",
                           i, name_shown(sh.name_len), sh.name, sh.first_replica, sh.n_replicas,
                           s->n_replicas);
     *out = sh;
@@ -1011,8 +994,7 @@ int tv__snap_shard(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_e
             return rc;
         if (rep.alloc_len < sh.file_len)
             return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: shard %u (%.*s): file of %llu bytes "
-                              "longer than replica %u (%llu bytes)",
+                              "snapshot: shard %u (%.*s): file of %llu bytes longer than replica %u (%llu bytes)",
                               i, name_shown(sh.name_len), sh.name, (unsigned long long)sh.file_len,
                               sh.first_replica + r, (unsigned long long)rep.alloc_len);
     }
@@ -1034,8 +1016,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     uint32_t name_len = GET32(p, snap_tensor_rec, name_len);
     if (!string_ref(s, name_off, name_len, &t.name))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor %u: name ref (%u, %u) outside "
-                          "the string table",
+                          "snapshot: tensor %u: name ref (%u, %u) outside the string table",
                           i, name_off, name_len);
     t.name_len = name_len;
     uint32_t dtype = GET32(p, snap_tensor_rec, dtype);
@@ -1051,8 +1032,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
                           (unsigned long long)s->n_dims);
     if (t.shard >= s->n_shards)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor '%.*s': shard %u out of range "
-                          "(%u)",
+                          "snapshot: tensor '%.*s': shard %u out of range (%u)",
                           name_shown(t.name_len), t.name, t.shard, s->n_shards);
     tv__snap_shard_info sh;
     int rc = shard_fields(s, t.shard, &sh, err);
@@ -1108,8 +1088,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
         const char *tn;
         if (!string_ref(s, name_off, name_len, &tn))
             return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: tensor %u: name ref (%u, %u) outside "
-                              "the string table",
+                              "snapshot: tensor %u: name ref (%u, %u) outside the string table",
                               t1 - 1, name_off, name_len);
         if (name_len == len && memcmp(tn, name, len) == 0) {
             if (index)
