@@ -114,9 +114,9 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *buffered = getenv("TV_BENCH_BUFFERED");
-    unsigned flags = TV_DEV_O_RDONLY;
+    unsigned flags = TV__DEV_O_RDONLY;
     if (buffered && *buffered == '1')
-        flags |= TV_DEV_O_NODIRECT;
+        flags |= TV__DEV_O_NODIRECT;
     if (tv__dev_open(argv[1], flags, &d, &err)) {
         fprintf(stderr, "%s: %s\n", argv[1], err.msg);
         return 1;

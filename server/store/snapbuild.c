@@ -67,11 +67,11 @@ int tv__store_device_record(const tv__reg_device *row, tv__snap_device_in *d, tv
         return tv__seterr(err, TV_E_REGISTRY, "device %lld: malformed uuid '%s' in registry",
                           (long long)row->id, row->uuid);
     if (!strcmp(row->kind, "file"))
-        d->kind = TV_DEV_FILE;
+        d->kind = TV__DEV_FILE;
     else if (!strcmp(row->kind, "block"))
-        d->kind = TV_DEV_BLOCK;
+        d->kind = TV__DEV_BLOCK;
     else if (!strcmp(row->kind, "nvme"))
-        d->kind = TV_DEV_NVME;
+        d->kind = TV__DEV_NVME;
     else
         return tv__seterr(err, TV_E_REGISTRY, "device %lld: unknown kind '%s' in registry",
                           (long long)row->id, row->kind);

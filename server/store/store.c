@@ -291,9 +291,9 @@ static void row_claim(const tv__reg_device *row, tv__dev_claim *c)
     memset(c, 0, sizeof(*c));
     json_t *o = json_loads(row->identity, 0, NULL);
     json_t *keys = json_object_get(o, "claim");
-    for (size_t i = 0; i < json_array_size(keys) && c->n_keys < TV_DEV_CLAIM_MAX_KEYS; i++) {
+    for (size_t i = 0; i < json_array_size(keys) && c->n_keys < TV__DEV_CLAIM_MAX_KEYS; i++) {
         const char *k = json_string_value(json_array_get(keys, i));
-        if (k && strlen(k) < TV_DEV_CLAIM_KEY_LEN)
+        if (k && strlen(k) < TV__DEV_CLAIM_KEY_LEN)
             strcpy(c->keys[c->n_keys++], k);
     }
     json_decref(o);
@@ -303,26 +303,12 @@ static void row_claim(const tv__reg_device *row, tv__dev_claim *c)
 static int expected_label(const tv__reg_device *row, tv__label *l, tv_error *err)
 {
     tv__snap_device_in r;
+    tv__dev_record rec;
     int rc = tv__store_device_record(row, &r, err);
     if (rc)
         return rc;
-    memset(l, 0, sizeof(*l));
-    memcpy(l->magic, TV_LABEL_MAGIC, 8);
-    l->version = TV_LABEL_VERSION;
-    l->label_len = TV_LABEL_LEN;
-    memcpy(l->store_uuid, r.uuid, 16);
-    l->lba_size = r.lba_size;
-    l->io_align = r.io_align;
-    l->region_off = r.region_off;
-    l->region_len = r.region_len;
-    l->object_align = r.object_align;
-    l->device_size = r.size_bytes;
-    l->dev_kind = r.kind;
-    memcpy(l->serial, r.serial, sizeof(l->serial));
-    memcpy(l->model, r.model, sizeof(l->model));
-    l->nsid = r.nsid;
-    memcpy(l->nguid, r.nguid, 16);
-    memcpy(l->eui64, r.eui64, 8);
+    tv__snap_device_in_record(&r, &rec);
+    tv__label_expected(&rec, l);
     return 0;
 }
 
@@ -344,8 +330,8 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
     tv__dev *d = NULL;
     /* An image is registered by its real path: a symlink found there later
      * was planted, not made by us, and is not followed. */
-    unsigned oflags = (write ? TV_DEV_O_RDWR : TV_DEV_O_RDONLY) |
-                      (!strcmp(row.kind, "file") ? TV_DEV_O_NOFOLLOW : 0);
+    unsigned oflags = (write ? TV__DEV_O_RDWR : TV__DEV_O_RDONLY) |
+                      (!strcmp(row.kind, "file") ? TV__DEV_O_NOFOLLOW : 0);
     if ((rc = tv__dev_open(row.path, oflags, &d, err)))
         return rc;
     if ((rc = tv__label_read(d, row.region_off, &on_disk, err)) ||
@@ -423,7 +409,7 @@ static int check_not_registered(tv__store *st, const tv__dev *d, const char *rea
         if (!same && !fresh) {
             tv__dev *o = NULL;
             tv_error ignore;
-            if (tv__dev_open(devs[i].path, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &o, &ignore) == 0 &&
+            if (tv__dev_open(devs[i].path, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &o, &ignore) == 0 &&
                 tv__dev_claim_keys(o, &theirs, &ignore) == 0)
                 same = tv__dev_claim_same(mine, &theirs);
             tv__dev_close(o);
@@ -515,10 +501,10 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
         goto fail;
     }
     const char *path = o->device;
-    unsigned dflags = TV_DEV_O_RDWR;
+    unsigned dflags = TV__DEV_O_RDWR;
     if (o->image) {
         path = o->image;
-        dflags |= TV_DEV_O_NOFOLLOW;
+        dflags |= TV__DEV_O_NOFOLLOW;
         rc = tv__dev_create_image(o->image, o->image_size, err);
         if (rc == 0)
             created_image = true;

@@ -10,15 +10,16 @@
 #include <string.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 #include "util/sha256.h"
 
 #define SUM_OFF 480 /* offsetof(tv__label, sha256): 32 bytes of SHA-256 over [0, 480) */
 
-static void check(const uint8_t in[TV_LABEL_LEN], int must_decode)
+static void check(const uint8_t in[TV__LABEL_LEN], int must_decode)
 {
     tv__label l;
     tv_error err;
-    uint8_t again[TV_LABEL_LEN];
+    uint8_t again[TV__LABEL_LEN];
     int rc = tv__label_decode(in, &l, &err);
     if (rc != 0 && rc != TV_E_DEVICE_MISMATCH)
         abort();
@@ -27,17 +28,17 @@ static void check(const uint8_t in[TV_LABEL_LEN], int must_decode)
             abort();
         return;
     }
-    if (memcmp(l.magic, TV_LABEL_MAGIC, 8) || l.version != TV_LABEL_VERSION ||
-        l.label_len != TV_LABEL_LEN)
+    if (memcmp(l.magic, TV__LABEL_MAGIC, 8) || l.version != TV__LABEL_VERSION ||
+        l.label_len != TV__LABEL_LEN)
         abort();
     tv__label_encode(&l, again);
-    if (memcmp(again, in, TV_LABEL_LEN) != 0)
+    if (memcmp(again, in, TV__LABEL_LEN) != 0)
         abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t buf[TV_LABEL_LEN] = {0};
+    uint8_t buf[TV__LABEL_LEN] = {0};
     tv__sha256 h;
     memcpy(buf, data, size < sizeof buf ? size : sizeof buf);
     check(buf, 0);
@@ -46,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     tv__sha256_update(&h, buf, SUM_OFF);
     tv__sha256_final(&h, buf + SUM_OFF);
-    check(buf, !memcmp(buf, TV_LABEL_MAGIC, 8) && tv__le32_get(buf + 8) == TV_LABEL_VERSION &&
-                   tv__le32_get(buf + 12) == TV_LABEL_LEN);
+    check(buf, !memcmp(buf, TV__LABEL_MAGIC, 8) && tv__le32_get(buf + 8) == TV__LABEL_VERSION &&
+                   tv__le32_get(buf + 12) == TV__LABEL_LEN);
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 
 static void check_ascii(const char *s, size_t cap)
 {
@@ -25,8 +26,8 @@ static void check_ascii(const char *s, size_t cap)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static uint8_t ctrl[TV_NVME_IDENTIFY_LEN], ns[TV_NVME_IDENTIFY_LEN];
-    const size_t page = TV_NVME_IDENTIFY_LEN;
+    static uint8_t ctrl[TV__NVME_IDENTIFY_LEN], ns[TV__NVME_IDENTIFY_LEN];
+    const size_t page = TV__NVME_IDENTIFY_LEN;
     uint32_t nsid = 1;
     tv__dev_identity id;
     tv_error err;

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!buf)
         return 0;
     memcpy(buf, data, size);
-    if (size >= TV_SNAP_HEADER_LEN)
+    if (size >= TV__SNAP_HEADER_LEN)
         for (int i = 0; i < 8; i++)
             buf[16 + i] = (uint8_t)((uint64_t)size >> (8 * i));
     tv__snap s;

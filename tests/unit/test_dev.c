@@ -17,6 +17,7 @@
 
 #include "dev/dev.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MIB (1024u * 1024u)
 
@@ -26,20 +27,16 @@ static char g_img[300];
 static int setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-dev-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    snprintf(g_img, sizeof g_img, "%s/image", g_dir);
+    tv_test_tmpdir(g_dir, sizeof g_dir, "dev");
+    tv_test_path(g_img, sizeof g_img, "%s/image", g_dir);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    tv__sys_reset();
-    unlink(g_img);
-    rmdir(g_dir);
+    tv_test_fault_reset();
+    tv_test_rmtree(g_dir);
     return 0;
 }
 
@@ -99,7 +96,7 @@ static void test_nvme_names(void **state)
     assert_false(tv__dev_is_nvme_name("sda"));
     assert_false(tv__dev_is_nvme_name(""));
     assert_false(tv__dev_is_nvme_name(NULL));
-    assert_string_equal(tv__dev_kind_name(TV_DEV_NVME), "nvme");
+    assert_string_equal(tv__dev_kind_name(TV__DEV_NVME), "nvme");
     assert_string_equal(tv__dev_kind_name(99), "unknown");
 }
 
@@ -144,10 +141,10 @@ static void test_create_image(void **state)
 static void test_open_file_geometry(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(64 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(64 * MIB, TV__DEV_O_RDWR);
     static const tv__dev_identity zero;
 
-    assert_int_equal(d->kind, TV_DEV_FILE);
+    assert_int_equal(d->kind, TV__DEV_FILE);
     assert_string_equal(d->path, g_img);
     assert_true(d->fd >= 0);
     assert_int_equal(d->lba_size, 512);
@@ -160,7 +157,7 @@ static void test_open_file_geometry(void **state)
     tv__dev_close(d);
 
     tv_error err = {0};
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_false(d->direct);
     assert_false(d->writable);
     tv__dev_close(d);
@@ -173,7 +170,7 @@ static void test_open_errors(void **state)
     tv_error err = {0};
     tv__dev *d = (tv__dev *)&err; /* must be reset to NULL on failure */
 
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), -ENOENT);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), -ENOENT);
     assert_null(d);
     assert_non_null(strstr(err.msg, g_img));
 
@@ -182,15 +179,15 @@ static void test_open_errors(void **state)
     assert_int_equal(tv__dev_open(g_img, 0, NULL, &err), TV_E_INVALID_ARG);
 
     /* A directory and a character device are neither file nor block. */
-    assert_int_equal(tv__dev_open(g_dir, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_dir, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     assert_null(d);
-    assert_int_equal(tv__dev_open("/dev/null", TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open("/dev/null", TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
 
     /* An empty image has no room for anything. */
     int fd = open(g_img, O_CREAT | O_WRONLY, 0600);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "empty"));
 }
 
@@ -234,19 +231,19 @@ static void round_trip(unsigned flags)
 static void test_round_trip_direct(void **state)
 {
     (void)state;
-    round_trip(TV_DEV_O_RDWR);
+    round_trip(TV__DEV_O_RDWR);
 }
 
 static void test_round_trip_buffered(void **state)
 {
     (void)state;
-    round_trip(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT);
+    round_trip(TV__DEV_O_RDWR | TV__DEV_O_NODIRECT);
     /* Buffered I/O has no alignment requirement. */
     tv__dev *d = NULL;
     tv_error err = {0};
     char msg[] = "unaligned bytes";
     char back[sizeof msg];
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_int_equal(tv__dev_pwrite_full(d, msg, sizeof msg, 12345, &err), 0);
     assert_int_equal(tv__dev_pread_full(d, back, sizeof back, 12345, &err), 0);
     assert_string_equal(back, msg);
@@ -256,7 +253,7 @@ static void test_round_trip_buffered(void **state)
 static void test_read_only_write(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDONLY);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDONLY);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
     assert_int_equal(tv__dev_pwrite_full(d, b, 4096, 4096, &err), -EBADF);
@@ -276,7 +273,7 @@ static ssize_t counting_pread(int fd, void *buf, size_t len, off_t off)
 static void test_direct_alignment_rejected(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR | TV_DEV_O_NODIRECT);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR | TV__DEV_O_NODIRECT);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 3 * 4096);
 
@@ -299,28 +296,9 @@ static void test_direct_alignment_rejected(void **state)
 
 /* ---- fault injection ---------------------------------------------------- */
 
-static int g_fail_errno;
 static size_t g_cap;
 static int g_eintr_left;
 
-static ssize_t fail_pread(int fd, void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = g_fail_errno;
-    return -1;
-}
-static ssize_t fail_pwrite(int fd, const void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = g_fail_errno;
-    return -1;
-}
-static int fail_fdatasync(int fd)
-{
-    (void)fd;
-    errno = g_fail_errno;
-    return -1;
-}
 static ssize_t short_pread(int fd, void *buf, size_t len, off_t off)
 {
     g_calls++;
@@ -366,22 +344,23 @@ static int eintr_fdatasync(int fd)
 static void test_inject_eio(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 8192);
 
-    g_fail_errno = EIO;
-    tv__sys.pread = fail_pread;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PREAD, 1, EIO, true);
     assert_int_equal(tv__dev_pread_full(d, b, 8192, 65536, &err), -EIO);
     assert_int_equal(err.code, -EIO);
     assert_non_null(strstr(err.msg, g_img));
     assert_non_null(strstr(err.msg, "65536"));
     assert_non_null(strstr(err.msg, "8192"));
 
-    tv__sys.fdatasync = fail_fdatasync;
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_FDATASYNC, 1, EIO, true);
     assert_int_equal(tv__dev_flush(d, &err), -EIO);
     assert_non_null(strstr(err.msg, "fdatasync"));
-    tv__sys_reset();
+    tv_test_fault_reset();
     assert_int_equal(tv__dev_pread_full(d, b, 8192, 65536, &err), 0);
     free(b);
     tv__dev_close(d);
@@ -390,12 +369,12 @@ static void test_inject_eio(void **state)
 static void test_inject_enospc(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
 
-    g_fail_errno = ENOSPC;
-    tv__sys.pwrite = fail_pwrite;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PWRITE, 1, ENOSPC, true);
     assert_int_equal(tv__dev_pwrite_full(d, b, 4096, 4096, &err), -ENOSPC);
     assert_non_null(strstr(err.msg, "write"));
     assert_non_null(strstr(err.msg, "4096"));
@@ -439,19 +418,19 @@ static void short_transfers(unsigned flags, size_t cap)
 static void test_short_reads_direct(void **state)
 {
     (void)state;
-    short_transfers(TV_DEV_O_RDWR, 4096); /* O_DIRECT: short counts stay aligned */
+    short_transfers(TV__DEV_O_RDWR, 4096); /* O_DIRECT: short counts stay aligned */
 }
 
 static void test_short_reads_buffered(void **state)
 {
     (void)state;
-    short_transfers(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT, 1000);
+    short_transfers(TV__DEV_O_RDWR | TV__DEV_O_NODIRECT, 1000);
 }
 
 static void test_eintr_retried(void **state)
 {
     (void)state;
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     tv_error err = {0};
     uint8_t *b = tv__dev_alloc_aligned(d, 4096);
 
@@ -477,7 +456,7 @@ static void test_null_args(void **state)
     assert_int_equal(tv__dev_pwrite_full(NULL, b, 16, 0, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv__dev_flush(NULL, &err), TV_E_INVALID_ARG);
     assert_null(tv__dev_alloc_aligned(NULL, 16));
-    tv__dev *d = open_image(1 * MIB, TV_DEV_O_RDWR);
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
     assert_int_equal(tv__dev_pread_full(d, NULL, 4096, 0, &err), TV_E_INVALID_ARG);
     assert_null(tv__dev_alloc_aligned(d, SIZE_MAX));
     tv__dev_close(d);
@@ -492,8 +471,8 @@ static void test_open_fifo_does_not_block(void **state)
     tv__dev *d = NULL;
     assert_int_equal(mkfifo(g_img, 0600), 0);
     alarm(10); /* a blocking open would hang here: SIGALRM fails the test */
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), TV_E_INVALID_ARG);
     alarm(0);
     assert_null(d);
     assert_non_null(strstr(err.msg, "neither a regular file nor a block device"));
@@ -508,9 +487,9 @@ static void test_open_nofollow(void **state)
     snprintf(target, sizeof target, "%s/target", g_dir);
     assert_int_equal(tv__dev_create_image(target, MIB, &err), 0);
     assert_int_equal(symlink(target, g_img), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NOFOLLOW, &d, &err), -ELOOP);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NOFOLLOW, &d, &err), -ELOOP);
     assert_non_null(strstr(err.msg, "symlink"));
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), 0);
     tv__dev_close(d);
     /* Creating an image never writes through a symlink. */
     assert_int_equal(unlink(target), 0);
@@ -540,18 +519,18 @@ static void test_claim_keys_nvme(void **state)
 {
     (void)state;
     tv_error err = {0};
-    tv__dev *a = open_image(MIB, TV_DEV_O_RDONLY);
+    tv__dev *a = open_image(MIB, TV__DEV_O_RDONLY);
     char other[320];
     snprintf(other, sizeof other, "%s/other", g_dir);
     assert_int_equal(tv__dev_create_image(other, MIB, &err), 0);
     tv__dev *b = NULL;
-    assert_int_equal(tv__dev_open(other, TV_DEV_O_RDONLY, &b, &err), 0);
+    assert_int_equal(tv__dev_open(other, TV__DEV_O_RDONLY, &b, &err), 0);
     tv__dev_claim ka, kb;
     assert_int_equal(tv__dev_claim_keys(a, &ka, &err), 0);
     assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);
     assert_false(tv__dev_claim_same(&ka, &kb));
     /* The same NVMe namespace seen through two nodes: identity matches. */
-    a->kind = b->kind = TV_DEV_NVME;
+    a->kind = b->kind = TV__DEV_NVME;
     static const tv__dev_identity id = {
         .serial = "S1", .model = "M", .nsid = 1, .nguid = {1, 2, 3}, .eui64 = {4, 5}};
     a->ident = b->ident = id;

@@ -100,7 +100,7 @@ static int group_setup(void **state)
         return -1;
     for (int i = 0; i < 2; i++) {
         snprintf(g_img[i], sizeof g_img[i], "%s/image%d", g_dir, i);
-        if (write_image(g_img[i]) || tv__dev_open(g_img[i], TV_DEV_O_RDONLY, &g_dev[i], &err)) {
+        if (write_image(g_img[i]) || tv__dev_open(g_img[i], TV__DEV_O_RDONLY, &g_dev[i], &err)) {
             fprintf(stderr, "image %s: %s\n", g_img[i], err.msg);
             return -1;
         }
@@ -817,7 +817,7 @@ static void test_buffered_device(void **state)
     (void)state;
     tv__dev *bd = NULL;
     tv_error err = {0};
-    assert_int_equal(tv__dev_open(g_img[0], TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &bd, &err), 0);
+    assert_int_equal(tv__dev_open(g_img[0], TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &bd, &err), 0);
     tv__io_dev d = {
         .fd = bd->fd, .io_align = bd->io_align, .size = bd->size_bytes, .direct = false};
     tv__io_opts o = {.engine = g_engine, .queue_depth = 4, .chunk_len = CHUNK};

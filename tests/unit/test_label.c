@@ -17,6 +17,7 @@
 
 #include "dev/dev.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MIB        (1024u * 1024u)
 #define IMG_LEN    (16 * MIB)
@@ -31,11 +32,8 @@ static const uint8_t g_uuid[16] = {0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0x4c, 0xd
 static int setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-label-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
-    snprintf(g_img, sizeof g_img, "%s/image", g_dir);
+    tv_test_tmpdir(g_dir, sizeof g_dir, "label");
+    tv_test_path(g_img, sizeof g_img, "%s/image", g_dir);
     if (tv__dev_create_image(g_img, IMG_LEN, NULL) != 0)
         return -1;
     return 0;
@@ -44,9 +42,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    tv__sys_reset();
-    unlink(g_img);
-    rmdir(g_dir);
+    tv_test_fault_reset();
+    tv_test_rmtree(g_dir);
     return 0;
 }
 
@@ -54,7 +51,7 @@ static tv__dev *open_rw(void)
 {
     tv__dev *d = NULL;
     tv_error err = {0};
-    if (tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err) != 0)
+    if (tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err) != 0)
         fail_msg("open %s: %s", g_img, err.msg);
     return d;
 }
@@ -103,7 +100,7 @@ static void test_round_trip(void **state)
     tv__dev *d = labelled(&l);
 
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
-    assert_memory_equal(back.magic, TV_LABEL_MAGIC, 8);
+    assert_memory_equal(back.magic, TV__LABEL_MAGIC, 8);
     assert_int_equal(back.version, 1);
     assert_int_equal(back.label_len, 512);
     assert_memory_equal(back.store_uuid, g_uuid, 16);
@@ -112,8 +109,8 @@ static void test_round_trip(void **state)
     assert_int_equal(back.object_align, 65536);
     assert_int_equal(back.region_off, REGION_OFF);
     assert_int_equal(back.region_len, REGION_LEN);
-    assert_int_equal(back.device_size, IMG_LEN);
-    assert_int_equal(back.dev_kind, TV_DEV_FILE);
+    assert_int_equal(back.size_bytes, IMG_LEN);
+    assert_int_equal(back.dev_kind, TV__DEV_FILE);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     assert_int_equal(tv__label_check(&back, NULL, d, &err), 0);
     /* Objects start at the first 64 KiB boundary after the label block. */
@@ -121,7 +118,7 @@ static void test_round_trip(void **state)
     tv__dev_close(d);
 
     /* And again through a read-only, buffered open. */
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     tv__dev_close(d);
@@ -148,7 +145,7 @@ static void test_on_disk_bytes(void **state)
     assert_memory_equal(raw + 36, io_align, 4);
     assert_memory_equal(raw + 40, region_off, 8);
     assert_memory_equal(raw + 64, dev_size, 8);
-    assert_int_equal(raw[72], TV_DEV_FILE);
+    assert_int_equal(raw[72], TV__DEV_FILE);
     /* Reserved bytes and the rest of the block are zero. */
     for (size_t i = 164; i < 480; i++)
         assert_int_equal(raw[i], 0);
@@ -276,14 +273,57 @@ static void test_expected_fields(void **state)
     e.region_len -= 4096;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "region length");
     e = l;
-    e.device_size *= 2;
+    e.size_bytes *= 2;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "device size");
     e = l;
-    e.dev_kind = TV_DEV_NVME;
+    e.dev_kind = TV__DEV_NVME;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "kind: label has file");
     e = l;
     e.object_align = 131072;
     expect_mismatch(tv__label_check(&back, &e, d, &err), &err, "object_align");
+    tv__dev_close(d);
+}
+
+/* The record the registry and the snapshot keep for a device maps to the
+ * label tv__label_init writes for it, and a record that differs in one
+ * field makes tv__label_check name that field. */
+static void test_expected_from_record(void **state)
+{
+    (void)state;
+    tv__label l, back, want;
+    tv_error err = {0};
+    tv__dev *d = labelled(&l);
+    tv__dev_record rec = {.kind = TV__DEV_FILE,
+                          .lba_size = d->lba_size,
+                          .io_align = d->io_align,
+                          .object_align = d->object_align,
+                          .size_bytes = d->size_bytes,
+                          .region_off = REGION_OFF,
+                          .region_len = REGION_LEN};
+    memcpy(rec.store_uuid, g_uuid, 16);
+
+    memset(&want, 0xee, sizeof want);
+    tv__label_expected(&rec, &want);
+    assert_memory_equal(&want, &l, sizeof l); /* every byte, reserved and checksum zero */
+    assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
+    assert_int_equal(tv__label_check(&back, &want, d, &err), 0);
+
+    tv__dev_record r = rec;
+    r.size_bytes += 4096;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "device size");
+    r = rec;
+    r.store_uuid[15] ^= 1;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "uuid");
+    r = rec;
+    memcpy(r.serial, "S123", 4);
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "serial");
+    r = rec;
+    r.eui64[0] = 1;
+    tv__label_expected(&r, &want);
+    expect_mismatch(tv__label_check(&back, &want, d, &err), &err, "eui64");
     tv__dev_close(d);
 }
 
@@ -296,7 +336,7 @@ static void test_resized_image(void **state)
     tv__dev_close(d);
 
     assert_int_equal(truncate(g_img, IMG_LEN + 1 * MIB), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "device size");
     assert_non_null(strstr(err.msg, "16777216"));
@@ -306,7 +346,7 @@ static void test_resized_image(void **state)
     /* Shrunk below the region: still a mismatch (never a crash or a read
      * past the end). */
     assert_int_equal(truncate(g_img, 8 * MIB), 0);
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDWR, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDWR, &d, &err), 0);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "device size");
     tv__dev_close(d);
@@ -334,7 +374,7 @@ static void test_different_lba_size(void **state)
     d->io_align = 8192;
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "io_align");
     d->io_align = 4096;
-    d->kind = TV_DEV_BLOCK;
+    d->kind = TV__DEV_BLOCK;
     expect_mismatch(tv__label_check(&back, &l, d, &err), &err, "kind");
     tv__dev_close(d);
 }
@@ -347,7 +387,7 @@ static void test_nvme_identity(void **state)
     tv__dev *d = open_rw();
 
     /* Pretend the image is an NVMe namespace with an identity. */
-    d->kind = TV_DEV_NVME;
+    d->kind = TV__DEV_NVME;
     strcpy(d->ident.serial, "S64ANS0T123456");
     memset(d->ident.model, 'M', 40); /* a model that fills its 40 bytes */
     d->ident.model[40] = '\0';
@@ -443,24 +483,6 @@ static void test_region_validation(void **state)
 
 /* ---- faults ---------------------------------------------------------------- */
 
-static ssize_t eio_pwrite(int fd, const void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = EIO;
-    return -1;
-}
-static ssize_t eio_pread(int fd, void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = EIO;
-    return -1;
-}
-static int eio_fdatasync(int fd)
-{
-    (void)fd;
-    errno = EIO;
-    return -1;
-}
 
 static void test_io_faults(void **state)
 {
@@ -470,15 +492,17 @@ static void test_io_faults(void **state)
     tv__dev *d = open_rw();
 
     assert_int_equal(tv__label_init(&l, d, g_uuid, REGION_OFF, REGION_LEN, &err), 0);
-    tv__sys.pwrite = eio_pwrite;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PWRITE, 1, EIO, true);
     assert_int_equal(tv__label_write(d, &l, &err), -EIO);
-    tv__sys_reset();
-    tv__sys.fdatasync = eio_fdatasync;
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_FDATASYNC, 1, EIO, true);
     assert_int_equal(tv__label_write(d, &l, &err), -EIO);
-    tv__sys_reset();
-    tv__sys.pread = eio_pread;
+    assert_true(tv_test_fault_fired() > 0);
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_PREAD, 1, EIO, true);
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), -EIO);
-    tv__sys_reset();
+    tv_test_fault_reset();
     assert_int_equal(tv__label_read(d, REGION_OFF, &back, &err), 0);
     tv__dev_close(d);
 }
@@ -527,6 +551,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_label_moved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changed_uuid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expected_fields, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expected_from_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resized_image, setup, teardown),
         cmocka_unit_test_setup_teardown(test_different_lba_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvme_identity, setup, teardown),

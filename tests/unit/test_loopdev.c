@@ -116,9 +116,9 @@ static void test_geometry(void **state)
 {
     (void)state;
     static const tv__dev_identity zero;
-    tv__dev *d = open_loop(TV_DEV_O_RDWR);
+    tv__dev *d = open_loop(TV__DEV_O_RDWR);
 
-    assert_int_equal(d->kind, TV_DEV_BLOCK);
+    assert_int_equal(d->kind, TV__DEV_BLOCK);
     assert_int_equal(d->lba_size, 4096);
     assert_int_equal(d->io_align, 4096);
     assert_int_equal(d->object_align, 65536);
@@ -131,7 +131,7 @@ static void test_geometry(void **state)
 static void test_direct_io(void **state)
 {
     (void)state;
-    tv__dev *d = open_loop(TV_DEV_O_RDWR);
+    tv__dev *d = open_loop(TV__DEV_O_RDWR);
     tv_error err = {0};
     const size_t len = 1 * MIB;
     uint8_t *w = tv__dev_alloc_aligned(d, len), *r = tv__dev_alloc_aligned(d, len);
@@ -171,7 +171,7 @@ static void test_direct_io(void **state)
 static void test_label(void **state)
 {
     (void)state;
-    tv__dev *d = open_loop(TV_DEV_O_RDWR);
+    tv__dev *d = open_loop(TV__DEV_O_RDWR);
     tv_error err = {0};
     tv__label l, back;
     uint8_t uuid[16];
@@ -179,11 +179,11 @@ static void test_label(void **state)
     assert_int_equal(tv__uuid_random(uuid, &err), 0);
     assert_int_equal(tv__label_init(&l, d, uuid, 65536, IMG_LEN - 65536, &err), 0);
     assert_int_equal(l.lba_size, 4096);
-    assert_int_equal(l.dev_kind, TV_DEV_BLOCK);
+    assert_int_equal(l.dev_kind, TV__DEV_BLOCK);
     assert_int_equal(tv__label_write(d, &l, &err), 0);
     tv__dev_close(d);
 
-    d = open_loop(TV_DEV_O_RDONLY);
+    d = open_loop(TV__DEV_O_RDONLY);
     assert_int_equal(tv__label_read(d, 65536, &back, &err), 0);
     assert_int_equal(tv__label_check(&back, &l, d, &err), 0);
     assert_int_equal(tv__region_data_off(&back), 131072);
@@ -191,7 +191,7 @@ static void test_label(void **state)
 
     /* The same bytes seen through the image file: another kind and sector
      * size, so a mismatch, never a silent success. */
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY, &d, &err), 0);
     assert_int_equal(tv__label_read(d, 65536, &back, &err), 0);
     assert_int_equal(tv__label_check(&back, &l, d, &err), TV_E_DEVICE_MISMATCH);
     assert_non_null(strstr(err.msg, "lba size: label has 4096, device has 512"));
@@ -231,27 +231,27 @@ static void test_ioctl_faults(void **state)
     g_fake_ssz = 0;
     g_fake_size = UINT64_MAX;
     g_fail_req = BLKSSZGET;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), -EIO);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), -EIO);
     assert_null(d);
     assert_non_null(strstr(err.msg, "BLKSSZGET"));
     g_fail_req = BLKGETSIZE64;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), -EIO);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), -EIO);
     assert_non_null(strstr(err.msg, "BLKGETSIZE64"));
     g_fail_req = 0;
 
     g_fake_ssz = 520;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     g_fake_ssz = -1;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     g_fake_ssz = 0;
     g_fake_size = 0;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "empty"));
     g_fake_size = UINT64_MAX;
 
     /* A device reporting 8 KiB sectors gets 8 KiB I/O alignment. */
     g_fake_ssz = 8192;
-    assert_int_equal(tv__dev_open(g_loop, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_loop, TV__DEV_O_RDONLY, &d, &err), 0);
     assert_int_equal(d->lba_size, 8192);
     assert_int_equal(d->io_align, 8192);
     assert_int_equal(d->object_align, 65536);
@@ -266,7 +266,7 @@ static void test_ioctl_faults(void **state)
 static void test_resized(void **state)
 {
     (void)state;
-    tv__dev *d = open_loop(TV_DEV_O_RDWR);
+    tv__dev *d = open_loop(TV__DEV_O_RDWR);
     tv_error err = {0};
     tv__label l, back;
     uint8_t uuid[16] = {1, 2, 3};
@@ -278,7 +278,7 @@ static void test_resized(void **state)
         print_message("losetup --set-capacity failed; resize not tested\n");
         skip();
     }
-    d = open_loop(TV_DEV_O_RDONLY);
+    d = open_loop(TV__DEV_O_RDONLY);
     assert_int_equal(d->size_bytes, IMG_LEN + 16 * MIB);
     assert_int_equal(tv__label_read(d, 4096, &back, &err), 0);
     assert_int_equal(tv__label_check(&back, &l, d, &err), TV_E_DEVICE_MISMATCH);
@@ -293,8 +293,8 @@ static void test_claim_backing_file(void **state)
 {
     (void)state;
     tv_error err = {0};
-    tv__dev *d = open_loop(TV_DEV_O_RDWR), *f = NULL;
-    assert_int_equal(tv__dev_open(g_img, TV_DEV_O_RDONLY | TV_DEV_O_NODIRECT, &f, &err), 0);
+    tv__dev *d = open_loop(TV__DEV_O_RDWR), *f = NULL;
+    assert_int_equal(tv__dev_open(g_img, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &f, &err), 0);
     tv__dev_claim kd, kf;
     assert_int_equal(tv__dev_claim_keys(d, &kd, &err), 0);
     assert_int_equal(tv__dev_claim_keys(f, &kf, &err), 0);

@@ -46,6 +46,7 @@
 #include "snap/snapshot.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define KiB       1024ull
 #define MiB       (1024ull * 1024ull)
@@ -217,14 +218,6 @@ static uint8_t *make_file(unsigned seed, uint64_t *len)
     return b;
 }
 
-static void write_file(const char *path, const uint8_t *b, uint64_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, b, len), (ssize_t)len);
-    close(fd);
-}
-
 /* ---- stores --------------------------------------------------------------- */
 
 typedef struct store_fx {
@@ -237,13 +230,6 @@ typedef struct store_fx {
     uint64_t base1; /* device offset of generation 1's object */
     tv__store *st;  /* the writer, open while the test needs it */
 } store_fx;
-
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
 
 static void import_ck(store_fx *f, const char *ck)
 {
@@ -259,17 +245,15 @@ static store_fx *store_new(void)
 {
     store_fx *f = calloc(1, sizeof(*f));
     assert_non_null(f);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%s/tv-test-model-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
+    tv_test_tmpdir(f->dir, sizeof f->dir, "model");
     snprintf(f->store, sizeof f->store, "%s/store", f->dir);
     snprintf(f->image, sizeof f->image, "%s/image", f->dir);
     snprintf(f->ck1, sizeof f->ck1, "%s/ck1.safetensors", f->dir);
     snprintf(f->ck2, sizeof f->ck2, "%s/ck2.safetensors", f->dir);
     f->src1 = make_file(1, &f->len1);
     f->src2 = make_file(2, &f->len2);
-    write_file(f->ck1, f->src1, f->len1);
-    write_file(f->ck2, f->src2, f->len2);
+    tv_test_write_file(f->ck1, f->src1, f->len1);
+    tv_test_write_file(f->ck2, f->src2, f->len2);
     tv_error err = {0};
     tv__store_init_opts o = {.image = f->image, .image_size = 16 * MiB};
     if (tv__store_init(f->store, &o, NULL, &err))
@@ -293,7 +277,7 @@ static void store_free(store_fx *f)
         return;
     tv__io_fault = NULL;
     tv__store_close(f->st);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_rmtree(f->dir);
     free(f->src1);
     free(f->src2);
     free(f);
@@ -1132,7 +1116,7 @@ static void test_corrupt_snapshot(void **state)
     uint8_t *img = read_whole(path, &len);
     tv__snap s;
     assert_int_equal(tv__snap_open(img, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
-    assert_true(s.off_tensors + 8 < len);
+    assert_true(s.tensors_off + 8 < len);
 
     /* the in-memory image opens and reads; truncated ones are refused */
     tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
@@ -1147,7 +1131,7 @@ static void test_corrupt_snapshot(void **state)
     tv_model_close(m);
     hooks_reset();
     tv__io_fault = hook_count;
-    static const size_t cut[] = {0, 1, 100, TV_SNAP_HEADER_LEN, 0x1000, 1};
+    static const size_t cut[] = {0, 1, 100, TV__SNAP_HEADER_LEN, 0x1000, 1};
     for (size_t k = 0; k < sizeof cut / sizeof *cut; k++) {
         size_t l = k == sizeof cut / sizeof *cut - 1 ? len - 1 : (cut[k] < len ? cut[k] : len / 2);
         m = (tv_model *)&err;
@@ -1159,15 +1143,15 @@ static void test_corrupt_snapshot(void **state)
     assert_int_equal(tv_model_open_snapshot(NULL, len, &o, &m, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv_model_open_snapshot(img, len, &o, NULL, &err), TV_E_INVALID_ARG);
     /* a flipped byte in memory */
-    img[s.off_tensors + 5] ^= 0x40;
+    img[s.tensors_off + 5] ^= 0x40;
     assert_int_equal(tv_model_open_snapshot(img, len, &o, &m, &err), TV_E_SNAPSHOT);
-    img[s.off_tensors + 5] ^= 0x40;
+    img[s.tensors_off + 5] ^= 0x40;
 
     /* a flipped byte in the tensor section of the file on disk */
     int fd = open(path, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
-    uint8_t byte = img[s.off_tensors + 5] ^ 0x40;
-    assert_int_equal(pwrite(fd, &byte, 1, (off_t)(s.off_tensors + 5)), 1);
+    uint8_t byte = img[s.tensors_off + 5] ^ 0x40;
+    assert_int_equal(pwrite(fd, &byte, 1, (off_t)(s.tensors_off + 5)), 1);
     close(fd);
     rc = open_m(x->f->store, MODEL, x->engine, &m, &err);
     if (rc != TV_E_SNAPSHOT)
@@ -1284,7 +1268,7 @@ static void copy_file(const char *from, const char *to)
     size_t len;
     uint8_t *b = read_whole(from, &len);
     unlink(to);
-    write_file(to, b, len);
+    tv_test_write_file(to, b, len);
     free(b);
 }
 
@@ -1405,14 +1389,12 @@ typedef struct rep_fx {
 static void rep_store(rep_fx *x)
 {
     store_fx *f = &x->f;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%s/tv-test-rep-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
+    tv_test_tmpdir(f->dir, sizeof f->dir, "rep");
     snprintf(f->store, sizeof f->store, "%s/store", f->dir);
     snprintf(f->ck1, sizeof f->ck1, "%s/ck1.safetensors", f->dir);
     snprintf(x->other, sizeof x->other, "%s/other", f->dir);
     f->src1 = make_file(1, &f->len1);
-    write_file(f->ck1, f->src1, f->len1);
+    tv_test_write_file(f->ck1, f->src1, f->len1);
     tv_error err = {0};
     int64_t ids[N_REP];
     for (int i = 0; i < N_REP; i++) {
@@ -1444,7 +1426,7 @@ static int teardown_rep(void **state)
     hooks_reset();
     tv__sys_reset();
     tv__store_close(x->f.st);
-    nftw(x->f.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_rmtree(x->f.dir);
     free(x->f.src1);
     free(x);
     return 0;

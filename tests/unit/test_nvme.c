@@ -16,8 +16,9 @@
 #include <cmocka.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 
-#define ID_LEN TV_NVME_IDENTIFY_LEN
+#define ID_LEN TV__NVME_IDENTIFY_LEN
 
 static uint8_t g_ctrl[ID_LEN], g_ns[ID_LEN];
 
@@ -32,29 +33,18 @@ static void load(const char *name, uint8_t *buf)
     close(fd);
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* A namespace of nsze blocks with n_formats LBA formats whose LBADS are
  * given, format `active` in use. */
 static void make_ns(uint8_t *ns, uint64_t nsze, const unsigned *lbads, unsigned n_formats,
                     unsigned active)
 {
     memset(ns, 0, ID_LEN);
-    put_le64(ns, nsze);
-    put_le64(ns + 8, nsze);
+    tv__le64_put(ns, nsze);
+    tv__le64_put(ns + 8, nsze);
     ns[25] = (uint8_t)(n_formats - 1);
     ns[26] = (uint8_t)((active & 0x0f) | ((active >> 4) & 0x03) << 5);
     for (unsigned i = 0; i < n_formats; i++)
-        put_le32(ns + 128 + 4 * i, lbads[i] << 16);
+        tv__le32_put(ns + 128 + 4 * i, lbads[i] << 16);
 }
 
 static void make_ctrl(uint8_t *c, const char *sn, const char *mn, const char *fr)

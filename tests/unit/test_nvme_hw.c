@@ -77,13 +77,13 @@ static void test_open_geometry(void **state)
     tv_error err = {0};
     char attr[128];
 
-    if (tv__dev_open(g_path, TV_DEV_O_RDONLY, &d, &err) != 0)
+    if (tv__dev_open(g_path, TV__DEV_O_RDONLY, &d, &err) != 0)
         fail_msg("open %s: %s", g_path, err.msg);
     print_message("%s: kind %s, lba %u, %llu bytes, io_align %u, object_align %llu, direct %d\n",
                   g_path, tv__dev_kind_name(d->kind), d->lba_size,
                   (unsigned long long)d->size_bytes, d->io_align,
                   (unsigned long long)d->object_align, d->direct);
-    assert_true(d->kind == TV_DEV_NVME || d->kind == TV_DEV_BLOCK);
+    assert_true(d->kind == TV__DEV_NVME || d->kind == TV__DEV_BLOCK);
     assert_true(d->direct);
     sysfs_attr("queue/logical_block_size", attr, sizeof attr);
     assert_int_equal(d->lba_size, strtoul(attr, NULL, 10));
@@ -104,8 +104,8 @@ static void test_identity(void **state)
     tv_error err = {0};
     char attr[128];
 
-    assert_int_equal(tv__dev_open(g_path, TV_DEV_O_RDONLY, &d, &err), 0);
-    if (d->kind != TV_DEV_NVME) {
+    assert_int_equal(tv__dev_open(g_path, TV__DEV_O_RDONLY, &d, &err), 0);
+    if (d->kind != TV__DEV_NVME) {
         print_message("%s opened as a plain block device (no libnvme in this build, or the "
                       "identify command failed): identity not checked\n",
                       g_path);
@@ -146,7 +146,7 @@ static void test_direct_read(void **state)
     tv__dev *d = NULL;
     tv_error err = {0};
 
-    assert_int_equal(tv__dev_open(g_path, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(g_path, TV__DEV_O_RDONLY, &d, &err), 0);
     uint8_t *b = tv__dev_alloc_aligned(d, 1024 * 1024);
     assert_non_null(b);
     assert_int_equal(tv__dev_pread_full(d, b, 1024 * 1024, 0, &err), 0);

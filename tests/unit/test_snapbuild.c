@@ -36,6 +36,7 @@
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MiB   (1024ull * 1024ull)
 #define MODEL "org/tiny-model"
@@ -50,65 +51,17 @@ typedef struct fixture {
     int64_t dev[2];
 } fixture;
 
-/* ---- checkpoint writer ------------------------------------------------------ */
+/* ---- checkpoints (tv_test_write_shard) ---------------------------------------- */
 
-typedef struct tdesc {
-    const char *name;
-    const char *dtype;
-    const char *shape; /* JSON list */
-    uint64_t nbytes;
-} tdesc;
-
-static uint64_t write_shard(const char *path, const tdesc *t, size_t n, unsigned seed)
-{
-    char hdr[4096];
-    size_t hl = 0;
-    uint64_t off = 0;
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
-    for (size_t i = 0; i < n; i++) {
-        hl += (size_t)snprintf(
-            hdr + hl, sizeof hdr - hl,
-            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}", i ? "," : "",
-            t[i].name, t[i].dtype, t[i].shape, (unsigned long long)off,
-            (unsigned long long)(off + t[i].nbytes));
-        off += t[i].nbytes;
-    }
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
-    while (hl % 8)
-        hdr[hl++] = ' ';
-    assert_true(hl < sizeof hdr);
-    uint64_t file_len = 8 + hl + off;
-    uint8_t *buf = malloc(file_len);
-    assert_non_null(buf);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
-    memcpy(buf + 8, hdr, hl);
-    for (uint64_t i = 0; i < off; i++)
-        buf[8 + hl + i] = (uint8_t)(i * 131u + seed * 7u + 1);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, file_len), (ssize_t)file_len);
-    close(fd);
-    free(buf);
-    return file_len;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-}
-
-static const tdesc SHARD1[] = {
+static const tv_test_tensor_nd SHARD1[] = {
     {"layers.0.w", "F32", "[10,20]", 800},
     {"layers.0.b", "U8", "[13]", 13},
     {"scalar", "I64", "[]", 8},
     {"empty", "F16", "[0,4]", 0},
 };
-static const tdesc SHARD2[] = {{"head.w", "BF16", "[5,7]", 70}};
-static const tdesc SINGLE[] = {{"emb", "U8", "[100]", 100}, {"emb.scale", "F32", "[]", 4}};
+static const tv_test_tensor_nd SHARD2[] = {{"head.w", "BF16", "[5,7]", 70}};
+static const tv_test_tensor_nd SINGLE[] = {{"emb", "U8", "[100]", 100},
+                                           {"emb.scale", "F32", "[]", 4}};
 
 static const char INDEX[] = "{\"metadata\":{\"total_size\":891},\"weight_map\":{"
                             "\"layers.0.w\":\"model-00001-of-00002.safetensors\","
@@ -117,32 +70,23 @@ static const char INDEX[] = "{\"metadata\":{\"total_size\":891},\"weight_map\":{
                             "\"empty\":\"model-00001-of-00002.safetensors\","
                             "\"head.w\":\"model-00002-of-00002.safetensors\"}}";
 
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%s/tv-test-snapbuild-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
+    tv_test_tmpdir(f->dir, sizeof f->dir, "snapbuild");
     snprintf(f->store, sizeof f->store, "%s/store", f->dir);
     char d[256], p[384];
     snprintf(d, sizeof d, "%s/ck", f->dir);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", d);
-    write_shard(p, SHARD1, TV_ARRAY_LEN(SHARD1), 1);
+    tv_test_write_shard_nd(p, SHARD1, TV_ARRAY_LEN(SHARD1), 1);
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", d);
-    write_shard(p, SHARD2, TV_ARRAY_LEN(SHARD2), 2);
+    tv_test_write_shard_nd(p, SHARD2, TV_ARRAY_LEN(SHARD2), 2);
     snprintf(f->ck_a, sizeof f->ck_a, "%s/model.safetensors.index.json", d);
-    write_text(f->ck_a, INDEX);
+    tv_test_write_text(f->ck_a, INDEX);
     snprintf(f->ck_b, sizeof f->ck_b, "%s/single.safetensors", f->dir);
-    write_shard(f->ck_b, SINGLE, TV_ARRAY_LEN(SINGLE), 5);
+    tv_test_write_shard_nd(f->ck_b, SINGLE, TV_ARRAY_LEN(SINGLE), 5);
 
     tv_error err = {0};
     for (int i = 0; i < 2; i++) {
@@ -163,7 +107,7 @@ static int teardown(void **state)
     tv__sys_reset();
     tv__sys_crash_hook = NULL;
     tv__store_close(f->st);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_rmtree(f->dir);
     free(f);
     return 0;
 }
@@ -472,7 +416,7 @@ static void test_active_gc_sync(void **state)
     assert_int_equal(tv__snapfile_write_active(f->store, MODEL, 0, &err), 0);
     assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, md, sizeof md, &err), 0);
     snprintf(tmp, sizeof tmp, "%s/.tmp-2-999-0", md);
-    write_text(tmp, "partial");
+    tv_test_write_text(tmp, "partial");
     if (tv__store_sync_snapshots(f->st, &err))
         fail_msg("sync: %s", err.msg);
     assert_true(snap_exists(f, MODEL, 2));
@@ -806,7 +750,7 @@ static void test_stale_pointer_repaired(void **state)
     /* garbage, or a FIFO in the pointer's place */
     char p[TV__SNAPFILE_PATH_MAX];
     assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
-    write_text(p, "junk");
+    tv_test_write_text(p, "junk");
     assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
     assert_int_equal(unlink(p), 0);

@@ -28,29 +28,22 @@
 
 #include "snap/snapfile.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 static char g_dir[256];
-
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
 
 static int setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-snapfile-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    tv_test_tmpdir(g_dir, sizeof g_dir, "snapfile");
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    tv__sys_reset();
-    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_fault_reset();
+    tv_test_rmtree(g_dir);
     return 0;
 }
 
@@ -66,14 +59,6 @@ static bool exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
 }
 
 static void test_escape(void **state)
@@ -218,10 +203,10 @@ static void test_active(void **state)
     static const char *const bad[] = {
         "", "0", "0\n", "007\n", "abc", "12x", "12\n\n", "-3", "99999999999999999999\n", " 4"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_file(p, bad[i]);
+        tv_test_write_text(p, bad[i]);
         assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), TV_E_SNAPSHOT);
     }
-    write_file(p, "42");
+    tv_test_write_text(p, "42");
     assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
     assert_int_equal(gen, 42);
 }
@@ -336,20 +321,6 @@ static void test_reader_races_gc(void **state)
     assert_int_equal(o.fd, -1);
 }
 
-static ssize_t pwrite_eio(int fd, const void *buf, size_t len, off_t off)
-{
-    (void)fd, (void)buf, (void)len, (void)off;
-    errno = EIO;
-    return -1;
-}
-
-static int fdatasync_eio(int fd)
-{
-    (void)fd;
-    errno = EIO;
-    return -1;
-}
-
 static ssize_t pwrite_short(int fd, const void *buf, size_t len, off_t off)
 {
     return pwrite(fd, buf, len > 3 ? 3 : len, off); /* loops to completion */
@@ -361,13 +332,14 @@ static void test_write_faults(void **state)
     tv_error err = {0};
     bool ex = true;
     size_t n = 99;
-    tv__sys.pwrite = pwrite_eio;
+    tv_test_fault_install();
+    tv_test_fault_fail(TV_TEST_SYS_PWRITE, 1, EIO, true);
     assert_int_equal(tv__snapfile_write(g_dir, "f", 1, "abcdef", 6, &err), -EIO);
     assert_int_equal(tv__snapfile_write_active(g_dir, "f", 1, &err), -EIO);
-    tv__sys_reset();
-    tv__sys.fdatasync = fdatasync_eio;
+    tv_test_fault_clear();
+    tv_test_fault_fail(TV_TEST_SYS_FDATASYNC, 1, EIO, true);
     assert_int_equal(tv__snapfile_write(g_dir, "f", 1, "abcdef", 6, &err), -EIO);
-    tv__sys_reset();
+    tv_test_fault_reset();
     assert_int_equal(tv__snapfile_exists(g_dir, "f", 1, &ex, &err), 0);
     assert_false(ex);
     int64_t gen;
@@ -391,9 +363,9 @@ static void test_write_faults(void **state)
     char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX + 32];
     assert_int_equal(tv__snapfile_model_dir(g_dir, "f", md, sizeof md, &err), 0);
     snprintf(p, sizeof p, "%s/.tmp-7-1234-0", md);
-    write_file(p, "partial");
+    tv_test_write_text(p, "partial");
     snprintf(p, sizeof p, "%s/.tmp-active-1234-1", md);
-    write_file(p, "9\n");
+    tv_test_write_text(p, "9\n");
     assert_int_equal(tv__snapfile_clean_temps(g_dir, "f", &n, &err), 0);
     assert_int_equal(n, 2);
     assert_int_equal(tv__snapfile_exists(g_dir, "f", 1, &ex, &err), 0);
@@ -531,7 +503,7 @@ static void test_unsafe_files(void **state)
     assert_non_null(strstr(err.msg, "directory"));
     assert_int_equal(rmdir(p), 0);
     snprintf(q, sizeof q, "%s/elsewhere", g_dir);
-    write_file(q, "1\n");
+    tv_test_write_text(q, "1\n");
     assert_int_equal(symlink(q, p), 0);
     assert_int_equal(tv__snapfile_read_active(g_dir, "m", &gen, &err), TV_E_SNAPSHOT);
     assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), TV_E_SNAPSHOT);

@@ -20,8 +20,10 @@
 #include <cmocka.h>
 
 #include "dev/dev.h"
-#include "st/st_internal.h"
 #include "snap/snapshot.h"
+#include "util/endian.h"
+#include "util/hash.h"
+#include "tv_test.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)
@@ -41,13 +43,13 @@ enum {
     H_FLAGS = 84,
     H_N_DIMS = 88,
     H_STRINGS_LEN = 96,
-    H_OFF_DEVICES = 104,
-    H_OFF_SHARDS = 112,
-    H_OFF_REPLICAS = 120,
-    H_OFF_TENSORS = 128,
-    H_OFF_DIMS = 136,
-    H_OFF_STRINGS = 144,
-    H_OFF_INDEX = 152,
+    H_DEVICES_OFF = 104,
+    H_SHARDS_OFF = 112,
+    H_REPLICAS_OFF = 120,
+    H_TENSORS_OFF = 128,
+    H_DIMS_OFF = 136,
+    H_STRINGS_OFF = 144,
+    H_INDEX_OFF = 152,
     H_SEED = 160,
     H_MODEL_OFF = 168,
     H_MODEL_LEN = 172,
@@ -78,7 +80,7 @@ enum {
     T_NAME_LEN = 4,
     T_DTYPE = 8,
     T_RANK = 12,
-    T_DIMS_OFF = 16,
+    T_FIRST_DIM = 16,
     T_SHARD = 20,
     T_BEGIN = 24,
     T_END = 32
@@ -116,7 +118,7 @@ static void fill_generation(gen_fixture *g)
     for (int i = 0; i < 16; i++)
         d->uuid[i] = (uint8_t)(0x10 + i);
     d->path = "/var/lib/tv/image0";
-    d->kind = TV_DEV_FILE;
+    d->kind = TV__DEV_FILE;
     d->lba_size = 512;
     d->io_align = 4096;
     d->object_align = 64 * KiB;
@@ -129,7 +131,7 @@ static void fill_generation(gen_fixture *g)
     for (int i = 0; i < 16; i++)
         d->uuid[i] = (uint8_t)(0xA0 + i);
     d->path = "/dev/nvme0n1";
-    d->kind = TV_DEV_NVME;
+    d->kind = TV__DEV_NVME;
     d->lba_size = 4096;
     d->io_align = 4096;
     d->object_align = 64 * KiB;
@@ -217,9 +219,9 @@ static void test_roundtrip(void **state)
     size_t len;
     uint8_t *buf = build(&g.in, &len);
     assert_int_equal(len % 8, 0);
-    assert_memory_equal(buf, TV_SNAP_MAGIC, 8);
-    assert_int_equal(tv__le32_get(buf + H_VERSION), TV_SNAP_VERSION);
-    assert_int_equal(tv__le32_get(buf + H_HEADER_LEN), TV_SNAP_HEADER_LEN);
+    assert_memory_equal(buf, TV__SNAP_MAGIC, 8);
+    assert_int_equal(tv__le32_get(buf + H_VERSION), TV__SNAP_VERSION);
+    assert_int_equal(tv__le32_get(buf + H_HEADER_LEN), TV__SNAP_HEADER_LEN);
     assert_int_equal(tv__le64_get(buf + H_TOTAL_LEN), len);
 
     tv__snap s;
@@ -580,7 +582,7 @@ static void expect_open_error(const uint8_t *good, size_t len, size_t new_len,
     assert_non_null(p);
     memcpy(p, good, len < new_len ? len : new_len);
     fn(p, ctx);
-    if (new_len >= TV_SNAP_HEADER_LEN)
+    if (new_len >= TV__SNAP_HEADER_LEN)
         tv__snap_seal(p, new_len);
     tv__snap s;
     tv_error err = {0};
@@ -646,16 +648,16 @@ static void test_header_corruptions(void **state)
     poke_expect(buf, len, H_GENERATION, 8, (uint64_t)-5, "generation");
 
     /* Section offsets: outside, misaligned, inside the header, overlapping. */
-    poke_expect(buf, len, H_OFF_TENSORS, 8, len, "tensors");
-    poke_expect(buf, len, H_OFF_TENSORS, 8, UINT64_MAX - 7, "tensors");
-    poke_expect(buf, len, H_OFF_INDEX, 8, len - 8, "index");
-    poke_expect(buf, len, H_OFF_DEVICES, 8, s.off_devices + 4, "not 8-byte aligned");
-    poke_expect(buf, len, H_OFF_STRINGS, 8, s.off_strings + 1, "not 8-byte aligned");
-    poke_expect(buf, len, H_OFF_SHARDS, 8, 128, "outside");
-    poke_expect(buf, len, H_OFF_SHARDS, 8, s.off_devices, "overlap");
-    poke_expect(buf, len, H_OFF_REPLICAS, 8, s.off_shards + 8, "overlap");
-    poke_expect(buf, len, H_OFF_INDEX, 8, s.off_strings, "overlap");
-    poke_expect(buf, len, H_OFF_DIMS, 8, s.off_tensors + 16, "overlap");
+    poke_expect(buf, len, H_TENSORS_OFF, 8, len, "tensors");
+    poke_expect(buf, len, H_TENSORS_OFF, 8, UINT64_MAX - 7, "tensors");
+    poke_expect(buf, len, H_INDEX_OFF, 8, len - 8, "index");
+    poke_expect(buf, len, H_DEVICES_OFF, 8, s.devices_off + 4, "not 8-byte aligned");
+    poke_expect(buf, len, H_STRINGS_OFF, 8, s.strings_off + 1, "not 8-byte aligned");
+    poke_expect(buf, len, H_SHARDS_OFF, 8, 128, "outside");
+    poke_expect(buf, len, H_SHARDS_OFF, 8, s.devices_off, "overlap");
+    poke_expect(buf, len, H_REPLICAS_OFF, 8, s.shards_off + 8, "overlap");
+    poke_expect(buf, len, H_INDEX_OFF, 8, s.strings_off, "overlap");
+    poke_expect(buf, len, H_DIMS_OFF, 8, s.tensors_off + 16, "overlap");
 
     /* Counts. */
     poke_expect(buf, len, H_N_INDEX, 4, 24, "power of two");
@@ -759,10 +761,10 @@ static void test_record_corruptions(void **state)
     uint8_t *buf = build_small(&len);
     tv__snap s;
     open_ok(buf, len, &s);
-    size_t dev0 = s.off_devices, dev1 = dev0 + TV_SNAP_DEVICE_LEN;
-    size_t sh0 = s.off_shards, sh1 = sh0 + TV_SNAP_SHARD_LEN;
-    size_t rep0 = s.off_replicas, rep3 = rep0 + 3 * TV_SNAP_REPLICA_LEN;
-    size_t t0 = s.off_tensors, t1 = t0 + TV_SNAP_TENSOR_LEN, t4 = t0 + 4 * TV_SNAP_TENSOR_LEN;
+    size_t dev0 = s.devices_off, dev1 = dev0 + TV__SNAP_DEVICE_LEN;
+    size_t sh0 = s.shards_off, sh1 = sh0 + TV__SNAP_SHARD_LEN;
+    size_t rep0 = s.replicas_off, rep3 = rep0 + 3 * TV__SNAP_REPLICA_LEN;
+    size_t t0 = s.tensors_off, t1 = t0 + TV__SNAP_TENSOR_LEN, t4 = t0 + 4 * TV__SNAP_TENSOR_LEN;
     uint32_t sl = (uint32_t)s.strings_len;
 
     /* Tensors. */
@@ -780,10 +782,10 @@ static void test_record_corruptions(void **state)
     record_expect(buf, len, t1 + T_DTYPE, 4, TV_DTYPE_U8, F_TENSOR, 1, "shape x dtype");
     record_expect(buf, len, t1 + T_RANK, 4, TV_ST_MAX_RANK + 1, F_TENSOR, 1, "rank");
     record_expect(buf, len, t1 + T_RANK, 4, 8, F_TENSOR, 1, "dims"); /* past n_dims = 8 */
-    record_expect(buf, len, t1 + T_DIMS_OFF, 4, 8, F_TENSOR, 1, "dims");
-    record_expect(buf, len, t1 + T_DIMS_OFF, 4, UINT32_MAX, F_TENSOR, 1, "dims");
-    record_expect(buf, len, s.off_dims, 8, 1ull << 62, F_TENSOR, 0, "overflows");
-    record_expect(buf, len, s.off_dims + 8, 8, 9, F_TENSOR, 0, "shape x dtype");
+    record_expect(buf, len, t1 + T_FIRST_DIM, 4, 8, F_TENSOR, 1, "dims");
+    record_expect(buf, len, t1 + T_FIRST_DIM, 4, UINT32_MAX, F_TENSOR, 1, "dims");
+    record_expect(buf, len, s.dims_off, 8, 1ull << 62, F_TENSOR, 0, "overflows");
+    record_expect(buf, len, s.dims_off + 8, 8, 9, F_TENSOR, 0, "shape x dtype");
 
     /* Shards (also reached through a tensor). */
     record_expect(buf, len, sh0 + S_NAME_OFF, 4, sl + 10, F_SHARD, 0, "name ref");
@@ -821,8 +823,8 @@ static void test_record_corruptions(void **state)
      * met by a probe, and an index with no empty slot (the probe must end). */
     uint8_t *p = dup_image(buf, len);
     for (uint32_t k = 0; k < s.n_index; k++)
-        if (tv__le32_get(p + s.off_index + 8 * k + 4))
-            tv__le32_put(p + s.off_index + 8 * k + 4, 7);
+        if (tv__le32_get(p + s.index_off + 8 * k + 4))
+            tv__le32_put(p + s.index_off + 8 * k + 4, 7);
     tv__snap s2;
     assert_int_equal(tv__snap_open(p, len, 0, &s2, NULL), 0); /* checksum now stale: off */
     assert_int_equal(tv__snap_find(&s2, "a.weight", 8, NULL, NULL), TV_E_SNAPSHOT);
@@ -830,8 +832,8 @@ static void test_record_corruptions(void **state)
 
     p = dup_image(buf, len);
     for (uint32_t k = 0; k < s.n_index; k++) {
-        tv__le32_put(p + s.off_index + 8 * k, 0xFFFFFFFFu);
-        tv__le32_put(p + s.off_index + 8 * k + 4, 2); /* all name tensor 1: "a.bias" */
+        tv__le32_put(p + s.index_off + 8 * k, 0xFFFFFFFFu);
+        tv__le32_put(p + s.index_off + 8 * k + 4, 2); /* all name tensor 1: "a.bias" */
     }
     tv_error err = {0};
     assert_int_equal(tv__snap_open(p, len, 0, &s2, &err), 0);
@@ -840,12 +842,12 @@ static void test_record_corruptions(void **state)
     /* Every slot carries the query's hash: the full name comparison decides. */
     uint64_t h = tv__hash_bytes("nope", 4, s2.hash_seed);
     for (uint32_t k = 0; k < s.n_index; k++)
-        tv__le32_put(p + s.off_index + 8 * k, (uint32_t)(h >> 32));
+        tv__le32_put(p + s.index_off + 8 * k, (uint32_t)(h >> 32));
     assert_int_equal(tv__snap_find(&s2, "nope", 4, NULL, &err), TV_E_SNAPSHOT);
     uint32_t idx = 0;
     h = tv__hash_bytes("a.bias", 6, s2.hash_seed);
     for (uint32_t k = 0; k < s.n_index; k++)
-        tv__le32_put(p + s.off_index + 8 * k, (uint32_t)(h >> 32));
+        tv__le32_put(p + s.index_off + 8 * k, (uint32_t)(h >> 32));
     assert_int_equal(tv__snap_find(&s2, "a.bias", 6, &idx, &err), 0);
     assert_int_equal(idx, 1);
     /* A matching slot whose tensor's name ref is bad. */
@@ -952,67 +954,98 @@ static void test_random_flips(void **state)
     free(good);
 }
 
-/* ---- fuzz seeds --------------------------------------------------------------- */
+/* ---- fuzz seeds and byte stability ------------------------------------------ */
 
-static void write_seed(const char *dir, const char *name, const uint8_t *buf, size_t len)
+/* The seed corpus (tests/fuzz/corpus/snapshot), by number: the small
+ * generation, an empty one, and 64 tensors in one shard (a denser index).
+ * Deterministic (fixed hash seeds). NULL name past the last one. */
+static uint8_t *build_seed(int which, const char **name, size_t *len)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *fp = fopen(p, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(buf, 1, len, fp), len);
-    fclose(fp);
+    static const uint64_t shape[] = {2};
+    enum { N = 64 };
+    tv__snap_tensor_in t[N];
+    char names[N][16];
+    gen_fixture g;
+
+    *name = NULL;
+    switch (which) {
+    case 0:
+        *name = "small.tvsnap";
+        return build_small(len);
+    case 1: {
+        tv__snap_in empty = {.model = "m", .generation = 1, .hash_seed = 7};
+        *name = "empty.tvsnap";
+        return build(&empty, len);
+    }
+    case 2: {
+        fill_generation(&g);
+        tv__snap_shard_in sh = {.name = "model.safetensors",
+                                .file_len = 8 + 64 + N * 2,
+                                .header_len = 64,
+                                .n_replicas = 1,
+                                .replicas = g.reps0};
+        for (int i = 0; i < N; i++) {
+            int n = snprintf(names[i], sizeof names[i], "t%d", i);
+            t[i] = (tv__snap_tensor_in){.name = names[i],
+                                        .name_len = (size_t)n,
+                                        .dtype = TV_DTYPE_U8,
+                                        .rank = 1,
+                                        .shape = shape,
+                                        .begin_off = (uint64_t)i * 2,
+                                        .end_off = (uint64_t)i * 2 + 2};
+        }
+        g.in.n_devices = 1;
+        g.in.n_shards = 1;
+        g.in.shards = &sh;
+        g.in.n_tensors = N;
+        g.in.tensors = t;
+        g.in.hash_seed = 42;
+        *name = "dense.tvsnap";
+        return build(&g.in, len);
+    }
+    default:
+        return NULL;
+    }
 }
 
-/* With TV_SNAPSHOT_SEED_DIR set, writes the fuzz seed corpus
- * (tests/fuzz/corpus/snapshot): the small generation, an empty one, and 64
- * tensors in one shard (a denser index). Deterministic (fixed hash seeds). */
+/* With TV_SNAPSHOT_SEED_DIR set, writes the fuzz seed corpus. */
 static void test_write_fuzz_seeds(void **state)
 {
     (void)state;
     const char *dir = getenv("TV_SNAPSHOT_SEED_DIR");
     if (!dir || !*dir)
         skip();
+    const char *name;
     size_t len;
-    uint8_t *buf = build_small(&len);
-    write_seed(dir, "small.tvsnap", buf, len);
-    free(buf);
-
-    tv__snap_in empty = {.model = "m", .generation = 1, .hash_seed = 7};
-    buf = build(&empty, &len);
-    write_seed(dir, "empty.tvsnap", buf, len);
-    free(buf);
-
-    gen_fixture g;
-    fill_generation(&g);
-    enum { N = 64 };
-    static const uint64_t shape[] = {2};
-    tv__snap_tensor_in t[N];
-    char names[N][16];
-    tv__snap_shard_in sh = {.name = "model.safetensors",
-                            .file_len = 8 + 64 + N * 2,
-                            .header_len = 64,
-                            .n_replicas = 1,
-                            .replicas = g.reps0};
-    for (int i = 0; i < N; i++) {
-        int n = snprintf(names[i], sizeof names[i], "t%d", i);
-        t[i] = (tv__snap_tensor_in){.name = names[i],
-                                    .name_len = (size_t)n,
-                                    .dtype = TV_DTYPE_U8,
-                                    .rank = 1,
-                                    .shape = shape,
-                                    .begin_off = (uint64_t)i * 2,
-                                    .end_off = (uint64_t)i * 2 + 2};
+    uint8_t *buf;
+    for (int i = 0; (buf = build_seed(i, &name, &len)); i++) {
+        char p[512];
+        tv_test_write_file(tv_test_path(p, sizeof p, "%s/%s", dir, name), buf, len);
+        free(buf);
     }
-    g.in.n_devices = 1;
-    g.in.n_shards = 1;
-    g.in.shards = &sh;
-    g.in.n_tensors = N;
-    g.in.tensors = t;
-    g.in.hash_seed = 42;
-    buf = build(&g.in, &len);
-    write_seed(dir, "dense.tvsnap", buf, len);
-    free(buf);
+}
+
+/* The builder's output is part of the format: the committed seed corpus
+ * (built by version 1 of the builder) must come out byte for byte. */
+static void test_build_is_byte_stable(void **state)
+{
+    (void)state;
+    const char *name;
+    size_t len, want_len;
+    uint8_t *buf;
+    int n = 0;
+    for (int i = 0; (buf = build_seed(i, &name, &len)); i++, n++) {
+        char p[512];
+        uint8_t *want =
+            tv_test_read_file(tv_test_path(p, sizeof p, "fuzz/corpus/snapshot/%s", name), &want_len);
+        if (!want)
+            fail_msg("%s: cannot read the committed seed (tests run from tests/)", p);
+        assert_int_equal(len, want_len);
+        assert_memory_equal(buf, want, len);
+        free(want);
+        free(buf);
+    }
+    assert_int_equal(n, 3);
 }
 
 int main(void)
@@ -1024,6 +1057,7 @@ int main(void)
         cmocka_unit_test(test_build_rejects),    cmocka_unit_test(test_header_corruptions),
         cmocka_unit_test(test_checksum),         cmocka_unit_test(test_record_corruptions),
         cmocka_unit_test(test_random_flips),     cmocka_unit_test(test_write_fuzz_seeds),
+        cmocka_unit_test(test_build_is_byte_stable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

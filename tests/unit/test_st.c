@@ -29,6 +29,7 @@
 
 #include "tensorvault/checkpoint.h"
 #include "tensorvault/errors.h"
+#include "tv_test.h"
 
 #define SHARD "model.safetensors"
 #define S1    "model-00001-of-00002.safetensors"
@@ -1315,28 +1316,16 @@ static void test_close_null(void **state)
 /* ---- files, indexes and directories ---- */
 
 typedef struct fx {
-    char root[64];      /* mkdtemp() */
+    char root[256];     /* tv_test_tmpdir() */
     char dir[PATH_MAX]; /* root/ckpt: the checkpoint directory */
 } fx;
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int fx_setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
     if (!f)
         return -1;
-    snprintf(f->root, sizeof(f->root), "/tmp/tv_test_st.XXXXXX");
-    if (!mkdtemp(f->root)) {
-        free(f);
-        return -1;
-    }
+    tv_test_tmpdir(f->root, sizeof(f->root), "st");
     snprintf(f->dir, sizeof(f->dir), "%s/ckpt", f->root);
     if (mkdir(f->dir, 0700) < 0) {
         rmdir(f->root);
@@ -1350,9 +1339,9 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
     fx *f = *state;
-    int rc = nftw(f->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_rmtree(f->root);
     free(f);
-    return rc;
+    return 0;
 }
 
 static void path_join(char *out, const char *dir, const char *name)
@@ -1365,11 +1354,7 @@ static void write_file(const char *dir, const char *name, const void *data, size
 {
     char p[PATH_MAX];
     path_join(p, dir, name);
-    FILE *fp = fopen(p, "wb");
-    assert_non_null(fp);
-    if (len)
-        assert_int_equal(fwrite(data, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
+    tv_test_write_file(p, data, len);
 }
 
 static void write_json(const char *dir, const char *name, const char *json)

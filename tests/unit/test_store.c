@@ -176,21 +176,21 @@ static void test_scan_is_bounded(void **state)
     assert_int_equal(posix_fallocate(fd, (off_t)(size / 2 + 12345 * 4096ull), (off_t)(4 * MiB)), 0);
     close(fd);
     tv__dev *d = NULL;
-    assert_int_equal(tv__dev_open(f->image, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(f->image, TV__DEV_O_RDONLY, &d, &err), 0);
     tv__dev_scan s;
     assert_int_equal(tv__dev_claim_scan(d, MiB, size - MiB, &s, &err), 0);
     assert_false(s.label);
     assert_false(s.nonzero);
-    uint64_t cap = TV_DEV_SCAN_HEAD + 2 * TV_DEV_SCAN_EDGE +
-                   (TV_DEV_SCAN_SAMPLES + TV_DEV_SCAN_EXTENTS) * TV_DEV_SCAN_WINDOW;
+    uint64_t cap = TV__DEV_SCAN_HEAD + 2 * TV__DEV_SCAN_EDGE +
+                   (TV__DEV_SCAN_SAMPLES + TV__DEV_SCAN_EXTENTS) * TV__DEV_SCAN_WINDOW;
     assert_true(s.bytes_read <= cap);
-    assert_true(s.bytes_read >= TV_DEV_SCAN_HEAD + 2 * TV_DEV_SCAN_EDGE);
+    assert_true(s.bytes_read >= TV__DEV_SCAN_HEAD + 2 * TV__DEV_SCAN_EDGE);
     tv__dev_close(d);
     /* One byte in that extent is found (SEEK_DATA), though no sample or
      * edge covers it. */
     const uint64_t at = size / 2 + 12345 * 4096ull + 4096 + 7;
     write_at(f->image, at, "z", 1);
-    assert_int_equal(tv__dev_open(f->image, TV_DEV_O_RDONLY, &d, &err), 0);
+    assert_int_equal(tv__dev_open(f->image, TV__DEV_O_RDONLY, &d, &err), 0);
     assert_int_equal(tv__dev_claim_scan(d, MiB, size - MiB, &s, &err), 0);
     tv__dev_close(d);
     assert_true(s.nonzero);
@@ -248,9 +248,9 @@ static void test_claim_keys(void **state)
     assert_int_equal(link(f->image, hard), 0);
     assert_int_equal(tv__dev_create_image(f->other_image, 4 * MiB, &err), 0);
     tv__dev *a = NULL, *b = NULL, *c = NULL;
-    assert_int_equal(tv__dev_open(f->image, TV_DEV_O_RDONLY, &a, &err), 0);
-    assert_int_equal(tv__dev_open(hard, TV_DEV_O_RDONLY, &b, &err), 0);
-    assert_int_equal(tv__dev_open(f->other_image, TV_DEV_O_RDONLY, &c, &err), 0);
+    assert_int_equal(tv__dev_open(f->image, TV__DEV_O_RDONLY, &a, &err), 0);
+    assert_int_equal(tv__dev_open(hard, TV__DEV_O_RDONLY, &b, &err), 0);
+    assert_int_equal(tv__dev_open(f->other_image, TV__DEV_O_RDONLY, &c, &err), 0);
     tv__dev_claim ka, kb, kc;
     assert_int_equal(tv__dev_claim_keys(a, &ka, &err), 0);
     assert_int_equal(tv__dev_claim_keys(b, &kb, &err), 0);

@@ -148,6 +148,14 @@ typedef struct tv_test_tensor {
     unsigned elem_len; /* bytes per element, matching dtype */
 } tv_test_tensor;
 
+/* A tensor of any shape, for tv_test_write_shard_nd. */
+typedef struct tv_test_tensor_nd {
+    const char *name;
+    const char *dtype; /* "F32", "U8", ... */
+    const char *shape; /* JSON list: "[10,20]", "[]" */
+    uint64_t n_bytes;  /* matching dtype and shape */
+} tv_test_tensor_nd;
+
 /* Payload byte i of a shard written with seed (what tv_test_write_shard stores). */
 static inline uint8_t tv_test_shard_byte(uint64_t i, unsigned seed)
 {
@@ -157,22 +165,21 @@ static inline uint8_t tv_test_shard_byte(uint64_t i, unsigned seed)
 /* Writes a safetensors file: 8-byte LE header length, JSON header padded
  * with spaces to a multiple of 8, then the tensors back to back filled with
  * tv_test_shard_byte(i, seed). Returns the file length. */
-static inline uint64_t tv_test_write_shard(const char *path, const tv_test_tensor *t, size_t n,
-                                           unsigned seed)
+static inline uint64_t tv_test_write_shard_nd(const char *path, const tv_test_tensor_nd *t,
+                                              size_t n, unsigned seed)
 {
     char hdr[8192];
     size_t hl = 0;
     uint64_t off = 0;
     hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
     for (size_t i = 0; i < n; i++) {
-        uint64_t len = t[i].n_elems * t[i].elem_len;
         hl += (size_t)snprintf(
             hdr + hl, sizeof hdr - hl,
-            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
-            i ? "," : "", t[i].name, t[i].dtype, (unsigned long long)t[i].n_elems,
-            (unsigned long long)off, (unsigned long long)(off + len));
+            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}",
+            i ? "," : "", t[i].name, t[i].dtype, t[i].shape, (unsigned long long)off,
+            (unsigned long long)(off + t[i].n_bytes));
         TV_TEST_CHECK(hl < sizeof hdr);
-        off += len;
+        off += t[i].n_bytes;
     }
     hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
     TV_TEST_CHECK(hl + 8 < sizeof hdr);
@@ -188,6 +195,23 @@ static inline uint64_t tv_test_write_shard(const char *path, const tv_test_tenso
         buf[8 + hl + i] = tv_test_shard_byte(i, seed);
     tv_test_write_file(path, buf, file_len);
     free(buf);
+    return file_len;
+}
+
+/* The same for 1-D tensors of n_elems elements. */
+static inline uint64_t tv_test_write_shard(const char *path, const tv_test_tensor *t, size_t n,
+                                           unsigned seed)
+{
+    tv_test_tensor_nd *nd = calloc(n ? n : 1, sizeof *nd);
+    char(*shape)[24] = calloc(n ? n : 1, sizeof *shape);
+    TV_TEST_CHECK(nd != NULL && shape != NULL);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(shape[i], sizeof shape[i], "[%llu]", (unsigned long long)t[i].n_elems);
+        nd[i] = (tv_test_tensor_nd){t[i].name, t[i].dtype, shape[i], t[i].n_elems * t[i].elem_len};
+    }
+    uint64_t file_len = tv_test_write_shard_nd(path, nd, n, seed);
+    free(shape);
+    free(nd);
     return file_len;
 }
 

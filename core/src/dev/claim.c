@@ -3,7 +3,7 @@
  *
  * Invariants: identity never comes from a path string (fstat of the open
  * descriptor, the loop driver's backing inode, NVMe identify data); the scan
- * reads a bounded set of aligned windows (see TV_DEV_SCAN_* in dev.h) through
+ * reads a bounded set of aligned windows (see TV__DEV_SCAN_* in dev.h) through
  * tv__dev_pread_full, so its cost does not grow with the device size and
  * every read is O_DIRECT-safe; a window is clipped to the device. */
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dev/dev.h"
+#include "util/hex.h"
 #include "util/sys.h"
 
 #define LOOP_MAJOR_NUM 7u
@@ -25,16 +26,8 @@
 static void add_key(tv__dev_claim *c, const char *fmt_kind, unsigned long long a,
                     unsigned long long b)
 {
-    if (c->n_keys < TV_DEV_CLAIM_MAX_KEYS)
-        snprintf(c->keys[c->n_keys++], TV_DEV_CLAIM_KEY_LEN, "%s:%llu:%llu", fmt_kind, a, b);
-}
-
-static void hex(const uint8_t *b, size_t n, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++)
-        out[2 * i] = d[b[i] >> 4], out[2 * i + 1] = d[b[i] & 15];
-    out[2 * n] = '\0';
+    if (c->n_keys < TV__DEV_CLAIM_MAX_KEYS)
+        snprintf(c->keys[c->n_keys++], TV__DEV_CLAIM_KEY_LEN, "%s:%llu:%llu", fmt_kind, a, b);
 }
 
 int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err)
@@ -60,11 +53,11 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err)
         if (tv__sys.ioctl(d->fd, LOOP_GET_STATUS64, &li) == 0)
             add_key(out, "file", (unsigned long long)li.lo_device, (unsigned long long)li.lo_inode);
     }
-    if (d->kind == TV_DEV_NVME && out->n_keys < TV_DEV_CLAIM_MAX_KEYS) {
+    if (d->kind == TV__DEV_NVME && out->n_keys < TV__DEV_CLAIM_MAX_KEYS) {
         char nguid[33], eui[17];
-        hex(d->ident.nguid, 16, nguid);
-        hex(d->ident.eui64, 8, eui);
-        snprintf(out->keys[out->n_keys++], TV_DEV_CLAIM_KEY_LEN, "nvme:%s:%s:%u:%s:%s",
+        tv__hex_encode(d->ident.nguid, 16, false, nguid);
+        tv__hex_encode(d->ident.eui64, 8, false, eui);
+        snprintf(out->keys[out->n_keys++], TV__DEV_CLAIM_KEY_LEN, "nvme:%s:%s:%u:%s:%s",
                  d->ident.serial, d->ident.model, d->ident.nsid, nguid, eui);
     }
     return 0;
@@ -86,13 +79,13 @@ bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b)
 typedef struct scan_ctx {
     tv__dev *d;
     uint64_t region_off, region_end;
-    uint8_t *buf; /* TV_DEV_SCAN_WINDOW bytes, io_align aligned */
+    uint8_t *buf; /* TV__DEV_SCAN_WINDOW bytes, io_align aligned */
     tv__dev_scan *out;
 } scan_ctx;
 
 static void look_at_block(scan_ctx *c, const uint8_t *blk, uint64_t off, size_t len)
 {
-    if (!c->out->label && len >= TV_LABEL_LEN && !memcmp(blk, TV_LABEL_MAGIC, 8)) {
+    if (!c->out->label && len >= TV__LABEL_LEN && !memcmp(blk, TV__LABEL_MAGIC, 8)) {
         tv__label l;
         c->out->label = true;
         c->out->label_off = off;
@@ -126,7 +119,7 @@ static int scan_range(scan_ctx *c, uint64_t off, uint64_t len, tv_error *err)
     if (end % a && end + (a - end % a) <= c->d->size_bytes)
         end += a - end % a;
     while (off < end) {
-        uint64_t n = end - off < TV_DEV_SCAN_WINDOW ? end - off : TV_DEV_SCAN_WINDOW;
+        uint64_t n = end - off < TV__DEV_SCAN_WINDOW ? end - off : TV__DEV_SCAN_WINDOW;
         if (n % a) /* a device whose size is not a multiple of io_align */
             n -= n % a;
         if (n == 0)
@@ -147,7 +140,7 @@ static int scan_range(scan_ctx *c, uint64_t off, uint64_t len, tv_error *err)
 static int scan_extents(scan_ctx *c, tv_error *err)
 {
     off_t pos = (off_t)c->region_off;
-    for (unsigned i = 0; i < TV_DEV_SCAN_EXTENTS && (uint64_t)pos < c->region_end; i++) {
+    for (unsigned i = 0; i < TV__DEV_SCAN_EXTENTS && (uint64_t)pos < c->region_end; i++) {
         off_t data = lseek(c->d->fd, pos, SEEK_DATA);
         if (data < 0) {
             if (errno == ENXIO) /* no data after pos */
@@ -160,7 +153,7 @@ static int scan_extents(scan_ctx *c, tv_error *err)
         }
         if ((uint64_t)data >= c->region_end)
             return 0;
-        int rc = scan_range(c, (uint64_t)data, TV_DEV_SCAN_WINDOW, err);
+        int rc = scan_range(c, (uint64_t)data, TV__DEV_SCAN_WINDOW, err);
         if (rc || c->out->nonzero)
             return rc;
         off_t hole = lseek(c->d->fd, data, SEEK_HOLE);
@@ -188,25 +181,25 @@ int tv__dev_claim_scan(tv__dev *d, uint64_t region_off, uint64_t region_len, tv_
     c.d = d;
     c.region_off = region_off;
     c.out = out;
-    if (!(c.buf = tv__dev_alloc_aligned(d, TV_DEV_SCAN_WINDOW)))
+    if (!(c.buf = tv__dev_alloc_aligned(d, TV__DEV_SCAN_WINDOW)))
         return tv__seterr(err, -ENOMEM, "scan %s: out of memory", d->path);
     /* Labels near the start of the device (any store's region offset), the
      * region's edges, then samples spread over the rest. */
-    if ((rc = scan_range(&c, 0, TV_DEV_SCAN_HEAD, err)) ||
-        (rc = scan_range(&c, region_off, TV_DEV_SCAN_EDGE, err)))
+    if ((rc = scan_range(&c, 0, TV__DEV_SCAN_HEAD, err)) ||
+        (rc = scan_range(&c, region_off, TV__DEV_SCAN_EDGE, err)))
         goto out;
-    if (region_len > TV_DEV_SCAN_EDGE &&
-        (rc = scan_range(&c, c.region_end - TV_DEV_SCAN_EDGE, TV_DEV_SCAN_EDGE, err)))
+    if (region_len > TV__DEV_SCAN_EDGE &&
+        (rc = scan_range(&c, c.region_end - TV__DEV_SCAN_EDGE, TV__DEV_SCAN_EDGE, err)))
         goto out;
-    if (region_len > 2 * TV_DEV_SCAN_EDGE) {
-        uint64_t span = region_len - 2 * TV_DEV_SCAN_EDGE;
-        for (unsigned i = 0; i < TV_DEV_SCAN_SAMPLES && !(out->label && out->nonzero); i++) {
-            uint64_t at = region_off + TV_DEV_SCAN_EDGE + span / TV_DEV_SCAN_SAMPLES * i;
-            if ((rc = scan_range(&c, at, TV_DEV_SCAN_WINDOW, err)))
+    if (region_len > 2 * TV__DEV_SCAN_EDGE) {
+        uint64_t span = region_len - 2 * TV__DEV_SCAN_EDGE;
+        for (unsigned i = 0; i < TV__DEV_SCAN_SAMPLES && !(out->label && out->nonzero); i++) {
+            uint64_t at = region_off + TV__DEV_SCAN_EDGE + span / TV__DEV_SCAN_SAMPLES * i;
+            if ((rc = scan_range(&c, at, TV__DEV_SCAN_WINDOW, err)))
                 goto out;
         }
     }
-    if (d->kind == TV_DEV_FILE && !out->nonzero)
+    if (d->kind == TV__DEV_FILE && !out->nonzero)
         rc = scan_extents(&c, err);
 out:
     free(c.buf);

@@ -23,11 +23,11 @@
 const char *tv__dev_kind_name(int kind)
 {
     switch (kind) {
-    case TV_DEV_FILE:
+    case TV__DEV_FILE:
         return "file";
-    case TV_DEV_BLOCK:
+    case TV__DEV_BLOCK:
         return "block";
-    case TV_DEV_NVME:
+    case TV__DEV_NVME:
         return "nvme";
     default:
         return "unknown";
@@ -39,13 +39,13 @@ int tv__dev_compute_align(uint32_t lba_size, uint32_t *io_align, uint64_t *objec
 {
     uint64_t io = 0, obj = 0;
 
-    if (lba_size < TV_DEV_MIN_LBA || lba_size > TV_DEV_MAX_LBA || (lba_size & (lba_size - 1)))
+    if (lba_size < TV__DEV_MIN_LBA || lba_size > TV__DEV_MAX_LBA || (lba_size & (lba_size - 1)))
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "logical block size %u is not a power of two in [%u, %u]", lba_size,
-                          TV_DEV_MIN_LBA, TV_DEV_MAX_LBA);
-    if (tv__lcm_u64(lba_size, TV_DEV_MIN_ALIGN, &io) || io > UINT32_MAX)
+                          TV__DEV_MIN_LBA, TV__DEV_MAX_LBA);
+    if (tv__lcm_u64(lba_size, TV__DEV_MIN_ALIGN, &io) || io > UINT32_MAX)
         return tv__seterr(err, TV_E_OVERFLOW, "io alignment for lba size %u overflows", lba_size);
-    if (tv__lcm_u64(TV_DEV_OBJECT_ALIGN_MIN, io, &obj))
+    if (tv__lcm_u64(TV__DEV_OBJECT_ALIGN_MIN, io, &obj))
         return tv__seterr(err, TV_E_OVERFLOW, "object alignment for io alignment %llu overflows",
                           (unsigned long long)io);
     *io_align = (uint32_t)io;
@@ -110,10 +110,10 @@ int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err)
 
     if (!path || !*path)
         return tv__seterr(err, TV_E_INVALID_ARG, "image path is empty");
-    if (size_bytes == 0 || size_bytes % TV_DEV_MIN_ALIGN || size_bytes > (uint64_t)INT64_MAX)
+    if (size_bytes == 0 || size_bytes % TV__DEV_MIN_ALIGN || size_bytes > (uint64_t)INT64_MAX)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "image size %llu is 0, not a multiple of %u or too large",
-                          (unsigned long long)size_bytes, TV_DEV_MIN_ALIGN);
+                          (unsigned long long)size_bytes, TV__DEV_MIN_ALIGN);
     fd = tv__sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (fd < 0)
         return tv__seterr(err, fd, "create image %s: %s%s", path, strerror(-fd), full_hint(fd));
@@ -224,7 +224,7 @@ static void nvme_detect(tv__dev *d, const struct stat *st)
     if (d->ident.lba_size != d->lba_size)
         tv__log(TV_LOG_WARN, "%s: NVMe LBA format says %u bytes, kernel says %u; using %u", d->path,
                 d->ident.lba_size, d->lba_size, d->lba_size);
-    d->kind = TV_DEV_NVME;
+    d->kind = TV__DEV_NVME;
 }
 
 int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
@@ -238,15 +238,15 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
         *out = NULL;
     if (!path || !*path || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__dev_open: NULL or empty argument");
-    if (flags & ~(TV_DEV_O_RDWR | TV_DEV_O_NODIRECT | TV_DEV_O_NOFOLLOW))
+    if (flags & ~(TV__DEV_O_RDWR | TV__DEV_O_NODIRECT | TV__DEV_O_NOFOLLOW))
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__dev_open %s: unknown flags 0x%x", path,
                           flags);
 
     fd = open_fd(path,
-                 ((flags & TV_DEV_O_RDWR) ? O_RDWR : O_RDONLY) | O_CLOEXEC |
-                     ((flags & TV_DEV_O_NOFOLLOW) ? O_NOFOLLOW : 0),
-                 !(flags & TV_DEV_O_NODIRECT), &direct);
-    if (fd == -ELOOP && (flags & TV_DEV_O_NOFOLLOW))
+                 ((flags & TV__DEV_O_RDWR) ? O_RDWR : O_RDONLY) | O_CLOEXEC |
+                     ((flags & TV__DEV_O_NOFOLLOW) ? O_NOFOLLOW : 0),
+                 !(flags & TV__DEV_O_NODIRECT), &direct);
+    if (fd == -ELOOP && (flags & TV__DEV_O_NOFOLLOW))
         return tv__seterr(err, fd, "open device %s: is a symlink (not followed)", path);
     if (fd < 0)
         return tv__seterr(err, fd, "open device %s: %s", path, strerror(-fd));
@@ -258,7 +258,7 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
     }
     d->fd = fd;
     d->direct = direct;
-    d->writable = (flags & TV_DEV_O_RDWR) != 0;
+    d->writable = (flags & TV__DEV_O_RDWR) != 0;
     d->path = strdup(path);
     if (!d->path) {
         rc = tv__seterr(err, -ENOMEM, "open device %s: out of memory", path);
@@ -270,11 +270,11 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
         goto fail_dev;
     }
     if (S_ISREG(st.st_mode)) {
-        d->kind = TV_DEV_FILE;
-        d->lba_size = TV_DEV_MIN_LBA;
+        d->kind = TV__DEV_FILE;
+        d->lba_size = TV__DEV_MIN_LBA;
         d->size_bytes = (uint64_t)st.st_size;
     } else if (S_ISBLK(st.st_mode)) {
-        d->kind = TV_DEV_BLOCK;
+        d->kind = TV__DEV_BLOCK;
         rc = block_geometry(d, err);
         if (rc)
             goto fail_dev;
@@ -297,9 +297,9 @@ int tv__dev_open(const char *path, unsigned flags, tv__dev **out, tv_error *err)
     rc = tv__dev_compute_align(d->lba_size, &d->io_align, &d->object_align, err);
     if (rc)
         goto fail_dev;
-    if (d->kind == TV_DEV_BLOCK)
+    if (d->kind == TV__DEV_BLOCK)
         nvme_detect(d, &st);
-    if (!direct && !(flags & TV_DEV_O_NODIRECT))
+    if (!direct && !(flags & TV__DEV_O_NODIRECT))
         tv__log(TV_LOG_INFO, "%s: O_DIRECT not supported here, using buffered I/O", path);
     *out = d;
     return 0;
@@ -406,14 +406,11 @@ int tv__dev_flush(tv__dev *d, tv_error *err)
 
     if (!d)
         return tv__seterr(err, TV_E_INVALID_ARG, "flush: NULL device");
-    /* Only EINTR is retried: after a real writeback error the dirty pages
-     * may be gone, so a second fdatasync could falsely report success. */
-    do {
-        rc = tv__sys.fdatasync(d->fd);
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-        rc = -errno;
+    /* Only EINTR is retried (tv__sys_fdatasync): after a real writeback
+     * error the dirty pages may be gone, so a second fdatasync could falsely
+     * report success. */
+    rc = tv__sys_fdatasync(d->fd);
+    if (rc)
         return tv__seterr(err, rc, "fdatasync %s: %s", d->path, strerror(-rc));
-    }
     return 0;
 }

@@ -24,23 +24,23 @@
 /* ------------------------------------------------------------------------ */
 
 typedef enum {
-    TV_DEV_FILE = 1,  /* regular file image */
-    TV_DEV_BLOCK = 2, /* any block device (loop, SCSI, NVMe without libnvme) */
-    TV_DEV_NVME = 3,  /* NVMe namespace with identity from libnvme */
+    TV__DEV_FILE = 1,  /* regular file image */
+    TV__DEV_BLOCK = 2, /* any block device (loop, SCSI, NVMe without libnvme) */
+    TV__DEV_NVME = 3,  /* NVMe namespace with identity from libnvme */
 } tv__dev_kind;
 
 /* Open flags: RDONLY (0) or RDWR, plus NODIRECT to force buffered I/O and
  * NOFOLLOW to refuse a symlink as the last path component (file images the
  * store created: a symlink planted there is never followed). */
-#define TV_DEV_O_RDONLY   0x0u
-#define TV_DEV_O_RDWR     0x1u
-#define TV_DEV_O_NODIRECT 0x2u
-#define TV_DEV_O_NOFOLLOW 0x4u
+#define TV__DEV_O_RDONLY   0x0u
+#define TV__DEV_O_RDWR     0x1u
+#define TV__DEV_O_NODIRECT 0x2u
+#define TV__DEV_O_NOFOLLOW 0x4u
 
-#define TV_DEV_MIN_ALIGN        4096u  /* io_align is a multiple of this */
-#define TV_DEV_OBJECT_ALIGN_MIN 65536u /* object_align is a multiple of this */
-#define TV_DEV_MIN_LBA          512u
-#define TV_DEV_MAX_LBA          65536u
+#define TV__DEV_MIN_ALIGN        4096u  /* io_align is a multiple of this */
+#define TV__DEV_OBJECT_ALIGN_MIN 65536u /* object_align is a multiple of this */
+#define TV__DEV_MIN_LBA          512u
+#define TV__DEV_MAX_LBA          65536u
 
 /* NVMe identity; all zero for file and plain block devices. Strings are
  * NUL-terminated with the NVMe space padding trimmed. */
@@ -78,11 +78,11 @@ typedef struct tv__dev {
 int tv__dev_create_image(const char *path, uint64_t size_bytes, tv_error *err);
 
 /* Opens path (O_NONBLOCK until the type is known, so a FIFO never blocks the
- * open) and detects its kind: regular file -> TV_DEV_FILE (lba_size 512,
- * size from fstat); block device -> TV_DEV_BLOCK (BLKSSZGET, BLKGETSIZE64);
- * a whole NVMe namespace (sysfs name nvmeXnY or nvmeXcYnZ) -> TV_DEV_NVME with
- * its identity, or TV_DEV_BLOCK when this build has no libnvme or the
- * identify command fails (logged). Uses O_DIRECT unless TV_DEV_O_NODIRECT or
+ * open) and detects its kind: regular file -> TV__DEV_FILE (lba_size 512,
+ * size from fstat); block device -> TV__DEV_BLOCK (BLKSSZGET, BLKGETSIZE64);
+ * a whole NVMe namespace (sysfs name nvmeXnY or nvmeXcYnZ) -> TV__DEV_NVME with
+ * its identity, or TV__DEV_BLOCK when this build has no libnvme or the
+ * identify command fails (logged). Uses O_DIRECT unless TV__DEV_O_NODIRECT or
  * the filesystem refuses it (then direct = false).
  * Returns 0 and *out (free with tv__dev_close); TV_E_INVALID_ARG for bad
  * flags, NULL arguments, other file types, an empty device or an lba size
@@ -129,8 +129,8 @@ const char *tv__dev_kind_name(int kind);
 /* Claims: device identity and the "already in use" scan                    */
 /* ------------------------------------------------------------------------ */
 
-#define TV_DEV_CLAIM_MAX_KEYS 3
-#define TV_DEV_CLAIM_KEY_LEN  160
+#define TV__DEV_CLAIM_MAX_KEYS 3
+#define TV__DEV_CLAIM_KEY_LEN  160
 
 /* What a device is, whatever path names it: keys that two opens of the same
  * storage share. A regular file is "file:DEV:INO" (st_dev, st_ino: a hard
@@ -142,7 +142,7 @@ const char *tv__dev_kind_name(int kind);
  * controller path or after a rename matches). Never built from the path. */
 typedef struct tv__dev_claim {
     size_t n_keys;
-    char keys[TV_DEV_CLAIM_MAX_KEYS][TV_DEV_CLAIM_KEY_LEN];
+    char keys[TV__DEV_CLAIM_MAX_KEYS][TV__DEV_CLAIM_KEY_LEN];
 } tv__dev_claim;
 
 /* Fills *out for the open device d. Returns 0 or -errno from fstat. */
@@ -152,11 +152,11 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err);
 bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b);
 
 /* Bounds of the in-use scan (documented in the README, "The store"). */
-#define TV_DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
-#define TV_DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
-#define TV_DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
-#define TV_DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
-#define TV_DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
+#define TV__DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
+#define TV__DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
+#define TV__DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
+#define TV__DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
+#define TV__DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
 
 typedef struct tv__dev_scan {
     bool label;              /* a tensorvault label was found */
@@ -170,11 +170,11 @@ typedef struct tv__dev_scan {
 
 /* Looks for anything the region [region_off, region_off + region_len) of d
  * would overwrite: a tensorvault label (magic "TVSTORE1") at any io_align
- * block of the first TV_DEV_SCAN_HEAD bytes of the device or of a scanned
+ * block of the first TV__DEV_SCAN_HEAD bytes of the device or of a scanned
  * window, and any non-zero byte inside the region in the label block, the
- * first and last TV_DEV_SCAN_EDGE bytes, TV_DEV_SCAN_SAMPLES windows spread
+ * first and last TV__DEV_SCAN_EDGE bytes, TV__DEV_SCAN_SAMPLES windows spread
  * evenly in between and, for a regular file, the first window of each of
- * the first TV_DEV_SCAN_EXTENTS data extents (SEEK_DATA: a sparse image's
+ * the first TV__DEV_SCAN_EXTENTS data extents (SEEK_DATA: a sparse image's
  * holes cost nothing). Bytes before region_off other than labels (a
  * partition table) are not the region's. Reads at most about 64 + 32 +
  * 64 + 256 MiB whatever the device size. Returns 0 and *out (look at
@@ -187,33 +187,7 @@ int tv__dev_claim_scan(tv__dev *d, uint64_t region_off, uint64_t region_len, tv_
 /* NVMe identity                                                            */
 /* ------------------------------------------------------------------------ */
 
-#define TV_NVME_IDENTIFY_LEN 4096u
-
-/* Little-endian field access for on-disk and on-wire structures. */
-static inline uint16_t tv__le16_get(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
-}
-static inline uint32_t tv__le32_get(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t tv__le64_get(const uint8_t *p)
-{
-    return (uint64_t)tv__le32_get(p) | (uint64_t)tv__le32_get(p + 4) << 32;
-}
-static inline void tv__le32_put(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-static inline void tv__le64_put(uint8_t *p, uint64_t v)
-{
-    tv__le32_put(p, (uint32_t)v);
-    tv__le32_put(p + 4, (uint32_t)(v >> 32));
-}
+#define TV__NVME_IDENTIFY_LEN 4096u
 
 /* Decodes raw Identify Controller and Identify Namespace data (4096 bytes
  * each, as returned by the device) for namespace nsid into *out.
@@ -235,9 +209,9 @@ int tv__nvme_identify(int fd, tv__dev_identity *out, tv_error *err);
 /* Label                                                                    */
 /* ------------------------------------------------------------------------ */
 
-#define TV_LABEL_MAGIC   "TVSTORE1"
-#define TV_LABEL_VERSION 1u
-#define TV_LABEL_LEN     512u
+#define TV__LABEL_MAGIC   "TVSTORE1"
+#define TV__LABEL_VERSION 1u
+#define TV__LABEL_LEN     512u
 
 /* The label's layout: this struct is the field map (offsets asserted in
  * label.c) and the in-memory form (host byte order). On disk every integer
@@ -245,15 +219,15 @@ int tv__nvme_identify(int fd, tv__dev_identity *out, tv_error *err);
  * zero-padded, not NUL-terminated when full. */
 typedef struct tv__label {
     char magic[8];          /*   0: "TVSTORE1" */
-    uint32_t version;       /*   8: TV_LABEL_VERSION */
-    uint32_t label_len;     /*  12: TV_LABEL_LEN */
+    uint32_t version;       /*   8: TV__LABEL_VERSION */
+    uint32_t label_len;     /*  12: TV__LABEL_LEN */
     uint8_t store_uuid[16]; /*  16 */
     uint32_t lba_size;      /*  32 */
     uint32_t io_align;      /*  36 */
     uint64_t region_off;    /*  40: byte offset of the region (and the label) */
     uint64_t region_len;    /*  48: bytes, label block included */
     uint64_t object_align;  /*  56 */
-    uint64_t device_size;   /*  64: bytes; the device must keep exactly this size */
+    uint64_t size_bytes;    /*  64: the device must keep exactly this size */
     uint32_t dev_kind;      /*  72: tv__dev_kind */
     char serial[20];        /*  76: NVMe only, else zero */
     char model[40];         /*  96 */
@@ -263,6 +237,32 @@ typedef struct tv__label {
     uint8_t reserved[316];  /* 164: zero */
     uint8_t sha256[32];     /* 480: SHA-256 of bytes [0, 480) */
 } tv__label;
+
+/* What the registry and a snapshot record about a device: everything its
+ * label must say. Both device records (the snapshot's, and the registry row
+ * through tv__store_device_record) convert to this one
+ * (tv__snap_device_record, tv__snap_device_in_record), so one function maps
+ * a record to its expected label. */
+typedef struct tv__dev_record {
+    uint8_t store_uuid[16];
+    uint32_t kind; /* tv__dev_kind */
+    uint32_t lba_size;
+    uint32_t io_align;
+    uint64_t object_align;
+    uint64_t size_bytes;
+    uint64_t region_off;
+    uint64_t region_len;
+    char serial[20]; /* NVMe identity, zero-padded; zero otherwise */
+    char model[40];
+    uint32_t nsid;
+    uint8_t nguid[16];
+    uint8_t eui64[8];
+} tv__dev_record;
+
+/* Fills *out with the label a device described by rec must carry (magic,
+ * version and length set; the checksum is not: tv__label_check compares
+ * fields). */
+void tv__label_expected(const tv__dev_record *rec, tv__label *out);
 
 /* Validates a region of d: region_off > 0 and io_align-aligned, region inside
  * the device, and long enough for the label block plus one object_align of
@@ -276,11 +276,11 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
                    uint64_t region_len, tv_error *err);
 
 /* Encodes l (little-endian, checksum computed here) into 512 bytes. */
-void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN]);
+void tv__label_encode(const tv__label *l, uint8_t out[TV__LABEL_LEN]);
 
 /* Decodes and verifies 512 bytes: magic, version, label_len, checksum.
  * Returns 0 or TV_E_DEVICE_MISMATCH naming what is wrong. */
-int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *err);
+int tv__label_decode(const uint8_t in[TV__LABEL_LEN], tv__label *out, tv_error *err);
 
 /* Writes l into a zeroed io_align-sized block at l->region_off and flushes.
  * Returns 0; the errors of tv__region_validate (checked against d);
@@ -313,5 +313,9 @@ int tv__uuid_random(uint8_t uuid[16], tv_error *err);
 
 /* Formats uuid as 36 lower-case characters plus NUL. */
 void tv__uuid_format(const uint8_t uuid[16], char out[37]);
+
+/* Parses the 36-character 8-4-4-4-12 form (either case; nothing before or
+ * after it) into uuid. Returns 0; -EINVAL (uuid untouched) otherwise. */
+int tv__uuid_parse(const char *text, uint8_t uuid[16]);
 
 #endif

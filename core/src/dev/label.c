@@ -18,10 +18,12 @@
 #include <sys/random.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
+#include "util/hex.h"
 
 #define LABEL_SUM_OFF 480u
 
-_Static_assert(sizeof(tv__label) == TV_LABEL_LEN, "label size");
+_Static_assert(sizeof(tv__label) == TV__LABEL_LEN, "label size");
 _Static_assert(offsetof(tv__label, magic) == 0, "label magic");
 _Static_assert(offsetof(tv__label, version) == 8, "label version");
 _Static_assert(offsetof(tv__label, label_len) == 12, "label label_len");
@@ -31,7 +33,7 @@ _Static_assert(offsetof(tv__label, io_align) == 36, "label io_align");
 _Static_assert(offsetof(tv__label, region_off) == 40, "label region_off");
 _Static_assert(offsetof(tv__label, region_len) == 48, "label region_len");
 _Static_assert(offsetof(tv__label, object_align) == 56, "label object_align");
-_Static_assert(offsetof(tv__label, device_size) == 64, "label device_size");
+_Static_assert(offsetof(tv__label, size_bytes) == 64, "label size_bytes");
 _Static_assert(offsetof(tv__label, dev_kind) == 72, "label dev_kind");
 _Static_assert(offsetof(tv__label, serial) == 76, "label serial");
 _Static_assert(offsetof(tv__label, model) == 96, "label model");
@@ -57,27 +59,37 @@ static void label_sum(const uint8_t *buf, uint8_t out[32])
         memset(out, 0, 32); /* cannot match a real digest of a valid label */
 }
 
+/* The 8-4-4-4-12 groups of a uuid's text form, in bytes. */
+static const uint8_t uuid_groups[5] = {4, 2, 2, 2, 6};
+
 void tv__uuid_format(const uint8_t uuid[16], char out[37])
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
+    size_t i = 0, o = 0;
+    for (size_t g = 0; g < 5; g++) {
+        if (g)
             out[o++] = '-';
-        out[o++] = hex[uuid[i] >> 4];
-        out[o++] = hex[uuid[i] & 15];
+        tv__hex_encode(uuid + i, uuid_groups[g], false, out + o);
+        i += uuid_groups[g];
+        o += 2u * uuid_groups[g];
     }
-    out[o] = '\0';
 }
 
-static void hex_format(const uint8_t *b, size_t n, char *out)
+int tv__uuid_parse(const char *text, uint8_t uuid[16])
 {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[b[i] >> 4];
-        out[2 * i + 1] = hex[b[i] & 15];
+    uint8_t u[16];
+    size_t i = 0, o = 0;
+    if (!text || strlen(text) != 36)
+        return -EINVAL;
+    for (size_t g = 0; g < 5; g++) {
+        if (g && text[o++] != '-')
+            return -EINVAL;
+        if (tv__hex_decode(text + o, 2u * uuid_groups[g], u + i, uuid_groups[g]))
+            return -EINVAL;
+        i += uuid_groups[g];
+        o += 2u * uuid_groups[g];
     }
-    out[2 * n] = '\0';
+    memcpy(uuid, u, sizeof u);
+    return 0;
 }
 
 int tv__uuid_random(uint8_t uuid[16], tv_error *err)
@@ -156,6 +168,27 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
     return 0;
 }
 
+void tv__label_expected(const tv__dev_record *rec, tv__label *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->magic, TV__LABEL_MAGIC, sizeof out->magic);
+    out->version = TV__LABEL_VERSION;
+    out->label_len = TV__LABEL_LEN;
+    memcpy(out->store_uuid, rec->store_uuid, sizeof out->store_uuid);
+    out->lba_size = rec->lba_size;
+    out->io_align = rec->io_align;
+    out->region_off = rec->region_off;
+    out->region_len = rec->region_len;
+    out->object_align = rec->object_align;
+    out->size_bytes = rec->size_bytes;
+    out->dev_kind = rec->kind;
+    memcpy(out->serial, rec->serial, sizeof out->serial);
+    memcpy(out->model, rec->model, sizeof out->model);
+    out->nsid = rec->nsid;
+    memcpy(out->nguid, rec->nguid, sizeof out->nguid);
+    memcpy(out->eui64, rec->eui64, sizeof out->eui64);
+}
+
 int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint64_t region_off,
                    uint64_t region_len, tv_error *err)
 {
@@ -167,18 +200,18 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     if (rc)
         return rc;
     memset(l, 0, sizeof *l);
-    memcpy(l->magic, TV_LABEL_MAGIC, sizeof l->magic);
-    l->version = TV_LABEL_VERSION;
-    l->label_len = TV_LABEL_LEN;
+    memcpy(l->magic, TV__LABEL_MAGIC, sizeof l->magic);
+    l->version = TV__LABEL_VERSION;
+    l->label_len = TV__LABEL_LEN;
     memcpy(l->store_uuid, uuid, sizeof l->store_uuid);
     l->lba_size = d->lba_size;
     l->io_align = d->io_align;
     l->region_off = region_off;
     l->region_len = region_len;
     l->object_align = d->object_align;
-    l->device_size = d->size_bytes;
+    l->size_bytes = d->size_bytes;
     l->dev_kind = (uint32_t)d->kind;
-    if (d->kind == TV_DEV_NVME) {
+    if (d->kind == TV__DEV_NVME) {
         put_field(l->serial, sizeof l->serial, d->ident.serial);
         put_field(l->model, sizeof l->model, d->ident.model);
         l->nsid = d->ident.nsid;
@@ -188,10 +221,10 @@ int tv__label_init(tv__label *l, const tv__dev *d, const uint8_t uuid[16], uint6
     return 0;
 }
 
-void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
+void tv__label_encode(const tv__label *l, uint8_t out[TV__LABEL_LEN])
 {
-    memset(out, 0, TV_LABEL_LEN);
-    memcpy(out, TV_LABEL_MAGIC, 8);
+    memset(out, 0, TV__LABEL_LEN);
+    memcpy(out, TV__LABEL_MAGIC, 8);
     PUT32(out, version, l->version);
     PUT32(out, label_len, l->label_len);
     PUTB(out, l, store_uuid);
@@ -200,7 +233,7 @@ void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
     PUT64(out, region_off, l->region_off);
     PUT64(out, region_len, l->region_len);
     PUT64(out, object_align, l->object_align);
-    PUT64(out, device_size, l->device_size);
+    PUT64(out, size_bytes, l->size_bytes);
     PUT32(out, dev_kind, l->dev_kind);
     PUTB(out, l, serial);
     PUTB(out, l, model);
@@ -211,27 +244,27 @@ void tv__label_encode(const tv__label *l, uint8_t out[TV_LABEL_LEN])
     label_sum(out, out + LABEL_SUM_OFF);
 }
 
-int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *err)
+int tv__label_decode(const uint8_t in[TV__LABEL_LEN], tv__label *out, tv_error *err)
 {
     tv__label l;
     uint8_t sum[32];
 
     if (!in || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "label decode: NULL argument");
-    if (memcmp(in, TV_LABEL_MAGIC, 8) != 0)
+    if (memcmp(in, TV__LABEL_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH, "no store label: bad magic (expected \"%s\")",
-                          TV_LABEL_MAGIC);
+                          TV__LABEL_MAGIC);
     memset(&l, 0, sizeof l);
     memcpy(l.magic, in, 8);
     l.version = GET32(in, version);
     l.label_len = GET32(in, label_len);
-    if (l.version != TV_LABEL_VERSION)
+    if (l.version != TV__LABEL_VERSION)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH,
                           "store label: unsupported format version %u (this build reads %u)",
-                          l.version, TV_LABEL_VERSION);
-    if (l.label_len != TV_LABEL_LEN)
+                          l.version, TV__LABEL_VERSION);
+    if (l.label_len != TV__LABEL_LEN)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH, "store label: label_len %u, expected %u",
-                          l.label_len, TV_LABEL_LEN);
+                          l.label_len, TV__LABEL_LEN);
     label_sum(in, sum);
     if (memcmp(sum, in + LABEL_SUM_OFF, sizeof sum) != 0)
         return tv__seterr(err, TV_E_DEVICE_MISMATCH,
@@ -242,7 +275,7 @@ int tv__label_decode(const uint8_t in[TV_LABEL_LEN], tv__label *out, tv_error *e
     l.region_off = GET64(in, region_off);
     l.region_len = GET64(in, region_len);
     l.object_align = GET64(in, object_align);
-    l.device_size = GET64(in, device_size);
+    l.size_bytes = GET64(in, size_bytes);
     l.dev_kind = GET32(in, dev_kind);
     GETB(in, &l, serial);
     GETB(in, &l, model);
@@ -343,8 +376,8 @@ static int cmp_bytes(tv_error *err, const char *path, const char *field, const c
     char h[33], w[33];
     if (memcmp(have, want, n) == 0)
         return 0;
-    hex_format(have, n, h);
-    hex_format(want, n, w);
+    tv__hex_encode(have, n, false, h);
+    tv__hex_encode(want, n, false, w);
     return tv__seterr(err, TV_E_DEVICE_MISMATCH, "device %s: %s: label has %s, %s %s", path, field,
                       h, who, w);
 }
@@ -373,7 +406,7 @@ static int check_expected(const tv__label *l, const tv__label *e, const char *p,
                    cmp_u64(err, p, "object_align", w, l->object_align, e->object_align) ||
                    cmp_u64(err, p, "region offset", w, l->region_off, e->region_off) ||
                    cmp_u64(err, p, "region length", w, l->region_len, e->region_len) ||
-                   cmp_u64(err, p, "device size", w, l->device_size, e->device_size) ||
+                   cmp_u64(err, p, "device size", w, l->size_bytes, e->size_bytes) ||
                    cmp_kind(err, p, w, l->dev_kind, e->dev_kind) ||
                    cmp_str(err, p, "nvme serial", w, l->serial, e->serial, sizeof l->serial) ||
                    cmp_str(err, p, "nvme model", w, l->model, e->model, sizeof l->model) ||
@@ -392,10 +425,10 @@ static int check_device(const tv__label *l, const tv__dev *d, tv_error *err)
     if (cmp_u64(err, p, "lba size", w, l->lba_size, d->lba_size) ||
         cmp_u64(err, p, "io_align", w, l->io_align, d->io_align) ||
         cmp_u64(err, p, "object_align", w, l->object_align, d->object_align) ||
-        cmp_u64(err, p, "device size (resized?)", w, l->device_size, d->size_bytes) ||
+        cmp_u64(err, p, "device size (resized?)", w, l->size_bytes, d->size_bytes) ||
         cmp_kind(err, p, w, l->dev_kind, (uint32_t)d->kind))
         return TV_E_DEVICE_MISMATCH;
-    if (d->kind != TV_DEV_NVME)
+    if (d->kind != TV__DEV_NVME)
         return 0;
     memset(&now, 0, sizeof now);
     put_field(now.serial, sizeof now.serial, d->ident.serial);

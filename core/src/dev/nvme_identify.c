@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dev/dev.h"
+#include "util/endian.h"
 
 enum {
     ID_CTRL_SN_OFF = 4,

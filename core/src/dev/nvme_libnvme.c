@@ -11,8 +11,8 @@
 
 #include "dev/dev.h"
 
-_Static_assert(sizeof(struct nvme_id_ctrl) == TV_NVME_IDENTIFY_LEN, "identify controller size");
-_Static_assert(sizeof(struct nvme_id_ns) == TV_NVME_IDENTIFY_LEN, "identify namespace size");
+_Static_assert(sizeof(struct nvme_id_ctrl) == TV__NVME_IDENTIFY_LEN, "identify controller size");
+_Static_assert(sizeof(struct nvme_id_ns) == TV__NVME_IDENTIFY_LEN, "identify namespace size");
 
 static int nvme_fail(tv_error *err, const char *what, uint32_t nsid, int rc)
 {

@@ -109,28 +109,6 @@ TV_API void tv_model_close(tv_model *m)
     free(m);
 }
 
-/* The label a device must carry, from its snapshot record. */
-static void expected_label(const tv__snap_device_info *sd, tv__label *l)
-{
-    memset(l, 0, sizeof(*l));
-    memcpy(l->magic, TV_LABEL_MAGIC, 8);
-    l->version = TV_LABEL_VERSION;
-    l->label_len = TV_LABEL_LEN;
-    memcpy(l->store_uuid, sd->uuid, 16);
-    l->lba_size = sd->lba_size;
-    l->io_align = sd->io_align;
-    l->region_off = sd->region_off;
-    l->region_len = sd->region_len;
-    l->object_align = sd->object_align;
-    l->device_size = sd->size_bytes;
-    l->dev_kind = sd->kind;
-    memcpy(l->serial, sd->serial, sizeof(l->serial));
-    memcpy(l->model, sd->model, sizeof(l->model));
-    l->nsid = sd->nsid;
-    memcpy(l->nguid, sd->nguid, 16);
-    memcpy(l->eui64, sd->eui64, 8);
-}
-
 /* The option checks that need no device: engine, queue depth and chunk
  * bounds, and the staging cap with chunk_len rounded up to 4096 (every
  * io_align is a multiple of it); open_devices checks the cap again with the
@@ -148,7 +126,7 @@ static int check_opts(const tv_open_opts *o, tv_error *err)
     if (o->chunk_len == 0)
         return 0; /* the default fits any queue depth (the engine lowers it) */
     if ((uint64_t)o->chunk_len > TV_READ_MAX_CHUNK ||
-        tv__align_up_u64(o->chunk_len, TV_DEV_MIN_ALIGN, &chunk) || chunk > TV_READ_MAX_CHUNK)
+        tv__align_up_u64(o->chunk_len, TV__DEV_MIN_ALIGN, &chunk) || chunk > TV_READ_MAX_CHUNK)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "read options: chunk_len %zu is over the maximum %llu bytes",
                           o->chunk_len, (unsigned long long)TV_READ_MAX_CHUNK);
@@ -196,8 +174,8 @@ static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error 
         return tv__seterr(err, -ENOMEM, "out of memory");
     /* An image is recorded by its real path: a symlink there now was
      * planted, and is not followed. */
-    unsigned flags = TV_DEV_O_RDONLY | (o->no_direct ? TV_DEV_O_NODIRECT : 0) |
-                     (sd.kind == TV_DEV_FILE ? TV_DEV_O_NOFOLLOW : 0);
+    unsigned flags = TV__DEV_O_RDONLY | (o->no_direct ? TV__DEV_O_NODIRECT : 0) |
+                     (sd.kind == TV__DEV_FILE ? TV__DEV_O_NOFOLLOW : 0);
     rc = tv__dev_open(m->dst[i].path, flags, &m->devs[i], &e);
     if (rc == -ENOMEM)
         return tv__seterr(err, rc, "device %s: out of memory", m->dst[i].path);
@@ -215,7 +193,9 @@ static int open_device(tv_model *m, uint32_t i, const tv_open_opts *o, tv_error 
         exclude(m, i, TV_E_DEVICE_MISMATCH, e.msg);
         return 0;
     }
-    expected_label(&sd, &want);
+    tv__dev_record rec;
+    tv__snap_device_record(&sd, &rec);
+    tv__label_expected(&rec, &want);
     if ((rc = tv__label_read(d, sd.region_off, &on_disk, &e)) == 0)
         rc = tv__label_check(&on_disk, &want, d, &e);
     if (rc == -ENOMEM)

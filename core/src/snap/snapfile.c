@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "snap/snapfile.h"
+#include "util/hex.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 
@@ -33,7 +34,6 @@ static bool needs_escape(unsigned char c, size_t pos)
 
 int tv__snapfile_escape(const char *model, char *out, size_t out_len, tv_error *err)
 {
-    static const char hex[] = "0123456789ABCDEF";
     if (!model || !model[0] || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL or empty model name");
     size_t n = strlen(model), o = 0;
@@ -53,8 +53,8 @@ int tv__snapfile_escape(const char *model, char *out, size_t out_len, tv_error *
             break; /* hashed form: never split a %XX triple */
         if (w == 3) {
             out[o++] = '%';
-            out[o++] = hex[c >> 4];
-            out[o++] = hex[c & 15];
+            tv__hex_encode(&c, 1, true, out + o); /* its NUL is overwritten next */
+            o += 2;
         } else {
             out[o++] = (char)c;
         }
@@ -68,7 +68,7 @@ int tv__snapfile_escape(const char *model, char *out, size_t out_len, tv_error *
         tv__sha256_final(&h, sum);
         out[o++] = '%';
         out[o++] = '~';
-        tv__hex(sum, sizeof sum, out + o);
+        tv__hex_encode(sum, sizeof sum, false, out + o);
         o += 64;
     }
     out[o] = '\0';

@@ -18,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dev/dev.h"        /* little-endian helpers, device kinds and alignments */
-#include "st/st_internal.h" /* tv__hash_bytes: the index hash is part of the format */
+#include "dev/dev.h" /* device kinds and alignments */
 #include "snap/snapshot.h"
+#include "util/endian.h"
+#include "util/hash.h" /* the index hash is part of the format */
 #include "util/sha256.h"
 
 /* ---- field maps ----------------------------------------------------------- */
@@ -40,24 +41,24 @@ typedef struct snap_header {
     uint32_t flags;
     uint64_t n_dims;
     uint64_t strings_len;
-    uint64_t off_devices;
-    uint64_t off_shards;
-    uint64_t off_replicas;
-    uint64_t off_tensors;
-    uint64_t off_dims;
-    uint64_t off_strings;
-    uint64_t off_index;
+    uint64_t devices_off;
+    uint64_t shards_off;
+    uint64_t replicas_off;
+    uint64_t tensors_off;
+    uint64_t dims_off;
+    uint64_t strings_off;
+    uint64_t index_off;
     uint64_t hash_seed;
     uint32_t model_off;
     uint32_t model_len;
     uint8_t reserved[80];
 } snap_header;
 
-_Static_assert(sizeof(snap_header) == TV_SNAP_HEADER_LEN, "snapshot header size");
+_Static_assert(sizeof(snap_header) == TV__SNAP_HEADER_LEN, "snapshot header size");
 _Static_assert(offsetof(snap_header, version) == 8, "header version");
 _Static_assert(offsetof(snap_header, header_len) == 12, "header header_len");
 _Static_assert(offsetof(snap_header, total_len) == 16, "header total_len");
-_Static_assert(offsetof(snap_header, sha256) == TV_SNAP_CHECKSUM_OFF, "header sha256");
+_Static_assert(offsetof(snap_header, sha256) == TV__SNAP_CHECKSUM_OFF, "header sha256");
 _Static_assert(offsetof(snap_header, generation) == 56, "header generation");
 _Static_assert(offsetof(snap_header, n_devices) == 64, "header n_devices");
 _Static_assert(offsetof(snap_header, n_shards) == 68, "header n_shards");
@@ -67,13 +68,13 @@ _Static_assert(offsetof(snap_header, n_index) == 80, "header n_index");
 _Static_assert(offsetof(snap_header, flags) == 84, "header flags");
 _Static_assert(offsetof(snap_header, n_dims) == 88, "header n_dims");
 _Static_assert(offsetof(snap_header, strings_len) == 96, "header strings_len");
-_Static_assert(offsetof(snap_header, off_devices) == 104, "header off_devices");
-_Static_assert(offsetof(snap_header, off_shards) == 112, "header off_shards");
-_Static_assert(offsetof(snap_header, off_replicas) == 120, "header off_replicas");
-_Static_assert(offsetof(snap_header, off_tensors) == 128, "header off_tensors");
-_Static_assert(offsetof(snap_header, off_dims) == 136, "header off_dims");
-_Static_assert(offsetof(snap_header, off_strings) == 144, "header off_strings");
-_Static_assert(offsetof(snap_header, off_index) == 152, "header off_index");
+_Static_assert(offsetof(snap_header, devices_off) == 104, "header devices_off");
+_Static_assert(offsetof(snap_header, shards_off) == 112, "header shards_off");
+_Static_assert(offsetof(snap_header, replicas_off) == 120, "header replicas_off");
+_Static_assert(offsetof(snap_header, tensors_off) == 128, "header tensors_off");
+_Static_assert(offsetof(snap_header, dims_off) == 136, "header dims_off");
+_Static_assert(offsetof(snap_header, strings_off) == 144, "header strings_off");
+_Static_assert(offsetof(snap_header, index_off) == 152, "header index_off");
 _Static_assert(offsetof(snap_header, hash_seed) == 160, "header hash_seed");
 _Static_assert(offsetof(snap_header, model_off) == 168, "header model_off");
 _Static_assert(offsetof(snap_header, model_len) == 172, "header model_len");
@@ -99,7 +100,7 @@ typedef struct snap_device_rec {
     uint32_t reserved;
 } snap_device_rec;
 
-_Static_assert(sizeof(snap_device_rec) == TV_SNAP_DEVICE_LEN, "device record size");
+_Static_assert(sizeof(snap_device_rec) == TV__SNAP_DEVICE_LEN, "device record size");
 _Static_assert(offsetof(snap_device_rec, path_off) == 16, "device path_off");
 _Static_assert(offsetof(snap_device_rec, path_len) == 20, "device path_len");
 _Static_assert(offsetof(snap_device_rec, kind) == 24, "device kind");
@@ -127,7 +128,7 @@ typedef struct snap_shard_rec {
     uint32_t n_replicas;
 } snap_shard_rec;
 
-_Static_assert(sizeof(snap_shard_rec) == TV_SNAP_SHARD_LEN, "shard record size");
+_Static_assert(sizeof(snap_shard_rec) == TV__SNAP_SHARD_LEN, "shard record size");
 _Static_assert(offsetof(snap_shard_rec, file_len) == 8, "shard file_len");
 _Static_assert(offsetof(snap_shard_rec, header_len) == 16, "shard header_len");
 _Static_assert(offsetof(snap_shard_rec, sha256) == 24, "shard sha256");
@@ -142,7 +143,7 @@ typedef struct snap_replica_rec {
     uint64_t alloc_len;
 } snap_replica_rec;
 
-_Static_assert(sizeof(snap_replica_rec) == TV_SNAP_REPLICA_LEN, "replica record size");
+_Static_assert(sizeof(snap_replica_rec) == TV__SNAP_REPLICA_LEN, "replica record size");
 _Static_assert(offsetof(snap_replica_rec, reserved) == 4, "replica reserved");
 _Static_assert(offsetof(snap_replica_rec, object_id) == 8, "replica object_id");
 _Static_assert(offsetof(snap_replica_rec, base_off) == 16, "replica base_off");
@@ -153,16 +154,16 @@ typedef struct snap_tensor_rec {
     uint32_t name_len;
     uint32_t dtype;
     uint32_t rank;
-    uint32_t dims_off;
+    uint32_t first_dim;
     uint32_t shard;
     uint64_t begin_off;
     uint64_t end_off;
 } snap_tensor_rec;
 
-_Static_assert(sizeof(snap_tensor_rec) == TV_SNAP_TENSOR_LEN, "tensor record size");
+_Static_assert(sizeof(snap_tensor_rec) == TV__SNAP_TENSOR_LEN, "tensor record size");
 _Static_assert(offsetof(snap_tensor_rec, dtype) == 8, "tensor dtype");
 _Static_assert(offsetof(snap_tensor_rec, rank) == 12, "tensor rank");
-_Static_assert(offsetof(snap_tensor_rec, dims_off) == 16, "tensor dims_off");
+_Static_assert(offsetof(snap_tensor_rec, first_dim) == 16, "tensor first_dim");
 _Static_assert(offsetof(snap_tensor_rec, shard) == 20, "tensor shard");
 _Static_assert(offsetof(snap_tensor_rec, begin_off) == 24, "tensor begin_off");
 _Static_assert(offsetof(snap_tensor_rec, end_off) == 32, "tensor end_off");
@@ -172,7 +173,7 @@ typedef struct snap_slot {
     uint32_t tensor;  /* tensor index + 1; 0 = empty */
 } snap_slot;
 
-_Static_assert(sizeof(snap_slot) == TV_SNAP_SLOT_LEN, "index slot size");
+_Static_assert(sizeof(snap_slot) == TV__SNAP_SLOT_LEN, "index slot size");
 _Static_assert(offsetof(snap_slot, tensor) == 4, "slot tensor");
 
 #define GET32(p, T, f)     tv__le32_get((p) + offsetof(T, f))
@@ -197,14 +198,14 @@ static bool is_pow2_u64(uint64_t v)
 static const char *device_problem(const tv__snap_device_info *d)
 {
     uint64_t region_end;
-    if (d->kind != TV_DEV_FILE && d->kind != TV_DEV_BLOCK && d->kind != TV_DEV_NVME)
+    if (d->kind != TV__DEV_FILE && d->kind != TV__DEV_BLOCK && d->kind != TV__DEV_NVME)
         return "unknown device kind";
-    if (!is_pow2_u64(d->lba_size) || d->lba_size < TV_DEV_MIN_LBA || d->lba_size > TV_DEV_MAX_LBA)
+    if (!is_pow2_u64(d->lba_size) || d->lba_size < TV__DEV_MIN_LBA || d->lba_size > TV__DEV_MAX_LBA)
         return "lba size is not a power of two in [512, 65536]";
-    if (!is_pow2_u64(d->io_align) || d->io_align % d->lba_size || d->io_align % TV_DEV_MIN_ALIGN)
+    if (!is_pow2_u64(d->io_align) || d->io_align % d->lba_size || d->io_align % TV__DEV_MIN_ALIGN)
         return "io_align is not a power of two multiple of the lba size and 4096";
     if (d->object_align == 0 || d->object_align % d->io_align ||
-        d->object_align % TV_DEV_OBJECT_ALIGN_MIN)
+        d->object_align % TV__DEV_OBJECT_ALIGN_MIN)
         return "object_align is not a multiple of io_align and 64 KiB";
     if (d->region_off == 0 || d->region_off % d->io_align)
         return "region offset is 0 or not io_align aligned";
@@ -271,13 +272,13 @@ int tv__snap_checksum(const void *buf, size_t len, uint8_t out[32])
     static const uint8_t zero[32];
     const uint8_t *p = buf;
     tv__sha256 h;
-    if (!buf || len < TV_SNAP_HEADER_LEN)
+    if (!buf || len < TV__SNAP_HEADER_LEN)
         return TV_E_INVALID_ARG;
     if (tv__sha256_init(&h))
         return -ENOMEM;
-    tv__sha256_update(&h, p, TV_SNAP_CHECKSUM_OFF);
+    tv__sha256_update(&h, p, TV__SNAP_CHECKSUM_OFF);
     tv__sha256_update(&h, zero, sizeof zero);
-    tv__sha256_update(&h, p + TV_SNAP_CHECKSUM_OFF + 32, len - TV_SNAP_CHECKSUM_OFF - 32);
+    tv__sha256_update(&h, p + TV__SNAP_CHECKSUM_OFF + 32, len - TV__SNAP_CHECKSUM_OFF - 32);
     tv__sha256_final(&h, out);
     return 0;
 }
@@ -287,7 +288,7 @@ int tv__snap_seal(void *buf, size_t len)
     uint8_t sum[32];
     int rc = tv__snap_checksum(buf, len, sum);
     if (rc == 0)
-        memcpy((uint8_t *)buf + TV_SNAP_CHECKSUM_OFF, sum, sizeof sum);
+        memcpy((uint8_t *)buf + TV__SNAP_CHECKSUM_OFF, sum, sizeof sum);
     return rc;
 }
 
@@ -444,104 +445,115 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
     return 0;
 }
 
-int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err)
+/* What the builder works on: the input, its validated devices, the tensors
+ * in file order and the image being filled with its section offsets. */
+typedef struct snap_builder {
+    const tv__snap_in *in;
+    tv__snap_device_info *devs;        /* from build_check */
+    const tv__snap_tensor_in **order;  /* in->tensors in file order */
+    uint64_t strings_len, n_dims, n_replicas;
+    uint32_t n_index;
+    uint64_t devices_off, shards_off, replicas_off, tensors_off, dims_off, strings_off, index_off;
+    uint64_t total_len;
+    uint8_t *img;
+    uint64_t strings_used; /* bytes of the string table written so far */
+    uint64_t seed;
+} snap_builder;
+
+/* Step 2: sizes the index and lays the sections out in order; every record
+ * size is a multiple of 8, so only the string table needs padding. */
+static int build_layout(snap_builder *b, tv_error *err)
 {
-    int rc;
-    tv__snap_device_info *devs = NULL;
-    const tv__snap_tensor_in **order = NULL;
-    uint8_t *img = NULL;
-    uint64_t strings_len = 0, n_dims = 0, n_replicas = 0;
-    if (out)
-        *out = NULL;
-    if (out_len)
-        *out_len = 0;
-    if (!in || !in->model || !out || !out_len)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_build: NULL argument");
-    if (in->n_devices && !(devs = calloc(in->n_devices, sizeof *devs))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
-        goto fail;
-    }
-    if ((rc = build_check(in, devs, &strings_len, &n_dims, &n_replicas, err)))
-        goto fail;
+    const tv__snap_in *in = b->in;
+    uint64_t off = TV__SNAP_HEADER_LEN, pad_strings;
 
-    uint32_t n_index = MIN_INDEX;
-    while (n_index < 2 * in->n_tensors) /* n_tensors <= UINT32_MAX / 4 */
-        n_index *= 2;
+    b->n_index = MIN_INDEX;
+    while (b->n_index < 2 * in->n_tensors) /* n_tensors <= UINT32_MAX / 4 */
+        b->n_index *= 2;
+    b->devices_off = off;
+    off += (uint64_t)in->n_devices * TV__SNAP_DEVICE_LEN;
+    b->shards_off = off;
+    off += (uint64_t)in->n_shards * TV__SNAP_SHARD_LEN;
+    b->replicas_off = off;
+    off += b->n_replicas * TV__SNAP_REPLICA_LEN;
+    b->tensors_off = off;
+    off += (uint64_t)in->n_tensors * TV__SNAP_TENSOR_LEN;
+    b->dims_off = off;
+    off += b->n_dims * 8;
+    b->strings_off = off;
+    if (tv__align_up_u64(b->strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off))
+        return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
+    b->index_off = off;
+    if (tv__add_u64(off, (uint64_t)b->n_index * TV__SNAP_SLOT_LEN, &b->total_len) ||
+        b->total_len > SIZE_MAX)
+        return tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
+    return 0;
+}
 
-    /* Sections in order; every record size is a multiple of 8, so only the
-     * string table needs padding. */
-    uint64_t off = TV_SNAP_HEADER_LEN, off_devices, off_shards, off_replicas, off_tensors, off_dims,
-             off_strings, off_index, total, pad_strings;
-    off_devices = off;
-    off += (uint64_t)in->n_devices * TV_SNAP_DEVICE_LEN;
-    off_shards = off;
-    off += (uint64_t)in->n_shards * TV_SNAP_SHARD_LEN;
-    off_replicas = off;
-    off += n_replicas * TV_SNAP_REPLICA_LEN;
-    off_tensors = off;
-    off += (uint64_t)in->n_tensors * TV_SNAP_TENSOR_LEN;
-    off_dims = off;
-    off += n_dims * 8;
-    off_strings = off;
-    if (tv__align_up_u64(strings_len, 8, &pad_strings) || tv__add_u64(off, pad_strings, &off)) {
-        rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
-        goto fail;
-    }
-    off_index = off;
-    if (tv__add_u64(off, (uint64_t)n_index * TV_SNAP_SLOT_LEN, &total) || total > SIZE_MAX) {
-        rc = tv__seterr(err, TV_E_OVERFLOW, "snapshot: image size overflows");
-        goto fail;
-    }
+/* Step 3: the tensors in file order, and the zeroed image. */
+static int build_alloc(snap_builder *b, tv_error *err)
+{
+    const tv__snap_in *in = b->in;
 
-    if (in->n_tensors && !(order = malloc(in->n_tensors * sizeof *order))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
-        goto fail;
-    }
-    if (!(img = calloc(1, (size_t)total))) {
-        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory (%llu bytes)",
-                        (unsigned long long)total);
-        goto fail;
-    }
+    if (in->n_tensors && !(b->order = malloc(in->n_tensors * sizeof *b->order)))
+        return tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+    if (!(b->img = calloc(1, (size_t)b->total_len)))
+        return tv__seterr(err, -ENOMEM, "snapshot: out of memory (%llu bytes)",
+                          (unsigned long long)b->total_len);
     for (size_t i = 0; i < in->n_tensors; i++)
-        order[i] = &in->tensors[i];
+        b->order[i] = &in->tensors[i];
     if (in->n_tensors > 1)
-        qsort(order, in->n_tensors, sizeof *order, cmp_tensor_in);
+        qsort(b->order, in->n_tensors, sizeof *b->order, cmp_tensor_in);
+    return 0;
+}
 
-    uint8_t *strings = img + off_strings;
-    uint64_t used = 0;
-    uint64_t seed = in->hash_seed ? in->hash_seed : draw_seed();
+/* Appends s to the image's string table; returns its offset there. */
+static uint32_t build_string(snap_builder *b, const char *s, size_t len)
+{
+    return put_string(b->img + b->strings_off, &b->strings_used, s, len);
+}
+
+/* Step 4: the header (checksum left zero) and the model name, the first
+ * string of the table. */
+static void build_header(snap_builder *b)
+{
+    const tv__snap_in *in = b->in;
+    uint8_t *h = b->img;
     size_t model_len = strlen(in->model);
 
-    uint8_t *h = img;
-    memcpy(h, TV_SNAP_MAGIC, 8);
-    PUT32(h, snap_header, version, TV_SNAP_VERSION);
-    PUT32(h, snap_header, header_len, TV_SNAP_HEADER_LEN);
-    PUT64(h, snap_header, total_len, total);
+    memcpy(h, TV__SNAP_MAGIC, 8);
+    PUT32(h, snap_header, version, TV__SNAP_VERSION);
+    PUT32(h, snap_header, header_len, TV__SNAP_HEADER_LEN);
+    PUT64(h, snap_header, total_len, b->total_len);
     PUT64(h, snap_header, generation, (uint64_t)in->generation);
     PUT32(h, snap_header, n_devices, in->n_devices);
     PUT32(h, snap_header, n_shards, in->n_shards);
-    PUT32(h, snap_header, n_replicas, n_replicas);
+    PUT32(h, snap_header, n_replicas, b->n_replicas);
     PUT32(h, snap_header, n_tensors, in->n_tensors);
-    PUT32(h, snap_header, n_index, n_index);
-    PUT64(h, snap_header, n_dims, n_dims);
-    PUT64(h, snap_header, strings_len, strings_len);
-    PUT64(h, snap_header, off_devices, off_devices);
-    PUT64(h, snap_header, off_shards, off_shards);
-    PUT64(h, snap_header, off_replicas, off_replicas);
-    PUT64(h, snap_header, off_tensors, off_tensors);
-    PUT64(h, snap_header, off_dims, off_dims);
-    PUT64(h, snap_header, off_strings, off_strings);
-    PUT64(h, snap_header, off_index, off_index);
-    PUT64(h, snap_header, hash_seed, seed);
-    PUT32(h, snap_header, model_off, put_string(strings, &used, in->model, model_len));
+    PUT32(h, snap_header, n_index, b->n_index);
+    PUT64(h, snap_header, n_dims, b->n_dims);
+    PUT64(h, snap_header, strings_len, b->strings_len);
+    PUT64(h, snap_header, devices_off, b->devices_off);
+    PUT64(h, snap_header, shards_off, b->shards_off);
+    PUT64(h, snap_header, replicas_off, b->replicas_off);
+    PUT64(h, snap_header, tensors_off, b->tensors_off);
+    PUT64(h, snap_header, dims_off, b->dims_off);
+    PUT64(h, snap_header, strings_off, b->strings_off);
+    PUT64(h, snap_header, index_off, b->index_off);
+    PUT64(h, snap_header, hash_seed, b->seed);
+    PUT32(h, snap_header, model_off, build_string(b, in->model, model_len));
     PUT32(h, snap_header, model_len, model_len);
+}
 
-    for (size_t i = 0; i < in->n_devices; i++) {
-        const tv__snap_device_in *d = &in->devices[i];
-        uint8_t *p = img + off_devices + i * TV_SNAP_DEVICE_LEN;
+/* Step 5: the device records and their paths. */
+static void build_devices(snap_builder *b)
+{
+    for (size_t i = 0; i < b->in->n_devices; i++) {
+        const tv__snap_device_in *d = &b->in->devices[i];
+        uint8_t *p = b->img + b->devices_off + i * TV__SNAP_DEVICE_LEN;
         PUTB(p, snap_device_rec, uuid, d->uuid);
-        PUT32(p, snap_device_rec, path_off, put_string(strings, &used, d->path, devs[i].path_len));
-        PUT32(p, snap_device_rec, path_len, devs[i].path_len);
+        PUT32(p, snap_device_rec, path_off, build_string(b, d->path, b->devs[i].path_len));
+        PUT32(p, snap_device_rec, path_len, b->devs[i].path_len);
         PUT32(p, snap_device_rec, kind, d->kind);
         PUT32(p, snap_device_rec, lba_size, d->lba_size);
         PUT32(p, snap_device_rec, io_align, d->io_align);
@@ -556,13 +568,18 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUTB(p, snap_device_rec, nguid, d->nguid);
         PUTB(p, snap_device_rec, eui64, d->eui64);
     }
+}
 
+/* Step 6: the shard records, their names and their replicas (in shard
+ * order, so each shard's replicas are one run). */
+static void build_shards(snap_builder *b)
+{
     uint32_t rep = 0;
-    for (size_t i = 0; i < in->n_shards; i++) {
-        const tv__snap_shard_in *sh = &in->shards[i];
-        uint8_t *p = img + off_shards + i * TV_SNAP_SHARD_LEN;
+    for (size_t i = 0; i < b->in->n_shards; i++) {
+        const tv__snap_shard_in *sh = &b->in->shards[i];
+        uint8_t *p = b->img + b->shards_off + i * TV__SNAP_SHARD_LEN;
         size_t nl = strlen(sh->name);
-        PUT32(p, snap_shard_rec, name_off, put_string(strings, &used, sh->name, nl));
+        PUT32(p, snap_shard_rec, name_off, build_string(b, sh->name, nl));
         PUT32(p, snap_shard_rec, name_len, nl);
         PUT64(p, snap_shard_rec, file_len, sh->file_len);
         PUT64(p, snap_shard_rec, header_len, sh->header_len);
@@ -571,62 +588,107 @@ int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error 
         PUT32(p, snap_shard_rec, n_replicas, sh->n_replicas);
         for (uint32_t r = 0; r < sh->n_replicas; r++, rep++) {
             const tv__snap_replica_in *rp = &sh->replicas[r];
-            uint8_t *q = img + off_replicas + (uint64_t)rep * TV_SNAP_REPLICA_LEN;
+            uint8_t *q = b->img + b->replicas_off + (uint64_t)rep * TV__SNAP_REPLICA_LEN;
             PUT32(q, snap_replica_rec, device, rp->device);
             PUT64(q, snap_replica_rec, object_id, (uint64_t)rp->object_id);
             PUT64(q, snap_replica_rec, base_off, rp->base_off);
             PUT64(q, snap_replica_rec, alloc_len, rp->alloc_len);
         }
     }
+}
 
-    uint8_t *index = img + off_index;
-    uint32_t mask = n_index - 1;
+/* Places tensor i (of b->order) in the name index: linear probing from its
+ * hash to the first empty slot. Returns 0, or TV_E_INVALID_ARG when a
+ * tensor of the same name is already there. */
+static int build_index_insert(snap_builder *b, size_t i, tv_error *err)
+{
+    const tv__snap_tensor_in *t = b->order[i];
+    uint8_t *index = b->img + b->index_off;
+    uint32_t mask = b->n_index - 1;
+    uint64_t hv = tv__hash_bytes(t->name, t->name_len, b->seed);
+
+    for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
+        uint8_t *slot = index + (uint64_t)pos * TV__SNAP_SLOT_LEN;
+        uint32_t other = GET32(slot, snap_slot, tensor);
+        if (other == 0) {
+            PUT32(slot, snap_slot, hash_hi, hv >> 32);
+            PUT32(slot, snap_slot, tensor, i + 1);
+            return 0;
+        }
+        const tv__snap_tensor_in *o = b->order[other - 1];
+        if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) &&
+            o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0)
+            return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' appears twice",
+                              name_shown(t->name_len), t->name);
+    }
+}
+
+/* Step 7: the tensor records in file order, their names and dims, and the
+ * name index (which finds duplicate names). */
+static int build_tensors(snap_builder *b, tv_error *err)
+{
     uint64_t dim = 0;
-    for (size_t i = 0; i < in->n_tensors; i++) {
-        const tv__snap_tensor_in *t = order[i];
-        uint8_t *p = img + off_tensors + i * TV_SNAP_TENSOR_LEN;
-        PUT32(p, snap_tensor_rec, name_off, put_string(strings, &used, t->name, t->name_len));
+    int rc;
+
+    for (size_t i = 0; i < b->in->n_tensors; i++) {
+        const tv__snap_tensor_in *t = b->order[i];
+        uint8_t *p = b->img + b->tensors_off + i * TV__SNAP_TENSOR_LEN;
+        PUT32(p, snap_tensor_rec, name_off, build_string(b, t->name, t->name_len));
         PUT32(p, snap_tensor_rec, name_len, t->name_len);
         PUT32(p, snap_tensor_rec, dtype, t->dtype);
         PUT32(p, snap_tensor_rec, rank, t->rank);
-        PUT32(p, snap_tensor_rec, dims_off, dim);
+        PUT32(p, snap_tensor_rec, first_dim, dim);
         PUT32(p, snap_tensor_rec, shard, t->shard);
         PUT64(p, snap_tensor_rec, begin_off, t->begin_off);
         PUT64(p, snap_tensor_rec, end_off, t->end_off);
         for (uint32_t d = 0; d < t->rank; d++, dim++)
-            tv__le64_put(img + off_dims + dim * 8, t->shape[d]);
-
-        uint64_t hv = tv__hash_bytes(t->name, t->name_len, seed);
-        for (uint32_t pos = (uint32_t)hv & mask;; pos = (pos + 1) & mask) {
-            uint8_t *slot = index + (uint64_t)pos * TV_SNAP_SLOT_LEN;
-            uint32_t other = GET32(slot, snap_slot, tensor);
-            if (other == 0) {
-                PUT32(slot, snap_slot, hash_hi, hv >> 32);
-                PUT32(slot, snap_slot, tensor, i + 1);
-                break;
-            }
-            const tv__snap_tensor_in *o = order[other - 1];
-            if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) &&
-                o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0) {
-                rc = tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' appears twice",
-                                name_shown(t->name_len), t->name);
-                goto fail;
-            }
-        }
+            tv__le64_put(b->img + b->dims_off + dim * 8, t->shape[d]);
+        if ((rc = build_index_insert(b, i, err)))
+            return rc;
     }
-    if ((rc = tv__snap_seal(img, (size_t)total))) {
+    return 0;
+}
+
+/* Validate (1), lay out (2), allocate and order (3), write the header (4),
+ * devices (5), shards and replicas (6), tensors, dims and index (7), then
+ * seal the checksum (8). The string table fills in that order. */
+int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err)
+{
+    snap_builder b = {.in = in};
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    if (!in || !in->model || !out || !out_len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_build: NULL argument");
+    if (in->n_devices && !(b.devs = calloc(in->n_devices, sizeof *b.devs))) {
+        rc = tv__seterr(err, -ENOMEM, "snapshot: out of memory");
+        goto fail;
+    }
+    if ((rc = build_check(in, b.devs, &b.strings_len, &b.n_dims, &b.n_replicas, err)) ||
+        (rc = build_layout(&b, err)) || (rc = build_alloc(&b, err)))
+        goto fail;
+    b.seed = in->hash_seed ? in->hash_seed : draw_seed();
+    build_header(&b);
+    build_devices(&b);
+    build_shards(&b);
+    if ((rc = build_tensors(&b, err)))
+        goto fail;
+    if ((rc = tv__snap_seal(b.img, (size_t)b.total_len))) {
         rc = tv__seterr(err, rc, "snapshot: checksum failed");
         goto fail;
     }
-    free(order);
-    free(devs);
-    *out = img;
-    *out_len = (size_t)total;
+    free(b.order);
+    free(b.devs);
+    *out = b.img;
+    *out_len = (size_t)b.total_len;
     return 0;
 fail:
-    free(img);
-    free(order);
-    free(devs);
+    free(b.img);
+    free(b.order);
+    free(b.devs);
     return rc;
 }
 
@@ -636,9 +698,9 @@ fail:
 static bool string_ref(const tv__snap *s, uint32_t off, uint32_t len, const char **out)
 {
     uint64_t end = (uint64_t)off + len;
-    if (end >= s->strings_len || s->base[s->off_strings + end] != 0)
+    if (end >= s->strings_len || s->base[s->strings_off + end] != 0)
         return false;
-    *out = (const char *)s->base + s->off_strings + off;
+    *out = (const char *)s->base + s->strings_off + off;
     return true;
 }
 
@@ -664,20 +726,20 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     if (!buf || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__snap_open: NULL argument");
     memset(out, 0, sizeof *out);
-    if (len < TV_SNAP_HEADER_LEN)
+    if (len < TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT,
                           "snapshot: %zu bytes, shorter than the %u-byte header",
-                          len, TV_SNAP_HEADER_LEN);
-    if (memcmp(p, TV_SNAP_MAGIC, 8) != 0)
+                          len, TV__SNAP_HEADER_LEN);
+    if (memcmp(p, TV__SNAP_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: bad magic (not a tensorvault snapshot)");
     uint32_t version = GET32(p, snap_header, version);
-    if (version != TV_SNAP_VERSION)
+    if (version != TV__SNAP_VERSION)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: version %u, this build reads %u", version,
-                          TV_SNAP_VERSION);
+                          TV__SNAP_VERSION);
     uint32_t header_len = GET32(p, snap_header, header_len);
-    if (header_len != TV_SNAP_HEADER_LEN)
+    if (header_len != TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: header_len %u, expected %u", header_len,
-                          TV_SNAP_HEADER_LEN);
+                          TV__SNAP_HEADER_LEN);
     uint64_t total_len = GET64(p, snap_header, total_len);
     if (total_len != len)
         return tv__seterr(err, TV_E_SNAPSHOT,
@@ -688,7 +750,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
         int rc = tv__snap_checksum(p, len, sum);
         if (rc)
             return tv__seterr(err, rc, "snapshot: cannot compute the checksum");
-        if (memcmp(sum, p + TV_SNAP_CHECKSUM_OFF, sizeof sum) != 0)
+        if (memcmp(sum, p + TV__SNAP_CHECKSUM_OFF, sizeof sum) != 0)
             return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: checksum mismatch");
     }
     if (GET32(p, snap_header, flags) != 0 ||
@@ -707,13 +769,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     s.n_index = GET32(p, snap_header, n_index);
     s.n_dims = GET64(p, snap_header, n_dims);
     s.strings_len = GET64(p, snap_header, strings_len);
-    s.off_devices = GET64(p, snap_header, off_devices);
-    s.off_shards = GET64(p, snap_header, off_shards);
-    s.off_replicas = GET64(p, snap_header, off_replicas);
-    s.off_tensors = GET64(p, snap_header, off_tensors);
-    s.off_dims = GET64(p, snap_header, off_dims);
-    s.off_strings = GET64(p, snap_header, off_strings);
-    s.off_index = GET64(p, snap_header, off_index);
+    s.devices_off = GET64(p, snap_header, devices_off);
+    s.shards_off = GET64(p, snap_header, shards_off);
+    s.replicas_off = GET64(p, snap_header, replicas_off);
+    s.tensors_off = GET64(p, snap_header, tensors_off);
+    s.dims_off = GET64(p, snap_header, dims_off);
+    s.strings_off = GET64(p, snap_header, strings_off);
+    s.index_off = GET64(p, snap_header, index_off);
     s.hash_seed = GET64(p, snap_header, hash_seed);
     s.model_off = GET32(p, snap_header, model_off);
     s.model_len = GET32(p, snap_header, model_len);
@@ -727,13 +789,13 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
                           (unsigned long long)s.strings_len);
 
     section sec[] = {
-        {"devices", s.off_devices, s.n_devices, TV_SNAP_DEVICE_LEN, 0},
-        {"shards", s.off_shards, s.n_shards, TV_SNAP_SHARD_LEN, 0},
-        {"replicas", s.off_replicas, s.n_replicas, TV_SNAP_REPLICA_LEN, 0},
-        {"tensors", s.off_tensors, s.n_tensors, TV_SNAP_TENSOR_LEN, 0},
-        {"dims", s.off_dims, s.n_dims, 8, 0},
-        {"strings", s.off_strings, s.strings_len, 1, 0},
-        {"index", s.off_index, s.n_index, TV_SNAP_SLOT_LEN, 0},
+        {"devices", s.devices_off, s.n_devices, TV__SNAP_DEVICE_LEN, 0},
+        {"shards", s.shards_off, s.n_shards, TV__SNAP_SHARD_LEN, 0},
+        {"replicas", s.replicas_off, s.n_replicas, TV__SNAP_REPLICA_LEN, 0},
+        {"tensors", s.tensors_off, s.n_tensors, TV__SNAP_TENSOR_LEN, 0},
+        {"dims", s.dims_off, s.n_dims, 8, 0},
+        {"strings", s.strings_off, s.strings_len, 1, 0},
+        {"index", s.index_off, s.n_index, TV__SNAP_SLOT_LEN, 0},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
         uint64_t end;
@@ -744,12 +806,12 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
             return tv__seterr(err, TV_E_SNAPSHOT,
                               "snapshot: %s: offset %llu is not 8-byte aligned",
                               sec[i].name, (unsigned long long)sec[i].off);
-        if (sec[i].off < TV_SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
+        if (sec[i].off < TV__SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
             end > len)
             return tv__seterr(err, TV_E_SNAPSHOT,
                               "snapshot: %s: [%llu, +%llu) lies outside the image body [%u, %zu)",
                               sec[i].name, (unsigned long long)sec[i].off,
-                              (unsigned long long)sec[i].len, TV_SNAP_HEADER_LEN, len);
+                              (unsigned long long)sec[i].len, TV__SNAP_HEADER_LEN, len);
     }
     for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
         for (size_t j = i + 1; j < TV_ARRAY_LEN(sec); j++) {
@@ -781,6 +843,34 @@ int tv__snap_model(const tv__snap *s, const char **name, size_t *len, tv_error *
     return 0;
 }
 
+/* One copy per record type of the fields a label carries (see dev.h). */
+#define DEV_RECORD_FROM(d, out)                                                                   \
+    do {                                                                                          \
+        memcpy((out)->store_uuid, (d)->uuid, sizeof (out)->store_uuid);                           \
+        (out)->kind = (d)->kind;                                                                  \
+        (out)->lba_size = (d)->lba_size;                                                          \
+        (out)->io_align = (d)->io_align;                                                          \
+        (out)->object_align = (d)->object_align;                                                  \
+        (out)->size_bytes = (d)->size_bytes;                                                      \
+        (out)->region_off = (d)->region_off;                                                      \
+        (out)->region_len = (d)->region_len;                                                      \
+        memcpy((out)->serial, (d)->serial, sizeof (out)->serial);                                 \
+        memcpy((out)->model, (d)->model, sizeof (out)->model);                                    \
+        (out)->nsid = (d)->nsid;                                                                  \
+        memcpy((out)->nguid, (d)->nguid, sizeof (out)->nguid);                                    \
+        memcpy((out)->eui64, (d)->eui64, sizeof (out)->eui64);                                    \
+    } while (0)
+
+void tv__snap_device_record(const tv__snap_device_info *d, tv__dev_record *out)
+{
+    DEV_RECORD_FROM(d, out);
+}
+
+void tv__snap_device_in_record(const tv__snap_device_in *d, tv__dev_record *out)
+{
+    DEV_RECORD_FROM(d, out);
+}
+
 int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv_error *err)
 {
     if (!s || !s->base || !out)
@@ -788,7 +878,7 @@ int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv
     if (i >= s->n_devices)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: device %u out of range (%u)", i,
                           s->n_devices);
-    const uint8_t *p = s->base + s->off_devices + (uint64_t)i * TV_SNAP_DEVICE_LEN;
+    const uint8_t *p = s->base + s->devices_off + (uint64_t)i * TV__SNAP_DEVICE_LEN;
     tv__snap_device_info d;
     memset(&d, 0, sizeof d);
     uint32_t path_off = GET32(p, snap_device_rec, path_off);
@@ -829,7 +919,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
     if (i >= s->n_replicas)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: replica %u out of range (%u)", i,
                           s->n_replicas);
-    const uint8_t *p = s->base + s->off_replicas + (uint64_t)i * TV_SNAP_REPLICA_LEN;
+    const uint8_t *p = s->base + s->replicas_off + (uint64_t)i * TV__SNAP_REPLICA_LEN;
     tv__snap_replica_info r = {
         .device = GET32(p, snap_replica_rec, device),
         .object_id = (int64_t)GET64(p, snap_replica_rec, object_id),
@@ -858,7 +948,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
 /* A shard's own fields, without walking its replicas. */
 static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_error *err)
 {
-    const uint8_t *p = s->base + s->off_shards + (uint64_t)i * TV_SNAP_SHARD_LEN;
+    const uint8_t *p = s->base + s->shards_off + (uint64_t)i * TV__SNAP_SHARD_LEN;
     tv__snap_shard_info sh;
     memset(&sh, 0, sizeof sh);
     uint32_t name_off = GET32(p, snap_shard_rec, name_off);
@@ -919,7 +1009,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     if (i >= s->n_tensors)
         return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor %u out of range (%u)", i,
                           s->n_tensors);
-    const uint8_t *p = s->base + s->off_tensors + (uint64_t)i * TV_SNAP_TENSOR_LEN;
+    const uint8_t *p = s->base + s->tensors_off + (uint64_t)i * TV__SNAP_TENSOR_LEN;
     tv__snap_tensor_info t;
     memset(&t, 0, sizeof t);
     uint32_t name_off = GET32(p, snap_tensor_rec, name_off);
@@ -930,15 +1020,15 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
                           i, name_off, name_len);
     t.name_len = name_len;
     uint32_t dtype = GET32(p, snap_tensor_rec, dtype);
-    uint32_t dims_off = GET32(p, snap_tensor_rec, dims_off);
+    uint32_t first_dim = GET32(p, snap_tensor_rec, first_dim);
     t.rank = GET32(p, snap_tensor_rec, rank);
     t.shard = GET32(p, snap_tensor_rec, shard);
     t.begin_off = GET64(p, snap_tensor_rec, begin_off);
     t.end_off = GET64(p, snap_tensor_rec, end_off);
-    if (t.rank > TV_ST_MAX_RANK || (uint64_t)dims_off + t.rank > s->n_dims)
+    if (t.rank > TV_ST_MAX_RANK || (uint64_t)first_dim + t.rank > s->n_dims)
         return tv__seterr(err, TV_E_SNAPSHOT,
                           "snapshot: tensor '%.*s': rank %u or dims [%u, +%u) outside the dims array (%llu)",
-                          name_shown(t.name_len), t.name, t.rank, dims_off, t.rank,
+                          name_shown(t.name_len), t.name, t.rank, first_dim, t.rank,
                           (unsigned long long)s->n_dims);
     if (t.shard >= s->n_shards)
         return tv__seterr(err, TV_E_SNAPSHOT,
@@ -949,7 +1039,7 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     if (rc)
         return rc;
     uint64_t dims[TV_ST_MAX_RANK];
-    t.shape_le = s->base + s->off_dims + (uint64_t)dims_off * 8;
+    t.shape_le = s->base + s->dims_off + (uint64_t)first_dim * 8;
     for (uint32_t d = 0; d < t.rank; d++)
         dims[d] = tv__le64_get(t.shape_le + (size_t)d * 8);
     const char *why = tensor_problem(dtype, t.rank, dims, t.begin_off, t.end_off,
@@ -978,11 +1068,11 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
         name = "";
     uint64_t h = tv__hash_bytes(name, len, s->hash_seed);
     uint32_t mask = s->n_index - 1, hi = (uint32_t)(h >> 32);
-    const uint8_t *slots = s->base + s->off_index;
+    const uint8_t *slots = s->base + s->index_off;
     uint32_t pos = (uint32_t)h & mask;
     /* At most n_index probes: a crafted index without an empty slot ends. */
     for (uint32_t probe = 0; probe < s->n_index; probe++, pos = (pos + 1) & mask) {
-        const uint8_t *slot = slots + (uint64_t)pos * TV_SNAP_SLOT_LEN;
+        const uint8_t *slot = slots + (uint64_t)pos * TV__SNAP_SLOT_LEN;
         uint32_t t1 = GET32(slot, snap_slot, tensor);
         if (t1 == 0)
             return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%.*s' in the snapshot",
@@ -992,7 +1082,7 @@ int tv__snap_find(const tv__snap *s, const char *name, size_t len, uint32_t *ind
                               pos, t1 - 1, s->n_tensors);
         if (GET32(slot, snap_slot, hash_hi) != hi)
             continue;
-        const uint8_t *rec = s->base + s->off_tensors + (uint64_t)(t1 - 1) * TV_SNAP_TENSOR_LEN;
+        const uint8_t *rec = s->base + s->tensors_off + (uint64_t)(t1 - 1) * TV__SNAP_TENSOR_LEN;
         uint32_t name_off = GET32(rec, snap_tensor_rec, name_off);
         uint32_t name_len = GET32(rec, snap_tensor_rec, name_len);
         const char *tn;

@@ -25,20 +25,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev/dev.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
-#define TV_SNAP_MAGIC   "TVSNAP01"
-#define TV_SNAP_VERSION 1u
+#define TV__SNAP_MAGIC   "TVSNAP01"
+#define TV__SNAP_VERSION 1u
 
 /* Fixed sizes of version 1 (docs/formats.md); asserted in snapshot.c. */
-#define TV_SNAP_HEADER_LEN   256u
-#define TV_SNAP_DEVICE_LEN   168u
-#define TV_SNAP_SHARD_LEN    64u
-#define TV_SNAP_REPLICA_LEN  32u
-#define TV_SNAP_TENSOR_LEN   40u
-#define TV_SNAP_SLOT_LEN     8u
-#define TV_SNAP_CHECKSUM_OFF 24u /* 32-byte SHA-256 field inside the header */
+#define TV__SNAP_HEADER_LEN   256u
+#define TV__SNAP_DEVICE_LEN   168u
+#define TV__SNAP_SHARD_LEN    64u
+#define TV__SNAP_REPLICA_LEN  32u
+#define TV__SNAP_TENSOR_LEN   40u
+#define TV__SNAP_SLOT_LEN     8u
+#define TV__SNAP_CHECKSUM_OFF 24u /* 32-byte SHA-256 field inside the header */
 
 /* ---- builder input (plain structs; the server fills them from SQL) ---- */
 
@@ -112,7 +113,7 @@ typedef struct tv__snap_in {
  * size_t); -ENOMEM. */
 int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err);
 
-/* SHA-256 of an image of len >= TV_SNAP_HEADER_LEN bytes with the checksum
+/* SHA-256 of an image of len >= TV__SNAP_HEADER_LEN bytes with the checksum
  * field read as zeros. Returns 0, TV_E_INVALID_ARG (too short) or -ENOMEM. */
 int tv__snap_checksum(const void *buf, size_t len, uint8_t out[32]);
 /* Recomputes and stores the checksum field in place (tests, fuzz seeds).
@@ -127,7 +128,7 @@ typedef struct tv__snap {
     /* decoded header fields (host order) */
     int64_t generation;
     uint32_t n_devices, n_shards, n_replicas, n_tensors, n_index;
-    uint64_t off_devices, off_shards, off_replicas, off_tensors, off_dims, off_strings, off_index;
+    uint64_t devices_off, shards_off, replicas_off, tensors_off, dims_off, strings_off, index_off;
     uint64_t n_dims, strings_len;
     uint64_t hash_seed;
     uint32_t model_off, model_len;
@@ -202,7 +203,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
  *            n_replicas >= 1 and [first, first + n) inside the replicas;
  *            every replica valid with file_len <= alloc_len;
  *   tensor:  name inside the string table; dtype known; rank <=
- *            TV_ST_MAX_RANK; [dims_off, dims_off + rank) inside the dims
+ *            TV_ST_MAX_RANK; [first_dim, first_dim + rank) inside the dims
  *            array; shard index in range (its own fields valid; its replicas
  *            are checked by tv__snap_shard); begin <= end <= file_len -
  *            data_off; end - begin == elements x dtype bits / 8 without
@@ -217,6 +218,12 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
 uint64_t tv__snap_dim(const tv__snap_tensor_info *t, uint32_t d);
 /* The model name. Returns 0, TV_E_INVALID_ARG or TV_E_SNAPSHOT. */
 int tv__snap_model(const tv__snap *s, const char **name, size_t *len, tv_error *err);
+
+/* The label-relevant fields of a device record (builder input or decoded
+ * record) as the shared device record that tv__label_expected maps to the
+ * label the device must carry. */
+void tv__snap_device_record(const tv__snap_device_info *d, tv__dev_record *out);
+void tv__snap_device_in_record(const tv__snap_device_in *d, tv__dev_record *out);
 
 /* Name lookup through the index (seeded tv__hash_bytes; the full name is
  * compared). Never allocates; probes at most n_index slots. Returns 0 and

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "st/st_internal.h"
+#include "util/endian.h"
 #include "util/sys.h"
 
 int tv__st_read_exact(int fd, void *buf, size_t len, uint64_t off)
@@ -54,9 +55,7 @@ int tv__st_parse_shard_file(tv_checkpoint *ck, const char *path, const char *nam
         tv__seterr(err, rc, "shard '%s': read: %s", name, tv_strerror(rc));
         goto fail_fd;
     }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = (n << 8) | prefix[i];
+    uint64_t n = tv__le64_get(prefix);
     /* Size checks happen before allocating so a hostile N cannot make us
      * allocate gigabytes. */
     if (n == 0 || n > ck->max_header_len || n > file_len - 8) {
@@ -126,9 +125,7 @@ TV_API int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t f
         goto fail;
     }
     const unsigned char *p = buf;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = (n << 8) | p[i];
+    uint64_t n = tv__le64_get(p);
     /* Lengths of 0, over the limit or past EOF are the header parser's to
      * report (it rejects them before touching the header); only a plausible
      * N that the caller's buffer does not hold is a bad argument. */

@@ -115,8 +115,6 @@ int tv__json_load_part(const char *buf, size_t b, size_t e, const char *what, js
 /* True, with *pos, if buf[b, e) holds a '-' outside strings. */
 bool tv__json_find_minus(const char *buf, size_t b, size_t e, size_t *pos);
 
-uint64_t tv__hash_bytes(const void *p, size_t n, uint64_t seed);
-
 /* Builds the index over ck->tensors. Returns 0, -ENOMEM, or
  * TV_E_IDX_DUPLICATE_TENSOR (err names both shards). */
 int tv__nameidx_build(tv_checkpoint *ck, tv_error *err);

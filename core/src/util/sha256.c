@@ -38,13 +38,3 @@ void tv__sha256_free(tv__sha256 *h)
         h->md = NULL;
     }
 }
-
-void tv__hex(const uint8_t *in, size_t len, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = d[in[i] >> 4];
-        out[2 * i + 1] = d[in[i] & 15];
-    }
-    out[2 * len] = '\0';
-}

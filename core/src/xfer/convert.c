@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tensorvault/tensorvault.h"
+#include "util/endian.h"
 #include "util/internal.h"
 #include "xfer/xfer.h"
 
@@ -83,11 +84,11 @@ TV_API int tv_convert_f32(tv_dtype src_dtype, const void *src, size_t n, void *d
         return 0;
     case TV_DTYPE_BF16:
         for (size_t i = 0; i < n; i++)
-            put(dst, i, (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16);
+            put(dst, i, (uint32_t)tv__le16_get(p + 2 * i) << 16);
         return 0;
     case TV_DTYPE_F16:
         for (size_t i = 0; i < n; i++)
-            put(dst, i, f16_bits((uint16_t)(p[2 * i] | p[2 * i + 1] << 8)));
+            put(dst, i, f16_bits(tv__le16_get(p + 2 * i)));
         return 0;
     case TV_DTYPE_F8_E5M2:
         /* E5M2 is the high byte of a binary16; NaNs are canonicalised. */
