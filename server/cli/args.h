@@ -24,7 +24,7 @@
 #define TV__CLI_MAX_COUNT   10000000
 
 /* The generation grammar, for messages and --help. */
-#define TV__CLI_GEN_GRAMMAR                                                                         \
+#define TV__CLI_GEN_GRAMMAR                                                                        \
     "a generation is a number from 1, digits only (no sign, spaces or leading zeros)"
 
 /* One option of a command's table. The usage line shows it as usage, or
@@ -41,7 +41,7 @@ typedef struct tv__cli_opt {
 
 typedef struct tv__cli_args {
     const tv__cli_opt *opts;
-    size_t n_opts; /* at most TV__CLI_MAX_OPTS */
+    size_t n_opts;                        /* at most TV__CLI_MAX_OPTS */
     const char *values[TV__CLI_MAX_OPTS]; /* per option, set when seen (flags get "1") */
     const char *pos[TV__CLI_MAX_POS];
     size_t n_pos;

@@ -24,16 +24,12 @@
 
 #define TV__CLI_SPEC_MAX 512 /* bytes of NAME in NAME[@GEN], NUL included */
 
-/* The options every command takes. */
-#define TV__CLI_OPT_STORE {"--store", "DIR", NULL}
-#define TV__CLI_OPT_JSON  {"--json", NULL, NULL}
-
 typedef struct tv__cli_cmd {
-    const char *name;        /* "import"; "store init" (dispatched on its first word) */
+    const char *name; /* "import"; "store init" (dispatched on its first word) */
     int (*run)(int argc, char **argv);
     const char *positionals; /* the usage line's text for them: "NAME SRC"; "" for none */
     unsigned min_pos, max_pos;
-    unsigned flags; /* TV__CLI_* */
+    unsigned flags;                     /* TV__CLI_* */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
 } tv__cli_cmd;
 
@@ -70,10 +66,10 @@ const char *tv__cli_cmd_usage(const tv__cli_cmd *cmd, char *buf, size_t len);
 typedef struct tv__cli_ctx {
     const tv__cli_cmd *cmd;
     tv__cli_args a;
-    bool json;                       /* --json */
-    const char *store;               /* TV__CLI_STORE: the store directory */
-    char model[TV__CLI_SPEC_MAX];    /* TV__CLI_SPEC: NAME */
-    int64_t gen;                     /* TV__CLI_SPEC: GEN or 0 (active); TV__CLI_GEN: pos[1] */
+    bool json;                    /* --json */
+    const char *store;            /* TV__CLI_STORE: the store directory */
+    char model[TV__CLI_SPEC_MAX]; /* TV__CLI_SPEC: NAME */
+    int64_t gen;                  /* TV__CLI_SPEC: GEN or 0 (active); TV__CLI_GEN: pos[1] */
 } tv__cli_ctx;
 
 /* The prologue of every command, in this order: parse the options against

@@ -123,7 +123,13 @@ static void print_text(const tv_checkpoint *ck)
 }
 
 const tv__cli_cmd tv__cli_cmd_inspect = {
-    "inspect", tv__cli_inspect, "PATH", 1, 1, 0, {TV__CLI_OPT_JSON},
+    .name = "inspect",
+    .run = tv__cli_inspect,
+    .positionals = "PATH",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = 0,
+    .opts = {{"--json", NULL, NULL}},
 };
 
 int tv__cli_inspect(int argc, char **argv)

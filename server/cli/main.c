@@ -15,9 +15,9 @@
 #include "tensorvault/version.h"
 
 const tv__cli_cmd *const tv__cli_cmds[] = {
-    &tv__cli_cmd_inspect,  &tv__cli_cmd_store,    &tv__cli_cmd_import, &tv__cli_cmd_models,
+    &tv__cli_cmd_inspect,     &tv__cli_cmd_store,   &tv__cli_cmd_import,  &tv__cli_cmd_models,
     &tv__cli_cmd_generations, &tv__cli_cmd_tensors, &tv__cli_cmd_devices, &tv__cli_cmd_activate,
-    &tv__cli_cmd_retire,   &tv__cli_cmd_gc,       &tv__cli_cmd_verify, &tv__cli_cmd_get,
+    &tv__cli_cmd_retire,      &tv__cli_cmd_gc,      &tv__cli_cmd_verify,  &tv__cli_cmd_get,
     &tv__cli_cmd_bench,
 };
 const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);

@@ -24,11 +24,6 @@
 #define TV__CLI_DEFAULT_QD    ((uint64_t)TV__IO_DEFAULT_QD)
 #define TV__CLI_DEFAULT_CHUNK ((uint64_t)TV__IO_DEFAULT_CHUNK)
 
-/* The read options of get and bench (read_opts below). */
-#define READ_OPTS                                                                                  \
-    {"--engine", "auto|uring|pread", NULL}, {"--qd", "N", NULL}, {"--chunk", "SIZE", NULL},        \
-        {"--no-direct", NULL, NULL}
-
 /* --engine, --qd, --chunk, --no-direct: bounded here so a bad value is a
  * usage error naming it, before the store is opened. */
 static int read_opts(const char *cmd, const tv__cli_args *a, tv_open_opts *o)
@@ -48,7 +43,8 @@ static int read_opts(const char *cmd, const tv__cli_args *a, tv_open_opts *o)
         return u;
     /* Staging memory is one chunk per read in flight. */
     uint64_t staging;
-    if (tv__mul_u64(qd ? qd : TV__CLI_DEFAULT_QD, chunk ? chunk : TV__CLI_DEFAULT_CHUNK, &staging) ||
+    if (tv__mul_u64(qd ? qd : TV__CLI_DEFAULT_QD, chunk ? chunk : TV__CLI_DEFAULT_CHUNK,
+                    &staging) ||
         staging > TV__CLI_MAX_STAGING)
         return tv__cli_usage(cmd, "--qd x --chunk = %llu x %llu bytes, over the staging cap %llu",
                              (unsigned long long)(qd ? qd : TV__CLI_DEFAULT_QD),
@@ -124,14 +120,22 @@ static int output_len(const tv_tensor_desc *d, const char *tensor, bool rows, ui
 }
 
 const tv__cli_cmd tv__cli_cmd_get = {
-    "get", tv__cli_get_tensor, "NAME[@GEN] TENSOR", 2, 2, TV__CLI_STORE | TV__CLI_SPEC,
-    {TV__CLI_OPT_STORE,
-     {"-o", "FILE|-", "-o FILE|-"},
-     {"--output", "FILE", ""},
-     {"--rows", "R0:R1", "[--rows R0:R1 | --f32]"},
-     {"--f32", NULL, ""},
-     READ_OPTS,
-     TV__CLI_OPT_JSON},
+    .name = "get",
+    .run = tv__cli_get_tensor,
+    .positionals = "NAME[@GEN] TENSOR",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .opts = {{"--store", "DIR", NULL},
+             {"-o", "FILE|-", "-o FILE|-"},
+             {"--output", "FILE", ""},
+             {"--rows", "R0:R1", "[--rows R0:R1 | --f32]"},
+             {"--f32", NULL, ""},
+             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
+             {"--qd", "N", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--no-direct", NULL, NULL},
+             {"--json", NULL, NULL}},
 };
 
 int tv__cli_get_tensor(int argc, char **argv)
@@ -275,12 +279,20 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
 }
 
 const tv__cli_cmd tv__cli_cmd_bench = {
-    "bench", tv__cli_bench, "NAME[@GEN]", 1, 1, TV__CLI_STORE | TV__CLI_SPEC,
-    {TV__CLI_OPT_STORE,
-     {"--latency", "TENSOR", "[--latency TENSOR [--count N]]"},
-     {"--count", "N", ""},
-     READ_OPTS,
-     TV__CLI_OPT_JSON},
+    .name = "bench",
+    .run = tv__cli_bench,
+    .positionals = "NAME[@GEN]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .opts = {{"--store", "DIR", NULL},
+             {"--latency", "TENSOR", "[--latency TENSOR [--count N]]"},
+             {"--count", "N", ""},
+             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
+             {"--qd", "N", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--no-direct", NULL, NULL},
+             {"--json", NULL, NULL}},
 };
 
 int tv__cli_bench(int argc, char **argv)
@@ -330,7 +342,7 @@ int tv__cli_bench(int argc, char **argv)
         free(reqs);
         tv_model_close(m);
         tv__cli_fail("bench", json, TV_E_OVERFLOW,
-                    "the destination buffers overflow the address space");
+                     "the destination buffers overflow the address space");
         return TV__EXIT_FAIL;
     }
     /* Destinations are one pre-faulted arena so the timing is the load, not

@@ -46,15 +46,20 @@ static int open_store(const char *dir, unsigned flags, tv__store **st, tv_error 
 /* ---- store init ---------------------------------------------------------- */
 
 const tv__cli_cmd tv__cli_cmd_store = {
-    "store init", tv__cli_store, "", 0, 0, TV__CLI_STORE,
-    {TV__CLI_OPT_STORE,
-     {"--image", "FILE", "(--image FILE --size SIZE | --device PATH)"},
-     {"--size", "SIZE", ""},
-     {"--device", "PATH", ""},
-     {"--region-offset", "SIZE", NULL},
-     {"--region-size", "SIZE", NULL},
-     {"--force", NULL, NULL},
-     TV__CLI_OPT_JSON},
+    .name = "store init",
+    .run = tv__cli_store,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL},
+             {"--image", "FILE", "(--image FILE --size SIZE | --device PATH)"},
+             {"--size", "SIZE", ""},
+             {"--device", "PATH", ""},
+             {"--region-offset", "SIZE", NULL},
+             {"--region-size", "SIZE", NULL},
+             {"--force", NULL, NULL},
+             {"--json", NULL, NULL}},
 };
 
 int tv__cli_store(int argc, char **argv)
@@ -83,7 +88,7 @@ int tv__cli_store(int argc, char **argv)
         return tv__cli_usage("store init", "need --image FILE --size SIZE, or --device PATH");
     /* Explicit zeros are refused: 0 is not "the default" here (the region
      * never starts at byte 0; a region of 0 bytes holds nothing). */
-    if ((u = tv__cli_opt_size("store init", a, "--size", 1, UINT64_MAX, &o.image_size)) ||
+    if ((u = tv__cli_opt_size("store init", a, "--size", 1, UINT64_MAX, &o.image_size_bytes)) ||
         (u = tv__cli_opt_size("store init", a, "--region-offset", 1, UINT64_MAX, &o.region_off)) ||
         (u = tv__cli_opt_size("store init", a, "--region-size", 1, UINT64_MAX, &o.region_len)))
         return u;
@@ -149,13 +154,18 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 }
 
 const tv__cli_cmd tv__cli_cmd_import = {
-    "import", tv__cli_import, "NAME SRC", 2, 2, TV__CLI_STORE,
-    {TV__CLI_OPT_STORE,
-     {"--activate", NULL, NULL},
-     {"--strict", NULL, NULL},
-     {"--replicas", "DEV,...", NULL},
-     {"--chunk", "SIZE", NULL},
-     TV__CLI_OPT_JSON},
+    .name = "import",
+    .run = tv__cli_import,
+    .positionals = "NAME SRC",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL},
+             {"--activate", NULL, NULL},
+             {"--strict", NULL, NULL},
+             {"--replicas", "DEV,...", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--json", NULL, NULL}},
 };
 
 int tv__cli_import(int argc, char **argv)
@@ -216,11 +226,11 @@ int tv__cli_import(int argc, char **argv)
     double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
     if (json)
         emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a->pos[0],
-                            "generation", (json_int_t)r.generation, "active", o.activate,
-                            "shards", (json_int_t)r.n_shards, "tensors",
-                            (json_int_t)r.n_tensors, "bytes", (json_int_t)r.bytes_total,
-                            "bytes_written", (json_int_t)r.bytes_written, "bytes_deduplicated",
-                            (json_int_t)r.bytes_deduped, "seconds", r.seconds, "mb_per_s", mbs));
+                            "generation", (json_int_t)r.generation, "active", o.activate, "shards",
+                            (json_int_t)r.n_shards, "tensors", (json_int_t)r.n_tensors, "bytes",
+                            (json_int_t)r.bytes_total, "bytes_written", (json_int_t)r.bytes_written,
+                            "bytes_deduplicated", (json_int_t)r.bytes_deduped, "seconds", r.seconds,
+                            "mb_per_s", mbs));
     else
         printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
                " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
@@ -232,7 +242,13 @@ int tv__cli_import(int argc, char **argv)
 /* ---- listings ------------------------------------------------------------ */
 
 const tv__cli_cmd tv__cli_cmd_models = {
-    "models", tv__cli_models, "", 0, 0, TV__CLI_STORE, {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "models",
+    .run = tv__cli_models,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_models(int argc, char **argv)
@@ -280,8 +296,13 @@ int tv__cli_models(int argc, char **argv)
 }
 
 const tv__cli_cmd tv__cli_cmd_generations = {
-    "generations", tv__cli_generations, "NAME", 1, 1, TV__CLI_STORE,
-    {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "generations",
+    .run = tv__cli_generations,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_generations(int argc, char **argv)
@@ -334,8 +355,13 @@ int tv__cli_generations(int argc, char **argv)
 }
 
 const tv__cli_cmd tv__cli_cmd_tensors = {
-    "tensors", tv__cli_tensors, "NAME[@GEN]", 1, 1, TV__CLI_STORE | TV__CLI_SPEC,
-    {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "tensors",
+    .run = tv__cli_tensors,
+    .positionals = "NAME[@GEN]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_tensors(int argc, char **argv)
@@ -429,7 +455,13 @@ int tv__cli_tensors(int argc, char **argv)
 }
 
 const tv__cli_cmd tv__cli_cmd_devices = {
-    "devices", tv__cli_devices, "", 0, 0, TV__CLI_STORE, {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "devices",
+    .run = tv__cli_devices,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_devices(int argc, char **argv)
@@ -504,13 +536,23 @@ int tv__cli_devices(int argc, char **argv)
 }
 
 const tv__cli_cmd tv__cli_cmd_activate = {
-    "activate", tv__cli_activate, "NAME GEN", 2, 2, TV__CLI_STORE | TV__CLI_GEN,
-    {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "activate",
+    .run = tv__cli_activate,
+    .positionals = "NAME GEN",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_GEN,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 const tv__cli_cmd tv__cli_cmd_retire = {
-    "retire", tv__cli_retire, "NAME GEN", 2, 2, TV__CLI_STORE | TV__CLI_GEN,
-    {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "retire",
+    .run = tv__cli_retire,
+    .positionals = "NAME GEN",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_GEN,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 static int gen_change(int argc, char **argv, bool activate)
@@ -534,11 +576,10 @@ static int gen_change(int argc, char **argv, bool activate)
     if (rc)
         return tv__cli_failed(&c, rc, &err);
     if (c.json)
-        emit_json(json_pack("{s:s,s:I,s:s}", "model", model, "generation", (json_int_t)gen,
-                            "state", activate ? "active" : "retired"));
+        emit_json(json_pack("{s:s,s:I,s:s}", "model", model, "generation", (json_int_t)gen, "state",
+                            activate ? "active" : "retired"));
     else
-        printf("%s generation %" PRId64 " of %s\n", activate ? "activated" : "retired", gen,
-               model);
+        printf("%s generation %" PRId64 " of %s\n", activate ? "activated" : "retired", gen, model);
     return TV__EXIT_OK;
 }
 
@@ -553,7 +594,13 @@ int tv__cli_retire(int argc, char **argv)
 }
 
 const tv__cli_cmd tv__cli_cmd_gc = {
-    "gc", tv__cli_gc, "", 0, 0, TV__CLI_STORE, {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "gc",
+    .run = tv__cli_gc,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_gc(int argc, char **argv)
@@ -623,7 +670,13 @@ static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, si
 }
 
 const tv__cli_cmd tv__cli_cmd_verify = {
-    "verify", tv__cli_verify, "", 0, 0, TV__CLI_STORE, {TV__CLI_OPT_STORE, TV__CLI_OPT_JSON},
+    .name = "verify",
+    .run = tv__cli_verify,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
 int tv__cli_verify(int argc, char **argv)

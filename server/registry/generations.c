@@ -612,15 +612,15 @@ static int check_complete(tv__reg *reg, int64_t generation_id, const char *model
                           tv_error *err)
 {
     complete_ctx c = {model, number, 0};
-    int rc = tv__reg_query_each(
-        reg, check_shard_complete, &c, "checking a generation's shards", err,
-        "SELECT s.idx, s.name, count(o.id), "
-        "  ifnull(sum(o.state = 'writing'), 0), "
-        "  ifnull(sum(o.state = 'committed' AND o.sha256 != s.sha256), 0) "
-        "FROM shards s LEFT JOIN shard_objects so ON so.shard_id = s.id "
-        "LEFT JOIN objects o ON o.id = so.object_id "
-        "WHERE s.generation_id = ?1 GROUP BY s.id ORDER BY s.idx",
-        "i", generation_id);
+    int rc =
+        tv__reg_query_each(reg, check_shard_complete, &c, "checking a generation's shards", err,
+                           "SELECT s.idx, s.name, count(o.id), "
+                           "  ifnull(sum(o.state = 'writing'), 0), "
+                           "  ifnull(sum(o.state = 'committed' AND o.sha256 != s.sha256), 0) "
+                           "FROM shards s LEFT JOIN shard_objects so ON so.shard_id = s.id "
+                           "LEFT JOIN objects o ON o.id = so.object_id "
+                           "WHERE s.generation_id = ?1 GROUP BY s.id ORDER BY s.idx",
+                           "i", generation_id);
     if (rc == 0 && c.expect == 0)
         rc = tv__seterr(err, TV_E_STATE,
                         "model '%s' generation %lld cannot be ready: "

@@ -208,8 +208,7 @@ int tv__reg_job_progress(tv__reg *reg, int64_t id, uint64_t bytes_done, uint64_t
                       "bytes_total = ?3, "
                       "generation = CASE WHEN ?4 = 0 THEN generation ELSE ?4 END "
                       "WHERE id = ?1",
-                      "iuui", id, bytes_done, "bytes_done", bytes_total, "bytes_total",
-                      generation);
+                      "iuui", id, bytes_done, "bytes_done", bytes_total, "bytes_total", generation);
 done:
     return tv__reg_level_end(reg, rc, err);
 }

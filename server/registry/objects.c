@@ -232,8 +232,8 @@ int tv__reg_object_delete(tv__reg *reg, int64_t object_id, tv_error *err)
         goto done;
     if ((rc = tv__reg_exec(reg, "unbinding an object", err,
                            "DELETE FROM shard_objects WHERE object_id = ?1", "i", object_id)) ||
-        (rc = tv__reg_exec(reg, "deleting an object", err, "DELETE FROM objects WHERE id = ?1",
-                           "i", object_id)))
+        (rc = tv__reg_exec(reg, "deleting an object", err, "DELETE FROM objects WHERE id = ?1", "i",
+                           object_id)))
         goto done;
 done:
     return tv__reg_level_end(reg, rc, err);

@@ -91,13 +91,13 @@ typedef int (*tv__reg_row_fn)(sqlite3_stmt *st, void *record, tv_error *err);
  * failures say "what". */
 
 /* Prepares and binds; the caller steps and finalizes *st (NULL on failure). */
-int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql,
-                 const char *types, ...);
+int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql, const char *types,
+                 ...);
 
 /* Runs a statement to completion (INSERT/UPDATE/DELETE). Returns 0, -EEXIST
  * for a UNIQUE or PRIMARY KEY violation, or the mapped error. */
-int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql,
-                 const char *types, ...);
+int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql, const char *types,
+                 ...);
 
 /* A row reader for column 0 as an int64_t (NULL reads as 0). */
 int tv__reg_read_i64(sqlite3_stmt *st, void *record, tv_error *err);
@@ -106,8 +106,8 @@ int tv__reg_read_i64(sqlite3_stmt *st, void *record, tv_error *err);
  * there is one). TV_E_NOT_FOUND, with
  * "<what>: no such row" that callers replace with their own message, when
  * there is none. */
-int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what,
-                      tv_error *err, const char *sql, const char *types, ...);
+int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what, tv_error *err,
+                      const char *sql, const char *types, ...);
 
 /* Calls each(st, ctx, err) for every row until it returns nonzero. */
 int tv__reg_query_each(tv__reg *reg, tv__reg_row_fn each, void *ctx, const char *what,

@@ -143,8 +143,8 @@ static int stmt_v(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sq
     return rc;
 }
 
-int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql,
-                 const char *types, ...)
+int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql, const char *types,
+                 ...)
 {
     va_list ap;
     va_start(ap, types);
@@ -153,8 +153,8 @@ int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql
     return rc;
 }
 
-int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql,
-                 const char *types, ...)
+int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql, const char *types,
+                 ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
@@ -194,8 +194,8 @@ static int query_v(tv__reg *reg, bool one, tv__reg_row_fn fn, void *arg, const c
     return rc;
 }
 
-int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what,
-                      tv_error *err, const char *sql, const char *types, ...)
+int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what, tv_error *err,
+                      const char *sql, const char *types, ...)
 {
     va_list ap;
     va_start(ap, types);

@@ -452,11 +452,11 @@ static void test_prologue(void **state)
     unsetenv("TENSORVAULT_STORE");
     /* Usage errors: positionals, NAME[@GEN], GEN; inspect needs no store. */
     static const char *bad[][6] = {
-        {"--store", "S", "x", NULL},          /* models takes none */
-        {"--store", "S", "m@01", "w", NULL},  /* get: bad GEN */
-        {"--store", "S", "@1", "w", NULL},    /* get: empty NAME */
-        {"--store", "S", "m", "0", NULL},     /* retire: bad GEN */
-        {"--store", "S", "m", NULL},          /* retire: too few */
+        {"--store", "S", "x", NULL},         /* models takes none */
+        {"--store", "S", "m@01", "w", NULL}, /* get: bad GEN */
+        {"--store", "S", "@1", "w", NULL},   /* get: empty NAME */
+        {"--store", "S", "m", "0", NULL},    /* retire: bad GEN */
+        {"--store", "S", "m", NULL},         /* retire: too few */
     };
     const tv__cli_cmd *cmds[] = {&tv__cli_cmd_models, &tv__cli_cmd_get, &tv__cli_cmd_get,
                                  &tv__cli_cmd_retire, &tv__cli_cmd_retire};
