@@ -1,5 +1,7 @@
 /* Internals shared by the registry's source files: the handle, transaction
- * levels, SQLite error mapping, checked binding of unsigned values.
+ * levels, SQLite error mapping, checked binding of unsigned values, and the
+ * query helpers (tv__reg_stmt/_exec/_query_one/_query_each/_query_list)
+ * that every registry query goes through.
  *
  * Invariants: reg->depth counts open transaction levels (explicit and
  * internal); level 1 is a BEGIN (IMMEDIATE for writes), deeper levels are

@@ -1227,9 +1227,9 @@ static void test_query_helpers(void **state)
                                   (uint64_t)INT64_MAX + 1, "data_off"),
                      TV_E_OVERFLOW);
     assert_non_null(strstr(err.msg, "data_off"));
-    assert_int_equal(tv__reg_exec(f->reg, "updating", &err, "DELETE FROM devices WHERE id = ?1",
-                                  "x", f->dev),
-                     TV_E_INTERNAL);
+    assert_int_equal(
+        tv__reg_exec(f->reg, "updating", &err, "DELETE FROM devices WHERE id = ?1", "x", f->dev),
+        TV_E_INTERNAL);
     /* A UNIQUE violation is -EEXIST; nothing changed. */
     assert_int_equal(tv__reg_exec(f->reg, "renaming", &err,
                                   "UPDATE devices SET uuid = ?2 WHERE id = ?1", "it", f->dev,
