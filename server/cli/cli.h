@@ -30,6 +30,7 @@ typedef struct tv__cli_cmd {
     const char *positionals; /* the usage line's text for them: "NAME SRC"; "" for none */
     unsigned min_pos, max_pos;
     unsigned flags;                     /* TV__CLI_* */
+    size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
 } tv__cli_cmd;
 

@@ -58,7 +58,10 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
                           tv__cli_cmd_usage(cmd, usage, sizeof(usage)))))
         return u;
     if ((cmd->flags & TV__CLI_SPEC) &&
-        (u = tv__cli_spec(cmd->name, c->a.pos[0], c->model, sizeof(c->model), &c->gen)))
+        (u = tv__cli_spec(cmd->name, c->a.pos[0], c->model,
+                          cmd->spec_len && cmd->spec_len < sizeof(c->model) ? cmd->spec_len
+                                                                            : sizeof(c->model),
+                          &c->gen)))
         return u;
     if ((cmd->flags & TV__CLI_GEN) && (u = tv__cli_gen(cmd->name, c->a.pos[1], &c->gen)))
         return u;

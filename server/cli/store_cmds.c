@@ -361,6 +361,7 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .min_pos = 1,
     .max_pos = 1,
     .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .spec_len = TV__REG_NAME_MAX + 1, /* a longer NAME is a usage error here */
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 

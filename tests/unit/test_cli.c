@@ -463,6 +463,16 @@ static void test_prologue(void **state)
     for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++)
         if (begin(cmds[i], &c, bad[i]) != 2)
             fail_msg("case %zu (%s %s) was accepted", i, cmds[i]->name, bad[i][2]);
+    /* NAME length: tensors refuses what the registry cannot hold (255
+     * bytes), get leaves a longer one to the library. */
+    char longname[301];
+    memset(longname, 'a', 300);
+    longname[300] = '\0';
+    const char *lt[] = {"--store", "S", longname, NULL};
+    assert_int_equal(begin(&tv__cli_cmd_tensors, &c, lt), 2);
+    const char *lg[] = {"--store", "S", longname, "w", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, lg), 0);
+    assert_int_equal(strlen(c.model), 300);
     const char *path[] = {"x.safetensors", NULL};
     assert_int_equal(begin(&tv__cli_cmd_inspect, &c, path), 0);
     assert_null(c.store);
