@@ -16,45 +16,58 @@
 /* Bounds the CLI checks before the library sees a value (the library
  * checks again). Staging memory is queue depth x chunk for get/bench and
  * 4 buffers x chunk for import. */
-#define TV_CLI_MIN_CHUNK   ((uint64_t)4 << 10)
-#define TV_CLI_MAX_CHUNK   ((uint64_t)1 << 30)
-#define TV_CLI_MAX_STAGING ((uint64_t)1 << 30)
-#define TV_CLI_IMPORT_BUFS 4
-#define TV_CLI_MAX_QD      4096
-#define TV_CLI_MAX_COUNT   10000000
+#define TV__CLI_MIN_CHUNK   ((uint64_t)4 << 10)
+#define TV__CLI_MAX_CHUNK   ((uint64_t)1 << 30)
+#define TV__CLI_MAX_STAGING ((uint64_t)1 << 30)
+#define TV__CLI_IMPORT_BUFS 4
+#define TV__CLI_MAX_QD      4096
+#define TV__CLI_MAX_COUNT   10000000
 
 /* The generation grammar, for messages and --help. */
-#define TV_CLI_GEN_GRAMMAR                                                                         \
+#define TV__CLI_GEN_GRAMMAR                                                                        \
     "a generation is a number from 1, digits only (no sign, spaces or leading zeros)"
 
-typedef struct tv_cli_opt {
-    const char *name;  /* "--store" */
-    bool takes_value;
-    const char *value; /* set when seen (flags get "1") */
-} tv_cli_opt;
+/* One option of a command's table. The usage line shows it as usage, or
+ * (usage NULL) as "[NAME METAVAR]" / "[NAME]"; usage "" shows nothing (an
+ * alias, or an option that a neighbour's usage text shows). */
+typedef struct tv__cli_opt {
+    const char *name;    /* "--store" */
+    const char *metavar; /* "DIR" for an option with a value; NULL for a flag */
+    const char *usage;
+} tv__cli_opt;
 
-typedef struct tv_cli_args {
-    tv_cli_opt *opts;
-    size_t n_opts;
-    const char *pos[8];
+#define TV__CLI_MAX_OPTS 24
+#define TV__CLI_MAX_POS  8
+
+typedef struct tv__cli_args {
+    const tv__cli_opt *opts;
+    size_t n_opts;                        /* at most TV__CLI_MAX_OPTS */
+    const char *values[TV__CLI_MAX_OPTS]; /* per option, set when seen (flags get "1") */
+    const char *pos[TV__CLI_MAX_POS];
     size_t n_pos;
-} tv_cli_args;
+} tv__cli_args;
 
 /* Returns 0, or prints "tensorvault: CMD: reason" and returns 2 (usage):
  * unknown option, option given twice, value missing (end of arguments, or
  * the next argument is an option of this command) or empty, flag given a
  * value, more than 8 positionals. "--" ends the options. argv[0] is the
- * subcommand name. */
-int tv_cli_parse(const char *cmd, int argc, char **argv, tv_cli_args *a);
-const char *tv_cli_get(const tv_cli_args *a, const char *name);
-bool tv_cli_flag(const tv_cli_args *a, const char *name);
+ * subcommand name. a->opts and a->n_opts name the table. */
+int tv__cli_parse(const char *cmd, int argc, char **argv, tv__cli_args *a);
+const char *tv__cli_get(const tv__cli_args *a, const char *name);
+bool tv__cli_flag(const tv__cli_args *a, const char *name);
+
+/* The usage line (after "tensorvault "): NAME, "--store DIR" when store,
+ * the positionals text, then every option of the table in order. Returns
+ * buf (truncated to len). */
+const char *tv__cli_usage_line(const char *name, bool store, const char *positionals,
+                               const tv__cli_opt *opts, size_t n_opts, char *buf, size_t len);
 
 /* Prints "tensorvault: CMD: message" to stderr; returns 2 (usage). */
 int tv__cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Positional count in [min, max], else a usage error naming the first
  * extra argument (or the usage line when too few). Returns 0 or 2. */
-int tv__cli_npos(const char *cmd, const tv_cli_args *a, size_t min, size_t max, const char *usage);
+int tv__cli_npos(const char *cmd, const tv__cli_args *a, size_t min, size_t max, const char *usage);
 
 /* ---- value parsers: return 0, -EINVAL (grammar) or -ERANGE (overflow) ---- */
 
@@ -101,10 +114,10 @@ int tv__cli_spec(const char *cmd, const char *spec, char *name, size_t name_len,
 /* --NAME as a size in [min, max]: absent leaves *out untouched and returns
  * 0; a bad or out-of-range value prints a usage error naming the value and
  * the bounds and returns 2. */
-int tv__cli_opt_size(const char *cmd, const tv_cli_args *a, const char *name, uint64_t min,
+int tv__cli_opt_size(const char *cmd, const tv__cli_args *a, const char *name, uint64_t min,
                      uint64_t max, uint64_t *out);
 /* The same for a plain unsigned count. */
-int tv__cli_opt_uint(const char *cmd, const tv_cli_args *a, const char *name, uint64_t min,
+int tv__cli_opt_uint(const char *cmd, const tv__cli_args *a, const char *name, uint64_t min,
                      uint64_t max, uint64_t *out);
 
 #endif

@@ -1,58 +1,83 @@
-/* The tensorvault command: shared declarations of its subcommands.
+/* The tensorvault command: shared declarations of its subcommands, their
+ * tables (name, positionals, options: the usage line and --help are made
+ * from them) and the prologue every subcommand starts with.
  * Invariant: every subcommand returns the process exit status (0 success,
  * 1 failure with one clear line on stderr, 2 usage error). */
 #ifndef TV_CLI_H
 #define TV_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
+#include "cli/args.h"
 #include "tensorvault/errors.h"
 
-#define TV_EXIT_OK 0
-#define TV_EXIT_FAIL 1
-#define TV_EXIT_USAGE 2
+#define TV__EXIT_OK    0
+#define TV__EXIT_FAIL  1
+#define TV__EXIT_USAGE 2
 
-/* Usage lines (after "tensorvault "), shared by --help and each command's
- * usage errors. */
-/* clang-format off */
-#define TV_CLI_USAGE_INSPECT "inspect PATH [--json]"
-#define TV_CLI_USAGE_STORE "store init --store DIR (--image FILE --size SIZE | --device PATH) [--region-offset SIZE] [--region-size SIZE] [--force] [--json]"
-#define TV_CLI_USAGE_IMPORT "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...] [--chunk SIZE] [--json]"
-#define TV_CLI_USAGE_MODELS "models --store DIR [--json]"
-#define TV_CLI_USAGE_GENERATIONS "generations --store DIR NAME [--json]"
-#define TV_CLI_USAGE_TENSORS "tensors --store DIR NAME[@GEN] [--json]"
-#define TV_CLI_USAGE_DEVICES "devices --store DIR [--json]"
-#define TV_CLI_USAGE_ACTIVATE "activate --store DIR NAME GEN [--json]"
-#define TV_CLI_USAGE_RETIRE "retire --store DIR NAME GEN [--json]"
-#define TV_CLI_USAGE_GC "gc --store DIR [--json]"
-#define TV_CLI_USAGE_VERIFY "verify --store DIR [--json]"
-#define TV_CLI_USAGE_GET "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
-#define TV_CLI_USAGE_BENCH "bench --store DIR NAME[@GEN] [--latency TENSOR [--count N]] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
-/* clang-format on */
+/* What the prologue does for a command (tv__cli_cmd.flags). */
+#define TV__CLI_STORE 1u /* --store DIR or $TENSORVAULT_STORE is required */
+#define TV__CLI_SPEC  2u /* pos[0] is NAME[@GEN] */
+#define TV__CLI_GEN   4u /* pos[1] is GEN */
 
-typedef struct tv_cli_cmd {
-    const char *name;
+#define TV__CLI_SPEC_MAX 512 /* bytes of NAME in NAME[@GEN], NUL included */
+
+typedef struct tv__cli_cmd {
+    const char *name; /* "import"; "store init" (dispatched on its first word) */
     int (*run)(int argc, char **argv);
-    const char *usage;
-} tv_cli_cmd;
+    const char *positionals; /* the usage line's text for them: "NAME SRC"; "" for none */
+    unsigned min_pos, max_pos;
+    unsigned flags;                     /* TV__CLI_* */
+    size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
+    tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
+} tv__cli_cmd;
 
-int tv_cli_inspect(int argc, char **argv);
-int tv_cli_store(int argc, char **argv);
-int tv_cli_import(int argc, char **argv);
-int tv_cli_models(int argc, char **argv);
-int tv_cli_generations(int argc, char **argv);
-int tv_cli_tensors(int argc, char **argv);
-int tv_cli_devices(int argc, char **argv);
-int tv_cli_activate(int argc, char **argv);
-int tv_cli_retire(int argc, char **argv);
-int tv_cli_gc(int argc, char **argv);
-int tv_cli_verify(int argc, char **argv);
-int tv_cli_get_tensor(int argc, char **argv);
-int tv_cli_bench(int argc, char **argv);
+/* Every command, in the order `tensorvault --help` lists them. */
+extern const tv__cli_cmd *const tv__cli_cmds[];
+extern const size_t tv__cli_n_cmds;
+
+extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_import,
+    tv__cli_cmd_models, tv__cli_cmd_generations, tv__cli_cmd_tensors, tv__cli_cmd_devices,
+    tv__cli_cmd_activate, tv__cli_cmd_retire, tv__cli_cmd_gc, tv__cli_cmd_verify, tv__cli_cmd_get,
+    tv__cli_cmd_bench;
+
+int tv__cli_inspect(int argc, char **argv);
+int tv__cli_store(int argc, char **argv);
+int tv__cli_import(int argc, char **argv);
+int tv__cli_models(int argc, char **argv);
+int tv__cli_generations(int argc, char **argv);
+int tv__cli_tensors(int argc, char **argv);
+int tv__cli_devices(int argc, char **argv);
+int tv__cli_activate(int argc, char **argv);
+int tv__cli_retire(int argc, char **argv);
+int tv__cli_gc(int argc, char **argv);
+int tv__cli_verify(int argc, char **argv);
+int tv__cli_get_tensor(int argc, char **argv);
+int tv__cli_bench(int argc, char **argv);
 
 /* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
 int tv__cli_main(int argc, char **argv);
+
+/* A command's usage line (after "tensorvault "), from its table. */
+const char *tv__cli_cmd_usage(const tv__cli_cmd *cmd, char *buf, size_t len);
+
+/* What the prologue found. */
+typedef struct tv__cli_ctx {
+    const tv__cli_cmd *cmd;
+    tv__cli_args a;
+    bool json;                    /* --json */
+    const char *store;            /* TV__CLI_STORE: the store directory */
+    char model[TV__CLI_SPEC_MAX]; /* TV__CLI_SPEC: NAME */
+    int64_t gen;                  /* TV__CLI_SPEC: GEN or 0 (active); TV__CLI_GEN: pos[1] */
+} tv__cli_ctx;
+
+/* The prologue of every command, in this order: parse the options against
+ * cmd's table, the store directory (TV__CLI_STORE), the positional count,
+ * NAME[@GEN] (TV__CLI_SPEC) and GEN (TV__CLI_GEN). argv[0] is the command
+ * word. Returns 0, or 2 with the usage error printed. */
+int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c);
 
 /* Sets err to code with "what: strerror" and returns code. */
 int tv__cli_err(tv_error *err, int code, const char *what);
@@ -65,6 +90,10 @@ int tv__cli_check_store(const char *dir, tv_error *err);
 
 /* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
  * error object {"error":{"code","message"}} to stdout. */
-void tv_cli_fail(const char *cmd, bool json, int code, const char *msg);
+void tv__cli_fail(const char *cmd, bool json, int code, const char *msg);
+
+/* tv__cli_fail for the command of c with err's message (or the code's
+ * text when empty); returns TV__EXIT_FAIL. */
+int tv__cli_failed(const tv__cli_ctx *c, int code, const tv_error *err);
 
 #endif

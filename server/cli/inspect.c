@@ -72,7 +72,7 @@ static int print_json(const tv_checkpoint *ck)
     int rc = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
     json_decref(root);
-    return rc == 0 ? TV_EXIT_OK : TV_EXIT_FAIL;
+    return rc == 0 ? TV__EXIT_OK : TV__EXIT_FAIL;
 }
 
 static void print_shape(const tv_tensor_info *t, char *buf, size_t len)
@@ -122,25 +122,32 @@ static void print_text(const tv_checkpoint *ck)
     printf("\n");
 }
 
-int tv_cli_inspect(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_inspect = {
+    .name = "inspect",
+    .run = tv__cli_inspect,
+    .positionals = "PATH",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = 0,
+    .opts = {{"--json", NULL, NULL}},
+};
+
+int tv__cli_inspect(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {{"--json", false, NULL}};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    int u;
-    if ((u = tv_cli_parse("inspect", argc, argv, &a)) ||
-        (u = tv__cli_npos("inspect", &a, 1, 1, TV_CLI_USAGE_INSPECT)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_inspect, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    const char *path = a.pos[0];
+    const char *path = c.a.pos[0];
     tv_checkpoint *ck = NULL;
     tv_error err = {0};
     int rc = tv_checkpoint_open(path, NULL, &ck, &err);
     if (rc) {
-        tv_cli_fail("inspect", json, rc, err.msg);
-        return TV_EXIT_FAIL;
+        tv__cli_fail("inspect", c.json, rc, err.msg);
+        return TV__EXIT_FAIL;
     }
-    int ret = TV_EXIT_OK;
-    if (json)
+    int ret = TV__EXIT_OK;
+    if (c.json)
         ret = print_json(ck);
     else
         print_text(ck);

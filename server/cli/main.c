@@ -1,5 +1,7 @@
 /* The tensorvault command's dispatcher, tv__cli_main (in the tv_server
- * library so test tools can run the same CLI; main() is cli/entry.c). */
+ * library so test tools can run the same CLI; main() is cli/entry.c), the
+ * prologue every command starts with, and the usage text made from the
+ * command tables. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,21 +14,59 @@
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
 
-static const tv_cli_cmd g_cmds[] = {
-    {"inspect", tv_cli_inspect, TV_CLI_USAGE_INSPECT},
-    {"store", tv_cli_store, TV_CLI_USAGE_STORE},
-    {"import", tv_cli_import, TV_CLI_USAGE_IMPORT},
-    {"models", tv_cli_models, TV_CLI_USAGE_MODELS},
-    {"generations", tv_cli_generations, TV_CLI_USAGE_GENERATIONS},
-    {"tensors", tv_cli_tensors, TV_CLI_USAGE_TENSORS},
-    {"devices", tv_cli_devices, TV_CLI_USAGE_DEVICES},
-    {"activate", tv_cli_activate, TV_CLI_USAGE_ACTIVATE},
-    {"retire", tv_cli_retire, TV_CLI_USAGE_RETIRE},
-    {"gc", tv_cli_gc, TV_CLI_USAGE_GC},
-    {"verify", tv_cli_verify, TV_CLI_USAGE_VERIFY},
-    {"get", tv_cli_get_tensor, TV_CLI_USAGE_GET},
-    {"bench", tv_cli_bench, TV_CLI_USAGE_BENCH},
+const tv__cli_cmd *const tv__cli_cmds[] = {
+    &tv__cli_cmd_inspect,     &tv__cli_cmd_store,   &tv__cli_cmd_import,  &tv__cli_cmd_models,
+    &tv__cli_cmd_generations, &tv__cli_cmd_tensors, &tv__cli_cmd_devices, &tv__cli_cmd_activate,
+    &tv__cli_cmd_retire,      &tv__cli_cmd_gc,      &tv__cli_cmd_verify,  &tv__cli_cmd_get,
+    &tv__cli_cmd_bench,
 };
+const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);
+
+static size_t n_opts(const tv__cli_cmd *cmd)
+{
+    size_t n = 0;
+    while (n < TV__CLI_MAX_OPTS && cmd->opts[n].name)
+        n++;
+    return n;
+}
+
+const char *tv__cli_cmd_usage(const tv__cli_cmd *cmd, char *buf, size_t len)
+{
+    return tv__cli_usage_line(cmd->name, (cmd->flags & TV__CLI_STORE) != 0, cmd->positionals,
+                              cmd->opts, n_opts(cmd), buf, len);
+}
+
+int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
+{
+    char usage[1024];
+    int u;
+    memset(c, 0, sizeof(*c));
+    c->cmd = cmd;
+    c->a.opts = cmd->opts;
+    c->a.n_opts = n_opts(cmd);
+    if ((u = tv__cli_parse(cmd->name, argc, argv, &c->a)))
+        return u;
+    c->json = tv__cli_flag(&c->a, "--json");
+    if (cmd->flags & TV__CLI_STORE) {
+        c->store = tv__cli_get(&c->a, "--store");
+        if (!c->store)
+            c->store = getenv("TENSORVAULT_STORE");
+        if (!c->store || !*c->store)
+            return tv__cli_usage(cmd->name, "--store DIR is required (or TENSORVAULT_STORE)");
+    }
+    if ((u = tv__cli_npos(cmd->name, &c->a, cmd->min_pos, cmd->max_pos,
+                          tv__cli_cmd_usage(cmd, usage, sizeof(usage)))))
+        return u;
+    if ((cmd->flags & TV__CLI_SPEC) &&
+        (u = tv__cli_spec(cmd->name, c->a.pos[0], c->model,
+                          cmd->spec_len && cmd->spec_len < sizeof(c->model) ? cmd->spec_len
+                                                                            : sizeof(c->model),
+                          &c->gen)))
+        return u;
+    if ((cmd->flags & TV__CLI_GEN) && (u = tv__cli_gen(cmd->name, c->a.pos[1], &c->gen)))
+        return u;
+    return 0;
+}
 
 int tv__cli_err(tv_error *err, int code, const char *what)
 {
@@ -34,7 +74,7 @@ int tv__cli_err(tv_error *err, int code, const char *what)
     return tv__seterr(err, code, "%s: %s", what, tv_strerror(code));
 }
 
-void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
+void tv__cli_fail(const char *cmd, bool json, int code, const char *msg)
 {
     fprintf(stderr, "tensorvault: %s: %s: %s\n", cmd, tv_err_name(code), msg);
     if (json) {
@@ -46,6 +86,12 @@ void tv_cli_fail(const char *cmd, bool json, int code, const char *msg)
             json_decref(o);
         }
     }
+}
+
+int tv__cli_failed(const tv__cli_ctx *c, int code, const tv_error *err)
+{
+    tv__cli_fail(c->cmd->name, c->json, code, err->msg[0] ? err->msg : tv_strerror(code));
+    return TV__EXIT_FAIL;
 }
 
 /* The value grammars every command shares (args.h has the parsers). */
@@ -68,9 +114,10 @@ static void notes(FILE *f)
 
 static void usage(FILE *f)
 {
+    char line[1024];
     fprintf(f, "usage: tensorvault COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++)
-        fprintf(f, "  %s\n", g_cmds[i].usage);
+    for (size_t i = 0; i < tv__cli_n_cmds; i++)
+        fprintf(f, "  %s\n", tv__cli_cmd_usage(tv__cli_cmds[i], line, sizeof(line)));
     fprintf(f, "  version\n");
     notes(f);
 }
@@ -105,31 +152,34 @@ int tv__cli_main(int argc, char **argv)
     set_log_level();
     if (argc < 2) {
         usage(stderr);
-        return TV_EXIT_USAGE;
+        return TV__EXIT_USAGE;
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);
-        return TV_EXIT_OK;
+        return TV__EXIT_OK;
     }
     if ((!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) && argc > 2) {
         fprintf(stderr, "tensorvault: version: unexpected argument '%s'\n", argv[2]);
-        return TV_EXIT_USAGE;
+        return TV__EXIT_USAGE;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("tensorvault %s\n", tv_version());
-        return TV_EXIT_OK;
+        return TV__EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof(g_cmds) / sizeof(g_cmds[0]); i++) {
-        if (strcmp(argv[1], g_cmds[i].name))
+    for (size_t i = 0; i < tv__cli_n_cmds; i++) {
+        const tv__cli_cmd *cmd = tv__cli_cmds[i];
+        size_t wl = strcspn(cmd->name, " "); /* "store init" runs as "store" */
+        if (strlen(argv[1]) != wl || strncmp(argv[1], cmd->name, wl))
             continue;
         if (wants_help(argc, argv)) {
-            printf("usage: tensorvault %s\n", g_cmds[i].usage);
+            char line[1024];
+            printf("usage: tensorvault %s\n", tv__cli_cmd_usage(cmd, line, sizeof(line)));
             notes(stdout);
-            return TV_EXIT_OK;
+            return TV__EXIT_OK;
         }
-        return g_cmds[i].run(argc - 1, argv + 1);
+        return cmd->run(argc - 1, argv + 1);
     }
     fprintf(stderr, "tensorvault: unknown command '%s'\n", argv[1]);
     usage(stderr);
-    return TV_EXIT_USAGE;
+    return TV__EXIT_USAGE;
 }

@@ -20,19 +20,15 @@
 #include "util/internal.h"
 #include "util/sys.h"
 
-#define TV_CLI_DEFAULT_QD    ((uint64_t)TV_READ_DEFAULT_QUEUE_DEPTH)
-#define TV_CLI_DEFAULT_CHUNK ((uint64_t)TV_READ_DEFAULT_CHUNK)
-
-#define READ_OPTS                                                                                  \
-    {"--store", true, NULL}, {"--json", false, NULL}, {"--engine", true, NULL},                    \
-        {"--qd", true, NULL}, {"--chunk", true, NULL}, {"--no-direct", false, NULL}
+#define TV__CLI_DEFAULT_QD    ((uint64_t)TV_READ_DEFAULT_QUEUE_DEPTH)
+#define TV__CLI_DEFAULT_CHUNK ((uint64_t)TV_READ_DEFAULT_CHUNK)
 
 /* --engine, --qd, --chunk, --no-direct: bounded here so a bad value is a
  * usage error naming it, before the store is opened. */
-static int read_opts(const char *cmd, const tv_cli_args *a, tv_open_opts *o)
+static int read_opts(const char *cmd, const tv__cli_args *a, tv_open_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    const char *e = tv_cli_get(a, "--engine");
+    const char *e = tv__cli_get(a, "--engine");
     uint64_t qd = 0, chunk = 0;
     int u;
     if (e && !strcmp(e, "uring"))
@@ -41,20 +37,21 @@ static int read_opts(const char *cmd, const tv_cli_args *a, tv_open_opts *o)
         o->engine = TV_ENGINE_PREAD;
     else if (e && strcmp(e, "auto"))
         return tv__cli_usage(cmd, "bad --engine '%s': auto, uring or pread", e);
-    if ((u = tv__cli_opt_uint(cmd, a, "--qd", 1, TV_CLI_MAX_QD, &qd)) ||
-        (u = tv__cli_opt_size(cmd, a, "--chunk", TV_CLI_MIN_CHUNK, TV_CLI_MAX_CHUNK, &chunk)))
+    if ((u = tv__cli_opt_uint(cmd, a, "--qd", 1, TV__CLI_MAX_QD, &qd)) ||
+        (u = tv__cli_opt_size(cmd, a, "--chunk", TV__CLI_MIN_CHUNK, TV__CLI_MAX_CHUNK, &chunk)))
         return u;
     /* Staging memory is one chunk per read in flight. */
     uint64_t staging;
-    if (tv__mul_u64(qd ? qd : TV_CLI_DEFAULT_QD, chunk ? chunk : TV_CLI_DEFAULT_CHUNK, &staging) ||
-        staging > TV_CLI_MAX_STAGING)
+    if (tv__mul_u64(qd ? qd : TV__CLI_DEFAULT_QD, chunk ? chunk : TV__CLI_DEFAULT_CHUNK,
+                    &staging) ||
+        staging > TV__CLI_MAX_STAGING)
         return tv__cli_usage(cmd, "--qd x --chunk = %llu x %llu bytes, over the staging cap %llu",
-                             (unsigned long long)(qd ? qd : TV_CLI_DEFAULT_QD),
-                             (unsigned long long)(chunk ? chunk : TV_CLI_DEFAULT_CHUNK),
-                             (unsigned long long)TV_CLI_MAX_STAGING);
+                             (unsigned long long)(qd ? qd : TV__CLI_DEFAULT_QD),
+                             (unsigned long long)(chunk ? chunk : TV__CLI_DEFAULT_CHUNK),
+                             (unsigned long long)TV__CLI_MAX_STAGING);
     o->queue_depth = (uint32_t)qd;
     o->chunk_len = (size_t)chunk;
-    o->no_direct = tv_cli_flag(a, "--no-direct");
+    o->no_direct = tv__cli_flag(a, "--no-direct");
     return 0;
 }
 
@@ -121,31 +118,41 @@ static int output_len(const tv_tensor_desc *d, const char *tensor, bool rows, ui
     return 0;
 }
 
-#define GET_USAGE   TV_CLI_USAGE_GET
-#define BENCH_USAGE TV_CLI_USAGE_BENCH
+const tv__cli_cmd tv__cli_cmd_get = {
+    .name = "get",
+    .run = tv__cli_get_tensor,
+    .positionals = "NAME[@GEN] TENSOR",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .opts = {{"--store", "DIR", NULL},
+             {"-o", "FILE|-", "-o FILE|-"},
+             {"--output", "FILE", ""},
+             {"--rows", "R0:R1", "[--rows R0:R1 | --f32]"},
+             {"--f32", NULL, ""},
+             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
+             {"--qd", "N", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--no-direct", NULL, NULL},
+             {"--json", NULL, NULL}},
+};
 
-int tv_cli_get_tensor(int argc, char **argv)
+int tv__cli_get_tensor(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {READ_OPTS, {"-o", true, NULL}, {"--output", true, NULL},
-                         {"--rows", true, NULL}, {"--f32", false, NULL}};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    int u;
-    if ((u = tv_cli_parse("get", argc, argv, &a)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_get, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    const char *dir = tv_cli_get(&a, "--store") ? tv_cli_get(&a, "--store")
-                                                 : getenv("TENSORVAULT_STORE");
-    const char *outp = tv_cli_get(&a, "-o") ? tv_cli_get(&a, "-o") : tv_cli_get(&a, "--output");
-    const char *rows = tv_cli_get(&a, "--rows");
-    bool f32 = tv_cli_flag(&a, "--f32");
+    const tv__cli_args *a = &c.a;
+    bool json = c.json;
+    const char *dir = c.store;
+    const char *outp = tv__cli_get(a, "-o") ? tv__cli_get(a, "-o") : tv__cli_get(a, "--output");
+    const char *rows = tv__cli_get(a, "--rows");
+    bool f32 = tv__cli_flag(a, "--f32");
     uint64_t r0 = 0, r1 = 0;
-    if ((u = tv__cli_npos("get", &a, 2, 2, GET_USAGE)))
-        return u;
-    if (!dir || !*dir)
-        return tv__cli_usage("get", "--store DIR is required (or TENSORVAULT_STORE)");
     if (!outp)
         return tv__cli_usage("get", "-o FILE is required (- for standard output)");
-    if (tv_cli_get(&a, "-o") && tv_cli_get(&a, "--output"))
+    if (tv__cli_get(a, "-o") && tv__cli_get(a, "--output"))
         return tv__cli_usage("get", "-o and --output given together");
     if (!strcmp(outp, "-") && json)
         return tv__cli_usage("get", "-o - and --json both write to standard output");
@@ -157,10 +164,7 @@ int tv_cli_get_tensor(int argc, char **argv)
                              : u == -EDOM ? "R0 is above R1"
                                           : "R0:R1 is two decimal numbers (digits only)");
     tv_open_opts oo;
-    char name[512];
-    int64_t gen;
-    if ((u = tv__cli_spec("get", a.pos[0], name, sizeof(name), &gen)) ||
-        (u = read_opts("get", &a, &oo)))
+    if ((u = read_opts("get", a, &oo)))
         return u;
     tv_error err = {0};
     tv_model *m = NULL;
@@ -169,35 +173,35 @@ int tv_cli_get_tensor(int argc, char **argv)
     void *buf = NULL;
     int rc = tv__cli_check_store(dir, &err);
     if (!rc)
-        rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
+        rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
     if (rc)
         goto out;
-    if (tv_model_find(m, a.pos[1], strlen(a.pos[1]), &idx)) {
-        rc = tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, a.pos[1],
+    if (tv_model_find(m, a->pos[1], strlen(a->pos[1]), &idx)) {
+        rc = tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, a->pos[1],
                         tv_model_name(m), tv_model_generation(m));
         goto out;
     }
     tv_model_tensor(m, idx, &d);
-    if ((rc = output_len(&d, a.pos[1], rows != NULL, r0, r1, f32, &len, &err)))
+    if ((rc = output_len(&d, a->pos[1], rows != NULL, r0, r1, f32, &len, &err)))
         goto out;
     if (!(buf = malloc(len ? len : 1))) {
-        rc = tv__seterr(&err, -ENOMEM, "tensor '%s': out of memory for %zu bytes", a.pos[1], len);
+        rc = tv__seterr(&err, -ENOMEM, "tensor '%s': out of memory for %zu bytes", a->pos[1], len);
         goto out;
     }
     if (rows)
-        rc = tv_read_rows(m, a.pos[1], r0, r1, buf, len, &err);
+        rc = tv_read_rows(m, a->pos[1], r0, r1, buf, len, &err);
     else if (f32)
-        rc = tv_read_f32(m, a.pos[1], buf, len, &err);
+        rc = tv_read_f32(m, a->pos[1], buf, len, &err);
     else
-        rc = tv_read_into(m, a.pos[1], buf, len, &err);
+        rc = tv_read_into(m, a->pos[1], buf, len, &err);
     if (!rc)
         rc = write_file(outp, buf, len, &err);
 out:
     if (rc)
-        tv_cli_fail("get", json, rc, err.msg);
+        tv__cli_fail("get", json, rc, err.msg);
     else if (json) {
         json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:I}", "model", tv_model_name(m), "generation",
-                              (json_int_t)tv_model_generation(m), "tensor", a.pos[1], "output",
+                              (json_int_t)tv_model_generation(m), "tensor", a->pos[1], "output",
                               outp, "bytes", (json_int_t)len);
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
@@ -205,7 +209,7 @@ out:
     }
     free(buf);
     tv_model_close(m);
-    return rc ? TV_EXIT_FAIL : TV_EXIT_OK;
+    return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }
 
 static double now(void)
@@ -231,8 +235,8 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
     if (tv_model_find(m, name, strlen(name), &idx)) {
         tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, tv_model_name(m),
                    tv_model_generation(m));
-        tv_cli_fail("bench", json, err.code, err.msg);
-        return TV_EXIT_FAIL;
+        tv__cli_fail("bench", json, err.code, err.msg);
+        return TV__EXIT_FAIL;
     }
     tv_model_tensor(m, idx, &d);
     void *buf = malloc(d.nbytes ? d.nbytes : 1);
@@ -240,8 +244,8 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
     if (!buf || !t) {
         free(buf);
         free(t);
-        tv_cli_fail("bench", json, -ENOMEM, "out of memory");
-        return TV_EXIT_FAIL;
+        tv__cli_fail("bench", json, -ENOMEM, "out of memory");
+        return TV__EXIT_FAIL;
     }
     int rc = 0;
     for (unsigned long i = 0; i < 10 && !rc; i++)
@@ -252,7 +256,7 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
         t[i] = (now() - t0) * 1e6;
     }
     if (rc) {
-        tv_cli_fail("bench", json, rc, err.msg);
+        tv__cli_fail("bench", json, rc, err.msg);
     } else {
         qsort(t, count, sizeof(double), cmp_double);
         double p50 = t[count / 2], p99 = t[(size_t)((double)count * 0.99)], mx = t[count - 1];
@@ -270,44 +274,53 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
     }
     free(buf);
     free(t);
-    return rc ? TV_EXIT_FAIL : TV_EXIT_OK;
+    return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }
 
-int tv_cli_bench(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_bench = {
+    .name = "bench",
+    .run = tv__cli_bench,
+    .positionals = "NAME[@GEN]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .opts = {{"--store", "DIR", NULL},
+             {"--latency", "TENSOR", "[--latency TENSOR [--count N]]"},
+             {"--count", "N", ""},
+             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
+             {"--qd", "N", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--no-direct", NULL, NULL},
+             {"--json", NULL, NULL}},
+};
+
+int tv__cli_bench(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {READ_OPTS, {"--latency", true, NULL}, {"--count", true, NULL}};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    int u;
-    if ((u = tv_cli_parse("bench", argc, argv, &a)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_bench, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    const char *dir = tv_cli_get(&a, "--store") ? tv_cli_get(&a, "--store")
-                                                 : getenv("TENSORVAULT_STORE");
+    const tv__cli_args *a = &c.a;
+    bool json = c.json;
+    const char *dir = c.store;
     uint64_t count = 2000;
-    if ((u = tv__cli_npos("bench", &a, 1, 1, BENCH_USAGE)))
-        return u;
-    if (!dir || !*dir)
-        return tv__cli_usage("bench", "--store DIR is required (or TENSORVAULT_STORE)");
-    if (tv_cli_get(&a, "--count") && !tv_cli_get(&a, "--latency"))
+    if (tv__cli_get(a, "--count") && !tv__cli_get(a, "--latency"))
         return tv__cli_usage("bench", "--count needs --latency TENSOR");
     tv_open_opts oo;
-    char name[512];
-    int64_t gen;
-    if ((u = tv__cli_spec("bench", a.pos[0], name, sizeof(name), &gen)) ||
-        (u = read_opts("bench", &a, &oo)) ||
-        (u = tv__cli_opt_uint("bench", &a, "--count", 1, TV_CLI_MAX_COUNT, &count)))
+    if ((u = read_opts("bench", a, &oo)) ||
+        (u = tv__cli_opt_uint("bench", a, "--count", 1, TV__CLI_MAX_COUNT, &count)))
         return u;
     tv_error err = {0};
     tv_model *m = NULL;
     int rc = tv__cli_check_store(dir, &err);
     if (!rc)
-        rc = tv_model_open(dir, a.pos[0], &oo, &m, &err);
+        rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
     if (rc) {
-        tv_cli_fail("bench", json, rc, err.msg);
-        return TV_EXIT_FAIL;
+        tv__cli_fail("bench", json, rc, err.msg);
+        return TV__EXIT_FAIL;
     }
-    if (tv_cli_get(&a, "--latency")) {
-        rc = latency(m, tv_cli_get(&a, "--latency"), (unsigned long)count, json);
+    if (tv__cli_get(a, "--latency")) {
+        rc = latency(m, tv__cli_get(a, "--latency"), (unsigned long)count, json);
         tv_model_close(m);
         return rc;
     }
@@ -327,9 +340,9 @@ int tv_cli_bench(int argc, char **argv)
     if (ovf) {
         free(reqs);
         tv_model_close(m);
-        tv_cli_fail("bench", json, TV_E_OVERFLOW,
-                    "the destination buffers overflow the address space");
-        return TV_EXIT_FAIL;
+        tv__cli_fail("bench", json, TV_E_OVERFLOW,
+                     "the destination buffers overflow the address space");
+        return TV__EXIT_FAIL;
     }
     /* Destinations are one pre-faulted arena so the timing is the load, not
      * page faults; its size is subtracted from the reported peak RSS. */
@@ -337,8 +350,8 @@ int tv_cli_bench(int argc, char **argv)
     if (!reqs || posix_memalign((void **)&arena, 4096, arena_len ? arena_len : 4096)) {
         free(reqs);
         tv_model_close(m);
-        tv_cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
-        return TV_EXIT_FAIL;
+        tv__cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
+        return TV__EXIT_FAIL;
     }
     memset(arena, 0, arena_len);
     uint64_t at = 0;
@@ -356,7 +369,7 @@ int tv_cli_bench(int argc, char **argv)
     double rss_mib = (double)ru.ru_maxrss / 1024.0;
     double extra_mib = rss_mib - (double)arena_len / 1048576.0;
     if (rc)
-        tv_cli_fail("bench", json, rc, err.msg);
+        tv__cli_fail("bench", json, rc, err.msg);
     else if (json) {
         json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "model", tv_model_name(m),
                               "generation", (json_int_t)tv_model_generation(m), "tensors",
@@ -374,5 +387,5 @@ int tv_cli_bench(int argc, char **argv)
     free(arena);
     free(reqs);
     tv_model_close(m);
-    return rc ? TV_EXIT_FAIL : TV_EXIT_OK;
+    return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }

@@ -22,37 +22,11 @@
 #include "store/store.h"
 #include "util/sys.h"
 
-#define STORE_OPT {"--store", true, NULL}, {"--json", false, NULL}
-
-static const char *store_dir(const tv_cli_args *a)
-{
-    const char *s = tv_cli_get(a, "--store");
-    if (!s)
-        s = getenv("TENSORVAULT_STORE");
-    return s;
-}
-
 static void emit_json(json_t *o)
 {
     json_dumpf(o, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
     json_decref(o);
-}
-
-static int fail(const char *cmd, bool json, int rc, const tv_error *err)
-{
-    tv_cli_fail(cmd, json, rc, err->msg[0] ? err->msg : tv_strerror(rc));
-    return TV_EXIT_FAIL;
-}
-
-static int need_store(const char *cmd, const tv_cli_args *a, const char **dir)
-{
-    *dir = store_dir(a);
-    if (!*dir || !**dir) {
-        fprintf(stderr, "tensorvault: %s: --store DIR is required (or TENSORVAULT_STORE)\n", cmd);
-        return TV_EXIT_USAGE;
-    }
-    return 0;
 }
 
 int tv__cli_check_store(const char *dir, tv_error *err)
@@ -71,38 +45,52 @@ static int open_store(const char *dir, unsigned flags, tv__store **st, tv_error 
 
 /* ---- store init ---------------------------------------------------------- */
 
-int tv_cli_store(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_store = {
+    .name = "store init",
+    .run = tv__cli_store,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL},
+             {"--image", "FILE", "(--image FILE --size SIZE | --device PATH)"},
+             {"--size", "SIZE", ""},
+             {"--device", "PATH", ""},
+             {"--region-offset", "SIZE", NULL},
+             {"--region-size", "SIZE", NULL},
+             {"--force", NULL, NULL},
+             {"--json", NULL, NULL}},
+};
+
+int tv__cli_store(int argc, char **argv)
 {
+    char usage[1024];
+    tv__cli_cmd_usage(&tv__cli_cmd_store, usage, sizeof(usage));
     if (argc < 2) {
-        fprintf(stderr, "usage: tensorvault %s\n", TV_CLI_USAGE_STORE);
-        return TV_EXIT_USAGE;
+        fprintf(stderr, "usage: tensorvault %s\n", usage);
+        return TV__EXIT_USAGE;
     }
     if (strcmp(argv[1], "init") != 0)
         return tv__cli_usage("store", "unknown subcommand '%s' (usage: tensorvault %s)", argv[1],
-                             TV_CLI_USAGE_STORE);
-    tv_cli_opt opts[] = {STORE_OPT, {"--image", true, NULL}, {"--size", true, NULL},
-                         {"--device", true, NULL}, {"--region-offset", true, NULL},
-                         {"--region-size", true, NULL}, {"--force", false, NULL}};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("store init", argc - 1, argv + 1, &a)) || (u = need_store("store init", &a, &dir)))
+                             usage);
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_store, argc - 1, argv + 1, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
+    const tv__cli_args *a = &c.a;
+    const char *dir = c.store;
     tv__store_init_opts o = {0};
-    o.image = tv_cli_get(&a, "--image");
-    o.device = tv_cli_get(&a, "--device");
-    o.force = tv_cli_flag(&a, "--force");
-    const char *size = tv_cli_get(&a, "--size");
-    if ((u = tv__cli_npos("store init", &a, 0, 0, TV_CLI_USAGE_STORE)))
-        return u;
+    o.image = tv__cli_get(a, "--image");
+    o.device = tv__cli_get(a, "--device");
+    o.force = tv__cli_flag(a, "--force");
+    const char *size = tv__cli_get(a, "--size");
     if (!o.image == !o.device || (o.image && !size) || (o.device && size))
         return tv__cli_usage("store init", "need --image FILE --size SIZE, or --device PATH");
     /* Explicit zeros are refused: 0 is not "the default" here (the region
      * never starts at byte 0; a region of 0 bytes holds nothing). */
-    if ((u = tv__cli_opt_size("store init", &a, "--size", 1, UINT64_MAX, &o.image_size)) ||
-        (u = tv__cli_opt_size("store init", &a, "--region-offset", 1, UINT64_MAX, &o.region_off)) ||
-        (u = tv__cli_opt_size("store init", &a, "--region-size", 1, UINT64_MAX, &o.region_len)))
+    if ((u = tv__cli_opt_size("store init", a, "--size", 1, UINT64_MAX, &o.image_size_bytes)) ||
+        (u = tv__cli_opt_size("store init", a, "--region-offset", 1, UINT64_MAX, &o.region_off)) ||
+        (u = tv__cli_opt_size("store init", a, "--region-size", 1, UINT64_MAX, &o.region_len)))
         return u;
     tv_error err = {0};
     int64_t id;
@@ -112,8 +100,8 @@ int tv_cli_store(int argc, char **argv)
     o.row_out = &row;
     int rc = tv__store_init(dir, &o, &id, &err);
     if (rc)
-        return fail("store init", json, rc, &err);
-    if (json)
+        return tv__cli_failed(&c, rc, &err);
+    if (c.json)
         emit_json(json_pack("{s:s,s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "store", dir,
                             "device_id", (json_int_t)id, "uuid", row.uuid, "path", row.path,
                             "kind", row.kind, "lba_size", (json_int_t)row.lba_size, "io_align",
@@ -125,7 +113,7 @@ int tv_cli_store(int argc, char **argv)
         printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64 ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
                dir, id, row.path, row.kind, row.lba_size, row.io_align, row.region_off,
                row.region_len, row.uuid);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
 /* ---- import -------------------------------------------------------------- */
@@ -164,35 +152,46 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-int tv_cli_import(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_import = {
+    .name = "import",
+    .run = tv__cli_import,
+    .positionals = "NAME SRC",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL},
+             {"--activate", NULL, NULL},
+             {"--strict", NULL, NULL},
+             {"--replicas", "DEV,...", NULL},
+             {"--chunk", "SIZE", NULL},
+             {"--json", NULL, NULL}},
+};
+
+int tv__cli_import(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT, {"--activate", false, NULL}, {"--strict", false, NULL},
-                         {"--replicas", true, NULL}, {"--chunk", true, NULL}};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("import", argc, argv, &a)) || (u = need_store("import", &a, &dir)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_import, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    if ((u = tv__cli_npos("import", &a, 2, 2, TV_CLI_USAGE_IMPORT)))
-        return u;
+    const tv__cli_args *a = &c.a;
+    bool json = c.json;
     tv_error err = {0};
     /* The name rule first: a bad name touches neither the store nor the
      * source. */
-    int rc = tv__name_valid(a.pos[0], "model name", &err);
+    int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
-        return fail("import", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     tv__import_opts o = {0};
-    o.activate = tv_cli_flag(&a, "--activate");
-    o.strict = tv_cli_flag(&a, "--strict");
+    o.activate = tv__cli_flag(a, "--activate");
+    o.strict = tv__cli_flag(a, "--strict");
     uint64_t chunk = 0;
-    /* The importer holds TV_CLI_IMPORT_BUFS chunks: the staging cap bounds them. */
-    if ((u = tv__cli_opt_size("import", &a, "--chunk", TV_CLI_MIN_CHUNK,
-                              TV_CLI_MAX_STAGING / TV_CLI_IMPORT_BUFS, &chunk)))
+    /* The importer holds TV__CLI_IMPORT_BUFS chunks: the staging cap bounds them. */
+    if ((u = tv__cli_opt_size("import", a, "--chunk", TV__CLI_MIN_CHUNK,
+                              TV__CLI_MAX_STAGING / TV__CLI_IMPORT_BUFS, &chunk)))
         return u;
     o.chunk_len = (size_t)chunk;
     /* --replicas: distinct, non-empty names, checked before the store opens. */
-    const char *rep = tv_cli_get(&a, "--replicas"), *names[TV__IMPORT_MAX_DEVICES], *why;
+    const char *rep = tv__cli_get(a, "--replicas"), *names[TV__IMPORT_MAX_DEVICES], *why;
     char rep_buf[4096];
     size_t n_names = 0;
     if (rep && tv__cli_parse_list(rep, rep_buf, sizeof(rep_buf), names, TV_ARRAY_LEN(names),
@@ -202,9 +201,9 @@ int tv_cli_import(int argc, char **argv)
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
     tv__store *st;
-    rc = open_store(dir, TV__STORE_WRITE, &st, &err);
+    rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
     if (rc)
-        return fail("import", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
     if (rep) {
         for (size_t i = 0; i < n_names && !rc; i++)
@@ -212,56 +211,63 @@ int tv_cli_import(int argc, char **argv)
         o.devices = devs;
         if (rc) {
             tv__store_close(st);
-            return fail("import", json, rc, &err);
+            return tv__cli_failed(&c, rc, &err);
         }
     }
     progress pr = {mono(), 0, isatty(2) && !json};
     o.progress = on_progress;
     o.progress_ctx = &pr;
     tv__import_result r;
-    rc = tv__import(st, a.pos[0], a.pos[1], &o, &r, &err);
+    rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
     tv__store_close(st);
     if (rc)
-        return fail("import", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
     if (json)
-        emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a.pos[0],
-                            "generation", (json_int_t)r.generation, "active", o.activate,
-                            "shards", (json_int_t)r.n_shards, "tensors",
-                            (json_int_t)r.n_tensors, "bytes", (json_int_t)r.bytes_total,
-                            "bytes_written", (json_int_t)r.bytes_written, "bytes_deduplicated",
-                            (json_int_t)r.bytes_deduped, "seconds", r.seconds, "mb_per_s", mbs));
+        emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a->pos[0],
+                            "generation", (json_int_t)r.generation, "active", o.activate, "shards",
+                            (json_int_t)r.n_shards, "tensors", (json_int_t)r.n_tensors, "bytes",
+                            (json_int_t)r.bytes_total, "bytes_written", (json_int_t)r.bytes_written,
+                            "bytes_deduplicated", (json_int_t)r.bytes_deduped, "seconds", r.seconds,
+                            "mb_per_s", mbs));
     else
         printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64 " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
-               a.pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
+               a->pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
                r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
 /* ---- listings ------------------------------------------------------------ */
 
-int tv_cli_models(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_models = {
+    .name = "models",
+    .run = tv__cli_models,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_models(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("models", argc, argv, &a)) || (u = need_store("models", &a, &dir)) ||
-        (u = tv__cli_npos("models", &a, 0, 0, TV_CLI_USAGE_MODELS)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_models, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
+    bool json = c.json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_model *m = NULL;
     size_t n = 0;
-    int rc = open_store(dir, 0, &st, &err);
+    int rc = open_store(c.store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_models_list(st->reg, &m, &n, &err);
     for (size_t i = 0; !rc && i < n; i++)
         rc = tv__store_settled_active(st, m[i].name, &m[i].active_generation, &err);
     tv__store_close(st);
     if (rc)
-        return fail("models", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     json_t *arr = json_array();
     if (!json)
         printf("%-40s %8s %12s\n", "MODEL", "ACTIVE", "GENERATIONS");
@@ -284,36 +290,42 @@ int tv_cli_models(int argc, char **argv)
         emit_json(json_pack("{s:o}", "models", arr));
     else
         json_decref(arr);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
-int tv_cli_generations(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_generations = {
+    .name = "generations",
+    .run = tv__cli_generations,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_generations(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("generations", argc, argv, &a)) ||
-        (u = need_store("generations", &a, &dir)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_generations, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    if ((u = tv__cli_npos("generations", &a, 1, 1, TV_CLI_USAGE_GENERATIONS)))
-        return u;
+    bool json = c.json;
+    const char *model = c.a.pos[0];
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation *g = NULL;
     size_t n = 0;
     int64_t active = 0;
-    int rc = open_store(dir, 0, &st, &err);
+    int rc = open_store(c.store, 0, &st, &err);
     if (!rc)
-        rc = tv__reg_generations_list(st->reg, a.pos[0], &g, &n, &err);
+        rc = tv__reg_generations_list(st->reg, model, &g, &n, &err);
     if (!rc)
-        rc = tv__store_settled_active(st, a.pos[0], &active, &err);
+        rc = tv__store_settled_active(st, model, &active, &err);
     for (size_t i = 0; !rc && i < n; i++)
         g[i].active = g[i].number == active;
     tv__store_close(st);
     if (rc)
-        return fail("generations", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     json_t *arr = json_array();
     if (!json)
         printf("%4s %-9s %6s %7s %9s %14s  %s\n", "GEN", "STATE", "ACTIVE", "SHARDS", "TENSORS",
@@ -334,33 +346,39 @@ int tv_cli_generations(int argc, char **argv)
     }
     free(g);
     if (json)
-        emit_json(json_pack("{s:s,s:o}", "model", a.pos[0], "generations", arr));
+        emit_json(json_pack("{s:s,s:o}", "model", model, "generations", arr));
     else
         json_decref(arr);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
-int tv_cli_tensors(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_tensors = {
+    .name = "tensors",
+    .run = tv__cli_tensors,
+    .positionals = "NAME[@GEN]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .flags = TV__CLI_STORE | TV__CLI_SPEC,
+    .spec_len = TV__REG_NAME_MAX + 1, /* a longer NAME is a usage error here */
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_tensors(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("tensors", argc, argv, &a)) || (u = need_store("tensors", &a, &dir)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_tensors, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    char name[256];
-    int64_t gen;
-    if ((u = tv__cli_npos("tensors", &a, 1, 1, TV_CLI_USAGE_TENSORS)) ||
-        (u = tv__cli_spec("tensors", a.pos[0], name, sizeof(name), &gen)))
-        return u;
+    bool json = c.json;
+    const char *name = c.model;
+    int64_t gen = c.gen;
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
     tv__reg_device *devs = NULL;
     size_t n_devs = 0;
-    int rc = open_store(dir, 0, &st, &err);
+    int rc = open_store(c.store, 0, &st, &err);
     if (!rc && gen == 0) /* the active generation, as readers open it */
         rc = tv__store_settled_active(st, name, &gen, &err);
     if (!rc)
@@ -373,7 +391,7 @@ int tv_cli_tensors(int argc, char **argv)
     if (rc) {
         free(devs);
         tv__reg_manifest_free(m);
-        return fail("tensors", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     }
     json_t *arr = json_array();
     if (!json)
@@ -432,49 +450,56 @@ int tv_cli_tensors(int argc, char **argv)
         json_decref(arr);
     free(devs);
     tv__reg_manifest_free(m);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
-int tv_cli_devices(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_devices = {
+    .name = "devices",
+    .run = tv__cli_devices,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_devices(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("devices", argc, argv, &a)) || (u = need_store("devices", &a, &dir)) ||
-        (u = tv__cli_npos("devices", &a, 0, 0, TV_CLI_USAGE_DEVICES)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_devices, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
+    bool json = c.json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_device *d = NULL;
     size_t n = 0;
-    int rc = open_store(dir, 0, &st, &err);
+    int rc = open_store(c.store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_device_list(st->reg, &d, &n, &err);
     if (rc) {
         tv__store_close(st);
-        return fail("devices", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     }
     json_t *arr = json_array();
     if (!json)
         printf("%3s %-6s %-36s %6s %14s %14s %14s  %s\n", "ID", "KIND", "PATH", "LBA", "REGION",
                "USED", "FREE", "STATUS");
-    int worst = TV_EXIT_OK;
+    int worst = TV__EXIT_OK;
     for (size_t i = 0; i < n; i++) {
         tv__alloc_space sp;
         if ((rc = tv__alloc_device_space(st->reg, d[i].id, &sp, &err))) {
             json_decref(arr);
             free(d);
             tv__store_close(st);
-            return fail("devices", json, rc, &err);
+            return tv__cli_failed(&c, rc, &err);
         }
         tv__dev *dev;
         tv_error de = {0};
         int drc = tv__store_device(st, d[i].id, false, &dev, &de);
         const char *status = drc ? tv_err_name(drc) : "ok";
         if (drc)
-            worst = TV_EXIT_FAIL;
+            worst = TV__EXIT_FAIL;
         if (json) {
             json_error_t je;
             json_t *ident = json_loads(d[i].identity, 0, &je);
@@ -508,68 +533,87 @@ int tv_cli_devices(int argc, char **argv)
     return worst;
 }
 
-static int gen_change(const char *cmd, int argc, char **argv, bool activate)
+const tv__cli_cmd tv__cli_cmd_activate = {
+    .name = "activate",
+    .run = tv__cli_activate,
+    .positionals = "NAME GEN",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_GEN,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+const tv__cli_cmd tv__cli_cmd_retire = {
+    .name = "retire",
+    .run = tv__cli_retire,
+    .positionals = "NAME GEN",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_STORE | TV__CLI_GEN,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+static int gen_change(int argc, char **argv, bool activate)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse(cmd, argc, argv, &a)) || (u = need_store(cmd, &a, &dir)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(activate ? &tv__cli_cmd_activate : &tv__cli_cmd_retire, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
-    int64_t gen = 0;
-    if ((u = tv__cli_npos(cmd, &a, 2, 2, activate ? TV_CLI_USAGE_ACTIVATE : TV_CLI_USAGE_RETIRE)))
-        return u;
-    if ((u = tv__cli_gen(cmd, a.pos[1], &gen)))
-        return u;
+    const char *model = c.a.pos[0];
+    int64_t gen = c.gen;
     tv_error err = {0};
     tv__store *st;
-    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
     /* Activation changes registry and pointer together (an error changes
      * neither); retiring never touches the pointer (the active generation
      * cannot be retired). */
     if (!rc)
-        rc = activate ? tv__store_activate(st, a.pos[0], gen, &err)
-                      : tv__reg_generation_retire(st->reg, a.pos[0], gen, &err);
+        rc = activate ? tv__store_activate(st, model, gen, &err)
+                      : tv__reg_generation_retire(st->reg, model, gen, &err);
     tv__store_close(st);
     if (rc)
-        return fail(cmd, json, rc, &err);
-    if (json)
-        emit_json(json_pack("{s:s,s:I,s:s}", "model", a.pos[0], "generation", (json_int_t)gen,
-                            "state", activate ? "active" : "retired"));
+        return tv__cli_failed(&c, rc, &err);
+    if (c.json)
+        emit_json(json_pack("{s:s,s:I,s:s}", "model", model, "generation", (json_int_t)gen, "state",
+                            activate ? "active" : "retired"));
     else
-        printf("%s generation %" PRId64 " of %s\n", activate ? "activated" : "retired", gen,
-               a.pos[0]);
-    return TV_EXIT_OK;
+        printf("%s generation %" PRId64 " of %s\n", activate ? "activated" : "retired", gen, model);
+    return TV__EXIT_OK;
 }
 
-int tv_cli_activate(int argc, char **argv)
+int tv__cli_activate(int argc, char **argv)
 {
-    return gen_change("activate", argc, argv, true);
+    return gen_change(argc, argv, true);
 }
 
-int tv_cli_retire(int argc, char **argv)
+int tv__cli_retire(int argc, char **argv)
 {
-    return gen_change("retire", argc, argv, false);
+    return gen_change(argc, argv, false);
 }
 
-int tv_cli_gc(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_gc = {
+    .name = "gc",
+    .run = tv__cli_gc,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_gc(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("gc", argc, argv, &a)) || (u = need_store("gc", &a, &dir)) ||
-        (u = tv__cli_npos("gc", &a, 0, 0, TV_CLI_USAGE_GC)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_gc, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
     tv_error err = {0};
     tv__store *st;
     tv__reg_object *o = NULL;
     size_t n = 0, freed = 0;
     uint64_t bytes = 0;
     bool *keep = NULL;
-    int rc = open_store(dir, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
     if (!rc)
         rc = tv__reg_objects_unreferenced(st->reg, &o, &n, &err);
     if (!rc && !(keep = calloc(n ? n : 1, sizeof(*keep))))
@@ -596,13 +640,13 @@ int tv_cli_gc(int argc, char **argv)
     free(keep);
     tv__store_close(st);
     if (rc)
-        return fail("gc", json, rc, &err);
-    if (json)
+        return tv__cli_failed(&c, rc, &err);
+    if (c.json)
         emit_json(json_pack("{s:I,s:I}", "objects_freed", (json_int_t)freed, "bytes_freed",
                             (json_int_t)bytes));
     else
         printf("gc: freed %zu objects, %" PRIu64 " bytes\n", freed, bytes);
-    return TV_EXIT_OK;
+    return TV__EXIT_OK;
 }
 
 /* "model 'm' generation 1 (active) shard 'x.safetensors'; ..." for every
@@ -623,27 +667,34 @@ static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, si
         memcpy(buf + len - 4, "...", 4);
 }
 
-int tv_cli_verify(int argc, char **argv)
+const tv__cli_cmd tv__cli_cmd_verify = {
+    .name = "verify",
+    .run = tv__cli_verify,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .flags = TV__CLI_STORE,
+    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
+};
+
+int tv__cli_verify(int argc, char **argv)
 {
-    tv_cli_opt opts[] = {STORE_OPT};
-    tv_cli_args a = {opts, TV_ARRAY_LEN(opts), {0}, 0};
-    const char *dir;
-    int u;
-    if ((u = tv_cli_parse("verify", argc, argv, &a)) || (u = need_store("verify", &a, &dir)) ||
-        (u = tv__cli_npos("verify", &a, 0, 0, TV_CLI_USAGE_VERIFY)))
+    tv__cli_ctx c;
+    int u = tv__cli_begin(&tv__cli_cmd_verify, argc, argv, &c);
+    if (u)
         return u;
-    bool json = tv_cli_flag(&a, "--json");
+    bool json = c.json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_object *o = NULL;
     size_t n = 0, bad = 0;
     uint64_t bytes = 0;
-    int rc = open_store(dir, 0, &st, &err);
+    int rc = open_store(c.store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_objects_list_committed(st->reg, 0, &o, &n, &err);
     if (rc) {
         tv__store_close(st);
-        return fail("verify", json, rc, &err);
+        return tv__cli_failed(&c, rc, &err);
     }
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -693,5 +744,5 @@ int tv_cli_verify(int argc, char **argv)
         json_decref(arr);
         printf("verify: %zu objects, %" PRIu64 " bytes, %zu failed\n", n, bytes, bad);
     }
-    return bad ? TV_EXIT_FAIL : TV_EXIT_OK;
+    return bad ? TV__EXIT_FAIL : TV__EXIT_OK;
 }

@@ -53,8 +53,9 @@ int tv__reg_gen_state_from_text(const unsigned char *s, tv__gen_state *out)
     "(SELECT count(*) FROM tensors t WHERE t.generation_id = g.id), g.created_at "                 \
     "FROM generations g JOIN models m ON m.id = g.model_id "
 
-static void read_generation(sqlite3_stmt *st, void *record)
+static int read_generation(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_generation *g = record;
     memset(g, 0, sizeof *g);
     g->id = sqlite3_column_int64(st, 0);
@@ -69,6 +70,7 @@ static void read_generation(sqlite3_stmt *st, void *record)
     g->n_shards = sqlite3_column_int64(st, 8);
     g->n_tensors = sqlite3_column_int64(st, 9);
     g->created_at = sqlite3_column_int64(st, 10);
+    return 0;
 }
 
 int tv__reg_generation_get_by_id(tv__reg *reg, int64_t generation_id, tv__reg_generation *out,
@@ -76,24 +78,22 @@ int tv__reg_generation_get_by_id(tv__reg *reg, int64_t generation_id, tv__reg_ge
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_generation_get_by_id: NULL argument");
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, GEN_SELECT "WHERE g.id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        read_generation(st, out);
-        rc = 0;
-    } else if (rc == SQLITE_DONE) {
+    int rc = tv__reg_query_one(reg, read_generation, out, "reading a generation", err,
+                               GEN_SELECT "WHERE g.id = ?1", "i", generation_id);
+    if (rc == TV_E_NOT_FOUND)
         rc =
             tv__seterr(err, TV_E_NOT_FOUND, "no generation with id %lld", (long long)generation_id);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading a generation");
-    }
-done:
-    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Model name -> its active generation number (0 when none). */
+static int model_active(tv__reg *reg, const char *model, int64_t *number, const char *what,
+                        tv_error *err)
+{
+    int rc = tv__reg_query_one(reg, tv__reg_read_i64, number, what, err,
+                               "SELECT active_generation FROM models WHERE name = ?1", "t", model);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);
     return rc;
 }
 
@@ -101,25 +101,14 @@ done:
  * no such number. Always returns TV_E_NOT_FOUND (or a lookup error). */
 static int not_found(tv__reg *reg, const char *model, int64_t number, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "SELECT active_generation FROM models WHERE name = ?1", &st, err);
+    int64_t active = 0;
+    int rc = model_active(reg, model, &active, "looking up a model", err);
     if (rc)
         return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, model, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE)
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);
-    else if (rc != SQLITE_ROW)
-        rc = tv__sqlerr(reg->db, err, rc, "looking up a model");
-    else if (number == 0)
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
-    else
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no generation %lld", model,
-                        (long long)number);
-done:
-    sqlite3_finalize(st);
-    return rc;
+    if (number == 0)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
+    return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no generation %lld", model,
+                      (long long)number);
 }
 
 int tv__reg_generation_get(tv__reg *reg, const char *model, int64_t number, tv__reg_generation *out,
@@ -130,27 +119,12 @@ int tv__reg_generation_get(tv__reg *reg, const char *model, int64_t number, tv__
     if (number < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "generation number %lld is negative",
                           (long long)number);
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             GEN_SELECT "WHERE m.name = ?1 AND g.number = "
-                                        "CASE WHEN ?2 = 0 THEN m.active_generation ELSE ?2 END",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, model, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, number, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        read_generation(st, out);
-        rc = 0;
-    } else if (rc == SQLITE_DONE) {
+    int rc = tv__reg_query_one(reg, read_generation, out, "reading a generation", err,
+                               GEN_SELECT "WHERE m.name = ?1 AND g.number = "
+                                          "CASE WHEN ?2 = 0 THEN m.active_generation ELSE ?2 END",
+                               "ti", model, number);
+    if (rc == TV_E_NOT_FOUND)
         rc = not_found(reg, model, number, err);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading a generation");
-    }
-done:
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -158,62 +132,40 @@ int tv__reg_active_generation(tv__reg *reg, const char *model, int64_t *number, 
 {
     if (!reg || !model || !number)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_active_generation: NULL argument");
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "SELECT active_generation FROM models WHERE name = ?1", &st, err);
+    int64_t active = 0;
+    int rc = model_active(reg, model, &active, "reading the active generation", err);
     if (rc)
         return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, model, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
-        *number = sqlite3_column_int64(st, 0);
-        rc = 0;
-    } else if (rc == SQLITE_ROW) {
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
-    } else if (rc == SQLITE_DONE) {
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading the active generation");
-    }
-done:
-    sqlite3_finalize(st);
-    return rc;
+    if (active == 0) /* NULL: numbers start at 1 */
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
+    *number = active;
+    return 0;
 }
 
-static void read_model(sqlite3_stmt *st, void *record)
+static int read_model(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_model *m = record;
     m->id = sqlite3_column_int64(st, 0);
     tv__reg_col_text(st, 1, m->name, sizeof m->name);
     m->active_generation = sqlite3_column_int64(st, 2);
     m->n_generations = sqlite3_column_int64(st, 3);
     m->created_at = sqlite3_column_int64(st, 4);
+    return 0;
 }
 
 int tv__reg_models_list(tv__reg *reg, tv__reg_model **out, size_t *n, tv_error *err)
 {
     if (!reg || !out || !n)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_models_list: NULL argument");
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_model)};
-    int rc = tv__reg_prepare(reg,
-                             "SELECT m.id, m.name, ifnull(m.active_generation, 0), "
-                             "(SELECT count(*) FROM generations g WHERE g.model_id = m.id), "
-                             "m.created_at FROM models m ORDER BY m.name",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_collect(reg, st, &v, read_model, "listing models", err)))
-        goto fail;
-    sqlite3_finalize(st);
+    int rc = tv__reg_query_list(reg, &v, read_model, "listing models", err,
+                                "SELECT m.id, m.name, ifnull(m.active_generation, 0), "
+                                "(SELECT count(*) FROM generations g WHERE g.model_id = m.id), "
+                                "m.created_at FROM models m ORDER BY m.name",
+                                "");
     *out = v.items;
     *n = v.n;
-    return 0;
-fail:
-    sqlite3_finalize(st);
-    free(v.items);
     return rc;
 }
 
@@ -224,21 +176,16 @@ int tv__reg_generations_list(tv__reg *reg, const char *model, tv__reg_generation
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_generations_list: NULL argument");
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_generation)};
     int rc = tv__reg_level_begin(reg, false, err);
     if (rc)
         return rc;
-    if ((rc = tv__reg_prepare(reg, GEN_SELECT "WHERE m.name = ?1 ORDER BY g.number", &st, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 1, model, err)))
-        goto done;
-    if ((rc = tv__reg_collect(reg, st, &v, read_generation, "listing generations", err)))
-        goto done;
+    rc = tv__reg_query_list(reg, &v, read_generation, "listing generations", err,
+                            GEN_SELECT "WHERE m.name = ?1 ORDER BY g.number", "t", model);
     /* A model row is created with its first generation, so no rows means
      * no model. */
-    rc = v.n ? 0 : tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);
-done:
-    sqlite3_finalize(st);
+    if (rc == 0 && v.n == 0)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no model named '%s'", model);
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0) {
         *out = v.items;
@@ -253,6 +200,16 @@ done:
 /* Creating generations, shards, bindings                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Columns 0 and 1 as int64_t[2]. */
+static int read_two_i64(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    int64_t *v = record;
+    v[0] = sqlite3_column_int64(st, 0);
+    v[1] = sqlite3_column_int64(st, 1);
+    return 0;
+}
+
 int tv__reg_generation_create(tv__reg *reg, const char *model, const char *source,
                               uint64_t total_bytes, tv__reg_generation *out, tv_error *err)
 {
@@ -265,51 +222,53 @@ int tv__reg_generation_create(tv__reg *reg, const char *model, const char *sourc
     if (total_bytes > (uint64_t)INT64_MAX)
         return tv__seterr(err, TV_E_OVERFLOW, "total_bytes %llu over INT64_MAX",
                           (unsigned long long)total_bytes);
-    sqlite3_stmt *st = NULL;
-    int64_t model_id = 0, number = 0, gen_id = 0;
+    int64_t ids[2] = {0, 0}, gen_id = 0; /* model id, generation number */
     if ((rc = tv__reg_level_begin(reg, true, err)))
         return rc;
-    if ((rc = tv__reg_prepare(reg, "INSERT INTO models (name) VALUES (?1) ON CONFLICT DO NOTHING",
-                              &st, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 1, model, err)) ||
-        (rc = tv__reg_step_done(reg, st, "creating a model", err)))
+    if ((rc = tv__reg_exec(reg, "creating a model", err,
+                           "INSERT INTO models (name) VALUES (?1) ON CONFLICT DO NOTHING", "t",
+                           model)))
         goto done;
-    sqlite3_finalize(st);
-    if ((rc = tv__reg_prepare(reg,
-                              "UPDATE models SET last_generation = last_generation + 1 "
-                              "WHERE name = ?1 RETURNING id, last_generation",
-                              &st, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 1, model, err)))
+    /* RETURNING: the whole UPDATE runs in the first step. */
+    rc = tv__reg_query_one(reg, read_two_i64, ids, "numbering a generation", err,
+                           "UPDATE models SET last_generation = last_generation + 1 "
+                           "WHERE name = ?1 RETURNING id, last_generation",
+                           "t", model);
+    if (rc)
         goto done;
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = tv__sqlerr(reg->db, err, rc, "numbering a generation");
-        goto done;
-    }
-    model_id = sqlite3_column_int64(st, 0);
-    number = sqlite3_column_int64(st, 1);
-    if ((rc = tv__reg_step_done(reg, st, "numbering a generation", err)))
-        goto done;
-    sqlite3_finalize(st);
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO generations (model_id, number, source, total_bytes) "
-                              "VALUES (?1, ?2, ?3, ?4)",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, model_id, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, number, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 3, source, err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 4, total_bytes, "total_bytes", err)) ||
-        (rc = tv__reg_step_done(reg, st, "creating a generation", err)))
+    if ((rc = tv__reg_exec(reg, "creating a generation", err,
+                           "INSERT INTO generations (model_id, number, source, total_bytes) "
+                           "VALUES (?1, ?2, ?3, ?4)",
+                           "iitu", ids[0], ids[1], source, total_bytes, "total_bytes")))
         goto done;
     gen_id = sqlite3_last_insert_rowid(reg->db);
     if (out)
         rc = tv__reg_generation_get_by_id(reg, gen_id, out, err);
 done:
-    sqlite3_finalize(st);
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0)
         tv__log(tv__reg_log_level(reg, 0), "registry: model '%s' generation %lld created", model,
-                (long long)number);
+                (long long)ids[1]);
+    return rc;
+}
+
+typedef struct gen_brief_row {
+    int64_t id;
+    tv__gen_state *state;
+    char *model;
+    size_t model_cap;
+    int64_t *number;
+} gen_brief_row;
+
+static int read_gen_brief(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    gen_brief_row *b = record;
+    int rc = 0;
+    if (tv__reg_gen_state_from_text(sqlite3_column_text(st, 0), b->state))
+        rc = tv__seterr(err, TV_E_REGISTRY, "generation %lld has an unknown state",
+                        (long long)b->id);
+    tv__reg_col_text(st, 1, b->model, b->model_cap);
+    *b->number = sqlite3_column_int64(st, 2);
     return rc;
 }
 
@@ -317,31 +276,14 @@ done:
 static int gen_brief(tv__reg *reg, int64_t generation_id, tv__gen_state *state, char *model,
                      size_t model_cap, int64_t *number, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT g.state, m.name, g.number FROM generations g "
-                             "JOIN models m ON m.id = g.model_id WHERE g.id = ?1",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        rc = tv__reg_gen_state_from_text(sqlite3_column_text(st, 0), state);
-        if (rc)
-            rc = tv__seterr(err, TV_E_REGISTRY, "generation %lld has an unknown state",
-                            (long long)generation_id);
-        tv__reg_col_text(st, 1, model, model_cap);
-        *number = sqlite3_column_int64(st, 2);
-    } else if (rc == SQLITE_DONE) {
+    gen_brief_row b = {generation_id, state, model, model_cap, number};
+    int rc = tv__reg_query_one(reg, read_gen_brief, &b, "reading a generation", err,
+                               "SELECT g.state, m.name, g.number FROM generations g "
+                               "JOIN models m ON m.id = g.model_id WHERE g.id = ?1",
+                               "i", generation_id);
+    if (rc == TV_E_NOT_FOUND)
         rc =
             tv__seterr(err, TV_E_NOT_FOUND, "no generation with id %lld", (long long)generation_id);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading a generation");
-    }
-done:
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -379,24 +321,17 @@ int tv__reg_shard_add(tv__reg *reg, int64_t generation_id, const tv__reg_shard_i
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "shard '%s': sha256 values must be 64 lower-case hex digits",
                           in->name);
-    sqlite3_stmt *st = NULL;
     if ((rc = tv__reg_level_begin(reg, true, err)))
         return rc;
     if ((rc = require_importing(reg, generation_id, "adding a shard", err)))
         goto done;
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO shards (generation_id, idx, name, file_len, header_len, "
-                              "sha256, header_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, in->idx, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 3, in->name, err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 4, in->file_len, "shard file_len", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 5, in->header_len, "shard header_len", err)) ||
-        (rc = tv__reg_bind_text(reg, st, 6, in->sha256_hex, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 7, in->header_sha256_hex, err)))
-        goto done;
-    if ((rc = tv__reg_step_done(reg, st, "adding a shard", err))) {
+    rc = tv__reg_exec(reg, "adding a shard", err,
+                      "INSERT INTO shards (generation_id, idx, name, file_len, header_len, "
+                      "sha256, header_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                      "iituutt", generation_id, (int64_t)in->idx, in->name, in->file_len,
+                      "shard file_len", in->header_len, "shard header_len", in->sha256_hex,
+                      in->header_sha256_hex);
+    if (rc) {
         if (rc == -EEXIST)
             tv__seterr(err, rc, "generation %lld already has a shard with idx %u or name '%s'",
                        (long long)generation_id, in->idx, in->name);
@@ -405,81 +340,76 @@ int tv__reg_shard_add(tv__reg *reg, int64_t generation_id, const tv__reg_shard_i
     if (shard_id)
         *shard_id = sqlite3_last_insert_rowid(reg->db);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
+}
+
+typedef struct shard_brief {
+    int64_t generation_id;
+    char name[TV__REG_PATH_MAX];
+    uint64_t file_len;
+    char sha256[TV__REG_SHA256_HEX_LEN + 1];
+} shard_brief;
+
+static int read_shard_brief(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    shard_brief *b = record;
+    b->generation_id = sqlite3_column_int64(st, 0);
+    tv__reg_col_text(st, 1, b->name, sizeof b->name);
+    b->file_len = tv__reg_col_u64(st, 2);
+    tv__reg_col_text(st, 3, b->sha256, sizeof b->sha256);
+    return 0;
 }
 
 int tv__reg_shard_bind(tv__reg *reg, int64_t shard_id, int64_t object_id, tv_error *err)
 {
     if (!reg)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_shard_bind: NULL registry");
-    sqlite3_stmt *st = NULL;
     tv__reg_object o;
+    shard_brief sh;
+    int64_t bound = 0;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
-    if ((rc = tv__reg_prepare(reg,
-                              "SELECT generation_id, name, file_len, sha256 FROM shards "
-                              "WHERE id = ?1",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, shard_id, err)))
+    rc = tv__reg_query_one(reg, read_shard_brief, &sh, "reading a shard", err,
+                           "SELECT generation_id, name, file_len, sha256 FROM shards "
+                           "WHERE id = ?1",
+                           "i", shard_id);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no shard with id %lld", (long long)shard_id);
+    if (rc)
         goto done;
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = rc == SQLITE_DONE
-                 ? tv__seterr(err, TV_E_NOT_FOUND, "no shard with id %lld", (long long)shard_id)
-                 : tv__sqlerr(reg->db, err, rc, "reading a shard");
-        goto done;
-    }
-    int64_t gen_id = sqlite3_column_int64(st, 0);
-    char name[TV__REG_PATH_MAX], sha[TV__REG_SHA256_HEX_LEN + 1];
-    tv__reg_col_text(st, 1, name, sizeof name);
-    uint64_t file_len = tv__reg_col_u64(st, 2);
-    tv__reg_col_text(st, 3, sha, sizeof sha);
-    sqlite3_finalize(st);
-    st = NULL;
-    if ((rc = require_importing(reg, gen_id, "binding a shard", err)) ||
+    if ((rc = require_importing(reg, sh.generation_id, "binding a shard", err)) ||
         (rc = tv__reg_object_get(reg, object_id, &o, err)))
         goto done;
-    if (o.canonical_len != file_len) {
+    if (o.canonical_len != sh.file_len) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "shard '%s' is %llu bytes but object %lld holds %llu",
-                        name, (unsigned long long)file_len, (long long)object_id,
+                        sh.name, (unsigned long long)sh.file_len, (long long)object_id,
                         (unsigned long long)o.canonical_len);
         goto done;
     }
-    if (o.state == TV__OBJ_COMMITTED && strcmp(o.sha256, sha)) {
+    if (o.state == TV__OBJ_COMMITTED && strcmp(o.sha256, sh.sha256)) {
         rc = tv__seterr(err, TV_E_HASH_MISMATCH,
                         "shard '%s' has sha256 %s but object %lld holds %s",
-                        name, sha, (long long)object_id, o.sha256);
+                        sh.name, sh.sha256, (long long)object_id, o.sha256);
         goto done;
     }
-    if ((rc = tv__reg_prepare(reg,
-                              "SELECT o.id FROM shard_objects so JOIN objects o "
-                              "ON o.id = so.object_id WHERE so.shard_id = ?1 AND o.device_id = ?2",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, shard_id, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, o.device_id, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = tv__reg_query_one(reg, tv__reg_read_i64, &bound, "reading shard bindings", err,
+                           "SELECT o.id FROM shard_objects so JOIN objects o "
+                           "ON o.id = so.object_id WHERE so.shard_id = ?1 AND o.device_id = ?2",
+                           "ii", shard_id, o.device_id);
+    if (rc == 0) {
         rc = tv__seterr(err, -EEXIST, "shard '%s' is already bound to object %lld on device %lld",
-                        name, (long long)sqlite3_column_int64(st, 0), (long long)o.device_id);
+                        sh.name, (long long)bound, (long long)o.device_id);
         goto done;
     }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "reading shard bindings");
+    if (rc != TV_E_NOT_FOUND)
         goto done;
-    }
-    sqlite3_finalize(st);
-    if ((rc = tv__reg_prepare(
-             reg, "INSERT INTO shard_objects (shard_id, object_id) VALUES (?1, ?2)", &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, shard_id, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, object_id, err)) ||
-        (rc = tv__reg_step_done(reg, st, "binding a shard to an object", err)))
-        goto done;
+    rc = tv__reg_exec(reg, "binding a shard to an object", err,
+                      "INSERT INTO shard_objects (shard_id, object_id) VALUES (?1, ?2)", "ii",
+                      shard_id, object_id);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -493,32 +423,23 @@ typedef struct shard_row {
     uint64_t data_len; /* file_len - 8 - header_len */
 } shard_row;
 
+static int read_shard_row(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    shard_row *s = record;
+    s->id = sqlite3_column_int64(st, 0);
+    s->idx = (uint32_t)sqlite3_column_int64(st, 1);
+    uint64_t file_len = tv__reg_col_u64(st, 2), header_len = tv__reg_col_u64(st, 3);
+    s->data_len = file_len - 8 - header_len; /* CHECK: header_len <= file_len - 8 */
+    return 0;
+}
+
 static int load_shard_rows(tv__reg *reg, int64_t generation_id, tv__reg_vec *v, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT id, idx, file_len, header_len FROM shards "
-                             "WHERE generation_id = ?1 ORDER BY idx",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)))
-        goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        shard_row *s = tv__reg_vec_push(v);
-        if (!s) {
-            rc = tv__seterr(err, -ENOMEM, "loading shards: out of memory");
-            goto done;
-        }
-        s->id = sqlite3_column_int64(st, 0);
-        s->idx = (uint32_t)sqlite3_column_int64(st, 1);
-        uint64_t file_len = tv__reg_col_u64(st, 2), header_len = tv__reg_col_u64(st, 3);
-        s->data_len = file_len - 8 - header_len; /* CHECK: header_len <= file_len - 8 */
-    }
-    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "loading shards");
-done:
-    sqlite3_finalize(st);
-    return rc;
+    return tv__reg_query_list(reg, v, read_shard_row, "loading shards", err,
+                              "SELECT id, idx, file_len, header_len FROM shards "
+                              "WHERE generation_id = ?1 ORDER BY idx",
+                              "i", generation_id);
 }
 
 static const shard_row *find_shard(const tv__reg_vec *v, uint32_t idx)
@@ -651,72 +572,64 @@ static bool transition_allowed(tv__gen_state from, tv__gen_state to)
     }
 }
 
+typedef struct complete_ctx {
+    const char *model;
+    int64_t number;
+    int64_t expect; /* the next shard idx */
+} complete_ctx;
+
+static int check_shard_complete(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    complete_ctx *c = arg;
+    int64_t idx = sqlite3_column_int64(st, 0);
+    const char *name = (const char *)sqlite3_column_text(st, 1);
+    int64_t n_obj = sqlite3_column_int64(st, 2), n_writing = sqlite3_column_int64(st, 3);
+    int64_t n_bad = sqlite3_column_int64(st, 4);
+    const char *why = idx != c->expect ? "is out of sequence (shard idx must be 0..n-1)"
+                      : n_obj == 0     ? "has no object"
+                      : n_writing      ? "is bound to an object still being written"
+                      : n_bad          ? "is bound to an object with another hash"
+                                       : NULL;
+    if (why)
+        return tv__seterr(err, TV_E_STATE,
+                          "model '%s' generation %lld cannot be ready: shard %lld '%s' %s",
+                          c->model, (long long)c->number, (long long)idx, name, why);
+    c->expect++;
+    return 0;
+}
+
 /* A generation may become ready only when complete: shards idx 0..n-1, each
  * bound to >= 1 committed object with its hash and to no writing one. */
 static int check_complete(tv__reg *reg, int64_t generation_id, const char *model, int64_t number,
                           tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT s.idx, s.name, count(o.id), "
-                             "  ifnull(sum(o.state = 'writing'), 0), "
-                             "  ifnull(sum(o.state = 'committed' AND o.sha256 != s.sha256), 0) "
-                             "FROM shards s LEFT JOIN shard_objects so ON so.shard_id = s.id "
-                             "LEFT JOIN objects o ON o.id = so.object_id "
-                             "WHERE s.generation_id = ?1 GROUP BY s.id ORDER BY s.idx",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)))
-        goto done;
-    int64_t expect = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t idx = sqlite3_column_int64(st, 0);
-        const char *name = (const char *)sqlite3_column_text(st, 1);
-        int64_t n_obj = sqlite3_column_int64(st, 2), n_writing = sqlite3_column_int64(st, 3);
-        int64_t n_bad = sqlite3_column_int64(st, 4);
-        const char *why = idx != expect ? "is out of sequence (shard idx must be 0..n-1)"
-                          : n_obj == 0  ? "has no object"
-                          : n_writing   ? "is bound to an object still being written"
-                          : n_bad       ? "is bound to an object with another hash"
-                                        : NULL;
-        if (why) {
-            rc = tv__seterr(err, TV_E_STATE,
-                            "model '%s' generation %lld cannot be ready: shard %lld '%s' %s",
-                            model, (long long)number, (long long)idx, name, why);
-            goto done;
-        }
-        expect++;
-    }
-    if (rc != SQLITE_DONE) {
-        rc = tv__sqlerr(reg->db, err, rc, "checking a generation's shards");
-        goto done;
-    }
-    rc = expect ? 0
-                : tv__seterr(err, TV_E_STATE,
-                             "model '%s' generation %lld cannot be ready: it has no shards",
-                             model, (long long)number);
-done:
-    sqlite3_finalize(st);
+    complete_ctx c = {model, number, 0};
+    int rc =
+        tv__reg_query_each(reg, check_shard_complete, &c, "checking a generation's shards", err,
+                           "SELECT s.idx, s.name, count(o.id), "
+                           "  ifnull(sum(o.state = 'writing'), 0), "
+                           "  ifnull(sum(o.state = 'committed' AND o.sha256 != s.sha256), 0) "
+                           "FROM shards s LEFT JOIN shard_objects so ON so.shard_id = s.id "
+                           "LEFT JOIN objects o ON o.id = so.object_id "
+                           "WHERE s.generation_id = ?1 GROUP BY s.id ORDER BY s.idx",
+                           "i", generation_id);
+    if (rc == 0 && c.expect == 0)
+        rc = tv__seterr(err, TV_E_STATE,
+                        "model '%s' generation %lld cannot be ready: it has no shards",
+                        model, (long long)number);
     return rc;
 }
 
 static int is_active(tv__reg *reg, int64_t generation_id, bool *active, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT m.active_generation IS g.number FROM generations g "
-                             "JOIN models m ON m.id = g.model_id WHERE g.id = ?1",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)) == 0) {
-        rc = sqlite3_step(st);
-        *active = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
-        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0
-                                                   : tv__sqlerr(reg->db, err, rc, "reading models");
-    }
-    sqlite3_finalize(st);
+    int64_t v = 0;
+    int rc = tv__reg_query_one(reg, tv__reg_read_i64, &v, "reading models", err,
+                               "SELECT m.active_generation IS g.number FROM generations g "
+                               "JOIN models m ON m.id = g.model_id WHERE g.id = ?1",
+                               "i", generation_id);
+    if (rc == TV_E_NOT_FOUND)
+        rc = 0;
+    *active = rc == 0 && v != 0;
     return rc;
 }
 
@@ -744,13 +657,9 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
                           model, (long long)number);
     if (to == TV__GEN_READY && (rc = check_complete(reg, generation_id, model, number, err)))
         return rc;
-    sqlite3_stmt *st = NULL;
-    if ((rc = tv__reg_prepare(reg, "UPDATE generations SET state = ?2 WHERE id = ?1", &st, err)) ==
-            0 &&
-        (rc = tv__reg_bind_i64(reg, st, 1, generation_id, err)) == 0 &&
-        (rc = tv__reg_bind_text(reg, st, 2, tv__gen_state_name(to), err)) == 0)
-        rc = tv__reg_step_done(reg, st, "changing a generation's state", err);
-    sqlite3_finalize(st);
+    rc = tv__reg_exec(reg, "changing a generation's state", err,
+                      "UPDATE generations SET state = ?2 WHERE id = ?1", "it", generation_id,
+                      tv__gen_state_name(to));
     if (rc == 0)
         tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' generation %lld %s -> %s", model,
                 (long long)number, tv__gen_state_name(from), tv__gen_state_name(to));
@@ -777,7 +686,6 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
         return tv__seterr(err, TV_E_INVALID_ARG, "generation number %lld: must be >= 1",
                           (long long)number);
     tv__reg_generation g;
-    sqlite3_stmt *st = NULL;
     int64_t previous = 0;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
@@ -794,18 +702,14 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
         goto done;
     if ((rc = tv__reg_active_generation(reg, model, &previous, NULL)) == TV_E_NOT_FOUND)
         previous = 0;
-    if ((rc = tv__reg_prepare(reg, "UPDATE models SET active_generation = ?2 WHERE id = ?1", &st,
-                              err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, g.model_id, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 2, number, err)) ||
-        (rc = tv__reg_step_done(reg, st, "activating a generation", err)))
+    if ((rc = tv__reg_exec(reg, "activating a generation", err,
+                           "UPDATE models SET active_generation = ?2 WHERE id = ?1", "ii",
+                           g.model_id, number)))
         goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> %lld", model,
             (long long)previous, (long long)number);
 done:
-    sqlite3_finalize(st);
-    rc = tv__reg_level_end(reg, rc, err);
-    return rc;
+    return tv__reg_level_end(reg, rc, err);
 }
 
 int tv__reg_generation_retire(tv__reg *reg, const char *model, int64_t number, tv_error *err)
@@ -885,136 +789,115 @@ done:
     return rc;
 }
 
+typedef struct manifest_ctx {
+    tv__reg_manifest *m;
+    manifest_mem *mm;
+    tv__reg_vec *rows; /* shards or tensors being loaded */
+} manifest_ctx;
+
+#define MANIFEST_OOM "loading a manifest: out of memory"
+
+static int read_manifest_shard(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    manifest_ctx *c = arg;
+    tv__reg_shard *s = tv__reg_vec_push(c->rows);
+    if (!s)
+        return tv__seterr(err, -ENOMEM, MANIFEST_OOM);
+    s->id = sqlite3_column_int64(st, 0);
+    int64_t idx = sqlite3_column_int64(st, 1);
+    if (idx != (int64_t)c->rows->n - 1)
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "generation %lld: shard idx %lld out of sequence (expected %zu)",
+                          (long long)c->m->generation.id, (long long)idx, c->rows->n - 1);
+    s->idx = (uint32_t)idx;
+    size_t off = arena_add(c->mm, sqlite3_column_text(st, 2), (size_t)sqlite3_column_bytes(st, 2));
+    if (off == SIZE_MAX)
+        return tv__seterr(err, -ENOMEM, MANIFEST_OOM);
+    s->name = (const char *)(uintptr_t)off; /* fixed up once the arena stops moving */
+    s->file_len = tv__reg_col_u64(st, 3);
+    s->header_len = tv__reg_col_u64(st, 4);
+    s->data_off = s->header_len + 8; /* CHECK: header_len <= file_len - 8 */
+    tv__reg_col_text(st, 5, s->sha256, sizeof s->sha256);
+    tv__reg_col_text(st, 6, s->header_sha256, sizeof s->header_sha256);
+    return 0;
+}
+
+static int read_manifest_replica(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    manifest_ctx *c = arg;
+    int64_t idx = sqlite3_column_int64(st, 0);
+    tv__reg_replica *r = tv__reg_vec_push(&c->mm->replicas);
+    if (!r)
+        return tv__seterr(err, -ENOMEM, MANIFEST_OOM);
+    if (idx < 0 || (uint64_t)idx >= c->m->n_shards) /* impossible after the shard pass */
+        return tv__seterr(err, TV_E_REGISTRY, "replica of unknown shard idx %lld", (long long)idx);
+    r->device_id = sqlite3_column_int64(st, 1);
+    r->object_id = sqlite3_column_int64(st, 2);
+    r->base_off = tv__reg_col_u64(st, 3);
+    r->alloc_len = tv__reg_col_u64(st, 4);
+    r->committed = !strcmp((const char *)sqlite3_column_text(st, 5), "committed");
+    if (c->m->shards[idx].n_replicas++ == 0)
+        c->mm->replica_first[idx] = c->mm->replicas.n - 1;
+    return 0;
+}
+
+static int read_manifest_tensor(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    manifest_ctx *c = arg;
+    tv__reg_tensor *t = tv__reg_vec_push(c->rows);
+    if (!t)
+        return tv__seterr(err, -ENOMEM, MANIFEST_OOM);
+    t->name_len = (size_t)sqlite3_column_bytes(st, 0);
+    size_t off = arena_add(c->mm, sqlite3_column_text(st, 0), t->name_len);
+    if (off == SIZE_MAX)
+        return tv__seterr(err, -ENOMEM, MANIFEST_OOM);
+    t->name = (const char *)(uintptr_t)off;
+    int64_t dtype = sqlite3_column_int64(st, 1);
+    int64_t idx = sqlite3_column_int64(st, 3);
+    const char *shape = (const char *)sqlite3_column_text(st, 2);
+    if (dtype < 0 || dtype >= TV_DTYPE_COUNT || idx < 0 || (uint64_t)idx >= c->m->n_shards ||
+        !shape || parse_shape(shape, t))
+        return tv__seterr(err, TV_E_REGISTRY,
+                          "generation %lld: tensor '%.200s' has a corrupt dtype, shard or shape",
+                          (long long)c->m->generation.id, c->mm->arena + off);
+    t->dtype = (tv_dtype)dtype;
+    t->shard_idx = (uint32_t)idx;
+    t->begin_off = tv__reg_col_u64(st, 4);
+    t->end_off = tv__reg_col_u64(st, 5);
+    return 0;
+}
+
 static int load_manifest_shards(tv__reg *reg, tv__reg_manifest *m, manifest_mem *mm,
                                 tv__reg_vec *shards, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT id, idx, name, file_len, header_len, sha256, header_sha256 "
-                             "FROM shards WHERE generation_id = ?1 ORDER BY idx",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, m->generation.id, err)))
-        goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_shard *s = tv__reg_vec_push(shards);
-        if (!s) {
-            rc = tv__seterr(err, -ENOMEM, "loading a manifest: out of memory");
-            goto done;
-        }
-        s->id = sqlite3_column_int64(st, 0);
-        int64_t idx = sqlite3_column_int64(st, 1);
-        if (idx != (int64_t)shards->n - 1) {
-            rc = tv__seterr(err, TV_E_REGISTRY,
-                            "generation %lld: shard idx %lld out of sequence (expected %zu)",
-                            (long long)m->generation.id, (long long)idx, shards->n - 1);
-            goto done;
-        }
-        s->idx = (uint32_t)idx;
-        size_t off = arena_add(mm, sqlite3_column_text(st, 2), (size_t)sqlite3_column_bytes(st, 2));
-        if (off == SIZE_MAX) {
-            rc = tv__seterr(err, -ENOMEM, "loading a manifest: out of memory");
-            goto done;
-        }
-        s->name = (const char *)(uintptr_t)off; /* fixed up once the arena stops moving */
-        s->file_len = tv__reg_col_u64(st, 3);
-        s->header_len = tv__reg_col_u64(st, 4);
-        s->data_off = s->header_len + 8; /* CHECK: header_len <= file_len - 8 */
-        tv__reg_col_text(st, 5, s->sha256, sizeof s->sha256);
-        tv__reg_col_text(st, 6, s->header_sha256, sizeof s->header_sha256);
-    }
-    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "loading shards");
-done:
-    sqlite3_finalize(st);
-    return rc;
+    manifest_ctx c = {m, mm, shards};
+    return tv__reg_query_each(reg, read_manifest_shard, &c, "loading shards", err,
+                              "SELECT id, idx, name, file_len, header_len, sha256, header_sha256 "
+                              "FROM shards WHERE generation_id = ?1 ORDER BY idx",
+                              "i", m->generation.id);
 }
 
 static int load_manifest_replicas(tv__reg *reg, tv__reg_manifest *m, manifest_mem *mm,
                                   tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT s.idx, o.device_id, o.id, o.base_off, o.alloc_len, o.state "
-                             "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
-                             "JOIN objects o ON o.id = so.object_id "
-                             "WHERE s.generation_id = ?1 ORDER BY s.idx, o.device_id",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, m->generation.id, err)))
-        goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t idx = sqlite3_column_int64(st, 0);
-        tv__reg_replica *r = tv__reg_vec_push(&mm->replicas);
-        if (!r) {
-            rc = tv__seterr(err, -ENOMEM, "loading a manifest: out of memory");
-            goto done;
-        }
-        if (idx < 0 || (uint64_t)idx >= m->n_shards) { /* impossible after the shard pass */
-            rc =
-                tv__seterr(err, TV_E_REGISTRY, "replica of unknown shard idx %lld", (long long)idx);
-            goto done;
-        }
-        r->device_id = sqlite3_column_int64(st, 1);
-        r->object_id = sqlite3_column_int64(st, 2);
-        r->base_off = tv__reg_col_u64(st, 3);
-        r->alloc_len = tv__reg_col_u64(st, 4);
-        r->committed = !strcmp((const char *)sqlite3_column_text(st, 5), "committed");
-        if (m->shards[idx].n_replicas++ == 0)
-            mm->replica_first[idx] = mm->replicas.n - 1;
-    }
-    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "loading replicas");
-done:
-    sqlite3_finalize(st);
-    return rc;
+    manifest_ctx c = {m, mm, NULL};
+    return tv__reg_query_each(reg, read_manifest_replica, &c, "loading replicas", err,
+                              "SELECT s.idx, o.device_id, o.id, o.base_off, o.alloc_len, o.state "
+                              "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
+                              "JOIN objects o ON o.id = so.object_id "
+                              "WHERE s.generation_id = ?1 ORDER BY s.idx, o.device_id",
+                              "i", m->generation.id);
 }
 
 static int load_manifest_tensors(tv__reg *reg, tv__reg_manifest *m, manifest_mem *mm,
                                  tv__reg_vec *tensors, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT t.name, t.dtype, t.shape, s.idx, t.begin_off, t.end_off "
-                             "FROM tensors t JOIN shards s ON s.id = t.shard_id "
-                             "WHERE t.generation_id = ?1 ORDER BY s.idx, t.begin_off, t.name",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, m->generation.id, err)))
-        goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        tv__reg_tensor *t = tv__reg_vec_push(tensors);
-        if (!t) {
-            rc = tv__seterr(err, -ENOMEM, "loading a manifest: out of memory");
-            goto done;
-        }
-        t->name_len = (size_t)sqlite3_column_bytes(st, 0);
-        size_t off = arena_add(mm, sqlite3_column_text(st, 0), t->name_len);
-        if (off == SIZE_MAX) {
-            rc = tv__seterr(err, -ENOMEM, "loading a manifest: out of memory");
-            goto done;
-        }
-        t->name = (const char *)(uintptr_t)off;
-        int64_t dtype = sqlite3_column_int64(st, 1);
-        int64_t idx = sqlite3_column_int64(st, 3);
-        const char *shape = (const char *)sqlite3_column_text(st, 2);
-        if (dtype < 0 || dtype >= TV_DTYPE_COUNT || idx < 0 || (uint64_t)idx >= m->n_shards ||
-            !shape || parse_shape(shape, t)) {
-            rc = tv__seterr(err, TV_E_REGISTRY,
-                            "generation %lld: tensor '%.200s' has a corrupt dtype, shard or shape",
-                            (long long)m->generation.id, mm->arena + off);
-            goto done;
-        }
-        t->dtype = (tv_dtype)dtype;
-        t->shard_idx = (uint32_t)idx;
-        t->begin_off = tv__reg_col_u64(st, 4);
-        t->end_off = tv__reg_col_u64(st, 5);
-    }
-    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "loading tensors");
-done:
-    sqlite3_finalize(st);
-    return rc;
+    manifest_ctx c = {m, mm, tensors};
+    return tv__reg_query_each(reg, read_manifest_tensor, &c, "loading tensors", err,
+                              "SELECT t.name, t.dtype, t.shape, s.idx, t.begin_off, t.end_off "
+                              "FROM tensors t JOIN shards s ON s.id = t.shard_id "
+                              "WHERE t.generation_id = ?1 ORDER BY s.idx, t.begin_off, t.name",
+                              "i", m->generation.id);
 }
 
 void tv__reg_manifest_free(tv__reg_manifest *m)

@@ -21,8 +21,9 @@
     "FROM leases l JOIN generations g ON g.id = l.generation_id "                                  \
     "JOIN models m ON m.id = g.model_id "
 
-static void read_lease(sqlite3_stmt *st, void *record)
+static int read_lease(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_lease *l = record;
     memset(l, 0, sizeof *l);
     l->id = sqlite3_column_int64(st, 0);
@@ -32,6 +33,7 @@ static void read_lease(sqlite3_stmt *st, void *record)
     tv__reg_col_text(st, 4, l->owner, sizeof l->owner);
     l->pid = sqlite3_column_int64(st, 5);
     l->created_at = sqlite3_column_int64(st, 6);
+    return 0;
 }
 
 int tv__reg_lease_acquire(tv__reg *reg, const char *model, int64_t number, const char *owner,
@@ -45,7 +47,6 @@ int tv__reg_lease_acquire(tv__reg *reg, const char *model, int64_t number, const
     if (pid < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "lease pid %lld is negative", (long long)pid);
     tv__reg_generation g;
-    sqlite3_stmt *st = NULL;
     if ((rc = tv__reg_level_begin(reg, true, err)))
         return rc;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, err)))
@@ -56,31 +57,15 @@ int tv__reg_lease_acquire(tv__reg *reg, const char *model, int64_t number, const
                         model, (long long)g.number, tv__gen_state_name(g.state));
         goto done;
     }
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO leases (generation_id, owner, pid) VALUES (?1, ?2, ?3)",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, g.id, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 2, owner, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 3, pid, err)) ||
-        (rc = tv__reg_step_done(reg, st, "taking a lease", err)))
+    if ((rc = tv__reg_exec(reg, "taking a lease", err,
+                           "INSERT INTO leases (generation_id, owner, pid) VALUES (?1, ?2, ?3)",
+                           "iti", g.id, owner, pid)))
         goto done;
     int64_t id = sqlite3_last_insert_rowid(reg->db);
-    sqlite3_finalize(st);
-    st = NULL;
-    if (out) {
-        if ((rc = tv__reg_prepare(reg, LEASE_SELECT "WHERE l.id = ?1", &st, err)) ||
-            (rc = tv__reg_bind_i64(reg, st, 1, id, err)))
-            goto done;
-        rc = sqlite3_step(st);
-        if (rc != SQLITE_ROW) {
-            rc = tv__sqlerr(reg->db, err, rc, "reading a lease");
-            goto done;
-        }
-        read_lease(st, out);
-        rc = 0;
-    }
+    if (out && (rc = tv__reg_query_one(reg, read_lease, out, "reading a lease", err,
+                                       LEASE_SELECT "WHERE l.id = ?1", "i", id)) == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_REGISTRY, "lease %lld vanished after its insert", (long long)id);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -88,15 +73,10 @@ int tv__reg_lease_release(tv__reg *reg, int64_t lease_id, tv_error *err)
 {
     if (!reg)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_lease_release: NULL registry");
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "DELETE FROM leases WHERE id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, lease_id, err)) == 0 &&
-        (rc = tv__reg_step_done(reg, st, "releasing a lease", err)) == 0 &&
-        sqlite3_changes64(reg->db) == 0)
+    int rc = tv__reg_exec(reg, "releasing a lease", err, "DELETE FROM leases WHERE id = ?1", "i",
+                          lease_id);
+    if (rc == 0 && sqlite3_changes64(reg->db) == 0)
         rc = tv__seterr(err, TV_E_NOT_FOUND, "no lease with id %lld", (long long)lease_id);
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -104,14 +84,10 @@ int tv__reg_lease_release_owner(tv__reg *reg, const char *owner, size_t *n, tv_e
 {
     if (!reg || !owner)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_lease_release_owner: NULL argument");
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "DELETE FROM leases WHERE owner = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, owner, err)) == 0 &&
-        (rc = tv__reg_step_done(reg, st, "releasing leases", err)) == 0 && n)
+    int rc = tv__reg_exec(reg, "releasing leases", err, "DELETE FROM leases WHERE owner = ?1", "t",
+                          owner);
+    if (rc == 0 && n)
         *n = (size_t)sqlite3_changes64(reg->db);
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -119,22 +95,11 @@ int tv__reg_leases_list(tv__reg *reg, tv__reg_lease **out, size_t *n, tv_error *
 {
     if (!reg || !out || !n)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_leases_list: NULL argument");
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_lease)};
-    int rc = tv__reg_prepare(reg, LEASE_SELECT "ORDER BY l.id", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_collect(reg, st, &v, read_lease, "listing leases", err)))
-        goto fail;
-    sqlite3_finalize(st);
+    int rc = tv__reg_query_list(reg, &v, read_lease, "listing leases", err,
+                                LEASE_SELECT "ORDER BY l.id", "");
     *out = v.items;
     *n = v.n;
-    return 0;
-fail:
-    sqlite3_finalize(st);
-    free(v.items);
     return rc;
 }
 
@@ -161,8 +126,9 @@ static tv__job_state job_state_from_text(const unsigned char *s)
     "id, model, source, state, bytes_total, bytes_done, ifnull(error, ''), "                       \
     "ifnull(generation, 0), created_at, ifnull(finished_at, 0)"
 
-static void read_job(sqlite3_stmt *st, void *record)
+static int read_job(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_job *j = record;
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(st, 0);
@@ -175,6 +141,7 @@ static void read_job(sqlite3_stmt *st, void *record)
     j->generation = sqlite3_column_int64(st, 7);
     j->created_at = sqlite3_column_int64(st, 8);
     j->finished_at = sqlite3_column_int64(st, 9);
+    return 0;
 }
 
 int tv__reg_job_create(tv__reg *reg, const char *model, const char *source, uint64_t bytes_total,
@@ -186,18 +153,12 @@ int tv__reg_job_create(tv__reg *reg, const char *model, const char *source, uint
     if ((rc = tv__reg_check_name(model, "model name", err)) ||
         (rc = tv__reg_check_path(source, "import source", err)))
         return rc;
-    sqlite3_stmt *st = NULL;
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO import_jobs (model, source, bytes_total) "
-                              "VALUES (?1, ?2, ?3)",
-                              &st, err)))
-        return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, model, err)) == 0 &&
-        (rc = tv__reg_bind_text(reg, st, 2, source, err)) == 0 &&
-        (rc = tv__reg_bind_u64(reg, st, 3, bytes_total, "bytes_total", err)) == 0 &&
-        (rc = tv__reg_step_done(reg, st, "creating an import job", err)) == 0 && id)
+    if ((rc = tv__reg_exec(reg, "creating an import job", err,
+                           "INSERT INTO import_jobs (model, source, bytes_total) "
+                           "VALUES (?1, ?2, ?3)",
+                           "ttu", model, source, bytes_total, "bytes_total")) == 0 &&
+        id)
         *id = sqlite3_last_insert_rowid(reg->db);
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -205,23 +166,10 @@ int tv__reg_job_get(tv__reg *reg, int64_t id, tv__reg_job *out, tv_error *err)
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_job_get: NULL argument");
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "SELECT " JOB_COLS " FROM import_jobs WHERE id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, id, err)))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        read_job(st, out);
-        rc = 0;
-    } else if (rc == SQLITE_DONE) {
+    int rc = tv__reg_query_one(reg, read_job, out, "reading an import job", err,
+                               "SELECT " JOB_COLS " FROM import_jobs WHERE id = ?1", "i", id);
+    if (rc == TV_E_NOT_FOUND)
         rc = tv__seterr(err, TV_E_NOT_FOUND, "no import job with id %lld", (long long)id);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading an import job");
-    }
-done:
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -248,26 +196,18 @@ int tv__reg_job_progress(tv__reg *reg, int64_t id, uint64_t bytes_done, uint64_t
                           (long long)id, (unsigned long long)bytes_done,
                           (unsigned long long)bytes_total, (long long)generation);
     tv__reg_job j;
-    sqlite3_stmt *st = NULL;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
     if ((rc = require_unfinished(reg, id, &j, err)))
         goto done;
-    if ((rc = tv__reg_prepare(reg,
-                              "UPDATE import_jobs SET state = 'running', bytes_done = ?2, "
-                              "bytes_total = ?3, "
-                              "generation = CASE WHEN ?4 = 0 THEN generation ELSE ?4 END "
-                              "WHERE id = ?1",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, id, err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 2, bytes_done, "bytes_done", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 3, bytes_total, "bytes_total", err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 4, generation, err)) ||
-        (rc = tv__reg_step_done(reg, st, "recording import progress", err)))
-        goto done;
+    rc = tv__reg_exec(reg, "recording import progress", err,
+                      "UPDATE import_jobs SET state = 'running', bytes_done = ?2, "
+                      "bytes_total = ?3, "
+                      "generation = CASE WHEN ?4 = 0 THEN generation ELSE ?4 END "
+                      "WHERE id = ?1",
+                      "iuui", id, bytes_done, "bytes_done", bytes_total, "bytes_total", generation);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -283,26 +223,18 @@ int tv__reg_job_finish(tv__reg *reg, int64_t id, int code, const char *message, 
     if (code)
         snprintf(text, sizeof text, "%s", message && *message ? message : tv_strerror(code));
     tv__reg_job j;
-    sqlite3_stmt *st = NULL;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
     if ((rc = require_unfinished(reg, id, &j, err)))
         goto done;
-    if ((rc = tv__reg_prepare(reg,
-                              "UPDATE import_jobs SET state = ?2, error = ?3, "
-                              "finished_at = CAST(strftime('%s', 'now') AS INTEGER), "
-                              "generation = CASE WHEN ?4 = 0 THEN generation ELSE ?4 END "
-                              "WHERE id = ?1",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, id, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 2, code ? "failed" : "succeeded", err)) ||
-        (rc = tv__reg_bind_text(reg, st, 3, code ? text : NULL, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 4, generation, err)) ||
-        (rc = tv__reg_step_done(reg, st, "finishing an import job", err)))
-        goto done;
+    rc = tv__reg_exec(reg, "finishing an import job", err,
+                      "UPDATE import_jobs SET state = ?2, error = ?3, "
+                      "finished_at = CAST(strftime('%s', 'now') AS INTEGER), "
+                      "generation = CASE WHEN ?4 = 0 THEN generation ELSE ?4 END "
+                      "WHERE id = ?1",
+                      "itti", id, code ? "failed" : "succeeded", code ? text : NULL, generation);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -310,25 +242,12 @@ int tv__reg_jobs_list(tv__reg *reg, size_t limit, tv__reg_job **out, size_t *n, 
 {
     if (!reg || !out || !n)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_jobs_list: NULL argument");
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_job)};
-    int rc = tv__reg_prepare(reg, "SELECT " JOB_COLS " FROM import_jobs ORDER BY id DESC LIMIT ?1",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit,
-                               err)))
-        goto fail;
-    if ((rc = tv__reg_collect(reg, st, &v, read_job, "listing import jobs", err)))
-        goto fail;
-    sqlite3_finalize(st);
+    int64_t lim = limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit;
+    int rc = tv__reg_query_list(reg, &v, read_job, "listing import jobs", err,
+                                "SELECT " JOB_COLS " FROM import_jobs ORDER BY id DESC LIMIT ?1",
+                                "i", lim);
     *out = v.items;
     *n = v.n;
-    return 0;
-fail:
-    sqlite3_finalize(st);
-    free(v.items);
     return rc;
 }

@@ -17,8 +17,9 @@
 
 #define OBJECT_COLS "id, device_id, base_off, alloc_len, canonical_len, sha256, state, created_at"
 
-static void read_object(sqlite3_stmt *st, void *record)
+static int read_object(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_object *o = record;
     memset(o, 0, sizeof *o);
     o->id = sqlite3_column_int64(st, 0);
@@ -30,57 +31,19 @@ static void read_object(sqlite3_stmt *st, void *record)
     const unsigned char *s = sqlite3_column_text(st, 6);
     o->state = s && !strcmp((const char *)s, "committed") ? TV__OBJ_COMMITTED : TV__OBJ_WRITING;
     o->created_at = sqlite3_column_int64(st, 7);
+    return 0;
 }
 
-/* Runs a query binding up to two values (an id and an optional text) and
- * collects every row into a malloc'd array. */
-static int list_objects(tv__reg *reg, const char *sql, const int64_t *id, const char *text,
-                        tv__reg_object **out, size_t *n, const char *what, tv_error *err)
+/* Collects every row of a query binding an optional id into a malloc'd
+ * array. */
+static int list_objects(tv__reg *reg, const char *sql, const int64_t *id, tv__reg_object **out,
+                        size_t *n, const char *what, tv_error *err)
 {
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_object)};
-    int rc = tv__reg_prepare(reg, sql, &st, err);
-    if (rc)
-        return rc;
-    if ((id && (rc = tv__reg_bind_i64(reg, st, 1, *id, err))) ||
-        (text && (rc = tv__reg_bind_text(reg, st, 2, text, err))))
-        goto fail;
-    if ((rc = tv__reg_collect(reg, st, &v, read_object, what, err)))
-        goto fail;
-    sqlite3_finalize(st);
+    int rc = id ? tv__reg_query_list(reg, &v, read_object, what, err, sql, "i", *id)
+                : tv__reg_query_list(reg, &v, read_object, what, err, sql, "");
     *out = v.items;
     *n = v.n;
-    return 0;
-fail:
-    sqlite3_finalize(st);
-    free(v.items);
-    return rc;
-}
-
-/* Reads one object row; TV_E_NOT_FOUND with msg when there is none. */
-static int get_one(tv__reg *reg, const char *sql, int64_t id, const char *text, tv__reg_object *out,
-                   const char *missing, tv_error *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, sql, &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, id, err)) ||
-        (text && (rc = tv__reg_bind_text(reg, st, 2, text, err))))
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        read_object(st, out);
-        rc = 0;
-    } else if (rc == SQLITE_DONE) {
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "%s", missing);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading an object");
-    }
-done:
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -88,28 +51,19 @@ int tv__reg_object_get(tv__reg *reg, int64_t object_id, tv__reg_object *out, tv_
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_get: NULL argument");
-    char missing[64];
-    snprintf(missing, sizeof missing, "no object with id %lld", (long long)object_id);
-    return get_one(reg, "SELECT " OBJECT_COLS " FROM objects WHERE id = ?1", object_id, NULL, out,
-                   missing, err);
+    int rc = tv__reg_query_one(reg, read_object, out, "reading an object", err,
+                               "SELECT " OBJECT_COLS " FROM objects WHERE id = ?1", "i", object_id);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no object with id %lld", (long long)object_id);
+    return rc;
 }
 
 static int device_exists(tv__reg *reg, int64_t device_id, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, "SELECT 1 FROM devices WHERE id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, device_id, err)) == 0) {
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW)
-            rc = 0;
-        else if (rc == SQLITE_DONE)
-            rc = tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)device_id);
-        else
-            rc = tv__sqlerr(reg->db, err, rc, "looking up a device");
-    }
-    sqlite3_finalize(st);
+    int rc = tv__reg_query_one(reg, NULL, NULL, "looking up a device", err,
+                               "SELECT 1 FROM devices WHERE id = ?1", "i", device_id);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)device_id);
     return rc;
 }
 
@@ -123,27 +77,19 @@ int tv__reg_object_insert_writing(tv__reg *reg, int64_t device_id, uint64_t base
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "object of %llu canonical bytes cannot use a %llu-byte extent",
                           (unsigned long long)canonical_len, (unsigned long long)alloc_len);
-    sqlite3_stmt *st = NULL;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
-    if ((rc = device_exists(reg, device_id, err)))
-        goto done;
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO objects (device_id, base_off, alloc_len, canonical_len) "
-                              "VALUES (?1, ?2, ?3, ?4)",
-                              &st, err)))
-        goto done;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, device_id, err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 2, base_off, "object base_off", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 3, alloc_len, "object alloc_len", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 4, canonical_len, "object canonical_len", err)) ||
-        (rc = tv__reg_step_done(reg, st, "reserving an object extent", err)))
+    if ((rc = device_exists(reg, device_id, err)) ||
+        (rc = tv__reg_exec(reg, "reserving an object extent", err,
+                           "INSERT INTO objects (device_id, base_off, alloc_len, canonical_len) "
+                           "VALUES (?1, ?2, ?3, ?4)",
+                           "iuuu", device_id, base_off, "object base_off", alloc_len,
+                           "object alloc_len", canonical_len, "object canonical_len")))
         goto done;
     if (id)
         *id = sqlite3_last_insert_rowid(reg->db);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -155,7 +101,7 @@ int tv__reg_objects_on_device(tv__reg *reg, int64_t device_id, tv__reg_object **
     return list_objects(reg,
                         "SELECT " OBJECT_COLS " FROM objects WHERE device_id = ?1 "
                         "ORDER BY base_off",
-                        &device_id, NULL, out, n, "listing a device's objects", err);
+                        &device_id, out, n, "listing a device's objects", err);
 }
 
 int tv__reg_object_find_committed(tv__reg *reg, int64_t device_id, const char *sha256_hex,
@@ -165,13 +111,15 @@ int tv__reg_object_find_committed(tv__reg *reg, int64_t device_id, const char *s
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_find_committed: NULL argument");
     if (!tv__reg_sha256_valid(sha256_hex))
         return tv__seterr(err, TV_E_INVALID_ARG, "sha256 is not 64 lower-case hex digits");
-    char missing[128];
-    snprintf(missing, sizeof missing, "no committed object with sha256 %.16s... on device %lld",
-             sha256_hex, (long long)device_id);
-    return get_one(reg,
-                   "SELECT " OBJECT_COLS " FROM objects WHERE device_id = ?1 AND sha256 = ?2 "
-                   "AND state = 'committed'",
-                   device_id, sha256_hex, out, missing, err);
+    int rc = tv__reg_query_one(reg, read_object, out, "reading an object", err,
+                               "SELECT " OBJECT_COLS " FROM objects WHERE device_id = ?1 "
+                               "AND sha256 = ?2 AND state = 'committed'",
+                               "it", device_id, sha256_hex);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND,
+                        "no committed object with sha256 %.16s... on device %lld", sha256_hex,
+                        (long long)device_id);
+    return rc;
 }
 
 int tv__reg_object_commit(tv__reg *reg, int64_t object_id, const char *sha256_hex, tv_error *err)
@@ -180,7 +128,6 @@ int tv__reg_object_commit(tv__reg *reg, int64_t object_id, const char *sha256_he
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_commit: NULL registry");
     if (!tv__reg_sha256_valid(sha256_hex))
         return tv__seterr(err, TV_E_INVALID_ARG, "sha256 is not 64 lower-case hex digits");
-    sqlite3_stmt *st = NULL;
     tv__reg_object o, dup;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
@@ -202,14 +149,10 @@ int tv__reg_object_commit(tv__reg *reg, int64_t object_id, const char *sha256_he
         rc = tv__reg_object_find_committed(reg, o.device_id, sha256_hex, &dup, err);
         goto done;
     }
-    if ((rc = tv__reg_prepare(
-             reg, "UPDATE objects SET sha256 = ?2, state = 'committed' WHERE id = ?1", &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, object_id, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 2, sha256_hex, err)) ||
-        (rc = tv__reg_step_done(reg, st, "committing an object", err)))
-        goto done;
+    rc = tv__reg_exec(reg, "committing an object", err,
+                      "UPDATE objects SET sha256 = ?2, state = 'committed' WHERE id = ?1", "it",
+                      object_id, sha256_hex);
 done:
-    sqlite3_finalize(st);
     return tv__reg_level_end(reg, rc, err);
 }
 
@@ -221,7 +164,7 @@ int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_obje
     return list_objects(reg,
                         "SELECT " OBJECT_COLS " FROM objects WHERE state = 'committed' "
                         "AND (?1 = 0 OR device_id = ?1) ORDER BY device_id, base_off",
-                        &device_id, NULL, out, n, "listing committed objects", err);
+                        &device_id, out, n, "listing committed objects", err);
 }
 
 int tv__reg_objects_unreferenced(tv__reg *reg, tv__reg_object **out, size_t *n, tv_error *err)
@@ -236,59 +179,40 @@ int tv__reg_objects_unreferenced(tv__reg *reg, tv__reg_object **out, size_t *n, 
                         "  WHERE so.object_id = o.id AND (g.state IN ('importing', 'ready') "
                         "    OR EXISTS (SELECT 1 FROM leases l WHERE l.generation_id = g.id))) "
                         "ORDER BY o.device_id, o.base_off",
-                        NULL, NULL, out, n, "listing unreferenced objects", err);
+                        NULL, out, n, "listing unreferenced objects", err);
+}
+
+static int check_user(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    int64_t object_id = *(const int64_t *)arg;
+    const char *model = (const char *)sqlite3_column_text(st, 0);
+    long long number = sqlite3_column_int64(st, 1);
+    const char *state = (const char *)sqlite3_column_text(st, 2);
+    bool leased = sqlite3_column_int(st, 3) != 0;
+    if (!strcmp(state, "importing") || !strcmp(state, "ready"))
+        return tv__seterr(err, TV_E_STATE,
+                          "object %lld holds a shard of %s generation %lld, which is %s",
+                          (long long)object_id, model, number, state);
+    if (leased)
+        return tv__seterr(err, TV_E_LEASED,
+                          "object %lld holds a shard of %s generation %lld, which a reader still leases",
+                          (long long)object_id, model, number);
+    return 0;
 }
 
 /* Fails with TV_E_STATE / TV_E_LEASED when a committed object is still
  * needed, naming the first generation that needs it. */
 static int check_unneeded(tv__reg *reg, int64_t object_id, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg,
-                             "SELECT m.name, g.number, g.state, "
-                             "  EXISTS (SELECT 1 FROM leases l WHERE l.generation_id = g.id) "
-                             "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
-                             "JOIN generations g ON g.id = s.generation_id "
-                             "JOIN models m ON m.id = g.model_id "
-                             "WHERE so.object_id = ?1 "
-                             "ORDER BY g.state IN ('importing', 'ready') DESC",
-                             &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_bind_i64(reg, st, 1, object_id, err)))
-        goto done;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *model = (const char *)sqlite3_column_text(st, 0);
-        long long number = sqlite3_column_int64(st, 1);
-        const char *state = (const char *)sqlite3_column_text(st, 2);
-        bool leased = sqlite3_column_int(st, 3) != 0;
-        if (!strcmp(state, "importing") || !strcmp(state, "ready")) {
-            rc = tv__seterr(err, TV_E_STATE,
-                            "object %lld holds a shard of %s generation %lld, which is %s",
-                            (long long)object_id, model, number, state);
-            goto done;
-        }
-        if (leased) {
-            rc = tv__seterr(err, TV_E_LEASED,
-                            "object %lld holds a shard of %s generation %lld, which a reader still leases",
-                            (long long)object_id, model, number);
-            goto done;
-        }
-    }
-    rc = rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, "checking object references");
-done:
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static int exec_id(tv__reg *reg, const char *sql, int64_t id, const char *what, tv_error *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, sql, &st, err);
-    if (rc == 0 && (rc = tv__reg_bind_i64(reg, st, 1, id, err)) == 0)
-        rc = tv__reg_step_done(reg, st, what, err);
-    sqlite3_finalize(st);
-    return rc;
+    return tv__reg_query_each(reg, check_user, &object_id, "checking object references", err,
+                              "SELECT m.name, g.number, g.state, "
+                              "  EXISTS (SELECT 1 FROM leases l WHERE l.generation_id = g.id) "
+                              "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
+                              "JOIN generations g ON g.id = s.generation_id "
+                              "JOIN models m ON m.id = g.model_id "
+                              "WHERE so.object_id = ?1 "
+                              "ORDER BY g.state IN ('importing', 'ready') DESC",
+                              "i", object_id);
 }
 
 int tv__reg_object_delete(tv__reg *reg, int64_t object_id, tv_error *err)
@@ -303,10 +227,10 @@ int tv__reg_object_delete(tv__reg *reg, int64_t object_id, tv_error *err)
         goto done;
     if (o.state == TV__OBJ_COMMITTED && (rc = check_unneeded(reg, object_id, err)))
         goto done;
-    if ((rc = exec_id(reg, "DELETE FROM shard_objects WHERE object_id = ?1", object_id,
-                      "unbinding an object", err)) ||
-        (rc = exec_id(reg, "DELETE FROM objects WHERE id = ?1", object_id, "deleting an object",
-                      err)))
+    if ((rc = tv__reg_exec(reg, "unbinding an object", err,
+                           "DELETE FROM shard_objects WHERE object_id = ?1", "i", object_id)) ||
+        (rc = tv__reg_exec(reg, "deleting an object", err, "DELETE FROM objects WHERE id = ?1", "i",
+                           object_id)))
         goto done;
 done:
     return tv__reg_level_end(reg, rc, err);
@@ -357,8 +281,9 @@ done:
     return rc;
 }
 
-static void read_user(sqlite3_stmt *st, void *record)
+static int read_user(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_object_user *u = record;
     tv__reg_col_text(st, 0, u->model, sizeof u->model);
     u->generation = sqlite3_column_int64(st, 1);
@@ -367,6 +292,7 @@ static void read_user(sqlite3_stmt *st, void *record)
     u->active = sqlite3_column_int(st, 3) != 0;
     tv__reg_col_text(st, 4, u->shard, sizeof u->shard);
     u->shard_idx = (uint32_t)sqlite3_column_int64(st, 5);
+    return 0;
 }
 
 int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **out, size_t *n,
@@ -376,27 +302,21 @@ int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_object_users: NULL argument");
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_object_user)};
     tv__reg_object o;
     /* One read transaction: the object and its bindings from one state. */
     int rc = tv__reg_level_begin(reg, false, err);
     if (rc)
         return rc;
-    if ((rc = tv__reg_object_get(reg, object_id, &o, err)) ||
-        (rc = tv__reg_prepare(reg,
-                              "SELECT m.name, g.number, g.state, "
-                              "  coalesce(m.active_generation = g.number, 0), s.name, s.idx "
-                              "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
-                              "JOIN generations g ON g.id = s.generation_id "
-                              "JOIN models m ON m.id = g.model_id "
-                              "WHERE so.object_id = ?1 ORDER BY m.name, g.number, s.idx",
-                              &st, err)) ||
-        (rc = tv__reg_bind_i64(reg, st, 1, object_id, err)) ||
-        (rc = tv__reg_collect(reg, st, &v, read_user, "listing an object's users", err)))
-        goto done;
-done:
-    sqlite3_finalize(st);
+    if ((rc = tv__reg_object_get(reg, object_id, &o, err)) == 0)
+        rc = tv__reg_query_list(reg, &v, read_user, "listing an object's users", err,
+                                "SELECT m.name, g.number, g.state, "
+                                "  coalesce(m.active_generation = g.number, 0), s.name, s.idx "
+                                "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
+                                "JOIN generations g ON g.id = s.generation_id "
+                                "JOIN models m ON m.id = g.model_id "
+                                "WHERE so.object_id = ?1 ORDER BY m.name, g.number, s.idx",
+                                "i", object_id);
     rc = tv__reg_level_end(reg, rc, err);
     if (rc) {
         free(v.items);

@@ -1,5 +1,7 @@
 /* Internals shared by the registry's source files: the handle, transaction
- * levels, SQLite error mapping, checked binding of unsigned values.
+ * levels, SQLite error mapping, checked binding of unsigned values, and the
+ * query helpers (tv__reg_stmt/_exec/_query_one/_query_each/_query_list)
+ * that every registry query goes through.
  *
  * Invariants: reg->depth counts open transaction levels (explicit and
  * internal); level 1 is a BEGIN (IMMEDIATE for writes), deeper levels are
@@ -79,14 +81,43 @@ typedef struct tv__reg_vec {
 /* Appends one zeroed record; returns it, or NULL on overflow/ENOMEM. */
 void *tv__reg_vec_push(tv__reg_vec *v);
 
-/* Fills one record from the current row. */
-typedef void (*tv__reg_row_fn)(sqlite3_stmt *st, void *record);
+/* Reads the current row into record (or a caller's context); returns 0 or
+ * an error with err set, which stops the query. */
+typedef int (*tv__reg_row_fn)(sqlite3_stmt *st, void *record, tv_error *err);
 
-/* Steps a prepared (and bound) statement to the end, appending one record
- * per row to v with read. Does not finalize st; on failure v->items is
- * still the caller's to free. Returns 0, -ENOMEM or the SQLite error
- * (messages say "what"). */
-int tv__reg_collect(tv__reg *reg, sqlite3_stmt *st, tv__reg_vec *v, tv__reg_row_fn read,
-                    const char *what, tv_error *err);
+/* The query helpers: every registry query is one of these. sql's
+ * parameters ?1, ?2, ... are bound from the arguments after types, one
+ * letter each: 'i' int64_t, 't' const char * (NULL binds NULL), 'u'
+ * uint64_t followed by the const char * naming it (TV_E_OVERFLOW over
+ * INT64_MAX). Pass exactly those types (cast counts to int64_t). SQLite
+ * failures say "what". */
+
+/* Prepares and binds; the caller steps and finalizes *st (NULL on failure). */
+int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql, const char *types,
+                 ...);
+
+/* Runs a statement to completion (INSERT/UPDATE/DELETE). Returns 0, -EEXIST
+ * for a UNIQUE or PRIMARY KEY violation, or the mapped error. */
+int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql, const char *types,
+                 ...);
+
+/* A row reader for column 0 as an int64_t (NULL reads as 0). */
+int tv__reg_read_i64(sqlite3_stmt *st, void *record, tv_error *err);
+
+/* Reads the first row with read(st, out, err) (read NULL: only whether
+ * there is one). TV_E_NOT_FOUND, with
+ * "<what>: no such row" that callers replace with their own message, when
+ * there is none. */
+int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what, tv_error *err,
+                      const char *sql, const char *types, ...);
+
+/* Calls each(st, ctx, err) for every row until it returns nonzero. */
+int tv__reg_query_each(tv__reg *reg, tv__reg_row_fn each, void *ctx, const char *what,
+                       tv_error *err, const char *sql, const char *types, ...);
+
+/* Appends one zeroed record per row to v (v->size set, v->items NULL) and
+ * fills it with read. On failure v->items is freed and v is empty. */
+int tv__reg_query_list(tv__reg *reg, tv__reg_vec *v, tv__reg_row_fn read, const char *what,
+                       tv_error *err, const char *sql, const char *types, ...);
 
 #endif

@@ -8,6 +8,7 @@
  * error), so the next call starts clean. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,17 +118,138 @@ int tv__reg_check_path(const char *s, const char *what, tv_error *err)
     return 0;
 }
 
-int tv__reg_collect(tv__reg *reg, sqlite3_stmt *st, tv__reg_vec *v, tv__reg_row_fn read,
+/* Prepares sql and binds ?1.. from types (see reg_internal.h). */
+static int stmt_v(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql,
+                  const char *types, va_list ap)
+{
+    int rc = tv__reg_prepare(reg, sql, st, err);
+    for (int i = 0; !rc && types[i]; i++) {
+        if (types[i] == 'i') {
+            rc = tv__reg_bind_i64(reg, *st, i + 1, va_arg(ap, int64_t), err);
+        } else if (types[i] == 't') {
+            rc = tv__reg_bind_text(reg, *st, i + 1, va_arg(ap, const char *), err);
+        } else if (types[i] == 'u') {
+            uint64_t v = va_arg(ap, uint64_t);
+            rc = tv__reg_bind_u64(reg, *st, i + 1, v, va_arg(ap, const char *), err);
+        } else {
+            rc = tv__seterr(err, TV_E_INTERNAL, "registry: bad parameter type '%c' in \"%s\"",
+                            types[i], sql);
+        }
+    }
+    if (rc) {
+        sqlite3_finalize(*st);
+        *st = NULL;
+    }
+    return rc;
+}
+
+int tv__reg_stmt(tv__reg *reg, sqlite3_stmt **st, tv_error *err, const char *sql, const char *types,
+                 ...)
+{
+    va_list ap;
+    va_start(ap, types);
+    int rc = stmt_v(reg, st, err, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int tv__reg_exec(tv__reg *reg, const char *what, tv_error *err, const char *sql, const char *types,
+                 ...)
+{
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    va_start(ap, types);
+    int rc = stmt_v(reg, &st, err, sql, types, ap);
+    va_end(ap);
+    if (rc == 0)
+        rc = tv__reg_step_done(reg, st, what, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Steps st to the end (or only to its first row when one), calling fn per
+ * row; TV_E_NOT_FOUND when one and there is no row. */
+static int run_rows(tv__reg *reg, sqlite3_stmt *st, bool one, tv__reg_row_fn fn, void *arg,
                     const char *what, tv_error *err)
 {
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        void *rec = tv__reg_vec_push(v);
-        if (!rec)
-            return tv__seterr(err, -ENOMEM, "%s: out of memory", what);
-        read(st, rec); /* raw-syscall-ok: the row-reader callback, not read(2) */
+        int frc = fn ? fn(st, arg, err) : 0;
+        if (frc || one)
+            return frc;
     }
-    return rc == SQLITE_DONE ? 0 : tv__sqlerr(reg->db, err, rc, what);
+    if (rc != SQLITE_DONE)
+        return tv__sqlerr(reg->db, err, rc, what);
+    return one ? tv__seterr(err, TV_E_NOT_FOUND, "%s: no such row", what) : 0;
+}
+
+static int query_v(tv__reg *reg, bool one, tv__reg_row_fn fn, void *arg, const char *what,
+                   tv_error *err, const char *sql, const char *types, va_list ap)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = stmt_v(reg, &st, err, sql, types, ap);
+    if (rc == 0)
+        rc = run_rows(reg, st, one, fn, arg, what, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int tv__reg_query_one(tv__reg *reg, tv__reg_row_fn read, void *out, const char *what, tv_error *err,
+                      const char *sql, const char *types, ...)
+{
+    va_list ap;
+    va_start(ap, types);
+    int rc = query_v(reg, true, read, out, what, err, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int tv__reg_query_each(tv__reg *reg, tv__reg_row_fn each, void *ctx, const char *what,
+                       tv_error *err, const char *sql, const char *types, ...)
+{
+    va_list ap;
+    va_start(ap, types);
+    int rc = query_v(reg, false, each, ctx, what, err, sql, types, ap);
+    va_end(ap);
+    return rc;
+}
+
+int tv__reg_read_i64(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    *(int64_t *)record = sqlite3_column_int64(st, 0);
+    return 0;
+}
+
+typedef struct collect_ctx {
+    tv__reg_vec *v;
+    tv__reg_row_fn read;
+    const char *what;
+} collect_ctx;
+
+static int collect_row(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    collect_ctx *c = arg;
+    void *rec = tv__reg_vec_push(c->v);
+    if (!rec)
+        return tv__seterr(err, -ENOMEM, "%s: out of memory", c->what);
+    return c->read(st, rec, err); /* raw-syscall-ok: the row-reader callback, not read(2) */
+}
+
+int tv__reg_query_list(tv__reg *reg, tv__reg_vec *v, tv__reg_row_fn read, const char *what,
+                       tv_error *err, const char *sql, const char *types, ...)
+{
+    collect_ctx c = {v, read, what};
+    va_list ap;
+    va_start(ap, types);
+    int rc = query_v(reg, false, collect_row, &c, what, err, sql, types, ap);
+    va_end(ap);
+    if (rc) {
+        free(v->items);
+        v->items = NULL;
+        v->n = v->cap = 0;
+    }
+    return rc;
 }
 
 void *tv__reg_vec_push(tv__reg_vec *v)
@@ -275,21 +397,26 @@ int tv__reg_tx_depth(const tv__reg *reg)
 /* Open and close                                                           */
 /* ------------------------------------------------------------------------ */
 
+typedef struct text_out {
+    char *buf;
+    size_t cap;
+} text_out;
+
+static int read_text0(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    (void)err;
+    text_out *t = arg;
+    tv__reg_col_text(st, 0, t->buf, t->cap);
+    return 0;
+}
+
 static int pragma_text(tv__reg *reg, const char *sql, char *out, size_t cap, tv_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, sql, &st, err);
-    if (rc)
-        return rc;
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = tv__sqlerr(reg->db, err, rc, sql);
-        sqlite3_finalize(st);
-        return rc;
-    }
-    tv__reg_col_text(st, 0, out, cap);
-    sqlite3_finalize(st);
-    return 0;
+    text_out t = {out, cap};
+    int rc = tv__reg_query_one(reg, read_text0, &t, sql, err, sql, "");
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_REGISTRY, "%s: no result row", sql);
+    return rc;
 }
 
 static int configure(tv__reg *reg, const char *path, bool readonly, tv_error *err)
@@ -647,26 +774,17 @@ int tv__reg_device_add(tv__reg *reg, const tv__reg_device *in, int64_t *id, tv_e
         return rc;
     const char *identity = in->identity[0] ? in->identity : "{}";
 
-    if ((rc = tv__reg_prepare(reg,
-                              "INSERT INTO devices (uuid, path, kind, lba_size, io_align, "
-                              "object_align, size_bytes, region_off, region_len, data_off, "
-                              "identity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                              "CASE WHEN json_valid(?11) AND json_type(?11) = 'object' "
-                              "THEN ?11 END)",
-                              &st, err)))
+    if ((rc = tv__reg_stmt(reg, &st, err,
+                           "INSERT INTO devices (uuid, path, kind, lba_size, io_align, "
+                           "object_align, size_bytes, region_off, region_len, data_off, "
+                           "identity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                           "CASE WHEN json_valid(?11) AND json_type(?11) = 'object' "
+                           "THEN ?11 END)",
+                           "tttuuuuuuut", in->uuid, in->path, in->kind, in->lba_size, "lba_size",
+                           in->io_align, "io_align", in->object_align, "object_align",
+                           in->size_bytes, "size_bytes", in->region_off, "region_off",
+                           in->region_len, "region_len", in->data_off, "data_off", identity)))
         return rc;
-    if ((rc = tv__reg_bind_text(reg, st, 1, in->uuid, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 2, in->path, err)) ||
-        (rc = tv__reg_bind_text(reg, st, 3, in->kind, err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 4, in->lba_size, "lba_size", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 5, in->io_align, "io_align", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 6, in->object_align, "object_align", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 7, in->size_bytes, "size_bytes", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 8, in->region_off, "region_off", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 9, in->region_len, "region_len", err)) ||
-        (rc = tv__reg_bind_u64(reg, st, 10, in->data_off, "data_off", err)) ||
-        (rc = tv__reg_bind_text(reg, st, 11, identity, err)))
-        goto done;
     rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
         rc = 0;
@@ -680,7 +798,6 @@ int tv__reg_device_add(tv__reg *reg, const tv__reg_device *in, int64_t *id, tv_e
     } else {
         rc = tv__sqlerr(reg->db, err, rc, "adding a device");
     }
-done:
     sqlite3_finalize(st);
     return rc;
 }
@@ -689,8 +806,9 @@ done:
     "id, uuid, path, kind, lba_size, io_align, object_align, size_bytes, region_off, "             \
     "region_len, data_off, identity, created_at"
 
-static void read_device(sqlite3_stmt *st, void *record)
+static int read_device(sqlite3_stmt *st, void *record, tv_error *err)
 {
+    (void)err;
     tv__reg_device *d = record;
     memset(d, 0, sizeof *d);
     d->id = sqlite3_column_int64(st, 0);
@@ -706,68 +824,39 @@ static void read_device(sqlite3_stmt *st, void *record)
     d->data_off = tv__reg_col_u64(st, 10);
     tv__reg_col_text(st, 11, d->identity, sizeof d->identity);
     d->created_at = sqlite3_column_int64(st, 12);
-}
-
-static int device_get_where(tv__reg *reg, const char *sql, int64_t id, const char *uuid,
-                            tv__reg_device *out, tv_error *err)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = tv__reg_prepare(reg, sql, &st, err);
-    if (rc)
-        return rc;
-    rc = uuid ? tv__reg_bind_text(reg, st, 1, uuid, err) : tv__reg_bind_i64(reg, st, 1, id, err);
-    if (rc)
-        goto done;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        read_device(st, out);
-        rc = 0;
-    } else if (rc == SQLITE_DONE) {
-        rc = uuid ? tv__seterr(err, TV_E_NOT_FOUND, "no device with uuid %.40s", uuid)
-                  : tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)id);
-    } else {
-        rc = tv__sqlerr(reg->db, err, rc, "reading a device");
-    }
-done:
-    sqlite3_finalize(st);
-    return rc;
+    return 0;
 }
 
 int tv__reg_device_get(tv__reg *reg, int64_t id, tv__reg_device *out, tv_error *err)
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_get: NULL argument");
-    return device_get_where(reg, "SELECT " DEVICE_COLS " FROM devices WHERE id = ?1", id, NULL, out,
-                            err);
+    int rc = tv__reg_query_one(reg, read_device, out, "reading a device", err,
+                               "SELECT " DEVICE_COLS " FROM devices WHERE id = ?1", "i", id);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no device with id %lld", (long long)id);
+    return rc;
 }
 
 int tv__reg_device_get_by_uuid(tv__reg *reg, const char *uuid, tv__reg_device *out, tv_error *err)
 {
     if (!reg || !uuid || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_get_by_uuid: NULL argument");
-    return device_get_where(reg, "SELECT " DEVICE_COLS " FROM devices WHERE uuid = ?1", 0, uuid,
-                            out, err);
+    int rc = tv__reg_query_one(reg, read_device, out, "reading a device", err,
+                               "SELECT " DEVICE_COLS " FROM devices WHERE uuid = ?1", "t", uuid);
+    if (rc == TV_E_NOT_FOUND)
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "no device with uuid %.40s", uuid);
+    return rc;
 }
 
 int tv__reg_device_list(tv__reg *reg, tv__reg_device **out, size_t *n, tv_error *err)
 {
     if (!reg || !out || !n)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_list: NULL argument");
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *st = NULL;
     tv__reg_vec v = {.size = sizeof(tv__reg_device)};
-    int rc = tv__reg_prepare(reg, "SELECT " DEVICE_COLS " FROM devices ORDER BY id", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = tv__reg_collect(reg, st, &v, read_device, "listing devices", err)))
-        goto fail;
-    sqlite3_finalize(st);
+    int rc = tv__reg_query_list(reg, &v, read_device, "listing devices", err,
+                                "SELECT " DEVICE_COLS " FROM devices ORDER BY id", "");
     *out = v.items;
     *n = v.n;
-    return 0;
-fail:
-    sqlite3_finalize(st);
-    free(v.items);
     return rc;
 }

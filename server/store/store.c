@@ -505,7 +505,7 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     if (o->image) {
         path = o->image;
         dflags |= TV__DEV_O_NOFOLLOW;
-        rc = tv__dev_create_image(o->image, o->image_size, err);
+        rc = tv__dev_create_image(o->image, o->image_size_bytes, err);
         if (rc == 0)
             created_image = true;
         else if (rc != -EEXIST)
@@ -515,9 +515,9 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
     }
     if ((rc = tv__dev_open(path, dflags, &d, err)))
         goto fail;
-    if (o->image && !created_image && d->size_bytes != o->image_size) {
+    if (o->image && !created_image && d->size_bytes != o->image_size_bytes) {
         rc = tv__seterr(err, -EEXIST, "image %s exists with %llu bytes, not the %llu asked", path,
-                        (unsigned long long)d->size_bytes, (unsigned long long)o->image_size);
+                        (unsigned long long)d->size_bytes, (unsigned long long)o->image_size_bytes);
         goto fail;
     }
     if (!realpath(path, real)) {

@@ -34,9 +34,9 @@ typedef struct tv__store {
 } tv__store;
 
 typedef struct tv__store_init_opts {
-    const char *image;      /* create a sparse file image of image_size bytes (or use the
-                               existing file of that size), or */
-    uint64_t image_size;
+    const char *image; /* create a sparse file image of image_size_bytes bytes (or use
+                          the existing file of that size), or */
+    uint64_t image_size_bytes;
     const char *device;     /* use an existing block device or image */
     uint64_t region_off;    /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
     uint64_t region_len;    /* 0 = the rest of the device */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "cli/args.h"
+#include "cli/cli.h"
 #include "util/internal.h"
 
 static void test_gen_accepts(void **state)
@@ -241,7 +242,7 @@ static void test_list(void **state)
 
 /* ---- the option parser ---------------------------------------------------- */
 
-static int parse(tv_cli_opt *opts, size_t n_opts, tv_cli_args *a, const char **args)
+static int parse(const tv__cli_opt *opts, size_t n_opts, tv__cli_args *a, const char **args)
 {
     char *argv[16];
     int argc = 0;
@@ -251,12 +252,12 @@ static int parse(tv_cli_opt *opts, size_t n_opts, tv_cli_args *a, const char **a
     a->opts = opts;
     a->n_opts = n_opts;
     a->n_pos = 0;
-    return tv_cli_parse("cmd", argc, argv, a);
+    return tv__cli_parse("cmd", argc, argv, a);
 }
 
 #define OPTS                                                                                       \
-    tv_cli_opt opts[] = {{"--store", true, NULL}, {"--json", false, NULL}, {"-o", true, NULL}};    \
-    tv_cli_args a
+    tv__cli_opt opts[] = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}, {"-o", "FILE", NULL}}; \
+    tv__cli_args a
 
 static void test_parse_ok(void **state)
 {
@@ -264,21 +265,21 @@ static void test_parse_ok(void **state)
     OPTS;
     const char *args[] = {"--store", "S", "x", "-o", "-", "--json", "y", NULL};
     assert_int_equal(parse(opts, 3, &a, args), 0);
-    assert_string_equal(tv_cli_get(&a, "--store"), "S");
-    assert_string_equal(tv_cli_get(&a, "-o"), "-");
-    assert_true(tv_cli_flag(&a, "--json"));
+    assert_string_equal(tv__cli_get(&a, "--store"), "S");
+    assert_string_equal(tv__cli_get(&a, "-o"), "-");
+    assert_true(tv__cli_flag(&a, "--json"));
     assert_int_equal(a.n_pos, 2);
     assert_string_equal(a.pos[0], "x");
     assert_string_equal(a.pos[1], "y");
     const char *eq[] = {"--store=S=T", NULL};
     assert_int_equal(parse(opts, 3, &a, eq), 0);
-    assert_string_equal(tv_cli_get(&a, "--store"), "S=T");
-    assert_false(tv_cli_flag(&a, "--json"));
+    assert_string_equal(tv__cli_get(&a, "--store"), "S=T");
+    assert_false(tv__cli_flag(&a, "--json"));
     /* "--" ends the options; a value may look like a foreign option. */
     const char *dd[] = {"-o", "-1:2", "--", "--json", "-x", NULL};
     assert_int_equal(parse(opts, 3, &a, dd), 0);
-    assert_string_equal(tv_cli_get(&a, "-o"), "-1:2");
-    assert_false(tv_cli_flag(&a, "--json"));
+    assert_string_equal(tv__cli_get(&a, "-o"), "-1:2");
+    assert_false(tv__cli_flag(&a, "--json"));
     assert_int_equal(a.n_pos, 2);
     assert_string_equal(a.pos[0], "--json");
     assert_string_equal(a.pos[1], "-x");
@@ -324,8 +325,8 @@ static void test_parse_refuses(void **state)
 static void test_opt_size_bounds(void **state)
 {
     (void)state;
-    tv_cli_opt opts[] = {{"--chunk", true, NULL}};
-    tv_cli_args a;
+    tv__cli_opt opts[] = {{"--chunk", "SIZE", NULL}};
+    tv__cli_args a;
     uint64_t v = 77;
     const char *none[] = {NULL};
     assert_int_equal(parse(opts, 1, &a, none), 0);
@@ -343,13 +344,138 @@ static void test_opt_size_bounds(void **state)
         assert_int_equal(tv__cli_opt_size("cmd", &a, "--chunk", 4096, 1 << 30, &v), 2);
         assert_true(v == 77);
     }
-    tv_cli_opt qopts[] = {{"--qd", true, NULL}};
+    tv__cli_opt qopts[] = {{"--qd", "N", NULL}};
     static const char *bad_qd[] = {"0", "4097", "-1", "+1", "1K", "18446744073709551616"};
     for (size_t i = 0; i < TV_ARRAY_LEN(bad_qd); i++) {
         const char *args[] = {"--qd", bad_qd[i], NULL};
         assert_int_equal(parse(qopts, 1, &a, args), 0);
-        assert_int_equal(tv__cli_opt_uint("cmd", &a, "--qd", 1, TV_CLI_MAX_QD, &v), 2);
+        assert_int_equal(tv__cli_opt_uint("cmd", &a, "--qd", 1, TV__CLI_MAX_QD, &v), 2);
     }
+}
+
+/* ---- usage lines from the command tables ------------------------------------ */
+
+/* The usage lines as they were written by hand before they were generated:
+ * the tables must keep producing them (the --help text users know). */
+static const char *const g_usage[][2] = {
+    {"inspect", "inspect PATH [--json]"},
+    {"store init", "store init --store DIR (--image FILE --size SIZE | --device PATH) "
+                   "[--region-offset SIZE] [--region-size SIZE] [--force] [--json]"},
+    {"import", "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...] "
+               "[--chunk SIZE] [--json]"},
+    {"models", "models --store DIR [--json]"},
+    {"generations", "generations --store DIR NAME [--json]"},
+    {"tensors", "tensors --store DIR NAME[@GEN] [--json]"},
+    {"devices", "devices --store DIR [--json]"},
+    {"activate", "activate --store DIR NAME GEN [--json]"},
+    {"retire", "retire --store DIR NAME GEN [--json]"},
+    {"gc", "gc --store DIR [--json]"},
+    {"verify", "verify --store DIR [--json]"},
+    {"get", "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
+            "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"},
+};
+
+static void test_usage_from_tables(void **state)
+{
+    (void)state;
+    char line[1024];
+    size_t seen = 0;
+    for (size_t i = 0; i < tv__cli_n_cmds; i++) {
+        const tv__cli_cmd *cmd = tv__cli_cmds[i];
+        tv__cli_cmd_usage(cmd, line, sizeof(line));
+        for (size_t k = 0; k < TV_ARRAY_LEN(g_usage); k++)
+            if (!strcmp(g_usage[k][0], cmd->name)) {
+                assert_string_equal(line, g_usage[k][1]);
+                seen++;
+            }
+        /* Every option but an alias appears in the line, as itself and
+         * followed by its value's name; --json is everywhere. */
+        bool json = false;
+        for (size_t k = 0; k < TV__CLI_MAX_OPTS && cmd->opts[k].name; k++) {
+            const tv__cli_opt *o = &cmd->opts[k];
+            json |= !strcmp(o->name, "--json");
+            if (!strcmp(o->name, "--output"))
+                continue; /* the alias of -o */
+            char want[128];
+            snprintf(want, sizeof want, "%s%s%s", o->name, o->metavar ? " " : "",
+                     o->metavar ? o->metavar : "");
+            if (!strstr(line, want))
+                fail_msg("%s: usage '%s' does not show '%s'", cmd->name, line, want);
+        }
+        assert_true(json);
+        assert_true(cmd->min_pos <= cmd->max_pos && cmd->max_pos <= TV__CLI_MAX_POS);
+    }
+    assert_int_equal(seen, TV_ARRAY_LEN(g_usage));
+}
+
+/* ---- the prologue ------------------------------------------------------------ */
+
+static int begin(const tv__cli_cmd *cmd, tv__cli_ctx *c, const char **args)
+{
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)cmd->name;
+    for (; *args; args++)
+        argv[argc++] = (char *)*args;
+    return tv__cli_begin(cmd, argc, argv, c);
+}
+
+static void test_prologue(void **state)
+{
+    (void)state;
+    tv__cli_ctx c;
+    unsetenv("TENSORVAULT_STORE");
+    const char *spec[] = {"--store", "S", "org/m@12", "w", "-o", "-", "--json", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, spec), 0);
+    assert_string_equal(c.store, "S");
+    assert_string_equal(c.model, "org/m");
+    assert_true(c.gen == 12);
+    assert_true(c.json);
+    assert_int_equal(c.a.n_pos, 2);
+    assert_string_equal(tv__cli_get(&c.a, "-o"), "-");
+    const char *active[] = {"--store=S", "m", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_tensors, &c, active), 0);
+    assert_string_equal(c.model, "m");
+    assert_true(c.gen == 0);
+    assert_false(c.json);
+    const char *gen[] = {"--store", "S", "m", "7", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_retire, &c, gen), 0);
+    assert_true(c.gen == 7);
+    /* The store comes from $TENSORVAULT_STORE when --store is absent. */
+    const char *none[] = {NULL};
+    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 2);
+    setenv("TENSORVAULT_STORE", "E", 1);
+    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 0);
+    assert_string_equal(c.store, "E");
+    setenv("TENSORVAULT_STORE", "", 1);
+    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 2);
+    unsetenv("TENSORVAULT_STORE");
+    /* Usage errors: positionals, NAME[@GEN], GEN; inspect needs no store. */
+    static const char *bad[][6] = {
+        {"--store", "S", "x", NULL},         /* models takes none */
+        {"--store", "S", "m@01", "w", NULL}, /* get: bad GEN */
+        {"--store", "S", "@1", "w", NULL},   /* get: empty NAME */
+        {"--store", "S", "m", "0", NULL},    /* retire: bad GEN */
+        {"--store", "S", "m", NULL},         /* retire: too few */
+    };
+    const tv__cli_cmd *cmds[] = {&tv__cli_cmd_models, &tv__cli_cmd_get, &tv__cli_cmd_get,
+                                 &tv__cli_cmd_retire, &tv__cli_cmd_retire};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++)
+        if (begin(cmds[i], &c, bad[i]) != 2)
+            fail_msg("case %zu (%s %s) was accepted", i, cmds[i]->name, bad[i][2]);
+    /* NAME length: tensors refuses what the registry cannot hold (255
+     * bytes), get leaves a longer one to the library. */
+    char longname[301];
+    memset(longname, 'a', 300);
+    longname[300] = '\0';
+    const char *lt[] = {"--store", "S", longname, NULL};
+    assert_int_equal(begin(&tv__cli_cmd_tensors, &c, lt), 2);
+    const char *lg[] = {"--store", "S", longname, "w", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, lg), 0);
+    assert_int_equal(strlen(c.model), 300);
+    const char *path[] = {"x.safetensors", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_inspect, &c, path), 0);
+    assert_null(c.store);
 }
 
 int main(void)
@@ -366,6 +492,8 @@ int main(void)
         cmocka_unit_test(test_parse_ok),
         cmocka_unit_test(test_parse_refuses),
         cmocka_unit_test(test_opt_size_bounds),
+        cmocka_unit_test(test_usage_from_tables),
+        cmocka_unit_test(test_prologue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -421,7 +421,8 @@ static int teardown(void **state)
 static void open_store(fixture *f, uint64_t region_len)
 {
     tv_error err = {0};
-    tv__store_init_opts o = {.image = f->image, .image_size = 16 * MiB, .region_len = region_len};
+    tv__store_init_opts o = {
+        .image = f->image, .image_size_bytes = 16 * MiB, .region_len = region_len};
     int rc = tv__store_init(f->store, &o, &f->dev, &err);
     if (rc)
         fail_msg("store init: %s", err.msg);

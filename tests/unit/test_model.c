@@ -255,7 +255,7 @@ static store_fx *store_new(void)
     tv_test_write_file(f->ck1, f->src1, f->len1);
     tv_test_write_file(f->ck2, f->src2, f->len2);
     tv_error err = {0};
-    tv__store_init_opts o = {.image = f->image, .image_size = 16 * MiB};
+    tv__store_init_opts o = {.image = f->image, .image_size_bytes = 16 * MiB};
     if (tv__store_init(f->store, &o, NULL, &err))
         fail_msg("store init: %s", err.msg);
     if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
@@ -1399,7 +1399,7 @@ static void rep_store(rep_fx *x)
     int64_t ids[N_REP];
     for (int i = 0; i < N_REP; i++) {
         snprintf(x->img[i], sizeof x->img[i], "%s/image%d", f->dir, i);
-        tv__store_init_opts o = {.image = x->img[i], .image_size = 16 * MiB};
+        tv__store_init_opts o = {.image = x->img[i], .image_size_bytes = 16 * MiB};
         if (tv__store_init(f->store, &o, &ids[i], &err))
             fail_msg("store init %s: %s", x->img[i], err.msg);
     }
@@ -1503,7 +1503,7 @@ static void damage(rep_fx *x, int i, enum damage how)
         snprintf(st, sizeof st, "%s/store", x->other);
         snprintf(img, sizeof img, "%s.img", x->other);
         assert_int_equal(mkdir(x->other, 0700), 0);
-        tv__store_init_opts o = {.image = img, .image_size = 16 * MiB};
+        tv__store_init_opts o = {.image = img, .image_size_bytes = 16 * MiB};
         if (tv__store_init(st, &o, NULL, &err))
             fail_msg("other store: %s", err.msg);
         int fd = open(img, O_RDONLY | O_CLOEXEC);

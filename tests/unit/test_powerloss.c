@@ -289,7 +289,7 @@ static void run_clean(pl_cmd *c)
 
 static pl_cmd cmd_import(bool activate, int gen_ck)
 {
-    pl_cmd c = {.run = tv_cli_import, .argc = 0};
+    pl_cmd c = {.run = tv__cli_import, .argc = 0};
     c.argv[c.argc++] = "import";
     c.argv[c.argc++] = "--store";
     c.argv[c.argc++] = F.store;
@@ -310,7 +310,7 @@ static pl_cmd cmd_gen(int (*run)(int, char **), char *name, char *gen)
 
 static pl_cmd cmd_gc(void)
 {
-    pl_cmd c = {.run = tv_cli_gc, .argc = 3, .argv = {"gc", "--store", F.store}};
+    pl_cmd c = {.run = tv__cli_gc, .argc = 3, .argv = {"gc", "--store", F.store}};
     return c;
 }
 
@@ -804,11 +804,11 @@ static int group_setup(void **state)
         return -1;
 
     pl_cmd init = {
-        .run = tv_cli_store,
+        .run = tv__cli_store,
         .argc = 8,
         .argv = {"store", "init", "--store", F.store, "--image", F.image, "--size", IMAGE_LEN}};
     pl_cmd imp_a = cmd_import(true, 0), imp_b = cmd_import(true, 1);
-    pl_cmd retire = cmd_gen(tv_cli_retire, "retire", "1");
+    pl_cmd retire = cmd_gen(tv__cli_retire, "retire", "1");
     if (run_or_die(&init))
         return -1;
     save_state(ST_EMPTY);
@@ -1017,7 +1017,7 @@ static void test_import(void **state)
 static void test_activate_older(void **state)
 {
     (void)state;
-    pl_cmd c = cmd_gen(tv_cli_activate, "activate", "1");
+    pl_cmd c = cmd_gen(tv__cli_activate, "activate", "1");
     c.label = "activate (older generation)";
     c.before = ST_AB;
     sweep(&c);
@@ -1026,7 +1026,7 @@ static void test_activate_older(void **state)
 static void test_retire(void **state)
 {
     (void)state;
-    pl_cmd c = cmd_gen(tv_cli_retire, "retire", "1");
+    pl_cmd c = cmd_gen(tv__cli_retire, "retire", "1");
     c.label = "retire";
     c.before = ST_AB;
     sweep(&c);

@@ -21,6 +21,7 @@
 
 #include "import/alloc.h"
 #include "registry/migrate.h"
+#include "registry/reg_internal.h"
 #include "registry/registry.h"
 
 #define MiB (1024ull * 1024ull)
@@ -1169,6 +1170,87 @@ static void test_object_users(void **state)
     assert_int_equal(tv__reg_object_users(f->reg, obj1, NULL, &n, &err), TV_E_INVALID_ARG);
 }
 
+/* ---- the query helpers every registry query is built on --------------------- */
+
+static int read_id_uuid(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    tv__reg_device *d = record;
+    d->id = sqlite3_column_int64(st, 0);
+    tv__reg_col_text(st, 1, d->uuid, sizeof d->uuid);
+    return 0;
+}
+
+static int fail_second(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)record;
+    return sqlite3_column_int64(st, 0) == 2 ? tv__seterr(err, TV_E_STATE, "row reader failed") : 0;
+}
+
+static void test_query_helpers(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_device d, second;
+    fill_device(&second, UUID2, 256 * MiB);
+    second.path[0] = 'x';
+    assert_int_equal(tv__reg_device_add(f->reg, &second, NULL, &err), 0);
+    /* One row; no row is TV_E_NOT_FOUND with a message naming what. */
+    assert_int_equal(tv__reg_query_one(f->reg, read_id_uuid, &d, "reading a device", &err,
+                                       "SELECT id, uuid FROM devices WHERE uuid = ?1", "t", UUID2),
+                     0);
+    assert_string_equal(d.uuid, UUID2);
+    assert_int_equal(tv__reg_query_one(f->reg, NULL, NULL, "probing", &err,
+                                       "SELECT 1 FROM devices WHERE id = ?1", "i", (int64_t)99),
+                     TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "probing"));
+    /* Every row, in order, into a vector. */
+    tv__reg_vec v = {.size = sizeof(tv__reg_device)};
+    assert_int_equal(tv__reg_query_list(f->reg, &v, read_id_uuid, "listing", &err,
+                                        "SELECT id, uuid FROM devices WHERE id >= ?1 ORDER BY id",
+                                        "u", (uint64_t)0, "min id"),
+                     0);
+    assert_int_equal(v.n, 2);
+    assert_string_equal(((tv__reg_device *)v.items)[1].uuid, UUID2);
+    free(v.items);
+    /* A reader's error stops the query; the vector is freed and empty. */
+    v = (tv__reg_vec){.size = sizeof(tv__reg_device)};
+    assert_int_equal(tv__reg_query_list(f->reg, &v, fail_second, "listing", &err,
+                                        "SELECT id FROM devices ORDER BY id", ""),
+                     TV_E_STATE);
+    assert_null(v.items);
+    assert_int_equal(v.n, 0);
+    assert_string_equal(err.msg, "row reader failed");
+    /* Binding refuses a u64 over INT64_MAX, naming it, and a bad type. */
+    assert_int_equal(tv__reg_exec(f->reg, "updating", &err,
+                                  "UPDATE devices SET data_off = ?2 WHERE id = ?1", "iu", f->dev,
+                                  (uint64_t)INT64_MAX + 1, "data_off"),
+                     TV_E_OVERFLOW);
+    assert_non_null(strstr(err.msg, "data_off"));
+    assert_int_equal(
+        tv__reg_exec(f->reg, "updating", &err, "DELETE FROM devices WHERE id = ?1", "x", f->dev),
+        TV_E_INTERNAL);
+    /* A UNIQUE violation is -EEXIST; nothing changed. */
+    assert_int_equal(tv__reg_exec(f->reg, "renaming", &err,
+                                  "UPDATE devices SET uuid = ?2 WHERE id = ?1", "it", f->dev,
+                                  UUID2),
+                     -EEXIST);
+    assert_int_equal(tv__reg_device_get(f->reg, f->dev, &d, &err), 0);
+    assert_string_equal(d.uuid, UUID1);
+    /* Each: every row through the callback, the first error stops it. */
+    assert_int_equal(tv__reg_query_each(f->reg, fail_second, NULL, "each", &err,
+                                        "SELECT id FROM devices WHERE id = ?1", "i", f->dev),
+                     0);
+    assert_int_equal(tv__reg_query_each(f->reg, fail_second, NULL, "each", &err,
+                                        "SELECT id FROM devices ORDER BY id", ""),
+                     TV_E_STATE);
+    /* SQL errors are TV_E_REGISTRY. */
+    assert_int_equal(tv__reg_query_each(f->reg, fail_second, NULL, "each", &err,
+                                        "SELECT nosuchcolumn FROM devices", ""),
+                     TV_E_REGISTRY);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1193,6 +1275,7 @@ int main(void)
         T(test_import_jobs),
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
+        T(test_query_helpers),
     };
 #undef T
     const char *filter = getenv("TV_TEST_FILTER"); /* e.g. "*bulk*" */

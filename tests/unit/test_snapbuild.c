@@ -91,7 +91,7 @@ static int setup(void **state)
     tv_error err = {0};
     for (int i = 0; i < 2; i++) {
         snprintf(f->image[i], sizeof f->image[i], "%s/image%d", f->dir, i);
-        tv__store_init_opts o = {.image = f->image[i], .image_size = 16 * MiB};
+        tv__store_init_opts o = {.image = f->image[i], .image_size_bytes = 16 * MiB};
         if (tv__store_init(f->store, &o, &f->dev[i], &err))
             fail_msg("store init: %s", err.msg);
     }

@@ -77,7 +77,7 @@ static bool exists(const char *dir, const char *name)
 static int init_image(const char *store, const char *image, uint64_t size, bool force,
                       tv_error *err)
 {
-    tv__store_init_opts o = {.image = image, .image_size = size, .force = force};
+    tv__store_init_opts o = {.image = image, .image_size_bytes = size, .force = force};
     return tv__store_init(store, &o, NULL, err);
 }
 
@@ -282,7 +282,7 @@ static void test_failed_init_leaves_nothing(void **state)
     assert_false(exists(f->store, "registry.db-wal"));
     assert_false(exists(f->store, "lock"));
     /* A created image is removed too (region too small for the label). */
-    tv__store_init_opts o = {.image = f->image, .image_size = 1 * MiB};
+    tv__store_init_opts o = {.image = f->image, .image_size_bytes = 1 * MiB};
     assert_true(tv__store_init(f->store, &o, NULL, &err) != 0);
     assert_false(exists(f->image, NULL));
     assert_false(exists(f->store, "registry.db"));
