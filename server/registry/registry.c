@@ -18,6 +18,7 @@
 
 #include "registry/migrate.h"
 #include "registry/reg_internal.h"
+#include "util/hex.h"
 #include "util/sys.h"
 
 /* ------------------------------------------------------------------------ */
@@ -273,12 +274,7 @@ void *tv__reg_vec_push(tv__reg_vec *v)
 
 void tv__reg_sha256_hex(const uint8_t digest[32], char out[TV__REG_SHA256_HEX_LEN + 1])
 {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < 32; i++) {
-        out[2 * i] = hex[digest[i] >> 4];
-        out[2 * i + 1] = hex[digest[i] & 15];
-    }
-    out[TV__REG_SHA256_HEX_LEN] = '\0';
+    tv__hex_encode(digest, 32, false, out);
 }
 
 static bool is_lower_hex(char c)

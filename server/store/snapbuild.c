@@ -12,38 +12,10 @@
 #include "store/snapbuild.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
+#include "util/hex.h"
 #include "util/sys.h"
 
 /* ---- registry rows -> builder input ------------------------------------- */
-
-static int hex_nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Exactly 2 * n hex digits (dashes skipped when allow_dash) -> n bytes. */
-static int unhex_exact(const char *s, uint8_t *out, size_t n, bool allow_dash)
-{
-    size_t j = 0;
-    if (!s)
-        return -1;
-    for (size_t i = 0; s[i]; i++) {
-        if (allow_dash && s[i] == '-')
-            continue;
-        int hi = hex_nibble(s[i]), lo = s[i + 1] ? hex_nibble(s[i + 1]) : -1;
-        if (hi < 0 || lo < 0 || j == n)
-            return -1;
-        out[j++] = (uint8_t)(hi << 4 | lo);
-        i++;
-    }
-    return j == n ? 0 : -1;
-}
 
 /* Lenient hex for identity fields (same rule as the store's label check:
  * a missing or short value leaves zeros). */
@@ -51,7 +23,7 @@ static void unhex_lenient(const char *s, uint8_t *out, size_t n)
 {
     memset(out, 0, n);
     for (size_t i = 0; s && i < n && s[2 * i] && s[2 * i + 1]; i++) {
-        int hi = hex_nibble(s[2 * i]), lo = hex_nibble(s[2 * i + 1]);
+        int hi = tv__hex_digit(s[2 * i]), lo = tv__hex_digit(s[2 * i + 1]);
         if (hi < 0 || lo < 0)
             break;
         out[i] = (uint8_t)(hi << 4 | lo);
@@ -63,7 +35,7 @@ static void unhex_lenient(const char *s, uint8_t *out, size_t n)
 int tv__store_device_record(const tv__reg_device *row, tv__snap_device_in *d, tv_error *err)
 {
     memset(d, 0, sizeof *d);
-    if (unhex_exact(row->uuid, d->uuid, sizeof d->uuid, true))
+    if (tv__uuid_parse(row->uuid, d->uuid))
         return tv__seterr(err, TV_E_REGISTRY, "device %lld: malformed uuid '%s' in registry",
                           (long long)row->id, row->uuid);
     if (!strcmp(row->kind, "file"))
@@ -182,7 +154,7 @@ static int build_image(tv__store *st, const char *model, int64_t gen, uint64_t s
         out->name = sh->name;
         out->file_len = sh->file_len;
         out->header_len = sh->header_len;
-        if (unhex_exact(sh->sha256, out->sha256, sizeof out->sha256, false)) {
+        if (tv__hex_decode(sh->sha256, strlen(sh->sha256), out->sha256, sizeof out->sha256)) {
             rc = tv__seterr(err, TV_E_REGISTRY, "shard '%s': malformed sha256 '%s' in registry",
                             sh->name, sh->sha256);
             goto done;

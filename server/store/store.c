@@ -14,6 +14,7 @@
 
 #include "store/snapbuild.h"
 #include "store/store.h"
+#include "util/hex.h"
 #include "util/sys.h"
 
 #define REGISTRY_FILE "registry.db"
@@ -249,22 +250,13 @@ int tv__store_open(const char *dir, unsigned flags, tv__store **out, tv_error *e
     return open_common(dir, flags, false, NULL, out, err);
 }
 
-/* Identity JSON stored in the registry row <-> label fields. */
-static void hexs(const uint8_t *b, size_t n, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++)
-        out[2 * i] = d[b[i] >> 4], out[2 * i + 1] = d[b[i] & 15];
-    out[2 * n] = '\0';
-}
-
 /* The NVMe identity (what the label records) plus the claim keys that
  * recognise the device under any other path ("claim": tv__dev_claim_keys). */
 static int identity_json(const tv__dev *d, const tv__dev_claim *c, char *out, size_t len)
 {
     char nguid[33], eui[17];
-    hexs(d->ident.nguid, 16, nguid);
-    hexs(d->ident.eui64, 8, eui);
+    tv__hex_encode(d->ident.nguid, 16, false, nguid);
+    tv__hex_encode(d->ident.eui64, 8, false, eui);
     json_t *keys = json_array();
     for (size_t i = 0; keys && i < c->n_keys; i++)
         json_array_append_new(keys, json_string(c->keys[i]));
