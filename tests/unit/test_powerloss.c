@@ -61,6 +61,7 @@
 #include "import/import.h"
 #include "store/store.h"
 #include "powerloss.h"
+#include "tv_test.h"
 #include "registry/registry.h"
 #include "snap/snapfile.h"
 #include "tensorvault/tensorvault.h"
@@ -73,12 +74,7 @@
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
-typedef struct tdesc {
-    const char *name;
-    const char *dtype;
-    uint64_t n_elems;
-    unsigned elem_len;
-} tdesc;
+typedef tv_test_tensor tdesc;
 
 typedef struct ckpt {
     char index[512];
@@ -91,58 +87,30 @@ typedef struct ckpt {
 static const tdesc SHARD1[] = {{"layers.0.w", "F32", 700, 4}, {"layers.0.b", "U8", 13, 1}};
 static const tdesc SHARD2[] = {{"head.w", "BF16", 900, 2}};
 
-/* Writes a safetensors file (header padded to 8 bytes, tensors back to back
- * filled with a pattern of seed) and keeps each tensor's bytes in ck. */
+/* Writes a safetensors file (tv_test_write_shard) and keeps each tensor's
+ * bytes, as read back from the file, in ck. */
 static void write_shard(ckpt *ck, const char *path, const tdesc *t, size_t n, unsigned seed)
 {
-    char hdr[2048];
-    size_t hl = 0;
-    uint64_t off = 0;
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
-    for (size_t i = 0; i < n; i++) {
-        uint64_t len = t[i].n_elems * t[i].elem_len;
-        hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl,
-                               "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%" PRIu64
-                               "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                               i ? "," : "", t[i].name, t[i].dtype, t[i].n_elems, off, off + len);
-        off += len;
-    }
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
-    while (hl % 8)
-        hdr[hl++] = ' ';
-    assert_true(hl < sizeof hdr);
-    uint64_t file_len = 8 + hl + off;
-    uint8_t *buf = malloc(file_len);
+    uint64_t file_len = tv_test_write_shard(path, t, n, seed);
+    size_t got = 0;
+    uint8_t *buf = tv_test_read_file(path, &got);
     assert_non_null(buf);
+    assert_int_equal(got, file_len);
+    uint64_t off = 8;
     for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
-    memcpy(buf + 8, hdr, hl);
-    for (uint64_t i = 0; i < off; i++)
-        buf[8 + hl + i] = (uint8_t)(i * 131u + seed * 7u + (i >> 9));
-    off = 8 + hl;
+        off += (uint64_t)buf[i] << (8 * i);
     for (size_t i = 0; i < n; i++) {
         size_t k = ck->n++;
         assert_true(k < MAX_T);
         snprintf(ck->names[k], sizeof ck->names[k], "%s", t[i].name);
         ck->len[k] = t[i].n_elems * t[i].elem_len;
+        assert_true(off + ck->len[k] <= file_len);
         ck->data[k] = malloc(ck->len[k]);
         assert_non_null(ck->data[k]);
         memcpy(ck->data[k], buf + off, ck->len[k]);
         off += ck->len[k];
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, file_len), (ssize_t)file_len);
-    close(fd);
     free(buf);
-}
-
-static void write_text(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
 }
 
 static void make_ckpt(ckpt *ck, const char *dir, unsigned seed)
@@ -154,7 +122,7 @@ static void make_ckpt(ckpt *ck, const char *dir, unsigned seed)
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
     write_shard(ck, p, SHARD2, 1, seed + 1);
     snprintf(ck->index, sizeof ck->index, "%s/model.safetensors.index.json", dir);
-    write_text(ck->index, "{\"metadata\":{},\"weight_map\":{"
+    tv_test_write_text(ck->index, "{\"metadata\":{},\"weight_map\":{"
                           "\"layers.0.w\":\"model-00001-of-00002.safetensors\","
                           "\"layers.0.b\":\"model-00001-of-00002.safetensors\","
                           "\"head.w\":\"model-00002-of-00002.safetensors\"}}");
@@ -869,14 +837,14 @@ static void test_harness_drops_unsynced_file_writes(void **state)
     (void)state;
     snprintf(F.ctx, sizeof F.ctx, "harness");
     snprintf(g_hfile, sizeof g_hfile, "%s/harness-file", F.dir);
-    write_text(g_hfile, "");
+    tv_test_write_text(g_hfile, "");
     assert_int_equal(tv_pl_run(harness_file_writes, NULL, TV_PL_COUNT, F.trace), 0);
     assert_int_equal(F.trace->n_syncs, 1);
     file_is("ABBA\0\0\0\0CC", 10); /* no cut: everything stays */
-    write_text(g_hfile, "");
+    tv_test_write_text(g_hfile, "");
     assert_int_equal(tv_pl_run(harness_file_writes, NULL, 1, F.trace), TV_PL_CUT);
     file_is("", 0); /* cut at the sync: the first write is gone too */
-    write_text(g_hfile, "");
+    tv_test_write_text(g_hfile, "");
     assert_int_equal(tv_pl_run(harness_file_writes, NULL, TV_PL_AT_END, F.trace), TV_PL_CUT);
     assert_int_equal(F.trace->n_reverted, 3);
     file_is("AAAA", 4); /* after the end: only the synced write survives */
@@ -904,7 +872,7 @@ static void test_harness_drops_unsynced_dir_entries(void **state)
     char tmp[700];
     snprintf(g_hfile, sizeof g_hfile, "%s/harness-dir", F.dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", g_hfile);
-    write_text(g_hfile, "OLD");
+    tv_test_write_text(g_hfile, "OLD");
     assert_int_equal(tv_pl_run(harness_dir_ops, NULL, TV_PL_AT_END, F.trace), TV_PL_CUT);
     file_is("OLD", 3); /* the rename and the new file are gone */
     assert_int_equal(access(tmp, F_OK), -1);
