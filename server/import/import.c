@@ -5,21 +5,24 @@
  * ladder; each step reports progress (step_begin / step_advance / step_end)
  * and polls the cancel callback (job_cancelled) between chunks and steps.
  *
- * Data path: the calling thread reads a shard in chunk_len pieces from the
- * source file into a ring of aligned buffers; a hasher thread runs SHA-256
- * over each piece while a writer thread issues the O_DIRECT pwrites to every
- * replica. Reading, hashing and writing overlap, and memory stays at
- * N_BUFS x chunk_len. A source not in the page cache is read with O_DIRECT
- * (one chunk-sized read: the kernel splits it into many requests in flight,
- * so the disk sees depth without read-ahead's small windows, and the page
- * cache is not filled with bytes read once); a mostly cached one, a
- * filesystem that refuses O_DIRECT, or a read it refuses, is read buffered
- * with sequential read-ahead advised. */
+ * Data path: the calling thread posts a shard in chunk_len pieces to a ring
+ * of aligned buffers; two reader threads read the pieces from the source
+ * file, so one read is always queued behind the other; a hasher thread runs
+ * SHA-256 over each piece in order while a writer thread issues the
+ * O_DIRECT pwrites to every replica. Reading, hashing and writing overlap,
+ * and memory stays at N_BUFS x chunk_len. A source not in the page cache is
+ * read with O_DIRECT (chunk-sized reads, split by the kernel into many
+ * requests in flight: the disk sees depth without read-ahead's small
+ * windows, and the page cache is not filled with bytes read once); a mostly
+ * cached one, a filesystem that refuses O_DIRECT, or a read it refuses, is
+ * read buffered with sequential read-ahead advised. Every read goes through
+ * tv__sys (so the fault tests see it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,39 +41,6 @@
 #define N_BUFS 4
 #define BUF_ALIGN 65536 /* >= every device's io_align */
 #define SRC_DIO_ALIGN 4096 /* O_DIRECT source reads: length rounded up to this */
-
-typedef struct target {
-    tv__dev *dev;
-    uint64_t off; /* absolute device offset of this buffer */
-    size_t len;   /* bytes of the buffer this target takes (its extent may end sooner) */
-} target;
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len;        /* bytes to write (payload + zero padding) */
-    size_t payload;    /* canonical shard bytes at the start of p */
-    tv__sha256 *h;     /* the shard's hash, fed by the hasher thread */
-    size_t n_targets;
-    target t[TV__IMPORT_MAX_DEVICES];
-} wbuf;
-
-/* Three stages over one ring of buffers, tracked by sequence numbers: the
- * calling thread fills buffer `filled`, the hasher thread hashes buffer
- * `hashed` and the writer thread writes buffer `written` (hasher and writer
- * only read the buffer, so they run side by side); a buffer is free again
- * once both passed it. */
-typedef struct pipeline {
-    pthread_t writer, hasher;
-    bool writer_started, hasher_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    wbuf bufs[N_BUFS];
-    uint64_t filled, hashed, written;
-    bool stop;
-    int rc;
-    tv_error err;
-    uint64_t bytes_written;
-} pipeline;
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -155,142 +125,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void *writer_main(void *arg)
-{
-    pipeline *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (w->written == w->filled && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->written == w->filled)
-            break;
-        wbuf *b = &w->bufs[w->written % N_BUFS];
-        int failed = w->rc;
-        pthread_mutex_unlock(&w->mu);
-        int rc = 0;
-        tv_error e = {0};
-        for (size_t i = 0; !failed && !rc && i < b->n_targets; i++)
-            rc = tv__dev_pwrite_full(b->t[i].dev, b->p, b->t[i].len, b->t[i].off, &e);
-        pthread_mutex_lock(&w->mu);
-        if (rc && !w->rc) {
-            w->rc = rc;
-            w->err = e;
-        }
-        for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
-            w->bytes_written += b->t[i].len;
-        w->written++;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static void *hasher_main(void *arg)
-{
-    pipeline *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (w->hashed == w->filled && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->hashed == w->filled)
-            break;
-        wbuf *b = &w->bufs[w->hashed % N_BUFS];
-        pthread_mutex_unlock(&w->mu);
-        if (b->h)
-            tv__sha256_update(b->h, b->p, b->payload);
-        pthread_mutex_lock(&w->mu);
-        w->hashed++;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static int pipeline_start(pipeline *w, uint8_t *bufs, size_t chunk, tv_error *err)
-{
-    memset(w, 0, sizeof(*w));
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    for (size_t b = 0; b < N_BUFS; b++)
-        w->bufs[b].p = bufs + b * chunk;
-    if (pthread_create(&w->writer, NULL, writer_main, w))
-        return tv__seterr(err, -EAGAIN, "cannot start the writer thread");
-    w->writer_started = true;
-    if (pthread_create(&w->hasher, NULL, hasher_main, w))
-        return tv__seterr(err, -EAGAIN, "cannot start the hasher thread");
-    w->hasher_started = true;
-    return 0;
-}
-
-/* Lets both threads finish what was submitted, then joins them. */
-static void pipeline_stop(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    if (w->writer_started)
-        pthread_join(w->writer, NULL);
-    if (w->hasher_started)
-        pthread_join(w->hasher, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-}
-
-/* Waits for a free buffer; returns it, or NULL when the writer failed. */
-static wbuf *pipeline_acquire(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        uint64_t done = w->hashed < w->written ? w->hashed : w->written;
-        if (w->rc || w->filled - done < N_BUFS)
-            break;
-        pthread_cond_wait(&w->cv, &w->mu);
-    }
-    wbuf *b = w->rc ? NULL : &w->bufs[w->filled % N_BUFS];
-    pthread_mutex_unlock(&w->mu);
-    return b;
-}
-
-static void pipeline_submit(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    w->filled++;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits until every submitted buffer is hashed (a shard's digest is final). */
-static void pipeline_wait_hashed(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->filled)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits until every submitted buffer is hashed and written; returns the
- * writer's rc. */
-static int pipeline_drain(pipeline *w, tv_error *err)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->filled || w->written < w->filled)
-        pthread_cond_wait(&w->cv, &w->mu);
-    int rc = w->rc;
-    if (rc && err)
-        *err = w->err;
-    pthread_mutex_unlock(&w->mu);
-    return rc;
-}
-
-static uint64_t pipeline_bytes_written(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    uint64_t n = w->bytes_written;
-    pthread_mutex_unlock(&w->mu);
-    return n;
-}
-
 /* ---- source immutability ----------------------------------------------------
  *
  * A shard must not change while it is imported, or the published object is
@@ -334,7 +168,7 @@ typedef struct src_stamp {
 typedef struct src_file {
     int fd;
     bool leased; /* holds a read lease: a writer's open is seen */
-    bool direct; /* opened with O_DIRECT */
+    atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
     src_stamp st;
 } src_file;
 
@@ -619,6 +453,248 @@ static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_inf
     tv__sha256_final(&hh, dig);
     tv__hex(dig, 32, hdr_hex);
     return check_source(sf, si, err);
+}
+
+/* ---- the data pipeline -----------------------------------------------------
+ *
+ * Four stages over one ring of N_BUFS buffers, tracked by sequence numbers:
+ * the calling thread posts buffer `posted` (what to read, hash and write);
+ * N_READERS reader threads take posted buffers in turn (`claimed`) and read
+ * them from the source at once, so the next chunk's read is queued while
+ * the last one completes; `filled` is the prefix whose reads completed; the
+ * hasher thread hashes buffer `hashed` and the writer thread writes buffer
+ * `written` (both only read the buffer, so they run side by side) in order.
+ * A buffer is free again once hasher and writer passed it. A failed read
+ * sets rc (the writer writes nothing from then on) and still counts as
+ * filled, so every posted buffer always reaches `hashed` and `written`. */
+
+#define N_READERS 2
+
+typedef struct target {
+    tv__dev *dev;
+    uint64_t off; /* absolute device offset of this buffer */
+    size_t len;   /* bytes of the buffer this target takes (its extent may end sooner) */
+} target;
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len;               /* bytes to write (payload + zero padding) */
+    size_t payload;           /* canonical shard bytes at the start of p */
+    src_file *src;            /* read payload bytes from here at src_off (NULL: none) */
+    const tv_shard_info *si;
+    uint64_t src_off;
+    bool read_done;
+    tv__sha256 *h;            /* the shard's hash, fed by the hasher thread */
+    tv__sha256 *hh;           /* the header's hash (NULL: no header bytes in this buffer) */
+    uint8_t *hdr;             /* where the hasher copies the hdr_n header bytes */
+    size_t hdr_n;
+    size_t n_targets;
+    target t[TV__IMPORT_MAX_DEVICES];
+} wbuf;
+
+typedef struct pipeline {
+    pthread_t writer, hasher, readers[N_READERS];
+    bool writer_started, hasher_started;
+    size_t n_readers;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    wbuf bufs[N_BUFS];
+    size_t chunk;
+    uint64_t posted, claimed, filled, hashed, written;
+    bool stop;
+    int rc;
+    tv_error err;
+    uint64_t bytes_written;
+} pipeline;
+
+/* Under mu: records the first failure. */
+static void pipeline_fail(pipeline *w, int rc, const tv_error *e)
+{
+    if (rc && !w->rc) {
+        w->rc = rc;
+        w->err = *e;
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->claimed == w->posted && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->claimed == w->posted)
+            break;
+        wbuf *b = &w->bufs[w->claimed++ % N_BUFS];
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        tv_error e = {0};
+        if (!failed && b->src && b->payload &&
+            !(rc = read_source(b->src, b->p, b->payload, w->chunk, b->src_off, b->si->name, &e)))
+            rc = check_lease(b->src, b->si, &e);
+        if (!failed && !rc)
+            memset(b->p + b->payload, 0, b->len - b->payload);
+        pthread_mutex_lock(&w->mu);
+        pipeline_fail(w, rc, &e);
+        b->read_done = true;
+        while (w->filled < w->posted && w->bufs[w->filled % N_BUFS].read_done) {
+            w->bufs[w->filled % N_BUFS].read_done = false;
+            w->filled++;
+        }
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->written == w->filled && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->written == w->filled)
+            break;
+        wbuf *b = &w->bufs[w->written % N_BUFS];
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        tv_error e = {0};
+        for (size_t i = 0; !failed && !rc && i < b->n_targets; i++)
+            rc = tv__dev_pwrite_full(b->t[i].dev, b->p, b->t[i].len, b->t[i].off, &e);
+        pthread_mutex_lock(&w->mu);
+        pipeline_fail(w, rc, &e);
+        for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
+            w->bytes_written += b->t[i].len;
+        w->written++;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void *hasher_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->hashed == w->filled && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->hashed == w->filled)
+            break;
+        wbuf *b = &w->bufs[w->hashed % N_BUFS];
+        pthread_mutex_unlock(&w->mu);
+        if (b->h)
+            tv__sha256_update(b->h, b->p, b->payload);
+        if (b->hh) {
+            tv__sha256_update(b->hh, b->p, b->hdr_n);
+            memcpy(b->hdr, b->p, b->hdr_n);
+        }
+        pthread_mutex_lock(&w->mu);
+        w->hashed++;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int pipeline_start(pipeline *w, uint8_t *bufs, size_t chunk, tv_error *err)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->chunk = chunk;
+    for (size_t b = 0; b < N_BUFS; b++)
+        w->bufs[b].p = bufs + b * chunk;
+    if (pthread_create(&w->writer, NULL, writer_main, w))
+        return tv__seterr(err, -EAGAIN, "cannot start the writer thread");
+    w->writer_started = true;
+    if (pthread_create(&w->hasher, NULL, hasher_main, w))
+        return tv__seterr(err, -EAGAIN, "cannot start the hasher thread");
+    w->hasher_started = true;
+    for (; w->n_readers < N_READERS; w->n_readers++)
+        if (pthread_create(&w->readers[w->n_readers], NULL, reader_main, w))
+            return tv__seterr(err, -EAGAIN, "cannot start a reader thread");
+    return 0;
+}
+
+/* Lets every thread finish what was posted, then joins them. */
+static void pipeline_stop(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->n_readers; i++)
+        pthread_join(w->readers[i], NULL);
+    if (w->writer_started)
+        pthread_join(w->writer, NULL);
+    if (w->hasher_started)
+        pthread_join(w->hasher, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* Waits for a free buffer; returns it, or NULL when a stage failed. */
+static wbuf *pipeline_acquire(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        uint64_t done = w->hashed < w->written ? w->hashed : w->written;
+        if (w->rc || w->posted - done < N_BUFS)
+            break;
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    wbuf *b = w->rc ? NULL : &w->bufs[w->posted % N_BUFS];
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+static void pipeline_submit(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->posted++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits until every posted buffer is read and hashed (a shard's digest is
+ * final, and no reader uses its source any more); returns the first
+ * failure's rc so far. */
+static int pipeline_wait_hashed(pipeline *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->hashed < w->posted)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (rc && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* Waits until every posted buffer is hashed and written; returns the first
+ * failure's rc (a read's or a write's). */
+static int pipeline_drain(pipeline *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->hashed < w->posted || w->written < w->posted)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (rc && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static uint64_t pipeline_bytes_written(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t n = w->bytes_written;
+    pthread_mutex_unlock(&w->mu);
+    return n;
 }
 
 /* ---- names ---------------------------------------------------------------- */
@@ -1022,21 +1098,18 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         }
         size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
         size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
-        /* Ask for the next chunk now so the disk reads it while this one
-         * is copied, hashed and written (O_DIRECT: no read-ahead to ask). */
+        /* Buffered: ask for the chunk after this one now, so the disk reads
+         * it while this one is read, hashed and written. */
         if (!sf.direct && off + n < canon)
             (void)posix_fadvise(sf.fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
-        if (payload && ((rc = read_source(&sf, b->p, payload, chunk, off, p->info.name, err)) ||
-                        (rc = check_lease(&sf, &p->info, err))))
-            break;
-        memset(b->p + payload, 0, n - payload);
-        b->h = &h;
+        b->src = payload ? &sf : NULL;
+        b->si = &p->info;
+        b->src_off = off;
         b->payload = payload;
-        if (off < hdr_end) {
-            size_t hn = (size_t)(hdr_end - off < payload ? hdr_end - off : payload);
-            tv__sha256_update(&hh, b->p, hn);
-            memcpy(hdr_copy + off, b->p, hn);
-        }
+        b->h = &h;
+        b->hh = off < hdr_end ? &hh : NULL;
+        b->hdr = hdr_copy + off;
+        b->hdr_n = off < hdr_end ? (size_t)(hdr_end - off < payload ? hdr_end - off : payload) : 0;
         b->len = n;
         b->n_targets = 0;
         uint64_t sub = 0;
@@ -1054,8 +1127,11 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
             tv__crash_point("write");
         }
     }
-    /* The hasher still reads h until it caught up with this shard. */
-    pipeline_wait_hashed(w);
+    /* Readers still use sf, the hasher h, hh and hdr_copy, until they
+     * caught up with this shard. */
+    int prc = pipeline_wait_hashed(w, rc ? NULL : err);
+    if (!rc)
+        rc = prc;
     uint8_t dig[32];
     char sha_hex[65], hdr_hex[65];
     tv__sha256_final(&h, dig);
