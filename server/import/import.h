@@ -6,15 +6,17 @@
  *      written;
  *   2. extents are reserved as 'writing' rows (non-overlapping, aligned);
  *   3. the canonical bytes plus zero padding are written with O_DIRECT in
- *      large aligned chunks, hashed (SHA-256) on the way; hashing and writing
- *      overlap (a writer thread);
+ *      large aligned chunks, hashed (SHA-256) on the way; reading (O_DIRECT
+ *      for a source not in the page cache), hashing and writing overlap
+ *      (reader, hasher and writer threads);
  *   4. each device is flushed (fdatasync);
  *   5. bounds are verified and, in strict mode, every object is read back
  *      and re-hashed;
  *   6. one transaction commits the objects, the generation, its shards,
  *      bindings and tensors, and optionally activates it.
- * Any failure before 6 deletes the reservations; nothing is published and
- * the previously active generation is untouched. A shard whose SHA-256 is
+ * Any failure before 6, or a cancel (tv__import_opts.cancelled, polled
+ * between chunks and steps), deletes the reservations; nothing is published
+ * and the previously active generation is untouched. A shard whose SHA-256 is
  * already committed on a device is bound to that object, not written again. */
 #ifndef TV_IMPORT_IMPORT_H
 #define TV_IMPORT_IMPORT_H
