@@ -815,8 +815,8 @@ int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err)
     char what[96];
     snprintf(what, sizeof(what), "object %lld on device %lld", (long long)obj->id,
              (long long)obj->device_id);
-    rc = verify_extent(NULL, 0, d, obj->base_off, obj->canonical_len, obj->alloc_len, obj->sha256, buf,
-                       chunk, what, err);
+    rc = verify_extent(NULL, 0, d, obj->base_off, obj->canonical_len, obj->alloc_len, obj->sha256,
+                       buf, chunk, what, err);
     free(buf);
     return rc;
 }
