@@ -1,19 +1,35 @@
 /* The importer; see import.h for the order of steps and the invariants.
  *
- * Data path: the calling thread reads a shard in chunk_len pieces from the
- * source file (buffered pread, sequential read-ahead advised) into a ring of
- * aligned buffers; a hasher thread runs SHA-256 over each piece while a
- * writer thread issues the O_DIRECT pwrites to every replica. Reading,
- * hashing and writing overlap, and memory stays at N_BUFS x chunk_len. */
+ * Steps: tv__import runs one static function per step of import.h
+ * (step_resolve ... step_publish) over one import_job, with one cleanup
+ * ladder; each step reports progress (step_begin / step_advance / step_end)
+ * and polls the cancel callback (job_cancelled) between chunks and steps.
+ *
+ * Data path: the calling thread posts a shard in chunk_len pieces to a ring
+ * of aligned buffers (transparent huge pages where the kernel gives them:
+ * each O_DIRECT transfer then pins a few pages, not thousands); two reader
+ * threads read the pieces from the source file, so one read is always
+ * queued behind the other; a hasher thread runs SHA-256 over each piece in
+ * order while two writer threads issue the O_DIRECT pwrites to every
+ * replica. Reading, hashing and writing overlap, and memory stays at
+ * N_BUFS x chunk_len. A source not in the page cache is
+ * read with O_DIRECT (chunk-sized reads, split by the kernel into many
+ * requests in flight: the disk sees depth without read-ahead's small
+ * windows, and the page cache is not filled with bytes read once); a mostly
+ * cached one, a filesystem that refuses O_DIRECT, or a read it refuses, is
+ * read buffered with sequential read-ahead advised. Every read goes through
+ * tv__sys (so the fault tests see it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,39 +42,8 @@
 
 #define N_BUFS 4
 #define BUF_ALIGN 65536 /* >= every device's io_align */
-
-typedef struct target {
-    tv__dev *dev;
-    uint64_t off; /* absolute device offset of this buffer */
-    size_t len;   /* bytes of the buffer this target takes (its extent may end sooner) */
-} target;
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len;        /* bytes to write (payload + zero padding) */
-    size_t payload;    /* canonical shard bytes at the start of p */
-    tv__sha256 *h;     /* the shard's hash, fed by the hasher thread */
-    size_t n_targets;
-    target t[TV__IMPORT_MAX_DEVICES];
-} wbuf;
-
-/* Three stages over one ring of buffers, tracked by sequence numbers: the
- * calling thread fills buffer `filled`, the hasher thread hashes buffer
- * `hashed` and the writer thread writes buffer `written` (hasher and writer
- * only read the buffer, so they run side by side); a buffer is free again
- * once both passed it. */
-typedef struct pipeline {
-    pthread_t writer, hasher;
-    bool writer_started, hasher_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    wbuf bufs[N_BUFS];
-    uint64_t filled, hashed, written;
-    bool stop;
-    int rc;
-    tv_error err;
-    uint64_t bytes_written;
-} pipeline;
+#define HUGE_ALIGN (2u << 20) /* the ring's alignment: transparent huge pages fit */
+#define SRC_DIO_ALIGN 4096 /* O_DIRECT source reads: length rounded up to this */
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -70,149 +55,77 @@ typedef struct shard_plan {
     int64_t dev_id[TV__IMPORT_MAX_DEVICES];
     tv__reg_object obj[TV__IMPORT_MAX_DEVICES];
     bool reused[TV__IMPORT_MAX_DEVICES]; /* bound to an existing committed object */
+    bool candidate;            /* its length matches a committed object (dedup probe) */
 } shard_plan;
+
+/* One import, passed from step to step. */
+typedef struct import_job {
+    tv__store *st;
+    const char *model;
+    const tv__import_opts *o;
+    size_t chunk;
+    tv_checkpoint *ck;
+    size_t n_shards;
+    shard_plan *plans;
+    uint8_t *bufs; /* N_BUFS x chunk, HUGE_ALIGN aligned */
+    int64_t devs[TV__IMPORT_MAX_DEVICES];
+    size_t n_devs;
+    char real_src[PATH_MAX];
+    const char *step;             /* the running step, for progress and messages */
+    uint64_t step_done, step_total;
+    uint64_t to_write;            /* extents of the new objects (the write step's total) */
+    bool crashed_mid;             /* the "write" crash point fired */
+    bool published;               /* the generation is committed: keep its objects */
+    tv__import_result r;
+} import_job;
+
+static void job_report(import_job *j, size_t shard)
+{
+    const tv__import_opts *o = j->o;
+    if (o->on_step)
+        o->on_step(o->step_ctx, j->step, shard, j->step_done, j->step_total);
+    if (o->progress && strcmp(j->step, "write") == 0)
+        o->progress(o->progress_ctx, j->step_done, j->step_total);
+}
+
+static void step_begin(import_job *j, const char *step, uint64_t total)
+{
+    j->step = step;
+    j->step_done = 0;
+    j->step_total = total;
+    job_report(j, TV__IMPORT_NO_SHARD);
+}
+
+static void step_advance(import_job *j, size_t shard, uint64_t n)
+{
+    uint64_t left = j->step_total - j->step_done;
+    j->step_done += n < left ? n : left;
+    job_report(j, shard);
+}
+
+/* The step's last report (done == total), unless it was made already. */
+static void step_end(import_job *j)
+{
+    if (j->step_done == j->step_total)
+        return;
+    j->step_done = j->step_total;
+    job_report(j, TV__IMPORT_NO_SHARD);
+}
+
+static int job_cancelled(const import_job *j, tv_error *err)
+{
+    const tv__import_opts *o = j->o;
+    if (!o->cancelled || !o->cancelled(o->cancel_ctx))
+        return 0;
+    return tv__seterr(err, -ECANCELED, "import of model '%s' cancelled in step %s", j->model,
+                      j->step);
+}
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void *writer_main(void *arg)
-{
-    pipeline *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (w->written == w->filled && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->written == w->filled)
-            break;
-        wbuf *b = &w->bufs[w->written % N_BUFS];
-        int failed = w->rc;
-        pthread_mutex_unlock(&w->mu);
-        int rc = 0;
-        tv_error e = {0};
-        for (size_t i = 0; !failed && !rc && i < b->n_targets; i++)
-            rc = tv__dev_pwrite_full(b->t[i].dev, b->p, b->t[i].len, b->t[i].off, &e);
-        pthread_mutex_lock(&w->mu);
-        if (rc && !w->rc) {
-            w->rc = rc;
-            w->err = e;
-        }
-        for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
-            w->bytes_written += b->t[i].len;
-        w->written++;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static void *hasher_main(void *arg)
-{
-    pipeline *w = arg;
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (w->hashed == w->filled && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (w->hashed == w->filled)
-            break;
-        wbuf *b = &w->bufs[w->hashed % N_BUFS];
-        pthread_mutex_unlock(&w->mu);
-        if (b->h)
-            tv__sha256_update(b->h, b->p, b->payload);
-        pthread_mutex_lock(&w->mu);
-        w->hashed++;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static int pipeline_start(pipeline *w, uint8_t *bufs, size_t chunk, tv_error *err)
-{
-    memset(w, 0, sizeof(*w));
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    for (size_t b = 0; b < N_BUFS; b++)
-        w->bufs[b].p = bufs + b * chunk;
-    if (pthread_create(&w->writer, NULL, writer_main, w))
-        return tv__seterr(err, -EAGAIN, "cannot start the writer thread");
-    w->writer_started = true;
-    if (pthread_create(&w->hasher, NULL, hasher_main, w))
-        return tv__seterr(err, -EAGAIN, "cannot start the hasher thread");
-    w->hasher_started = true;
-    return 0;
-}
-
-/* Lets both threads finish what was submitted, then joins them. */
-static void pipeline_stop(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    w->stop = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    if (w->writer_started)
-        pthread_join(w->writer, NULL);
-    if (w->hasher_started)
-        pthread_join(w->hasher, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-}
-
-/* Waits for a free buffer; returns it, or NULL when the writer failed. */
-static wbuf *pipeline_acquire(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        uint64_t done = w->hashed < w->written ? w->hashed : w->written;
-        if (w->rc || w->filled - done < N_BUFS)
-            break;
-        pthread_cond_wait(&w->cv, &w->mu);
-    }
-    wbuf *b = w->rc ? NULL : &w->bufs[w->filled % N_BUFS];
-    pthread_mutex_unlock(&w->mu);
-    return b;
-}
-
-static void pipeline_submit(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    w->filled++;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits until every submitted buffer is hashed (a shard's digest is final). */
-static void pipeline_wait_hashed(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->filled)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits until every submitted buffer is hashed and written; returns the
- * writer's rc. */
-static int pipeline_drain(pipeline *w, tv_error *err)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->filled || w->written < w->filled)
-        pthread_cond_wait(&w->cv, &w->mu);
-    int rc = w->rc;
-    if (rc && err)
-        *err = w->err;
-    pthread_mutex_unlock(&w->mu);
-    return rc;
-}
-
-static uint64_t pipeline_bytes_written(pipeline *w)
-{
-    pthread_mutex_lock(&w->mu);
-    uint64_t n = w->bytes_written;
-    pthread_mutex_unlock(&w->mu);
-    return n;
 }
 
 /* ---- source immutability ----------------------------------------------------
@@ -258,6 +171,7 @@ typedef struct src_stamp {
 typedef struct src_file {
     int fd;
     bool leased; /* holds a read lease: a writer's open is seen */
+    atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
     src_stamp st;
 } src_file;
 
@@ -355,6 +269,33 @@ static void close_source(src_file *sf)
         tv__sys.close(sf->fd); /* releases the lease */
     sf->fd = -1;
     sf->leased = false;
+    sf->direct = false;
+}
+
+/* True when at least half of the shard's pages are in the page cache (a
+ * checkpoint just downloaded or read): reading those from memory beats
+ * O_DIRECT. mincore over a mapping that is never touched costs no I/O; any
+ * failure says "not cached". */
+static bool mostly_cached(int fd, uint64_t file_len)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || file_len == 0 || file_len > (uint64_t)SIZE_MAX / 2)
+        return false;
+    size_t len = (size_t)file_len, n_pages = len / (size_t)pg + 1, resident = 0;
+    bool cached = false;
+    unsigned char *vec = malloc(n_pages);
+    void *map = vec ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (map != MAP_FAILED) {
+        if (mincore(map, len, vec) == 0) {
+            size_t used = (len + (size_t)pg - 1) / (size_t)pg; /* checked: len <= SIZE_MAX / 2 */
+            for (size_t i = 0; i < used; i++)
+                resident += vec[i] & 1;
+            cached = resident * 2 >= used;
+        }
+        munmap(map, len);
+    }
+    free(vec);
+    return cached;
 }
 
 /* Opens a shard for reading and checks that it is still the file whose
@@ -367,6 +308,7 @@ static int open_source(const tv_shard_info *si, src_file *sf, tv_error *err)
     int rc;
     sf->fd = -1;
     sf->leased = false;
+    sf->direct = false;
     int fd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (fd < 0)
         return tv__seterr(err, fd, "shard '%s': cannot open %s: %s", si->name, si->path,
@@ -388,8 +330,12 @@ static int open_source(const tv_shard_info *si, src_file *sf, tv_error *err)
                         S_ISREG(sb.st_mode) ? what : "not a regular file");
         goto fail;
     }
+    /* Not cached: O_DIRECT, where the filesystem takes it (EINVAL: not). */
+    int fl = mostly_cached(fd, sf->st.size) ? -1 : fcntl(fd, F_GETFL);
+    sf->direct = fl != -1 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
     /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (!sf->direct)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return 0;
 fail:
     close_source(sf);
@@ -433,11 +379,32 @@ static int check_source(const src_file *sf, const tv_shard_info *si, tv_error *e
     return 0;
 }
 
-static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const char *name,
-                       tv_error *err)
+/* Reads len bytes at off into buf (cap bytes, aligned for O_DIRECT). An
+ * O_DIRECT fd reads len rounded up to SRC_DIO_ALIGN (the tail past EOF
+ * comes back short); a read it refuses (EINVAL: an alignment this
+ * filesystem does not take) turns the fd buffered for good. */
+static int read_source(src_file *sf, uint8_t *buf, size_t len, size_t cap, uint64_t off,
+                       const char *name, tv_error *err)
 {
-    size_t done = 0;
-    int rc = tv__sys_pread_full(fd, buf, len, off, &done);
+    size_t done = 0, want = len;
+    int rc;
+    if (sf->direct) {
+        uint64_t up;
+        if (!tv__align_up_u64(len, SRC_DIO_ALIGN, &up) && up <= cap)
+            want = (size_t)up;
+        rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
+        if (rc == -EINVAL && done == 0) {
+            int fl = fcntl(sf->fd, F_GETFL);
+            if (fl == -1 || fcntl(sf->fd, F_SETFL, fl & ~O_DIRECT) == -1)
+                return tv__seterr(err, -errno, "shard '%s': cannot leave O_DIRECT: %s", name,
+                                  strerror(errno));
+            sf->direct = false;
+            want = len;
+            rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
+        }
+    } else {
+        rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
+    }
     if (rc)
         return tv__seterr(err, rc, "shard '%s': read at %llu: %s", name,
                           (unsigned long long)(off + done), strerror(-rc));
@@ -451,8 +418,9 @@ static int read_source(int fd, uint8_t *buf, size_t len, uint64_t off, const cha
 /* Hashes the whole source file (dedup probe) and its header, and copies the
  * 8 + N header bytes into hdr (si->data_off bytes): the header compared with
  * the validated one must come from the same reads as the hash. */
-static int hash_source(const src_file *sf, const tv_shard_info *si, uint8_t *buf, size_t chunk,
-                       uint8_t *hdr, char sha_hex[65], char hdr_hex[65], tv_error *err)
+static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_info *si,
+                       uint8_t *buf, size_t chunk, uint8_t *hdr, char sha_hex[65],
+                       char hdr_hex[65], tv_error *err)
 {
     tv__sha256 h, hh;
     uint8_t dig[32];
@@ -466,7 +434,8 @@ static int hash_source(const src_file *sf, const tv_shard_info *si, uint8_t *buf
     uint64_t hdr_end = si->data_off;
     for (uint64_t off = 0; off < si->file_len; off += chunk) {
         size_t n = (size_t)(si->file_len - off < chunk ? si->file_len - off : chunk);
-        if ((rc = read_source(sf->fd, buf, n, off, si->name, err)) ||
+        if ((rc = job_cancelled(j, err)) ||
+            (rc = read_source(sf, buf, n, chunk, off, si->name, err)) ||
             (rc = check_lease(sf, si, err))) {
             tv__sha256_free(&h);
             tv__sha256_free(&hh);
@@ -478,12 +447,262 @@ static int hash_source(const src_file *sf, const tv_shard_info *si, uint8_t *buf
             tv__sha256_update(&hh, buf, hn);
             memcpy(hdr + off, buf, hn);
         }
+        step_advance(j, s, n);
     }
     tv__sha256_final(&h, dig);
     tv__hex(dig, 32, sha_hex);
     tv__sha256_final(&hh, dig);
     tv__hex(dig, 32, hdr_hex);
     return check_source(sf, si, err);
+}
+
+/* ---- the data pipeline -----------------------------------------------------
+ *
+ * Four stages over one ring of N_BUFS buffers, tracked by sequence numbers:
+ * the calling thread posts buffer `posted` (what to read, hash and write);
+ * N_READERS reader threads take posted buffers in turn (`claimed`) and read
+ * them from the source at once, so the next chunk's read is queued while
+ * the last one completes; `filled` is the prefix whose reads completed; the
+ * hasher thread hashes the filled buffers in order (`hashed`) while
+ * N_WRITERS writer threads take them in turn (`wclaimed`) and write them to
+ * every target, `written` being the prefix whose writes completed (hasher
+ * and writers only read the buffer, so they run side by side). A buffer is
+ * free again once hasher and writers passed it. A failed read or write sets
+ * rc (no writer writes from then on) and still counts as done, so every
+ * posted buffer always reaches `hashed` and `written`. */
+
+#define N_READERS 2
+#define N_WRITERS 2
+
+typedef struct target {
+    tv__dev *dev;
+    uint64_t off; /* absolute device offset of this buffer */
+    size_t len;   /* bytes of the buffer this target takes (its extent may end sooner) */
+} target;
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t len;               /* bytes to write (payload + zero padding) */
+    size_t payload;           /* canonical shard bytes at the start of p */
+    src_file *src;            /* read payload bytes from here at src_off (NULL: none) */
+    const tv_shard_info *si;
+    uint64_t src_off;
+    bool read_done, write_done;
+    tv__sha256 *h;            /* the shard's hash, fed by the hasher thread */
+    tv__sha256 *hh;           /* the header's hash (NULL: no header bytes in this buffer) */
+    uint8_t *hdr;             /* where the hasher copies the hdr_n header bytes */
+    size_t hdr_n;
+    size_t n_targets;
+    target t[TV__IMPORT_MAX_DEVICES];
+} wbuf;
+
+typedef struct pipeline {
+    pthread_t hasher, readers[N_READERS], writers[N_WRITERS];
+    bool hasher_started;
+    size_t n_readers, n_writers;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    wbuf bufs[N_BUFS];
+    size_t chunk;
+    uint64_t posted, claimed, filled, hashed, wclaimed, written;
+    bool stop;
+    int rc;
+    tv_error err;
+    uint64_t bytes_written;
+} pipeline;
+
+/* Under mu: records the first failure. */
+static void pipeline_fail(pipeline *w, int rc, const tv_error *e)
+{
+    if (rc && !w->rc) {
+        w->rc = rc;
+        w->err = *e;
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->claimed == w->posted && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->claimed == w->posted)
+            break;
+        wbuf *b = &w->bufs[w->claimed++ % N_BUFS];
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        tv_error e = {0};
+        if (!failed && b->src && b->payload &&
+            !(rc = read_source(b->src, b->p, b->payload, w->chunk, b->src_off, b->si->name, &e)))
+            rc = check_lease(b->src, b->si, &e);
+        if (!failed && !rc)
+            memset(b->p + b->payload, 0, b->len - b->payload);
+        pthread_mutex_lock(&w->mu);
+        pipeline_fail(w, rc, &e);
+        b->read_done = true;
+        while (w->filled < w->posted && w->bufs[w->filled % N_BUFS].read_done) {
+            w->bufs[w->filled % N_BUFS].read_done = false;
+            w->filled++;
+        }
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->wclaimed == w->filled && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->wclaimed == w->filled)
+            break;
+        wbuf *b = &w->bufs[w->wclaimed++ % N_BUFS];
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        tv_error e = {0};
+        for (size_t i = 0; !failed && !rc && i < b->n_targets; i++)
+            rc = tv__dev_pwrite_full(b->t[i].dev, b->p, b->t[i].len, b->t[i].off, &e);
+        pthread_mutex_lock(&w->mu);
+        pipeline_fail(w, rc, &e);
+        for (size_t i = 0; !rc && !failed && i < b->n_targets; i++)
+            w->bytes_written += b->t[i].len;
+        b->write_done = true;
+        while (w->written < w->wclaimed && w->bufs[w->written % N_BUFS].write_done) {
+            w->bufs[w->written % N_BUFS].write_done = false;
+            w->written++;
+        }
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void *hasher_main(void *arg)
+{
+    pipeline *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->hashed == w->filled && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->hashed == w->filled)
+            break;
+        wbuf *b = &w->bufs[w->hashed % N_BUFS];
+        pthread_mutex_unlock(&w->mu);
+        if (b->h)
+            tv__sha256_update(b->h, b->p, b->payload);
+        if (b->hh) {
+            tv__sha256_update(b->hh, b->p, b->hdr_n);
+            memcpy(b->hdr, b->p, b->hdr_n);
+        }
+        pthread_mutex_lock(&w->mu);
+        w->hashed++;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int pipeline_start(pipeline *w, uint8_t *bufs, size_t chunk, tv_error *err)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->chunk = chunk;
+    for (size_t b = 0; b < N_BUFS; b++)
+        w->bufs[b].p = bufs + b * chunk;
+    for (; w->n_writers < N_WRITERS; w->n_writers++)
+        if (pthread_create(&w->writers[w->n_writers], NULL, writer_main, w))
+            return tv__seterr(err, -EAGAIN, "cannot start a writer thread");
+    if (pthread_create(&w->hasher, NULL, hasher_main, w))
+        return tv__seterr(err, -EAGAIN, "cannot start the hasher thread");
+    w->hasher_started = true;
+    for (; w->n_readers < N_READERS; w->n_readers++)
+        if (pthread_create(&w->readers[w->n_readers], NULL, reader_main, w))
+            return tv__seterr(err, -EAGAIN, "cannot start a reader thread");
+    return 0;
+}
+
+/* Lets every thread finish what was posted, then joins them. */
+static void pipeline_stop(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->n_readers; i++)
+        pthread_join(w->readers[i], NULL);
+    for (size_t i = 0; i < w->n_writers; i++)
+        pthread_join(w->writers[i], NULL);
+    if (w->hasher_started)
+        pthread_join(w->hasher, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* Waits for a free buffer; returns it, or NULL when a stage failed. */
+static wbuf *pipeline_acquire(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        uint64_t done = w->hashed < w->written ? w->hashed : w->written;
+        if (w->rc || w->posted - done < N_BUFS)
+            break;
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    wbuf *b = w->rc ? NULL : &w->bufs[w->posted % N_BUFS];
+    pthread_mutex_unlock(&w->mu);
+    return b;
+}
+
+static void pipeline_submit(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->posted++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits until every posted buffer is read and hashed (a shard's digest is
+ * final, and no reader uses its source any more); returns the first
+ * failure's rc so far. */
+static int pipeline_wait_hashed(pipeline *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->hashed < w->posted)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (rc && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* Waits until every posted buffer is hashed and written; returns the first
+ * failure's rc (a read's or a write's). */
+static int pipeline_drain(pipeline *w, tv_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->hashed < w->posted || w->written < w->posted)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (rc && err)
+        *err = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static uint64_t pipeline_bytes_written(pipeline *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t n = w->bytes_written;
+    pthread_mutex_unlock(&w->mu);
+    return n;
 }
 
 /* ---- names ---------------------------------------------------------------- */
@@ -541,10 +760,11 @@ int tv__name_valid(const char *name, const char *what, tv_error *err)
                       NAME_RULE);
 }
 
-/* Reads back one object and checks its hash and its zero padding. */
-static int verify_extent(tv__dev *d, uint64_t base, uint64_t canonical, uint64_t alloc,
-                         const char *want_hex, uint8_t *buf, size_t chunk, const char *what,
-                         tv_error *err)
+/* Reads back one object and checks its hash and its zero padding; with a
+ * job (the import's verify step), reports each chunk and polls cancel. */
+static int verify_extent(import_job *j, size_t s, tv__dev *d, uint64_t base, uint64_t canonical,
+                         uint64_t alloc, const char *want_hex, uint8_t *buf, size_t chunk,
+                         const char *what, tv_error *err)
 {
     tv__sha256 h;
     uint8_t dig[32];
@@ -554,7 +774,8 @@ static int verify_extent(tv__dev *d, uint64_t base, uint64_t canonical, uint64_t
         return tv__seterr(err, -ENOMEM, "out of memory");
     for (uint64_t off = 0; off < alloc; off += chunk) {
         size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
-        if ((rc = tv__dev_pread_full(d, buf, n, base + off, err))) {
+        if ((j && (rc = job_cancelled(j, err))) ||
+            (rc = tv__dev_pread_full(d, buf, n, base + off, err))) {
             tv__sha256_free(&h);
             return rc;
         }
@@ -568,6 +789,8 @@ static int verify_extent(tv__dev *d, uint64_t base, uint64_t canonical, uint64_t
                                   (unsigned long long)(off + i));
             }
         }
+        if (j)
+            step_advance(j, s, n);
     }
     tv__sha256_final(&h, dig);
     tv__hex(dig, 32, hex);
@@ -590,8 +813,8 @@ int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err)
     char what[96];
     snprintf(what, sizeof(what), "object %lld on device %lld", (long long)obj->id,
              (long long)obj->device_id);
-    rc = verify_extent(d, obj->base_off, obj->canonical_len, obj->alloc_len, obj->sha256, buf,
-                       chunk, what, err);
+    rc = verify_extent(NULL, 0, d, obj->base_off, obj->canonical_len, obj->alloc_len, obj->sha256,
+                       buf, chunk, what, err);
     free(buf);
     return rc;
 }
@@ -649,10 +872,404 @@ static void release_reservations(tv__store *st, shard_plan *plans, size_t n)
     }
 }
 
-static int publish(tv__store *st, const char *model, const char *source, tv_checkpoint *ck,
-                   shard_plan *plans, size_t n_shards, bool activate, int64_t *gen_number,
-                   tv_error *err)
+/* ---- the steps -------------------------------------------------------------
+ *
+ * Each step function runs one step of import.h over the job, reports its
+ * progress and polls cancel; on failure it leaves what it reserved in the
+ * plans (tv__import's ladder releases it) and holds nothing else. */
+
+/* 1. Validate everything first: the checkpoint (every shard header and the
+ * index) and every target device (label, size, identity). */
+static int step_resolve(import_job *j, const char *src, tv_error *err)
 {
+    const tv__import_opts *o = j->o;
+    tv__reg_device *all = NULL;
+    size_t n_all = 0;
+    int rc;
+
+    if ((rc = tv_checkpoint_open(src, NULL, &j->ck, err)))
+        return rc;
+    if (!realpath(src, j->real_src))
+        snprintf(j->real_src, sizeof(j->real_src), "%s", src);
+    j->n_shards = tv_checkpoint_n_shards(j->ck);
+    if (!(j->plans = calloc(j->n_shards ? j->n_shards : 1, sizeof(*j->plans))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (size_t s = 0; s < j->n_shards; s++) {
+        tv_checkpoint_shard(j->ck, s, &j->plans[s].info);
+        j->r.bytes_total += j->plans[s].info.file_len;
+    }
+    step_begin(j, "resolve", j->r.bytes_total);
+    if ((rc = job_cancelled(j, err)))
+        goto out;
+    if (o->n_devices > TV__IMPORT_MAX_DEVICES) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "at most %d replicas", TV__IMPORT_MAX_DEVICES);
+        goto out;
+    }
+    for (size_t i = 0; i < o->n_devices; i++) {
+        for (size_t k = 0; k < j->n_devs; k++)
+            if (j->devs[k] == o->devices[i]) {
+                rc = tv__seterr(err, TV_E_INVALID_ARG, "device %lld named twice",
+                                (long long)o->devices[i]);
+                goto out;
+            }
+        j->devs[j->n_devs++] = o->devices[i];
+    }
+    if (!o->n_devices) {
+        if ((rc = tv__reg_device_list(j->st->reg, &all, &n_all, err)))
+            goto out;
+        if (n_all == 0) {
+            rc = tv__seterr(err, TV_E_NOT_FOUND, "store %s has no device", j->st->dir);
+            goto out;
+        }
+        j->devs[j->n_devs++] = all[0].id;
+    }
+    for (size_t i = 0; i < j->n_devs; i++) {
+        tv__dev *d;
+        if ((rc = tv__store_device(j->st, j->devs[i], true, &d, err)))
+            goto out;
+    }
+    uint64_t bufs_len;
+    if (tv__mul_u64(j->chunk, N_BUFS, &bufs_len) || bufs_len > SIZE_MAX ||
+        posix_memalign((void **)&j->bufs, HUGE_ALIGN, (size_t)bufs_len)) {
+        j->bufs = NULL;
+        rc = tv__seterr(err, -ENOMEM, "out of memory for %d buffers of %zu bytes", N_BUFS,
+                        j->chunk);
+        goto out;
+    }
+    /* Huge pages where the kernel gives them: an O_DIRECT transfer pins 4
+     * pages per 8 MiB instead of 2048. Advice only. */
+    (void)madvise(j->bufs, (size_t)bufs_len, MADV_HUGEPAGE);
+    step_end(j);
+out:
+    free(all);
+    return rc;
+}
+
+/* Hashes shard s for the dedup probe (whole file and header, from the same
+ * reads) and checks that the header it read is the validated one. */
+static int probe_shard(import_job *j, size_t s, tv_error *err)
+{
+    shard_plan *p = &j->plans[s];
+    src_file sf;
+    int rc;
+    uint8_t *hdr = malloc((size_t)p->info.data_off);
+    if (!hdr)
+        return tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
+                          (unsigned long long)p->info.data_off);
+    if ((rc = open_source(&p->info, &sf, err)))
+        goto out;
+    rc = hash_source(j, s, &sf, &p->info, j->bufs, j->chunk, hdr, p->sha_hex, p->header_sha_hex,
+                     err);
+    close_source(&sf);
+    /* A reused object is bound without reading the source again, so the
+     * header it holds must be the validated one, or the published tensors
+     * would not describe its bytes. */
+    if (!rc)
+        rc = same_header(j->ck, s, hdr, p, err);
+    if (!rc)
+        p->have_sha = true;
+out:
+    free(hdr);
+    return rc;
+}
+
+/* Dedup probe: a shard whose length matches a committed object on a target
+ * device is hashed first; an identical object on a device is reused. */
+static int step_dedup(import_job *j, tv_error *err)
+{
+    tv__reg *reg = j->st->reg;
+    uint64_t total = 0;
+    int rc = 0;
+    for (size_t i = 0; i < j->n_devs && !rc; i++) {
+        tv__reg_object *objs = NULL;
+        size_t n_objs = 0;
+        if ((rc = tv__reg_objects_list_committed(reg, j->devs[i], &objs, &n_objs, err)))
+            return rc;
+        for (size_t s = 0; s < j->n_shards; s++)
+            for (size_t k = 0; k < n_objs; k++)
+                j->plans[s].candidate |= objs[k].canonical_len == j->plans[s].info.file_len;
+        free(objs);
+    }
+    for (size_t s = 0; s < j->n_shards; s++)
+        total += j->plans[s].candidate ? j->plans[s].info.file_len : 0;
+    step_begin(j, "dedup", total);
+    if ((rc = job_cancelled(j, err)))
+        return rc;
+    for (size_t s = 0; s < j->n_shards; s++)
+        if (j->plans[s].candidate && (rc = probe_shard(j, s, err)))
+            return rc;
+    for (size_t i = 0; i < j->n_devs; i++) {
+        for (size_t s = 0; s < j->n_shards; s++) {
+            shard_plan *p = &j->plans[s];
+            tv__reg_object found;
+            tv_error e2;
+            if (!p->have_sha ||
+                tv__reg_object_find_committed(reg, j->devs[i], p->sha_hex, &found, &e2) != 0)
+                continue;
+            p->dev_id[p->n_obj] = j->devs[i];
+            p->obj[p->n_obj] = found;
+            p->reused[p->n_obj++] = true;
+            j->r.bytes_deduped += p->info.file_len;
+        }
+    }
+    step_end(j);
+    return 0;
+}
+
+/* Whether shard plan p still needs a copy on device dev. */
+static bool needs_copy(const shard_plan *p, int64_t dev)
+{
+    for (size_t k = 0; k < p->n_obj; k++)
+        if (p->dev_id[k] == dev)
+            return false;
+    return true;
+}
+
+/* 2. Reserve extents ('writing' objects) for everything that must be
+ * written; j->to_write receives their total length. */
+static int step_reserve(import_job *j, tv_error *err)
+{
+    uint64_t total = 0;
+    int rc;
+    for (size_t s = 0; s < j->n_shards; s++)
+        for (size_t i = 0; i < j->n_devs; i++)
+            total += needs_copy(&j->plans[s], j->devs[i]) ? j->plans[s].info.file_len : 0;
+    step_begin(j, "reserve", total);
+    for (size_t s = 0; s < j->n_shards; s++) {
+        shard_plan *p = &j->plans[s];
+        for (size_t i = 0; i < j->n_devs; i++) {
+            if (!needs_copy(p, j->devs[i]))
+                continue;
+            size_t k = p->n_obj;
+            if ((rc = job_cancelled(j, err)) ||
+                (rc = tv__alloc_reserve(j->st->reg, j->devs[i], p->info.file_len, &p->obj[k],
+                                        err)))
+                return rc;
+            p->dev_id[k] = j->devs[i];
+            p->n_obj++;
+            j->to_write += p->obj[k].alloc_len;
+            step_advance(j, s, p->info.file_len);
+        }
+    }
+    step_end(j);
+    return job_cancelled(j, err);
+}
+
+/* 3, one shard: its canonical bytes + zero padding go to every new object,
+ * hashed on the way; then the source is checked unchanged and the header
+ * as written compared with the validated one. */
+static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
+{
+    shard_plan *p = &j->plans[s];
+    size_t n_new = 0, chunk = j->chunk;
+    target tg[TV__IMPORT_MAX_DEVICES];
+    uint64_t tg_alloc[TV__IMPORT_MAX_DEVICES];
+    uint64_t alloc = 0; /* the largest extent; replicas may differ in object_align */
+    uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
+    src_file sf = {.fd = -1};
+    uint8_t *hdr_copy = NULL;
+    tv__sha256 h, hh;
+    int rc;
+
+    for (size_t k = 0; k < p->n_obj; k++) {
+        if (p->reused[k])
+            continue;
+        tv__store_device(j->st, p->dev_id[k], true, &tg[n_new].dev, NULL);
+        tg[n_new].off = p->obj[k].base_off;
+        tg_alloc[n_new++] = p->obj[k].alloc_len;
+        if (p->obj[k].alloc_len > alloc)
+            alloc = p->obj[k].alloc_len;
+    }
+    if (n_new == 0)
+        return 0;
+    if ((rc = open_source(&p->info, &sf, err)))
+        return rc;
+    if (!(hdr_copy = malloc((size_t)hdr_end))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
+                        (unsigned long long)hdr_end);
+        goto out_source;
+    }
+    if (tv__sha256_init(&h)) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto out_hdr;
+    }
+    if (tv__sha256_init(&hh)) {
+        tv__sha256_free(&h);
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto out_hdr;
+    }
+    for (uint64_t off = 0; off < alloc; off += chunk) {
+        if ((rc = job_cancelled(j, err)))
+            break;
+        wbuf *b = pipeline_acquire(w);
+        if (!b) {
+            rc = pipeline_drain(w, err);
+            break;
+        }
+        size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
+        size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
+        /* Buffered: ask for the chunk after this one now, so the disk reads
+         * it while this one is read, hashed and written. */
+        if (!sf.direct && off + n < canon)
+            (void)posix_fadvise(sf.fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
+        b->src = payload ? &sf : NULL;
+        b->si = &p->info;
+        b->src_off = off;
+        b->payload = payload;
+        b->h = &h;
+        b->hh = off < hdr_end ? &hh : NULL;
+        b->hdr = hdr_copy + off;
+        b->hdr_n = off < hdr_end ? (size_t)(hdr_end - off < payload ? hdr_end - off : payload) : 0;
+        b->len = n;
+        b->n_targets = 0;
+        uint64_t sub = 0;
+        for (size_t k = 0; k < n_new; k++) {
+            if (off >= tg_alloc[k])
+                continue;
+            size_t tl = (size_t)(tg_alloc[k] - off < n ? tg_alloc[k] - off : n);
+            b->t[b->n_targets++] = (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
+            sub += tl;
+        }
+        pipeline_submit(w);
+        step_advance(j, s, sub);
+        if (!j->crashed_mid && j->step_done * 2 >= j->to_write) {
+            j->crashed_mid = true;
+            tv__crash_point("write");
+        }
+    }
+    /* Readers still use sf, the hasher h, hh and hdr_copy, until they
+     * caught up with this shard. */
+    int prc = pipeline_wait_hashed(w, rc ? NULL : err);
+    if (!rc)
+        rc = prc;
+    uint8_t dig[32];
+    char sha_hex[65], hdr_hex[65];
+    tv__sha256_final(&h, dig);
+    tv__hex(dig, 32, sha_hex);
+    tv__sha256_final(&hh, dig);
+    tv__hex(dig, 32, hdr_hex);
+    if (rc || (rc = check_source(&sf, &p->info, err)))
+        goto out_hdr;
+    close_source(&sf);
+    /* What is published must describe the bytes written: re-parse the
+     * header exactly as written and compare it with the validated one. */
+    if ((rc = same_header(j->ck, s, hdr_copy, p, err)))
+        goto out_hdr;
+    if (p->have_sha && strcmp(p->sha_hex, sha_hex) != 0) {
+        rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed content during import",
+                        p->info.name);
+        goto out_hdr;
+    }
+    memcpy(p->sha_hex, sha_hex, sizeof(sha_hex));
+    memcpy(p->header_sha_hex, hdr_hex, sizeof(hdr_hex));
+    p->have_sha = true;
+out_hdr:
+    free(hdr_copy);
+out_source:
+    close_source(&sf);
+    return rc;
+}
+
+/* 3. Write every new object, shard by shard, through the pipeline. */
+static int step_write(import_job *j, tv_error *err)
+{
+    pipeline w;
+    int rc;
+    step_begin(j, "write", j->to_write);
+    if ((rc = job_cancelled(j, err)))
+        return rc;
+    if ((rc = pipeline_start(&w, j->bufs, j->chunk, err)))
+        goto out;
+    for (size_t s = 0; s < j->n_shards && !rc; s++)
+        rc = write_shard(j, &w, s, err);
+    if (!rc)
+        rc = pipeline_drain(&w, err);
+out:
+    j->r.bytes_written = pipeline_bytes_written(&w); /* drained, when it counts */
+    pipeline_stop(&w); /* joins the threads started, whatever happened */
+    if (!rc)
+        step_end(j);
+    return rc;
+}
+
+/* Bytes of new objects on device dev. */
+static uint64_t new_bytes_on(const import_job *j, int64_t dev)
+{
+    uint64_t n = 0;
+    for (size_t s = 0; s < j->n_shards; s++)
+        for (size_t k = 0; k < j->plans[s].n_obj; k++)
+            if (!j->plans[s].reused[k] && j->plans[s].dev_id[k] == dev)
+                n += j->plans[s].obj[k].alloc_len;
+    return n;
+}
+
+/* 4. Flush every device written. */
+static int step_flush(import_job *j, tv_error *err)
+{
+    int rc;
+    step_begin(j, "flush", j->to_write);
+    if ((rc = job_cancelled(j, err)))
+        return rc;
+    for (size_t i = 0; i < j->n_devs; i++) {
+        tv__dev *d;
+        if ((rc = job_cancelled(j, err)) ||
+            (rc = tv__store_device(j->st, j->devs[i], true, &d, err)) ||
+            (rc = tv__dev_flush(d, err)))
+            return rc;
+        step_advance(j, TV__IMPORT_NO_SHARD, new_bytes_on(j, j->devs[i]));
+    }
+    step_end(j);
+    return 0;
+}
+
+/* 5. Verify bounds; strict mode reads every new object back. */
+static int step_verify(import_job *j, tv_error *err)
+{
+    int rc;
+    step_begin(j, "verify", j->to_write);
+    if ((rc = job_cancelled(j, err)))
+        return rc;
+    for (size_t s = 0; s < j->n_shards; s++) {
+        shard_plan *p = &j->plans[s];
+        for (size_t k = 0; k < p->n_obj; k++) {
+            if (p->reused[k])
+                continue;
+            tv__reg_device row;
+            if ((rc = job_cancelled(j, err)) ||
+                (rc = tv__reg_device_get(j->st->reg, p->dev_id[k], &row, err)))
+                return rc;
+            uint64_t end;
+            if (tv__add_u64(p->obj[k].base_off, p->obj[k].alloc_len, &end) ||
+                p->obj[k].base_off < row.data_off || end > row.region_off + row.region_len ||
+                p->obj[k].canonical_len != p->info.file_len)
+                return tv__seterr(err, TV_E_INTERNAL, "object %lld lies outside its region",
+                                  (long long)p->obj[k].id);
+            if (!j->o->strict) {
+                step_advance(j, s, p->obj[k].alloc_len);
+                continue;
+            }
+            tv__dev *d;
+            char what[160];
+            snprintf(what, sizeof(what), "shard '%s' on device %lld", p->info.name,
+                     (long long)p->dev_id[k]);
+            if ((rc = tv__store_device(j->st, p->dev_id[k], true, &d, err)) ||
+                (rc = verify_extent(j, s, d, p->obj[k].base_off, p->obj[k].canonical_len,
+                                    p->obj[k].alloc_len, p->sha_hex, j->bufs, j->chunk, what,
+                                    err)))
+                return rc;
+        }
+    }
+    step_end(j);
+    return 0;
+}
+
+/* 6. Publish last, in one transaction: the objects, the generation, its
+ * shards, bindings and tensors. */
+static int publish(import_job *j, tv_error *err)
+{
+    tv__store *st = j->st;
+    tv_checkpoint *ck = j->ck;
+    shard_plan *plans = j->plans;
     int rc;
     tv_tensor_info *infos = NULL;
     size_t n_t = tv_checkpoint_n_tensors(ck);
@@ -662,16 +1279,16 @@ static int publish(tv__store *st, const char *model, const char *source, tv_chec
         tv_checkpoint_tensor(ck, i, &infos[i]);
     if ((rc = tv__reg_begin(st->reg, err)))
         goto out;
-    for (size_t s = 0; s < n_shards; s++)
+    for (size_t s = 0; s < j->n_shards; s++)
         for (size_t k = 0; k < plans[s].n_obj; k++)
             if (!plans[s].reused[k] &&
                 (rc = tv__reg_object_commit(st->reg, plans[s].obj[k].id, plans[s].sha_hex, err)))
                 goto fail_tx;
     tv__reg_generation gen;
-    if ((rc = tv__reg_generation_create(st->reg, model, source, tv_checkpoint_total_bytes(ck),
-                                        &gen, err)))
+    if ((rc = tv__reg_generation_create(st->reg, j->model, j->real_src,
+                                        tv_checkpoint_total_bytes(ck), &gen, err)))
         goto fail_tx;
-    for (size_t s = 0; s < n_shards; s++) {
+    for (size_t s = 0; s < j->n_shards; s++) {
         tv__reg_shard_in in = {
             .idx = (uint32_t)s,
             .name = plans[s].info.name,
@@ -690,12 +1307,10 @@ static int publish(tv__store *st, const char *model, const char *source, tv_chec
     if ((rc = tv__reg_tensors_insert(st->reg, gen.id, infos, n_t, err)) ||
         (rc = tv__reg_generation_set_state(st->reg, gen.id, TV__GEN_READY, err)))
         goto fail_tx;
-    if (activate && (rc = tv__reg_generation_activate(st->reg, model, gen.number, err)))
-        goto fail_tx;
     tv__crash_point("publish");
     if ((rc = tv__reg_commit(st->reg, err)))
         goto out;
-    *gen_number = gen.number;
+    j->r.generation = gen.number;
     goto out;
 fail_tx:
     tv__reg_rollback(st->reg);
@@ -704,356 +1319,91 @@ out:
     return rc;
 }
 
-int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
-               tv__import_result *res, tv_error *err)
+/* 6. Publish (the last point where cancel is heard), write the snapshot,
+ * then activate when asked. Once published the objects are kept, whatever
+ * follows. */
+static int step_publish(import_job *j, tv_error *err)
 {
     int rc;
-    tv__import_opts dflt = {0};
-    tv_checkpoint *ck = NULL;
-    shard_plan *plans = NULL;
-    uint8_t *bufs = NULL;
-    pipeline w;
-    bool pipeline_started = false;
-    src_file sf = {.fd = -1};
-    bool published = false;
-    uint8_t *hdr_copy = NULL;
-    int64_t devs[TV__IMPORT_MAX_DEVICES];
-    size_t n_devs = 0;
-    tv__reg_device *all = NULL;
-    size_t n_all = 0;
-    char real_src[PATH_MAX];
-    double t0 = now_s();
-    tv__import_result r = {0};
-
-    if (!o)
-        o = &dflt;
-    if (!st || !model || !src || st->lock_fd < 0)
-        return tv__seterr(err, TV_E_INVALID_ARG, "import needs a writer store, a model and a source");
-    if ((rc = tv__name_valid(model, "model name", err)))
+    step_begin(j, "publish", j->r.bytes_total);
+    if ((rc = job_cancelled(j, err)) || (rc = publish(j, err)))
         return rc;
-    size_t chunk = o->chunk_len ? o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
-    uint64_t chunk_al; /* N_BUFS x chunk is allocated at once below */
-    if (tv__align_up_u64(chunk, BUF_ALIGN, &chunk_al) || chunk_al > SIZE_MAX / N_BUFS)
-        return tv__seterr(err, TV_E_INVALID_ARG, "import chunk_len %zu: rounded up to a multiple of %d, %d of them overflow the address space", chunk, BUF_ALIGN, N_BUFS);
-    chunk = (size_t)chunk_al;
-
-    /* 1. Validate everything first. */
-    if ((rc = tv_checkpoint_open(src, NULL, &ck, err)))
-        return rc;
-    if (!realpath(src, real_src))
-        snprintf(real_src, sizeof(real_src), "%s", src);
-    size_t n_shards = tv_checkpoint_n_shards(ck);
-
-    if (o->n_devices > TV__IMPORT_MAX_DEVICES) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "at most %d replicas", TV__IMPORT_MAX_DEVICES);
-        goto out;
-    }
-    if (o->n_devices) {
-        for (size_t i = 0; i < o->n_devices; i++) {
-            for (size_t j = 0; j < n_devs; j++)
-                if (devs[j] == o->devices[i]) {
-                    rc = tv__seterr(err, TV_E_INVALID_ARG, "device %lld named twice",
-                                    (long long)o->devices[i]);
-                    goto out;
-                }
-            devs[n_devs++] = o->devices[i];
-        }
-    } else {
-        if ((rc = tv__reg_device_list(st->reg, &all, &n_all, err)))
-            goto out;
-        if (n_all == 0) {
-            rc = tv__seterr(err, TV_E_NOT_FOUND, "store %s has no device", st->dir);
-            goto out;
-        }
-        devs[n_devs++] = all[0].id;
-    }
-    /* Every device is validated (label, size, identity) before any write. */
-    for (size_t i = 0; i < n_devs; i++) {
-        tv__dev *d;
-        if ((rc = tv__store_device(st, devs[i], true, &d, err)))
-            goto out;
-    }
-
-    if (!(plans = calloc(n_shards ? n_shards : 1, sizeof(*plans))) ||
-        posix_memalign((void **)&bufs, BUF_ALIGN, chunk * N_BUFS)) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t s = 0; s < n_shards; s++) {
-        tv_checkpoint_shard(ck, s, &plans[s].info);
-        r.bytes_total += plans[s].info.file_len;
-    }
-
-    /* Dedup probe: a shard whose length matches a committed object on a
-     * target device is hashed first; an identical object is reused. */
-    for (size_t i = 0; i < n_devs; i++) {
-        tv__reg_object *objs = NULL;
-        size_t n_objs = 0;
-        if ((rc = tv__reg_objects_list_committed(st->reg, devs[i], &objs, &n_objs, err)))
-            goto out;
-        for (size_t s = 0; s < n_shards && !rc; s++) {
-            shard_plan *p = &plans[s];
-            bool candidate = false;
-            for (size_t k = 0; k < n_objs; k++)
-                candidate |= objs[k].canonical_len == p->info.file_len;
-            if (!candidate)
-                continue;
-            if (!p->have_sha) {
-                src_file hsf;
-                uint8_t *hdr = malloc((size_t)p->info.data_off);
-                if (!hdr) {
-                    rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
-                                    (unsigned long long)p->info.data_off);
-                    break;
-                }
-                if ((rc = open_source(&p->info, &hsf, err))) {
-                    free(hdr);
-                    break;
-                }
-                rc = hash_source(&hsf, &p->info, bufs, chunk, hdr, p->sha_hex, p->header_sha_hex,
-                                 err);
-                close_source(&hsf);
-                /* A reused object is bound without reading the source again,
-                 * so the header it holds must be the validated one, or the
-                 * published tensors would not describe its bytes. */
-                if (!rc)
-                    rc = same_header(ck, s, hdr, p, err);
-                free(hdr);
-                if (rc)
-                    break;
-                p->have_sha = true;
-            }
-            tv__reg_object found;
-            tv_error e2;
-            if (tv__reg_object_find_committed(st->reg, devs[i], p->sha_hex, &found, &e2) == 0) {
-                p->dev_id[p->n_obj] = devs[i];
-                p->obj[p->n_obj] = found;
-                p->reused[p->n_obj++] = true;
-                r.bytes_deduped += p->info.file_len;
-            }
-        }
-        free(objs);
-        if (rc)
-            goto out;
-    }
-
-    /* 2. Reserve extents for everything that must be written. */
-    uint64_t to_write = 0;
-    for (size_t s = 0; s < n_shards; s++) {
-        shard_plan *p = &plans[s];
-        for (size_t i = 0; i < n_devs; i++) {
-            bool have = false;
-            for (size_t k = 0; k < p->n_obj; k++)
-                have |= p->dev_id[k] == devs[i];
-            if (have)
-                continue;
-            size_t k = p->n_obj;
-            if ((rc = tv__alloc_reserve(st->reg, devs[i], p->info.file_len, &p->obj[k], err)))
-                goto fail_release;
-            p->dev_id[k] = devs[i];
-            p->n_obj++;
-            to_write += p->obj[k].alloc_len;
-        }
-    }
-    tv__crash_point("reserve");
-
-    /* 3. Write canonical bytes + zero padding, hashing on the way. */
-    pipeline_started = true;
-    if ((rc = pipeline_start(&w, bufs, chunk, err)))
-        goto fail_writer;
-    bool crashed_mid = false;
-    uint64_t submitted = 0;
-    for (size_t s = 0; s < n_shards; s++) {
-        shard_plan *p = &plans[s];
-        size_t n_new = 0;
-        target tg[TV__IMPORT_MAX_DEVICES];
-        uint64_t tg_alloc[TV__IMPORT_MAX_DEVICES];
-        uint64_t alloc = 0; /* the largest extent; replicas may differ in object_align */
-        for (size_t k = 0; k < p->n_obj; k++) {
-            if (p->reused[k])
-                continue;
-            tv__store_device(st, p->dev_id[k], true, &tg[n_new].dev, NULL);
-            tg[n_new].off = p->obj[k].base_off;
-            tg_alloc[n_new++] = p->obj[k].alloc_len;
-            if (p->obj[k].alloc_len > alloc)
-                alloc = p->obj[k].alloc_len;
-        }
-        if (n_new == 0)
-            continue;
-        tv__sha256 h, hh;
-        uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
-        if ((rc = open_source(&p->info, &sf, err)))
-            goto fail_writer;
-        if (!(hdr_copy = malloc((size_t)hdr_end))) {
-            rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
-                            (unsigned long long)hdr_end);
-            goto fail_writer;
-        }
-        if (tv__sha256_init(&h) || tv__sha256_init(&hh)) {
-            tv__sha256_free(&h);
-            rc = tv__seterr(err, -ENOMEM, "out of memory");
-            goto fail_writer;
-        }
-        for (uint64_t off = 0; off < alloc; off += chunk) {
-            wbuf *b = pipeline_acquire(&w);
-            if (!b) {
-                rc = pipeline_drain(&w, err);
-                break;
-            }
-            size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
-            size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
-            /* Ask for the next chunk now so the disk reads it while this
-             * one is copied, hashed and written. */
-            if (off + n < canon)
-                (void)posix_fadvise(sf.fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
-            if (payload && ((rc = read_source(sf.fd, b->p, payload, off, p->info.name, err)) ||
-                            (rc = check_lease(&sf, &p->info, err))))
-                break;
-            memset(b->p + payload, 0, n - payload);
-            b->h = &h;
-            b->payload = payload;
-            if (off < hdr_end) {
-                size_t hn = (size_t)(hdr_end - off < payload ? hdr_end - off : payload);
-                tv__sha256_update(&hh, b->p, hn);
-                memcpy(hdr_copy + off, b->p, hn);
-            }
-            b->len = n;
-            b->n_targets = 0;
-            for (size_t k = 0; k < n_new; k++) {
-                if (off >= tg_alloc[k])
-                    continue;
-                size_t tl = (size_t)(tg_alloc[k] - off < n ? tg_alloc[k] - off : n);
-                b->t[b->n_targets++] = (target){.dev = tg[k].dev, .off = tg[k].off + off, .len = tl};
-                submitted += tl;
-            }
-            pipeline_submit(&w);
-            if (o->progress)
-                o->progress(o->progress_ctx, submitted, to_write);
-            if (!crashed_mid && submitted * 2 >= to_write) {
-                crashed_mid = true;
-                tv__crash_point("write");
-            }
-        }
-        /* The hasher still reads h until it caught up with this shard. */
-        pipeline_wait_hashed(&w);
-        uint8_t dig[32];
-        char sha_hex[65], hdr_hex[65];
-        tv__sha256_final(&h, dig);
-        tv__hex(dig, 32, sha_hex);
-        tv__sha256_final(&hh, dig);
-        tv__hex(dig, 32, hdr_hex);
-        if (!rc)
-            rc = check_source(&sf, &p->info, err);
-        close_source(&sf);
-        if (rc)
-            goto fail_writer;
-        /* What is published must describe the bytes written: re-parse the
-         * header exactly as written and compare it with the validated one. */
-        rc = same_header(ck, s, hdr_copy, p, err);
-        free(hdr_copy);
-        hdr_copy = NULL;
-        if (rc)
-            goto fail_writer;
-        if (p->have_sha && strcmp(p->sha_hex, sha_hex) != 0) {
-            rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' changed content during import",
-                            p->info.name);
-            goto fail_writer;
-        }
-        memcpy(p->sha_hex, sha_hex, sizeof(sha_hex));
-        memcpy(p->header_sha_hex, hdr_hex, sizeof(hdr_hex));
-        p->have_sha = true;
-    }
-    if ((rc = pipeline_drain(&w, err)))
-        goto fail_writer;
-
-    /* 4. Flush every device written. */
-    for (size_t i = 0; i < n_devs; i++) {
-        tv__dev *d;
-        if ((rc = tv__store_device(st, devs[i], true, &d, err)) || (rc = tv__dev_flush(d, err)))
-            goto fail_writer;
-    }
-    tv__crash_point("flush");
-
-    /* 5. Verify bounds; strict mode reads every new object back. */
-    for (size_t s = 0; s < n_shards; s++) {
-        shard_plan *p = &plans[s];
-        for (size_t k = 0; k < p->n_obj; k++) {
-            if (p->reused[k])
-                continue;
-            tv__reg_device row;
-            if ((rc = tv__reg_device_get(st->reg, p->dev_id[k], &row, err)))
-                goto fail_writer;
-            uint64_t end;
-            if (tv__add_u64(p->obj[k].base_off, p->obj[k].alloc_len, &end) ||
-                p->obj[k].base_off < row.data_off || end > row.region_off + row.region_len ||
-                p->obj[k].canonical_len != p->info.file_len) {
-                rc = tv__seterr(err, TV_E_INTERNAL, "object %lld lies outside its region",
-                                (long long)p->obj[k].id);
-                goto fail_writer;
-            }
-            if (o->strict) {
-                tv__dev *d;
-                char what[160];
-                snprintf(what, sizeof(what), "shard '%s' on device %lld", p->info.name,
-                         (long long)p->dev_id[k]);
-                if ((rc = tv__store_device(st, p->dev_id[k], true, &d, err)) ||
-                    (rc = verify_extent(d, p->obj[k].base_off, p->obj[k].canonical_len,
-                                        p->obj[k].alloc_len, p->sha_hex, bufs, chunk, what, err)))
-                    goto fail_writer;
-            }
-        }
-    }
-
-    /* 6. Publish last, in one transaction. */
-    if ((rc = publish(st, model, real_src, ck, plans, n_shards, false, &r.generation, err)))
-        goto fail_writer;
+    j->published = true; /* from here on the objects are committed: keep them */
     tv__crash_point("import.commit");
     /* The generation is published (ready, not active). Its snapshot: a
      * failure is repaired by the next writer open, so it only warns.
      * --activate then goes through the activation protocol (registry and
      * pointer together, an error changes neither): on failure the import
      * reports it and the generation stays ready and inactive. */
-    {
-        tv_error se = {0};
-        if (tv__store_write_snapshot(st, model, r.generation, &se))
-            tv__log(TV_LOG_WARN, "import: model '%s' generation %lld: snapshot: %s", model,
-                    (long long)r.generation, se.msg);
-    }
-    published = true; /* from here on the objects are committed: keep them */
-    if (o->activate && (rc = tv__store_activate(st, model, r.generation, err))) {
+    tv_error se = {0};
+    if (tv__store_write_snapshot(j->st, j->model, j->r.generation, &se))
+        tv__log(TV_LOG_WARN, "import: model '%s' generation %lld: snapshot: %s", j->model,
+                (long long)j->r.generation, se.msg);
+    if (j->o->activate && (rc = tv__store_activate(j->st, j->model, j->r.generation, err))) {
         if (err) {
             char msg[sizeof err->msg + 600];
             snprintf(msg, sizeof msg,
                      "model '%.256s' generation %lld was imported (ready) but not activated: %s",
-                     model, (long long)r.generation, err->msg);
+                     j->model, (long long)j->r.generation, err->msg);
             memcpy(err->msg, msg, sizeof err->msg - 1);
             err->msg[sizeof err->msg - 1] = '\0';
         }
-        goto out_writer;
+        return rc;
     }
-    r.n_shards = n_shards;
-    r.n_tensors = tv_checkpoint_n_tensors(ck);
-    r.bytes_written = pipeline_bytes_written(&w);
-    r.seconds = now_s() - t0;
-    if (res)
-        *res = r;
-    rc = 0;
-    goto out_writer;
+    step_end(j);
+    return 0;
+}
 
-fail_writer:
-    close_source(&sf);
-    free(hdr_copy);
-out_writer:
-    if (pipeline_started)
-        pipeline_stop(&w);
-    if (rc == 0 || published)
+int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
+               tv__import_result *res, tv_error *err)
+{
+    static const tv__import_opts dflt = {0};
+    import_job *j = NULL;
+    double t0 = now_s();
+    int rc;
+
+    if (!st || !model || !src || st->lock_fd < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "import needs a writer store, a model and a source");
+    if ((rc = tv__name_valid(model, "model name", err)))
+        return rc;
+    if (!(j = calloc(1, sizeof(*j))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    j->st = st;
+    j->model = model;
+    j->o = o ? o : &dflt;
+    j->step = "resolve";
+    uint64_t chunk = j->o->chunk_len ? j->o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
+    if (tv__align_up_u64(chunk, BUF_ALIGN, &chunk) || chunk > SIZE_MAX / N_BUFS) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "import chunk_len %zu: rounded up to a multiple of %d, %d of them overflow the address space", j->o->chunk_len, BUF_ALIGN, N_BUFS);
         goto out;
+    }
+    j->chunk = (size_t)chunk;
+
+    if ((rc = step_resolve(j, src, err)) || (rc = step_dedup(j, err)))
+        goto out;
+    if ((rc = step_reserve(j, err)))
+        goto fail_release;
+    tv__crash_point("reserve");
+    if ((rc = step_write(j, err)) || (rc = step_flush(j, err)))
+        goto fail_release;
+    tv__crash_point("flush");
+    if ((rc = step_verify(j, err)) || (rc = step_publish(j, err)))
+        goto fail_release;
+    j->r.n_shards = j->n_shards;
+    j->r.n_tensors = tv_checkpoint_n_tensors(j->ck);
+    j->r.seconds = now_s() - t0;
+    if (res)
+        *res = j->r;
+    goto out;
+
 fail_release:
-    release_reservations(st, plans, plans ? n_shards : 0);
+    if (!j->published)
+        release_reservations(st, j->plans, j->plans ? j->n_shards : 0);
 out:
-    free(all);
-    free(bufs);
-    free(plans);
-    tv_checkpoint_close(ck);
+    free(j->bufs);
+    free(j->plans);
+    tv_checkpoint_close(j->ck);
+    free(j);
     return rc;
 }

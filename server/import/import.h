@@ -6,20 +6,23 @@
  *      written;
  *   2. extents are reserved as 'writing' rows (non-overlapping, aligned);
  *   3. the canonical bytes plus zero padding are written with O_DIRECT in
- *      large aligned chunks, hashed (SHA-256) on the way; hashing and writing
- *      overlap (a writer thread);
+ *      large aligned chunks, hashed (SHA-256) on the way; reading (O_DIRECT
+ *      for a source not in the page cache), hashing and writing overlap
+ *      (reader, hasher and writer threads);
  *   4. each device is flushed (fdatasync);
  *   5. bounds are verified and, in strict mode, every object is read back
  *      and re-hashed;
  *   6. one transaction commits the objects, the generation, its shards,
  *      bindings and tensors, and optionally activates it.
- * Any failure before 6 deletes the reservations; nothing is published and
- * the previously active generation is untouched. A shard whose SHA-256 is
+ * Any failure before 6, or a cancel (tv__import_opts.cancelled, polled
+ * between chunks and steps), deletes the reservations; nothing is published
+ * and the previously active generation is untouched. A shard whose SHA-256 is
  * already committed on a device is bound to that object, not written again. */
 #ifndef TV_IMPORT_IMPORT_H
 #define TV_IMPORT_IMPORT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store.h"
@@ -27,7 +30,28 @@
 #define TV__IMPORT_DEFAULT_CHUNK (8u << 20)
 #define TV__IMPORT_MAX_DEVICES 16
 
+/* Bytes of the write step so far (done) of all it writes (total). */
 typedef void (*tv__import_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/* The steps of an import, in order, as tv__import_step_fn names them:
+ *   "resolve"  checkpoint validated, target devices checked (total: the
+ *              checkpoint's canonical bytes);
+ *   "dedup"    shards whose length matches a committed object hashed
+ *              (total: their bytes; 0 when there is no candidate);
+ *   "reserve"  extents reserved (total: canonical bytes of the new objects);
+ *   "write"    new objects written, shard by shard (total: their extents,
+ *              padding and replicas included: tv__import_result.bytes_written);
+ *   "flush"    every device written is flushed (total: as "write");
+ *   "verify"   bounds checked, strict read-back (total: as "write");
+ *   "publish"  generation committed, then activated (total: the canonical
+ *              bytes).
+ * Within a step done never decreases and the step's last call has done ==
+ * total; shard is the shard being worked on, or TV__IMPORT_NO_SHARD. */
+#define TV__IMPORT_NO_SHARD SIZE_MAX
+typedef void (*tv__import_step_fn)(void *ctx, const char *step, size_t shard, uint64_t done,
+                                   uint64_t total);
+/* Polled between steps and between chunks; true cancels the import. */
+typedef bool (*tv__import_cancel_fn)(void *ctx);
 
 typedef struct tv__import_opts {
     bool activate;
@@ -37,6 +61,10 @@ typedef struct tv__import_opts {
     size_t chunk_len;         /* 0 = TV__IMPORT_DEFAULT_CHUNK */
     tv__import_progress_fn progress;
     void *progress_ctx;
+    tv__import_step_fn on_step; /* every step's progress; may be NULL */
+    void *step_ctx;
+    tv__import_cancel_fn cancelled; /* may be NULL */
+    void *cancel_ctx;
 } tv__import_opts;
 
 typedef struct tv__import_result {
@@ -68,8 +96,9 @@ int tv__name_valid(const char *name, const char *what, tv_error *err);
  * TV_E_IDX_*, ...); TV_E_NO_SPACE; TV_E_SOURCE_CHANGED (a shard was replaced,
  * resized, written or opened for writing after validation; see import.c for
  * what the checks can and cannot see); TV_E_HASH_MISMATCH (strict read-back);
- * TV_E_DEVICE_MISMATCH; -EIO, -ENOSPC and other -errno from the devices;
- * the registry's errors. */
+ * TV_E_DEVICE_MISMATCH; -ECANCELED (o->cancelled said so before publish:
+ * reservations released, nothing published); -EIO, -ENOSPC and other
+ * -errno from the devices; the registry's errors. */
 int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
                tv__import_result *res, tv_error *err);
 

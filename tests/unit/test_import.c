@@ -5,8 +5,11 @@
  * rewritten after validation, on the write and on the dedup path; data
  * bytes rewritten in place, truncated and restored, the path renamed over,
  * a writer's open seen through the read lease; a full region, a refused
- * publish, a corrupted strict read-back), deduplication, and the model name
- * rule.
+ * publish, a corrupted strict read-back), deduplication, the model name
+ * rule, step progress and cancel at every step, and the source read path:
+ * O_DIRECT for a source not in the page cache (the default here: every
+ * checkpoint is written, synced and evicted), buffered for a cached one, and
+ * the fallback when O_DIRECT is refused.
  *
  * Invariant checked after every failure: the expected code comes back, no
  * generation is published (or the previously active one is unchanged), no
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +104,10 @@ static uint64_t write_shard(const char *path, const tdesc *t, size_t n, unsigned
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, buf, file_len), (ssize_t)file_len);
+    /* Out of the page cache, as a checkpoint on disk usually is: the
+     * importer reads it with O_DIRECT (tmpfs keeps it: buffered there). */
+    assert_int_equal(fsync(fd), 0);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
     free(buf);
     return file_len;
@@ -1002,6 +1010,341 @@ static void test_dedup_second_import(void **state)
     assert_unchanged(f, 2, 2);
 }
 
+
+/* ---- progress and cancel -------------------------------------------------- */
+
+static const char *const STEPS[] = {"resolve", "dedup", "reserve", "write",
+                                    "flush",   "verify", "publish"};
+#define N_STEPS (sizeof STEPS / sizeof STEPS[0])
+
+typedef struct step_call {
+    int step; /* index in STEPS */
+    size_t shard;
+    uint64_t done, total;
+} step_call;
+
+typedef struct step_log {
+    step_call calls[4096];
+    size_t n;
+    int cur;              /* the step of the last call, -1 before any */
+    uint64_t cur_done, cur_total;
+    uint64_t old_done[4096], old_total; /* the write-only progress callback */
+    size_t n_old;
+    int cancel_step;      /* cancel once this step reported (-1: never) */
+    bool cancel_mid;      /* ... and only once it is under way (0 < done < total) */
+    int polls_at_cancel;  /* cancel polls answered true */
+} step_log;
+
+static int step_index(const char *step)
+{
+    for (size_t i = 0; i < N_STEPS; i++)
+        if (strcmp(step, STEPS[i]) == 0)
+            return (int)i;
+    fail_msg("unknown step '%s'", step);
+    return -1;
+}
+
+static void on_step(void *ctx, const char *step, size_t shard, uint64_t done, uint64_t total)
+{
+    step_log *l = ctx;
+    assert_true(l->n < sizeof l->calls / sizeof l->calls[0]);
+    l->calls[l->n++] = (step_call){step_index(step), shard, done, total};
+    l->cur = step_index(step);
+    l->cur_done = done;
+    l->cur_total = total;
+}
+
+static void on_old_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    step_log *l = ctx;
+    assert_true(l->n_old < sizeof l->old_done / sizeof l->old_done[0]);
+    l->old_done[l->n_old++] = done;
+    l->old_total = total;
+}
+
+static bool on_cancel(void *ctx)
+{
+    step_log *l = ctx;
+    if (l->cancel_step < 0 || l->cur != l->cancel_step)
+        return false;
+    if (l->cancel_mid && !(l->cur_done > 0 && l->cur_done < l->cur_total))
+        return false;
+    l->polls_at_cancel++;
+    return true;
+}
+
+static int import_logged(fixture *f, const char *src, step_log *l, tv__import_result *r,
+                         tv_error *err)
+{
+    tv__import_opts o = {.activate = true, .strict = true, .chunk_len = CHUNK,
+                         .on_step = on_step, .step_ctx = l, .cancelled = on_cancel,
+                         .cancel_ctx = l, .progress = on_old_progress, .progress_ctx = l};
+    l->n = 0;
+    l->n_old = 0;
+    l->cur = -1;
+    return tv__import(f->st, MODEL, src, &o, r, err);
+}
+
+/* Every step reported, in order, each as one run of calls with a fixed
+ * total and a done that never decreases and ends at the total; the shard
+ * index is a shard or TV__IMPORT_NO_SHARD. Returns each step's total. */
+static void check_steps(const step_log *l, size_t n_shards, uint64_t totals[N_STEPS])
+{
+    size_t i = 0;
+    for (size_t s = 0; s < N_STEPS; s++) {
+        if (i >= l->n || l->calls[i].step != (int)s)
+            fail_msg("step %s not reported (call %zu)", STEPS[s], i);
+        uint64_t total = l->calls[i].total, done = 0;
+        for (; i < l->n && l->calls[i].step == (int)s; i++) {
+            const step_call *c = &l->calls[i];
+            assert_int_equal(c->total, total);
+            if (c->done < done || c->done > total)
+                fail_msg("step %s: done %llu after %llu (total %llu)", STEPS[s],
+                         (unsigned long long)c->done, (unsigned long long)done,
+                         (unsigned long long)total);
+            done = c->done;
+            assert_true(c->shard == TV__IMPORT_NO_SHARD || c->shard < n_shards);
+        }
+        if (done != total)
+            fail_msg("step %s ended at %llu of %llu", STEPS[s], (unsigned long long)done,
+                     (unsigned long long)total);
+        totals[s] = total;
+    }
+    assert_int_equal(i, l->n); /* nothing after publish, no step twice */
+}
+
+static void test_progress_every_step(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    static step_log l;
+    memset(&l, 0, sizeof l);
+    l.cancel_step = -1;
+    tv_error err = {0};
+    tv__import_result r;
+    int rc = import_logged(f, f->sharded, &l, &r, &err);
+    if (rc)
+        fail_msg("import: %s", err.msg);
+    uint64_t t[N_STEPS];
+    check_steps(&l, 2, t);
+    uint64_t canon = f->shard1_len + f->shard2_len;
+    uint64_t written = alloc_of(f->shard1_len) + alloc_of(f->shard2_len);
+    assert_int_equal(t[0], canon);   /* resolve */
+    assert_int_equal(t[1], 0);       /* dedup: nothing committed yet */
+    assert_int_equal(t[2], canon);   /* reserve */
+    assert_int_equal(t[3], written); /* write */
+    assert_int_equal(r.bytes_written, written);
+    assert_int_equal(t[4], written); /* flush */
+    assert_int_equal(t[5], written); /* verify (strict: read back chunk by chunk) */
+    assert_int_equal(t[6], canon);   /* publish */
+    /* The write step names both shards, in order; the chunks are reported. */
+    size_t last_shard = 0, n_write = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (l.calls[i].step != 3 || l.calls[i].shard == TV__IMPORT_NO_SHARD)
+            continue;
+        assert_true(l.calls[i].shard >= last_shard);
+        last_shard = l.calls[i].shard;
+        n_write++;
+    }
+    assert_int_equal(last_shard, 1);
+    assert_true(n_write >= 5); /* shard 1 spans 4 chunks, shard 2 one */
+    /* The write-only callback: monotonic, ending at what was written. */
+    assert_true(l.n_old >= 2);
+    for (size_t i = 1; i < l.n_old; i++)
+        assert_true(l.old_done[i] >= l.old_done[i - 1]);
+    assert_int_equal(l.old_done[l.n_old - 1], written);
+    assert_int_equal(l.old_total, written);
+
+    /* A second checkpoint of the same shard lengths: both are dedup
+     * candidates (hashed), shard 2 is bound, only shard 1 is written. */
+    rc = import_logged(f, f->sharded2, &l, &r, &err);
+    if (rc)
+        fail_msg("second import: %s", err.msg);
+    check_steps(&l, 2, t);
+    assert_int_equal(t[1], canon);
+    assert_int_equal(t[2], f->shard1_len);
+    assert_int_equal(t[3], alloc_of(f->shard1_len));
+    assert_int_equal(r.bytes_deduped, f->shard2_len);
+    assert_unchanged(f, 2, 3);
+}
+
+/* Cancels at every step (as it begins, and for the chunked steps once under
+ * way): -ECANCELED naming the step, no generation, no 'writing' object (so
+ * no extent held), the previously active generation untouched; then the
+ * same import succeeds. Run on an empty store and again with a generation
+ * whose objects are dedup candidates. */
+static void cancel_everywhere(fixture *f, const char *src, int64_t active, size_t n_objects)
+{
+    static step_log l;
+    for (int mid = 0; mid < 2; mid++) {
+        for (size_t s = 0; s < N_STEPS; s++) {
+            bool chunked = s == 1 || s == 3 || s == 5; /* dedup, write, verify */
+            if (mid && !chunked)
+                continue;
+            if (mid && s == 1 && active == 0)
+                continue; /* no dedup candidate on an empty store */
+            memset(&l, 0, sizeof l);
+            l.cancel_step = (int)s;
+            l.cancel_mid = mid;
+            tv_error err = {0};
+            tv__import_result r = {.generation = -1};
+            int rc = import_logged(f, src, &l, &r, &err);
+            if (rc != -ECANCELED)
+                fail_msg("cancel at %s%s: import returned %s (%s)", STEPS[s],
+                         mid ? " (under way)" : "", tv_err_name(rc), err.msg);
+            assert_int_equal(l.polls_at_cancel, 1); /* it stopped at the first yes */
+            assert_non_null(strstr(err.msg, STEPS[s]));
+            assert_int_equal(r.generation, -1);
+            assert_int_equal(l.cur, (int)s); /* no later step began */
+            assert_unchanged(f, active, n_objects);
+        }
+    }
+}
+
+static void test_cancel_every_step(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    cancel_everywhere(f, f->sharded, 0, 0);
+    assert_clean_import(f, f->sharded, 1);
+    assert_unchanged(f, 1, 2);
+    cancel_everywhere(f, f->sharded2, 1, 2);
+    assert_clean_import(f, f->sharded2, 2);
+    assert_unchanged(f, 2, 3);
+}
+
+/* ---- the source read path -------------------------------------------------- */
+
+static atomic_int g_direct_reads, g_buffered_reads;
+
+static ssize_t pread_note_mode(int fd, void *buf, size_t len, off_t off)
+{
+    if (fd != g_dev_fd && len >= 4096) {
+        int fl = fcntl(fd, F_GETFL);
+        atomic_fetch_add(fl != -1 && (fl & O_DIRECT) ? &g_direct_reads : &g_buffered_reads, 1);
+    }
+    return pread(fd, buf, len, off);
+}
+
+/* The first O_DIRECT source read is refused with EINVAL (an alignment the
+ * filesystem does not take): the importer reads buffered from then on. */
+static ssize_t pread_refuse_direct(int fd, void *buf, size_t len, off_t off)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fd != g_dev_fd && fl != -1 && (fl & O_DIRECT) && atomic_fetch_add(&g_calls, 1) == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    return pread_note_mode(fd, buf, len, off);
+}
+
+/* Whether files in the test directory take O_DIRECT (tmpfs before 6.6:
+ * no); then a source out of the page cache must be read with it. */
+static bool dir_takes_direct(const fixture *f)
+{
+    int fd = open(f->single, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+/* Whether any page of path is in the page cache. */
+static bool any_resident(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    size_t len = (size_t)sb.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
+    unsigned char *vec = malloc(n);
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    assert_non_null(vec);
+    assert_true(map != MAP_FAILED);
+    assert_int_equal(mincore(map, len, vec), 0);
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        any |= vec[i] & 1;
+    munmap(map, len);
+    free(vec);
+    close(fd);
+    return any;
+}
+
+static void import_counting(fixture *f, const char *src, int64_t gen)
+{
+    atomic_store(&g_direct_reads, 0);
+    atomic_store(&g_buffered_reads, 0);
+    tv_error err = {0};
+    tv__import_result r;
+    int rc = import(f, src, true, &r, &err);
+    if (rc)
+        fail_msg("import of %s: %s", src, err.msg);
+    assert_int_equal(r.generation, gen);
+}
+
+/* Written, synced and evicted: read with O_DIRECT (every chunk, the odd
+ * tail rounded up and cut at EOF) where the filesystem takes it; the bytes
+ * on the device are the source's (test_clean_sharded compares them). */
+static void test_source_cold_direct(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    /* tmpfs neither evicts nor (before 6.6) takes O_DIRECT: buffered there,
+     * and that is right too. */
+    bool cold = dir_takes_direct(f) && !any_resident(f->single);
+    tv__sys.pread = pread_note_mode;
+    import_counting(f, f->single, 1);
+    hooks_reset();
+    if (cold) {
+        assert_true(atomic_load(&g_direct_reads) >= 3); /* 3 chunks */
+        assert_int_equal(atomic_load(&g_buffered_reads), 0);
+    } else {
+        print_message("%s stays in the page cache here: read buffered\n", f->single);
+        assert_true(atomic_load(&g_buffered_reads) >= 3);
+    }
+    assert_true(f->single_len % 4096 != 0);
+    assert_unchanged(f, 1, 1);
+}
+
+/* In the page cache (just read): buffered, no O_DIRECT read. */
+static void test_source_cached_buffered(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    uint8_t b[65536];
+    int fd = open(f->single, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    while (read(fd, b, sizeof b) > 0)
+        ;
+    close(fd);
+    tv__sys.pread = pread_note_mode;
+    import_counting(f, f->single, 1);
+    hooks_reset();
+    assert_int_equal(atomic_load(&g_direct_reads), 0);
+    assert_true(atomic_load(&g_buffered_reads) >= 3);
+    assert_unchanged(f, 1, 1);
+}
+
+/* O_DIRECT refused at the first read: the import falls back to buffered
+ * reads and succeeds with the right bytes (the strict read-back and
+ * tv__verify_object re-hash them). */
+static void test_source_direct_refused(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    if (!dir_takes_direct(f)) {
+        print_message("O_DIRECT not taken in %s: nothing to refuse\n", f->dir);
+        skip();
+    }
+    tv__sys.pread = pread_refuse_direct;
+    import_counting(f, f->sharded, 1);
+    int refused = atomic_load(&g_calls);
+    hooks_reset();
+    assert_true(refused >= 1);
+    assert_true(atomic_load(&g_buffered_reads) >= 4);
+    assert_unchanged(f, 1, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1032,6 +1375,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_import_chunk_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strict_corrupt_readback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_second_import, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_every_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_every_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_cold_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_cached_buffered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_direct_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
