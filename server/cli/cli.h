@@ -28,7 +28,7 @@
 #define TV_CLI_USAGE_GC "gc --store DIR [--json]"
 #define TV_CLI_USAGE_VERIFY "verify --store DIR [--json]"
 #define TV_CLI_USAGE_GET "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
-#define TV_CLI_USAGE_BENCH "bench --store DIR NAME[@GEN] [--latency TENSOR [--count N]] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
+#define TV_CLI_USAGE_BENCH "bench --store DIR NAME[@GEN] [--latency TENSOR [--count N]] [--fresh] [--copy-threads N] [--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"
 /* clang-format on */
 
 typedef struct tv_cli_cmd {

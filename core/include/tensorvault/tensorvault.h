@@ -48,11 +48,13 @@ enum tv_engine {
  * values). The staging memory of a handle is queue_depth x chunk_len
  * (chunk_len after rounding up to the devices' io alignment): at most
  * TV_READ_MAX_STAGING bytes, pinned (io_uring registered buffers, CUDA). */
-#define TV_READ_MAX_QUEUE_DEPTH     4096u        /* io_uring ring entries per handle */
-#define TV_READ_MAX_CHUNK           (1ull << 30) /* io_uring's limit for one registered buffer */
-#define TV_READ_MAX_STAGING         (1ull << 30) /* queue_depth x chunk_len: 1 GiB */
-#define TV_READ_DEFAULT_QUEUE_DEPTH 32u
-#define TV_READ_DEFAULT_CHUNK       (1ull << 20)
+#define TV_READ_MAX_QUEUE_DEPTH      4096u        /* io_uring ring entries per handle */
+#define TV_READ_MAX_CHUNK            (1ull << 30) /* io_uring's limit for one registered buffer */
+#define TV_READ_MAX_STAGING          (1ull << 30) /* queue_depth x chunk_len: 1 GiB */
+#define TV_READ_DEFAULT_QUEUE_DEPTH  32u
+#define TV_READ_DEFAULT_CHUNK        (1ull << 20)
+#define TV_READ_MAX_COPY_THREADS     64u
+#define TV_READ_DEFAULT_COPY_THREADS 4u /* capped at the online CPUs */
 
 typedef struct tv_open_opts {
     int engine;           /* enum tv_engine */
@@ -64,6 +66,12 @@ typedef struct tv_open_opts {
     uint32_t n_threads;   /* pread engine workers; 0 = queue_depth capped at 16; more than
                              queue_depth is capped at queue_depth */
     bool no_direct;       /* buffered reads (tests on tmpfs); default O_DIRECT */
+    uint32_t copy_threads; /* threads copying staged bytes into host destinations (the
+                              calling thread included), so that memcpy and the page faults
+                              of fresh destinations keep up with fast devices: 0 =
+                              TV_READ_DEFAULT_COPY_THREADS capped at the online CPUs; 1 =
+                              the calling thread only; at most TV_READ_MAX_COPY_THREADS.
+                              Workers start on the first large copy (not at open) */
 } tv_open_opts;
 
 typedef struct tv_tensor_desc {

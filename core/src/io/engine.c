@@ -167,6 +167,11 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
         o.n_threads = o.queue_depth;
     if (!o.timeout_ms)
         o.timeout_ms = 30000;
+    if (o.copy_threads > TV__IO_MAX_COPY_THREADS)
+        return tv__seterr(err, TV_E_INVALID_ARG, "io engine: %u copy threads over %u",
+                          o.copy_threads, TV__IO_MAX_COPY_THREADS);
+    if (!o.copy_threads)
+        o.copy_threads = tv__io_copy_default_threads();
 
     io = calloc(1, sizeof(*io));
     if (!io)
@@ -177,6 +182,7 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
     io->max_align = max_align;
     io->timeout_ms = o.timeout_ms;
     io->n_threads = o.n_threads;
+    io->cp_want = o.copy_threads;
     io->devs = calloc(n_devs, sizeof(*io->devs));
     io->bw = calloc(n_devs, sizeof(*io->bw));
     io->n_bw = calloc(n_devs, sizeof(*io->n_bw));
@@ -225,6 +231,7 @@ void tv__io_destroy(tv__io *io)
         return;
     tv__io_pread_fini(io);
     tv__io_uring_fini(io);
+    tv__io_copy_fini(io);
     free(io->own_staging);
     free(io->ops);
     free(io->bw);
@@ -798,10 +805,12 @@ static void complete(batch *b, uint32_t oi)
                     continue;
                 }
             } else {
-                memcpy((uint8_t *)r->dest + dest_off, src, (size_t)(oe - ob));
+                tv__io_copy_add(io, (uint8_t *)r->dest + dest_off, src, (size_t)(oe - ob));
             }
             b->rq[s->req].remaining -= oe - ob;
         }
+        /* Every byte of this op is in place before its slot is reused. */
+        tv__io_copy_flush(io);
     }
     if (!code && op->elapsed_ns) {
         double sample = (double)op->len * 1e9 / (double)op->elapsed_ns;

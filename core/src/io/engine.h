@@ -50,6 +50,8 @@
 #define TV__IO_MAX_QD        4096u        /* = TV_READ_MAX_QUEUE_DEPTH (tensorvault.h) */
 #define TV__IO_MAX_CHUNK     (1u << 30)   /* io_uring's limit for one registered buffer */
 #define TV__IO_MAX_STAGING   (1ull << 30) /* queue_depth x chunk_len: = TV_READ_MAX_STAGING */
+#define TV__IO_MAX_COPY_THREADS     64u /* = TV_READ_MAX_COPY_THREADS (tensorvault.h) */
+#define TV__IO_DEFAULT_COPY_THREADS 4u  /* capped at the online CPUs */
 
 typedef struct tv__io tv__io;
 
@@ -123,6 +125,11 @@ typedef struct tv__io_opts {
                              in flight fails with TV_E_TIMEOUT (io_uring cancels them; a
                              pread cannot be interrupted and is waited for) and the
                              device is not read again in this batch */
+    uint32_t copy_threads; /* threads copying staged bytes into host destinations, the one
+                              running tv__io_run included: 0 = min(online CPUs,
+                              TV__IO_DEFAULT_COPY_THREADS); 1 = inline; at most
+                              TV__IO_MAX_COPY_THREADS. Workers start on the first copy of
+                              at least 128 KiB; sinks with their own copy never use them */
 } tv__io_opts;
 
 /* Creates an engine over n_devs devices (copied; the fds stay the caller's);

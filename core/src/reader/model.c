@@ -64,6 +64,9 @@ _Static_assert(TV_READ_MAX_CHUNK == TV__IO_MAX_CHUNK, "chunk limits agree");
 _Static_assert(TV_READ_MAX_STAGING == TV__IO_MAX_STAGING, "staging limits agree");
 _Static_assert(TV_READ_DEFAULT_QUEUE_DEPTH == TV__IO_DEFAULT_QD, "default queue depths agree");
 _Static_assert(TV_READ_DEFAULT_CHUNK == TV__IO_DEFAULT_CHUNK, "default chunks agree");
+_Static_assert(TV_READ_MAX_COPY_THREADS == TV__IO_MAX_COPY_THREADS, "copy thread limits agree");
+_Static_assert(TV_READ_DEFAULT_COPY_THREADS == TV__IO_DEFAULT_COPY_THREADS,
+               "default copy threads agree");
 
 struct tv_model {
     uint8_t *snap_buf;
@@ -145,6 +148,10 @@ static int check_opts(const tv_open_opts *o, tv_error *err)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "read options: queue depth %u is over the maximum %u", qd,
                           TV_READ_MAX_QUEUE_DEPTH);
+    if (o->copy_threads > TV_READ_MAX_COPY_THREADS)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "read options: copy_threads %u is over the maximum %u", o->copy_threads,
+                          TV_READ_MAX_COPY_THREADS);
     if (o->chunk_len == 0)
         return 0; /* the default fits any queue depth (the engine lowers it) */
     if ((uint64_t)o->chunk_len > TV_READ_MAX_CHUNK ||
@@ -318,7 +325,8 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
     tv__io_opts io = {.engine = o->engine,
                       .queue_depth = o->queue_depth,
                       .chunk_len = o->chunk_len,
-                      .n_threads = o->n_threads};
+                      .n_threads = o->n_threads,
+                      .copy_threads = o->copy_threads};
     if ((rc = tv__io_create(iod, nd, &io, &m->io, err)))
         goto out;
     m->chunk_len = tv__io_chunk_len(m->io);
