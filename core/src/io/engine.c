@@ -871,6 +871,15 @@ static int ensure_staging(batch *b)
     if (io->engine != TV_ENGINE_URING || io->reg_base == io->staging ||
         (io->staging == io->own_staging && io->own_refused))
         return 0;
+    /* Registering pins (and so faults in) the whole ring, milliseconds for
+     * the default 32 MiB: a batch that stages less than the ring holds (a
+     * first small tensor, a latency probe) reads into the unregistered ring,
+     * touching only the pages it uses. Own staging, once registered, stays. */
+    uint64_t staged = 0;
+    for (size_t k = 0; k < b->n_st && staged < total; k++)
+        staged += b->st[k].ee - b->st[k].eb;
+    if (staged < total && io->staging == io->own_staging)
+        return 0;
     if ((rc = tv__io_uring_register(io))) {
         tv__log(TV_LOG_INFO, "io_uring_register_buffers (%u x %llu bytes): %s; plain reads", io->qd,
                 (unsigned long long)io->chunk_len, strerror(-rc));
