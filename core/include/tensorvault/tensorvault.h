@@ -129,7 +129,11 @@ size_t tv_model_n_excluded_devices(const tv_model *m);
 int tv_model_device(const tv_model *m, size_t i, tv_device_status *out);
 
 size_t tv_model_n_tensors(const tv_model *m);
-/* i-th tensor in file order. Returns 0 or TV_E_INVALID_ARG. */
+/* i-th tensor in file order. Its snapshot record is decoded and validated
+ * on first use (opening does no per-tensor work). Returns 0;
+ * TV_E_INVALID_ARG (NULL, i out of range); TV_E_SNAPSHOT (an invalid record:
+ * possible only for a snapshot whose checksum was forged) or -ENOMEM, then
+ * *out is an empty tensor (name "", rank 0, 0 bytes). */
 int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out);
 /* O(1), never allocates. Returns 0 or TV_E_NOT_FOUND. */
 int tv_model_find(const tv_model *m, const char *name, size_t name_len, size_t *index);
