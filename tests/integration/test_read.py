@@ -296,3 +296,69 @@ def test_staging_cap(tv, stored, tmp_path):
     tv("get", "--store", store, "m", name, "-o", tmp_path / "ok", "--qd", "4", "--chunk", "4M",
        check=True)
     assert (tmp_path / "ok").read_bytes() == data
+
+
+def test_tensor_records_decoded_on_first_use(build_dir, stored):
+    """Opening does no per-tensor work: a snapshot whose tensor record is
+    invalid (an unknown dtype, with the checksum recomputed so the image
+    passes its header checks) still opens; that tensor alone reports
+    TV_E_SNAPSHOT from tv_model_tensor (with an empty description) and
+    tv_read_into, while the others read their exact bytes."""
+    import ctypes as C
+    import hashlib
+    import struct
+
+    store, _, ref = stored
+    lib = C.CDLL(os.path.join(build_dir, "core", "libtensorvault.so"))
+
+    class TvError(C.Structure):
+        _fields_ = [("code", C.c_int), ("msg", C.c_char * 512)]
+
+    class Desc(C.Structure):
+        _fields_ = [("name", C.c_char_p), ("name_len", C.c_size_t), ("dtype", C.c_int),
+                    ("rank", C.c_uint32), ("shape", C.POINTER(C.c_uint64)),
+                    ("nbytes", C.c_uint64), ("n_elements", C.c_uint64), ("shard", C.c_uint32)]
+
+    lib.tv_model_open_snapshot.argtypes = [C.c_char_p, C.c_size_t, C.c_void_p,
+                                           C.POINTER(C.c_void_p), C.POINTER(TvError)]
+    lib.tv_model_n_tensors.restype = C.c_size_t
+    lib.tv_model_n_tensors.argtypes = [C.c_void_p]
+    lib.tv_model_tensor.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(Desc)]
+    lib.tv_read_into.argtypes = [C.c_void_p, C.c_char_p, C.c_void_p, C.c_size_t,
+                                 C.POINTER(TvError)]
+    lib.tv_model_close.argtypes = [C.c_void_p]
+    lib.tv_err_name.restype = C.c_char_p
+    lib.tv_err_name.argtypes = [C.c_int]
+
+    with open(os.path.join(store, "snapshots", "m", "1.tvsnap"), "rb") as f:
+        img = bytearray(f.read())
+    n_tensors, = struct.unpack_from("<I", img, 76)
+    off_tensors, = struct.unpack_from("<Q", img, 128)
+    bad = n_tensors // 2
+    struct.pack_into("<I", img, off_tensors + 40 * bad + 8, 0xFFFF)  # dtype
+    img[24:56] = bytes(32)
+    img[24:56] = hashlib.sha256(bytes(img)).digest()
+
+    m, err = C.c_void_p(), TvError()
+    rc = lib.tv_model_open_snapshot(bytes(img), len(img), None, C.byref(m), C.byref(err))
+    assert rc == 0, err.msg
+    try:
+        assert lib.tv_model_n_tensors(m) == n_tensors
+        d = Desc()
+        rc = lib.tv_model_tensor(m, bad, C.byref(d))
+        assert lib.tv_err_name(rc) == b"TV_E_SNAPSHOT"
+        assert d.name == b"" and d.nbytes == 0 and d.rank == 0
+        checked = 0
+        for i in range(n_tensors):
+            if i == bad:
+                continue
+            assert lib.tv_model_tensor(m, i, C.byref(d)) == 0
+            name = C.string_at(d.name, d.name_len)
+            buf = C.create_string_buffer(max(1, d.nbytes))
+            assert lib.tv_read_into(m, name, buf, d.nbytes, C.byref(err)) == 0, err.msg
+            assert buf.raw[:d.nbytes] == ref[name.decode()][2], name
+            assert [d.shape[k] for k in range(d.rank)] == ref[name.decode()][1], name
+            checked += 1
+        assert checked == n_tensors - 1
+    finally:
+        lib.tv_model_close(m)
