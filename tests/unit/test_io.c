@@ -1357,6 +1357,24 @@ static void test_option_bounds(void **state)
     assert_int_equal(tv__io_chunk_len(NULL), 0);
 }
 
+/* The staging ring is registered (pinned) only by a batch that stages at
+ * least the whole ring: a first small read does not pay for pinning it. */
+static void test_lazy_registration(void **state)
+{
+    (void)state;
+    tv__io *io = make_io(1); /* 8 x 64 KiB ring */
+    read_checked(io, 4096 * 3 + 5, 100, 1);
+    read_checked(io, 100, 200 * KIB, 1); /* staged, less than the ring */
+    assert_null(io->reg_base);
+    read_checked(io, 4095, 2 * MIB + 3, 3); /* staged, more than the ring */
+    if (g_engine == TV_ENGINE_URING)
+        assert_true(io->reg_base == io->own_staging || io->own_refused);
+    else
+        assert_null(io->reg_base);
+    read_checked(io, 4096 * 3 + 5, 100, 1); /* registered staging stays */
+    tv__io_destroy(io);
+}
+
 /* ---- copy-out pool ------------------------------------------------------ */
 
 /* Staged copies of at least 128 KiB go to the copy-out pool: with 1 MiB
@@ -1550,6 +1568,7 @@ int main(void)
         cmocka_unit_test_teardown(test_excluded_device, teardown),
         cmocka_unit_test_teardown(test_option_bounds, teardown),
         cmocka_unit_test_teardown(test_copy_pool, teardown),
+        cmocka_unit_test_teardown(test_lazy_registration, teardown),
     };
     int rc = 0;
     g_engine = TV_ENGINE_URING;

@@ -24,7 +24,11 @@
  *   - the engine never mmaps a device; memory is the staging ring
  *     (queue_depth x chunk_len, at most TV__IO_MAX_STAGING, checked at
  *     create) plus a small fixed record per request and per chunk-sized
- *     piece, whatever the batch size;
+ *     piece, whatever the batch size, and the copy-out pool's piece list
+ *     (at most 2 x chunk_len / 64 KiB + 2 records);
+ *   - staged bytes bound for host memory are copied by copy_threads threads
+ *     (io/copy.c), fork-join per read: a read's copies are all done before
+ *     its staging slot is reused or its request counts them as delivered;
  *   - an excluded device is never read: its sources are dropped from every
  *     request before planning, so neither a split nor a retry reaches it;
  *   - when tv__io_run returns, no read is in flight: nothing writes into
@@ -137,8 +141,10 @@ typedef struct tv__io_opts {
  * must not be excluded).
  * AUTO uses io_uring when io_uring_queue_init works, else the pread pool
  * (logged). Staging is allocated on the first batch that needs it and, for
- * io_uring, registered (fixed buffers); when registration is refused
- * (RLIMIT_MEMLOCK) plain reads are used, with identical results.
+ * io_uring, registered (fixed buffers) by the first batch that stages at
+ * least the whole ring (registering pins every page: a first small read
+ * does not pay for it); when registration is refused (RLIMIT_MEMLOCK) plain
+ * reads are used, with identical results.
  * Returns 0 and *out; TV_E_NOT_SUPPORTED (TV_ENGINE_URING asked and
  * io_uring unavailable: ENOSYS, EPERM, EACCES, EOPNOTSUPP); TV_E_INVALID_ARG
  * (NULL out, no devices or every device excluded, a negative fd, an
