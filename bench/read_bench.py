@@ -58,8 +58,9 @@ RSS_TARGET_MIB = 64
 
 FIO_SEQ, FIO_FIXED = "(a) fio seq 1M io_uring qd32", "(a') same, --fixedbufs"
 TV, TV_PREAD = "(b) tensorvault bench", "(b) tensorvault --engine pread"
+TV_FRESH = "(b') tensorvault bench --fresh"
 OFFICIAL, NAIVE, NAIVE_PF = "(c) safetensors numpy", "(d) naive pread+DONTNEED", "(d') naive, pre-faulted"
-SHORT = {FIO_SEQ: "a", FIO_FIXED: "a'", TV: "b", TV_PREAD: "b pread", OFFICIAL: "c", NAIVE: "d",
+SHORT = {FIO_SEQ: "a", FIO_FIXED: "a'", TV: "b", TV_PREAD: "b pread", TV_FRESH: "b'", OFFICIAL: "c", NAIVE: "d",
          NAIVE_PF: "d'"}
 
 
@@ -324,15 +325,16 @@ class Bench:
         return self.row(rd["io_bytes"], rd["io_bytes"] / rd["bw_bytes"], wall, ru, disk,
                         " ".join(argv))
 
-    def tv_bench(self, store, engine=None):
-        argv = [self.exe, "bench", "--store", store, "m", "--json"]
+    def tv_bench(self, store, engine=None, fresh=False):
+        argv = [self.exe, "bench", "--store", store, "m", "--json"] + (["--fresh"] if fresh else [])
         if engine:
             argv[5:5] = ["--engine", engine]
         p, wall, ru, disk = self.cold(argv)
         r = json.loads(p.stdout)
         return self.row(r["bytes"], r["seconds"], wall, ru, disk, " ".join(argv),
                         rss_beyond_buffers_mib=r["rss_beyond_buffers_mib"],
-                        reported_peak_rss_mib=r["peak_rss_mib"], tensors=r["tensors"])
+                        reported_peak_rss_mib=r["peak_rss_mib"], tensors=r["tensors"],
+                        cpu_seconds_per_gb=r["cpu_seconds_per_gb"])
 
     def py_loader(self, mode, paths):
         argv = [sys.executable, os.path.abspath(__file__), "--child", mode, *paths]
@@ -455,7 +457,8 @@ def main():
         pair = [(FIO_SEQ, lambda: b.fio_seq(img, off, used)),
                 (FIO_FIXED, lambda: b.fio_seq(img, off, used, fixed=True)),
                 (TV, lambda: b.tv_bench(store)),
-                (TV_PREAD, lambda: b.tv_bench(store, "pread"))]
+                (TV_PREAD, lambda: b.tv_bench(store, "pread")),
+                (TV_FRESH, lambda: b.tv_bench(store, fresh=True))]
         loaders = [(OFFICIAL, lambda: b.py_loader("official", paths)),
                    (NAIVE, lambda: b.py_loader("naive", paths)),
                    (NAIVE_PF, lambda: b.py_loader("naive-prefaulted", paths))]
@@ -497,7 +500,8 @@ def main():
     paired_f, paired_f_med = per_round(TV, FIO_FIXED)
     extra = {"b/a'": g[TV] / g[FIO_FIXED], "b(pread)/a": g[TV_PREAD] / g[FIO_SEQ],
              "b(pread)/a'": g[TV_PREAD] / g[FIO_FIXED], "b(pread)/c": g[TV_PREAD] / g[OFFICIAL],
-             "b(pread)/d": g[TV_PREAD] / g[NAIVE], "b/d'": g[TV] / g[NAIVE_PF]}
+             "b(pread)/d": g[TV_PREAD] / g[NAIVE], "b/d'": g[TV] / g[NAIVE_PF],
+             "b'/b (fresh/pre-faulted)": g[TV_FRESH] / g[TV], "b'/a": g[TV_FRESH] / g[FIO_SEQ]}
     rss_beyond = rows[TV]["rss_beyond_buffers_mib"]
     notes = set(b.notes)
     for name, r in rows.items():
@@ -535,6 +539,10 @@ def main():
     pr(f"per round: b/a {', '.join(f'{x:.3f}' for x in paired)} (median {paired_med:.3f}); "
        f"b/a' {', '.join(f'{x:.3f}' for x in paired_f)} (median {paired_f_med:.3f})")
     pr("other ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in extra.items() if k != "b/a'"))
+    pr(f"tensorvault CPU-s/GB (user + system, all threads, during the load): pre-faulted "
+       f"{rows[TV]['cpu_seconds_per_gb']:.3f}, --fresh {rows[TV_FRESH]['cpu_seconds_per_gb']:.3f}, "
+       f"pread engine {rows[TV_PREAD]['cpu_seconds_per_gb']:.3f}; fresh/pre-faulted "
+       f"{g[TV_FRESH] / g[TV]:.3f} (target >= 0.90)")
     mark = "PASS" if rss_beyond < RSS_TARGET_MIB else "BELOW"
     pr(f"tensorvault peak RSS beyond its destination buffers: {rss_beyond:.1f} MiB "
        f"(target < {RSS_TARGET_MIB} MiB)  {mark}; pread engine "

@@ -287,6 +287,8 @@ const tv__cli_cmd tv__cli_cmd_bench = {
     .opts = {{"--store", "DIR", NULL},
              {"--latency", "TENSOR", "[--latency TENSOR [--count N]]"},
              {"--count", "N", ""},
+             {"--fresh", NULL, NULL},
+             {"--copy-threads", "N", NULL},
              {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
              {"--qd", "N", NULL},
              {"--chunk", "SIZE", NULL},
@@ -303,13 +305,17 @@ int tv__cli_bench(int argc, char **argv)
     const tv__cli_args *a = &c.a;
     bool json = c.json;
     const char *dir = c.store;
-    uint64_t count = 2000;
+    uint64_t count = 2000, copy_threads = 0;
+    bool fresh = tv__cli_flag(a, "--fresh");
     if (tv__cli_get(a, "--count") && !tv__cli_get(a, "--latency"))
         return tv__cli_usage("bench", "--count needs --latency TENSOR");
     tv_open_opts oo;
     if ((u = read_opts("bench", a, &oo)) ||
-        (u = tv__cli_opt_uint("bench", a, "--count", 1, TV__CLI_MAX_COUNT, &count)))
+        (u = tv__cli_opt_uint("bench", a, "--count", 1, TV__CLI_MAX_COUNT, &count)) ||
+        (u = tv__cli_opt_uint("bench", a, "--copy-threads", 1, TV_READ_MAX_COPY_THREADS,
+                              &copy_threads)))
         return u;
+    oo.copy_threads = (uint32_t)copy_threads;
     tv_error err = {0};
     tv_model *m = NULL;
     int rc = tv__cli_check_store(dir, &err);
@@ -345,45 +351,70 @@ int tv__cli_bench(int argc, char **argv)
         return TV__EXIT_FAIL;
     }
     /* Destinations are one pre-faulted arena so the timing is the load, not
-     * page faults; its size is subtracted from the reported peak RSS. */
+     * page faults; its size is subtracted from the reported peak RSS. With
+     * --fresh each tensor gets its own malloc, never touched before the
+     * load, as a real caller's buffers (numpy.empty, torch.empty) are. */
     uint8_t *arena = NULL;
-    if (!reqs || posix_memalign((void **)&arena, 4096, arena_len ? arena_len : 4096)) {
-        free(reqs);
-        tv_model_close(m);
-        tv__cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
-        return TV__EXIT_FAIL;
+    bool nomem = !reqs;
+    if (!nomem && !fresh) {
+        nomem = posix_memalign((void **)&arena, 4096, arena_len ? arena_len : 4096) != 0;
+        if (!nomem)
+            memset(arena, 0, arena_len);
     }
-    memset(arena, 0, arena_len);
     uint64_t at = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; !nomem && i < n; i++) {
+        if (fresh) {
+            nomem = !(reqs[i].dest = malloc(reqs[i].dest_len ? reqs[i].dest_len : 1));
+            continue;
+        }
         reqs[i].dest = arena + at;
         uint64_t padded = 0; /* cannot fail: arena_len summed the same values above */
         (void)tv__align_up_u64(reqs[i].dest_len, 64, &padded);
         at += padded;
     }
+    if (nomem) {
+        for (size_t i = 0; fresh && reqs && i < n; i++)
+            free(reqs[i].dest);
+        free(arena);
+        free(reqs);
+        tv_model_close(m);
+        tv__cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
+        return TV__EXIT_FAIL;
+    }
+    struct rusage ru0, ru;
+    getrusage(RUSAGE_SELF, &ru0);
     double t0 = now();
     rc = tv_read_batch(m, reqs, n, &err);
     double secs = now() - t0;
-    struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    /* user + system CPU of every thread of the process during the load */
+    double cpu = (double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+                 (double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) * 1e-6 +
+                 (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
+    double cpu_per_gb = total ? cpu / ((double)total / 1e9) : 0.0;
     double rss_mib = (double)ru.ru_maxrss / 1024.0;
-    double extra_mib = rss_mib - (double)arena_len / 1048576.0;
+    double extra_mib = rss_mib - (double)(fresh ? total : arena_len) / 1048576.0;
     if (rc)
         tv__cli_fail("bench", json, rc, err.msg);
     else if (json) {
-        json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "model", tv_model_name(m),
-                              "generation", (json_int_t)tv_model_generation(m), "tensors",
-                              (json_int_t)n, "bytes", (json_int_t)total, "seconds", secs,
+        json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b}", "model",
+                              tv_model_name(m), "generation", (json_int_t)tv_model_generation(m),
+                              "tensors", (json_int_t)n, "bytes", (json_int_t)total, "seconds", secs,
                               "gb_per_s", secs > 0 ? (double)total / secs / 1e9 : 0.0,
-                              "peak_rss_mib", rss_mib, "rss_beyond_buffers_mib", extra_mib);
+                              "peak_rss_mib", rss_mib, "rss_beyond_buffers_mib", extra_mib,
+                              "cpu_seconds", cpu, "cpu_seconds_per_gb", cpu_per_gb, "fresh", fresh);
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("%s@%" PRId64 ": %zu tensors, %" PRIu64 " bytes in %.3f s: %.2f GB/s (peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
+        printf("%s@%" PRId64 ": %zu tensors, %" PRIu64 " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
                tv_model_name(m), tv_model_generation(m), n, total, secs,
-               secs > 0 ? (double)total / secs / 1e9 : 0.0, rss_mib, extra_mib);
+               secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
+               fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
     }
+    for (size_t i = 0; fresh && i < n; i++)
+        free(reqs[i].dest);
     free(arena);
     free(reqs);
     tv_model_close(m);

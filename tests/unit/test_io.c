@@ -32,6 +32,7 @@
 
 #include "dev/dev.h"
 #include "io/engine.h"
+#include "io/io_internal.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
 
@@ -1356,6 +1357,90 @@ static void test_option_bounds(void **state)
     assert_int_equal(tv__io_chunk_len(NULL), 0);
 }
 
+/* The staging ring is registered (pinned) only by a batch that stages at
+ * least the whole ring: a first small read does not pay for pinning it. */
+static void test_lazy_registration(void **state)
+{
+    (void)state;
+    tv__io *io = make_io(1); /* 8 x 64 KiB ring */
+    read_checked(io, 4096 * 3 + 5, 100, 1);
+    read_checked(io, 100, 200 * KIB, 1); /* staged, less than the ring */
+    assert_null(io->reg_base);
+    read_checked(io, 4095, 2 * MIB + 3, 3); /* staged, more than the ring */
+    if (g_engine == TV_ENGINE_URING)
+        assert_true(io->reg_base == io->own_staging || io->own_refused);
+    else
+        assert_null(io->reg_base);
+    read_checked(io, 4096 * 3 + 5, 100, 1); /* registered staging stays */
+    tv__io_destroy(io);
+}
+
+/* ---- copy-out pool ------------------------------------------------------ */
+
+/* Staged copies of at least 128 KiB go to the copy-out pool: with 1 MiB
+ * chunks, unaligned destinations (every byte staged) and tensors from a few
+ * bytes to over a chunk, each thread count delivers the same bytes and no
+ * guard byte between the destinations changes; the workers did start. */
+static void test_copy_pool(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    static const uint32_t threads[] = {1, 2, 4, TV__IO_MAX_COPY_THREADS};
+    for (size_t ti = 0; ti < TV_ARRAY_LEN(threads); ti++) {
+        tv__io_dev d = iodev(0);
+        tv__io_opts o = {.engine = g_engine,
+                         .queue_depth = 4,
+                         .chunk_len = MIB,
+                         .n_threads = 4,
+                         .copy_threads = threads[ti]};
+        tv__io *io = NULL;
+        tv_error err = {0};
+        int rc = tv__io_create(&d, 1, &o, &io, &err);
+        if (rc == TV_E_NOT_SUPPORTED)
+            skip();
+        if (rc)
+            fail_msg("tv__io_create: %s", err.msg);
+        size_t alen;
+        tensor *t = make_tensors(N, 4096 + 24, 3 * MIB / 2, &alen);
+        uint8_t *a = arena_alloc(alen);
+        tv__io_req *r = calloc(N, sizeof(*r));
+        assert_non_null(r);
+        for (size_t i = 0; i < N; i++)
+            r[i] = req1(0, t[i].off, t[i].len, a + t[i].at + (t[i].at % 4096 == 0));
+        for (size_t i = 0; i < N; i++)
+            if ((uintptr_t)r[i].dest % 4096 == 0)
+                fail_msg("tensor %zu: aligned destination", i);
+        /* destinations moved by one byte above stay inside the arena gap */
+        for (size_t i = 0; i < N; i++)
+            t[i].at = (size_t)((uint8_t *)r[i].dest - a);
+        if ((rc = tv__io_run(io, r, N, NULL, &err)))
+            fail_msg("copy threads %u: %s", threads[ti], err.msg);
+        for (size_t i = 0; i < N; i++) {
+            assert_int_equal(r[i].result, 0);
+            if (!bytes_ok(r[i].dest, t[i].off, t[i].len))
+                fail_msg("copy threads %u: tensor %zu (off %llu len %llu): wrong bytes",
+                         threads[ti], i, (unsigned long long)t[i].off, (unsigned long long)t[i].len);
+        }
+        check_arena_guards(a, alen, t, N);
+        if (threads[ti] > 1 && tv__io_copy_default_threads() > 0)
+            assert_true(io->cp_started >= 1);
+        else
+            assert_int_equal(io->cp_started, 0);
+        free(r);
+        free(a);
+        free(t);
+        tv__io_destroy(io);
+    }
+    /* the limit */
+    tv__io_dev d = iodev(0);
+    tv__io_opts o = {.engine = g_engine, .copy_threads = TV__IO_MAX_COPY_THREADS + 1};
+    tv__io *io = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv__io_create(&d, 1, &o, &io, &err), TV_E_INVALID_ARG);
+    assert_null(io);
+    assert_non_null(strstr(err.msg, "65 copy threads"));
+}
+
 /* ---- engine selection -------------------------------------------------- */
 
 static void test_engine_selection(void **state)
@@ -1482,6 +1567,8 @@ int main(void)
         cmocka_unit_test_teardown(test_engine_fallback, teardown),
         cmocka_unit_test_teardown(test_excluded_device, teardown),
         cmocka_unit_test_teardown(test_option_bounds, teardown),
+        cmocka_unit_test_teardown(test_copy_pool, teardown),
+        cmocka_unit_test_teardown(test_lazy_registration, teardown),
     };
     int rc = 0;
     g_engine = TV_ENGINE_URING;

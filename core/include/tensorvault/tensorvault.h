@@ -48,11 +48,13 @@ enum tv_engine {
  * values). The staging memory of a handle is queue_depth x chunk_len
  * (chunk_len after rounding up to the devices' io alignment): at most
  * TV_READ_MAX_STAGING bytes, pinned (io_uring registered buffers, CUDA). */
-#define TV_READ_MAX_QUEUE_DEPTH     4096u        /* io_uring ring entries per handle */
-#define TV_READ_MAX_CHUNK           (1ull << 30) /* io_uring's limit for one registered buffer */
-#define TV_READ_MAX_STAGING         (1ull << 30) /* queue_depth x chunk_len: 1 GiB */
-#define TV_READ_DEFAULT_QUEUE_DEPTH 32u
-#define TV_READ_DEFAULT_CHUNK       (1ull << 20)
+#define TV_READ_MAX_QUEUE_DEPTH      4096u        /* io_uring ring entries per handle */
+#define TV_READ_MAX_CHUNK            (1ull << 30) /* io_uring's limit for one registered buffer */
+#define TV_READ_MAX_STAGING          (1ull << 30) /* queue_depth x chunk_len: 1 GiB */
+#define TV_READ_DEFAULT_QUEUE_DEPTH  32u
+#define TV_READ_DEFAULT_CHUNK        (1ull << 20)
+#define TV_READ_MAX_COPY_THREADS     64u
+#define TV_READ_DEFAULT_COPY_THREADS 4u /* capped at the online CPUs */
 
 typedef struct tv_open_opts {
     int engine;           /* enum tv_engine */
@@ -64,6 +66,12 @@ typedef struct tv_open_opts {
     uint32_t n_threads;   /* pread engine workers; 0 = queue_depth capped at 16; more than
                              queue_depth is capped at queue_depth */
     bool no_direct;       /* buffered reads (tests on tmpfs); default O_DIRECT */
+    uint32_t copy_threads; /* threads copying staged bytes into host destinations (the
+                              calling thread included), so that memcpy and the page faults
+                              of fresh destinations keep up with fast devices: 0 =
+                              TV_READ_DEFAULT_COPY_THREADS capped at the online CPUs; 1 =
+                              the calling thread only; at most TV_READ_MAX_COPY_THREADS.
+                              Workers start on the first large copy (not at open) */
 } tv_open_opts;
 
 typedef struct tv_tensor_desc {
@@ -121,7 +129,11 @@ size_t tv_model_n_excluded_devices(const tv_model *m);
 int tv_model_device(const tv_model *m, size_t i, tv_device_status *out);
 
 size_t tv_model_n_tensors(const tv_model *m);
-/* i-th tensor in file order. Returns 0 or TV_E_INVALID_ARG. */
+/* i-th tensor in file order. Its snapshot record is decoded and validated
+ * on first use (opening does no per-tensor work). Returns 0;
+ * TV_E_INVALID_ARG (NULL, i out of range); TV_E_SNAPSHOT (an invalid record:
+ * possible only for a snapshot whose checksum was forged) or -ENOMEM, then
+ * *out is an empty tensor (name "", rank 0, 0 bytes). */
 int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out);
 /* O(1), never allocates. Returns 0 or TV_E_NOT_FOUND. */
 int tv_model_find(const tv_model *m, const char *name, size_t name_len, size_t *index);

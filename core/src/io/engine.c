@@ -167,6 +167,11 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
         o.n_threads = o.queue_depth;
     if (!o.timeout_ms)
         o.timeout_ms = 30000;
+    if (o.copy_threads > TV__IO_MAX_COPY_THREADS)
+        return tv__seterr(err, TV_E_INVALID_ARG, "io engine: %u copy threads over %u",
+                          o.copy_threads, TV__IO_MAX_COPY_THREADS);
+    if (!o.copy_threads)
+        o.copy_threads = tv__io_copy_default_threads();
 
     io = calloc(1, sizeof(*io));
     if (!io)
@@ -177,6 +182,7 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
     io->max_align = max_align;
     io->timeout_ms = o.timeout_ms;
     io->n_threads = o.n_threads;
+    io->cp_want = o.copy_threads;
     io->devs = calloc(n_devs, sizeof(*io->devs));
     io->bw = calloc(n_devs, sizeof(*io->bw));
     io->n_bw = calloc(n_devs, sizeof(*io->n_bw));
@@ -225,6 +231,7 @@ void tv__io_destroy(tv__io *io)
         return;
     tv__io_pread_fini(io);
     tv__io_uring_fini(io);
+    tv__io_copy_fini(io);
     free(io->own_staging);
     free(io->ops);
     free(io->bw);
@@ -797,10 +804,12 @@ static void complete(batch *b, uint32_t oi)
                     continue;
                 }
             } else {
-                memcpy((uint8_t *)r->dest + dest_off, src, (size_t)(oe - ob));
+                tv__io_copy_add(io, (uint8_t *)r->dest + dest_off, src, (size_t)(oe - ob));
             }
             b->rq[s->req].remaining -= oe - ob;
         }
+        /* Every byte of this op is in place before its slot is reused. */
+        tv__io_copy_flush(io);
     }
     if (!code && op->elapsed_ns) {
         double sample = (double)op->len * 1e9 / (double)op->elapsed_ns;
@@ -860,6 +869,15 @@ static int ensure_staging(batch *b)
     b->staging_ready = true;
     if (io->engine != TV_ENGINE_URING || io->reg_base == io->staging ||
         (io->staging == io->own_staging && io->own_refused))
+        return 0;
+    /* Registering pins (and so faults in) the whole ring, milliseconds for
+     * the default 32 MiB: a batch that stages less than the ring holds (a
+     * first small tensor, a latency probe) reads into the unregistered ring,
+     * touching only the pages it uses. Own staging, once registered, stays. */
+    uint64_t staged = 0;
+    for (size_t k = 0; k < b->n_st && staged < total; k++)
+        staged += b->st[k].ee - b->st[k].eb;
+    if (staged < total && io->staging == io->own_staging)
         return 0;
     if ((rc = tv__io_uring_register(io))) {
         tv__log(TV_LOG_INFO, "io_uring_register_buffers (%u x %llu bytes): %s; plain reads", io->qd,

@@ -24,7 +24,11 @@
  *   - the engine never mmaps a device; memory is the staging ring
  *     (queue_depth x chunk_len, at most TV__IO_MAX_STAGING, checked at
  *     create) plus a small fixed record per request and per chunk-sized
- *     piece, whatever the batch size;
+ *     piece, whatever the batch size, and the copy-out pool's piece list
+ *     (at most 2 x chunk_len / 64 KiB + 2 records);
+ *   - staged bytes bound for host memory are copied by copy_threads threads
+ *     (io/copy.c), fork-join per read: a read's copies are all done before
+ *     its staging slot is reused or its request counts them as delivered;
  *   - an excluded device is never read: its sources are dropped from every
  *     request before planning, so neither a split nor a retry reaches it;
  *   - when tv__io_run returns, no read is in flight: nothing writes into
@@ -50,6 +54,8 @@
 #define TV__IO_MAX_QD        4096u        /* = TV_READ_MAX_QUEUE_DEPTH (tensorvault.h) */
 #define TV__IO_MAX_CHUNK     (1u << 30)   /* io_uring's limit for one registered buffer */
 #define TV__IO_MAX_STAGING   (1ull << 30) /* queue_depth x chunk_len: = TV_READ_MAX_STAGING */
+#define TV__IO_MAX_COPY_THREADS     64u /* = TV_READ_MAX_COPY_THREADS (tensorvault.h) */
+#define TV__IO_DEFAULT_COPY_THREADS 4u  /* capped at the online CPUs */
 
 typedef struct tv__io tv__io;
 
@@ -123,6 +129,11 @@ typedef struct tv__io_opts {
                              in flight fails with TV_E_TIMEOUT (io_uring cancels them; a
                              pread cannot be interrupted and is waited for) and the
                              device is not read again in this batch */
+    uint32_t copy_threads; /* threads copying staged bytes into host destinations, the one
+                              running tv__io_run included: 0 = min(online CPUs,
+                              TV__IO_DEFAULT_COPY_THREADS); 1 = inline; at most
+                              TV__IO_MAX_COPY_THREADS. Workers start on the first copy of
+                              at least 128 KiB; sinks with their own copy never use them */
 } tv__io_opts;
 
 /* Creates an engine over n_devs devices (copied; the fds stay the caller's);
@@ -130,8 +141,10 @@ typedef struct tv__io_opts {
  * must not be excluded).
  * AUTO uses io_uring when io_uring_queue_init works, else the pread pool
  * (logged). Staging is allocated on the first batch that needs it and, for
- * io_uring, registered (fixed buffers); when registration is refused
- * (RLIMIT_MEMLOCK) plain reads are used, with identical results.
+ * io_uring, registered (fixed buffers) by the first batch that stages at
+ * least the whole ring (registering pins every page: a first small read
+ * does not pay for it); when registration is refused (RLIMIT_MEMLOCK) plain
+ * reads are used, with identical results.
  * Returns 0 and *out; TV_E_NOT_SUPPORTED (TV_ENGINE_URING asked and
  * io_uring unavailable: ENOSYS, EPERM, EACCES, EOPNOTSUPP); TV_E_INVALID_ARG
  * (NULL out, no devices or every device excluded, a negative fd, an

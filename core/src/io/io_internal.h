@@ -24,6 +24,13 @@
 /* -EAGAIN / -EINTR completions re-issued at most this many times per op. */
 #define TV__IO_MAX_AGAIN 64u
 
+/* One copy of staged bytes into a host destination. */
+typedef struct tv__io_piece {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} tv__io_piece;
+
 typedef struct tv__io_op {
     /* the read: [off, off + len) of device dev into buf */
     uint32_t dev;
@@ -81,6 +88,17 @@ struct tv__io {
     bool stop;
     uint32_t *wq, wq_head, wq_n; /* submitted op indexes (ring of qd) */
     uint32_t *dq, dq_head, dq_n; /* finished op indexes (ring of qd) */
+
+    /* copy-out pool (copy.c) */
+    uint32_t cp_want; /* copy threads, the caller's included (1: inline) */
+    bool cp_ready, cp_failed, cp_sync, cp_stop;
+    pthread_t *cp_threads;
+    uint32_t cp_started;
+    pthread_mutex_t cp_mu;
+    pthread_cond_t cp_work, cp_done;
+    struct tv__io_piece *cp_v; /* cp_cap pieces */
+    size_t cp_cap, cp_pend;    /* pieces collected for the next flush */
+    size_t cp_n, cp_next, cp_fin;
 };
 
 /* Advances op after a device read of [off + done, off + len) returned res
@@ -111,5 +129,16 @@ int tv__io_pread_init(tv__io *io);
 void tv__io_pread_fini(tv__io *io);
 int tv__io_pread_submit(tv__io *io, uint32_t op);
 int tv__io_pread_reap(tv__io *io, uint32_t *op);
+
+/* Copy-out pool (copy.c). copy_add copies [src, src + n) to dst: inline
+ * when it is short or the pool is off or cannot start, else it is cut into
+ * pieces kept for copy_flush, which copies every piece kept (on the workers
+ * and the calling thread) and returns when all are done. Called only from
+ * the thread running tv__io_run. fini joins the workers (NULL-safe fields). */
+void tv__io_copy_add(tv__io *io, void *dst, const void *src, size_t n);
+void tv__io_copy_flush(tv__io *io);
+void tv__io_copy_fini(tv__io *io);
+/* min(online CPUs, TV__IO_DEFAULT_COPY_THREADS). */
+uint32_t tv__io_copy_default_threads(void);
 
 #endif

@@ -12,6 +12,8 @@
  * values, with the valid replicas only. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,12 @@
 #include "tensorvault/tensorvault.h"
 #include "xfer/xfer.h"
 
+/* A tensor's record, decoded and validated on first use (not at open, so
+ * opening a generation costs the same for 100 or 120,000 tensors): `ready`
+ * is set (release) after the fields are written, under the model's plan
+ * lock; readers check it (acquire) first, so concurrent metadata calls on
+ * one handle are safe. shape points into the snapshot image (little-endian
+ * host, 8-byte aligned dims) or to an own copy (owned_shape). */
 typedef struct tensor_plan {
     const char *name;
     size_t name_len;
@@ -32,8 +40,10 @@ typedef struct tensor_plan {
     uint32_t rank;
     uint32_t shard;
     uint64_t begin, end;
-    uint64_t dims_at; /* index into m->dims */
+    const uint64_t *shape;
     uint64_t n_elements;
+    uint64_t *owned_shape;
+    _Atomic bool ready;
 } tensor_plan;
 
 /* A shard's replicas, decoded and validated once at open: reads only add
@@ -64,6 +74,9 @@ _Static_assert(TV_READ_MAX_CHUNK == TV__IO_MAX_CHUNK, "chunk limits agree");
 _Static_assert(TV_READ_MAX_STAGING == TV__IO_MAX_STAGING, "staging limits agree");
 _Static_assert(TV_READ_DEFAULT_QUEUE_DEPTH == TV__IO_DEFAULT_QD, "default queue depths agree");
 _Static_assert(TV_READ_DEFAULT_CHUNK == TV__IO_DEFAULT_CHUNK, "default chunks agree");
+_Static_assert(TV_READ_MAX_COPY_THREADS == TV__IO_MAX_COPY_THREADS, "copy thread limits agree");
+_Static_assert(TV_READ_DEFAULT_COPY_THREADS == TV__IO_DEFAULT_COPY_THREADS,
+               "default copy threads agree");
 
 struct tv_model {
     uint8_t *snap_buf;
@@ -75,9 +88,11 @@ struct tv_model {
     dev_state *dst;
     size_t n_devs, n_excluded;
     tv__io *io;
-    tensor_plan *t;
+    tensor_plan *t; /* n_tensors, each decoded on first use (ensure_plan) */
+    pthread_mutex_t plan_mu;
+    bool plan_mu_ok;
+    bool any_owned_shape; /* some plan has an owned_shape to free */
     shard_plan *sh;
-    uint64_t *dims;
     uint32_t max_io_align;
     uint32_t queue_depth;
     size_t chunk_len;
@@ -99,9 +114,12 @@ TV_API void tv_model_close(tv_model *m)
     }
     free(m->devs);
     free(m->dst);
+    for (uint32_t i = 0; m->any_owned_shape && i < m->snap.n_tensors; i++)
+        free(m->t[i].owned_shape);
     free(m->t);
+    if (m->plan_mu_ok)
+        pthread_mutex_destroy(&m->plan_mu);
     free(m->sh);
-    free(m->dims);
     free(m->name);
     free(m->snap_buf);
     if (m->lease_fd >= 0)
@@ -123,6 +141,10 @@ static int check_opts(const tv_open_opts *o, tv_error *err)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "read options: queue depth %u is over the maximum %u", qd,
                           TV_READ_MAX_QUEUE_DEPTH);
+    if (o->copy_threads > TV_READ_MAX_COPY_THREADS)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "read options: copy_threads %u is over the maximum %u", o->copy_threads,
+                          TV_READ_MAX_COPY_THREADS);
     if (o->chunk_len == 0)
         return 0; /* the default fits any queue depth (the engine lowers it) */
     if ((uint64_t)o->chunk_len > TV_READ_MAX_CHUNK ||
@@ -298,7 +320,8 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
     tv__io_opts io = {.engine = o->engine,
                       .queue_depth = o->queue_depth,
                       .chunk_len = o->chunk_len,
-                      .n_threads = o->n_threads};
+                      .n_threads = o->n_threads,
+                      .copy_threads = o->copy_threads};
     if ((rc = tv__io_create(iod, nd, &io, &m->io, err)))
         goto out;
     m->chunk_len = tv__io_chunk_len(m->io);
@@ -307,16 +330,20 @@ out:
     return rc;
 }
 
-/* Validates every tensor, shard and replica once and builds the plans. */
+/* Validates every shard and replica once and builds their plans; tensor
+ * records are decoded on first use (ensure_plan). The plan array is
+ * zeroed memory: a large one is untouched (no page faults) until used. */
 static int build_plans(tv_model *m, tv_error *err)
 {
     int rc;
     uint32_t n = m->snap.n_tensors;
     m->t = calloc(n ? n : 1, sizeof(*m->t));
     m->sh = calloc(m->snap.n_shards ? m->snap.n_shards : 1, sizeof(*m->sh));
-    m->dims = calloc(m->snap.n_dims ? m->snap.n_dims : 1, sizeof(*m->dims));
-    if (!m->t || !m->sh || !m->dims)
+    if (!m->t || !m->sh)
         return tv__seterr(err, -ENOMEM, "out of memory");
+    if ((rc = pthread_mutex_init(&m->plan_mu, NULL)))
+        return tv__seterr(err, -rc, "plan lock: %s", strerror(rc));
+    m->plan_mu_ok = true;
     for (uint32_t s = 0; s < m->snap.n_shards; s++) {
         tv__snap_shard_info sh;
         if ((rc = tv__snap_shard(&m->snap, s, &sh, err)))
@@ -335,31 +362,65 @@ static int build_plans(tv_model *m, tv_error *err)
         m->sh[s].name = sh.name;
         m->sh[s].name_len = sh.name_len;
     }
-    uint64_t at = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        tv__snap_tensor_info st;
-        if ((rc = tv__snap_tensor(&m->snap, i, &st, err)))
-            return rc;
-        tensor_plan *p = &m->t[i];
-        p->name = st.name;
-        p->name_len = st.name_len;
-        p->dtype = st.dtype;
-        p->rank = st.rank;
-        p->shard = st.shard;
-        p->begin = st.begin_off;
-        p->end = st.end_off;
-        p->dims_at = at;
-        p->n_elements = 1;
-        if (st.rank > m->snap.n_dims || at > m->snap.n_dims - st.rank)
-            return tv__seterr(err, TV_E_SNAPSHOT, "tensor %u: dims past the dims array", i);
-        for (uint32_t d = 0; d < st.rank; d++) {
-            m->dims[at + d] = tv__snap_dim(&st, d);
-            if (tv__mul_u64(p->n_elements, m->dims[at + d], &p->n_elements))
-                p->n_elements = UINT64_MAX;
-        }
-        at += st.rank;
-    }
     return 0;
+}
+
+/* Decodes and validates the record of tensor i (i < n_tensors) once. */
+static int decode_plan(const tv_model *m, uint32_t i, tensor_plan *p, tv_error *err)
+{
+    tv__snap_tensor_info st;
+    int rc;
+    if ((rc = tv__snap_tensor(&m->snap, i, &st, err)))
+        return rc;
+    p->name = st.name;
+    p->name_len = st.name_len;
+    p->dtype = st.dtype;
+    p->rank = st.rank;
+    p->shard = st.shard;
+    p->begin = st.begin_off;
+    p->end = st.end_off;
+    p->n_elements = 1;
+    for (uint32_t d = 0; d < st.rank; d++)
+        if (tv__mul_u64(p->n_elements, tv__snap_dim(&st, d), &p->n_elements))
+            p->n_elements = UINT64_MAX;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if ((uintptr_t)st.shape_le % _Alignof(uint64_t) == 0) {
+        p->shape = (const uint64_t *)(const void *)st.shape_le;
+        return 0;
+    }
+#endif
+    uint64_t *own = calloc(st.rank ? st.rank : 1, sizeof(*own));
+    if (!own)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (uint32_t d = 0; d < st.rank; d++)
+        own[d] = tv__snap_dim(&st, d);
+    p->owned_shape = own;
+    p->shape = own;
+    return 0;
+}
+
+/* The plan of tensor i, decoded on first use. Returns 0,
+ * TV_E_INVALID_ARG (i out of range) or the record's TV_E_SNAPSHOT. */
+static int ensure_plan(const tv_model *m, size_t i, tv_error *err)
+{
+    int rc = 0;
+    if (i >= m->snap.n_tensors)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tensor index %zu out of range (%u tensors)", i,
+                          m->snap.n_tensors);
+    /* The handle owns its plans: decoding one is not a visible change. */
+    tensor_plan *p = (tensor_plan *)&m->t[i];
+    if (atomic_load_explicit(&p->ready, memory_order_acquire))
+        return 0;
+    pthread_mutex_t *mu = (pthread_mutex_t *)&m->plan_mu;
+    pthread_mutex_lock(mu);
+    if (!atomic_load_explicit(&p->ready, memory_order_relaxed) &&
+        (rc = decode_plan(m, (uint32_t)i, p, err)) == 0) {
+        if (p->owned_shape)
+            ((tv_model *)m)->any_owned_shape = true;
+        atomic_store_explicit(&p->ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(mu);
+    return rc;
 }
 
 static int finish_open(tv_model *m, const tv_open_opts *opts, tv_error *err)
@@ -528,12 +589,19 @@ TV_API int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out)
 {
     if (!m || !out || i >= m->snap.n_tensors)
         return TV_E_INVALID_ARG;
+    int rc = ensure_plan(m, i, NULL);
+    if (rc) {
+        /* A caller that ignores the code still sees an empty tensor. */
+        memset(out, 0, sizeof(*out));
+        out->name = "";
+        return rc;
+    }
     const tensor_plan *p = &m->t[i];
     out->name = p->name;
     out->name_len = p->name_len;
     out->dtype = p->dtype;
     out->rank = p->rank;
-    out->shape = m->dims + p->dims_at;
+    out->shape = p->shape;
     out->nbytes = p->end - p->begin;
     out->n_elements = p->n_elements;
     out->shard = p->shard;
@@ -563,7 +631,7 @@ static int lookup(const tv_model *m, const char *name, size_t *idx, tv_error *er
     if (rc == TV_E_NOT_FOUND)
         return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%lld", name, m->name,
                           (long long)m->snap.generation);
-    if (rc == 0)
+    if (rc == 0 && (rc = ensure_plan(m, i, err)) == 0)
         *idx = i;
     return rc;
 }
@@ -652,6 +720,8 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
         else if (i >= m->snap.n_tensors)
             r = tv__seterr(&e, TV_E_INVALID_ARG, "request %zu: tensor index %zu out of range", j,
                            i);
+        else
+            r = ensure_plan(m, i, &e);
         if (!r) {
             uint64_t nbytes = m->t[i].end - m->t[i].begin;
             if ((!reqs[j].dest && nbytes) || reqs[j].dest_len < nbytes)
@@ -710,7 +780,7 @@ static int rows_range(const tv_model *m, const char *name, uint64_t r0, uint64_t
     const tensor_plan *p = &m->t[i];
     if (p->rank == 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' is a scalar: no rows", name);
-    uint64_t rows = m->dims[p->dims_at];
+    uint64_t rows = p->shape[0];
     if (r0 > r1 || r1 > rows)
         return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)",
                           name, (unsigned long long)r0, (unsigned long long)r1,
@@ -719,7 +789,7 @@ static int rows_range(const tv_model *m, const char *name, uint64_t r0, uint64_t
      * dtype are addressable only when they are whole bytes. */
     uint64_t row_elems = 1, row_bits, end, nbytes = p->end - p->begin;
     for (uint32_t d = 1; d < p->rank; d++)
-        if (tv__mul_u64(row_elems, m->dims[p->dims_at + d], &row_elems))
+        if (tv__mul_u64(row_elems, p->shape[d], &row_elems))
             return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
     if (tv__mul_u64(row_elems, tv_dtype_bits(p->dtype), &row_bits))
         return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
@@ -849,7 +919,7 @@ TV_API int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_erro
         rc = tv__seterr(err, TV_E_INTERNAL, "tensor '%s': envelope larger than the arena", name);
         goto fail;
     }
-    memcpy(t->shape, m->dims + p->dims_at, sizeof(uint64_t) * p->rank);
+    memcpy(t->shape, p->shape, sizeof(uint64_t) * p->rank);
     t->pub.data = (const uint8_t *)t->arena + skip;
     t->pub.nbytes = nbytes;
     t->pub.dtype = p->dtype;
