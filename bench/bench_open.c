@@ -16,8 +16,8 @@
  *
  * --drop-pagecache drops file contents only (dentries and inodes stay).
  *
- * usage: bench_open [--drop-caches | --drop-pagecache] STORE SPEC [TENSOR]   (default: the first tensor)
- * TV_BENCH_ENGINE=pread uses the pread engine (default: auto). */
+ * usage: bench_open [--drop-caches | --drop-pagecache] STORE SPEC [TENSOR]   (default: the first
+ * tensor) TV_BENCH_ENGINE=pread uses the pread engine (default: auto). */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -120,8 +120,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_open: reopen: %s\n", err.msg);
         return 1;
     }
-    printf("{\"tensors\": %zu, \"tensor\": \"%s\", \"bytes\": %" PRIu64 ", \"open_ms\": %.4f, \"read_us\": %.2f, \"first_tensor_ms\": %.4f, \"reopen_ms\": %.4f}\n",
-           n, name, d.nbytes, (t1 - t0) * 1e3, (t3 - t2) * 1e6, (t3 - t0) * 1e3, (t5 - t4) * 1e3);
+    printf(
+        "{\"tensors\": %zu, \"tensor\": \"%s\", \"bytes\": %" PRIu64
+        ", \"open_ms\": %.4f, \"read_us\": %.2f, \"first_tensor_ms\": %.4f, \"reopen_ms\": %.4f}\n",
+        n, name, d.nbytes, (t1 - t0) * 1e3, (t3 - t2) * 1e6, (t3 - t0) * 1e3, (t5 - t4) * 1e3);
     tv_model_close(m2);
     tv_model_close(m);
     free(buf);

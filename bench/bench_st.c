@@ -35,10 +35,12 @@ static char *make_header(size_t n, size_t *len, uint64_t *data_len)
     for (size_t i = 0; i < n; i++) {
         uint64_t rows = 256 + (i % 7) * 64, cols = 128;
         uint64_t nb = rows * cols * 2;
-        o += (size_t)snprintf(h + o, cap - o,
-                              ",\"model.layers.%zu.mlp.experts.%zu.%s_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[%" PRIu64 ",%" PRIu64 "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                              i / 768, (i / 3) % 256, (const char *[]){"gate", "up", "down"}[i % 3],
-                              rows, cols, off, off + nb);
+        o += (size_t)snprintf(
+            h + o, cap - o,
+            ",\"model.layers.%zu.mlp.experts.%zu.%s_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[%" PRIu64
+            ",%" PRIu64 "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+            i / 768, (i / 3) % 256, (const char *[]){"gate", "up", "down"}[i % 3], rows, cols, off,
+            off + nb);
         off += nb;
     }
     o += (size_t)snprintf(h + o, cap - o, "}");
@@ -110,8 +112,9 @@ int main(int argc, char **argv)
         double rel = per_tensor[s] / per_tensor[0];
         double x2 = (s > 0 && sizes[s] == 2 * sizes[s - 1]) ? med / med_t[s - 1] : 0.0;
         if (json)
-            printf("{\"tensors\":%zu,\"header_bytes\":%zu,\"parse_s\":%.6f,\"mb_s\":%.1f,\"lookup_ns_p50\":%.1f,\"per_tensor\":%.3f,\"x2_time\":%.3f}\n",
-                   n, hlen, med, (double)hlen / med / 1e6, lt[3], rel, x2);
+            printf(
+                "{\"tensors\":%zu,\"header_bytes\":%zu,\"parse_s\":%.6f,\"mb_s\":%.1f,\"lookup_ns_p50\":%.1f,\"per_tensor\":%.3f,\"x2_time\":%.3f}\n",
+                n, hlen, med, (double)hlen / med / 1e6, lt[3], rel, x2);
         else {
             char x2s[16] = "-";
             if (x2 > 0)
@@ -127,6 +130,7 @@ int main(int argc, char **argv)
         free(buf);
     }
     if (!json)
-        printf("per_tensor: time per tensor relative to 1k; x2_time: time(120k) / time(60k), linear parsing <= 2.2\n");
+        printf(
+            "per_tensor: time per tensor relative to 1k; x2_time: time(120k) / time(60k), linear parsing <= 2.2\n");
     return 0;
 }

@@ -30,9 +30,9 @@ static int print_json(const tv_checkpoint *ck)
     uint64_t ts;
     json_object_set_new(root, "format", json_string("safetensors"));
     json_object_set_new(root, "index", ip ? json_string(ip) : json_null());
-    json_object_set_new(root, "total_size", tv_checkpoint_index_total_size(ck, &ts)
-                                                ? json_integer((json_int_t)ts)
-                                                : json_null());
+    json_object_set_new(root, "total_size",
+                        tv_checkpoint_index_total_size(ck, &ts) ? json_integer((json_int_t)ts)
+                                                                : json_null());
     json_object_set_new(root, "total_bytes",
                         json_integer((json_int_t)tv_checkpoint_total_bytes(ck)));
     json_object_set_new(root, "n_tensors", json_integer((json_int_t)tv_checkpoint_n_tensors(ck)));
@@ -48,12 +48,12 @@ static int print_json(const tv_checkpoint *ck)
                 json_object_set_new(meta, k, json_string(v));
             }
         }
-        json_array_append_new(
-            shards, json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "name", s.name, "path", s.path,
-                              "file_size", (json_int_t)s.file_len, "header_len",
-                              (json_int_t)s.header_len, "data_offset", (json_int_t)s.data_off,
-                              "data_len", (json_int_t)s.data_len, "n_tensors",
-                              (json_int_t)s.n_tensors, "metadata", meta));
+        json_array_append_new(shards,
+                              json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o}", "name", s.name, "path",
+                                        s.path, "file_size", (json_int_t)s.file_len, "header_len",
+                                        (json_int_t)s.header_len, "data_offset",
+                                        (json_int_t)s.data_off, "data_len", (json_int_t)s.data_len,
+                                        "n_tensors", (json_int_t)s.n_tensors, "metadata", meta));
     }
     for (size_t i = 0; i < tv_checkpoint_n_tensors(ck); i++) {
         tv_tensor_info t;

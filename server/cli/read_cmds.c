@@ -408,10 +408,12 @@ int tv__cli_bench(int argc, char **argv)
         fputc('\n', stdout);
         json_decref(o);
     } else {
-        printf("%s@%" PRId64 ": %zu tensors, %" PRIu64 " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
-               tv_model_name(m), tv_model_generation(m), n, total, secs,
-               secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
-               fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
+        printf(
+            "%s@%" PRId64 ": %zu tensors, %" PRIu64
+            " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
+            tv_model_name(m), tv_model_generation(m), n, total, secs,
+            secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
+            fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
     }
     for (size_t i = 0; fresh && i < n; i++)
         free(reqs[i].dest);

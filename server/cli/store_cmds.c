@@ -103,14 +103,14 @@ int tv__cli_store(int argc, char **argv)
         return tv__cli_failed(&c, rc, &err);
     if (c.json)
         emit_json(json_pack("{s:s,s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "store", dir,
-                            "device_id", (json_int_t)id, "uuid", row.uuid, "path", row.path,
-                            "kind", row.kind, "lba_size", (json_int_t)row.lba_size, "io_align",
-                            (json_int_t)row.io_align, "object_align",
-                            (json_int_t)row.object_align, "region_offset",
-                            (json_int_t)row.region_off, "region_size",
+                            "device_id", (json_int_t)id, "uuid", row.uuid, "path", row.path, "kind",
+                            row.kind, "lba_size", (json_int_t)row.lba_size, "io_align",
+                            (json_int_t)row.io_align, "object_align", (json_int_t)row.object_align,
+                            "region_offset", (json_int_t)row.region_off, "region_size",
                             (json_int_t)row.region_len, "data_offset", (json_int_t)row.data_off));
     else
-        printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64 ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
+        printf("store %s: device %" PRId64 " %s (%s, lba %" PRIu64 ", io_align %" PRIu64
+               ", region %" PRIu64 "+%" PRIu64 ") uuid %s\n",
                dir, id, row.path, row.kind, row.lba_size, row.io_align, row.region_off,
                row.region_len, row.uuid);
     return TV__EXIT_OK;
@@ -231,7 +231,8 @@ int tv__cli_import(int argc, char **argv)
                             "bytes_deduplicated", (json_int_t)r.bytes_deduped, "seconds", r.seconds,
                             "mb_per_s", mbs));
     else
-        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64 " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
+        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
+               " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
                a->pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
                r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
     return TV__EXIT_OK;
@@ -333,12 +334,12 @@ int tv__cli_generations(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         if (json)
             json_array_append_new(
-                arr, json_pack("{s:I,s:s,s:b,s:I,s:I,s:I,s:s,s:I}", "generation",
-                               (json_int_t)g[i].number, "state", tv__gen_state_name(g[i].state),
-                               "active", g[i].active, "shards", (json_int_t)g[i].n_shards,
-                               "tensors", (json_int_t)g[i].n_tensors, "bytes",
-                               (json_int_t)g[i].total_bytes, "source", g[i].source,
-                               "created_at", (json_int_t)g[i].created_at));
+                arr,
+                json_pack("{s:I,s:s,s:b,s:I,s:I,s:I,s:s,s:I}", "generation",
+                          (json_int_t)g[i].number, "state", tv__gen_state_name(g[i].state),
+                          "active", g[i].active, "shards", (json_int_t)g[i].n_shards, "tensors",
+                          (json_int_t)g[i].n_tensors, "bytes", (json_int_t)g[i].total_bytes,
+                          "source", g[i].source, "created_at", (json_int_t)g[i].created_at));
         else
             printf("%4" PRId64 " %-9s %6s %7" PRId64 " %9" PRId64 " %14" PRIu64 "  %s\n",
                    g[i].number, tv__gen_state_name(g[i].state), g[i].active ? "*" : "",
@@ -419,24 +420,22 @@ int tv__cli_tensors(int argc, char **argv)
             for (size_t k = 0; k < n_devs; k++)
                 if (devs[k].id == rp->device_id)
                     path = devs[k].path;
-            json_array_append_new(reps, json_pack("{s:I,s:s,s:I,s:I}", "device_id",
-                                                  (json_int_t)rp->device_id, "device", path,
-                                                  "object_offset", (json_int_t)rp->base_off,
-                                                  "device_offset",
-                                                  (json_int_t)(rp->base_off + file_off)));
+            json_array_append_new(
+                reps, json_pack("{s:I,s:s,s:I,s:I}", "device_id", (json_int_t)rp->device_id,
+                                "device", path, "object_offset", (json_int_t)rp->base_off,
+                                "device_offset", (json_int_t)(rp->base_off + file_off)));
         }
         if (json) {
             json_array_append_new(
-                arr, json_pack("{s:s%,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:o}", "name", t->name,
-                               t->name_len, "dtype", tv_dtype_name(t->dtype), "shape", shape,
-                               "shard", sh->name, "shard_index", (json_int_t)t->shard_idx,
-                               "file_offset", (json_int_t)file_off, "begin",
-                               (json_int_t)t->begin_off, "length",
-                               (json_int_t)(t->end_off - t->begin_off), "replicas", reps));
+                arr,
+                json_pack("{s:s%,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:o}", "name", t->name, t->name_len,
+                          "dtype", tv_dtype_name(t->dtype), "shape", shape, "shard", sh->name,
+                          "shard_index", (json_int_t)t->shard_idx, "file_offset",
+                          (json_int_t)file_off, "begin", (json_int_t)t->begin_off, "length",
+                          (json_int_t)(t->end_off - t->begin_off), "replicas", reps));
         } else {
             printf("%-48s %-11s %-18s %5u %14" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n", t->name,
-                   tv_dtype_name(t->dtype), shp, t->shard_idx, file_off,
-                   t->end_off - t->begin_off,
+                   tv_dtype_name(t->dtype), shp, t->shard_idx, file_off, t->end_off - t->begin_off,
                    sh->n_replicas ? sh->replicas[0].base_off + file_off : 0);
             json_decref(shape);
             json_decref(reps);
@@ -504,22 +503,22 @@ int tv__cli_devices(int argc, char **argv)
             json_error_t je;
             json_t *ident = json_loads(d[i].identity, 0, &je);
             json_array_append_new(
-                arr, json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,"
-                               "s:o,s:s,s:s}",
-                               "id", (json_int_t)d[i].id, "uuid", d[i].uuid, "kind", d[i].kind,
-                               "path", d[i].path, "lba_size", (json_int_t)d[i].lba_size,
-                               "io_align", (json_int_t)d[i].io_align, "object_align",
-                               (json_int_t)d[i].object_align, "size", (json_int_t)d[i].size_bytes,
-                               "region_offset", (json_int_t)d[i].region_off, "region_size",
-                               (json_int_t)d[i].region_len, "data_offset",
-                               (json_int_t)d[i].data_off, "used", (json_int_t)sp.used_len, "free",
-                               (json_int_t)sp.free_len, "largest_free",
-                               (json_int_t)sp.largest_free_len, "objects", (json_int_t)sp.n_used,
-                               "identity",
-                               ident ? ident : json_object(), "status", status, "message",
-                               drc ? de.msg : ""));
+                arr,
+                json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,"
+                          "s:o,s:s,s:s}",
+                          "id", (json_int_t)d[i].id, "uuid", d[i].uuid, "kind", d[i].kind, "path",
+                          d[i].path, "lba_size", (json_int_t)d[i].lba_size, "io_align",
+                          (json_int_t)d[i].io_align, "object_align", (json_int_t)d[i].object_align,
+                          "size", (json_int_t)d[i].size_bytes, "region_offset",
+                          (json_int_t)d[i].region_off, "region_size", (json_int_t)d[i].region_len,
+                          "data_offset", (json_int_t)d[i].data_off, "used", (json_int_t)sp.used_len,
+                          "free", (json_int_t)sp.free_len, "largest_free",
+                          (json_int_t)sp.largest_free_len, "objects", (json_int_t)sp.n_used,
+                          "identity", ident ? ident : json_object(), "status", status, "message",
+                          drc ? de.msg : ""));
         } else {
-            printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64 "  %s%s%s\n",
+            printf("%3" PRId64 " %-6s %-36s %6" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
+                   "  %s%s%s\n",
                    d[i].id, d[i].kind, d[i].path, d[i].lba_size, d[i].region_len, sp.used_len,
                    sp.free_len, status, drc ? ": " : "", drc ? de.msg : "");
         }
@@ -709,12 +708,12 @@ int tv__cli_verify(int argc, char **argv)
         int urc = tv__reg_object_users(st->reg, o[i].id, &users, &n_users, &ue);
         json_t *used_by = json_array();
         for (size_t k = 0; k < n_users; k++)
-            json_array_append_new(
-                used_by, json_pack("{s:s,s:I,s:s,s:b,s:s,s:I}", "model", users[k].model,
-                                   "generation", (json_int_t)users[k].generation, "state",
-                                   tv__gen_state_name(users[k].state), "active", users[k].active,
-                                   "shard", users[k].shard, "shard_index",
-                                   (json_int_t)users[k].shard_idx));
+            json_array_append_new(used_by,
+                                  json_pack("{s:s,s:I,s:s,s:b,s:s,s:I}", "model", users[k].model,
+                                            "generation", (json_int_t)users[k].generation, "state",
+                                            tv__gen_state_name(users[k].state), "active",
+                                            users[k].active, "shard", users[k].shard, "shard_index",
+                                            (json_int_t)users[k].shard_idx));
         if (vrc) {
             bad++;
             char who[1024];
@@ -727,13 +726,12 @@ int tv__cli_verify(int argc, char **argv)
                     (long long)o[i].id, (long long)o[i].device_id, tv_err_name(vrc), e2.msg);
         }
         free(users);
-        json_array_append_new(arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "id",
-                                             (json_int_t)o[i].id, "device_id",
-                                             (json_int_t)o[i].device_id, "offset",
-                                             (json_int_t)o[i].base_off, "length",
-                                             (json_int_t)o[i].canonical_len, "sha256",
-                                             o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
-                                             "message", vrc ? e2.msg : "", "used_by", used_by));
+        json_array_append_new(
+            arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "id", (json_int_t)o[i].id,
+                           "device_id", (json_int_t)o[i].device_id, "offset",
+                           (json_int_t)o[i].base_off, "length", (json_int_t)o[i].canonical_len,
+                           "sha256", o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
+                           "message", vrc ? e2.msg : "", "used_by", used_by));
     }
     tv__store_close(st);
     free(o);

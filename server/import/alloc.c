@@ -34,12 +34,13 @@ static int validate(const tv__alloc_region *r, const tv__extent *used, size_t n_
                               i, (unsigned long long)used[i].off);
         if (tv__add_u64(used[i].off, used[i].len, &end))
             return tv__seterr(err, TV_E_OVERFLOW,
-                              "allocator: used extent %zu at %llu + %llu overflows",
-                              i, (unsigned long long)used[i].off, (unsigned long long)used[i].len);
+                              "allocator: used extent %zu at %llu + %llu overflows", i,
+                              (unsigned long long)used[i].off, (unsigned long long)used[i].len);
         if (used[i].off < prev_end)
-            return tv__seterr(err, TV_E_INVALID_ARG,
-                              "allocator: used extent %zu at %llu is unsorted, overlaps the previous one or precedes data_off %llu",
-                              i, (unsigned long long)used[i].off, (unsigned long long)r->data_off);
+            return tv__seterr(
+                err, TV_E_INVALID_ARG,
+                "allocator: used extent %zu at %llu is unsorted, overlaps the previous one or precedes data_off %llu",
+                i, (unsigned long long)used[i].off, (unsigned long long)r->data_off);
         if (end > r->end_off)
             return tv__seterr(err, TV_E_INVALID_ARG,
                               "allocator: used extent %zu [%llu, %llu) passes the region end %llu",
@@ -147,10 +148,11 @@ int tv__alloc_first_fit(const tv__alloc_region *r, const tv__extent *used, size_
         if (gap_len > largest)
             largest = gap_len;
     }
-    return tv__seterr(err, TV_E_NO_SPACE,
-                      "no free extent for %llu bytes (%llu with object_align %llu padding); the largest free extent is %llu bytes",
-                      (unsigned long long)len, (unsigned long long)need,
-                      (unsigned long long)r->object_align, (unsigned long long)largest);
+    return tv__seterr(
+        err, TV_E_NO_SPACE,
+        "no free extent for %llu bytes (%llu with object_align %llu padding); the largest free extent is %llu bytes",
+        (unsigned long long)len, (unsigned long long)need, (unsigned long long)r->object_align,
+        (unsigned long long)largest);
 }
 
 int tv__alloc_space_of(const tv__alloc_region *r, const tv__extent *used, size_t n_used,

@@ -40,22 +40,22 @@
 #include "util/sha256.h"
 #include "util/sys.h"
 
-#define N_BUFS 4
-#define BUF_ALIGN 65536 /* >= every device's io_align */
-#define HUGE_ALIGN (2u << 20) /* the ring's alignment: transparent huge pages fit */
-#define SRC_DIO_ALIGN 4096 /* O_DIRECT source reads: length rounded up to this */
+#define N_BUFS        4
+#define BUF_ALIGN     65536      /* >= every device's io_align */
+#define HUGE_ALIGN    (2u << 20) /* the ring's alignment: transparent huge pages fit */
+#define SRC_DIO_ALIGN 4096       /* O_DIRECT source reads: length rounded up to this */
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
     tv_shard_info info;
     char sha_hex[65];
     char header_sha_hex[65];
-    bool have_sha;             /* full hash known before writing (dedup probe) */
+    bool have_sha; /* full hash known before writing (dedup probe) */
     size_t n_obj;
     int64_t dev_id[TV__IMPORT_MAX_DEVICES];
     tv__reg_object obj[TV__IMPORT_MAX_DEVICES];
     bool reused[TV__IMPORT_MAX_DEVICES]; /* bound to an existing committed object */
-    bool candidate;            /* its length matches a committed object (dedup probe) */
+    bool candidate;                      /* its length matches a committed object (dedup probe) */
 } shard_plan;
 
 /* One import, passed from step to step. */
@@ -71,11 +71,11 @@ typedef struct import_job {
     int64_t devs[TV__IMPORT_MAX_DEVICES];
     size_t n_devs;
     char real_src[PATH_MAX];
-    const char *step;             /* the running step, for progress and messages */
+    const char *step; /* the running step, for progress and messages */
     uint64_t step_done, step_total;
-    uint64_t to_write;            /* extents of the new objects (the write step's total) */
-    bool crashed_mid;             /* the "write" crash point fired */
-    bool published;               /* the generation is committed: keep its objects */
+    uint64_t to_write; /* extents of the new objects (the write step's total) */
+    bool crashed_mid;  /* the "write" crash point fired */
+    bool published;    /* the generation is committed: keep its objects */
     tv__import_result r;
 } import_job;
 
@@ -170,7 +170,7 @@ typedef struct src_stamp {
 
 typedef struct src_file {
     int fd;
-    bool leased; /* holds a read lease: a writer's open is seen */
+    bool leased;        /* holds a read lease: a writer's open is seen */
     atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
     src_stamp st;
 } src_file;
@@ -257,9 +257,10 @@ static bool take_lease(int fd)
 static int check_lease(const src_file *sf, const tv_shard_info *si, tv_error *err)
 {
     if (sf->leased && fcntl(sf->fd, F_GETLEASE) != F_RDLCK)
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' (%s) was opened for writing or truncated by another process during import",
-                          si->name, si->path);
+        return tv__seterr(
+            err, TV_E_SOURCE_CHANGED,
+            "shard '%s' (%s) was opened for writing or truncated by another process during import",
+            si->name, si->path);
     return 0;
 }
 
@@ -418,9 +419,9 @@ static int read_source(src_file *sf, uint8_t *buf, size_t len, size_t cap, uint6
 /* Hashes the whole source file (dedup probe) and its header, and copies the
  * 8 + N header bytes into hdr (si->data_off bytes): the header compared with
  * the validated one must come from the same reads as the hash. */
-static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_info *si,
-                       uint8_t *buf, size_t chunk, uint8_t *hdr, char sha_hex[65],
-                       char hdr_hex[65], tv_error *err)
+static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_info *si, uint8_t *buf,
+                       size_t chunk, uint8_t *hdr, char sha_hex[65], char hdr_hex[65],
+                       tv_error *err)
 {
     tv__sha256 h, hh;
     uint8_t dig[32];
@@ -482,15 +483,15 @@ typedef struct target {
 
 typedef struct wbuf {
     uint8_t *p;
-    size_t len;               /* bytes to write (payload + zero padding) */
-    size_t payload;           /* canonical shard bytes at the start of p */
-    src_file *src;            /* read payload bytes from here at src_off (NULL: none) */
+    size_t len;     /* bytes to write (payload + zero padding) */
+    size_t payload; /* canonical shard bytes at the start of p */
+    src_file *src;  /* read payload bytes from here at src_off (NULL: none) */
     const tv_shard_info *si;
     uint64_t src_off;
     bool read_done, write_done;
-    tv__sha256 *h;            /* the shard's hash, fed by the hasher thread */
-    tv__sha256 *hh;           /* the header's hash (NULL: no header bytes in this buffer) */
-    uint8_t *hdr;             /* where the hasher copies the hdr_n header bytes */
+    tv__sha256 *h;  /* the shard's hash, fed by the hasher thread */
+    tv__sha256 *hh; /* the header's hash (NULL: no header bytes in this buffer) */
+    uint8_t *hdr;   /* where the hasher copies the hdr_n header bytes */
     size_t hdr_n;
     size_t n_targets;
     target t[TV__IMPORT_MAX_DEVICES];
@@ -821,8 +822,8 @@ int tv__verify_object(tv__store *st, const tv__reg_object *obj, tv_error *err)
 
 /* Compares shard s of the validated checkpoint with the header bytes that
  * were actually written (8 + N bytes). Returns 0 or TV_E_SOURCE_CHANGED. */
-static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr,
-                       const shard_plan *p, tv_error *err)
+static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr, const shard_plan *p,
+                       tv_error *err)
 {
     tv_checkpoint *w = NULL;
     tv_error e2;
@@ -852,8 +853,10 @@ static int same_header(const tv_checkpoint *ck, size_t s, const uint8_t *hdr,
     }
     tv_checkpoint_close(w);
     if (rc)
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' changed during import: its header differs from the validated one", p->info.name);
+        return tv__seterr(
+            err, TV_E_SOURCE_CHANGED,
+            "shard '%s' changed during import: its header differs from the validated one",
+            p->info.name);
     return 0;
 }
 
@@ -932,8 +935,8 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
     if (tv__mul_u64(j->chunk, N_BUFS, &bufs_len) || bufs_len > SIZE_MAX ||
         posix_memalign((void **)&j->bufs, HUGE_ALIGN, (size_t)bufs_len)) {
         j->bufs = NULL;
-        rc = tv__seterr(err, -ENOMEM, "out of memory for %d buffers of %zu bytes", N_BUFS,
-                        j->chunk);
+        rc =
+            tv__seterr(err, -ENOMEM, "out of memory for %d buffers of %zu bytes", N_BUFS, j->chunk);
         goto out;
     }
     /* Huge pages where the kernel gives them: an O_DIRECT transfer pins 4
@@ -1042,8 +1045,7 @@ static int step_reserve(import_job *j, tv_error *err)
                 continue;
             size_t k = p->n_obj;
             if ((rc = job_cancelled(j, err)) ||
-                (rc = tv__alloc_reserve(j->st->reg, j->devs[i], p->info.file_len, &p->obj[k],
-                                        err)))
+                (rc = tv__alloc_reserve(j->st->reg, j->devs[i], p->info.file_len, &p->obj[k], err)))
                 return rc;
             p->dev_id[k] = j->devs[i];
             p->n_obj++;
@@ -1254,8 +1256,7 @@ static int step_verify(import_job *j, tv_error *err)
                      (long long)p->dev_id[k]);
             if ((rc = tv__store_device(j->st, p->dev_id[k], true, &d, err)) ||
                 (rc = verify_extent(j, s, d, p->obj[k].base_off, p->obj[k].canonical_len,
-                                    p->obj[k].alloc_len, p->sha_hex, j->bufs, j->chunk, what,
-                                    err)))
+                                    p->obj[k].alloc_len, p->sha_hex, j->bufs, j->chunk, what, err)))
                 return rc;
         }
     }
@@ -1375,7 +1376,10 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     j->step = "resolve";
     uint64_t chunk = j->o->chunk_len ? j->o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
     if (tv__align_up_u64(chunk, BUF_ALIGN, &chunk) || chunk > SIZE_MAX / N_BUFS) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "import chunk_len %zu: rounded up to a multiple of %d, %d of them overflow the address space", j->o->chunk_len, BUF_ALIGN, N_BUFS);
+        rc = tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "import chunk_len %zu: rounded up to a multiple of %d, %d of them overflow the address space",
+            j->o->chunk_len, BUF_ALIGN, N_BUFS);
         goto out;
     }
     j->chunk = (size_t)chunk;

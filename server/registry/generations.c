@@ -319,8 +319,7 @@ int tv__reg_shard_add(tv__reg *reg, int64_t generation_id, const tv__reg_shard_i
                           (unsigned long long)in->file_len);
     if (!tv__reg_sha256_valid(in->sha256_hex) || !tv__reg_sha256_valid(in->header_sha256_hex))
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "shard '%s': sha256 values must be 64 lower-case hex digits",
-                          in->name);
+                          "shard '%s': sha256 values must be 64 lower-case hex digits", in->name);
     if ((rc = tv__reg_level_begin(reg, true, err)))
         return rc;
     if ((rc = require_importing(reg, generation_id, "adding a shard", err)))
@@ -383,16 +382,16 @@ int tv__reg_shard_bind(tv__reg *reg, int64_t shard_id, int64_t object_id, tv_err
         (rc = tv__reg_object_get(reg, object_id, &o, err)))
         goto done;
     if (o.canonical_len != sh.file_len) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG,
-                        "shard '%s' is %llu bytes but object %lld holds %llu",
-                        sh.name, (unsigned long long)sh.file_len, (long long)object_id,
-                        (unsigned long long)o.canonical_len);
+        rc =
+            tv__seterr(err, TV_E_INVALID_ARG, "shard '%s' is %llu bytes but object %lld holds %llu",
+                       sh.name, (unsigned long long)sh.file_len, (long long)object_id,
+                       (unsigned long long)o.canonical_len);
         goto done;
     }
     if (o.state == TV__OBJ_COMMITTED && strcmp(o.sha256, sh.sha256)) {
-        rc = tv__seterr(err, TV_E_HASH_MISMATCH,
-                        "shard '%s' has sha256 %s but object %lld holds %s",
-                        sh.name, sh.sha256, (long long)object_id, o.sha256);
+        rc =
+            tv__seterr(err, TV_E_HASH_MISMATCH, "shard '%s' has sha256 %s but object %lld holds %s",
+                       sh.name, sh.sha256, (long long)object_id, o.sha256);
         goto done;
     }
     rc = tv__reg_query_one(reg, tv__reg_read_i64, &bound, "reading shard bindings", err,
@@ -486,19 +485,19 @@ static int check_tensor(const tv_tensor_info *t, size_t i, const tv__reg_vec *sh
     for (uint32_t d = 0; d < t->rank; d++)
         if (t->shape[d] > (uint64_t)INT64_MAX)
             return tv__seterr(err, TV_E_OVERFLOW,
-                              "tensor '%.*s': dimension %u is %llu, over INT64_MAX",
-                              nl, t->name, d, (unsigned long long)t->shape[d]);
+                              "tensor '%.*s': dimension %u is %llu, over INT64_MAX", nl, t->name, d,
+                              (unsigned long long)t->shape[d]);
     *row = find_shard(shards, t->shard);
     if (!*row)
         return tv__seterr(err, TV_E_NOT_FOUND,
-                          "tensor '%.*s': no shard with idx %u in this generation",
-                          nl, t->name, t->shard);
+                          "tensor '%.*s': no shard with idx %u in this generation", nl, t->name,
+                          t->shard);
     if (t->end_off < t->begin_off || t->end_off > (*row)->data_len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%.*s': [%llu, %llu) is not inside shard %u's %llu-byte data section",
-                          nl, t->name, (unsigned long long)t->begin_off,
-                          (unsigned long long)t->end_off, t->shard,
-                          (unsigned long long)(*row)->data_len);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "tensor '%.*s': [%llu, %llu) is not inside shard %u's %llu-byte data section", nl,
+            t->name, (unsigned long long)t->begin_off, (unsigned long long)t->end_off, t->shard,
+            (unsigned long long)(*row)->data_len);
     return 0;
 }
 
@@ -615,8 +614,8 @@ static int check_complete(tv__reg *reg, int64_t generation_id, const char *model
                            "i", generation_id);
     if (rc == 0 && c.expect == 0)
         rc = tv__seterr(err, TV_E_STATE,
-                        "model '%s' generation %lld cannot be ready: it has no shards",
-                        model, (long long)number);
+                        "model '%s' generation %lld cannot be ready: it has no shards", model,
+                        (long long)number);
     return rc;
 }
 

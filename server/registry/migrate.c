@@ -46,9 +46,10 @@ static int exec(sqlite3 *db, const char *sql, const char *what, tv_error *err)
 
 static int too_new(int version, int latest, tv_error *err)
 {
-    return tv__seterr(err, TV_E_REGISTRY_TOO_NEW,
-                      "registry schema version %d is newer than this tensorvault supports (%d); upgrade tensorvault or open a registry it created",
-                      version, latest);
+    return tv__seterr(
+        err, TV_E_REGISTRY_TOO_NEW,
+        "registry schema version %d is newer than this tensorvault supports (%d); upgrade tensorvault or open a registry it created",
+        version, latest);
 }
 
 int tv__migrate(sqlite3 *db, const tv__migration *list, size_t n, size_t *applied, tv_error *err)

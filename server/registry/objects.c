@@ -194,9 +194,10 @@ static int check_user(sqlite3_stmt *st, void *arg, tv_error *err)
                           "object %lld holds a shard of %s generation %lld, which is %s",
                           (long long)object_id, model, number, state);
     if (leased)
-        return tv__seterr(err, TV_E_LEASED,
-                          "object %lld holds a shard of %s generation %lld, which a reader still leases",
-                          (long long)object_id, model, number);
+        return tv__seterr(
+            err, TV_E_LEASED,
+            "object %lld holds a shard of %s generation %lld, which a reader still leases",
+            (long long)object_id, model, number);
     return 0;
 }
 
@@ -272,9 +273,10 @@ done:
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0) {
         if (r.n_objects || r.n_generations || r.n_jobs)
-            tv__log(tv__reg_log_level(reg, 0),
-                    "registry: reclaimed %zu writing objects, failed %zu importing generations and %zu unfinished jobs",
-                    r.n_objects, r.n_generations, r.n_jobs);
+            tv__log(
+                tv__reg_log_level(reg, 0),
+                "registry: reclaimed %zu writing objects, failed %zu importing generations and %zu unfinished jobs",
+                r.n_objects, r.n_generations, r.n_jobs);
         if (out)
             *out = r;
     }

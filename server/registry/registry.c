@@ -453,9 +453,10 @@ static int configure(tv__reg *reg, const char *path, bool readonly, tv_error *er
     if ((rc = pragma_text(reg, "PRAGMA journal_mode = WAL", mode, sizeof mode, err)))
         return rc;
     if (strcmp(mode, "wal"))
-        return tv__seterr(err, TV_E_REGISTRY,
-                          "registry %s: cannot use WAL (journal_mode is '%s'); it must be a file on a local filesystem",
-                          path, mode);
+        return tv__seterr(
+            err, TV_E_REGISTRY,
+            "registry %s: cannot use WAL (journal_mode is '%s'); it must be a file on a local filesystem",
+            path, mode);
     /* A publish writes ~100k tensor rows in one transaction, inside a
      * savepoint: keep its statement journal and working set in memory
      * instead of spilling pages to temporary files. */
@@ -720,16 +721,17 @@ static int check_geometry(const tv__reg_device *d, tv_error *err)
     const char *u = d->uuid;
     if (d->lba_size < 512 || (d->lba_size & (d->lba_size - 1)))
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device %s: lba_size %llu is not a power of two >= 512",
-                          u, (unsigned long long)d->lba_size);
+                          "device %s: lba_size %llu is not a power of two >= 512", u,
+                          (unsigned long long)d->lba_size);
     if (!d->io_align || d->io_align % d->lba_size || d->io_align % 4096)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device %s: io_align %llu is not a multiple of lba_size %llu and 4096",
-                          u, (unsigned long long)d->io_align, (unsigned long long)d->lba_size);
+                          "device %s: io_align %llu is not a multiple of lba_size %llu and 4096", u,
+                          (unsigned long long)d->io_align, (unsigned long long)d->lba_size);
     if (!d->object_align || d->object_align % d->io_align || d->object_align % 65536)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device %s: object_align %llu is not a multiple of io_align %llu and 64 KiB",
-                          u, (unsigned long long)d->object_align, (unsigned long long)d->io_align);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "device %s: object_align %llu is not a multiple of io_align %llu and 64 KiB", u,
+            (unsigned long long)d->object_align, (unsigned long long)d->io_align);
     if (d->size_bytes > (uint64_t)INT64_MAX)
         return tv__seterr(err, TV_E_OVERFLOW, "device %s: size %llu is over INT64_MAX", u,
                           (unsigned long long)d->size_bytes);
@@ -738,15 +740,17 @@ static int check_geometry(const tv__reg_device *d, tv_error *err)
         return tv__seterr(err, TV_E_OVERFLOW, "device %s: region_off + region_len overflows", u);
     if (!d->region_off || d->region_off % d->io_align || !d->region_len ||
         region_end > d->size_bytes)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device %s: region [%llu, %llu) must start after byte 0 on an io_align boundary and lie inside the %llu-byte device",
-                          u, (unsigned long long)d->region_off, (unsigned long long)region_end,
-                          (unsigned long long)d->size_bytes);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "device %s: region [%llu, %llu) must start after byte 0 on an io_align boundary and lie inside the %llu-byte device",
+            u, (unsigned long long)d->region_off, (unsigned long long)region_end,
+            (unsigned long long)d->size_bytes);
     if (d->data_off <= d->region_off || d->data_off > region_end || d->data_off % d->object_align)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device %s: data_off %llu must be object_align aligned and inside the region (%llu, %llu]",
-                          u, (unsigned long long)d->data_off, (unsigned long long)d->region_off,
-                          (unsigned long long)region_end);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "device %s: data_off %llu must be object_align aligned and inside the region (%llu, %llu]",
+            u, (unsigned long long)d->data_off, (unsigned long long)d->region_off,
+            (unsigned long long)region_end);
     return 0;
 }
 
@@ -758,8 +762,7 @@ int tv__reg_device_add(tv__reg *reg, const tv__reg_device *in, int64_t *id, tv_e
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_add: NULL argument");
     if (!uuid_valid(in->uuid))
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "device uuid '%.40s' is not a lower-case canonical UUID",
-                          in->uuid);
+                          "device uuid '%.40s' is not a lower-case canonical UUID", in->uuid);
     if (strcmp(in->kind, "file") && strcmp(in->kind, "block") && strcmp(in->kind, "nvme"))
         return tv__seterr(err, TV_E_INVALID_ARG, "device kind '%.8s' is not file, block or nvme",
                           in->kind);

@@ -77,8 +77,8 @@ int tv__reg_open(const char *path, tv__reg **out, tv_error *err);
  * when the directory is on a read-only filesystem so the -shm file cannot
  * be made and no non-empty -wal is left to read, immutable=1), applies no
  * pragma that writes and refuses a schema older than this binary's
- * (TV_E_REGISTRY: a writer command migrates it) instead of migrating. A full filesystem while creating is
- * -ENOSPC saying so. */
+ * (TV_E_REGISTRY: a writer command migrates it) instead of migrating. A full filesystem while
+ * creating is -ENOSPC saying so. */
 int tv__reg_open_ex(const char *path, unsigned flags, tv__reg **out, tv_error *err);
 
 /* Rolls back an open explicit transaction, then closes. NULL-safe. */
@@ -484,7 +484,7 @@ typedef struct tv__reg_object_user {
     char model[TV__REG_NAME_MAX + 1];
     int64_t generation; /* number */
     tv__gen_state state;
-    bool active; /* the model's active generation */
+    bool active;                      /* the model's active generation */
     char shard[TV__REG_NAME_MAX + 1]; /* shard file name, as in the index */
     uint32_t shard_idx;
 } tv__reg_object_user;

@@ -111,9 +111,10 @@ static int build_image(tv__store *st, const char *model, int64_t gen, uint64_t s
     if ((rc = tv__reg_generation_get(st->reg, model, gen, g, err)))
         return rc;
     if (g->state != TV__GEN_READY && g->state != TV__GEN_RETIRED)
-        return tv__seterr(err, TV_E_STATE,
-                          "model '%s' generation %lld is %s: only ready and retired generations have snapshots",
-                          g->model, (long long)g->number, tv__gen_state_name(g->state));
+        return tv__seterr(
+            err, TV_E_STATE,
+            "model '%s' generation %lld is %s: only ready and retired generations have snapshots",
+            g->model, (long long)g->number, tv__gen_state_name(g->state));
     if ((rc = tv__reg_tensors_list(st->reg, g->id, &b.m, err)))
         return rc;
     const tv__reg_manifest *m = b.m;
@@ -174,9 +175,10 @@ static int build_image(tv__store *st, const char *model, int64_t gen, uint64_t s
             out->n_replicas++;
         }
         if (out->n_replicas == 0) {
-            rc = tv__seterr(err, TV_E_STATE,
-                            "model '%s' generation %lld: shard '%s' has no committed object (freed by gc?)",
-                            g->model, (long long)g->number, sh->name);
+            rc = tv__seterr(
+                err, TV_E_STATE,
+                "model '%s' generation %lld: shard '%s' has no committed object (freed by gc?)",
+                g->model, (long long)g->number, sh->name);
             goto done;
         }
     }
@@ -244,10 +246,10 @@ static int reconcile_existing(tv__store *st, const tv__reg_generation *g, const 
     }
     free(old);
     free(again);
-    tv__log(TV_LOG_WARN,
-            "store %s: snapshot of model '%s' generation %lld is stale or corrupt (%s): replacing it unless a reader holds it",
-            st->dir, g->model, (long long)g->number,
-            e2.msg[0] ? e2.msg : "differs from the registry");
+    tv__log(
+        TV_LOG_WARN,
+        "store %s: snapshot of model '%s' generation %lld is stale or corrupt (%s): replacing it unless a reader holds it",
+        st->dir, g->model, (long long)g->number, e2.msg[0] ? e2.msg : "differs from the registry");
     if ((rc = tv__snapfile_remove(st->dir, g->model, g->number, err)))
         return rc;
     return tv__snapfile_write(st->dir, g->model, g->number, fresh, fresh_len, err);
@@ -621,9 +623,10 @@ int tv__store_gc_snapshots(tv__store *st, const tv__reg_object *objs, size_t n, 
                 if (rc == 0)
                     tv__crash_point("gc.snapshot_unlink");
                 if (rc == TV_E_LEASED) {
-                    tv__log(TV_LOG_INFO,
-                            "gc: model '%s' generation %lld is held by a reader: keeping its objects",
-                            models[i].name, (long long)gens[j].number);
+                    tv__log(
+                        TV_LOG_INFO,
+                        "gc: model '%s' generation %lld is held by a reader: keeping its objects",
+                        models[i].name, (long long)gens[j].number);
                     touches(m, objs, ids, n, keep, true);
                     rc = 0;
                 } else if (rc && err) {

@@ -401,7 +401,8 @@ static int check_not_registered(tv__store *st, const tv__dev *d, const char *rea
         if (!same && !fresh) {
             tv__dev *o = NULL;
             tv_error ignore;
-            if (tv__dev_open(devs[i].path, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &o, &ignore) == 0 &&
+            if (tv__dev_open(devs[i].path, TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &o, &ignore) ==
+                    0 &&
                 tv__dev_claim_keys(o, &theirs, &ignore) == 0)
                 same = tv__dev_claim_same(mine, &theirs);
             tv__dev_close(o);

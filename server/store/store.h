@@ -37,10 +37,10 @@ typedef struct tv__store_init_opts {
     const char *image; /* create a sparse file image of image_size_bytes bytes (or use
                           the existing file of that size), or */
     uint64_t image_size_bytes;
-    const char *device;     /* use an existing block device or image */
-    uint64_t region_off;    /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
-    uint64_t region_len;    /* 0 = the rest of the device */
-    bool force;             /* overwrite another store's label or data in the region */
+    const char *device;      /* use an existing block device or image */
+    uint64_t region_off;     /* 0 = 1 MiB (rounded up to io_align); else a multiple of io_align */
+    uint64_t region_len;     /* 0 = the rest of the device */
+    bool force;              /* overwrite another store's label or data in the region */
     tv__reg_device *row_out; /* optional: receives the registered device row */
 } tv__store_init_opts;
 

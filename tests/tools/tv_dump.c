@@ -21,8 +21,8 @@ static int check_guard(const uint8_t *p, size_t n, const char *name, const char 
 {
     for (size_t i = 0; i < n; i++)
         if (p[i] != 0xA5) {
-            fprintf(stderr, "tv_dump: guard byte %s of '%s' at %zu changed to 0x%02x\n", side,
-                    name, i, p[i]);
+            fprintf(stderr, "tv_dump: guard byte %s of '%s' at %zu changed to 0x%02x\n", side, name,
+                    i, p[i]);
             return 1;
         }
     return 0;

@@ -1010,10 +1010,9 @@ static void test_dedup_second_import(void **state)
     assert_unchanged(f, 2, 2);
 }
 
-
 /* ---- progress and cancel -------------------------------------------------- */
 
-static const char *const STEPS[] = {"resolve", "dedup", "reserve", "write",
+static const char *const STEPS[] = {"resolve", "dedup",  "reserve", "write",
                                     "flush",   "verify", "publish"};
 #define N_STEPS (sizeof STEPS / sizeof STEPS[0])
 
@@ -1026,13 +1025,13 @@ typedef struct step_call {
 typedef struct step_log {
     step_call calls[4096];
     size_t n;
-    int cur;              /* the step of the last call, -1 before any */
+    int cur; /* the step of the last call, -1 before any */
     uint64_t cur_done, cur_total;
     uint64_t old_done[4096], old_total; /* the write-only progress callback */
     size_t n_old;
-    int cancel_step;      /* cancel once this step reported (-1: never) */
-    bool cancel_mid;      /* ... and only once it is under way (0 < done < total) */
-    int polls_at_cancel;  /* cancel polls answered true */
+    int cancel_step;     /* cancel once this step reported (-1: never) */
+    bool cancel_mid;     /* ... and only once it is under way (0 < done < total) */
+    int polls_at_cancel; /* cancel polls answered true */
 } step_log;
 
 static int step_index(const char *step)
@@ -1076,9 +1075,15 @@ static bool on_cancel(void *ctx)
 static int import_logged(fixture *f, const char *src, step_log *l, tv__import_result *r,
                          tv_error *err)
 {
-    tv__import_opts o = {.activate = true, .strict = true, .chunk_len = CHUNK,
-                         .on_step = on_step, .step_ctx = l, .cancelled = on_cancel,
-                         .cancel_ctx = l, .progress = on_old_progress, .progress_ctx = l};
+    tv__import_opts o = {.activate = true,
+                         .strict = true,
+                         .chunk_len = CHUNK,
+                         .on_step = on_step,
+                         .step_ctx = l,
+                         .cancelled = on_cancel,
+                         .cancel_ctx = l,
+                         .progress = on_old_progress,
+                         .progress_ctx = l};
     l->n = 0;
     l->n_old = 0;
     l->cur = -1;

@@ -1419,7 +1419,8 @@ static void test_copy_pool(void **state)
             assert_int_equal(r[i].result, 0);
             if (!bytes_ok(r[i].dest, t[i].off, t[i].len))
                 fail_msg("copy threads %u: tensor %zu (off %llu len %llu): wrong bytes",
-                         threads[ti], i, (unsigned long long)t[i].off, (unsigned long long)t[i].len);
+                         threads[ti], i, (unsigned long long)t[i].off,
+                         (unsigned long long)t[i].len);
         }
         check_arena_guards(a, alen, t, N);
         if (threads[ti] > 1 && tv__io_copy_default_threads() > 0)

@@ -483,7 +483,6 @@ static void test_region_validation(void **state)
 
 /* ---- faults ---------------------------------------------------------------- */
 
-
 static void test_io_faults(void **state)
 {
     (void)state;

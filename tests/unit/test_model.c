@@ -511,18 +511,10 @@ static void test_open_and_describe(void **state)
     assert_null(x);
     assert_int_equal(open_m(g_fx->store, MODEL "@2", eng, &x, &err), TV_E_NOT_FOUND);
     assert_int_equal(open_m(g_fx->store, MODEL "@99", eng, &x, &err), TV_E_NOT_FOUND);
-    static const char *const bad[] = {"",
-                                      "@1",
-                                      MODEL "@",
-                                      MODEL "@0",
-                                      MODEL "@-1",
-                                      MODEL "@x",
-                                      MODEL "@1x",
-                                      MODEL "@ 1",
-                                      MODEL "@01",
-                                      MODEL "@+1",
-                                      MODEL "@1 ",
-                                      MODEL "@99999999999999999999"};
+    static const char *const bad[] = {"",          "@1",        MODEL "@",
+                                      MODEL "@0",  MODEL "@-1", MODEL "@x",
+                                      MODEL "@1x", MODEL "@ 1", MODEL "@01",
+                                      MODEL "@+1", MODEL "@1 ", MODEL "@99999999999999999999"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         int rc = open_m(g_fx->store, bad[k], eng, &x, &err);
         if (rc != TV_E_INVALID_ARG)

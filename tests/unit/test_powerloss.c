@@ -123,9 +123,9 @@ static void make_ckpt(ckpt *ck, const char *dir, unsigned seed)
     write_shard(ck, p, SHARD2, 1, seed + 1);
     snprintf(ck->index, sizeof ck->index, "%s/model.safetensors.index.json", dir);
     tv_test_write_text(ck->index, "{\"metadata\":{},\"weight_map\":{"
-                          "\"layers.0.w\":\"model-00001-of-00002.safetensors\","
-                          "\"layers.0.b\":\"model-00001-of-00002.safetensors\","
-                          "\"head.w\":\"model-00002-of-00002.safetensors\"}}");
+                                  "\"layers.0.w\":\"model-00001-of-00002.safetensors\","
+                                  "\"layers.0.b\":\"model-00001-of-00002.safetensors\","
+                                  "\"head.w\":\"model-00002-of-00002.safetensors\"}}");
 }
 
 /* ---- the fixture: one temporary directory, saved "before" states ---------- */

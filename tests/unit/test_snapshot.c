@@ -1036,8 +1036,8 @@ static void test_build_is_byte_stable(void **state)
     int n = 0;
     for (int i = 0; (buf = build_seed(i, &name, &len)); i++, n++) {
         char p[512];
-        uint8_t *want =
-            tv_test_read_file(tv_test_path(p, sizeof p, "fuzz/corpus/snapshot/%s", name), &want_len);
+        uint8_t *want = tv_test_read_file(
+            tv_test_path(p, sizeof p, "fuzz/corpus/snapshot/%s", name), &want_len);
         if (!want)
             fail_msg("%s: cannot read the committed seed (tests run from tests/)", p);
         assert_int_equal(len, want_len);
@@ -1051,12 +1051,18 @@ static void test_build_is_byte_stable(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),        cmocka_unit_test(test_args_and_ranges),
-        cmocka_unit_test(test_hash_is_stable),   cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_empty_generation), cmocka_unit_test(test_large),
-        cmocka_unit_test(test_build_rejects),    cmocka_unit_test(test_header_corruptions),
-        cmocka_unit_test(test_checksum),         cmocka_unit_test(test_record_corruptions),
-        cmocka_unit_test(test_random_flips),     cmocka_unit_test(test_write_fuzz_seeds),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_args_and_ranges),
+        cmocka_unit_test(test_hash_is_stable),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_empty_generation),
+        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_build_rejects),
+        cmocka_unit_test(test_header_corruptions),
+        cmocka_unit_test(test_checksum),
+        cmocka_unit_test(test_record_corruptions),
+        cmocka_unit_test(test_random_flips),
+        cmocka_unit_test(test_write_fuzz_seeds),
         cmocka_unit_test(test_build_is_byte_stable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

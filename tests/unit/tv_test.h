@@ -175,8 +175,8 @@ static inline uint64_t tv_test_write_shard_nd(const char *path, const tv_test_te
     for (size_t i = 0; i < n; i++) {
         hl += (size_t)snprintf(
             hdr + hl, sizeof hdr - hl,
-            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}",
-            i ? "," : "", t[i].name, t[i].dtype, t[i].shape, (unsigned long long)off,
+            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%llu,%llu]}", i ? "," : "",
+            t[i].name, t[i].dtype, t[i].shape, (unsigned long long)off,
             (unsigned long long)(off + t[i].n_bytes));
         TV_TEST_CHECK(hl < sizeof hdr);
         off += t[i].n_bytes;

@@ -66,9 +66,9 @@ bool tv_dtype_byte_addressable(tv_dtype dt);
 
 /* Documented limits. */
 #define TV_ST_DEFAULT_MAX_HEADER_LEN 100000000ull /* the official loader's limit */
-#define TV_ST_MAX_DEPTH 8                         /* JSON nesting; valid headers need 3 */
-#define TV_ST_MAX_RANK 16                         /* dimensions per tensor */
-#define TV_ST_DEFAULT_MAX_SHARDS 4096             /* shards per index */
+#define TV_ST_MAX_DEPTH              8            /* JSON nesting; valid headers need 3 */
+#define TV_ST_MAX_RANK               16           /* dimensions per tensor */
+#define TV_ST_DEFAULT_MAX_SHARDS     4096         /* shards per index */
 
 typedef struct tv_st_limits {
     uint64_t max_header_len; /* 0 = TV_ST_DEFAULT_MAX_HEADER_LEN */
@@ -128,9 +128,8 @@ int tv_checkpoint_open(const char *path, const tv_st_limits *lim, tv_checkpoint 
  * file is). Used by fuzzers and by callers that already read the header.
  * buf_len must cover 8 + N; file_len is the shard's full length.
  * Returns as tv_checkpoint_open. */
-int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len,
-                              const char *name, const tv_st_limits *lim, tv_checkpoint **out,
-                              tv_error *err);
+int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len, const char *name,
+                              const tv_st_limits *lim, tv_checkpoint **out, tv_error *err);
 
 /* Validates an index JSON document held in memory without touching the
  * filesystem: weight_map shape and shard-name rules, shard count limit.
@@ -138,8 +137,8 @@ int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len
  * Returns 0, TV_E_IDX_JSON, TV_E_ST_DUPLICATE_KEY, TV_E_ST_TOO_DEEP,
  * TV_E_IDX_WEIGHT_MAP, TV_E_IDX_SHARD_NAME, TV_E_IDX_TOO_MANY_SHARDS,
  * TV_E_ST_NAME_EMPTY or TV_E_ST_NUL (a tensor name no shard may hold). */
-int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim,
-                             size_t *n_shards, size_t *n_tensors, tv_error *err);
+int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim, size_t *n_shards,
+                             size_t *n_tensors, tv_error *err);
 
 /* Safe on NULL and idempotent when the caller NULLs its pointer. */
 void tv_checkpoint_close(tv_checkpoint *ck);

@@ -15,10 +15,10 @@ extern "C" {
 #define TV_ERROR_TABLE(X)                                                                          \
     X(TV_E_INTERNAL, -1000, "internal error")                                                      \
     X(TV_E_OVERFLOW, -1001, "arithmetic overflow")                                                 \
-    X(TV_E_NOT_SUPPORTED, -1002, "operation not supported by this build or device")               \
+    X(TV_E_NOT_SUPPORTED, -1002, "operation not supported by this build or device")                \
     X(TV_E_INVALID_ARG, -1003, "invalid argument")                                                 \
     X(TV_E_NOT_FOUND, -1004, "not found")                                                          \
-    X(TV_E_FILE_SHORT, -1010, "file shorter than the 8-byte safetensors length prefix")           \
+    X(TV_E_FILE_SHORT, -1010, "file shorter than the 8-byte safetensors length prefix")            \
     X(TV_E_ST_HEADER_EMPTY, -1011, "safetensors header length is 0")                               \
     X(TV_E_ST_HEADER_TOO_LARGE, -1012, "safetensors header length over the limit")                 \
     X(TV_E_ST_HEADER_PAST_EOF, -1013, "safetensors header extends past the end of the file")       \
@@ -28,9 +28,10 @@ extern "C" {
     X(TV_E_ST_DUPLICATE_KEY, -1017, "duplicate JSON object key")                                   \
     X(TV_E_ST_TOO_DEEP, -1018, "JSON nesting deeper than the limit")                               \
     X(TV_E_ST_METADATA, -1019, "__metadata__ is not a string-to-string object")                    \
-    X(TV_E_ST_TENSOR_FIELDS, -1020, "tensor entry does not have exactly dtype, shape, data_offsets") \
+    X(TV_E_ST_TENSOR_FIELDS, -1020,                                                                \
+      "tensor entry does not have exactly dtype, shape, data_offsets")                             \
     X(TV_E_ST_DTYPE, -1021, "unknown dtype")                                                       \
-    X(TV_E_ST_SHAPE, -1022, "shape is not a list of non-negative integers")                       \
+    X(TV_E_ST_SHAPE, -1022, "shape is not a list of non-negative integers")                        \
     X(TV_E_ST_RANK, -1023, "tensor rank over the limit")                                           \
     X(TV_E_ST_OVERFLOW, -1024, "element count or offset arithmetic overflows")                     \
     X(TV_E_ST_OFFSETS, -1025, "data_offsets malformed or END < BEGIN")                             \
@@ -53,7 +54,7 @@ extern "C" {
     X(TV_E_IDX_TOO_MANY_SHARDS, -1047, "index names more shards than the limit")                   \
     X(TV_E_CKPT_NOT_FOUND, -1048, "no safetensors checkpoint at that path")                        \
     X(TV_E_DEVICE_MISMATCH, -1100, "device label, geometry or identity does not match")            \
-    X(TV_E_NO_SPACE, -1101, "no free extent large enough in the device region")                   \
+    X(TV_E_NO_SPACE, -1101, "no free extent large enough in the device region")                    \
     X(TV_E_LOCKED, -1102, "store is locked by another writer")                                     \
     X(TV_E_STATE, -1103, "object is in the wrong state for this operation")                        \
     X(TV_E_HASH_MISMATCH, -1104, "content hash does not match the registry")                       \
@@ -64,7 +65,8 @@ extern "C" {
     X(TV_E_REGISTRY_TOO_NEW, -1109, "registry schema is newer than this binary supports")          \
     X(TV_E_SNAPSHOT, -1110, "manifest snapshot is malformed")                                      \
     X(TV_E_TIMEOUT, -1111, "device read timed out")                                                \
-    X(TV_E_DEVICE_IN_USE, -1112, "device holds a store label or data (store init --force overwrites)") \
+    X(TV_E_DEVICE_IN_USE, -1112,                                                                   \
+      "device holds a store label or data (store init --force overwrites)")                        \
     X(TV_E_SNAPSHOT_IDENTITY, -1120, "snapshot belongs to another model or generation")            \
     X(TV_E_NAME, -1125, "model or alias name breaks the name rule")                                \
     X(TV_E_NO_REPLICA, -1130, "no valid replica: every device holding the shard is excluded")

@@ -57,15 +57,15 @@ enum tv_engine {
 #define TV_READ_DEFAULT_COPY_THREADS 4u /* capped at the online CPUs */
 
 typedef struct tv_open_opts {
-    int engine;           /* enum tv_engine */
-    uint32_t queue_depth; /* in-flight reads; 0 = TV_READ_DEFAULT_QUEUE_DEPTH; at most
-                             TV_READ_MAX_QUEUE_DEPTH */
-    size_t chunk_len;     /* bytes per device read, rounded up to the io alignment (a multiple
-                             of 4096); at most TV_READ_MAX_CHUNK; 0 = TV_READ_DEFAULT_CHUNK,
-                             lowered for deep queues so that the staging fits */
-    uint32_t n_threads;   /* pread engine workers; 0 = queue_depth capped at 16; more than
-                             queue_depth is capped at queue_depth */
-    bool no_direct;       /* buffered reads (tests on tmpfs); default O_DIRECT */
+    int engine;            /* enum tv_engine */
+    uint32_t queue_depth;  /* in-flight reads; 0 = TV_READ_DEFAULT_QUEUE_DEPTH; at most
+                              TV_READ_MAX_QUEUE_DEPTH */
+    size_t chunk_len;      /* bytes per device read, rounded up to the io alignment (a multiple
+                              of 4096); at most TV_READ_MAX_CHUNK; 0 = TV_READ_DEFAULT_CHUNK,
+                              lowered for deep queues so that the staging fits */
+    uint32_t n_threads;    /* pread engine workers; 0 = queue_depth capped at 16; more than
+                              queue_depth is capped at queue_depth */
+    bool no_direct;        /* buffered reads (tests on tmpfs); default O_DIRECT */
     uint32_t copy_threads; /* threads copying staged bytes into host destinations (the
                               calling thread included), so that memcpy and the page faults
                               of fresh destinations keep up with fast devices: 0 =

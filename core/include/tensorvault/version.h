@@ -3,9 +3,9 @@
 #ifndef TENSORVAULT_VERSION_H
 #define TENSORVAULT_VERSION_H
 
-#define TV_VERSION_MAJOR 0
-#define TV_VERSION_MINOR 1
-#define TV_VERSION_PATCH 0
+#define TV_VERSION_MAJOR  0
+#define TV_VERSION_MINOR  1
+#define TV_VERSION_PATCH  0
 #define TV_VERSION_STRING "0.1.0"
 
 #ifdef __cplusplus

@@ -356,9 +356,10 @@ static int check_io(const tv__dev *d, const char *op, const void *buf, size_t le
                           d->path, (unsigned long long)off, (unsigned long long)end,
                           (unsigned long long)d->size_bytes);
     if (d->direct && (off % d->io_align || len % d->io_align || (uintptr_t)buf % d->io_align))
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "%s %s: O_DIRECT needs buffer %p, offset %llu and length %zu aligned to %u bytes",
-                          op, d->path, buf, (unsigned long long)off, len, d->io_align);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "%s %s: O_DIRECT needs buffer %p, offset %llu and length %zu aligned to %u bytes", op,
+            d->path, buf, (unsigned long long)off, len, d->io_align);
     return 0;
 }
 

@@ -152,20 +152,20 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err);
 bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b);
 
 /* Bounds of the in-use scan (documented in the README, "The store"). */
-#define TV__DEV_SCAN_HEAD      (64ull << 20) /* device start searched for labels */
-#define TV__DEV_SCAN_EDGE      (16ull << 20) /* region start and end read in full */
-#define TV__DEV_SCAN_SAMPLES   64u           /* evenly spaced windows in between */
-#define TV__DEV_SCAN_WINDOW    (1ull << 20)  /* bytes per window */
-#define TV__DEV_SCAN_EXTENTS   256u          /* data extents of a file image probed */
+#define TV__DEV_SCAN_HEAD    (64ull << 20) /* device start searched for labels */
+#define TV__DEV_SCAN_EDGE    (16ull << 20) /* region start and end read in full */
+#define TV__DEV_SCAN_SAMPLES 64u           /* evenly spaced windows in between */
+#define TV__DEV_SCAN_WINDOW  (1ull << 20)  /* bytes per window */
+#define TV__DEV_SCAN_EXTENTS 256u          /* data extents of a file image probed */
 
 typedef struct tv__dev_scan {
-    bool label;              /* a tensorvault label was found */
-    uint64_t label_off;      /* ...at this byte offset */
-    bool label_valid;        /* ...with a good checksum (then label_uuid is set) */
-    uint8_t label_uuid[16];  /* the store uuid it records */
-    bool nonzero;            /* a non-zero byte inside the region */
-    uint64_t nonzero_off;    /* ...the first one found */
-    uint64_t bytes_read;     /* what the scan cost */
+    bool label;             /* a tensorvault label was found */
+    uint64_t label_off;     /* ...at this byte offset */
+    bool label_valid;       /* ...with a good checksum (then label_uuid is set) */
+    uint8_t label_uuid[16]; /* the store uuid it records */
+    bool nonzero;           /* a non-zero byte inside the region */
+    uint64_t nonzero_off;   /* ...the first one found */
+    uint64_t bytes_read;    /* what the scan cost */
 } tv__dev_scan;
 
 /* Looks for anything the region [region_off, region_off + region_len) of d

@@ -155,7 +155,8 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
                           region_off, region_len);
     if (end > d->size_bytes)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "region [%" PRIu64 ", %" PRIu64 ") reaches past the end of %s (%" PRIu64 " bytes)",
+                          "region [%" PRIu64 ", %" PRIu64 ") reaches past the end of %s (%" PRIu64
+                          " bytes)",
                           region_off, end, d->path, d->size_bytes);
     if (data_off(region_off, d->io_align, d->object_align, &first) ||
         tv__add_u64(first, d->object_align, &need))
@@ -163,7 +164,9 @@ int tv__region_validate(const tv__dev *d, uint64_t region_off, uint64_t region_l
                           region_off, d->path);
     if (need > end)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "region [%" PRIu64 ", %" PRIu64 ") of %s is too small: the label and one %" PRIu64 "-byte object need it to reach %" PRIu64,
+                          "region [%" PRIu64 ", %" PRIu64
+                          ") of %s is too small: the label and one %" PRIu64
+                          "-byte object need it to reach %" PRIu64,
                           region_off, end, d->path, d->object_align, need);
     return 0;
 }
@@ -322,7 +325,8 @@ int tv__label_read(tv__dev *d, uint64_t region_off, tv__label *out, tv_error *er
     if (region_off == 0 || region_off % d->io_align || tv__add_u64(region_off, d->io_align, &end) ||
         end > d->size_bytes)
         return tv__seterr(err, TV_E_INVALID_ARG,
-                          "label read %s: region offset %" PRIu64 " is 0, not a multiple of %u or past the end (%" PRIu64 " bytes)",
+                          "label read %s: region offset %" PRIu64
+                          " is 0, not a multiple of %u or past the end (%" PRIu64 " bytes)",
                           d->path, region_off, d->io_align, d->size_bytes);
     block = tv__dev_alloc_aligned(d, d->io_align);
     if (!block)

@@ -139,7 +139,8 @@ void tv__io_copy_add(tv__io *io, void *dst, const void *src, size_t n)
     }
     for (size_t i = 0; i < k; i++) {
         size_t len = i + 1 < k ? n / k : n - at;
-        io->cp_v[io->cp_pend++] = (tv__io_piece){(uint8_t *)dst + at, (const uint8_t *)src + at, len};
+        io->cp_v[io->cp_pend++] =
+            (tv__io_piece){(uint8_t *)dst + at, (const uint8_t *)src + at, len};
         at += len;
     }
 }

@@ -407,11 +407,12 @@ static void validate(batch *b, size_t i)
             return;
         }
         if (ie > io->devs[dv].size) {
-            set_fail(b, i, TV_E_INVALID_ARG,
-                     "source %u: device %u: envelope [%llu, %llu) of offset %llu length %llu passes the device end %llu",
-                     s, dv, (unsigned long long)ib, (unsigned long long)ie,
-                     (unsigned long long)r->src[s].off, (unsigned long long)r->len,
-                     (unsigned long long)io->devs[dv].size);
+            set_fail(
+                b, i, TV_E_INVALID_ARG,
+                "source %u: device %u: envelope [%llu, %llu) of offset %llu length %llu passes the device end %llu",
+                s, dv, (unsigned long long)ib, (unsigned long long)ie,
+                (unsigned long long)r->src[s].off, (unsigned long long)r->len,
+                (unsigned long long)io->devs[dv].size);
             return;
         }
         if (s == 0) {
@@ -974,8 +975,7 @@ int tv__io_run(tv__io *io, tv__io_req *reqs, size_t n, const tv__io_sink *sink, 
     int rc = 0;
 
     if (!io || (!reqs && n) || n > UINT32_MAX)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "io run: NULL engine or requests, or %zu requests",
+        return tv__seterr(err, TV_E_INVALID_ARG, "io run: NULL engine or requests, or %zu requests",
                           n);
     if (io->broken) {
         for (size_t i = 0; i < n; i++)

@@ -48,14 +48,14 @@
 
 #include "util/internal.h"
 
-#define TV__IO_MAX_REPLICAS  8
-#define TV__IO_DEFAULT_QD    32
-#define TV__IO_DEFAULT_CHUNK (1u << 20)
-#define TV__IO_MAX_QD        4096u        /* = TV_READ_MAX_QUEUE_DEPTH (tensorvault.h) */
-#define TV__IO_MAX_CHUNK     (1u << 30)   /* io_uring's limit for one registered buffer */
-#define TV__IO_MAX_STAGING   (1ull << 30) /* queue_depth x chunk_len: = TV_READ_MAX_STAGING */
-#define TV__IO_MAX_COPY_THREADS     64u /* = TV_READ_MAX_COPY_THREADS (tensorvault.h) */
-#define TV__IO_DEFAULT_COPY_THREADS 4u  /* capped at the online CPUs */
+#define TV__IO_MAX_REPLICAS         8
+#define TV__IO_DEFAULT_QD           32
+#define TV__IO_DEFAULT_CHUNK        (1u << 20)
+#define TV__IO_MAX_QD               4096u        /* = TV_READ_MAX_QUEUE_DEPTH (tensorvault.h) */
+#define TV__IO_MAX_CHUNK            (1u << 30)   /* io_uring's limit for one registered buffer */
+#define TV__IO_MAX_STAGING          (1ull << 30) /* queue_depth x chunk_len: = TV_READ_MAX_STAGING */
+#define TV__IO_MAX_COPY_THREADS     64u          /* = TV_READ_MAX_COPY_THREADS (tensorvault.h) */
+#define TV__IO_DEFAULT_COPY_THREADS 4u           /* capped at the online CPUs */
 
 typedef struct tv__io tv__io;
 
@@ -117,18 +117,18 @@ typedef struct tv__io_req {
 } tv__io_req;
 
 typedef struct tv__io_opts {
-    int engine;           /* TV_ENGINE_AUTO / URING / PREAD (tensorvault.h) */
-    uint32_t queue_depth; /* 0 = TV__IO_DEFAULT_QD; at most TV__IO_MAX_QD */
-    size_t chunk_len;     /* 0 = TV__IO_DEFAULT_CHUNK, lowered (to a multiple of the max
-                             io_align) so that the staging fits TV__IO_MAX_STAGING; else
-                             rounded up to the max io_align (checked); at most
-                             TV__IO_MAX_CHUNK, and queue_depth x chunk_len at most
-                             TV__IO_MAX_STAGING */
-    uint32_t n_threads;   /* pread engine; 0 = min(queue_depth, 16); capped at queue_depth */
-    uint32_t timeout_ms;  /* 0 = 30000: when no read completes for this long, every read
-                             in flight fails with TV_E_TIMEOUT (io_uring cancels them; a
-                             pread cannot be interrupted and is waited for) and the
-                             device is not read again in this batch */
+    int engine;            /* TV_ENGINE_AUTO / URING / PREAD (tensorvault.h) */
+    uint32_t queue_depth;  /* 0 = TV__IO_DEFAULT_QD; at most TV__IO_MAX_QD */
+    size_t chunk_len;      /* 0 = TV__IO_DEFAULT_CHUNK, lowered (to a multiple of the max
+                              io_align) so that the staging fits TV__IO_MAX_STAGING; else
+                              rounded up to the max io_align (checked); at most
+                              TV__IO_MAX_CHUNK, and queue_depth x chunk_len at most
+                              TV__IO_MAX_STAGING */
+    uint32_t n_threads;    /* pread engine; 0 = min(queue_depth, 16); capped at queue_depth */
+    uint32_t timeout_ms;   /* 0 = 30000: when no read completes for this long, every read
+                              in flight fails with TV_E_TIMEOUT (io_uring cancels them; a
+                              pread cannot be interrupted and is waited for) and the
+                              device is not read again in this batch */
     uint32_t copy_threads; /* threads copying staged bytes into host destinations, the one
                               running tv__io_run included: 0 = min(online CPUs,
                               TV__IO_DEFAULT_COPY_THREADS); 1 = inline; at most

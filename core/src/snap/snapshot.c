@@ -395,17 +395,18 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
             const tv__snap_replica_in *rp = &sh->replicas[r];
             if (rp->device >= in->n_devices)
                 return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u: device %u out of range",
-                                  i, sh->name, r, rp->device);
+                                  "snapshot: shard %zu (%s) replica %u: device %u out of range", i,
+                                  sh->name, r, rp->device);
             if ((why = replica_problem(&devs[rp->device], rp->base_off, rp->alloc_len)))
                 return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u (object %lld): %s",
-                                  i, sh->name, r, (long long)rp->object_id, why);
+                                  "snapshot: shard %zu (%s) replica %u (object %lld): %s", i,
+                                  sh->name, r, (long long)rp->object_id, why);
             if (rp->alloc_len < sh->file_len)
-                return tv__seterr(err, TV_E_INVALID_ARG,
-                                  "snapshot: shard %zu (%s) replica %u: object of %llu bytes is shorter than the file (%llu)",
-                                  i, sh->name, r, (unsigned long long)rp->alloc_len,
-                                  (unsigned long long)sh->file_len);
+                return tv__seterr(
+                    err, TV_E_INVALID_ARG,
+                    "snapshot: shard %zu (%s) replica %u: object of %llu bytes is shorter than the file (%llu)",
+                    i, sh->name, r, (unsigned long long)rp->alloc_len,
+                    (unsigned long long)sh->file_len);
         }
         if (tv__add_u64(nr, sh->n_replicas, &nr) || tv__add_u64(sl, strlen(sh->name) + 1, &sl))
             return tv__seterr(err, TV_E_OVERFLOW, "snapshot: too many replicas or strings");
@@ -436,9 +437,10 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
             return tv__seterr(err, TV_E_OVERFLOW, "snapshot: names or dims overflow");
     }
     if (sl > UINT32_MAX || nd > UINT32_MAX)
-        return tv__seterr(err, TV_E_OVERFLOW,
-                          "snapshot: string table (%llu bytes) or dims (%llu) over the format's 32-bit limit",
-                          (unsigned long long)sl, (unsigned long long)nd);
+        return tv__seterr(
+            err, TV_E_OVERFLOW,
+            "snapshot: string table (%llu bytes) or dims (%llu) over the format's 32-bit limit",
+            (unsigned long long)sl, (unsigned long long)nd);
     *strings_len = sl;
     *n_dims = nd;
     *n_replicas = nr;
@@ -449,8 +451,8 @@ static int build_check(const tv__snap_in *in, tv__snap_device_info *devs, uint64
  * in file order and the image being filled with its section offsets. */
 typedef struct snap_builder {
     const tv__snap_in *in;
-    tv__snap_device_info *devs;        /* from build_check */
-    const tv__snap_tensor_in **order;  /* in->tensors in file order */
+    tv__snap_device_info *devs;       /* from build_check */
+    const tv__snap_tensor_in **order; /* in->tensors in file order */
     uint64_t strings_len, n_dims, n_replicas;
     uint32_t n_index;
     uint64_t devices_off, shards_off, replicas_off, tensors_off, dims_off, strings_off, index_off;
@@ -616,8 +618,8 @@ static int build_index_insert(snap_builder *b, size_t i, tv_error *err)
             return 0;
         }
         const tv__snap_tensor_in *o = b->order[other - 1];
-        if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) &&
-            o->name_len == t->name_len && memcmp(o->name, t->name, t->name_len) == 0)
+        if (GET32(slot, snap_slot, hash_hi) == (uint32_t)(hv >> 32) && o->name_len == t->name_len &&
+            memcmp(o->name, t->name, t->name_len) == 0)
             return tv__seterr(err, TV_E_INVALID_ARG, "snapshot: tensor '%.*s' appears twice",
                               name_shown(t->name_len), t->name);
     }
@@ -728,8 +730,8 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     memset(out, 0, sizeof *out);
     if (len < TV__SNAP_HEADER_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: %zu bytes, shorter than the %u-byte header",
-                          len, TV__SNAP_HEADER_LEN);
+                          "snapshot: %zu bytes, shorter than the %u-byte header", len,
+                          TV__SNAP_HEADER_LEN);
     if (memcmp(p, TV__SNAP_MAGIC, 8) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: bad magic (not a tensorvault snapshot)");
     uint32_t version = GET32(p, snap_header, version);
@@ -781,9 +783,10 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
     s.model_len = GET32(p, snap_header, model_len);
 
     if (!is_pow2_u64(s.n_index) || s.n_index <= s.n_tensors)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: index of %u slots for %u tensors (must be a power of two above the tensor count)",
-                          s.n_index, s.n_tensors);
+        return tv__seterr(
+            err, TV_E_SNAPSHOT,
+            "snapshot: index of %u slots for %u tensors (must be a power of two above the tensor count)",
+            s.n_index, s.n_tensors);
     if (s.strings_len > UINT32_MAX)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: string table of %llu bytes over 4 GiB",
                           (unsigned long long)s.strings_len);
@@ -803,8 +806,7 @@ int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv
             return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: %s: count %llu overflows", sec[i].name,
                               (unsigned long long)sec[i].count);
         if (sec[i].off % 8)
-            return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: %s: offset %llu is not 8-byte aligned",
+            return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: %s: offset %llu is not 8-byte aligned",
                               sec[i].name, (unsigned long long)sec[i].off);
         if (sec[i].off < TV__SNAP_HEADER_LEN || tv__add_u64(sec[i].off, sec[i].len, &end) ||
             end > len)
@@ -844,21 +846,21 @@ int tv__snap_model(const tv__snap *s, const char **name, size_t *len, tv_error *
 }
 
 /* One copy per record type of the fields a label carries (see dev.h). */
-#define DEV_RECORD_FROM(d, out)                                                                   \
-    do {                                                                                          \
-        memcpy((out)->store_uuid, (d)->uuid, sizeof (out)->store_uuid);                           \
-        (out)->kind = (d)->kind;                                                                  \
-        (out)->lba_size = (d)->lba_size;                                                          \
-        (out)->io_align = (d)->io_align;                                                          \
-        (out)->object_align = (d)->object_align;                                                  \
-        (out)->size_bytes = (d)->size_bytes;                                                      \
-        (out)->region_off = (d)->region_off;                                                      \
-        (out)->region_len = (d)->region_len;                                                      \
-        memcpy((out)->serial, (d)->serial, sizeof (out)->serial);                                 \
-        memcpy((out)->model, (d)->model, sizeof (out)->model);                                    \
-        (out)->nsid = (d)->nsid;                                                                  \
-        memcpy((out)->nguid, (d)->nguid, sizeof (out)->nguid);                                    \
-        memcpy((out)->eui64, (d)->eui64, sizeof (out)->eui64);                                    \
+#define DEV_RECORD_FROM(d, out)                                                                    \
+    do {                                                                                           \
+        memcpy((out)->store_uuid, (d)->uuid, sizeof(out)->store_uuid);                             \
+        (out)->kind = (d)->kind;                                                                   \
+        (out)->lba_size = (d)->lba_size;                                                           \
+        (out)->io_align = (d)->io_align;                                                           \
+        (out)->object_align = (d)->object_align;                                                   \
+        (out)->size_bytes = (d)->size_bytes;                                                       \
+        (out)->region_off = (d)->region_off;                                                       \
+        (out)->region_len = (d)->region_len;                                                       \
+        memcpy((out)->serial, (d)->serial, sizeof(out)->serial);                                   \
+        memcpy((out)->model, (d)->model, sizeof(out)->model);                                      \
+        (out)->nsid = (d)->nsid;                                                                   \
+        memcpy((out)->nguid, (d)->nguid, sizeof(out)->nguid);                                      \
+        memcpy((out)->eui64, (d)->eui64, sizeof(out)->eui64);                                      \
     } while (0)
 
 void tv__snap_device_record(const tv__snap_device_info *d, tv__dev_record *out)
@@ -886,9 +888,10 @@ int tv__snap_device(const tv__snap *s, uint32_t i, tv__snap_device_info *out, tv
     if (GET32(p, snap_device_rec, reserved) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: device %u: reserved bytes not zero", i);
     if (path_len == 0 || !string_ref(s, path_off, path_len, &d.path))
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: device %u: path ref (%u, %u) is empty or outside the string table",
-                          i, path_off, path_len);
+        return tv__seterr(
+            err, TV_E_SNAPSHOT,
+            "snapshot: device %u: path ref (%u, %u) is empty or outside the string table", i,
+            path_off, path_len);
     d.path_len = path_len;
     GETB(p, snap_device_rec, uuid, d.uuid);
     d.kind = GET32(p, snap_device_rec, kind);
@@ -929,8 +932,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
     if (GET32(p, snap_replica_rec, reserved) != 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: replica %u: reserved bytes not zero", i);
     if (r.device >= s->n_devices)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: replica %u: device %u out of range (%u)",
+        return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: replica %u: device %u out of range (%u)",
                           i, r.device, s->n_devices);
     tv__snap_device_info d;
     int rc = tv__snap_device(s, r.device, &d, err);
@@ -938,8 +940,7 @@ int tv__snap_replica(const tv__snap *s, uint32_t i, tv__snap_replica_info *out, 
         return rc;
     const char *why = replica_problem(&d, r.base_off, r.alloc_len);
     if (why)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: replica %u (object %lld on device %u): %s",
+        return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: replica %u (object %lld on device %u): %s",
                           i, (long long)r.object_id, r.device, why);
     *out = r;
     return 0;
@@ -955,8 +956,8 @@ static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out,
     uint32_t name_len = GET32(p, snap_shard_rec, name_len);
     if (!string_ref(s, name_off, name_len, &sh.name))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: shard %u: name ref (%u, %u) outside the string table",
-                          i, name_off, name_len);
+                          "snapshot: shard %u: name ref (%u, %u) outside the string table", i,
+                          name_off, name_len);
     sh.name_len = name_len;
     sh.file_len = GET64(p, snap_shard_rec, file_len);
     sh.header_len = GET64(p, snap_shard_rec, header_len);
@@ -969,10 +970,10 @@ static int shard_fields(const tv__snap *s, uint32_t i, tv__snap_shard_info *out,
                           name_shown(sh.name_len), sh.name, why);
     sh.data_off = sh.header_len + 8;
     if (sh.n_replicas == 0 || (uint64_t)sh.first_replica + sh.n_replicas > s->n_replicas)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: shard %u (%.*s): replicas [%u, +%u) empty or out of range (%u)",
-                          i, name_shown(sh.name_len), sh.name, sh.first_replica, sh.n_replicas,
-                          s->n_replicas);
+        return tv__seterr(
+            err, TV_E_SNAPSHOT,
+            "snapshot: shard %u (%.*s): replicas [%u, +%u) empty or out of range (%u)", i,
+            name_shown(sh.name_len), sh.name, sh.first_replica, sh.n_replicas, s->n_replicas);
     *out = sh;
     return 0;
 }
@@ -993,10 +994,11 @@ int tv__snap_shard(const tv__snap *s, uint32_t i, tv__snap_shard_info *out, tv_e
         if ((rc = tv__snap_replica(s, sh.first_replica + r, &rep, err)))
             return rc;
         if (rep.alloc_len < sh.file_len)
-            return tv__seterr(err, TV_E_SNAPSHOT,
-                              "snapshot: shard %u (%.*s): file of %llu bytes longer than replica %u (%llu bytes)",
-                              i, name_shown(sh.name_len), sh.name, (unsigned long long)sh.file_len,
-                              sh.first_replica + r, (unsigned long long)rep.alloc_len);
+            return tv__seterr(
+                err, TV_E_SNAPSHOT,
+                "snapshot: shard %u (%.*s): file of %llu bytes longer than replica %u (%llu bytes)",
+                i, name_shown(sh.name_len), sh.name, (unsigned long long)sh.file_len,
+                sh.first_replica + r, (unsigned long long)rep.alloc_len);
     }
     *out = sh;
     return 0;
@@ -1016,8 +1018,8 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     uint32_t name_len = GET32(p, snap_tensor_rec, name_len);
     if (!string_ref(s, name_off, name_len, &t.name))
         return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor %u: name ref (%u, %u) outside the string table",
-                          i, name_off, name_len);
+                          "snapshot: tensor %u: name ref (%u, %u) outside the string table", i,
+                          name_off, name_len);
     t.name_len = name_len;
     uint32_t dtype = GET32(p, snap_tensor_rec, dtype);
     uint32_t first_dim = GET32(p, snap_tensor_rec, first_dim);
@@ -1026,13 +1028,13 @@ int tv__snap_tensor(const tv__snap *s, uint32_t i, tv__snap_tensor_info *out, tv
     t.begin_off = GET64(p, snap_tensor_rec, begin_off);
     t.end_off = GET64(p, snap_tensor_rec, end_off);
     if (t.rank > TV_ST_MAX_RANK || (uint64_t)first_dim + t.rank > s->n_dims)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor '%.*s': rank %u or dims [%u, +%u) outside the dims array (%llu)",
-                          name_shown(t.name_len), t.name, t.rank, first_dim, t.rank,
-                          (unsigned long long)s->n_dims);
+        return tv__seterr(
+            err, TV_E_SNAPSHOT,
+            "snapshot: tensor '%.*s': rank %u or dims [%u, +%u) outside the dims array (%llu)",
+            name_shown(t.name_len), t.name, t.rank, first_dim, t.rank,
+            (unsigned long long)s->n_dims);
     if (t.shard >= s->n_shards)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "snapshot: tensor '%.*s': shard %u out of range (%u)",
+        return tv__seterr(err, TV_E_SNAPSHOT, "snapshot: tensor '%.*s': shard %u out of range (%u)",
                           name_shown(t.name_len), t.name, t.shard, s->n_shards);
     tv__snap_shard_info sh;
     int rc = shard_fields(s, t.shard, &sh, err);

@@ -188,9 +188,10 @@ static int pick_in_dir(const char *dir, char *out, tv_error *err)
     else if (n_idx == 0 && n_st == 1)
         pick = st;
     if (!pick)
-        return tv__seterr(err, TV_E_CKPT_NOT_FOUND,
-                          "%s: no single safetensors checkpoint (found %d index files, %d .safetensors files)",
-                          dir, n_idx, n_st);
+        return tv__seterr(
+            err, TV_E_CKPT_NOT_FOUND,
+            "%s: no single safetensors checkpoint (found %d index files, %d .safetensors files)",
+            dir, n_idx, n_st);
     snprintf(out, NAME_MAX + 1, "%s", pick);
     return 0;
 }

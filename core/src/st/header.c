@@ -203,22 +203,24 @@ static int parse_tensor(tv_checkpoint *ck, const char *key, json_t *ent, uint32_
     uint64_t begin, end;
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !get_u64(json_array_get(jo, 0), &begin) ||
         !get_u64(json_array_get(jo, 1), &end))
-        return tv__seterr(err, TV_E_ST_OFFSETS,
-                          "shard '%s': tensor '%s': data_offsets is not [BEGIN, END] of non-negative integers",
-                          name, key);
+        return tv__seterr(
+            err, TV_E_ST_OFFSETS,
+            "shard '%s': tensor '%s': data_offsets is not [BEGIN, END] of non-negative integers",
+            name, key);
     if (end < begin)
         return tv__seterr(err, TV_E_ST_OFFSETS, "shard '%s': tensor '%s': END %llu < BEGIN %llu",
                           name, key, (unsigned long long)end, (unsigned long long)begin);
     if (n_bits % 8 != 0)
-        return tv__seterr(err, TV_E_ST_LENGTH,
-                          "shard '%s': tensor '%s': %llu elements of %s are %llu bits, not a whole number of bytes",
-                          name, key, (unsigned long long)n_elem, tv_dtype_name(dt),
-                          (unsigned long long)n_bits);
+        return tv__seterr(
+            err, TV_E_ST_LENGTH,
+            "shard '%s': tensor '%s': %llu elements of %s are %llu bits, not a whole number of bytes",
+            name, key, (unsigned long long)n_elem, tv_dtype_name(dt), (unsigned long long)n_bits);
     if (end - begin != n_bits / 8)
-        return tv__seterr(err, TV_E_ST_LENGTH,
-                          "shard '%s': tensor '%s': data_offsets span %llu bytes but shape x %s needs %llu",
-                          name, key, (unsigned long long)(end - begin), tv_dtype_name(dt),
-                          (unsigned long long)(n_bits / 8));
+        return tv__seterr(
+            err, TV_E_ST_LENGTH,
+            "shard '%s': tensor '%s': data_offsets span %llu bytes but shape x %s needs %llu", name,
+            key, (unsigned long long)(end - begin), tv_dtype_name(dt),
+            (unsigned long long)(n_bits / 8));
     tv__tensor *t = &ck->tensors[ck->n_tensors];
     memset(t, 0, sizeof(*t));
     size_t klen = strlen(key);
@@ -263,21 +265,23 @@ static int check_tiling(tv_checkpoint *ck, tv__shard *sh, uint64_t data_len, con
     for (size_t i = 0; i < sh->n_tensors; i++) {
         const char *tn = ck->strings + ts[i].name_off;
         if (ts[i].begin < expect)
-            return tv__seterr(err, TV_E_ST_OVERLAP,
-                              "shard '%s': tensor '%s' [%llu, %llu) overlaps tensor '%s' ending at %llu",
-                              name, tn, (unsigned long long)ts[i].begin,
-                              (unsigned long long)ts[i].end, prev, (unsigned long long)expect);
+            return tv__seterr(
+                err, TV_E_ST_OVERLAP,
+                "shard '%s': tensor '%s' [%llu, %llu) overlaps tensor '%s' ending at %llu", name,
+                tn, (unsigned long long)ts[i].begin, (unsigned long long)ts[i].end, prev,
+                (unsigned long long)expect);
         if (ts[i].begin > expect)
-            return tv__seterr(err, TV_E_ST_HOLE,
-                              "shard '%s': hole of %llu bytes at data offset %llu before tensor '%s'",
-                              name, (unsigned long long)(ts[i].begin - expect),
-                              (unsigned long long)expect, tn);
+            return tv__seterr(
+                err, TV_E_ST_HOLE,
+                "shard '%s': hole of %llu bytes at data offset %llu before tensor '%s'", name,
+                (unsigned long long)(ts[i].begin - expect), (unsigned long long)expect, tn);
         expect = ts[i].end;
         prev = tn;
         if (expect > data_len)
-            return tv__seterr(err, TV_E_ST_TRUNCATED,
-                              "shard '%s': tensor '%s' ends at data offset %llu but the data section holds %llu bytes",
-                              name, tn, (unsigned long long)expect, (unsigned long long)data_len);
+            return tv__seterr(
+                err, TV_E_ST_TRUNCATED,
+                "shard '%s': tensor '%s' ends at data offset %llu but the data section holds %llu bytes",
+                name, tn, (unsigned long long)expect, (unsigned long long)data_len);
     }
     if (expect < data_len)
         return tv__seterr(err, TV_E_ST_TRAILING,
@@ -298,9 +302,10 @@ static int check_framing(const tv_checkpoint *ck, uint64_t hdr_len, uint64_t fil
                           "shard '%s': header length %llu over the limit %llu", name,
                           (unsigned long long)hdr_len, (unsigned long long)ck->max_header_len);
     if (tv__add_u64(8, hdr_len, &data_off) || data_off > file_len)
-        return tv__seterr(err, TV_E_ST_HEADER_PAST_EOF,
-                          "shard '%s': header of %llu bytes extends past the end of the %llu-byte file",
-                          name, (unsigned long long)hdr_len, (unsigned long long)file_len);
+        return tv__seterr(
+            err, TV_E_ST_HEADER_PAST_EOF,
+            "shard '%s': header of %llu bytes extends past the end of the %llu-byte file", name,
+            (unsigned long long)hdr_len, (unsigned long long)file_len);
     *data_len = file_len - data_off;
     return 0;
 }

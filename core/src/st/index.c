@@ -318,14 +318,16 @@ static int cross_check(const tv_checkpoint *ck, json_t *root, tv_error *err)
         size_t idx;
         const char *want = json_string_value(val);
         if (tv_checkpoint_find(ck, key, strlen(key), &idx) != 0)
-            return tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                              "tensor '%s' is listed in the index under shard '%s' but is missing from it",
-                              key, want);
+            return tv__seterr(
+                err, TV_E_IDX_MISSING_TENSOR,
+                "tensor '%s' is listed in the index under shard '%s' but is missing from it", key,
+                want);
         const char *have = ck->strings + ck->shards[ck->tensors[idx].shard].name_off;
         if (strcmp(have, want) != 0)
-            return tv__seterr(err, TV_E_IDX_MISSING_TENSOR,
-                              "tensor '%s' is listed in the index under shard '%s' but is missing from it (found in shard '%s')",
-                              key, want, have);
+            return tv__seterr(
+                err, TV_E_IDX_MISSING_TENSOR,
+                "tensor '%s' is listed in the index under shard '%s' but is missing from it (found in shard '%s')",
+                key, want, have);
     }
     if (json_object_size(wm) == ck->n_tensors)
         return 0;

@@ -58,8 +58,8 @@ int tv__nameidx_build(tv_checkpoint *ck, tv_error *err)
                                      "shard '%s': duplicate object key: tensor '%s' appears twice",
                                      ck->strings + ck->shards[t->shard].name_off, name)
                         : tv__seterr(err, TV_E_IDX_DUPLICATE_TENSOR,
-                                     "tensor '%s' is present in shard '%s' and in shard '%s'",
-                                     name, ck->strings + ck->shards[o->shard].name_off,
+                                     "tensor '%s' is present in shard '%s' and in shard '%s'", name,
+                                     ck->strings + ck->shards[o->shard].name_off,
                                      ck->strings + ck->shards[t->shard].name_off);
                 tv__nameidx_free(ix);
                 return rc;

@@ -14,7 +14,7 @@
 
 #include "tensorvault/errors.h"
 
-#define TV_API __attribute__((visibility("default")))
+#define TV_API          __attribute__((visibility("default")))
 #define TV_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define TV_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

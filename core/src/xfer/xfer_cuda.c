@@ -77,8 +77,8 @@ static int sink_copy(void *ctx, void *dest, uint64_t dest_off, const void *src, 
                      uint32_t slot)
 {
     tv__cuda_sink *s = ctx;
-    cudaError_t e = cudaMemcpyAsync((char *)dest + dest_off, src, n, cudaMemcpyHostToDevice,
-                                    s->stream);
+    cudaError_t e =
+        cudaMemcpyAsync((char *)dest + dest_off, src, n, cudaMemcpyHostToDevice, s->stream);
     if (e == cudaSuccess && slot < s->n_slots) {
         e = cudaEventRecord(s->ev[slot], s->stream);
         s->armed[slot] = e == cudaSuccess;
@@ -188,6 +188,7 @@ int tv__cuda_check_dest(const void *ptr, size_t len, tv_error *err)
         return cuda_fail(err, e, "cudaPointerGetAttributes");
     }
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-        return tv__seterr(err, TV_E_INVALID_ARG, "destination %p (%zu bytes) is not CUDA device memory", ptr, len);
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "destination %p (%zu bytes) is not CUDA device memory", ptr, len);
     return 0;
 }
