@@ -50,7 +50,7 @@ static double run_engine(tv__dev *d, int engine, uint32_t qd, size_t chunk, uint
                          uint8_t **dest, size_t mis, int repeats, int *used)
 {
     tv__io_dev iod = {
-        .fd = d->fd, .io_align = d->io_align, .size = d->size_bytes, .direct = d->direct};
+        .fd = d->fd, .io_align = d->io_align, .size_bytes = d->size_bytes, .direct = d->direct};
     tv__io_opts o = {
         .engine = engine, .queue_depth = qd, .chunk_len = chunk, .n_threads = qd < 32 ? qd : 32};
     tv__io *io = NULL;

@@ -138,7 +138,7 @@ static tv__io_dev iodev(int i)
 {
     return (tv__io_dev){.fd = g_dev[i]->fd,
                         .io_align = g_dev[i]->io_align,
-                        .size = g_dev[i]->size_bytes,
+                        .size_bytes = g_dev[i]->size_bytes,
                         .direct = g_dev[i]->direct};
 }
 
@@ -820,7 +820,7 @@ static void test_buffered_device(void **state)
     tv_error err = {0};
     assert_int_equal(tv__dev_open(g_img[0], TV__DEV_O_RDONLY | TV__DEV_O_NODIRECT, &bd, &err), 0);
     tv__io_dev d = {
-        .fd = bd->fd, .io_align = bd->io_align, .size = bd->size_bytes, .direct = false};
+        .fd = bd->fd, .io_align = bd->io_align, .size_bytes = bd->size_bytes, .direct = false};
     tv__io_opts o = {.engine = g_engine, .queue_depth = 4, .chunk_len = CHUNK};
     tv__io *io = NULL;
     assert_int_equal(tv__io_create(&d, 1, &o, &io, &err), 0);
@@ -997,7 +997,8 @@ static void test_timeout(void **state)
      * are cancelled, and the request is served by device 0. */
     int p[2];
     assert_int_equal(pipe(p), 0);
-    tv__io_dev d[2] = {iodev(0), {.fd = p[0], .io_align = 4096, .size = IMG_LEN, .direct = false}};
+    tv__io_dev d[2] = {iodev(0),
+                       {.fd = p[0], .io_align = 4096, .size_bytes = IMG_LEN, .direct = false}};
     tv__io_opts o = {
         .engine = TV_ENGINE_URING, .queue_depth = 4, .chunk_len = CHUNK, .timeout_ms = 100};
     tv__io *io = NULL;
@@ -1348,7 +1349,7 @@ static void test_option_bounds(void **state)
     create_refused(UINT32_MAX, 0, "queue depth 4294967295");
     /* a device over INT64_MAX bytes cannot be addressed with off_t */
     tv__io_dev big = iodev(0);
-    big.size = (uint64_t)INT64_MAX + 1;
+    big.size_bytes = (uint64_t)INT64_MAX + 1;
     tv__io_opts o = {.engine = g_engine};
     tv__io *io = NULL;
     tv_error err = {0};

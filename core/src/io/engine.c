@@ -126,10 +126,10 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
         if (devs[i].excluded)
             continue;
         if (devs[i].fd < 0 || devs[i].io_align < 512 || devs[i].io_align > TV__IO_MAX_CHUNK ||
-            !is_pow2(devs[i].io_align) || devs[i].size > INT64_MAX)
+            !is_pow2(devs[i].io_align) || devs[i].size_bytes > INT64_MAX)
             return tv__seterr(err, TV_E_INVALID_ARG,
                               "io engine: device %zu: fd %d, io_align %u, size %llu", i, devs[i].fd,
-                              devs[i].io_align, (unsigned long long)devs[i].size);
+                              devs[i].io_align, (unsigned long long)devs[i].size_bytes);
         if (devs[i].io_align > max_align)
             max_align = devs[i].io_align;
     }
@@ -406,13 +406,13 @@ static void validate(batch *b, size_t i)
                      (unsigned long long)r->src[s].off, (unsigned long long)r->len);
             return;
         }
-        if (ie > io->devs[dv].size) {
+        if (ie > io->devs[dv].size_bytes) {
             set_fail(
                 b, i, TV_E_INVALID_ARG,
                 "source %u: device %u: envelope [%llu, %llu) of offset %llu length %llu passes the device end %llu",
                 s, dv, (unsigned long long)ib, (unsigned long long)ie,
                 (unsigned long long)r->src[s].off, (unsigned long long)r->len,
-                (unsigned long long)io->devs[dv].size);
+                (unsigned long long)io->devs[dv].size_bytes);
             return;
         }
         if (s == 0) {
@@ -452,7 +452,7 @@ static void validate(batch *b, size_t i)
                 continue;
             base = r->src[s].off - skip0;
             if (base % d->io_align || q->span % d->io_align || tv__add_u64(base, q->span, &end) ||
-                end > d->size)
+                end > d->size_bytes)
                 continue;
             q->ok_mask |= (uint8_t)(1u << s);
         }

@@ -60,9 +60,9 @@
 typedef struct tv__io tv__io;
 
 typedef struct tv__io_dev {
-    int fd;            /* opened O_RDONLY (| O_DIRECT when direct) */
-    uint32_t io_align; /* power of two, >= 512 */
-    uint64_t size;     /* bytes, at most INT64_MAX; reads never pass it */
+    int fd;              /* opened O_RDONLY (| O_DIRECT when direct) */
+    uint32_t io_align;   /* power of two, >= 512 */
+    uint64_t size_bytes; /* at most INT64_MAX; reads never pass it */
     bool direct;
     /* Failed validation (missing, resized, another store's label): never
      * read. The other fields are ignored (fd may be -1); a source on it is

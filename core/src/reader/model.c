@@ -271,7 +271,7 @@ static int open_devices(tv_model *m, const tv_open_opts *o, tv_error *err)
         }
         iod[i] = (tv__io_dev){.fd = m->devs[i]->fd,
                               .io_align = m->devs[i]->io_align,
-                              .size = m->devs[i]->size_bytes,
+                              .size_bytes = m->devs[i]->size_bytes,
                               .direct = m->devs[i]->direct};
         if (m->devs[i]->io_align > m->max_io_align)
             m->max_io_align = m->devs[i]->io_align;
