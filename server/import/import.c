@@ -285,7 +285,7 @@ static bool mostly_cached(int fd, uint64_t file_len)
     size_t len = (size_t)file_len, n_pages = len / (size_t)pg + 1, resident = 0;
     bool cached = false;
     unsigned char *vec = malloc(n_pages);
-    void *map = vec ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    void *map = vec ? tv__sys.mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (map != MAP_FAILED) {
         if (mincore(map, len, vec) == 0) {
             size_t used = (len + (size_t)pg - 1) / (size_t)pg; /* checked: len <= SIZE_MAX / 2 */
@@ -293,7 +293,7 @@ static bool mostly_cached(int fd, uint64_t file_len)
                 resident += vec[i] & 1;
             cached = resident * 2 >= used;
         }
-        munmap(map, len);
+        tv__sys.munmap(map, len);
     }
     free(vec);
     return cached;

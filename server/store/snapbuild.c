@@ -240,11 +240,11 @@ static int reconcile_existing(tv__store *st, const tv__reg_generation *g, const 
         s.hash_seed != 0 &&
         build_image(st, g->model, g->number, s.hash_seed, &g2, &again, &again_len, &e2) == 0 &&
         again_len == old_len && memcmp(again, old, old_len) == 0) {
-        free(old);
+        tv__snapfile_unmap(old, old_len);
         free(again);
         return 0;
     }
-    free(old);
+    tv__snapfile_unmap(old, old_len);
     free(again);
     tv__log(
         TV_LOG_WARN,
@@ -490,6 +490,26 @@ static void keep_first(int *first, tv_error *err, int rc, const tv_error *e)
     }
 }
 
+/* True unless the generation's file opens but its header is one this
+ * build's readers refuse (an older or newer format version, bad magic,
+ * lengths or section table): O(1), no checksum pass, so a writer's open
+ * stays cheap. A file that does not even open (a link, FIFO, ...) counts
+ * as readable here: reconcile_existing is not for those. */
+static bool readable(tv__store *st, const char *model, int64_t gen)
+{
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    tv__snap s;
+    bool ok = true;
+    if (tv__snapfile_open(st->dir, model, gen, &fd, &buf, &len, NULL) == 0)
+        ok = tv__snap_open(buf, len, 0, &s, NULL) != TV_E_SNAPSHOT;
+    tv__snapfile_unmap(buf, len);
+    if (fd >= 0)
+        tv__sys.close(fd);
+    return ok;
+}
+
 int tv__store_sync_snapshots(tv__store *st, tv_error *err)
 {
     tv__reg_model *models = NULL;
@@ -520,16 +540,19 @@ int tv__store_sync_snapshots(tv__store *st, tv_error *err)
                 keep_first(&first, err, rc, &e);
                 continue;
             }
-            if (exists)
+            if (exists && readable(st, name, gens[j].number))
                 continue;
+            /* Missing, or one this build's readers refuse (another format
+             * version, a damaged header): tv__store_write_snapshot writes it,
+             * or replaces it through reconcile_existing unless it is leased. */
             rc = tv__store_write_snapshot(st, name, gens[j].number, &e);
             if (rc)
                 tv__log(TV_LOG_WARN, "store %s: snapshot of model '%s' generation %lld: %s",
                         st->dir, name, (long long)gens[j].number, e.msg);
             else
-                tv__log(TV_LOG_INFO,
-                        "store %s: wrote missing snapshot of model '%s' generation %lld", st->dir,
-                        name, (long long)gens[j].number);
+                tv__log(TV_LOG_INFO, "store %s: wrote %s snapshot of model '%s' generation %lld",
+                        st->dir, exists ? "unreadable" : "missing", name,
+                        (long long)gens[j].number);
             keep_first(&first, err, rc, &e);
         }
         rc = sync_pointer(st, name, gens, n_gens, &e);

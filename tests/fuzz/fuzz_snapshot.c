@@ -1,8 +1,10 @@
 /* libFuzzer target: the manifest snapshot reader on arbitrary bytes, with
  * the checksum check off so the structural checks face every input (the
  * input's total_len field is set to its size, so mutations that change the
- * length still get past the first check). Opens, follows every record, and
- * looks every decoded tensor name up in the index.
+ * length still get past the first check); a second open verifies the
+ * checksum as well (never accepting what the first refused). Opens,
+ * follows every record, and looks every decoded tensor name up in the
+ * index.
  * Invariant: every call returns 0 or TV_E_SNAPSHOT (a lookup also
  * TV_E_NOT_FOUND); whatever decodes lies inside the image and keeps the
  * promises of snapshot.h; no crash, hang, leak or sanitizer report. */
@@ -37,6 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tv__snap s;
     int rc = tv__snap_open(buf, size, 0, &s, NULL);
     check(rc, 0);
+    /* The checksum pass (XXH3-128) on the same bytes: only ever stricter. */
+    tv__snap sv;
+    int rcv = tv__snap_open(buf, size, TV__SNAP_VERIFY_CHECKSUM, &sv, NULL);
+    check(rcv, 0);
+    if (rcv == 0 && rc != 0)
+        abort();
     if (rc == 0) {
         const char *name;
         size_t name_len;

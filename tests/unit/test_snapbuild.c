@@ -35,6 +35,8 @@
 #include "registry/registry.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
+#include "util/endian.h"
+#include "util/sha256.h"
 #include "util/sys.h"
 #include "tv_test.h"
 
@@ -289,7 +291,7 @@ static void test_matches_registry(void **state)
     free(b2);
 
     tv__reg_manifest_free(m);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
 }
 
@@ -303,7 +305,11 @@ static void *file_bytes(fixture *f, int64_t gen, size_t *len)
     if (tv__snapfile_open(f->store, MODEL, gen, &fd, &buf, len, &err))
         fail_msg("open: %s", err.msg);
     close(fd);
-    return buf;
+    void *copy = malloc(*len); /* a copy: corrupt() rewrites the file in place */
+    assert_non_null(copy);
+    memcpy(copy, buf, *len);
+    tv__snapfile_unmap(buf, *len);
+    return copy;
 }
 
 static void corrupt(fixture *f, int64_t gen)
@@ -345,7 +351,7 @@ static void test_existing_file(void **state)
     tv__snap s;
     assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
     assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
 
     /* Corrupt while a reader holds it: left alone, TV_E_LEASED. */
     corrupt(f, 1);
@@ -369,6 +375,63 @@ static void test_existing_file(void **state)
     int64_t active;
     assert_int_equal(tv__snapfile_read_active(f->store, "other", &active, &err), TV_E_NOT_FOUND);
     assert_int_equal(tv__store_write_active(f->st, "ghost", &err), 0);
+}
+
+/* A snapshot file of another format version (version 1: SHA-256 checksum)
+ * is refused by readers and rebuilt by the next writer's open
+ * (tv__store_sync_snapshots -> reconcile_existing). */
+static void test_old_version_rebuilt(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    size_t la, lb;
+    char p[TV__SNAPFILE_PATH_MAX];
+    import(f, f->ck_a);
+    write_snapshot(f, 1);
+    uint8_t *a = file_bytes(f, 1, &la);
+    assert_int_equal(tv__le32_get(a + 8), TV__SNAP_VERSION);
+    /* The same image as version 1 wrote it: version 1, the SHA-256 of the
+     * image with the 32-byte field zeroed. */
+    tv__le32_put(a + 8, 1);
+    memset(a + TV__SNAP_CHECKSUM_OFF, 0, 32);
+    uint8_t sum[32];
+    tv__sha256 h;
+    assert_int_equal(tv__sha256_init(&h), 0);
+    tv__sha256_update(&h, a, la);
+    tv__sha256_final(&h, sum);
+    memcpy(a + TV__SNAP_CHECKSUM_OFF, sum, 32);
+    assert_int_equal(tv__snapfile_path(f->store, MODEL, 1, p, sizeof p, &err), 0);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(tv__snapfile_write(f->store, MODEL, 1, a, la, &err), 0);
+
+    /* Readers refuse it with the version error. */
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    tv__snap s;
+    assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "version 1"));
+    tv__snapfile_unmap(buf, len);
+    close(fd);
+
+    /* The writer's repair rebuilds it in the current version. */
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    uint8_t *b = file_bytes(f, 1, &lb);
+    assert_int_equal(lb, la);
+    assert_int_equal(tv__le32_get(b + 8), TV__SNAP_VERSION);
+    assert_int_equal(tv__snap_open(b, lb, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
+    assert_int_equal(s.generation, 1);
+    free(b);
+    /* Readable files are left alone: a second sync keeps the bytes. */
+    b = file_bytes(f, 1, &lb);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    uint8_t *c = file_bytes(f, 1, &la);
+    assert_int_equal(la, lb);
+    assert_memory_equal(b, c, lb);
+    free(a);
+    free(b);
+    free(c);
 }
 
 static void test_active_gc_sync(void **state)
@@ -398,7 +461,7 @@ static void test_active_gc_sync(void **state)
     void *buf;
     size_t len;
     assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     assert_int_equal(tv__store_snapshot_leased(f->st, MODEL, 1, &leased, &err), 0);
     assert_true(leased);
     assert_int_equal(tv__store_remove_snapshot(f->st, MODEL, 1, &err), TV_E_LEASED);
@@ -432,7 +495,7 @@ static void test_active_gc_sync(void **state)
     assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &objs, &n, &err), 0);
     assert_int_equal(n, 4); /* 2 shards x 2 replicas of generation 1 */
     assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, keep, &err), 0);
     for (size_t i = 0; i < n; i++)
         assert_true(keep[i]);
@@ -599,7 +662,7 @@ static void test_activate_faults(void **state)
         assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err),
                          0);
         assert_int_equal(opened, now);
-        free(buf);
+        tv__snapfile_unmap(buf, len);
         close(fd);
         if (calls < k) {
             assert_int_equal(rc, 0);
@@ -713,7 +776,7 @@ static void test_activate_crash_points(void **state)
         int64_t seen = 0;
         assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &seen, &fd, &buf, &len, &err),
                          0);
-        free(buf);
+        tv__snapfile_unmap(buf, len);
         close(fd);
         if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
             fail_msg("reopen: %s", err.msg);
@@ -777,7 +840,7 @@ static void test_stale_pointer_repaired(void **state)
         assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
         assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &sn, &err), 0);
         assert_int_equal(sn.generation, 2);
-        free(buf);
+        tv__snapfile_unmap(buf, len);
         close(fd);
     }
 }
@@ -854,6 +917,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_matches_registry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_existing_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_old_version_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_active_gc_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_shared_objects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_activate_faults, setup, teardown),

@@ -21,12 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "snap/snapfile.h"
+#include "snap/snapshot.h"
 #include "util/sys.h"
 #include "tv_test.h"
 
@@ -153,7 +155,7 @@ static void test_write_read(void **state)
     assert_true(fd >= 0);
     assert_int_equal(len, sizeof img);
     assert_memory_equal(buf, img, len);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
 
     /* Immutable: a second write of the same generation is refused. */
@@ -225,7 +227,7 @@ static void test_open_active(void **state)
     assert_int_equal(tv__snapfile_open(g_dir, "m", 0, &fd, &buf, &len, &err), 0);
     assert_int_equal(len, 4);
     assert_memory_equal(buf, "two!", 4);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
     /* A pointer to a missing file. */
     assert_int_equal(tv__snapfile_write_active(g_dir, "m", 3, &err), 0);
@@ -264,15 +266,15 @@ static void test_lease(void **state)
     assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
     assert_true(leased);
     close(fd2);
-    free(b1);
-    free(b2);
+    tv__snapfile_unmap(b1, l1);
+    tv__snapfile_unmap(b2, l2);
     assert_int_equal(tv__snapfile_try_exclusive(g_dir, "org/m", 4, &leased, &err), 0);
     assert_false(leased);
 
     /* try_exclusive released its lock: a reader gets in. */
     assert_int_equal(tv__snapfile_open(g_dir, "org/m", 4, &fd1, &b1, &l1, &err), 0);
     close(fd1);
-    free(b1);
+    tv__snapfile_unmap(b1, l1);
 
     assert_int_equal(tv__snapfile_remove(g_dir, "org/m", 4, &err), 0);
     bool ex = true;
@@ -295,7 +297,7 @@ static void *open_thread(void *arg)
     void *buf = NULL;
     size_t len = 0;
     o->rc = tv__snapfile_open(g_dir, "race", 1, &o->fd, &buf, &len, NULL);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     return NULL;
 }
 
@@ -356,7 +358,7 @@ static void test_write_faults(void **state)
     assert_int_equal(tv__snapfile_open(g_dir, "f", 1, &fd, &buf, &len, &err), 0);
     assert_int_equal(len, 8);
     assert_memory_equal(buf, "abcdefgh", 8);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
 
     /* Leftovers of a crash mid-write are cleaned; real files are kept. */
@@ -477,7 +479,7 @@ static void test_unsafe_files(void **state)
     assert_int_equal(tv__snapfile_remove(g_dir, "m", 2, &err), 0); /* the link, not its target */
     assert_int_equal(access(p, F_OK), -1);
     assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
 
     /* a FIFO in place of generation 3 and of the pointer */
@@ -540,9 +542,172 @@ static void test_unsafe_files(void **state)
     assert_int_equal(unlink(top), 0);
     assert_int_equal(rename(moved, top), 0);
     assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
-    free(buf);
+    tv__snapfile_unmap(buf, len);
     close(fd);
     alarm(0);
+}
+
+/* ---- the mapped image ------------------------------------------------- */
+
+static int g_maps, g_unmaps;
+static size_t g_unmapped_len;
+static void *count_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    g_maps++;
+    assert_int_equal(prot, PROT_READ); /* never writable */
+    return mmap(addr, len, prot, flags, fd, off);
+}
+static int count_munmap(void *addr, size_t len)
+{
+    g_unmaps++;
+    g_unmapped_len = len;
+    return munmap(addr, len);
+}
+static void *fail_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    (void)addr, (void)len, (void)prot, (void)flags, (void)fd, (void)off;
+    errno = ENOMEM;
+    return MAP_FAILED;
+}
+
+/* The image is mapped read-only through tv__sys (one mmap, one munmap of
+ * the whole file); the mapping outlives the lease fd and an unlink; an
+ * empty file, one over the limit and a failing mmap are refused cleanly. */
+static void test_mapped_open(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, "abcdefgh", 8, &err), 0);
+    g_maps = g_unmaps = 0;
+    tv__sys.mmap = count_mmap;
+    tv__sys.munmap = count_munmap;
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(g_maps, 1);
+    assert_int_equal(len, 8);
+    close(fd);
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 1, p, sizeof p, &err), 0);
+    assert_int_equal(unlink(p), 0);
+    assert_memory_equal(buf, "abcdefgh", 8); /* still mapped: pages stay */
+    tv__snapfile_unmap(buf, len);
+    assert_int_equal(g_unmaps, 1);
+    assert_int_equal(g_unmapped_len, 8);
+    tv__snapfile_unmap(NULL, 0);
+    assert_int_equal(g_unmaps, 1);
+
+    /* An empty file (never written by tv__snapfile_write). */
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 2, p, sizeof p, &err), 0);
+    tv_test_write_file(p, "", 0);
+    buf = (void *)1;
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 2, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "empty"));
+    assert_int_equal(fd, -1);
+    assert_null(buf);
+    /* Over the limit (sparse). */
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 3, p, sizeof p, &err), 0);
+    tv_test_write_file(p, "x", 1);
+    assert_int_equal(truncate(p, (off_t)TV__SNAPFILE_MAX_LEN + 1), 0);
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 3, &fd, &buf, &len, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "limit"));
+    assert_int_equal(fd, -1);
+    assert_int_equal(g_maps, 1); /* neither was mapped */
+    /* mmap fails: the error, no fd, no buffer. */
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 4, "four", 4, &err), 0);
+    tv__sys.mmap = fail_mmap;
+    assert_int_equal(tv__snapfile_open(g_dir, "m", 4, &fd, &buf, &len, &err), -ENOMEM);
+    assert_non_null(strstr(err.msg, "mmap"));
+    assert_int_equal(fd, -1);
+    assert_null(buf);
+    bool leased = true;
+    assert_int_equal(tv__snapfile_try_exclusive(g_dir, "m", 4, &leased, &err), 0);
+    assert_false(leased); /* the lease fd was closed */
+    tv__sys_reset();
+}
+
+/* A single flipped byte anywhere in a snapshot file on disk is refused at
+ * open (tv__snapfile_open + tv__snap_open, as tv_model_open does): every
+ * byte of a small generation's file. */
+static void test_flipped_byte_in_file_refused(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    static const uint64_t shape[] = {4};
+    tv__snap_device_in dev = {.uuid = {1, 2, 3},
+                              .path = "/var/lib/tv/image0",
+                              .kind = TV__DEV_FILE,
+                              .lba_size = 512,
+                              .io_align = 4096,
+                              .object_align = 64 * 1024,
+                              .size_bytes = 16 << 20,
+                              .region_off = 1 << 20,
+                              .region_len = 15 << 20,
+                              .data_off = (1 << 20) + 64 * 1024};
+    tv__snap_replica_in rep = {0, 11, (1 << 20) + 64 * 1024, 64 * 1024};
+    tv__snap_shard_in sh = {.name = "model.safetensors",
+                            .file_len = 8 + 64 + 8,
+                            .header_len = 64,
+                            .n_replicas = 1,
+                            .replicas = &rep};
+    tv__snap_tensor_in t[2] = {
+        {.name = "a",
+         .name_len = 1,
+         .dtype = TV_DTYPE_U8,
+         .rank = 1,
+         .shape = shape,
+         .begin_off = 0,
+         .end_off = 4},
+        {.name = "b",
+         .name_len = 1,
+         .dtype = TV_DTYPE_U8,
+         .rank = 1,
+         .shape = shape,
+         .begin_off = 4,
+         .end_off = 8},
+    };
+    tv__snap_in in = {.model = "m",
+                      .generation = 1,
+                      .n_devices = 1,
+                      .devices = &dev,
+                      .n_shards = 1,
+                      .shards = &sh,
+                      .n_tensors = 2,
+                      .tensors = t,
+                      .hash_seed = 9};
+    void *img = NULL;
+    size_t img_len = 0;
+    if (tv__snap_build(&in, &img, &img_len, &err))
+        fail_msg("build: %s", err.msg);
+    assert_int_equal(tv__snapfile_write(g_dir, "m", 1, img, img_len, &err), 0);
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_path(g_dir, "m", 1, p, sizeof p, &err), 0);
+    int wfd = open(p, O_RDWR | O_CLOEXEC);
+    assert_true(wfd >= 0);
+    const uint8_t *good = img;
+    for (size_t at = 0; at <= img_len; at++) {
+        /* at == img_len: the restored file opens again */
+        uint8_t bad = (uint8_t)(good[at < img_len ? at : 0] ^ 0x10);
+        if (at < img_len)
+            assert_int_equal(pwrite(wfd, &bad, 1, (off_t)at), 1);
+        int fd = -1;
+        void *buf = NULL;
+        size_t len = 0;
+        tv__snap s;
+        assert_int_equal(tv__snapfile_open(g_dir, "m", 1, &fd, &buf, &len, &err), 0);
+        int rc = tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err);
+        if (at < img_len && rc != TV_E_SNAPSHOT)
+            fail_msg("byte %zu of %zu flipped: open returned %d", at, img_len, rc);
+        if (at == img_len)
+            assert_int_equal(rc, 0);
+        tv__snapfile_unmap(buf, len);
+        close(fd);
+        if (at < img_len)
+            assert_int_equal(pwrite(wfd, good + at, 1, (off_t)at), 1);
+    }
+    close(wfd);
+    free(img);
 }
 
 int main(void)
@@ -558,6 +723,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_parse_active, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsafe_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mapped_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_byte_in_file_refused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

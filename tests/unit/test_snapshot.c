@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "dev/dev.h"
 #include "snap/snapshot.h"
@@ -33,7 +34,7 @@ enum {
     H_VERSION = 8,
     H_HEADER_LEN = 12,
     H_TOTAL_LEN = 16,
-    H_SHA = 24,
+    H_CHECKSUM = 24,
     H_GENERATION = 56,
     H_N_DEVICES = 64,
     H_N_SHARDS = 68,
@@ -396,6 +397,10 @@ static void test_empty_generation(void **state)
 
 /* ---- 130k tensors ---------------------------------------------------------- */
 
+static size_t sample_positions(const tv__snap *s, size_t *at, size_t cap);
+static void expect_flips_refused(const uint8_t *good, size_t len, const size_t *at, size_t n,
+                                 uint8_t mask);
+
 static void test_large(void **state)
 {
     (void)state;
@@ -457,6 +462,12 @@ static void test_large(void **state)
     }
     assert_int_equal(tv__snap_find(&s, "model.layers.0.mlp.experts.0.w1", 31, NULL, &err),
                      TV_E_NOT_FOUND);
+    /* One flipped byte in the header, any section or the string table of a
+     * 130k-tensor image is refused at open. */
+    size_t pos[TV__SNAP_HEADER_LEN + 64];
+    size_t n = sample_positions(&s, pos, TV_ARRAY_LEN(pos));
+    assert_true(n > TV__SNAP_HEADER_LEN + 30);
+    expect_flips_refused(buf, len, pos, n, 0x04);
     free(buf);
     free(t);
     free(names);
@@ -634,7 +645,8 @@ static void test_header_corruptions(void **state)
 
     poke_expect(buf, len, 0, 1, 'X', "magic");
     poke_expect(buf, len, 7, 1, '2', "magic");
-    poke_expect(buf, len, H_VERSION, 4, 2, "version");
+    poke_expect(buf, len, H_VERSION, 4, 1, "version"); /* the SHA-256 format */
+    poke_expect(buf, len, H_VERSION, 4, 3, "version");
     poke_expect(buf, len, H_VERSION, 4, 0, "version");
     poke_expect(buf, len, H_HEADER_LEN, 4, 248, "header_len");
     poke_expect(buf, len, H_HEADER_LEN, 4, 512, "header_len");
@@ -680,6 +692,8 @@ static void test_header_corruptions(void **state)
     free(buf);
 }
 
+static uint8_t *build_seed(int which, const char **name, size_t *len);
+
 static void test_checksum(void **state)
 {
     (void)state;
@@ -699,15 +713,110 @@ static void test_checksum(void **state)
     assert_int_equal(tv__snap_open(buf, len, 0, &s, &err), 0);
     /* The checksum field itself. */
     buf[at] ^= 0x20;
-    buf[H_SHA + 5] ^= 1;
+    buf[H_CHECKSUM + 5] ^= 1;
     assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), TV_E_SNAPSHOT);
     assert_int_equal(tv__snap_seal(buf, len), 0);
     open_ok(buf, len, &s);
     uint8_t sum[32];
     assert_int_equal(tv__snap_checksum(buf, len, sum), 0);
-    assert_memory_equal(sum, buf + H_SHA, 32);
+    assert_memory_equal(sum, buf + H_CHECKSUM, 32);
     assert_int_equal(tv__snap_checksum(buf, 10, sum), TV_E_INVALID_ARG);
+    /* The definition in docs/formats.md, computed independently: XXH3-128
+     * (one shot) of the image with the field zeroed, canonical (big-endian),
+     * then 16 zero bytes. */
+    uint8_t *z = dup_image(buf, len);
+    memset(z + H_CHECKSUM, 0, 32);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(z, len));
+    assert_memory_equal(buf + H_CHECKSUM, c.digest, 16);
+    static const uint8_t zero16[16];
+    assert_memory_equal(buf + H_CHECKSUM + 16, zero16, 16);
+    free(z);
+    /* The field's zero half is checked too. */
+    buf[H_CHECKSUM + 31] ^= 0x80;
+    assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), TV_E_SNAPSHOT);
     free(buf);
+}
+
+/* Flipping one byte at each of n positions (each on its own copy) makes a
+ * checksum-verified open fail with TV_E_SNAPSHOT. */
+static void expect_flips_refused(const uint8_t *good, size_t len, const size_t *at, size_t n,
+                                 uint8_t mask)
+{
+    uint8_t *p = dup_image(good, len);
+    for (size_t i = 0; i < n; i++) {
+        tv__snap s;
+        tv_error err = {0};
+        assert_true(at[i] < len);
+        p[at[i]] ^= mask;
+        int rc = tv__snap_open(p, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err);
+        if (rc != TV_E_SNAPSHOT)
+            fail_msg("byte %zu of %zu flipped (^0x%02x): open returned %d, not TV_E_SNAPSHOT",
+                     at[i], len, mask, rc);
+        p[at[i]] ^= mask;
+    }
+    free(p);
+}
+
+/* Sampled positions: the header (every byte), and the first, second,
+ * middle, next-to-last and last byte of every section, the string table and
+ * the model name included. Returns the count written to at. */
+static size_t sample_positions(const tv__snap *s, size_t *at, size_t cap)
+{
+    const struct {
+        uint64_t off, len;
+    } sec[] = {
+        {s->devices_off, (uint64_t)s->n_devices * TV__SNAP_DEVICE_LEN},
+        {s->shards_off, (uint64_t)s->n_shards * TV__SNAP_SHARD_LEN},
+        {s->replicas_off, (uint64_t)s->n_replicas * TV__SNAP_REPLICA_LEN},
+        {s->tensors_off, (uint64_t)s->n_tensors * TV__SNAP_TENSOR_LEN},
+        {s->dims_off, s->n_dims * 8},
+        {s->strings_off, s->strings_len},
+        {s->index_off, (uint64_t)s->n_index * TV__SNAP_SLOT_LEN},
+        {s->strings_off + s->model_off, s->model_len},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < TV__SNAP_HEADER_LEN && n < cap; i++)
+        at[n++] = i;
+    for (size_t i = 0; i < TV_ARRAY_LEN(sec); i++) {
+        if (sec[i].len == 0)
+            continue;
+        uint64_t pick[] = {0, 1, sec[i].len / 2, sec[i].len - 2, sec[i].len - 1};
+        for (size_t k = 0; k < TV_ARRAY_LEN(pick) && n < cap; k++)
+            if (pick[k] < sec[i].len)
+                at[n++] = (size_t)(sec[i].off + pick[k]);
+    }
+    if (n < cap)
+        at[n++] = s->len - 1;
+    return n;
+}
+
+/* A single flipped byte anywhere in an image is refused at open: every
+ * byte of the small and the dense generation, with two masks. */
+static void test_any_flipped_byte_refused(void **state)
+{
+    (void)state;
+    for (int which = 0; which < 3; which++) {
+        const char *name;
+        size_t len;
+        uint8_t *buf = build_seed(which, &name, &len);
+        assert_non_null(buf);
+        tv__snap s;
+        open_ok(buf, len, &s);
+        size_t *at = malloc(len * sizeof *at);
+        assert_non_null(at);
+        for (size_t i = 0; i < len; i++)
+            at[i] = i;
+        expect_flips_refused(buf, len, at, len, 0x01);
+        expect_flips_refused(buf, len, at, len, 0x80);
+        /* The sampler itself covers every section of these images. */
+        size_t pos[TV__SNAP_HEADER_LEN + 64];
+        size_t n = sample_positions(&s, pos, TV_ARRAY_LEN(pos));
+        assert_true(n > TV__SNAP_HEADER_LEN + (which == 1 ? 10 : 30));
+        expect_flips_refused(buf, len, pos, n, 0xFF);
+        free(at);
+        free(buf);
+    }
 }
 
 /* Record-level corruption: open succeeds (the header is intact), following
@@ -1026,7 +1135,7 @@ static void test_write_fuzz_seeds(void **state)
 }
 
 /* The builder's output is part of the format: the committed seed corpus
- * (built by version 1 of the builder) must come out byte for byte. */
+ * (built by version 2 of the builder) must come out byte for byte. */
 static void test_build_is_byte_stable(void **state)
 {
     (void)state;
@@ -1051,19 +1160,13 @@ static void test_build_is_byte_stable(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_args_and_ranges),
-        cmocka_unit_test(test_hash_is_stable),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_empty_generation),
-        cmocka_unit_test(test_large),
-        cmocka_unit_test(test_build_rejects),
-        cmocka_unit_test(test_header_corruptions),
-        cmocka_unit_test(test_checksum),
-        cmocka_unit_test(test_record_corruptions),
-        cmocka_unit_test(test_random_flips),
-        cmocka_unit_test(test_write_fuzz_seeds),
-        cmocka_unit_test(test_build_is_byte_stable),
+        cmocka_unit_test(test_roundtrip),          cmocka_unit_test(test_args_and_ranges),
+        cmocka_unit_test(test_hash_is_stable),     cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_empty_generation),   cmocka_unit_test(test_large),
+        cmocka_unit_test(test_build_rejects),      cmocka_unit_test(test_header_corruptions),
+        cmocka_unit_test(test_checksum),           cmocka_unit_test(test_any_flipped_byte_refused),
+        cmocka_unit_test(test_record_corruptions), cmocka_unit_test(test_random_flips),
+        cmocka_unit_test(test_write_fuzz_seeds),   cmocka_unit_test(test_build_is_byte_stable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -468,6 +468,8 @@ static inline void tv_test_fault_install(void)
         .link = tv_test__link,
         .unlink = tv_test__unlink,
         .mkdir = tv_test__mkdir,
+        .mmap = s->under.mmap, /* pass-through: not counted, never failed */
+        .munmap = s->under.munmap,
     };
     tv__io_fault = tv_test__io_fault;
 }

@@ -79,8 +79,9 @@ _Static_assert(TV_READ_DEFAULT_COPY_THREADS == TV__IO_DEFAULT_COPY_THREADS,
                "default copy threads agree");
 
 struct tv_model {
-    uint8_t *snap_buf;
+    uint8_t *snap_buf; /* malloc'd copy, or the mapped file when snap_mapped */
     size_t snap_len;
+    bool snap_mapped;
     tv__snap snap;
     int lease_fd;
     char *name;
@@ -121,7 +122,10 @@ TV_API void tv_model_close(tv_model *m)
         pthread_mutex_destroy(&m->plan_mu);
     free(m->sh);
     free(m->name);
-    free(m->snap_buf);
+    if (m->snap_mapped)
+        tv__snapfile_unmap(m->snap_buf, m->snap_len);
+    else
+        free(m->snap_buf);
     if (m->lease_fd >= 0)
         tv__sys.close(m->lease_fd);
     free(m);
@@ -534,8 +538,9 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
         tv_model_close(m);
         return rc;
     }
-    m->snap_buf = buf;
+    m->snap_buf = buf; /* mapped read-only: never written */
     m->snap_len = len;
+    m->snap_mapped = true;
     if ((rc = check_identity(store_dir, name, opened, buf, len, err))) {
         tv_model_close(m);
         return rc;

@@ -1,7 +1,7 @@
 /* Snapshot files in a store directory: escaping, atomic writes, the active
  * pointer, and the shared-flock reader lease. See snapfile.h for the
- * invariants; every open, write, flush, rename, link, unlink, mkdir, fstat
- * and flock goes through tv__sys. */
+ * invariants; every open, write, flush, rename, link, unlink, mkdir, fstat,
+ * flock, mmap and munmap goes through tv__sys. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -471,32 +472,40 @@ static bool still_linked(int fd, const char *path)
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-static int read_whole(int fd, const char *path, void **buf, size_t *len, tv_error *err)
+/* Maps the whole file read-only (MAP_SHARED of a PROT_READ mapping: no
+ * copy, pages come from the page cache). Safe against SIGBUS because a
+ * snapshot file is immutable: it appears whole by rename of a fsynced
+ * temporary file, is never truncated, rewritten or replaced in place
+ * (tv__snapfile_write refuses an existing generation), and is only ever
+ * unlinked, by tv__snapfile_remove under the exclusive flock that our
+ * shared lease excludes. An unlinked file keeps its pages while mapped, so
+ * even a caller that closes the lease fd early (the store's repair) reads a
+ * stable image. */
+static int map_whole(int fd, const char *path, void **buf, size_t *len, tv_error *err)
 {
     struct stat sb;
     if (tv__sys.fstat(fd, &sb) < 0)
         return tv__seterr(err, -errno, "fstat %s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
         return tv__seterr(err, TV_E_SNAPSHOT, "%s is not a regular file", path);
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > TV__SNAPFILE_MAX_LEN)
+    if (sb.st_size <= 0)
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s is empty", path);
+    if ((uint64_t)sb.st_size > TV__SNAPFILE_MAX_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT, "%s: %lld bytes, over the %llu-byte limit", path,
                           (long long)sb.st_size, (unsigned long long)TV__SNAPFILE_MAX_LEN);
-    size_t n = (size_t)sb.st_size, got = 0;
-    uint8_t *p = malloc(n ? n : 1);
-    if (!p)
-        return tv__seterr(err, -ENOMEM, "out of memory (%zu bytes)", n);
-    int rc = tv__sys_pread_full(fd, p, n, 0, &got);
-    if (rc == 0 && got != n)
-        rc = tv__seterr(err, TV_E_SNAPSHOT, "%s: truncated at %zu of %zu bytes", path, got, n);
-    else if (rc)
-        rc = tv__seterr(err, rc, "read %s: %s", path, strerror(-rc));
-    if (rc) {
-        free(p);
-        return rc;
-    }
+    size_t n = (size_t)sb.st_size;
+    void *p = tv__sys.mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return tv__seterr(err, -errno, "mmap %s: %s", path, strerror(errno));
     *buf = p;
     *len = n;
     return 0;
+}
+
+void tv__snapfile_unmap(void *buf, size_t len)
+{
+    if (buf)
+        tv__sys.munmap(buf, len);
 }
 
 int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened,
@@ -537,7 +546,7 @@ int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64
             tv__sys.close(fd); /* gc removed it between our open and our lock */
             continue;
         }
-        if ((rc = read_whole(fd, p, buf, len, err))) {
+        if ((rc = map_whole(fd, p, buf, len, err))) {
             tv__sys.close(fd);
             return rc;
         }

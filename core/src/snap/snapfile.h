@@ -112,21 +112,25 @@ int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, t
 /* Opens generation gen (0 = the one the active pointer names; the pointer is
  * re-read if that file vanished under it), takes a SHARED flock on it (the
  * reader lease: keep *fd open for the reader's lifetime, close it to
- * release) and reads it fully into *buf (malloc'd, *len bytes; free with
- * free()). Validation of the bytes is tv__snap_open's job.
+ * release) and maps it read-only into *buf (*len bytes; release with
+ * tv__snapfile_unmap, never free()). The mapping stays valid after *fd is
+ * closed: snapshot files are immutable (never truncated or rewritten in
+ * place, only unlinked), so no page of it can vanish (no SIGBUS).
+ * Validation of the bytes is tv__snap_open's job.
  * Returns 0; TV_E_NOT_FOUND (no such file, no active pointer, or the file
  * was removed by gc while opening); TV_E_SNAPSHOT (a symbolic link, FIFO,
  * directory or other non-regular file in its place or in place of a
- * directory above it, a malformed pointer, over
- * TV__SNAPFILE_MAX_LEN, or shorter than its size when read); TV_E_INVALID_ARG;
- * the path errors; -ENOMEM; -errno from open/flock/fstat/pread. On failure
- * *fd is -1 and *buf NULL. */
+ * directory above it, a malformed pointer, empty or over
+ * TV__SNAPFILE_MAX_LEN); TV_E_INVALID_ARG; the path errors; -errno from
+ * open/flock/fstat/mmap. On failure *fd is -1 and *buf NULL. */
 int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd, void **buf,
                       size_t *len, tv_error *err);
 /* The same, and *opened (may be NULL) receives the generation whose file
  * was opened (gen, or the one the pointer named). */
 int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened, int *fd,
                           void **buf, size_t *len, tv_error *err);
+/* Unmaps an image tv__snapfile_open returned (buf NULL: no-op). */
+void tv__snapfile_unmap(void *buf, size_t len);
 
 /* For gc: tries LOCK_EX|LOCK_NB on a new open file description of the
  * generation's file and releases it at once. *leased = true when a reader

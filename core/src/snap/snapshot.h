@@ -30,16 +30,16 @@
 #include "util/internal.h"
 
 #define TV__SNAP_MAGIC   "TVSNAP01"
-#define TV__SNAP_VERSION 1u
+#define TV__SNAP_VERSION 2u /* 2: XXH3-128 checksum (1: SHA-256) */
 
-/* Fixed sizes of version 1 (docs/formats.md); asserted in snapshot.c. */
+/* Fixed sizes (unchanged since version 1; docs/formats.md); asserted in snapshot.c. */
 #define TV__SNAP_HEADER_LEN   256u
 #define TV__SNAP_DEVICE_LEN   168u
 #define TV__SNAP_SHARD_LEN    64u
 #define TV__SNAP_REPLICA_LEN  32u
 #define TV__SNAP_TENSOR_LEN   40u
 #define TV__SNAP_SLOT_LEN     8u
-#define TV__SNAP_CHECKSUM_OFF 24u /* 32-byte SHA-256 field inside the header */
+#define TV__SNAP_CHECKSUM_OFF 24u /* 32-byte checksum field inside the header */
 
 /* ---- builder input (plain structs; the server fills them from SQL) ---- */
 
@@ -113,8 +113,10 @@ typedef struct tv__snap_in {
  * size_t); -ENOMEM. */
 int tv__snap_build(const tv__snap_in *in, void **out, size_t *out_len, tv_error *err);
 
-/* SHA-256 of an image of len >= TV__SNAP_HEADER_LEN bytes with the checksum
- * field read as zeros. Returns 0, TV_E_INVALID_ARG (too short) or -ENOMEM. */
+/* The checksum field's 32 bytes for an image of len >= TV__SNAP_HEADER_LEN
+ * bytes: XXH3-128 of the image with the field read as zeros (canonical,
+ * big-endian) followed by 16 zero bytes. Returns 0 or TV_E_INVALID_ARG
+ * (NULL or too short). */
 int tv__snap_checksum(const void *buf, size_t len, uint8_t out[32]);
 /* Recomputes and stores the checksum field in place (tests, fuzz seeds).
  * Returns as tv__snap_checksum. */
@@ -181,13 +183,13 @@ typedef struct tv__snap_tensor_info {
 
 /* Validates the header and section table of an image: len >= header,
  * magic, version, header_len, total_len == len, reserved bytes zero,
- * generation > 0, (flags & TV__SNAP_VERIFY_CHECKSUM) the SHA-256, every
+ * generation > 0, (flags & TV__SNAP_VERIFY_CHECKSUM) the checksum, every
  * section 8-byte aligned, after the header, inside the image and not
  * overlapping another, counts x record sizes without overflow, the string
  * table <= 4 GiB, n_index a power of two > n_tensors, the model name inside
  * the string table. The view points into buf (no copy): keep buf alive.
  * Returns 0; TV_E_INVALID_ARG (NULL buf or out); TV_E_SNAPSHOT naming the
- * bad field; -ENOMEM (checksum context). */
+ * bad field. */
 int tv__snap_open(const void *buf, size_t len, unsigned flags, tv__snap *out, tv_error *err);
 
 /* Records by index; each validates what it decodes and what it points to:

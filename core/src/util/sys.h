@@ -1,8 +1,8 @@
 /* The one door to the OS: an overridable system-call table (SQLite's
  * aSyscall[] idea) plus the "transfer everything" helpers built on it.
  * Every open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
- * flock, rename, link, unlink and mkdir on a device, shard, snapshot or
- * store file goes through tv__sys, so tests can fail, shorten or crash any
+ * flock, rename, link, unlink, mkdir, mmap and munmap on a device, shard,
+ * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
  * of them without real hardware.
  *
  * Invariants: production code never calls these syscalls directly on those
@@ -35,6 +35,10 @@ typedef struct tv__sys_ops {
     int (*link)(const char *from, const char *to);
     int (*unlink)(const char *path);
     int (*mkdir)(const char *path, mode_t mode);
+    /* mmap(2) of a file (snapshot files only: a device is never mapped);
+     * MAP_FAILED with errno on failure. */
+    void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+    int (*munmap)(void *addr, size_t len);
 } tv__sys_ops;
 
 extern tv__sys_ops tv__sys;
