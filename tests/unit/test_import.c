@@ -38,6 +38,7 @@
 
 #include "dev/dev.h"
 #include "import/import.h"
+#include "tv_test.h"
 #include "store/store.h"
 #include "registry/registry.h"
 #include "util/sys.h"
@@ -63,53 +64,19 @@ typedef struct fixture {
 
 /* ---- checkpoint writer ---------------------------------------------------- */
 
-typedef struct tdesc {
-    const char *name;
-    const char *dtype;
-    uint64_t n_elems;
-    unsigned elem_len;
-} tdesc;
+typedef tv_test_tensor tdesc;
 
-/* Writes a safetensors file: 8-byte LE header length, JSON header padded
- * with spaces to a multiple of 8, then the tensors back to back filled with
- * a pattern that depends on seed. Returns the file length. */
+/* tv_test_write_shard, then out of the page cache, as a checkpoint on disk
+ * usually is: the importer reads it with O_DIRECT (tmpfs keeps it: buffered
+ * there). Returns the file length. */
 static uint64_t write_shard(const char *path, const tdesc *t, size_t n, unsigned seed)
 {
-    char hdr[4096];
-    size_t hl = 0;
-    uint64_t off = 0;
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
-    for (size_t i = 0; i < n; i++) {
-        uint64_t len = t[i].n_elems * t[i].elem_len;
-        hl +=
-            (size_t)snprintf(hdr + hl, sizeof hdr - hl,
-                             "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu],"
-                             "\"data_offsets\":[%llu,%llu]}",
-                             i ? "," : "", t[i].name, t[i].dtype, (unsigned long long)t[i].n_elems,
-                             (unsigned long long)off, (unsigned long long)(off + len));
-        off += len;
-    }
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
-    while (hl % 8)
-        hdr[hl++] = ' ';
-    assert_true(hl < sizeof hdr);
-    uint64_t file_len = 8 + hl + off;
-    uint8_t *buf = malloc(file_len);
-    assert_non_null(buf);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
-    memcpy(buf + 8, hdr, hl);
-    for (uint64_t i = 0; i < off; i++)
-        buf[8 + hl + i] = (uint8_t)(i * 131u + seed * 7u + (i >> 12));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    uint64_t file_len = tv_test_write_shard(path, t, n, seed);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, file_len), (ssize_t)file_len);
-    /* Out of the page cache, as a checkpoint on disk usually is: the
-     * importer reads it with O_DIRECT (tmpfs keeps it: buffered there). */
     assert_int_equal(fsync(fd), 0);
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
-    free(buf);
     return file_len;
 }
 
