@@ -492,6 +492,18 @@ static void check_arena_guards(const uint8_t *a, size_t len, const tensor *t, si
     }
 }
 
+/* Every request succeeded with its tensor's bytes, and nothing outside the
+ * tensors' destinations changed. */
+static void check_reads_ok(const tv__io_req *r, const uint8_t *a, size_t alen, const tensor *t,
+                           size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r[i].result, 0);
+        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
+    }
+    check_arena_guards(a, alen, t, n);
+}
+
 static void test_batch_checkpoint(void **state)
 {
     (void)state;
@@ -582,11 +594,7 @@ static void test_batch_100k(void **state)
     for (size_t i = 0; i < N; i++)
         r[i] = req1(0, t[i].off, t[i].len, a + t[i].at);
     assert_int_equal(tv__io_run(io, r, N, NULL, NULL), 0);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(r[i].result, 0);
-        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
-    }
-    check_arena_guards(a, alen, t, N);
+    check_reads_ok(r, a, alen, t, N);
     free(r);
     free(a);
     free(t);
@@ -678,11 +686,7 @@ static void test_replicas_split(void **state)
         rs[i] = req2(t[i].off, t[i].len, a + t[i].at);
     reset_counters();
     assert_int_equal(tv__io_run(io, rs, N, NULL, NULL), 0);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(rs[i].result, 0);
-        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
-    }
-    check_arena_guards(a, alen, t, N);
+    check_reads_ok(rs, a, alen, t, N);
     b0 = atomic_load(&g_dev_bytes[0]);
     b1 = atomic_load(&g_dev_bytes[1]);
     assert_true(b0 >= (b0 + b1) / 4 && b1 >= (b0 + b1) / 4);
@@ -710,11 +714,7 @@ static void test_replica_failover(void **state)
     int rc = tv__io_run(io, rs, N, NULL, &err);
     if (rc)
         fail_msg("failover: %s", err.msg);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(rs[i].result, 0);
-        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
-    }
-    check_arena_guards(a, alen, t, N);
+    check_reads_ok(rs, a, alen, t, N);
     assert_true(atomic_load(&g_dev_bytes[1]) > 0);
 
     /* both replicas fail: every non-empty request fails with -EIO */
@@ -1224,11 +1224,7 @@ static void test_excluded_device(void **state)
     rc = tv__io_run(io, rs, N, NULL, &err);
     if (rc)
         fail_msg("excluded replica: %s", err.msg);
-    for (size_t i = 0; i < N; i++) {
-        assert_int_equal(rs[i].result, 0);
-        assert_true(bytes_ok(a + t[i].at, t[i].off, t[i].len));
-    }
-    check_arena_guards(a, alen, t, N);
+    check_reads_ok(rs, a, alen, t, N);
     assert_int_equal(atomic_load(&g_dev_bytes[0]), 0);
     assert_true(atomic_load(&g_dev_bytes[1]) > 0);
     /* EIO on device 1 is not retried on the excluded device */

@@ -463,13 +463,13 @@ static int flock_retry(int fd, int op)
 }
 
 /* True when fd is still the file named by path (not unlinked by gc nor
- * replaced). */
-static bool still_linked(int fd, const char *path)
+ * replaced); *a is then fd's fstat (map_whole's size). */
+static bool still_linked(int fd, const char *path, struct stat *a)
 {
-    struct stat a, b;
-    if (tv__sys.fstat(fd, &a) < 0 || a.st_nlink == 0 || lstat(path, &b) < 0)
+    struct stat b;
+    if (tv__sys.fstat(fd, a) < 0 || a->st_nlink == 0 || lstat(path, &b) < 0)
         return false;
-    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return a->st_dev == b.st_dev && a->st_ino == b.st_ino;
 }
 
 /* Maps the whole file read-only (MAP_SHARED of a PROT_READ mapping: no
@@ -480,20 +480,17 @@ static bool still_linked(int fd, const char *path)
  * unlinked, by tv__snapfile_remove under the exclusive flock that our
  * shared lease excludes. An unlinked file keeps its pages while mapped, so
  * even a caller that closes the lease fd early (the store's repair) reads a
- * stable image. */
-static int map_whole(int fd, const char *path, void **buf, size_t *len, tv_error *err)
+ * stable image. sb is fd's fstat (from still_linked); open_regular has
+ * already refused anything but a regular file on this fd. */
+static int map_whole(int fd, const char *path, const struct stat *sb, void **buf, size_t *len,
+                     tv_error *err)
 {
-    struct stat sb;
-    if (tv__sys.fstat(fd, &sb) < 0)
-        return tv__seterr(err, -errno, "fstat %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return tv__seterr(err, TV_E_SNAPSHOT, "%s is not a regular file", path);
-    if (sb.st_size <= 0)
+    if (sb->st_size <= 0)
         return tv__seterr(err, TV_E_SNAPSHOT, "%s is empty", path);
-    if ((uint64_t)sb.st_size > TV__SNAPFILE_MAX_LEN)
+    if ((uint64_t)sb->st_size > TV__SNAPFILE_MAX_LEN)
         return tv__seterr(err, TV_E_SNAPSHOT, "%s: %lld bytes, over the %llu-byte limit", path,
-                          (long long)sb.st_size, (unsigned long long)TV__SNAPFILE_MAX_LEN);
-    size_t n = (size_t)sb.st_size;
+                          (long long)sb->st_size, (unsigned long long)TV__SNAPFILE_MAX_LEN);
+    size_t n = (size_t)sb->st_size;
     void *p = tv__sys.mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return tv__seterr(err, -errno, "mmap %s: %s", path, strerror(errno));
@@ -542,11 +539,12 @@ int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64
             tv__sys.close(fd);
             return rc;
         }
-        if (!still_linked(fd, p)) {
+        struct stat sb;
+        if (!still_linked(fd, p, &sb)) {
             tv__sys.close(fd); /* gc removed it between our open and our lock */
             continue;
         }
-        if ((rc = map_whole(fd, p, buf, len, err))) {
+        if ((rc = map_whole(fd, p, &sb, buf, len, err))) {
             tv__sys.close(fd);
             return rc;
         }
@@ -627,7 +625,8 @@ int tv__snapfile_remove(const char *dir, const char *model, int64_t gen, tv_erro
                                   (long long)gen);
             return tv__seterr(err, -e, "flock %s: %s", p, strerror(e));
         }
-        if (!still_linked(fd, p)) {
+        struct stat sb;
+        if (!still_linked(fd, p, &sb)) {
             tv__sys.close(fd);
             continue;
         }
