@@ -142,6 +142,19 @@ static tv__io_dev iodev(int i)
                         .direct = g_dev[i]->direct};
 }
 
+/* tv__io_create that must succeed; skips where the engine is unsupported. */
+static tv__io *create_io(const tv__io_dev *d, size_t n_devs, const tv__io_opts *o)
+{
+    tv__io *io = NULL;
+    tv_error err = {0};
+    int rc = tv__io_create(d, n_devs, o, &io, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        skip();
+    if (rc)
+        fail_msg("tv__io_create: %s", err.msg);
+    return io;
+}
+
 static tv__io *make_io_opts(int n_devs, uint32_t qd, uint32_t timeout_ms)
 {
     tv__io_dev d[2] = {iodev(0), iodev(n_devs > 1 ? 1 : 0)};
@@ -150,13 +163,7 @@ static tv__io *make_io_opts(int n_devs, uint32_t qd, uint32_t timeout_ms)
                      .chunk_len = CHUNK,
                      .n_threads = 4,
                      .timeout_ms = timeout_ms};
-    tv__io *io = NULL;
-    tv_error err = {0};
-    int rc = tv__io_create(d, (size_t)n_devs, &o, &io, &err);
-    if (rc == TV_E_NOT_SUPPORTED)
-        skip();
-    if (rc)
-        fail_msg("tv__io_create: %s", err.msg);
+    tv__io *io = create_io(d, (size_t)n_devs, &o);
     assert_int_equal(tv__io_engine(io), g_engine);
     return io;
 }
@@ -1199,12 +1206,9 @@ static void test_excluded_device(void **state)
     (void)state;
     tv__io_dev d[2] = {{.fd = -1, .excluded = true}, iodev(1)};
     tv__io_opts o = {.engine = g_engine, .queue_depth = 8, .chunk_len = CHUNK, .n_threads = 4};
-    tv__io *io = NULL;
+    tv__io *io = create_io(d, 2, &o);
     tv_error err = {0};
-    int rc = tv__io_create(d, 2, &o, &io, &err);
-    if (rc == TV_E_NOT_SUPPORTED)
-        skip();
-    assert_int_equal(rc, 0);
+    int rc;
     enum { N = 300 };
     size_t alen;
     tensor *t = make_tensors(N, 4096 + 8, 20000, &alen);
@@ -1390,13 +1394,7 @@ static void test_copy_pool(void **state)
                          .chunk_len = MIB,
                          .n_threads = 4,
                          .copy_threads = threads[ti]};
-        tv__io *io = NULL;
-        tv_error err = {0};
-        int rc = tv__io_create(&d, 1, &o, &io, &err);
-        if (rc == TV_E_NOT_SUPPORTED)
-            skip();
-        if (rc)
-            fail_msg("tv__io_create: %s", err.msg);
+        tv__io *io = create_io(&d, 1, &o);
         size_t alen;
         tensor *t = make_tensors(N, 4096 + 24, 3 * MIB / 2, &alen);
         uint8_t *a = arena_alloc(alen);
@@ -1410,7 +1408,8 @@ static void test_copy_pool(void **state)
         /* destinations moved by one byte above stay inside the arena gap */
         for (size_t i = 0; i < N; i++)
             t[i].at = (size_t)((uint8_t *)r[i].dest - a);
-        if ((rc = tv__io_run(io, r, N, NULL, &err)))
+        tv_error err = {0};
+        if (tv__io_run(io, r, N, NULL, &err))
             fail_msg("copy threads %u: %s", threads[ti], err.msg);
         for (size_t i = 0; i < N; i++) {
             assert_int_equal(r[i].result, 0);
