@@ -5,7 +5,7 @@
  * kernel zeroing each new page on first touch) cap a fast device at one
  * core.
  *
- * Invariants: a run is fork-join: tv__io_copy_run returns only when every
+ * Invariants: a run is fork-join: tv__io_copy_flush returns only when every
  * piece it was given has been copied, so the staging slot can be reused and
  * the request's bytes count as delivered exactly as with an inline memcpy;
  * every piece is a sub-range of one (destination, source) pair computed by
@@ -150,6 +150,11 @@ void tv__io_copy_flush(tv__io *io)
     size_t n = io->cp_pend;
     if (!n)
         return;
+    if (n == 1) { /* one piece: waking the workers would only add a lock round trip */
+        memcpy(io->cp_v[0].dst, io->cp_v[0].src, io->cp_v[0].n);
+        io->cp_pend = 0;
+        return;
+    }
     pthread_mutex_lock(&io->cp_mu);
     io->cp_n = n;
     io->cp_next = 0;
