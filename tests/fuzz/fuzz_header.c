@@ -2,7 +2,7 @@
  * input is the whole file image: length prefix, header, data). Invariant: any
  * input returns 0 or a TV_E_* code; no crash, leak or sanitizer report; an
  * accepted header has only names the registry can hold (non-empty, no NUL)
- * and dimensions within INT64_MAX. */
+ * and dimensions within INT64_MAX; its __metadata__ pairs are all readable. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +33,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             total += t.nbytes;
         }
         if (total != tv_checkpoint_total_bytes(ck))
+            abort();
+        /* And the __metadata__ pairs: every one readable, none past the count. */
+        tv_shard_info si;
+        const char *k, *v;
+        if (tv_checkpoint_shard(ck, 0, &si) || (!si.has_metadata && si.n_metadata) ||
+            si.n_tensors != n)
+            abort();
+        for (size_t j = 0; j < si.n_metadata; j++)
+            if (tv_checkpoint_shard_metadata(ck, 0, j, &k, &v) || !k || !v)
+                abort();
+        if (tv_checkpoint_shard_metadata(ck, 0, si.n_metadata, &k, &v) != TV_E_INVALID_ARG)
             abort();
     } else if (ck != NULL || rc >= 0) {
         abort();

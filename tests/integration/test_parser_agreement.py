@@ -13,6 +13,7 @@ import pytest
 import safetensors
 
 import gen_checkpoints as gen
+from storeutil import reference_tensors
 
 ACCEPTED = sorted(k for k, v in gen.AGREEMENT.items() if v[3] is None)
 REFUSED = sorted(k for k, v in gen.AGREEMENT.items() if v[3] is not None)
@@ -36,17 +37,6 @@ def cases(tmp_path_factory):
     gen.agreement(str(d))
     idx = gen.agreement_index(str(d / "index"))
     return d, idx
-
-
-def official(paths):
-    """{name: (dtype, shape, bytes)} over the shard files, from the official
-    parser."""
-    out = {}
-    for p in paths:
-        with open(p, "rb") as f:
-            for name, t in safetensors.deserialize(f.read()):
-                out[name] = (t["dtype"], list(t["shape"]), bytes(t["data"]))
-    return out
 
 
 def used(tv, store):
@@ -75,7 +65,7 @@ def assert_reads_back(tv, store, model, ref, tmp_path, shards=None):
 def test_accepted_case_round_trips(tv, store, cases, case, tmp_path):
     d, _ = cases
     path = d / case
-    ref = official([path])
+    ref = reference_tensors(str(path))
     js(tv("import", "--store", store, "m", path, "--activate", "--json"))
     assert_reads_back(tv, store, "m", ref, tmp_path, {n: case for n in ref})
     assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
@@ -86,7 +76,7 @@ def test_accepted_index_round_trips(tv, store, cases, case, tmp_path):
     _, idx = cases
     assert idx[case] is None
     d = cases[0] / "index" / case
-    ref = official([d / "s1.safetensors", d / "s2.safetensors"])
+    ref = reference_tensors(str(d))
     js(tv("import", "--store", store, "m", d, "--activate", "--json"))
     assert_reads_back(tv, store, "m", ref, tmp_path,
                       {"a": "s1.safetensors", "b": "s2.safetensors"})
@@ -140,7 +130,7 @@ def test_hub_cache_layout_imports(tv, store, tmp_path, shards):
     names = sorted(os.listdir(src))
     snap = hub_layout(str(src), str(tmp_path / "hub"))
     shard_files = [os.path.join(snap, n) for n in names if n.endswith(".safetensors")]
-    ref = official(shard_files)
+    ref = reference_tensors(snap)
     assert set(ref) == set(tensors)
     where = {}
     for p in shard_files:

@@ -331,6 +331,19 @@ static ssize_t eintr_pread(int fd, void *buf, size_t len, off_t off)
     }
     return pread(fd, buf, len, off);
 }
+/* A broken pread/pwrite that claims more bytes than it was asked for. */
+static ssize_t overlong_pread(int fd, void *buf, size_t len, off_t off)
+{
+    (void)fd, (void)buf, (void)off;
+    g_calls++;
+    return (ssize_t)len + 1;
+}
+static ssize_t overlong_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+    (void)fd, (void)buf, (void)off;
+    g_calls++;
+    return (ssize_t)len + 1;
+}
 static int eintr_fdatasync(int fd)
 {
     if (g_eintr_left > 0) {
@@ -443,6 +456,30 @@ static void test_eintr_retried(void **state)
     tv__sys.fdatasync = eintr_fdatasync;
     assert_int_equal(tv__dev_flush(d, &err), 0);
     assert_int_equal(g_eintr_left, 0);
+    free(b);
+    tv__dev_close(d);
+}
+
+/* One transfer loop serves both directions: an overlong count is EIO, at once. */
+static void test_overlong_transfer(void **state)
+{
+    (void)state;
+    tv__dev *d = open_image(1 * MIB, TV__DEV_O_RDWR);
+    tv_error err = {0};
+    uint8_t *b = tv__dev_alloc_aligned(d, 4096);
+
+    g_calls = 0;
+    tv__sys.pread = overlong_pread;
+    assert_int_equal(tv__dev_pread_full(d, b, 4096, 8192, &err), -EIO);
+    assert_non_null(strstr(err.msg, "read"));
+    assert_non_null(strstr(err.msg, "8192"));
+    assert_int_equal(g_calls, 1);
+    g_calls = 0;
+    tv__sys.pwrite = overlong_pwrite;
+    assert_int_equal(tv__dev_pwrite_full(d, b, 4096, 8192, &err), -EIO);
+    assert_non_null(strstr(err.msg, "write"));
+    assert_non_null(strstr(err.msg, "8192"));
+    assert_int_equal(g_calls, 1);
     free(b);
     tv__dev_close(d);
 }
@@ -562,6 +599,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_inject_enospc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_reads_direct, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_reads_buffered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overlong_transfer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eintr_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_null_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_fifo_does_not_block, setup, teardown),

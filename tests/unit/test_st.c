@@ -194,6 +194,17 @@ static size_t find_name(const tv_checkpoint *ck, const char *name)
     return idx;
 }
 
+/* Shard 0's metadata presence, pair count and tensor count. */
+static void check_shard0(const tv_checkpoint *ck, bool has_metadata, size_t n_metadata,
+                         size_t n_tensors)
+{
+    tv_shard_info si;
+    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
+    assert_int_equal(si.has_metadata, has_metadata);
+    assert_int_equal(si.n_metadata, n_metadata);
+    assert_int_equal(si.n_tensors, n_tensors);
+}
+
 /* ---- header framing ---- */
 
 static void test_header_len_zero(void **state)
@@ -430,10 +441,7 @@ static void test_json_walker_tricky_but_valid(void **state)
     /* An escaped key that spells __metadata__ is the metadata. */
     ck = ACCEPT("{'__metadata\\u005f_':{'a':'b'}}", 0);
     assert_int_equal(tv_checkpoint_n_tensors(ck), 0);
-    tv_shard_info si;
-    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
-    assert_true(si.has_metadata);
-    assert_int_equal(si.n_metadata, 1);
+    check_shard0(ck, true, 1, 0);
     tv_checkpoint_close(ck);
 }
 
@@ -518,11 +526,7 @@ static void test_metadata_pairs(void **state)
     tv_checkpoint *ck = ACCEPT("{'w':{'dtype':'U8','shape':[2],'data_offsets':[0,2]},"
                                "'__metadata__':{'format':'pt','zeta':'1','alpha':'x\\u00e9'}}",
                                2);
-    tv_shard_info si;
-    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
-    assert_true(si.has_metadata);
-    assert_int_equal(si.n_metadata, 3);
-    assert_int_equal(si.n_tensors, 1);
+    check_shard0(ck, true, 3, 1);
     const char *want[3][2] = {{"format", "pt"}, {"zeta", "1"}, {"alpha", "x\xC3\xA9"}};
     for (size_t j = 0; j < 3; j++) {
         const char *k = NULL, *v = NULL;
@@ -537,16 +541,12 @@ static void test_metadata_pairs(void **state)
     tv_checkpoint_close(ck);
 
     ck = ACCEPT("{'w':{'dtype':'U8','shape':[2],'data_offsets':[0,2]}}", 2);
-    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
-    assert_false(si.has_metadata);
-    assert_int_equal(si.n_metadata, 0);
+    check_shard0(ck, false, 0, 1);
     assert_int_equal(tv_checkpoint_shard_metadata(ck, 0, 0, NULL, NULL), TV_E_INVALID_ARG);
     tv_checkpoint_close(ck);
 
     ck = ACCEPT("{'__metadata__':{}}", 0);
-    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
-    assert_true(si.has_metadata);
-    assert_int_equal(si.n_metadata, 0);
+    check_shard0(ck, true, 0, 0);
     assert_int_equal(tv_checkpoint_n_tensors(ck), 0);
     tv_checkpoint_close(ck);
 }
@@ -693,11 +693,7 @@ static void test_metadata_null(void **state)
     tv_checkpoint *ck = ACCEPT("{'__metadata__':null,'w':{'dtype':'U8','shape':[2],"
                                "'data_offsets':[0,2]}}",
                                2);
-    tv_shard_info si;
-    assert_int_equal(tv_checkpoint_shard(ck, 0, &si), 0);
-    assert_false(si.has_metadata);
-    assert_int_equal(si.n_metadata, 0);
-    assert_int_equal(si.n_tensors, 1);
+    check_shard0(ck, false, 0, 1);
     assert_int_equal(tv_checkpoint_shard_metadata(ck, 0, 0, NULL, NULL), TV_E_INVALID_ARG);
     assert_int_equal(tv_checkpoint_find(ck, "__metadata__", 12, NULL), TV_E_NOT_FOUND);
     tv_checkpoint_close(ck);

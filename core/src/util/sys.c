@@ -1,6 +1,8 @@
 /* Default (real) system-call table and the transfer helpers; see sys.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
@@ -47,12 +49,15 @@ int tv__sys_open(const char *path, int flags, mode_t mode)
     return fd < 0 ? -errno : fd;
 }
 
-int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len)
+/* The one transfer loop of pread_full and pwrite_upto: retries EINTR and
+ * short transfers, stops at EOF (0), refuses a transfer longer than asked. */
+static int xfer_loop(int fd, char *buf, size_t len, uint64_t off, bool write, size_t *done_len)
 {
     size_t done = 0;
     int rc = 0;
     while (done < len) {
-        ssize_t n = tv__sys.pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        ssize_t n = write ? tv__sys.pwrite(fd, buf + done, len - done, (off_t)(off + done))
+                          : tv__sys.pread(fd, buf + done, len - done, (off_t)(off + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -61,15 +66,20 @@ int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_
         }
         if (n == 0)
             break;
-        if ((size_t)n > len - done) { /* a broken (or injected) pread */
+        if ((size_t)n > len - done) { /* a broken (or injected) pread/pwrite */
             rc = -EIO;
             break;
         }
         done += (size_t)n;
     }
-    if (got_len)
-        *got_len = done;
+    if (done_len)
+        *done_len = done;
     return rc;
+}
+
+int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len)
+{
+    return xfer_loop(fd, buf, len, off, false, got_len);
 }
 
 int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off)
@@ -83,27 +93,8 @@ int tv__sys_pread_exact(int fd, void *buf, size_t len, uint64_t off)
 
 int tv__sys_pwrite_upto(int fd, const void *buf, size_t len, uint64_t off, size_t *put_len)
 {
-    size_t done = 0;
-    int rc = 0;
-    while (done < len) {
-        ssize_t n = tv__sys.pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = -errno;
-            break;
-        }
-        if (n == 0)
-            break;
-        if ((size_t)n > len - done) { /* a broken (or injected) pwrite */
-            rc = -EIO;
-            break;
-        }
-        done += (size_t)n;
-    }
-    if (put_len)
-        *put_len = done;
-    return rc;
+    /* The loop only passes buf on to pwrite: it never writes through it. */
+    return xfer_loop(fd, (char *)(uintptr_t)buf, len, off, true, put_len);
 }
 
 int tv__sys_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
