@@ -680,26 +680,12 @@ static void pipeline_submit(pipeline *w)
 }
 
 /* Waits until every posted buffer is read and hashed (a shard's digest is
- * final, and no reader uses its source any more); returns the first
- * failure's rc so far. */
-static int pipeline_wait_hashed(pipeline *w, tv_error *err)
+ * final, and no reader uses its source any more) and, with written, also
+ * written; returns the first failure's rc so far (a read's or a write's). */
+static int pipeline_wait(pipeline *w, bool written, tv_error *err)
 {
     pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->posted)
-        pthread_cond_wait(&w->cv, &w->mu);
-    int rc = w->rc;
-    if (rc && err)
-        *err = w->err;
-    pthread_mutex_unlock(&w->mu);
-    return rc;
-}
-
-/* Waits until every posted buffer is hashed and written; returns the first
- * failure's rc (a read's or a write's). */
-static int pipeline_drain(pipeline *w, tv_error *err)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->posted || w->written < w->posted)
+    while (w->hashed < w->posted || (written && w->written < w->posted))
         pthread_cond_wait(&w->cv, &w->mu);
     int rc = w->rc;
     if (rc && err)
@@ -1108,7 +1094,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
             break;
         wbuf *b = pipeline_acquire(w);
         if (!b) {
-            rc = pipeline_drain(w, err);
+            rc = pipeline_wait(w, true, err);
             break;
         }
         size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
@@ -1144,7 +1130,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     }
     /* Readers still use sf, the hasher h, hh and hdr_copy, until they
      * caught up with this shard. */
-    int prc = pipeline_wait_hashed(w, rc ? NULL : err);
+    int prc = pipeline_wait(w, false, rc ? NULL : err);
     if (!rc)
         rc = prc;
     char sha_hex[65], hdr_hex[65];
@@ -1184,7 +1170,7 @@ static int step_write(import_job *j, tv_error *err)
     for (size_t s = 0; s < j->n_shards && !rc; s++)
         rc = write_shard(j, &w, s, err);
     if (!rc)
-        rc = pipeline_drain(&w, err);
+        rc = pipeline_wait(&w, true, err);
 out:
     j->r.bytes_written = pipeline_bytes_written(&w); /* drained, when it counts */
     pipeline_stop(&w); /* joins the threads started, whatever happened */
