@@ -37,6 +37,7 @@
 #include "import/alloc.h"
 #include "import/import.h"
 #include "store/snapbuild.h"
+#include "util/hex.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 
@@ -184,6 +185,16 @@ static void stamp_of(const struct stat *sb, src_stamp *s)
     s->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
 }
 
+/* fstat on fd into s; -errno with a message naming the shard. */
+static int fd_stamp(int fd, const tv_shard_info *si, struct stat *sb, src_stamp *s, tv_error *err)
+{
+    if (tv__sys.fstat(fd, sb) < 0)
+        return tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
+                          strerror(errno));
+    stamp_of(sb, s);
+    return 0;
+}
+
 static void stamp_of_info(const tv_shard_info *si, src_stamp *s)
 {
     s->dev_id = si->dev_id;
@@ -318,12 +329,8 @@ static int open_source(const tv_shard_info *si, src_file *sf, tv_error *err)
     /* Lease first, stamps second: a writer that came and went before the
      * lease left its mark in the stamps. */
     sf->leased = take_lease(fd);
-    if (tv__sys.fstat(fd, &sb) < 0) {
-        rc = tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
-                        strerror(errno));
+    if ((rc = fd_stamp(fd, si, &sb, &sf->st, err)))
         goto fail;
-    }
-    stamp_of(&sb, &sf->st);
     stamp_of_info(si, &want);
     if (!S_ISREG(sb.st_mode) || stamp_diff(&want, &sf->st, what, sizeof(what))) {
         rc = tv__seterr(err, TV_E_SOURCE_CHANGED,
@@ -359,52 +366,45 @@ static int check_source(const src_file *sf, const tv_shard_info *si, tv_error *e
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' (%s) was removed or renamed during import: %s", si->name,
                           si->path, strerror(-pfd));
-    rc = tv__sys.fstat(pfd, &sb) < 0 ? -errno : 0;
+    rc = fd_stamp(pfd, si, &sb, &now, err);
     tv__sys.close(pfd);
     if (rc)
-        return tv__seterr(err, rc, "shard '%s': fstat %s: %s", si->name, si->path, strerror(-rc));
-    stamp_of(&sb, &now);
+        return rc;
     if (now.dev_id != sf->st.dev_id || now.inode != sf->st.inode) {
         stamp_diff(&sf->st, &now, what, sizeof(what));
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' (%s) was replaced during import: the path now names %s",
                           si->name, si->path, what);
     }
-    if (tv__sys.fstat(sf->fd, &sb) < 0)
-        return tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
-                          strerror(errno));
-    stamp_of(&sb, &now);
+    if ((rc = fd_stamp(sf->fd, si, &sb, &now, err)))
+        return rc;
     if (stamp_diff(&sf->st, &now, what, sizeof(what)))
         return tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' (%s) changed during import: %s",
                           si->name, si->path, what);
     return 0;
 }
 
-/* Reads len bytes at off into buf (cap bytes, aligned for O_DIRECT). An
- * O_DIRECT fd reads len rounded up to SRC_DIO_ALIGN (the tail past EOF
- * comes back short); a read it refuses (EINVAL: an alignment this
- * filesystem does not take) turns the fd buffered for good. */
-static int read_source(src_file *sf, uint8_t *buf, size_t len, size_t cap, uint64_t off,
-                       const char *name, tv_error *err)
+/* Reads len bytes at off into buf (cap bytes, aligned for O_DIRECT), then
+ * checks the lease. An O_DIRECT fd reads len rounded up to SRC_DIO_ALIGN
+ * (the tail past EOF comes back short); a read it refuses (EINVAL: an
+ * alignment this filesystem does not take) turns the fd buffered for good. */
+static int read_source(src_file *sf, const tv_shard_info *si, uint8_t *buf, size_t len, size_t cap,
+                       uint64_t off, tv_error *err)
 {
+    const char *name = si->name;
     size_t done = 0, want = len;
-    int rc;
-    if (sf->direct) {
-        uint64_t up;
-        if (!tv__align_up_u64(len, SRC_DIO_ALIGN, &up) && up <= cap)
-            want = (size_t)up;
-        rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
-        if (rc == -EINVAL && done == 0) {
-            int fl = fcntl(sf->fd, F_GETFL);
-            if (fl == -1 || fcntl(sf->fd, F_SETFL, fl & ~O_DIRECT) == -1)
-                return tv__seterr(err, -errno, "shard '%s': cannot leave O_DIRECT: %s", name,
-                                  strerror(errno));
-            sf->direct = false;
-            want = len;
-            rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
-        }
-    } else {
-        rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
+    uint64_t up;
+    bool direct = sf->direct;
+    if (direct && !tv__align_up_u64(len, SRC_DIO_ALIGN, &up) && up <= cap)
+        want = (size_t)up;
+    int rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
+    if (direct && rc == -EINVAL && done == 0) {
+        int fl = fcntl(sf->fd, F_GETFL);
+        if (fl == -1 || fcntl(sf->fd, F_SETFL, fl & ~O_DIRECT) == -1)
+            return tv__seterr(err, -errno, "shard '%s': cannot leave O_DIRECT: %s", name,
+                              strerror(errno));
+        sf->direct = false;
+        rc = tv__sys_pread_full(sf->fd, buf, len, off, &done);
     }
     if (rc)
         return tv__seterr(err, rc, "shard '%s': read at %llu: %s", name,
@@ -413,7 +413,28 @@ static int read_source(src_file *sf, uint8_t *buf, size_t len, size_t cap, uint6
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' is shorter than when it was validated (EOF at %llu)", name,
                           (unsigned long long)(off + done));
+    return check_lease(sf, si, err);
+}
+
+/* The shard's and its header's hash contexts: both or neither. */
+static int hashes_init(tv__sha256 *h, tv__sha256 *hh, tv_error *err)
+{
+    if (tv__sha256_init(h))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (tv__sha256_init(hh)) {
+        tv__sha256_free(h);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
     return 0;
+}
+
+static void hashes_final(tv__sha256 *h, tv__sha256 *hh, char sha_hex[65], char hdr_hex[65])
+{
+    uint8_t dig[32];
+    tv__sha256_final(h, dig);
+    tv__hex_encode(dig, 32, false, sha_hex);
+    tv__sha256_final(hh, dig);
+    tv__hex_encode(dig, 32, false, hdr_hex);
 }
 
 /* Hashes the whole source file (dedup probe) and its header, and copies the
@@ -424,20 +445,13 @@ static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_inf
                        tv_error *err)
 {
     tv__sha256 h, hh;
-    uint8_t dig[32];
     int rc;
-    if (tv__sha256_init(&h))
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    if (tv__sha256_init(&hh)) {
-        tv__sha256_free(&h);
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    }
+    if ((rc = hashes_init(&h, &hh, err)))
+        return rc;
     uint64_t hdr_end = si->data_off;
     for (uint64_t off = 0; off < si->file_len; off += chunk) {
         size_t n = (size_t)(si->file_len - off < chunk ? si->file_len - off : chunk);
-        if ((rc = job_cancelled(j, err)) ||
-            (rc = read_source(sf, buf, n, chunk, off, si->name, err)) ||
-            (rc = check_lease(sf, si, err))) {
+        if ((rc = job_cancelled(j, err)) || (rc = read_source(sf, si, buf, n, chunk, off, err))) {
             tv__sha256_free(&h);
             tv__sha256_free(&hh);
             return rc;
@@ -450,10 +464,7 @@ static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_inf
         }
         step_advance(j, s, n);
     }
-    tv__sha256_final(&h, dig);
-    tv__hex(dig, 32, sha_hex);
-    tv__sha256_final(&hh, dig);
-    tv__hex(dig, 32, hdr_hex);
+    hashes_final(&h, &hh, sha_hex, hdr_hex);
     return check_source(sf, si, err);
 }
 
@@ -535,9 +546,8 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         int rc = 0;
         tv_error e = {0};
-        if (!failed && b->src && b->payload &&
-            !(rc = read_source(b->src, b->p, b->payload, w->chunk, b->src_off, b->si->name, &e)))
-            rc = check_lease(b->src, b->si, &e);
+        if (!failed && b->src && b->payload)
+            rc = read_source(b->src, b->si, b->p, b->payload, w->chunk, b->src_off, &e);
         if (!failed && !rc)
             memset(b->p + b->payload, 0, b->len - b->payload);
         pthread_mutex_lock(&w->mu);
@@ -670,26 +680,12 @@ static void pipeline_submit(pipeline *w)
 }
 
 /* Waits until every posted buffer is read and hashed (a shard's digest is
- * final, and no reader uses its source any more); returns the first
- * failure's rc so far. */
-static int pipeline_wait_hashed(pipeline *w, tv_error *err)
+ * final, and no reader uses its source any more) and, with written, also
+ * written; returns the first failure's rc so far (a read's or a write's). */
+static int pipeline_wait(pipeline *w, bool written, tv_error *err)
 {
     pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->posted)
-        pthread_cond_wait(&w->cv, &w->mu);
-    int rc = w->rc;
-    if (rc && err)
-        *err = w->err;
-    pthread_mutex_unlock(&w->mu);
-    return rc;
-}
-
-/* Waits until every posted buffer is hashed and written; returns the first
- * failure's rc (a read's or a write's). */
-static int pipeline_drain(pipeline *w, tv_error *err)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->hashed < w->posted || w->written < w->posted)
+    while (w->hashed < w->posted || (written && w->written < w->posted))
         pthread_cond_wait(&w->cv, &w->mu);
     int rc = w->rc;
     if (rc && err)
@@ -794,7 +790,7 @@ static int verify_extent(import_job *j, size_t s, tv__dev *d, uint64_t base, uin
             step_advance(j, s, n);
     }
     tv__sha256_final(&h, dig);
-    tv__hex(dig, 32, hex);
+    tv__hex_encode(dig, 32, false, hex);
     if (strcmp(hex, want_hex) != 0)
         return tv__seterr(err, TV_E_HASH_MISMATCH, "%s: read back sha256 %s, expected %s", what,
                           hex, want_hex);
@@ -1091,21 +1087,14 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
                         (unsigned long long)hdr_end);
         goto out_source;
     }
-    if (tv__sha256_init(&h)) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
+    if ((rc = hashes_init(&h, &hh, err)))
         goto out_hdr;
-    }
-    if (tv__sha256_init(&hh)) {
-        tv__sha256_free(&h);
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto out_hdr;
-    }
     for (uint64_t off = 0; off < alloc; off += chunk) {
         if ((rc = job_cancelled(j, err)))
             break;
         wbuf *b = pipeline_acquire(w);
         if (!b) {
-            rc = pipeline_drain(w, err);
+            rc = pipeline_wait(w, true, err);
             break;
         }
         size_t n = (size_t)(alloc - off < chunk ? alloc - off : chunk);
@@ -1141,15 +1130,11 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     }
     /* Readers still use sf, the hasher h, hh and hdr_copy, until they
      * caught up with this shard. */
-    int prc = pipeline_wait_hashed(w, rc ? NULL : err);
+    int prc = pipeline_wait(w, false, rc ? NULL : err);
     if (!rc)
         rc = prc;
-    uint8_t dig[32];
     char sha_hex[65], hdr_hex[65];
-    tv__sha256_final(&h, dig);
-    tv__hex(dig, 32, sha_hex);
-    tv__sha256_final(&hh, dig);
-    tv__hex(dig, 32, hdr_hex);
+    hashes_final(&h, &hh, sha_hex, hdr_hex);
     if (rc || (rc = check_source(&sf, &p->info, err)))
         goto out_hdr;
     close_source(&sf);
@@ -1185,7 +1170,7 @@ static int step_write(import_job *j, tv_error *err)
     for (size_t s = 0; s < j->n_shards && !rc; s++)
         rc = write_shard(j, &w, s, err);
     if (!rc)
-        rc = pipeline_drain(&w, err);
+        rc = pipeline_wait(&w, true, err);
 out:
     j->r.bytes_written = pipeline_bytes_written(&w); /* drained, when it counts */
     pipeline_stop(&w); /* joins the threads started, whatever happened */

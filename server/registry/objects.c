@@ -239,9 +239,9 @@ done:
 
 static int exec_count(tv__reg *reg, const char *sql, size_t *count, tv_error *err)
 {
-    int rc = sqlite3_exec(reg->db, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return tv__sqlerr(reg->db, err, rc, "reclaiming after a restart");
+    int rc = tv__reg_exec(reg, "reclaiming after a restart", err, sql, "");
+    if (rc)
+        return rc;
     if (count)
         *count = (size_t)sqlite3_changes64(reg->db);
     return 0;

@@ -304,12 +304,21 @@ static int pointer_now(tv__store *st, const char *model, int64_t *gen, int64_t *
     return rc;
 }
 
+/* Writes generation gen's snapshot unless its file exists. */
+static int ensure_snapshot(tv__store *st, const char *model, int64_t gen, tv_error *err)
+{
+    bool exists = false;
+    int rc = tv__snapfile_exists(st->dir, model, gen, &exists, err);
+    if (!rc && !exists)
+        rc = tv__store_write_snapshot(st, model, gen, err);
+    return rc;
+}
+
 /* Writes the pointer as the registry says (number 0: removes it), the
  * snapshot it names first; nothing when it already says so. */
 static int pointer_from_registry(tv__store *st, const char *model, int64_t number, tv_error *err)
 {
     int64_t now = 0, from = -1;
-    bool exists = false;
     int rc = pointer_now(st, model, &now, &from, err);
     if (rc < 0)
         return rc;
@@ -317,9 +326,7 @@ static int pointer_from_registry(tv__store *st, const char *model, int64_t numbe
         return 0; /* read and compared: nothing to write */
     if (number == 0)
         return tv__snapfile_write_pointer(st->dir, model, 0, -1, err);
-    if ((rc = tv__snapfile_exists(st->dir, model, number, &exists, err)))
-        return rc;
-    if (!exists && (rc = tv__store_write_snapshot(st, model, number, err)))
+    if ((rc = ensure_snapshot(st, model, number, err)))
         return rc;
     return tv__snapfile_write_pointer(st->dir, model, number, -1, err);
 }
@@ -359,7 +366,6 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
 {
     tv__reg_generation g;
     int64_t prev = 0, old_gen = 0, old_from = -1;
-    bool exists = false;
     int rc;
     if (!st || !model || gen <= 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_activate: bad argument");
@@ -376,8 +382,7 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
         return pointer_from_registry(st, model, gen, err);
     /* 1. The snapshot exists before anything names it (harmless if we stop
      * here: a ready generation may have its file). */
-    if ((rc = tv__snapfile_exists(st->dir, model, gen, &exists, err)) ||
-        (!exists && (rc = tv__store_write_snapshot(st, model, gen, err))))
+    if ((rc = ensure_snapshot(st, model, gen, err)))
         return rc;
     tv__crash_point("activate.snapshot");
     if ((rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
@@ -407,12 +412,6 @@ fail_tx:
     return rc;
 }
 
-/* Writer-open repair of one model's pointer (gens: its generations).
- * Registry and pointer agree: nothing is written. The pointer names a
- * ready generation with a snapshot and records that it replaced the
- * registry's active one: an activation was cut between its pointer and
- * its commit, so the registry is brought forward. Otherwise the registry
- * wins and the pointer is rewritten. */
 /* Whether a model's pointer shows an interrupted activation: it names a
  * ready generation p with a snapshot and records that it replaced the
  * registry's active generation (a writer killed between the pointer rename
@@ -444,6 +443,12 @@ static int interrupted_activation(tv__store *st, const char *model, const tv__re
     return 0;
 }
 
+/* Writer-open repair of one model's pointer (gens: its generations).
+ * Registry and pointer agree: nothing is written. The pointer names a
+ * ready generation with a snapshot and records that it replaced the
+ * registry's active one: an activation was cut between its pointer and
+ * its commit, so the registry is brought forward. Otherwise the registry
+ * wins and the pointer is rewritten. */
 static int sync_pointer(tv__store *st, const char *model, const tv__reg_generation *gens,
                         size_t n_gens, tv_error *err)
 {

@@ -140,7 +140,8 @@ void tv__store_close(tv__store *st)
 }
 
 /* What an existing directory without registry.db is: a store that lost its
- * registry (it has a lock or snapshots/) or no store at all. */
+ * registry (it has a lock or snapshots/) or no store at all. Called by
+ * tv__store_check_dir once dir is known to be a directory. */
 static int no_registry(const char *dir, const char *reg_path, tv_error *err)
 {
     char p[4096];
@@ -154,9 +155,6 @@ static int no_registry(const char *dir, const char *reg_path, tv_error *err)
         return tv__seterr(err, TV_E_REGISTRY,
                           "store %s: registry %s is missing; restore it (never re-created)", dir,
                           reg_path);
-    if (stat(dir, &sb) != 0)
-        return tv__seterr(err, TV_E_NOT_FOUND, "%s: no such store directory (%s)", dir,
-                          strerror(errno));
     return tv__seterr(err, TV_E_NOT_FOUND,
                       "%s is not a tensorvault store (no %s; run 'tensorvault store init')", dir,
                       REGISTRY_FILE);
@@ -209,13 +207,9 @@ static int open_common(const char *dir, unsigned flags, bool create, bool *creat
         rc = tv__seterr(err, -ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = path_join(p, sizeof(p), dir, REGISTRY_FILE, err)))
+    if ((rc = path_join(p, sizeof(p), dir, REGISTRY_FILE, err)) ||
+        (!create && (rc = tv__store_check_dir(dir, err))))
         goto fail;
-    struct stat sb;
-    if (!create && lstat(p, &sb) < 0) {
-        rc = no_registry(dir, p, err);
-        goto fail;
-    }
     if ((flags & TV__STORE_WRITE) && (rc = take_lock(dir, &st->lock_fd, &lock_made, err)))
         goto fail;
     unsigned rflags = create ? TV__REG_CREATE : (flags & TV__STORE_WRITE) ? 0 : TV__REG_READONLY;

@@ -69,7 +69,8 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
  * read-only, never created or migrated, and a read-only mount works) or
  * TV__STORE_WRITE (takes DIR/lock: opened with O_NOFOLLOW | O_NONBLOCK, a
  * lock that is not a regular file is refused, never truncated).
- * Returns 0 and *out; TV_E_NOT_FOUND (dir is not a store); TV_E_REGISTRY
+ * Returns 0 and *out; the errors of tv__store_check_dir (run first: dir
+ * is not a store, TV_E_NOT_FOUND); TV_E_REGISTRY
  * naming the file when the registry of a store directory is missing,
  * empty, corrupt or (for readers) of an older schema; TV_E_LOCKED;
  * TV_E_INVALID_ARG for a lock that is not a regular file; -ELOOP for a
