@@ -7,8 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util/hex.h"
-
 typedef struct tv__sha256 {
     void *md; /* EVP_MD_CTX */
 } tv__sha256;
@@ -20,12 +18,4 @@ void tv__sha256_update(tv__sha256 *h, const void *p, size_t len);
 void tv__sha256_final(tv__sha256 *h, uint8_t out[32]);
 /* Frees without producing a digest. NULL-safe, safe twice. */
 void tv__sha256_free(tv__sha256 *h);
-/* 2 * len lower-case hex digits plus NUL: the old name of
- * tv__hex_encode(in, len, false, out), kept until server/import/import.c
- * calls that directly. */
-static inline void tv__hex(const uint8_t *in, size_t len, char *out)
-{
-    tv__hex_encode(in, len, false, out);
-}
-
 #endif
