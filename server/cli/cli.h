@@ -24,10 +24,12 @@
 
 #define TV__CLI_SPEC_MAX 512 /* bytes of NAME in NAME[@GEN], NUL included */
 
+typedef struct tv__cli_ctx tv__cli_ctx;
+
 typedef struct tv__cli_cmd {
-    const char *name; /* "import"; "store init" (dispatched on its first word) */
-    int (*run)(int argc, char **argv);
-    const char *positionals; /* the usage line's text for them: "NAME SRC"; "" for none */
+    const char *name;                 /* "import"; "store init" (dispatched on its first word) */
+    int (*run)(const tv__cli_ctx *c); /* after the prologue, tv__cli_begin */
+    const char *positionals;          /* the usage line's text for them: "NAME SRC"; "" for none */
     unsigned min_pos, max_pos;
     unsigned flags;                     /* TV__CLI_* */
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
@@ -43,19 +45,19 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_activate, tv__cli_cmd_retire, tv__cli_cmd_gc, tv__cli_cmd_verify, tv__cli_cmd_get,
     tv__cli_cmd_bench;
 
-int tv__cli_inspect(int argc, char **argv);
-int tv__cli_store(int argc, char **argv);
-int tv__cli_import(int argc, char **argv);
-int tv__cli_models(int argc, char **argv);
-int tv__cli_generations(int argc, char **argv);
-int tv__cli_tensors(int argc, char **argv);
-int tv__cli_devices(int argc, char **argv);
-int tv__cli_activate(int argc, char **argv);
-int tv__cli_retire(int argc, char **argv);
-int tv__cli_gc(int argc, char **argv);
-int tv__cli_verify(int argc, char **argv);
-int tv__cli_get_tensor(int argc, char **argv);
-int tv__cli_bench(int argc, char **argv);
+int tv__cli_inspect(const tv__cli_ctx *c);
+int tv__cli_store(const tv__cli_ctx *c);
+int tv__cli_import(const tv__cli_ctx *c);
+int tv__cli_models(const tv__cli_ctx *c);
+int tv__cli_generations(const tv__cli_ctx *c);
+int tv__cli_tensors(const tv__cli_ctx *c);
+int tv__cli_devices(const tv__cli_ctx *c);
+int tv__cli_activate(const tv__cli_ctx *c);
+int tv__cli_retire(const tv__cli_ctx *c);
+int tv__cli_gc(const tv__cli_ctx *c);
+int tv__cli_verify(const tv__cli_ctx *c);
+int tv__cli_get_tensor(const tv__cli_ctx *c);
+int tv__cli_bench(const tv__cli_ctx *c);
 
 /* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
 int tv__cli_main(int argc, char **argv);
@@ -64,19 +66,20 @@ int tv__cli_main(int argc, char **argv);
 const char *tv__cli_cmd_usage(const tv__cli_cmd *cmd, char *buf, size_t len);
 
 /* What the prologue found. */
-typedef struct tv__cli_ctx {
+struct tv__cli_ctx {
     const tv__cli_cmd *cmd;
     tv__cli_args a;
     bool json;                    /* --json */
     const char *store;            /* TV__CLI_STORE: the store directory */
     char model[TV__CLI_SPEC_MAX]; /* TV__CLI_SPEC: NAME */
     int64_t gen;                  /* TV__CLI_SPEC: GEN or 0 (active); TV__CLI_GEN: pos[1] */
-} tv__cli_ctx;
+};
 
-/* The prologue of every command, in this order: parse the options against
- * cmd's table, the store directory (TV__CLI_STORE), the positional count,
- * NAME[@GEN] (TV__CLI_SPEC) and GEN (TV__CLI_GEN). argv[0] is the command
- * word. Returns 0, or 2 with the usage error printed. */
+/* The prologue of every command (tv__cli_main runs it before cmd->run), in
+ * this order: parse the options against cmd's table, the store directory
+ * (TV__CLI_STORE), the positional count, NAME[@GEN] (TV__CLI_SPEC) and GEN
+ * (TV__CLI_GEN). argv[0] is the command word. Returns 0, or 2 with the
+ * usage error printed. */
 int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c);
 
 /* Sets err to code with "what: strerror" and returns code. */

@@ -132,22 +132,18 @@ const tv__cli_cmd tv__cli_cmd_inspect = {
     .opts = {{"--json", NULL, NULL}},
 };
 
-int tv__cli_inspect(int argc, char **argv)
+int tv__cli_inspect(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_inspect, argc, argv, &c);
-    if (u)
-        return u;
-    const char *path = c.a.pos[0];
+    const char *path = c->a.pos[0];
     tv_checkpoint *ck = NULL;
     tv_error err = {0};
     int rc = tv_checkpoint_open(path, NULL, &ck, &err);
     if (rc) {
-        tv__cli_fail("inspect", c.json, rc, err.msg);
+        tv__cli_fail("inspect", c->json, rc, err.msg);
         return TV__EXIT_FAIL;
     }
     int ret = TV__EXIT_OK;
-    if (c.json)
+    if (c->json)
         ret = print_json(ck);
     else
         print_text(ck);

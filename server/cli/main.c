@@ -177,7 +177,25 @@ int tv__cli_main(int argc, char **argv)
             notes(stdout);
             return TV__EXIT_OK;
         }
-        return cmd->run(argc - 1, argv + 1);
+        int skip = 1;        /* argv + skip starts at the command's last word */
+        if (cmd->name[wl]) { /* "store init": its second word must follow */
+            char line[1024];
+            tv__cli_cmd_usage(cmd, line, sizeof(line));
+            if (argc < 3) {
+                fprintf(stderr, "usage: tensorvault %s\n", line);
+                return TV__EXIT_USAGE;
+            }
+            if (strcmp(argv[2], cmd->name + wl + 1) != 0) {
+                fprintf(stderr,
+                        "tensorvault: %s: unknown subcommand '%s' (usage: tensorvault %s)\n",
+                        argv[1], argv[2], line);
+                return TV__EXIT_USAGE;
+            }
+            skip = 2;
+        }
+        tv__cli_ctx c;
+        int u = tv__cli_begin(cmd, argc - skip, argv + skip, &c);
+        return u ? u : cmd->run(&c);
     }
     fprintf(stderr, "tensorvault: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -137,19 +137,16 @@ const tv__cli_cmd tv__cli_cmd_get = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_get_tensor(int argc, char **argv)
+int tv__cli_get_tensor(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_get, argc, argv, &c);
-    if (u)
-        return u;
-    const tv__cli_args *a = &c.a;
-    bool json = c.json;
-    const char *dir = c.store;
+    const tv__cli_args *a = &c->a;
+    bool json = c->json;
+    const char *dir = c->store;
     const char *outp = tv__cli_get(a, "-o") ? tv__cli_get(a, "-o") : tv__cli_get(a, "--output");
     const char *rows = tv__cli_get(a, "--rows");
     bool f32 = tv__cli_flag(a, "--f32");
     uint64_t r0 = 0, r1 = 0;
+    int u;
     if (!outp)
         return tv__cli_usage("get", "-o FILE is required (- for standard output)");
     if (tv__cli_get(a, "-o") && tv__cli_get(a, "--output"))
@@ -296,20 +293,17 @@ const tv__cli_cmd tv__cli_cmd_bench = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_bench(int argc, char **argv)
+int tv__cli_bench(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_bench, argc, argv, &c);
-    if (u)
-        return u;
-    const tv__cli_args *a = &c.a;
-    bool json = c.json;
-    const char *dir = c.store;
+    const tv__cli_args *a = &c->a;
+    bool json = c->json;
+    const char *dir = c->store;
     uint64_t count = 2000, copy_threads = 0;
     bool fresh = tv__cli_flag(a, "--fresh");
     if (tv__cli_get(a, "--count") && !tv__cli_get(a, "--latency"))
         return tv__cli_usage("bench", "--count needs --latency TENSOR");
     tv_open_opts oo;
+    int u;
     if ((u = read_opts("bench", a, &oo)) ||
         (u = tv__cli_opt_uint("bench", a, "--count", 1, TV__CLI_MAX_COUNT, &count)) ||
         (u = tv__cli_opt_uint("bench", a, "--copy-threads", 1, TV_READ_MAX_COPY_THREADS,

@@ -62,23 +62,10 @@ const tv__cli_cmd tv__cli_cmd_store = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_store(int argc, char **argv)
+int tv__cli_store(const tv__cli_ctx *c)
 {
-    char usage[1024];
-    tv__cli_cmd_usage(&tv__cli_cmd_store, usage, sizeof(usage));
-    if (argc < 2) {
-        fprintf(stderr, "usage: tensorvault %s\n", usage);
-        return TV__EXIT_USAGE;
-    }
-    if (strcmp(argv[1], "init") != 0)
-        return tv__cli_usage("store", "unknown subcommand '%s' (usage: tensorvault %s)", argv[1],
-                             usage);
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_store, argc - 1, argv + 1, &c);
-    if (u)
-        return u;
-    const tv__cli_args *a = &c.a;
-    const char *dir = c.store;
+    const tv__cli_args *a = &c->a;
+    const char *dir = c->store;
     tv__store_init_opts o = {0};
     o.image = tv__cli_get(a, "--image");
     o.device = tv__cli_get(a, "--device");
@@ -88,6 +75,7 @@ int tv__cli_store(int argc, char **argv)
         return tv__cli_usage("store init", "need --image FILE --size SIZE, or --device PATH");
     /* Explicit zeros are refused: 0 is not "the default" here (the region
      * never starts at byte 0; a region of 0 bytes holds nothing). */
+    int u;
     if ((u = tv__cli_opt_size("store init", a, "--size", 1, UINT64_MAX, &o.image_size_bytes)) ||
         (u = tv__cli_opt_size("store init", a, "--region-offset", 1, UINT64_MAX, &o.region_off)) ||
         (u = tv__cli_opt_size("store init", a, "--region-size", 1, UINT64_MAX, &o.region_len)))
@@ -100,8 +88,8 @@ int tv__cli_store(int argc, char **argv)
     o.row_out = &row;
     int rc = tv__store_init(dir, &o, &id, &err);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
-    if (c.json)
+        return tv__cli_failed(c, rc, &err);
+    if (c->json)
         emit_json(json_pack("{s:s,s:I,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "store", dir,
                             "device_id", (json_int_t)id, "uuid", row.uuid, "path", row.path, "kind",
                             row.kind, "lba_size", (json_int_t)row.lba_size, "io_align",
@@ -167,24 +155,21 @@ const tv__cli_cmd tv__cli_cmd_import = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_import(int argc, char **argv)
+int tv__cli_import(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_import, argc, argv, &c);
-    if (u)
-        return u;
-    const tv__cli_args *a = &c.a;
-    bool json = c.json;
+    const tv__cli_args *a = &c->a;
+    bool json = c->json;
     tv_error err = {0};
     /* The name rule first: a bad name touches neither the store nor the
      * source. */
     int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     tv__import_opts o = {0};
     o.activate = tv__cli_flag(a, "--activate");
     o.strict = tv__cli_flag(a, "--strict");
     uint64_t chunk = 0;
+    int u;
     /* The importer holds TV__CLI_IMPORT_BUFS chunks: the staging cap bounds them. */
     if ((u = tv__cli_opt_size("import", a, "--chunk", TV__CLI_MIN_CHUNK,
                               TV__CLI_MAX_STAGING / TV__CLI_IMPORT_BUFS, &chunk)))
@@ -201,9 +186,9 @@ int tv__cli_import(int argc, char **argv)
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
     tv__store *st;
-    rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
+    rc = open_store(c->store, TV__STORE_WRITE, &st, &err);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
     if (rep) {
         for (size_t i = 0; i < n_names && !rc; i++)
@@ -211,7 +196,7 @@ int tv__cli_import(int argc, char **argv)
         o.devices = devs;
         if (rc) {
             tv__store_close(st);
-            return tv__cli_failed(&c, rc, &err);
+            return tv__cli_failed(c, rc, &err);
         }
     }
     progress pr = {mono(), 0, isatty(2) && !json};
@@ -221,7 +206,7 @@ int tv__cli_import(int argc, char **argv)
     rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
     tv__store_close(st);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
     if (json)
         emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a->pos[0],
@@ -250,25 +235,21 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_models(int argc, char **argv)
+int tv__cli_models(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_models, argc, argv, &c);
-    if (u)
-        return u;
-    bool json = c.json;
+    bool json = c->json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_model *m = NULL;
     size_t n = 0;
-    int rc = open_store(c.store, 0, &st, &err);
+    int rc = open_store(c->store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_models_list(st->reg, &m, &n, &err);
     for (size_t i = 0; !rc && i < n; i++)
         rc = tv__store_settled_active(st, m[i].name, &m[i].active_generation, &err);
     tv__store_close(st);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     json_t *arr = json_array();
     if (!json)
         printf("%-40s %8s %12s\n", "MODEL", "ACTIVE", "GENERATIONS");
@@ -304,20 +285,16 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_generations(int argc, char **argv)
+int tv__cli_generations(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_generations, argc, argv, &c);
-    if (u)
-        return u;
-    bool json = c.json;
-    const char *model = c.a.pos[0];
+    bool json = c->json;
+    const char *model = c->a.pos[0];
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation *g = NULL;
     size_t n = 0;
     int64_t active = 0;
-    int rc = open_store(c.store, 0, &st, &err);
+    int rc = open_store(c->store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_generations_list(st->reg, model, &g, &n, &err);
     if (!rc)
@@ -326,7 +303,7 @@ int tv__cli_generations(int argc, char **argv)
         g[i].active = g[i].number == active;
     tv__store_close(st);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     json_t *arr = json_array();
     if (!json)
         printf("%4s %-9s %6s %7s %9s %14s  %s\n", "GEN", "STATE", "ACTIVE", "SHARDS", "TENSORS",
@@ -364,22 +341,18 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_tensors(int argc, char **argv)
+int tv__cli_tensors(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_tensors, argc, argv, &c);
-    if (u)
-        return u;
-    bool json = c.json;
-    const char *name = c.model;
-    int64_t gen = c.gen;
+    bool json = c->json;
+    const char *name = c->model;
+    int64_t gen = c->gen;
     tv_error err = {0};
     tv__store *st;
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
     tv__reg_device *devs = NULL;
     size_t n_devs = 0;
-    int rc = open_store(c.store, 0, &st, &err);
+    int rc = open_store(c->store, 0, &st, &err);
     if (!rc && gen == 0) /* the active generation, as readers open it */
         rc = tv__store_settled_active(st, name, &gen, &err);
     if (!rc)
@@ -392,7 +365,7 @@ int tv__cli_tensors(int argc, char **argv)
     if (rc) {
         free(devs);
         tv__reg_manifest_free(m);
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     }
     json_t *arr = json_array();
     if (!json)
@@ -462,23 +435,19 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_devices(int argc, char **argv)
+int tv__cli_devices(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_devices, argc, argv, &c);
-    if (u)
-        return u;
-    bool json = c.json;
+    bool json = c->json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_device *d = NULL;
     size_t n = 0;
-    int rc = open_store(c.store, 0, &st, &err);
+    int rc = open_store(c->store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_device_list(st->reg, &d, &n, &err);
     if (rc) {
         tv__store_close(st);
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     }
     json_t *arr = json_array();
     if (!json)
@@ -491,7 +460,7 @@ int tv__cli_devices(int argc, char **argv)
             json_decref(arr);
             free(d);
             tv__store_close(st);
-            return tv__cli_failed(&c, rc, &err);
+            return tv__cli_failed(c, rc, &err);
         }
         tv__dev *dev;
         tv_error de = {0};
@@ -552,17 +521,13 @@ const tv__cli_cmd tv__cli_cmd_retire = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-static int gen_change(int argc, char **argv, bool activate)
+static int gen_change(const tv__cli_ctx *c, bool activate)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(activate ? &tv__cli_cmd_activate : &tv__cli_cmd_retire, argc, argv, &c);
-    if (u)
-        return u;
-    const char *model = c.a.pos[0];
-    int64_t gen = c.gen;
+    const char *model = c->a.pos[0];
+    int64_t gen = c->gen;
     tv_error err = {0};
     tv__store *st;
-    int rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(c->store, TV__STORE_WRITE, &st, &err);
     /* Activation changes registry and pointer together (an error changes
      * neither); retiring never touches the pointer (the active generation
      * cannot be retired). */
@@ -571,8 +536,8 @@ static int gen_change(int argc, char **argv, bool activate)
                       : tv__reg_generation_retire(st->reg, model, gen, &err);
     tv__store_close(st);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
-    if (c.json)
+        return tv__cli_failed(c, rc, &err);
+    if (c->json)
         emit_json(json_pack("{s:s,s:I,s:s}", "model", model, "generation", (json_int_t)gen, "state",
                             activate ? "active" : "retired"));
     else
@@ -580,14 +545,14 @@ static int gen_change(int argc, char **argv, bool activate)
     return TV__EXIT_OK;
 }
 
-int tv__cli_activate(int argc, char **argv)
+int tv__cli_activate(const tv__cli_ctx *c)
 {
-    return gen_change(argc, argv, true);
+    return gen_change(c, true);
 }
 
-int tv__cli_retire(int argc, char **argv)
+int tv__cli_retire(const tv__cli_ctx *c)
 {
-    return gen_change(argc, argv, false);
+    return gen_change(c, false);
 }
 
 const tv__cli_cmd tv__cli_cmd_gc = {
@@ -600,19 +565,15 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_gc(int argc, char **argv)
+int tv__cli_gc(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_gc, argc, argv, &c);
-    if (u)
-        return u;
     tv_error err = {0};
     tv__store *st;
     tv__reg_object *o = NULL;
     size_t n = 0, freed = 0;
     uint64_t bytes = 0;
     bool *keep = NULL;
-    int rc = open_store(c.store, TV__STORE_WRITE, &st, &err);
+    int rc = open_store(c->store, TV__STORE_WRITE, &st, &err);
     if (!rc)
         rc = tv__reg_objects_unreferenced(st->reg, &o, &n, &err);
     if (!rc && !(keep = calloc(n ? n : 1, sizeof(*keep))))
@@ -639,8 +600,8 @@ int tv__cli_gc(int argc, char **argv)
     free(keep);
     tv__store_close(st);
     if (rc)
-        return tv__cli_failed(&c, rc, &err);
-    if (c.json)
+        return tv__cli_failed(c, rc, &err);
+    if (c->json)
         emit_json(json_pack("{s:I,s:I}", "objects_freed", (json_int_t)freed, "bytes_freed",
                             (json_int_t)bytes));
     else
@@ -676,24 +637,20 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_verify(int argc, char **argv)
+int tv__cli_verify(const tv__cli_ctx *c)
 {
-    tv__cli_ctx c;
-    int u = tv__cli_begin(&tv__cli_cmd_verify, argc, argv, &c);
-    if (u)
-        return u;
-    bool json = c.json;
+    bool json = c->json;
     tv_error err = {0};
     tv__store *st;
     tv__reg_object *o = NULL;
     size_t n = 0, bad = 0;
     uint64_t bytes = 0;
-    int rc = open_store(c.store, 0, &st, &err);
+    int rc = open_store(c->store, 0, &st, &err);
     if (!rc)
         rc = tv__reg_objects_list_committed(st->reg, 0, &o, &n, &err);
     if (rc) {
         tv__store_close(st);
-        return tv__cli_failed(&c, rc, &err);
+        return tv__cli_failed(c, rc, &err);
     }
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {

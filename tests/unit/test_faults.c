@@ -505,8 +505,6 @@ static int run_read(const fcase *c)
  *   - close: Linux releases the descriptor anyway, and nothing written
  *     through it is lost (every write is followed by fdatasync/fsync before
  *     close); the close of a new snapshot temp file is still checked;
- *   - the writer lock file's pid (pread of the holder, ftruncate, pwrite):
- *     informational only;
  *   - writers, everything on snapshot files and pointers (snapshots/): the
  *     registry is the truth; a missing or stale snapshot or pointer is
  *     rebuilt by the next writer's open (tv__store_sync_snapshots), so
@@ -518,14 +516,9 @@ static int run_read(const fcase *c)
  * leave the command successful. */
 static bool tolerated(const fcase *c, int kind, bool is_short, const char *path)
 {
-    size_t pl = strlen(path);
-    bool lock = pl >= 5 && !strcmp(path + pl - 5, "/lock");
     bool snap = strstr(path, "/snapshots") != NULL;
     bool writer = c->run != run_read && c->run != run_verify;
     if (kind == TV_TEST_SYS_CLOSE && !strstr(path, "/.tmp"))
-        return true;
-    if (lock &&
-        (kind == TV_TEST_SYS_PREAD || kind == TV_TEST_SYS_FTRUNCATE || kind == TV_TEST_SYS_PWRITE))
         return true;
     if (snap && writer)
         return true;

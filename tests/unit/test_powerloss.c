@@ -238,15 +238,16 @@ static void restore_state(int s)
 typedef struct pl_cmd {
     const char *label;
     int before; /* saved state it starts from */
-    int (*run)(int argc, char **argv);
     int argc;
-    char *argv[10];
+    char *argv[10]; /* from the command word on */
 } pl_cmd;
 
 static int run_cmd(void *ctx)
 {
     pl_cmd *c = ctx;
-    return c->run(c->argc, c->argv);
+    char *argv[1 + TV_ARRAY_LEN(c->argv)] = {"tensorvault"};
+    memcpy(argv + 1, c->argv, sizeof(c->argv));
+    return tv__cli_main(c->argc + 1, argv);
 }
 
 static void run_clean(pl_cmd *c)
@@ -257,7 +258,7 @@ static void run_clean(pl_cmd *c)
 
 static pl_cmd cmd_import(bool activate, int gen_ck)
 {
-    pl_cmd c = {.run = tv__cli_import, .argc = 0};
+    pl_cmd c = {.argc = 0};
     c.argv[c.argc++] = "import";
     c.argv[c.argc++] = "--store";
     c.argv[c.argc++] = F.store;
@@ -270,15 +271,15 @@ static pl_cmd cmd_import(bool activate, int gen_ck)
     return c;
 }
 
-static pl_cmd cmd_gen(int (*run)(int, char **), char *name, char *gen)
+static pl_cmd cmd_gen(char *name, char *gen)
 {
-    pl_cmd c = {.run = run, .argc = 5, .argv = {name, "--store", F.store, MODEL, gen}};
+    pl_cmd c = {.argc = 5, .argv = {name, "--store", F.store, MODEL, gen}};
     return c;
 }
 
 static pl_cmd cmd_gc(void)
 {
-    pl_cmd c = {.run = tv__cli_gc, .argc = 3, .argv = {"gc", "--store", F.store}};
+    pl_cmd c = {.argc = 3, .argv = {"gc", "--store", F.store}};
     return c;
 }
 
@@ -772,11 +773,10 @@ static int group_setup(void **state)
         return -1;
 
     pl_cmd init = {
-        .run = tv__cli_store,
         .argc = 8,
         .argv = {"store", "init", "--store", F.store, "--image", F.image, "--size", IMAGE_LEN}};
     pl_cmd imp_a = cmd_import(true, 0), imp_b = cmd_import(true, 1);
-    pl_cmd retire = cmd_gen(tv__cli_retire, "retire", "1");
+    pl_cmd retire = cmd_gen("retire", "1");
     if (run_or_die(&init))
         return -1;
     save_state(ST_EMPTY);
@@ -985,7 +985,7 @@ static void test_import(void **state)
 static void test_activate_older(void **state)
 {
     (void)state;
-    pl_cmd c = cmd_gen(tv__cli_activate, "activate", "1");
+    pl_cmd c = cmd_gen("activate", "1");
     c.label = "activate (older generation)";
     c.before = ST_AB;
     sweep(&c);
@@ -994,7 +994,7 @@ static void test_activate_older(void **state)
 static void test_retire(void **state)
 {
     (void)state;
-    pl_cmd c = cmd_gen(tv__cli_retire, "retire", "1");
+    pl_cmd c = cmd_gen("retire", "1");
     c.label = "retire";
     c.before = ST_AB;
     sweep(&c);
