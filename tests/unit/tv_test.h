@@ -470,6 +470,7 @@ static inline void tv_test_fault_install(void)
         .mkdir = tv_test__mkdir,
         .mmap = s->under.mmap, /* pass-through: not counted, never failed */
         .munmap = s->under.munmap,
+        .lseek = s->under.lseek, /* pass-through: not counted, never failed */
     };
     tv__io_fault = tv_test__io_fault;
 }

@@ -141,7 +141,7 @@ static int scan_extents(scan_ctx *c, tv_error *err)
 {
     off_t pos = (off_t)c->region_off;
     for (unsigned i = 0; i < TV__DEV_SCAN_EXTENTS && (uint64_t)pos < c->region_end; i++) {
-        off_t data = lseek(c->d->fd, pos, SEEK_DATA);
+        off_t data = tv__sys.lseek(c->d->fd, pos, SEEK_DATA);
         if (data < 0) {
             if (errno == ENXIO) /* no data after pos */
                 return 0;
@@ -156,7 +156,7 @@ static int scan_extents(scan_ctx *c, tv_error *err)
         int rc = scan_range(c, (uint64_t)data, TV__DEV_SCAN_WINDOW, err);
         if (rc || c->out->nonzero)
             return rc;
-        off_t hole = lseek(c->d->fd, data, SEEK_HOLE);
+        off_t hole = tv__sys.lseek(c->d->fd, data, SEEK_HOLE);
         if (hole < 0 || hole <= data)
             return 0;
         pos = hole;

@@ -29,7 +29,7 @@ static int real_rename_noreplace(const char *from, const char *to)
         .open = real_open, .close = close, .pread = pread, .pwrite = pwrite, .fsync = fsync,       \
         .fdatasync = fdatasync, .ftruncate = ftruncate, .fstat = fstat, .ioctl = real_ioctl,       \
         .flock = flock, .rename = rename, .rename_noreplace = real_rename_noreplace, .link = link, \
-        .unlink = unlink, .mkdir = mkdir, .mmap = mmap, .munmap = munmap,                          \
+        .unlink = unlink, .mkdir = mkdir, .mmap = mmap, .munmap = munmap, .lseek = lseek,          \
     }
 
 static const tv__sys_ops g_real = TV__SYS_REAL;

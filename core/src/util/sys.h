@@ -1,7 +1,7 @@
 /* The one door to the OS: an overridable system-call table (SQLite's
  * aSyscall[] idea) plus the "transfer everything" helpers built on it.
  * Every open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
- * flock, rename, link, unlink, mkdir, mmap and munmap on a device, shard,
+ * flock, rename, link, unlink, mkdir, mmap, munmap and lseek on a device, shard,
  * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
  * of them without real hardware.
  *
@@ -39,6 +39,7 @@ typedef struct tv__sys_ops {
      * MAP_FAILED with errno on failure. */
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
+    off_t (*lseek)(int fd, off_t off, int whence); /* SEEK_DATA/SEEK_HOLE scans */
 } tv__sys_ops;
 
 extern tv__sys_ops tv__sys;
