@@ -85,12 +85,6 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
 /* Sets err to code with "what: strerror" and returns code. */
 int tv__cli_err(tv_error *err, int code, const char *what);
 
-/* 0 when dir looks like a store (a directory holding registry.db); else
- * TV_E_NOT_FOUND with "DIR is not a tensorvault store (reason)" for a
- * missing path, a file or a directory without registry.db, or -errno
- * naming dir when it cannot be examined (EACCES...). */
-int tv__cli_check_store(const char *dir, tv_error *err);
-
 /* Prints "tensorvault: CMD: NAME: message" to stderr and, with json, the
  * error object {"error":{"code","message"}} to stdout. */
 void tv__cli_fail(const char *cmd, bool json, int code, const char *msg);

@@ -16,6 +16,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "store/store.h"
 #include "tensorvault/tensorvault.h"
 #include "util/internal.h"
 #include "util/sys.h"
@@ -168,7 +169,7 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
     size_t idx, len = 0;
     tv_tensor_desc d;
     void *buf = NULL;
-    int rc = tv__cli_check_store(dir, &err);
+    int rc = tv__store_check_dir(dir, &err);
     if (!rc)
         rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
     if (rc)
@@ -312,7 +313,7 @@ int tv__cli_bench(const tv__cli_ctx *c)
     oo.copy_threads = (uint32_t)copy_threads;
     tv_error err = {0};
     tv_model *m = NULL;
-    int rc = tv__cli_check_store(dir, &err);
+    int rc = tv__store_check_dir(dir, &err);
     if (!rc)
         rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
     if (rc) {

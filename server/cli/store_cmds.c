@@ -29,18 +29,11 @@ static void emit_json(json_t *o)
     json_decref(o);
 }
 
-int tv__cli_check_store(const char *dir, tv_error *err)
-{
-    return tv__store_check_dir(dir, err);
-}
-
-/* Every command but store init: refuse a path that is not a store with the
- * same message before the registry is touched. */
+/* Every command but store init. tv__store_open refuses a path that is not a
+ * store (tv__store_check_dir) before the registry or the lock is touched. */
 static int open_store(const char *dir, unsigned flags, tv__store **st, tv_error *err)
 {
-    *st = NULL;
-    int rc = tv__cli_check_store(dir, err);
-    return rc ? rc : tv__store_open(dir, flags, st, err);
+    return tv__store_open(dir, flags, st, err);
 }
 
 /* ---- store init ---------------------------------------------------------- */
