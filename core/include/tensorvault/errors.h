@@ -69,7 +69,16 @@ extern "C" {
       "device holds a store label or data (store init --force overwrites)")                        \
     X(TV_E_SNAPSHOT_IDENTITY, -1120, "snapshot belongs to another model or generation")            \
     X(TV_E_NAME, -1125, "model or alias name breaks the name rule")                                \
-    X(TV_E_NO_REPLICA, -1130, "no valid replica: every device holding the shard is excluded")
+    X(TV_E_NO_REPLICA, -1130, "no valid replica: every device holding the shard is excluded")      \
+    X(TV_E_UNAUTHORIZED, -1200, "missing or invalid API token")                                    \
+    X(TV_E_FORBIDDEN, -1201, "the API token lacks the scope this call needs")                      \
+    X(TV_E_TOO_LARGE, -1202, "request body or header too large")                                   \
+    X(TV_E_BUSY, -1203, "job queue is full")                                                       \
+    X(TV_E_OUTSIDE_ROOTS, -1204, "import source resolves outside the configured import roots")     \
+    X(TV_E_RANGE, -1205, "requested byte range is not satisfiable")                                \
+    X(TV_E_BAD_REQUEST, -1206, "malformed request")                                                \
+    X(TV_E_CONFLICT, -1207, "the operation conflicts with the current state")                      \
+    X(TV_E_NO_DAEMON, -1208, "no tensorvaultd answers at that URL")
 
 enum tv_error_code {
 #define TV__ERR_ENUM(name, value, desc) name = value,
