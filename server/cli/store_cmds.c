@@ -1,6 +1,8 @@
-/* The store subcommands of the tensorvault CLI (local mode on a store
- * directory): store init, import, models, generations, tensors, devices,
- * activate, retire, gc, verify. Every command takes --json.
+/* The store subcommands of the tensorvault CLI that stay local: store init
+ * and the direct importer (import --replicas/--chunk); and, until the
+ * in-process api is on main (TEMPORARY), the local implementations of
+ * models, generations, tensors, devices, activate, retire, gc, verify.
+ * Every command takes --json.
  * Invariant: commands that change the store take the writer lock; readers
  * never do, so listing works while an import runs. */
 #include <errno.h>
@@ -133,9 +135,9 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-const tv__cli_cmd tv__cli_cmd_import = {
+const tv__cli_cmd tv__cli_legacy_import = {
     .name = "import",
-    .run = tv__cli_import,
+    .run = tv__cli_import_local,
     .positionals = "NAME SRC",
     .min_pos = 2,
     .max_pos = 2,
@@ -148,7 +150,7 @@ const tv__cli_cmd tv__cli_cmd_import = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_import(const tv__cli_ctx *c)
+int tv__cli_import_local(const tv__cli_ctx *c)
 {
     const tv__cli_args *a = &c->a;
     bool json = c->json;
@@ -179,7 +181,7 @@ int tv__cli_import(const tv__cli_ctx *c)
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
     tv__store *st;
-    rc = open_store(c->store, TV__STORE_WRITE, &st, &err);
+    rc = open_store(c->store ? c->store : tv__cli_get(a, "--store"), TV__STORE_WRITE, &st, &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
@@ -218,9 +220,9 @@ int tv__cli_import(const tv__cli_ctx *c)
 
 /* ---- listings ------------------------------------------------------------ */
 
-const tv__cli_cmd tv__cli_cmd_models = {
+const tv__cli_cmd tv__cli_legacy_models = {
     .name = "models",
-    .run = tv__cli_models,
+    .run = tv__cli_models_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -228,7 +230,7 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_models(const tv__cli_ctx *c)
+int tv__cli_models_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -268,9 +270,9 @@ int tv__cli_models(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_generations = {
+const tv__cli_cmd tv__cli_legacy_generations = {
     .name = "generations",
-    .run = tv__cli_generations,
+    .run = tv__cli_generations_legacy,
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
@@ -278,7 +280,7 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_generations(const tv__cli_ctx *c)
+int tv__cli_generations_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     const char *model = c->a.pos[0];
@@ -323,9 +325,9 @@ int tv__cli_generations(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_tensors = {
+const tv__cli_cmd tv__cli_legacy_tensors = {
     .name = "tensors",
-    .run = tv__cli_tensors,
+    .run = tv__cli_tensors_legacy,
     .positionals = "NAME[@GEN]",
     .min_pos = 1,
     .max_pos = 1,
@@ -334,7 +336,7 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_tensors(const tv__cli_ctx *c)
+int tv__cli_tensors_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     const char *name = c->model;
@@ -418,9 +420,9 @@ int tv__cli_tensors(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_devices = {
+const tv__cli_cmd tv__cli_legacy_devices = {
     .name = "devices",
-    .run = tv__cli_devices,
+    .run = tv__cli_devices_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -428,7 +430,7 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_devices(const tv__cli_ctx *c)
+int tv__cli_devices_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -494,9 +496,9 @@ int tv__cli_devices(const tv__cli_ctx *c)
     return worst;
 }
 
-const tv__cli_cmd tv__cli_cmd_activate = {
+const tv__cli_cmd tv__cli_legacy_activate = {
     .name = "activate",
-    .run = tv__cli_activate,
+    .run = tv__cli_activate_legacy,
     .positionals = "NAME GEN",
     .min_pos = 2,
     .max_pos = 2,
@@ -504,9 +506,9 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-const tv__cli_cmd tv__cli_cmd_retire = {
+const tv__cli_cmd tv__cli_legacy_retire = {
     .name = "retire",
-    .run = tv__cli_retire,
+    .run = tv__cli_retire_legacy,
     .positionals = "NAME GEN",
     .min_pos = 2,
     .max_pos = 2,
@@ -538,19 +540,19 @@ static int gen_change(const tv__cli_ctx *c, bool activate)
     return TV__EXIT_OK;
 }
 
-int tv__cli_activate(const tv__cli_ctx *c)
+int tv__cli_activate_legacy(const tv__cli_ctx *c)
 {
     return gen_change(c, true);
 }
 
-int tv__cli_retire(const tv__cli_ctx *c)
+int tv__cli_retire_legacy(const tv__cli_ctx *c)
 {
     return gen_change(c, false);
 }
 
-const tv__cli_cmd tv__cli_cmd_gc = {
+const tv__cli_cmd tv__cli_legacy_gc = {
     .name = "gc",
-    .run = tv__cli_gc,
+    .run = tv__cli_gc_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -558,7 +560,7 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_gc(const tv__cli_ctx *c)
+int tv__cli_gc_legacy(const tv__cli_ctx *c)
 {
     tv_error err = {0};
     tv__store *st;
@@ -620,9 +622,9 @@ static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, si
         memcpy(buf + len - 4, "...", 4);
 }
 
-const tv__cli_cmd tv__cli_cmd_verify = {
+const tv__cli_cmd tv__cli_legacy_verify = {
     .name = "verify",
-    .run = tv__cli_verify,
+    .run = tv__cli_verify_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -630,7 +632,7 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_verify(const tv__cli_ctx *c)
+int tv__cli_verify_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};

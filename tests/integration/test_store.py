@@ -316,8 +316,13 @@ def test_usage_errors(tv, store):
     assert tv("import", "--store", store, "m").returncode == 2
     assert tv("store", "init", "--store", store).returncode == 2
     assert tv("store", "init", "--store", store, "--image", "x", "--size", "12Q").returncode == 2
-    assert tv("tensors", "--store", store, "m@x").returncode == 2
-    assert tv("models").returncode == 2
+    assert tv("tensors", "--store", store, "m@01").returncode == 2
+    assert tv("tensors", "--store", store, "m@_x").returncode == 2  # not an alias name either
+    # No --store and no daemon at the URL: one clear error naming both ways out.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    p = tv("models", "--url", "http://127.0.0.1:1", env=env)
+    assert p.returncode == 1 and "TV_E_NO_DAEMON" in p.stderr, p.stderr
+    assert "http://127.0.0.1:1" in p.stderr and "--store" in p.stderr and "scripts/run" in p.stderr
     p = tv("models", "--store", "/nonexistent/store")
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
 
