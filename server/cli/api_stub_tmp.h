@@ -16,9 +16,10 @@
 
 /* The registry's job row (tv__reg_job) exists already; API9's fields
  * (step, rate_bytes_per_s, ...) arrive with the registry helper's change. */
-#ifdef TV__ALIAS_MAX
+#ifdef TV__JOB_STEP_MAX
 #define TV__CLI_JOB_HAS_STEP 1
-#else
+#endif
+#ifndef TV__ALIAS_MAX
 #define TV__ALIAS_MAX 64
 #endif
 

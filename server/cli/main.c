@@ -185,9 +185,9 @@ static bool wants_help(int argc, char **argv)
     return false;
 }
 
-#ifdef TV__CLI_API_STUBBED
+#if !TV__CLI_LOCAL_VIA_API
 /* TEMPORARY: --store (or $TENSORVAULT_STORE without a URL) runs the local
- * implementation while the in-process api is stubbed. */
+ * implementation until the CLI's local mode is switched to the api. */
 static bool legacy_local(int argc, char **argv)
 {
     for (int i = 2; i < argc && strcmp(argv[i], "--"); i++) {
@@ -250,7 +250,7 @@ int tv__cli_main(int argc, char **argv)
             notes(stdout);
             return TV__EXIT_OK;
         }
-#ifdef TV__CLI_API_STUBBED
+#if !TV__CLI_LOCAL_VIA_API
         if (cmd->legacy && legacy_local(argc, argv))
             cmd = cmd->legacy;
 #endif
