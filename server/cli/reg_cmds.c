@@ -680,7 +680,9 @@ int tv__cli_verify(const tv__cli_ctx *c)
                     json_string_value(json_object_get(u2, "shard")));
         if (!json_array_size(json_object_get(o, "used_by")))
             fprintf(stderr, " no generation");
-        fprintf(stderr, ": %s: %s\n", st ? st : "error",
+        /* The code name, as the local verifier always printed it. */
+        fprintf(stderr, ": %s: %s\n",
+                st && !strcmp(st, "mismatch") ? tv_err_name(TV_E_HASH_MISMATCH) : "error",
                 json_string_value(json_object_get(o, "message")));
     }
     rc = json_integer_value(json_object_get(res, "n_failed")) ? TV__EXIT_FAIL : TV__EXIT_OK;

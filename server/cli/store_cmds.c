@@ -18,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "import/alloc.h"
 #include "import/import.h"
 #include "store/snapbuild.h"
@@ -202,19 +203,15 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     tv__store_close(st);
     if (rc)
         return tv__cli_failed(c, rc, &err);
-    double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
-    if (json)
-        emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a->pos[0],
-                            "generation", (json_int_t)r.generation, "active", o.activate, "shards",
-                            (json_int_t)r.n_shards, "tensors", (json_int_t)r.n_tensors, "bytes",
-                            (json_int_t)r.bytes_total, "bytes_written", (json_int_t)r.bytes_written,
-                            "bytes_deduplicated", (json_int_t)r.bytes_deduped, "seconds", r.seconds,
-                            "mb_per_s", mbs));
-    else
-        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
-               " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
-               a->pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
-               r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
+    json_t *aliases = json_array();
+    json_t *doc =
+        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
+                  (json_int_t)r.generation, "active", o.activate, "aliases", aliases, "n_shards",
+                  (json_int_t)r.n_shards, "n_tensors", (json_int_t)r.n_tensors, "total_bytes",
+                  (json_int_t)r.bytes_total, "written_bytes", (json_int_t)r.bytes_written,
+                  "deduplicated_bytes", (json_int_t)r.bytes_deduped, "seconds", r.seconds);
+    tv__cli_print(stdout, json, TV__DOC_IMPORT, doc);
+    json_decref(doc);
     return TV__EXIT_OK;
 }
 
@@ -596,11 +593,10 @@ int tv__cli_gc_legacy(const tv__cli_ctx *c)
     tv__store_close(st);
     if (rc)
         return tv__cli_failed(c, rc, &err);
-    if (c->json)
-        emit_json(json_pack("{s:I,s:I}", "objects_freed", (json_int_t)freed, "bytes_freed",
-                            (json_int_t)bytes));
-    else
-        printf("gc: freed %zu objects, %" PRIu64 " bytes\n", freed, bytes);
+    json_t *doc = json_pack("{s:I,s:I}", "n_objects_freed", (json_int_t)freed, "freed_bytes",
+                            (json_int_t)bytes);
+    tv__cli_print(stdout, c->json, TV__DOC_GC, doc);
+    json_decref(doc);
     return TV__EXIT_OK;
 }
 
@@ -679,20 +675,20 @@ int tv__cli_verify_legacy(const tv__cli_ctx *c)
         }
         free(users);
         json_array_append_new(
-            arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "id", (json_int_t)o[i].id,
-                           "device_id", (json_int_t)o[i].device_id, "offset",
-                           (json_int_t)o[i].base_off, "length", (json_int_t)o[i].canonical_len,
-                           "sha256", o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
+            arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "object_id", (json_int_t)o[i].id,
+                           "device_id", (json_int_t)o[i].device_id, "device_offset",
+                           (json_int_t)o[i].base_off, "canonical_bytes",
+                           (json_int_t)o[i].canonical_len, "sha256", o[i].sha256, "status",
+                           !vrc                        ? "ok"
+                           : vrc == TV_E_HASH_MISMATCH ? "mismatch"
+                                                       : "error",
                            "message", vrc ? e2.msg : "", "used_by", used_by));
     }
     tv__store_close(st);
     free(o);
-    if (json)
-        emit_json(json_pack("{s:I,s:I,s:I,s:o}", "objects", (json_int_t)n, "failed",
-                            (json_int_t)bad, "bytes", (json_int_t)bytes, "results", arr));
-    else {
-        json_decref(arr);
-        printf("verify: %zu objects, %" PRIu64 " bytes, %zu failed\n", n, bytes, bad);
-    }
+    json_t *doc = json_pack("{s:I,s:I,s:I,s:o}", "n_objects", (json_int_t)n, "n_failed",
+                            (json_int_t)bad, "verified_bytes", (json_int_t)bytes, "objects", arr);
+    tv__cli_print(stdout, json, TV__DOC_VERIFY, doc);
+    json_decref(doc);
     return bad ? TV__EXIT_FAIL : TV__EXIT_OK;
 }
