@@ -19,12 +19,6 @@
 #include "cli/cli.h"
 #include "cli/http.h"
 
-/* TEMPORARY: 0 while --store runs the old local implementations (the
- * tables' .legacy), 1 once local mode goes through the in-process api. */
-#ifndef TV__CLI_LOCAL_VIA_API
-#define TV__CLI_LOCAL_VIA_API 0
-#endif
-
 #define TV__CLI_TOKEN_FILE "var/admin.token"
 #define TV__CLI_TOKEN_MAX  256
 #define TV__CLI_PATH_MAX   4096

@@ -185,9 +185,9 @@ static bool wants_help(int argc, char **argv)
     return false;
 }
 
-#if !TV__CLI_LOCAL_VIA_API
 /* TEMPORARY: --store (or $TENSORVAULT_STORE without a URL) runs the local
- * implementation until the CLI's local mode is switched to the api. */
+ * implementation of a command whose table still names one (.legacy),
+ * until its local mode goes through the in-process api. */
 static bool legacy_local(int argc, char **argv)
 {
     for (int i = 2; i < argc && strcmp(argv[i], "--"); i++) {
@@ -199,7 +199,6 @@ static bool legacy_local(int argc, char **argv)
     const char *s = getenv("TENSORVAULT_STORE"), *u = getenv("TENSORVAULT_URL");
     return s && *s && !(u && *u);
 }
-#endif
 
 static void set_log_level(void)
 {
@@ -250,10 +249,8 @@ int tv__cli_main(int argc, char **argv)
             notes(stdout);
             return TV__EXIT_OK;
         }
-#if !TV__CLI_LOCAL_VIA_API
         if (cmd->legacy && legacy_local(argc, argv))
             cmd = cmd->legacy;
-#endif
         tv__cli_ctx c;
         int u = tv__cli_begin(cmd, argc - skip, argv + skip, &c);
         return u ? u : cmd->run(&c);
