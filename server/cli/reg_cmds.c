@@ -165,14 +165,17 @@ static int ref(const tv__cli_ctx *c, const char *spec, char *name, size_t name_l
                size_t gen_len)
 {
     int rc = tv__cli_parse_ref(spec, name, name_len, gen, gen_len);
-    if (rc == -ERANGE)
-        return tv__cli_usage(c->cmd->name, "generation in '%s' is above %" PRId64, spec, INT64_MAX);
-    if (rc)
-        return tv__cli_usage(
-            c->cmd->name,
-            "bad model '%s' (NAME, NAME@GEN or NAME@ALIAS; %s; an alias is a letter then letters, digits, '.', '_' or '-')",
-            spec, TV__CLI_GEN_GRAMMAR);
-    return 0;
+    const char *at = strrchr(spec, '@');
+    if (!rc)
+        return 0;
+    if (at && at != spec && (size_t)(at - spec) < name_len) {
+        if (rc == -ERANGE)
+            return tv__cli_usage(c->cmd->name, "generation '%s' in '%s' is above %" PRId64, at + 1,
+                                 spec, INT64_MAX);
+        return tv__cli_usage(c->cmd->name, "bad generation '%s' in '%s': %s, or an alias (%s)",
+                             at + 1, spec, TV__CLI_GEN_GRAMMAR, TV__CLI_ALIAS_GRAMMAR);
+    }
+    return tv__cli_usage(c->cmd->name, "bad model '%s' (NAME, NAME@GEN or NAME@ALIAS)", spec);
 }
 
 /* A GEN|ALIAS argument. */
@@ -184,8 +187,8 @@ static int gen_or_alias(const tv__cli_ctx *c, const char *s, char *gen, size_t g
     if (rc == -ERANGE)
         return tv__cli_usage(c->cmd->name, "generation '%s' is above %" PRId64, s, INT64_MAX);
     if (rc)
-        return tv__cli_usage(c->cmd->name, "bad generation '%s': %s, or an alias name", s,
-                             TV__CLI_GEN_GRAMMAR);
+        return tv__cli_usage(c->cmd->name, "bad generation '%s': %s, or an alias (%s)", s,
+                             TV__CLI_GEN_GRAMMAR, TV__CLI_ALIAS_GRAMMAR);
     return 0;
 }
 
