@@ -726,6 +726,31 @@ int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64
                       model);
 }
 
+int tv__snapfile_open_alias(const char *dir, const char *model, const char *alias, int64_t *opened,
+                            int *fd_out, void **buf, size_t *len, tv_error *err)
+{
+    int rc = TV_E_NOT_FOUND;
+    if (!fd_out || !buf || !len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snapfile_open_alias: bad argument");
+    *fd_out = -1;
+    *buf = NULL;
+    *len = 0;
+    if (opened)
+        *opened = 0;
+    for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
+        int64_t g = 0, now = 0;
+        if ((rc = tv__snapfile_read_alias(dir, model, alias, &g, err)))
+            return rc;
+        rc = tv__snapfile_open_gen(dir, model, g, opened, fd_out, buf, len, err);
+        if (rc != TV_E_NOT_FOUND)
+            return rc;
+        /* The alias moved and gc removed the old file meanwhile: follow it. */
+        if (tv__snapfile_read_alias(dir, model, alias, &now, NULL) != 0 || now == g)
+            return rc;
+    }
+    return rc;
+}
+
 int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_out, void **buf,
                       size_t *len, tv_error *err)
 {

@@ -173,6 +173,13 @@ int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd, 
  * was opened (gen, or the one the pointer named). */
 int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened, int *fd,
                           void **buf, size_t *len, tv_error *err);
+/* Opens the generation alias names (tv__snapfile_read_alias), like
+ * tv__snapfile_open_gen; the pointer is re-read if the file vanished under
+ * it (the alias moved and gc removed the old generation). *opened (may be
+ * NULL) = the generation opened. Returns those of tv__snapfile_open_gen and
+ * tv__snapfile_read_alias (TV_E_NOT_FOUND: no such alias; TV_E_NAME). */
+int tv__snapfile_open_alias(const char *dir, const char *model, const char *alias, int64_t *opened,
+                            int *fd, void **buf, size_t *len, tv_error *err);
 /* Unmaps an image tv__snapfile_open returned (buf NULL: no-op). */
 void tv__snapfile_unmap(void *buf, size_t len);
 
