@@ -204,6 +204,16 @@ void tv__reg_jobs_free(tv__reg_job *jobs, size_t n)
     free(jobs);
 }
 
+/* Appends one job per row (tv__reg_query_each; v->items owns each row's
+ * result_json, so a failure frees them with tv__reg_jobs_free). */
+static int collect_job(sqlite3_stmt *st, void *arg, tv_error *err)
+{
+    tv__reg_job *j = tv__reg_vec_push(arg);
+    if (!j)
+        return tv__seterr(err, -ENOMEM, "listing jobs: out of memory");
+    return read_job(st, j, err);
+}
+
 int tv__reg_job_create(tv__reg *reg, const tv__reg_job *spec, int64_t *id, tv_error *err)
 {
     if (!reg || !spec)
@@ -355,14 +365,14 @@ int tv__reg_jobs_page(tv__reg *reg, int state, int kind, int64_t before_id, size
         return tv__seterr(err, TV_E_INVALID_ARG, "job filter state %d, kind %d, before %lld", state,
                           kind, (long long)before_id);
     tv__reg_vec v = {.size = sizeof(tv__reg_job)};
-    int rc = tv__reg_query_list(
-        reg, &v, read_job, "listing jobs", err,
+    int rc = tv__reg_query_each(
+        reg, collect_job, &v, "listing jobs", err,
         "SELECT " JOB_COLS "FROM jobs WHERE (?1 IS NULL OR state = ?1) "
         "AND (?2 IS NULL OR kind = ?2) AND (?3 = 0 OR id < ?3) ORDER BY id DESC LIMIT ?4",
         "ttii", state == -1 ? NULL : tv__job_state_name((tv__job_state)state),
         kind == -1 ? NULL : tv__job_kind_name((tv__job_kind)kind), before_id, (int64_t)limit + 1);
     if (rc) {
-        /* query_list freed the array but not the rows' strings it read. */
+        tv__reg_jobs_free(v.items, v.n); /* the rows read so far own result_json */
         return rc;
     }
     if (v.n > limit) {

@@ -86,12 +86,12 @@ int tv__store_alias_set(tv__store *st, const char *model, const char *alias, int
         (!exists && (rc = tv__store_write_snapshot(st, model, number, err))))
         return rc;
     tv__crash_point("alias.snapshot");
-    if ((rc = registry_alias(st, model, alias, &prev, err)))
-        return rc;
-    /* 2. The registry change, not committed yet. */
+    /* 2. The registry change, not committed yet; the previous value is
+     * read under the write lock (another handle may have moved it). */
     if ((rc = tv__reg_begin(st->reg, err)))
         return rc;
-    if ((rc = tv__reg_alias_set(st->reg, model, alias, number, err)))
+    if ((rc = registry_alias(st, model, alias, &prev, err)) ||
+        (rc = tv__reg_alias_set(st->reg, model, alias, number, err)))
         goto fail_tx;
     /* 3. The pointer: readers opening NAME@ALIAS switch here. */
     if ((rc = tv__snapfile_write_alias(st->dir, model, alias, number, err))) {

@@ -385,11 +385,18 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
     if ((rc = ensure_snapshot(st, model, gen, err)))
         return rc;
     tv__crash_point("activate.snapshot");
-    if ((rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
-        return rc;
-    /* 2. The registry change, not committed yet. */
+    /* 2. The registry change, not committed yet. The previous generation
+     * and pointer are read under the write lock: another handle on this
+     * store (a worker, tv__store_open_worker) may have activated meanwhile. */
     if ((rc = tv__reg_begin(st->reg, err)))
         return rc;
+    if ((rc = registry_active(st, model, &prev, err)) ||
+        (rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
+        goto fail_tx;
+    if (prev == gen) { /* it happened meanwhile */
+        tv__reg_rollback(st->reg);
+        return pointer_from_registry(st, model, gen, err);
+    }
     if ((rc = tv__reg_generation_activate(st->reg, model, gen, err)))
         goto fail_tx;
     /* 3. The pointer: readers switch here. It records the generation it

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1180,6 +1181,50 @@ static void test_store_worker(void **state)
     assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err), 0);
 }
 
+/* Two workers moving the active generation and an alias at the same time:
+ * every call succeeds or fails cleanly, and registry and pointers agree
+ * afterwards. */
+typedef struct worker_arg {
+    tv__store *st;
+    int64_t first;
+    int n_errors;
+} worker_arg;
+
+static void *worker_loop(void *p)
+{
+    worker_arg *a = p;
+    for (int i = 0; i < 20; i++) {
+        tv_error err = {0};
+        int64_t g = (a->first + i) % 2 + 1;
+        if (tv__store_activate(a->st, MODEL, g, &err) ||
+            tv__store_alias_set(a->st, MODEL, "prod", 3 - g, &err))
+            a->n_errors++;
+    }
+    return NULL;
+}
+
+static void test_workers_concurrent(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    worker_arg a[2] = {{NULL, 0, 0}, {NULL, 1, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tv__store_open_worker(f->st, &a[i].st, &err), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_loop, &a[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].n_errors, 0);
+        tv__store_close(a[i].st);
+    }
+    int64_t act = agreed_active(f, MODEL), prod = agreed_alias(f, MODEL, "prod");
+    assert_true(act == 1 || act == 2);
+    assert_true(prod == 1 || prod == 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1198,6 +1243,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_model_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workers_concurrent, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
