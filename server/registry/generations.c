@@ -953,7 +953,8 @@ void tv__reg_manifest_free(tv__reg_manifest *m)
     free(m);
 }
 
-int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+static int load_manifest(tv__reg *reg, int64_t generation_id, bool with_tensors,
+                         tv__reg_manifest **out, tv_error *err)
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_list: NULL argument");
@@ -983,7 +984,7 @@ int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest *
         goto fail_level;
     }
     if ((rc = load_manifest_replicas(reg, m, mm, err)) ||
-        (rc = load_manifest_tensors(reg, m, mm, &tensors, err)))
+        (with_tensors && (rc = load_manifest_tensors(reg, m, mm, &tensors, err))))
         goto fail_level;
     m->tensors = tensors.items;
     m->n_tensors = tensors.n;
@@ -1008,4 +1009,14 @@ fail:
     free(tensors.items);
     tv__reg_manifest_free(m);
     return rc;
+}
+
+int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+{
+    return load_manifest(reg, generation_id, true, out, err);
+}
+
+int tv__reg_shards_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+{
+    return load_manifest(reg, generation_id, false, out, err);
 }

@@ -393,6 +393,10 @@ typedef struct tv__reg_manifest {
  * malformed shape). */
 int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out,
                          tv_error *err);
+/* The same without the tensors (n_tensors 0, tensors NULL): a generation's
+ * shards and their replicas, cheap for a generation of 100k tensors (the
+ * REST generation and tensor routes). Same returns. */
+int tv__reg_shards_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err);
 /* NULL-safe. */
 void tv__reg_manifest_free(tv__reg_manifest *m);
 

@@ -1618,6 +1618,21 @@ static void test_tensor_pages(void **state)
     assert_null(row.name);
     assert_non_null(strstr(err.msg, "'nope'"));
     assert_int_equal(tv__reg_tensor_get(f->reg, 999, "lm_head", &row, &err), TV_E_NOT_FOUND);
+    /* shards and replicas without the tensors */
+    tv__reg_manifest *sm = NULL;
+    assert_int_equal(tv__reg_shards_list(f->reg, gid, &sm, &err), 0);
+    assert_int_equal(sm->n_shards, 2);
+    assert_int_equal(sm->n_tensors, 0);
+    assert_null(sm->tensors);
+    assert_string_equal(sm->shards[1].name, "model-1.safetensors");
+    assert_int_equal(sm->shards[1].header_len, 101);
+    assert_int_equal(sm->shards[1].n_replicas, 1);
+    assert_int_equal(sm->shards[1].replicas[0].device_id, f->dev);
+    assert_true(sm->shards[1].replicas[0].committed);
+    assert_int_equal(sm->generation.n_tensors, (int64_t)N);
+    tv__reg_manifest_free(sm);
+    assert_int_equal(tv__reg_shards_list(f->reg, 999, &sm, &err), TV_E_NOT_FOUND);
+    assert_null(sm);
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
 }
 
