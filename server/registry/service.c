@@ -19,6 +19,7 @@
 #include <openssl/rand.h>
 
 #include "registry/reg_internal.h"
+#include "snap/snapfile.h"
 #include "util/hex.h"
 #include "util/sha256.h"
 
@@ -398,10 +399,16 @@ done:
 /* Aliases                                                                  */
 /* ------------------------------------------------------------------------ */
 
+_Static_assert(TV__ALIAS_MAX == TV__SNAPFILE_ALIAS_MAX, "one alias length limit");
+
 static const char ALIAS_RULE[] = "an alias is 1-64 bytes of [A-Za-z][A-Za-z0-9._-]*, not 'active'";
 
 int tv__alias_name_valid(const char *alias, tv_error *err)
 {
+    /* One rule, core's (readers check NAME@ALIAS without the registry);
+     * what follows only says why a name is refused. */
+    if (tv__snapfile_alias_valid(alias))
+        return 0;
     if (!alias || !*alias)
         return tv__seterr(err, TV_E_NAME, "alias name is empty; %s", ALIAS_RULE);
     size_t len = strnlen(alias, TV__ALIAS_MAX + 1);
@@ -410,15 +417,18 @@ int tv__alias_name_valid(const char *alias, tv_error *err)
                           TV__ALIAS_MAX, ALIAS_RULE);
     if (!strcmp(alias, "active"))
         return tv__seterr(err, TV_E_NAME, "alias 'active' is reserved for the active generation");
+    bool printable = true;
+    for (size_t i = 0; i < len; i++)
+        printable &= alias[i] >= 0x20 && alias[i] < 0x7f;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)alias[i];
         bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         bool ok = letter || (i > 0 && ((c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'));
         if (!ok)
             return tv__seterr(err, TV_E_NAME, "alias '%.64s' is refused at byte %zu (0x%02x); %s",
-                              c >= 0x20 && c < 0x7f ? alias : "(unprintable)", i, c, ALIAS_RULE);
+                              printable ? alias : "(unprintable)", i, c, ALIAS_RULE);
     }
-    return 0;
+    return tv__seterr(err, TV_E_NAME, "alias '%.64s' is refused; %s", alias, ALIAS_RULE);
 }
 
 static int read_alias(sqlite3_stmt *st, void *record, tv_error *err)
