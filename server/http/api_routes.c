@@ -558,8 +558,9 @@ int tv__api_h_tensors(tv__api_ctx *c)
     if ((rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen(c, reg, c->param[0], c->param[1], &number)) ||
         (rc = tv__reg_generation_get(reg, c->param[0], number, &g, &c->err)) ||
-        (rc = tv__reg_tensors_page(reg, g.id, prefix, by_name, after_id, by_name ? after : NULL,
-                                   limit, &rows, &n, &more, &c->err)))
+        (rc = tv__reg_tensors_page(reg, g.id, prefix, by_name, after_id,
+                                   by_name ? (after ? after : "") : NULL, limit, &rows, &n, &more,
+                                   &c->err)))
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
