@@ -1,0 +1,760 @@
+/* The api's frame: open and close, the store pools, the router (raw path
+ * split on '/', each segment percent-decoded, so an encoded '/' never
+ * splits), authorisation, the status table, query and body parsing.
+ *
+ * Invariants: every request leaves with a filled response and every pooled
+ * handle it took returned; a decoded segment or query value never holds a
+ * NUL (a %00 is refused), so it is a C string; authorisation runs before
+ * any parameter is parsed or the registry is read for the route. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "http/api_internal.h"
+#include "util/hex.h"
+#include "util/internal.h"
+
+uint64_t tv__api_whole_body_max = TV__API_WHOLE_DEFAULT;
+
+static int64_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+/* ---- status table --------------------------------------------------------- */
+
+int tv__api_http_status(int code)
+{
+    /* The checkpoint parser's codes: TV_E_FILE_SHORT .. TV_E_ST_INT_RANGE and
+     * TV_E_IDX_JSON .. TV_E_IDX_TOO_MANY_SHARDS (an invalid checkpoint). */
+    if ((code <= TV_E_FILE_SHORT && code >= TV_E_ST_INT_RANGE) ||
+        (code <= TV_E_IDX_JSON && code >= TV_E_IDX_TOO_MANY_SHARDS))
+        return 422;
+    switch (code) {
+    case 0:
+        return 200;
+    case TV_E_BAD_REQUEST:
+    case TV_E_INVALID_ARG:
+    case TV_E_NAME:
+        return 400;
+    case TV_E_UNAUTHORIZED:
+        return 401;
+    case TV_E_FORBIDDEN:
+    case TV_E_OUTSIDE_ROOTS:
+        return 403;
+    case TV_E_NOT_FOUND:
+    case TV_E_CKPT_NOT_FOUND:
+    case -ENOENT:
+        return 404;
+    case TV_E_STATE:
+    case TV_E_CONFLICT:
+    case TV_E_LEASED:
+    case -EEXIST:
+        return 409;
+    case TV_E_TOO_LARGE:
+        return 413;
+    case TV_E_RANGE:
+        return 416;
+    case TV_E_BUSY:
+    case TV_E_LOCKED:
+        return 503;
+    case TV_E_NO_SPACE:
+        return 507;
+    default:
+        return 500;
+    }
+}
+
+json_t *tv__api_error_json(int code, const char *message)
+{
+    return json_pack("{s:{s:s,s:s,s:i}}", "error", "code", tv_err_name(code), "message",
+                     message && *message ? message : tv_strerror(code), "errno", code);
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+void tv__api_header(tv__api_resp *r, const char *name, const char *fmt, ...)
+{
+    size_t used = strlen(r->headers);
+    char value[384];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof value)
+        return;
+    int m = snprintf(r->headers + used, sizeof r->headers - used, "%s: %s\r\n", name, value);
+    if (m < 0 || (size_t)m >= sizeof r->headers - used)
+        r->headers[used] = '\0'; /* never a partial line */
+}
+
+int tv__api_reply(tv__api_ctx *c, int status, json_t *doc)
+{
+    if (!doc)
+        return tv__seterr(&c->err, -ENOMEM, "out of memory building the response");
+    json_decref(c->resp->json);
+    c->resp->json = doc;
+    c->resp->status = status;
+    c->resp->content_type = "application/json";
+    return 0;
+}
+
+static void reply_error(tv__api_ctx *c, int status, int code, const char *msg)
+{
+    tv__api_resp *r = c->resp;
+    free(r->body);
+    r->body = NULL;
+    r->body_len = 0;
+    r->stream = false;
+    json_decref(r->json);
+    r->json = tv__api_error_json(code, msg);
+    r->status = status;
+    r->content_type = "application/json";
+    if (status == 401)
+        tv__api_header(r, "WWW-Authenticate", "Bearer");
+    else if (status == 503)
+        tv__api_header(r, "Retry-After", "1");
+}
+
+void tv__api_resp_free(tv__api_resp *resp)
+{
+    if (!resp)
+        return;
+    free(resp->body);
+    resp->body = NULL;
+    resp->body_len = 0;
+    json_decref(resp->json);
+    resp->json = NULL;
+    free(resp->stream_state);
+    resp->stream_state = NULL;
+    resp->stream = false;
+}
+
+/* ---- open / close and the pools ------------------------------------------- */
+
+int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_error *err)
+{
+    int rc = 0;
+    tv__api *api = NULL;
+    if (!o || !o->store_dir || !out ||
+        (o->anonymous_reads != TV__ANON_LOOPBACK && o->anonymous_reads != TV__ANON_ALWAYS &&
+         o->anonymous_reads != TV__ANON_NEVER)) {
+        rc = tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "api open: NULL options, store_dir or out, or anonymous_reads not loopback, always or never");
+        goto fail;
+    }
+    *out = NULL;
+    api = calloc(1, sizeof *api);
+    if (!api || !(api->store_dir = strdup(o->store_dir))) {
+        rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
+        goto fail;
+    }
+    pthread_mutex_init(&api->writer_mu, NULL);
+    pthread_mutex_init(&api->pool_mu, NULL);
+    api->jobs = o->jobs;
+    api->watch = o->watch;
+    api->watch_ctx = o->watch_ctx;
+    api->anonymous_reads = o->anonymous_reads;
+    api->max_body_bytes = o->max_body_bytes ? o->max_body_bytes : TV__API_MAX_BODY_DEFAULT;
+    api->openapi_yaml = o->openapi_yaml;
+    api->openapi_len = o->openapi_len;
+    api->started_at = mono_s();
+    if (o->import_roots) {
+        api->roots = calloc(o->n_import_roots ? o->n_import_roots : 1, sizeof *api->roots);
+        if (!api->roots) {
+            rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < o->n_import_roots; i++) {
+            char *r = realpath(o->import_roots[i], NULL);
+            if (!r) {
+                rc = tv__seterr(err, -errno, "import root '%s': %s", o->import_roots[i],
+                                strerror(errno));
+                goto fail;
+            }
+            api->roots[api->n_roots++] = r;
+        }
+    }
+    if (writer) {
+        api->writer = writer;
+    } else if (o->writer) {
+        if ((rc = tv__store_open(o->store_dir, TV__STORE_WRITE, &api->writer, err)))
+            goto fail;
+        api->own_writer = true;
+    } else {
+        /* A read-only api still checks the store now, as a writer would. */
+        tv__store *probe = NULL;
+        if ((rc = tv__store_open(o->store_dir, 0, &probe, err)))
+            goto fail;
+        api->readers[api->n_readers++] = probe;
+    }
+    *out = api;
+    return 0;
+fail:
+    tv__api_close(api);
+    return rc;
+}
+
+void tv__api_close(tv__api *api)
+{
+    if (!api)
+        return;
+    tv__api_models_close(api);
+    for (size_t i = 0; i < api->n_readers; i++)
+        tv__store_close(api->readers[i]);
+    if (api->own_writer)
+        tv__store_close(api->writer);
+    for (size_t i = 0; i < api->n_roots; i++)
+        free(api->roots[i]);
+    free(api->roots);
+    pthread_mutex_destroy(&api->writer_mu);
+    pthread_mutex_destroy(&api->pool_mu);
+    free(api->store_dir);
+    free(api);
+}
+
+int tv__api_reader(tv__api_ctx *c, tv__reg **reg)
+{
+    tv__api *api = c->api;
+    if (!c->rd) {
+        pthread_mutex_lock(&api->pool_mu);
+        if (api->n_readers)
+            c->rd = api->readers[--api->n_readers];
+        pthread_mutex_unlock(&api->pool_mu);
+    }
+    if (!c->rd) {
+        int rc = tv__store_open(api->store_dir, 0, &c->rd, &c->err);
+        if (rc)
+            return rc;
+    }
+    *reg = c->rd->reg;
+    return 0;
+}
+
+static void reader_release(tv__api_ctx *c)
+{
+    tv__api *api = c->api;
+    if (!c->rd)
+        return;
+    /* A reader left inside a transaction by a failed call is not reused. */
+    if (tv__reg_tx_depth(c->rd->reg) == 0) {
+        pthread_mutex_lock(&api->pool_mu);
+        if (api->n_readers < TV__API_READER_POOL) {
+            api->readers[api->n_readers++] = c->rd;
+            c->rd = NULL;
+        }
+        pthread_mutex_unlock(&api->pool_mu);
+    }
+    tv__store_close(c->rd);
+    c->rd = NULL;
+}
+
+int tv__api_writer_lock(tv__api_ctx *c, tv__store **st)
+{
+    if (!c->api->writer)
+        return tv__seterr(
+            &c->err, TV_E_STATE,
+            "store %s is open read-only here: this call needs the writer (run it against tensorvaultd, or as a writer command)",
+            c->api->store_dir);
+    pthread_mutex_lock(&c->api->writer_mu);
+    *st = c->api->writer;
+    return 0;
+}
+
+void tv__api_writer_unlock(tv__api_ctx *c)
+{
+    pthread_mutex_unlock(&c->api->writer_mu);
+}
+
+/* ---- percent-decoding ----------------------------------------------------- */
+
+/* Decodes s[0, len) into a new NUL-terminated string; plus: '+' is a space
+ * (query strings). TV_E_BAD_REQUEST for a malformed escape or %00. */
+static int pct_decode(tv__api_ctx *c, const char *s, size_t len, bool plus, char **out,
+                      size_t *out_len)
+{
+    char *d = malloc(len + 1);
+    size_t n = 0;
+    if (!d)
+        return tv__seterr(&c->err, -ENOMEM, "out of memory decoding the request");
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        if (ch == '%') {
+            int hi = i + 2 < len ? tv__hex_digit(s[i + 1]) : -1;
+            int lo = hi >= 0 ? tv__hex_digit(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0) {
+                free(d);
+                return tv__seterr(&c->err, TV_E_BAD_REQUEST, "malformed percent-escape in '%.*s'",
+                                  (int)(len > 200 ? 200 : len), s);
+            }
+            ch = (char)(hi << 4 | lo);
+            if (ch == '\0') {
+                free(d);
+                return tv__seterr(&c->err, TV_E_BAD_REQUEST, "%%00 (NUL) in '%.*s'",
+                                  (int)(len > 200 ? 200 : len), s);
+            }
+            i += 2;
+        } else if (plus && ch == '+') {
+            ch = ' ';
+        }
+        d[n++] = ch;
+    }
+    d[n] = '\0';
+    *out = d;
+    if (out_len)
+        *out_len = n;
+    return 0;
+}
+
+/* ---- router ----------------------------------------------------------------- */
+
+typedef struct route {
+    const char *method;
+    const char *path;
+    tv__scope scope;
+    tv__api_handler fn;
+    const char *tmpl;
+} route;
+
+#define R(m, p, s, f)                                                                              \
+    {                                                                                              \
+        m, p, s, f, m " " p                                                                        \
+    }
+#define NONE_  TV__SCOPE_NONE
+#define READ_  TV__SCOPE_READ
+#define ADMIN_ TV__SCOPE_ADMIN
+static const route ROUTES[] = {
+    R("GET", "/healthz", NONE_, tv__api_h_healthz),
+    R("GET", "/readyz", NONE_, tv__api_h_readyz),
+    R("GET", "/v1/version", READ_, tv__api_h_version),
+    R("GET", "/v1/status", READ_, tv__api_h_status),
+    R("GET", "/v1/openapi.yaml", NONE_, tv__api_h_openapi),
+    R("GET", "/v1/devices", READ_, tv__api_h_devices),
+    R("GET", "/v1/devices/{id}", READ_, tv__api_h_device),
+    R("GET", "/v1/models", READ_, tv__api_h_models),
+    R("GET", "/v1/models/{name}", READ_, tv__api_h_model),
+    R("DELETE", "/v1/models/{name}", ADMIN_, tv__api_h_model_delete),
+    R("GET", "/v1/models/{name}/generations", READ_, tv__api_h_generations),
+    R("GET", "/v1/models/{name}/generations/{gen}", READ_, tv__api_h_generation),
+    R("POST", "/v1/models/{name}/generations/{gen}/activate", ADMIN_, tv__api_h_activate),
+    R("POST", "/v1/models/{name}/generations/{gen}/retire", ADMIN_, tv__api_h_retire),
+    R("POST", "/v1/models/{name}/rollback", ADMIN_, tv__api_h_rollback),
+    R("GET", "/v1/models/{name}/aliases", READ_, tv__api_h_aliases),
+    R("PUT", "/v1/models/{name}/aliases/{alias}", ADMIN_, tv__api_h_alias_put),
+    R("DELETE", "/v1/models/{name}/aliases/{alias}", ADMIN_, tv__api_h_alias_delete),
+    R("GET", "/v1/models/{name}/generations/{gen}/tensors", READ_, tv__api_h_tensors),
+    R("GET", "/v1/models/{name}/generations/{gen}/tensors/{tensor}", READ_, tv__api_h_tensor),
+    R("GET", "/v1/models/{name}/generations/{gen}/tensors/{tensor}/data", READ_, tv__api_h_data),
+    R("POST", "/v1/imports", ADMIN_, tv__api_h_imports),
+    R("POST", "/v1/verify", ADMIN_, tv__api_h_verify),
+    R("POST", "/v1/gc", ADMIN_, tv__api_h_gc),
+    R("GET", "/v1/jobs", READ_, tv__api_h_jobs),
+    R("GET", "/v1/jobs/{id}", READ_, tv__api_h_job),
+    R("POST", "/v1/jobs/{id}/cancel", ADMIN_, tv__api_h_job_cancel),
+    R("GET", "/v1/tokens", ADMIN_, tv__api_h_tokens),
+    R("POST", "/v1/tokens", ADMIN_, tv__api_h_token_create),
+    R("DELETE", "/v1/tokens/{id}", ADMIN_, tv__api_h_token_revoke),
+};
+#undef R
+
+#define MAX_SEGS 12
+
+typedef struct segs {
+    const char *s[MAX_SEGS];
+    size_t len[MAX_SEGS];
+    size_t n;
+} segs;
+
+/* Splits "/a/b/c" into its raw segments. false: not absolute or too many. */
+static bool split(const char *path, segs *out)
+{
+    out->n = 0;
+    if (!path || path[0] != '/')
+        return false;
+    const char *p = path + 1;
+    for (;;) {
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (out->n == MAX_SEGS)
+            return false;
+        out->s[out->n] = p;
+        out->len[out->n++] = l;
+        if (!e)
+            return true;
+        p = e + 1;
+    }
+}
+
+/* Whether the raw segments match pattern (literals compared raw: route
+ * literals are plain ASCII, and an encoded literal is another path). */
+static bool match(const char *pattern, const segs *sg)
+{
+    segs pt;
+    if (!split(pattern, &pt) || pt.n != sg->n)
+        return false;
+    for (size_t i = 0; i < pt.n; i++) {
+        if (pt.s[i][0] == '{') {
+            if (sg->len[i] == 0)
+                return false;
+        } else if (pt.len[i] != sg->len[i] || memcmp(pt.s[i], sg->s[i], pt.len[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static int bind_params(tv__api_ctx *c, const char *pattern, const segs *sg)
+{
+    segs pt;
+    split(pattern, &pt);
+    for (size_t i = 0; i < pt.n; i++) {
+        if (pt.s[i][0] != '{')
+            continue;
+        int rc = pct_decode(c, sg->s[i], sg->len[i], false, &c->param[c->n_params],
+                            &c->param_len[c->n_params]);
+        if (rc)
+            return rc;
+        c->n_params++;
+    }
+    return 0;
+}
+
+/* ---- authorisation ---------------------------------------------------------- */
+
+static int authorize(tv__api_ctx *c, tv__scope need)
+{
+    const tv__api_req *q = c->req;
+    if (q->trusted) {
+        c->scope = TV__SCOPE_ADMIN;
+        return 0;
+    }
+    if (need == TV__SCOPE_NONE)
+        return 0;
+    const char *a = q->authorization;
+    if (a && *a) {
+        while (*a == ' ' || *a == '\t')
+            a++;
+        if (strncasecmp(a, "Bearer", 6) || (a[6] != ' ' && a[6] != '\t'))
+            return tv__seterr(&c->err, TV_E_UNAUTHORIZED, "Authorization is not 'Bearer <token>'");
+        a += 6;
+        while (*a == ' ' || *a == '\t')
+            a++;
+        size_t l = strlen(a);
+        while (l && (a[l - 1] == ' ' || a[l - 1] == '\t'))
+            l--;
+        char tok[128];
+        if (l == 0 || l >= sizeof tok)
+            return tv__seterr(&c->err, TV_E_UNAUTHORIZED, "invalid API token");
+        memcpy(tok, a, l);
+        tok[l] = '\0';
+        tv__reg *reg;
+        int rc = tv__api_reader(c, &reg);
+        if (rc)
+            return rc;
+        tv__scope got = TV__SCOPE_NONE;
+        int64_t id = 0;
+        rc = tv__reg_token_check(reg, tok, &got, &id, &c->err);
+        if (rc)
+            return rc == TV_E_NOT_FOUND
+                       ? tv__seterr(&c->err, TV_E_UNAUTHORIZED, "invalid API token")
+                       : rc;
+        c->scope = got;
+        if (got < need)
+            return tv__seterr(&c->err, TV_E_FORBIDDEN,
+                              "token %" PRId64 " has scope read; this call needs an admin token",
+                              id);
+        return 0;
+    }
+    bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS ||
+                (c->api->anonymous_reads == TV__ANON_LOOPBACK && q->peer_loopback);
+    if (need == TV__SCOPE_READ && anon) {
+        c->scope = TV__SCOPE_READ;
+        return 0;
+    }
+    return tv__seterr(
+        &c->err, TV_E_UNAUTHORIZED,
+        need == TV__SCOPE_ADMIN
+            ? "this call needs an admin token (Authorization: Bearer <token>)"
+            : "this call needs a token (Authorization: Bearer <token>): anonymous reads are not allowed from this address");
+}
+
+/* ---- query ------------------------------------------------------------------ */
+
+static int parse_query(tv__api_ctx *c)
+{
+    const char *q = c->req->query;
+    if (!q)
+        return 0;
+    while (*q) {
+        const char *e = strchr(q, '&');
+        size_t l = e ? (size_t)(e - q) : strlen(q);
+        if (l) {
+            const char *eq = memchr(q, '=', l);
+            size_t kl = eq ? (size_t)(eq - q) : l;
+            if (c->n_query == TV__API_MAX_QUERY)
+                return tv__seterr(&c->err, TV_E_BAD_REQUEST, "more than %d query parameters",
+                                  TV__API_MAX_QUERY);
+            size_t i = c->n_query;
+            int rc = pct_decode(c, q, kl, true, &c->qk[i], NULL);
+            if (rc)
+                return rc;
+            rc = eq ? pct_decode(c, eq + 1, l - kl - 1, true, &c->qv[i], &c->qv_len[i])
+                    : pct_decode(c, "", 0, true, &c->qv[i], &c->qv_len[i]);
+            if (rc) {
+                free(c->qk[i]);
+                c->qk[i] = NULL;
+                return rc;
+            }
+            c->n_query++;
+            for (size_t j = 0; j < i; j++)
+                if (!strcmp(c->qk[j], c->qk[i]))
+                    return tv__seterr(&c->err, TV_E_BAD_REQUEST, "query parameter '%s' given twice",
+                                      c->qk[i]);
+        }
+        if (!e)
+            break;
+        q = e + 1;
+    }
+    return 0;
+}
+
+int tv__api_query_allow(tv__api_ctx *c, const char *const *allowed)
+{
+    for (size_t i = 0; i < c->n_query; i++) {
+        bool ok = false;
+        for (size_t j = 0; allowed && allowed[j]; j++)
+            ok = ok || !strcmp(allowed[j], c->qk[i]);
+        if (!ok)
+            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "unknown query parameter '%.100s'",
+                              c->qk[i]);
+    }
+    return 0;
+}
+
+const char *tv__api_query(const tv__api_ctx *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_query; i++)
+        if (!strcmp(c->qk[i], name))
+            return c->qv[i];
+    return NULL;
+}
+
+int tv__api_query_limit(tv__api_ctx *c, size_t *limit)
+{
+    const char *s = tv__api_query(c, "limit");
+    *limit = TV__API_LIMIT_DEFAULT;
+    if (!s)
+        return 0;
+    size_t v = 0, n = strlen(s);
+    bool ok = n >= 1 && n <= 4 && s[0] != '0';
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = s[i] >= '0' && s[i] <= '9';
+        v = v * 10 + (size_t)(s[i] - '0');
+    }
+    if (!ok || v < 1 || v > TV__API_LIMIT_MAX)
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad limit '%.40s': an integer from 1 to %d",
+                          s, TV__API_LIMIT_MAX);
+    *limit = v;
+    return 0;
+}
+
+char *tv__api_cursor_make(char kind, const char *key, size_t key_len)
+{
+    char *s = malloc(2 * key_len + 2);
+    if (!s)
+        return NULL;
+    s[0] = kind;
+    tv__hex_encode((const uint8_t *)key, key_len, false, s + 1);
+    return s;
+}
+
+int tv__api_cursor_get(tv__api_ctx *c, char kind, char **key, size_t *key_len)
+{
+    const char *s = tv__api_query(c, "cursor");
+    *key = NULL;
+    *key_len = 0;
+    if (!s)
+        return 0;
+    size_t n = strlen(s);
+    if (n < 3 || n > TV__API_CURSOR_MAX || s[0] != kind || (n - 1) % 2)
+        goto bad;
+    size_t kl = (n - 1) / 2;
+    char *k = malloc(kl + 1);
+    if (!k)
+        return tv__seterr(&c->err, -ENOMEM, "out of memory");
+    if (tv__hex_decode(s + 1, n - 1, (uint8_t *)k, kl) || memchr(k, '\0', kl)) {
+        free(k);
+        goto bad;
+    }
+    k[kl] = '\0';
+    *key = k;
+    *key_len = kl;
+    return 0;
+bad:
+    return tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                      "malformed cursor '%.60s' (pass next_cursor of the previous page as it is)",
+                      s);
+}
+
+/* ---- body ------------------------------------------------------------------- */
+
+int tv__api_body(tv__api_ctx *c, const char *const *allowed, bool empty_ok, json_t **obj)
+{
+    const tv__api_req *q = c->req;
+    *obj = NULL;
+    const char *ct = q->content_type;
+    if (ct && *ct) {
+        size_t l = strcspn(ct, ";");
+        while (l && (ct[l - 1] == ' ' || ct[l - 1] == '\t'))
+            l--;
+        while (l && (*ct == ' ' || *ct == '\t'))
+            ct++, l--;
+        if (l != strlen("application/json") || strncasecmp(ct, "application/json", l))
+            return tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                              "Content-Type '%.80s' is not application/json", q->content_type);
+    }
+    if (q->body_len > c->api->max_body_bytes)
+        return tv__seterr(&c->err, TV_E_TOO_LARGE,
+                          "request body of %zu bytes is over the limit of %zu bytes", q->body_len,
+                          c->api->max_body_bytes);
+    if (!q->body || q->body_len == 0) {
+        if (!empty_ok)
+            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "this call needs a JSON object body");
+        *obj = json_object();
+        return *obj ? 0 : tv__seterr(&c->err, -ENOMEM, "out of memory");
+    }
+    json_error_t je;
+    json_t *o = json_loadb(q->body, q->body_len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                          "body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                          je.column);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "body must be a JSON object");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        bool ok = false;
+        for (size_t j = 0; allowed && allowed[j]; j++)
+            ok = ok || !strcmp(allowed[j], k);
+        if (!ok) {
+            int rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "unknown field '%.100s' in the body", k);
+            json_decref(o);
+            return rc;
+        }
+    }
+    *obj = o;
+    return 0;
+}
+
+int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required, const char **out)
+{
+    json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a string", name);
+    *out = json_string_value(v);
+    return 0;
+}
+
+int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out)
+{
+    json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a boolean", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out)
+{
+    json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be an integer", name);
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+/* ---- dispatch --------------------------------------------------------------- */
+
+int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
+{
+    memset(resp, 0, sizeof *resp);
+    resp->route = "unmatched";
+    tv__api_ctx c = {.api = api, .req = req, .resp = resp};
+    int rc = 0;
+    segs sg;
+    const route *hit = NULL;
+    char allow[96] = "";
+    if (!api || !req || !req->method || !split(req->path, &sg)) {
+        rc = tv__seterr(&c.err, TV_E_NOT_FOUND, "no route for '%.200s'",
+                        req && req->path ? req->path : "");
+        goto done;
+    }
+    for (size_t i = 0; i < TV_ARRAY_LEN(ROUTES); i++) {
+        if (!match(ROUTES[i].path, &sg))
+            continue;
+        if (!strcmp(ROUTES[i].method, req->method)) {
+            hit = &ROUTES[i];
+            break;
+        }
+        size_t al = strlen(allow);
+        snprintf(allow + al, sizeof allow - al, "%s%s", al ? ", " : "", ROUTES[i].method);
+    }
+    if (!hit && *allow) {
+        tv__api_header(resp, "Allow", "%s", allow);
+        rc = tv__seterr(&c.err, TV_E_BAD_REQUEST,
+                        "method %.16s is not allowed on '%.200s' (allowed: %s)", req->method,
+                        req->path, allow);
+        reply_error(&c, 405, rc, c.err.msg);
+        goto out;
+    }
+    if (!hit) {
+        rc = tv__seterr(&c.err, TV_E_NOT_FOUND, "no route for '%.200s'", req->path);
+        goto done;
+    }
+    resp->route = hit->tmpl;
+    if ((rc = authorize(&c, hit->scope)) || (rc = bind_params(&c, hit->path, &sg)) ||
+        (rc = parse_query(&c)))
+        goto done;
+    rc = hit->fn(&c);
+done:
+    if (rc) {
+        if (!c.err.msg[0])
+            tv__seterr(&c.err, rc, "%s", tv_strerror(rc));
+        reply_error(&c, tv__api_http_status(rc), rc, c.err.msg);
+    }
+out:
+    reader_release(&c);
+    for (size_t i = 0; i < c.n_params; i++)
+        free(c.param[i]);
+    for (size_t i = 0; i < c.n_query; i++) {
+        free(c.qk[i]);
+        free(c.qv[i]);
+    }
+    return resp->status;
+}

@@ -1,0 +1,128 @@
+/* The service layer behind every route of the REST API (API9.md), free of
+ * any transport: the daemon (server/http/mhd.c) turns HTTP requests into
+ * tv__api_req and tv__api_resp back into HTTP; the CLI's local mode calls
+ * tv__api_handle in-process. The JSON produced here is the one schema the
+ * API and `tensorvault --json` share (docs/openapi.yaml).
+ *
+ * Invariants:
+ *   - tv__api_handle always fills resp (status, route template, body or
+ *     stream) and never aborts on bad input: every failure is an error
+ *     document {"error":{code,message,errno}} with the status of
+ *     tv__api_http_status;
+ *   - reads never take the writer mutex: they use read-only store handles
+ *     from a pool (one per concurrent request: SQLite WAL lets them run
+ *     beside the writer); every mutation runs on the one writer store behind
+ *     a mutex;
+ *   - a tv_model handle of the data route is used by one thread at a time
+ *     (a pool keyed by model and generation);
+ *   - import sources are checked against the import roots by real path,
+ *     whole path components, before anything is queued.
+ * Thread safety: tv__api_handle and tv__api_stream_read may be called
+ * concurrently from any number of threads on one tv__api. */
+#ifndef TV_HTTP_API_H
+#define TV_HTTP_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "registry/registry.h"
+#include "store/store.h"
+#if __has_include("daemon/jobs.h")
+#include "daemon/jobs.h"
+#endif
+#include "http/api_seams_tmp.h"
+
+/* Anonymous reads (config http.anonymous_reads). */
+#define TV__ANON_LOOPBACK 0 /* allowed when the peer is 127.0.0.0/8 or ::1 (default) */
+#define TV__ANON_ALWAYS   1
+#define TV__ANON_NEVER    2
+
+#define TV__API_MAX_BODY_DEFAULT (64u * 1024u) /* request body bytes when max_body_bytes is 0 */
+#define TV__API_LIMIT_DEFAULT    100           /* ?limit= default */
+#define TV__API_LIMIT_MAX        1000          /* ?limit= maximum */
+
+typedef struct tv__api tv__api;
+
+typedef struct tv__api_opts {
+    const char *store_dir;
+    bool writer;    /* open the store as writer (when no writer store is passed) */
+    tv__jobs *jobs; /* daemon: the pool; NULL = run jobs inline (CLI local mode) */
+    tv__job_watch_fn watch;
+    void *watch_ctx; /* inline jobs' progress */
+    const char *const *import_roots;
+    size_t n_import_roots; /* import_roots NULL = any path (local mode) */
+    int anonymous_reads;   /* TV__ANON_LOOPBACK | TV__ANON_ALWAYS | TV__ANON_NEVER */
+    size_t max_body_bytes; /* 0 = TV__API_MAX_BODY_DEFAULT */
+    const char *openapi_yaml;
+    size_t openapi_len;
+} tv__api_opts;
+
+/* Opens the service on o->store_dir. writer: the daemon's writer store (the
+ * api uses it for mutations and never closes it); NULL with o->writer opens
+ * one (closed by tv__api_close); NULL without o->writer makes a read-only
+ * api (mutations answer 409, TV_E_STATE). The import roots are resolved
+ * with realpath now (a root that does not exist is an error naming it).
+ * Returns 0 and *out; TV_E_INVALID_ARG (NULL store_dir, bad
+ * anonymous_reads); the errors of tv__store_open and realpath (-errno);
+ * -ENOMEM. */
+int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_error *err);
+/* NULL-safe. Call when no request is in flight. */
+void tv__api_close(tv__api *api);
+
+typedef struct tv__api_req {
+    const char *method;
+    const char *path;  /* raw, still percent-encoded */
+    const char *query; /* raw, after '?', or NULL */
+    const char *body;
+    size_t body_len;
+    const char *authorization, *range, *if_none_match, *content_type; /* header values or NULL */
+    bool trusted;       /* local mode: admin without a token */
+    bool peer_loopback; /* the peer is 127.0.0.0/8 or ::1 */
+} tv__api_req;
+
+typedef struct tv__api_resp {
+    int status;
+    const char *route; /* template for metrics: "GET /v1/models/{name}"; "unmatched" for none */
+    char *body;        /* malloc'd (or NULL), body_len bytes */
+    size_t body_len;
+    const char *content_type; /* static string, or NULL for no body */
+    char headers[512];        /* extra "Name: value\r\n" lines (ETag, Content-Range, Location,
+                                 Allow, WWW-Authenticate, Retry-After, Accept-Ranges) */
+    json_t *json;             /* the JSON document when content_type is application/json
+                                 (owned; body holds its compact dump) */
+    /* streamed tensor bytes (body NULL): */
+    bool stream;
+    uint64_t stream_len;
+    void *stream_state;
+} tv__api_resp;
+
+/* Handles one request. Always fills resp (free with tv__api_resp_free) and
+ * returns resp->status. */
+int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp);
+/* For a streamed body: copies up to max bytes at pos (relative to the
+ * body, < stream_len) into buf. Returns the bytes copied (> 0 while pos <
+ * stream_len, 0 at the end) or a negative code. */
+ssize_t tv__api_stream_read(tv__api_resp *resp, uint64_t pos, void *buf, size_t max);
+/* NULL-safe, safe twice. */
+void tv__api_resp_free(tv__api_resp *resp);
+
+/* The HTTP status for a return code (API9 "Status for a TV_E_* code"). */
+int tv__api_http_status(int code);
+
+/* The schema renderers (API9 "Objects"), also used by the CLI printers.
+ * Each returns a new reference, NULL only on -ENOMEM. */
+json_t *tv__api_error_json(int code, const char *message);
+json_t *tv__api_model_json(const tv__reg_model *m, const tv__reg_alias *aliases, size_t n_aliases);
+/* aliases: those pointing at g (sorted); shards NULL = the list form. */
+json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias *aliases,
+                                size_t n_aliases, const tv__reg_manifest *shards);
+json_t *tv__api_shard_json(const tv__reg_shard *s);
+json_t *tv__api_alias_json(const char *model, const char *alias, int64_t generation);
+json_t *tv__api_token_json(const tv__reg_token *t);
+json_t *tv__api_version_json(void);
+
+#endif

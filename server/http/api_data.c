@@ -1,0 +1,408 @@
+/* The tensor-bytes route (GET .../tensors/{tensor}/data) and its pool of
+ * open tv_model handles.
+ *
+ * Invariants:
+ *   - a pooled tv_model is used by one thread at a time (slot.busy, under
+ *     pool_mu); when every slot is busy the request opens a handle of its
+ *     own and closes it after;
+ *   - a slot is keyed by (model, generation number) and never changes
+ *     generation: a generation's bytes never change, so a handle stays valid
+ *     (its snapshot lease keeps the objects even once retired);
+ *   - one RFC 9110 byte range: "bytes=a-b", "a-", "-n"; several ranges are
+ *     answered 200 with the whole body; an unsatisfiable or malformed range
+ *     is 416 with Content-Range: bytes * /N; another unit is ignored (200);
+ *     If-None-Match (the ETag, W/ allowed, or *) is checked first: 304;
+ *   - only the rows covering the range are read (tv_read_rows), so a
+ *     streamed piece of a large tensor costs about its own bytes. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http/api_internal.h"
+#include "util/internal.h"
+
+typedef struct stream_state {
+    tv__api *api;
+    int64_t generation;
+    uint64_t begin; /* first byte of the body within the tensor's data */
+    char *model, *name;
+    char mem[]; /* model NUL name NUL */
+} stream_state;
+
+/* ---- the model pool ----------------------------------------------------------- */
+
+void tv__api_models_close(tv__api *api)
+{
+    for (size_t i = 0; i < TV__API_MODEL_POOL; i++) {
+        tv_model_close(api->models[i].m);
+        free(api->models[i].model);
+        api->models[i] = (tv__api_model_slot){0};
+    }
+}
+
+static int model_open(tv__api *api, const char *model, int64_t gen, tv_model **m, tv_error *err)
+{
+    char spec[TV__REG_NAME_MAX + 32];
+    int n = snprintf(spec, sizeof spec, "%s@%" PRId64, model, gen);
+    if (n < 0 || (size_t)n >= sizeof spec)
+        return tv__seterr(err, TV_E_INVALID_ARG, "model name '%.60s...' too long", model);
+    /* 8 x 1 MiB of staging per handle; the HTTP pool gives the parallelism. */
+    tv_open_opts o = {.queue_depth = 8, .chunk_len = 1u << 20, .copy_threads = 1};
+    return tv_model_open(api->store_dir, spec, &o, m, err);
+}
+
+/* A handle on (model, gen): *slot is its pool index, or -1 for a private
+ * handle (every slot busy). */
+static int model_get(tv__api *api, const char *model, int64_t gen, tv_model **m, int *slot,
+                     tv_error *err)
+{
+    int rc = 0, pick = -1;
+    *m = NULL;
+    *slot = -1;
+    pthread_mutex_lock(&api->pool_mu);
+    uint64_t oldest = UINT64_MAX;
+    int empty = -1, lru = -1;
+    for (int i = 0; i < TV__API_MODEL_POOL; i++) {
+        tv__api_model_slot *s = &api->models[i];
+        if (s->busy)
+            continue;
+        if (s->model && s->generation == gen && !strcmp(s->model, model)) {
+            pick = i;
+            break;
+        }
+        if (!s->model && empty < 0)
+            empty = i;
+        if (s->model && s->last_use < oldest) {
+            oldest = s->last_use;
+            lru = i;
+        }
+    }
+    tv_model *evicted = NULL;
+    char *evicted_name = NULL;
+    if (pick < 0 && (empty >= 0 || lru >= 0)) {
+        pick = empty >= 0 ? empty : lru;
+        tv__api_model_slot *s = &api->models[pick];
+        evicted = s->m;
+        evicted_name = s->model;
+        s->m = NULL;
+        s->model = NULL;
+    }
+    if (pick >= 0) {
+        api->models[pick].busy = true;
+        api->models[pick].last_use = ++api->model_clock;
+        *m = api->models[pick].m;
+    }
+    pthread_mutex_unlock(&api->pool_mu);
+    tv_model_close(evicted);
+    free(evicted_name);
+    *slot = pick;
+    if (*m)
+        return 0;
+    if ((rc = model_open(api, model, gen, m, err))) {
+        if (pick >= 0) {
+            pthread_mutex_lock(&api->pool_mu);
+            api->models[pick].busy = false;
+            pthread_mutex_unlock(&api->pool_mu);
+        }
+        *slot = -1;
+        return rc;
+    }
+    if (pick >= 0) {
+        char *dup = strdup(model);
+        pthread_mutex_lock(&api->pool_mu);
+        api->models[pick].m = dup ? *m : NULL;
+        api->models[pick].model = dup;
+        api->models[pick].generation = gen;
+        if (!dup) {
+            api->models[pick].busy = false;
+            *slot = -1; /* keep it private: closed by model_put */
+        }
+        pthread_mutex_unlock(&api->pool_mu);
+    }
+    return 0;
+}
+
+static void model_put(tv__api *api, tv_model *m, int slot)
+{
+    if (slot < 0) {
+        tv_model_close(m);
+        return;
+    }
+    pthread_mutex_lock(&api->pool_mu);
+    api->models[slot].busy = false;
+    pthread_mutex_unlock(&api->pool_mu);
+}
+
+/* ---- reading a byte range ------------------------------------------------------- */
+
+/* Bytes [off, off + len) of tensor d (off + len <= nbytes) into dest: the
+ * covering rows when the tensor has whole-byte rows, else the whole tensor. */
+static int read_range(tv_model *m, const tv_tensor_desc *d, uint64_t off, uint64_t len,
+                      uint8_t *dest, tv_error *err)
+{
+    int rc = 0;
+    uint8_t *tmp = NULL;
+    if (len == 0)
+        return 0;
+    if (off == 0 && len == d->nbytes)
+        return tv_read_into(m, d->name, dest, len, err);
+    uint64_t r0 = 0, r1 = 0, row = 0, got = 0, first = 0;
+    if (d->rank >= 1 && d->shape[0] > 0 && d->nbytes % d->shape[0] == 0 &&
+        (row = d->nbytes / d->shape[0]) > 0) {
+        r0 = off / row;
+        r1 = (off + len - 1) / row + 1; /* checked: off + len <= nbytes, no overflow */
+        first = r0 * row;
+        if (tv_rows_len(m, d->name, r0, r1, &got, NULL) || got != (r1 - r0) * row)
+            row = 0; /* sub-byte rows: read the whole tensor */
+    }
+    if (!row) {
+        r0 = 0;
+        first = 0;
+        got = d->nbytes;
+    }
+    if (first == off && got == len)
+        return row ? tv_read_rows(m, d->name, r0, r1, dest, len, err)
+                   : tv_read_into(m, d->name, dest, len, err);
+    if (got > SIZE_MAX || !(tmp = malloc(got ? got : 1)))
+        return tv__seterr(err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'", got,
+                          d->name);
+    rc = row ? tv_read_rows(m, d->name, r0, r1, tmp, got, err)
+             : tv_read_into(m, d->name, tmp, got, err);
+    if (!rc)
+        memcpy(dest, tmp + (off - first), len);
+    free(tmp);
+    return rc;
+}
+
+/* Reads [off, off + len) of tensor name of (model, gen) through the pool. */
+static int pooled_read(tv__api *api, const char *model, int64_t gen, const char *name, uint64_t off,
+                       uint64_t len, uint8_t *dest, tv_error *err)
+{
+    tv_model *m;
+    int slot, rc;
+    size_t idx;
+    tv_tensor_desc d;
+    if ((rc = model_get(api, model, gen, &m, &slot, err)))
+        return rc;
+    if (tv_model_find(m, name, strlen(name), &idx) || tv_model_tensor(m, idx, &d))
+        rc = tv__seterr(err, TV_E_NOT_FOUND, "tensor '%s' not found in %s@%" PRId64, name, model,
+                        gen);
+    else if (off > d.nbytes || len > d.nbytes - off)
+        rc = tv__seterr(err, TV_E_RANGE,
+                        "bytes %" PRIu64 "+%" PRIu64 " past the end of tensor '%s' (%" PRIu64
+                        " bytes)",
+                        off, len, name, d.nbytes);
+    else
+        rc = read_range(m, &d, off, len, dest, err);
+    model_put(api, m, slot);
+    return rc;
+}
+
+/* ---- Range and If-None-Match ----------------------------------------------------- */
+
+/* Parses a decimal number; saturates at UINT64_MAX. false: not digits. */
+static bool num(const char **p, uint64_t *v)
+{
+    const char *s = *p;
+    uint64_t x = 0;
+    if (*s < '0' || *s > '9')
+        return false;
+    for (; *s >= '0' && *s <= '9'; s++)
+        x = x > (UINT64_MAX - 9) / 10 ? UINT64_MAX : x * 10 + (uint64_t)(*s - '0');
+    *v = x;
+    *p = s;
+    return true;
+}
+
+enum range_kind { RANGE_NONE, RANGE_ONE, RANGE_BAD };
+
+/* One range of "bytes=..." against a body of n bytes -> [*first, *first + *len). */
+static enum range_kind parse_range(const char *h, uint64_t n, uint64_t *first, uint64_t *len)
+{
+    if (!h)
+        return RANGE_NONE;
+    while (*h == ' ' || *h == '\t')
+        h++;
+    if (strncasecmp(h, "bytes", 5))
+        return RANGE_NONE; /* another unit: ignored */
+    const char *p = h + 5;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p != '=')
+        return RANGE_NONE;
+    p++;
+    if (strchr(p, ','))
+        return RANGE_NONE; /* several ranges: the whole body */
+    while (*p == ' ' || *p == '\t')
+        p++;
+    uint64_t a = 0, b = 0;
+    if (*p == '-') {
+        p++;
+        if (!num(&p, &b))
+            return RANGE_BAD;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p || b == 0 || n == 0)
+            return RANGE_BAD;
+        if (b > n)
+            b = n;
+        *first = n - b;
+        *len = b;
+        return RANGE_ONE;
+    }
+    if (!num(&p, &a) || *p != '-')
+        return RANGE_BAD;
+    p++;
+    bool has_b = num(&p, &b);
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p || a >= n || (has_b && b < a))
+        return RANGE_BAD;
+    uint64_t last = has_b && b < n - 1 ? b : n - 1;
+    *first = a;
+    *len = last - a + 1;
+    return RANGE_ONE;
+}
+
+/* If-None-Match: a list of entity tags or "*"; weak comparison. */
+static bool inm_matches(const char *h, const char *etag)
+{
+    if (!h)
+        return false;
+    size_t el = strlen(etag);
+    const char *p = h;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '*')
+            return true;
+        if (!strncmp(p, "W/", 2))
+            p += 2;
+        if (*p != '"')
+            return false;
+        const char *e = strchr(p + 1, '"');
+        if (!e)
+            return false;
+        if ((size_t)(e + 1 - p) == el && !memcmp(p, etag, el))
+            return true;
+        p = e + 1;
+    }
+    return false;
+}
+
+/* ---- the route -------------------------------------------------------------------- */
+
+int tv__api_h_data(tv__api_ctx *c)
+{
+    static const char *const none[] = {NULL};
+    tv__reg *reg;
+    tv__reg_generation g;
+    tv__reg_tensor_row row = {0};
+    tv__reg_manifest *mf = NULL;
+    int64_t number;
+    const char *model = c->param[0], *name = c->param[2];
+    tv__api_resp *r = c->resp;
+    int rc;
+    if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_reader(c, &reg)) ||
+        (rc = tv__api_gen(c, reg, model, c->param[1], &number)) ||
+        (rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
+        (rc = tv__reg_tensor_get(reg, g.id, name, &row, &c->err)))
+        goto out;
+    if (g.state != TV__GEN_READY && g.state != TV__GEN_RETIRED) {
+        rc = tv__seterr(&c->err, TV_E_STATE,
+                        "generation %" PRId64 " of '%s' is %s: it has no bytes to read", g.number,
+                        model, tv__gen_state_name(g.state));
+        goto out;
+    }
+    if ((rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err)))
+        goto out;
+    if (row.shard_idx >= mf->n_shards) {
+        rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", name,
+                        row.shard_idx, mf->n_shards);
+        goto out;
+    }
+    uint64_t n = row.end_off - row.begin_off;
+    char etag[TV__REG_SHA256_HEX_LEN + 48];
+    snprintf(etag, sizeof etag, "\"%s:%" PRIu64 "-%" PRIu64 "\"", mf->shards[row.shard_idx].sha256,
+             row.begin_off, row.end_off);
+    tv__api_header(r, "ETag", "%s", etag);
+    tv__api_header(r, "Accept-Ranges", "bytes");
+    if (inm_matches(c->req->if_none_match, etag)) {
+        r->status = 304;
+        goto out;
+    }
+    uint64_t first = 0, len = n;
+    enum range_kind rk = parse_range(c->req->range, n, &first, &len);
+    if (rk == RANGE_BAD) {
+        tv__api_header(r, "Content-Range", "bytes */%" PRIu64, n);
+        rc = tv__seterr(&c->err, TV_E_RANGE,
+                        "Range '%.80s' is not satisfiable for tensor '%s' of %" PRIu64 " bytes",
+                        c->req->range, name, n);
+        goto out;
+    }
+    if (rk == RANGE_ONE)
+        tv__api_header(r, "Content-Range", "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
+                       first + len - 1, n);
+    r->status = rk == RANGE_ONE ? 206 : 200;
+    r->content_type = "application/octet-stream";
+    if (len <= tv__api_whole_body_max) {
+        uint8_t *b = malloc(len ? len : 1);
+        if (!b) {
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'",
+                            len, name);
+            goto out;
+        }
+        if ((rc = pooled_read(c->api, model, number, name, first, len, b, &c->err))) {
+            free(b);
+            goto out;
+        }
+        r->body = (char *)b;
+        r->body_len = len;
+        goto out;
+    }
+    size_t ml = strlen(model), nl = strlen(name);
+    stream_state *s = malloc(sizeof *s + ml + nl + 2);
+    if (!s) {
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    s->api = c->api;
+    s->generation = number;
+    s->begin = first;
+    s->model = s->mem;
+    memcpy(s->model, model, ml + 1);
+    s->name = s->mem + ml + 1;
+    memcpy(s->name, name, nl + 1);
+    r->stream = true;
+    r->stream_len = len;
+    r->stream_state = s;
+out:
+    free(row.name);
+    tv__reg_manifest_free(mf);
+    return rc;
+}
+
+ssize_t tv__api_stream_read(tv__api_resp *resp, uint64_t pos, void *buf, size_t max)
+{
+    if (!resp || !resp->stream || !resp->stream_state || !buf)
+        return TV_E_INVALID_ARG;
+    if (pos >= resp->stream_len || max == 0)
+        return 0;
+    stream_state *s = resp->stream_state;
+    uint64_t n = resp->stream_len - pos;
+    if (n > max)
+        n = max;
+    if (n > TV__API_STREAM_PIECE)
+        n = TV__API_STREAM_PIECE;
+    tv_error err = {0};
+    int rc = pooled_read(s->api, s->model, s->generation, s->name, s->begin + pos, n, buf, &err);
+    if (rc) {
+        tv__log(TV_LOG_WARN, "tensor %s@%" PRId64 " '%s': streaming at %" PRIu64 ": %s", s->model,
+                s->generation, s->name, s->begin + pos, err.msg);
+        return rc;
+    }
+    return (ssize_t)n;
+}

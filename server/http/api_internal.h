@@ -1,0 +1,156 @@
+/* Internals shared by the api's files (api.c: open, pools, router, auth,
+ * parsing; api_render.c: the schema renderers; api_routes.c: the registry
+ * routes; api_data.c: tensor bytes; api_jobs.c: imports, verify and jobs).
+ * Invariant: a handler either returns 0 with the response document set
+ * (tv__api_reply) or returns an error code with c->err filled; the
+ * dispatcher renders errors, so no handler builds an error document. */
+#ifndef TV_HTTP_API_INTERNAL_H
+#define TV_HTTP_API_INTERNAL_H
+
+#include <pthread.h>
+
+#include "http/api.h"
+#include "import/alloc.h"
+#include "tensorvault/tensorvault.h"
+
+#define TV__API_MAX_PARAMS    4
+#define TV__API_MAX_QUERY     16
+#define TV__API_READER_POOL   32
+#define TV__API_MODEL_POOL    16
+#define TV__API_CURSOR_MAX    8192 /* characters of an incoming cursor */
+#define TV__API_STREAM_PIECE  (8ull << 20)
+#define TV__API_WHOLE_DEFAULT (64ull << 20)
+
+typedef struct tv__api_model_slot {
+    char *model;
+    int64_t generation;
+    tv_model *m;
+    bool busy;
+    uint64_t last_use;
+} tv__api_model_slot;
+
+struct tv__api {
+    char *store_dir;
+    tv__jobs *jobs;
+    tv__job_watch_fn watch;
+    void *watch_ctx;
+    char **roots; /* realpath'd import roots; NULL = any */
+    size_t n_roots;
+    int anonymous_reads;
+    size_t max_body_bytes;
+    const char *openapi_yaml;
+    size_t openapi_len;
+    int64_t started_at; /* CLOCK_MONOTONIC seconds */
+
+    tv__store *writer; /* NULL: read-only api */
+    bool own_writer;
+    pthread_mutex_t writer_mu;
+
+    pthread_mutex_t pool_mu; /* readers[] and models[] */
+    tv__store *readers[TV__API_READER_POOL];
+    size_t n_readers;
+    tv__api_model_slot models[TV__API_MODEL_POOL];
+    uint64_t model_clock;
+};
+
+/* Tensors up to this many bytes are answered whole in resp->body, larger
+ * ones streamed (a test hook: tests lower it to exercise streaming). */
+extern uint64_t tv__api_whole_body_max;
+
+typedef struct tv__api_ctx {
+    tv__api *api;
+    const tv__api_req *req;
+    tv__api_resp *resp;
+    char *param[TV__API_MAX_PARAMS]; /* decoded path parameters, NUL-terminated */
+    size_t param_len[TV__API_MAX_PARAMS];
+    size_t n_params;
+    char *qk[TV__API_MAX_QUERY], *qv[TV__API_MAX_QUERY]; /* decoded query */
+    size_t qv_len[TV__API_MAX_QUERY];
+    size_t n_query;
+    tv__store *rd; /* reader store, taken on first use */
+    tv__scope scope;
+    tv_error err;
+} tv__api_ctx;
+
+typedef int (*tv__api_handler)(tv__api_ctx *c);
+
+/* Sets the response document (steals doc; NULL is -ENOMEM). Returns 0 or
+ * -ENOMEM (c->err filled). */
+int tv__api_reply(tv__api_ctx *c, int status, json_t *doc);
+/* Appends "name: value\r\n" to resp->headers (dropped when full). */
+void tv__api_header(tv__api_resp *r, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The reader store for this request (a pooled read-only handle). */
+int tv__api_reader(tv__api_ctx *c, tv__reg **reg);
+/* The writer store under its mutex; TV_E_STATE for a read-only api. Every
+ * successful tv__api_writer_lock needs one tv__api_writer_unlock. */
+int tv__api_writer_lock(tv__api_ctx *c, tv__store **st);
+void tv__api_writer_unlock(tv__api_ctx *c);
+
+/* Query: TV_E_BAD_REQUEST for a parameter not in allowed (NULL-terminated). */
+int tv__api_query_allow(tv__api_ctx *c, const char *const *allowed);
+const char *tv__api_query(const tv__api_ctx *c, const char *name); /* NULL when absent */
+int tv__api_query_limit(tv__api_ctx *c, size_t *limit);
+/* Cursors are the hex of the key text, with a one-letter kind prefix. */
+char *tv__api_cursor_make(char kind, const char *key, size_t key_len);
+/* Decodes the query's cursor of kind: *key NULL when absent (malloc'd,
+ * NUL-terminated otherwise). TV_E_BAD_REQUEST when malformed. */
+int tv__api_cursor_get(tv__api_ctx *c, char kind, char **key, size_t *key_len);
+/* Parses the body as a JSON object with only the allowed fields
+ * (NULL-terminated); an absent body is {} when empty_ok. *obj owned by the
+ * caller. TV_E_TOO_LARGE, TV_E_BAD_REQUEST. */
+int tv__api_body(tv__api_ctx *c, const char *const *allowed, bool empty_ok, json_t **obj);
+/* Typed body fields: absent leaves *out as is; wrong type is TV_E_BAD_REQUEST
+ * naming the field. */
+int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required, const char **out);
+int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out);
+int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out);
+
+/* A generation spec from a path ("3", "prod", "active") -> number. */
+int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number);
+/* Aliases of model (sorted), and the subset pointing at generation. */
+int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_alias **out,
+                    size_t *n);
+
+/* The renderers of api_render.c not in api.h. */
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+                            const char *message);
+json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, const tv__reg_manifest *mf);
+
+/* Handlers. */
+int tv__api_h_healthz(tv__api_ctx *c);
+int tv__api_h_readyz(tv__api_ctx *c);
+int tv__api_h_version(tv__api_ctx *c);
+int tv__api_h_status(tv__api_ctx *c);
+int tv__api_h_openapi(tv__api_ctx *c);
+int tv__api_h_devices(tv__api_ctx *c);
+int tv__api_h_device(tv__api_ctx *c);
+int tv__api_h_models(tv__api_ctx *c);
+int tv__api_h_model(tv__api_ctx *c);
+int tv__api_h_model_delete(tv__api_ctx *c);
+int tv__api_h_generations(tv__api_ctx *c);
+int tv__api_h_generation(tv__api_ctx *c);
+int tv__api_h_activate(tv__api_ctx *c);
+int tv__api_h_retire(tv__api_ctx *c);
+int tv__api_h_rollback(tv__api_ctx *c);
+int tv__api_h_aliases(tv__api_ctx *c);
+int tv__api_h_alias_put(tv__api_ctx *c);
+int tv__api_h_alias_delete(tv__api_ctx *c);
+int tv__api_h_tensors(tv__api_ctx *c);
+int tv__api_h_tensor(tv__api_ctx *c);
+int tv__api_h_data(tv__api_ctx *c);
+int tv__api_h_gc(tv__api_ctx *c);
+int tv__api_h_tokens(tv__api_ctx *c);
+int tv__api_h_token_create(tv__api_ctx *c);
+int tv__api_h_token_revoke(tv__api_ctx *c);
+int tv__api_h_imports(tv__api_ctx *c);
+int tv__api_h_verify(tv__api_ctx *c);
+int tv__api_h_jobs(tv__api_ctx *c);
+int tv__api_h_job(tv__api_ctx *c);
+int tv__api_h_job_cancel(tv__api_ctx *c);
+
+/* The data route's model pool (api_data.c); closes every handle. */
+void tv__api_models_close(tv__api *api);
+
+#endif

@@ -1,0 +1,207 @@
+/* The schema renderers: one function per API9.md object, used by every
+ * route and by the CLI's printers, so that a field has one name, one type
+ * and one shape everywhere (docs/openapi.yaml).
+ * Invariants: "none" is JSON null (never 0 or ""); byte quantities come
+ * from uint64_t values the registry keeps at most INT64_MAX. */
+#include <errno.h>
+#include <string.h>
+
+#include "dev/dev.h"
+#include "http/api_internal.h"
+
+#ifndef TV_GIT_DESCRIBE
+#define TV_GIT_DESCRIBE "unknown"
+#endif
+
+static json_t *jint(uint64_t v)
+{
+    return json_integer((json_int_t)(v > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : v));
+}
+
+/* Steals v; returns false on a NULL (out of memory) value. */
+static bool put(json_t *o, const char *k, json_t *v)
+{
+    return v && o && json_object_set_new(o, k, v) == 0;
+}
+
+static json_t *done(json_t *o, bool ok)
+{
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static const char *device_status(int drc)
+{
+    if (drc == 0)
+        return "ok";
+    if (drc == -ENOENT)
+        return "missing";
+    if (drc == TV_E_DEVICE_MISMATCH)
+        return "mismatch";
+    return "error";
+}
+
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+                            const char *message)
+{
+    json_t *o = json_object();
+    json_error_t je;
+    json_t *ident = json_loads(d->identity, 0, &je);
+    if (ident && !json_is_object(ident)) {
+        json_decref(ident);
+        ident = NULL;
+    }
+    bool ok =
+        put(o, "id", json_integer(d->id)) && put(o, "uuid", json_string(d->uuid)) &&
+        put(o, "kind", json_string(d->kind)) && put(o, "path", json_string(d->path)) &&
+        put(o, "lba_size", jint(d->lba_size)) && put(o, "io_align", jint(d->io_align)) &&
+        put(o, "object_align", jint(d->object_align)) &&
+        put(o, "size_bytes", jint(d->size_bytes)) && put(o, "region_offset", jint(d->region_off)) &&
+        put(o, "region_bytes", jint(d->region_len)) && put(o, "data_offset", jint(d->data_off)) &&
+        put(o, "used_bytes", jint(sp->used_len)) && put(o, "free_bytes", jint(sp->free_len)) &&
+        put(o, "largest_free_bytes", jint(sp->largest_free_len)) &&
+        put(o, "n_objects", jint(sp->n_used)) &&
+        put(o, "identity", ident ? ident : json_object()) &&
+        put(o, "status", json_string(device_status(drc))) &&
+        put(o, "message", json_string(drc && message ? message : ""));
+    return done(o, ok);
+}
+
+json_t *tv__api_model_json(const tv__reg_model *m, const tv__reg_alias *aliases, size_t n_aliases)
+{
+    json_t *o = json_object(), *al = json_object();
+    bool ok = al != NULL;
+    for (size_t i = 0; ok && i < n_aliases; i++)
+        ok = put(al, aliases[i].alias, json_integer(aliases[i].generation));
+    if (!ok)
+        json_decref(al);
+    ok = ok && put(o, "name", json_string(m->name)) &&
+         put(o, "active_generation",
+             m->active_generation ? json_integer(m->active_generation) : json_null()) &&
+         put(o, "aliases", al) && put(o, "n_generations", json_integer(m->n_generations)) &&
+         put(o, "created_at", json_integer(m->created_at));
+    return done(o, ok);
+}
+
+json_t *tv__api_shard_json(const tv__reg_shard *s)
+{
+    json_t *o = json_object(), *reps = json_array();
+    bool ok = reps != NULL;
+    for (size_t i = 0; ok && i < s->n_replicas; i++) {
+        json_t *r = json_object();
+        ok = put(r, "device_id", json_integer(s->replicas[i].device_id)) &&
+             put(r, "object_id", json_integer(s->replicas[i].object_id)) &&
+             put(r, "device_offset", jint(s->replicas[i].base_off));
+        if (!ok || json_array_append_new(reps, r)) {
+            json_decref(ok ? NULL : r);
+            ok = false;
+        }
+    }
+    if (!ok)
+        json_decref(reps);
+    ok = ok && put(o, "index", json_integer(s->idx)) && put(o, "name", json_string(s->name)) &&
+         put(o, "file_bytes", jint(s->file_len)) && put(o, "header_bytes", jint(s->header_len)) &&
+         put(o, "sha256", json_string(s->sha256)) && put(o, "replicas", reps);
+    return done(o, ok);
+}
+
+json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias *aliases,
+                                size_t n_aliases, const tv__reg_manifest *shards)
+{
+    json_t *o = json_object(), *al = json_array();
+    bool ok = al != NULL;
+    for (size_t i = 0; ok && i < n_aliases; i++)
+        if (aliases[i].generation == g->number)
+            ok = json_array_append_new(al, json_string(aliases[i].alias)) == 0;
+    if (!ok)
+        json_decref(al);
+    const char *state = tv__gen_state_name(g->state);
+    ok = ok && put(o, "model", json_string(g->model)) &&
+         put(o, "generation", json_integer(g->number)) &&
+         put(o, "state", json_string(state ? state : "failed")) &&
+         put(o, "active", json_boolean(g->active)) && put(o, "aliases", al) &&
+         put(o, "n_shards", json_integer(g->n_shards)) &&
+         put(o, "n_tensors", json_integer(g->n_tensors)) &&
+         put(o, "total_bytes", jint(g->total_bytes)) && put(o, "source", json_string(g->source)) &&
+         put(o, "created_at", json_integer(g->created_at));
+    if (ok && shards) {
+        json_t *arr = json_array();
+        ok = arr != NULL;
+        for (size_t i = 0; ok && i < shards->n_shards; i++)
+            ok = json_array_append_new(arr, tv__api_shard_json(&shards->shards[i])) == 0;
+        if (!ok)
+            json_decref(arr);
+        ok = ok && put(o, "shards", arr);
+    }
+    return done(o, ok);
+}
+
+json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, const tv__reg_manifest *mf)
+{
+    json_t *o = json_object(), *shape = json_array(), *offs = json_array();
+    bool ok = shape && offs;
+    for (uint32_t i = 0; ok && i < t->rank; i++)
+        ok = json_array_append_new(shape, jint(t->shape[i])) == 0;
+    ok = ok && json_array_append_new(offs, jint(t->begin_off)) == 0 &&
+         json_array_append_new(offs, jint(t->end_off)) == 0;
+    if (!ok) {
+        json_decref(shape);
+        json_decref(offs);
+    }
+    const char *dt = tv_dtype_name(t->dtype);
+    ok = ok && put(o, "name", json_string(t->name)) &&
+         put(o, "dtype", json_string(dt ? dt : "unknown")) && put(o, "shape", shape) &&
+         put(o, "shard", json_string(t->shard)) &&
+         put(o, "shard_index", json_integer(t->shard_idx)) && put(o, "data_offsets", offs) &&
+         put(o, "nbytes", jint(t->end_off - t->begin_off));
+    if (ok && mf) {
+        /* file_offset = 8 + header_len + begin (all checked at import) */
+        ok = put(o, "file_offset", jint(8 + t->header_len + t->begin_off));
+        json_t *reps = json_array();
+        ok = ok && reps != NULL;
+        const tv__reg_shard *s = t->shard_idx < mf->n_shards ? &mf->shards[t->shard_idx] : NULL;
+        for (size_t i = 0; ok && s && i < s->n_replicas; i++) {
+            json_t *r = json_object();
+            ok =
+                put(r, "device_id", json_integer(s->replicas[i].device_id)) &&
+                put(r, "device_offset", jint(s->replicas[i].base_off + s->data_off + t->begin_off));
+            if (!ok || json_array_append_new(reps, r)) {
+                json_decref(ok ? NULL : r);
+                ok = false;
+            }
+        }
+        if (!ok)
+            json_decref(reps);
+        ok = ok && put(o, "replicas", reps);
+    }
+    return done(o, ok);
+}
+
+json_t *tv__api_alias_json(const char *model, const char *alias, int64_t generation)
+{
+    return json_pack("{s:s,s:s,s:I}", "model", model, "alias", alias, "generation",
+                     (json_int_t)generation);
+}
+
+json_t *tv__api_token_json(const tv__reg_token *t)
+{
+    json_t *o = json_object();
+    bool ok = put(o, "id", json_integer(t->id)) && put(o, "name", json_string(t->name)) &&
+              put(o, "scope", json_string(t->scope == TV__SCOPE_ADMIN ? "admin" : "read")) &&
+              put(o, "created_at", json_integer(t->created_at)) &&
+              put(o, "revoked_at", t->revoked_at ? json_integer(t->revoked_at) : json_null());
+    return done(o, ok);
+}
+
+json_t *tv__api_version_json(void)
+{
+    /* The build without libnvme answers TV_E_NOT_SUPPORTED before touching fd. */
+    tv__dev_identity id;
+    bool nvme = tv__nvme_identify(-1, &id, NULL) != TV_E_NOT_SUPPORTED;
+    return json_pack("{s:s,s:s,s:s,s:s,s:{s:b,s:b,s:b}}", "name", "tensorvault", "version",
+                     tv_version(), "git", TV_GIT_DESCRIBE, "api", "v1", "features", "cuda",
+                     tv_cuda_available(), "nvme", nvme, "io_uring", true);
+}

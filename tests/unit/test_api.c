@@ -1,0 +1,916 @@
+/* Unit tests of the service layer (server/http/api*.c) driven in-process
+ * through tv__api_handle on a store built here: model "acme/tiny" with two
+ * generations (the second active) whose tensor names hold '/', '%', a space
+ * and non-ASCII bytes, and model "zeta" for pagination.
+ *
+ * Invariants checked: every route answers the API9.md shapes (field names
+ * and JSON types); errors are {"error":{code,message,errno}} with the
+ * status of the table (400/401/403/404/405/409/413/416); path segments are
+ * percent-decoded after the split (so %2F stays inside a name) and %00 or a
+ * malformed escape is refused; pagination with limit=1 walks every item
+ * once and a malformed cursor is 400; tensor bytes equal the source at
+ * unaligned ranges, a-, -n, multi-range (whole body), streamed bodies; 416
+ * carries Content-Range: bytes * /N; If-None-Match answers 304; anonymous
+ * reads follow the peer; admin routes need a token. */
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http/api.h"
+#include "http/api_internal.h"
+#include "import/import.h"
+#include "store/store.h"
+#include "tv_test.h"
+
+#define MiB   (1024ull * 1024ull)
+#define MODEL "acme/tiny"
+
+/* The checkpoint of both generations (seeds 1 and 2), in file order. */
+static const tv_test_tensor TENSORS[] = {
+    {"model.embed/weight", "F32", 1000, 4},
+    {"odd 100%", "U8", 13, 1},
+    {"na\xc3\xafve", "F32", 100, 4},
+    {"big", "U8", 300001, 1},
+};
+#define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
+
+typedef struct fx {
+    char dir[128], store[256], image[256], ck[2][256], ckz[256];
+    tv__store *st;
+    tv__api *api;
+} fx;
+
+static fx *g;
+
+static uint64_t tensor_begin(size_t i)
+{
+    uint64_t off = 0;
+    for (size_t k = 0; k < i; k++)
+        off += TENSORS[k].n_elems * TENSORS[k].elem_len;
+    return off;
+}
+
+static void import(fx *f, const char *model, const char *ck)
+{
+    tv_error err = {0};
+    tv__import_opts o = {.activate = true};
+    if (tv__import(f->st, model, ck, &o, NULL, &err))
+        fail_msg("import %s: %s", ck, err.msg);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    tv_test_tmpdir(f->dir, sizeof f->dir, "api");
+    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
+    snprintf(f->image, sizeof f->image, "%s/image", f->dir);
+    for (int i = 0; i < 2; i++) {
+        snprintf(f->ck[i], sizeof f->ck[i], "%s/ck%d.safetensors", f->dir, i + 1);
+        tv_test_write_shard(f->ck[i], TENSORS, N_TENSORS, (unsigned)i + 1);
+    }
+    snprintf(f->ckz, sizeof f->ckz, "%s/z.safetensors", f->dir);
+    tv_test_write_shard(f->ckz, TENSORS, 1, 3);
+    tv_error err = {0};
+    tv__store_init_opts o = {.image = f->image, .image_size_bytes = 16 * MiB};
+    if (tv__store_init(f->store, &o, NULL, &err))
+        fail_msg("store init: %s", err.msg);
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("store open: %s", err.msg);
+    import(f, MODEL, f->ck[0]);
+    import(f, MODEL, f->ck[1]);
+    import(f, "zeta", f->ckz);
+    tv__api_opts ao = {.store_dir = f->store, .anonymous_reads = TV__ANON_LOOPBACK};
+    if (tv__api_open(&ao, f->st, &f->api, &err))
+        fail_msg("api open: %s", err.msg);
+    g = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tv__api_close(g->api);
+    tv__store_close(g->st);
+    tv_test_rmtree(g->dir);
+    free(g);
+    g = NULL;
+    return 0;
+}
+
+/* ---- request helpers ---------------------------------------------------------- */
+
+typedef struct rq {
+    const char *body, *auth, *range, *inm, *ctype;
+    bool untrusted, remote;
+} rq;
+
+/* target is "PATH[?QUERY]". */
+static int call(tv__api_resp *r, const char *method, const char *target, const rq *x)
+{
+    static const rq none = {0};
+    if (!x)
+        x = &none;
+    char path[1024];
+    snprintf(path, sizeof path, "%s", target);
+    char *q = strchr(path, '?');
+    if (q)
+        *q++ = '\0';
+    tv__api_req req = {.method = method,
+                       .path = path,
+                       .query = q,
+                       .body = x->body,
+                       .body_len = x->body ? strlen(x->body) : 0,
+                       .authorization = x->auth,
+                       .range = x->range,
+                       .if_none_match = x->inm,
+                       .content_type = x->ctype,
+                       .trusted = !x->untrusted,
+                       .peer_loopback = !x->remote};
+    int st = tv__api_handle(g->api, &req, r);
+    assert_int_equal(st, r->status);
+    assert_non_null(r->route);
+    return st;
+}
+
+/* The error document's code, checking its shape. */
+static const char *err_code(const tv__api_resp *r)
+{
+    assert_non_null(r->json);
+    json_t *e = json_object_get(r->json, "error");
+    assert_true(json_is_object(e));
+    assert_true(json_is_string(json_object_get(e, "code")));
+    assert_true(json_is_string(json_object_get(e, "message")));
+    assert_true(json_is_integer(json_object_get(e, "errno")));
+    assert_true(strlen(json_string_value(json_object_get(e, "message"))) > 0);
+    assert_string_equal(tv_err_name((int)json_integer_value(json_object_get(e, "errno"))),
+                        json_string_value(json_object_get(e, "code")));
+    return json_string_value(json_object_get(e, "code"));
+}
+
+static void expect_error(const char *method, const char *target, const rq *x, int status,
+                         const char *code)
+{
+    tv__api_resp r;
+    int st = call(&r, method, target, x);
+    if (st != status)
+        fail_msg("%s %s: status %d, want %d (%s)", method, target, st, status,
+                 r.json ? json_dumps(r.json, JSON_COMPACT) : "");
+    assert_string_equal(err_code(&r), code);
+    tv__api_resp_free(&r);
+}
+
+static void expect_field(json_t *o, const char *k, json_type t)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v)
+        fail_msg("field '%s' missing", k);
+    if (json_typeof(v) != t && !(t == JSON_TRUE && json_is_boolean(v)))
+        fail_msg("field '%s' has type %d, want %d", k, json_typeof(v), t);
+}
+
+static json_t *ok_json(tv__api_resp *r, const char *method, const char *target, const rq *x)
+{
+    int st = call(r, method, target, x);
+    if (st != 200 && st != 201)
+        fail_msg("%s %s: status %d: %s", method, target, st,
+                 r->json ? json_dumps(r->json, JSON_COMPACT) : "");
+    assert_string_equal(r->content_type, "application/json");
+    return r->json;
+}
+
+/* ---- frame: router, status table, errors ---------------------------------------- */
+
+static void test_status_table(void **state)
+{
+    (void)state;
+    assert_int_equal(tv__api_http_status(TV_E_BAD_REQUEST), 400);
+    assert_int_equal(tv__api_http_status(TV_E_INVALID_ARG), 400);
+    assert_int_equal(tv__api_http_status(TV_E_NAME), 400);
+    assert_int_equal(tv__api_http_status(TV_E_UNAUTHORIZED), 401);
+    assert_int_equal(tv__api_http_status(TV_E_FORBIDDEN), 403);
+    assert_int_equal(tv__api_http_status(TV_E_OUTSIDE_ROOTS), 403);
+    assert_int_equal(tv__api_http_status(TV_E_NOT_FOUND), 404);
+    assert_int_equal(tv__api_http_status(TV_E_CKPT_NOT_FOUND), 404);
+    assert_int_equal(tv__api_http_status(-ENOENT), 404);
+    assert_int_equal(tv__api_http_status(TV_E_STATE), 409);
+    assert_int_equal(tv__api_http_status(TV_E_CONFLICT), 409);
+    assert_int_equal(tv__api_http_status(TV_E_LEASED), 409);
+    assert_int_equal(tv__api_http_status(-EEXIST), 409);
+    assert_int_equal(tv__api_http_status(TV_E_TOO_LARGE), 413);
+    assert_int_equal(tv__api_http_status(TV_E_RANGE), 416);
+    assert_int_equal(tv__api_http_status(TV_E_FILE_SHORT), 422);
+    assert_int_equal(tv__api_http_status(TV_E_ST_HEADER_EMPTY), 422);
+    assert_int_equal(tv__api_http_status(TV_E_ST_INT_RANGE), 422);
+    assert_int_equal(tv__api_http_status(TV_E_IDX_JSON), 422);
+    assert_int_equal(tv__api_http_status(TV_E_IDX_TOO_MANY_SHARDS), 422);
+    assert_int_equal(tv__api_http_status(TV_E_CKPT_NOT_FOUND - 1), 500);
+    assert_int_equal(tv__api_http_status(TV_E_BUSY), 503);
+    assert_int_equal(tv__api_http_status(TV_E_LOCKED), 503);
+    assert_int_equal(tv__api_http_status(TV_E_NO_SPACE), 507);
+    assert_int_equal(tv__api_http_status(TV_E_REGISTRY), 500);
+    assert_int_equal(tv__api_http_status(-EIO), 500);
+    json_t *e = tv__api_error_json(TV_E_NOT_FOUND, "model 'x' not found");
+    char *s = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(
+        s,
+        "{\"error\":{\"code\":\"TV_E_NOT_FOUND\",\"errno\":-1004,\"message\":\"model 'x' not found\"}}");
+    free(s);
+    json_decref(e);
+}
+
+static void test_router(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/healthz", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
+    assert_string_equal(r.route, "GET /healthz");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/readyz", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "ready");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/version", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "name")), "tensorvault");
+    assert_string_equal(json_string_value(json_object_get(j, "api")), "v1");
+    expect_field(j, "version", JSON_STRING);
+    expect_field(j, "git", JSON_STRING);
+    json_t *feat = json_object_get(j, "features");
+    expect_field(feat, "cuda", JSON_TRUE);
+    expect_field(feat, "nvme", JSON_TRUE);
+    expect_field(feat, "io_uring", JSON_TRUE);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/status", NULL);
+    expect_field(j, "version", JSON_STRING);
+    assert_string_equal(json_string_value(json_object_get(j, "store")), g->store);
+    expect_field(j, "uptime_seconds", JSON_INTEGER);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_models")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_devices")), 1);
+    expect_field(json_object_get(j, "jobs"), "queued", JSON_INTEGER);
+    expect_field(json_object_get(j, "jobs"), "running", JSON_INTEGER);
+    expect_field(j, "anonymous_reads", JSON_TRUE);
+    tv__api_resp_free(&r);
+
+    expect_error("GET", "/nope", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "v1/models", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/nothing", NULL, 404, "TV_E_NOT_FOUND");
+    /* 405 with Allow for a known path */
+    assert_int_equal(call(&r, "DELETE", "/v1/devices", NULL), 405);
+    assert_string_equal(err_code(&r), "TV_E_BAD_REQUEST");
+    assert_non_null(strstr(r.headers, "Allow: GET\r\n"));
+    tv__api_resp_free(&r);
+    assert_int_equal(call(&r, "PATCH", "/v1/models/x", NULL), 405);
+    assert_non_null(strstr(r.headers, "Allow: GET, DELETE\r\n"));
+    tv__api_resp_free(&r);
+    /* malformed escapes and NUL */
+    expect_error("GET", "/v1/models/a%2", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/a%zz", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/a%00b", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=%0", NULL, 400, "TV_E_BAD_REQUEST");
+    /* query: unknown parameter, duplicate, bad limit */
+    expect_error("GET", "/v1/models?bogus=1", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=1&limit=2", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=0", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=1001", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=01", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?limit=x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?cursor=zz", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?cursor=m6", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models?cursor=m00", NULL, 400, "TV_E_BAD_REQUEST");
+    /* the openapi document is not embedded in this api */
+    expect_error("GET", "/v1/openapi.yaml", NULL, 404, "TV_E_NOT_FOUND");
+}
+
+/* ---- devices ---------------------------------------------------------------------- */
+
+static void check_device(json_t *d)
+{
+    static const char *const ints[] = {"id",           "lba_size",           "io_align",
+                                       "object_align", "size_bytes",         "region_offset",
+                                       "region_bytes", "data_offset",        "used_bytes",
+                                       "free_bytes",   "largest_free_bytes", "n_objects"};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        expect_field(d, ints[i], JSON_INTEGER);
+    expect_field(d, "uuid", JSON_STRING);
+    expect_field(d, "path", JSON_STRING);
+    expect_field(d, "identity", JSON_OBJECT);
+    assert_string_equal(json_string_value(json_object_get(d, "kind")), "file");
+    assert_string_equal(json_string_value(json_object_get(d, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(d, "message")), "");
+    assert_int_equal(json_integer_value(json_object_get(d, "size_bytes")), 16 * MiB);
+    assert_true(json_integer_value(json_object_get(d, "used_bytes")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(d, "n_objects")), 3);
+}
+
+static void test_devices(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/devices", NULL);
+    json_t *arr = json_object_get(j, "devices");
+    assert_int_equal(json_array_size(arr), 1);
+    check_device(json_array_get(arr, 0));
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/devices/1", NULL);
+    check_device(j);
+    assert_string_equal(r.route, "GET /v1/devices/{id}");
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/devices/2", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/devices/abc", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/devices/01", NULL, 400, "TV_E_BAD_REQUEST");
+}
+
+/* ---- models and generations --------------------------------------------------------- */
+
+static void check_model(json_t *m)
+{
+    expect_field(m, "name", JSON_STRING);
+    expect_field(m, "active_generation", JSON_INTEGER);
+    expect_field(m, "aliases", JSON_OBJECT);
+    expect_field(m, "n_generations", JSON_INTEGER);
+    expect_field(m, "created_at", JSON_INTEGER);
+}
+
+static void test_models(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/models", NULL);
+    json_t *arr = json_object_get(j, "models");
+    assert_int_equal(json_array_size(arr), 2);
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    check_model(json_array_get(arr, 0));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "name")), MODEL);
+    tv__api_resp_free(&r);
+    /* limit=1 walks both, once each, in name order */
+    char target[256] = "/v1/models?limit=1";
+    const char *want[] = {MODEL, "zeta"};
+    for (int i = 0; i < 2; i++) {
+        j = ok_json(&r, "GET", target, NULL);
+        arr = json_object_get(j, "models");
+        assert_int_equal(json_array_size(arr), 1);
+        assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "name")),
+                            want[i]);
+        json_t *next = json_object_get(j, "next_cursor");
+        if (i == 0) {
+            assert_true(json_is_string(next));
+            snprintf(target, sizeof target, "/v1/models?limit=1&cursor=%s",
+                     json_string_value(next));
+        } else {
+            assert_true(json_is_null(next));
+        }
+        tv__api_resp_free(&r);
+    }
+    /* one model, its name percent-encoded */
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny", NULL);
+    check_model(j);
+    assert_string_equal(json_string_value(json_object_get(j, "name")), MODEL);
+    assert_int_equal(json_integer_value(json_object_get(j, "active_generation")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_generations")), 2);
+    assert_string_equal(r.route, "GET /v1/models/{name}");
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models/acme/tiny", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/nobody", NULL, 404, "TV_E_NOT_FOUND");
+}
+
+static void check_generation(json_t *x, int64_t number, bool active)
+{
+    assert_string_equal(json_string_value(json_object_get(x, "model")), MODEL);
+    assert_int_equal(json_integer_value(json_object_get(x, "generation")), number);
+    assert_string_equal(json_string_value(json_object_get(x, "state")), "ready");
+    assert_true(json_is_boolean(json_object_get(x, "active")));
+    assert_int_equal(json_is_true(json_object_get(x, "active")), active);
+    expect_field(x, "aliases", JSON_ARRAY);
+    assert_int_equal(json_integer_value(json_object_get(x, "n_shards")), 1);
+    assert_int_equal(json_integer_value(json_object_get(x, "n_tensors")), N_TENSORS);
+    expect_field(x, "total_bytes", JSON_INTEGER);
+    expect_field(x, "source", JSON_STRING);
+    expect_field(x, "created_at", JSON_INTEGER);
+}
+
+static void test_generations(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), MODEL);
+    json_t *arr = json_object_get(j, "generations");
+    assert_int_equal(json_array_size(arr), 2);
+    check_generation(json_array_get(arr, 0), 1, false);
+    check_generation(json_array_get(arr, 1), 2, true);
+    assert_null(json_object_get(json_array_get(arr, 0), "shards"));
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    /* limit=1 walk */
+    char target[256] = "/v1/models/acme%2Ftiny/generations?limit=1";
+    for (int64_t i = 1; i <= 2; i++) {
+        j = ok_json(&r, "GET", target, NULL);
+        arr = json_object_get(j, "generations");
+        assert_int_equal(json_array_size(arr), 1);
+        check_generation(json_array_get(arr, 0), i, i == 2);
+        json_t *next = json_object_get(j, "next_cursor");
+        assert_int_equal(json_is_string(next), i == 1);
+        if (i == 1)
+            snprintf(target, sizeof target, "/v1/models/acme%%2Ftiny/generations?limit=1&cursor=%s",
+                     json_string_value(next));
+        tv__api_resp_free(&r);
+    }
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations?cursor=m31", NULL, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations?cursor=g7a", NULL, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/nobody/generations", NULL, 404, "TV_E_NOT_FOUND");
+    /* one generation, with its shards; by number and as "active" */
+    const char *specs[] = {"2", "active"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(target, sizeof target, "/v1/models/acme%%2Ftiny/generations/%s", specs[i]);
+        j = ok_json(&r, "GET", target, NULL);
+        check_generation(j, 2, true);
+        json_t *sh = json_object_get(j, "shards");
+        assert_int_equal(json_array_size(sh), 1);
+        json_t *s0 = json_array_get(sh, 0);
+        assert_int_equal(json_integer_value(json_object_get(s0, "index")), 0);
+        assert_string_equal(json_string_value(json_object_get(s0, "name")), "ck2.safetensors");
+        expect_field(s0, "file_bytes", JSON_INTEGER);
+        expect_field(s0, "header_bytes", JSON_INTEGER);
+        assert_int_equal(strlen(json_string_value(json_object_get(s0, "sha256"))), 64);
+        json_t *rep = json_array_get(json_object_get(s0, "replicas"), 0);
+        assert_int_equal(json_integer_value(json_object_get(rep, "device_id")), 1);
+        expect_field(rep, "object_id", JSON_INTEGER);
+        expect_field(rep, "device_offset", JSON_INTEGER);
+        tv__api_resp_free(&r);
+    }
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/3", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/01", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/1x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/prod", NULL, 404, "TV_E_NOT_FOUND");
+}
+
+/* ---- tensors ------------------------------------------------------------------------ */
+
+static void check_tensor(json_t *t, size_t i, bool detail)
+{
+    assert_string_equal(json_string_value(json_object_get(t, "name")), TENSORS[i].name);
+    assert_string_equal(json_string_value(json_object_get(t, "dtype")), TENSORS[i].dtype);
+    json_t *shape = json_object_get(t, "shape");
+    assert_int_equal(json_array_size(shape), 1);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), TENSORS[i].n_elems);
+    expect_field(t, "shard", JSON_STRING);
+    assert_int_equal(json_integer_value(json_object_get(t, "shard_index")), 0);
+    json_t *offs = json_object_get(t, "data_offsets");
+    uint64_t b = tensor_begin(i), n = TENSORS[i].n_elems * TENSORS[i].elem_len;
+    assert_int_equal(json_integer_value(json_array_get(offs, 0)), b);
+    assert_int_equal(json_integer_value(json_array_get(offs, 1)), b + n);
+    assert_int_equal(json_integer_value(json_object_get(t, "nbytes")), n);
+    if (!detail) {
+        assert_null(json_object_get(t, "file_offset"));
+        assert_null(json_object_get(t, "replicas"));
+        return;
+    }
+    expect_field(t, "file_offset", JSON_INTEGER);
+    assert_true((uint64_t)json_integer_value(json_object_get(t, "file_offset")) > 8 + b);
+    json_t *rep = json_array_get(json_object_get(t, "replicas"), 0);
+    assert_int_equal(json_integer_value(json_object_get(rep, "device_id")), 1);
+    expect_field(rep, "device_offset", JSON_INTEGER);
+}
+
+static void test_tensors(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/1/tensors", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), MODEL);
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 1);
+    json_t *arr = json_object_get(j, "tensors");
+    assert_int_equal(json_array_size(arr), N_TENSORS);
+    for (size_t i = 0; i < N_TENSORS; i++)
+        check_tensor(json_array_get(arr, i), i, false);
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    /* limit=1 walks in file order and by name */
+    const char *orders[] = {"file", "name"};
+    const size_t by_name[] = {3, 0, 2, 1}; /* "big" "model..." "na\xc3\xafve" "odd 100%" */
+    for (int o = 0; o < 2; o++) {
+        char target[512];
+        snprintf(target, sizeof target,
+                 "/v1/models/acme%%2Ftiny/generations/2/tensors?limit=1&order=%s", orders[o]);
+        for (size_t i = 0; i < N_TENSORS; i++) {
+            j = ok_json(&r, "GET", target, NULL);
+            arr = json_object_get(j, "tensors");
+            assert_int_equal(json_array_size(arr), 1);
+            check_tensor(json_array_get(arr, 0), o ? by_name[i] : i, false);
+            json_t *next = json_object_get(j, "next_cursor");
+            assert_int_equal(json_is_string(next), i + 1 < N_TENSORS);
+            if (i + 1 < N_TENSORS)
+                snprintf(target, sizeof target,
+                         "/v1/models/acme%%2Ftiny/generations/2/tensors?limit=1&order=%s&cursor=%s",
+                         orders[o], json_string_value(next));
+            tv__api_resp_free(&r);
+        }
+    }
+    /* prefix (percent-encoded, '+' is a space) */
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?prefix=odd+1", NULL);
+    arr = json_object_get(j, "tensors");
+    assert_int_equal(json_array_size(arr), 1);
+    check_tensor(json_array_get(arr, 0), 1, false);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?prefix=model.embed%2F",
+                NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "tensors")), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?prefix=zzz", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "tensors")), 0);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors?order=size", NULL, 400,
+                 "TV_E_BAD_REQUEST");
+    /* a file-order cursor is malformed for name order */
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?limit=1", NULL);
+    char target[512];
+    snprintf(target, sizeof target,
+             "/v1/models/acme%%2Ftiny/generations/2/tensors?order=name&cursor=%s",
+             json_string_value(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+
+    /* one tensor per encoded name */
+    const char *enc[] = {"model.embed%2Fweight", "odd%20100%25", "na%C3%AFve", "big"};
+    for (size_t i = 0; i < N_TENSORS; i++) {
+        snprintf(target, sizeof target, "/v1/models/acme%%2Ftiny/generations/active/tensors/%s",
+                 enc[i]);
+        j = ok_json(&r, "GET", target, NULL);
+        check_tensor(j, i, true);
+        assert_string_equal(r.route, "GET /v1/models/{name}/generations/{gen}/tensors/{tensor}");
+        tv__api_resp_free(&r);
+    }
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors/model.embed/weight", NULL,
+                 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors/nope", NULL, 404,
+                 "TV_E_NOT_FOUND");
+}
+
+/* ---- tensor bytes ------------------------------------------------------------------- */
+
+static void expect_bytes(const tv__api_resp *r, size_t t, unsigned seed, uint64_t off, uint64_t len)
+{
+    uint64_t b = tensor_begin(t);
+    uint8_t *got = (uint8_t *)r->body;
+    uint8_t *streamed = NULL;
+    if (r->stream) {
+        assert_null(r->body);
+        assert_int_equal(r->stream_len, len);
+        streamed = malloc(len ? len : 1);
+        uint64_t pos = 0;
+        while (pos < len) {
+            ssize_t n = tv__api_stream_read((tv__api_resp *)r, pos, streamed + pos, 100000);
+            assert_true(n > 0 && n <= 100000);
+            pos += (uint64_t)n;
+        }
+        assert_int_equal(tv__api_stream_read((tv__api_resp *)r, len, streamed, 16), 0);
+        got = streamed;
+    } else {
+        assert_int_equal(r->body_len, len);
+    }
+    for (uint64_t i = 0; i < len; i++)
+        if (got[i] != tv_test_shard_byte(b + off + i, seed))
+            fail_msg("tensor %zu byte %" PRIu64 ": %u", t, off + i, got[i]);
+    free(streamed);
+}
+
+static int data(tv__api_resp *r, size_t t, const char *gen, const rq *x)
+{
+    const char *enc[] = {"model.embed%2Fweight", "odd%20100%25", "na%C3%AFve", "big"};
+    char target[512];
+    snprintf(target, sizeof target, "/v1/models/acme%%2Ftiny/generations/%s/tensors/%s/data", gen,
+             enc[t]);
+    return call(r, "GET", target, x);
+}
+
+static void test_data(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    for (size_t t = 0; t < N_TENSORS; t++) {
+        uint64_t n = TENSORS[t].n_elems * TENSORS[t].elem_len;
+        assert_int_equal(data(&r, t, "1", NULL), 200);
+        assert_string_equal(r.content_type, "application/octet-stream");
+        assert_non_null(strstr(r.headers, "Accept-Ranges: bytes\r\n"));
+        assert_non_null(strstr(r.headers, "ETag: \""));
+        expect_bytes(&r, t, 1, 0, n);
+        tv__api_resp_free(&r);
+        assert_int_equal(data(&r, t, "active", NULL), 200);
+        expect_bytes(&r, t, 2, 0, n);
+        tv__api_resp_free(&r);
+    }
+    /* ranges on the F32 tensor of 4000 bytes */
+    struct {
+        const char *h;
+        int status;
+        uint64_t off, len;
+    } cases[] = {
+        {"bytes=0-0", 206, 0, 1},
+        {"bytes=3-10", 206, 3, 8},
+        {"bytes=4001-4001", 416, 0, 0},
+        {"bytes=3999-5000", 206, 3999, 1},
+        {"bytes=1001-", 206, 1001, 2999},
+        {"bytes=-7", 206, 3993, 7},
+        {"bytes=-9999", 206, 0, 4000},
+        {"bytes=4000-", 416, 0, 0},
+        {"bytes=-0", 416, 0, 0},
+        {"bytes=9-3", 416, 0, 0},
+        {"bytes=x-3", 416, 0, 0},
+        {"bytes=1-2,5-6", 200, 0, 4000},
+        {"items=1-2", 200, 0, 4000},
+        {"bytes = 5-6", 206, 5, 2},
+        {"bytes=99999999999999999999999-", 416, 0, 0},
+        {"bytes=5-99999999999999999999999", 206, 5, 3995},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rq x = {.range = cases[i].h};
+        int st = data(&r, 0, "1", &x);
+        if (st != cases[i].status)
+            fail_msg("Range '%s': %d, want %d", cases[i].h, st, cases[i].status);
+        if (st == 416) {
+            assert_string_equal(err_code(&r), "TV_E_RANGE");
+            assert_non_null(strstr(r.headers, "Content-Range: bytes */4000\r\n"));
+        } else {
+            expect_bytes(&r, 0, 1, cases[i].off, cases[i].len);
+            char cr[96];
+            snprintf(cr, sizeof cr, "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/4000\r\n",
+                     cases[i].off, cases[i].off + cases[i].len - 1);
+            assert_int_equal(strstr(r.headers, cr) != NULL, st == 206);
+        }
+        tv__api_resp_free(&r);
+    }
+    /* unaligned range in the odd-length U8 tensor and the one after it */
+    rq x = {.range = "bytes=5-11"};
+    assert_int_equal(data(&r, 1, "2", &x), 206);
+    expect_bytes(&r, 1, 2, 5, 7);
+    tv__api_resp_free(&r);
+    x.range = "bytes=1-397";
+    assert_int_equal(data(&r, 2, "2", &x), 206);
+    expect_bytes(&r, 2, 2, 1, 397);
+    tv__api_resp_free(&r);
+    /* ETag and If-None-Match */
+    assert_int_equal(data(&r, 0, "1", NULL), 200);
+    char etag[160];
+    const char *e = strstr(r.headers, "ETag: ");
+    assert_non_null(e);
+    snprintf(etag, sizeof etag, "%.*s", (int)strcspn(e + 6, "\r"), e + 6);
+    tv__api_resp_free(&r);
+    assert_int_equal(strlen(etag), 2 + 64 + strlen(":0-4000"));
+    assert_non_null(strstr(etag, ":0-4000\""));
+    x = (rq){.inm = etag};
+    assert_int_equal(data(&r, 0, "1", &x), 304);
+    assert_null(r.body);
+    assert_null(r.json);
+    tv__api_resp_free(&r);
+    char list[256];
+    snprintf(list, sizeof list, "\"other\", W/%s", etag);
+    x = (rq){.inm = list};
+    assert_int_equal(data(&r, 0, "1", &x), 304);
+    tv__api_resp_free(&r);
+    x = (rq){.inm = "\"other\""};
+    assert_int_equal(data(&r, 0, "1", &x), 200);
+    tv__api_resp_free(&r);
+    x = (rq){.inm = "*"};
+    assert_int_equal(data(&r, 0, "2", &x), 304);
+    tv__api_resp_free(&r);
+    /* generation 2's ETag differs (other shard hash) */
+    assert_int_equal(data(&r, 0, "2", NULL), 200);
+    assert_null(strstr(r.headers, etag));
+    tv__api_resp_free(&r);
+
+    /* streamed bodies: a low threshold sends everything through
+     * tv__api_stream_read in 100000-byte pieces */
+    uint64_t saved = tv__api_whole_body_max;
+    tv__api_whole_body_max = 1000;
+    assert_int_equal(data(&r, 3, "1", NULL), 200);
+    assert_true(r.stream);
+    expect_bytes(&r, 3, 1, 0, 300001);
+    tv__api_resp_free(&r);
+    x = (rq){.range = "bytes=12345-212345"};
+    assert_int_equal(data(&r, 3, "2", &x), 206);
+    expect_bytes(&r, 3, 2, 12345, 200001);
+    tv__api_resp_free(&r);
+    tv__api_whole_body_max = saved;
+
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/3/tensors/big/data", NULL, 404,
+                 "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/1/tensors/nope/data", NULL, 404,
+                 "TV_E_NOT_FOUND");
+}
+
+/* ---- mutations ---------------------------------------------------------------------- */
+
+static int64_t active_gen(void)
+{
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny", NULL);
+    int64_t a = json_integer_value(json_object_get(j, "active_generation"));
+    tv__api_resp_free(&r);
+    return a;
+}
+
+static void test_generation_changes(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/1/activate", NULL);
+    check_generation(j, 1, true);
+    tv__api_resp_free(&r);
+    assert_int_equal(active_gen(), 1);
+    expect_error("POST", "/v1/models/acme%2Ftiny/rollback", NULL, 409, "TV_E_CONFLICT");
+    j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/2/activate", &(rq){.body = "{}"});
+    check_generation(j, 2, true);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/rollback", NULL);
+    check_generation(j, 1, true);
+    tv__api_resp_free(&r);
+    assert_int_equal(active_gen(), 1);
+    /* "active" as an alias PUT activates; removing it is refused */
+    j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/active",
+                &(rq){.body = "{\"generation\":2}"});
+    assert_string_equal(json_string_value(json_object_get(j, "model")), MODEL);
+    assert_string_equal(json_string_value(json_object_get(j, "alias")), "active");
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 2);
+    tv__api_resp_free(&r);
+    assert_int_equal(active_gen(), 2);
+    expect_error("DELETE", "/v1/models/acme%2Ftiny/aliases/active", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/9bad", &(rq){.body = "{\"generation\":1}"},
+                 400, "TV_E_NAME");
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/prod", &(rq){.body = "{\"generation\":0}"},
+                 400, "TV_E_BAD_REQUEST");
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/prod",
+                 &(rq){.body = "{\"generation\":\"1\"}"}, 400, "TV_E_BAD_REQUEST");
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/prod", &(rq){.body = "{}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/aliases", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), MODEL);
+    expect_field(j, "aliases", JSON_ARRAY);
+    tv__api_resp_free(&r);
+    /* retire: the active one is a conflict, the other works, then cannot be activated */
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/2/retire", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/1/retire", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "retired");
+    assert_false(json_is_true(json_object_get(j, "active")));
+    tv__api_resp_free(&r);
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/1/activate", NULL, 409, "TV_E_STATE");
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/9/activate", NULL, 404,
+                 "TV_E_NOT_FOUND");
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/2/activate",
+                 &(rq){.body = "{\"x\":1}"}, 400, "TV_E_BAD_REQUEST");
+    /* the retired generation's bytes are still served (its snapshot is kept) */
+    tv__api_resp rr;
+    assert_int_equal(data(&rr, 1, "1", NULL), 200);
+    expect_bytes(&rr, 1, 1, 0, 13);
+    tv__api_resp_free(&rr);
+}
+
+/* ---- bodies ------------------------------------------------------------------------- */
+
+static void test_bodies(void **state)
+{
+    (void)state;
+    const char *t = "/v1/tokens";
+    expect_error("POST", t, &(rq){.body = "not json"}, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "[1,2]"}, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "\"x\""}, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", t, NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "{\"name\":\"a\",\"scope\":\"read\",\"x\":1}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "{\"name\":1,\"scope\":\"read\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "{\"name\":\"a\",\"scope\":\"root\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("POST", t, &(rq){.body = "{\"name\":\"a\",\"name\":\"b\",\"scope\":\"read\"}"},
+                 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", t,
+                 &(rq){.body = "{\"name\":\"a\",\"scope\":\"read\"}", .ctype = "text/plain"}, 400,
+                 "TV_E_BAD_REQUEST");
+    size_t big = TV__API_MAX_BODY_DEFAULT + 1;
+    char *b = malloc(big + 1);
+    assert_non_null(b);
+    memset(b, ' ', big);
+    b[0] = '{';
+    b[big - 1] = '}';
+    b[big] = '\0';
+    expect_error("POST", t, &(rq){.body = b}, 413, "TV_E_TOO_LARGE");
+    free(b);
+    /* the error text names the field */
+    tv__api_resp r;
+    call(&r, "POST", t, &(rq){.body = "{\"name\":true,\"scope\":\"read\"}"});
+    assert_non_null(strstr(
+        json_string_value(json_object_get(json_object_get(r.json, "error"), "message")), "'name'"));
+    tv__api_resp_free(&r);
+}
+
+/* ---- authorisation ------------------------------------------------------------------ */
+
+static void test_auth(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    /* anonymous reads from loopback (the default), not from elsewhere */
+    json_t *j = ok_json(&r, "GET", "/v1/models", &(rq){.untrusted = true});
+    assert_int_equal(json_array_size(json_object_get(j, "models")), 2);
+    tv__api_resp_free(&r);
+    assert_int_equal(call(&r, "GET", "/v1/models", &(rq){.untrusted = true, .remote = true}), 401);
+    assert_string_equal(err_code(&r), "TV_E_UNAUTHORIZED");
+    assert_non_null(strstr(r.headers, "WWW-Authenticate: Bearer\r\n"));
+    tv__api_resp_free(&r);
+    /* health needs nothing, from anywhere */
+    assert_int_equal(call(&r, "GET", "/healthz", &(rq){.untrusted = true, .remote = true}), 200);
+    tv__api_resp_free(&r);
+    /* admin routes need a token even from loopback */
+    const char *admin[][2] = {{"POST", "/v1/gc"},
+                              {"GET", "/v1/tokens"},
+                              {"POST", "/v1/models/acme%2Ftiny/rollback"},
+                              {"DELETE", "/v1/models/zeta"},
+                              {"POST", "/v1/imports"}};
+    for (size_t i = 0; i < sizeof admin / sizeof admin[0]; i++) {
+        expect_error(admin[i][0], admin[i][1], &(rq){.untrusted = true}, 401, "TV_E_UNAUTHORIZED");
+        expect_error(
+            admin[i][0], admin[i][1],
+            &(rq){
+                .untrusted = true,
+                .auth =
+                    "Bearer tvk_0000000000000000000000000000000000000000000000000000000000000000"},
+            401, "TV_E_UNAUTHORIZED");
+        expect_error(admin[i][0], admin[i][1], &(rq){.untrusted = true, .auth = "Basic eDp5"}, 401,
+                     "TV_E_UNAUTHORIZED");
+    }
+    /* an invalid token is refused on a read route too, even where anonymous
+     * reads are allowed */
+    expect_error("GET", "/v1/models", &(rq){.untrusted = true, .auth = "Bearer nope"}, 401,
+                 "TV_E_UNAUTHORIZED");
+    expect_error("GET", "/v1/models", &(rq){.untrusted = true, .auth = "Bearer"}, 401,
+                 "TV_E_UNAUTHORIZED");
+}
+
+static void test_open_args(void **state)
+{
+    (void)state;
+    tv__api *api = NULL;
+    tv_error err = {0};
+    tv__api_opts o = {.store_dir = g->store, .anonymous_reads = 7};
+    assert_int_equal(tv__api_open(&o, NULL, &api, &err), TV_E_INVALID_ARG);
+    assert_null(api);
+    o.anonymous_reads = TV__ANON_NEVER;
+    const char *roots[] = {"/nonexistent/root"};
+    o.import_roots = roots;
+    o.n_import_roots = 1;
+    assert_int_equal(tv__api_open(&o, NULL, &api, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "/nonexistent/root"));
+    o.import_roots = NULL;
+    char nostore[300];
+    snprintf(nostore, sizeof nostore, "%s/none", g->dir);
+    o.store_dir = nostore;
+    assert_int_equal(tv__api_open(&o, NULL, &api, &err), TV_E_NOT_FOUND);
+    /* a read-only api: reads work, mutations are a conflict; never
+     * anonymous */
+    o.store_dir = g->store;
+    assert_int_equal(tv__api_open(&o, NULL, &api, &err), 0);
+    tv__api_req q = {.method = "GET", .path = "/v1/models", .trusted = true};
+    tv__api_resp r;
+    assert_int_equal(tv__api_handle(api, &q, &r), 200);
+    tv__api_resp_free(&r);
+    q.method = "POST";
+    q.path = "/v1/models/zeta/rollback";
+    assert_int_equal(tv__api_handle(api, &q, &r), 409);
+    tv__api_resp_free(&r);
+    q = (tv__api_req){.method = "GET", .path = "/v1/models", .peer_loopback = true};
+    assert_int_equal(tv__api_handle(api, &q, &r), 401);
+    tv__api_resp_free(&r);
+    tv__api_resp_free(&r); /* twice is safe */
+    tv__api_close(api);
+    tv__api_close(NULL);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_table),
+        T(test_router),
+        T(test_devices),
+        T(test_models),
+        T(test_generations),
+        T(test_tensors),
+        T(test_data),
+        T(test_generation_changes),
+        T(test_bodies),
+        T(test_auth),
+        T(test_open_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
