@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "cli/api_seam.h"
+#include "http/api.h"
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "util/internal.h"

@@ -200,7 +200,6 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .positionals = "[NAME]",
     .min_pos = 0,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_models,
     .opts = {CLIENT_OPTS},
 };
 
@@ -221,7 +220,6 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_generations,
     .opts = {CLIENT_OPTS},
 };
 
@@ -261,7 +259,6 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_tensors,
     .opts = {{"--prefix", "P", NULL},
              {"--order", "file|name", NULL},
              {"--limit", "N", NULL},
@@ -323,7 +320,6 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .legacy = &tv__cli_legacy_devices,
     .opts = {CLIENT_OPTS},
 };
 
@@ -355,7 +351,6 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .positionals = "NAME GEN|ALIAS",
     .min_pos = 2,
     .max_pos = 2,
-    .legacy = &tv__cli_legacy_activate,
     .opts = {CLIENT_OPTS},
 };
 
@@ -366,7 +361,6 @@ const tv__cli_cmd tv__cli_cmd_retire = {
     .min_pos = 2,
     .max_pos = 2,
     .flags = TV__CLI_GEN,
-    .legacy = &tv__cli_legacy_retire,
     .opts = {CLIENT_OPTS},
 };
 
@@ -699,7 +693,6 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .legacy = &tv__cli_legacy_gc,
     .opts = {CLIENT_OPTS},
 };
 
