@@ -54,13 +54,14 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_status, tv__cli_cmd_version, tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench;
 
 /* TEMPORARY (until the in-process api is on main): the local tables. */
-extern const tv__cli_cmd tv__cli_legacy_import, tv__cli_legacy_verify;
+extern const tv__cli_cmd tv__cli_legacy_verify;
 int tv__cli_verify_legacy(const tv__cli_ctx *c);
 
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);
 int tv__cli_import(const tv__cli_ctx *c);
-/* The importer run directly on --store (import --replicas/--chunk). */
+/* The importer run directly on --store DIR (c->store, else --store): local
+ * imports, with --replicas and --chunk (the API has neither). */
 int tv__cli_import_local(const tv__cli_ctx *c);
 int tv__cli_models(const tv__cli_ctx *c);
 int tv__cli_generations(const tv__cli_ctx *c);

@@ -600,7 +600,6 @@ const tv__cli_cmd tv__cli_cmd_import = {
     .positionals = "NAME SRC",
     .min_pos = 2,
     .max_pos = 2,
-    .legacy = &tv__cli_legacy_import,
     .opts = {{"--activate", NULL, NULL},
              {"--alias", "A", NULL},
              {"--strict", NULL, NULL},
@@ -615,14 +614,12 @@ int tv__cli_import(const tv__cli_ctx *c)
     const tv__cli_args *a = &c->a;
     tv_error err = {0};
     char src[TV__CLI_PATH_MAX];
-    /* --replicas and --chunk are the local importer's knobs (the API has
-     * none): local mode runs the importer directly for them. */
-    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk")) {
-        if (!tv__cli_get(a, "--store"))
-            return tv__cli_usage(c->cmd->name,
-                                 "--replicas and --chunk need --store DIR (local mode)");
+    /* --store: the importer runs here, directly (it alone takes --replicas
+     * and --chunk, which the API has not). */
+    if (tv__cli_get(a, "--store"))
         return tv__cli_import_local(c);
-    }
+    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk"))
+        return tv__cli_usage(c->cmd->name, "--replicas and --chunk need --store DIR (local mode)");
     int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);

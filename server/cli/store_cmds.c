@@ -103,54 +103,10 @@ int tv__cli_store(const tv__cli_ctx *c)
 
 /* ---- import -------------------------------------------------------------- */
 
-typedef struct progress {
-    double t0, last;
-    bool tty;
-} progress;
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
-    progress *p = ctx;
-    double t = mono();
-    if (!p->tty || (t - p->last < 0.1 && done < total))
-        return;
-    p->last = t;
-    double el = t - p->t0, rate = el > 0 ? (double)done / el : 0;
-    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
-    int bar = (int)(pct / 100.0 * 30);
-    char b[31];
-    for (int i = 0; i < 30; i++)
-        b[i] = i < bar ? '#' : '.';
-    b[30] = '\0';
-    double eta = rate > 0 ? (double)(total - done) / rate : 0;
-    fprintf(stderr, "\r[%s] %5.1f%% %8.1f / %.1f MiB  %7.1f MB/s  ETA %4.0fs", b, pct,
-            (double)done / 1048576.0, (double)total / 1048576.0, rate / 1e6, eta);
-    if (done >= total)
-        fputc('\n', stderr);
-    fflush(stderr);
+    tv__cli_progress_draw(ctx, done, total, -1, -1, NULL);
 }
-
-const tv__cli_cmd tv__cli_legacy_import = {
-    .name = "import",
-    .run = tv__cli_import_local,
-    .positionals = "NAME SRC",
-    .min_pos = 2,
-    .max_pos = 2,
-    .flags = TV__CLI_STORE,
-    .opts = {{"--store", "DIR", NULL},
-             {"--activate", NULL, NULL},
-             {"--strict", NULL, NULL},
-             {"--replicas", "DEV,...", NULL},
-             {"--chunk", "SIZE", NULL},
-             {"--json", NULL, NULL}},
-};
 
 int tv__cli_import_local(const tv__cli_ctx *c)
 {
@@ -182,6 +138,9 @@ int tv__cli_import_local(const tv__cli_ctx *c)
             "import",
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
+    const char *alias = tv__cli_get(a, "--alias");
+    if (alias && (rc = tv__alias_name_valid(alias, &err)))
+        return tv__cli_failed(c, rc, &err);
     tv__store *st;
     rc = open_store(c->store ? c->store : tv__cli_get(a, "--store"), TV__STORE_WRITE, &st, &err);
     if (rc)
@@ -196,15 +155,25 @@ int tv__cli_import_local(const tv__cli_ctx *c)
             return tv__cli_failed(c, rc, &err);
         }
     }
-    progress pr = {mono(), 0, isatty(2) && !json};
+    tv__cli_progress pr;
+    tv__cli_progress_start(&pr, json);
     o.progress = on_progress;
     o.progress_ctx = &pr;
     tv__import_result r;
     rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
+    tv__cli_progress_end(&pr);
+    /* The alias moves like `alias set` (the generation is ready now). */
+    if (!rc && alias && (rc = tv__store_alias_set(st, a->pos[0], alias, r.generation, &err))) {
+        tv_error e2 = err;
+        tv__seterr(&err, rc, "generation %lld of '%s' was imported, but alias '%s' was not set: %s",
+                   (long long)r.generation, a->pos[0], alias, e2.msg);
+    }
     tv__store_close(st);
     if (rc)
         return tv__cli_failed(c, rc, &err);
     json_t *aliases = json_array();
+    if (alias)
+        json_array_append_new(aliases, json_string(alias));
     json_t *doc =
         json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
                   (json_int_t)r.generation, "active", o.activate, "aliases", aliases, "n_shards",

@@ -372,12 +372,19 @@ def test_registry_commands_local(tv, tmp_path):
     r = js("import", "org/m", ck1, "--activate")
     assert (r["model"], r["generation"], r["active"], r["n_tensors"]) == ("org/m", 1, True, 2)
     assert js("import", "org/m", ck2)["generation"] == 2
+    r3 = js("import", "org/m", ck2, "--alias", "canary")  # deduplicated: nothing written
+    assert (r3["generation"], r3["aliases"], r3["written_bytes"]) == (3, ["canary"], 0)
+    assert js("alias", "rm", "org/m", "canary")["generation"] == 3
+    assert js("retire", "org/m", "3")["state"] == "retired"
+    p = tv("import", "--store", s, "org/m", ck2, "--alias", "9x")
+    assert p.returncode == 1 and "TV_E_NAME" in p.stderr  # refused before the import
+    assert js("models", "org/m")["n_generations"] == 3
     # Aliases: set, listed on the model and its generation, used as NAME@ALIAS.
     a = js("alias", "set", "org/m", "prod", "2")
     assert a == {"model": "org/m", "alias": "prod", "generation": 2}
     assert js("alias", "list", "org/m")["aliases"] == [a]
     m = js("models", "org/m")
-    assert m["active_generation"] == 1 and m["aliases"] == {"prod": 2} and m["n_generations"] == 2
+    assert m["active_generation"] == 1 and m["aliases"] == {"prod": 2} and m["n_generations"] == 3
     g = js("generation", "org/m@prod")
     assert g["generation"] == 2 and g["aliases"] == ["prod"] and not g["active"]
     assert g["n_shards"] == len(g["shards"]) == 2 and all(sh["sha256"] for sh in g["shards"])
