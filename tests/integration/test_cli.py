@@ -383,6 +383,9 @@ def test_registry_commands_local(tv, tmp_path):
     a = js("alias", "set", "org/m", "prod", "2")
     assert a == {"model": "org/m", "alias": "prod", "generation": 2}
     assert js("alias", "list", "org/m")["aliases"] == [a]
+    # The reader opens NAME@ALIAS: get reads generation 2's bytes.
+    tv("get", "--store", s, "org/m@prod", "w", "-o", tmp_path / "w2", check=True)
+    assert (tmp_path / "w2").read_bytes() == t2["w"].tobytes()
     m = js("models", "org/m")
     assert m["active_generation"] == 1 and m["aliases"] == {"prod": 2} and m["n_generations"] == 3
     g = js("generation", "org/m@prod")
