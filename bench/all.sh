@@ -3,7 +3,9 @@
 # same run: the small real model (all-MiniLM-L6-v2) vs the official loader and
 # fio, time to first tensor vs fio 4 KiB latency, the 120k-tensor open
 # (bench/all_bench.py); the large-model read figures (bench/read.sh: bench vs
-# fio, --fresh vs pre-faulted, CPU-s/GB); the cold import (bench/import.sh).
+# fio, --fresh vs pre-faulted, CPU-s/GB); the cold import (bench/import.sh);
+# the daemon over HTTP (bench/http.sh: wrk req/s and p99 on /v1/models and a
+# tensor-metadata route, the tensor-bytes route vs the in-process reader).
 # Each measurement holds flock /tmp/tv-bench.lock (TV_BENCH_LOCK), shared with
 # the other benchmark drivers. Run as root for cold-cache figures.
 # Usage: bench/all.sh [--repeat N]   (default 5 for the small figures, 3 for read.sh)
@@ -26,3 +28,6 @@ if grep -q flock bench/import.sh bench/import_bench.py; then
 else
     flock "$lock" bench/import.sh
 fi
+echo "== HTTP: wrk and the tensor-bytes route (bench/http.sh; takes the lock per measurement)"
+command -v wrk >/dev/null || { echo "bench/all.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
+bench/http.sh

@@ -297,10 +297,10 @@ def tv_import(exe, root, index, shard_paths, nbytes, stat_path, cached=False):
         if p.returncode != 0:
             raise RuntimeError(f"import failed ({p.returncode}): {p.stderr.strip()}")
         r = json.loads(p.stdout)
-        return {"bytes": r["bytes"], "bytes_written": r["bytes_written"], "seconds": wall,
+        return {"bytes": r["total_bytes"], "bytes_written": r["written_bytes"], "seconds": wall,
                 "importer_seconds": r["seconds"], "peak_rss_kib": rss_kib, "note": note,
-                "cpu_seconds": LAST_CPU[0], "cpu_s_per_gb": LAST_CPU[0] / (r["bytes"] / 1e9),
-                "own_io": r["bytes_written"] + (0 if cached else nbytes),
+                "cpu_seconds": LAST_CPU[0], "cpu_s_per_gb": LAST_CPU[0] / (r["total_bytes"] / 1e9),
+                "own_io": r["written_bytes"] + (0 if cached else nbytes),
                 "disk_io": LAST_DISK_IO[0],
                 "cmd": f"{exe} import --store {store} m {index} --json"}
     finally:

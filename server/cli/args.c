@@ -216,6 +216,37 @@ int tv__cli_parse_spec(const char *spec, char *name, size_t name_len, int64_t *g
     return 0;
 }
 
+int tv__cli_parse_ref(const char *spec, char *name, size_t name_len, char *gen, size_t gen_len)
+{
+    if (!spec || !name || !gen || gen_len < 7)
+        return -EINVAL;
+    const char *at = strrchr(spec, '@');
+    size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+    if (nl == 0 || nl >= name_len)
+        return -EINVAL;
+    const char *g = at ? at + 1 : "active";
+    size_t gl = strlen(g);
+    if (gl == 0 || gl >= gen_len)
+        return -EINVAL;
+    if (g[0] >= '0' && g[0] <= '9') {
+        int64_t n;
+        int rc = tv__cli_parse_gen(g, &n);
+        if (rc)
+            return rc;
+    } else {
+        bool ok = (g[0] >= 'A' && g[0] <= 'Z') || (g[0] >= 'a' && g[0] <= 'z');
+        for (size_t i = 1; ok && i < gl; i++)
+            ok = (g[i] >= 'A' && g[i] <= 'Z') || (g[i] >= 'a' && g[i] <= 'z') ||
+                 (g[i] >= '0' && g[i] <= '9') || g[i] == '.' || g[i] == '_' || g[i] == '-';
+        if (!ok || gl > 64)
+            return -EINVAL;
+    }
+    memcpy(name, spec, nl);
+    name[nl] = '\0';
+    memcpy(gen, g, gl + 1);
+    return 0;
+}
+
 int tv__cli_parse_rows(const char *s, uint64_t *r0, uint64_t *r1)
 {
     uint64_t a, b;

@@ -82,6 +82,13 @@ int tv__cli_parse_gen(const char *s, int64_t *gen);
 int tv__cli_parse_spec(const char *spec, char *name, size_t name_len, int64_t *gen,
                        const char **gen_str);
 
+/* "NAME", "NAME@GEN" or "NAME@ALIAS", split at the last '@': NAME is
+ * non-empty and shorter than name_len; gen gets the generation spec
+ * ("active" without '@'): a generation number (tv__cli_parse_gen grammar:
+ * its code on a bad number), "active", or an alias name
+ * [A-Za-z][A-Za-z0-9._-]{0,63}. -EINVAL for anything else. */
+int tv__cli_parse_ref(const char *spec, char *name, size_t name_len, char *gen, size_t gen_len);
+
 /* Decimal digits only (leading zeros allowed, no sign or space), at most
  * max: -ERANGE above it. */
 int tv__cli_parse_uint(const char *s, uint64_t max, uint64_t *out);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "cli/args.h"
 #include "tensorvault/errors.h"
 
@@ -34,6 +36,9 @@ typedef struct tv__cli_cmd {
     unsigned flags;                     /* TV__CLI_* */
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
+    /* TEMPORARY: the local implementation run on --store while the
+     * in-process api is stubbed (cli/api_stub_tmp.c). */
+    const struct tv__cli_cmd *legacy;
 } tv__cli_cmd;
 
 /* Every command, in the order `tensorvault --help` lists them. */
@@ -41,23 +46,60 @@ extern const tv__cli_cmd *const tv__cli_cmds[];
 extern const size_t tv__cli_n_cmds;
 
 extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_import,
-    tv__cli_cmd_models, tv__cli_cmd_generations, tv__cli_cmd_tensors, tv__cli_cmd_devices,
-    tv__cli_cmd_activate, tv__cli_cmd_retire, tv__cli_cmd_gc, tv__cli_cmd_verify, tv__cli_cmd_get,
-    tv__cli_cmd_bench;
+    tv__cli_cmd_models, tv__cli_cmd_generations, tv__cli_cmd_generation, tv__cli_cmd_tensors,
+    tv__cli_cmd_tensor, tv__cli_cmd_devices, tv__cli_cmd_activate, tv__cli_cmd_rollback,
+    tv__cli_cmd_retire, tv__cli_cmd_alias_set, tv__cli_cmd_alias_rm, tv__cli_cmd_alias_list,
+    tv__cli_cmd_delete, tv__cli_cmd_gc, tv__cli_cmd_verify, tv__cli_cmd_jobs, tv__cli_cmd_job,
+    tv__cli_cmd_cancel, tv__cli_cmd_token_create, tv__cli_cmd_token_list, tv__cli_cmd_token_revoke,
+    tv__cli_cmd_status, tv__cli_cmd_version, tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench;
+
+/* TEMPORARY (until the in-process api is on main): the local tables. */
+extern const tv__cli_cmd tv__cli_legacy_import, tv__cli_legacy_models, tv__cli_legacy_generations,
+    tv__cli_legacy_tensors, tv__cli_legacy_devices, tv__cli_legacy_activate, tv__cli_legacy_retire,
+    tv__cli_legacy_gc, tv__cli_legacy_verify;
+int tv__cli_models_legacy(const tv__cli_ctx *c);
+int tv__cli_generations_legacy(const tv__cli_ctx *c);
+int tv__cli_tensors_legacy(const tv__cli_ctx *c);
+int tv__cli_devices_legacy(const tv__cli_ctx *c);
+int tv__cli_activate_legacy(const tv__cli_ctx *c);
+int tv__cli_retire_legacy(const tv__cli_ctx *c);
+int tv__cli_gc_legacy(const tv__cli_ctx *c);
+int tv__cli_verify_legacy(const tv__cli_ctx *c);
 
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);
 int tv__cli_import(const tv__cli_ctx *c);
+/* The importer run directly on --store (import --replicas/--chunk). */
+int tv__cli_import_local(const tv__cli_ctx *c);
 int tv__cli_models(const tv__cli_ctx *c);
 int tv__cli_generations(const tv__cli_ctx *c);
+int tv__cli_generation(const tv__cli_ctx *c);
 int tv__cli_tensors(const tv__cli_ctx *c);
+int tv__cli_tensor(const tv__cli_ctx *c);
 int tv__cli_devices(const tv__cli_ctx *c);
 int tv__cli_activate(const tv__cli_ctx *c);
+int tv__cli_rollback(const tv__cli_ctx *c);
 int tv__cli_retire(const tv__cli_ctx *c);
+int tv__cli_alias_set(const tv__cli_ctx *c);
+int tv__cli_alias_rm(const tv__cli_ctx *c);
+int tv__cli_alias_list(const tv__cli_ctx *c);
+int tv__cli_delete(const tv__cli_ctx *c);
 int tv__cli_gc(const tv__cli_ctx *c);
 int tv__cli_verify(const tv__cli_ctx *c);
+int tv__cli_jobs(const tv__cli_ctx *c);
+int tv__cli_job(const tv__cli_ctx *c);
+int tv__cli_cancel(const tv__cli_ctx *c);
+int tv__cli_token_create(const tv__cli_ctx *c);
+int tv__cli_token_list(const tv__cli_ctx *c);
+int tv__cli_token_revoke(const tv__cli_ctx *c);
+int tv__cli_status(const tv__cli_ctx *c);
+int tv__cli_version(const tv__cli_ctx *c);
+int tv__cli_demo(const tv__cli_ctx *c);
 int tv__cli_get_tensor(const tv__cli_ctx *c);
 int tv__cli_bench(const tv__cli_ctx *c);
+
+/* The Version document of this build (API9 Version object). */
+json_t *tv__cli_version_json(void);
 
 /* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
 int tv__cli_main(int argc, char **argv);

@@ -9,16 +9,24 @@
 
 #include <jansson.h>
 
+#include "cli/api_seam.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "util/internal.h"
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
 
 const tv__cli_cmd *const tv__cli_cmds[] = {
-    &tv__cli_cmd_inspect,     &tv__cli_cmd_store,   &tv__cli_cmd_import,  &tv__cli_cmd_models,
-    &tv__cli_cmd_generations, &tv__cli_cmd_tensors, &tv__cli_cmd_devices, &tv__cli_cmd_activate,
-    &tv__cli_cmd_retire,      &tv__cli_cmd_gc,      &tv__cli_cmd_verify,  &tv__cli_cmd_get,
-    &tv__cli_cmd_bench,
+    &tv__cli_cmd_inspect,      &tv__cli_cmd_store,       &tv__cli_cmd_import,
+    &tv__cli_cmd_models,       &tv__cli_cmd_generations, &tv__cli_cmd_generation,
+    &tv__cli_cmd_tensors,      &tv__cli_cmd_tensor,      &tv__cli_cmd_devices,
+    &tv__cli_cmd_activate,     &tv__cli_cmd_rollback,    &tv__cli_cmd_retire,
+    &tv__cli_cmd_alias_set,    &tv__cli_cmd_alias_rm,    &tv__cli_cmd_alias_list,
+    &tv__cli_cmd_delete,       &tv__cli_cmd_gc,          &tv__cli_cmd_verify,
+    &tv__cli_cmd_jobs,         &tv__cli_cmd_job,         &tv__cli_cmd_cancel,
+    &tv__cli_cmd_token_create, &tv__cli_cmd_token_list,  &tv__cli_cmd_token_revoke,
+    &tv__cli_cmd_status,       &tv__cli_cmd_version,     &tv__cli_cmd_demo,
+    &tv__cli_cmd_get,          &tv__cli_cmd_bench,
 };
 const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);
 
@@ -94,15 +102,60 @@ int tv__cli_failed(const tv__cli_ctx *c, int code, const tv_error *err)
     return TV__EXIT_FAIL;
 }
 
+#ifndef TV__CLI_GIT
+#define TV__CLI_GIT "unknown"
+#endif
+
+json_t *tv__cli_version_json(void)
+{
+#ifdef TV__CLI_HAVE_CUDA
+    bool cuda = true;
+#else
+    bool cuda = false;
+#endif
+#ifdef TV__CLI_HAVE_NVME
+    bool nvme = true;
+#else
+    bool nvme = false;
+#endif
+    return json_pack("{s:s,s:s,s:s,s:s,s:{s:b,s:b,s:b}}", "name", "tensorvault", "version",
+                     tv_version(), "git", TV__CLI_GIT, "api", "v1", "features", "cuda", cuda,
+                     "nvme", nvme, "io_uring", 1);
+}
+
+const tv__cli_cmd tv__cli_cmd_version = {
+    .name = "version",
+    .run = tv__cli_version,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {{"--json", NULL, NULL}},
+};
+
+int tv__cli_version(const tv__cli_ctx *c)
+{
+    json_t *v = tv__cli_version_json();
+    tv__cli_print(stdout, c->json, TV__DOC_VERSION, v);
+    json_decref(v);
+    return TV__EXIT_OK;
+}
+
 /* The value grammars every command shares (args.h has the parsers). */
 static void notes(FILE *f)
 {
-    fputs("\nEvery command takes --json. --store defaults to $TENSORVAULT_STORE.\n", f);
+    fputs("\nEvery command takes --json. Registry commands run in-process on --store DIR,\n", f);
+    fputs("  else against tensorvaultd at --url URL, $TENSORVAULT_URL or " TV__CLI_DEFAULT_URL "\n",
+          f);
+    fputs("  (no daemon there and $TENSORVAULT_STORE set: in-process on that store);\n", f);
+    fputs("  token: --token-file FILE, $TENSORVAULT_TOKEN or ./" TV__CLI_TOKEN_FILE ".\n", f);
+    fputs("get, bench, inspect and store init are local: --store defaults to $TENSORVAULT_STORE.\n",
+          f);
     fputs("Options: each at most once; --opt VALUE or --opt=VALUE; -- ends the options.\n", f);
     fputs("SIZE: bytes, or digits with a binary suffix K, M, G, T or\n", f);
     fputs("  KiB, MiB, GiB, TiB in any case (all powers of 1024: 64K = 64kib = 65536);\n", f);
     fputs("  1GB, 1B, 1.5G, 1 G, signs and sizes above 2^64-1 are refused.\n", f);
     fputs("GEN: a generation number from 1, digits only (no sign, spaces, leading zeros).\n", f);
+    fputs("NAME@GEN|@ALIAS: a generation, an alias ([A-Za-z][A-Za-z0-9._-]*) or @active.\n", f);
     fputs("R0:R1 (get --rows): rows [R0, R1) of dimension 0, decimal,\n", f);
     fputs("  0 <= R0 <= R1 <= dim 0; R0 == R1 writes nothing (numpy's a[r:r] is empty).\n", f);
     fputs("get, bench: --qd 1..4096 (default 32), --chunk 4K..1G (default 1M, rounded\n", f);
@@ -118,7 +171,6 @@ static void usage(FILE *f)
     fprintf(f, "usage: tensorvault COMMAND [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < tv__cli_n_cmds; i++)
         fprintf(f, "  %s\n", tv__cli_cmd_usage(tv__cli_cmds[i], line, sizeof(line)));
-    fprintf(f, "  version\n");
     notes(f);
 }
 
@@ -131,6 +183,21 @@ static bool wants_help(int argc, char **argv)
         if (!strcmp(argv[i], "--help"))
             return true;
     return false;
+}
+
+/* TEMPORARY: --store (or $TENSORVAULT_STORE without a URL) runs the local
+ * implementation of a command whose table still names one (.legacy),
+ * until its local mode goes through the in-process api. */
+static bool legacy_local(int argc, char **argv)
+{
+    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strcmp(argv[i], "--store") || !strncmp(argv[i], "--store=", 8))
+            return true;
+        if (!strcmp(argv[i], "--url") || !strncmp(argv[i], "--url=", 6))
+            return false;
+    }
+    const char *s = getenv("TENSORVAULT_STORE"), *u = getenv("TENSORVAULT_URL");
+    return s && *s && !(u && *u);
 }
 
 static void set_log_level(void)
@@ -158,44 +225,53 @@ int tv__cli_main(int argc, char **argv)
         usage(stdout);
         return TV__EXIT_OK;
     }
-    if ((!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) && argc > 2) {
-        fprintf(stderr, "tensorvault: version: unexpected argument '%s'\n", argv[2]);
-        return TV__EXIT_USAGE;
-    }
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+    if (!strcmp(argv[1], "--version")) {
         printf("tensorvault %s\n", tv_version());
         return TV__EXIT_OK;
     }
+    bool word = false; /* argv[1] is the first word of some command */
     for (size_t i = 0; i < tv__cli_n_cmds; i++) {
         const tv__cli_cmd *cmd = tv__cli_cmds[i];
         size_t wl = strcspn(cmd->name, " "); /* "store init" runs as "store" */
         if (strlen(argv[1]) != wl || strncmp(argv[1], cmd->name, wl))
             continue;
-        if (wants_help(argc, argv)) {
+        word = true;
+        int skip = 1; /* argv + skip starts at the command's last word */
+        if (cmd->name[wl]) {
+            /* "alias set": its second word must follow */
+            if (argc < 3 || strcmp(argv[2], cmd->name + wl + 1) != 0)
+                continue;
+            skip = 2;
+        }
+        if (wants_help(argc - skip + 1, argv + skip - 1)) {
             char line[1024];
             printf("usage: tensorvault %s\n", tv__cli_cmd_usage(cmd, line, sizeof(line)));
             notes(stdout);
             return TV__EXIT_OK;
         }
-        int skip = 1;        /* argv + skip starts at the command's last word */
-        if (cmd->name[wl]) { /* "store init": its second word must follow */
-            char line[1024];
-            tv__cli_cmd_usage(cmd, line, sizeof(line));
-            if (argc < 3) {
-                fprintf(stderr, "usage: tensorvault %s\n", line);
-                return TV__EXIT_USAGE;
-            }
-            if (strcmp(argv[2], cmd->name + wl + 1) != 0) {
-                fprintf(stderr,
-                        "tensorvault: %s: unknown subcommand '%s' (usage: tensorvault %s)\n",
-                        argv[1], argv[2], line);
-                return TV__EXIT_USAGE;
-            }
-            skip = 2;
-        }
+        if (cmd->legacy && legacy_local(argc, argv))
+            cmd = cmd->legacy;
         tv__cli_ctx c;
         int u = tv__cli_begin(cmd, argc - skip, argv + skip, &c);
         return u ? u : cmd->run(&c);
+    }
+    if (word) {
+        /* A two-word command without (or with an unknown) second word: the
+         * usage of every command of that word. */
+        bool help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
+        FILE *f = help ? stdout : stderr;
+        if (argc > 2 && !help)
+            fprintf(stderr, "tensorvault: %s: unknown subcommand '%s'\n", argv[1], argv[2]);
+        for (size_t i = 0; i < tv__cli_n_cmds; i++) {
+            char line[1024];
+            size_t wl = strcspn(tv__cli_cmds[i]->name, " ");
+            if (strlen(argv[1]) == wl && !strncmp(argv[1], tv__cli_cmds[i]->name, wl))
+                fprintf(f, "usage: tensorvault %s\n",
+                        tv__cli_cmd_usage(tv__cli_cmds[i], line, sizeof(line)));
+        }
+        if (help)
+            notes(stdout);
+        return help ? TV__EXIT_OK : TV__EXIT_USAGE;
     }
     fprintf(stderr, "tensorvault: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -1,6 +1,8 @@
-/* The store subcommands of the tensorvault CLI (local mode on a store
- * directory): store init, import, models, generations, tensors, devices,
- * activate, retire, gc, verify. Every command takes --json.
+/* The store subcommands of the tensorvault CLI that stay local: store init
+ * and the direct importer (import --replicas/--chunk); and, until the
+ * in-process api is on main (TEMPORARY), the local implementations of
+ * models, generations, tensors, devices, activate, retire, gc, verify.
+ * Every command takes --json.
  * Invariant: commands that change the store take the writer lock; readers
  * never do, so listing works while an import runs. */
 #include <errno.h>
@@ -16,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "import/alloc.h"
 #include "import/import.h"
 #include "store/snapbuild.h"
@@ -133,9 +136,9 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
     fflush(stderr);
 }
 
-const tv__cli_cmd tv__cli_cmd_import = {
+const tv__cli_cmd tv__cli_legacy_import = {
     .name = "import",
-    .run = tv__cli_import,
+    .run = tv__cli_import_local,
     .positionals = "NAME SRC",
     .min_pos = 2,
     .max_pos = 2,
@@ -148,7 +151,7 @@ const tv__cli_cmd tv__cli_cmd_import = {
              {"--json", NULL, NULL}},
 };
 
-int tv__cli_import(const tv__cli_ctx *c)
+int tv__cli_import_local(const tv__cli_ctx *c)
 {
     const tv__cli_args *a = &c->a;
     bool json = c->json;
@@ -179,7 +182,7 @@ int tv__cli_import(const tv__cli_ctx *c)
             "bad --replicas '%s': %s (DEV,... names up to %d distinct devices by id, path or UUID)",
             rep, why, TV__IMPORT_MAX_DEVICES);
     tv__store *st;
-    rc = open_store(c->store, TV__STORE_WRITE, &st, &err);
+    rc = open_store(c->store ? c->store : tv__cli_get(a, "--store"), TV__STORE_WRITE, &st, &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
     int64_t devs[TV__IMPORT_MAX_DEVICES];
@@ -200,27 +203,23 @@ int tv__cli_import(const tv__cli_ctx *c)
     tv__store_close(st);
     if (rc)
         return tv__cli_failed(c, rc, &err);
-    double mbs = r.seconds > 0 ? (double)r.bytes_written / r.seconds / 1e6 : 0;
-    if (json)
-        emit_json(json_pack("{s:s,s:I,s:b,s:I,s:I,s:I,s:I,s:I,s:f,s:f}", "model", a->pos[0],
-                            "generation", (json_int_t)r.generation, "active", o.activate, "shards",
-                            (json_int_t)r.n_shards, "tensors", (json_int_t)r.n_tensors, "bytes",
-                            (json_int_t)r.bytes_total, "bytes_written", (json_int_t)r.bytes_written,
-                            "bytes_deduplicated", (json_int_t)r.bytes_deduped, "seconds", r.seconds,
-                            "mb_per_s", mbs));
-    else
-        printf("imported %s generation %" PRId64 "%s: %zu shards, %zu tensors, %" PRIu64
-               " bytes; %" PRIu64 " written, %" PRIu64 " deduplicated, %.2f s (%.1f MB/s)\n",
-               a->pos[0], r.generation, o.activate ? " (active)" : "", r.n_shards, r.n_tensors,
-               r.bytes_total, r.bytes_written, r.bytes_deduped, r.seconds, mbs);
+    json_t *aliases = json_array();
+    json_t *doc =
+        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
+                  (json_int_t)r.generation, "active", o.activate, "aliases", aliases, "n_shards",
+                  (json_int_t)r.n_shards, "n_tensors", (json_int_t)r.n_tensors, "total_bytes",
+                  (json_int_t)r.bytes_total, "written_bytes", (json_int_t)r.bytes_written,
+                  "deduplicated_bytes", (json_int_t)r.bytes_deduped, "seconds", r.seconds);
+    tv__cli_print(stdout, json, TV__DOC_IMPORT, doc);
+    json_decref(doc);
     return TV__EXIT_OK;
 }
 
 /* ---- listings ------------------------------------------------------------ */
 
-const tv__cli_cmd tv__cli_cmd_models = {
+const tv__cli_cmd tv__cli_legacy_models = {
     .name = "models",
-    .run = tv__cli_models,
+    .run = tv__cli_models_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -228,7 +227,7 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_models(const tv__cli_ctx *c)
+int tv__cli_models_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -268,9 +267,9 @@ int tv__cli_models(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_generations = {
+const tv__cli_cmd tv__cli_legacy_generations = {
     .name = "generations",
-    .run = tv__cli_generations,
+    .run = tv__cli_generations_legacy,
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
@@ -278,7 +277,7 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_generations(const tv__cli_ctx *c)
+int tv__cli_generations_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     const char *model = c->a.pos[0];
@@ -323,9 +322,9 @@ int tv__cli_generations(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_tensors = {
+const tv__cli_cmd tv__cli_legacy_tensors = {
     .name = "tensors",
-    .run = tv__cli_tensors,
+    .run = tv__cli_tensors_legacy,
     .positionals = "NAME[@GEN]",
     .min_pos = 1,
     .max_pos = 1,
@@ -334,7 +333,7 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_tensors(const tv__cli_ctx *c)
+int tv__cli_tensors_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     const char *name = c->model;
@@ -418,9 +417,9 @@ int tv__cli_tensors(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-const tv__cli_cmd tv__cli_cmd_devices = {
+const tv__cli_cmd tv__cli_legacy_devices = {
     .name = "devices",
-    .run = tv__cli_devices,
+    .run = tv__cli_devices_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -428,7 +427,7 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_devices(const tv__cli_ctx *c)
+int tv__cli_devices_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -494,9 +493,9 @@ int tv__cli_devices(const tv__cli_ctx *c)
     return worst;
 }
 
-const tv__cli_cmd tv__cli_cmd_activate = {
+const tv__cli_cmd tv__cli_legacy_activate = {
     .name = "activate",
-    .run = tv__cli_activate,
+    .run = tv__cli_activate_legacy,
     .positionals = "NAME GEN",
     .min_pos = 2,
     .max_pos = 2,
@@ -504,9 +503,9 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-const tv__cli_cmd tv__cli_cmd_retire = {
+const tv__cli_cmd tv__cli_legacy_retire = {
     .name = "retire",
-    .run = tv__cli_retire,
+    .run = tv__cli_retire_legacy,
     .positionals = "NAME GEN",
     .min_pos = 2,
     .max_pos = 2,
@@ -538,19 +537,19 @@ static int gen_change(const tv__cli_ctx *c, bool activate)
     return TV__EXIT_OK;
 }
 
-int tv__cli_activate(const tv__cli_ctx *c)
+int tv__cli_activate_legacy(const tv__cli_ctx *c)
 {
     return gen_change(c, true);
 }
 
-int tv__cli_retire(const tv__cli_ctx *c)
+int tv__cli_retire_legacy(const tv__cli_ctx *c)
 {
     return gen_change(c, false);
 }
 
-const tv__cli_cmd tv__cli_cmd_gc = {
+const tv__cli_cmd tv__cli_legacy_gc = {
     .name = "gc",
-    .run = tv__cli_gc,
+    .run = tv__cli_gc_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -558,7 +557,7 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_gc(const tv__cli_ctx *c)
+int tv__cli_gc_legacy(const tv__cli_ctx *c)
 {
     tv_error err = {0};
     tv__store *st;
@@ -594,11 +593,10 @@ int tv__cli_gc(const tv__cli_ctx *c)
     tv__store_close(st);
     if (rc)
         return tv__cli_failed(c, rc, &err);
-    if (c->json)
-        emit_json(json_pack("{s:I,s:I}", "objects_freed", (json_int_t)freed, "bytes_freed",
-                            (json_int_t)bytes));
-    else
-        printf("gc: freed %zu objects, %" PRIu64 " bytes\n", freed, bytes);
+    json_t *doc = json_pack("{s:I,s:I}", "n_objects_freed", (json_int_t)freed, "freed_bytes",
+                            (json_int_t)bytes);
+    tv__cli_print(stdout, c->json, TV__DOC_GC, doc);
+    json_decref(doc);
     return TV__EXIT_OK;
 }
 
@@ -620,9 +618,9 @@ static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, si
         memcpy(buf + len - 4, "...", 4);
 }
 
-const tv__cli_cmd tv__cli_cmd_verify = {
+const tv__cli_cmd tv__cli_legacy_verify = {
     .name = "verify",
-    .run = tv__cli_verify,
+    .run = tv__cli_verify_legacy,
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
@@ -630,7 +628,7 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
 };
 
-int tv__cli_verify(const tv__cli_ctx *c)
+int tv__cli_verify_legacy(const tv__cli_ctx *c)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -677,20 +675,20 @@ int tv__cli_verify(const tv__cli_ctx *c)
         }
         free(users);
         json_array_append_new(
-            arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "id", (json_int_t)o[i].id,
-                           "device_id", (json_int_t)o[i].device_id, "offset",
-                           (json_int_t)o[i].base_off, "length", (json_int_t)o[i].canonical_len,
-                           "sha256", o[i].sha256, "status", vrc ? tv_err_name(vrc) : "ok",
+            arr, json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:o}", "object_id", (json_int_t)o[i].id,
+                           "device_id", (json_int_t)o[i].device_id, "device_offset",
+                           (json_int_t)o[i].base_off, "canonical_bytes",
+                           (json_int_t)o[i].canonical_len, "sha256", o[i].sha256, "status",
+                           !vrc                        ? "ok"
+                           : vrc == TV_E_HASH_MISMATCH ? "mismatch"
+                                                       : "error",
                            "message", vrc ? e2.msg : "", "used_by", used_by));
     }
     tv__store_close(st);
     free(o);
-    if (json)
-        emit_json(json_pack("{s:I,s:I,s:I,s:o}", "objects", (json_int_t)n, "failed",
-                            (json_int_t)bad, "bytes", (json_int_t)bytes, "results", arr));
-    else {
-        json_decref(arr);
-        printf("verify: %zu objects, %" PRIu64 " bytes, %zu failed\n", n, bytes, bad);
-    }
+    json_t *doc = json_pack("{s:I,s:I,s:I,s:o}", "n_objects", (json_int_t)n, "n_failed",
+                            (json_int_t)bad, "verified_bytes", (json_int_t)bytes, "objects", arr);
+    tv__cli_print(stdout, json, TV__DOC_VERIFY, doc);
+    json_decref(doc);
     return bad ? TV__EXIT_FAIL : TV__EXIT_OK;
 }

@@ -196,6 +196,15 @@ int tv__reg_generations_list(tv__reg *reg, const char *model, tv__reg_generation
     return rc;
 }
 
+int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, int64_t after_number,
+                              int64_t limit, tv_error *err)
+{
+    return tv__reg_query_list(reg, v, read_generation, "listing generations", err,
+                              GEN_SELECT "WHERE m.name = ?1 AND g.number > ?2 "
+                                         "ORDER BY g.number LIMIT ?3",
+                              "tii", model, after_number, limit);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Creating generations, shards, bindings                                   */
 /* ------------------------------------------------------------------------ */
@@ -632,6 +641,33 @@ static int is_active(tv__reg *reg, int64_t generation_id, bool *active, tv_error
     return rc;
 }
 
+static int read_text_alias(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    tv__reg_col_text(st, 0, record, TV__ALIAS_MAX + 1);
+    return 0;
+}
+
+/* TV_E_STATE naming the first alias that points at the generation. */
+static int check_unaliased(tv__reg *reg, int64_t generation_id, const char *model, int64_t number,
+                           tv_error *err)
+{
+    char alias[TV__ALIAS_MAX + 1] = "";
+    int rc = tv__reg_query_one(reg, read_text_alias, alias, "reading aliases", err,
+                               "SELECT a.name FROM aliases a JOIN generations g "
+                               "ON g.model_id = a.model_id AND g.number = a.generation "
+                               "WHERE g.id = ?1 ORDER BY a.name",
+                               "i", generation_id);
+    if (rc == TV_E_NOT_FOUND)
+        return 0;
+    if (rc)
+        return rc;
+    return tv__seterr(
+        err, TV_E_STATE,
+        "model '%s' generation %lld is aliased as '%s': move or remove the alias first", model,
+        (long long)number, alias);
+}
+
 /* Called inside a level. */
 static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_error *err)
 {
@@ -654,6 +690,8 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
         return tv__seterr(err, TV_E_STATE,
                           "model '%s' generation %lld is active: activate another generation first",
                           model, (long long)number);
+    if (to != TV__GEN_READY && (rc = check_unaliased(reg, generation_id, model, number, err)))
+        return rc;
     if (to == TV__GEN_READY && (rc = check_complete(reg, generation_id, model, number, err)))
         return rc;
     rc = tv__reg_exec(reg, "changing a generation's state", err,
@@ -915,7 +953,8 @@ void tv__reg_manifest_free(tv__reg_manifest *m)
     free(m);
 }
 
-int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+static int load_manifest(tv__reg *reg, int64_t generation_id, bool with_tensors,
+                         tv__reg_manifest **out, tv_error *err)
 {
     if (!reg || !out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_list: NULL argument");
@@ -945,7 +984,7 @@ int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest *
         goto fail_level;
     }
     if ((rc = load_manifest_replicas(reg, m, mm, err)) ||
-        (rc = load_manifest_tensors(reg, m, mm, &tensors, err)))
+        (with_tensors && (rc = load_manifest_tensors(reg, m, mm, &tensors, err))))
         goto fail_level;
     m->tensors = tensors.items;
     m->n_tensors = tensors.n;
@@ -970,4 +1009,14 @@ fail:
     free(tensors.items);
     tv__reg_manifest_free(m);
     return rc;
+}
+
+int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+{
+    return load_manifest(reg, generation_id, true, out, err);
+}
+
+int tv__reg_shards_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err)
+{
+    return load_manifest(reg, generation_id, false, out, err);
 }

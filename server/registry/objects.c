@@ -263,9 +263,10 @@ int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
                          NULL, err)) ||
         (rc = exec_count(reg, "DELETE FROM objects WHERE state = 'writing'", &r.n_objects, err)) ||
         (rc = exec_count(reg,
-                         "UPDATE import_jobs SET state = 'failed', "
-                         "error = 'interrupted by a restart of tensorvault', "
-                         "finished_at = CAST(strftime('%s', 'now') AS INTEGER) "
+                         "UPDATE jobs SET state = 'failed', error_code = 'TV_E_INTERNAL', "
+                         "error_errno = -1000, error = 'interrupted by a daemon restart', "
+                         "finished_at = CAST(strftime('%s', 'now') AS INTEGER), "
+                         "updated_at = CAST(strftime('%s', 'now') AS INTEGER) "
                          "WHERE state IN ('queued', 'running')",
                          &r.n_jobs, err)))
         goto done;

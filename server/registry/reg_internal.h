@@ -17,6 +17,11 @@
 
 #if SQLITE_VERSION_NUMBER < 3037000
 #error "tensorvault needs SQLite >= 3.37 (STRICT tables)"
+/* A model's generations numbered above after_number, by number, at most
+ * limit rows, appended to v (records tv__reg_generation; generations.c). */
+int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, int64_t after_number,
+                              int64_t limit, tv_error *err);
+
 #endif
 
 struct tv__reg {
@@ -119,5 +124,10 @@ int tv__reg_query_each(tv__reg *reg, tv__reg_row_fn each, void *ctx, const char 
  * fills it with read. On failure v->items is freed and v is empty. */
 int tv__reg_query_list(tv__reg *reg, tv__reg_vec *v, tv__reg_row_fn read, const char *what,
                        tv_error *err, const char *sql, const char *types, ...);
+
+/* A model's generations numbered above after_number, by number, at most
+ * limit rows, appended to v (records tv__reg_generation; generations.c). */
+int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, int64_t after_number,
+                              int64_t limit, tv_error *err);
 
 #endif

@@ -209,7 +209,8 @@ typedef struct tv__reg_reclaim {
 
 /* Start-up recovery after a crash, in one transaction: deletes every
  * 'writing' object (and its bindings), marks every 'importing' generation
- * failed and every queued or running import job failed ("interrupted").
+ * failed and every queued or running job failed ("interrupted by a daemon
+ * restart", TV_E_INTERNAL).
  * Call only while no import runs (the daemon holds the store lock).
  * out may be NULL. Returns 0. */
 int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err);
@@ -328,8 +329,9 @@ int tv__reg_generation_set_state(tv__reg *reg, int64_t generation_id, tv__gen_st
 int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number, tv_error *err);
 
 /* ready | failed -> retired. Retiring a retired generation is a no-op.
- * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (the active generation, or one still
- * importing). Live leases do not block retiring; they keep the objects. */
+ * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (the active generation, an aliased
+ * one (the message names the alias), or one still importing). Live leases do not block retiring;
+ * they keep the objects. */
 int tv__reg_generation_retire(tv__reg *reg, const char *model, int64_t number, tv_error *err);
 
 /* Models by name with their active generation and generation count. */
@@ -391,6 +393,10 @@ typedef struct tv__reg_manifest {
  * malformed shape). */
 int tv__reg_tensors_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out,
                          tv_error *err);
+/* The same without the tensors (n_tensors 0, tensors NULL): a generation's
+ * shards and their replicas, cheap for a generation of 100k tensors (the
+ * REST generation and tensor routes). Same returns. */
+int tv__reg_shards_list(tv__reg *reg, int64_t generation_id, tv__reg_manifest **out, tv_error *err);
 /* NULL-safe. */
 void tv__reg_manifest_free(tv__reg_manifest *m);
 
@@ -427,7 +433,112 @@ int tv__reg_lease_release_owner(tv__reg *reg, const char *owner, size_t *n, tv_e
 int tv__reg_leases_list(tv__reg *reg, tv__reg_lease **out, size_t *n, tv_error *err);
 
 /* ------------------------------------------------------------------------ */
-/* Import jobs                                                              */
+/* Models: one row, delete, pages                                           */
+/* ------------------------------------------------------------------------ */
+
+/* One model with its active generation and generation count.
+ * Returns 0; TV_E_NOT_FOUND. */
+int tv__reg_model_get(tv__reg *reg, const char *model, tv__reg_model *out, tv_error *err);
+
+/* Deletes a model: refuses while a generation is active or aliased
+ * (TV_E_STATE, the message says which), while one is importing (TV_E_STATE)
+ * or leased (TV_E_LEASED). Otherwise, in one transaction, retires every
+ * generation and deletes its rows (shards, bindings, tensors), then the
+ * model row; the objects become garbage for the caller's gc. *n_retired
+ * (may be NULL) = the generations removed, retired before or by this call.
+ * Returns 0; TV_E_NOT_FOUND. */
+int tv__reg_model_delete(tv__reg *reg, const char *model, size_t *n_retired, tv_error *err);
+
+/* Pages: after_name / after_number = the last row of the previous page
+ * ("" / 0 for the first page); at most limit (>= 1) rows; *more says
+ * whether rows follow. Models by name; generations by number (the model
+ * must exist: TV_E_NOT_FOUND). Free *out with free(). */
+int tv__reg_models_page(tv__reg *reg, const char *after_name, size_t limit, tv__reg_model **out,
+                        size_t *n, bool *more, tv_error *err);
+int tv__reg_generations_page(tv__reg *reg, const char *model, int64_t after_number, size_t limit,
+                             tv__reg_generation **out, size_t *n, bool *more, tv_error *err);
+
+/* One tensor of a generation, as stored (for the REST tensor routes). The
+ * bytes lie at file offset 8 + header_len + begin_off of shard shard_idx. */
+typedef struct tv__reg_tensor_row {
+    int64_t row_id;
+    char *name; /* malloc'd */
+    tv_dtype dtype;
+    uint32_t rank;
+    uint64_t shape[TV_ST_MAX_RANK];
+    uint32_t shard_idx;
+    char shard[TV__REG_NAME_MAX + 1]; /* shard file name */
+    uint64_t begin_off, end_off;      /* safetensors BEGIN, END */
+    uint64_t header_len;              /* of the shard */
+} tv__reg_tensor_row;
+
+/* A page of a generation's tensors whose names start with prefix (NULL or
+ * "" = all). by_name: by name, after_name is the cursor ("" = first page);
+ * else file order (shard idx, begin_off, row id), after_row_id is the
+ * cursor (0 = first page). limit >= 1. Free with tv__reg_tensor_rows_free.
+ * Returns 0; TV_E_NOT_FOUND (generation); TV_E_INVALID_ARG (after_row_id
+ * names no tensor of the generation: a stale or forged cursor). */
+int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix, bool by_name,
+                         int64_t after_row_id, const char *after_name, size_t limit,
+                         tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err);
+/* NULL-safe. */
+void tv__reg_tensor_rows_free(tv__reg_tensor_row *rows, size_t n);
+
+/* One tensor by name. out->name is malloc'd (free it). Returns 0;
+ * TV_E_NOT_FOUND (generation or tensor). */
+int tv__reg_tensor_get(tv__reg *reg, int64_t generation_id, const char *name,
+                       tv__reg_tensor_row *out, tv_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Aliases                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define TV__ALIAS_MAX 64 /* bytes, NUL excluded */
+
+/* The alias rule: [A-Za-z][A-Za-z0-9._-]{0,63}, and not "active" (the
+ * implicit alias of the active generation). Digits-only strings cannot be
+ * aliases (they start with a digit), so "NAME@3" is always a generation.
+ * Returns 0 or TV_E_NAME (the message quotes the alias). */
+int tv__alias_name_valid(const char *alias, tv_error *err);
+
+typedef struct tv__reg_alias {
+    char model[TV__REG_NAME_MAX + 1];
+    char alias[TV__ALIAS_MAX + 1];
+    int64_t generation; /* number */
+    int64_t updated_at;
+} tv__reg_alias;
+
+/* Points alias at a ready generation of model (creates or moves it, one
+ * statement). alias "active" activates the generation instead.
+ * Returns 0; TV_E_NAME; TV_E_NOT_FOUND (model, generation); TV_E_STATE (the
+ * generation is not ready). */
+int tv__reg_alias_set(tv__reg *reg, const char *model, const char *alias, int64_t number,
+                      tv_error *err);
+
+/* Removes an alias; *number (may be NULL) = the generation it named.
+ * Returns 0; TV_E_NOT_FOUND (model or alias); TV_E_NAME ("active" or a
+ * name breaking the rule). */
+int tv__reg_alias_remove(tv__reg *reg, const char *model, const char *alias, int64_t *number,
+                         tv_error *err);
+
+/* The generation an alias names ("active" works too: the active one).
+ * Returns 0; TV_E_NOT_FOUND (model, alias, no active generation); TV_E_NAME. */
+int tv__reg_alias_get(tv__reg *reg, const char *model, const char *alias, int64_t *number,
+                      tv_error *err);
+
+/* A model's aliases by name ("active" not included). Returns 0 (*n may be
+ * 0); TV_E_NOT_FOUND (model). */
+int tv__reg_aliases_list(tv__reg *reg, const char *model, tv__reg_alias **out, size_t *n,
+                         tv_error *err);
+
+/* Generation spec -> number: "3" (digits, no leading zero; the generation
+ * must exist), "active", or an alias name.
+ * Returns 0; TV_E_NOT_FOUND; TV_E_NAME (neither a number nor a valid alias). */
+int tv__reg_resolve_gen(tv__reg *reg, const char *model, const char *gen_spec, int64_t *number,
+                        tv_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Jobs (import and verify)                                                 */
 /* ------------------------------------------------------------------------ */
 
 typedef enum tv__job_state {
@@ -435,46 +546,124 @@ typedef enum tv__job_state {
     TV__JOB_RUNNING = 1,
     TV__JOB_SUCCEEDED = 2,
     TV__JOB_FAILED = 3,
+    TV__JOB_CANCELLED = 4,
 } tv__job_state;
 
-/* "queued", "running", "succeeded", "failed"; NULL when out of range. */
-const char *tv__job_state_name(tv__job_state s);
+typedef enum tv__job_kind {
+    TV__JOB_IMPORT = 0,
+    TV__JOB_VERIFY = 1,
+} tv__job_kind;
 
+/* "queued", "running", "succeeded", "failed", "cancelled"; NULL when out of
+ * range. */
+const char *tv__job_state_name(tv__job_state s);
+/* "import", "verify"; NULL when out of range. */
+const char *tv__job_kind_name(tv__job_kind k);
+/* Returns 0 or TV_E_INVALID_ARG. */
+int tv__job_state_parse(const char *s, tv__job_state *out);
+int tv__job_kind_parse(const char *s, tv__job_kind *out);
+
+#define TV__JOB_STEP_MAX 16
+
+/* A job row. Strings are "" and numbers 0 for "none" (JSON null). */
 typedef struct tv__reg_job {
     int64_t id;
+    tv__job_kind kind;
+    tv__job_state state;
     char model[TV__REG_NAME_MAX + 1];
     char source[TV__REG_PATH_MAX];
-    tv__job_state state;
-    uint64_t bytes_total;
-    uint64_t bytes_done;
-    char error[TV__REG_ERROR_MAX]; /* "" unless failed */
-    int64_t generation;            /* number; 0 = none yet */
-    int64_t created_at;
-    int64_t finished_at; /* 0 while queued or running */
+    bool activate;
+    char alias[TV__ALIAS_MAX + 1];
+    bool strict;
+    int64_t device_id; /* verify: 0 = every device */
+    char step[TV__JOB_STEP_MAX];
+    uint64_t bytes_done, bytes_total;
+    double rate_bytes_per_s;
+    char error_code[48]; /* tv_err_name of the failure; "" when none */
+    int error_errno;     /* the TV_E_* / -errno code; 0 when none */
+    char error[TV__REG_ERROR_MAX];
+    int64_t generation; /* number */
+    int64_t created_at, started_at, finished_at, updated_at;
+    char *result_json; /* malloc'd or NULL (tv__reg_job_get, tv__reg_jobs_page) */
 } tv__reg_job;
 
-/* Creates a queued job. Returns 0 and *id (may be NULL). */
-int tv__reg_job_create(tv__reg *reg, const char *model, const char *source, uint64_t bytes_total,
-                       int64_t *id, tv_error *err);
+/* Creates a queued job from spec's kind, model, source, activate, alias,
+ * strict, device_id and bytes_total (the rest is ignored). An import needs
+ * model and source. Returns 0 and *id (may be NULL). */
+int tv__reg_job_create(tv__reg *reg, const tv__reg_job *spec, int64_t *id, tv_error *err);
 
-/* Records progress (queued -> running on the first call); generation 0
- * leaves the stored number unchanged. bytes_done may not exceed bytes_total.
+/* Records progress (queued -> running on the first call, setting
+ * started_at); step NULL keeps the stored one; generation 0 leaves the
+ * stored number unchanged; done may not exceed total; rate >= 0.
  * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished). */
-int tv__reg_job_progress(tv__reg *reg, int64_t id, uint64_t bytes_done, uint64_t bytes_total,
-                         int64_t generation, tv_error *err);
+int tv__reg_job_progress(tv__reg *reg, int64_t id, const char *step, uint64_t done, uint64_t total,
+                         double rate, int64_t generation, tv_error *err);
 
-/* Finishes a queued or running job: succeeded when code == 0, else failed
- * with message (or tv_strerror(code) when message is NULL or empty,
- * truncated to TV__REG_ERROR_MAX - 1 bytes). generation 0 leaves it as is.
- * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished). */
-int tv__reg_job_finish(tv__reg *reg, int64_t id, int code, const char *message, int64_t generation,
-                       tv_error *err);
+/* Finishes a queued or running job as final (succeeded, failed or
+ * cancelled). code != 0 records the error: error_code = tv_err_name(code),
+ * error_errno = code, error = message (tv_strerror(code) when NULL or "",
+ * truncated to TV__REG_ERROR_MAX - 1 bytes); succeeded needs code 0, failed
+ * a code. generation 0 leaves it as is; result_json (may be NULL) must be a
+ * JSON object. Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished);
+ * TV_E_INVALID_ARG. */
+int tv__reg_job_finish(tv__reg *reg, int64_t id, tv__job_state final, int code, const char *message,
+                       int64_t generation, const char *result_json, tv_error *err);
 
-/* Returns 0, TV_E_NOT_FOUND. */
+/* Returns 0, TV_E_NOT_FOUND. Free out->result_json. */
 int tv__reg_job_get(tv__reg *reg, int64_t id, tv__reg_job *out, tv_error *err);
 
-/* Jobs, newest first, at most limit (0 = all). */
-int tv__reg_jobs_list(tv__reg *reg, size_t limit, tv__reg_job **out, size_t *n, tv_error *err);
+/* Jobs newest first, optionally one state and/or kind (-1 = any), with id
+ * below before_id (0 = from the newest); at most limit (>= 1). Free with
+ * tv__reg_jobs_free. */
+int tv__reg_jobs_page(tv__reg *reg, int state, int kind, int64_t before_id, size_t limit,
+                      tv__reg_job **out, size_t *n, bool *more, tv_error *err);
+/* NULL-safe; frees each result_json and the array. */
+void tv__reg_jobs_free(tv__reg_job *jobs, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* API tokens                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tv__scope {
+    TV__SCOPE_NONE = 0,
+    TV__SCOPE_READ = 1,
+    TV__SCOPE_ADMIN = 2,
+} tv__scope;
+
+#define TV__TOKEN_SECRET_LEN 68 /* "tvk_" + 64 hex digits, NUL excluded */
+
+/* "read", "admin"; NULL otherwise. */
+const char *tv__scope_name(tv__scope s);
+/* Returns 0 or TV_E_INVALID_ARG. */
+int tv__scope_parse(const char *s, tv__scope *out);
+
+typedef struct tv__reg_token {
+    int64_t id;
+    char name[TV__REG_NAME_MAX + 1];
+    tv__scope scope;
+    int64_t created_at;
+    int64_t revoked_at; /* 0 = live */
+} tv__reg_token;
+
+/* Creates a token: 32 random bytes (getrandom), secret_out = "tvk_" + 64
+ * hex digits (shown once; only its SHA-256 is stored). scope READ or ADMIN.
+ * out may be NULL. Returns 0; -errno when no randomness is available. */
+int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
+                         char secret_out[TV__TOKEN_SECRET_LEN + 1], tv__reg_token *out,
+                         tv_error *err);
+
+/* Looks a presented secret up by its SHA-256 (compared in constant time).
+ * Returns 0, *scope and *token_id (may be NULL); TV_E_UNAUTHORIZED for a
+ * malformed, unknown or revoked secret. */
+int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, int64_t *token_id,
+                        tv_error *err);
+
+/* Every token by id (revoked ones too). */
+int tv__reg_tokens_list(tv__reg *reg, tv__reg_token **out, size_t *n, tv_error *err);
+
+/* Revokes a token (revoking twice is a no-op and keeps the first time).
+ * out may be NULL. Returns 0; TV_E_NOT_FOUND. */
+int tv__reg_token_revoke(tv__reg *reg, int64_t id, tv__reg_token *out, tv_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Who uses an object (for verify and other reports)                         */

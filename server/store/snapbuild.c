@@ -385,11 +385,18 @@ int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *
     if ((rc = ensure_snapshot(st, model, gen, err)))
         return rc;
     tv__crash_point("activate.snapshot");
-    if ((rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
-        return rc;
-    /* 2. The registry change, not committed yet. */
+    /* 2. The registry change, not committed yet. The previous generation
+     * and pointer are read under the write lock: another handle on this
+     * store (a worker, tv__store_open_worker) may have activated meanwhile. */
     if ((rc = tv__reg_begin(st->reg, err)))
         return rc;
+    if ((rc = registry_active(st, model, &prev, err)) ||
+        (rc = pointer_now(st, model, &old_gen, &old_from, err)) < 0)
+        goto fail_tx;
+    if (prev == gen) { /* it happened meanwhile */
+        tv__reg_rollback(st->reg);
+        return pointer_from_registry(st, model, gen, err);
+    }
     if ((rc = tv__reg_generation_activate(st->reg, model, gen, err)))
         goto fail_tx;
     /* 3. The pointer: readers switch here. It records the generation it
@@ -515,6 +522,56 @@ static bool readable(tv__store *st, const char *model, int64_t gen)
     return ok;
 }
 
+/* Writer-open repair of one model's alias pointers: the registry wins (an
+ * alias move cut between its pointer and its commit, or a pointer left by
+ * a removed alias, is put back to what the registry says). Reads and
+ * compares first; writes only what differs. */
+static int sync_aliases(tv__store *st, const char *model, tv_error *err)
+{
+    tv__reg_alias *al = NULL;
+    tv__snapfile_alias *files = NULL;
+    size_t n_al = 0, n_files = 0;
+    int first = 0, rc;
+    tv_error e = {0};
+    if ((rc = tv__reg_aliases_list(st->reg, model, &al, &n_al, err)))
+        return rc;
+    for (size_t i = 0; i < n_al; i++) {
+        int64_t now = 0;
+        rc = tv__snapfile_read_alias(st->dir, model, al[i].alias, &now, &e);
+        if (rc == 0 && now == al[i].generation)
+            continue;
+        if (rc && rc != TV_E_NOT_FOUND && rc != TV_E_SNAPSHOT) {
+            keep_first(&first, err, rc, &e);
+            continue;
+        }
+        tv__log(
+            TV_LOG_WARN,
+            "store %s: model '%s': alias pointer '%s' says %lld, the registry %lld: rewriting it",
+            st->dir, model, al[i].alias, (long long)(rc ? 0 : now), (long long)al[i].generation);
+        rc = ensure_snapshot(st, model, al[i].generation, &e);
+        if (rc == 0)
+            rc = tv__snapfile_write_alias(st->dir, model, al[i].alias, al[i].generation, &e);
+        keep_first(&first, err, rc, &e);
+    }
+    if ((rc = tv__snapfile_list_aliases(st->dir, model, &files, &n_files, &e)))
+        keep_first(&first, err, rc, &e);
+    for (size_t k = 0; k < n_files; k++) {
+        bool known = false;
+        for (size_t i = 0; i < n_al && !known; i++)
+            known = !strcmp(files[k].name, al[i].alias);
+        if (known)
+            continue;
+        tv__log(TV_LOG_WARN,
+                "store %s: model '%s': alias pointer '%s' has no registry row: removing it",
+                st->dir, model, files[k].name);
+        rc = tv__snapfile_write_alias(st->dir, model, files[k].name, 0, &e);
+        keep_first(&first, err, rc, &e);
+    }
+    free(files);
+    free(al);
+    return first;
+}
+
 int tv__store_sync_snapshots(tv__store *st, tv_error *err)
 {
     tv__reg_model *models = NULL;
@@ -561,6 +618,8 @@ int tv__store_sync_snapshots(tv__store *st, tv_error *err)
             keep_first(&first, err, rc, &e);
         }
         rc = sync_pointer(st, name, gens, n_gens, &e);
+        keep_first(&first, err, rc, &e);
+        rc = sync_aliases(st, name, &e);
         keep_first(&first, err, rc, &e);
         free(gens);
     }

@@ -98,7 +98,9 @@ int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_
  * temporary files, writes the snapshot of every ready generation whose
  * file is missing (retired ones are never rebuilt) and reconciles the
  * active pointer with the registry (see the invariants: an interrupted
- * activation is completed, any other difference rewrites the pointer).
+ * activation is completed, any other difference rewrites the pointer), and
+ * every alias pointer (the registry wins; pointers of aliases without a
+ * row are removed).
  * Costs O(models + generations) reads and no write or sync where nothing
  * differs. Keeps going after a failure and returns the first error (0 when
  * all went well). */

@@ -97,4 +97,62 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
 /* Resolves a device given by id, path or uuid. Returns 0 or TV_E_NOT_FOUND. */
 int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err);
 
+/* ---- service operations (ops.c); writer stores (or worker handles) only -- */
+
+/* A second handle on a writer store held by this process, for one import
+ * worker thread: its own registry connection and device fds, and a
+ * duplicate of the writer's lock descriptor (no lock of its own: the flock
+ * is the writer's, so closing the worker leaves it, and it lasts until the
+ * writer and every worker are closed). No reclaim, no repair. Close with
+ * tv__store_close; use from one thread at a time.
+ * Returns 0 and *out; TV_E_INVALID_ARG (not a writer store); the errors of
+ * tv__reg_open_ex; -errno. */
+int tv__store_open_worker(const tv__store *writer, tv__store **out, tv_error *err);
+
+/* Points alias at ready generation number of model, registry and pointer
+ * file DIR/snapshots/<escaped>/alias.<alias> together, exactly the
+ * tv__store_activate protocol: (1) the generation's snapshot is written if
+ * missing; (2) BEGIN IMMEDIATE, tv__reg_alias_set; (3) the pointer renamed
+ * into place; (4) COMMIT. A failure at (2)-(4) rolls the registry back and
+ * puts the old pointer back (absent when the alias was new): an error
+ * changes neither. Crash points "alias.snapshot", "alias.pointer" (between
+ * the pointer and the commit: the next writer's open rewrites the pointer
+ * from the registry), "alias.commit". alias "active" = tv__store_activate.
+ * Returns 0; TV_E_NAME; TV_E_NOT_FOUND; TV_E_STATE (not ready); the errors
+ * of the snapshot and pointer writes and the registry. */
+int tv__store_alias_set(tv__store *st, const char *model, const char *alias, int64_t number,
+                        tv_error *err);
+
+/* Removes an alias, registry row and pointer file together (the same
+ * protocol; crash points "alias.pointer", "alias.commit"). *number (may be
+ * NULL) = the generation it named. Returns 0; TV_E_NAME ("active" or a
+ * name breaking the rule); TV_E_NOT_FOUND; the pointer and registry errors. */
+int tv__store_alias_remove(tv__store *st, const char *model, const char *alias, int64_t *number,
+                           tv_error *err);
+
+/* Frees every unreferenced object (tv__reg_objects_unreferenced): first the
+ * snapshots of retired generations binding them are removed under their
+ * exclusive lock (a generation a reader holds keeps its objects), then each
+ * object row is deleted (crash points "gc.snapshot_unlink", "gc.commit").
+ * Objects that became referenced or leased meanwhile are skipped.
+ * *n_freed and *freed_bytes (alloc_len sums; both may be NULL).
+ * Returns 0; TV_E_INVALID_ARG (reader store); the registry's and
+ * tv__snapfile_remove's errors. */
+int tv__store_gc(tv__store *st, size_t *n_freed, uint64_t *freed_bytes, tv_error *err);
+
+/* Deletes a model: refused (nothing changed) while a generation is active,
+ * aliased or importing (TV_E_STATE), leased in the registry or its
+ * snapshot held by a reader (TV_E_LEASED). Otherwise removes every
+ * generation's snapshot and, in the same registry transaction,
+ * tv__reg_model_delete; after the commit removes the model's snapshot
+ * directory and runs tv__store_gc. *n_retired = generations removed,
+ * *freed_bytes = what gc freed (either may be NULL). Crash points
+ * "model_delete.snapshots" (before the commit: the next writer's open
+ * rewrites the snapshots of ready generations), "model_delete.commit".
+ * Returns 0; TV_E_NOT_FOUND; TV_E_STATE; TV_E_LEASED; the errors of the
+ * registry, tv__snapfile_remove and tv__store_gc (after the commit: the
+ * model is gone, and a later gc frees its objects). */
+int tv__store_model_delete(tv__store *st, const char *model, size_t *n_retired,
+                           uint64_t *freed_bytes, tv_error *err);
+
 #endif

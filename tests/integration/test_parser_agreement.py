@@ -68,7 +68,7 @@ def test_accepted_case_round_trips(tv, store, cases, case, tmp_path):
     ref = reference_tensors(str(path))
     js(tv("import", "--store", store, "m", path, "--activate", "--json"))
     assert_reads_back(tv, store, "m", ref, tmp_path, {n: case for n in ref})
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
 
 
 @pytest.mark.parametrize("case", ["idx_total_size_above_int64_max", "idx_total_size_above_u64_max"])
@@ -147,7 +147,7 @@ def test_hub_cache_layout_imports(tv, store, tmp_path, shards):
     # import: every tensor reads back identical under its link-named shard.
     js(tv("import", "--store", store, "m", snap, "--activate", "--json"))
     assert_reads_back(tv, store, "m", ref, tmp_path, where)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
 
 
 def test_hub_cache_escape_writes_nothing(tv, store, tmp_path):

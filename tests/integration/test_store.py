@@ -53,10 +53,10 @@ def test_init_import_verify_activate_gc(tv, store, ckpt, ckpt_b):
     assert dev["status"] == "ok" and dev["region_offset"] > 0 and dev["used"] == 0
     assert dev["data_offset"] % dev["object_align"] == 0
     r = js(tv("import", "--store", store, "m", ckpt, "--activate", "--json"))
-    assert r["generation"] == 1 and r["active"] and r["bytes_deduplicated"] == 0
+    assert r["generation"] == 1 and r["active"] and r["deduplicated_bytes"] == 0
     assert_store_matches(tv, store, "m", ckpt)
     assert_store_matches(tv, store, "m@1", ckpt)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     # A second generation with other content; activation switches, rollback returns.
     r2 = js(tv("import", "--store", store, "m", ckpt_b, "--json"))
     assert r2["generation"] == 2
@@ -70,10 +70,10 @@ def test_init_import_verify_activate_gc(tv, store, ckpt, ckpt_b):
     used_before = objects(tv, store)[0]["used"]
     js(tv("retire", "--store", store, "m", "2", "--json"))
     g = js(tv("gc", "--store", store, "--json"))
-    assert g["objects_freed"] == 2 and g["bytes_freed"] > 0
-    assert objects(tv, store)[0]["used"] == used_before - g["bytes_freed"]
+    assert g["n_objects_freed"] == 2 and g["freed_bytes"] > 0
+    assert objects(tv, store)[0]["used"] == used_before - g["freed_bytes"]
     assert_store_matches(tv, store, "m", ckpt)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
     assert [(x["generation"], x["state"], x["active"]) for x in gens] == \
         [(1, "ready", True), (2, "retired", False)]
@@ -88,8 +88,8 @@ def test_objects_are_aligned_padded_and_disjoint(tv, store, ckpt, ckpt_b):
     data_len = dev["region_offset"] + dev["region_size"] - dev["data_offset"]
     assert dev["used"] + dev["free"] == data_len - data_len % dev["object_align"]
     assert 0 < dev["largest_free"] <= dev["free"] and dev["objects"] == 4
-    v = js(tv("verify", "--store", store, "--json"))["results"]
-    extents = sorted((o["offset"], o["length"]) for o in v)
+    v = js(tv("verify", "--store", store, "--json"))["objects"]
+    extents = sorted((o["device_offset"], o["canonical_bytes"]) for o in v)
     for (off, n), nxt in zip(extents, extents[1:] + [None]):
         assert off % dev["object_align"] == 0 and off >= dev["data_offset"]
         padded = -(-n // dev["object_align"]) * dev["object_align"]
@@ -103,7 +103,7 @@ def test_same_checkpoint_is_deduplicated(tv, store, ckpt):
     r1 = js(tv("import", "--store", store, "m", ckpt, "--json"))
     used = objects(tv, store)[0]["used"]
     r2 = js(tv("import", "--store", store, "m2", ckpt, "--json"))
-    assert r2["bytes_written"] == 0 and r2["bytes_deduplicated"] == r1["bytes"]
+    assert r2["written_bytes"] == 0 and r2["deduplicated_bytes"] == r1["total_bytes"]
     assert objects(tv, store)[0]["used"] == used
     assert_store_matches(tv, store, "m2@1", ckpt)
 
@@ -121,7 +121,7 @@ def test_replicas(tv, store, ckpt, tmp_path):
     tv("import", "--store", store, "m", ckpt, "--activate", "--replicas",
           f"{devs[0]['id']},{devs[1]['path']}", check=True)
     assert_store_matches(tv, store, "m", ckpt, replicas=2)
-    assert js(tv("verify", "--store", store, "--json"))["objects"] == 4
+    assert js(tv("verify", "--store", store, "--json"))["n_objects"] == 4
 
 
 def test_invalid_checkpoint_writes_nothing(tv, store, tmp_path):
@@ -217,7 +217,7 @@ def test_crash_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b
     assert_store_matches(tv, store, "m", ckpt)
     js(tv("gc", "--store", store, "--json"))
     assert objects(tv, store)[0]["used"] == used
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     # And the store still works.
     r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
     assert r["generation"] == 2
@@ -257,7 +257,7 @@ def test_crash_points_of_activate_retire_gc(tv, tv_crash, store, ckpt, ckpt_b, t
         assert at == sorted(at), (want, points)
 
     def check(active, ck):
-        assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+        assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
         models = js(tv("models", "--store", store, "--json"))["models"]
         assert [m["active"] for m in models] == [active]
         assert_store_matches(tv, store, f"m@{active}", ck)
@@ -316,8 +316,13 @@ def test_usage_errors(tv, store):
     assert tv("import", "--store", store, "m").returncode == 2
     assert tv("store", "init", "--store", store).returncode == 2
     assert tv("store", "init", "--store", store, "--image", "x", "--size", "12Q").returncode == 2
-    assert tv("tensors", "--store", store, "m@x").returncode == 2
-    assert tv("models").returncode == 2
+    assert tv("tensors", "--store", store, "m@01").returncode == 2
+    assert tv("tensors", "--store", store, "m@_x").returncode == 2  # not an alias name either
+    # No --store and no daemon at the URL: one clear error naming both ways out.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    p = tv("models", "--url", "http://127.0.0.1:1", env=env)
+    assert p.returncode == 1 and "TV_E_NO_DAEMON" in p.stderr, p.stderr
+    assert "http://127.0.0.1:1" in p.stderr and "--store" in p.stderr and "scripts/run" in p.stderr
     p = tv("models", "--store", "/nonexistent/store")
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
 
@@ -491,7 +496,7 @@ def test_read_only_mount_lists_and_reads(tv, tmp_path, ckpt):
         assert js(tv("generations", "--store", s, "m", "--json"))["generations"][0]["state"] == \
             "ready"
         assert js(tv("devices", "--store", s, "--json"))["devices"][0]["status"] == "ok"
-        assert js(tv("verify", "--store", s, "--json"))["failed"] == 0
+        assert js(tv("verify", "--store", s, "--json"))["n_failed"] == 0
         assert_store_matches(tv, s, "m", ckpt)
         ref = reference_tensors(ckpt)
         name = sorted(ref)[0]
@@ -607,7 +612,7 @@ def test_import_with_a_concurrent_writer_publishes_nothing(tv, store, tmp_path):
     assert "changed" in p.stderr
     assert js(tv("models", "--store", store, "--json"))["models"] == []
     assert objects(tv, store)[0]["used"] == 0
-    assert js(tv("verify", "--store", store, "--json"))["objects"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_objects"] == 0
     # Once the writer is gone the same file imports.
     assert js(tv("import", "--store", store, "m", path, "--json"))["generation"] == 1
 
@@ -619,7 +624,7 @@ def test_verify_failure_names_model_generation_and_shard(tv, store, ckpt, ckpt_b
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
     tv("import", "--store", store, "other", ckpt, "--activate", check=True)  # deduplicated
     tv("import", "--store", store, "b", ckpt_b, "--activate", check=True)
-    res = js(tv("verify", "--store", store, "--json"))["results"]
+    res = js(tv("verify", "--store", store, "--json"))["objects"]
     shard = "model-00002-of-00002.safetensors"
     target = [r for r in res if any(u["shard"] == shard and u["model"] == "m"
                                     for u in r["used_by"])]
@@ -629,9 +634,9 @@ def test_verify_failure_names_model_generation_and_shard(tv, store, ckpt, ckpt_b
                   for u in obj["used_by"]) == [("m", 1, shard, True), ("other", 1, shard, True)]
     dev = objects(tv, store)[0]
     with open(dev["path"], "r+b") as f:  # flip one byte in the middle of the object
-        f.seek(obj["offset"] + obj["length"] // 2)
+        f.seek(obj["device_offset"] + obj["canonical_bytes"] // 2)
         b = f.read(1)
-        f.seek(obj["offset"] + obj["length"] // 2)
+        f.seek(obj["device_offset"] + obj["canonical_bytes"] // 2)
         f.write(bytes([b[0] ^ 0x5A]))
     p = tv("verify", "--store", store)
     assert p.returncode == 1
@@ -639,18 +644,19 @@ def test_verify_failure_names_model_generation_and_shard(tv, store, ckpt, ckpt_b
     assert len(lines) == 1, p.stderr
     assert f"model 'm' generation 1 (active) shard '{shard}'" in lines[0]
     assert f"model 'other' generation 1 (active) shard '{shard}'" in lines[0]
-    assert f"object {obj['id']}" in lines[0]
+    assert f"object {obj['object_id']}" in lines[0]
     p = tv("verify", "--store", store, "--json")
     assert p.returncode == 1
     doc = json.loads(p.stdout)
-    assert doc["failed"] == 1
-    bad = [r for r in doc["results"] if r["status"] != "ok"]
-    assert [r["id"] for r in bad] == [obj["id"]] and bad[0]["status"] == "TV_E_HASH_MISMATCH"
+    assert doc["n_failed"] == 1
+    bad = [r for r in doc["objects"] if r["status"] != "ok"]
+    assert [r["object_id"] for r in bad] == [obj["object_id"]] and bad[0]["status"] == "mismatch"
+    assert bad[0]["message"], bad[0]
     assert {(u["model"], u["generation"], u["shard"], u["state"]) for u in bad[0]["used_by"]} == \
         {("m", 1, shard, "ready"), ("other", 1, shard, "ready")}
     assert "model 'm' generation 1" in p.stderr
     # Objects nobody corrupted still verify, and name their users too.
-    assert all(r["used_by"] for r in doc["results"])
+    assert all(r["used_by"] for r in doc["objects"])
 
 
 LEASE_WRITER = r"""
@@ -708,4 +714,4 @@ def test_import_lease_sees_a_writer_open(tv, store, tmp_path):
     # Only the attempts the writer missed published a generation.
     models = js(tv("models", "--store", store, "--json"))["models"]
     assert sum(m["generations"] for m in models) == attempt, models
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0

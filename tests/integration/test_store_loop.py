@@ -141,13 +141,13 @@ def test_loop_geometry(tv, store, loop):
 
 def test_loop_import_verify_generations_gc(tv, store, loop, ckpt, ckpt_b):
     r = js(tv("import", "--store", store, "m", ckpt, "--activate", "--json"))
-    assert r["generation"] == 1 and r["active"] and r["bytes"] > 3 << 20
+    assert r["generation"] == 1 and r["active"] and r["total_bytes"] > 3 << 20
     doc = assert_store_matches(tv, store, "m", ckpt)
     assert all(rep["device"] == loop.dev for t in doc["tensors"] for rep in t["replicas"])
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     # Second generation, strict (read back and compare), then activated.
     r2 = js(tv("import", "--store", store, "m", ckpt_b, "--strict", "--json"))
-    assert r2["generation"] == 2 and not r2["active"] and r2["bytes_written"] > 2 << 20
+    assert r2["generation"] == 2 and not r2["active"] and r2["written_bytes"] > 2 << 20
     assert_store_matches(tv, store, "m@2", ckpt_b)
     assert_store_matches(tv, store, "m", ckpt)
     js(tv("activate", "--store", store, "m", "2", "--json"))
@@ -156,10 +156,10 @@ def test_loop_import_verify_generations_gc(tv, store, loop, ckpt, ckpt_b):
     used_before = devices(tv, store)[0]["used"]
     js(tv("retire", "--store", store, "m", "1", "--json"))
     g = js(tv("gc", "--store", store, "--json"))
-    assert g["objects_freed"] == 2 and g["bytes_freed"] > 3 << 20
-    assert devices(tv, store)[0]["used"] == used_before - g["bytes_freed"]
+    assert g["n_objects_freed"] == 2 and g["freed_bytes"] > 3 << 20
+    assert devices(tv, store)[0]["used"] == used_before - g["freed_bytes"]
     v = js(tv("verify", "--store", store, "--json"))
-    assert v["failed"] == 0 and v["objects"] == 2
+    assert v["n_failed"] == 0 and v["n_objects"] == 2
     assert_store_matches(tv, store, "m", ckpt_b)
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
     assert [(x["generation"], x["state"], x["active"]) for x in gens] == \
@@ -170,7 +170,7 @@ def test_loop_strict_import_activate(tv, store, ckpt):
     r = js(tv("import", "--store", store, "m", ckpt, "--strict", "--activate", "--json"))
     assert r["generation"] == 1 and r["active"]
     assert_store_matches(tv, store, "m", ckpt)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
 
 
 def test_loop_crash_at_write_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b):
@@ -181,10 +181,10 @@ def test_loop_crash_at_write_leaves_active_generation_intact(tv, tv_crash, store
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
     assert [(g["generation"], g["active"]) for g in gens] == [(1, True)]
     assert_store_matches(tv, store, "m", ckpt)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     js(tv("gc", "--store", store, "--json"))
     assert devices(tv, store)[0]["used"] == used
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
     assert r["generation"] == 2
     assert_store_matches(tv, store, "m", ckpt_b)
@@ -213,7 +213,7 @@ def test_loop_sector_size_change_is_refused(tv, store, loop, ckpt, ckpt_b):
     assert p.returncode == 0, f"re-attach at {dev}: {p.stderr}"
     assert devices(tv, store)[0]["status"] == "ok"
     assert_store_matches(tv, store, "m", ckpt)
-    assert js(tv("verify", "--store", store, "--json"))["failed"] == 0
+    assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
 
 
 # ---- issue 7: a loop device is recognised by its backing file ---------------

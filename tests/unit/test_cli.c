@@ -16,6 +16,8 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/client.h"
+#include "cli/http.h"
 #include "util/internal.h"
 
 static void test_gen_accepts(void **state)
@@ -81,6 +83,39 @@ static void test_spec(void **state)
     assert_null(gs);
     assert_int_equal(tv__cli_parse_spec("12345678", name, sizeof(name), &g, &gs), -EINVAL);
     assert_int_equal(tv__cli_parse_spec("1234567", name, sizeof(name), &g, &gs), 0);
+}
+
+static void test_ref(void **state)
+{
+    (void)state;
+    char name[8], gen[72];
+    assert_int_equal(tv__cli_parse_ref("llama", name, sizeof name, gen, sizeof gen), 0);
+    assert_string_equal(name, "llama");
+    assert_string_equal(gen, "active");
+    assert_int_equal(tv__cli_parse_ref("a@b@12", name, sizeof name, gen, sizeof gen), 0);
+    assert_string_equal(name, "a@b");
+    assert_string_equal(gen, "12");
+    assert_int_equal(tv__cli_parse_ref("m@prod", name, sizeof name, gen, sizeof gen), 0);
+    assert_string_equal(gen, "prod");
+    assert_int_equal(tv__cli_parse_ref("m@canary-2.x_y", name, sizeof name, gen, sizeof gen), 0);
+    assert_string_equal(gen, "canary-2.x_y");
+    assert_int_equal(tv__cli_parse_ref("m@active", name, sizeof name, gen, sizeof gen), 0);
+    assert_string_equal(gen, "active");
+    static const char *bad[] = {"m@",   "m@0",  "m@01",  "m@+1",     "m@-x",
+                                "m@ 1", "m@1 ", "m@p q", "m@_p",     "m@p/q",
+                                "",     "@1",   "@p",    "12345678", "m@\xc3\xa9"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++)
+        if (tv__cli_parse_ref(bad[i], name, sizeof name, gen, sizeof gen) != -EINVAL)
+            fail_msg("'%s' was accepted", bad[i]);
+    assert_int_equal(tv__cli_parse_ref("m@9223372036854775808", name, sizeof name, gen, sizeof gen),
+                     -ERANGE);
+    char a65[80] = "m@a";
+    memset(a65 + 3, 'b', 64);
+    a65[67] = '\0'; /* 65 characters after '@' */
+    assert_int_equal(tv__cli_parse_ref(a65, name, sizeof name, gen, sizeof gen), -EINVAL);
+    a65[66] = '\0';
+    assert_int_equal(tv__cli_parse_ref(a65, name, sizeof name, gen, sizeof gen), 0);
+    assert_int_equal(strlen(gen), 64);
 }
 
 static void test_rows(void **state)
@@ -355,22 +390,44 @@ static void test_opt_size_bounds(void **state)
 
 /* ---- usage lines from the command tables ------------------------------------ */
 
-/* The usage lines as they were written by hand before they were generated:
- * the tables must keep producing them (the --help text users know). */
+/* The usage lines the tables must produce (the --help text users know);
+ * the registry commands take the client options (--store, --url,
+ * --token-file) since they became clients of the API. */
 static const char *const g_usage[][2] = {
     {"inspect", "inspect PATH [--json]"},
     {"store init", "store init --store DIR (--image FILE --size SIZE | --device PATH) "
                    "[--region-offset SIZE] [--region-size SIZE] [--force] [--json]"},
-    {"import", "import --store DIR NAME SRC [--activate] [--strict] [--replicas DEV,...] "
-               "[--chunk SIZE] [--json]"},
-    {"models", "models --store DIR [--json]"},
-    {"generations", "generations --store DIR NAME [--json]"},
-    {"tensors", "tensors --store DIR NAME[@GEN] [--json]"},
-    {"devices", "devices --store DIR [--json]"},
-    {"activate", "activate --store DIR NAME GEN [--json]"},
-    {"retire", "retire --store DIR NAME GEN [--json]"},
-    {"gc", "gc --store DIR [--json]"},
-    {"verify", "verify --store DIR [--json]"},
+    {"import",
+     "import NAME SRC [--activate] [--alias A] [--strict] [--wait] [--replicas DEV,...] [--chunk SIZE] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"models", "models [NAME] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"generations", "generations NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"generation",
+     "generation NAME[@GEN|@ALIAS] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"tensors",
+     "tensors NAME[@GEN|@ALIAS] [--prefix P] [--order file|name] [--limit N] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"tensor",
+     "tensor NAME[@GEN|@ALIAS] TENSOR [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"devices", "devices [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"activate", "activate NAME GEN|ALIAS [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"rollback", "rollback NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"retire", "retire NAME GEN [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"alias set",
+     "alias set NAME ALIAS GEN [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"alias rm", "alias rm NAME ALIAS [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"alias list", "alias list NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"delete", "delete NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"gc", "gc [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"verify", "verify [--device ID] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"jobs", "jobs [--state S] [--kind K] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"job", "job ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"cancel", "cancel ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"token create",
+     "token create NAME [--scope admin|read] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"token revoke", "token revoke ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"version", "version [--json]"},
+    {"demo", "demo [--layers N] [--dir D] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"get", "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
             "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"},
 };
@@ -406,6 +463,8 @@ static void test_usage_from_tables(void **state)
         assert_true(cmd->min_pos <= cmd->max_pos && cmd->max_pos <= TV__CLI_MAX_POS);
     }
     assert_int_equal(seen, TV_ARRAY_LEN(g_usage));
+    /* Every command but bench is pinned above. */
+    assert_int_equal(seen, tv__cli_n_cmds - 1);
 }
 
 /* ---- the prologue ------------------------------------------------------------ */
@@ -434,25 +493,28 @@ static void test_prologue(void **state)
     assert_int_equal(c.a.n_pos, 2);
     assert_string_equal(tv__cli_get(&c.a, "-o"), "-");
     const char *active[] = {"--store=S", "m", NULL};
-    assert_int_equal(begin(&tv__cli_cmd_tensors, &c, active), 0);
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, active), 0);
     assert_string_equal(c.model, "m");
     assert_true(c.gen == 0);
     assert_false(c.json);
     const char *gen[] = {"--store", "S", "m", "7", NULL};
     assert_int_equal(begin(&tv__cli_cmd_retire, &c, gen), 0);
     assert_true(c.gen == 7);
-    /* The store comes from $TENSORVAULT_STORE when --store is absent. */
-    const char *none[] = {NULL};
-    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 2);
+    /* A local command's store comes from $TENSORVAULT_STORE when --store
+     * is absent; a registry command needs none (it may talk to a daemon). */
+    const char *none[] = {"m", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
     setenv("TENSORVAULT_STORE", "E", 1);
-    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 0);
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 0);
     assert_string_equal(c.store, "E");
     setenv("TENSORVAULT_STORE", "", 1);
-    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 2);
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
     unsetenv("TENSORVAULT_STORE");
+    assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 0);
+    assert_null(c.store);
     /* Usage errors: positionals, NAME[@GEN], GEN; inspect needs no store. */
     static const char *bad[][6] = {
-        {"--store", "S", "x", NULL},         /* models takes none */
+        {"--store", "S", "x", "y", NULL},    /* models takes at most one */
         {"--store", "S", "m@01", "w", NULL}, /* get: bad GEN */
         {"--store", "S", "@1", "w", NULL},   /* get: empty NAME */
         {"--store", "S", "m", "0", NULL},    /* retire: bad GEN */
@@ -468,8 +530,8 @@ static void test_prologue(void **state)
     char longname[301];
     memset(longname, 'a', 300);
     longname[300] = '\0';
-    const char *lt[] = {"--store", "S", longname, NULL};
-    assert_int_equal(begin(&tv__cli_cmd_tensors, &c, lt), 2);
+    char *lt[] = {"tensorvault", "tensors", "--url", "http://127.0.0.1:1", longname, NULL};
+    assert_int_equal(tv__cli_main(5, lt), 2); /* refused before anything is sent */
     const char *lg[] = {"--store", "S", longname, "w", NULL};
     assert_int_equal(begin(&tv__cli_cmd_get, &c, lg), 0);
     assert_int_equal(strlen(c.model), 300);
@@ -478,12 +540,154 @@ static void test_prologue(void **state)
     assert_null(c.store);
 }
 
+/* ---- the client: percent-encoding, the printer, the progress bar ---------- */
+
+static void test_pct_encode(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(tv__cli_pct_encode("AZaz09-._~", out, sizeof out), 0);
+    assert_string_equal(out, "AZaz09-._~");
+    /* '/', '%', space, '@' and non-ASCII bytes (UTF-8) are all encoded. */
+    assert_int_equal(tv__cli_pct_encode("org/m x%@\xc3\xa9", out, sizeof out), 0);
+    assert_string_equal(out, "org%2Fm%20x%25%40%C3%A9");
+    assert_int_equal(tv__cli_pct_encode("", out, sizeof out), 0);
+    assert_string_equal(out, "");
+    /* Exact fit and one byte short. */
+    assert_int_equal(tv__cli_pct_encode("a/", out, 5), 0);
+    assert_string_equal(out, "a%2F");
+    assert_int_equal(tv__cli_pct_encode("a/", out, 4), -ERANGE);
+    assert_int_equal(tv__cli_pct_encode("ab", out, 2), -ERANGE);
+}
+
+static void test_progress_format(void **state)
+{
+    (void)state;
+    char b[256];
+    tv__cli_progress_format(b, sizeof b, 50u << 20, 100u << 20, 10e6, 5, "write");
+    assert_string_equal(
+        b,
+        "[###############...............]  50.0%     50.0 / 100.0 MiB     10.0 MB/s  ETA  0:05  write");
+    tv__cli_progress_format(b, sizeof b, 0, 0, 0, -1, NULL);
+    assert_string_equal(
+        b, "[..............................]   0.0%      0.0 / 0.0 MiB      0.0 MB/s  ETA    -");
+    tv__cli_progress_format(b, sizeof b, 3u << 20, 2u << 20, 1e6, 7300, "");
+    assert_string_equal(
+        b, "[##############################] 100.0%      3.0 / 2.0 MiB      1.0 MB/s  ETA 2h01");
+}
+
+/* What tv__cli_print writes for doc (JSON text), as a malloc'd string. */
+static char *printed(bool json, tv__cli_doc kind, const char *doc_text)
+{
+    json_error_t je;
+    json_t *doc = json_loads(doc_text, 0, &je);
+    if (!doc)
+        fail_msg("bad test JSON: %s", je.text);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    tv__cli_print(f, json, kind, doc);
+    fclose(f);
+    json_decref(doc);
+    return buf;
+}
+
+static void expect_print(tv__cli_doc kind, const char *doc, const char *want)
+{
+    char *got = printed(false, kind, doc);
+    if (strcmp(got, want))
+        fail_msg("printed\n%s\nwanted\n%s", got, want);
+    free(got);
+}
+
+static void test_print_text(void **state)
+{
+    (void)state;
+    expect_print(TV__DOC_MODELS,
+                 "{\"models\":[{\"name\":\"m\",\"active_generation\":2,\"aliases\":{\"prod\":1,"
+                 "\"canary\":2},\"n_generations\":3,\"created_at\":1},{\"name\":\"n\","
+                 "\"active_generation\":null,\"aliases\":{},\"n_generations\":1}],"
+                 "\"next_cursor\":null}",
+                 "MODEL                                      ACTIVE  GENERATIONS  ALIASES\n"
+                 "m                                               2            3  prod=1,canary=2\n"
+                 "n                                               -            1  -\n");
+    expect_print(TV__DOC_GENERATIONS,
+                 "{\"model\":\"m\",\"generations\":[{\"generation\":1,\"state\":\"ready\","
+                 "\"active\":true,\"aliases\":[\"prod\"],\"n_shards\":2,\"n_tensors\":5,"
+                 "\"total_bytes\":1024,\"source\":\"/ck\"}]}",
+                 " GEN STATE     ACTIVE  SHARDS   TENSORS          BYTES  ALIASES          SOURCE\n"
+                 "   1 ready          *       2         5           1024  prod             /ck\n");
+    expect_print(TV__DOC_TENSORS,
+                 "{\"tensors\":[{\"name\":\"h.0.w\",\"dtype\":\"BF16\",\"shape\":[2,3],"
+                 "\"shard\":\"a.safetensors\",\"shard_index\":0,\"data_offsets\":[0,12],"
+                 "\"nbytes\":12}]}",
+                 "TENSOR                                           DTYPE  SHAPE              SHARD "
+                 "              DATA_OFFSETS       NBYTES\n"
+                 "h.0.w                                            BF16   [2,3]                  0 "
+                 "                    [0,12]           12\n");
+    expect_print(TV__DOC_DEVICES,
+                 "{\"devices\":[{\"id\":1,\"kind\":\"file\",\"path\":\"/i\",\"lba_size\":512,"
+                 "\"region_bytes\":4096,\"used_bytes\":0,\"free_bytes\":4096,\"status\":"
+                 "\"missing\",\"message\":\"label unreadable\"}]}",
+                 " ID KIND   PATH                                    LBA         REGION       "
+                 "    USED           FREE  STATUS\n"
+                 "  1 file   /i                                      512           4096       "
+                 "       0           4096  missing: label unreadable\n");
+    expect_print(TV__DOC_IMPORT,
+                 "{\"model\":\"m\",\"generation\":3,\"active\":true,\"aliases\":[\"prod\"],"
+                 "\"n_shards\":2,\"n_tensors\":5,\"total_bytes\":2000000,\"written_bytes\":"
+                 "1000000,\"deduplicated_bytes\":1000000,\"seconds\":0.5}",
+                 "imported m generation 3 (active) alias prod: 2 shards, 5 tensors, 2000000 bytes; "
+                 "1000000 written, 1000000 deduplicated, 0.50 s (2.0 MB/s)\n");
+    expect_print(TV__DOC_VERIFY,
+                 "{\"n_objects\":4,\"n_failed\":1,\"verified_bytes\":100,\"objects\":[]}",
+                 "verify: 4 objects, 100 bytes, 1 failed\n");
+    expect_print(TV__DOC_GC, "{\"n_objects_freed\":2,\"freed_bytes\":8192}",
+                 "gc: freed 2 objects, 8192 bytes\n");
+    expect_print(TV__DOC_ALIAS, "{\"model\":\"m\",\"alias\":\"prod\",\"generation\":4}",
+                 "m@prod -> generation 4\n");
+    expect_print(TV__DOC_TOKEN,
+                 "{\"id\":3,\"name\":\"ci\",\"scope\":\"read\",\"created_at\":5,"
+                 "\"revoked_at\":null,\"token\":\"tvk_ab\"}",
+                 "token ci (id 3, scope read); the secret is shown once:\ntvk_ab\n");
+    expect_print(TV__DOC_ACTIVATED, "{\"model\":\"m\",\"generation\":2,\"active\":true}",
+                 "activated generation 2 of m\n");
+    /* Missing fields print "-", never crash. */
+    expect_print(TV__DOC_JOBS, "{\"jobs\":[{}]}",
+                 "    ID KIND   STATE     MODEL                            STEP               "
+                 "DONE          TOTAL  GEN\n"
+                 "     - -      -         -                                -                     "
+                 "-              -    -\n");
+    /* --json prints the document itself. */
+    char *j = printed(true, TV__DOC_GC, "{\"n_objects_freed\":2,\"freed_bytes\":8192}");
+    assert_string_equal(j, "{\n  \"n_objects_freed\": 2,\n  \"freed_bytes\": 8192\n}\n");
+    free(j);
+}
+
+static void test_doc_error(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    json_error_t je;
+    json_t *d = json_loads("{\"error\":{\"code\":\"TV_E_NOT_FOUND\",\"message\":\"model 'x' "
+                           "not found\",\"errno\":-1004}}",
+                           0, &je);
+    assert_int_equal(tv__cli_doc_error(d, 404, &err), -1004);
+    assert_string_equal(err.msg, "model 'x' not found");
+    json_decref(d);
+    /* No error object: an internal error naming the status. */
+    assert_int_equal(tv__cli_doc_error(NULL, 502, &err), TV_E_INTERNAL);
+    assert_non_null(strstr(err.msg, "502"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_accepts),
         cmocka_unit_test(test_gen_refuses),
         cmocka_unit_test(test_spec),
+        cmocka_unit_test(test_ref),
         cmocka_unit_test(test_rows),
         cmocka_unit_test(test_size_every_suffix_and_case),
         cmocka_unit_test(test_size_refuses),
@@ -494,6 +698,10 @@ int main(void)
         cmocka_unit_test(test_opt_size_bounds),
         cmocka_unit_test(test_usage_from_tables),
         cmocka_unit_test(test_prologue),
+        cmocka_unit_test(test_pct_encode),
+        cmocka_unit_test(test_progress_format),
+        cmocka_unit_test(test_print_text),
+        cmocka_unit_test(test_doc_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,10 @@
  * exactly the requests they touch; a corrupted snapshot or a resized device
  * is refused at open, before any device read; a reader's lease keeps a
  * retired generation's objects through gc; CUDA entry points fail cleanly
- * with TV_E_NOT_SUPPORTED where there is no GPU. */
+ * with TV_E_NOT_SUPPORTED where there is no GPU; tv_read_range reads any
+ * byte range (unaligned, 0 length, refused past the end) and only its
+ * envelope; NAME@ALIAS and NAME@active open what the pointers name, and a
+ * reader keeps its generation after the alias moves. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -511,10 +514,22 @@ static void test_open_and_describe(void **state)
     assert_null(x);
     assert_int_equal(open_m(g_fx->store, MODEL "@2", eng, &x, &err), TV_E_NOT_FOUND);
     assert_int_equal(open_m(g_fx->store, MODEL "@99", eng, &x, &err), TV_E_NOT_FOUND);
-    static const char *const bad[] = {"",          "@1",        MODEL "@",
-                                      MODEL "@0",  MODEL "@-1", MODEL "@x",
-                                      MODEL "@1x", MODEL "@ 1", MODEL "@01",
-                                      MODEL "@+1", MODEL "@1 ", MODEL "@99999999999999999999"};
+    /* "@x" is an alias this model does not have */
+    assert_int_equal(open_m(g_fx->store, MODEL "@x", eng, &x, &err), TV_E_NOT_FOUND);
+    assert_null(x);
+    static const char *const bad[] = {"",
+                                      "@1",
+                                      MODEL "@",
+                                      MODEL "@0",
+                                      MODEL "@-1",
+                                      MODEL "@x y",
+                                      MODEL "@1x",
+                                      MODEL "@ 1",
+                                      MODEL "@01",
+                                      MODEL "@+1",
+                                      MODEL "@1 ",
+                                      MODEL "@_x",
+                                      MODEL "@99999999999999999999"};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         int rc = open_m(g_fx->store, bad[k], eng, &x, &err);
         if (rc != TV_E_INVALID_ARG)
@@ -2026,6 +2041,184 @@ static void test_rows_bounds(void **state)
     tv_model_close(m);
 }
 
+/* ---- byte ranges (tv_read_range) --------------------------------------------------------------
+ */
+
+static uint64_t g_lo_read, g_hi_read; /* device bytes read: [lo, hi) */
+
+static void hook_span(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)res;
+    pthread_mutex_lock(&g_mu);
+    if (off < g_lo_read)
+        g_lo_read = off;
+    if (off + len > g_hi_read)
+        g_hi_read = off + len;
+    pthread_mutex_unlock(&g_mu);
+    atomic_fetch_add(&g_reads, 1);
+}
+
+/* Reads [off, off + len) of tensor i at misalignment mis, compares with the
+ * source and checks that only the envelope of those bytes was read. */
+static void range_ok(tv_model *m, int i, uint64_t off, uint64_t len, size_t mis)
+{
+    tv_error err = {0};
+    gbuf g = gbuf_new((size_t)len, mis);
+    g_lo_read = UINT64_MAX;
+    g_hi_read = 0;
+    atomic_store(&g_reads, 0);
+    tv__io_fault = hook_span;
+    int rc = tv_read_range(m, g_t[i].name, off, len, g.p, g.n, &err);
+    tv__io_fault = NULL;
+    if (rc)
+        fail_msg("range %s [%llu, +%llu): %s: %s", g_t[i].name, (unsigned long long)off,
+                 (unsigned long long)len, tv_err_name(rc), err.msg);
+    if (memcmp(g.p, src_of(g_fx->src1, i) + off, g.n))
+        fail_msg("range %s [%llu, +%llu): bytes differ", g_t[i].name, (unsigned long long)off,
+                 (unsigned long long)len);
+    gbuf_check(&g, g_t[i].name);
+    gbuf_free(&g);
+    if (len == 0) {
+        assert_int_equal(atomic_load(&g_reads), 0);
+        return;
+    }
+    uint64_t lo = phys(i) + off, hi = lo + len;
+    uint64_t env_lo = lo / ALIGN * ALIGN, env_hi = (hi + ALIGN - 1) / ALIGN * ALIGN;
+    if (g_lo_read < env_lo || g_hi_read > env_hi)
+        fail_msg("range %s [%llu, +%llu): read [%llu, %llu), outside the envelope [%llu, %llu)",
+                 g_t[i].name, (unsigned long long)off, (unsigned long long)len,
+                 (unsigned long long)g_lo_read, (unsigned long long)g_hi_read,
+                 (unsigned long long)env_lo, (unsigned long long)env_hi);
+}
+
+static void test_read_range(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    uint64_t big = g_t[T_BIG].nbytes;
+    const uint64_t cases[][2] = {
+        {0, 1},       {1, 1},    {3, 5},        {0, big},     {big - 1, 1},
+        {7, 4096},    {4095, 2}, {1000, 70000}, {big - 3, 3}, {12345, 3 * CHUNK + 17},
+        {big / 2, 1}, {0, 0},    {big, 0},      {17, 0},
+    };
+    for (size_t k = 0; k < TV_ARRAY_LEN(cases); k++)
+        for (size_t mis = 0; mis < 3; mis++)
+            range_ok(m, T_BIG, cases[k][0], cases[k][1], mis * 5);
+    range_ok(m, T_ODD, 0, g_t[T_ODD].nbytes, 1);
+    range_ok(m, T_ODD, 2, g_t[T_ODD].nbytes - 3, 0);
+    range_ok(m, T_ALIGNED, 0, 4096, 0);
+    range_ok(m, T_ALIGNED, 4096, 4096, 0);
+    range_ok(m, T_LAST, g_t[T_LAST].nbytes - 1, 1, 3);
+    range_ok(m, T_F4, 1, 2, 1); /* bytes of a sub-byte dtype are fine */
+    range_ok(m, T_SCALAR, 0, g_t[T_SCALAR].nbytes, 2);
+    /* zero-size tensor: only [0, 0) */
+    tv_error err = {0};
+    assert_int_equal(tv_read_range(m, "empty.f32", 0, 0, NULL, 0, &err), 0);
+    /* refusals write nothing */
+    static const struct {
+        const char *name;
+        uint64_t off, len;
+        size_t dest;
+        int want;
+    } bad[] = {
+        {"big.f32", 0, 1, 0, TV_E_INVALID_ARG},           /* destination too small */
+        {"big.f32", 10, 100, 99, TV_E_INVALID_ARG},       /* destination too small */
+        {"big.f32", 1, UINT64_MAX, 16, TV_E_INVALID_ARG}, /* overflows */
+        {"big.f32", UINT64_MAX, 1, 16, TV_E_INVALID_ARG}, /* overflows */
+        {"empty.f32", 0, 1, 16, TV_E_INVALID_ARG},        /* past the end */
+        {"no.such", 0, 1, 16, TV_E_NOT_FOUND},
+    };
+    for (size_t k = 0; k < TV_ARRAY_LEN(bad); k++) {
+        gbuf g = gbuf_new(bad[k].dest, 1);
+        int rc = tv_read_range(m, bad[k].name, bad[k].off, bad[k].len, g.p, g.n, &err);
+        if (rc != bad[k].want)
+            fail_msg("range %s [%llu, +%llu): %s, want %s", bad[k].name,
+                     (unsigned long long)bad[k].off, (unsigned long long)bad[k].len,
+                     tv_err_name(rc), tv_err_name(bad[k].want));
+        gbuf_untouched(&g, bad[k].name);
+        gbuf_free(&g);
+    }
+    /* past the end by one byte, and starting past the end */
+    gbuf g = gbuf_new(16, 0);
+    assert_int_equal(tv_read_range(m, "big.f32", big - 3, 4, g.p, g.n, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "big.f32"));
+    assert_int_equal(tv_read_range(m, "big.f32", big + 1, 0, g.p, g.n, &err), TV_E_INVALID_ARG);
+    gbuf_untouched(&g, "past the end");
+    gbuf_free(&g);
+    assert_int_equal(tv_read_range(m, "big.f32", 0, 1, NULL, 16, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_range(NULL, "big.f32", 0, 1, &err, 1, &err), TV_E_INVALID_ARG);
+    tv_model_close(m);
+}
+
+/* ---- NAME@ALIAS and NAME@active ----------------------------------------------------------------
+ */
+
+static void read_one_is(tv_model *m, const uint8_t *src, int i)
+{
+    tv_error err = {0};
+    gbuf g = gbuf_new(g_t[i].nbytes, 1);
+    int rc = tv_read_into(m, g_t[i].name, g.p, g.n, &err);
+    if (rc)
+        fail_msg("read %s: %s", g_t[i].name, err.msg);
+    assert_memory_equal(g.p, src_of(src, i), g.n);
+    gbuf_free(&g);
+}
+
+static void test_alias_open(void **state)
+{
+    tfx *x = *state;
+    store_fx *f = x->f;
+    tv_error err = {0};
+    import_ck(f, f->ck2); /* generation 2, active */
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 1, &err), 0);
+    tv_model *act = open_ok(f->store, MODEL "@active", x->engine);
+    assert_int_equal(tv_model_generation(act), 2);
+    tv_model *prod = open_ok(f->store, MODEL "@prod", x->engine);
+    assert_int_equal(tv_model_generation(prod), 1);
+    read_one_is(prod, f->src1, T_BIG);
+
+    /* the alias moves: the open reader keeps generation 1, a new one gets 2 */
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 2, &err), 0);
+    assert_int_equal(tv_model_generation(prod), 1);
+    read_one_is(prod, f->src1, T_BIG);
+    tv_model *prod2 = open_ok(f->store, MODEL "@prod", x->engine);
+    assert_int_equal(tv_model_generation(prod2), 2);
+    read_one_is(prod2, f->src2, T_BIG);
+    /* retire and gc generation 1 while the old reader holds it: kept */
+    assert_int_equal(tv__store_activate(f->st, MODEL, 2, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    size_t n_freed = 9;
+    assert_int_equal(tv__store_gc(f->st, &n_freed, NULL, &err), 0);
+    assert_int_equal(n_freed, 0);
+    read_one_is(prod, f->src1, T_LAST);
+    tv_model_close(prod);
+    assert_int_equal(tv__store_gc(f->st, &n_freed, NULL, &err), 0);
+    assert_int_equal(n_freed, 1);
+
+    /* removed alias, bad alias names, digits-only = a generation */
+    assert_int_equal(tv__store_alias_remove(f->st, MODEL, "prod", NULL, &err), 0);
+    tv_model *m = NULL;
+    assert_int_equal(open_m(f->store, MODEL "@prod", x->engine, &m, &err), TV_E_NOT_FOUND);
+    assert_null(m);
+    assert_int_equal(open_m(f->store, MODEL "@nope", x->engine, &m, &err), TV_E_NOT_FOUND);
+    assert_int_equal(open_m(f->store, MODEL "@bad name", x->engine, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(f->store, MODEL "@_x", x->engine, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(f->store, MODEL "@", x->engine, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(f->store, MODEL "@01", x->engine, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(f->store, MODEL "@2x", x->engine, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(open_m(f->store, "nosuch@prod", x->engine, &m, &err), TV_E_NOT_FOUND);
+    tv_model *g2 = open_ok(f->store, MODEL "@2", x->engine);
+    assert_int_equal(tv_model_generation(g2), 2);
+    tv_model_close(g2);
+    /* a pointer copied from another alias still opens what it names, and
+     * the snapshot's identity is checked as for any generation */
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "canary", 2, &err), 0);
+    tv_model *c = open_ok(f->store, MODEL "@canary", x->engine);
+    assert_int_equal(tv_model_generation(c), 2);
+    tv_model_close(c);
+    tv_model_close(prod2);
+    tv_model_close(act);
+}
+
 #define BOTH(f)                                                                                    \
     cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_URING),                 \
         cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_PREAD)
@@ -2046,6 +2239,7 @@ int main(void)
         BOTH(test_read_batch),
         BOTH(test_get_tensor),
         BOTH(test_read_rows),
+        BOTH(test_read_range),
         BOTH(test_read_f32),
         cmocka_unit_test(test_convert_f32),
         BOTH(test_faults),
@@ -2053,6 +2247,7 @@ int main(void)
         BOTH_STORE(test_corrupt_snapshot),
         BOTH_STORE(test_device_changed),
         BOTH_STORE(test_lease_keeps_retired_generation),
+        BOTH_STORE(test_alias_open),
         BOTH_STORE(test_swapped_snapshot),
         BOTH_STORE(test_unsafe_snapshot_files),
         BOTH(test_read_options_bounded),

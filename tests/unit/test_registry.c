@@ -1,6 +1,7 @@
 /* Unit tests of the registry (server/registry): migrations, pragmas,
  * devices, objects (reserve, commit, dedup, reclaim, gc), generations
- * (numbering, state rules, activation and rollback), leases, import jobs,
+ * (numbering, state rules, activation and rollback), leases, jobs, aliases,
+ * model get/delete, pages of models, generations and tensors, API tokens,
  * explicit transactions, a 120k-tensor bulk insert and concurrent
  * reservations from two connections. Each test gets a fresh database in
  * its own temporary directory. */
@@ -48,6 +49,18 @@ static void fill_device(tv__reg_device *d, const char *uuid, uint64_t size)
     d->region_off = 4096;
     d->region_len = size - 4096;
     d->data_off = OA;
+}
+
+/* An import job spec for model from source. */
+static tv__reg_job *import_spec(const char *model, const char *source, uint64_t total)
+{
+    static tv__reg_job j;
+    memset(&j, 0, sizeof j);
+    j.kind = TV__JOB_IMPORT;
+    snprintf(j.model, sizeof j.model, "%s", model);
+    snprintf(j.source, sizeof j.source, "%s", source);
+    j.bytes_total = total;
+    return &j;
 }
 
 static const char *UUID1 = "0f8fad5b-d9cb-469f-a165-70867728950e";
@@ -170,8 +183,8 @@ static void test_migrations_fresh(void **state)
     assert_int_equal(v, tv__reg_schema_latest());
     sqlite3 *db = tv__reg_sqlite(f->reg);
     static const char *const tables[] = {"devices", "objects",       "models",  "generations",
-                                         "shards",  "shard_objects", "tensors", "import_jobs",
-                                         "leases",  "api_tokens"};
+                                         "shards",  "shard_objects", "tensors", "jobs",
+                                         "leases",  "api_tokens",    "aliases"};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         char sql[160];
         snprintf(sql, sizeof sql,
@@ -247,6 +260,54 @@ static void test_failed_migration_is_atomic(void **state)
     assert_int_equal(tv__migrate(db, bad, 1, NULL, NULL), TV_E_INTERNAL);
     /* And a database ahead of the list is refused untouched. */
     assert_int_equal(tv__migrate(db, list, 0, NULL, &err), TV_E_REGISTRY_TOO_NEW);
+    sqlite3_close(db);
+    unlink(path);
+}
+
+/* 0002 rebuilds import_jobs as jobs, copying the rows, and gives existing
+ * tokens the admin scope. */
+static void test_migration_0002_keeps_rows(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/old.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
+    tv_error err = {0};
+    assert_true(tv__n_migrations >= 2);
+    assert_int_equal(tv__migrate(db, tv__migrations, 1, NULL, &err), 0);
+    assert_int_equal(
+        sqlite3_exec(
+            db,
+            "INSERT INTO import_jobs (model, source, state, bytes_total, bytes_done, "
+            "generation, finished_at) VALUES ('a', '/s/a', 'succeeded', 10, 10, 2, 5);"
+            "INSERT INTO import_jobs (model, source, state, error, finished_at) "
+            "VALUES ('b', '/s/b', 'failed', 'disk full', 6);"
+            "INSERT INTO import_jobs (model, source) VALUES ('c', '/s/c');"
+            "INSERT INTO api_tokens (name, sha256) VALUES ('old', '0000000000000000000000000000000000000000000000000000000000000001');",
+            NULL, NULL, NULL),
+        SQLITE_OK);
+    size_t applied = 0;
+    assert_int_equal(tv__migrate(db, tv__migrations, tv__n_migrations, &applied, &err), 0);
+    assert_int_equal(applied, tv__n_migrations - 1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = "
+                                   "'import_jobs'"),
+                     0);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM jobs WHERE kind = 'import'"), 3);
+    assert_int_equal(query_int(db, "SELECT generation FROM jobs WHERE model = 'a' AND "
+                                   "state = 'succeeded' AND finished_at = 5 AND bytes_done = 10"),
+                     2);
+    assert_int_equal(query_int(db, "SELECT error_errno FROM jobs WHERE model = 'b' AND "
+                                   "error = 'disk full' AND error_code = 'TV_E_INTERNAL'"),
+                     TV_E_INTERNAL);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM jobs WHERE model = 'c' AND "
+                                   "state = 'queued' AND started_at IS NULL"),
+                     1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE scope = 'admin' "
+                                   "AND revoked_at IS NULL"),
+                     1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
     sqlite3_close(db);
     unlink(path);
 }
@@ -501,8 +562,9 @@ static void test_reclaim_writing(void **state)
     /* a writing binding keeps the generation from becoming ready */
     assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), TV_E_STATE);
     assert_non_null(strstr(err.msg, "being written"));
-    assert_int_equal(tv__reg_job_create(f->reg, "llama", "/imports/x", 100, &job, &err), 0);
-    assert_int_equal(tv__reg_job_progress(f->reg, job, 10, 100, g.number, &err), 0);
+    assert_int_equal(
+        tv__reg_job_create(f->reg, import_spec("llama", "/imports/x", 100), &job, &err), 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, job, "write", 10, 100, 0, g.number, &err), 0);
 
     tv__reg_reclaim r;
     assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
@@ -519,7 +581,10 @@ static void test_reclaim_writing(void **state)
     assert_int_equal(tv__reg_job_get(f->reg, job, &j, &err), 0);
     assert_int_equal(j.state, TV__JOB_FAILED);
     assert_true(j.finished_at > 0);
-    assert_non_null(strstr(j.error, "interrupted"));
+    assert_non_null(strstr(j.error, "interrupted by a daemon restart"));
+    assert_string_equal(j.error_code, "TV_E_INTERNAL");
+    assert_int_equal(j.error_errno, TV_E_INTERNAL);
+    free(j.result_json);
     /* the previously active generation is intact */
     int64_t active;
     assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
@@ -808,7 +873,7 @@ static void test_explicit_transactions(void **state)
     assert_int_equal(tv__reg_tx_depth(f->reg), 1);
     /* nesting */
     assert_int_equal(tv__reg_begin(f->reg, &err), 0);
-    assert_int_equal(tv__reg_job_create(f->reg, "m", "/src", 0, NULL, &err), 0);
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("m", "/src", 0), NULL, &err), 0);
     assert_int_equal(tv__reg_rollback(f->reg), 0);
     assert_int_equal(tv__reg_commit(f->reg, &err), 0);
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
@@ -816,8 +881,10 @@ static void test_explicit_transactions(void **state)
     assert_int_equal(g.n_shards, 1);
     tv__reg_job *jobs = NULL;
     size_t n = 9;
-    assert_int_equal(tv__reg_jobs_list(f->reg, 0, &jobs, &n, &err), 0);
+    bool more = true;
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, -1, 0, 10, &jobs, &n, &more, &err), 0);
     assert_int_equal(n, 0);
+    assert_false(more);
     assert_null(jobs);
 }
 
@@ -1033,47 +1100,609 @@ static void test_import_jobs(void **state)
 {
     fixture *f = *state;
     tv_error err = {0};
-    int64_t a, b;
+    int64_t a, b, c;
     tv__reg_job j;
-    assert_int_equal(tv__reg_job_create(f->reg, "llama", "/imports/llama", 0, &a, &err), 0);
-    assert_int_equal(tv__reg_job_create(f->reg, "qwen", "/imports/qwen", 500, &b, &err), 0);
+    assert_int_equal(
+        tv__reg_job_create(f->reg, import_spec("llama", "/imports/llama", 0), &a, &err), 0);
+    tv__reg_job *spec = import_spec("qwen", "/imports/qwen", 500);
+    spec->activate = true;
+    spec->strict = true;
+    snprintf(spec->alias, sizeof spec->alias, "prod");
+    assert_int_equal(tv__reg_job_create(f->reg, spec, &b, &err), 0);
+    tv__reg_job v = {.kind = TV__JOB_VERIFY, .device_id = f->dev};
+    assert_int_equal(tv__reg_job_create(f->reg, &v, &c, &err), 0);
+    /* an import needs a model and a source; bad aliases are refused */
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("", "/x", 0), NULL, &err),
+                     TV_E_INVALID_ARG);
+    spec = import_spec("m", "/x", 0);
+    snprintf(spec->alias, sizeof spec->alias, "9bad");
+    assert_int_equal(tv__reg_job_create(f->reg, spec, NULL, &err), TV_E_NAME);
+
+    assert_int_equal(tv__reg_job_get(f->reg, b, &j, &err), 0);
+    assert_int_equal(j.kind, TV__JOB_IMPORT);
+    assert_int_equal(j.state, TV__JOB_QUEUED);
+    assert_true(j.activate);
+    assert_true(j.strict);
+    assert_string_equal(j.alias, "prod");
+    assert_string_equal(j.step, "");
+    assert_int_equal(j.bytes_total, 500);
+    assert_int_equal(j.started_at, 0);
+    assert_null(j.result_json);
+    assert_int_equal(tv__reg_job_get(f->reg, c, &j, &err), 0);
+    assert_int_equal(j.kind, TV__JOB_VERIFY);
+    assert_int_equal(j.device_id, f->dev);
+    assert_string_equal(j.model, "");
+
     assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
     assert_int_equal(j.state, TV__JOB_QUEUED);
     assert_int_equal(j.finished_at, 0);
-    assert_int_equal(tv__reg_job_progress(f->reg, a, 50, 100, 0, &err), 0);
-    assert_int_equal(tv__reg_job_progress(f->reg, a, 150, 100, 0, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, "resolve", 50, 100, 12.5, 0, &err), 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, NULL, 150, 100, 0, 0, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, NULL, 1, 100, -1.0, 0, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, "a-step-name-too-long", 1, 100, 0, 0, &err),
+                     TV_E_INVALID_ARG);
     assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
     assert_int_equal(j.state, TV__JOB_RUNNING);
+    assert_string_equal(j.step, "resolve");
+    assert_true(j.started_at > 0);
+    assert_true(j.rate_bytes_per_s > 12.4 && j.rate_bytes_per_s < 12.6);
     assert_int_equal(j.bytes_done, 50);
     assert_int_equal(j.bytes_total, 100);
-    assert_int_equal(tv__reg_job_progress(f->reg, a, 100, 100, 3, &err), 0);
-    assert_int_equal(tv__reg_job_finish(f->reg, a, 0, NULL, 0, &err), 0);
+    /* step NULL keeps the step */
+    assert_int_equal(tv__reg_job_progress(f->reg, a, NULL, 100, 100, 0, 3, &err), 0);
+    assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
+    assert_string_equal(j.step, "resolve");
+    /* succeeded needs code 0, failed a code; the result must be an object */
+    assert_int_equal(
+        tv__reg_job_finish(f->reg, a, TV__JOB_SUCCEEDED, TV_E_NO_SPACE, NULL, 0, NULL, &err),
+        TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, TV__JOB_FAILED, 0, NULL, 0, NULL, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, TV__JOB_RUNNING, 0, NULL, 0, NULL, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, TV__JOB_SUCCEEDED, 0, NULL, 0, "[1]", &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, TV__JOB_SUCCEEDED, 0, NULL, 0,
+                                        "{\"model\":\"llama\",\"generation\":3}", &err),
+                     0);
     assert_int_equal(tv__reg_job_get(f->reg, a, &j, &err), 0);
     assert_int_equal(j.state, TV__JOB_SUCCEEDED);
     assert_int_equal(j.generation, 3);
     assert_string_equal(j.error, "");
+    assert_string_equal(j.error_code, "");
+    assert_int_equal(j.error_errno, 0);
     assert_true(j.finished_at > 0);
-    assert_int_equal(tv__reg_job_finish(f->reg, a, 0, NULL, 0, &err), TV_E_STATE);
-    assert_int_equal(tv__reg_job_progress(f->reg, a, 1, 100, 0, &err), TV_E_STATE);
-    assert_int_equal(tv__reg_job_finish(f->reg, b, TV_E_NO_SPACE, NULL, 0, &err), 0);
+    assert_non_null(j.result_json);
+    assert_non_null(strstr(j.result_json, "\"generation\":3"));
+    free(j.result_json);
+    assert_int_equal(tv__reg_job_finish(f->reg, a, TV__JOB_SUCCEEDED, 0, NULL, 0, NULL, &err),
+                     TV_E_STATE);
+    assert_int_equal(tv__reg_job_progress(f->reg, a, NULL, 1, 100, 0, 0, &err), TV_E_STATE);
+    assert_int_equal(
+        tv__reg_job_finish(f->reg, b, TV__JOB_FAILED, TV_E_NO_SPACE, NULL, 0, NULL, &err), 0);
     assert_int_equal(tv__reg_job_get(f->reg, b, &j, &err), 0);
     assert_int_equal(j.state, TV__JOB_FAILED);
     assert_string_equal(j.error, tv_strerror(TV_E_NO_SPACE));
+    assert_string_equal(j.error_code, "TV_E_NO_SPACE");
+    assert_int_equal(j.error_errno, TV_E_NO_SPACE);
+    /* queued -> cancelled directly */
+    assert_int_equal(tv__reg_job_finish(f->reg, c, TV__JOB_CANCELLED, 0, NULL, 0, NULL, &err), 0);
+    assert_int_equal(tv__reg_job_get(f->reg, c, &j, &err), 0);
+    assert_int_equal(j.state, TV__JOB_CANCELLED);
+    assert_true(j.finished_at > 0);
+    assert_int_equal(tv__reg_job_finish(f->reg, c, TV__JOB_CANCELLED, 0, NULL, 0, NULL, &err),
+                     TV_E_STATE);
     assert_int_equal(tv__reg_job_get(f->reg, 999, &j, &err), TV_E_NOT_FOUND);
+
+    /* pages: newest first, filters, before_id cursor */
     tv__reg_job *list = NULL;
     size_t n = 0;
-    assert_int_equal(tv__reg_jobs_list(f->reg, 0, &list, &n, &err), 0);
+    bool more = false;
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, -1, 0, 100, &list, &n, &more, &err), 0);
+    assert_int_equal(n, 3);
+    assert_false(more);
+    assert_int_equal(list[0].id, c); /* newest first */
+    assert_int_equal(list[2].id, a);
+    assert_non_null(list[2].result_json);
+    tv__reg_jobs_free(list, n);
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, -1, 0, 2, &list, &n, &more, &err), 0);
     assert_int_equal(n, 2);
-    assert_int_equal(list[0].id, b); /* newest first */
-    free(list);
-    assert_int_equal(tv__reg_jobs_list(f->reg, 1, &list, &n, &err), 0);
+    assert_true(more);
+    int64_t last = list[1].id;
+    assert_int_equal(last, b);
+    tv__reg_jobs_free(list, n);
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, -1, last, 2, &list, &n, &more, &err), 0);
     assert_int_equal(n, 1);
-    free(list);
+    assert_false(more);
+    assert_int_equal(list[0].id, a);
+    tv__reg_jobs_free(list, n);
+    assert_int_equal(tv__reg_jobs_page(f->reg, TV__JOB_FAILED, -1, 0, 10, &list, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].id, b);
+    tv__reg_jobs_free(list, n);
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, TV__JOB_VERIFY, 0, 10, &list, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(list[0].id, c);
+    tv__reg_jobs_free(list, n);
+    assert_int_equal(tv__reg_jobs_page(f->reg, 17, -1, 0, 10, &list, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_jobs_page(f->reg, -1, -1, 0, 0, &list, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    tv__reg_jobs_free(NULL, 0);
+
     assert_string_equal(tv__job_state_name(TV__JOB_RUNNING), "running");
+    assert_string_equal(tv__job_state_name(TV__JOB_CANCELLED), "cancelled");
+    assert_string_equal(tv__job_kind_name(TV__JOB_VERIFY), "verify");
+    tv__job_state js;
+    tv__job_kind jk;
+    assert_int_equal(tv__job_state_parse("cancelled", &js), 0);
+    assert_int_equal(js, TV__JOB_CANCELLED);
+    assert_int_equal(tv__job_kind_parse("import", &jk), 0);
+    assert_int_equal(jk, TV__JOB_IMPORT);
+    assert_int_equal(tv__job_kind_parse("x", &jk), TV_E_INVALID_ARG);
     tv__gen_state gs;
     assert_int_equal(tv__gen_state_parse("retired", &gs), 0);
     assert_int_equal(gs, TV__GEN_RETIRED);
     assert_int_equal(tv__gen_state_parse("bogus", &gs), TV_E_INVALID_ARG);
+}
+
+/* ---- aliases, model get/delete, pages, tensors, tokens ------------------- */
+
+static void test_aliases(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj;
+    assert_int_equal(make_ready(f, "llama", 1, &obj), 1);
+    assert_int_equal(make_ready(f, "llama", 2, &obj), 2);
+    assert_int_equal(make_ready(f, "llama", 3, &obj), 3);
+    /* the rule */
+    assert_int_equal(tv__alias_name_valid("prod", &err), 0);
+    assert_int_equal(tv__alias_name_valid("Canary-2.b_x", &err), 0);
+    assert_int_equal(tv__alias_name_valid("active", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("3", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("_x", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("a b", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("a/b", &err), TV_E_NAME);
+    assert_int_equal(tv__alias_name_valid("a@b", &err), TV_E_NAME);
+    char long_alias[80];
+    memset(long_alias, 'a', 64);
+    long_alias[64] = '\0';
+    assert_int_equal(tv__alias_name_valid(long_alias, &err), 0);
+    long_alias[64] = 'a';
+    long_alias[65] = '\0';
+    assert_int_equal(tv__alias_name_valid(long_alias, &err), TV_E_NAME);
+
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "prod", 1, &err), 0);
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "canary", 2, &err), 0);
+    int64_t num = 0;
+    assert_int_equal(tv__reg_alias_get(f->reg, "llama", "prod", &num, &err), 0);
+    assert_int_equal(num, 1);
+    /* move */
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "prod", 3, &err), 0);
+    assert_int_equal(tv__reg_alias_get(f->reg, "llama", "prod", &num, &err), 0);
+    assert_int_equal(num, 3);
+    /* errors */
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "prod", 9, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_alias_set(f->reg, "nope", "prod", 1, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "bad name", 1, &err), TV_E_NAME);
+    assert_int_equal(tv__reg_alias_get(f->reg, "llama", "missing", &num, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "missing"));
+    assert_int_equal(tv__reg_alias_get(f->reg, "nope", "prod", &num, &err), TV_E_NOT_FOUND);
+    /* "active" is the active generation: set activates, get reads it */
+    assert_int_equal(tv__reg_alias_get(f->reg, "llama", "active", &num, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "active", 2, &err), 0);
+    assert_int_equal(tv__reg_alias_get(f->reg, "llama", "active", &num, &err), 0);
+    assert_int_equal(num, 2);
+    assert_int_equal(tv__reg_alias_remove(f->reg, "llama", "active", NULL, &err), TV_E_NAME);
+
+    /* list: by name, "active" not included */
+    tv__reg_alias *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_aliases_list(f->reg, "llama", &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].alias, "canary");
+    assert_int_equal(list[0].generation, 2);
+    assert_string_equal(list[1].alias, "prod");
+    assert_string_equal(list[1].model, "llama");
+    assert_int_equal(list[1].generation, 3);
+    assert_true(list[1].updated_at > 0);
+    free(list);
+    assert_int_equal(tv__reg_aliases_list(f->reg, "nope", &list, &n, &err), TV_E_NOT_FOUND);
+
+    /* resolve */
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "1", &num, &err), 0);
+    assert_int_equal(num, 1);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "prod", &num, &err), 0);
+    assert_int_equal(num, 3);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "active", &num, &err), 0);
+    assert_int_equal(num, 2);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "7", &num, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "01", &num, &err), TV_E_NAME);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "0", &num, &err), TV_E_NAME);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "3x", &num, &err), TV_E_NAME);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "99999999999999999999", &num, &err),
+                     TV_E_NAME);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "nope", &num, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_resolve_gen(f->reg, "llama", "", &num, &err), TV_E_NAME);
+
+    /* an aliased generation cannot be retired; the message names the alias */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 3, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "'prod'"));
+    /* the schema refuses it too */
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "UPDATE generations SET state = 'retired' WHERE number = 3",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "INSERT INTO aliases (model_id, name, generation) "
+                                      "SELECT id, 'x', 9 FROM models WHERE name = 'llama'",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    /* retired generations cannot be aliased */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "old", 1, &err), TV_E_STATE);
+    assert_int_not_equal(
+        sqlite3_exec(db, "UPDATE aliases SET generation = 1 WHERE name = 'prod'", NULL, NULL, NULL),
+        SQLITE_OK);
+
+    /* remove */
+    assert_int_equal(tv__reg_alias_remove(f->reg, "llama", "prod", &num, &err), 0);
+    assert_int_equal(num, 3);
+    assert_int_equal(tv__reg_alias_remove(f->reg, "llama", "prod", &num, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 3, &err), 0);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+static void test_model_get_delete(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2;
+    assert_int_equal(make_ready(f, "llama", 1, &obj1), 1);
+    assert_int_equal(make_ready(f, "llama", 2, &obj2), 2);
+    assert_int_equal(make_ready(f, "qwen", 1, NULL), 1);
+    tv__reg_model m;
+    assert_int_equal(tv__reg_model_get(f->reg, "llama", &m, &err), 0);
+    assert_string_equal(m.name, "llama");
+    assert_int_equal(m.n_generations, 2);
+    assert_int_equal(m.active_generation, 0);
+    assert_int_equal(tv__reg_model_get(f->reg, "nope", &m, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "'nope'"));
+
+    /* active: refused */
+    assert_int_equal(tv__reg_generation_activate(f->reg, "qwen", 1, &err), 0);
+    assert_int_equal(tv__reg_model_delete(f->reg, "qwen", NULL, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "active"));
+    /* aliased: refused, names the alias */
+    assert_int_equal(tv__reg_alias_set(f->reg, "llama", "prod", 2, &err), 0);
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", NULL, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "'prod'"));
+    assert_int_equal(tv__reg_alias_remove(f->reg, "llama", "prod", NULL, &err), 0);
+    /* leased: refused */
+    tv__reg_lease l;
+    assert_int_equal(tv__reg_lease_acquire(f->reg, "llama", 1, "test", 1, &l, &err), 0);
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", NULL, &err), TV_E_LEASED);
+    assert_int_equal(tv__reg_lease_release(f->reg, l.id, &err), 0);
+    /* importing: refused */
+    tv__reg_generation g;
+    assert_int_equal(tv__reg_generation_create(f->reg, "llama", "/x", 0, &g, &err), 0);
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", NULL, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "importing"));
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_FAILED, &err), 0);
+    assert_int_equal(tv__reg_model_get(f->reg, "llama", &m, &err), 0);
+    assert_int_equal(m.n_generations, 3);
+
+    size_t n_retired = 0;
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", &n_retired, &err), 0);
+    assert_int_equal(n_retired, 3);
+    assert_int_equal(tv__reg_model_get(f->reg, "llama", &m, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", NULL, &err), TV_E_NOT_FOUND);
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM generations g JOIN models m ON "
+                                   "m.id = g.model_id WHERE m.name = 'llama'"),
+                     0);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM tensors"), 2); /* qwen's */
+    /* the objects became garbage for gc (obj1 is shared with qwen: dedup) */
+    tv__reg_object *garbage = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_unreferenced(f->reg, &garbage, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(garbage[0].id, obj2);
+    free(garbage);
+    /* numbers are never reused: a new llama starts over as a new model */
+    assert_int_equal(make_ready(f, "llama", 5, NULL), 1);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+static void test_model_and_generation_pages(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    const char *names[] = {"delta", "alpha", "charlie", "bravo", "echo"};
+    for (size_t i = 0; i < 5; i++)
+        make_ready(f, names[i], 1, NULL);
+    make_ready(f, "alpha", 2, NULL);
+    make_ready(f, "alpha", 3, NULL);
+    tv__reg_model *ms = NULL;
+    size_t n = 0;
+    bool more = false;
+    char after[TV__REG_NAME_MAX + 1] = "";
+    const char *seen[8];
+    size_t n_seen = 0;
+    do {
+        assert_int_equal(tv__reg_models_page(f->reg, after, 2, &ms, &n, &more, &err), 0);
+        assert_true(n >= 1 && n <= 2);
+        for (size_t i = 0; i < n; i++)
+            seen[n_seen++] = strcmp(ms[i].name, "alpha") == 0     ? "alpha"
+                             : strcmp(ms[i].name, "bravo") == 0   ? "bravo"
+                             : strcmp(ms[i].name, "charlie") == 0 ? "charlie"
+                             : strcmp(ms[i].name, "delta") == 0   ? "delta"
+                                                                  : "echo";
+        snprintf(after, sizeof after, "%s", ms[n - 1].name);
+        free(ms);
+    } while (more);
+    assert_int_equal(n_seen, 5);
+    assert_string_equal(seen[0], "alpha");
+    assert_string_equal(seen[4], "echo");
+    assert_int_equal(tv__reg_models_page(f->reg, "echo", 2, &ms, &n, &more, &err), 0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    assert_int_equal(tv__reg_models_page(f->reg, "", 0, &ms, &n, &more, &err), TV_E_INVALID_ARG);
+
+    tv__reg_generation *gs = NULL;
+    assert_int_equal(tv__reg_generations_page(f->reg, "alpha", 0, 2, &gs, &n, &more, &err), 0);
+    assert_int_equal(n, 2);
+    assert_true(more);
+    assert_int_equal(gs[0].number, 1);
+    assert_int_equal(gs[1].number, 2);
+    assert_int_equal(gs[1].n_tensors, 2);
+    free(gs);
+    assert_int_equal(tv__reg_generations_page(f->reg, "alpha", 2, 2, &gs, &n, &more, &err), 0);
+    assert_int_equal(n, 1);
+    assert_false(more);
+    assert_int_equal(gs[0].number, 3);
+    free(gs);
+    assert_int_equal(tv__reg_generations_page(f->reg, "nope", 0, 2, &gs, &n, &more, &err),
+                     TV_E_NOT_FOUND);
+}
+
+/* A ready generation of model with the tensors names[i] of 8 bytes each
+ * (name order differs from file order) in two shards. */
+static int64_t make_tensors(fixture *f, const char *model, const char *const *names, size_t n)
+{
+    tv_error err = {0};
+    tv__reg_generation g;
+    char sha[2][65], hsha[65];
+    sha_of(77, sha[0]);
+    sha_of(78, sha[1]);
+    sha_of(79, hsha);
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_create(f->reg, model, "/imports/t", 0, &g, &err), 0);
+    tv_tensor_info *t = calloc(n, sizeof *t);
+    uint64_t shape[1] = {2};
+    assert_non_null(t);
+    for (uint32_t s = 0; s < 2; s++) {
+        tv__reg_object o;
+        if (tv__reg_object_find_committed(f->reg, f->dev, sha[s], &o, NULL) != 0) {
+            assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &o, &err), 0);
+            assert_int_equal(tv__reg_object_commit(f->reg, o.id, sha[s], &err), 0);
+        }
+        char sname[32];
+        snprintf(sname, sizeof sname, "model-%u.safetensors", s);
+        tv__reg_shard_in in = {.idx = s,
+                               .name = sname,
+                               .file_len = 1000,
+                               .header_len = 100 + s,
+                               .sha256_hex = sha[s],
+                               .header_sha256_hex = hsha};
+        int64_t shard;
+        assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
+        assert_int_equal(tv__reg_shard_bind(f->reg, shard, o.id, &err), 0);
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* first half in shard 0, the rest in shard 1, file order = i */
+        uint32_t s = i < n / 2 ? 0 : 1;
+        uint64_t k = s ? i - n / 2 : i;
+        t[i] = (tv_tensor_info){.name = names[i],
+                                .name_len = strlen(names[i]),
+                                .dtype = TV_DTYPE_F32,
+                                .rank = 1,
+                                .shape = shape,
+                                .shard = s,
+                                .begin_off = 8 * k,
+                                .end_off = 8 * k + 8};
+    }
+    assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, n, &err), 0);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), 0);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+    free(t);
+    return g.id;
+}
+
+static void test_tensor_pages(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    static const char *const names[] = {"model.layers.1.w", "model.layers.0.w",  "lm_head",
+                                        "model.embed",      "model.layers.10.w", "model.norm",
+                                        "model.layers.2.w"};
+    const size_t N = sizeof names / sizeof names[0];
+    int64_t gid = make_tensors(f, "t", names, N);
+    tv__reg_tensor_row *rows = NULL;
+    size_t n = 0;
+    bool more = false;
+    /* file order, pages of 2: exactly the insertion order */
+    size_t seen = 0;
+    int64_t after = 0;
+    do {
+        assert_int_equal(
+            tv__reg_tensors_page(f->reg, gid, NULL, false, after, NULL, 2, &rows, &n, &more, &err),
+            0);
+        for (size_t i = 0; i < n; i++, seen++) {
+            assert_string_equal(rows[i].name, names[seen]);
+            assert_int_equal(rows[i].shard_idx, seen < N / 2 ? 0 : 1);
+            assert_int_equal(rows[i].end_off - rows[i].begin_off, 8);
+            assert_int_equal(rows[i].header_len, seen < N / 2 ? 100 : 101);
+            assert_string_equal(rows[i].shard,
+                                seen < N / 2 ? "model-0.safetensors" : "model-1.safetensors");
+            assert_int_equal(rows[i].rank, 1);
+            assert_int_equal(rows[i].shape[0], 2);
+            assert_int_equal(rows[i].dtype, TV_DTYPE_F32);
+        }
+        after = rows[n - 1].row_id;
+        tv__reg_tensor_rows_free(rows, n);
+    } while (more);
+    assert_int_equal(seen, N);
+    /* by name */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", true, 0, "", 3, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 3);
+    assert_true(more);
+    assert_string_equal(rows[0].name, "lm_head");
+    assert_string_equal(rows[1].name, "model.embed");
+    assert_string_equal(rows[2].name, "model.layers.0.w");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, true, 0, "model.layers.0.w", 100,
+                                          &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 4);
+    assert_false(more);
+    assert_string_equal(rows[0].name, "model.layers.1.w");
+    assert_string_equal(rows[1].name, "model.layers.10.w");
+    tv__reg_tensor_rows_free(rows, n);
+    /* prefix, both orders */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.1", true, 0, NULL, 100, &rows,
+                                          &n, &more, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].name, "model.layers.1.w");
+    assert_string_equal(rows[1].name, "model.layers.10.w");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.", false, 0, NULL, 100, &rows,
+                                          &n, &more, &err),
+                     0);
+    assert_int_equal(n, 4);
+    assert_string_equal(rows[0].name, "model.layers.1.w");
+    assert_string_equal(rows[3].name, "model.layers.2.w");
+    tv__reg_tensor_rows_free(rows, n);
+    /* "%" and "_" are literal in prefixes */
+    assert_int_equal(
+        tv__reg_tensors_page(f->reg, gid, "lm%", true, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(n, 0);
+    assert_null(rows);
+    assert_int_equal(
+        tv__reg_tensors_page(f->reg, gid, "zzz", false, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(n, 0);
+    /* bad cursor, unknown generation */
+    assert_int_equal(
+        tv__reg_tensors_page(f->reg, gid, NULL, false, 999999, NULL, 2, &rows, &n, &more, &err),
+        TV_E_INVALID_ARG);
+    assert_int_equal(
+        tv__reg_tensors_page(f->reg, 999, NULL, false, 0, NULL, 2, &rows, &n, &more, &err),
+        TV_E_NOT_FOUND);
+
+    tv__reg_tensor_row row;
+    assert_int_equal(tv__reg_tensor_get(f->reg, gid, "model.norm", &row, &err), 0);
+    assert_string_equal(row.name, "model.norm");
+    assert_int_equal(row.shard_idx, 1);
+    assert_int_equal(row.begin_off, 8 * (5 - N / 2));
+    assert_int_equal(row.header_len, 101);
+    free(row.name);
+    assert_int_equal(tv__reg_tensor_get(f->reg, gid, "nope", &row, &err), TV_E_NOT_FOUND);
+    assert_null(row.name);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    assert_int_equal(tv__reg_tensor_get(f->reg, 999, "lm_head", &row, &err), TV_E_NOT_FOUND);
+    /* shards and replicas without the tensors */
+    tv__reg_manifest *sm = NULL;
+    assert_int_equal(tv__reg_shards_list(f->reg, gid, &sm, &err), 0);
+    assert_int_equal(sm->n_shards, 2);
+    assert_int_equal(sm->n_tensors, 0);
+    assert_null(sm->tensors);
+    assert_string_equal(sm->shards[1].name, "model-1.safetensors");
+    assert_int_equal(sm->shards[1].header_len, 101);
+    assert_int_equal(sm->shards[1].n_replicas, 1);
+    assert_int_equal(sm->shards[1].replicas[0].device_id, f->dev);
+    assert_true(sm->shards[1].replicas[0].committed);
+    assert_int_equal(sm->generation.n_tensors, (int64_t)N);
+    tv__reg_manifest_free(sm);
+    assert_int_equal(tv__reg_shards_list(f->reg, 999, &sm, &err), TV_E_NOT_FOUND);
+    assert_null(sm);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+static void test_tokens(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    char admin[TV__TOKEN_SECRET_LEN + 1], reader[TV__TOKEN_SECRET_LEN + 1];
+    tv__reg_token t;
+    assert_int_equal(tv__reg_token_create(f->reg, "ci", TV__SCOPE_ADMIN, admin, &t, &err), 0);
+    assert_int_equal(strlen(admin), 68);
+    assert_memory_equal(admin, "tvk_", 4);
+    assert_string_equal(t.name, "ci");
+    assert_int_equal(t.scope, TV__SCOPE_ADMIN);
+    assert_int_equal(t.revoked_at, 0);
+    assert_true(t.created_at > 0);
+    int64_t admin_id = t.id;
+    assert_int_equal(tv__reg_token_create(f->reg, "dash", TV__SCOPE_READ, reader, NULL, &err), 0);
+    assert_string_not_equal(admin, reader);
+    assert_int_equal(tv__reg_token_create(f->reg, "x", TV__SCOPE_NONE, reader, NULL, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_token_create(f->reg, "", TV__SCOPE_READ, reader, NULL, &err),
+                     TV_E_INVALID_ARG);
+    /* the secret is not stored, only its hash */
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM api_tokens WHERE sha256 = '%s'", admin + 4);
+    assert_int_equal(query_int(db, sql), 0);
+
+    tv__scope scope = TV__SCOPE_NONE;
+    int64_t id = 0;
+    assert_int_equal(tv__reg_token_check(f->reg, admin, &scope, &id, &err), 0);
+    assert_int_equal(scope, TV__SCOPE_ADMIN);
+    assert_int_equal(id, admin_id);
+    assert_int_equal(tv__reg_token_check(f->reg, reader, &scope, NULL, &err), 0);
+    assert_int_equal(scope, TV__SCOPE_READ);
+    /* unknown, malformed */
+    char wrong[TV__TOKEN_SECRET_LEN + 1];
+    memcpy(wrong, admin, sizeof wrong);
+    wrong[10] = wrong[10] == '0' ? '1' : '0';
+    assert_int_equal(tv__reg_token_check(f->reg, wrong, &scope, NULL, &err), TV_E_UNAUTHORIZED);
+    assert_int_equal(scope, TV__SCOPE_NONE);
+    assert_int_equal(tv__reg_token_check(f->reg, "tvk_abc", &scope, NULL, &err), TV_E_UNAUTHORIZED);
+    assert_int_equal(tv__reg_token_check(f->reg, "", &scope, NULL, &err), TV_E_UNAUTHORIZED);
+    wrong[10] = 'G';
+    assert_int_equal(tv__reg_token_check(f->reg, wrong, &scope, NULL, &err), TV_E_UNAUTHORIZED);
+
+    tv__reg_token *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_tokens_list(f->reg, &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].name, "ci");
+    assert_string_equal(list[1].name, "dash");
+    assert_int_equal(list[1].scope, TV__SCOPE_READ);
+    free(list);
+
+    /* revoke: 401 afterwards, twice is a no-op */
+    assert_int_equal(tv__reg_token_revoke(f->reg, admin_id, &t, &err), 0);
+    assert_true(t.revoked_at > 0);
+    int64_t first = t.revoked_at;
+    assert_int_equal(tv__reg_token_check(f->reg, admin, &scope, NULL, &err), TV_E_UNAUTHORIZED);
+    assert_non_null(strstr(err.msg, "revoked"));
+    assert_int_equal(tv__reg_token_revoke(f->reg, admin_id, &t, &err), 0);
+    assert_int_equal(t.revoked_at, first);
+    assert_int_equal(tv__reg_token_revoke(f->reg, 999, &t, &err), TV_E_NOT_FOUND);
+    assert_string_equal(tv__scope_name(TV__SCOPE_READ), "read");
+    assert_null(tv__scope_name(TV__SCOPE_NONE));
+    assert_int_equal(tv__scope_parse("admin", &scope), 0);
+    assert_int_equal(scope, TV__SCOPE_ADMIN);
+    assert_int_equal(tv__scope_parse("root", &scope), TV_E_INVALID_ARG);
 }
 
 /* ---- two writers --------------------------------------------------------- */
@@ -1259,6 +1888,7 @@ int main(void)
         T(test_reopen_is_noop),
         T(test_newer_version_refused),
         T(test_failed_migration_is_atomic),
+        T(test_migration_0002_keeps_rows),
         T(test_pragmas_in_effect),
         cmocka_unit_test(test_open_bad_arguments),
         T(test_devices),
@@ -1273,6 +1903,11 @@ int main(void)
         T(test_leases_protect_objects_from_gc),
         T(test_bulk_120k_tensors),
         T(test_import_jobs),
+        T(test_aliases),
+        T(test_model_get_delete),
+        T(test_model_and_generation_pages),
+        T(test_tensor_pages),
+        T(test_tokens),
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
         T(test_query_helpers),

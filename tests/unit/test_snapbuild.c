@@ -10,10 +10,14 @@
  * agree after activate and import --activate under a failure of every
  * write, sync and rename (tv__sys), after a writer killed at each crash
  * point (forked child, _exit), and after a stale or garbage pointer; a
- * writer open with 50 models and 10 retired generations writes nothing. */
+ * writer open with 50 models and 10 retired generations writes nothing.
+ * Aliases (tv__store_alias_set/remove) under the same faults and crash
+ * points, repair of alias pointers, tv__store_gc, tv__store_model_delete
+ * and worker handles (tv__store_open_worker). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -912,6 +916,315 @@ static void test_writer_cost(void **state)
     }
 }
 
+/* ---- aliases, gc, model delete, worker handles (ops.c) ------------------------- */
+
+/* The registry's alias (0: none) and the pointer file's (0: none) agree;
+ * returns it. */
+static int64_t agreed_alias(fixture *f, const char *model, const char *alias)
+{
+    tv_error err = {0};
+    int64_t reg = 0, ptr = 0;
+    int rc = tv__reg_alias_get(f->st->reg, model, alias, &reg, &err);
+    if (rc == TV_E_NOT_FOUND)
+        reg = 0;
+    else if (rc)
+        fail_msg("registry: %s", err.msg);
+    rc = tv__snapfile_read_alias(f->store, model, alias, &ptr, &err);
+    if (rc == TV_E_NOT_FOUND)
+        ptr = 0;
+    else if (rc)
+        fail_msg("pointer: %s", err.msg);
+    if (reg != ptr)
+        fail_msg("model '%s': registry says alias '%s' = %lld, the pointer %lld", model, alias,
+                 (long long)reg, (long long)ptr);
+    return reg;
+}
+
+/* Set, move and remove an alias under a failure of every write, sync and
+ * rename: an error changes neither the row nor the pointer. */
+static void test_alias_faults(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    int k, n_failed = 0, n_moves = 0;
+    for (k = 1; k < 400 && n_moves < 4; k++) {
+        int64_t before = agreed_alias(f, MODEL, "prod");
+        /* none -> 1 -> 2 -> removed -> 1 ... */
+        int64_t target = before == 0 ? 1 : before == 1 ? 2 : 0;
+        if (target == 1) { /* its snapshot missing: its write is exercised too */
+            assert_int_equal(tv__snapfile_path(f->store, MODEL, 1, p, sizeof p, &err), 0);
+            assert_true(unlink(p) == 0 || errno == ENOENT);
+        }
+        faults_on(k);
+        int64_t removed = -1;
+        int rc = target ? tv__store_alias_set(f->st, MODEL, "prod", target, &err)
+                        : tv__store_alias_remove(f->st, MODEL, "prod", &removed, &err);
+        int calls = g_calls;
+        tv__sys_reset();
+        int64_t now = agreed_alias(f, MODEL, "prod");
+        if (rc) {
+            n_failed++;
+            assert_int_equal(now, before);
+            assert_non_null(strstr(err.msg, "Input/output error"));
+        } else {
+            assert_int_equal(now, target);
+            if (!target)
+                assert_int_equal(removed, before);
+        }
+        assert_int_equal(agreed_active(f, MODEL), 2);
+        if (calls < k) { /* no call left to fail: this change is done, next one */
+            assert_int_equal(rc, 0);
+            n_moves++;
+            k = 0;
+        }
+    }
+    assert_int_equal(n_moves, 4);
+    assert_true(n_failed >= 10);
+    /* errors */
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 9, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "9x", 1, &err), TV_E_NAME);
+    assert_int_equal(tv__store_alias_remove(f->st, MODEL, "active", NULL, &err), TV_E_NAME);
+    assert_int_equal(tv__store_alias_remove(f->st, MODEL, "nope", NULL, &err), TV_E_NOT_FOUND);
+    /* "active" activates */
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "active", 1, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 1);
+    /* an aliased generation cannot be retired */
+    assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "canary", 2, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 2, &err), TV_E_STATE);
+    assert_non_null(strstr(err.msg, "'canary'"));
+}
+
+/* A writer killed at each alias crash point: the next writer's open puts
+ * the pointer on what the registry says. */
+static void alias_crash_child(fixture *f, const char *point, int64_t target)
+{
+    tv__store_close(f->st);
+    f->st = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        tv__store *st;
+        tv_error err = {0};
+        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+            _exit(3);
+        g_crash_at = point;
+        tv__sys_crash_hook = crash_hook;
+        int rc = target ? tv__store_alias_set(st, MODEL, "prod", target, &err)
+                        : tv__store_alias_remove(st, MODEL, "prod", NULL, &err);
+        _exit(rc ? 4 : 5);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 42);
+    tv_error err = {0};
+    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        fail_msg("reopen: %s", err.msg);
+}
+
+static void test_alias_crash_points(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 1, &err), 0);
+    static const struct {
+        const char *point;
+        int64_t target; /* 0: remove */
+        int64_t after;  /* what registry and pointer say after the repair */
+    } cases[] = {
+        {"alias.snapshot", 2, 1}, {"alias.pointer", 2, 1}, {"alias.commit", 2, 2},
+        {"alias.pointer", 0, 2},  {"alias.commit", 0, 0},  {"alias.commit", 1, 1},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        alias_crash_child(f, cases[i].point, cases[i].target);
+        int64_t now = agreed_alias(f, MODEL, "prod");
+        if (now != cases[i].after)
+            fail_msg("crash at %s (target %lld): alias %lld, want %lld", cases[i].point,
+                     (long long)cases[i].target, (long long)now, (long long)cases[i].after);
+    }
+    /* an orphan pointer (no row) is removed, a garbage one rewritten */
+    assert_int_equal(tv__snapfile_write_alias(f->store, MODEL, "ghost", 1, &err), 0);
+    char p[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_alias_path(f->store, MODEL, "prod", p, sizeof p, &err), 0);
+    tv_test_write_text(p, "junk");
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    int64_t g = 0;
+    assert_int_equal(tv__snapfile_read_alias(f->store, MODEL, "ghost", &g, &err), TV_E_NOT_FOUND);
+    assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
+    assert_int_equal(agreed_active(f, MODEL), 2);
+}
+
+static void test_store_gc(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    size_t n = 9;
+    uint64_t bytes = 9;
+    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    /* a reader of generation 1 keeps its objects */
+    int fd;
+    void *buf;
+    size_t len;
+    assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
+    tv__snapfile_unmap(buf, len);
+    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(n, 0);
+    assert_true(snap_exists(f, MODEL, 1));
+    close(fd);
+    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(n, 4); /* 2 shards x 2 replicas */
+    assert_true(bytes >= 4 * 65536);
+    assert_false(snap_exists(f, MODEL, 1));
+    /* a reader store cannot gc */
+    tv__store *rd = NULL;
+    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_gc(rd, &n, &bytes, &err), TV_E_INVALID_ARG);
+    tv__store_close(rd);
+}
+
+static void test_store_model_delete(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__import_opts o = {.activate = false, .devices = f->dev, .n_devices = 2};
+    tv__import_result res;
+    assert_int_equal(tv__import(f->st, "doomed", f->ck_a, &o, &res, &err), 0);
+    assert_int_equal(tv__import(f->st, "doomed", f->ck_b, &o, &res, &err), 0);
+    assert_int_equal(import(f, f->ck_b), 1); /* MODEL shares ck_b's objects (dedup) */
+    assert_int_equal(tv__store_write_snapshot(f->st, "doomed", 1, &err), 0);
+    assert_int_equal(tv__store_alias_set(f->st, "doomed", "prod", 2, &err), 0);
+    size_t n_ret = 0;
+    uint64_t freed = 0;
+    /* aliased: refused, nothing changed */
+    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), TV_E_STATE);
+    assert_true(snap_exists(f, "doomed", 1));
+    assert_int_equal(tv__store_alias_remove(f->st, "doomed", "prod", NULL, &err), 0);
+    /* a reader holds a snapshot: refused, nothing changed */
+    int fd;
+    void *buf;
+    size_t len;
+    assert_int_equal(tv__snapfile_open(f->store, "doomed", 1, &fd, &buf, &len, &err), 0);
+    tv__snapfile_unmap(buf, len);
+    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), TV_E_LEASED);
+    assert_true(snap_exists(f, "doomed", 1));
+    close(fd);
+    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), 0);
+    assert_int_equal(n_ret, 2);
+    assert_true(freed >= 4 * 65536); /* ck_a's two shards on two devices; ck_b's stay */
+    tv__reg_model m;
+    assert_int_equal(tv__reg_model_get(f->st->reg, "doomed", &m, &err), TV_E_NOT_FOUND);
+    char md[TV__SNAPFILE_PATH_MAX];
+    struct stat sb;
+    assert_int_equal(tv__snapfile_model_dir(f->store, "doomed", md, sizeof md, &err), 0);
+    assert_int_equal(lstat(md, &sb), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_int_equal(tv__store_model_delete(f->st, "doomed", NULL, NULL, &err), TV_E_NOT_FOUND);
+    /* the other model is intact; the active one cannot be deleted */
+    assert_int_equal(agreed_active(f, MODEL), 1);
+    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_STATE);
+    int64_t opened = 0;
+    assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
+    tv__snapfile_unmap(buf, len);
+    close(fd);
+    assert_int_equal(opened, 1);
+    /* the name can be used again, from generation 1 */
+    assert_int_equal(tv__import(f->st, "doomed", f->ck_a, &o, &res, &err), 0);
+    assert_int_equal(res.generation, 1);
+}
+
+static void test_store_worker(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__store *w1 = NULL, *w2 = NULL, *rd = NULL;
+    assert_int_equal(tv__store_open_worker(f->st, &w1, &err), 0);
+    assert_int_equal(tv__store_open_worker(f->st, &w2, &err), 0);
+    assert_ptr_not_equal(w1->reg, f->st->reg);
+    /* a worker imports and activates like the writer */
+    tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+    tv__import_result res;
+    if (tv__import(w1, MODEL, f->ck_a, &o, &res, &err))
+        fail_msg("import through a worker: %s", err.msg);
+    assert_int_equal(res.generation, 1);
+    if (tv__import(w2, "other", f->ck_b, &o, &res, &err))
+        fail_msg("import through a worker: %s", err.msg);
+    assert_int_equal(agreed_active(f, MODEL), 1);
+    assert_int_equal(agreed_active(f, "other"), 1);
+    /* closing a worker leaves the writer's lock */
+    tv__store_close(w1);
+    tv__store *second = NULL;
+    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
+    assert_null(second);
+    assert_int_equal(tv__store_alias_set(w2, MODEL, "prod", 1, &err), 0);
+    assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
+    tv__store_close(w2);
+    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
+    /* a reader store has no workers */
+    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_open_worker(rd, &w1, &err), TV_E_INVALID_ARG);
+    assert_null(w1);
+    tv__store_close(rd);
+    /* once the writer closes, the lock is free */
+    tv__store_close(f->st);
+    f->st = NULL;
+    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err), 0);
+}
+
+/* Two workers moving the active generation and an alias at the same time:
+ * every call succeeds or fails cleanly, and registry and pointers agree
+ * afterwards. */
+typedef struct worker_arg {
+    tv__store *st;
+    int64_t first;
+    int n_errors;
+} worker_arg;
+
+static void *worker_loop(void *p)
+{
+    worker_arg *a = p;
+    for (int i = 0; i < 20; i++) {
+        tv_error err = {0};
+        int64_t g = (a->first + i) % 2 + 1;
+        if (tv__store_activate(a->st, MODEL, g, &err) ||
+            tv__store_alias_set(a->st, MODEL, "prod", 3 - g, &err))
+            a->n_errors++;
+    }
+    return NULL;
+}
+
+static void test_workers_concurrent(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    worker_arg a[2] = {{NULL, 0, 0}, {NULL, 1, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tv__store_open_worker(f->st, &a[i].st, &err), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_loop, &a[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].n_errors, 0);
+        tv__store_close(a[i].st);
+    }
+    int64_t act = agreed_active(f, MODEL), prod = agreed_alias(f, MODEL, "prod");
+    assert_true(act == 1 || act == 2);
+    assert_true(prod == 1 || prod == 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -925,6 +1238,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_activate_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_pointer_repaired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_cost, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alias_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alias_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_gc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_model_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workers_concurrent, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

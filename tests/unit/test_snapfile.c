@@ -1,8 +1,9 @@
 /* Unit tests of snapshot files in a store directory
  * (core/src/snap/snapfile.c): model-name escaping (HF names with '/',
  * "../x", control bytes, the hashed form of long names), atomic immutable
- * writes, the active pointer, the shared-flock reader lease against gc's
- * exclusive try (flock locks belong to open file descriptions, so a second
+ * writes, the active pointer, alias pointers (rule, read/write, list,
+ * open through one, model directory removal), the shared-flock reader
+ * lease against gc's exclusive try (flock locks belong to open file descriptions, so a second
  * open() in this process conflicts like another process would), removal
  * under the lock (including a reader that opened just before the unlink),
  * injected write and flush failures, leftover temporary files, the pointer
@@ -211,6 +212,109 @@ static void test_active(void **state)
     tv_test_write_text(p, "42");
     assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
     assert_int_equal(gen, 42);
+}
+
+static void test_alias_pointers(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    int64_t gen = 0;
+    char p[TV__SNAPFILE_PATH_MAX], want[TV__SNAPFILE_PATH_MAX];
+    /* the rule */
+    static const char *const good[] = {"prod", "a", "Canary-2", "x.y_z", "A9"};
+    static const char *const badn[] = {"",   "active", "9",   "3x",  "_a",  ".a",
+                                       "-a", "a b",    "a/b", "a@b", "a%b", NULL};
+    for (size_t i = 0; i < TV_ARRAY_LEN(good); i++)
+        assert_true(tv__snapfile_alias_valid(good[i]));
+    for (size_t i = 0; i < TV_ARRAY_LEN(badn); i++)
+        assert_false(tv__snapfile_alias_valid(badn[i]));
+    char lng[80];
+    memset(lng, 'a', 64);
+    lng[64] = '\0';
+    assert_true(tv__snapfile_alias_valid(lng));
+    lng[64] = 'a';
+    lng[65] = '\0';
+    assert_false(tv__snapfile_alias_valid(lng));
+
+    assert_int_equal(tv__snapfile_alias_path(g_dir, "org/m", "prod", p, sizeof p, &err), 0);
+    snprintf(want, sizeof want, "%s/snapshots/org%%2Fm/alias.prod", g_dir);
+    assert_string_equal(p, want);
+    assert_int_equal(tv__snapfile_alias_path(g_dir, "org/m", "../x", p, sizeof p, &err), TV_E_NAME);
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "prod", 0, &err), 0); /* absent */
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "prod", 3, &err), 0);
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "canary", 4, &err), 0);
+    assert_int_equal(tv__snapfile_write_active(g_dir, "org/m", 4, &err), 0);
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), 0);
+    assert_int_equal(gen, 3);
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "prod", 5, &err), 0);
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), 0);
+    assert_int_equal(gen, 5);
+    assert_int_equal(tv__snapfile_read_active(g_dir, "org/m", &gen, &err), 0);
+    assert_int_equal(gen, 4); /* separate files */
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "prod", -1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "active", 1, &err), TV_E_NAME);
+    /* malformed, or with a "from" line (only the active pointer has one) */
+    assert_int_equal(tv__snapfile_alias_path(g_dir, "org/m", "prod", p, sizeof p, &err), 0);
+    tv_test_write_text(p, "7\nfrom 3\n");
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), TV_E_SNAPSHOT);
+    tv_test_write_text(p, "x");
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), TV_E_SNAPSHOT);
+    tv_test_write_text(p, "5\n");
+    /* listing: names only, junk skipped */
+    char junk[TV__SNAPFILE_PATH_MAX + 16];
+    char md[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(tv__snapfile_model_dir(g_dir, "org/m", md, sizeof md, &err), 0);
+    snprintf(junk, sizeof junk, "%s/alias.9bad", md);
+    tv_test_write_text(junk, "1\n");
+    tv__snapfile_alias *list = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__snapfile_list_aliases(g_dir, "org/m", &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    bool saw_prod = false, saw_canary = false;
+    for (size_t i = 0; i < n; i++) {
+        saw_prod |= !strcmp(list[i].name, "prod");
+        saw_canary |= !strcmp(list[i].name, "canary");
+    }
+    assert_true(saw_prod && saw_canary);
+    free(list);
+    assert_int_equal(tv__snapfile_list_aliases(g_dir, "none", &list, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_null(list);
+    /* removal */
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "canary", 0, &err), 0);
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "canary", &gen, &err), TV_E_NOT_FOUND);
+
+    /* the model directory goes whole, unless a reader holds a generation */
+    assert_int_equal(tv__snapfile_write(g_dir, "org/m", 5, "five", 4, &err), 0);
+    int fd = -1;
+    void *buf = NULL;
+    size_t len = 0;
+    int64_t opened = 0;
+    assert_int_equal(
+        tv__snapfile_open_alias(g_dir, "org/m", "prod", &opened, &fd, &buf, &len, &err), 0);
+    assert_int_equal(opened, 5);
+    assert_memory_equal(buf, "five", 4);
+    tv__snapfile_unmap(buf, len);
+    int fd2 = 0;
+    assert_int_equal(
+        tv__snapfile_open_alias(g_dir, "org/m", "nope", &opened, &fd2, &buf, &len, &err),
+        TV_E_NOT_FOUND);
+    assert_int_equal(fd2, -1);
+    assert_int_equal(tv__snapfile_remove_model(g_dir, "org/m", &err), TV_E_LEASED);
+    close(fd);
+    unlink(junk); /* not ours to remove: it would stop the rmdir */
+    assert_int_equal(tv__snapfile_remove_model(g_dir, "org/m", &err), 0);
+    struct stat sb;
+    assert_int_equal(lstat(md, &sb), -1);
+    assert_int_equal(tv__snapfile_remove_model(g_dir, "org/m", &err), 0); /* absent: fine */
+    /* anything unknown in the directory is kept and reported */
+    assert_int_equal(tv__snapfile_write_alias(g_dir, "org/m", "prod", 1, &err), 0);
+    snprintf(junk, sizeof junk, "%s/notes.txt", md);
+    tv_test_write_text(junk, "mine");
+    assert_int_equal(tv__snapfile_remove_model(g_dir, "org/m", &err), -ENOTEMPTY);
+    assert_true(exists(junk));
+    assert_int_equal(tv__snapfile_read_alias(g_dir, "org/m", "prod", &gen, &err), TV_E_NOT_FOUND);
 }
 
 static void test_open_active(void **state)
@@ -717,6 +821,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alias_pointers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_active, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_races_gc, setup, teardown),

@@ -85,15 +85,19 @@ typedef struct tv_tensor_desc {
     uint32_t shard;
 } tv_tensor_desc;
 
-/* Opens model spec ("NAME" = the active generation, or "NAME@GEN") of the
- * store in store_dir, read-only. opts may be NULL; they are checked first,
+/* Opens model spec of the store in store_dir, read-only: "NAME" or
+ * "NAME@active" (the active generation), "NAME@GEN" (GEN: digits, no
+ * leading zero) or "NAME@ALIAS" (the generation the alias names now; an
+ * alias is [A-Za-z][A-Za-z0-9._-]*, at most 64 bytes). The model keeps the
+ * generation it opened for its lifetime, whatever the alias or the active
+ * generation does later. opts may be NULL; they are checked first,
  * before any file is opened or memory allocated.
  * Devices that fail validation are excluded (see the invariants above): the
  * open succeeds while at least one shard has a valid replica.
  * Returns 0 and *out; TV_E_INVALID_ARG (NULL argument, bad spec, unknown
  * engine, queue_depth, chunk_len or staging over the limits above: the
- * message names the values); TV_E_NOT_FOUND (no such model or generation,
- * or no active one); when no shard has a valid replica, the first excluded
+ * message names the values); TV_E_NOT_FOUND (no such model, generation or
+ * alias, or no active one); when no shard has a valid replica, the first excluded
  * device's reason (TV_E_DEVICE_MISMATCH, -ENOENT, -EIO, ...; the message
  * names every device and its reason); TV_E_NOT_SUPPORTED (engine asked for
  * is unavailable); the snapshot's validation errors (TV_E_SNAPSHOT);
@@ -160,6 +164,16 @@ typedef struct tv_read_req {
  * sequential reads. Each request gets its own result. Returns 0 when all
  * succeeded, else the first failing request's error (err describes it). */
 int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err);
+
+/* Bytes [off, off + len) of tensor `name`'s data into dest (dest_len >=
+ * len; only len bytes are written): only the alignment envelope of those
+ * bytes is read from the device, at any (unaligned) off. len 0 reads
+ * nothing and succeeds (dest may be NULL). Every check comes before any
+ * read. Returns 0; TV_E_NOT_FOUND; TV_E_INVALID_ARG (off + len past the
+ * tensor's nbytes or overflowing, dest NULL or too small: nothing written);
+ * device errors as tv_read_into. */
+int tv_read_range(tv_model *m, const char *name, uint64_t off, uint64_t len, void *dest,
+                  size_t dest_len, tv_error *err);
 
 /* Rows [r0, r1) of dimension 0 of a tensor of rank >= 1: reads only those
  * rows' bytes (plus the alignment envelope) into dest. Every check comes

@@ -506,14 +506,26 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
         return rc;
     char name[512];
     int64_t gen = 0;
-    const char *at = strrchr(spec, '@');
+    const char *at = strrchr(spec, '@'), *alias = NULL;
     size_t nl = at ? (size_t)(at - spec) : strlen(spec);
     if (nl == 0 || nl >= sizeof(name))
-        return tv__seterr(err, TV_E_INVALID_ARG, "bad model spec '%s' (NAME or NAME@GEN)", spec);
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "bad model spec '%s' (NAME, NAME@GEN or NAME@ALIAS)", spec);
     memcpy(name, spec, nl);
     name[nl] = '\0';
     /* gen 0: tv__snapfile_open resolves the active pointer and retries if
-     * an activation or gc races with it. */
+     * an activation or gc races with it. "NAME@active" is "NAME"; any other
+     * word is an alias (alias names never start with a digit). */
+    if (at && !strcmp(at + 1, "active")) {
+        at = NULL;
+    } else if (at && !(at[1] >= '0' && at[1] <= '9')) {
+        alias = at + 1;
+        if (!tv__snapfile_alias_valid(alias))
+            return tv__seterr(
+                err, TV_E_INVALID_ARG,
+                "bad alias in '%s' (an alias is [A-Za-z][A-Za-z0-9._-]*, at most 64 bytes)", spec);
+        at = NULL;
+    }
     if (at) {
         /* Digits only, no leading zero (the CLI's rule): strtoll alone
          * would take " 1", "+1", "01" and saturate. */
@@ -533,8 +545,12 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
     void *buf = NULL;
     size_t len = 0;
     int64_t opened = 0;
-    if ((rc =
-             tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len, err))) {
+    if (alias)
+        rc =
+            tv__snapfile_open_alias(store_dir, name, alias, &opened, &m->lease_fd, &buf, &len, err);
+    else
+        rc = tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len, err);
+    if (rc) {
         tv_model_close(m);
         return rc;
     }
@@ -770,6 +786,31 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
 TV_API int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err)
 {
     return batch(m, reqs, n, NULL, err);
+}
+
+TV_API int tv_read_range(tv_model *m, const char *name, uint64_t off, uint64_t len, void *dest,
+                         size_t dest_len, tv_error *err)
+{
+    size_t i;
+    int rc = lookup(m, name, &i, err);
+    if (rc)
+        return rc;
+    uint64_t nbytes = m->t[i].end - m->t[i].begin, end;
+    if (tv__add_u64(off, len, &end) || end > nbytes)
+        return tv__seterr(
+            err, TV_E_INVALID_ARG, "tensor '%s': bytes [%llu, +%llu) outside its %llu bytes", name,
+            (unsigned long long)off, (unsigned long long)len, (unsigned long long)nbytes);
+    if (len == 0)
+        return 0;
+    if (!dest || dest_len < len)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "tensor '%s': %llu bytes at %llu need %llu bytes; destination has %zu",
+                          name, (unsigned long long)len, (unsigned long long)off,
+                          (unsigned long long)len, dest_len);
+    tv__io_req req;
+    if ((rc = fill_req(m, i, off, len, dest, &req, err)))
+        return rc;
+    return run_one(m, &req, NULL, name, err);
 }
 
 /* The checks of tv_read_rows, before anything is allocated or read:

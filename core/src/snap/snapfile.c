@@ -369,17 +369,13 @@ bad:
                       "not an active pointer (\"<gen>\\n\" or \"<gen>\\nfrom <gen>\\n\")");
 }
 
-int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, int64_t from,
-                               tv_error *err)
+/* Writes (gen > 0) or removes (gen 0) the pointer file p of the model. */
+static int write_pointer_at(const char *dir, const char *model, const char *p, int64_t gen,
+                            int64_t from, tv_error *err)
 {
-    char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX], tmp[TV__SNAPFILE_PATH_MAX];
+    char md[TV__SNAPFILE_PATH_MAX], tmp[TV__SNAPFILE_PATH_MAX];
     char text[TV__SNAPFILE_POINTER_MAX + 1];
     int rc, n;
-    if (gen < 0 || (gen == 0 && from >= 0))
-        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: active generation %lld from %lld",
-                          (long long)gen, (long long)from);
-    if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
-        return rc;
     if (gen == 0) {
         if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
             return rc;
@@ -400,7 +396,7 @@ int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, 
         n = snprintf(text, sizeof text, "%" PRId64 "\nfrom %" PRId64 "\n", gen, from);
     else
         n = snprintf(text, sizeof text, "%" PRId64 "\n", gen);
-    if ((rc = write_temp(md, "active", text, (size_t)n, tmp, sizeof tmp, err)))
+    if ((rc = write_temp(md, "pointer", text, (size_t)n, tmp, sizeof tmp, err)))
         return rc;
     /* rename(2) replaces the entry itself, never what a link there names. */
     if (tv__sys.rename(tmp, p) < 0) {
@@ -411,6 +407,19 @@ int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, 
     return fsync_dir(md, err);
 }
 
+int tv__snapfile_write_pointer(const char *dir, const char *model, int64_t gen, int64_t from,
+                               tv_error *err)
+{
+    char p[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if (gen < 0 || (gen == 0 && from >= 0))
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: active generation %lld from %lld",
+                          (long long)gen, (long long)from);
+    if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
+        return rc;
+    return write_pointer_at(dir, model, p, gen, from, err);
+}
+
 int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, tv_error *err)
 {
     if (gen < 0)
@@ -419,19 +428,14 @@ int tv__snapfile_write_active(const char *dir, const char *model, int64_t gen, t
     return tv__snapfile_write_pointer(dir, model, gen, -1, err);
 }
 
-int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, int64_t *from,
-                              tv_error *err)
+/* Reads pointer file p of the model; absent is -ENOENT (no message). */
+static int read_pointer_at(const char *dir, const char *model, const char *p, int64_t *gen,
+                           int64_t *from, tv_error *err)
 {
-    char p[TV__SNAPFILE_PATH_MAX], text[TV__SNAPFILE_POINTER_MAX + 1];
+    char text[TV__SNAPFILE_POINTER_MAX + 1];
     size_t n = 0;
     int rc;
-    if (!gen || !from)
-        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
-    if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
-        return rc;
     int fd = open_regular(dir, model, p, err);
-    if (fd == -ENOENT)
-        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
     if (fd < 0)
         return fd;
     rc = tv__sys_pread_full(fd, text, sizeof text, 0, &n);
@@ -442,6 +446,171 @@ int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, 
     if ((rc = tv__snapfile_parse_active(text, n, gen, from, &e2)))
         return tv__seterr(err, rc, "%s: %s", p, e2.msg);
     return 0;
+}
+
+int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, int64_t *from,
+                              tv_error *err)
+{
+    char p[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if (!gen || !from)
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
+    if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
+        return rc;
+    rc = read_pointer_at(dir, model, p, gen, from, err);
+    if (rc == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
+    return rc;
+}
+
+/* ---- alias pointers ----------------------------------------------------- */
+
+bool tv__snapfile_alias_valid(const char *alias)
+{
+    if (!alias || !((alias[0] >= 'a' && alias[0] <= 'z') || (alias[0] >= 'A' && alias[0] <= 'Z')))
+        return false;
+    size_t len = strnlen(alias, TV__SNAPFILE_ALIAS_MAX + 1);
+    if (len > TV__SNAPFILE_ALIAS_MAX || !strcmp(alias, TV__SNAPFILE_ACTIVE))
+        return false;
+    for (size_t i = 1; i < len; i++) {
+        char c = alias[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+int tv__snapfile_alias_path(const char *dir, const char *model, const char *alias, char *out,
+                            size_t out_len, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX];
+    if (!tv__snapfile_alias_valid(alias))
+        return tv__seterr(err, TV_E_NAME, "'%.64s' is not an alias name", alias ? alias : "(null)");
+    int rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err);
+    if (rc)
+        return rc;
+    return fmt_path(out, out_len, err, "%s/%s%s", md, TV__SNAPFILE_ALIAS_PREFIX, alias);
+}
+
+int tv__snapfile_write_alias(const char *dir, const char *model, const char *alias, int64_t gen,
+                             tv_error *err)
+{
+    char p[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if (gen < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "alias pointer: generation %lld", (long long)gen);
+    if ((rc = tv__snapfile_alias_path(dir, model, alias, p, sizeof p, err)))
+        return rc;
+    return write_pointer_at(dir, model, p, gen, -1, err);
+}
+
+int tv__snapfile_read_alias(const char *dir, const char *model, const char *alias, int64_t *gen,
+                            tv_error *err)
+{
+    char p[TV__SNAPFILE_PATH_MAX];
+    int64_t from = -1;
+    int rc;
+    if (!gen)
+        return tv__seterr(err, TV_E_INVALID_ARG, "alias pointer: NULL argument");
+    if ((rc = tv__snapfile_alias_path(dir, model, alias, p, sizeof p, err)))
+        return rc;
+    rc = read_pointer_at(dir, model, p, gen, &from, err);
+    if (rc == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no alias '%s'", model, alias);
+    if (rc == 0 && from >= 0)
+        return tv__seterr(err, TV_E_SNAPSHOT, "%s: an alias pointer has no \"from\" line", p);
+    return rc;
+}
+
+int tv__snapfile_list_aliases(const char *dir, const char *model, tv__snapfile_alias **out,
+                              size_t *n, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if (!out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "alias pointers: NULL argument");
+    *out = NULL;
+    *n = 0;
+    if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)))
+        return rc;
+    if ((rc = check_dirs(dir, model, err)) == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    DIR *d = opendir(md);
+    if (!d)
+        return errno == ENOENT ? 0 : tv__seterr(err, -errno, "opendir %s: %s", md, strerror(errno));
+    size_t plen = strlen(TV__SNAPFILE_ALIAS_PREFIX), cap = 0;
+    tv__snapfile_alias *v = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, TV__SNAPFILE_ALIAS_PREFIX, plen) != 0 ||
+            !tv__snapfile_alias_valid(e->d_name + plen))
+            continue;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            tv__snapfile_alias *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                rc = tv__seterr(err, -ENOMEM, "alias pointers: out of memory");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        snprintf(v[*n].name, sizeof v[*n].name, "%s", e->d_name + plen);
+        (*n)++;
+    }
+    closedir(d);
+    if (rc) {
+        free(v);
+        *n = 0;
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+int tv__snapfile_remove_model(const char *dir, const char *model, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX], top[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if ((rc = tv__snapfile_model_dir(dir, model, md, sizeof md, err)) ||
+        (rc = fmt_path(top, sizeof top, err, "%s/%s", dir, TV__SNAPFILE_DIR)))
+        return rc;
+    if ((rc = check_dirs(dir, model, err)) == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    DIR *d = opendir(md);
+    if (!d)
+        return errno == ENOENT ? 0 : tv__seterr(err, -errno, "opendir %s: %s", md, strerror(errno));
+    size_t tlen = strlen(TV__SNAPFILE_TMP_PREFIX), alen = strlen(TV__SNAPFILE_ALIAS_PREFIX);
+    size_t elen = strlen(TV__SNAPFILE_EXT);
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t len = strlen(nm);
+        int64_t gen = 0;
+        if (len > elen && !strcmp(nm + len - elen, TV__SNAPFILE_EXT) &&
+            parse_number(nm, len - elen, false, &gen) == len - elen) {
+            rc = tv__snapfile_remove(dir, model, gen, err); /* TV_E_LEASED when held */
+            continue;
+        }
+        if (strncmp(nm, TV__SNAPFILE_TMP_PREFIX, tlen) &&
+            strncmp(nm, TV__SNAPFILE_ALIAS_PREFIX, alen) && strcmp(nm, TV__SNAPFILE_ACTIVE))
+            continue; /* anything else stays: rmdir below then says so */
+        if ((rc = fmt_path(p, sizeof p, err, "%s/%s", md, nm)))
+            break;
+        if (tv__sys.unlink(p) < 0 && errno != ENOENT)
+            rc = tv__seterr(err, -errno, "unlink %s: %s", p, strerror(errno));
+    }
+    closedir(d);
+    if (rc)
+        return rc;
+    if (rmdir(md) < 0 && errno != ENOENT)
+        return tv__seterr(err, -errno, "rmdir %s: %s", md, strerror(errno));
+    return fsync_dir(top, err);
 }
 
 int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err)
@@ -555,6 +724,31 @@ int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64
     }
     return tv__seterr(err, TV_E_NOT_FOUND, "model '%s': snapshot kept disappearing while opening",
                       model);
+}
+
+int tv__snapfile_open_alias(const char *dir, const char *model, const char *alias, int64_t *opened,
+                            int *fd_out, void **buf, size_t *len, tv_error *err)
+{
+    int rc = TV_E_NOT_FOUND;
+    if (!fd_out || !buf || !len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__snapfile_open_alias: bad argument");
+    *fd_out = -1;
+    *buf = NULL;
+    *len = 0;
+    if (opened)
+        *opened = 0;
+    for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
+        int64_t g = 0, now = 0;
+        if ((rc = tv__snapfile_read_alias(dir, model, alias, &g, err)))
+            return rc;
+        rc = tv__snapfile_open_gen(dir, model, g, opened, fd_out, buf, len, err);
+        if (rc != TV_E_NOT_FOUND)
+            return rc;
+        /* The alias moved and gc removed the old file meanwhile: follow it. */
+        if (tv__snapfile_read_alias(dir, model, alias, &now, NULL) != 0 || now == g)
+            return rc;
+    }
+    return rc;
 }
 
 int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd_out, void **buf,

@@ -3,6 +3,7 @@
  *   DIR/snapshots/<escaped model>/<gen>.tvsnap   one immutable image per generation
  *   DIR/snapshots/<escaped model>/active         text: the active generation number
  *                                                (and the one it replaced)
+ *   DIR/snapshots/<escaped model>/alias.<alias>  text: the generation the alias names
  *
  * Invariants:
  *   - every file appears atomically (temporary file, fdatasync, rename,
@@ -36,14 +37,16 @@
 
 #include "util/internal.h"
 
-#define TV__SNAPFILE_DIR         "snapshots"
-#define TV__SNAPFILE_EXT         ".tvsnap"
-#define TV__SNAPFILE_ACTIVE      "active"
-#define TV__SNAPFILE_TMP_PREFIX  ".tmp-"
-#define TV__SNAPFILE_ESCAPED_MAX 200 /* longer escapes use the hashed form */
-#define TV__SNAPFILE_PATH_MAX    4096
-#define TV__SNAPFILE_MAX_LEN     (1ull << 30) /* largest image a reader loads */
-#define TV__SNAPFILE_POINTER_MAX 64           /* longest valid active pointer */
+#define TV__SNAPFILE_DIR          "snapshots"
+#define TV__SNAPFILE_EXT          ".tvsnap"
+#define TV__SNAPFILE_ACTIVE       "active"
+#define TV__SNAPFILE_TMP_PREFIX   ".tmp-"
+#define TV__SNAPFILE_ESCAPED_MAX  200 /* longer escapes use the hashed form */
+#define TV__SNAPFILE_PATH_MAX     4096
+#define TV__SNAPFILE_MAX_LEN      (1ull << 30) /* largest image a reader loads */
+#define TV__SNAPFILE_POINTER_MAX  64           /* longest valid active pointer */
+#define TV__SNAPFILE_ALIAS_PREFIX "alias."
+#define TV__SNAPFILE_ALIAS_MAX    64 /* = TV__ALIAS_MAX of the registry */
 
 /* Escapes model (NUL-terminated, non-empty) into out (out_len >=
  * TV__SNAPFILE_ESCAPED_MAX + 1 always suffices). Returns 0;
@@ -109,6 +112,47 @@ int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, 
 /* The same without *from. */
 int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err);
 
+/* The alias rule (the registry's tv__alias_name_valid, without messages):
+ * [A-Za-z][A-Za-z0-9._-]{0,63} and not "active". A digits-only string is
+ * never an alias, so NAME@3 always means a generation. */
+bool tv__snapfile_alias_valid(const char *alias);
+
+/* DIR/snapshots/<escaped>/alias.<alias>. Returns 0; TV_E_NAME (not an alias
+ * name); the path errors. */
+int tv__snapfile_alias_path(const char *dir, const char *model, const char *alias, char *out,
+                            size_t out_len, tv_error *err);
+
+/* Points the alias at gen ("<gen>\n", written atomically like the active
+ * pointer); gen 0 removes the pointer (absent is fine). Returns 0;
+ * TV_E_NAME; TV_E_INVALID_ARG; TV_E_SNAPSHOT; the path errors; -errno. */
+int tv__snapfile_write_alias(const char *dir, const char *model, const char *alias, int64_t gen,
+                             tv_error *err);
+
+/* Reads an alias pointer. Returns 0 and *gen > 0; TV_E_NOT_FOUND (no such
+ * pointer); TV_E_NAME; TV_E_SNAPSHOT (malformed, a "from" line, not a
+ * regular file); the path errors; -errno. */
+int tv__snapfile_read_alias(const char *dir, const char *model, const char *alias, int64_t *gen,
+                            tv_error *err);
+
+typedef struct tv__snapfile_alias {
+    char name[TV__SNAPFILE_ALIAS_MAX + 1];
+} tv__snapfile_alias;
+
+/* The alias pointers present in the model's directory (names only, in
+ * directory order; entries whose name breaks the alias rule are skipped).
+ * A missing directory is an empty list. *out is malloc'd (free()).
+ * Returns 0; the path errors; -errno; -ENOMEM. */
+int tv__snapfile_list_aliases(const char *dir, const char *model, tv__snapfile_alias **out,
+                              size_t *n, tv_error *err);
+
+/* Removes the model's directory (writer only, for a deleted model): every
+ * generation file through tv__snapfile_remove (so a leased one stops it
+ * with TV_E_LEASED), the active and alias pointers and temporary files,
+ * then the directory itself and an fsync of DIR/snapshots. A missing
+ * directory is success. Anything else in the directory is left and makes
+ * the rmdir fail (-ENOTEMPTY, naming it). Returns 0 or those errors. */
+int tv__snapfile_remove_model(const char *dir, const char *model, tv_error *err);
+
 /* Opens generation gen (0 = the one the active pointer names; the pointer is
  * re-read if that file vanished under it), takes a SHARED flock on it (the
  * reader lease: keep *fd open for the reader's lifetime, close it to
@@ -129,6 +173,13 @@ int tv__snapfile_open(const char *dir, const char *model, int64_t gen, int *fd, 
  * was opened (gen, or the one the pointer named). */
 int tv__snapfile_open_gen(const char *dir, const char *model, int64_t gen, int64_t *opened, int *fd,
                           void **buf, size_t *len, tv_error *err);
+/* Opens the generation alias names (tv__snapfile_read_alias), like
+ * tv__snapfile_open_gen; the pointer is re-read if the file vanished under
+ * it (the alias moved and gc removed the old generation). *opened (may be
+ * NULL) = the generation opened. Returns those of tv__snapfile_open_gen and
+ * tv__snapfile_read_alias (TV_E_NOT_FOUND: no such alias; TV_E_NAME). */
+int tv__snapfile_open_alias(const char *dir, const char *model, const char *alias, int64_t *opened,
+                            int *fd, void **buf, size_t *len, tv_error *err);
 /* Unmaps an image tv__snapfile_open returned (buf NULL: no-op). */
 void tv__snapfile_unmap(void *buf, size_t len);
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Writes the demo checkpoint: GPT-2-shaped, BF16, two shards plus
+model.safetensors.index.json, with the official safetensors writer (numpy +
+ml_dtypes bfloat16, no torch). Deterministic: the same arguments give the
+same bytes. The default is GPT-2 small (12 layers x 768, ~250 MB).
+
+Usage: gen_demo.py OUT_DIR [--layers N] [--embd N] [--vocab N] [--ctx N] [--seed N]
+Prints the index path.
+"""
+import argparse
+import json
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+from safetensors.numpy import save_file
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def shapes(layers, embd, vocab, ctx):
+    """(name, shape) in GPT-2's order (the HF "gpt2" names, without the
+    transformer. prefix, as the original checkpoint has them)."""
+    out = [("wte.weight", (vocab, embd)), ("wpe.weight", (ctx, embd))]
+    for i in range(layers):
+        p = f"h.{i}."
+        out += [
+            (p + "ln_1.weight", (embd,)), (p + "ln_1.bias", (embd,)),
+            (p + "attn.c_attn.weight", (embd, 3 * embd)), (p + "attn.c_attn.bias", (3 * embd,)),
+            (p + "attn.c_proj.weight", (embd, embd)), (p + "attn.c_proj.bias", (embd,)),
+            (p + "ln_2.weight", (embd,)), (p + "ln_2.bias", (embd,)),
+            (p + "mlp.c_fc.weight", (embd, 4 * embd)), (p + "mlp.c_fc.bias", (4 * embd,)),
+            (p + "mlp.c_proj.weight", (4 * embd, embd)), (p + "mlp.c_proj.bias", (embd,)),
+        ]
+    out += [("ln_f.weight", (embd,)), ("ln_f.bias", (embd,))]
+    return out
+
+
+def value(name, shape, rng):
+    if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+        return np.ones(shape, dtype=BF16)
+    if name.endswith(".bias"):
+        return np.zeros(shape, dtype=BF16)
+    return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(BF16)
+
+
+def write_demo(out_dir, layers=12, embd=768, vocab=50257, ctx=1024, seed=0):
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    items = shapes(layers, embd, vocab, ctx)
+    # Shard 1: the embeddings and the first half of the blocks; shard 2: the rest.
+    half = layers // 2
+    first = {n for n, _ in items if n.startswith(("wte.", "wpe."))}
+    first |= {n for n, _ in items if n.startswith("h.") and int(n.split(".")[1]) < half}
+    files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    parts = [{}, {}]
+    for n, shp in items:
+        parts[0 if n in first else 1][n] = value(n, shp, rng)
+    weight_map, total = {}, 0
+    meta = {"format": "np", "model": "gpt2-shaped demo",
+            "config": json.dumps({"n_layer": layers, "n_embd": embd, "vocab_size": vocab,
+                                  "n_positions": ctx, "seed": seed})}
+    for fname, part in zip(files, parts):
+        save_file(part, os.path.join(out_dir, fname), metadata=meta)
+        for k, v in part.items():
+            weight_map[k] = fname
+            total += v.nbytes
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    path = os.path.join(out_dir, "model.safetensors.index.json")
+    with open(path, "w") as f:
+        json.dump(index, f, indent=2)
+    return path
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--embd", type=int, default=768)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    for k in ("layers", "embd", "vocab", "ctx"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k} must be at least 1")
+    print(write_demo(a.out_dir, a.layers, a.embd, a.vocab, a.ctx, a.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

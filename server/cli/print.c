@@ -1,0 +1,456 @@
+/* The one printer of the CLI: --json prints the API's document as it is;
+ * otherwise a text rendering of it (tables for lists, "key: value" lines
+ * for one object). Both local and remote mode print through here, so the
+ * two agree byte for byte. A missing field prints "-", never crashes. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/client.h"
+#include "util/internal.h"
+
+static const char *S(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
+/* An integer field as text ("-" for null or absent). */
+static const char *I(const json_t *o, const char *k, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_integer(v))
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, len, "%.1f", json_real_value(v));
+    else if (json_is_true(v))
+        snprintf(buf, len, "yes");
+    else if (json_is_false(v))
+        snprintf(buf, len, "no");
+    else
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+static json_int_t N(const json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* [a,b,c] of integers, or a,b of strings (sep), into buf. */
+static const char *list(const json_t *a, const char *open, const char *sep, const char *close,
+                        char *buf, size_t len)
+{
+    size_t off = 0;
+    size_t i;
+    json_t *v;
+    buf[0] = '\0';
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int w_ = snprintf(buf + off, len - off, __VA_ARGS__);                                      \
+        off = w_ < 0 || (size_t)w_ >= len - off ? len - 1 : off + (size_t)w_;                      \
+    } while (0)
+    PUT("%s", open);
+    json_array_foreach(a, i, v)
+    {
+        if (json_is_integer(v))
+            PUT("%s%" JSON_INTEGER_FORMAT, i ? sep : "", json_integer_value(v));
+        else
+            PUT("%s%s", i ? sep : "", json_string_value(v) ? json_string_value(v) : "?");
+    }
+    PUT("%s", close);
+    if (!json_array_size(a) && !*open)
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+/* Model.aliases is an object alias -> generation: "prod=3,canary=4". */
+static const char *alias_map(const json_t *o, char *buf, size_t len)
+{
+    size_t off = 0;
+    const char *k;
+    json_t *v;
+    bool first = true;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)o, k, v)
+    {
+        PUT("%s%s=%" JSON_INTEGER_FORMAT, first ? "" : ",", k, json_integer_value(v));
+        first = false;
+    }
+    if (first)
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+static void models_table(FILE *f, const json_t *arr)
+{
+    char a[32], g[32], al[512];
+    size_t i;
+    json_t *m;
+    fprintf(f, "%-40s %8s %12s  %s\n", "MODEL", "ACTIVE", "GENERATIONS", "ALIASES");
+    json_array_foreach(arr, i, m)
+        fprintf(f, "%-40s %8s %12s  %s\n", S(m, "name"), I(m, "active_generation", a, sizeof a),
+                I(m, "n_generations", g, sizeof g),
+                alias_map(json_object_get(m, "aliases"), al, sizeof al));
+}
+
+static void gens_table(FILE *f, const json_t *arr)
+{
+    char n[32], sh[32], t[32], b[32], al[512];
+    size_t i;
+    json_t *g;
+    fprintf(f, "%4s %-9s %6s %7s %9s %14s  %-16s %s\n", "GEN", "STATE", "ACTIVE", "SHARDS",
+            "TENSORS", "BYTES", "ALIASES", "SOURCE");
+    json_array_foreach(arr, i, g) fprintf(
+        f, "%4s %-9s %6s %7s %9s %14s  %-16s %s\n", I(g, "generation", n, sizeof n), S(g, "state"),
+        json_is_true(json_object_get(g, "active")) ? "*" : "", I(g, "n_shards", sh, sizeof sh),
+        I(g, "n_tensors", t, sizeof t), I(g, "total_bytes", b, sizeof b),
+        list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al), S(g, "source"));
+}
+
+static void replicas_line(FILE *f, const json_t *reps)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(reps, i, r)
+    {
+        char d[32], o[32], b[32];
+        fprintf(f, "  replica: device %s offset %s", I(r, "device_id", d, sizeof d),
+                I(r, "device_offset", o, sizeof o));
+        if (json_object_get(r, "object_id"))
+            fprintf(f, " (object %s)", I(r, "object_id", b, sizeof b));
+        fputc('\n', f);
+    }
+}
+
+static void generation_one(FILE *f, const json_t *g)
+{
+    char b[64], al[512];
+    fprintf(f, "model:       %s\n", S(g, "model"));
+    fprintf(f, "generation:  %s\n", I(g, "generation", b, sizeof b));
+    fprintf(f, "state:       %s%s\n", S(g, "state"),
+            json_is_true(json_object_get(g, "active")) ? " (active)" : "");
+    fprintf(f, "aliases:     %s\n",
+            list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al));
+    fprintf(f, "shards:      %s\n", I(g, "n_shards", b, sizeof b));
+    fprintf(f, "tensors:     %s\n", I(g, "n_tensors", b, sizeof b));
+    fprintf(f, "total_bytes: %s\n", I(g, "total_bytes", b, sizeof b));
+    fprintf(f, "source:      %s\n", S(g, "source"));
+    fprintf(f, "created_at:  %s\n", I(g, "created_at", b, sizeof b));
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(g, "shards"), i, s)
+    {
+        char x[32], y[32];
+        fprintf(f, "shard %s: %s  %s bytes  sha256 %s\n", I(s, "index", x, sizeof x), S(s, "name"),
+                I(s, "file_bytes", y, sizeof y), S(s, "sha256"));
+        replicas_line(f, json_object_get(s, "replicas"));
+    }
+}
+
+static void tensors_table(FILE *f, const json_t *arr, bool header)
+{
+    char shp[128], sh[32], off[64], nb[32];
+    size_t i;
+    json_t *t;
+    if (header)
+        fprintf(f, "%-48s %-6s %-18s %5s %26s %12s\n", "TENSOR", "DTYPE", "SHAPE", "SHARD",
+                "DATA_OFFSETS", "NBYTES");
+    json_array_foreach(arr, i, t)
+        fprintf(f, "%-48s %-6s %-18s %5s %26s %12s\n", S(t, "name"), S(t, "dtype"),
+                list(json_object_get(t, "shape"), "[", ",", "]", shp, sizeof shp),
+                I(t, "shard_index", sh, sizeof sh),
+                list(json_object_get(t, "data_offsets"), "[", ",", "]", off, sizeof off),
+                I(t, "nbytes", nb, sizeof nb));
+}
+
+static void tensor_one(FILE *f, const json_t *t)
+{
+    char b[128];
+    fprintf(f, "name:         %s\n", S(t, "name"));
+    fprintf(f, "dtype:        %s\n", S(t, "dtype"));
+    fprintf(f, "shape:        %s\n", list(json_object_get(t, "shape"), "[", ",", "]", b, sizeof b));
+    fprintf(f, "shard:        %s (index %s)\n", S(t, "shard"),
+            I(t, "shard_index", (char[32]){0}, 32));
+    fprintf(f, "data_offsets: %s\n",
+            list(json_object_get(t, "data_offsets"), "[", ",", "]", b, sizeof b));
+    fprintf(f, "nbytes:       %s\n", I(t, "nbytes", b, sizeof b));
+    fprintf(f, "file_offset:  %s\n", I(t, "file_offset", b, sizeof b));
+    replicas_line(f, json_object_get(t, "replicas"));
+}
+
+static void devices_table(FILE *f, const json_t *arr, bool header)
+{
+    char id[32], lba[32], rg[32], u[32], fr[32];
+    size_t i;
+    json_t *d;
+    if (header)
+        fprintf(f, "%3s %-6s %-36s %6s %14s %14s %14s  %s\n", "ID", "KIND", "PATH", "LBA", "REGION",
+                "USED", "FREE", "STATUS");
+    json_array_foreach(arr, i, d)
+    {
+        const char *msg = S(d, "message");
+        bool has_msg = strcmp(msg, "-") && *msg;
+        fprintf(f, "%3s %-6s %-36s %6s %14s %14s %14s  %s%s%s\n", I(d, "id", id, sizeof id),
+                S(d, "kind"), S(d, "path"), I(d, "lba_size", lba, sizeof lba),
+                I(d, "region_bytes", rg, sizeof rg), I(d, "used_bytes", u, sizeof u),
+                I(d, "free_bytes", fr, sizeof fr), S(d, "status"), has_msg ? ": " : "",
+                has_msg ? msg : "");
+    }
+}
+
+static void jobs_table(FILE *f, const json_t *arr)
+{
+    char id[32], d[32], t[32], g[32];
+    size_t i;
+    json_t *j;
+    fprintf(f, "%6s %-6s %-9s %-32s %-8s %14s %14s %4s\n", "ID", "KIND", "STATE", "MODEL", "STEP",
+            "DONE", "TOTAL", "GEN");
+    json_array_foreach(arr, i, j) fprintf(
+        f, "%6s %-6s %-9s %-32s %-8s %14s %14s %4s\n", I(j, "id", id, sizeof id), S(j, "kind"),
+        S(j, "state"), S(j, "model"), S(j, "step"), I(j, "bytes_done", d, sizeof d),
+        I(j, "bytes_total", t, sizeof t), I(j, "generation", g, sizeof g));
+}
+
+static void job_one(FILE *f, const json_t *j)
+{
+    char b[64];
+    fprintf(f, "job:        %s (%s)\n", I(j, "id", b, sizeof b), S(j, "kind"));
+    fprintf(f, "state:      %s\n", S(j, "state"));
+    fprintf(f, "model:      %s\n", S(j, "model"));
+    fprintf(f, "source:     %s\n", S(j, "source"));
+    fprintf(f, "step:       %s\n", S(j, "step"));
+    fprintf(f, "bytes_done: %s of %s\n", I(j, "bytes_done", b, sizeof b),
+            I(j, "bytes_total", (char[32]){0}, 32));
+    fprintf(f, "generation: %s\n", I(j, "generation", b, sizeof b));
+    json_t *e = json_object_get(j, "error");
+    if (json_is_object(e))
+        fprintf(f, "error:      %s: %s\n", S(e, "code"), S(e, "message"));
+}
+
+static void import_line(FILE *f, const json_t *r)
+{
+    json_int_t written = N(r, "written_bytes");
+    double secs = json_number_value(json_object_get(r, "seconds"));
+    double mbs = secs > 0 ? (double)written / secs / 1e6 : 0;
+    char al[512];
+    const json_t *aliases = json_object_get(r, "aliases");
+    fprintf(f,
+            "imported %s generation %" JSON_INTEGER_FORMAT "%s%s%s: %" JSON_INTEGER_FORMAT
+            " shards, %" JSON_INTEGER_FORMAT " tensors, %" JSON_INTEGER_FORMAT
+            " bytes; %" JSON_INTEGER_FORMAT " written, %" JSON_INTEGER_FORMAT
+            " deduplicated, %.2f s (%.1f MB/s)\n",
+            S(r, "model"), N(r, "generation"),
+            json_is_true(json_object_get(r, "active")) ? " (active)" : "",
+            json_array_size(aliases) ? " alias " : "",
+            json_array_size(aliases) ? list(aliases, "", ",", "", al, sizeof al) : "",
+            N(r, "n_shards"), N(r, "n_tensors"), N(r, "total_bytes"), written,
+            N(r, "deduplicated_bytes"), secs, mbs);
+}
+
+static void tokens_table(FILE *f, const json_t *arr)
+{
+    char id[32], c[32], r[32];
+    size_t i;
+    json_t *t;
+    fprintf(f, "%4s %-32s %-6s %12s %12s\n", "ID", "NAME", "SCOPE", "CREATED_AT", "REVOKED_AT");
+    json_array_foreach(arr, i, t)
+        fprintf(f, "%4s %-32s %-6s %12s %12s\n", I(t, "id", id, sizeof id), S(t, "name"),
+                S(t, "scope"), I(t, "created_at", c, sizeof c), I(t, "revoked_at", r, sizeof r));
+}
+
+void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
+{
+    char b[64], c[64];
+    if (json) {
+        json_dumpf(doc, f, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+        fputc('\n', f);
+        return;
+    }
+    switch (kind) {
+    case TV__DOC_MODELS:
+        models_table(f, json_object_get(doc, "models"));
+        break;
+    case TV__DOC_MODEL: {
+        json_t *a = json_array();
+        json_array_append(a, (json_t *)doc);
+        models_table(f, a);
+        json_decref(a);
+        break;
+    }
+    case TV__DOC_GENERATIONS:
+        gens_table(f, json_object_get(doc, "generations"));
+        break;
+    case TV__DOC_GENERATION:
+        generation_one(f, doc);
+        break;
+    case TV__DOC_TENSORS:
+        tensors_table(f, json_object_get(doc, "tensors"), true);
+        break;
+    case TV__DOC_TENSOR:
+        tensor_one(f, doc);
+        break;
+    case TV__DOC_DEVICES:
+        devices_table(f, json_object_get(doc, "devices"), true);
+        break;
+    case TV__DOC_DEVICE: {
+        json_t *a = json_array();
+        json_array_append(a, (json_t *)doc);
+        devices_table(f, a, true);
+        json_decref(a);
+        break;
+    }
+    case TV__DOC_ALIASES: {
+        size_t i;
+        json_t *a;
+        fprintf(f, "%-24s %10s\n", "ALIAS", "GENERATION");
+        json_array_foreach(json_object_get(doc, "aliases"), i, a)
+            fprintf(f, "%-24s %10s\n", S(a, "alias"), I(a, "generation", b, sizeof b));
+        break;
+    }
+    case TV__DOC_ALIAS:
+        fprintf(f, "%s@%s -> generation %s\n", S(doc, "model"), S(doc, "alias"),
+                I(doc, "generation", b, sizeof b));
+        break;
+    case TV__DOC_ALIAS_REMOVED:
+        fprintf(f, "removed alias %s of %s (was generation %s)\n", S(doc, "alias"), S(doc, "model"),
+                I(doc, "generation", b, sizeof b));
+        break;
+    case TV__DOC_JOBS:
+        jobs_table(f, json_object_get(doc, "jobs"));
+        break;
+    case TV__DOC_JOB:
+    case TV__DOC_CANCELLED:
+        job_one(f, doc);
+        break;
+    case TV__DOC_IMPORT:
+        import_line(f, doc);
+        break;
+    case TV__DOC_VERIFY:
+        fprintf(f, "verify: %s objects, %s bytes, %s failed\n", I(doc, "n_objects", b, sizeof b),
+                I(doc, "verified_bytes", c, sizeof c), I(doc, "n_failed", (char[32]){0}, 32));
+        break;
+    case TV__DOC_GC:
+        fprintf(f, "gc: freed %s objects, %s bytes\n", I(doc, "n_objects_freed", b, sizeof b),
+                I(doc, "freed_bytes", c, sizeof c));
+        break;
+    case TV__DOC_DELETED:
+        fprintf(f, "deleted model %s: %s generations retired, %s bytes freed\n", S(doc, "model"),
+                I(doc, "n_generations_retired", b, sizeof b), I(doc, "freed_bytes", c, sizeof c));
+        break;
+    case TV__DOC_ACTIVATED:
+        fprintf(f, "activated generation %s of %s\n", I(doc, "generation", b, sizeof b),
+                S(doc, "model"));
+        break;
+    case TV__DOC_RETIRED:
+        fprintf(f, "retired generation %s of %s\n", I(doc, "generation", b, sizeof b),
+                S(doc, "model"));
+        break;
+    case TV__DOC_TOKENS:
+        tokens_table(f, json_object_get(doc, "tokens"));
+        break;
+    case TV__DOC_TOKEN:
+        if (json_is_string(json_object_get(doc, "token"))) {
+            fprintf(f, "token %s (id %s, scope %s); the secret is shown once:\n%s\n",
+                    S(doc, "name"), I(doc, "id", b, sizeof b), S(doc, "scope"), S(doc, "token"));
+        } else {
+            json_t *a = json_array();
+            json_array_append(a, (json_t *)doc);
+            tokens_table(f, a);
+            json_decref(a);
+        }
+        break;
+    case TV__DOC_TOKEN_REVOKED:
+        fprintf(f, "revoked token %s (%s)\n", I(doc, "id", b, sizeof b), S(doc, "name"));
+        break;
+    case TV__DOC_VERSION: {
+        json_t *ft = json_object_get(doc, "features");
+        fprintf(f, "%s %s (git %s, api %s; cuda %s, nvme %s, io_uring %s)\n", S(doc, "name"),
+                S(doc, "version"), S(doc, "git"), S(doc, "api"), I(ft, "cuda", b, sizeof b),
+                I(ft, "nvme", c, sizeof c), I(ft, "io_uring", (char[32]){0}, 32));
+        break;
+    }
+    case TV__DOC_STATUS: {
+        json_t *j = json_object_get(doc, "jobs");
+        fprintf(f, "version:         %s\n", S(doc, "version"));
+        fprintf(f, "store:           %s\n", S(doc, "store"));
+        fprintf(f, "uptime_seconds:  %s\n", I(doc, "uptime_seconds", b, sizeof b));
+        fprintf(f, "models:          %s\n", I(doc, "n_models", b, sizeof b));
+        fprintf(f, "devices:         %s\n", I(doc, "n_devices", b, sizeof b));
+        fprintf(f, "jobs:            %s queued, %s running\n", I(j, "queued", b, sizeof b),
+                I(j, "running", c, sizeof c));
+        fprintf(f, "anonymous_reads: %s\n", I(doc, "anonymous_reads", b, sizeof b));
+        break;
+    }
+    }
+}
+
+const char *tv__cli_progress_format(char *buf, size_t len, uint64_t done, uint64_t total,
+                                    double rate, double eta, const char *step)
+{
+    double pct = total ? 100.0 * (double)done / (double)total : 0.0;
+    if (pct > 100.0)
+        pct = 100.0;
+    int fill = (int)(pct / 100.0 * 30);
+    char bar[31];
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    char e[32];
+    if (eta < 0)
+        snprintf(e, sizeof e, "ETA    -");
+    else if (eta < 3600)
+        snprintf(e, sizeof e, "ETA %2d:%02d", (int)eta / 60, (int)eta % 60);
+    else
+        snprintf(e, sizeof e, "ETA %dh%02d", (int)(eta / 3600), ((int)eta % 3600) / 60);
+    snprintf(buf, len, "[%s] %5.1f%% %8.1f / %.1f MiB %8.1f MB/s  %s%s%s", bar, pct,
+             (double)done / 1048576.0, (double)total / 1048576.0, rate > 0 ? rate / 1e6 : 0.0, e,
+             step && *step ? "  " : "", step && *step ? step : "");
+    return buf;
+}
+
+void tv__cli_progress_start(tv__cli_progress *p, bool json)
+{
+    memset(p, 0, sizeof(*p));
+    p->on = !json && isatty(2);
+    p->t0 = p->last = p->last_t = tv__cli_mono();
+}
+
+void tv__cli_progress_draw(tv__cli_progress *p, uint64_t done, uint64_t total, double rate,
+                           double eta, const char *step)
+{
+    double t = tv__cli_mono();
+    if (!p || !p->on || (p->drawn && t - p->last < 0.1 && done < total))
+        return;
+    p->last = t;
+    if (rate < 0) {
+        double el = t - p->t0;
+        rate = el > 0 ? (double)done / el : 0;
+    }
+    if (eta < 0 && rate > 0 && total >= done)
+        eta = (double)(total - done) / rate;
+    char line[256];
+    fprintf(stderr, "\r%s\033[K",
+            tv__cli_progress_format(line, sizeof line, done, total, rate, eta, step));
+    fflush(stderr);
+    p->drawn = true;
+}
+
+void tv__cli_progress_end(tv__cli_progress *p)
+{
+    if (p && p->on && p->drawn) {
+        fputc('\n', stderr);
+        fflush(stderr);
+        p->drawn = false;
+    }
+}
+
+void tv__cli_progress_job(tv__cli_progress *p, const json_t *job)
+{
+    json_t *eta = json_object_get(job, "eta_seconds");
+    tv__cli_progress_draw(p, (uint64_t)N(job, "bytes_done"), (uint64_t)N(job, "bytes_total"),
+                          json_number_value(json_object_get(job, "rate_bytes_per_s")),
+                          json_is_number(eta) ? json_number_value(eta) : -1,
+                          json_string_value(json_object_get(job, "step")));
+}

@@ -1,0 +1,915 @@
+/* The registry commands of the tensorvault CLI as clients of the one API
+ * (API9.md): each builds a request (method, path, query, body), sends it
+ * through tv__cli_call (in-process api on --store, or a tensorvaultd) and
+ * prints the answer with tv__cli_print. models, generations, generation,
+ * tensors, tensor, devices, import, activate, rollback, retire, alias
+ * set/rm/list, delete, gc, verify, jobs, job, cancel, token
+ * create/list/revoke, status, demo.
+ * Invariants: local and remote mode print the same document; a usage error
+ * (exit 2) is found before anything is sent; list commands follow
+ * next_cursor to the end unless told a --limit. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/client.h"
+#include "import/import.h"
+#include "util/internal.h"
+#include "util/sys.h"
+
+#ifndef TV__CLI_SOURCE_DIR
+#define TV__CLI_SOURCE_DIR "."
+#endif
+
+#define CLIENT_OPTS                                                                                \
+    {"--store", "DIR", NULL}, {"--url", "URL", NULL}, {"--token-file", "FILE", NULL},              \
+    {                                                                                              \
+        "--json", NULL, NULL                                                                       \
+    }
+
+#define SEG_MAX 1024 /* an encoded path segment (a 255-byte name is at most 765) */
+
+/* "/v1/a/b/...": each segment percent-encoded; the list ends with NULL. */
+static int path_of(char *buf, size_t len, tv_error *err, ...)
+{
+    va_list ap;
+    size_t off = 0;
+    int rc = 0;
+    buf[0] = '\0';
+    va_start(ap, err);
+    for (const char *s; (s = va_arg(ap, const char *));) {
+        if (off + 2 >= len) {
+            rc = tv__seterr(err, TV_E_INVALID_ARG, "request path too long at '%.64s'", s);
+            break;
+        }
+        buf[off++] = '/';
+        if ((rc = tv__cli_seg(s, buf + off, len - off, err)))
+            break;
+        off += strlen(buf + off);
+    }
+    va_end(ap);
+    return rc;
+}
+
+/* Appends "&key=value" (value encoded) to a query buffer. */
+static int query_add(char *q, size_t len, const char *key, const char *value, tv_error *err)
+{
+    char enc[SEG_MAX];
+    if (!value)
+        return 0;
+    if (tv__cli_seg(value, enc, sizeof enc, err))
+        return TV_E_INVALID_ARG;
+    size_t off = strlen(q);
+    int w = snprintf(q + off, len - off, "%s%s=%s", off ? "&" : "", key, enc);
+    if (w < 0 || (size_t)w >= len - off)
+        return tv__seterr(err, TV_E_INVALID_ARG, "query too long at '%s'", key);
+    return 0;
+}
+
+/* One request and its printing: the common body of most commands. */
+static int one(const tv__cli_ctx *c, bool writer, const char *method, const char *path,
+               const char *query, json_t *body, tv__cli_doc kind)
+{
+    tv_error err = {0};
+    tv__cli_client cl;
+    json_t *doc = NULL;
+    int rc = tv__cli_client_open(c, writer, &cl, &err);
+    if (!rc)
+        rc = tv__cli_call(&cl, method, path, query, body, &doc, NULL, &err);
+    tv__cli_client_close(&cl);
+    json_decref(body);
+    if (rc) {
+        json_decref(doc);
+        return tv__cli_failed(c, rc, &err);
+    }
+    tv__cli_print(stdout, c->json, kind, doc);
+    json_decref(doc);
+    return TV__EXIT_OK;
+}
+
+/* GET path?query, following next_cursor to the end; the arrays under key
+ * are concatenated into the first page's document (next_cursor null). */
+static int fetch_all(tv__cli_client *cl, const char *path, const char *query, const char *key,
+                     json_t **out, tv_error *err)
+{
+    int rc = 0;
+    json_t *all = NULL;
+    char q[4096];
+    char *cursor = NULL;
+    *out = NULL;
+    for (;;) {
+        snprintf(q, sizeof q, "%s", query ? query : "");
+        if (cursor && (rc = query_add(q, sizeof q, "cursor", cursor, err)))
+            break;
+        json_t *page = NULL;
+        rc = tv__cli_call(cl, "GET", path, q[0] ? q : NULL, NULL, &page, NULL, err);
+        if (rc) {
+            json_decref(page);
+            break;
+        }
+        free(cursor);
+        cursor = NULL;
+        const char *next = json_string_value(json_object_get(page, "next_cursor"));
+        if (next && !(cursor = strdup(next))) {
+            json_decref(page);
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            break;
+        }
+        if (!all) {
+            all = page;
+        } else {
+            json_array_extend(json_object_get(all, key), json_object_get(page, key));
+            json_decref(page);
+        }
+        if (!cursor)
+            break;
+    }
+    free(cursor);
+    if (rc) {
+        json_decref(all);
+        return rc;
+    }
+    json_object_set_new(all, "next_cursor", json_null());
+    *out = all;
+    return 0;
+}
+
+static int listing(const tv__cli_ctx *c, const char *path, const char *query, const char *key,
+                   tv__cli_doc kind, json_t **keep)
+{
+    tv_error err = {0};
+    tv__cli_client cl;
+    json_t *doc = NULL;
+    int rc = tv__cli_client_open(c, false, &cl, &err);
+    if (!rc)
+        rc = fetch_all(&cl, path, query, key, &doc, &err);
+    tv__cli_client_close(&cl);
+    if (rc)
+        return tv__cli_failed(c, rc, &err);
+    tv__cli_print(stdout, c->json, kind, doc);
+    if (keep)
+        *keep = doc;
+    else
+        json_decref(doc);
+    return TV__EXIT_OK;
+}
+
+/* NAME[@GEN|@ALIAS] -> name and generation spec ("active" without '@'). */
+static int ref(const tv__cli_ctx *c, const char *spec, char *name, size_t name_len, char *gen,
+               size_t gen_len)
+{
+    int rc = tv__cli_parse_ref(spec, name, name_len, gen, gen_len);
+    if (rc == -ERANGE)
+        return tv__cli_usage(c->cmd->name, "generation in '%s' is above %" PRId64, spec, INT64_MAX);
+    if (rc)
+        return tv__cli_usage(
+            c->cmd->name,
+            "bad model '%s' (NAME, NAME@GEN or NAME@ALIAS; %s; an alias is a letter then letters, digits, '.', '_' or '-')",
+            spec, TV__CLI_GEN_GRAMMAR);
+    return 0;
+}
+
+/* A GEN|ALIAS argument. */
+static int gen_or_alias(const tv__cli_ctx *c, const char *s, char *gen, size_t gen_len)
+{
+    char name[2] = "x", spec[TV__CLI_SPEC_MAX + 2];
+    snprintf(spec, sizeof spec, "x@%s", s);
+    int rc = tv__cli_parse_ref(spec, name, sizeof name, gen, gen_len);
+    if (rc == -ERANGE)
+        return tv__cli_usage(c->cmd->name, "generation '%s' is above %" PRId64, s, INT64_MAX);
+    if (rc)
+        return tv__cli_usage(c->cmd->name, "bad generation '%s': %s, or an alias name", s,
+                             TV__CLI_GEN_GRAMMAR);
+    return 0;
+}
+
+/* ---- listings -------------------------------------------------------------- */
+
+const tv__cli_cmd tv__cli_cmd_models = {
+    .name = "models",
+    .run = tv__cli_models,
+    .positionals = "[NAME]",
+    .min_pos = 0,
+    .max_pos = 1,
+    .legacy = &tv__cli_legacy_models,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_models(const tv__cli_ctx *c)
+{
+    char path[SEG_MAX + 16];
+    tv_error err = {0};
+    if (c->a.n_pos == 0)
+        return listing(c, "/v1/models", NULL, "models", TV__DOC_MODELS, NULL);
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, false, "GET", path, NULL, NULL, TV__DOC_MODEL);
+}
+
+const tv__cli_cmd tv__cli_cmd_generations = {
+    .name = "generations",
+    .run = tv__cli_generations,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .legacy = &tv__cli_legacy_generations,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_generations(const tv__cli_ctx *c)
+{
+    char path[SEG_MAX + 32];
+    tv_error err = {0};
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "generations", NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return listing(c, path, NULL, "generations", TV__DOC_GENERATIONS, NULL);
+}
+
+const tv__cli_cmd tv__cli_cmd_generation = {
+    .name = "generation",
+    .run = tv__cli_generation,
+    .positionals = "NAME[@GEN|@ALIAS]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_generation(const tv__cli_ctx *c)
+{
+    char name[TV__CLI_SPEC_MAX], gen[TV__ALIAS_MAX + 1], path[2 * SEG_MAX];
+    tv_error err = {0};
+    int u = ref(c, c->a.pos[0], name, sizeof name, gen, sizeof gen);
+    if (u)
+        return u;
+    if (path_of(path, sizeof path, &err, "v1", "models", name, "generations", gen, NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, false, "GET", path, NULL, NULL, TV__DOC_GENERATION);
+}
+
+const tv__cli_cmd tv__cli_cmd_tensors = {
+    .name = "tensors",
+    .run = tv__cli_tensors,
+    .positionals = "NAME[@GEN|@ALIAS]",
+    .min_pos = 1,
+    .max_pos = 1,
+    .legacy = &tv__cli_legacy_tensors,
+    .opts = {{"--prefix", "P", NULL},
+             {"--order", "file|name", NULL},
+             {"--limit", "N", NULL},
+             CLIENT_OPTS},
+};
+
+int tv__cli_tensors(const tv__cli_ctx *c)
+{
+    char name[TV__CLI_SPEC_MAX], gen[TV__ALIAS_MAX + 1], path[2 * SEG_MAX + 64], q[2048] = "";
+    tv_error err = {0};
+    const char *order = tv__cli_get(&c->a, "--order"), *lim = tv__cli_get(&c->a, "--limit");
+    uint64_t limit = 0;
+    int u = ref(c, c->a.pos[0], name, sizeof name, gen, sizeof gen);
+    if (u)
+        return u;
+    if (strlen(name) > TV__REG_NAME_MAX)
+        return tv__cli_usage(c->cmd->name, "bad model '%s': longer than %d bytes", c->a.pos[0],
+                             TV__REG_NAME_MAX);
+    if (order && strcmp(order, "file") && strcmp(order, "name"))
+        return tv__cli_usage(c->cmd->name, "bad --order '%s': file or name", order);
+    if ((u = tv__cli_opt_uint(c->cmd->name, &c->a, "--limit", 1, 1000, &limit)))
+        return u;
+    if (path_of(path, sizeof path, &err, "v1", "models", name, "generations", gen, "tensors",
+                NULL) ||
+        query_add(q, sizeof q, "prefix", tv__cli_get(&c->a, "--prefix"), &err) ||
+        query_add(q, sizeof q, "order", order, &err))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    if (!lim)
+        return listing(c, path, q[0] ? q : NULL, "tensors", TV__DOC_TENSORS, NULL);
+    query_add(q, sizeof q, "limit", lim, &err);
+    return one(c, false, "GET", path, q, NULL, TV__DOC_TENSORS);
+}
+
+const tv__cli_cmd tv__cli_cmd_tensor = {
+    .name = "tensor",
+    .run = tv__cli_tensor,
+    .positionals = "NAME[@GEN|@ALIAS] TENSOR",
+    .min_pos = 2,
+    .max_pos = 2,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_tensor(const tv__cli_ctx *c)
+{
+    char name[TV__CLI_SPEC_MAX], gen[TV__ALIAS_MAX + 1], path[3 * SEG_MAX + 64];
+    tv_error err = {0};
+    int u = ref(c, c->a.pos[0], name, sizeof name, gen, sizeof gen);
+    if (u)
+        return u;
+    if (path_of(path, sizeof path, &err, "v1", "models", name, "generations", gen, "tensors",
+                c->a.pos[1], NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, false, "GET", path, NULL, NULL, TV__DOC_TENSOR);
+}
+
+const tv__cli_cmd tv__cli_cmd_devices = {
+    .name = "devices",
+    .run = tv__cli_devices,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .legacy = &tv__cli_legacy_devices,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_devices(const tv__cli_ctx *c)
+{
+    json_t *doc = NULL;
+    int rc = listing(c, "/v1/devices", NULL, "devices", TV__DOC_DEVICES, &doc);
+    if (rc)
+        return rc;
+    /* A device that is not "ok" (missing, resized, unreadable) fails the
+     * command, after the whole table is shown. */
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(doc, "devices"), i, d)
+    {
+        const char *s = json_string_value(json_object_get(d, "status"));
+        if (!s || strcmp(s, "ok"))
+            rc = TV__EXIT_FAIL;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* ---- generation changes ------------------------------------------------------ */
+
+const tv__cli_cmd tv__cli_cmd_activate = {
+    .name = "activate",
+    .run = tv__cli_activate,
+    .positionals = "NAME GEN|ALIAS",
+    .min_pos = 2,
+    .max_pos = 2,
+    .legacy = &tv__cli_legacy_activate,
+    .opts = {CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_retire = {
+    .name = "retire",
+    .run = tv__cli_retire,
+    .positionals = "NAME GEN",
+    .min_pos = 2,
+    .max_pos = 2,
+    .flags = TV__CLI_GEN,
+    .legacy = &tv__cli_legacy_retire,
+    .opts = {CLIENT_OPTS},
+};
+
+static int gen_post(const tv__cli_ctx *c, const char *verb, bool alias_ok, tv__cli_doc kind)
+{
+    char gen[TV__ALIAS_MAX + 1], path[3 * SEG_MAX];
+    tv_error err = {0};
+    int u = alias_ok ? gen_or_alias(c, c->a.pos[1], gen, sizeof gen) : 0;
+    if (u)
+        return u;
+    if (!alias_ok) /* TV__CLI_GEN: the prologue parsed it */
+        snprintf(gen, sizeof gen, "%" PRId64, c->gen);
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "generations", gen, verb,
+                NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, true, "POST", path, NULL, json_object(), kind);
+}
+
+int tv__cli_activate(const tv__cli_ctx *c)
+{
+    return gen_post(c, "activate", true, TV__DOC_ACTIVATED);
+}
+
+int tv__cli_retire(const tv__cli_ctx *c)
+{
+    return gen_post(c, "retire", false, TV__DOC_RETIRED);
+}
+
+const tv__cli_cmd tv__cli_cmd_rollback = {
+    .name = "rollback",
+    .run = tv__cli_rollback,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_rollback(const tv__cli_ctx *c)
+{
+    char path[SEG_MAX + 32];
+    tv_error err = {0};
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "rollback", NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, true, "POST", path, NULL, json_object(), TV__DOC_ACTIVATED);
+}
+
+const tv__cli_cmd tv__cli_cmd_delete = {
+    .name = "delete",
+    .run = tv__cli_delete,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_delete(const tv__cli_ctx *c)
+{
+    char path[SEG_MAX + 32];
+    tv_error err = {0};
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, true, "DELETE", path, NULL, NULL, TV__DOC_DELETED);
+}
+
+/* ---- aliases ------------------------------------------------------------------ */
+
+const tv__cli_cmd tv__cli_cmd_alias_set = {
+    .name = "alias set",
+    .run = tv__cli_alias_set,
+    .positionals = "NAME ALIAS GEN",
+    .min_pos = 3,
+    .max_pos = 3,
+    .opts = {CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_alias_rm = {
+    .name = "alias rm",
+    .run = tv__cli_alias_rm,
+    .positionals = "NAME ALIAS",
+    .min_pos = 2,
+    .max_pos = 2,
+    .opts = {CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_alias_list = {
+    .name = "alias list",
+    .run = tv__cli_alias_list,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+static int alias_path(const tv__cli_ctx *c, char *path, size_t len, const char *alias)
+{
+    tv_error err = {0};
+    if (path_of(path, len, &err, "v1", "models", c->a.pos[0], "aliases", alias, NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return 0;
+}
+
+int tv__cli_alias_set(const tv__cli_ctx *c)
+{
+    char path[2 * SEG_MAX + 32];
+    int64_t g;
+    int u = tv__cli_gen(c->cmd->name, c->a.pos[2], &g);
+    if (u || (u = alias_path(c, path, sizeof path, c->a.pos[1])))
+        return u;
+    return one(c, true, "PUT", path, NULL, json_pack("{s:I}", "generation", (json_int_t)g),
+               TV__DOC_ALIAS);
+}
+
+int tv__cli_alias_rm(const tv__cli_ctx *c)
+{
+    char path[2 * SEG_MAX + 32];
+    int u = alias_path(c, path, sizeof path, c->a.pos[1]);
+    return u ? u : one(c, true, "DELETE", path, NULL, NULL, TV__DOC_ALIAS_REMOVED);
+}
+
+int tv__cli_alias_list(const tv__cli_ctx *c)
+{
+    char path[2 * SEG_MAX + 32];
+    int u = alias_path(c, path, sizeof path, NULL);
+    return u ? u : one(c, false, "GET", path, NULL, NULL, TV__DOC_ALIASES);
+}
+
+/* ---- jobs: import, verify, gc, jobs, job, cancel -------------------------------- */
+
+static bool job_finished(const json_t *job)
+{
+    const char *s = json_string_value(json_object_get(job, "state"));
+    return s && (!strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "cancelled"));
+}
+
+/* The failed or cancelled job's error into err; returns its code. */
+static int job_error(const json_t *job, tv_error *err)
+{
+    json_t *e = json_object_get(job, "error");
+    if (json_is_object(e)) {
+        json_t *w = json_pack("{s:O}", "error", e);
+        int rc = tv__cli_doc_error(w, 0, err);
+        json_decref(w);
+        return rc;
+    }
+    return tv__seterr(err, TV_E_STATE, "job %" JSON_INTEGER_FORMAT " %s",
+                      json_integer_value(json_object_get(job, "id")),
+                      json_string_value(json_object_get(job, "state")));
+}
+
+/* Polls GET /v1/jobs/ID every 200 ms until the job ends, drawing the bar;
+ * *job is replaced by the final document. */
+static int follow(tv__cli_client *cl, json_t **job, tv__cli_progress *bar, tv_error *err)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%" JSON_INTEGER_FORMAT,
+             json_integer_value(json_object_get(*job, "id")));
+    while (!job_finished(*job)) {
+        tv__cli_progress_job(bar, *job);
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        json_t *now = NULL;
+        int rc = tv__cli_call(cl, "GET", path, NULL, NULL, &now, NULL, err);
+        if (rc) {
+            json_decref(now);
+            return rc;
+        }
+        json_decref(*job);
+        *job = now;
+    }
+    tv__cli_progress_job(bar, *job);
+    tv__cli_progress_end(bar);
+    return 0;
+}
+
+/* Source paths go to the daemon absolute (it does not share our cwd). */
+static int absolute(const char *src, char *out, size_t len, tv_error *err)
+{
+    char cwd[TV__CLI_PATH_MAX];
+    if (src[0] == '/') {
+        if (strlen(src) >= len)
+            return tv__seterr(err, TV_E_INVALID_ARG, "source path '%.64s...' is too long", src);
+        memcpy(out, src, strlen(src) + 1);
+        return 0;
+    }
+    if (!getcwd(cwd, sizeof cwd))
+        return tv__seterr(err, -errno, "source '%s': the current directory: %s", src,
+                          strerror(errno));
+    int w = snprintf(out, len, "%s/%s", cwd, src);
+    if (w < 0 || (size_t)w >= len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "source path '%.64s...' is too long", src);
+    return 0;
+}
+
+/* Submits a job (POST path body), follows it when asked (always in local
+ * mode, where the api runs it inline), prints the finished job's result as
+ * kind, or the Job itself when not followed. Returns the exit status. */
+static int run_job(const tv__cli_ctx *c, const char *path, json_t *body, bool wait,
+                   tv__cli_doc kind, json_t **result_out)
+{
+    tv_error err = {0};
+    tv__cli_client cl;
+    tv__cli_progress bar;
+    json_t *job = NULL;
+    tv__cli_progress_start(&bar, c->json);
+    int rc = tv__cli_client_open(c, true, &cl, &err);
+    cl.progress = &bar;
+    if (!rc)
+        rc = tv__cli_call(&cl, "POST", path, NULL, body, &job, NULL, &err);
+    bool follow_it = wait || bar.on || cl.local;
+    if (!rc && follow_it)
+        rc = follow(&cl, &job, &bar, &err);
+    tv__cli_progress_end(&bar);
+    tv__cli_client_close(&cl);
+    json_decref(body);
+    if (!rc && follow_it && strcmp(json_string_value(json_object_get(job, "state")), "succeeded"))
+        rc = job_error(job, &err);
+    if (rc) {
+        json_decref(job);
+        return tv__cli_failed(c, rc, &err);
+    }
+    if (!follow_it) {
+        tv__cli_print(stdout, c->json, TV__DOC_JOB, job);
+        json_decref(job);
+        return TV__EXIT_OK;
+    }
+    json_t *res = json_object_get(job, "result");
+    tv__cli_print(stdout, c->json, kind, res ? res : json_null());
+    if (result_out)
+        *result_out = json_incref(res);
+    json_decref(job);
+    return TV__EXIT_OK;
+}
+
+const tv__cli_cmd tv__cli_cmd_import = {
+    .name = "import",
+    .run = tv__cli_import,
+    .positionals = "NAME SRC",
+    .min_pos = 2,
+    .max_pos = 2,
+    .legacy = &tv__cli_legacy_import,
+    .opts = {{"--activate", NULL, NULL},
+             {"--alias", "A", NULL},
+             {"--strict", NULL, NULL},
+             {"--wait", NULL, NULL},
+             {"--replicas", "DEV,...", NULL},
+             {"--chunk", "SIZE", NULL},
+             CLIENT_OPTS},
+};
+
+int tv__cli_import(const tv__cli_ctx *c)
+{
+    const tv__cli_args *a = &c->a;
+    tv_error err = {0};
+    char src[TV__CLI_PATH_MAX];
+    /* --replicas and --chunk are the local importer's knobs (the API has
+     * none): local mode runs the importer directly for them. */
+    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk")) {
+        if (!tv__cli_get(a, "--store"))
+            return tv__cli_usage(c->cmd->name,
+                                 "--replicas and --chunk need --store DIR (local mode)");
+        return tv__cli_import_local(c);
+    }
+    int rc = tv__name_valid(a->pos[0], "model name", &err);
+    if (rc)
+        return tv__cli_failed(c, rc, &err);
+    if ((rc = absolute(a->pos[1], src, sizeof src, &err)))
+        return tv__cli_failed(c, rc, &err);
+    json_t *body = json_pack("{s:s,s:s,s:b,s:b}", "model", a->pos[0], "source", src, "activate",
+                             tv__cli_flag(a, "--activate"), "strict", tv__cli_flag(a, "--strict"));
+    if (tv__cli_get(a, "--alias"))
+        json_object_set_new(body, "alias", json_string(tv__cli_get(a, "--alias")));
+    return run_job(c, "/v1/imports", body, tv__cli_flag(a, "--wait"), TV__DOC_IMPORT, NULL);
+}
+
+const tv__cli_cmd tv__cli_cmd_verify = {
+    .name = "verify",
+    .run = tv__cli_verify,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .legacy = &tv__cli_legacy_verify,
+    .opts = {{"--device", "ID", NULL}, CLIENT_OPTS},
+};
+
+int tv__cli_verify(const tv__cli_ctx *c)
+{
+    uint64_t dev = 0;
+    json_t *res = NULL;
+    int u = tv__cli_opt_uint(c->cmd->name, &c->a, "--device", 1, INT64_MAX, &dev);
+    if (u)
+        return u;
+    json_t *body = dev ? json_pack("{s:I}", "device_id", (json_int_t)dev) : json_object();
+    int rc = run_job(c, "/v1/verify", body, true, TV__DOC_VERIFY, &res);
+    if (rc)
+        return rc;
+    /* Every failed object on stderr, naming who uses it (both modes). */
+    size_t i, k;
+    json_t *o, *u2;
+    json_array_foreach(json_object_get(res, "objects"), i, o)
+    {
+        const char *st = json_string_value(json_object_get(o, "status"));
+        if (st && !strcmp(st, "ok"))
+            continue;
+        fprintf(stderr,
+                "tensorvault: verify: object %" JSON_INTEGER_FORMAT
+                " on device %" JSON_INTEGER_FORMAT ":",
+                json_integer_value(json_object_get(o, "object_id")),
+                json_integer_value(json_object_get(o, "device_id")));
+        json_array_foreach(json_object_get(o, "used_by"), k, u2)
+            fprintf(stderr, "%s model '%s' generation %" JSON_INTEGER_FORMAT "%s shard '%s'",
+                    k ? ";" : "", json_string_value(json_object_get(u2, "model")),
+                    json_integer_value(json_object_get(u2, "generation")),
+                    json_is_true(json_object_get(u2, "active")) ? " (active)" : "",
+                    json_string_value(json_object_get(u2, "shard")));
+        if (!json_array_size(json_object_get(o, "used_by")))
+            fprintf(stderr, " no generation");
+        /* The code name, as the local verifier always printed it. */
+        fprintf(stderr, ": %s: %s\n",
+                st && !strcmp(st, "mismatch") ? tv_err_name(TV_E_HASH_MISMATCH) : "error",
+                json_string_value(json_object_get(o, "message")));
+    }
+    rc = json_integer_value(json_object_get(res, "n_failed")) ? TV__EXIT_FAIL : TV__EXIT_OK;
+    json_decref(res);
+    return rc;
+}
+
+const tv__cli_cmd tv__cli_cmd_gc = {
+    .name = "gc",
+    .run = tv__cli_gc,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .legacy = &tv__cli_legacy_gc,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_gc(const tv__cli_ctx *c)
+{
+    return one(c, true, "POST", "/v1/gc", NULL, json_object(), TV__DOC_GC);
+}
+
+const tv__cli_cmd tv__cli_cmd_jobs = {
+    .name = "jobs",
+    .run = tv__cli_jobs,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {{"--state", "S", NULL}, {"--kind", "K", NULL}, CLIENT_OPTS},
+};
+
+int tv__cli_jobs(const tv__cli_ctx *c)
+{
+    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+    const char *st = tv__cli_get(&c->a, "--state"), *kind = tv__cli_get(&c->a, "--kind");
+    char q[256] = "";
+    tv_error err = {0};
+    bool ok = !st;
+    for (size_t i = 0; st && i < TV_ARRAY_LEN(states); i++)
+        ok |= !strcmp(st, states[i]);
+    if (!ok)
+        return tv__cli_usage(
+            c->cmd->name, "bad --state '%s': queued, running, succeeded, failed or cancelled", st);
+    if (kind && strcmp(kind, "import") && strcmp(kind, "verify"))
+        return tv__cli_usage(c->cmd->name, "bad --kind '%s': import or verify", kind);
+    query_add(q, sizeof q, "state", st, &err);
+    query_add(q, sizeof q, "kind", kind, &err);
+    return listing(c, "/v1/jobs", q[0] ? q : NULL, "jobs", TV__DOC_JOBS, NULL);
+}
+
+const tv__cli_cmd tv__cli_cmd_job = {
+    .name = "job",
+    .run = tv__cli_job,
+    .positionals = "ID",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_cancel = {
+    .name = "cancel",
+    .run = tv__cli_cancel,
+    .positionals = "ID",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+/* An ID positional: 1..INT64_MAX. */
+static int id_arg(const tv__cli_ctx *c, const char *what, const char *s, int64_t *id)
+{
+    if (tv__cli_parse_gen(s, id))
+        return tv__cli_usage(c->cmd->name, "bad %s id '%s': a number from 1, digits only", what, s);
+    return 0;
+}
+
+int tv__cli_job(const tv__cli_ctx *c)
+{
+    int64_t id;
+    char path[64];
+    int u = id_arg(c, "job", c->a.pos[0], &id);
+    if (u)
+        return u;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64, id);
+    return one(c, false, "GET", path, NULL, NULL, TV__DOC_JOB);
+}
+
+int tv__cli_cancel(const tv__cli_ctx *c)
+{
+    int64_t id;
+    char path[64];
+    int u = id_arg(c, "job", c->a.pos[0], &id);
+    if (u)
+        return u;
+    snprintf(path, sizeof path, "/v1/jobs/%" PRId64 "/cancel", id);
+    return one(c, true, "POST", path, NULL, json_object(), TV__DOC_CANCELLED);
+}
+
+/* ---- tokens, status ---------------------------------------------------------- */
+
+const tv__cli_cmd tv__cli_cmd_token_create = {
+    .name = "token create",
+    .run = tv__cli_token_create,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {{"--scope", "admin|read", NULL}, CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_token_list = {
+    .name = "token list",
+    .run = tv__cli_token_list,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {CLIENT_OPTS},
+};
+
+const tv__cli_cmd tv__cli_cmd_token_revoke = {
+    .name = "token revoke",
+    .run = tv__cli_token_revoke,
+    .positionals = "ID",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_token_create(const tv__cli_ctx *c)
+{
+    const char *scope = tv__cli_get(&c->a, "--scope");
+    if (!scope)
+        scope = "read";
+    if (strcmp(scope, "admin") && strcmp(scope, "read"))
+        return tv__cli_usage(c->cmd->name, "bad --scope '%s': admin or read", scope);
+    return one(c, true, "POST", "/v1/tokens", NULL,
+               json_pack("{s:s,s:s}", "name", c->a.pos[0], "scope", scope), TV__DOC_TOKEN);
+}
+
+int tv__cli_token_list(const tv__cli_ctx *c)
+{
+    return one(c, false, "GET", "/v1/tokens", NULL, NULL, TV__DOC_TOKENS);
+}
+
+int tv__cli_token_revoke(const tv__cli_ctx *c)
+{
+    int64_t id;
+    char path[64];
+    int u = id_arg(c, "token", c->a.pos[0], &id);
+    if (u)
+        return u;
+    snprintf(path, sizeof path, "/v1/tokens/%" PRId64, id);
+    return one(c, true, "DELETE", path, NULL, NULL, TV__DOC_TOKEN_REVOKED);
+}
+
+const tv__cli_cmd tv__cli_cmd_status = {
+    .name = "status",
+    .run = tv__cli_status,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_status(const tv__cli_ctx *c)
+{
+    return one(c, false, "GET", "/v1/status", NULL, NULL, TV__DOC_STATUS);
+}
+
+/* ---- demo ---------------------------------------------------------------------- */
+
+const tv__cli_cmd tv__cli_cmd_demo = {
+    .name = "demo",
+    .run = tv__cli_demo,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {{"--layers", "N", NULL}, {"--dir", "D", NULL}, CLIENT_OPTS},
+};
+
+/* The venv python of the source tree (or $TENSORVAULT_PYTHON). */
+static const char *python(char *buf, size_t len)
+{
+    const char *p = getenv("TENSORVAULT_PYTHON");
+    if (p && *p)
+        return p;
+    snprintf(buf, len, "%s/.venv/bin/python", TV__CLI_SOURCE_DIR);
+    return access(buf, X_OK) == 0 ? buf : "python3";
+}
+
+int tv__cli_demo(const tv__cli_ctx *c)
+{
+    uint64_t layers = 12;
+    char py[TV__CLI_PATH_MAX], script[TV__CLI_PATH_MAX], lay[24];
+    const char *dir = tv__cli_get(&c->a, "--dir");
+    int u = tv__cli_opt_uint(c->cmd->name, &c->a, "--layers", 1, 96, &layers);
+    if (u)
+        return u;
+    if (!dir)
+        dir = "var/demo";
+    snprintf(script, sizeof script, "%s/scripts/gen_demo.py", TV__CLI_SOURCE_DIR);
+    snprintf(lay, sizeof lay, "%" PRIu64, layers);
+    const char *pyexe = python(py, sizeof py);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The generator prints the index path: keep stdout for our document. */
+        if (dup2(2, 1) < 0)
+            _exit(127);
+        execlp(pyexe, pyexe, script, dir, "--layers", lay, (char *)NULL);
+        fprintf(stderr, "tensorvault: demo: cannot run %s: %s\n", pyexe, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        tv_error err = {0};
+        tv__seterr(&err, TV_E_INTERNAL, "%s %s %s --layers %s failed (status %d)", pyexe, script,
+                   dir, lay, status);
+        return tv__cli_failed(c, TV_E_INTERNAL, &err);
+    }
+    /* Then `import demo DIR --activate` with the same mode and token. */
+    tv__cli_ctx ic = *c;
+    char src[TV__CLI_PATH_MAX];
+    tv_error err = {0};
+    int rc = absolute(dir, src, sizeof src, &err);
+    if (rc)
+        return tv__cli_failed(c, rc, &err);
+    json_t *body =
+        json_pack("{s:s,s:s,s:b,s:b}", "model", "demo", "source", src, "activate", 1, "strict", 0);
+    return run_job(&ic, "/v1/imports", body, true, TV__DOC_IMPORT, NULL);
+}

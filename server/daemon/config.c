@@ -1,0 +1,478 @@
+/* tensorvaultd configuration layers (see config.h). One table names every
+ * key, its type, its bounds and where it lives in tv__config, so the INI
+ * file, the environment and --set all parse a key the same way. */
+#include "daemon/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/internal.h"
+
+typedef enum { K_STR, K_UINT, K_SIZE, K_BOOL, K_ANON, K_LEVEL, K_LISTEN } key_type;
+
+typedef struct key_def {
+    const char *key;
+    key_type type;
+    size_t off;
+    size_t len; /* K_STR: buffer bytes */
+    uint64_t min, max;
+} key_def;
+
+#define F(field)  offsetof(tv__config, field)
+#define SZ(field) sizeof(((tv__config *)0)->field)
+static const key_def keys[] = {
+    {"http.listen", K_LISTEN, F(http_listen), SZ(http_listen), 0, 0},
+    {"http.threads", K_UINT, F(http_threads), 0, 0, 1024},
+    {"http.connection_timeout_s", K_UINT, F(http_connection_timeout_s), 0, 1, 86400},
+    {"http.per_ip_connections", K_UINT, F(http_per_ip_connections), 0, 1, 65536},
+    {"http.memory_limit", K_SIZE, F(http_memory_limit), 0, 16u << 10, 1u << 30},
+    {"http.max_body_bytes", K_SIZE, F(http_max_body_bytes), 0, 1, 1u << 30},
+    {"http.max_header_bytes", K_SIZE, F(http_max_header_bytes), 0, 256, 1u << 20},
+    {"http.anonymous_reads", K_ANON, F(http_anonymous_reads), 0, 0, 0},
+    {"store.dir", K_STR, F(store_dir), SZ(store_dir), 1, 0},
+    {"store.image", K_STR, F(store_image), SZ(store_image), 0, 0},
+    {"store.image_size", K_SIZE, F(store_image_size), 0, 16u << 20, UINT64_C(1) << 50},
+    {"store.device", K_STR, F(store_device), SZ(store_device), 0, 0},
+    {"import.roots", K_STR, F(import_roots), SZ(import_roots), 0, 0},
+    {"import.workers", K_UINT, F(import_workers), 0, 1, 64},
+    {"import.queue", K_UINT, F(import_queue), 0, 1, 4096},
+    {"import.strict", K_BOOL, F(import_strict), 0, 0, 0},
+    {"log.level", K_LEVEL, F(log_level), 0, 0, 0},
+    {"log.file", K_STR, F(log_file), SZ(log_file), 1, 0},
+    {"demo.source", K_STR, F(demo_source), SZ(demo_source), 0, 0},
+};
+#undef F
+#undef SZ
+
+static const char *const sections[] = {"http", "store", "import", "log", "demo"};
+
+void tv__config_defaults(tv__config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->http_listen, sizeof(c->http_listen), "127.0.0.1:8470");
+    c->http_threads = 0;
+    c->http_connection_timeout_s = 30;
+    c->http_per_ip_connections = 64;
+    c->http_memory_limit = 1u << 20;
+    c->http_max_body_bytes = 64u << 10;
+    c->http_max_header_bytes = 8u << 10;
+    c->http_anonymous_reads = TV__CFG_ANON_LOOPBACK;
+    snprintf(c->store_dir, sizeof(c->store_dir), "./var");
+    snprintf(c->store_image, sizeof(c->store_image), "./var/store.img");
+    c->store_image_size = UINT64_C(16) << 30;
+    if (!getcwd(c->import_roots, sizeof(c->import_roots)))
+        snprintf(c->import_roots, sizeof(c->import_roots), ".");
+    c->import_workers = 2;
+    c->import_queue = 16;
+    c->import_strict = false;
+    c->log_level = TV_LOG_INFO;
+    snprintf(c->log_file, sizeof(c->log_file), "stderr");
+}
+
+/* "123", "64K", "1M", "16G", "2T" (powers of 1024; an optional trailing B or
+ * iB). Returns false for anything else or an overflow. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+    if (!*s || !isdigit((unsigned char)*s))
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return false;
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (shift && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end)
+        return false;
+    uint64_t r;
+    if (tv__mul_u64(v, UINT64_C(1) << shift, &r))
+        return false;
+    *out = r;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* HOST:PORT with a non-empty host (IPv6 in brackets) and a port 0..65535. */
+static bool listen_valid(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || !colon[1] || strlen(colon + 1) > 5)
+        return false;
+    if (s[0] == '[' && colon[-1] != ']')
+        return false;
+    unsigned long port = 0;
+    for (const char *p = colon + 1; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return false;
+        port = port * 10 + (unsigned long)(*p - '0');
+    }
+    return port <= 65535;
+}
+
+int tv__config_set(tv__config *c, const char *key, const char *value, const char *where,
+                   tv_error *err)
+{
+    const key_def *k = NULL;
+    for (size_t i = 0; i < TV_ARRAY_LEN(keys); i++)
+        if (strcmp(keys[i].key, key) == 0)
+            k = &keys[i];
+    if (!k)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: unknown configuration key '%s'", where, key);
+    char *base = (char *)c + k->off;
+    uint64_t v = 0;
+    switch (k->type) {
+    case K_STR:
+    case K_LISTEN: {
+        size_t n = strlen(value);
+        if (n >= k->len)
+            return tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: value is %zu bytes, at most %zu",
+                              where, key, n, k->len - 1);
+        if (k->min && n == 0)
+            return tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: value must not be empty", where, key);
+        if (k->type == K_LISTEN && !listen_valid(value))
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "%s: %s: '%s' is not HOST:PORT (port 0..65535; IPv6 as [ADDR]:PORT)",
+                              where, key, value);
+        memcpy(base, value, n + 1);
+        if (k->off == offsetof(tv__config, store_image))
+            c->store_image_set = true;
+        return 0;
+    }
+    case K_UINT:
+    case K_SIZE: {
+        bool ok;
+        if (k->type == K_SIZE) {
+            ok = parse_size(value, &v);
+        } else {
+            char *end;
+            errno = 0;
+            unsigned long long u = strtoull(value, &end, 10);
+            ok = isdigit((unsigned char)value[0]) && !*end && !errno;
+            v = u;
+        }
+        if (!ok || v < k->min || v > k->max)
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "%s: %s: '%s' is not %s in %" PRIu64 "..%" PRIu64, where, key, value,
+                              k->type == K_SIZE ? "a size (bytes, or with K/M/G/T)" : "an integer",
+                              k->min, k->max);
+        if (k->type == K_SIZE)
+            *(uint64_t *)(void *)base = v;
+        else
+            *(unsigned *)(void *)base = (unsigned)v;
+        return 0;
+    }
+    case K_BOOL: {
+        bool b;
+        if (!parse_bool(value, &b))
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "%s: %s: '%s' is not a boolean (true/false, yes/no, on/off, 1/0)",
+                              where, key, value);
+        *(bool *)(void *)base = b;
+        return 0;
+    }
+    case K_ANON: {
+        static const char *const names[] = {"loopback", "always", "never"};
+        for (int i = 0; i < 3; i++) {
+            if (strcmp(value, names[i]) == 0) {
+                *(int *)(void *)base = i;
+                return 0;
+            }
+        }
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: '%s' is not loopback, always or never",
+                          where, key, value);
+    }
+    case K_LEVEL: {
+        static const char *const names[] = {"debug", "info", "warn", "error"};
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(value, names[i]) == 0) {
+                *(int *)(void *)base = TV_LOG_DEBUG + i;
+                return 0;
+            }
+        }
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: '%s' is not debug, info, warn or error",
+                          where, key, value);
+    }
+    }
+    return tv__seterr(err, TV_E_INTERNAL, "%s: %s: unhandled key type", where, key);
+}
+
+/* Debian's libinih calls the handler without a line number but returns the
+ * line of the first handler failure, so the handler keeps the failing key and
+ * value and tv__config_load_file redoes that one set with "FILE:LINE". */
+typedef struct ini_ctx {
+    tv__config *c;
+    int rc;
+    bool no_section;
+    char key[256];
+    char value[TV__CFG_STR_MAX];
+} ini_ctx;
+
+static int ini_on_key(void *user, const char *section, const char *name, const char *value)
+{
+    ini_ctx *x = user;
+    snprintf(x->value, sizeof(x->value), "%s", value);
+    if (!*section) {
+        x->no_section = true;
+        snprintf(x->key, sizeof(x->key), "%s", name);
+        x->rc = TV_E_INVALID_ARG;
+        return 0;
+    }
+    int n = snprintf(x->key, sizeof(x->key), "%s.%s", section, name);
+    if (n < 0 || (size_t)n >= sizeof(x->key) || strlen(value) >= sizeof(x->value)) {
+        x->rc = TV_E_INVALID_ARG;
+        return 0;
+    }
+    x->rc = tv__config_set(x->c, x->key, value, "", NULL);
+    return x->rc == 0;
+}
+
+int tv__config_load_file(tv__config *c, const char *path, tv_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        return tv__seterr(err, -e, "cannot read configuration file %s: %s", path, strerror(e));
+    }
+    ini_ctx *x = calloc(1, sizeof(*x));
+    if (!x) {
+        fclose(f);
+        return tv__seterr(err, -ENOMEM, "%s: out of memory while parsing", path);
+    }
+    x->c = c;
+    int rc = 0;
+    int r = ini_parse_file(f, ini_on_key, x);
+    fclose(f);
+    if (x->rc && x->no_section) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "%s:%d: key '%s' outside a [section]", path, r,
+                        x->key);
+    } else if (x->rc) {
+        char where[TV__CFG_STR_MAX + 32];
+        snprintf(where, sizeof(where), "%s:%d", path, r);
+        tv__config scratch;
+        tv__config_defaults(&scratch);
+        rc = tv__config_set(&scratch, x->key, x->value, where, err);
+        if (rc == 0)
+            rc = tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: value too long", where, x->key);
+    } else if (r > 0) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "%s:%d: syntax error (expected [section] or key = value)", path, r);
+    } else if (r < 0) {
+        rc = tv__seterr(err, -ENOMEM, "%s: out of memory while parsing", path);
+    }
+    free(x);
+    return rc;
+}
+
+int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err)
+{
+    static const char prefix[] = "TENSORVAULT_";
+    for (size_t i = 0; envp && envp[i]; i++) {
+        const char *e = envp[i];
+        if (strncmp(e, prefix, sizeof(prefix) - 1) != 0)
+            continue;
+        const char *eq = strchr(e, '=');
+        if (!eq)
+            continue;
+        const char *name = e + sizeof(prefix) - 1;
+        size_t name_len = (size_t)(eq - name);
+        char key[256];
+        if (name_len >= sizeof(key))
+            continue;
+        const char *section = NULL;
+        for (size_t s = 0; s < TV_ARRAY_LEN(sections); s++) {
+            size_t sl = strlen(sections[s]);
+            if (name_len > sl + 1 && strncasecmp(name, sections[s], sl) == 0 && name[sl] == '_')
+                section = sections[s];
+        }
+        if (!section)
+            continue; /* the CLI's variables, or none of ours */
+        size_t sl = strlen(section);
+        memcpy(key, section, sl);
+        key[sl] = '.';
+        for (size_t j = sl + 1; j < name_len; j++)
+            key[j] = (char)tolower((unsigned char)name[j]);
+        key[name_len] = '\0';
+        char where[300];
+        snprintf(where, sizeof(where), "environment %.*s", (int)name_len + 12, e);
+        int rc = tv__config_set(c, key, eq + 1, where, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+const char *tv__config_usage(void)
+{
+    return "usage: tensorvaultd [--config FILE] [--listen HOST:PORT] [--store DIR] [--demo PATH]\n"
+           "                    [--log-level debug|info|warn|error] [--set SECTION.KEY=VALUE]...\n"
+           "                    [--help] [--version]\n"
+           "The tensorvault registry as a service (REST API under /v1, metrics at /metrics).\n"
+           "Every key has a default; a --config FILE (INI), then TENSORVAULT_<SECTION>_<KEY>\n"
+           "environment variables, then flags override it (see deploy/tensorvaultd.ini).\n"
+           "  --config FILE      INI file with [http] [store] [import] [log] [demo] sections\n"
+           "  --listen HOST:PORT http.listen (default 127.0.0.1:8470; port 0 = any free port)\n"
+           "  --store DIR        store.dir (default ./var; the image defaults to DIR/store.img)\n"
+           "  --demo PATH        demo.source: import PATH as model 'demo' when the store is empty\n"
+           "  --log-level LEVEL  log.level\n"
+           "  --set KEY=VALUE    any key, e.g. --set import.workers=4\n"
+           "  --help             this text\n"
+           "  --version          the version\n";
+}
+
+/* A flag's value: "--flag VALUE" or "--flag=VALUE". */
+static int flag_value(int argc, char *const *argv, int *i, const char *flag, const char **out,
+                      tv_error *err)
+{
+    const char *a = argv[*i];
+    size_t fl = strlen(flag);
+    if (a[fl] == '=') {
+        *out = a + fl + 1;
+        return 0;
+    }
+    if (*i + 1 >= argc)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s needs a value (see tensorvaultd --help)",
+                          flag);
+    *out = argv[++*i];
+    return 0;
+}
+
+static bool is_flag(const char *a, const char *flag)
+{
+    size_t fl = strlen(flag);
+    return strncmp(a, flag, fl) == 0 && (a[fl] == '\0' || a[fl] == '=');
+}
+
+int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
+                    tv__config_action *action, tv_error *err)
+{
+    int rc = 0;
+    const char *config_file = NULL;
+    *action = TV__CFG_RUN;
+    tv__config_defaults(c);
+    /* First pass: --help, --version, --config and unknown flags. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            *action = TV__CFG_HELP;
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            *action = TV__CFG_VERSION;
+            return 0;
+        }
+        if (is_flag(a, "--config")) {
+            if ((rc = flag_value(argc, argv, &i, "--config", &v, err)))
+                return rc;
+            config_file = v;
+        } else if (is_flag(a, "--listen") || is_flag(a, "--store") || is_flag(a, "--demo") ||
+                   is_flag(a, "--log-level") || is_flag(a, "--set")) {
+            const char *flag = a;
+            char name[16];
+            size_t n = strcspn(a, "=");
+            snprintf(name, sizeof(name), "%.*s", (int)n, flag);
+            if ((rc = flag_value(argc, argv, &i, name, &v, err)))
+                return rc;
+        } else {
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "unknown argument '%s' (see tensorvaultd --help)", a);
+        }
+    }
+    if (config_file && (rc = tv__config_load_file(c, config_file, err)))
+        return rc;
+    if ((rc = tv__config_load_env(c, envp, err)))
+        return rc;
+    /* Second pass: the flags, in order. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (is_flag(a, "--config")) {
+            flag_value(argc, argv, &i, "--config", &v, err);
+        } else if (is_flag(a, "--listen")) {
+            flag_value(argc, argv, &i, "--listen", &v, err);
+            rc = tv__config_set(c, "http.listen", v, "--listen", err);
+        } else if (is_flag(a, "--store")) {
+            flag_value(argc, argv, &i, "--store", &v, err);
+            rc = tv__config_set(c, "store.dir", v, "--store", err);
+        } else if (is_flag(a, "--demo")) {
+            flag_value(argc, argv, &i, "--demo", &v, err);
+            rc = tv__config_set(c, "demo.source", v, "--demo", err);
+        } else if (is_flag(a, "--log-level")) {
+            flag_value(argc, argv, &i, "--log-level", &v, err);
+            rc = tv__config_set(c, "log.level", v, "--log-level", err);
+        } else if (is_flag(a, "--set")) {
+            flag_value(argc, argv, &i, "--set", &v, err);
+            const char *eq = strchr(v, '=');
+            char key[256];
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof(key))
+                return tv__seterr(err, TV_E_INVALID_ARG, "--set: '%s' is not SECTION.KEY=VALUE", v);
+            memcpy(key, v, (size_t)(eq - v));
+            key[eq - v] = '\0';
+            rc = tv__config_set(c, key, eq + 1, "--set", err);
+        }
+        if (rc)
+            return rc;
+    }
+    /* The image follows the store directory unless it was given. */
+    if (!c->store_image_set) {
+        int n = snprintf(c->store_image, sizeof(c->store_image), "%s/store.img", c->store_dir);
+        if (n < 0 || (size_t)n >= sizeof(c->store_image))
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "store.dir '%s' is too long for the default store.image",
+                              c->store_dir);
+    }
+    return 0;
+}
+
+size_t tv__config_roots(const tv__config *c, char *buf, const char *roots[TV__CFG_MAX_ROOTS])
+{
+    size_t n = 0;
+    memcpy(buf, c->import_roots, sizeof(c->import_roots));
+    for (char *save = NULL, *p = strtok_r(buf, ":", &save); p && n < TV__CFG_MAX_ROOTS;
+         p = strtok_r(NULL, ":", &save))
+        roots[n++] = p;
+    return n;
+}

@@ -1,0 +1,84 @@
+/* tensorvaultd configuration: every key has a default, then an INI file
+ * (libinih, keys as [section] key = value), then TENSORVAULT_<SECTION>_<KEY>
+ * environment variables, then flags (--listen, --store, --demo, --log-level,
+ * --set section.key=value), each layer overriding the one before.
+ *
+ * Invariants: a key is known or refused (the message names where it came
+ * from: "FILE:LINE", "environment TENSORVAULT_X" or "--set"); a value is
+ * parsed and range-checked when it is set, so a loaded tv__config is always
+ * valid; strings that do not fit their buffer are refused, never cut. */
+#ifndef TV_DAEMON_CONFIG_H
+#define TV_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorvault/errors.h"
+
+#define TV__CFG_STR_MAX   4096 /* bytes of a string value, NUL included */
+#define TV__CFG_MAX_ROOTS 32
+
+/* http.anonymous_reads */
+enum { TV__CFG_ANON_LOOPBACK = 0, TV__CFG_ANON_ALWAYS = 1, TV__CFG_ANON_NEVER = 2 };
+
+typedef struct tv__config {
+    char http_listen[256]; /* "HOST:PORT" or "[V6]:PORT"; port 0 = any free port */
+    unsigned http_threads; /* 0 = online CPUs */
+    unsigned http_connection_timeout_s;
+    unsigned http_per_ip_connections;
+    uint64_t http_memory_limit; /* bytes per connection */
+    uint64_t http_max_body_bytes;
+    uint64_t http_max_header_bytes;
+    int http_anonymous_reads; /* TV__CFG_ANON_* */
+    char store_dir[TV__CFG_STR_MAX];
+    char store_image[TV__CFG_STR_MAX];  /* default: store_dir + "/store.img" */
+    bool store_image_set;               /* store.image given by a layer */
+    uint64_t store_image_size;          /* bytes (sparse) */
+    char store_device[TV__CFG_STR_MAX]; /* "" = use store_image */
+    char import_roots[TV__CFG_STR_MAX]; /* ':'-separated, as given */
+    unsigned import_workers;
+    unsigned import_queue;
+    bool import_strict;
+    int log_level;                     /* TV_LOG_* of util/internal.h */
+    char log_file[TV__CFG_STR_MAX];    /* "stderr" or a path (appended to) */
+    char demo_source[TV__CFG_STR_MAX]; /* "" = no demo import */
+} tv__config;
+
+/* Fills c with the defaults (import.roots = the current directory). */
+void tv__config_defaults(tv__config *c);
+
+/* Sets one key ("section.key") from its text; where names the origin for
+ * the message. Returns 0; TV_E_INVALID_ARG naming where, the key and (for a
+ * bad value) the value and what is expected. */
+int tv__config_set(tv__config *c, const char *key, const char *value, const char *where,
+                   tv_error *err);
+
+/* Applies an INI file. Returns 0; -errno when it cannot be read (the message
+ * names the file); TV_E_INVALID_ARG "FILE:LINE: ..." for a syntax error, an
+ * unknown section or key, or a bad value. */
+int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
+
+/* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
+ * the sections http, store, import, log and demo; other TENSORVAULT_*
+ * variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the CLI) are not
+ * the daemon's and are ignored. Returns 0 or TV_E_INVALID_ARG. */
+int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
+
+/* What the command line asks for. */
+typedef enum { TV__CFG_RUN = 0, TV__CFG_HELP, TV__CFG_VERSION } tv__config_action;
+
+/* The whole chain: defaults, the --config file, envp, then the flags of
+ * argv. Returns 0 and *action; TV_E_INVALID_ARG for an unknown flag, a flag
+ * missing its value or any error of the layers above. */
+int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
+                    tv__config_action *action, tv_error *err);
+
+/* Splits c->import_roots on ':' into roots (pointers into buf, which must
+ * hold TV__CFG_STR_MAX bytes); empty pieces are skipped. Returns the count. */
+size_t tv__config_roots(const tv__config *c, char *buf, const char *roots[TV__CFG_MAX_ROOTS]);
+
+/* Usage text of tensorvaultd (ends with a newline). */
+const char *tv__config_usage(void);
+
+#endif

@@ -1,0 +1,177 @@
+"""docs/openapi.yaml: a valid OpenAPI 3.1 document that covers every route of
+the issue 9 contract, whose schemas accept the contract's objects and refuse
+what breaks them; and (when build/tensorvaultd exists) schemathesis against
+the running daemon's /v1/openapi.yaml."""
+import copy
+import os
+
+import jsonschema_rs
+import pytest
+import yaml
+from schemathesis.specs.openapi import definitions
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
+
+# (method, path, scope): R = read, A = admin, - = no auth. Exactly API9.md.
+ROUTES = [
+    ("get", "/healthz", "-"),
+    ("get", "/readyz", "-"),
+    ("get", "/metrics", "R"),
+    ("get", "/v1/version", "R"),
+    ("get", "/v1/status", "R"),
+    ("get", "/v1/openapi.yaml", "-"),
+    ("get", "/v1/devices", "R"),
+    ("get", "/v1/devices/{id}", "R"),
+    ("get", "/v1/models", "R"),
+    ("get", "/v1/models/{name}", "R"),
+    ("delete", "/v1/models/{name}", "A"),
+    ("get", "/v1/models/{name}/generations", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}", "R"),
+    ("post", "/v1/models/{name}/generations/{gen}/activate", "A"),
+    ("post", "/v1/models/{name}/generations/{gen}/retire", "A"),
+    ("post", "/v1/models/{name}/rollback", "A"),
+    ("get", "/v1/models/{name}/aliases", "R"),
+    ("put", "/v1/models/{name}/aliases/{alias}", "A"),
+    ("delete", "/v1/models/{name}/aliases/{alias}", "A"),
+    ("get", "/v1/models/{name}/generations/{gen}/tensors", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}/tensors/{tensor}", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}/tensors/{tensor}/data", "R"),
+    ("post", "/v1/imports", "A"),
+    ("post", "/v1/verify", "A"),
+    ("post", "/v1/gc", "A"),
+    ("get", "/v1/jobs", "R"),
+    ("get", "/v1/jobs/{id}", "R"),
+    ("post", "/v1/jobs/{id}/cancel", "A"),
+    ("get", "/v1/tokens", "A"),
+    ("post", "/v1/tokens", "A"),
+    ("delete", "/v1/tokens/{id}", "A"),
+]
+
+
+@pytest.fixture(scope="module")
+def spec():
+    with open(SPEC) as f:
+        return yaml.safe_load(f)
+
+
+def validator(spec, name):
+    root = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "components": spec["components"], "$ref": f"#/components/schemas/{name}"}
+    return jsonschema_rs.Draft202012Validator(root)
+
+
+def test_spec_is_valid_openapi_31(spec):
+    assert spec["openapi"].startswith("3.1")
+    errors = [str(e) for e in definitions.OPENAPI_31_VALIDATOR.iter_errors(spec)]
+    assert errors == []
+
+
+def test_spec_covers_every_route_and_nothing_else(spec):
+    have = {(m, p) for p, item in spec["paths"].items() for m in item
+            if m in ("get", "put", "post", "delete", "patch", "head", "options")}
+    assert have == {(m, p) for m, p, _ in ROUTES}
+
+
+def test_spec_security_matches_the_scopes(spec):
+    for method, path, scope in ROUTES:
+        op = spec["paths"][path][method]
+        sec = op.get("security", spec["security"])
+        if scope == "-":
+            assert sec == [], (method, path)
+        elif scope == "R":
+            assert {"bearer": []} in sec and {} in sec, (method, path)
+        else:
+            assert sec == [{"bearer": []}], (method, path)
+            assert "401" in op["responses"] and "403" in op["responses"], (method, path)
+
+
+def test_spec_error_responses_use_the_error_schema(spec):
+    responses = spec["components"]["responses"]
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            for status, r in op["responses"].items():
+                if int(status) < 400:
+                    continue
+                ref = r["$ref"].rsplit("/", 1)[1]
+                schema = responses[ref]["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_spec_every_ref_resolves(spec):
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "$ref":
+                    target = spec
+                    for part in v.lstrip("#/").split("/"):
+                        assert part in target, v
+                        target = target[part]
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec)
+
+
+GEN = {"model": "org/m", "generation": 2, "state": "ready", "active": True, "aliases": ["prod"],
+       "n_shards": 1, "n_tensors": 3, "total_bytes": 4096, "source": "/data/m", "created_at": 1700000000}
+JOB = {"id": 1, "kind": "import", "state": "running", "model": "m", "source": "/data/m",
+       "activate": False, "alias": None, "strict": False, "step": "write", "bytes_done": 10,
+       "bytes_total": 100, "rate_bytes_per_s": 1.5, "eta_seconds": None, "error": None,
+       "generation": None, "created_at": 1, "started_at": 2, "finished_at": None, "result": None}
+
+
+@pytest.mark.parametrize("name,good", [
+    ("Error", {"error": {"code": "TV_E_NOT_FOUND", "message": "model 'x' not found", "errno": -1004}}),
+    ("Model", {"name": "a/b", "active_generation": None, "aliases": {"prod": 1}, "n_generations": 1,
+               "created_at": 5}),
+    ("Generation", GEN),
+    ("GenerationDetail", {**GEN, "shards": [{"index": 0, "name": "model.safetensors", "file_bytes": 9,
+                                             "header_bytes": 1, "sha256": "0" * 64, "replicas": [
+                                                 {"device_id": 1, "object_id": 3, "device_offset": 0}]}]}),
+    ("TensorDetail", {"name": "a/b%c d", "dtype": "BF16", "shape": [2, 3], "shard": "s.safetensors",
+                      "shard_index": 0, "data_offsets": [0, 12], "nbytes": 12, "file_offset": 100,
+                      "replicas": [{"device_id": 1, "device_offset": 4096}]}),
+    ("Job", JOB),
+    ("Job", {**JOB, "state": "failed", "step": None, "error": {"code": "TV_E_ST_HEADER", "message": "m",
+                                                              "errno": -1100}}),
+    ("Job", {**JOB, "state": "succeeded", "generation": 1, "result": {
+        "model": "m", "generation": 1, "active": True, "aliases": [], "n_shards": 1, "n_tensors": 2,
+        "total_bytes": 9, "written_bytes": 9, "deduplicated_bytes": 0, "seconds": 0.5}}),
+    ("TokenCreated", {"id": 1, "name": "ci", "scope": "read", "created_at": 1, "revoked_at": None,
+                      "token": "tvk_" + "ab" * 32}),
+    ("Version", {"name": "tensorvault", "version": "0.9.0", "git": "abc", "api": "v1",
+                 "features": {"cuda": False, "nvme": True, "io_uring": True}}),
+])
+def test_schema_accepts_contract_objects(spec, name, good):
+    v = validator(spec, name)
+    assert [str(e) for e in v.iter_errors(good)] == []
+
+
+@pytest.mark.parametrize("name,base,mutate", [
+    ("Model", "model", lambda d: d.__setitem__("active_generation", 0)),
+    ("Model", "model", lambda d: d.__setitem__("active", 1)),           # the pre-issue-9 field
+    ("Generation", "gen", lambda d: d.__setitem__("active", 1)),        # bool, not a number
+    ("Generation", "gen", lambda d: d.__setitem__("state", "active")),  # not a generation state
+    ("Generation", "gen", lambda d: d.pop("total_bytes")),
+    ("Job", "job", lambda d: d.__setitem__("state", "done")),
+    ("Job", "job", lambda d: d.__setitem__("step", "copy")),
+    ("Job", "job", lambda d: d.__setitem__("eta_seconds", "soon")),
+    ("Job", "job", lambda d: d.__setitem__("error", {"code": "X"})),
+    ("Error", "error", lambda d: d["error"].pop("errno")),
+])
+def test_schema_refuses_broken_objects(spec, name, base, mutate):
+    bases = {"model": {"name": "m", "active_generation": 1, "aliases": {}, "n_generations": 1,
+                       "created_at": 1},
+             "gen": GEN, "job": JOB,
+             "error": {"error": {"code": "TV_E_X", "message": "m", "errno": -1}}}
+    doc = copy.deepcopy(bases[base])
+    v = validator(spec, name)
+    assert v.is_valid(doc)
+    mutate(doc)
+    assert not v.is_valid(doc)

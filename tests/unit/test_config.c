@@ -1,0 +1,279 @@
+/* Unit tests of tensorvaultd's configuration (server/daemon/config.c):
+ * defaults, the INI file, TENSORVAULT_* variables, flags and their
+ * precedence (file < environment < flags), and bad values or unknown keys
+ * refused with a message naming FILE:LINE (or the variable, or the flag)
+ * and the key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "daemon/config.h"
+#include "tv_test.h"
+#include "util/internal.h"
+
+static char g_dir[512];
+
+static int setup(void **state)
+{
+    (void)state;
+    tv_test_tmpdir(g_dir, sizeof(g_dir), "config");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tv_test_rmtree(g_dir);
+    return 0;
+}
+
+static const char *write_ini(const char *name, const char *text)
+{
+    static char path[600];
+    tv_test_path(path, sizeof(path), "%s/%s", g_dir, name);
+    tv_test_write_text(path, text);
+    return path;
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", NULL};
+    char *envp[] = {"PATH=/bin", "TENSORVAULT_URL=http://x:1", "TENSORVAULT_STORE=/s", NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, envp, &act, &err), 0);
+    assert_int_equal(act, TV__CFG_RUN);
+    assert_string_equal(c.http_listen, "127.0.0.1:8470");
+    assert_int_equal(c.http_threads, 0);
+    assert_int_equal(c.http_connection_timeout_s, 30);
+    assert_int_equal(c.http_per_ip_connections, 64);
+    assert_int_equal(c.http_memory_limit, 1u << 20);
+    assert_int_equal(c.http_max_body_bytes, 64u << 10);
+    assert_int_equal(c.http_max_header_bytes, 8u << 10);
+    assert_int_equal(c.http_anonymous_reads, TV__CFG_ANON_LOOPBACK);
+    assert_string_equal(c.store_dir, "./var");
+    assert_string_equal(c.store_image, "./var/store.img");
+    assert_true(c.store_image_size == (UINT64_C(16) << 30));
+    assert_string_equal(c.store_device, "");
+    char cwd[TV__CFG_STR_MAX];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_string_equal(c.import_roots, cwd);
+    assert_int_equal(c.import_workers, 2);
+    assert_int_equal(c.import_queue, 16);
+    assert_false(c.import_strict);
+    assert_int_equal(c.log_level, TV_LOG_INFO);
+    assert_string_equal(c.log_file, "stderr");
+    assert_string_equal(c.demo_source, "");
+}
+
+static void test_file_sets_every_kind(void **state)
+{
+    (void)state;
+    const char *p = write_ini("all.ini", "; comment\n"
+                                         "[http]\n"
+                                         "listen = 0.0.0.0:9000\n"
+                                         "threads = 3\n"
+                                         "memory_limit = 2M\n"
+                                         "max_body_bytes = 128K\n"
+                                         "anonymous_reads = never\n"
+                                         "[store]\n"
+                                         "dir = /srv/tv\n"
+                                         "image_size = 1G\n"
+                                         "[import]\n"
+                                         "roots = /a:/b::/c\n"
+                                         "strict = yes\n"
+                                         "workers = 4\n"
+                                         "[log]\n"
+                                         "level = debug\n"
+                                         "[demo]\n"
+                                         "source = /data/demo\n");
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--config", (char *)p, NULL};
+    char *envp[] = {NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv, envp, &act, &err), 0);
+    assert_string_equal(c.http_listen, "0.0.0.0:9000");
+    assert_int_equal(c.http_threads, 3);
+    assert_int_equal(c.http_memory_limit, 2u << 20);
+    assert_int_equal(c.http_max_body_bytes, 128u << 10);
+    assert_int_equal(c.http_anonymous_reads, TV__CFG_ANON_NEVER);
+    assert_string_equal(c.store_dir, "/srv/tv");
+    assert_string_equal(c.store_image, "/srv/tv/store.img"); /* follows the directory */
+    assert_true(c.store_image_size == (UINT64_C(1) << 30));
+    assert_true(c.import_strict);
+    assert_int_equal(c.import_workers, 4);
+    assert_int_equal(c.log_level, TV_LOG_DEBUG);
+    assert_string_equal(c.demo_source, "/data/demo");
+    char buf[TV__CFG_STR_MAX];
+    const char *roots[TV__CFG_MAX_ROOTS];
+    assert_int_equal(tv__config_roots(&c, buf, roots), 3);
+    assert_string_equal(roots[0], "/a");
+    assert_string_equal(roots[1], "/b");
+    assert_string_equal(roots[2], "/c");
+}
+
+static void test_precedence_file_env_flags(void **state)
+{
+    (void)state;
+    const char *p = write_ini("prec.ini", "[http]\nlisten = 10.0.0.1:1\nthreads = 5\n"
+                                          "[import]\nworkers = 7\nqueue = 9\n"
+                                          "[store]\nimage = /img/file.img\n");
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--config",       (char *)p,     "--listen", "127.0.0.1:0",
+                    "--set",        "import.queue=3", "--store=/st", NULL};
+    char *envp[] = {"TENSORVAULT_HTTP_LISTEN=10.0.0.2:2", "TENSORVAULT_IMPORT_WORKERS=6",
+                    "TENSORVAULT_HTTP_THREADS=2", NULL};
+    assert_int_equal(tv__config_load(&c, 8, argv, envp, &act, &err), 0);
+    assert_string_equal(c.http_listen, "127.0.0.1:0"); /* flag over env over file */
+    assert_int_equal(c.http_threads, 2);               /* env over file */
+    assert_int_equal(c.import_workers, 6);             /* env over file */
+    assert_int_equal(c.import_queue, 3);               /* --set over file */
+    assert_string_equal(c.store_dir, "/st");
+    assert_string_equal(c.store_image, "/img/file.img"); /* given: not derived */
+}
+
+static void test_bad_value_names_file_line_and_key(void **state)
+{
+    (void)state;
+    const char *p = write_ini("bad.ini", "[http]\nlisten = 127.0.0.1:8470\n\nthreads = lots\n");
+    tv__config c;
+    tv_error err = {0};
+    tv__config_defaults(&c);
+    assert_int_equal(tv__config_load_file(&c, p, &err), TV_E_INVALID_ARG);
+    char want[700];
+    snprintf(want, sizeof(want), "%s:4: http.threads: 'lots'", p);
+    assert_non_null(strstr(err.msg, want));
+
+    p = write_ini("unknown.ini", "[import]\nworkers = 2\nwrokers = 3\n");
+    assert_int_equal(tv__config_load_file(&c, p, &err), TV_E_INVALID_ARG);
+    snprintf(want, sizeof(want), "%s:3: unknown configuration key 'import.wrokers'", p);
+    assert_non_null(strstr(err.msg, want));
+
+    p = write_ini("section.ini", "[htp]\nlisten = 1.2.3.4:5\n");
+    assert_int_equal(tv__config_load_file(&c, p, &err), TV_E_INVALID_ARG);
+    snprintf(want, sizeof(want), "%s:2: unknown configuration key 'htp.listen'", p);
+    assert_non_null(strstr(err.msg, want));
+
+    p = write_ini("syntax.ini", "[http]\nthis is not a key\n");
+    assert_int_equal(tv__config_load_file(&c, p, &err), TV_E_INVALID_ARG);
+    snprintf(want, sizeof(want), "%s:2: syntax error", p);
+    assert_non_null(strstr(err.msg, want));
+
+    char missing[600];
+    tv_test_path(missing, sizeof(missing), "%s/none.ini", g_dir);
+    assert_int_equal(tv__config_load_file(&c, missing, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, missing));
+}
+
+static void test_bad_values_each_kind(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        {"http.listen", "8470"},
+        {"http.listen", "host:99999"},
+        {"http.listen", ":80"},
+        {"http.threads", "-1"},
+        {"http.threads", "2x"},
+        {"http.connection_timeout_s", "0"},
+        {"http.memory_limit", "1K"},
+        {"http.max_body_bytes", "12Q"},
+        {"http.anonymous_reads", "some"},
+        {"store.dir", ""},
+        {"store.image_size", "1"},
+        {"import.workers", "0"},
+        {"import.strict", "maybe"},
+        {"log.level", "loud"},
+        {"log.file", ""},
+    };
+    tv__config c;
+    tv__config_defaults(&c);
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        tv_error err = {0};
+        assert_int_equal(tv__config_set(&c, bad[i][0], bad[i][1], "--set", &err), TV_E_INVALID_ARG);
+        assert_non_null(strstr(err.msg, bad[i][0]));
+        assert_non_null(strstr(err.msg, "--set"));
+    }
+    /* Nothing changed. */
+    assert_string_equal(c.http_listen, "127.0.0.1:8470");
+    assert_int_equal(c.import_workers, 2);
+    /* The accepted forms. */
+    assert_int_equal(tv__config_set(&c, "http.listen", "[::1]:8080", "t", NULL), 0);
+    assert_int_equal(tv__config_set(&c, "store.image_size", "16GiB", "t", NULL), 0);
+    assert_true(c.store_image_size == (UINT64_C(16) << 30));
+    assert_int_equal(tv__config_set(&c, "import.strict", "ON", "t", NULL), 0);
+    assert_true(c.import_strict);
+}
+
+static void test_env_bad_value_names_variable(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv_error err = {0};
+    tv__config_defaults(&c);
+    char *envp[] = {"TENSORVAULT_IMPORT_QUEUE=none", NULL};
+    assert_int_equal(tv__config_load_env(&c, envp, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "environment TENSORVAULT_IMPORT_QUEUE: import.queue"));
+    char *envp2[] = {"TENSORVAULT_HTTP_NOPE=1", NULL};
+    assert_int_equal(tv__config_load_env(&c, envp2, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "unknown configuration key 'http.nope'"));
+    char *envp3[] = {"TENSORVAULT_HTTP_CONNECTION_TIMEOUT_S=5", "TENSORVAULT_LOG=debug", NULL};
+    assert_int_equal(tv__config_load_env(&c, envp3, &err), 0);
+    assert_int_equal(c.http_connection_timeout_s, 5);
+}
+
+static void test_flags(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *envp[] = {NULL};
+    char *help[] = {"tensorvaultd", "--listen", "x:1", "--help", NULL};
+    assert_int_equal(tv__config_load(&c, 4, help, envp, &act, &err), 0);
+    assert_int_equal(act, TV__CFG_HELP);
+    char *ver[] = {"tensorvaultd", "--version", NULL};
+    assert_int_equal(tv__config_load(&c, 2, ver, envp, &act, &err), 0);
+    assert_int_equal(act, TV__CFG_VERSION);
+    char *unknown[] = {"tensorvaultd", "--lisen", "x:1", NULL};
+    assert_int_equal(tv__config_load(&c, 3, unknown, envp, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "--lisen"));
+    char *novalue[] = {"tensorvaultd", "--store", NULL};
+    assert_int_equal(tv__config_load(&c, 2, novalue, envp, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "--store needs a value"));
+    char *badset[] = {"tensorvaultd", "--set", "import.workers", NULL};
+    assert_int_equal(tv__config_load(&c, 3, badset, envp, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "SECTION.KEY=VALUE"));
+    char *badlevel[] = {"tensorvaultd", "--log-level", "chatty", NULL};
+    assert_int_equal(tv__config_load(&c, 3, badlevel, envp, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "--log-level: log.level: 'chatty'"));
+    char *ok[] = {"tensorvaultd", "--demo", "/d", "--log-level=warn", NULL};
+    assert_int_equal(tv__config_load(&c, 4, ok, envp, &act, &err), 0);
+    assert_string_equal(c.demo_source, "/d");
+    assert_int_equal(c.log_level, TV_LOG_WARN);
+    assert_non_null(strstr(tv__config_usage(), "--set"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_file_sets_every_kind),
+        cmocka_unit_test(test_precedence_file_env_flags),
+        cmocka_unit_test(test_bad_value_names_file_line_and_key),
+        cmocka_unit_test(test_bad_values_each_kind),
+        cmocka_unit_test(test_env_bad_value_names_variable),
+        cmocka_unit_test(test_flags),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
