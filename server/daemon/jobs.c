@@ -25,6 +25,7 @@
 #include "util/internal.h"
 
 #define PROGRESS_MIN_S 0.25 /* at most every 250 ms */
+#define CANCEL_WAIT_S  10   /* tv__jobs_cancel waits this long for a running job to stop */
 
 typedef struct job_node {
     int64_t id;
@@ -42,7 +43,8 @@ struct tv__jobs {
     tv__store *st; /* the writer, owned by the caller */
     tv__reg *reg;  /* the pool's connection: submit and cancel, under lock */
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond;      /* work queued, or stopping */
+    pthread_cond_t done_cond; /* a running job finished */
     job_node *head, *tail;
     size_t n_queued, n_running, queue_len;
     bool stopping;
@@ -327,6 +329,7 @@ static void *worker_main(void *p)
         j->running[w] = NULL;
         j->n_running--;
         free(n);
+        pthread_cond_broadcast(&j->done_cond);
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
@@ -354,6 +357,7 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
         return tv__seterr(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
+    pthread_cond_init(&j->done_cond, NULL);
     j->st = st;
     j->queue_len = queue_len;
     j->n_workers = n_workers;
@@ -501,7 +505,15 @@ int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err)
     }
     for (unsigned w = 0; w < j->n_workers; w++) {
         if (j->running[w] && j->running[w]->id == id) {
+            /* The importer polls between chunks: wait (bounded) for the
+             * worker to finish the row, so the caller sees it cancelled. */
             atomic_store(&j->running[w]->cancel, true);
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += CANCEL_WAIT_S;
+            while (j->running[w] && j->running[w]->id == id &&
+                   pthread_cond_timedwait(&j->done_cond, &j->lock, &until) == 0)
+                ;
             goto out;
         }
     }
@@ -649,6 +661,7 @@ void tv__jobs_stop(tv__jobs *j)
     free(j->wst);
     free(j->running);
     pthread_cond_destroy(&j->cond);
+    pthread_cond_destroy(&j->done_cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
 }

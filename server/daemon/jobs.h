@@ -54,7 +54,8 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
 int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err);
 
 /* Cancels a queued job at once (row cancelled) or asks a running one to stop
- * (its row turns cancelled when the worker notices, within a chunk).
+ * and waits (at most 10 s) until its worker has finished the row: cancelled,
+ * or succeeded when the import had already published.
  * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished). */
 int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err);
 

@@ -82,6 +82,15 @@ static void gate_open(void)
     pthread_mutex_unlock(&g_gate_lock);
 }
 
+static void *open_gate_later(void *p)
+{
+    (void)p;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    gate_open();
+    return NULL;
+}
+
 /* Waits until writers on n distinct descriptors (each worker store opens
  * the device itself) wait at the closed gate, or fails after 20 s. */
 static void gate_wait_for(int n)
@@ -312,10 +321,13 @@ static void test_cancel_running_queued_finished(void **state)
     assert_int_equal(tv__reg_job_get(f->reg, b, &row, &err), 0);
     assert_int_equal(row.state, TV__JOB_CANCELLED);
     free(row.result_json);
-    /* Running: cancelled when the importer next looks. */
+    /* Running: the cancel waits until the importer looks (the gate opens
+     * 100 ms later) and the worker has finished the row. */
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_later, NULL), 0);
     assert_int_equal(tv__jobs_cancel(j, a, &err), 0);
-    gate_open();
-    wait_job(f, a, &row);
+    pthread_join(opener, NULL);
+    assert_int_equal(tv__reg_job_get(f->reg, a, &row, &err), 0);
     assert_int_equal(row.state, TV__JOB_CANCELLED);
     assert_null(row.result_json);
     /* Nothing published, free space back to what it was. */
