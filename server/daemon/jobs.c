@@ -82,6 +82,7 @@ typedef struct run_ctx {
     uint64_t done, total;
     double step_start;
     uint64_t write_seen; /* bytes of the write step already counted in metrics */
+    bool step_moved;     /* the step's first bytes were recorded */
 } run_ctx;
 
 static void watch_row(run_ctx *r)
@@ -116,9 +117,19 @@ static void on_step(void *ctx, const char *step, size_t shard, uint64_t done, ui
 {
     (void)shard;
     run_ctx *r = ctx;
+    /* A new step, and its first bytes, are written at once (a fast import
+     * still shows every step with bytes moving); in between at most every
+     * PROGRESS_MIN_S. */
+    bool force = false;
     if (strcmp(step, r->step) != 0) {
         r->step = step;
         r->step_start = mono_s();
+        r->step_moved = false;
+        force = true;
+    }
+    if (done > 0 && !r->step_moved) {
+        r->step_moved = true;
+        force = true;
     }
     if (strcmp(step, "write") == 0 && done > r->write_seen) {
         tv__metrics_import_bytes(done - r->write_seen);
@@ -126,7 +137,7 @@ static void on_step(void *ctx, const char *step, size_t shard, uint64_t done, ui
     }
     r->done = done;
     r->total = total;
-    write_progress(r, false);
+    write_progress(r, force);
 }
 
 static bool is_cancelled(void *ctx)

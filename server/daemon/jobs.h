@@ -6,8 +6,9 @@
  *
  * Invariants:
  *   - every job is a row (tv__reg_job_*) before it is queued; its progress
- *     (step, bytes done / total, rate) is written at most every 250 ms and at
- *     least every second while bytes move, and the row ends succeeded,
+ *     (step, the step's bytes done / total, rate) is written when a step
+ *     begins and when its first bytes move, in between at most every 250 ms
+ *     and at least every second while bytes move, and the row ends succeeded,
  *     failed (error code, errno, message) or cancelled;
  *   - the queue holds at most queue_len queued jobs (TV_E_BUSY beyond);
  *   - a cancel is a flag polled by the importer between chunks and steps:

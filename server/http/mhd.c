@@ -184,6 +184,31 @@ static enum MHD_Result queue_error(struct MHD_Connection *c, req_ctx *r, int sta
     return ret;
 }
 
+/* A code for a status, for the transport's own fallback documents. */
+static int code_for_status(int status)
+{
+    switch (status) {
+    case 400:
+        return TV_E_BAD_REQUEST;
+    case 401:
+        return TV_E_UNAUTHORIZED;
+    case 403:
+        return TV_E_FORBIDDEN;
+    case 404:
+        return TV_E_NOT_FOUND;
+    case 409:
+        return TV_E_CONFLICT;
+    case 413:
+        return TV_E_TOO_LARGE;
+    case 416:
+        return TV_E_RANGE;
+    case 503:
+        return TV_E_BUSY;
+    default:
+        return TV_E_INTERNAL;
+    }
+}
+
 static bool peer_is_loopback(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci =
@@ -244,6 +269,15 @@ static enum MHD_Result queue_api_resp(struct MHD_Connection *c, req_ctx *r, tv__
             len = body ? strlen(body) : 0;
         } else {
             resp->body = NULL; /* MHD frees it */
+        }
+        if (!body && resp->status >= 400) {
+            /* Never an empty error: the api could not render its document
+             * (e.g. a message that jansson refuses). */
+            int status = resp->status;
+            tv__api_resp_free(resp);
+            free(resp);
+            return queue_error(c, r, status, code_for_status(status),
+                               "the error document could not be rendered", false);
         }
         if (body)
             mr = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
