@@ -180,8 +180,9 @@ static int run(const tv__config *c)
     char host[256];
     const char *colon = strrchr(c->http_listen, ':');
     snprintf(host, sizeof(host), "%.*s", (int)(colon - c->http_listen), c->http_listen);
+    const char *shown = strncmp(token_path, "./", 2) == 0 ? token_path + 2 : token_path;
     printf("tensorvaultd: listening on http://%s:%u (admin token in %s)\n", host, (unsigned)port,
-           token_path);
+           shown);
     fflush(stdout);
     tv__log(TV_LOG_INFO, "listening on http://%s:%u, store %s, %u import workers", host,
             (unsigned)port, c->store_dir, c->import_workers);
