@@ -309,6 +309,7 @@ int tv__api_h_model_delete(tv__api_ctx *c)
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
     rc = tv__store_model_delete(st, c->param[0], &n_retired, &freed, &c->err);
+    tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     if (rc)
         return rc;
@@ -325,21 +326,27 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
                             bool detail)
 {
     tv__reg_generation g;
-    tv__reg_manifest *mf = NULL;
+    json_t *shards = NULL, *doc = NULL;
     tv__reg_alias *al = NULL;
     size_t na = 0;
     int rc;
     int64_t active;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
-        (detail && (rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err))) ||
+        (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
         (rc = tv__api_aliases(c, reg, model, &al, &na)) ||
         (rc = settled(c, model, g.active ? g.number : 0, &active)))
         goto out;
     g.active = g.number == active;
-    rc = tv__api_reply(c, 200, tv__api_generation_json(&g, al, na, mf));
+    doc = tv__api_generation_json(&g, al, na, NULL);
+    if (doc && shards && json_object_set_new(doc, "shards", shards)) {
+        json_decref(doc);
+        doc = NULL;
+    }
+    shards = NULL;
+    rc = tv__api_reply(c, 200, doc);
 out:
+    json_decref(shards);
     free(al);
-    tv__reg_manifest_free(mf);
     return rc;
 }
 
@@ -615,19 +622,25 @@ int tv__api_h_tensor(tv__api_ctx *c)
     tv__reg *reg;
     tv__reg_generation g;
     tv__reg_tensor_row row = {0};
-    tv__reg_manifest *mf = NULL;
+    json_t *shards = NULL;
     int64_t number;
     int rc;
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen(c, reg, c->param[0], c->param[1], &number)) ||
         (rc = tv__reg_generation_get(reg, c->param[0], number, &g, &c->err)) ||
         (rc = tv__reg_tensor_get(reg, g.id, c->param[2], &row, &c->err)) ||
-        (rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err)))
+        (rc = tv__api_shards(c, reg, &g, &shards)))
         goto out;
-    rc = tv__api_reply(c, 200, tv__api_tensor_json(&row, mf));
+    json_t *shard = json_array_get(shards, row.shard_idx);
+    if (!shard) {
+        rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", row.name,
+                        row.shard_idx, json_array_size(shards));
+        goto out;
+    }
+    rc = tv__api_reply(c, 200, tv__api_tensor_json(&row, shard));
 out:
+    json_decref(shards);
     free(row.name);
-    tv__reg_manifest_free(mf);
     return rc;
 }
 
@@ -643,6 +656,7 @@ int tv__api_h_gc(tv__api_ctx *c)
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
     rc = tv__store_gc(st, &n, &bytes, &c->err);
+    tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     return rc ? rc
               : tv__api_reply(c, 200,
