@@ -53,9 +53,9 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_cancel, tv__cli_cmd_token_create, tv__cli_cmd_token_list, tv__cli_cmd_token_revoke,
     tv__cli_cmd_status, tv__cli_cmd_version, tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench;
 
-/* TEMPORARY (until the in-process api is on main): the local tables. */
-extern const tv__cli_cmd tv__cli_legacy_verify;
-int tv__cli_verify_legacy(const tv__cli_ctx *c);
+/* verify on a local store dir, read-only (no job row, no lock: works on a
+ * read-only mount and beside a writer); device_id 0 = every device. */
+int tv__cli_verify_local(const tv__cli_ctx *c, const char *dir, int64_t device_id);
 
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);

@@ -417,6 +417,11 @@ def test_registry_commands_local(tv, tmp_path):
     p = tv("delete", "org/m", "--store", s, "--json")
     assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] in ("TV_E_STATE",
                                                                           "TV_E_CONFLICT")
+    # verify --device: that device's objects only (read-only, here and locally).
+    allv = js("verify")
+    assert allv["n_failed"] == 0 and allv["n_objects"] >= 2
+    assert js("verify", "--device", "1")["n_objects"] == allv["n_objects"]
+    assert js("verify", "--device", "2")["n_objects"] == 0
     st = js("status")
     assert st["n_models"] == 1 and st["n_devices"] == 1
     v = json.loads(tv("version", "--json", check=True).stdout)

@@ -60,7 +60,9 @@ def test_remote_and_local_print_the_same_documents(served):
         local = tv(*args, "--store", store, "--json")
         assert jdoc(remote) == jdoc(local), args
         # The text rendering is the same too.
-        assert tv(*args, "--url", url).stdout == tv(*args, "--store", store).stdout, args
+        rt, lt = tv(*args, "--url", url), tv(*args, "--store", store)
+        assert rt.returncode == lt.returncode == 0, (args, rt.stderr, lt.stderr)
+        assert rt.stdout == lt.stdout, args
     t = jdoc(tv("tensor", "org/m", "\u00e9t\u00e9.w", "--url", url, "--json"))
     assert t["name"] == "\u00e9t\u00e9.w" and t["shape"] == [2]
 
