@@ -36,9 +36,6 @@ typedef struct tv__cli_cmd {
     unsigned flags;                     /* TV__CLI_* */
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
-    /* TEMPORARY: the local implementation run on --store while the
-     * in-process api cannot run it yet (imports and verify need jobs). */
-    const struct tv__cli_cmd *legacy;
 } tv__cli_cmd;
 
 /* Every command, in the order `tensorvault --help` lists them. */
