@@ -351,6 +351,31 @@ def test_label_error_message_not_garbled(tv, tmp_path):
     assert not repeated(p.stderr, img), p.stderr
 
 
+def test_every_command_answers_help(tv):
+    """Every command of `tensorvault --help` answers --help (and -h) with its
+    usage line, exit 0, listing every flag its line names."""
+    import re
+    top = tv("--help")
+    assert top.returncode == 0
+    lines = [ln.strip() for ln in top.stdout.split("\n\n")[1].splitlines()[1:] if ln.strip()]
+    assert len(lines) >= 29, lines
+    for line in lines:
+        words = line.split()
+        n = 2 if words[0] in ("store", "alias", "token") else 1
+        cmd = words[:n]
+        for flag in ("--help", "-h"):
+            p = tv(*cmd, flag)
+            assert p.returncode == 0, (cmd, flag, p.stderr)
+            assert p.stdout.splitlines()[0] == f"usage: tensorvault {line}", (cmd, p.stdout)
+        for opt in re.findall(r"--[a-z-]+", line):
+            assert opt in p.stdout, (cmd, opt)
+    # A two-word command's first word alone: every subcommand's usage.
+    p = tv("token", "--help")
+    assert p.returncode == 0 and p.stdout.count("usage: tensorvault token ") == 3
+    p = tv("alias")
+    assert p.returncode == 2 and p.stderr.count("usage: tensorvault alias ") == 3
+
+
 # ---- issue 9: the registry commands through the in-process API -------------
 
 def test_registry_commands_local(tv, tmp_path):
