@@ -119,6 +119,10 @@ static void reply_error(tv__api_ctx *c, int status, int code, const char *msg)
     r->json = tv__api_error_json(code, msg);
     r->status = status;
     r->content_type = "application/json";
+    /* Headers a handler set for a success (ETag, ...) do not describe an
+     * error; 405's Allow and 416's Content-Range do. */
+    if (status != 405 && status != 416)
+        r->headers[0] = '\0';
     if (status == 401)
         tv__api_header(r, "WWW-Authenticate", "Bearer");
     else if (status == 503)
@@ -154,13 +158,17 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
         goto fail;
     }
     *out = NULL;
-    api = calloc(1, sizeof *api);
-    if (!api || !(api->store_dir = strdup(o->store_dir))) {
+    if (!(api = calloc(1, sizeof *api))) {
         rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
         goto fail;
     }
     pthread_mutex_init(&api->writer_mu, NULL);
     pthread_mutex_init(&api->pool_mu, NULL);
+    pthread_mutex_init(&api->cache_mu, NULL);
+    if (!(api->store_dir = strdup(o->store_dir))) {
+        rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
+        goto fail;
+    }
     api->jobs = o->jobs;
     api->watch = o->watch;
     api->watch_ctx = o->watch_ctx;
@@ -210,6 +218,7 @@ void tv__api_close(tv__api *api)
     if (!api)
         return;
     tv__api_models_close(api);
+    tv__api_shards_forget(api);
     for (size_t i = 0; i < api->n_readers; i++)
         tv__store_close(api->readers[i]);
     if (api->own_writer)
@@ -219,6 +228,7 @@ void tv__api_close(tv__api *api)
     free(api->roots);
     pthread_mutex_destroy(&api->writer_mu);
     pthread_mutex_destroy(&api->pool_mu);
+    pthread_mutex_destroy(&api->cache_mu);
     free(api->store_dir);
     free(api);
 }
@@ -718,7 +728,9 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
     for (size_t i = 0; i < TV_ARRAY_LEN(ROUTES); i++) {
         if (!match(ROUTES[i].path, &sg))
             continue;
-        if (!strcmp(ROUTES[i].method, req->method)) {
+        /* HEAD is GET without the body (the transport drops it). */
+        if (!strcmp(ROUTES[i].method, req->method) ||
+            (!strcmp(req->method, "HEAD") && !strcmp(ROUTES[i].method, "GET"))) {
             hit = &ROUTES[i];
             break;
         }

@@ -124,5 +124,6 @@ json_t *tv__api_shard_json(const tv__reg_shard *s);
 json_t *tv__api_alias_json(const char *model, const char *alias, int64_t generation);
 json_t *tv__api_token_json(const tv__reg_token *t);
 json_t *tv__api_version_json(void);
+json_t *tv__api_job_json(const tv__reg_job *j);
 
 #endif

@@ -301,7 +301,7 @@ int tv__api_h_data(tv__api_ctx *c)
     tv__reg *reg;
     tv__reg_generation g;
     tv__reg_tensor_row row = {0};
-    tv__reg_manifest *mf = NULL;
+    json_t *shards = NULL;
     int64_t number;
     const char *model = c->param[0], *name = c->param[2];
     tv__api_resp *r = c->resp;
@@ -317,17 +317,18 @@ int tv__api_h_data(tv__api_ctx *c)
                         model, tv__gen_state_name(g.state));
         goto out;
     }
-    if ((rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err)))
+    if ((rc = tv__api_shards(c, reg, &g, &shards)))
         goto out;
-    if (row.shard_idx >= mf->n_shards) {
+    const char *sha =
+        json_string_value(json_object_get(json_array_get(shards, row.shard_idx), "sha256"));
+    if (!sha) {
         rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", name,
-                        row.shard_idx, mf->n_shards);
+                        row.shard_idx, json_array_size(shards));
         goto out;
     }
     uint64_t n = row.end_off - row.begin_off;
     char etag[TV__REG_SHA256_HEX_LEN + 48];
-    snprintf(etag, sizeof etag, "\"%s:%" PRIu64 "-%" PRIu64 "\"", mf->shards[row.shard_idx].sha256,
-             row.begin_off, row.end_off);
+    snprintf(etag, sizeof etag, "\"%s:%" PRIu64 "-%" PRIu64 "\"", sha, row.begin_off, row.end_off);
     tv__api_header(r, "ETag", "%s", etag);
     tv__api_header(r, "Accept-Ranges", "bytes");
     if (inm_matches(c->req->if_none_match, etag)) {
@@ -381,7 +382,7 @@ int tv__api_h_data(tv__api_ctx *c)
     r->stream_state = s;
 out:
     free(row.name);
-    tv__reg_manifest_free(mf);
+    json_decref(shards);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 #define TV__API_MAX_QUERY     16
 #define TV__API_READER_POOL   32
 #define TV__API_MODEL_POOL    16
+#define TV__API_SHARD_CACHE   16
 #define TV__API_CURSOR_MAX    8192 /* characters of an incoming cursor */
 #define TV__API_STREAM_PIECE  (8ull << 20)
 #define TV__API_WHOLE_DEFAULT (64ull << 20)
@@ -51,6 +52,14 @@ struct tv__api {
     size_t n_readers;
     tv__api_model_slot models[TV__API_MODEL_POOL];
     uint64_t model_clock;
+
+    pthread_mutex_t cache_mu; /* shard_cache[] (api_cache.c) */
+    struct {
+        int64_t generation_id;
+        json_t *shards; /* [Shard] */
+        uint64_t last_use;
+    } shard_cache[TV__API_SHARD_CACHE];
+    uint64_t cache_clock, cache_epoch;
 };
 
 /* Tensors up to this many bytes are answered whole in resp->body, larger
@@ -116,7 +125,15 @@ int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_ali
 /* The renderers of api_render.c not in api.h. */
 json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
                             const char *message);
-json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, const tv__reg_manifest *mf);
+/* shard: the tensor's Shard object for the single-tensor form (file_offset,
+ * replicas), NULL for the list form. */
+json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, json_t *shard);
+
+/* The [Shard] array of generation g (a deep copy: the caller owns it),
+ * from the cache when g is ready. */
+int tv__api_shards(tv__api_ctx *c, tv__reg *reg, const tv__reg_generation *g, json_t **out);
+/* Drops every cached entry (after rows were deleted: model delete, gc). */
+void tv__api_shards_forget(tv__api *api);
 
 /* Handlers. */
 int tv__api_h_healthz(tv__api_ctx *c);
@@ -149,6 +166,11 @@ int tv__api_h_verify(tv__api_ctx *c);
 int tv__api_h_jobs(tv__api_ctx *c);
 int tv__api_h_job(tv__api_ctx *c);
 int tv__api_h_job_cancel(tv__api_ctx *c);
+
+/* realpath(source) when it lies under an import root (any path when the
+ * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. *real is
+ * malloc'd. */
+int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error *err);
 
 /* The data route's model pool (api_data.c); closes every handle. */
 void tv__api_models_close(tv__api *api);

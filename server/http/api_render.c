@@ -139,7 +139,7 @@ json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias
     return done(o, ok);
 }
 
-json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, const tv__reg_manifest *mf)
+json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, json_t *shard)
 {
     json_t *o = json_object(), *shape = json_array(), *offs = json_array();
     bool ok = shape && offs;
@@ -157,17 +157,17 @@ json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, const tv__reg_manifest 
          put(o, "shard", json_string(t->shard)) &&
          put(o, "shard_index", json_integer(t->shard_idx)) && put(o, "data_offsets", offs) &&
          put(o, "nbytes", jint(t->end_off - t->begin_off));
-    if (ok && mf) {
-        /* file_offset = 8 + header_len + begin (all checked at import) */
-        ok = put(o, "file_offset", jint(8 + t->header_len + t->begin_off));
-        json_t *reps = json_array();
+    if (ok && shard) {
+        /* data_off = 8 + header_len; offsets were checked at import */
+        uint64_t data = 8 + t->header_len + t->begin_off;
+        ok = put(o, "file_offset", jint(data));
+        json_t *reps = json_array(), *sr = json_object_get(shard, "replicas");
         ok = ok && reps != NULL;
-        const tv__reg_shard *s = t->shard_idx < mf->n_shards ? &mf->shards[t->shard_idx] : NULL;
-        for (size_t i = 0; ok && s && i < s->n_replicas; i++) {
-            json_t *r = json_object();
-            ok =
-                put(r, "device_id", json_integer(s->replicas[i].device_id)) &&
-                put(r, "device_offset", jint(s->replicas[i].base_off + s->data_off + t->begin_off));
+        for (size_t i = 0; ok && i < json_array_size(sr); i++) {
+            json_t *x = json_array_get(sr, i), *r = json_object();
+            uint64_t base = (uint64_t)json_integer_value(json_object_get(x, "device_offset"));
+            ok = put(r, "device_id", json_copy(json_object_get(x, "device_id"))) &&
+                 put(r, "device_offset", jint(base + data));
             if (!ok || json_array_append_new(reps, r)) {
                 json_decref(ok ? NULL : r);
                 ok = false;

@@ -64,8 +64,22 @@ static json_t *cursor_json(bool more, char kind, const char *key, size_t key_len
     return j;
 }
 
+/* The active generation as readers open it (tv__store_settled_active: an
+ * activation interrupted after its pointer rename counts as done), or the
+ * registry's when no reader store is held. */
+static int settled(tv__api_ctx *c, const char *model, int64_t registry_active, int64_t *active)
+{
+    *active = registry_active;
+    return c->rd ? tv__store_settled_active(c->rd, model, active, &c->err) : 0;
+}
+
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number)
 {
+    int64_t a = 0;
+    if (!strcmp(spec, "active") && c->rd && !settled(c, model, 0, &a) && a) {
+        *number = a;
+        return 0;
+    }
     if (spec[0] >= '0' && spec[0] <= '9') {
         if (!parse_i64(spec, number))
             return tv__seterr(
@@ -229,9 +243,11 @@ static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, i
 {
     tv__reg_alias *al = NULL;
     size_t na = 0;
-    if ((*rc = tv__api_aliases(c, reg, m->name, &al, &na)))
+    tv__reg_model ms = *m;
+    if ((*rc = settled(c, m->name, m->active_generation, &ms.active_generation)) ||
+        (*rc = tv__api_aliases(c, reg, m->name, &al, &na)))
         return NULL;
-    json_t *j = tv__api_model_json(m, al, na);
+    json_t *j = tv__api_model_json(&ms, al, na);
     free(al);
     if (!j)
         *rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
@@ -293,6 +309,7 @@ int tv__api_h_model_delete(tv__api_ctx *c)
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
     rc = tv__store_model_delete(st, c->param[0], &n_retired, &freed, &c->err);
+    tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     if (rc)
         return rc;
@@ -309,18 +326,27 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
                             bool detail)
 {
     tv__reg_generation g;
-    tv__reg_manifest *mf = NULL;
+    json_t *shards = NULL, *doc = NULL;
     tv__reg_alias *al = NULL;
     size_t na = 0;
     int rc;
+    int64_t active;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
-        (detail && (rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err))) ||
-        (rc = tv__api_aliases(c, reg, model, &al, &na)))
+        (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
+        (rc = tv__api_aliases(c, reg, model, &al, &na)) ||
+        (rc = settled(c, model, g.active ? g.number : 0, &active)))
         goto out;
-    rc = tv__api_reply(c, 200, tv__api_generation_json(&g, al, na, mf));
+    g.active = g.number == active;
+    doc = tv__api_generation_json(&g, al, na, NULL);
+    if (doc && shards && json_object_set_new(doc, "shards", shards)) {
+        json_decref(doc);
+        doc = NULL;
+    }
+    shards = NULL;
+    rc = tv__api_reply(c, 200, doc);
 out:
+    json_decref(shards);
     free(al);
-    tv__reg_manifest_free(mf);
     return rc;
 }
 
@@ -347,8 +373,11 @@ int tv__api_h_generations(tv__api_ctx *c)
     if ((rc = tv__api_reader(c, &reg)) || (rc = tv__reg_model_get(reg, c->param[0], &m, &c->err)) ||
         (rc =
              tv__reg_generations_page(reg, c->param[0], after_n, limit, &gs, &n, &more, &c->err)) ||
-        (rc = tv__api_aliases(c, reg, c->param[0], &al, &na)))
+        (rc = tv__api_aliases(c, reg, c->param[0], &al, &na)) ||
+        (rc = settled(c, c->param[0], m.active_generation, &m.active_generation)))
         goto out;
+    for (size_t i = 0; i < n; i++)
+        gs[i].active = gs[i].number == m.active_generation;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
         if (json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
@@ -593,19 +622,25 @@ int tv__api_h_tensor(tv__api_ctx *c)
     tv__reg *reg;
     tv__reg_generation g;
     tv__reg_tensor_row row = {0};
-    tv__reg_manifest *mf = NULL;
+    json_t *shards = NULL;
     int64_t number;
     int rc;
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen(c, reg, c->param[0], c->param[1], &number)) ||
         (rc = tv__reg_generation_get(reg, c->param[0], number, &g, &c->err)) ||
         (rc = tv__reg_tensor_get(reg, g.id, c->param[2], &row, &c->err)) ||
-        (rc = tv__reg_tensors_list(reg, g.id, &mf, &c->err)))
+        (rc = tv__api_shards(c, reg, &g, &shards)))
         goto out;
-    rc = tv__api_reply(c, 200, tv__api_tensor_json(&row, mf));
+    json_t *shard = json_array_get(shards, row.shard_idx);
+    if (!shard) {
+        rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", row.name,
+                        row.shard_idx, json_array_size(shards));
+        goto out;
+    }
+    rc = tv__api_reply(c, 200, tv__api_tensor_json(&row, shard));
 out:
+    json_decref(shards);
     free(row.name);
-    tv__reg_manifest_free(mf);
     return rc;
 }
 
@@ -621,6 +656,7 @@ int tv__api_h_gc(tv__api_ctx *c)
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
     rc = tv__store_gc(st, &n, &bytes, &c->err);
+    tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     return rc ? rc
               : tv__api_reply(c, 200,

@@ -15,11 +15,11 @@
 
 #ifndef TV__ALIAS_MAX
 #define TV__API_SEAMS_TMP_REG 1
-#define TV__ALIAS_MAX         64
 int tv__alias_name_valid(const char *alias, tv_error *err);
 typedef struct tv__reg_alias {
     char model[TV__REG_NAME_MAX + 1];
-    char alias[TV__ALIAS_MAX + 1];
+    char alias[64 + 1]; /* TV__ALIAS_MAX + 1: not defined here, so other helpers' stubs see only the
+                           real one */
     int64_t generation;
     int64_t updated_at;
 } tv__reg_alias;

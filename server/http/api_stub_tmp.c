@@ -20,7 +20,7 @@
 WEAK int tv__alias_name_valid(const char *alias, tv_error *err)
 {
     size_t n = alias ? strlen(alias) : 0;
-    bool ok = n >= 1 && n <= TV__ALIAS_MAX &&
+    bool ok = n >= 1 && n <= 64 &&
               ((alias[0] >= 'A' && alias[0] <= 'Z') || (alias[0] >= 'a' && alias[0] <= 'z')) &&
               strcmp(alias, "active");
     for (size_t i = 1; ok && i < n; i++) {

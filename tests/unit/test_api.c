@@ -14,6 +14,7 @@
  * reads follow the peer; admin routes need a token. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -268,6 +269,9 @@ static void test_router(void **state)
     assert_int_equal(call(&r, "DELETE", "/v1/devices", NULL), 405);
     assert_string_equal(err_code(&r), "TV_E_BAD_REQUEST");
     assert_non_null(strstr(r.headers, "Allow: GET\r\n"));
+    tv__api_resp_free(&r);
+    assert_int_equal(call(&r, "HEAD", "/v1/models/acme%2Ftiny", NULL), 200);
+    assert_string_equal(r.route, "GET /v1/models/{name}");
     tv__api_resp_free(&r);
     assert_int_equal(call(&r, "PATCH", "/v1/models/x", NULL), 405);
     assert_non_null(strstr(r.headers, "Allow: GET, DELETE\r\n"));
@@ -857,6 +861,47 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* ---- concurrency --------------------------------------------------------------------- */
+
+static void *hammer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 40; i++) {
+        tv__api_resp r;
+        tv__api_req q = {.method = "GET",
+                         .path = "/v1/models/acme%2Ftiny/generations/1/tensors/na%C3%AFve/data",
+                         .range = "bytes=3-77",
+                         .peer_loopback = true};
+        if (tv__api_handle(g->api, &q, &r) != 206 || r.body_len != 75)
+            return (void *)1;
+        for (uint64_t k = 0; k < 75; k++)
+            if ((uint8_t)r.body[k] != tv_test_shard_byte(tensor_begin(2) + 3 + k, 1))
+                return (void *)2;
+        tv__api_resp_free(&r);
+        q = (tv__api_req){.method = "GET",
+                          .path = i % 2 ? "/v1/models/acme%2Ftiny/generations/2/tensors/big"
+                                        : "/v1/models",
+                          .peer_loopback = true};
+        if (tv__api_handle(g->api, &q, &r) != 200 || !r.json)
+            return (void *)3;
+        tv__api_resp_free(&r);
+    }
+    return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+    (void)state;
+    pthread_t th[6];
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, hammer, NULL), 0);
+    for (int i = 0; i < 6; i++) {
+        void *res;
+        assert_int_equal(pthread_join(th[i], &res), 0);
+        assert_null(res);
+    }
+}
+
 static void test_open_args(void **state)
 {
     (void)state;
@@ -910,6 +955,7 @@ int main(void)
         T(test_generation_changes),
         T(test_bodies),
         T(test_auth),
+        T(test_concurrent),
         T(test_open_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
