@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -861,6 +863,234 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* ---- jobs (inline: local mode) --------------------------------------------------- */
+
+static void test_jobs_refused(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    char body[1024];
+    /* refused before queuing */
+    snprintf(body, sizeof body, "{\"model\":\"bad name!\",\"source\":\"%s\"}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_NAME");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"alias\":\"9x\"}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_NAME");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"activate\":1}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"bogus\":1}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s/missing\"}", g->dir);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 404, "ENOENT");
+    expect_error("POST", "/v1/imports", &(rq){.body = "{\"model\":\"m\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    char *longp = malloc(6000);
+    assert_non_null(longp);
+    memset(longp, 'a', 5000);
+    const char *head = "{\"model\":\"m\",\"source\":\"/";
+    memcpy(longp, head, strlen(head));
+    memcpy(longp + 5000, "\"}", 3);
+    expect_error("POST", "/v1/imports", &(rq){.body = longp}, 400, "TV_E_BAD_REQUEST");
+    free(longp);
+    char loop[300];
+    snprintf(loop, sizeof loop, "%s/loop", g->dir);
+    assert_int_equal(symlink(loop, loop), 0);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\"}", loop);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/imports", &(rq){.body = "{\"model\":\"m\",\"source\":\"\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/verify", &(rq){.body = "{\"device_id\":9}"}, 404, "TV_E_NOT_FOUND");
+    expect_error("POST", "/v1/verify", &(rq){.body = "{\"device_id\":\"1\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    /* no job yet */
+    json_t *j = ok_json(&r, "GET", "/v1/jobs", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 0);
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/jobs?state=cancelled&kind=verify&limit=3", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 0);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/jobs?state=done", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?kind=x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?cursor=j", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?cursor=jzz", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs/999", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/jobs/x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/jobs/999/cancel", NULL, 404, "TV_E_NOT_FOUND");
+    /* a model without an active generation can be deleted; with one, not */
+    tv_error err = {0};
+    tv__import_opts io = {.activate = false};
+    if (tv__import(g->st, "jobm", g->ckz, &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    expect_error("DELETE", "/v1/models/zeta", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "jobm");
+    assert_int_equal(json_integer_value(json_object_get(j, "n_generations_retired")), 1);
+    expect_field(j, "freed_bytes", JSON_INTEGER);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("DELETE", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "POST", "/v1/gc", NULL);
+    expect_field(j, "n_objects_freed", JSON_INTEGER);
+    expect_field(j, "freed_bytes", JSON_INTEGER);
+    tv__api_resp_free(&r);
+}
+
+/* Import roots: whole components, real paths (symlinks, ".." and prefix
+ * siblings cannot escape). */
+static void test_import_roots(void **state)
+{
+    (void)state;
+    char root[300], sib[300], link[400], dotdot[400], inside[400];
+    snprintf(root, sizeof root, "%s/root", g->dir);
+    snprintf(sib, sizeof sib, "%s/root2", g->dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    assert_int_equal(mkdir(sib, 0700), 0);
+    snprintf(inside, sizeof inside, "%s/ok.safetensors", root);
+    tv_test_write_shard(inside, TENSORS, 1, 5);
+    char sibf[400];
+    snprintf(sibf, sizeof sibf, "%s/x.safetensors", sib);
+    tv_test_write_shard(sibf, TENSORS, 1, 6);
+    snprintf(link, sizeof link, "%s/escape.safetensors", root);
+    assert_int_equal(symlink(g->ckz, link), 0);
+    snprintf(dotdot, sizeof dotdot, "%s/../z.safetensors", root);
+    tv__api *api = NULL;
+    tv_error err = {0};
+    const char *roots[] = {root};
+    tv__api_opts o = {.store_dir = g->store,
+                      .anonymous_reads = TV__ANON_LOOPBACK,
+                      .import_roots = roots,
+                      .n_import_roots = 1};
+    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    tv__api *saved = g->api;
+    g->api = api;
+    const char *out[] = {link, dotdot, sibf, g->ckz, "/"};
+    char body[1024];
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"rooted\",\"source\":\"%s\"}", out[i]);
+        expect_error("POST", "/v1/imports", &(rq){.body = body}, 403, "TV_E_OUTSIDE_ROOTS");
+    }
+    char *real = NULL;
+    assert_int_equal(tv__api_source_check(api, inside, &real, &err), 0);
+    assert_non_null(strstr(real, "/root/ok.safetensors"));
+    free(real);
+    assert_int_equal(tv__api_source_check(api, root, &real, &err), 0);
+    free(real);
+    assert_int_equal(tv__api_source_check(api, sib, &real, &err), TV_E_OUTSIDE_ROOTS);
+    assert_null(real);
+    g->api = saved;
+    tv__api_close(api);
+}
+
+/* ---- aliases (store seams) --------------------------------------------------------- */
+
+static void test_aliases(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/prod",
+                        &(rq){.body = "{\"generation\":1}"});
+    assert_string_equal(json_string_value(json_object_get(j, "alias")), "prod");
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny", NULL);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "aliases"), "prod")), 1);
+    assert_int_equal(json_object_size(json_object_get(j, "aliases")), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/prod", NULL);
+    check_generation(j, 1, false);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "aliases"), 0)),
+                        "prod");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/aliases", NULL);
+    json_t *arr = json_object_get(j, "aliases");
+    assert_int_equal(json_array_size(arr), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "alias")),
+                        "prod");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "model")), MODEL);
+    tv__api_resp_free(&r);
+    /* bytes through the alias are generation 1's */
+    assert_int_equal(data(&r, 1, "prod", NULL), 200);
+    expect_bytes(&r, 1, 1, 0, 13);
+    tv__api_resp_free(&r);
+    /* an aliased generation cannot be retired; move the alias, then it can */
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/1/retire", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/prod",
+                &(rq){.body = "{\"generation\":2}"});
+    tv__api_resp_free(&r);
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/prod", &(rq){.body = "{\"generation\":7}"},
+                 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "DELETE", "/v1/models/acme%2Ftiny/aliases/prod", NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 2);
+    tv__api_resp_free(&r);
+    expect_error("DELETE", "/v1/models/acme%2Ftiny/aliases/prod", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/prod", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/nobody/aliases", NULL, 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/1/retire", NULL);
+    tv__api_resp_free(&r);
+}
+
+/* ---- tokens ------------------------------------------------------------------------ */
+
+static void test_tokens(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    char adm[80], rd[80], hdr[100];
+    int64_t rd_id;
+    json_t *j =
+        ok_json(&r, "POST", "/v1/tokens", &(rq){.body = "{\"name\":\"ops\",\"scope\":\"admin\"}"});
+    assert_int_equal(r.status, 201);
+    assert_string_equal(json_string_value(json_object_get(j, "scope")), "admin");
+    assert_string_equal(json_string_value(json_object_get(j, "name")), "ops");
+    expect_field(j, "id", JSON_INTEGER);
+    expect_field(j, "created_at", JSON_INTEGER);
+    assert_true(json_is_null(json_object_get(j, "revoked_at")));
+    const char *tok = json_string_value(json_object_get(j, "token"));
+    assert_int_equal(strlen(tok), 68);
+    assert_memory_equal(tok, "tvk_", 4);
+    snprintf(adm, sizeof adm, "Bearer %s", tok);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "POST", "/v1/tokens", &(rq){.body = "{\"name\":\"dash\",\"scope\":\"read\"}"});
+    snprintf(rd, sizeof rd, "Bearer %s", json_string_value(json_object_get(j, "token")));
+    rd_id = json_integer_value(json_object_get(j, "id"));
+    tv__api_resp_free(&r);
+    /* the matrix, from a remote peer (no anonymous reads) */
+    rq a = {.untrusted = true, .remote = true, .auth = adm};
+    rq x = {.untrusted = true, .remote = true, .auth = rd};
+    j = ok_json(&r, "GET", "/v1/models", &x);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models", &a);
+    tv__api_resp_free(&r);
+    expect_error("POST", "/v1/gc", &x, 403, "TV_E_FORBIDDEN");
+    expect_error("GET", "/v1/tokens", &x, 403, "TV_E_FORBIDDEN");
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/2/activate", &x, 403,
+                 "TV_E_FORBIDDEN");
+    j = ok_json(&r, "POST", "/v1/gc", &a);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/tokens", &a);
+    json_t *arr = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(arr), 2);
+    assert_null(json_object_get(json_array_get(arr, 0), "token")); /* never listed */
+    tv__api_resp_free(&r);
+    /* "bearer" in any case, surrounding blanks */
+    snprintf(hdr, sizeof hdr, "  bearer   %s  ", rd + 7);
+    j = ok_json(&r, "GET", "/v1/models", &(rq){.untrusted = true, .remote = true, .auth = hdr});
+    tv__api_resp_free(&r);
+    /* revoke the read token: 401 afterwards, revoked_at set; twice is fine */
+    char target[64];
+    snprintf(target, sizeof target, "/v1/tokens/%" PRId64, rd_id);
+    j = ok_json(&r, "DELETE", target, &a);
+    expect_field(j, "revoked_at", JSON_INTEGER);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "DELETE", target, &a);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models", &x, 401, "TV_E_UNAUTHORIZED");
+    expect_error("GET", "/v1/models", &(rq){.untrusted = true, .auth = rd}, 401,
+                 "TV_E_UNAUTHORIZED");
+    expect_error("DELETE", "/v1/tokens/999", &a, 404, "TV_E_NOT_FOUND");
+    expect_error("DELETE", "/v1/tokens/x", &a, 400, "TV_E_BAD_REQUEST");
+}
+
 /* ---- concurrency --------------------------------------------------------------------- */
 
 static void *hammer(void *arg)
@@ -955,6 +1185,10 @@ int main(void)
         T(test_generation_changes),
         T(test_bodies),
         T(test_auth),
+        T(test_jobs_refused),
+        T(test_import_roots),
+        T(test_aliases),
+        T(test_tokens),
         T(test_concurrent),
         T(test_open_args),
     };
