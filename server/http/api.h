@@ -116,6 +116,8 @@ int tv__api_http_status(int code);
 /* The schema renderers (API9 "Objects"), also used by the CLI printers.
  * Each returns a new reference, NULL only on -ENOMEM. */
 json_t *tv__api_error_json(int code, const char *message);
+/* A JSON string of s; bytes that are not UTF-8 become U+FFFD. NULL s is null. */
+json_t *tv__api_jstr(const char *s);
 json_t *tv__api_model_json(const tv__reg_model *m, const tv__reg_alias *aliases, size_t n_aliases);
 /* aliases: those pointing at g (sorted); shards NULL = the list form. */
 json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias *aliases,

@@ -21,7 +21,7 @@
 
 static json_t *str_or_null(const char *s)
 {
-    return s && *s ? json_string(s) : json_null();
+    return s && *s ? tv__api_jstr(s) : json_null();
 }
 
 static json_t *int_or_null(int64_t v)
@@ -34,9 +34,9 @@ json_t *tv__api_job_json(const tv__reg_job *j)
     const char *state = tv__job_state_name(j->state), *kind = tv__job_kind_name(j->kind);
     json_t *err = json_null(), *result = json_null(), *eta = json_null();
     if (j->error_errno || j->error_code[0])
-        err = json_pack("{s:s,s:s,s:i}", "code",
+        err = json_pack("{s:s,s:o,s:i}", "code",
                         j->error_code[0] ? j->error_code : tv_err_name(j->error_errno), "message",
-                        j->error[0] ? j->error : tv_strerror(j->error_errno), "errno",
+                        tv__api_jstr(j->error[0] ? j->error : tv_strerror(j->error_errno)), "errno",
                         j->error_errno);
     if (j->result_json) {
         json_error_t je;
@@ -282,7 +282,7 @@ int tv__api_h_jobs(tv__api_ctx *c)
             int ll = snprintf(last, sizeof last, "%" PRId64, js[n - 1].id);
             char *cur = tv__api_cursor_make('j', last, (size_t)ll);
             json_decref(next);
-            next = cur ? json_string(cur) : NULL;
+            next = cur ? tv__api_jstr(cur) : NULL;
             free(cur);
         }
         rc = tv__api_reply(c, 200, json_pack("{s:o,s:o}", "jobs", arr, "next_cursor", next));

@@ -59,7 +59,7 @@ static json_t *cursor_json(bool more, char kind, const char *key, size_t key_len
     if (!more)
         return json_null();
     char *s = tv__api_cursor_make(kind, key, key_len);
-    json_t *j = s ? json_string(s) : NULL;
+    json_t *j = s ? tv__api_jstr(s) : NULL;
     free(s);
     return j;
 }
@@ -131,12 +131,13 @@ int tv__api_h_status(tv__api_ctx *c)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS ||
                 (c->api->anonymous_reads == TV__ANON_LOOPBACK && c->req->peer_loopback);
-    return tv__api_reply(
-        c, 200,
-        json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:I,s:I},s:b}", "version", tv_version(), "store",
-                  c->api->store_dir, "uptime_seconds", (json_int_t)(ts.tv_sec - c->api->started_at),
-                  "n_models", (json_int_t)nm, "n_devices", (json_int_t)nd, "jobs", "queued",
-                  (json_int_t)queued, "running", (json_int_t)running, "anonymous_reads", anon));
+    return tv__api_reply(c, 200,
+                         json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b}", "version", tv_version(),
+                                   "store", tv__api_jstr(c->api->store_dir), "uptime_seconds",
+                                   (json_int_t)(ts.tv_sec - c->api->started_at), "n_models",
+                                   (json_int_t)nm, "n_devices", (json_int_t)nd, "jobs", "queued",
+                                   (json_int_t)queued, "running", (json_int_t)running,
+                                   "anonymous_reads", anon));
 }
 
 int tv__api_h_openapi(tv__api_ctx *c)
@@ -298,8 +299,9 @@ int tv__api_h_model_delete(tv__api_ctx *c)
     if (rc)
         return rc;
     return tv__api_reply(c, 200,
-                         json_pack("{s:s,s:I,s:I}", "model", c->param[0], "n_generations_retired",
-                                   (json_int_t)n_retired, "freed_bytes", (json_int_t)freed));
+                         json_pack("{s:o,s:I,s:I}", "model", tv__api_jstr(c->param[0]),
+                                   "n_generations_retired", (json_int_t)n_retired, "freed_bytes",
+                                   (json_int_t)freed));
 }
 
 /* ---- generations ------------------------------------------------------------ */
@@ -691,7 +693,7 @@ int tv__api_h_token_create(tv__api_ctx *c)
     if (rc)
         goto out;
     doc = tv__api_token_json(&t);
-    if (doc && json_object_set_new(doc, "token", json_string(secret))) {
+    if (doc && json_object_set_new(doc, "token", tv__api_jstr(secret))) {
         json_decref(doc);
         doc = NULL;
     }

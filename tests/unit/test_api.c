@@ -222,6 +222,14 @@ static void test_status_table(void **state)
     assert_int_equal(tv__api_http_status(TV_E_NO_SPACE), 507);
     assert_int_equal(tv__api_http_status(TV_E_REGISTRY), 500);
     assert_int_equal(tv__api_http_status(-EIO), 500);
+    json_t *j = tv__api_jstr("a\xff\xc3\xaf"
+                             "b\xed\xa0\x80");
+    assert_string_equal(json_string_value(j), "a\xef\xbf\xbd\xc3\xaf"
+                                              "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(j);
+    j = tv__api_error_json(TV_E_BAD_REQUEST, "bad '\xff'");
+    assert_non_null(j);
+    json_decref(j);
     json_t *e = tv__api_error_json(TV_E_NOT_FOUND, "model 'x' not found");
     char *s = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(
@@ -1132,6 +1140,150 @@ static void test_concurrent(void **state)
     }
 }
 
+/* ---- hostile input ---------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static unsigned rnd(unsigned n)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (unsigned)(g_rng % n);
+}
+
+static void rnd_text(char *out, size_t cap, const char *const *words, size_t n_words)
+{
+    static const char alpha[] = "%/?&=+-._~aZ09 \t\"{}[]:,\\\xc3\xaf\xff";
+    size_t len = 0, parts = rnd(8);
+    for (size_t i = 0; i < parts && len + 80 < cap; i++) {
+        if (rnd(2)) {
+            len += (size_t)snprintf(out + len, cap - len, "%s", words[rnd((unsigned)n_words)]);
+        } else {
+            for (unsigned k = rnd(6); k > 0; k--)
+                out[len++] = alpha[rnd(sizeof alpha - 1)];
+            out[len] = '\0';
+        }
+    }
+    out[len] = '\0';
+}
+
+/* Random paths, queries, bodies and headers on every route: never a 5xx,
+ * always a well-formed answer (errors as error documents). */
+static void test_garbage(void **state)
+{
+    (void)state;
+    static const char *const words[] = {"/v1",
+                                        "/models",
+                                        "/acme%2Ftiny",
+                                        "/zeta",
+                                        "/generations",
+                                        "/1",
+                                        "/2",
+                                        "/active",
+                                        "/prod",
+                                        "/tensors",
+                                        "/big",
+                                        "/odd%20100%25",
+                                        "/data",
+                                        "/aliases",
+                                        "/devices",
+                                        "/jobs",
+                                        "/tokens",
+                                        "/activate",
+                                        "/retire",
+                                        "/rollback",
+                                        "/cancel",
+                                        "/imports",
+                                        "/verify",
+                                        "/gc",
+                                        "%",
+                                        "%2",
+                                        "%00",
+                                        "%zz",
+                                        "//",
+                                        "limit=",
+                                        "cursor=",
+                                        "prefix=",
+                                        "order=",
+                                        "state=",
+                                        "kind=",
+                                        "&",
+                                        "=",
+                                        "1001",
+                                        "0",
+                                        "-1",
+                                        "99999999999999999999999",
+                                        "m6",
+                                        "f31",
+                                        "n61",
+                                        "{",
+                                        "}",
+                                        "\"generation\":",
+                                        "\"name\":",
+                                        "\"scope\":",
+                                        "\"model\":",
+                                        "\"source\":",
+                                        "\"read\"",
+                                        "null",
+                                        "true",
+                                        "1",
+                                        "[]",
+                                        "\"x\"",
+                                        ","};
+    static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", ""};
+    static const char *const ranges[] = {NULL,
+                                         "bytes=",
+                                         "bytes=-",
+                                         "bytes=1-",
+                                         "bytes=--1",
+                                         "bytes=1-2-3",
+                                         "bytes=0-0,",
+                                         "bytes=18446744073709551615-",
+                                         "bytes=-18446744073709551616"};
+    char root[300];
+    snprintf(root, sizeof root, "%s/emptyroot", g->dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    const char *roots[] = {root};
+    tv__api_opts o = {.store_dir = g->store,
+                      .anonymous_reads = TV__ANON_LOOPBACK,
+                      .import_roots = roots,
+                      .n_import_roots = 1};
+    tv__api *api = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    char path[512], query[256], body[512];
+    for (int i = 0; i < 4000; i++) {
+        rnd_text(path, sizeof path, words, sizeof words / sizeof words[0]);
+        rnd_text(query, sizeof query, words, sizeof words / sizeof words[0]);
+        rnd_text(body, sizeof body, words, sizeof words / sizeof words[0]);
+        tv__api_req q = {.method = methods[rnd(7)],
+                         .path = path,
+                         .query = rnd(2) ? query : NULL,
+                         .body = rnd(2) ? body : NULL,
+                         .range = ranges[rnd(9)],
+                         .if_none_match = rnd(4) ? NULL : body,
+                         .authorization = rnd(4) ? NULL : query,
+                         .content_type = rnd(4) ? NULL : "application/json; charset=utf-8",
+                         .trusted = rnd(3) != 0,
+                         .peer_loopback = rnd(2)};
+        q.body_len = q.body ? strlen(q.body) : 0;
+        tv__api_resp r;
+        int st = tv__api_handle(api, &q, &r);
+        if (st < 200 || st >= 500)
+            fail_msg("%s %s ? %s body %s: %d %s", q.method, path, q.query ? q.query : "",
+                     q.body ? q.body : "", st, r.json ? json_dumps(r.json, JSON_COMPACT) : "");
+        assert_non_null(r.route);
+        if (st >= 400)
+            err_code(&r);
+        else if (r.stream)
+            assert_int_equal(tv__api_stream_read(&r, 0, body, sizeof body) > 0, r.stream_len > 0);
+        else if (st != 304)
+            assert_true(r.json || r.body || r.body_len == 0);
+        tv__api_resp_free(&r);
+    }
+    tv__api_close(api);
+}
+
 static void test_open_args(void **state)
 {
     (void)state;
@@ -1190,6 +1342,7 @@ int main(void)
         T(test_aliases),
         T(test_tokens),
         T(test_concurrent),
+        T(test_garbage),
         T(test_open_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
