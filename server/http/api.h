@@ -14,7 +14,9 @@
  *     beside the writer); every mutation runs on the one writer store behind
  *     a mutex;
  *   - a tv_model handle of the data route is used by one thread at a time
- *     (a pool keyed by model and generation);
+ *     (a pool keyed by model and generation); its snapshot lease is dropped
+ *     (idle handles closed) before gc and model delete, so the pool never
+ *     keeps a retired generation's objects from being freed;
  *   - import sources are checked against the import roots by real path,
  *     whole path components, before anything is queued.
  * Thread safety: tv__api_handle and tv__api_stream_read may be called

@@ -43,6 +43,29 @@ void tv__api_models_close(tv__api *api)
     }
 }
 
+void tv__api_models_release(tv__api *api, const char *model)
+{
+    tv_model *drop[TV__API_MODEL_POOL];
+    char *names[TV__API_MODEL_POOL];
+    size_t n = 0;
+    pthread_mutex_lock(&api->pool_mu);
+    for (size_t i = 0; i < TV__API_MODEL_POOL; i++) {
+        tv__api_model_slot *s = &api->models[i];
+        if (s->busy || !s->model || (model && strcmp(s->model, model)))
+            continue;
+        drop[n] = s->m;
+        names[n++] = s->model;
+        s->m = NULL;
+        s->model = NULL;
+        s->generation = 0;
+    }
+    pthread_mutex_unlock(&api->pool_mu);
+    for (size_t i = 0; i < n; i++) {
+        tv_model_close(drop[i]);
+        free(names[i]);
+    }
+}
+
 static int model_open(tv__api *api, const char *model, int64_t gen, tv_model **m, tv_error *err)
 {
     char spec[TV__REG_NAME_MAX + 32];

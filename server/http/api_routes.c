@@ -293,6 +293,7 @@ int tv__api_h_model_delete(tv__api_ctx *c)
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
+    tv__api_models_release(c->api, c->param[0]);
     rc = tv__store_model_delete(st, c->param[0], &n_retired, &freed, &c->err);
     tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
@@ -306,6 +307,39 @@ int tv__api_h_model_delete(tv__api_ctx *c)
 
 /* ---- generations ------------------------------------------------------------ */
 
+/* A generation's total_bytes is its canonical checkpoint bytes: the sum of
+ * its shard files (what ImportResult.total_bytes counts), not the registry
+ * column (the tensors' data bytes), so one name means one thing. A
+ * generation without shards keeps the column. shards may be NULL (looked
+ * up, from the cache for a ready generation). */
+static int canonical_total(tv__api_ctx *c, tv__reg *reg, tv__reg_generation *g, json_t *shards)
+{
+    json_t *own = NULL;
+    if (!shards) {
+        int rc = tv__api_shards(c, reg, g, &own);
+        if (rc)
+            return rc;
+        shards = own;
+    }
+    uint64_t sum = 0;
+    size_t i;
+    json_t *s;
+    json_array_foreach(shards, i, s)
+    {
+        uint64_t f = (uint64_t)json_integer_value(json_object_get(s, "file_bytes"));
+        if (tv__add_u64(sum, f, &sum)) {
+            json_decref(own);
+            return tv__seterr(&c->err, TV_E_OVERFLOW,
+                              "generation %" PRId64 " of '%s': shard bytes overflow", g->number,
+                              g->model);
+        }
+    }
+    if (json_array_size(shards))
+        g->total_bytes = sum;
+    json_decref(own);
+    return 0;
+}
+
 /* The Generation document of model's generation number (with shards when
  * detail), read from reg. */
 static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int64_t number,
@@ -318,6 +352,7 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
     int rc;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
         (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
+        (rc = canonical_total(c, reg, &g, shards)) ||
         (rc = tv__api_aliases(c, reg, model, &al, &na)))
         goto out;
     doc = tv__api_generation_json(&g, al, na, NULL);
@@ -360,7 +395,8 @@ int tv__api_h_generations(tv__api_ctx *c)
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
+        if (!(rc = canonical_total(c, reg, &gs[i], NULL)) &&
+            json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     if (!rc) {
         char last[24];
@@ -635,6 +671,7 @@ int tv__api_h_gc(tv__api_ctx *c)
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
+    tv__api_models_release(c->api, NULL);
     rc = tv__store_gc(st, &n, &bytes, &c->err);
     tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
