@@ -12,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "http/api_internal.h"
 #include "import/import.h"
 #include "util/internal.h"
+
+#define CANCEL_WAIT_POLLS 300 /* x 10 ms */
 
 /* ---- the Job object -------------------------------------------------------------- */
 
@@ -330,6 +333,18 @@ int tv__api_h_job_cancel(tv__api_ctx *c)
     }
     if ((rc = tv__jobs_cancel(c->api->jobs, id, &c->err)) || (rc = tv__api_reader(c, &reg)))
         goto out;
+    /* A running job stops at its next chunk or step: wait a little for the
+     * row to say cancelled, so the answer usually shows the end state. */
+    for (int i = 0; i < CANCEL_WAIT_POLLS; i++) {
+        tv__reg_job j = {0};
+        if ((rc = tv__reg_job_get(reg, id, &j, &c->err)))
+            goto out;
+        free(j.result_json);
+        if (j.state != TV__JOB_QUEUED && j.state != TV__JOB_RUNNING)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     rc = job_reply(c, reg, id, 200);
 out:
     json_decref(body);
