@@ -575,7 +575,8 @@ static int run_job(const tv__cli_ctx *c, const char *path, json_t *body, bool wa
     tv__cli_progress_end(&bar);
     tv__cli_client_close(&cl);
     json_decref(body);
-    if (!rc && follow_it && strcmp(json_string_value(json_object_get(job, "state")), "succeeded"))
+    const char *state = json_string_value(json_object_get(job, "state"));
+    if (!rc && follow_it && (!state || strcmp(state, "succeeded")))
         rc = job_error(job, &err);
     if (rc) {
         json_decref(job);
@@ -895,14 +896,27 @@ int tv__cli_demo(const tv__cli_ctx *c)
                    dir, lay, status);
         return tv__cli_failed(c, TV_E_INTERNAL, &err);
     }
-    /* Then `import demo DIR --activate` with the same mode and token. */
-    tv__cli_ctx ic = *c;
-    char src[TV__CLI_PATH_MAX];
-    tv_error err = {0};
-    int rc = absolute(dir, src, sizeof src, &err);
-    if (rc)
-        return tv__cli_failed(c, rc, &err);
-    json_t *body =
-        json_pack("{s:s,s:s,s:b,s:b}", "model", "demo", "source", src, "activate", 1, "strict", 0);
-    return run_job(&ic, "/v1/imports", body, true, TV__DOC_IMPORT, NULL);
+    /* Then `import demo DIR --activate --wait` with the same mode, token
+     * and output: the import command itself, on a made-up command line. */
+    static const char *const pass[] = {"--store", "--url", "--token-file"};
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)"import";
+    argv[argc++] = (char *)"demo";
+    argv[argc++] = (char *)dir;
+    argv[argc++] = (char *)"--activate";
+    argv[argc++] = (char *)"--wait";
+    for (size_t i = 0; i < TV_ARRAY_LEN(pass); i++) {
+        const char *v = tv__cli_get(&c->a, pass[i]);
+        if (v) {
+            argv[argc++] = (char *)pass[i];
+            argv[argc++] = (char *)v;
+        }
+    }
+    if (c->json)
+        argv[argc++] = (char *)"--json";
+    argv[argc] = NULL;
+    tv__cli_ctx ic;
+    int u2 = tv__cli_begin(&tv__cli_cmd_import, argc, argv, &ic);
+    return u2 ? u2 : tv__cli_import(&ic);
 }

@@ -462,3 +462,16 @@ def test_demo_checkpoint_is_gpt2_shaped(tmp_path):
     assert p.returncode == 0
     for f in os.listdir(out):
         assert (out / f).read_bytes() == (tmp_path / "e" / f).read_bytes(), f
+
+
+def test_demo_command_imports_it(tv, tmp_path):
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "256M", check=True)
+    p = tv("demo", "--store", s, "--layers", "1", "--dir", tmp_path / "demo", "--json")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert (r["model"], r["generation"], r["active"], r["n_shards"]) == ("demo", 1, True, 2)
+    assert r["n_tensors"] == 4 + 12
+    assert (tmp_path / "demo" / "model.safetensors.index.json").exists()
+    p = tv("demo", "--store", s, "--layers", "0")
+    assert p.returncode == 2 and "'0'" in p.stderr
