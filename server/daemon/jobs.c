@@ -274,6 +274,7 @@ out:
 static int run_job(tv__store *st, const job_node *n, const atomic_bool *cancel,
                    tv__job_watch_fn watch, void *watch_ctx, tv_error *err)
 {
+    double t0 = mono_s();
     run_ctx r = {.reg = st->reg,
                  .id = n->id,
                  .cancel = cancel,
@@ -295,6 +296,7 @@ static int run_job(tv__store *st, const job_node *n, const atomic_bool *cancel,
     if (rc == 0) {
         final = TV__JOB_SUCCEEDED;
         r.done = r.total;
+        r.step_start = t0; /* the final rate: the whole job's */
         write_progress(&r, true);
     } else if (rc == -ECANCELED || (cancel && atomic_load(cancel) && gen == 0)) {
         final = TV__JOB_CANCELLED;

@@ -76,8 +76,10 @@ int tv__api_http_status(int code)
 
 json_t *tv__api_error_json(int code, const char *message)
 {
-    return json_pack("{s:{s:s,s:s,s:i}}", "error", "code", tv_err_name(code), "message",
-                     message && *message ? message : tv_strerror(code), "errno", code);
+    /* The message may quote request bytes that are not UTF-8. */
+    return json_pack("{s:{s:s,s:o,s:i}}", "error", "code", tv_err_name(code), "message",
+                     tv__api_jstr(message && *message ? message : tv_strerror(code)), "errno",
+                     code);
 }
 
 /* ---- responses ------------------------------------------------------------ */

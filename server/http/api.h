@@ -14,7 +14,9 @@
  *     beside the writer); every mutation runs on the one writer store behind
  *     a mutex;
  *   - a tv_model handle of the data route is used by one thread at a time
- *     (a pool keyed by model and generation);
+ *     (a pool keyed by model and generation); its snapshot lease is dropped
+ *     (idle handles closed) before gc and model delete, so the pool never
+ *     keeps a retired generation's objects from being freed;
  *   - import sources are checked against the import roots by real path,
  *     whole path components, before anything is queued.
  * Thread safety: tv__api_handle and tv__api_stream_read may be called
@@ -116,6 +118,8 @@ int tv__api_http_status(int code);
 /* The schema renderers (API9 "Objects"), also used by the CLI printers.
  * Each returns a new reference, NULL only on -ENOMEM. */
 json_t *tv__api_error_json(int code, const char *message);
+/* A JSON string of s; bytes that are not UTF-8 become U+FFFD. NULL s is null. */
+json_t *tv__api_jstr(const char *s);
 json_t *tv__api_model_json(const tv__reg_model *m, const tv__reg_alias *aliases, size_t n_aliases);
 /* aliases: those pointing at g (sorted); shards NULL = the list form. */
 json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias *aliases,

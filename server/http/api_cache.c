@@ -45,7 +45,7 @@ int tv__api_shards(tv__api_ctx *c, tv__reg *reg, const tv__reg_generation *g, js
             return 0;
     }
     tv__reg_manifest *mf = NULL;
-    int rc = tv__reg_tensors_list(reg, g->id, &mf, &c->err);
+    int rc = tv__reg_shards_list(reg, g->id, &mf, &c->err);
     if (rc)
         return rc;
     json_t *arr = render(mf);

@@ -12,7 +12,7 @@
  *     answered 200 with the whole body; an unsatisfiable or malformed range
  *     is 416 with Content-Range: bytes * /N; another unit is ignored (200);
  *     If-None-Match (the ETag, W/ allowed, or *) is checked first: 304;
- *   - only the rows covering the range are read (tv_read_rows), so a
+ *   - only the envelope of the asked bytes is read (tv_read_range), so a
  *     streamed piece of a large tensor costs about its own bytes. */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,6 +40,29 @@ void tv__api_models_close(tv__api *api)
         tv_model_close(api->models[i].m);
         free(api->models[i].model);
         api->models[i] = (tv__api_model_slot){0};
+    }
+}
+
+void tv__api_models_release(tv__api *api, const char *model)
+{
+    tv_model *drop[TV__API_MODEL_POOL];
+    char *names[TV__API_MODEL_POOL];
+    size_t n = 0;
+    pthread_mutex_lock(&api->pool_mu);
+    for (size_t i = 0; i < TV__API_MODEL_POOL; i++) {
+        tv__api_model_slot *s = &api->models[i];
+        if (s->busy || !s->model || (model && strcmp(s->model, model)))
+            continue;
+        drop[n] = s->m;
+        names[n++] = s->model;
+        s->m = NULL;
+        s->model = NULL;
+        s->generation = 0;
+    }
+    pthread_mutex_unlock(&api->pool_mu);
+    for (size_t i = 0; i < n; i++) {
+        tv_model_close(drop[i]);
+        free(names[i]);
     }
 }
 
@@ -138,43 +161,16 @@ static void model_put(tv__api *api, tv_model *m, int slot)
 
 /* ---- reading a byte range ------------------------------------------------------- */
 
-/* Bytes [off, off + len) of tensor d (off + len <= nbytes) into dest: the
- * covering rows when the tensor has whole-byte rows, else the whole tensor. */
+/* Bytes [off, off + len) of tensor d (off + len <= nbytes) into dest: only
+ * the alignment envelope of those bytes is read. */
 static int read_range(tv_model *m, const tv_tensor_desc *d, uint64_t off, uint64_t len,
                       uint8_t *dest, tv_error *err)
 {
-    int rc = 0;
-    uint8_t *tmp = NULL;
     if (len == 0)
         return 0;
     if (off == 0 && len == d->nbytes)
         return tv_read_into(m, d->name, dest, len, err);
-    uint64_t r0 = 0, r1 = 0, row = 0, got = 0, first = 0;
-    if (d->rank >= 1 && d->shape[0] > 0 && d->nbytes % d->shape[0] == 0 &&
-        (row = d->nbytes / d->shape[0]) > 0) {
-        r0 = off / row;
-        r1 = (off + len - 1) / row + 1; /* checked: off + len <= nbytes, no overflow */
-        first = r0 * row;
-        if (tv_rows_len(m, d->name, r0, r1, &got, NULL) || got != (r1 - r0) * row)
-            row = 0; /* sub-byte rows: read the whole tensor */
-    }
-    if (!row) {
-        r0 = 0;
-        first = 0;
-        got = d->nbytes;
-    }
-    if (first == off && got == len)
-        return row ? tv_read_rows(m, d->name, r0, r1, dest, len, err)
-                   : tv_read_into(m, d->name, dest, len, err);
-    if (got > SIZE_MAX || !(tmp = malloc(got ? got : 1)))
-        return tv__seterr(err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'", got,
-                          d->name);
-    rc = row ? tv_read_rows(m, d->name, r0, r1, tmp, got, err)
-             : tv_read_into(m, d->name, tmp, got, err);
-    if (!rc)
-        memcpy(dest, tmp + (off - first), len);
-    free(tmp);
-    return rc;
+    return tv_read_range(m, d->name, off, len, dest, len, err);
 }
 
 /* Reads [off, off + len) of tensor name of (model, gen) through the pool. */

@@ -174,5 +174,10 @@ int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error
 
 /* The data route's model pool (api_data.c); closes every handle. */
 void tv__api_models_close(tv__api *api);
+/* Closes the idle pooled handles of model (NULL = every model): each holds
+ * a reader lease on its generation's snapshot, which would keep gc from
+ * freeing a retired generation. Handles in use stay (their reads hold the
+ * lease legitimately). */
+void tv__api_models_release(tv__api *api, const char *model);
 
 #endif

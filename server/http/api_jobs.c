@@ -1,28 +1,352 @@
-/* The job routes: imports, verify, jobs list/get/cancel. */
+/* The job routes: POST /v1/imports and /v1/verify (queued on the daemon's
+ * pool, or run inline in local mode, which waits), the jobs list, one job,
+ * cancel; and the Job renderer.
+ * Invariants: an import source is resolved with realpath and must lie
+ * under an import root by whole path components (so "/data2" is not under
+ * "/data" and a symlink cannot lead out), checked before anything is
+ * queued; the job gets the resolved path; what can be refused before
+ * queuing (name rules, missing source, roots, unknown device) is refused
+ * with its own status, the rest is the job's error. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "http/api_internal.h"
+#include "import/import.h"
 #include "util/internal.h"
+
+#define CANCEL_WAIT_POLLS 300 /* x 10 ms */
+
+/* ---- the Job object -------------------------------------------------------------- */
+
+static json_t *str_or_null(const char *s)
+{
+    return s && *s ? tv__api_jstr(s) : json_null();
+}
+
+static json_t *int_or_null(int64_t v)
+{
+    return v ? json_integer(v) : json_null();
+}
+
+json_t *tv__api_job_json(const tv__reg_job *j)
+{
+    const char *state = tv__job_state_name(j->state), *kind = tv__job_kind_name(j->kind);
+    json_t *err = json_null(), *result = json_null(), *eta = json_null();
+    if (j->error_errno || j->error_code[0])
+        err = json_pack("{s:s,s:o,s:i}", "code",
+                        j->error_code[0] ? j->error_code : tv_err_name(j->error_errno), "message",
+                        tv__api_jstr(j->error[0] ? j->error : tv_strerror(j->error_errno)), "errno",
+                        j->error_errno);
+    if (j->result_json) {
+        json_error_t je;
+        json_t *r = json_loads(j->result_json, 0, &je);
+        if (r && json_is_object(r)) {
+            json_decref(result);
+            result = r;
+        } else {
+            json_decref(r);
+        }
+    }
+    if (j->state == TV__JOB_RUNNING && j->rate_bytes_per_s > 0 && j->bytes_total >= j->bytes_done)
+        eta = json_real((double)(j->bytes_total - j->bytes_done) / j->rate_bytes_per_s);
+    if (!err || !eta)
+        goto fail;
+    json_t *o = json_pack(
+        "{s:I,s:s,s:s,s:o,s:o,s:b,s:o,s:b,s:o,s:I,s:I,s:f,s:o,s:o,s:o,s:I,s:o,s:o,s:o}", "id",
+        (json_int_t)j->id, "kind", kind ? kind : "import", "state", state ? state : "failed",
+        "model", str_or_null(j->model), "source", str_or_null(j->source), "activate", j->activate,
+        "alias", str_or_null(j->alias), "strict", j->strict, "step", str_or_null(j->step),
+        "bytes_done", (json_int_t)j->bytes_done, "bytes_total", (json_int_t)j->bytes_total,
+        "rate_bytes_per_s", j->rate_bytes_per_s, "eta_seconds", eta, "error", err, "generation",
+        int_or_null(j->generation), "created_at", (json_int_t)j->created_at, "started_at",
+        int_or_null(j->started_at), "finished_at", int_or_null(j->finished_at), "result", result);
+    return o; /* json_pack's "o" steals err, eta and result even on failure */
+fail:
+    json_decref(err);
+    json_decref(eta);
+    json_decref(result);
+    return NULL;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static bool parse_id(const char *s, int64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 19 || s[0] == '0')
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > (uint64_t)INT64_MAX)
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+static int job_id(tv__api_ctx *c, int64_t *id)
+{
+    if (!parse_id(c->param[0], id))
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad job id '%.60s': a number from 1",
+                          c->param[0]);
+    return 0;
+}
+
+/* Answers status with the job row id (read from reg). */
+static int job_reply(tv__api_ctx *c, tv__reg *reg, int64_t id, int status)
+{
+    tv__reg_job j = {0};
+    int rc = tv__reg_job_get(reg, id, &j, &c->err);
+    if (rc)
+        return rc;
+    rc = tv__api_reply(c, status, tv__api_job_json(&j));
+    free(j.result_json);
+    if (!rc && status == 202)
+        tv__api_header(c->resp, "Location", "/v1/jobs/%" PRId64, id);
+    return rc;
+}
+
+/* Whether the real path lies under a root: equal, or root + '/' + more. */
+static bool under(const char *real, const char *root)
+{
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/')
+        return real[0] == '/';
+    return !strncmp(real, root, n) && (real[n] == '\0' || real[n] == '/');
+}
+
+int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error *err)
+{
+    *real = NULL;
+    if (!source || !*source)
+        return tv__seterr(err, TV_E_BAD_REQUEST, "field 'source' must be a non-empty path");
+    char *r = realpath(source, NULL);
+    if (!r) {
+        int e = errno;
+        /* What a caller can get wrong is a 4xx: missing (404), unreadable
+         * (403), a malformed path (400); the rest is the server's. */
+        int code = (e == ENOENT || e == ENOTDIR)                      ? -ENOENT
+                   : (e == EACCES || e == EPERM)                      ? TV_E_FORBIDDEN
+                   : (e == ENAMETOOLONG || e == ELOOP || e == EINVAL) ? TV_E_BAD_REQUEST
+                                                                      : -e;
+        return tv__seterr(err, code, "import source '%s': %s", source, strerror(e));
+    }
+    bool ok = api->roots == NULL;
+    for (size_t i = 0; !ok && i < api->n_roots; i++)
+        ok = under(r, api->roots[i]);
+    if (!ok) {
+        int rc =
+            tv__seterr(err, TV_E_OUTSIDE_ROOTS,
+                       "import source '%s' resolves to '%s', outside the import roots", source, r);
+        free(r);
+        return rc;
+    }
+    *real = r;
+    return 0;
+}
+
+/* Queues spec on the pool, or runs it inline on the writer (local mode:
+ * waits for the end), then answers 202 with the job. */
+static int run_job(tv__api_ctx *c, const tv__job_spec *spec)
+{
+    int64_t id = 0;
+    int rc;
+    tv__reg *reg;
+    if (c->api->jobs) {
+        if ((rc = tv__jobs_submit(c->api->jobs, spec, &id, &c->err)) ||
+            (rc = tv__api_reader(c, &reg)))
+            return rc;
+        return job_reply(c, reg, id, 202);
+    }
+    tv__store *st;
+    if ((rc = tv__api_writer_lock(c, &st)))
+        return rc;
+    tv_error jerr = {0};
+    int jrc = tv__jobs_run_inline(st, spec, c->api->watch, c->api->watch_ctx, &id, &jerr);
+    /* The job's own failure is in its row; only a job that never got a row
+     * is an error of this call. */
+    if (!id)
+        rc = jrc ? (c->err = jerr, jrc)
+                 : tv__seterr(&c->err, TV_E_INTERNAL, "inline job returned no id");
+    else
+        rc = job_reply(c, st->reg, id, 202);
+    tv__api_writer_unlock(c);
+    return rc;
+}
+
+/* ---- routes ----------------------------------------------------------------------- */
 
 int tv__api_h_imports(tv__api_ctx *c)
 {
-    return tv__seterr(&c->err, TV_E_NOT_SUPPORTED, "imports are not wired yet");
+    static const char *const fields[] = {"model", "source", "activate", "alias", "strict", NULL};
+    static const char *const none[] = {NULL};
+    json_t *body = NULL;
+    const char *model = NULL, *source = NULL, *alias = NULL;
+    char *real = NULL;
+    bool activate = false, strict = false;
+    int rc;
+    if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_body(c, fields, false, &body)) ||
+        (rc = tv__api_field_str(c, body, "model", true, &model)) ||
+        (rc = tv__api_field_str(c, body, "source", true, &source)) ||
+        (rc = tv__api_field_str(c, body, "alias", false, &alias)) ||
+        (rc = tv__api_field_bool(c, body, "activate", &activate)) ||
+        (rc = tv__api_field_bool(c, body, "strict", &strict)) ||
+        (rc = tv__name_valid(model, "model name", &c->err)) ||
+        (alias && (rc = tv__alias_name_valid(alias, &c->err))) ||
+        (rc = tv__api_source_check(c->api, source, &real, &c->err)))
+        goto out;
+    tv__job_spec spec = {.kind = TV__JOB_IMPORT,
+                         .model = model,
+                         .source = real,
+                         .alias = alias,
+                         .activate = activate,
+                         .strict = strict};
+    rc = run_job(c, &spec);
+out:
+    free(real);
+    json_decref(body);
+    return rc;
 }
 
 int tv__api_h_verify(tv__api_ctx *c)
 {
-    return tv__seterr(&c->err, TV_E_NOT_SUPPORTED, "verify is not wired yet");
+    static const char *const fields[] = {"device_id", NULL};
+    static const char *const none[] = {NULL};
+    json_t *body = NULL;
+    int64_t device = 0;
+    tv__reg *reg;
+    tv__reg_device d;
+    int rc;
+    if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_body(c, fields, true, &body)) ||
+        (rc = tv__api_field_int(c, body, "device_id", false, &device)))
+        goto out;
+    if (json_object_get(body, "device_id") && !json_is_null(json_object_get(body, "device_id")) &&
+        ((rc = tv__api_reader(c, &reg)) || (rc = tv__reg_device_get(reg, device, &d, &c->err))))
+        goto out;
+    tv__job_spec spec = {.kind = TV__JOB_VERIFY, .device_id = device};
+    rc = run_job(c, &spec);
+out:
+    json_decref(body);
+    return rc;
 }
 
 int tv__api_h_jobs(tv__api_ctx *c)
 {
-    return tv__seterr(&c->err, TV_E_NOT_SUPPORTED, "jobs are not wired yet");
+    static const char *const q[] = {"limit", "cursor", "state", "kind", NULL};
+    tv__reg *reg;
+    tv__reg_job *js = NULL;
+    size_t limit, n = 0, kl;
+    char *after = NULL;
+    int64_t before = 0;
+    bool more = false;
+    int state = -1, kind = -1;
+    json_t *arr = NULL;
+    int rc;
+    if ((rc = tv__api_query_allow(c, q)) || (rc = tv__api_query_limit(c, &limit)) ||
+        (rc = tv__api_cursor_get(c, 'j', &after, &kl)))
+        goto out;
+    const char *s = tv__api_query(c, "state"), *k = tv__api_query(c, "kind");
+    tv__job_state st;
+    tv__job_kind kd;
+    if (s && tv__job_state_parse(s, &st)) {
+        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                        "bad state '%.40s': queued, running, succeeded, failed or cancelled", s);
+        goto out;
+    }
+    if (k && tv__job_kind_parse(k, &kd)) {
+        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad kind '%.40s': import or verify", k);
+        goto out;
+    }
+    state = s ? (int)st : -1;
+    kind = k ? (int)kd : -1;
+    if (after && !parse_id(after, &before)) {
+        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                        "malformed cursor (pass next_cursor of the previous page as it is)");
+        goto out;
+    }
+    if ((rc = tv__api_reader(c, &reg)) ||
+        (rc = tv__reg_jobs_page(reg, state, kind, before, limit, &js, &n, &more, &c->err)))
+        goto out;
+    arr = json_array();
+    for (size_t i = 0; !rc && i < n; i++)
+        if (json_array_append_new(arr, tv__api_job_json(&js[i])))
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    if (!rc) {
+        json_t *next = json_null();
+        if (more && n) {
+            char last[24];
+            int ll = snprintf(last, sizeof last, "%" PRId64, js[n - 1].id);
+            char *cur = tv__api_cursor_make('j', last, (size_t)ll);
+            json_decref(next);
+            next = cur ? tv__api_jstr(cur) : NULL;
+            free(cur);
+        }
+        rc = tv__api_reply(c, 200, json_pack("{s:o,s:o}", "jobs", arr, "next_cursor", next));
+        arr = NULL;
+    }
+out:
+    json_decref(arr);
+    tv__reg_jobs_free(js, n);
+    free(after);
+    return rc;
 }
 
 int tv__api_h_job(tv__api_ctx *c)
 {
-    return tv__seterr(&c->err, TV_E_NOT_SUPPORTED, "jobs are not wired yet");
+    static const char *const none[] = {NULL};
+    tv__reg *reg;
+    int64_t id;
+    int rc;
+    if ((rc = tv__api_query_allow(c, none)) || (rc = job_id(c, &id)) ||
+        (rc = tv__api_reader(c, &reg)))
+        return rc;
+    return job_reply(c, reg, id, 200);
 }
 
 int tv__api_h_job_cancel(tv__api_ctx *c)
 {
-    return tv__seterr(&c->err, TV_E_NOT_SUPPORTED, "jobs are not wired yet");
+    static const char *const none[] = {NULL};
+    tv__reg *reg;
+    int64_t id;
+    int rc;
+    json_t *body = NULL;
+    if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_body(c, none, true, &body)) ||
+        (rc = job_id(c, &id)))
+        goto out;
+    if (!c->api->jobs) {
+        /* Local mode runs jobs inline: nothing here is in flight. */
+        tv__reg_job j = {0};
+        if ((rc = tv__api_reader(c, &reg)) || (rc = tv__reg_job_get(reg, id, &j, &c->err)))
+            goto out;
+        free(j.result_json);
+        rc = tv__seterr(
+            &c->err, TV_E_STATE,
+            "job %" PRId64 " is not running in this process (cancel it through tensorvaultd)", id);
+        goto out;
+    }
+    if ((rc = tv__jobs_cancel(c->api->jobs, id, &c->err)) || (rc = tv__api_reader(c, &reg)))
+        goto out;
+    /* A running job stops at its next chunk or step: wait a little for the
+     * row to say cancelled, so the answer usually shows the end state. */
+    for (int i = 0; i < CANCEL_WAIT_POLLS; i++) {
+        tv__reg_job j = {0};
+        if ((rc = tv__reg_job_get(reg, id, &j, &c->err)))
+            goto out;
+        free(j.result_json);
+        if (j.state != TV__JOB_QUEUED && j.state != TV__JOB_RUNNING)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    rc = job_reply(c, reg, id, 200);
+out:
+    json_decref(body);
+    return rc;
 }

@@ -4,6 +4,7 @@
  * Invariants: "none" is JSON null (never 0 or ""); byte quantities come
  * from uint64_t values the registry keeps at most INT64_MAX. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dev/dev.h"
@@ -12,6 +13,64 @@
 #ifndef TV_GIT_DESCRIBE
 #define TV_GIT_DESCRIBE "unknown"
 #endif
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return len;
+}
+
+json_t *tv__api_jstr(const char *s)
+{
+    if (!s)
+        return json_null();
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    /* Not UTF-8 (a raw path byte, a path on disk): each bad byte becomes
+     * U+FFFD, so a document can always be built. */
+    size_t n = strlen(s), o = 0;
+    char *buf = malloc(3 * n + 1);
+    if (!buf)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq((const unsigned char *)s + i, n - i);
+        if (l) {
+            memcpy(buf + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
 
 static json_t *jint(uint64_t v)
 {
@@ -55,8 +114,8 @@ json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, 
         ident = NULL;
     }
     bool ok =
-        put(o, "id", json_integer(d->id)) && put(o, "uuid", json_string(d->uuid)) &&
-        put(o, "kind", json_string(d->kind)) && put(o, "path", json_string(d->path)) &&
+        put(o, "id", json_integer(d->id)) && put(o, "uuid", tv__api_jstr(d->uuid)) &&
+        put(o, "kind", tv__api_jstr(d->kind)) && put(o, "path", tv__api_jstr(d->path)) &&
         put(o, "lba_size", jint(d->lba_size)) && put(o, "io_align", jint(d->io_align)) &&
         put(o, "object_align", jint(d->object_align)) &&
         put(o, "size_bytes", jint(d->size_bytes)) && put(o, "region_offset", jint(d->region_off)) &&
@@ -65,8 +124,8 @@ json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, 
         put(o, "largest_free_bytes", jint(sp->largest_free_len)) &&
         put(o, "n_objects", jint(sp->n_used)) &&
         put(o, "identity", ident ? ident : json_object()) &&
-        put(o, "status", json_string(device_status(drc))) &&
-        put(o, "message", json_string(drc && message ? message : ""));
+        put(o, "status", tv__api_jstr(device_status(drc))) &&
+        put(o, "message", tv__api_jstr(drc && message ? message : ""));
     return done(o, ok);
 }
 
@@ -78,7 +137,7 @@ json_t *tv__api_model_json(const tv__reg_model *m, const tv__reg_alias *aliases,
         ok = put(al, aliases[i].alias, json_integer(aliases[i].generation));
     if (!ok)
         json_decref(al);
-    ok = ok && put(o, "name", json_string(m->name)) &&
+    ok = ok && put(o, "name", tv__api_jstr(m->name)) &&
          put(o, "active_generation",
              m->active_generation ? json_integer(m->active_generation) : json_null()) &&
          put(o, "aliases", al) && put(o, "n_generations", json_integer(m->n_generations)) &&
@@ -102,9 +161,9 @@ json_t *tv__api_shard_json(const tv__reg_shard *s)
     }
     if (!ok)
         json_decref(reps);
-    ok = ok && put(o, "index", json_integer(s->idx)) && put(o, "name", json_string(s->name)) &&
+    ok = ok && put(o, "index", json_integer(s->idx)) && put(o, "name", tv__api_jstr(s->name)) &&
          put(o, "file_bytes", jint(s->file_len)) && put(o, "header_bytes", jint(s->header_len)) &&
-         put(o, "sha256", json_string(s->sha256)) && put(o, "replicas", reps);
+         put(o, "sha256", tv__api_jstr(s->sha256)) && put(o, "replicas", reps);
     return done(o, ok);
 }
 
@@ -115,17 +174,17 @@ json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias
     bool ok = al != NULL;
     for (size_t i = 0; ok && i < n_aliases; i++)
         if (aliases[i].generation == g->number)
-            ok = json_array_append_new(al, json_string(aliases[i].alias)) == 0;
+            ok = json_array_append_new(al, tv__api_jstr(aliases[i].alias)) == 0;
     if (!ok)
         json_decref(al);
     const char *state = tv__gen_state_name(g->state);
-    ok = ok && put(o, "model", json_string(g->model)) &&
+    ok = ok && put(o, "model", tv__api_jstr(g->model)) &&
          put(o, "generation", json_integer(g->number)) &&
-         put(o, "state", json_string(state ? state : "failed")) &&
+         put(o, "state", tv__api_jstr(state ? state : "failed")) &&
          put(o, "active", json_boolean(g->active)) && put(o, "aliases", al) &&
          put(o, "n_shards", json_integer(g->n_shards)) &&
          put(o, "n_tensors", json_integer(g->n_tensors)) &&
-         put(o, "total_bytes", jint(g->total_bytes)) && put(o, "source", json_string(g->source)) &&
+         put(o, "total_bytes", jint(g->total_bytes)) && put(o, "source", tv__api_jstr(g->source)) &&
          put(o, "created_at", json_integer(g->created_at));
     if (ok && shards) {
         json_t *arr = json_array();
@@ -152,9 +211,9 @@ json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, json_t *shard)
         json_decref(offs);
     }
     const char *dt = tv_dtype_name(t->dtype);
-    ok = ok && put(o, "name", json_string(t->name)) &&
-         put(o, "dtype", json_string(dt ? dt : "unknown")) && put(o, "shape", shape) &&
-         put(o, "shard", json_string(t->shard)) &&
+    ok = ok && put(o, "name", tv__api_jstr(t->name)) &&
+         put(o, "dtype", tv__api_jstr(dt ? dt : "unknown")) && put(o, "shape", shape) &&
+         put(o, "shard", tv__api_jstr(t->shard)) &&
          put(o, "shard_index", json_integer(t->shard_idx)) && put(o, "data_offsets", offs) &&
          put(o, "nbytes", jint(t->end_off - t->begin_off));
     if (ok && shard) {
@@ -182,15 +241,17 @@ json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, json_t *shard)
 
 json_t *tv__api_alias_json(const char *model, const char *alias, int64_t generation)
 {
-    return json_pack("{s:s,s:s,s:I}", "model", model, "alias", alias, "generation",
-                     (json_int_t)generation);
+    json_t *o = json_object();
+    bool ok = put(o, "model", tv__api_jstr(model)) && put(o, "alias", tv__api_jstr(alias)) &&
+              put(o, "generation", json_integer(generation));
+    return done(o, ok);
 }
 
 json_t *tv__api_token_json(const tv__reg_token *t)
 {
     json_t *o = json_object();
-    bool ok = put(o, "id", json_integer(t->id)) && put(o, "name", json_string(t->name)) &&
-              put(o, "scope", json_string(t->scope == TV__SCOPE_ADMIN ? "admin" : "read")) &&
+    bool ok = put(o, "id", json_integer(t->id)) && put(o, "name", tv__api_jstr(t->name)) &&
+              put(o, "scope", tv__api_jstr(t->scope == TV__SCOPE_ADMIN ? "admin" : "read")) &&
               put(o, "created_at", json_integer(t->created_at)) &&
               put(o, "revoked_at", t->revoked_at ? json_integer(t->revoked_at) : json_null());
     return done(o, ok);

@@ -59,7 +59,7 @@ static json_t *cursor_json(bool more, char kind, const char *key, size_t key_len
     if (!more)
         return json_null();
     char *s = tv__api_cursor_make(kind, key, key_len);
-    json_t *j = s ? json_string(s) : NULL;
+    json_t *j = s ? tv__api_jstr(s) : NULL;
     free(s);
     return j;
 }
@@ -145,12 +145,13 @@ int tv__api_h_status(tv__api_ctx *c)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS ||
                 (c->api->anonymous_reads == TV__ANON_LOOPBACK && c->req->peer_loopback);
-    return tv__api_reply(
-        c, 200,
-        json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:I,s:I},s:b}", "version", tv_version(), "store",
-                  c->api->store_dir, "uptime_seconds", (json_int_t)(ts.tv_sec - c->api->started_at),
-                  "n_models", (json_int_t)nm, "n_devices", (json_int_t)nd, "jobs", "queued",
-                  (json_int_t)queued, "running", (json_int_t)running, "anonymous_reads", anon));
+    return tv__api_reply(c, 200,
+                         json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b}", "version", tv_version(),
+                                   "store", tv__api_jstr(c->api->store_dir), "uptime_seconds",
+                                   (json_int_t)(ts.tv_sec - c->api->started_at), "n_models",
+                                   (json_int_t)nm, "n_devices", (json_int_t)nd, "jobs", "queued",
+                                   (json_int_t)queued, "running", (json_int_t)running,
+                                   "anonymous_reads", anon));
 }
 
 int tv__api_h_openapi(tv__api_ctx *c)
@@ -308,17 +309,52 @@ int tv__api_h_model_delete(tv__api_ctx *c)
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
+    tv__api_models_release(c->api, c->param[0]);
     rc = tv__store_model_delete(st, c->param[0], &n_retired, &freed, &c->err);
     tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     if (rc)
         return rc;
     return tv__api_reply(c, 200,
-                         json_pack("{s:s,s:I,s:I}", "model", c->param[0], "n_generations_retired",
-                                   (json_int_t)n_retired, "freed_bytes", (json_int_t)freed));
+                         json_pack("{s:o,s:I,s:I}", "model", tv__api_jstr(c->param[0]),
+                                   "n_generations_retired", (json_int_t)n_retired, "freed_bytes",
+                                   (json_int_t)freed));
 }
 
 /* ---- generations ------------------------------------------------------------ */
+
+/* A generation's total_bytes is its canonical checkpoint bytes: the sum of
+ * its shard files (what ImportResult.total_bytes counts), not the registry
+ * column (the tensors' data bytes), so one name means one thing. A
+ * generation without shards keeps the column. shards may be NULL (looked
+ * up, from the cache for a ready generation). */
+static int canonical_total(tv__api_ctx *c, tv__reg *reg, tv__reg_generation *g, json_t *shards)
+{
+    json_t *own = NULL;
+    if (!shards) {
+        int rc = tv__api_shards(c, reg, g, &own);
+        if (rc)
+            return rc;
+        shards = own;
+    }
+    uint64_t sum = 0;
+    size_t i;
+    json_t *s;
+    json_array_foreach(shards, i, s)
+    {
+        uint64_t f = (uint64_t)json_integer_value(json_object_get(s, "file_bytes"));
+        if (tv__add_u64(sum, f, &sum)) {
+            json_decref(own);
+            return tv__seterr(&c->err, TV_E_OVERFLOW,
+                              "generation %" PRId64 " of '%s': shard bytes overflow", g->number,
+                              g->model);
+        }
+    }
+    if (json_array_size(shards))
+        g->total_bytes = sum;
+    json_decref(own);
+    return 0;
+}
 
 /* The Generation document of model's generation number (with shards when
  * detail), read from reg. */
@@ -333,6 +369,7 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
     int64_t active;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
         (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
+        (rc = canonical_total(c, reg, &g, shards)) ||
         (rc = tv__api_aliases(c, reg, model, &al, &na)) ||
         (rc = settled(c, model, g.active ? g.number : 0, &active)))
         goto out;
@@ -380,7 +417,8 @@ int tv__api_h_generations(tv__api_ctx *c)
         gs[i].active = gs[i].number == m.active_generation;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
+        if (!(rc = canonical_total(c, reg, &gs[i], NULL)) &&
+            json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     if (!rc) {
         char last[24];
@@ -655,6 +693,7 @@ int tv__api_h_gc(tv__api_ctx *c)
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
         (rc = tv__api_writer_lock(c, &st)))
         return rc;
+    tv__api_models_release(c->api, NULL);
     rc = tv__store_gc(st, &n, &bytes, &c->err);
     tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
@@ -713,7 +752,7 @@ int tv__api_h_token_create(tv__api_ctx *c)
     if (rc)
         goto out;
     doc = tv__api_token_json(&t);
-    if (doc && json_object_set_new(doc, "token", json_string(secret))) {
+    if (doc && json_object_set_new(doc, "token", tv__api_jstr(secret))) {
         json_decref(doc);
         doc = NULL;
     }

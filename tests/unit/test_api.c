@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -220,6 +222,14 @@ static void test_status_table(void **state)
     assert_int_equal(tv__api_http_status(TV_E_NO_SPACE), 507);
     assert_int_equal(tv__api_http_status(TV_E_REGISTRY), 500);
     assert_int_equal(tv__api_http_status(-EIO), 500);
+    json_t *j = tv__api_jstr("a\xff\xc3\xaf"
+                             "b\xed\xa0\x80");
+    assert_string_equal(json_string_value(j), "a\xef\xbf\xbd\xc3\xaf"
+                                              "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(j);
+    j = tv__api_error_json(TV_E_BAD_REQUEST, "bad '\xff'");
+    assert_non_null(j);
+    json_decref(j);
     json_t *e = tv__api_error_json(TV_E_NOT_FOUND, "model 'x' not found");
     char *s = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(
@@ -397,7 +407,10 @@ static void check_generation(json_t *x, int64_t number, bool active)
     expect_field(x, "aliases", JSON_ARRAY);
     assert_int_equal(json_integer_value(json_object_get(x, "n_shards")), 1);
     assert_int_equal(json_integer_value(json_object_get(x, "n_tensors")), N_TENSORS);
-    expect_field(x, "total_bytes", JSON_INTEGER);
+    /* canonical checkpoint bytes: the shard file, as ImportResult counts */
+    struct stat sb;
+    assert_int_equal(stat(g->ck[0], &sb), 0);
+    assert_int_equal(json_integer_value(json_object_get(x, "total_bytes")), sb.st_size);
     expect_field(x, "source", JSON_STRING);
     expect_field(x, "created_at", JSON_INTEGER);
 }
@@ -778,6 +791,18 @@ static void test_generation_changes(void **state)
     assert_int_equal(data(&rr, 1, "1", NULL), 200);
     expect_bytes(&rr, 1, 1, 0, 13);
     tv__api_resp_free(&rr);
+    /* gc frees its object although the data route just read it (the pooled
+     * handle's lease is dropped first); then the bytes are gone */
+    j = ok_json(&r, "POST", "/v1/gc", NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "n_objects_freed")), 1);
+    assert_true(json_integer_value(json_object_get(j, "freed_bytes")) > 0);
+    tv__api_resp_free(&r);
+    int st = data(&rr, 1, "1", NULL);
+    assert_true(st == 404 || st == 409);
+    tv__api_resp_free(&rr);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/1", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "retired");
+    tv__api_resp_free(&r);
 }
 
 /* ---- bodies ------------------------------------------------------------------------- */
@@ -861,6 +886,234 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* ---- jobs (inline: local mode) --------------------------------------------------- */
+
+static void test_jobs_refused(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    char body[1024];
+    /* refused before queuing */
+    snprintf(body, sizeof body, "{\"model\":\"bad name!\",\"source\":\"%s\"}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_NAME");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"alias\":\"9x\"}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_NAME");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"activate\":1}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"bogus\":1}", g->ckz);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s/missing\"}", g->dir);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 404, "ENOENT");
+    expect_error("POST", "/v1/imports", &(rq){.body = "{\"model\":\"m\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    char *longp = malloc(6000);
+    assert_non_null(longp);
+    memset(longp, 'a', 5000);
+    const char *head = "{\"model\":\"m\",\"source\":\"/";
+    memcpy(longp, head, strlen(head));
+    memcpy(longp + 5000, "\"}", 3);
+    expect_error("POST", "/v1/imports", &(rq){.body = longp}, 400, "TV_E_BAD_REQUEST");
+    free(longp);
+    char loop[300];
+    snprintf(loop, sizeof loop, "%s/loop", g->dir);
+    assert_int_equal(symlink(loop, loop), 0);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\"}", loop);
+    expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/imports", &(rq){.body = "{\"model\":\"m\",\"source\":\"\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/verify", &(rq){.body = "{\"device_id\":9}"}, 404, "TV_E_NOT_FOUND");
+    expect_error("POST", "/v1/verify", &(rq){.body = "{\"device_id\":\"1\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    /* no job yet */
+    json_t *j = ok_json(&r, "GET", "/v1/jobs", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 0);
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/jobs?state=cancelled&kind=verify&limit=3", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 0);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/jobs?state=done", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?kind=x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?cursor=j", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs?cursor=jzz", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/jobs/999", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/jobs/x", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", "/v1/jobs/999/cancel", NULL, 404, "TV_E_NOT_FOUND");
+    /* a model without an active generation can be deleted; with one, not */
+    tv_error err = {0};
+    tv__import_opts io = {.activate = false};
+    if (tv__import(g->st, "jobm", g->ckz, &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    expect_error("DELETE", "/v1/models/zeta", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "jobm");
+    assert_int_equal(json_integer_value(json_object_get(j, "n_generations_retired")), 1);
+    expect_field(j, "freed_bytes", JSON_INTEGER);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("DELETE", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "POST", "/v1/gc", NULL);
+    expect_field(j, "n_objects_freed", JSON_INTEGER);
+    expect_field(j, "freed_bytes", JSON_INTEGER);
+    tv__api_resp_free(&r);
+}
+
+/* Import roots: whole components, real paths (symlinks, ".." and prefix
+ * siblings cannot escape). */
+static void test_import_roots(void **state)
+{
+    (void)state;
+    char root[300], sib[300], link[400], dotdot[400], inside[400];
+    snprintf(root, sizeof root, "%s/root", g->dir);
+    snprintf(sib, sizeof sib, "%s/root2", g->dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    assert_int_equal(mkdir(sib, 0700), 0);
+    snprintf(inside, sizeof inside, "%s/ok.safetensors", root);
+    tv_test_write_shard(inside, TENSORS, 1, 5);
+    char sibf[400];
+    snprintf(sibf, sizeof sibf, "%s/x.safetensors", sib);
+    tv_test_write_shard(sibf, TENSORS, 1, 6);
+    snprintf(link, sizeof link, "%s/escape.safetensors", root);
+    assert_int_equal(symlink(g->ckz, link), 0);
+    snprintf(dotdot, sizeof dotdot, "%s/../z.safetensors", root);
+    tv__api *api = NULL;
+    tv_error err = {0};
+    const char *roots[] = {root};
+    tv__api_opts o = {.store_dir = g->store,
+                      .anonymous_reads = TV__ANON_LOOPBACK,
+                      .import_roots = roots,
+                      .n_import_roots = 1};
+    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    tv__api *saved = g->api;
+    g->api = api;
+    const char *out[] = {link, dotdot, sibf, g->ckz, "/"};
+    char body[1024];
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"rooted\",\"source\":\"%s\"}", out[i]);
+        expect_error("POST", "/v1/imports", &(rq){.body = body}, 403, "TV_E_OUTSIDE_ROOTS");
+    }
+    char *real = NULL;
+    assert_int_equal(tv__api_source_check(api, inside, &real, &err), 0);
+    assert_non_null(strstr(real, "/root/ok.safetensors"));
+    free(real);
+    assert_int_equal(tv__api_source_check(api, root, &real, &err), 0);
+    free(real);
+    assert_int_equal(tv__api_source_check(api, sib, &real, &err), TV_E_OUTSIDE_ROOTS);
+    assert_null(real);
+    g->api = saved;
+    tv__api_close(api);
+}
+
+/* ---- aliases (store seams) --------------------------------------------------------- */
+
+static void test_aliases(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/prod",
+                        &(rq){.body = "{\"generation\":1}"});
+    assert_string_equal(json_string_value(json_object_get(j, "alias")), "prod");
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny", NULL);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "aliases"), "prod")), 1);
+    assert_int_equal(json_object_size(json_object_get(j, "aliases")), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/prod", NULL);
+    check_generation(j, 1, false);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "aliases"), 0)),
+                        "prod");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/aliases", NULL);
+    json_t *arr = json_object_get(j, "aliases");
+    assert_int_equal(json_array_size(arr), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "alias")),
+                        "prod");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "model")), MODEL);
+    tv__api_resp_free(&r);
+    /* bytes through the alias are generation 1's */
+    assert_int_equal(data(&r, 1, "prod", NULL), 200);
+    expect_bytes(&r, 1, 1, 0, 13);
+    tv__api_resp_free(&r);
+    /* an aliased generation cannot be retired; move the alias, then it can */
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/1/retire", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/prod",
+                &(rq){.body = "{\"generation\":2}"});
+    tv__api_resp_free(&r);
+    expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/prod", &(rq){.body = "{\"generation\":7}"},
+                 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "DELETE", "/v1/models/acme%2Ftiny/aliases/prod", NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 2);
+    tv__api_resp_free(&r);
+    expect_error("DELETE", "/v1/models/acme%2Ftiny/aliases/prod", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/prod", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/models/nobody/aliases", NULL, 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/1/retire", NULL);
+    tv__api_resp_free(&r);
+}
+
+/* ---- tokens ------------------------------------------------------------------------ */
+
+static void test_tokens(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    char adm[80], rd[80], hdr[100];
+    int64_t rd_id;
+    json_t *j =
+        ok_json(&r, "POST", "/v1/tokens", &(rq){.body = "{\"name\":\"ops\",\"scope\":\"admin\"}"});
+    assert_int_equal(r.status, 201);
+    assert_string_equal(json_string_value(json_object_get(j, "scope")), "admin");
+    assert_string_equal(json_string_value(json_object_get(j, "name")), "ops");
+    expect_field(j, "id", JSON_INTEGER);
+    expect_field(j, "created_at", JSON_INTEGER);
+    assert_true(json_is_null(json_object_get(j, "revoked_at")));
+    const char *tok = json_string_value(json_object_get(j, "token"));
+    assert_int_equal(strlen(tok), 68);
+    assert_memory_equal(tok, "tvk_", 4);
+    snprintf(adm, sizeof adm, "Bearer %s", tok);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "POST", "/v1/tokens", &(rq){.body = "{\"name\":\"dash\",\"scope\":\"read\"}"});
+    snprintf(rd, sizeof rd, "Bearer %s", json_string_value(json_object_get(j, "token")));
+    rd_id = json_integer_value(json_object_get(j, "id"));
+    tv__api_resp_free(&r);
+    /* the matrix, from a remote peer (no anonymous reads) */
+    rq a = {.untrusted = true, .remote = true, .auth = adm};
+    rq x = {.untrusted = true, .remote = true, .auth = rd};
+    j = ok_json(&r, "GET", "/v1/models", &x);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models", &a);
+    tv__api_resp_free(&r);
+    expect_error("POST", "/v1/gc", &x, 403, "TV_E_FORBIDDEN");
+    expect_error("GET", "/v1/tokens", &x, 403, "TV_E_FORBIDDEN");
+    expect_error("POST", "/v1/models/acme%2Ftiny/generations/2/activate", &x, 403,
+                 "TV_E_FORBIDDEN");
+    j = ok_json(&r, "POST", "/v1/gc", &a);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/tokens", &a);
+    json_t *arr = json_object_get(j, "tokens");
+    assert_int_equal(json_array_size(arr), 2);
+    assert_null(json_object_get(json_array_get(arr, 0), "token")); /* never listed */
+    tv__api_resp_free(&r);
+    /* "bearer" in any case, surrounding blanks */
+    snprintf(hdr, sizeof hdr, "  bearer   %s  ", rd + 7);
+    j = ok_json(&r, "GET", "/v1/models", &(rq){.untrusted = true, .remote = true, .auth = hdr});
+    tv__api_resp_free(&r);
+    /* revoke the read token: 401 afterwards, revoked_at set; twice is fine */
+    char target[64];
+    snprintf(target, sizeof target, "/v1/tokens/%" PRId64, rd_id);
+    j = ok_json(&r, "DELETE", target, &a);
+    expect_field(j, "revoked_at", JSON_INTEGER);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "DELETE", target, &a);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/models", &x, 401, "TV_E_UNAUTHORIZED");
+    expect_error("GET", "/v1/models", &(rq){.untrusted = true, .auth = rd}, 401,
+                 "TV_E_UNAUTHORIZED");
+    expect_error("DELETE", "/v1/tokens/999", &a, 404, "TV_E_NOT_FOUND");
+    expect_error("DELETE", "/v1/tokens/x", &a, 400, "TV_E_BAD_REQUEST");
+}
+
 /* ---- concurrency --------------------------------------------------------------------- */
 
 static void *hammer(void *arg)
@@ -900,6 +1153,150 @@ static void test_concurrent(void **state)
         assert_int_equal(pthread_join(th[i], &res), 0);
         assert_null(res);
     }
+}
+
+/* ---- hostile input ---------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static unsigned rnd(unsigned n)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (unsigned)(g_rng % n);
+}
+
+static void rnd_text(char *out, size_t cap, const char *const *words, size_t n_words)
+{
+    static const char alpha[] = "%/?&=+-._~aZ09 \t\"{}[]:,\\\xc3\xaf\xff";
+    size_t len = 0, parts = rnd(8);
+    for (size_t i = 0; i < parts && len + 80 < cap; i++) {
+        if (rnd(2)) {
+            len += (size_t)snprintf(out + len, cap - len, "%s", words[rnd((unsigned)n_words)]);
+        } else {
+            for (unsigned k = rnd(6); k > 0; k--)
+                out[len++] = alpha[rnd(sizeof alpha - 1)];
+            out[len] = '\0';
+        }
+    }
+    out[len] = '\0';
+}
+
+/* Random paths, queries, bodies and headers on every route: never a 5xx,
+ * always a well-formed answer (errors as error documents). */
+static void test_garbage(void **state)
+{
+    (void)state;
+    static const char *const words[] = {"/v1",
+                                        "/models",
+                                        "/acme%2Ftiny",
+                                        "/zeta",
+                                        "/generations",
+                                        "/1",
+                                        "/2",
+                                        "/active",
+                                        "/prod",
+                                        "/tensors",
+                                        "/big",
+                                        "/odd%20100%25",
+                                        "/data",
+                                        "/aliases",
+                                        "/devices",
+                                        "/jobs",
+                                        "/tokens",
+                                        "/activate",
+                                        "/retire",
+                                        "/rollback",
+                                        "/cancel",
+                                        "/imports",
+                                        "/verify",
+                                        "/gc",
+                                        "%",
+                                        "%2",
+                                        "%00",
+                                        "%zz",
+                                        "//",
+                                        "limit=",
+                                        "cursor=",
+                                        "prefix=",
+                                        "order=",
+                                        "state=",
+                                        "kind=",
+                                        "&",
+                                        "=",
+                                        "1001",
+                                        "0",
+                                        "-1",
+                                        "99999999999999999999999",
+                                        "m6",
+                                        "f31",
+                                        "n61",
+                                        "{",
+                                        "}",
+                                        "\"generation\":",
+                                        "\"name\":",
+                                        "\"scope\":",
+                                        "\"model\":",
+                                        "\"source\":",
+                                        "\"read\"",
+                                        "null",
+                                        "true",
+                                        "1",
+                                        "[]",
+                                        "\"x\"",
+                                        ","};
+    static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", ""};
+    static const char *const ranges[] = {NULL,
+                                         "bytes=",
+                                         "bytes=-",
+                                         "bytes=1-",
+                                         "bytes=--1",
+                                         "bytes=1-2-3",
+                                         "bytes=0-0,",
+                                         "bytes=18446744073709551615-",
+                                         "bytes=-18446744073709551616"};
+    char root[300];
+    snprintf(root, sizeof root, "%s/emptyroot", g->dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    const char *roots[] = {root};
+    tv__api_opts o = {.store_dir = g->store,
+                      .anonymous_reads = TV__ANON_LOOPBACK,
+                      .import_roots = roots,
+                      .n_import_roots = 1};
+    tv__api *api = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    char path[512], query[256], body[512];
+    for (int i = 0; i < 4000; i++) {
+        rnd_text(path, sizeof path, words, sizeof words / sizeof words[0]);
+        rnd_text(query, sizeof query, words, sizeof words / sizeof words[0]);
+        rnd_text(body, sizeof body, words, sizeof words / sizeof words[0]);
+        tv__api_req q = {.method = methods[rnd(7)],
+                         .path = path,
+                         .query = rnd(2) ? query : NULL,
+                         .body = rnd(2) ? body : NULL,
+                         .range = ranges[rnd(9)],
+                         .if_none_match = rnd(4) ? NULL : body,
+                         .authorization = rnd(4) ? NULL : query,
+                         .content_type = rnd(4) ? NULL : "application/json; charset=utf-8",
+                         .trusted = rnd(3) != 0,
+                         .peer_loopback = rnd(2)};
+        q.body_len = q.body ? strlen(q.body) : 0;
+        tv__api_resp r;
+        int st = tv__api_handle(api, &q, &r);
+        if (st < 200 || st >= 500)
+            fail_msg("%s %s ? %s body %s: %d %s", q.method, path, q.query ? q.query : "",
+                     q.body ? q.body : "", st, r.json ? json_dumps(r.json, JSON_COMPACT) : "");
+        assert_non_null(r.route);
+        if (st >= 400)
+            err_code(&r);
+        else if (r.stream)
+            assert_int_equal(tv__api_stream_read(&r, 0, body, sizeof body) > 0, r.stream_len > 0);
+        else if (st != 304)
+            assert_true(r.json || r.body || r.body_len == 0);
+        tv__api_resp_free(&r);
+    }
+    tv__api_close(api);
 }
 
 static void test_open_args(void **state)
@@ -955,7 +1352,12 @@ int main(void)
         T(test_generation_changes),
         T(test_bodies),
         T(test_auth),
+        T(test_jobs_refused),
+        T(test_import_roots),
+        T(test_aliases),
+        T(test_tokens),
         T(test_concurrent),
+        T(test_garbage),
         T(test_open_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

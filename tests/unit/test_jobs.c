@@ -225,6 +225,7 @@ static void test_import_job_result(void **state)
     assert_string_equal(row.model, "org/model");
     assert_true(row.started_at > 0 && row.finished_at >= row.started_at);
     assert_true(row.bytes_total > 0 && row.bytes_done == row.bytes_total);
+    assert_true(row.rate_bytes_per_s > 0); /* the whole job's rate */
     assert_non_null(row.result_json);
     json_t *r = json_loads(row.result_json, 0, NULL);
     assert_non_null(r);
