@@ -57,8 +57,9 @@ int tv__cli_verify_local(const tv__cli_ctx *c, const char *dir, int64_t device_i
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);
 int tv__cli_import(const tv__cli_ctx *c);
-/* The importer run directly on --store DIR (c->store, else --store): local
- * imports, with --replicas and --chunk (the API has neither). */
+/* The importer run directly on --store DIR (c->store, else --store), for
+ * import --replicas/--chunk (the API has neither); every other import, local
+ * or remote, is a job through the API. */
 int tv__cli_import_local(const tv__cli_ctx *c);
 int tv__cli_models(const tv__cli_ctx *c);
 int tv__cli_generations(const tv__cli_ctx *c);

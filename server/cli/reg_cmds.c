@@ -626,12 +626,14 @@ int tv__cli_import(const tv__cli_ctx *c)
     const tv__cli_args *a = &c->a;
     tv_error err = {0};
     char src[TV__CLI_PATH_MAX];
-    /* --store: the importer runs here, directly (it alone takes --replicas
-     * and --chunk, which the API has not). */
-    if (tv__cli_get(a, "--store"))
+    /* --replicas and --chunk are the local importer's own knobs (the API
+     * has neither): with them the importer runs here, directly. */
+    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk")) {
+        if (!tv__cli_get(a, "--store"))
+            return tv__cli_usage(c->cmd->name,
+                                 "--replicas and --chunk need --store DIR (local mode)");
         return tv__cli_import_local(c);
-    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk"))
-        return tv__cli_usage(c->cmd->name, "--replicas and --chunk need --store DIR (local mode)");
+    }
     int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);

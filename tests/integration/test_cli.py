@@ -505,3 +505,22 @@ def test_demo_command_imports_it(tv, tmp_path):
     assert (tmp_path / "demo" / "model.safetensors.index.json").exists()
     p = tv("demo", "--store", s, "--layers", "0")
     assert p.returncode == 2 and "'0'" in p.stderr
+
+
+def test_local_import_is_a_job_row(tv, tmp_path):
+    """A local import runs inline through the API: it leaves the same job
+    row a daemon's would (jobs, job), and prints its ImportResult."""
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "16M", check=True)
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {"w": np.ones(8, np.float32)}, 1)
+    r = json.loads(tv("import", "--store", s, "m", ck, "--activate", "--json", check=True).stdout)
+    assert r["generation"] == 1 and r["active"]
+    jobs = json.loads(tv("jobs", "--store", s, "--json", check=True).stdout)["jobs"]
+    assert [(j["kind"], j["state"], j["model"], j["generation"]) for j in jobs] == \
+        [("import", "succeeded", "m", 1)]
+    one = json.loads(tv("job", "--store", s, jobs[0]["id"], "--json", check=True).stdout)
+    assert one["result"] == r and one["source"] == ck
+    p = tv("import", "--store", s, "m", tmp_path / "missing")
+    assert p.returncode == 1
+    assert json.loads(tv("jobs", "--store", s, "--state", "succeeded", "--json",
+                         check=True).stdout)["jobs"] == jobs
