@@ -524,3 +524,28 @@ def test_local_import_is_a_job_row(tv, tmp_path):
     assert p.returncode == 1
     assert json.loads(tv("jobs", "--store", s, "--state", "succeeded", "--json",
                          check=True).stdout)["jobs"] == jobs
+
+
+def test_tensors_follow_cursors_to_the_end(tv, tmp_path):
+    """More tensors than a page (the API's default limit is 100): `tensors`
+    follows next_cursor to the end in both orders; --limit shows one page."""
+    names = [f"layers.{i}/w" for i in range(250)]
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {n: np.full(2, i, np.float32)
+                                                     for i, n in enumerate(names)}, 3)
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "64M", check=True)
+    tv("import", "--store", s, "m", ck, "--activate", check=True)
+    for order in ("file", "name"):
+        doc = json.loads(tv("tensors", "--store", s, "m", "--order", order, "--json",
+                            check=True).stdout)
+        got = [t["name"] for t in doc["tensors"]]
+        assert sorted(got) == sorted(names) and len(got) == 250 and doc["next_cursor"] is None
+        if order == "name":
+            assert got == sorted(names)
+    page = json.loads(tv("tensors", "--store", s, "m", "--limit", "100", "--order", "name",
+                         "--json", check=True).stdout)
+    assert [t["name"] for t in page["tensors"]] == sorted(names)[:100] and page["next_cursor"]
+    doc = json.loads(tv("tensors", "--store", s, "m", "--prefix", "layers.1", "--json",
+                        check=True).stdout)
+    assert sorted(t["name"] for t in doc["tensors"]) == sorted(n for n in names
+                                                               if n.startswith("layers.1"))

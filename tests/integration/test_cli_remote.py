@@ -145,3 +145,33 @@ def test_remote_import_follows_the_job(served, tmp_path):
     # Remote verify: a job, waited for, its VerifyResult printed.
     v = jdoc(tv("verify", "--url", url, "--json"))
     assert v["n_failed"] == 0 and v["n_objects"] >= 2
+
+
+def test_remote_import_on_a_terminal_shows_progress(served, build_dir, tmp_path):
+    """On a terminal, import follows the job without --wait and draws the
+    bar (bytes, %, MB/s, ETA) on stderr from the job's progress."""
+    import pty
+    tv, d, store = served
+    ck = gen.write_checkpoint(str(tmp_path / "big"), {"x": np.ones(4 << 20, np.float32)}, 1)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    p = subprocess.Popen([exe, "import", "big", ck, "--url",
+                          f"http://127.0.0.1:{d.port}"], stdin=slave, stdout=slave, stderr=slave,
+                         cwd=tmp_path, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait()
+    os.close(master)
+    text = out.decode()
+    assert p.returncode == 0, text
+    assert "100.0%" in text and "MB/s" in text and "ETA" in text, text
+    assert "imported big generation 1" in text, text
