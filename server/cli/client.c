@@ -77,6 +77,8 @@ int tv__cli_client_open(const tv__cli_ctx *c, bool writer, tv__cli_client *cl, t
         url = TV__CLI_DEFAULT_URL;
     if (strlen(url) >= sizeof(cl->url))
         return tv__seterr(err, TV_E_INVALID_ARG, "URL '%.64s...' is too long", url);
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        return tv__seterr(err, TV_E_INVALID_ARG, "URL '%s' is not http:// or https://", url);
     memcpy(cl->url, url, strlen(url) + 1);
     cl->store = getenv("TENSORVAULT_STORE");
     if (cl->store && !*cl->store)

@@ -111,6 +111,12 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "tensorvault-cli");
+    /* http(s) only (no file:// or other schemes from a URL typo), no
+     * redirects (the token would follow them), and loopback never through
+     * a proxy from the environment. */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
     if (req->body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);

@@ -270,3 +270,13 @@ def test_no_daemon_falls_back_to_the_store(tv, env, tmp_path):
     err = json.loads(p.stdout)["error"]
     assert err["code"] == "TV_E_NO_DAEMON" and err["errno"] == -1208
     assert "scripts/run" in err["message"] and "--store" in err["message"]
+
+
+def test_only_http_urls(tv, env, tmp_path):
+    for url in ("file:///etc/passwd", "ftp://127.0.0.1:1", "127.0.0.1:8470"):
+        for e in ({}, {"TENSORVAULT_URL": url}):
+            args = ["models", "--json"] + ([] if e else ["--url", url])
+            p = tv(*args, env={**env, **e}, cwd=tmp_path)
+            assert p.returncode == 1, (url, p.stderr)
+            assert json.loads(p.stdout)["error"]["code"] == "TV_E_INVALID_ARG", p.stdout
+            assert url in p.stderr and "http://" in p.stderr
