@@ -122,7 +122,8 @@ int tv__cli_doc_error(const json_t *doc, int status, tv_error *err)
 static void on_watch(void *ctx, const tv__reg_job *now)
 {
     tv__cli_progress *p = ctx;
-    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total, -1, -1, now->step);
+    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total,
+                          now->rate_bytes_per_s > 0 ? now->rate_bytes_per_s : -1, -1, now->step);
 }
 
 static int local_open(tv__cli_client *cl, tv_error *err)
