@@ -13,7 +13,8 @@ import pytest
 
 class Fake:
     """routes: {(method, raw_path): [answer, ...]} where an answer is
-    (status, doc); the last answer of a route repeats."""
+    (status, doc), or (None, None) to drop the connection unanswered; the
+    last answer of a route repeats."""
 
     def __init__(self):
         self.routes = {}
@@ -42,6 +43,9 @@ def fake():
                                               "message": f"no route {self.command} {path}"}}
             else:
                 status, doc = answers[0] if len(answers) == 1 else answers.pop(0)
+            if status is None:  # drop the connection without an answer
+                self.close_connection = True
+                return
             out = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -280,3 +284,15 @@ def test_only_http_urls(tv, env, tmp_path):
             assert p.returncode == 1, (url, p.stderr)
             assert json.loads(p.stdout)["error"]["code"] == "TV_E_INVALID_ARG", p.stdout
             assert url in p.stderr and "http://" in p.stderr
+
+
+def test_a_dropped_get_is_sent_again_a_post_is_not(tv, fake, env, tmp_path):
+    fake.on("GET", "/v1/models", (None, None),
+            (200, {"models": [model("a")], "next_cursor": None}))
+    p = tv("models", "--url", fake.url, "--json", env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [s[1] for s in fake.seen] == ["/v1/models", "/v1/models"]
+    fake.on("POST", "/v1/gc", (None, None), (200, {"n_objects_freed": 0, "freed_bytes": 0}))
+    p = tv("gc", "--url", fake.url, env=env, cwd=tmp_path)
+    assert p.returncode == 1 and "/v1/gc" in p.stderr
+    assert [s[1] for s in fake.seen].count("/v1/gc") == 1
