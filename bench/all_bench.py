@@ -163,7 +163,7 @@ def main():
     # 1. small model
     ck = minilm(a.cache)
     store, img, dev = make_store(exe, root, "minilm", ck, 160 * MiB)
-    off, used = dev["data_offset"], dev["used"]
+    off, used = dev["data_offset"], dev["used_bytes"]
     rows = {"tv": [], "tv_fresh": [], "fio": [], "numpy": [], "torch": []}
     try:
         import importlib.util
@@ -199,7 +199,7 @@ def main():
             argv = [bopen] + ([mode] if mode else []) + [st, spec]
             out, _, _ = r.run(argv, cold=mode is None)
             first[key].append(json.loads(out))
-    lat = fio(r, img_k, dev_k["data_offset"], dev_k["used"], "4k", "randread", "psync", 1, 3)
+    lat = fio(r, img_k, dev_k["data_offset"], dev_k["used_bytes"], "4k", "randread", "psync", 1, 3)
     dev_p50_ms = lat["clat_ns"]["percentile"]["50.000000"] / 1e6
 
     # report

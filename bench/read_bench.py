@@ -382,7 +382,10 @@ def make_store(exe, root, index, nbytes, log):
     run_tv(exe, "import", "--store", store, "m", index, "--activate")
     log(f"  imported into {img} ({time.monotonic() - t0:.1f} s)")
     dev = run_tv(exe, "devices", "--store", store)["devices"][0]
-    tens = run_tv(exe, "tensors", "--store", store, "m")["tensors"]
+    # The list form has no replicas: the one tensor the latency run needs
+    # comes with them from `tensor`.
+    tens = [run_tv(exe, "tensor", "--store", store, "m", t["name"]) if t["name"] == LATENCY_TENSOR
+            else t for t in run_tv(exe, "tensors", "--store", store, "m")["tensors"]]
     return store, img, dev, tens
 
 
@@ -450,9 +453,9 @@ def main():
     b = Bench(exe, root, stat_path)
     store, img, dev, tens = make_store(exe, root, index, ck_bytes, log)
     try:
-        off, used = dev["data_offset"], dev["used"]
+        off, used = dev["data_offset"], dev["used_bytes"]
         lat = next((t for t in tens if t["name"] == LATENCY_TENSOR), None)
-        if lat is None or lat["length"] != 4 * KiB:
+        if lat is None or lat["nbytes"] != 4 * KiB:
             raise RuntimeError(f"no 4 KiB tensor {LATENCY_TENSOR} in the store")
         pair = [(FIO_SEQ, lambda: b.fio_seq(img, off, used)),
                 (FIO_FIXED, lambda: b.fio_seq(img, off, used, fixed=True)),
@@ -482,7 +485,7 @@ def main():
         dev_off = lat["replicas"][0]["device_offset"]
         io_align = dev["io_align"]
         eb = dev_off // io_align * io_align
-        ee = -(-(dev_off + lat["length"]) // io_align) * io_align
+        ee = -(-(dev_off + lat["nbytes"]) // io_align) * io_align
         lat_same = b.fio_lat(img, eb, ee - eb, ee - eb, "read", max(1, a.fio_seconds // 2))
     finally:
         if not a.keep_store:

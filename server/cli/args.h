@@ -27,6 +27,10 @@
 #define TV__CLI_GEN_GRAMMAR                                                                        \
     "a generation is a number from 1, digits only (no sign, spaces or leading zeros)"
 
+#define TV__CLI_ALIAS_LEN 72 /* an alias (64 bytes) or a generation, NUL included */
+
+#define TV__CLI_ALIAS_GRAMMAR "a letter, then up to 63 letters, digits, '.', '_' or '-'; or active"
+
 /* One option of a command's table. The usage line shows it as usage, or
  * (usage NULL) as "[NAME METAVAR]" / "[NAME]"; usage "" shows nothing (an
  * alias, or an option that a neighbour's usage text shows). */

@@ -37,7 +37,7 @@ typedef struct tv__cli_cmd {
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
     /* TEMPORARY: the local implementation run on --store while the
-     * in-process api is stubbed (cli/api_stub_tmp.c). */
+     * in-process api cannot run it yet (imports and verify need jobs). */
     const struct tv__cli_cmd *legacy;
 } tv__cli_cmd;
 
@@ -54,22 +54,14 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_status, tv__cli_cmd_version, tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench;
 
 /* TEMPORARY (until the in-process api is on main): the local tables. */
-extern const tv__cli_cmd tv__cli_legacy_import, tv__cli_legacy_models, tv__cli_legacy_generations,
-    tv__cli_legacy_tensors, tv__cli_legacy_devices, tv__cli_legacy_activate, tv__cli_legacy_retire,
-    tv__cli_legacy_gc, tv__cli_legacy_verify;
-int tv__cli_models_legacy(const tv__cli_ctx *c);
-int tv__cli_generations_legacy(const tv__cli_ctx *c);
-int tv__cli_tensors_legacy(const tv__cli_ctx *c);
-int tv__cli_devices_legacy(const tv__cli_ctx *c);
-int tv__cli_activate_legacy(const tv__cli_ctx *c);
-int tv__cli_retire_legacy(const tv__cli_ctx *c);
-int tv__cli_gc_legacy(const tv__cli_ctx *c);
+extern const tv__cli_cmd tv__cli_legacy_verify;
 int tv__cli_verify_legacy(const tv__cli_ctx *c);
 
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);
 int tv__cli_import(const tv__cli_ctx *c);
-/* The importer run directly on --store (import --replicas/--chunk). */
+/* The importer run directly on --store DIR (c->store, else --store): local
+ * imports, with --replicas and --chunk (the API has neither). */
 int tv__cli_import_local(const tv__cli_ctx *c);
 int tv__cli_models(const tv__cli_ctx *c);
 int tv__cli_generations(const tv__cli_ctx *c);

@@ -116,17 +116,11 @@ int tv__cli_doc_error(const json_t *doc, int status, tv_error *err)
     return tv__seterr(err, code, "%s", msg && *msg ? msg : tv_strerror(code));
 }
 
-#ifdef TV__CLI_JOB_HAS_STEP
-#define JOB_STEP(j) ((j)->step)
-#else
-#define JOB_STEP(j) ((const char *)NULL)
-#endif
-
 /* Local imports run inline: their job row drives the bar. */
 static void on_watch(void *ctx, const tv__reg_job *now)
 {
     tv__cli_progress *p = ctx;
-    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total, -1, -1, JOB_STEP(now));
+    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total, -1, -1, now->step);
 }
 
 static int local_open(tv__cli_client *cl, tv_error *err)

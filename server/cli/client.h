@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "cli/api_seam.h"
+#include "http/api.h"
 #include "cli/cli.h"
 #include "cli/http.h"
 

@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "cli/api_seam.h"
+#include "http/api.h"
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "util/internal.h"
@@ -65,11 +65,15 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
     if ((u = tv__cli_npos(cmd->name, &c->a, cmd->min_pos, cmd->max_pos,
                           tv__cli_cmd_usage(cmd, usage, sizeof(usage)))))
         return u;
+    size_t nl =
+        cmd->spec_len && cmd->spec_len < sizeof(c->model) ? cmd->spec_len : sizeof(c->model);
+    char alias[TV__CLI_ALIAS_LEN];
+    /* NAME@ALIAS (or @active) is the reader's too; a number goes through the
+     * generation grammar, which names what is wrong. */
     if ((cmd->flags & TV__CLI_SPEC) &&
-        (u = tv__cli_spec(cmd->name, c->a.pos[0], c->model,
-                          cmd->spec_len && cmd->spec_len < sizeof(c->model) ? cmd->spec_len
-                                                                            : sizeof(c->model),
-                          &c->gen)))
+        !(tv__cli_parse_ref(c->a.pos[0], c->model, nl, alias, sizeof alias) == 0 &&
+          !(alias[0] >= '0' && alias[0] <= '9')) &&
+        (u = tv__cli_spec(cmd->name, c->a.pos[0], c->model, nl, &c->gen)))
         return u;
     if ((cmd->flags & TV__CLI_GEN) && (u = tv__cli_gen(cmd->name, c->a.pos[1], &c->gen)))
         return u;

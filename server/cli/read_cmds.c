@@ -122,7 +122,7 @@ static int output_len(const tv_tensor_desc *d, const char *tensor, bool rows, ui
 const tv__cli_cmd tv__cli_cmd_get = {
     .name = "get",
     .run = tv__cli_get_tensor,
-    .positionals = "NAME[@GEN] TENSOR",
+    .positionals = "NAME[@GEN|@ALIAS] TENSOR",
     .min_pos = 2,
     .max_pos = 2,
     .flags = TV__CLI_STORE | TV__CLI_SPEC,
@@ -278,7 +278,7 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
 const tv__cli_cmd tv__cli_cmd_bench = {
     .name = "bench",
     .run = tv__cli_bench,
-    .positionals = "NAME[@GEN]",
+    .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
     .flags = TV__CLI_STORE | TV__CLI_SPEC,

@@ -165,14 +165,17 @@ static int ref(const tv__cli_ctx *c, const char *spec, char *name, size_t name_l
                size_t gen_len)
 {
     int rc = tv__cli_parse_ref(spec, name, name_len, gen, gen_len);
-    if (rc == -ERANGE)
-        return tv__cli_usage(c->cmd->name, "generation in '%s' is above %" PRId64, spec, INT64_MAX);
-    if (rc)
-        return tv__cli_usage(
-            c->cmd->name,
-            "bad model '%s' (NAME, NAME@GEN or NAME@ALIAS; %s; an alias is a letter then letters, digits, '.', '_' or '-')",
-            spec, TV__CLI_GEN_GRAMMAR);
-    return 0;
+    const char *at = strrchr(spec, '@');
+    if (!rc)
+        return 0;
+    if (at && at != spec && (size_t)(at - spec) < name_len) {
+        if (rc == -ERANGE)
+            return tv__cli_usage(c->cmd->name, "generation '%s' in '%s' is above %" PRId64, at + 1,
+                                 spec, INT64_MAX);
+        return tv__cli_usage(c->cmd->name, "bad generation '%s' in '%s': %s, or an alias (%s)",
+                             at + 1, spec, TV__CLI_GEN_GRAMMAR, TV__CLI_ALIAS_GRAMMAR);
+    }
+    return tv__cli_usage(c->cmd->name, "bad model '%s' (NAME, NAME@GEN or NAME@ALIAS)", spec);
 }
 
 /* A GEN|ALIAS argument. */
@@ -184,8 +187,8 @@ static int gen_or_alias(const tv__cli_ctx *c, const char *s, char *gen, size_t g
     if (rc == -ERANGE)
         return tv__cli_usage(c->cmd->name, "generation '%s' is above %" PRId64, s, INT64_MAX);
     if (rc)
-        return tv__cli_usage(c->cmd->name, "bad generation '%s': %s, or an alias name", s,
-                             TV__CLI_GEN_GRAMMAR);
+        return tv__cli_usage(c->cmd->name, "bad generation '%s': %s, or an alias (%s)", s,
+                             TV__CLI_GEN_GRAMMAR, TV__CLI_ALIAS_GRAMMAR);
     return 0;
 }
 
@@ -197,7 +200,6 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .positionals = "[NAME]",
     .min_pos = 0,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_models,
     .opts = {CLIENT_OPTS},
 };
 
@@ -218,7 +220,6 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_generations,
     .opts = {CLIENT_OPTS},
 };
 
@@ -258,7 +259,6 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .legacy = &tv__cli_legacy_tensors,
     .opts = {{"--prefix", "P", NULL},
              {"--order", "file|name", NULL},
              {"--limit", "N", NULL},
@@ -320,7 +320,6 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .legacy = &tv__cli_legacy_devices,
     .opts = {CLIENT_OPTS},
 };
 
@@ -352,7 +351,6 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .positionals = "NAME GEN|ALIAS",
     .min_pos = 2,
     .max_pos = 2,
-    .legacy = &tv__cli_legacy_activate,
     .opts = {CLIENT_OPTS},
 };
 
@@ -363,7 +361,6 @@ const tv__cli_cmd tv__cli_cmd_retire = {
     .min_pos = 2,
     .max_pos = 2,
     .flags = TV__CLI_GEN,
-    .legacy = &tv__cli_legacy_retire,
     .opts = {CLIENT_OPTS},
 };
 
@@ -578,7 +575,8 @@ static int run_job(const tv__cli_ctx *c, const char *path, json_t *body, bool wa
     tv__cli_progress_end(&bar);
     tv__cli_client_close(&cl);
     json_decref(body);
-    if (!rc && follow_it && strcmp(json_string_value(json_object_get(job, "state")), "succeeded"))
+    const char *state = json_string_value(json_object_get(job, "state"));
+    if (!rc && follow_it && (!state || strcmp(state, "succeeded")))
         rc = job_error(job, &err);
     if (rc) {
         json_decref(job);
@@ -603,7 +601,6 @@ const tv__cli_cmd tv__cli_cmd_import = {
     .positionals = "NAME SRC",
     .min_pos = 2,
     .max_pos = 2,
-    .legacy = &tv__cli_legacy_import,
     .opts = {{"--activate", NULL, NULL},
              {"--alias", "A", NULL},
              {"--strict", NULL, NULL},
@@ -618,14 +615,12 @@ int tv__cli_import(const tv__cli_ctx *c)
     const tv__cli_args *a = &c->a;
     tv_error err = {0};
     char src[TV__CLI_PATH_MAX];
-    /* --replicas and --chunk are the local importer's knobs (the API has
-     * none): local mode runs the importer directly for them. */
-    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk")) {
-        if (!tv__cli_get(a, "--store"))
-            return tv__cli_usage(c->cmd->name,
-                                 "--replicas and --chunk need --store DIR (local mode)");
+    /* --store: the importer runs here, directly (it alone takes --replicas
+     * and --chunk, which the API has not). */
+    if (tv__cli_get(a, "--store"))
         return tv__cli_import_local(c);
-    }
+    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk"))
+        return tv__cli_usage(c->cmd->name, "--replicas and --chunk need --store DIR (local mode)");
     int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
@@ -696,7 +691,6 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .legacy = &tv__cli_legacy_gc,
     .opts = {CLIENT_OPTS},
 };
 
@@ -902,14 +896,27 @@ int tv__cli_demo(const tv__cli_ctx *c)
                    dir, lay, status);
         return tv__cli_failed(c, TV_E_INTERNAL, &err);
     }
-    /* Then `import demo DIR --activate` with the same mode and token. */
-    tv__cli_ctx ic = *c;
-    char src[TV__CLI_PATH_MAX];
-    tv_error err = {0};
-    int rc = absolute(dir, src, sizeof src, &err);
-    if (rc)
-        return tv__cli_failed(c, rc, &err);
-    json_t *body =
-        json_pack("{s:s,s:s,s:b,s:b}", "model", "demo", "source", src, "activate", 1, "strict", 0);
-    return run_job(&ic, "/v1/imports", body, true, TV__DOC_IMPORT, NULL);
+    /* Then `import demo DIR --activate --wait` with the same mode, token
+     * and output: the import command itself, on a made-up command line. */
+    static const char *const pass[] = {"--store", "--url", "--token-file"};
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)"import";
+    argv[argc++] = (char *)"demo";
+    argv[argc++] = (char *)dir;
+    argv[argc++] = (char *)"--activate";
+    argv[argc++] = (char *)"--wait";
+    for (size_t i = 0; i < TV_ARRAY_LEN(pass); i++) {
+        const char *v = tv__cli_get(&c->a, pass[i]);
+        if (v) {
+            argv[argc++] = (char *)pass[i];
+            argv[argc++] = (char *)v;
+        }
+    }
+    if (c->json)
+        argv[argc++] = (char *)"--json";
+    argv[argc] = NULL;
+    tv__cli_ctx ic;
+    int u2 = tv__cli_begin(&tv__cli_cmd_import, argc, argv, &ic);
+    return u2 ? u2 : tv__cli_import(&ic);
 }

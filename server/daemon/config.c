@@ -59,7 +59,7 @@ void tv__config_defaults(tv__config *c)
     c->http_threads = 0;
     c->http_connection_timeout_s = 30;
     c->http_per_ip_connections = 64;
-    c->http_memory_limit = 1u << 20;
+    c->http_memory_limit = 64u << 10;
     c->http_max_body_bytes = 64u << 10;
     c->http_max_header_bytes = 8u << 10;
     c->http_anonymous_reads = TV__CFG_ANON_LOOPBACK;

@@ -64,8 +64,22 @@ static json_t *cursor_json(bool more, char kind, const char *key, size_t key_len
     return j;
 }
 
+/* The active generation as readers open it (tv__store_settled_active: an
+ * activation interrupted after its pointer rename counts as done), or the
+ * registry's when no reader store is held. */
+static int settled(tv__api_ctx *c, const char *model, int64_t registry_active, int64_t *active)
+{
+    *active = registry_active;
+    return c->rd ? tv__store_settled_active(c->rd, model, active, &c->err) : 0;
+}
+
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number)
 {
+    int64_t a = 0;
+    if (!strcmp(spec, "active") && c->rd && !settled(c, model, 0, &a) && a) {
+        *number = a;
+        return 0;
+    }
     if (spec[0] >= '0' && spec[0] <= '9') {
         if (!parse_i64(spec, number))
             return tv__seterr(
@@ -230,9 +244,11 @@ static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, i
 {
     tv__reg_alias *al = NULL;
     size_t na = 0;
-    if ((*rc = tv__api_aliases(c, reg, m->name, &al, &na)))
+    tv__reg_model ms = *m;
+    if ((*rc = settled(c, m->name, m->active_generation, &ms.active_generation)) ||
+        (*rc = tv__api_aliases(c, reg, m->name, &al, &na)))
         return NULL;
-    json_t *j = tv__api_model_json(m, al, na);
+    json_t *j = tv__api_model_json(&ms, al, na);
     free(al);
     if (!j)
         *rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
@@ -350,11 +366,14 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
     tv__reg_alias *al = NULL;
     size_t na = 0;
     int rc;
+    int64_t active;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
         (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
         (rc = canonical_total(c, reg, &g, shards)) ||
-        (rc = tv__api_aliases(c, reg, model, &al, &na)))
+        (rc = tv__api_aliases(c, reg, model, &al, &na)) ||
+        (rc = settled(c, model, g.active ? g.number : 0, &active)))
         goto out;
+    g.active = g.number == active;
     doc = tv__api_generation_json(&g, al, na, NULL);
     if (doc && shards && json_object_set_new(doc, "shards", shards)) {
         json_decref(doc);
@@ -391,8 +410,11 @@ int tv__api_h_generations(tv__api_ctx *c)
     if ((rc = tv__api_reader(c, &reg)) || (rc = tv__reg_model_get(reg, c->param[0], &m, &c->err)) ||
         (rc =
              tv__reg_generations_page(reg, c->param[0], after_n, limit, &gs, &n, &more, &c->err)) ||
-        (rc = tv__api_aliases(c, reg, c->param[0], &al, &na)))
+        (rc = tv__api_aliases(c, reg, c->param[0], &al, &na)) ||
+        (rc = settled(c, c->param[0], m.active_generation, &m.active_generation)))
         goto out;
+    for (size_t i = 0; i < n; i++)
+        gs[i].active = gs[i].number == m.active_generation;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
         if (!(rc = canonical_total(c, reg, &gs[i], NULL)) &&

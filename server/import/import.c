@@ -1271,8 +1271,11 @@ static int publish(import_job *j, tv_error *err)
                 (rc = tv__reg_object_commit(st->reg, plans[s].obj[k].id, plans[s].sha_hex, err)))
                 goto fail_tx;
     tv__reg_generation gen;
-    if ((rc = tv__reg_generation_create(st->reg, j->model, j->real_src,
-                                        tv_checkpoint_total_bytes(ck), &gen, err)))
+    /* total_bytes is the canonical bytes (every shard file, headers included:
+     * what the devices hold and the API's ImportResult.total_bytes), not the
+     * tensor data alone. */
+    if ((rc = tv__reg_generation_create(st->reg, j->model, j->real_src, j->r.bytes_total, &gen,
+                                        err)))
         goto fail_tx;
     for (size_t s = 0; s < j->n_shards; s++) {
         tv__reg_shard_in in = {

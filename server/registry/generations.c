@@ -1,13 +1,14 @@
 /* Models and generations: numbering, shards and their object bindings,
  * tensor metadata (bulk insert and listing), state changes, activation,
- * rollback and retirement.
+ * deactivation, rollback and retirement.
  *
  * Invariants: generation numbers come from models.last_generation, bumped
  * in the creating transaction, so they are never reused; a generation
  * becomes ready only with shards idx 0..n-1, each bound to at least one
  * committed object of its length and hash and to no 'writing' one; the
  * active generation changes in a single UPDATE of models.active_generation,
- * so a reader sees the old or the new one and never neither; every change
+ * so a reader sees the old or the new one and never neither (only a
+ * deactivation, one UPDATE to NULL, leaves none on purpose); every change
  * runs in one transaction level (savepoint inside an explicit transaction). */
 #include <errno.h>
 #include <inttypes.h>
@@ -747,6 +748,31 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
             (long long)previous, (long long)number);
 done:
     return tv__reg_level_end(reg, rc, err);
+}
+
+int tv__reg_generation_deactivate(tv__reg *reg, const char *model, int64_t *was, tv_error *err)
+{
+    if (!reg || !model)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_generation_deactivate: NULL argument");
+    int64_t previous = 0;
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    if ((rc = model_active(reg, model, &previous, "reading the active generation", err)))
+        goto done;
+    if (previous == 0)
+        goto done; /* nothing active: nothing to change */
+    if ((rc = tv__reg_exec(reg, "deactivating a model", err,
+                           "UPDATE models SET active_generation = NULL WHERE name = ?1", "t",
+                           model)))
+        goto done;
+    tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> none", model,
+            (long long)previous);
+done:
+    rc = tv__reg_level_end(reg, rc, err);
+    if (rc == 0 && was)
+        *was = previous;
+    return rc;
 }
 
 int tv__reg_generation_retire(tv__reg *reg, const char *model, int64_t number, tv_error *err)

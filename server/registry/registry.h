@@ -328,6 +328,13 @@ int tv__reg_generation_set_state(tv__reg *reg, int64_t generation_id, tv__gen_st
  * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (not ready). */
 int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number, tv_error *err);
 
+/* Clears the model's active generation (models.active_generation = NULL,
+ * one UPDATE) so that it has none; the generation stays ready. *was (may
+ * be NULL) = the generation that was active, 0 when there was none (then
+ * nothing changes). Returns 0; TV_E_NOT_FOUND (no such model);
+ * TV_E_INVALID_ARG. */
+int tv__reg_generation_deactivate(tv__reg *reg, const char *model, int64_t *was, tv_error *err);
+
 /* ready | failed -> retired. Retiring a retired generation is a no-op.
  * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (the active generation, an aliased
  * one (the message names the alias), or one still importing). Live leases do not block retiring;

@@ -362,6 +362,25 @@ static void restore_pointer(tv__store *st, const char *model, int64_t gen, int64
     }
 }
 
+/* Puts the pointer a failed deactivation moved aside back in place;
+ * appends to err's message when even that fails (then the next writer's
+ * open completes the deactivation, which readers already see). */
+static void restore_deactivated(tv__store *st, const char *model, tv_error *err)
+{
+    tv_error e2 = {0};
+    if (tv__snapfile_undo_deactivate(st->dir, model, &e2) == 0)
+        return;
+    tv__log(TV_LOG_WARN, "store %s: model '%s': restoring the active pointer failed: %s", st->dir,
+            model, e2.msg);
+    if (err) {
+        char msg[2 * sizeof err->msg + 64];
+        snprintf(msg, sizeof msg, "%s (and restoring the active pointer failed: %s)", err->msg,
+                 e2.msg);
+        memcpy(err->msg, msg, sizeof err->msg - 1);
+        err->msg[sizeof err->msg - 1] = '\0';
+    }
+}
+
 int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *err)
 {
     tv__reg_generation g;
@@ -419,26 +438,102 @@ fail_tx:
     return rc;
 }
 
-/* Whether a model's pointer shows an interrupted activation: it names a
- * ready generation p with a snapshot and records that it replaced the
- * registry's active generation (a writer killed between the pointer rename
- * and the commit). Then the next writer completes the activation (readers
- * already switched); any other disagreement is settled by the registry. */
-static int interrupted_activation(tv__store *st, const char *model, const tv__reg_generation *gens,
-                                  size_t n_gens, int64_t *active, int64_t *p, bool *interrupted,
-                                  tv_error *err)
+int tv__store_deactivate(tv__store *st, const char *model, int64_t *was, tv_error *err)
 {
-    int64_t from = -1;
-    bool exists = false, ready = false;
+    int64_t prev = 0;
+    bool moved = false;
     int rc;
-    *interrupted = false;
+    if (!st || !model)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__store_deactivate: NULL argument");
+    if (st->lock_fd < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "deactivate: store %s opened read-only", st->dir);
+    /* 1. The registry change, not committed yet; the active generation is
+     * read under the write lock (another handle may have changed it). */
+    if ((rc = tv__reg_begin(st->reg, err)))
+        return rc;
+    if ((rc = tv__reg_generation_deactivate(st->reg, model, &prev, err)))
+        goto fail_tx;
+    if (prev == 0) { /* nothing active; the pointer must agree all the same */
+        tv__reg_rollback(st->reg);
+        if ((rc = pointer_from_registry(st, model, 0, err)))
+            return rc;
+        goto done;
+    }
+    /* 2. The pointer moves aside ("deactivated"): readers see no active
+     * generation from here on, and a writer killed before step 3 leaves
+     * the moved pointer naming the registry's active generation, which the
+     * next writer's open tells apart from a lost pointer (it completes the
+     * deactivation). */
+    if ((rc = tv__snapfile_deactivate(st->dir, model, &moved, err))) {
+        if (moved)
+            restore_deactivated(st, model, err);
+        goto fail_tx;
+    }
+    tv__crash_point("deactivate.pointer");
+    /* 3. Commit; a failed commit undoes the transaction: undo the move. */
+    if ((rc = tv__reg_commit(st->reg, err))) {
+        if (moved)
+            restore_deactivated(st, model, err);
+        return rc;
+    }
+    tv__crash_point("deactivate.commit");
+    /* 4. Done: the moved pointer is no longer needed. Leaving it is
+     * harmless (the registry has no active generation, so the next
+     * writer's open just removes it). */
+    tv_error e2 = {0};
+    if (moved && tv__snapfile_remove_deactivated(st->dir, model, &e2))
+        tv__log(TV_LOG_WARN, "store %s: model '%s' deactivated, but: %s", st->dir, model, e2.msg);
+done:
+    if (was)
+        *was = prev;
+    return 0;
+fail_tx:
+    tv__reg_rollback(st->reg);
+    return rc;
+}
+
+/* How the pointer files disagree with the registry after a writer was
+ * killed between its pointer change and its commit. */
+typedef enum { CUT_NONE, CUT_ACTIVATION, CUT_DEACTIVATION } cut_kind;
+
+/* Whether a model's pointer files show an interrupted change:
+ *   - an activation: the pointer names a ready generation p with a
+ *     snapshot and records that it replaced the registry's active
+ *     generation (killed between the pointer rename and the commit);
+ *   - a deactivation: there is no pointer, and the moved one
+ *     ("deactivated") names the registry's active generation (killed
+ *     between the move and the commit).
+ * Then the next writer completes the change (readers already switched);
+ * any other disagreement is settled by the registry. *moved_left = a moved
+ * pointer exists (readable or not). */
+static int interrupted_change(tv__store *st, const char *model, const tv__reg_generation *gens,
+                              size_t n_gens, int64_t *active, int64_t *p, cut_kind *cut,
+                              bool *moved_left, tv_error *err)
+{
+    int64_t from = -1, d = 0, d_from = -1;
+    bool exists = false, ready = false;
+    tv_error e2 = {0};
+    int rc, drc;
+    *cut = CUT_NONE;
     *p = 0;
+    *moved_left = false;
     if ((rc = registry_active(st, model, active, err)))
         return rc;
     if ((rc = pointer_now(st, model, p, &from, err)) < 0)
         return rc;
     if (rc > 0) /* unreadable pointer: never equal to the registry's value */
         *p = -1;
+    drc = tv__snapfile_read_deactivated(st->dir, model, &d, &d_from, &e2);
+    if (drc && drc != TV_E_NOT_FOUND && drc != TV_E_SNAPSHOT) {
+        if (err)
+            *err = e2;
+        return drc;
+    }
+    *moved_left = drc != TV_E_NOT_FOUND;
+    if (*p == 0 && drc == 0 && *active > 0 && d == *active) {
+        *cut = CUT_DEACTIVATION;
+        return 0;
+    }
     if (*p == *active || *p <= 0 || from != *active)
         return 0;
     for (size_t j = 0; j < n_gens; j++)
@@ -446,36 +541,49 @@ static int interrupted_activation(tv__store *st, const char *model, const tv__re
             ready = true;
     if (ready && (rc = tv__snapfile_exists(st->dir, model, *p, &exists, err)))
         return rc;
-    *interrupted = ready && exists;
+    if (ready && exists)
+        *cut = CUT_ACTIVATION;
     return 0;
 }
 
 /* Writer-open repair of one model's pointer (gens: its generations).
- * Registry and pointer agree: nothing is written. The pointer names a
- * ready generation with a snapshot and records that it replaced the
- * registry's active one: an activation was cut between its pointer and
- * its commit, so the registry is brought forward. Otherwise the registry
- * wins and the pointer is rewritten. */
+ * Registry and pointer agree: nothing is written. An activation or a
+ * deactivation cut between its pointer change and its commit is
+ * completed in the registry (see interrupted_change). Otherwise the
+ * registry wins and the pointer is rewritten. A moved pointer left behind
+ * is removed once the registry is settled. */
 static int sync_pointer(tv__store *st, const char *model, const tv__reg_generation *gens,
                         size_t n_gens, tv_error *err)
 {
     int64_t active = 0, p = 0;
-    bool interrupted = false;
-    int rc = interrupted_activation(st, model, gens, n_gens, &active, &p, &interrupted, err);
+    cut_kind cut = CUT_NONE;
+    bool moved_left = false;
+    int rc = interrupted_change(st, model, gens, n_gens, &active, &p, &cut, &moved_left, err);
     if (rc)
         return rc;
-    if (interrupted) {
+    if (cut == CUT_ACTIVATION) {
         tv__log(TV_LOG_WARN, "store %s: model '%s': completing the activation of generation %lld",
                 st->dir, model, (long long)p);
-        return tv__reg_generation_activate(st->reg, model, p, err);
+        rc = tv__reg_generation_activate(st->reg, model, p, err);
+    } else if (cut == CUT_DEACTIVATION) {
+        tv__log(TV_LOG_WARN,
+                "store %s: model '%s': completing the deactivation (generation %lld was active)",
+                st->dir, model, (long long)active);
+        rc = tv__reg_generation_deactivate(st->reg, model, NULL, err);
+    } else if (p != active) {
+        tv__log(
+            TV_LOG_WARN,
+            "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
+            st->dir, model, (long long)p, (long long)active);
+        rc = pointer_from_registry(st, model, active, err);
     }
-    if (p == active)
-        return 0;
-    tv__log(
-        TV_LOG_WARN,
-        "store %s: model '%s': active pointer says %lld, the registry %lld: rewriting the pointer",
-        st->dir, model, (long long)p, (long long)active);
-    return pointer_from_registry(st, model, active, err);
+    if (rc == 0 && moved_left) {
+        if (cut != CUT_DEACTIVATION)
+            tv__log(TV_LOG_INFO, "store %s: model '%s': removing a leftover deactivated pointer",
+                    st->dir, model);
+        rc = tv__snapfile_remove_deactivated(st->dir, model, err);
+    }
+    return rc;
 }
 
 int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_error *err)
@@ -483,13 +591,14 @@ int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_
     tv__reg_generation *gens = NULL;
     size_t n_gens = 0;
     int64_t active = 0, p = 0;
-    bool interrupted = false;
+    cut_kind cut = CUT_NONE;
+    bool moved_left = false;
     int rc = tv__reg_generations_list(st->reg, model, &gens, &n_gens, err);
     if (!rc)
-        rc = interrupted_activation(st, model, gens, n_gens, &active, &p, &interrupted, err);
+        rc = interrupted_change(st, model, gens, n_gens, &active, &p, &cut, &moved_left, err);
     free(gens);
     if (!rc)
-        *gen = interrupted ? p : active;
+        *gen = cut == CUT_ACTIVATION ? p : cut == CUT_DEACTIVATION ? 0 : active;
     return rc;
 }
 

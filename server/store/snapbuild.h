@@ -20,8 +20,13 @@
  *     commit leaves a pointer that records the generation it replaced
  *     ("from"), equal to the registry's active one: the next writer's open
  *     completes that activation in the registry (what readers already see)
- *     before anything else; any other disagreement is repaired by
- *     rewriting the pointer from the registry;
+ *     before anything else. A deactivation moves the pointer aside
+ *     (renamed to "deactivated": readers see none) inside the open
+ *     transaction and commits right after; a writer killed in between
+ *     leaves no pointer and a moved one naming the registry's active
+ *     generation: the next writer's open completes the deactivation. Any
+ *     other disagreement is repaired by rewriting the pointer from the
+ *     registry, and a leftover moved pointer is removed;
  *   - writer commands write only what they change: the repair at open reads
  *     and compares, and writes a pointer or snapshot only where it differs
  *     or is missing; retired generations are never rebuilt.
@@ -86,11 +91,31 @@ int tv__store_write_active(tv__store *st, const char *model, tv_error *err);
  * ready); the errors of the snapshot and pointer writes and the registry. */
 int tv__store_activate(tv__store *st, const char *model, int64_t gen, tv_error *err);
 
+/* Clears the model's active generation, registry and pointer together, the
+ * tv__store_activate protocol: (1) in one registry transaction (BEGIN
+ * IMMEDIATE) tv__reg_generation_deactivate; (2) before committing, the
+ * active pointer is renamed to DIR/snapshots/<escaped>/deactivated
+ * (tv__snapfile_deactivate: from here on readers opening NAME get
+ * TV_E_NOT_FOUND, NAME@GEN and readers already open are unaffected);
+ * (3) commits; (4) removes the moved pointer (a failure there is only
+ * logged: the next writer's open removes it). A failure at (1)-(3) rolls
+ * the registry back and renames the pointer back: an error changes neither
+ * (only when putting the pointer back fails too, which the message says,
+ * does the next writer's open complete the deactivation). Crash points
+ * "deactivate.pointer" (between the move and the commit: the next
+ * writer's open completes it), "deactivate.commit". No active generation
+ * is a no-op (*was = 0) that only checks the pointer (a stray one is
+ * removed). *was (may be NULL) = the generation that was active.
+ * Returns 0; TV_E_INVALID_ARG (NULL argument, reader store);
+ * TV_E_NOT_FOUND (no such model); the errors of the pointer move and the
+ * registry. */
+int tv__store_deactivate(tv__store *st, const char *model, int64_t *was, tv_error *err);
+
 /* The active generation of model as the next writer settles it (what
  * read-only commands report, so that they agree with what readers open):
- * the registry's, unless the pointer shows an interrupted activation (a
- * writer killed after the pointer rename, before its commit), which the
- * next writer completes. Returns 0 and *gen (0 = none); the errors of the
+ * the registry's, unless the pointer files show an interrupted activation
+ * or deactivation (a writer killed after the pointer rename, before its
+ * commit), which the next writer completes. Returns 0 and *gen (0 = none); the errors of the
  * registry and of the pointer read. */
 int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_error *err);
 
@@ -98,7 +123,8 @@ int tv__store_settled_active(tv__store *st, const char *model, int64_t *gen, tv_
  * temporary files, writes the snapshot of every ready generation whose
  * file is missing (retired ones are never rebuilt) and reconciles the
  * active pointer with the registry (see the invariants: an interrupted
- * activation is completed, any other difference rewrites the pointer), and
+ * activation or deactivation is completed, any other difference rewrites
+ * the pointer; a leftover "deactivated" pointer is removed), and
  * every alias pointer (the registry wins; pointers of aliases without a
  * row are removed).
  * Costs O(models + generations) reads and no write or sync where nothing

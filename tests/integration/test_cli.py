@@ -202,7 +202,7 @@ def test_region_offset_refused_not_rounded(tv, tmp_path):
     doc = json.loads(tv("store", "init", "--store", tmp_path / "s2", "--image", tmp_path / "i2",
                         "--size", "16M", "--region-offset", "8k", "--region-size", "4M", "--json",
                         check=True).stdout)
-    assert doc["region_offset"] == 8192 and doc["region_size"] == 4 << 20
+    assert doc["region_offset"] == 8192 and doc["region_bytes"] == 4 << 20
 
 
 # ---- --replicas ---------------------------------------------------------------
@@ -253,7 +253,7 @@ def commands(store, tmp):
         "store": ["store", "init", "--store", str(tmp / "n"), "--image", str(tmp / "ni"),
                   "--size", "16M"],
         "import": ["import", "--store", store, "m9", str(tmp)],
-        "models": ["models", "--store", store],
+        "models": ["models", "--store", store, "m"],  # NAME is optional: extra-arg is a second
         "generations": ["generations", "--store", store, "m"],
         "tensors": ["tensors", "--store", store, "m"],
         "devices": ["devices", "--store", store],
@@ -349,3 +349,129 @@ def test_label_error_message_not_garbled(tv, tmp_path):
     # The reader excludes the shrunken device (replica failover) and names why.
     assert p.returncode == 1 and "TV_E_DEVICE_MISMATCH" in p.stderr and "resized" in p.stderr
     assert not repeated(p.stderr, img), p.stderr
+
+
+# ---- issue 9: the registry commands through the in-process API -------------
+
+def test_registry_commands_local(tv, tmp_path):
+    """alias set/list/rm, generation, tensor, activate by alias, rollback,
+    retire, delete, status and version through --store: the documents of
+    API9 (docs/openapi.yaml), the same ones the daemon serves."""
+    t1 = {"a/b c%": np.arange(6, dtype=np.float32).reshape(2, 3), "w": np.ones(4, np.float32)}
+    t2 = {"a/b c%": np.zeros((2, 3), np.float32), "w": np.full(4, 2, np.float32)}
+    ck1 = gen.write_checkpoint(str(tmp_path / "c1"), t1, 1)
+    ck2 = gen.write_checkpoint(str(tmp_path / "c2"), t2, 2)
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "64M", check=True)
+
+    def js(*args):
+        p = tv(*args, "--store", s, "--json")
+        assert p.returncode == 0, (args, p.stderr)
+        return json.loads(p.stdout)
+
+    r = js("import", "org/m", ck1, "--activate")
+    assert (r["model"], r["generation"], r["active"], r["n_tensors"]) == ("org/m", 1, True, 2)
+    assert js("import", "org/m", ck2)["generation"] == 2
+    r3 = js("import", "org/m", ck2, "--alias", "canary")  # deduplicated: nothing written
+    assert (r3["generation"], r3["aliases"], r3["written_bytes"]) == (3, ["canary"], 0)
+    assert js("alias", "rm", "org/m", "canary")["generation"] == 3
+    assert js("retire", "org/m", "3")["state"] == "retired"
+    p = tv("import", "--store", s, "org/m", ck2, "--alias", "9x")
+    assert p.returncode == 1 and "TV_E_NAME" in p.stderr  # refused before the import
+    assert js("models", "org/m")["n_generations"] == 3
+    # Aliases: set, listed on the model and its generation, used as NAME@ALIAS.
+    a = js("alias", "set", "org/m", "prod", "2")
+    assert a == {"model": "org/m", "alias": "prod", "generation": 2}
+    assert js("alias", "list", "org/m")["aliases"] == [a]
+    # The reader opens NAME@ALIAS: get reads generation 2's bytes.
+    tv("get", "--store", s, "org/m@prod", "w", "-o", tmp_path / "w2", check=True)
+    assert (tmp_path / "w2").read_bytes() == t2["w"].tobytes()
+    m = js("models", "org/m")
+    assert m["active_generation"] == 1 and m["aliases"] == {"prod": 2} and m["n_generations"] == 3
+    g = js("generation", "org/m@prod")
+    assert g["generation"] == 2 and g["aliases"] == ["prod"] and not g["active"]
+    assert g["n_shards"] == len(g["shards"]) == 2 and all(sh["sha256"] for sh in g["shards"])
+    t = js("tensor", "org/m@prod", "a/b c%")
+    assert (t["name"], t["dtype"], t["shape"], t["nbytes"]) == ("a/b c%", "F32", [2, 3], 24)
+    assert t["data_offsets"][1] - t["data_offsets"][0] == 24 and len(t["replicas"]) == 1
+    listed = js("tensors", "org/m@1", "--order", "name")
+    assert [x["name"] for x in listed["tensors"]] == ["a/b c%", "w"]
+    assert listed["next_cursor"] is None and "replicas" not in listed["tensors"][0]
+    assert [x["name"] for x in js("tensors", "org/m", "--prefix", "a/")["tensors"]] == ["a/b c%"]
+    page = js("tensors", "org/m", "--limit", "1", "--order", "name")
+    assert len(page["tensors"]) == 1 and page["next_cursor"]
+    # Text output is rendered from the same documents.
+    p = tv("alias", "list", "org/m", "--store", s)
+    assert p.stdout.split() == ["ALIAS", "GENERATION", "prod", "2"]
+    # activate by alias, rollback to the one below, retire refuses the aliased one.
+    assert js("activate", "org/m", "prod")["generation"] == 2
+    assert js("models", "org/m")["active_generation"] == 2
+    assert js("rollback", "org/m")["generation"] == 1
+    p = tv("retire", "org/m", "2", "--store", s)
+    assert p.returncode == 1 and "prod" in p.stderr, p.stderr
+    rm = js("alias", "rm", "org/m", "prod")
+    assert rm["alias"] == "prod" and rm["generation"] == 2
+    assert js("alias", "list", "org/m")["aliases"] == []
+    assert js("retire", "org/m", "2")["state"] == "retired"
+    # delete refuses a model with an active generation.
+    p = tv("delete", "org/m", "--store", s, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] in ("TV_E_STATE",
+                                                                          "TV_E_CONFLICT")
+    st = js("status")
+    assert st["n_models"] == 1 and st["n_devices"] == 1
+    v = json.loads(tv("version", "--json", check=True).stdout)
+    assert v["name"] == "tensorvault" and v["api"] == "v1" and set(v["features"]) == {
+        "cuda", "nvme", "io_uring"}
+    # Errors are the API's error objects.
+    p = tv("generation", "org/m@9", "--store", s, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "TV_E_NOT_FOUND"
+    p = tv("models", "nope", "--store", s)
+    assert p.returncode == 1 and "nope" in p.stderr
+
+
+def test_demo_checkpoint_is_gpt2_shaped(tmp_path):
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    out = tmp_path / "d"
+    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gen_demo.py"), str(out),
+                        "--layers", "2", "--embd", "16", "--vocab", "50", "--ctx", "8"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    idx = json.load(open(out / "model.safetensors.index.json"))
+    names = set(idx["weight_map"])
+    assert {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"} <= names
+    for i in range(2):
+        for part in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"):
+            assert {f"h.{i}.{part}.weight", f"h.{i}.{part}.bias"} <= names
+    assert len(names) == 4 + 2 * 12
+    assert sorted(set(idx["weight_map"].values())) == ["model-00001-of-00002.safetensors",
+                                                       "model-00002-of-00002.safetensors"]
+    from safetensors.numpy import load_file
+    ten = {}
+    for f in sorted(set(idx["weight_map"].values())):
+        ten.update(load_file(str(out / f)))
+    assert ten["h.1.attn.c_attn.weight"].shape == (16, 48)
+    assert ten["h.0.mlp.c_fc.weight"].shape == (16, 64) and ten["wte.weight"].shape == (50, 16)
+    assert all(v.dtype == ml_dtypes.bfloat16 for v in ten.values())
+    assert idx["metadata"]["total_size"] == sum(v.nbytes for v in ten.values())
+    # Deterministic: the same arguments give the same bytes.
+    p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gen_demo.py"),
+                        str(tmp_path / "e"), "--layers", "2", "--embd", "16", "--vocab", "50",
+                        "--ctx", "8"], capture_output=True, text=True)
+    assert p.returncode == 0
+    for f in os.listdir(out):
+        assert (out / f).read_bytes() == (tmp_path / "e" / f).read_bytes(), f
+
+
+def test_demo_command_imports_it(tv, tmp_path):
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "256M", check=True)
+    p = tv("demo", "--store", s, "--layers", "1", "--dir", tmp_path / "demo", "--json")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert (r["model"], r["generation"], r["active"], r["n_shards"]) == ("demo", 1, True, 2)
+    assert r["n_tensors"] == 4 + 12
+    assert (tmp_path / "demo" / "model.safetensors.index.json").exists()
+    p = tv("demo", "--store", s, "--layers", "0")
+    assert p.returncode == 2 and "'0'" in p.stderr

@@ -244,3 +244,26 @@ def test_verify_waits_and_reports_failures(tv, fake, env, tmp_path):
     assert "object 5 on device 1" in p.stderr and "model 'm' generation 1 (active)" in p.stderr
     assert "object 6" not in p.stderr
     assert json.loads(fake.seen[0][3]) == {"device_id": 1}
+
+
+def test_no_daemon_falls_back_to_the_store(tv, env, tmp_path):
+    s = tmp_path / "s"
+    p = tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "16M", env=env)
+    assert p.returncode == 0, p.stderr
+    # Nothing listens on port 1: $TENSORVAULT_STORE serves the command.
+    e = {**env, "TENSORVAULT_URL": "http://127.0.0.1:1", "TENSORVAULT_STORE": str(s)}
+    p = tv("models", "--json", env=e, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"models": [], "next_cursor": None}
+    p = tv("devices", "--json", env=e, cwd=tmp_path)
+    assert p.returncode == 0 and json.loads(p.stdout)["devices"][0]["status"] == "ok"
+    # --url given explicitly: no fallback.
+    p = tv("models", "--url", "http://127.0.0.1:1", env=e, cwd=tmp_path)
+    assert p.returncode == 1 and "TV_E_NO_DAEMON" in p.stderr and "127.0.0.1:1" in p.stderr
+    # No store to fall back on: the error says how to start a daemon or name a store.
+    e.pop("TENSORVAULT_STORE")
+    p = tv("models", "--json", env=e, cwd=tmp_path)
+    assert p.returncode == 1
+    err = json.loads(p.stdout)["error"]
+    assert err["code"] == "TV_E_NO_DAEMON" and err["errno"] == -1208
+    assert "scripts/run" in err["message"] and "--store" in err["message"]

@@ -41,7 +41,7 @@ def cases(tmp_path_factory):
 
 def used(tv, store):
     p = tv("devices", "--store", store, "--json")
-    return sum(d["used"] for d in json.loads(p.stdout)["devices"])
+    return sum(d["used_bytes"] for d in json.loads(p.stdout)["devices"])
 
 
 def assert_reads_back(tv, store, model, ref, tmp_path, shards=None):
@@ -52,7 +52,7 @@ def assert_reads_back(tv, store, model, ref, tmp_path, shards=None):
     assert set(got) == set(ref)
     for i, (name, (dtype, shape, data)) in enumerate(sorted(ref.items())):
         t = got[name]
-        assert (t["dtype"], t["shape"], t["length"]) == (dtype, shape, len(data)), name
+        assert (t["dtype"], t["shape"], t["nbytes"]) == (dtype, shape, len(data)), name
         if shards is not None:
             assert t["shard"] == shards[name], name
         out = tmp_path / f"get{i}.bin"

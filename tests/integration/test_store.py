@@ -50,7 +50,7 @@ def objects(tv, store):
 
 def test_init_import_verify_activate_gc(tv, store, ckpt, ckpt_b):
     dev = objects(tv, store)[0]
-    assert dev["status"] == "ok" and dev["region_offset"] > 0 and dev["used"] == 0
+    assert dev["status"] == "ok" and dev["region_offset"] > 0 and dev["used_bytes"] == 0
     assert dev["data_offset"] % dev["object_align"] == 0
     r = js(tv("import", "--store", store, "m", ckpt, "--activate", "--json"))
     assert r["generation"] == 1 and r["active"] and r["deduplicated_bytes"] == 0
@@ -60,18 +60,18 @@ def test_init_import_verify_activate_gc(tv, store, ckpt, ckpt_b):
     # A second generation with other content; activation switches, rollback returns.
     r2 = js(tv("import", "--store", store, "m", ckpt_b, "--json"))
     assert r2["generation"] == 2
-    assert js(tv("models", "--store", store, "--json"))["models"][0]["active"] == 1
+    assert js(tv("models", "--store", store, "--json"))["models"][0]["active_generation"] == 1
     js(tv("activate", "--store", store, "m", "2", "--json"))
     assert_store_matches(tv, store, "m", ckpt_b)
     js(tv("activate", "--store", store, "m", "1", "--json"))
     assert_store_matches(tv, store, "m", ckpt)
     # The active generation cannot be retired; an inactive one can, and gc frees it.
     assert "TV_E_STATE" in tv("retire", "--store", store, "m", "1").stderr
-    used_before = objects(tv, store)[0]["used"]
+    used_before = objects(tv, store)[0]["used_bytes"]
     js(tv("retire", "--store", store, "m", "2", "--json"))
     g = js(tv("gc", "--store", store, "--json"))
     assert g["n_objects_freed"] == 2 and g["freed_bytes"] > 0
-    assert objects(tv, store)[0]["used"] == used_before - g["freed_bytes"]
+    assert objects(tv, store)[0]["used_bytes"] == used_before - g["freed_bytes"]
     assert_store_matches(tv, store, "m", ckpt)
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
@@ -85,9 +85,9 @@ def test_objects_are_aligned_padded_and_disjoint(tv, store, ckpt, ckpt_b):
     dev = objects(tv, store)[0]
     # Space accounting: objects plus free space fill the data region exactly
     # (every extent is object_align aligned), and the largest hole fits in it.
-    data_len = dev["region_offset"] + dev["region_size"] - dev["data_offset"]
-    assert dev["used"] + dev["free"] == data_len - data_len % dev["object_align"]
-    assert 0 < dev["largest_free"] <= dev["free"] and dev["objects"] == 4
+    data_len = dev["region_offset"] + dev["region_bytes"] - dev["data_offset"]
+    assert dev["used_bytes"] + dev["free_bytes"] == data_len - data_len % dev["object_align"]
+    assert 0 < dev["largest_free_bytes"] <= dev["free_bytes"] and dev["n_objects"] == 4
     v = js(tv("verify", "--store", store, "--json"))["objects"]
     extents = sorted((o["device_offset"], o["canonical_bytes"]) for o in v)
     for (off, n), nxt in zip(extents, extents[1:] + [None]):
@@ -101,10 +101,10 @@ def test_objects_are_aligned_padded_and_disjoint(tv, store, ckpt, ckpt_b):
 
 def test_same_checkpoint_is_deduplicated(tv, store, ckpt):
     r1 = js(tv("import", "--store", store, "m", ckpt, "--json"))
-    used = objects(tv, store)[0]["used"]
+    used = objects(tv, store)[0]["used_bytes"]
     r2 = js(tv("import", "--store", store, "m2", ckpt, "--json"))
     assert r2["written_bytes"] == 0 and r2["deduplicated_bytes"] == r1["total_bytes"]
-    assert objects(tv, store)[0]["used"] == used
+    assert objects(tv, store)[0]["used_bytes"] == used
     assert_store_matches(tv, store, "m2@1", ckpt)
 
 
@@ -130,7 +130,7 @@ def test_invalid_checkpoint_writes_nothing(tv, store, tmp_path):
     for name, err in expect.items():
         p = tv("import", "--store", store, "m", d / name)
         assert p.returncode == 1 and err in p.stderr, (name, p.stderr)
-    assert objects(tv, store)[0]["used"] == 0
+    assert objects(tv, store)[0]["used_bytes"] == 0
     assert js(tv("models", "--store", store, "--json"))["models"] == []
 
 
@@ -139,7 +139,7 @@ def test_region_full(tv, tmp_path, ckpt):
     tv("store", "init", "--store", s, "--image", tmp_path / "small.img", "--size", "4M", check=True)
     p = tv("import", "--store", s, "m", ckpt)
     assert p.returncode == 1 and "TV_E_NO_SPACE" in p.stderr, p.stderr
-    assert objects(tv, s)[0]["used"] == 0
+    assert objects(tv, s)[0]["used_bytes"] == 0
     assert js(tv("models", "--store", s, "--json"))["models"] == []
 
 
@@ -151,7 +151,7 @@ def test_unreadable_and_missing_source(tv, store, tmp_path):
     os.mkfifo(d / "model.safetensors")
     p = tv("import", "--store", store, "m", d / "model.safetensors")
     assert p.returncode == 1
-    assert objects(tv, store)[0]["used"] == 0
+    assert objects(tv, store)[0]["used_bytes"] == 0
 
 
 def test_device_resized_is_refused(tv, store, ckpt, tmp_path):
@@ -159,7 +159,7 @@ def test_device_resized_is_refused(tv, store, ckpt, tmp_path):
     img = objects(tv, store)[0]["path"]
     os.truncate(img, os.path.getsize(img) + (1 << 20))
     d = objects(tv, store)[0]
-    assert d["status"] == "TV_E_DEVICE_MISMATCH" and "size" in d["message"]
+    assert d["status"] == "mismatch" and "size" in d["message"]
     p = tv("import", "--store", store, "m", ckpt)
     assert p.returncode == 1 and "TV_E_DEVICE_MISMATCH" in p.stderr
     assert tv("verify", "--store", store).returncode == 1
@@ -177,7 +177,7 @@ def test_device_label_corrupt_or_swapped(tv, store, ckpt, tmp_path):
     os.rename(img, img + ".orig")
     os.rename(tmp_path / "other.img", img)
     d = objects(tv, store)[0]
-    assert d["status"] == "TV_E_DEVICE_MISMATCH" and "uuid" in d["message"].lower()
+    assert d["status"] == "mismatch" and "uuid" in d["message"].lower()
     assert "TV_E_DEVICE_MISMATCH" in tv("import", "--store", store, "m", ckpt).stderr
     os.rename(img, tmp_path / "other.img")
     os.rename(img + ".orig", img)
@@ -188,7 +188,7 @@ def test_device_label_corrupt_or_swapped(tv, store, ckpt, tmp_path):
         f.seek(dev["region_offset"] + 20)
         f.write(bytes([b[0] ^ 0xFF]))
     d = objects(tv, store)[0]
-    assert d["status"] == "TV_E_DEVICE_MISMATCH"
+    assert d["status"] == "mismatch"
     assert tv("verify", "--store", store).returncode == 1
 
 
@@ -208,7 +208,7 @@ CRASH_POINTS = ["reserve", "write", "flush", "publish"]
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b, point):
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
-    used = objects(tv, store)[0]["used"]
+    used = objects(tv, store)[0]["used_bytes"]
     p = tv_crash("import", "--store", store, "m", ckpt_b, "--activate", crash_at=point)
     assert p.returncode == -9, (point, p.returncode, p.stderr)
     # Readers see the old state; the next writer reclaims the reservation.
@@ -216,7 +216,7 @@ def test_crash_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b
     assert [(g["generation"], g["active"]) for g in gens] == [(1, True)]
     assert_store_matches(tv, store, "m", ckpt)
     js(tv("gc", "--store", store, "--json"))
-    assert objects(tv, store)[0]["used"] == used
+    assert objects(tv, store)[0]["used_bytes"] == used
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     # And the store still works.
     r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
@@ -243,9 +243,9 @@ def test_crash_points_of_activate_retire_gc(tv, tv_crash, store, ckpt, ckpt_b, t
     trace = tmp_path / "trace"
     assert tv_crash("import", "--store", store, "m", ckpt, "--activate",
                     trace=trace).returncode == 0
-    used_a = objects(tv, store)[0]["used"]
+    used_a = objects(tv, store)[0]["used_bytes"]
     assert tv_crash("import", "--store", store, "m", ckpt_b, trace=trace).returncode == 0
-    used_b = objects(tv, store)[0]["used"] - used_a
+    used_b = objects(tv, store)[0]["used_bytes"] - used_a
     assert tv_crash("activate", "--store", store, "m", 2, trace=trace).returncode == 0
     assert tv_crash("retire", "--store", store, "m", 1, trace=trace).returncode == 0
     assert tv_crash("gc", "--store", store, trace=trace).returncode == 0
@@ -259,7 +259,7 @@ def test_crash_points_of_activate_retire_gc(tv, tv_crash, store, ckpt, ckpt_b, t
     def check(active, ck):
         assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
         models = js(tv("models", "--store", store, "--json"))["models"]
-        assert [m["active"] for m in models] == [active]
+        assert [m["active_generation"] for m in models] == [active]
         assert_store_matches(tv, store, f"m@{active}", ck)
 
     # kill -9 at each point of activate, retire and gc: what was committed
@@ -283,7 +283,7 @@ def test_crash_points_of_activate_retire_gc(tv, tv_crash, store, ckpt, ckpt_b, t
     # The next gc frees the rest: only generation 2's bytes stay allocated.
     js(tv("gc", "--store", store, "--json"))
     check(2, ckpt_b)
-    assert objects(tv, store)[0]["used"] == used_b
+    assert objects(tv, store)[0]["used_bytes"] == used_b
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
     assert [(g["generation"], g["state"]) for g in gens] == [(1, "retired"), (2, "ready"),
                                                              (3, "retired")]
@@ -344,7 +344,7 @@ def test_claim_other_stores_image_is_refused_without_force(tv, store, ckpt, tmp_
     # The usage line documents --force, and --force overwrites.
     assert "--force" in tv("store").stderr
     js(tv("store", "init", "--store", other, "--device", img, "--force", "--json"))
-    assert objects(tv, store)[0]["status"] == "TV_E_DEVICE_MISMATCH"
+    assert objects(tv, store)[0]["status"] == "mismatch"
 
 
 def test_claim_same_image_by_identity_not_path(tv, store, tmp_path):
@@ -492,7 +492,7 @@ def test_read_only_mount_lists_and_reads(tv, tmp_path, ckpt):
         r = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert not os.path.exists(os.path.join(s, "registry.db-shm"))
-        assert js(tv("models", "--store", s, "--json"))["models"][0]["active"] == 1
+        assert js(tv("models", "--store", s, "--json"))["models"][0]["active_generation"] == 1
         assert js(tv("generations", "--store", s, "m", "--json"))["generations"][0]["state"] == \
             "ready"
         assert js(tv("devices", "--store", s, "--json"))["devices"][0]["status"] == "ok"
@@ -558,7 +558,7 @@ BAD_NAMES = ["x@1", "x@prod", "a b", "org/-x", ".hidden", "../up", "a/../b", "a/
 
 
 def test_import_bad_name_writes_nothing(tv, store, ckpt):
-    used = objects(tv, store)[0]["used"]  # a reader: SQLite makes its -wal/-shm here
+    used = objects(tv, store)[0]["used_bytes"]  # a reader: SQLite makes its -wal/-shm here
     before = store_state(store)
     for name in BAD_NAMES:
         p = tv("import", "--store", store, name, ckpt, "--activate", "--json")
@@ -566,7 +566,7 @@ def test_import_bad_name_writes_nothing(tv, store, ckpt):
         assert "TV_E_NAME" in p.stderr and "model name" in p.stderr, (name, p.stderr)
         assert json.loads(p.stdout)["error"]["code"] == "TV_E_NAME", name
     assert store_state(store) == before
-    assert objects(tv, store)[0]["used"] == used
+    assert objects(tv, store)[0]["used_bytes"] == used
     assert js(tv("models", "--store", store, "--json"))["models"] == []
     # Hugging Face repo ids are names as they are, and NAME@GEN reads them.
     js(tv("import", "--store", store, "meta-llama/Llama-3-8B", ckpt, "--activate", "--json"))
@@ -611,7 +611,7 @@ def test_import_with_a_concurrent_writer_publishes_nothing(tv, store, tmp_path):
     assert "TV_E_SOURCE_CHANGED" in p.stderr and "model.safetensors" in p.stderr, p.stderr
     assert "changed" in p.stderr
     assert js(tv("models", "--store", store, "--json"))["models"] == []
-    assert objects(tv, store)[0]["used"] == 0
+    assert objects(tv, store)[0]["used_bytes"] == 0
     assert js(tv("verify", "--store", store, "--json"))["n_objects"] == 0
     # Once the writer is gone the same file imports.
     assert js(tv("import", "--store", store, "m", path, "--json"))["generation"] == 1
@@ -713,5 +713,5 @@ def test_import_lease_sees_a_writer_open(tv, store, tmp_path):
         pytest.fail("the writer never caught the import reading")
     # Only the attempts the writer missed published a generation.
     models = js(tv("models", "--store", store, "--json"))["models"]
-    assert sum(m["generations"] for m in models) == attempt, models
+    assert sum(m["n_generations"] for m in models) == attempt, models
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0

@@ -133,8 +133,8 @@ def test_loop_geometry(tv, store, loop):
     assert d["kind"] == "block" and d["path"] == loop.dev
     assert d["lba_size"] == 4096 and d["io_align"] == 4096
     assert d["object_align"] % 65536 == 0
-    assert d["size"] == IMAGE_SIZE
-    assert d["status"] == "ok" and d["used"] == 0
+    assert d["size_bytes"] == IMAGE_SIZE
+    assert d["status"] == "ok" and d["used_bytes"] == 0
     assert d["region_offset"] > 0 and d["region_offset"] % 4096 == 0
     assert d["data_offset"] % d["object_align"] == 0
 
@@ -143,7 +143,8 @@ def test_loop_import_verify_generations_gc(tv, store, loop, ckpt, ckpt_b):
     r = js(tv("import", "--store", store, "m", ckpt, "--activate", "--json"))
     assert r["generation"] == 1 and r["active"] and r["total_bytes"] > 3 << 20
     doc = assert_store_matches(tv, store, "m", ckpt)
-    assert all(rep["device"] == loop.dev for t in doc["tensors"] for rep in t["replicas"])
+    paths = {d["id"]: d["path"] for d in devices(tv, store)}
+    assert all(paths[rep["device_id"]] == loop.dev for t in doc["tensors"] for rep in t["replicas"])
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     # Second generation, strict (read back and compare), then activated.
     r2 = js(tv("import", "--store", store, "m", ckpt_b, "--strict", "--json"))
@@ -153,11 +154,11 @@ def test_loop_import_verify_generations_gc(tv, store, loop, ckpt, ckpt_b):
     js(tv("activate", "--store", store, "m", "2", "--json"))
     assert_store_matches(tv, store, "m", ckpt_b)
     # Retire the old generation; gc frees its objects and nothing else.
-    used_before = devices(tv, store)[0]["used"]
+    used_before = devices(tv, store)[0]["used_bytes"]
     js(tv("retire", "--store", store, "m", "1", "--json"))
     g = js(tv("gc", "--store", store, "--json"))
     assert g["n_objects_freed"] == 2 and g["freed_bytes"] > 3 << 20
-    assert devices(tv, store)[0]["used"] == used_before - g["freed_bytes"]
+    assert devices(tv, store)[0]["used_bytes"] == used_before - g["freed_bytes"]
     v = js(tv("verify", "--store", store, "--json"))
     assert v["n_failed"] == 0 and v["n_objects"] == 2
     assert_store_matches(tv, store, "m", ckpt_b)
@@ -175,7 +176,7 @@ def test_loop_strict_import_activate(tv, store, ckpt):
 
 def test_loop_crash_at_write_leaves_active_generation_intact(tv, tv_crash, store, ckpt, ckpt_b):
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
-    used = devices(tv, store)[0]["used"]
+    used = devices(tv, store)[0]["used_bytes"]
     p = tv_crash("import", "--store", store, "m", ckpt_b, "--activate", crash_at="write")
     assert p.returncode == -9, (p.returncode, p.stderr)
     gens = js(tv("generations", "--store", store, "m", "--json"))["generations"]
@@ -183,7 +184,7 @@ def test_loop_crash_at_write_leaves_active_generation_intact(tv, tv_crash, store
     assert_store_matches(tv, store, "m", ckpt)
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     js(tv("gc", "--store", store, "--json"))
-    assert devices(tv, store)[0]["used"] == used
+    assert devices(tv, store)[0]["used_bytes"] == used
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
     r = js(tv("import", "--store", store, "m", ckpt_b, "--activate", "--json"))
     assert r["generation"] == 2
@@ -202,7 +203,7 @@ def test_loop_sector_size_change_is_refused(tv, store, loop, ckpt, ckpt_b):
     assert p.returncode == 0, f"re-attach at {dev}: {p.stderr}"
     assert loop.sector_size() == 512
     (d,) = devices(tv, store)
-    assert d["status"] == "TV_E_DEVICE_MISMATCH", d
+    assert d["status"] == "mismatch", d
     assert "lba size" in d["message"] and "512" in d["message"], d["message"]
     p = tv("import", "--store", store, "m", ckpt_b)
     assert p.returncode == 1 and "TV_E_DEVICE_MISMATCH" in p.stderr, p.stderr

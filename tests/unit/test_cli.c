@@ -428,7 +428,7 @@ static const char *const g_usage[][2] = {
     {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"version", "version [--json]"},
     {"demo", "demo [--layers N] [--dir D] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
-    {"get", "get --store DIR NAME[@GEN] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
+    {"get", "get --store DIR NAME[@GEN|@ALIAS] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
             "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"},
 };
 
@@ -535,6 +535,13 @@ static void test_prologue(void **state)
     const char *lg[] = {"--store", "S", longname, "w", NULL};
     assert_int_equal(begin(&tv__cli_cmd_get, &c, lg), 0);
     assert_int_equal(strlen(c.model), 300);
+    /* get and bench take NAME@ALIAS (the reader opens what it names now). */
+    const char *al[] = {"--store", "S", "org/m@prod", "w", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, al), 0);
+    assert_string_equal(c.model, "org/m");
+    assert_true(c.gen == 0);
+    const char *bad_al[] = {"--store", "S", "m@_x", "w", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, bad_al), 2);
     const char *path[] = {"x.safetensors", NULL};
     assert_int_equal(begin(&tv__cli_cmd_inspect, &c, path), 0);
     assert_null(c.store);

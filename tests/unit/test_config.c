@@ -55,7 +55,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.http_threads, 0);
     assert_int_equal(c.http_connection_timeout_s, 30);
     assert_int_equal(c.http_per_ip_connections, 64);
-    assert_int_equal(c.http_memory_limit, 1u << 20);
+    assert_int_equal(c.http_memory_limit, 64u << 10);
     assert_int_equal(c.http_max_body_bytes, 64u << 10);
     assert_int_equal(c.http_max_header_bytes, 8u << 10);
     assert_int_equal(c.http_anonymous_reads, TV__CFG_ANON_LOOPBACK);

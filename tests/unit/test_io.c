@@ -740,13 +740,13 @@ static void test_replica_failover(void **state)
     tv__io_destroy(io);
 }
 
-/* Device 1 made slow (5 ms per read, inside the measured time): after one
+/* Device 1 made slow (25 ms per read, inside the measured time): after one
  * batch has measured both, the next gives device 1 a small share only. */
 static void hook_slow_dev1(uint32_t dev, uint64_t off, size_t len, int64_t *res)
 {
     hook_count(dev, off, len, res);
     if (dev == 1) {
-        struct timespec ts = {0, 5 * 1000000L};
+        struct timespec ts = {0, 25 * 1000000L};
         nanosleep(&ts, NULL);
     }
 }

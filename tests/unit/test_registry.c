@@ -1,10 +1,10 @@
 /* Unit tests of the registry (server/registry): migrations, pragmas,
  * devices, objects (reserve, commit, dedup, reclaim, gc), generations
- * (numbering, state rules, activation and rollback), leases, jobs, aliases,
- * model get/delete, pages of models, generations and tensors, API tokens,
- * explicit transactions, a 120k-tensor bulk insert and concurrent
- * reservations from two connections. Each test gets a fresh database in
- * its own temporary directory. */
+ * (numbering, state rules, activation, deactivation and rollback), leases,
+ * jobs, aliases, model get/delete, pages of models, generations and
+ * tensors, API tokens, explicit transactions, a 120k-tensor bulk insert
+ * and concurrent reservations from two connections. Each test gets a fresh
+ * database in its own temporary directory. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -1359,6 +1359,62 @@ static void test_aliases(void **state)
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
 }
 
+/* Deactivation clears models.active_generation: unknown model, no-op,
+ * inside a rolled-back transaction, and a model delete afterwards. */
+static void test_deactivate(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(make_ready(f, "llama", 1, NULL), 1);
+    assert_int_equal(make_ready(f, "llama", 2, NULL), 2);
+    int64_t was = -1, active = 0;
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "nope", &was, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    assert_int_equal(was, -1);
+    assert_int_equal(tv__reg_generation_deactivate(NULL, "llama", &was, &err), TV_E_INVALID_ARG);
+    /* nothing active: a no-op */
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "llama", &was, &err), 0);
+    assert_int_equal(was, 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 2, &err), 0);
+    /* rolled back: still active */
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "llama", &was, &err), 0);
+    assert_int_equal(was, 2);
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_rollback(f->reg), 0);
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
+    assert_int_equal(active, 2);
+    /* done: no active generation, the generation stays ready */
+    was = -1;
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "llama", &was, &err), 0);
+    assert_int_equal(was, 2);
+    assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no active generation"));
+    tv__reg_generation g;
+    assert_int_equal(tv__reg_generation_get(f->reg, "llama", 2, &g, &err), 0);
+    assert_int_equal(g.state, TV__GEN_READY);
+    assert_false(g.active);
+    assert_int_equal(tv__reg_generation_get(f->reg, "llama", 0, &g, &err), TV_E_NOT_FOUND);
+    tv__reg_model m;
+    assert_int_equal(tv__reg_model_get(f->reg, "llama", &m, &err), 0);
+    assert_int_equal(m.active_generation, 0);
+    assert_int_equal(query_int(tv__reg_sqlite(f->reg),
+                               "SELECT count(*) FROM models WHERE active_generation IS NULL"),
+                     1);
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "llama", NULL, &err), 0); /* again */
+    /* every generation can be retired now, and the model deleted */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "llama", 2, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "llama", 1, &err), 0);
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", NULL, &err), TV_E_STATE);
+    assert_int_equal(tv__reg_generation_deactivate(f->reg, "llama", &was, &err), 0);
+    assert_int_equal(was, 1);
+    size_t n_retired = 0;
+    assert_int_equal(tv__reg_model_delete(f->reg, "llama", &n_retired, &err), 0);
+    assert_int_equal(n_retired, 2);
+    assert_int_equal(tv__reg_model_get(f->reg, "llama", &m, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
 static void test_model_get_delete(void **state)
 {
     fixture *f = *state;
@@ -1904,6 +1960,7 @@ int main(void)
         T(test_bulk_120k_tensors),
         T(test_import_jobs),
         T(test_aliases),
+        T(test_deactivate),
         T(test_model_get_delete),
         T(test_model_and_generation_pages),
         T(test_tensor_pages),

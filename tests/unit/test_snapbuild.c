@@ -13,7 +13,10 @@
  * writer open with 50 models and 10 retired generations writes nothing.
  * Aliases (tv__store_alias_set/remove) under the same faults and crash
  * points, repair of alias pointers, tv__store_gc, tv__store_model_delete
- * and worker handles (tv__store_open_worker). */
+ * and worker handles (tv__store_open_worker). Deactivation
+ * (tv__store_deactivate): what readers open after it, a failure of every
+ * write, sync, rename and unlink, the crash points and their repair, and
+ * model delete afterwards. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -39,6 +42,7 @@
 #include "registry/registry.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
+#include "tensorvault/tensorvault.h"
 #include "util/endian.h"
 #include "util/sha256.h"
 #include "util/sys.h"
@@ -1060,6 +1064,289 @@ static void test_alias_crash_points(void **state)
     assert_int_equal(agreed_active(f, MODEL), 2);
 }
 
+/* ---- deactivation (tv__store_deactivate) --------------------------------------- */
+
+static int f_unlink(const char *path)
+{
+    if (fault_now())
+        return errno = EIO, -1;
+    return unlink(path);
+}
+
+/* faults_on, and unlink fails in turn too. */
+static void faults_on_all(int fail_at)
+{
+    faults_on(fail_at);
+    tv__sys.unlink = f_unlink;
+}
+
+/* Whether the pointer a deactivation moved aside is there. */
+static bool moved_pointer_exists(fixture *f, const char *model)
+{
+    char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX + 32];
+    struct stat sb;
+    assert_int_equal(tv__snapfile_model_dir(f->store, model, md, sizeof md, NULL), 0);
+    snprintf(p, sizeof p, "%s/%s", md, TV__SNAPFILE_DEACTIVATED);
+    return lstat(p, &sb) == 0;
+}
+
+static int open_spec(fixture *f, const char *spec, tv_model **m, tv_error *err)
+{
+    tv_open_opts o = {.engine = TV_ENGINE_PREAD, .no_direct = true};
+    return tv_model_open(f->store, spec, &o, m, err);
+}
+
+/* What the active generation is once settled, as a read-only store says. */
+static int64_t settled_active(fixture *f, const char *model)
+{
+    tv__store *rd = NULL;
+    tv_error err = {0};
+    int64_t g = -1;
+    if (tv__store_open(f->store, 0, &rd, &err) || tv__store_settled_active(rd, model, &g, &err))
+        fail_msg("settled active: %s", err.msg);
+    tv__store_close(rd);
+    return g;
+}
+
+/* Deactivation: NAME no longer opens, NAME@GEN does, a reader opened
+ * before keeps its generation; no active generation is a no-op writing
+ * nothing; unknown model, reader store; the model can be deleted after. */
+static void test_deactivate(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_STATE);
+    tv_model *before = NULL, *m = NULL;
+    if (open_spec(f, MODEL, &before, &err))
+        fail_msg("open %s: %s", MODEL, err.msg);
+    assert_int_equal(tv_model_generation(before), 2);
+
+    int64_t was = -1;
+    if (tv__store_deactivate(f->st, MODEL, &was, &err))
+        fail_msg("deactivate: %s", err.msg);
+    assert_int_equal(was, 2);
+    assert_int_equal(agreed_active(f, MODEL), 0);
+    assert_false(moved_pointer_exists(f, MODEL));
+    assert_int_equal(settled_active(f, MODEL), 0);
+    tv__reg_generation g;
+    assert_int_equal(tv__reg_generation_get(f->st->reg, MODEL, 2, &g, &err), 0);
+    assert_int_equal(g.state, TV__GEN_READY);
+    assert_false(g.active);
+    /* readers: NAME is not found, NAME@GEN opens, the old reader reads on */
+    assert_int_equal(open_spec(f, MODEL, &m, &err), TV_E_NOT_FOUND);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "no active generation"));
+    if (open_spec(f, MODEL "@2", &m, &err))
+        fail_msg("open %s@2: %s", MODEL, err.msg);
+    uint8_t a[100], b[100];
+    memset(a, 1, sizeof a);
+    memset(b, 2, sizeof b);
+    if (tv_read_into(before, "emb", a, sizeof a, &err) || tv_read_into(m, "emb", b, sizeof b, &err))
+        fail_msg("read: %s", err.msg);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(tv_model_generation(before), 2);
+    tv_model_close(m);
+    m = NULL;
+
+    /* no active generation: a no-op that writes nothing */
+    was = -1;
+    faults_on_all(0);
+    assert_int_equal(tv__store_deactivate(f->st, MODEL, &was, &err), 0);
+    assert_int_equal(g_calls, 0);
+    tv__sys_reset();
+    assert_int_equal(was, 0);
+    /* ... and removes a stray pointer (the registry is the source of truth) */
+    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, -1, &err), 0);
+    assert_int_equal(tv__store_deactivate(f->st, MODEL, NULL, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 0);
+    /* errors */
+    assert_int_equal(tv__store_deactivate(f->st, "nope", &was, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "'nope'"));
+    assert_int_equal(tv__store_deactivate(f->st, NULL, &was, &err), TV_E_INVALID_ARG);
+    tv__store *rd = NULL;
+    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_deactivate(rd, MODEL, &was, &err), TV_E_INVALID_ARG);
+    tv__store_close(rd);
+    assert_int_equal(tv__reg_tx_depth(f->st->reg), 0);
+
+    /* activation works again afterwards */
+    assert_int_equal(tv__store_activate(f->st, MODEL, 1, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), 1);
+    assert_int_equal(tv__store_deactivate(f->st, MODEL, &was, &err), 0);
+    assert_int_equal(was, 1);
+
+    /* model delete: refused while the old reader holds generation 2, then
+     * done, a leftover moved pointer included */
+    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_LEASED);
+    tv_model_close(before);
+    char md[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX + 32];
+    assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, md, sizeof md, &err), 0);
+    snprintf(d, sizeof d, "%s/%s", md, TV__SNAPFILE_DEACTIVATED);
+    tv_test_write_text(d, "1\n");
+    size_t n_ret = 0;
+    uint64_t freed = 0;
+    if (tv__store_model_delete(f->st, MODEL, &n_ret, &freed, &err))
+        fail_msg("model delete: %s", err.msg);
+    assert_int_equal(n_ret, 2);
+    assert_true(freed > 0);
+    tv__reg_model rm;
+    assert_int_equal(tv__reg_model_get(f->st->reg, MODEL, &rm, &err), TV_E_NOT_FOUND);
+    assert_int_equal(open_spec(f, MODEL "@2", &m, &err), TV_E_NOT_FOUND);
+    struct stat sb;
+    assert_int_equal(lstat(md, &sb), -1); /* the directory went, moved pointer and all */
+    assert_int_equal(errno, ENOENT);
+}
+
+/* Deactivating under a failure of every write, sync, rename and unlink in
+ * turn: an error changes neither the registry nor the pointer (its bytes,
+ * "from" line included); a success leaves none active, and a moved
+ * pointer a failed clean-up left behind is removed by the next repair. */
+static void test_deactivate_faults(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    int k, n_failed = 0, n_moves = 0, n_left = 0;
+    for (k = 1; k < 100 && n_moves < 2; k++) {
+        int64_t before = agreed_active(f, MODEL), from_before = -9, g = 0, from = -9;
+        assert_true(before > 0);
+        assert_int_equal(tv__snapfile_read_pointer(f->store, MODEL, &g, &from_before, &err), 0);
+        faults_on_all(k);
+        int64_t was = -1;
+        int rc = tv__store_deactivate(f->st, MODEL, &was, &err);
+        int calls = g_calls;
+        tv__sys_reset();
+        int64_t now = agreed_active(f, MODEL);
+        if (rc) {
+            n_failed++;
+            assert_int_equal(now, before); /* an error changes neither */
+            assert_non_null(strstr(err.msg, "Input/output error"));
+            assert_int_equal(tv__snapfile_read_pointer(f->store, MODEL, &g, &from, &err), 0);
+            assert_int_equal(from, from_before);
+            assert_false(moved_pointer_exists(f, MODEL));
+            int fd;
+            void *buf;
+            size_t len;
+            int64_t opened = 0;
+            assert_int_equal(
+                tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
+            assert_int_equal(opened, before);
+            tv__snapfile_unmap(buf, len);
+            close(fd);
+        } else {
+            assert_int_equal(now, 0);
+            assert_int_equal(was, before);
+            if (moved_pointer_exists(f, MODEL)) { /* its unlink or fsync failed: logged */
+                n_left++;
+                assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+                assert_false(moved_pointer_exists(f, MODEL));
+                assert_int_equal(agreed_active(f, MODEL), 0);
+            }
+            /* back to an active generation for the next run */
+            assert_int_equal(tv__store_activate(f->st, MODEL, before == 1 ? 2 : 1, &err), 0);
+        }
+        if (calls < k) { /* no call left to fail: this deactivation is done */
+            assert_int_equal(rc, 0);
+            assert_false(moved_pointer_exists(f, MODEL));
+            n_moves++;
+            k = 0;
+        }
+    }
+    assert_int_equal(n_moves, 2);
+    assert_true(n_failed >= 4); /* the rename and the fsync after it, twice */
+    assert_true(n_left >= 2);   /* the clean-up's unlink, twice */
+}
+
+/* A writer killed at each crash point of deactivate: what readers saw
+ * before the repair (no active generation) is what the registry says after
+ * it; the moved pointer is gone. Also the repair of lost, stray and
+ * leftover pointers around deactivation. */
+static void deactivate_crash_child(fixture *f, const char *point)
+{
+    tv__store_close(f->st);
+    f->st = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        tv__store *st;
+        tv_error err = {0};
+        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+            _exit(3);
+        g_crash_at = point;
+        tv__sys_crash_hook = crash_hook;
+        int rc = tv__store_deactivate(st, MODEL, NULL, &err);
+        _exit(rc ? 4 : 5);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 42);
+}
+
+static void test_deactivate_crash_points(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    assert_int_equal(import(f, f->ck_a), 1);
+    assert_int_equal(import(f, f->ck_b), 2);
+    static const char *const points[] = {"deactivate.pointer", "deactivate.commit"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(points); i++) {
+        int64_t before = agreed_active(f, MODEL);
+        assert_true(before > 0);
+        deactivate_crash_child(f, points[i]);
+        /* Before any writer runs: readers see none already, and read-only
+         * commands report what the next writer settles. */
+        tv_model *m = NULL;
+        assert_int_equal(open_spec(f, MODEL, &m, &err), TV_E_NOT_FOUND);
+        assert_int_equal(settled_active(f, MODEL), 0);
+        if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+            fail_msg("reopen: %s", err.msg);
+        if (agreed_active(f, MODEL) != 0)
+            fail_msg("crash at %s: still active", points[i]);
+        assert_false(moved_pointer_exists(f, MODEL));
+        assert_int_equal(tv__store_activate(f->st, MODEL, before == 1 ? 2 : 1, &err), 0);
+    }
+    int64_t cur = agreed_active(f, MODEL);
+    char p[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX + 32];
+    assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, d, sizeof d, &err), 0);
+    strcat(d, "/" TV__SNAPFILE_DEACTIVATED);
+    /* a lost pointer (no moved one): the registry wins, the pointer is back */
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(settled_active(f, MODEL), cur);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(agreed_active(f, MODEL), cur);
+    /* a leftover moved pointer next to the pointer: removed, nothing else */
+    tv_test_write_text(d, cur == 1 ? "1\n" : "2\n");
+    assert_int_equal(settled_active(f, MODEL), cur);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_false(moved_pointer_exists(f, MODEL));
+    assert_int_equal(agreed_active(f, MODEL), cur);
+    /* no pointer, and a moved one naming another generation (or garbage):
+     * not an interrupted deactivation; the registry wins */
+    static const char *const junk[] = {"junk", NULL};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(unlink(p), 0);
+        tv_test_write_text(d, junk[i] ? junk[i] : cur == 1 ? "2\nfrom 1\n" : "1\nfrom 2\n");
+        assert_int_equal(settled_active(f, MODEL), cur);
+        assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+        assert_false(moved_pointer_exists(f, MODEL));
+        assert_int_equal(agreed_active(f, MODEL), cur);
+    }
+    /* the same as the crash leaves it, made by hand: completed */
+    assert_int_equal(rename(p, d), 0);
+    assert_int_equal(settled_active(f, MODEL), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_false(moved_pointer_exists(f, MODEL));
+    assert_int_equal(agreed_active(f, MODEL), 0);
+    /* and then the model can be deleted */
+    if (tv__store_model_delete(f->st, MODEL, NULL, NULL, &err))
+        fail_msg("model delete: %s", err.msg);
+}
+
 static void test_store_gc(void **state)
 {
     fixture *f = *state;
@@ -1240,6 +1527,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_writer_cost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alias_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alias_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deactivate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deactivate_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deactivate_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_gc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_model_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_worker, setup, teardown),

@@ -463,6 +463,91 @@ int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, 
     return rc;
 }
 
+/* ---- the moved pointer of a deactivation --------------------------------- */
+
+/* DIR/snapshots/<escaped>/active and .../deactivated; md gets the model's
+ * directory. */
+static int deactivated_paths(const char *dir, const char *model, char *md, char *active,
+                             char *moved, tv_error *err)
+{
+    int rc;
+    if ((rc = tv__snapfile_model_dir(dir, model, md, TV__SNAPFILE_PATH_MAX, err)) ||
+        (rc = fmt_path(active, TV__SNAPFILE_PATH_MAX, err, "%s/%s", md, TV__SNAPFILE_ACTIVE)))
+        return rc;
+    return fmt_path(moved, TV__SNAPFILE_PATH_MAX, err, "%s/%s", md, TV__SNAPFILE_DEACTIVATED);
+}
+
+/* Renames from to to inside md (replacing to) and fsyncs md; *moved says
+ * whether the rename happened. A missing from is -ENOENT (no message). */
+static int move_pointer(const char *dir, const char *model, const char *md, const char *from,
+                        const char *to, bool *moved, tv_error *err)
+{
+    int rc;
+    *moved = false;
+    if ((rc = check_dirs(dir, model, err)))
+        return rc; /* -ENOENT: no directory, no pointer */
+    /* rename(2) moves the entry itself, never what a link there names. */
+    if (tv__sys.rename(from, to) < 0) {
+        if (errno == ENOENT)
+            return -ENOENT;
+        return tv__seterr(err, -errno, "rename %s -> %s: %s", from, to, strerror(errno));
+    }
+    *moved = true;
+    return fsync_dir(md, err);
+}
+
+int tv__snapfile_deactivate(const char *dir, const char *model, bool *moved, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX], a[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX];
+    bool done = false;
+    int rc;
+    if (!moved)
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
+    *moved = false;
+    if ((rc = deactivated_paths(dir, model, md, a, d, err)))
+        return rc;
+    rc = move_pointer(dir, model, md, a, d, &done, err);
+    *moved = done;
+    return rc == -ENOENT ? 0 : rc;
+}
+
+int tv__snapfile_undo_deactivate(const char *dir, const char *model, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX], a[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX];
+    bool done = false;
+    int rc;
+    if ((rc = deactivated_paths(dir, model, md, a, d, err)))
+        return rc;
+    rc = move_pointer(dir, model, md, d, a, &done, err);
+    if (rc == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s: no deactivated pointer to put back", d);
+    return rc;
+}
+
+int tv__snapfile_read_deactivated(const char *dir, const char *model, int64_t *gen, int64_t *from,
+                                  tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX], a[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if (!gen || !from)
+        return tv__seterr(err, TV_E_INVALID_ARG, "snapshot file: NULL argument");
+    if ((rc = deactivated_paths(dir, model, md, a, d, err)))
+        return rc;
+    rc = read_pointer_at(dir, model, d, gen, from, err);
+    if (rc == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no deactivated pointer", model);
+    return rc;
+}
+
+int tv__snapfile_remove_deactivated(const char *dir, const char *model, tv_error *err)
+{
+    char md[TV__SNAPFILE_PATH_MAX], a[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX];
+    int rc;
+    if ((rc = deactivated_paths(dir, model, md, a, d, err)))
+        return rc;
+    return write_pointer_at(dir, model, d, 0, -1, err);
+}
+
 /* ---- alias pointers ----------------------------------------------------- */
 
 bool tv__snapfile_alias_valid(const char *alias)
@@ -598,7 +683,8 @@ int tv__snapfile_remove_model(const char *dir, const char *model, tv_error *err)
             continue;
         }
         if (strncmp(nm, TV__SNAPFILE_TMP_PREFIX, tlen) &&
-            strncmp(nm, TV__SNAPFILE_ALIAS_PREFIX, alen) && strcmp(nm, TV__SNAPFILE_ACTIVE))
+            strncmp(nm, TV__SNAPFILE_ALIAS_PREFIX, alen) && strcmp(nm, TV__SNAPFILE_ACTIVE) &&
+            strcmp(nm, TV__SNAPFILE_DEACTIVATED))
             continue; /* anything else stays: rmdir below then says so */
         if ((rc = fmt_path(p, sizeof p, err, "%s/%s", md, nm)))
             break;

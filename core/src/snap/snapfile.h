@@ -4,6 +4,8 @@
  *   DIR/snapshots/<escaped model>/active         text: the active generation number
  *                                                (and the one it replaced)
  *   DIR/snapshots/<escaped model>/alias.<alias>  text: the generation the alias names
+ *   DIR/snapshots/<escaped model>/deactivated    the active pointer a deactivation
+ *                                                moved away, until it is committed
  *
  * Invariants:
  *   - every file appears atomically (temporary file, fdatasync, rename,
@@ -40,6 +42,7 @@
 #define TV__SNAPFILE_DIR          "snapshots"
 #define TV__SNAPFILE_EXT          ".tvsnap"
 #define TV__SNAPFILE_ACTIVE       "active"
+#define TV__SNAPFILE_DEACTIVATED  "deactivated"
 #define TV__SNAPFILE_TMP_PREFIX   ".tmp-"
 #define TV__SNAPFILE_ESCAPED_MAX  200 /* longer escapes use the hashed form */
 #define TV__SNAPFILE_PATH_MAX     4096
@@ -112,6 +115,29 @@ int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, 
 /* The same without *from. */
 int tv__snapfile_read_active(const char *dir, const char *model, int64_t *gen, tv_error *err);
 
+/* Deactivation (docs/formats.md 1.12b): renames the active pointer to
+ * DIR/snapshots/<escaped>/deactivated (replacing an older one), then fsyncs
+ * the directory: readers see no active generation from the rename on, and
+ * the pointer's bytes stay behind so that a writer killed before its
+ * commit is told apart from a lost pointer. *moved = whether the rename
+ * happened (false: there was no pointer; nothing written); on an error
+ * with *moved true the rename is done and only its fsync failed. Returns
+ * 0; TV_E_SNAPSHOT (a directory above is a symbolic link); the path
+ * errors; -errno from rename/fsync. */
+int tv__snapfile_deactivate(const char *dir, const char *model, bool *moved, tv_error *err);
+/* Undoes tv__snapfile_deactivate: renames "deactivated" back to "active"
+ * and fsyncs the directory. Returns 0; TV_E_NOT_FOUND (no such file); the
+ * path errors; -errno. */
+int tv__snapfile_undo_deactivate(const char *dir, const char *model, tv_error *err);
+/* Reads the moved pointer like tv__snapfile_read_pointer. Returns 0, *gen
+ * and *from; TV_E_NOT_FOUND (none); TV_E_SNAPSHOT (malformed, not a
+ * regular file); the path errors; -errno. */
+int tv__snapfile_read_deactivated(const char *dir, const char *model, int64_t *gen, int64_t *from,
+                                  tv_error *err);
+/* Removes the moved pointer (unlink, fsync of the directory); absent is
+ * fine. Returns 0; the path errors; -errno. */
+int tv__snapfile_remove_deactivated(const char *dir, const char *model, tv_error *err);
+
 /* The alias rule (the registry's tv__alias_name_valid, without messages):
  * [A-Za-z][A-Za-z0-9._-]{0,63} and not "active". A digits-only string is
  * never an alias, so NAME@3 always means a generation. */
@@ -147,7 +173,7 @@ int tv__snapfile_list_aliases(const char *dir, const char *model, tv__snapfile_a
 
 /* Removes the model's directory (writer only, for a deleted model): every
  * generation file through tv__snapfile_remove (so a leased one stops it
- * with TV_E_LEASED), the active and alias pointers and temporary files,
+ * with TV_E_LEASED), the active, moved and alias pointers and temporary files,
  * then the directory itself and an fsync of DIR/snapshots. A missing
  * directory is success. Anything else in the directory is left and makes
  * the rmdir fail (-ENOTEMPTY, naming it). Returns 0 or those errors. */

@@ -1,0 +1,89 @@
+/* The job pool of tensorvaultd: imports and verifies run in a few worker
+ * threads over one writer store, each worker with its own store handle
+ * (tv__store_open_worker: own registry connection and device fds), so that
+ * several imports write their own extents at once while the registry
+ * serialises the metadata transactions.
+ *
+ * Invariants:
+ *   - every job is a row (tv__reg_job_*) before it is queued; its progress
+ *     (step, the step's bytes done / total, rate) is written when a step
+ *     begins and when its first bytes move, in between at most every 250 ms
+ *     and at least every second while bytes move, and the row ends succeeded,
+ *     failed (error code, errno, message) or cancelled;
+ *   - the queue holds at most queue_len queued jobs (TV_E_BUSY beyond);
+ *   - a cancel is a flag polled by the importer between chunks and steps:
+ *     the import then publishes nothing and releases its reservations;
+ *     tv__jobs_stop cancels every queued and running job and joins;
+ *   - a job left running by a crash is failed at the next start by
+ *     tv__reg_reclaim_writing (tv__store_open as writer).
+ * Results (tv__reg_job.result_json): ImportResult and VerifyResult of
+ * API9.md, the same documents local-mode `tensorvault import/verify --json`
+ * print (tv__jobs_run_inline). */
+#ifndef TV_DAEMON_JOBS_H
+#define TV_DAEMON_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "registry/registry.h"
+#include "store/store.h"
+
+#define TV__JOBS_DEFAULT_WORKERS 2
+#define TV__JOBS_DEFAULT_QUEUE   16
+
+typedef struct tv__jobs tv__jobs;
+
+typedef struct tv__job_spec {
+    tv__job_kind kind;
+    const char *model, *source, *alias; /* import: model and source; alias may be NULL */
+    bool activate, strict;
+    int64_t device_id; /* verify: 0 = every device */
+} tv__job_spec;
+
+/* Starts n_workers (0 = TV__JOBS_DEFAULT_WORKERS) threads over writer store
+ * st, which must outlive the pool; queue_len 0 = TV__JOBS_DEFAULT_QUEUE.
+ * Returns 0 and *out; TV_E_INVALID_ARG (st not a writer); the errors of
+ * tv__store_open_worker; -errno from pthread_create. */
+int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs **out,
+                   tv_error *err);
+
+/* Records a queued job and hands it to a worker. Returns 0 and *id (may be
+ * NULL); TV_E_BUSY when queue_len jobs are already queued (no row is left);
+ * TV_E_NAME (model, alias); TV_E_INVALID_ARG (missing model or source);
+ * TV_E_STATE when the pool is stopping; the registry's errors. */
+int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err);
+
+/* Cancels a queued job at once (row cancelled) or asks a running one to stop
+ * and waits (at most 10 s) until its worker has finished the row: cancelled,
+ * or succeeded when the import had already published.
+ * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished). */
+int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err);
+
+/* Progress callback of tv__jobs_run_inline: the job row as just written. */
+typedef void (*tv__job_watch_fn)(void *ctx, const tv__reg_job *now);
+
+/* Runs one job in the calling thread on writer store st (CLI local mode):
+ * the same row, progress and result JSON as a pooled job; watch (may be
+ * NULL) sees every progress write and the final row. Returns the job's own
+ * result: 0 when it succeeded, else its error code (the job row says the
+ * same); *id (may be NULL) gets the job id whenever a row was created. */
+int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_fn watch, void *ctx,
+                        int64_t *id, tv_error *err);
+
+/* Imports run strict (read back and re-hash) even when the spec does not
+ * ask for it (config import.strict). */
+void tv__jobs_set_strict_default(tv__jobs *j, bool strict);
+
+/* Queued jobs waiting and jobs running now (zeros for NULL). */
+void tv__jobs_counts(tv__jobs *j, size_t *queued, size_t *running);
+
+/* Jobs by state from the registry: counts[tv__job_state] for the five
+ * states. Returns 0 or the registry's errors (counts then undefined). */
+int tv__jobs_count_states(tv__reg *reg, uint64_t counts[5]);
+
+/* Cancels running and queued jobs (rows cancelled), joins the workers and
+ * frees the pool. NULL-safe. */
+void tv__jobs_stop(tv__jobs *j);
+
+#endif

@@ -1,0 +1,544 @@
+/* libmicrohttpd transport for tv__api (see mhd.h). One req_ctx per request,
+ * created by the URI-log callback (which also keeps the raw request target,
+ * query included), filled while the body arrives, turned into a tv__api_req
+ * on the last call, and freed by the request-completed callback, which also
+ * feeds the request metrics. */
+#include "http/mhd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http/api.h"
+#include "http/metrics.h"
+#include "registry/registry.h"
+#include "util/internal.h"
+#include "util/sys.h"
+
+#define STREAM_BLOCK (256u << 10)
+
+struct tv__http {
+    struct MHD_Daemon *d;
+    tv__api *api;
+    tv__jobs *jobs;
+    size_t max_body, max_header;
+    char *registry_path;
+    pthread_mutex_t metrics_lock; /* guards metrics_reg */
+    tv__reg *metrics_reg;
+    int quiesced_fd;
+};
+
+typedef struct req_ctx {
+    uint64_t t0_ns;
+    char *target; /* raw request target: path[?query] */
+    bool seen;    /* first access-handler call done */
+    bool too_large;
+    char *body;
+    size_t body_len, body_cap;
+    const char *route;
+    int status;
+} req_ctx;
+
+typedef struct stream_ctx {
+    tv__api_resp *resp;
+    const char *route;
+} stream_ctx;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    tv__log(TV_LOG_WARN, "http: %s", line);
+}
+
+/* Keeps the URL exactly as sent: the api decodes path segments itself. */
+static size_t keep_raw(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls, (void)c;
+    return strlen(s);
+}
+
+static void *uri_log(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)cls, (void)c;
+    req_ctx *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->t0_ns = now_ns();
+    r->target = strdup(uri ? uri : "/");
+    r->route = "other";
+    return r;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    req_ctx *r = *con_cls;
+    if (!r)
+        return;
+    if (r->status)
+        tv__metrics_request(r->route, r->status, now_ns() - r->t0_ns);
+    free(r->target);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+static bool is_data_route(const char *route)
+{
+    size_t n = route ? strlen(route) : 0;
+    return n >= 5 && strcmp(route + n - 5, "/data") == 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream_ctx *s = cls;
+    if (pos >= s->resp->stream_len)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    ssize_t n = tv__api_stream_read(s->resp, pos, buf, max);
+    if (n < 0) {
+        tv__log(TV_LOG_WARN, "http: %s: tensor stream failed at byte %" PRIu64 ": %s", s->route,
+                pos, tv_strerror((int)n));
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    tv__metrics_read_bytes(s->route, (uint64_t)n);
+    return n;
+}
+
+static void stream_free(void *cls)
+{
+    stream_ctx *s = cls;
+    tv__api_resp_free(s->resp);
+    free(s->resp);
+    free(s);
+}
+
+/* "Name: value\r\n" lines into the response. */
+static void add_headers(struct MHD_Response *mr, const char *lines)
+{
+    char buf[sizeof(((tv__api_resp *)0)->headers) + 1];
+    snprintf(buf, sizeof(buf), "%s", lines);
+    for (char *save = NULL, *l = strtok_r(buf, "\r\n", &save); l;
+         l = strtok_r(NULL, "\r\n", &save)) {
+        char *colon = strchr(l, ':');
+        if (!colon || colon == l)
+            continue;
+        *colon = '\0';
+        const char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        MHD_add_response_header(mr, l, v);
+    }
+}
+
+/* An error document of the transport itself (413 before the api sees the
+ * request, 500 when out of memory). */
+static enum MHD_Result queue_error(struct MHD_Connection *c, req_ctx *r, int status, int code,
+                                   const char *message, bool close_conn)
+{
+    json_t *o = json_pack("{s:{s:s,s:s,s:i}}", "error", "code", tv_err_name(code), "message",
+                          message, "errno", code);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    struct MHD_Response *mr =
+        s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE)
+          : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!mr) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (close_conn)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (r)
+        r->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
+/* A code for a status, for the transport's own fallback documents. */
+static int code_for_status(int status)
+{
+    switch (status) {
+    case 400:
+        return TV_E_BAD_REQUEST;
+    case 401:
+        return TV_E_UNAUTHORIZED;
+    case 403:
+        return TV_E_FORBIDDEN;
+    case 404:
+        return TV_E_NOT_FOUND;
+    case 409:
+        return TV_E_CONFLICT;
+    case 413:
+        return TV_E_TOO_LARGE;
+    case 416:
+        return TV_E_RANGE;
+    case 503:
+        return TV_E_BUSY;
+    default:
+        return TV_E_INTERNAL;
+    }
+}
+
+static bool peer_is_loopback(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return false;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+            return true;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            return in6->sin6_addr.s6_addr[12] == 127;
+    }
+    return false;
+}
+
+static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    (void)kind;
+    size_t *sum = cls;
+    *sum += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+/* Turns the api's response into an MHD response and queues it. Takes resp
+ * (heap) over. */
+static enum MHD_Result queue_api_resp(struct MHD_Connection *c, req_ctx *r, tv__api_resp *resp)
+{
+    struct MHD_Response *mr = NULL;
+    r->status = resp->status;
+    r->route = resp->route ? resp->route : "other";
+    if (resp->stream) {
+        stream_ctx *s = malloc(sizeof(*s));
+        if (s) {
+            s->resp = resp;
+            s->route = r->route;
+            mr = MHD_create_response_from_callback(resp->stream_len, STREAM_BLOCK, stream_read, s,
+                                                   stream_free);
+            if (!mr)
+                free(s);
+        }
+        if (!mr) {
+            tv__api_resp_free(resp);
+            free(resp);
+            return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+        }
+    } else {
+        char *body = resp->body;
+        size_t len = resp->body_len;
+        if (!body && resp->json) {
+            body = json_dumps(resp->json, JSON_COMPACT);
+            len = body ? strlen(body) : 0;
+        } else {
+            resp->body = NULL; /* MHD frees it */
+        }
+        if (!body && resp->status >= 400) {
+            /* Never an empty error: the api could not render its document
+             * (e.g. a message that jansson refuses). */
+            int status = resp->status;
+            tv__api_resp_free(resp);
+            free(resp);
+            return queue_error(c, r, status, code_for_status(status),
+                               "the error document could not be rendered", false);
+        }
+        if (body)
+            mr = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        else
+            mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!mr)
+            free(body);
+        else if (is_data_route(r->route) && (resp->status == 200 || resp->status == 206))
+            tv__metrics_read_bytes(r->route, len);
+    }
+    if (!mr) {
+        tv__api_resp_free(resp);
+        free(resp);
+        return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+    }
+    if (resp->content_type && resp->status != 304 && resp->status != 204)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    add_headers(mr, resp->headers);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)resp->status, mr);
+    MHD_destroy_response(mr);
+    if (!resp->stream) {
+        tv__api_resp_free(resp);
+        free(resp);
+    }
+    return ret;
+}
+
+/* GET /metrics: the api decides the auth (an R route: the same answer as
+ * GET /v1/status for these credentials), then the text is rendered here. */
+static enum MHD_Result serve_metrics(tv__http *h, struct MHD_Connection *c, req_ctx *r,
+                                     const tv__api_req *req)
+{
+    tv__api_req probe = *req;
+    probe.path = "/v1/status";
+    probe.query = NULL;
+    tv__api_resp *resp = calloc(1, sizeof(*resp));
+    if (!resp)
+        return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+    tv__api_handle(h->api, &probe, resp);
+    if (resp->status != 200) {
+        resp->route = "GET /metrics";
+        return queue_api_resp(c, r, resp);
+    }
+    tv__api_resp_free(resp);
+    free(resp);
+    char *text = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&h->metrics_lock);
+    if (!h->metrics_reg) {
+        tv_error e = {0};
+        if (tv__reg_open_ex(h->registry_path, TV__REG_READONLY, &h->metrics_reg, &e))
+            tv__log(TV_LOG_WARN, "metrics: registry: %s", e.msg);
+    }
+    int rc = tv__metrics_render(h->metrics_reg, h->jobs, &text, &len);
+    pthread_mutex_unlock(&h->metrics_lock);
+    r->route = "GET /metrics";
+    if (rc)
+        return queue_error(c, r, 500, rc, "cannot render metrics", false);
+    struct MHD_Response *mr = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!mr) {
+        free(text);
+        return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+    }
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+    r->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)url, (void)version;
+    tv__http *h = cls;
+    req_ctx *r = *con_cls;
+    if (!r || !r->target)
+        return queue_error(c, NULL, 500, -ENOMEM, "out of memory", true);
+    if (!r->seen) {
+        r->seen = true;
+        size_t hsum = 0;
+        MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hsum);
+        if (hsum > h->max_header) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "request headers are %zu bytes, at most %zu", hsum,
+                     h->max_header);
+            return queue_error(c, r, 413, TV_E_TOO_LARGE, msg, true);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (!errno && !*end && n > h->max_body) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "request body is %llu bytes, at most %zu", n,
+                         h->max_body);
+                return queue_error(c, r, 413, TV_E_TOO_LARGE, msg, true);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->too_large || n > h->max_body - r->body_len) {
+            r->too_large = true;
+            return MHD_YES;
+        }
+        if (r->body_len + n + 1 > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            while (cap < r->body_len + n + 1)
+                cap *= 2;
+            char *nb = realloc(r->body, cap);
+            if (!nb)
+                return MHD_NO;
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, upload_data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return MHD_YES;
+    }
+    if (r->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "request body over %zu bytes", h->max_body);
+        return queue_error(c, r, 413, TV_E_TOO_LARGE, msg, true);
+    }
+    char *q = strchr(r->target, '?');
+    if (q)
+        *q++ = '\0';
+    tv__api_req req = {
+        .method = method,
+        .path = r->target,
+        .query = q,
+        .body = r->body,
+        .body_len = r->body_len,
+        .authorization = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+        .range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"),
+        .if_none_match = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match"),
+        .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
+        .trusted = false,
+        .peer_loopback = peer_is_loopback(c),
+    };
+    if (strcmp(r->target, "/metrics") == 0 && strcmp(method, "GET") == 0)
+        return serve_metrics(h, c, r, &req);
+    tv__api_resp *resp = calloc(1, sizeof(*resp));
+    if (!resp)
+        return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+    tv__api_handle(h->api, &req, resp);
+    return queue_api_resp(c, r, resp);
+}
+
+/* HOST:PORT -> a socket address (numeric or resolved host). */
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, tv_error *err)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof(host))
+        return tv__seterr(err, TV_E_INVALID_ARG, "listen address '%s' is not HOST:PORT", listen);
+    size_t hl = (size_t)(colon - listen);
+    memcpy(host, listen, hl);
+    host[hl] = '\0';
+    if (host[0] == '[' && hl >= 2 && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int g = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (g || !ai)
+        return tv__seterr(err, TV_E_INVALID_ARG, "listen address '%s' does not resolve: %s", listen,
+                          gai_strerror(g));
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen < sizeof(*ss) ? ai->ai_addrlen : sizeof(*ss));
+    freeaddrinfo(ai);
+    return 0;
+}
+
+int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__http **out,
+                   uint16_t *port, tv_error *err)
+{
+    int rc;
+    if (!o || !o->listen || !api || !out || !o->store_dir)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    struct sockaddr_storage ss;
+    if ((rc = parse_listen(o->listen, &ss, err)))
+        return rc;
+    tv__http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    h->api = api;
+    h->jobs = jobs;
+    h->quiesced_fd = -1;
+    h->max_body = o->max_body_bytes ? o->max_body_bytes : (64u << 10);
+    h->max_header = o->max_header_bytes ? o->max_header_bytes : (8u << 10);
+    pthread_mutex_init(&h->metrics_lock, NULL);
+    size_t plen = strlen(o->store_dir) + sizeof("/registry.db");
+    if (!(h->registry_path = malloc(plen))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    snprintf(h->registry_path, plen, "%s/registry.db", o->store_dir);
+    unsigned threads = o->threads;
+    if (!threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (unsigned)n : 1;
+    }
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    errno = 0;
+    h->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, o->connection_timeout_s ? o->connection_timeout_s : 30u,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connections ? o->per_ip_connections : 64u,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->memory_limit ? o->memory_limit : (size_t)(1u << 20),
+        MHD_OPTION_UNESCAPE_CALLBACK, keep_raw, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_log, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_END);
+    if (!h->d) {
+        int e = errno ? errno : EADDRINUSE;
+        rc = tv__seterr(err, -e, "cannot listen on %s: %s", o->listen, strerror(e));
+        goto fail;
+    }
+    if (port) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+        *port = di ? di->port : 0;
+    }
+    *out = h;
+    return 0;
+fail:
+    tv__http_stop(h);
+    return rc;
+}
+
+void tv__http_quiesce(tv__http *h)
+{
+    if (h && h->d && h->quiesced_fd < 0) {
+        MHD_socket fd = MHD_quiesce_daemon(h->d);
+        h->quiesced_fd = fd == MHD_INVALID_SOCKET ? -1 : (int)fd;
+    }
+}
+
+void tv__http_stop(tv__http *h)
+{
+    if (!h)
+        return;
+    if (h->d)
+        MHD_stop_daemon(h->d);
+    if (h->quiesced_fd >= 0)
+        tv__sys.close(h->quiesced_fd); /* the listening socket MHD handed back */
+    tv__reg_close(h->metrics_reg);
+    pthread_mutex_destroy(&h->metrics_lock);
+    free(h->registry_path);
+    free(h);
+}

@@ -1,0 +1,149 @@
+/* Unit tests of the Prometheus metrics (server/http/metrics.c): counters by
+ * route and status, read bytes by route, the read-latency histogram (only
+ * data routes feed it; buckets are cumulative), label escaping, the series
+ * bound, and the registry gauges (devices, generations, jobs by state) on a
+ * temp store; rendering without a registry still gives the counters. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http/metrics.h"
+#include "import/import.h"
+#include "store/store.h"
+#include "tv_test.h"
+
+static char *render(tv__reg *reg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(tv__metrics_render(reg, NULL, &text, &len), 0);
+    assert_non_null(text);
+    assert_int_equal(strlen(text), len);
+    return text;
+}
+
+static void test_counters_and_histogram(void **state)
+{
+    (void)state;
+    tv__metrics_reset();
+    const char *data = "GET /v1/models/{name}/generations/{gen}/tensors/{tensor}/data";
+    tv__metrics_request("GET /v1/models", 200, 1000);
+    tv__metrics_request("GET /v1/models", 200, 1000);
+    tv__metrics_request("GET /v1/models", 404, 1000);
+    tv__metrics_request(NULL, 404, 1000);
+    tv__metrics_request(data, 206, 2 * 1000 * 1000); /* 2 ms */
+    tv__metrics_request(data, 200, 20000000000ull);  /* 20 s: only +Inf */
+    tv__metrics_read_bytes(data, 100);
+    tv__metrics_read_bytes(data, 23);
+    tv__metrics_import_bytes(4096);
+    tv__metrics_request("GET /we\"ird\\", 200, 1);
+    char *t = render(NULL);
+    assert_non_null(
+        strstr(t, "tensorvault_http_requests_total{route=\"GET /v1/models\",status=\"200\"} 2\n"));
+    assert_non_null(
+        strstr(t, "tensorvault_http_requests_total{route=\"GET /v1/models\",status=\"404\"} 1\n"));
+    assert_non_null(
+        strstr(t, "tensorvault_http_requests_total{route=\"other\",status=\"404\"} 1\n"));
+    assert_non_null(strstr(t, "route=\"GET /we\\\"ird\\\\\",status=\"200\"} 1\n"));
+    assert_non_null(strstr(t, "tensorvault_imported_bytes_total 4096\n"));
+    char want[300];
+    snprintf(want, sizeof(want), "tensorvault_read_bytes_total{route=\"%s\"} 123\n", data);
+    assert_non_null(strstr(t, want));
+    assert_non_null(strstr(t, "tensorvault_read_duration_seconds_bucket{le=\"0.001\"} 0\n"));
+    assert_non_null(strstr(t, "tensorvault_read_duration_seconds_bucket{le=\"0.0025\"} 1\n"));
+    assert_non_null(strstr(t, "tensorvault_read_duration_seconds_bucket{le=\"10\"} 1\n"));
+    assert_non_null(strstr(t, "tensorvault_read_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(t, "tensorvault_read_duration_seconds_count 2\n"));
+    assert_non_null(strstr(t, "# TYPE tensorvault_http_requests_total counter\n"));
+    assert_non_null(strstr(t, "# TYPE tensorvault_read_duration_seconds histogram\n"));
+    assert_non_null(strstr(t, "tensorvault_build_info{version=\""));
+    assert_null(strstr(t, "tensorvault_generations{")); /* no registry: no gauges */
+    free(t);
+}
+
+static void test_series_bound(void **state)
+{
+    (void)state;
+    tv__metrics_reset();
+    for (int i = 0; i < TV__METRICS_MAX_SERIES + 50; i++) {
+        char route[32];
+        snprintf(route, sizeof(route), "GET /r%d", i);
+        tv__metrics_request(route, 200, 1);
+    }
+    char *t = render(NULL);
+    size_t n = 0;
+    for (const char *p = t; (p = strstr(p, "tensorvault_http_requests_total{")); p++)
+        n++;
+    assert_true(n <= TV__METRICS_MAX_SERIES);
+    /* The overflow lands on route="other". */
+    assert_non_null(strstr(t, "tensorvault_http_requests_total{route=\"other\",status=\"200\"}"));
+    free(t);
+}
+
+static void test_registry_gauges(void **state)
+{
+    (void)state;
+    char dir[512], store[600], image[600], ckpt[600], reg_path[700];
+    tv_error err = {0};
+    tv_test_tmpdir(dir, sizeof(dir), "metrics");
+    tv_test_path(store, sizeof(store), "%s/store", dir);
+    tv_test_path(image, sizeof(image), "%s/store.img", dir);
+    tv_test_path(ckpt, sizeof(ckpt), "%s/m.safetensors", dir);
+    tv_test_tensor t[] = {{"w", "U8", 100000, 1}};
+    tv_test_write_shard(ckpt, t, 1, 3);
+    tv__store_init_opts o = {.image = image, .image_size_bytes = 64u << 20};
+    assert_int_equal(tv__store_init(store, &o, NULL, &err), 0);
+    tv__store *st = NULL;
+    assert_int_equal(tv__store_open(store, TV__STORE_WRITE, &st, &err), 0);
+    tv__import_opts io = {.activate = true};
+    if (tv__import(st, "m", ckpt, &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    tv__reg_job spec;
+    memset(&spec, 0, sizeof(spec));
+    spec.kind = TV__JOB_VERIFY;
+    int64_t id = 0;
+    assert_int_equal(tv__reg_job_create(st->reg, &spec, &id, &err), 0);
+    assert_int_equal(
+        tv__reg_job_finish(st->reg, id, TV__JOB_FAILED, TV_E_HASH_MISMATCH, "x", 0, NULL, &err), 0);
+    tv__store_close(st);
+    tv_test_path(reg_path, sizeof(reg_path), "%s/registry.db", store);
+    tv__reg *reg = NULL;
+    assert_int_equal(tv__reg_open_ex(reg_path, TV__REG_READONLY, &reg, &err), 0);
+    tv__metrics_reset();
+    char *text = render(reg);
+    assert_non_null(strstr(text, "tensorvault_generations{state=\"ready\"} 1\n"));
+    assert_non_null(strstr(text, "tensorvault_generations{state=\"retired\"} 0\n"));
+    assert_non_null(strstr(text, "tensorvault_import_jobs{state=\"failed\"} 1\n"));
+    assert_non_null(strstr(text, "tensorvault_import_jobs{state=\"succeeded\"} 0\n"));
+    char want[800];
+    snprintf(want, sizeof(want), "tensorvault_device_capacity_bytes{device=\"1\",path=\"%s\"} ",
+             image);
+    char real[600];
+    if (!strstr(text, want) && realpath(image, real)) /* registered by its real path */
+        snprintf(want, sizeof(want), "tensorvault_device_capacity_bytes{device=\"1\",path=\"%s\"} ",
+                 real);
+    assert_non_null(strstr(text, want));
+    const char *used = strstr(text, "tensorvault_device_used_bytes{device=\"1\"");
+    assert_non_null(used);
+    unsigned long long u = strtoull(strstr(used, "} ") + 2, NULL, 10);
+    assert_true(u >= 100000); /* the one object, padded to object_align */
+    free(text);
+    tv__reg_close(reg);
+    tv_test_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counters_and_histogram),
+        cmocka_unit_test(test_series_bound),
+        cmocka_unit_test(test_registry_gauges),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
