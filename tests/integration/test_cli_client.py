@@ -243,7 +243,10 @@ def test_verify_waits_and_reports_failures(tv, fake, env, tmp_path):
     assert p.stdout == "verify: 2 objects, 10 bytes, 1 failed\n"
     assert "object 5 on device 1" in p.stderr and "model 'm' generation 1 (active)" in p.stderr
     assert "object 6" not in p.stderr
-    assert json.loads(fake.seen[0][3]) == {"device_id": 1}
+    # A daemon is asked first (any answer will do), then the job is posted.
+    assert [(m, pth) for m, pth, _, _ in fake.seen[:2]] == [("GET", "/healthz"),
+                                                              ("POST", "/v1/verify")]
+    assert json.loads(fake.seen[1][3]) == {"device_id": 1}
 
 
 def test_no_daemon_falls_back_to_the_store(tv, env, tmp_path):
