@@ -94,7 +94,8 @@ static int one(const tv__cli_ctx *c, bool writer, const char *method, const char
 }
 
 /* GET path?query, following next_cursor to the end; the arrays under key
- * are concatenated into the first page's document (next_cursor null). */
+ * are concatenated into the first page's document (next_cursor null when
+ * the listing is paginated). */
 static int fetch_all(tv__cli_client *cl, const char *path, const char *query, const char *key,
                      json_t **out, tv_error *err)
 {
@@ -135,7 +136,10 @@ static int fetch_all(tv__cli_client *cl, const char *path, const char *query, co
         json_decref(all);
         return rc;
     }
-    json_object_set_new(all, "next_cursor", json_null());
+    /* A paginated listing ends with next_cursor null; one that has no
+     * pagination (devices) keeps its shape. */
+    if (json_object_get(all, "next_cursor"))
+        json_object_set_new(all, "next_cursor", json_null());
     *out = all;
     return 0;
 }
