@@ -831,20 +831,21 @@ static size_t arena_add(manifest_mem *mm, const unsigned char *s, size_t len)
     return off;
 }
 
-/* Parses a stored shape (a JSON array of non-negative integers). */
-static int parse_shape(const char *text, tv__reg_tensor *t)
+/* Parses a stored shape (a JSON array of non-negative integers) into
+ * shape[TV_ST_MAX_RANK] and *rank. Returns 0 or TV_E_REGISTRY. */
+int tv__reg_parse_shape(const char *text, uint64_t *shape, uint32_t *rank)
 {
     json_error_t jerr;
-    json_t *a = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *a = text ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     int rc = TV_E_REGISTRY;
     if (!a || !json_is_array(a) || json_array_size(a) > TV_ST_MAX_RANK)
         goto done;
-    t->rank = (uint32_t)json_array_size(a);
-    for (uint32_t i = 0; i < t->rank; i++) {
+    *rank = (uint32_t)json_array_size(a);
+    for (uint32_t i = 0; i < *rank; i++) {
         json_t *d = json_array_get(a, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
             goto done;
-        t->shape[i] = (uint64_t)json_integer_value(d);
+        shape[i] = (uint64_t)json_integer_value(d);
     }
     rc = 0;
 done:
@@ -919,7 +920,7 @@ static int read_manifest_tensor(sqlite3_stmt *st, void *arg, tv_error *err)
     int64_t idx = sqlite3_column_int64(st, 3);
     const char *shape = (const char *)sqlite3_column_text(st, 2);
     if (dtype < 0 || dtype >= TV_DTYPE_COUNT || idx < 0 || (uint64_t)idx >= c->m->n_shards ||
-        !shape || parse_shape(shape, t))
+        !shape || tv__reg_parse_shape(shape, t->shape, &t->rank))
         return tv__seterr(err, TV_E_REGISTRY,
                           "generation %lld: tensor '%.200s' has a corrupt dtype, shard or shape",
                           (long long)c->m->generation.id, c->mm->arena + off);

@@ -130,4 +130,8 @@ int tv__reg_query_list(tv__reg *reg, tv__reg_vec *v, tv__reg_row_fn read, const 
 int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, int64_t after_number,
                               int64_t limit, tv_error *err);
 
+/* A stored tensor shape (a JSON array of non-negative integers) into
+ * shape[TV_ST_MAX_RANK] and *rank. Returns 0 or TV_E_REGISTRY (malformed). */
+int tv__reg_parse_shape(const char *text, uint64_t *shape, uint32_t *rank);
+
 #endif

@@ -226,26 +226,6 @@ done:
     "SELECT t.id, t.name, t.dtype, t.shape, s.idx, s.name, t.begin_off, t.end_off, "               \
     "s.header_len FROM tensors t JOIN shards s ON s.id = t.shard_id "
 
-static int parse_shape_row(const char *text, tv__reg_tensor_row *t)
-{
-    json_error_t jerr;
-    json_t *a = text ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-    int rc = TV_E_REGISTRY;
-    if (!a || !json_is_array(a) || json_array_size(a) > TV_ST_MAX_RANK)
-        goto done;
-    t->rank = (uint32_t)json_array_size(a);
-    for (uint32_t i = 0; i < t->rank; i++) {
-        json_t *d = json_array_get(a, i);
-        if (!json_is_integer(d) || json_integer_value(d) < 0)
-            goto done;
-        t->shape[i] = (uint64_t)json_integer_value(d);
-    }
-    rc = 0;
-done:
-    json_decref(a);
-    return rc;
-}
-
 static int read_tensor_row(sqlite3_stmt *st, void *record, tv_error *err)
 {
     tv__reg_tensor_row *t = record;
@@ -256,7 +236,7 @@ static int read_tensor_row(sqlite3_stmt *st, void *record, tv_error *err)
         return tv__seterr(err, -ENOMEM, "reading tensors: out of memory");
     int64_t dtype = sqlite3_column_int64(st, 2);
     if (dtype < 0 || dtype >= TV_DTYPE_COUNT ||
-        parse_shape_row((const char *)sqlite3_column_text(st, 3), t))
+        tv__reg_parse_shape((const char *)sqlite3_column_text(st, 3), t->shape, &t->rank))
         return tv__seterr(err, TV_E_REGISTRY, "tensor '%.200s' has a corrupt dtype or shape",
                           t->name);
     t->dtype = (tv_dtype)dtype;
