@@ -415,30 +415,34 @@ fail:
     return rc;
 }
 
-int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err)
+/* A job node and its registry row from spec, checked: an import needs a
+ * model (the name rule), a source and an optional alias (the alias rule);
+ * a verify job a device id >= 0 (0 = every device). Returns 0 and *out
+ * (free with free()); TV_E_INVALID_ARG; TV_E_NAME; -ENOMEM. */
+static int node_from_spec(const tv__job_spec *spec, bool strict, job_node **out, tv__reg_job *row,
+                          tv_error *err)
 {
     int rc;
-    if (!j || !spec)
-        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
     job_node *n = calloc(1, sizeof(*n));
     if (!n)
         return tv__seterr(err, -ENOMEM, "out of memory");
     n->kind = spec->kind;
     n->activate = spec->activate;
-    n->strict = spec->strict || j->default_strict;
+    n->strict = strict;
     n->device_id = spec->device_id;
     if (spec->kind == TV__JOB_IMPORT) {
         if (!spec->model || !spec->source) {
             rc = tv__seterr(err, TV_E_INVALID_ARG, "an import job needs a model and a source");
             goto fail;
         }
-        if ((rc = tv__name_valid(spec->model, "model name", err)))
+        if ((rc = tv__name_valid(spec->model, "model name", err)) ||
+            (spec->alias && *spec->alias && (rc = tv__alias_name_valid(spec->alias, err))))
             goto fail;
-        if (spec->alias && *spec->alias && (rc = tv__alias_name_valid(spec->alias, err)))
-            goto fail;
-        if (strlen(spec->source) >= sizeof(n->source)) {
-            rc = tv__seterr(err, TV_E_INVALID_ARG, "import source is longer than %zu bytes",
-                            sizeof(n->source) - 1);
+        if (strlen(spec->source) >= sizeof(n->source) || strlen(spec->model) >= sizeof(n->model)) {
+            rc = tv__seterr(err, TV_E_INVALID_ARG,
+                            "import source or model name too long (at most %zu and %zu bytes)",
+                            sizeof(n->source) - 1, sizeof(n->model) - 1);
             goto fail;
         }
         snprintf(n->model, sizeof(n->model), "%s", spec->model);
@@ -452,15 +456,30 @@ int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error
                         (int)spec->kind, spec->device_id);
         goto fail;
     }
+    memset(row, 0, sizeof(*row));
+    row->kind = n->kind;
+    snprintf(row->model, sizeof(row->model), "%s", n->model);
+    snprintf(row->source, sizeof(row->source), "%s", n->source);
+    snprintf(row->alias, sizeof(row->alias), "%s", n->alias);
+    row->activate = n->activate;
+    row->strict = n->strict;
+    row->device_id = n->device_id;
+    *out = n;
+    return 0;
+fail:
+    free(n);
+    return rc;
+}
+
+int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err)
+{
+    int rc;
+    if (!j || !spec)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     tv__reg_job row;
-    memset(&row, 0, sizeof(row));
-    row.kind = n->kind;
-    snprintf(row.model, sizeof(row.model), "%s", n->model);
-    snprintf(row.source, sizeof(row.source), "%s", n->source);
-    snprintf(row.alias, sizeof(row.alias), "%s", n->alias);
-    row.activate = n->activate;
-    row.strict = n->strict;
-    row.device_id = n->device_id;
+    job_node *n = NULL;
+    if ((rc = node_from_spec(spec, spec->strict || j->default_strict, &n, &row, err)))
+        return rc;
     pthread_mutex_lock(&j->lock);
     if (j->stopping) {
         rc = tv__seterr(err, TV_E_STATE, "the job pool is stopping");
@@ -550,49 +569,15 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
     int rc;
     if (!st || !spec || st->lock_fd < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "a job needs a writer store");
-    job_node *n = calloc(1, sizeof(*n));
-    if (!n)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    n->kind = spec->kind;
-    n->activate = spec->activate;
-    n->strict = spec->strict;
-    n->device_id = spec->device_id;
-    if (spec->kind == TV__JOB_IMPORT) {
-        if (!spec->model || !spec->source) {
-            rc = tv__seterr(err, TV_E_INVALID_ARG, "an import job needs a model and a source");
-            goto out;
-        }
-        if ((rc = tv__name_valid(spec->model, "model name", err)) ||
-            (spec->alias && *spec->alias && (rc = tv__alias_name_valid(spec->alias, err))))
-            goto out;
-        if (strlen(spec->source) >= sizeof(n->source) || strlen(spec->model) >= sizeof(n->model)) {
-            rc = tv__seterr(err, TV_E_INVALID_ARG, "import source or model name too long");
-            goto out;
-        }
-        snprintf(n->model, sizeof(n->model), "%s", spec->model);
-        snprintf(n->source, sizeof(n->source), "%s", spec->source);
-        if (spec->alias && *spec->alias) {
-            snprintf(n->alias, sizeof(n->alias), "%s", spec->alias);
-            n->has_alias = true;
-        }
-    } else if (spec->kind != TV__JOB_VERIFY || spec->device_id < 0) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "unknown job kind %d or device id %" PRId64,
-                        (int)spec->kind, spec->device_id);
-        goto out;
-    } else if (spec->device_id > 0) {
+    tv__reg_job row;
+    job_node *n = NULL;
+    if ((rc = node_from_spec(spec, spec->strict, &n, &row, err)))
+        return rc;
+    if (n->kind == TV__JOB_VERIFY && n->device_id > 0) {
         tv__reg_device d;
-        if ((rc = tv__reg_device_get(st->reg, spec->device_id, &d, err)))
+        if ((rc = tv__reg_device_get(st->reg, n->device_id, &d, err)))
             goto out;
     }
-    tv__reg_job row;
-    memset(&row, 0, sizeof(row));
-    row.kind = n->kind;
-    snprintf(row.model, sizeof(row.model), "%s", n->model);
-    snprintf(row.source, sizeof(row.source), "%s", n->source);
-    snprintf(row.alias, sizeof(row.alias), "%s", n->alias);
-    row.activate = n->activate;
-    row.strict = n->strict;
-    row.device_id = n->device_id;
     if ((rc = tv__reg_job_create(st->reg, &row, &n->id, err)))
         goto out;
     if (id)
