@@ -1134,6 +1134,9 @@ static void test_jobs_refused(void **state)
     if (tv__import(g->st, "jobm", g->ckz, &io, NULL, &err))
         fail_msg("import: %s", err.msg);
     expect_error("DELETE", "/v1/models/zeta", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "shard")), "z.safetensors");
+    tv__api_resp_free(&r); /* now cached */
     j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
     assert_string_equal(json_string_value(json_object_get(j, "model")), "jobm");
     assert_int_equal(json_integer_value(json_object_get(j, "n_generations_retired")), 1);
@@ -1141,6 +1144,20 @@ static void test_jobs_refused(void **state)
     tv__api_resp_free(&r);
     expect_error("GET", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
     expect_error("DELETE", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    /* the same name again, another checkpoint (and maybe the same row ids):
+     * the cached documents were dropped with the model */
+    if (tv__import(g->st, "jobm", g->ck[0], &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "shard")), "ck1.safetensors");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1", NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "shards"), 0), "name")),
+        "ck1.safetensors");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
+    tv__api_resp_free(&r);
     j = ok_json(&r, "POST", "/v1/gc", NULL);
     expect_field(j, "n_objects_freed", JSON_INTEGER);
     expect_field(j, "freed_bytes", JSON_INTEGER);
