@@ -36,9 +36,6 @@ typedef struct tv__cli_cmd {
     unsigned flags;                     /* TV__CLI_* */
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
-    /* TEMPORARY: the local implementation run on --store while the
-     * in-process api cannot run it yet (imports and verify need jobs). */
-    const struct tv__cli_cmd *legacy;
 } tv__cli_cmd;
 
 /* Every command, in the order `tensorvault --help` lists them. */
@@ -53,15 +50,16 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_cancel, tv__cli_cmd_token_create, tv__cli_cmd_token_list, tv__cli_cmd_token_revoke,
     tv__cli_cmd_status, tv__cli_cmd_version, tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench;
 
-/* TEMPORARY (until the in-process api is on main): the local tables. */
-extern const tv__cli_cmd tv__cli_legacy_verify;
-int tv__cli_verify_legacy(const tv__cli_ctx *c);
+/* verify on a local store dir, read-only (no job row, no lock: works on a
+ * read-only mount and beside a writer); device_id 0 = every device. */
+int tv__cli_verify_local(const tv__cli_ctx *c, const char *dir, int64_t device_id);
 
 int tv__cli_inspect(const tv__cli_ctx *c);
 int tv__cli_store(const tv__cli_ctx *c);
 int tv__cli_import(const tv__cli_ctx *c);
-/* The importer run directly on --store DIR (c->store, else --store): local
- * imports, with --replicas and --chunk (the API has neither). */
+/* The importer run directly on --store DIR (c->store, else --store), for
+ * import --replicas/--chunk (the API has neither); every other import, local
+ * or remote, is a job through the API. */
 int tv__cli_import_local(const tv__cli_ctx *c);
 int tv__cli_models(const tv__cli_ctx *c);
 int tv__cli_generations(const tv__cli_ctx *c);

@@ -77,6 +77,8 @@ int tv__cli_client_open(const tv__cli_ctx *c, bool writer, tv__cli_client *cl, t
         url = TV__CLI_DEFAULT_URL;
     if (strlen(url) >= sizeof(cl->url))
         return tv__seterr(err, TV_E_INVALID_ARG, "URL '%.64s...' is too long", url);
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        return tv__seterr(err, TV_E_INVALID_ARG, "URL '%s' is not http:// or https://", url);
     memcpy(cl->url, url, strlen(url) + 1);
     cl->store = getenv("TENSORVAULT_STORE");
     if (cl->store && !*cl->store)
@@ -120,7 +122,8 @@ int tv__cli_doc_error(const json_t *doc, int status, tv_error *err)
 static void on_watch(void *ctx, const tv__reg_job *now)
 {
     tv__cli_progress *p = ctx;
-    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total, -1, -1, now->step);
+    tv__cli_progress_draw(p, now->bytes_done, now->bytes_total,
+                          now->rate_bytes_per_s > 0 ? now->rate_bytes_per_s : -1, -1, now->step);
 }
 
 static int local_open(tv__cli_client *cl, tv_error *err)

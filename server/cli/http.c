@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
@@ -111,13 +112,31 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "tensorvault-cli");
+    /* http(s) only (no file:// or other schemes from a URL typo), no
+     * redirects (the token would follow them), and loopback never through
+     * a proxy from the environment. */
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
     if (req->body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     } else if (!strcmp(req->method, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     }
+    /* A GET whose connection broke before an answer (a daemon under load
+     * dropping it) is sent again, twice at most: it changes nothing. */
+    bool idempotent = !strcmp(req->method, "GET") || !strcmp(req->method, "HEAD");
     CURLcode cc = curl_easy_perform(h);
+    for (int retry = 0;
+         idempotent && retry < 2 &&
+         (cc == CURLE_GOT_NOTHING || cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR);
+         retry++) {
+        struct timespec ts = {0, (retry + 1) * 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        s.len = 0;
+        cc = curl_easy_perform(h);
+    }
     if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
         rc = tv__seterr(
             err, TV_E_NO_DAEMON,

@@ -189,21 +189,6 @@ static bool wants_help(int argc, char **argv)
     return false;
 }
 
-/* TEMPORARY: --store (or $TENSORVAULT_STORE without a URL) runs the local
- * implementation of a command whose table still names one (.legacy),
- * until its local mode goes through the in-process api. */
-static bool legacy_local(int argc, char **argv)
-{
-    for (int i = 2; i < argc && strcmp(argv[i], "--"); i++) {
-        if (!strcmp(argv[i], "--store") || !strncmp(argv[i], "--store=", 8))
-            return true;
-        if (!strcmp(argv[i], "--url") || !strncmp(argv[i], "--url=", 6))
-            return false;
-    }
-    const char *s = getenv("TENSORVAULT_STORE"), *u = getenv("TENSORVAULT_URL");
-    return s && *s && !(u && *u);
-}
-
 static void set_log_level(void)
 {
     /* The CLI is quiet by default: warnings and errors only. */
@@ -253,8 +238,6 @@ int tv__cli_main(int argc, char **argv)
             notes(stdout);
             return TV__EXIT_OK;
         }
-        if (cmd->legacy && legacy_local(argc, argv))
-            cmd = cmd->legacy;
         tv__cli_ctx c;
         int u = tv__cli_begin(cmd, argc - skip, argv + skip, &c);
         return u ? u : cmd->run(&c);

@@ -448,9 +448,10 @@ void tv__cli_progress_end(tv__cli_progress *p)
 
 void tv__cli_progress_job(tv__cli_progress *p, const json_t *job)
 {
+    /* The job's own rate and ETA when it knows them, else the bar's clock. */
     json_t *eta = json_object_get(job, "eta_seconds");
+    double rate = json_number_value(json_object_get(job, "rate_bytes_per_s"));
     tv__cli_progress_draw(p, (uint64_t)N(job, "bytes_done"), (uint64_t)N(job, "bytes_total"),
-                          json_number_value(json_object_get(job, "rate_bytes_per_s")),
-                          json_is_number(eta) ? json_number_value(eta) : -1,
+                          rate > 0 ? rate : -1, json_is_number(eta) ? json_number_value(eta) : -1,
                           json_string_value(json_object_get(job, "step")));
 }

@@ -94,7 +94,8 @@ static int one(const tv__cli_ctx *c, bool writer, const char *method, const char
 }
 
 /* GET path?query, following next_cursor to the end; the arrays under key
- * are concatenated into the first page's document (next_cursor null). */
+ * are concatenated into the first page's document (next_cursor null when
+ * the listing is paginated). */
 static int fetch_all(tv__cli_client *cl, const char *path, const char *query, const char *key,
                      json_t **out, tv_error *err)
 {
@@ -135,7 +136,10 @@ static int fetch_all(tv__cli_client *cl, const char *path, const char *query, co
         json_decref(all);
         return rc;
     }
-    json_object_set_new(all, "next_cursor", json_null());
+    /* A paginated listing ends with next_cursor null; one that has no
+     * pagination (devices) keeps its shape. */
+    if (json_object_get(all, "next_cursor"))
+        json_object_set_new(all, "next_cursor", json_null());
     *out = all;
     return 0;
 }
@@ -554,29 +558,41 @@ static int absolute(const char *src, char *out, size_t len, tv_error *err)
     return 0;
 }
 
-/* Submits a job (POST path body), follows it when asked (always in local
- * mode, where the api runs it inline), prints the finished job's result as
- * kind, or the Job itself when not followed. Returns the exit status. */
-static int run_job(const tv__cli_ctx *c, const char *path, json_t *body, bool wait,
-                   tv__cli_doc kind, json_t **result_out)
+/* Submits a job (POST path body) through cl (NULL: a client of its own),
+ * follows it when asked (always in local mode, where the api runs it
+ * inline), prints the finished job's result as kind, or the Job itself when
+ * not followed. A job that did not succeed is a failure naming its error,
+ * unless keep_result and it has a result (verify: the result says which
+ * objects failed); *result_out (may be NULL) gets the result. Returns the
+ * exit status. */
+static int run_job(const tv__cli_ctx *c, tv__cli_client *cl, const char *path, json_t *body,
+                   bool wait, tv__cli_doc kind, bool keep_result, json_t **result_out)
 {
     tv_error err = {0};
-    tv__cli_client cl;
+    tv__cli_client own;
     tv__cli_progress bar;
     json_t *job = NULL;
+    int rc = 0;
     tv__cli_progress_start(&bar, c->json);
-    int rc = tv__cli_client_open(c, true, &cl, &err);
-    cl.progress = &bar;
+    if (!cl) {
+        cl = &own;
+        rc = tv__cli_client_open(c, true, cl, &err);
+    }
+    cl->progress = &bar;
     if (!rc)
-        rc = tv__cli_call(&cl, "POST", path, NULL, body, &job, NULL, &err);
-    bool follow_it = wait || bar.on || cl.local;
+        rc = tv__cli_call(cl, "POST", path, NULL, body, &job, NULL, &err);
+    bool follow_it = wait || bar.on || cl->local;
     if (!rc && follow_it)
-        rc = follow(&cl, &job, &bar, &err);
+        rc = follow(cl, &job, &bar, &err);
     tv__cli_progress_end(&bar);
-    tv__cli_client_close(&cl);
+    cl->progress = NULL;
+    if (cl == &own)
+        tv__cli_client_close(cl);
     json_decref(body);
     const char *state = json_string_value(json_object_get(job, "state"));
-    if (!rc && follow_it && (!state || strcmp(state, "succeeded")))
+    json_t *res = json_object_get(job, "result");
+    bool ok = state && !strcmp(state, "succeeded");
+    if (!rc && follow_it && !ok && !(keep_result && json_is_object(res)))
         rc = job_error(job, &err);
     if (rc) {
         json_decref(job);
@@ -587,12 +603,11 @@ static int run_job(const tv__cli_ctx *c, const char *path, json_t *body, bool wa
         json_decref(job);
         return TV__EXIT_OK;
     }
-    json_t *res = json_object_get(job, "result");
     tv__cli_print(stdout, c->json, kind, res ? res : json_null());
     if (result_out)
         *result_out = json_incref(res);
     json_decref(job);
-    return TV__EXIT_OK;
+    return ok ? TV__EXIT_OK : TV__EXIT_FAIL;
 }
 
 const tv__cli_cmd tv__cli_cmd_import = {
@@ -615,12 +630,14 @@ int tv__cli_import(const tv__cli_ctx *c)
     const tv__cli_args *a = &c->a;
     tv_error err = {0};
     char src[TV__CLI_PATH_MAX];
-    /* --store: the importer runs here, directly (it alone takes --replicas
-     * and --chunk, which the API has not). */
-    if (tv__cli_get(a, "--store"))
+    /* --replicas and --chunk are the local importer's own knobs (the API
+     * has neither): with them the importer runs here, directly. */
+    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk")) {
+        if (!tv__cli_get(a, "--store"))
+            return tv__cli_usage(c->cmd->name,
+                                 "--replicas and --chunk need --store DIR (local mode)");
         return tv__cli_import_local(c);
-    if (tv__cli_get(a, "--replicas") || tv__cli_get(a, "--chunk"))
-        return tv__cli_usage(c->cmd->name, "--replicas and --chunk need --store DIR (local mode)");
+    }
     int rc = tv__name_valid(a->pos[0], "model name", &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
@@ -630,7 +647,8 @@ int tv__cli_import(const tv__cli_ctx *c)
                              tv__cli_flag(a, "--activate"), "strict", tv__cli_flag(a, "--strict"));
     if (tv__cli_get(a, "--alias"))
         json_object_set_new(body, "alias", json_string(tv__cli_get(a, "--alias")));
-    return run_job(c, "/v1/imports", body, tv__cli_flag(a, "--wait"), TV__DOC_IMPORT, NULL);
+    return run_job(c, NULL, "/v1/imports", body, tv__cli_flag(a, "--wait"), TV__DOC_IMPORT, false,
+                   NULL);
 }
 
 const tv__cli_cmd tv__cli_cmd_verify = {
@@ -639,20 +657,40 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .legacy = &tv__cli_legacy_verify,
     .opts = {{"--device", "ID", NULL}, CLIENT_OPTS},
 };
 
 int tv__cli_verify(const tv__cli_ctx *c)
 {
     uint64_t dev = 0;
-    json_t *res = NULL;
+    json_t *res = NULL, *h = NULL;
+    tv_error err = {0};
+    tv__cli_client cl;
     int u = tv__cli_opt_uint(c->cmd->name, &c->a, "--device", 1, INT64_MAX, &dev);
     if (u)
         return u;
+    /* A local store is verified here, read-only: a verify job would be a
+     * writer (its row), and verify works on a read-only mount and beside a
+     * running writer. A daemon is asked first (GET /healthz) so that the
+     * no-daemon fallback to $TENSORVAULT_STORE decides the same way. */
+    int hs = 0, rc = tv__cli_client_open(c, true, &cl, &err);
+    if (!rc && !cl.local &&
+        (rc = tv__cli_call(&cl, "GET", "/healthz", NULL, NULL, &h, &hs, &err)) && hs)
+        rc = 0; /* any answer: a daemon is there */
+    json_decref(h);
+    if (rc) {
+        tv__cli_client_close(&cl);
+        return tv__cli_failed(c, rc, &err);
+    }
+    if (cl.local) {
+        const char *dir = cl.store;
+        tv__cli_client_close(&cl);
+        return tv__cli_verify_local(c, dir, (int64_t)dev);
+    }
     json_t *body = dev ? json_pack("{s:I}", "device_id", (json_int_t)dev) : json_object();
-    int rc = run_job(c, "/v1/verify", body, true, TV__DOC_VERIFY, &res);
-    if (rc)
+    rc = run_job(c, &cl, "/v1/verify", body, true, TV__DOC_VERIFY, true, &res);
+    tv__cli_client_close(&cl);
+    if (!res)
         return rc;
     /* Every failed object on stderr, naming who uses it (both modes). */
     size_t i, k;
@@ -680,7 +718,8 @@ int tv__cli_verify(const tv__cli_ctx *c)
                 st && !strcmp(st, "mismatch") ? tv_err_name(TV_E_HASH_MISMATCH) : "error",
                 json_string_value(json_object_get(o, "message")));
     }
-    rc = json_integer_value(json_object_get(res, "n_failed")) ? TV__EXIT_FAIL : TV__EXIT_OK;
+    if (json_integer_value(json_object_get(res, "n_failed")))
+        rc = TV__EXIT_FAIL;
     json_decref(res);
     return rc;
 }

@@ -185,7 +185,7 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-/* ---- verify (TEMPORARY: local until the api runs verify jobs) ---------- */
+/* ---- verify, local: read-only, no job row (a verify job is a writer) ----- */
 
 /* "model 'm' generation 1 (active) shard 'x.safetensors'; ..." for every
  * user of an object, into buf ("no generation" when nothing binds it). */
@@ -205,17 +205,7 @@ static void describe_users(const tv__reg_object_user *u, size_t n, char *buf, si
         memcpy(buf + len - 4, "...", 4);
 }
 
-const tv__cli_cmd tv__cli_legacy_verify = {
-    .name = "verify",
-    .run = tv__cli_verify_legacy,
-    .positionals = "",
-    .min_pos = 0,
-    .max_pos = 0,
-    .flags = TV__CLI_STORE,
-    .opts = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}},
-};
-
-int tv__cli_verify_legacy(const tv__cli_ctx *c)
+int tv__cli_verify_local(const tv__cli_ctx *c, const char *dir, int64_t device_id)
 {
     bool json = c->json;
     tv_error err = {0};
@@ -223,9 +213,9 @@ int tv__cli_verify_legacy(const tv__cli_ctx *c)
     tv__reg_object *o = NULL;
     size_t n = 0, bad = 0;
     uint64_t bytes = 0;
-    int rc = open_store(c->store, 0, &st, &err);
+    int rc = open_store(dir, 0, &st, &err);
     if (!rc)
-        rc = tv__reg_objects_list_committed(st->reg, 0, &o, &n, &err);
+        rc = tv__reg_objects_list_committed(st->reg, device_id, &o, &n, &err);
     if (rc) {
         tv__store_close(st);
         return tv__cli_failed(c, rc, &err);

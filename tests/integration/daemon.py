@@ -55,7 +55,7 @@ class Daemon:
     file on top of the defaults below."""
 
     def __init__(self, build_dir, workdir, settings=None, store=None, name="d"):
-        self.exe = os.path.join(build_dir, "tensorvaultd")
+        self.exe = os.path.abspath(os.path.join(build_dir, "tensorvaultd"))  # it runs in workdir
         self.workdir = str(workdir)
         self.store = str(store or os.path.join(self.workdir, "var"))
         self.config = os.path.join(self.workdir, f"{name}.ini")

@@ -351,6 +351,31 @@ def test_label_error_message_not_garbled(tv, tmp_path):
     assert not repeated(p.stderr, img), p.stderr
 
 
+def test_every_command_answers_help(tv):
+    """Every command of `tensorvault --help` answers --help (and -h) with its
+    usage line, exit 0, listing every flag its line names."""
+    import re
+    top = tv("--help")
+    assert top.returncode == 0
+    lines = [ln.strip() for ln in top.stdout.split("\n\n")[1].splitlines()[1:] if ln.strip()]
+    assert len(lines) >= 29, lines
+    for line in lines:
+        words = line.split()
+        n = 2 if words[0] in ("store", "alias", "token") else 1
+        cmd = words[:n]
+        for flag in ("--help", "-h"):
+            p = tv(*cmd, flag)
+            assert p.returncode == 0, (cmd, flag, p.stderr)
+            assert p.stdout.splitlines()[0] == f"usage: tensorvault {line}", (cmd, p.stdout)
+        for opt in re.findall(r"--[a-z-]+", line):
+            assert opt in p.stdout, (cmd, opt)
+    # A two-word command's first word alone: every subcommand's usage.
+    p = tv("token", "--help")
+    assert p.returncode == 0 and p.stdout.count("usage: tensorvault token ") == 3
+    p = tv("alias")
+    assert p.returncode == 2 and p.stderr.count("usage: tensorvault alias ") == 3
+
+
 # ---- issue 9: the registry commands through the in-process API -------------
 
 def test_registry_commands_local(tv, tmp_path):
@@ -417,6 +442,11 @@ def test_registry_commands_local(tv, tmp_path):
     p = tv("delete", "org/m", "--store", s, "--json")
     assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] in ("TV_E_STATE",
                                                                           "TV_E_CONFLICT")
+    # verify --device: that device's objects only (read-only, here and locally).
+    allv = js("verify")
+    assert allv["n_failed"] == 0 and allv["n_objects"] >= 2
+    assert js("verify", "--device", "1")["n_objects"] == allv["n_objects"]
+    assert js("verify", "--device", "2")["n_objects"] == 0
     st = js("status")
     assert st["n_models"] == 1 and st["n_devices"] == 1
     v = json.loads(tv("version", "--json", check=True).stdout)
@@ -475,3 +505,47 @@ def test_demo_command_imports_it(tv, tmp_path):
     assert (tmp_path / "demo" / "model.safetensors.index.json").exists()
     p = tv("demo", "--store", s, "--layers", "0")
     assert p.returncode == 2 and "'0'" in p.stderr
+
+
+def test_local_import_is_a_job_row(tv, tmp_path):
+    """A local import runs inline through the API: it leaves the same job
+    row a daemon's would (jobs, job), and prints its ImportResult."""
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "16M", check=True)
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {"w": np.ones(8, np.float32)}, 1)
+    r = json.loads(tv("import", "--store", s, "m", ck, "--activate", "--json", check=True).stdout)
+    assert r["generation"] == 1 and r["active"]
+    jobs = json.loads(tv("jobs", "--store", s, "--json", check=True).stdout)["jobs"]
+    assert [(j["kind"], j["state"], j["model"], j["generation"]) for j in jobs] == \
+        [("import", "succeeded", "m", 1)]
+    one = json.loads(tv("job", "--store", s, jobs[0]["id"], "--json", check=True).stdout)
+    assert one["result"] == r and one["source"] == ck
+    p = tv("import", "--store", s, "m", tmp_path / "missing")
+    assert p.returncode == 1
+    assert json.loads(tv("jobs", "--store", s, "--state", "succeeded", "--json",
+                         check=True).stdout)["jobs"] == jobs
+
+
+def test_tensors_follow_cursors_to_the_end(tv, tmp_path):
+    """More tensors than a page (the API's default limit is 100): `tensors`
+    follows next_cursor to the end in both orders; --limit shows one page."""
+    names = [f"layers.{i}/w" for i in range(250)]
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {n: np.full(2, i, np.float32)
+                                                     for i, n in enumerate(names)}, 3)
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "64M", check=True)
+    tv("import", "--store", s, "m", ck, "--activate", check=True)
+    for order in ("file", "name"):
+        doc = json.loads(tv("tensors", "--store", s, "m", "--order", order, "--json",
+                            check=True).stdout)
+        got = [t["name"] for t in doc["tensors"]]
+        assert sorted(got) == sorted(names) and len(got) == 250 and doc["next_cursor"] is None
+        if order == "name":
+            assert got == sorted(names)
+    page = json.loads(tv("tensors", "--store", s, "m", "--limit", "100", "--order", "name",
+                         "--json", check=True).stdout)
+    assert [t["name"] for t in page["tensors"]] == sorted(names)[:100] and page["next_cursor"]
+    doc = json.loads(tv("tensors", "--store", s, "m", "--prefix", "layers.1", "--json",
+                        check=True).stdout)
+    assert sorted(t["name"] for t in doc["tensors"]) == sorted(n for n in names
+                                                               if n.startswith("layers.1"))

@@ -13,7 +13,8 @@ import pytest
 
 class Fake:
     """routes: {(method, raw_path): [answer, ...]} where an answer is
-    (status, doc); the last answer of a route repeats."""
+    (status, doc), or (None, None) to drop the connection unanswered; the
+    last answer of a route repeats."""
 
     def __init__(self):
         self.routes = {}
@@ -42,6 +43,9 @@ def fake():
                                               "message": f"no route {self.command} {path}"}}
             else:
                 status, doc = answers[0] if len(answers) == 1 else answers.pop(0)
+            if status is None:  # drop the connection without an answer
+                self.close_connection = True
+                return
             out = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -243,7 +247,10 @@ def test_verify_waits_and_reports_failures(tv, fake, env, tmp_path):
     assert p.stdout == "verify: 2 objects, 10 bytes, 1 failed\n"
     assert "object 5 on device 1" in p.stderr and "model 'm' generation 1 (active)" in p.stderr
     assert "object 6" not in p.stderr
-    assert json.loads(fake.seen[0][3]) == {"device_id": 1}
+    # A daemon is asked first (any answer will do), then the job is posted.
+    assert [(m, pth) for m, pth, _, _ in fake.seen[:2]] == [("GET", "/healthz"),
+                                                              ("POST", "/v1/verify")]
+    assert json.loads(fake.seen[1][3]) == {"device_id": 1}
 
 
 def test_no_daemon_falls_back_to_the_store(tv, env, tmp_path):
@@ -267,3 +274,25 @@ def test_no_daemon_falls_back_to_the_store(tv, env, tmp_path):
     err = json.loads(p.stdout)["error"]
     assert err["code"] == "TV_E_NO_DAEMON" and err["errno"] == -1208
     assert "scripts/run" in err["message"] and "--store" in err["message"]
+
+
+def test_only_http_urls(tv, env, tmp_path):
+    for url in ("file:///etc/passwd", "ftp://127.0.0.1:1", "127.0.0.1:8470"):
+        for e in ({}, {"TENSORVAULT_URL": url}):
+            args = ["models", "--json"] + ([] if e else ["--url", url])
+            p = tv(*args, env={**env, **e}, cwd=tmp_path)
+            assert p.returncode == 1, (url, p.stderr)
+            assert json.loads(p.stdout)["error"]["code"] == "TV_E_INVALID_ARG", p.stdout
+            assert url in p.stderr and "http://" in p.stderr
+
+
+def test_a_dropped_get_is_sent_again_a_post_is_not(tv, fake, env, tmp_path):
+    fake.on("GET", "/v1/models", (None, None),
+            (200, {"models": [model("a")], "next_cursor": None}))
+    p = tv("models", "--url", fake.url, "--json", env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [s[1] for s in fake.seen] == ["/v1/models", "/v1/models"]
+    fake.on("POST", "/v1/gc", (None, None), (200, {"n_objects_freed": 0, "freed_bytes": 0}))
+    p = tv("gc", "--url", fake.url, env=env, cwd=tmp_path)
+    assert p.returncode == 1 and "/v1/gc" in p.stderr
+    assert [s[1] for s in fake.seen].count("/v1/gc") == 1

@@ -60,7 +60,9 @@ def test_remote_and_local_print_the_same_documents(served):
         local = tv(*args, "--store", store, "--json")
         assert jdoc(remote) == jdoc(local), args
         # The text rendering is the same too.
-        assert tv(*args, "--url", url).stdout == tv(*args, "--store", store).stdout, args
+        rt, lt = tv(*args, "--url", url), tv(*args, "--store", store)
+        assert rt.returncode == lt.returncode == 0, (args, rt.stderr, lt.stderr)
+        assert rt.stdout == lt.stdout, args
     t = jdoc(tv("tensor", "org/m", "\u00e9t\u00e9.w", "--url", url, "--json"))
     assert t["name"] == "\u00e9t\u00e9.w" and t["shape"] == [2]
 
@@ -105,3 +107,71 @@ def test_remote_mutations_need_the_admin_token(served, tmp_path):
     # The daemon holds the writer lock: a local writer is refused, naming it.
     p = tv("alias", "rm", "org/m", "prod", "--store", store)
     assert p.returncode == 1 and "TV_E_LOCKED" in p.stderr
+
+
+def test_remote_import_follows_the_job(served, tmp_path):
+    tv, d, store = served
+    url = f"http://127.0.0.1:{d.port}"
+    ck = gen.write_checkpoint(str(tmp_path / "ck2"), {"x": np.arange(1000, dtype=np.float32)}, 1)
+    # --wait: follows the job off a terminal, prints the ImportResult, exits 0.
+    # The source goes absolute (relative to the CLI's cwd, not the daemon's).
+    r = jdoc(tv("import", "n", "ck2", "--activate", "--alias", "prod", "--wait", "--url", url,
+                "--json"))
+    assert (r["model"], r["generation"], r["active"], r["aliases"]) == ("n", 1, True, ["prod"])
+    assert r["n_tensors"] == 1 and r["written_bytes"] > 0
+    gens = jdoc(tv("generations", "n", "--url", url, "--json"))["generations"]
+    assert [(g["generation"], g["state"], g["active"]) for g in gens] == [(1, "ready", True)]
+    # Without --wait off a terminal: the queued (or running) Job, exit 0; job ID follows it.
+    j = jdoc(tv("import", "n", ck, "--url", url, "--json"))
+    assert j["kind"] == "import" and j["model"] == "n" and j["source"] == ck
+    assert j["state"] in ("queued", "running", "succeeded")
+    for _ in range(200):
+        now = jdoc(tv("job", j["id"], "--url", url, "--json"))
+        if now["state"] == "succeeded":
+            break
+    assert now["state"] == "succeeded" and now["result"]["generation"] == 2
+    ids = [x["id"] for x in jdoc(tv("jobs", "--kind", "import", "--url", url, "--json"))["jobs"]]
+    assert ids[:2] == [j["id"], j["id"] - 1]  # newest first
+    # Cancelling a finished job is a conflict; a failed import exits 1 with its error.
+    p = tv("cancel", j["id"], "--url", url, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] in ("TV_E_STATE",
+                                                                         "TV_E_CONFLICT")
+    (tmp_path / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    p = tv("import", "n", "bad.safetensors", "--wait", "--url", url)
+    assert p.returncode == 1 and "TV_E_ST_" in p.stderr, p.stderr
+    # A source outside the daemon's import roots is refused before queuing.
+    p = tv("import", "n", "/etc", "--wait", "--url", url, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "TV_E_OUTSIDE_ROOTS"
+    # Remote verify: a job, waited for, its VerifyResult printed.
+    v = jdoc(tv("verify", "--url", url, "--json"))
+    assert v["n_failed"] == 0 and v["n_objects"] >= 2
+
+
+def test_remote_import_on_a_terminal_shows_progress(served, build_dir, tmp_path):
+    """On a terminal, import follows the job without --wait and draws the
+    bar (bytes, %, MB/s, ETA) on stderr from the job's progress."""
+    import pty
+    tv, d, store = served
+    ck = gen.write_checkpoint(str(tmp_path / "big"), {"x": np.ones(4 << 20, np.float32)}, 1)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    p = subprocess.Popen([exe, "import", "big", ck, "--url",
+                          f"http://127.0.0.1:{d.port}"], stdin=slave, stdout=slave, stderr=slave,
+                         cwd=tmp_path, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait()
+    os.close(master)
+    text = out.decode()
+    assert p.returncode == 0, text
+    assert "100.0%" in text and "MB/s" in text and "ETA" in text, text
+    assert "imported big generation 1" in text, text

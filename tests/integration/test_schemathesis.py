@@ -4,11 +4,15 @@ what breaks them; and (when build/tensorvaultd exists) schemathesis against
 the running daemon's /v1/openapi.yaml."""
 import copy
 import os
+import subprocess
 
 import jsonschema_rs
+import numpy as np
 import pytest
 import yaml
 from schemathesis.specs.openapi import definitions
+
+from daemon import Daemon, make_checkpoint
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
@@ -175,3 +179,54 @@ def test_schema_refuses_broken_objects(spec, name, base, mutate):
     assert v.is_valid(doc)
     mutate(doc)
     assert not v.is_valid(doc)
+
+
+# -- schemathesis against the running daemon -----------------------------------
+
+CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
+
+
+def schemathesis_run(d, tmp_path, tag, extra=(), config=None, timeout=150):
+    exe = os.path.join(ROOT, ".venv", "bin", "schemathesis")
+    cmd = [exe]
+    if config:
+        cfg = tmp_path / f"{tag}.toml"
+        cfg.write_text(config)
+        cmd += ["--config-file", str(cfg)]
+    base = f"http://127.0.0.1:{d.port}"
+    cmd += ["run", f"{base}/v1/openapi.yaml", "--url", base, "--checks", CHECKS,
+            "--max-examples", "20", "--phases", "examples,coverage,fuzzing", "--seed", "9",
+            "--workers", "2", "--request-timeout", "20", "--no-color",
+            "--generation-database", "none", "--suppress-health-check", "all",
+            "-H", f"Authorization: Bearer {d.token}",
+            # revoking tokens by guessed ids would revoke the one it runs with
+            "--exclude-operation-id", "revokeToken", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"schemathesis ({tag}) failed:\n{out[-12000:]}\n" \
+                              f"daemon log:\n{d.log_text()[-3000:]}"
+    assert d.alive() and d.get("/healthz", token=None).status == 200
+    return out
+
+
+def test_schemathesis_against_the_daemon(build_dir, tmp_path):
+    d = Daemon(build_dir, tmp_path).start()
+    try:
+        rng = np.random.default_rng(5)
+        tensors = {"w.0": rng.integers(0, 255, size=(4, 33), dtype=np.uint8),
+                   "w/1": rng.standard_normal((7,)).astype(np.float32)}
+        src = make_checkpoint(tmp_path / "m" / "model.safetensors", tensors)
+        d.import_ok("m", src, activate=True)
+        d.import_ok("m", make_checkpoint(tmp_path / "m2" / "model.safetensors",
+                                         {"w.0": tensors["w.0"] + 1}), alias="prod")
+        # Everything, with generated parameters (mostly unknown names: 404s) ...
+        schemathesis_run(d, tmp_path, "all")
+        # ... and the read routes with parameters that resolve, so that the
+        # success bodies are checked against their schemas.
+        schemathesis_run(d, tmp_path, "resolved", extra=["--include-method", "GET"], config=(
+            '[parameters]\n"path.name" = "m"\n"path.gen" = "1"\n"path.tensor" = "w.0"\n'))
+        # the model is still there and intact
+        r = d.get("/v1/models/m/generations/1/tensors/w.0/data")
+        assert r.status == 200 and r.body == tensors["w.0"].tobytes()
+    finally:
+        assert d.stop() == 0, d.log_text()

@@ -285,7 +285,14 @@ static void test_migration_0002_keeps_rows(void **state)
             "INSERT INTO import_jobs (model, source, state, error, finished_at) "
             "VALUES ('b', '/s/b', 'failed', 'disk full', 6);"
             "INSERT INTO import_jobs (model, source) VALUES ('c', '/s/c');"
-            "INSERT INTO api_tokens (name, sha256) VALUES ('old', '0000000000000000000000000000000000000000000000000000000000000001');",
+            "INSERT INTO api_tokens (name, sha256) VALUES ('old', '0000000000000000000000000000000000000000000000000000000000000001');"
+            /* 0003: total_bytes was the tensor data bytes (7); it becomes the
+             * shard files' 100 + 50; a generation without shards keeps its 9 */
+            "INSERT INTO models (name, last_generation) VALUES ('m', 2);"
+            "INSERT INTO generations (model_id, number, source, total_bytes) VALUES (1, 1, '/s', 7);"
+            "INSERT INTO generations (model_id, number, source, total_bytes) VALUES (1, 2, '/s', 9);"
+            "INSERT INTO shards (generation_id, idx, name, file_len, header_len, sha256, header_sha256) VALUES (1, 0, 'a', 100, 10, '0000000000000000000000000000000000000000000000000000000000000001', '0000000000000000000000000000000000000000000000000000000000000002');"
+            "INSERT INTO shards (generation_id, idx, name, file_len, header_len, sha256, header_sha256) VALUES (1, 1, 'b', 50, 10, '0000000000000000000000000000000000000000000000000000000000000003', '0000000000000000000000000000000000000000000000000000000000000004');",
             NULL, NULL, NULL),
         SQLITE_OK);
     size_t applied = 0;
@@ -307,6 +314,8 @@ static void test_migration_0002_keeps_rows(void **state)
     assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE scope = 'admin' "
                                    "AND revoked_at IS NULL"),
                      1);
+    assert_int_equal(query_int(db, "SELECT total_bytes FROM generations WHERE number = 1"), 150);
+    assert_int_equal(query_int(db, "SELECT total_bytes FROM generations WHERE number = 2"), 9);
     assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
     sqlite3_close(db);
     unlink(path);
