@@ -33,10 +33,7 @@
 
 #include "registry/registry.h"
 #include "store/store.h"
-#if __has_include("daemon/jobs.h")
 #include "daemon/jobs.h"
-#endif
-#include "http/api_seams_tmp.h"
 
 /* Anonymous reads (config http.anonymous_reads). */
 #define TV__ANON_LOOPBACK 0 /* allowed when the peer is 127.0.0.0/8 or ::1 (default) */

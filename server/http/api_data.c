@@ -303,10 +303,10 @@ int tv__api_h_data(tv__api_ctx *c)
     tv__api_resp *r = c->resp;
     int rc;
     if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_reader(c, &reg)) ||
-        (rc = tv__api_gen(c, reg, model, c->param[1], &number)) ||
-        (rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
+        (rc = tv__api_gen_row(c, reg, model, c->param[1], &g)) ||
         (rc = tv__reg_tensor_get(reg, g.id, name, &row, &c->err)))
         goto out;
+    number = g.number;
     if (g.state != TV__GEN_READY && g.state != TV__GEN_RETIRED) {
         rc = tv__seterr(&c->err, TV_E_STATE,
                         "generation %" PRId64 " of '%s' is %s: it has no bytes to read", g.number,

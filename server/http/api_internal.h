@@ -18,7 +18,8 @@
 #define TV__API_READER_POOL   32
 #define TV__API_MODEL_POOL    16
 #define TV__API_SHARD_CACHE   16
-#define TV__API_CURSOR_MAX    8192 /* characters of an incoming cursor */
+#define TV__API_TENSOR_CACHE  16384 /* single-tensor documents */
+#define TV__API_CURSOR_MAX    8192  /* characters of an incoming cursor */
 #define TV__API_STREAM_PIECE  (8ull << 20)
 #define TV__API_WHOLE_DEFAULT (64ull << 20)
 
@@ -59,6 +60,7 @@ struct tv__api {
         json_t *shards; /* [Shard] */
         uint64_t last_use;
     } shard_cache[TV__API_SHARD_CACHE];
+    json_t *tensor_cache; /* "<generation id>:<tensor name>" -> Tensor (detail form) */
     uint64_t cache_clock, cache_epoch;
 };
 
@@ -118,6 +120,9 @@ int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required
 
 /* A generation spec from a path ("3", "prod", "active") -> number. */
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number);
+/* The generation row of a spec ("3", "prod", "active"). */
+int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec,
+                    tv__reg_generation *g);
 /* Aliases of model (sorted), and the subset pointing at generation. */
 int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_alias **out,
                     size_t *n);
@@ -132,6 +137,10 @@ json_t *tv__api_tensor_json(const tv__reg_tensor_row *t, json_t *shard);
 /* The [Shard] array of generation g (a deep copy: the caller owns it),
  * from the cache when g is ready. */
 int tv__api_shards(tv__api_ctx *c, tv__reg *reg, const tv__reg_generation *g, json_t **out);
+/* The single-tensor document (file_offset, replicas) of name in g (a deep
+ * copy), from the cache when g is ready. TV_E_NOT_FOUND. */
+int tv__api_tensor_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_generation *g, const char *name,
+                       json_t **out);
 /* Drops every cached entry (after rows were deleted: model delete, gc). */
 void tv__api_shards_forget(tv__api *api);
 

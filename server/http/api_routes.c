@@ -66,11 +66,25 @@ static json_t *cursor_json(bool more, char kind, const char *key, size_t key_len
 
 /* The active generation as readers open it (tv__store_settled_active: an
  * activation interrupted after its pointer rename counts as done), or the
- * registry's when no reader store is held. */
+ * registry's when no reader store is held. With a writer the registry is
+ * already settled (the writer's open completed any interrupted activation
+ * and every later one goes through this process), so no pointer file is
+ * read per request. */
 static int settled(tv__api_ctx *c, const char *model, int64_t registry_active, int64_t *active)
 {
     *active = registry_active;
-    return c->rd ? tv__store_settled_active(c->rd, model, active, &c->err) : 0;
+    return c->rd && !c->api->writer ? tv__store_settled_active(c->rd, model, active, &c->err) : 0;
+}
+
+int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec,
+                    tv__reg_generation *g)
+{
+    int64_t number = 0; /* 0: the registry's active one, in the same query */
+    int rc;
+    if ((strcmp(spec, "active") || !c->api->writer) &&
+        (rc = tv__api_gen(c, reg, model, spec, &number)))
+        return rc;
+    return tv__reg_generation_get(reg, model, number, g, &c->err);
 }
 
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number)
@@ -375,11 +389,14 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
         goto out;
     g.active = g.number == active;
     doc = tv__api_generation_json(&g, al, na, NULL);
-    if (doc && shards && json_object_set_new(doc, "shards", shards)) {
-        json_decref(doc);
-        doc = NULL;
+    if (doc && shards) {
+        int bad = json_object_set_new(doc, "shards", shards); /* steals shards */
+        shards = NULL;
+        if (bad) {
+            json_decref(doc);
+            doc = NULL;
+        }
     }
-    shards = NULL;
     rc = tv__api_reply(c, 200, doc);
 out:
     json_decref(shards);
@@ -602,7 +619,7 @@ int tv__api_h_tensors(tv__api_ctx *c)
     tv__reg_tensor_row *rows = NULL;
     size_t limit, n = 0, kl = 0;
     char *after = NULL;
-    int64_t number, after_id = 0;
+    int64_t after_id = 0;
     bool more = false, by_name = false;
     json_t *arr = NULL;
     int rc;
@@ -623,8 +640,7 @@ int tv__api_h_tensors(tv__api_ctx *c)
     }
     const char *prefix = tv__api_query(c, "prefix");
     if ((rc = tv__api_reader(c, &reg)) ||
-        (rc = tv__api_gen(c, reg, c->param[0], c->param[1], &number)) ||
-        (rc = tv__reg_generation_get(reg, c->param[0], number, &g, &c->err)) ||
+        (rc = tv__api_gen_row(c, reg, c->param[0], c->param[1], &g)) ||
         (rc = tv__reg_tensors_page(reg, g.id, prefix, by_name, after_id,
                                    by_name ? (after ? after : "") : NULL, limit, &rows, &n, &more,
                                    &c->err)))
@@ -659,27 +675,13 @@ int tv__api_h_tensor(tv__api_ctx *c)
 {
     tv__reg *reg;
     tv__reg_generation g;
-    tv__reg_tensor_row row = {0};
-    json_t *shards = NULL;
-    int64_t number;
+    json_t *doc = NULL;
     int rc;
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = tv__api_reader(c, &reg)) ||
-        (rc = tv__api_gen(c, reg, c->param[0], c->param[1], &number)) ||
-        (rc = tv__reg_generation_get(reg, c->param[0], number, &g, &c->err)) ||
-        (rc = tv__reg_tensor_get(reg, g.id, c->param[2], &row, &c->err)) ||
-        (rc = tv__api_shards(c, reg, &g, &shards)))
-        goto out;
-    json_t *shard = json_array_get(shards, row.shard_idx);
-    if (!shard) {
-        rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", row.name,
-                        row.shard_idx, json_array_size(shards));
-        goto out;
-    }
-    rc = tv__api_reply(c, 200, tv__api_tensor_json(&row, shard));
-out:
-    json_decref(shards);
-    free(row.name);
-    return rc;
+        (rc = tv__api_gen_row(c, reg, c->param[0], c->param[1], &g)) ||
+        (rc = tv__api_tensor_doc(c, reg, &g, c->param[2], &doc)))
+        return rc;
+    return tv__api_reply(c, 200, doc);
 }
 
 /* ---- gc and tokens ---------------------------------------------------------- */

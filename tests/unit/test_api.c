@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "daemon/jobs.h"
 #include "http/api.h"
 #include "http/api_internal.h"
 #include "import/import.h"
@@ -888,6 +889,194 @@ static void test_auth(void **state)
 
 /* ---- jobs (inline: local mode) --------------------------------------------------- */
 
+static void check_job(json_t *j, const char *kind, const char *state)
+{
+    static const char *const ints[] = {"id", "bytes_done", "bytes_total", "created_at"};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        expect_field(j, ints[i], JSON_INTEGER);
+    assert_string_equal(json_string_value(json_object_get(j, "kind")), kind);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), state);
+    expect_field(j, "activate", JSON_TRUE);
+    expect_field(j, "strict", JSON_TRUE);
+    assert_true(json_is_number(json_object_get(j, "rate_bytes_per_s")));
+    static const char *const nullable[] = {"model",       "source", "alias",      "step",
+                                           "eta_seconds", "error",  "generation", "started_at",
+                                           "finished_at", "result"};
+    for (size_t i = 0; i < sizeof nullable / sizeof nullable[0]; i++)
+        if (!json_object_get(j, nullable[i]))
+            fail_msg("job field '%s' missing", nullable[i]);
+    assert_int_equal(json_is_null(json_object_get(j, "error")), strcmp(state, "failed") != 0);
+    if (!strcmp(state, "succeeded") || !strcmp(state, "failed")) {
+        expect_field(j, "finished_at", JSON_INTEGER);
+        assert_true(json_is_null(json_object_get(j, "eta_seconds")));
+    }
+    if (!strcmp(state, "failed")) {
+        json_t *e = json_object_get(j, "error");
+        expect_field(e, "code", JSON_STRING);
+        expect_field(e, "message", JSON_STRING);
+        expect_field(e, "errno", JSON_INTEGER);
+    }
+}
+
+static json_t *post_job(tv__api_resp *r, const char *target, const char *body)
+{
+    int st = call(r, "POST", target, &(rq){.body = body});
+    if (st != 202)
+        fail_msg("POST %s %s: %d %s", target, body, st, json_dumps(r->json, JSON_COMPACT));
+    assert_non_null(strstr(r->headers, "Location: /v1/jobs/"));
+    return r->json;
+}
+
+/* Jobs run inline (local mode): the answer is the finished job. */
+static void test_jobs_inline(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    char body[1024];
+    /* an import without activation */
+    snprintf(body, sizeof body, "{\"model\":\"jobm\",\"source\":\"%s\",\"strict\":true}", g->ckz);
+    json_t *j = post_job(&r, "/v1/imports", body);
+    check_job(j, "import", "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "model")), "jobm");
+    assert_true(json_is_true(json_object_get(j, "strict")));
+    assert_false(json_is_true(json_object_get(j, "activate")));
+    assert_int_equal(json_integer_value(json_object_get(j, "generation")), 1);
+    json_t *res = json_object_get(j, "result");
+    assert_string_equal(json_string_value(json_object_get(res, "model")), "jobm");
+    assert_int_equal(json_integer_value(json_object_get(res, "generation")), 1);
+    assert_int_equal(json_integer_value(json_object_get(res, "n_tensors")), 1);
+    int64_t import_id = json_integer_value(json_object_get(j, "id"));
+    char loc[64];
+    snprintf(loc, sizeof loc, "Location: /v1/jobs/%" PRId64 "\r\n", import_id);
+    assert_non_null(strstr(r.headers, loc));
+    tv__api_resp_free(&r);
+    /* with an alias, activated */
+    snprintf(body, sizeof body,
+             "{\"model\":\"jobm\",\"source\":\"%s\",\"alias\":\"canary\",\"activate\":true}",
+             g->ckz);
+    j = post_job(&r, "/v1/imports", body);
+    check_job(j, "import", "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "alias")), "canary");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/jobm", NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "active_generation")), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "aliases"), "canary")),
+                     2);
+    tv__api_resp_free(&r);
+    /* an invalid checkpoint is the job's failure (a 422-class code in the row) */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", g->dir);
+    tv_test_write_text(bad, "xyz");
+    snprintf(body, sizeof body, "{\"model\":\"jobm\",\"source\":\"%s\"}", bad);
+    j = post_job(&r, "/v1/imports", body);
+    check_job(j, "import", "failed");
+    assert_int_equal(tv__api_http_status((int)json_integer_value(
+                         json_object_get(json_object_get(j, "error"), "errno"))),
+                     422);
+    tv__api_resp_free(&r);
+    /* verify every device, then one */
+    j = post_job(&r, "/v1/verify", NULL);
+    check_job(j, "verify", "succeeded");
+    res = json_object_get(j, "result");
+    assert_int_equal(json_integer_value(json_object_get(res, "n_failed")), 0);
+    assert_true(json_integer_value(json_object_get(res, "n_objects")) >= 3);
+    tv__api_resp_free(&r);
+    j = post_job(&r, "/v1/verify", "{\"device_id\":1}");
+    check_job(j, "verify", "succeeded");
+    tv__api_resp_free(&r);
+    /* the list: newest first, filters, limit=1 walk */
+    j = ok_json(&r, "GET", "/v1/jobs", NULL);
+    json_t *arr = json_object_get(j, "jobs");
+    assert_int_equal(json_array_size(arr), 5);
+    assert_true(json_is_null(json_object_get(j, "next_cursor")));
+    int64_t prev = INT64_MAX;
+    for (size_t i = 0; i < 5; i++) {
+        int64_t id = json_integer_value(json_object_get(json_array_get(arr, i), "id"));
+        assert_true(id < prev);
+        prev = id;
+    }
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/jobs?kind=verify", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 2);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/jobs?state=failed&kind=import", NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "jobs")), 1);
+    tv__api_resp_free(&r);
+    char target[256] = "/v1/jobs?limit=2";
+    size_t seen = 0;
+    for (;;) {
+        j = ok_json(&r, "GET", target, NULL);
+        seen += json_array_size(json_object_get(j, "jobs"));
+        json_t *next = json_object_get(j, "next_cursor");
+        if (json_is_null(next)) {
+            tv__api_resp_free(&r);
+            break;
+        }
+        snprintf(target, sizeof target, "/v1/jobs?limit=2&cursor=%s", json_string_value(next));
+        tv__api_resp_free(&r);
+        assert_true(seen < 10);
+    }
+    assert_int_equal(seen, 5);
+    /* one job; cancel has nothing to cancel in local mode */
+    snprintf(target, sizeof target, "/v1/jobs/%" PRId64, import_id);
+    j = ok_json(&r, "GET", target, NULL);
+    check_job(j, "import", "succeeded");
+    tv__api_resp_free(&r);
+    snprintf(target, sizeof target, "/v1/jobs/%" PRId64 "/cancel", import_id);
+    expect_error("POST", target, NULL, 409, "TV_E_STATE");
+}
+
+/* Jobs on the daemon's pool: 202 while queued or running, then the row
+ * finishes; cancel of a finished job is a conflict. */
+static void test_jobs_pool(void **state)
+{
+    (void)state;
+    tv__jobs *jobs = NULL;
+    tv_error err = {0};
+    if (tv__jobs_start(g->st, 1, 4, &jobs, &err))
+        fail_msg("jobs start: %s", err.msg);
+    tv__api_opts o = {.store_dir = g->store, .anonymous_reads = TV__ANON_LOOPBACK, .jobs = jobs};
+    tv__api *api = NULL;
+    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    tv__api *saved = g->api;
+    g->api = api;
+    tv__api_resp r;
+    char body[1024], target[64];
+    snprintf(body, sizeof body, "{\"model\":\"pooled\",\"source\":\"%s\",\"activate\":true}",
+             g->ckz);
+    json_t *j = post_job(&r, "/v1/imports", body);
+    const char *st = json_string_value(json_object_get(j, "state"));
+    assert_true(!strcmp(st, "queued") || !strcmp(st, "running") || !strcmp(st, "succeeded"));
+    int64_t id = json_integer_value(json_object_get(j, "id"));
+    tv__api_resp_free(&r);
+    snprintf(target, sizeof target, "/v1/jobs/%" PRId64, id);
+    for (int i = 0;; i++) {
+        j = ok_json(&r, "GET", target, NULL);
+        st = json_string_value(json_object_get(j, "state"));
+        if (!strcmp(st, "succeeded")) {
+            check_job(j, "import", "succeeded");
+            tv__api_resp_free(&r);
+            break;
+        }
+        assert_true(!strcmp(st, "queued") || !strcmp(st, "running"));
+        tv__api_resp_free(&r);
+        assert_true(i < 2000);
+        usleep(5000);
+    }
+    j = ok_json(&r, "GET", "/v1/status", NULL);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "jobs"), "running")), 0);
+    tv__api_resp_free(&r);
+    snprintf(target, sizeof target, "/v1/jobs/%" PRId64 "/cancel", id);
+    expect_error("POST", target, NULL, 409, "TV_E_STATE");
+    expect_error("POST", "/v1/jobs/999/cancel", NULL, 404, "TV_E_NOT_FOUND");
+    j = ok_json(&r, "GET", "/v1/models/pooled", NULL);
+    assert_int_equal(json_integer_value(json_object_get(j, "active_generation")), 1);
+    tv__api_resp_free(&r);
+    g->api = saved;
+    tv__api_close(api);
+    tv__jobs_stop(jobs);
+}
+
 static void test_jobs_refused(void **state)
 {
     (void)state;
@@ -945,6 +1134,9 @@ static void test_jobs_refused(void **state)
     if (tv__import(g->st, "jobm", g->ckz, &io, NULL, &err))
         fail_msg("import: %s", err.msg);
     expect_error("DELETE", "/v1/models/zeta", NULL, 409, "TV_E_STATE");
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "shard")), "z.safetensors");
+    tv__api_resp_free(&r); /* now cached */
     j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
     assert_string_equal(json_string_value(json_object_get(j, "model")), "jobm");
     assert_int_equal(json_integer_value(json_object_get(j, "n_generations_retired")), 1);
@@ -952,6 +1144,20 @@ static void test_jobs_refused(void **state)
     tv__api_resp_free(&r);
     expect_error("GET", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
     expect_error("DELETE", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
+    /* the same name again, another checkpoint (and maybe the same row ids):
+     * the cached documents were dropped with the model */
+    if (tv__import(g->st, "jobm", g->ck[0], &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "shard")), "ck1.safetensors");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/models/jobm/generations/1", NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "shards"), 0), "name")),
+        "ck1.safetensors");
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "DELETE", "/v1/models/jobm", NULL);
+    tv__api_resp_free(&r);
     j = ok_json(&r, "POST", "/v1/gc", NULL);
     expect_field(j, "n_objects_freed", JSON_INTEGER);
     expect_field(j, "freed_bytes", JSON_INTEGER);
@@ -992,6 +1198,17 @@ static void test_import_roots(void **state)
         snprintf(body, sizeof body, "{\"model\":\"rooted\",\"source\":\"%s\"}", out[i]);
         expect_error("POST", "/v1/imports", &(rq){.body = body}, 403, "TV_E_OUTSIDE_ROOTS");
     }
+    snprintf(body, sizeof body, "{\"model\":\"rooted\",\"source\":\"%s\",\"activate\":true}",
+             inside);
+    tv__api_resp r;
+    json_t *j = post_job(&r, "/v1/imports", body);
+    check_job(j, "import", "succeeded");
+    assert_true(json_is_true(json_object_get(j, "activate")));
+    tv__api_resp_free(&r);
+    snprintf(body, sizeof body, "{\"model\":\"rooted\",\"source\":\"%s\"}", root);
+    j = post_job(&r, "/v1/imports", body); /* the root itself: two checkpoints, the job fails */
+    check_job(j, "import", "failed");
+    tv__api_resp_free(&r);
     char *real = NULL;
     assert_int_equal(tv__api_source_check(api, inside, &real, &err), 0);
     assert_non_null(strstr(real, "/root/ok.safetensors"));
@@ -1353,6 +1570,8 @@ int main(void)
         T(test_bodies),
         T(test_auth),
         T(test_jobs_refused),
+        T(test_jobs_inline),
+        T(test_jobs_pool),
         T(test_import_roots),
         T(test_aliases),
         T(test_tokens),
