@@ -78,6 +78,9 @@ def catch_mid_import(d, big, model, attempts=3):
                 break
             if j["state"] == "running" and j["step"] in ("write", "flush") and j["bytes_done"] > 0:
                 assert j["bytes_total"] >= BIG and j["started_at"] is not None, j
+                assert j["bytes_done"] <= j["bytes_total"] and j["rate_bytes_per_s"] >= 0, j
+                assert j["eta_seconds"] is None or j["eta_seconds"] >= 0, j
+                assert j["finished_at"] is None and j["result"] is None, j
                 return j, attempt
             time.sleep(0.005)
         # too late (or too slow to be seen): undo it and try a fresh checkpoint
