@@ -658,6 +658,32 @@ def test_import_roots_refuse_escapes(d, work):
     assert os.path.exists(inside)
 
 
+def test_invalid_checkpoints_fail_their_job_with_the_parser_code(d, work):
+    """What can only be seen by reading the checkpoint is reported by the job:
+    state failed, error {code, message, errno} of the parser, nothing
+    published, nothing left reserved."""
+    expect = gen.malformed(str(work / "root" / "malformed"))
+    used = d.device()["used_bytes"]
+    picked = [n for n in sorted(expect) if expect[n].startswith(("TV_E_ST_", "TV_E_IDX_"))][::3]
+    assert len(picked) >= 5
+    for name in picked:
+        src = str(work / "root" / "malformed" / name)
+        r = d.request("POST", "/v1/imports", body={"model": "bad", "source": src, "activate": True})
+        if r.status != 202:  # refused before queuing: the same code, as 422
+            assert r.status == 422 and r.json()["error"]["code"] == expect[name], (name, r)
+            continue
+        j = d.wait_job(r.json()["id"])
+        assert j["state"] == "failed" and j["result"] is None, (name, j)
+        assert j["error"]["code"] == expect[name], (name, j["error"])
+        assert j["error"]["errno"] < 0 and j["error"]["message"], (name, j["error"])
+        assert j["finished_at"] is not None
+    assert [g for g in d.generations("bad") if g["state"] in ("ready", "importing")] == []
+    assert d.get("/v1/models/bad/generations/active").status in (404, 409)
+    assert d.device()["used_bytes"] == used
+    failed = d.ok("GET", "/v1/jobs?state=failed&limit=1000")["jobs"]
+    assert len([j for j in failed if j["model"] == "bad"]) >= 1
+
+
 # -- hostile bodies ------------------------------------------------------------
 
 
