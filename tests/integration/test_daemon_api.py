@@ -567,6 +567,11 @@ def test_auth_matrix(d, work):
     assert {t["name"] for t in listed} >= {"reader", "gone"}
     assert all("token" not in t and "secret" not in json.dumps(t) for t in listed)
     assert read["token"] not in json.dumps(listed)
+    assert d.request("DELETE", "/v1/tokens/999999").status == 404
+    for body in [{"name": "t"}, {"scope": "read"}, {"name": "t", "scope": "write"},
+                 {"name": "t", "scope": "read", "token": "tvk_" + "1" * 64}]:
+        r = d.request("POST", "/v1/tokens", body=body)
+        assert r.status == 400 and r.json()["error"]["code"] == "TV_E_BAD_REQUEST", (body, r)
     bogus = "tvk_" + "0" * 64
     before = d.ok("GET", "/v1/models/m")
     for method, path, body in MUTATING:
