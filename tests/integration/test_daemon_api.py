@@ -13,6 +13,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -469,6 +470,54 @@ def test_model_delete(d, work):
     assert d.request("DELETE", f"/v1/models/{seg(model2)}").status == 404
     # the other model is untouched
     assert d.ok("GET", f"/v1/models/{seg(model)}")["active_generation"] == 2
+
+
+# -- one schema: the CLI's --json is the API's document --------------------------
+
+
+def test_cli_json_is_the_api_document(d, work, build_dir):
+    """DESIGN section 6, "one schema": tensorvault --json prints the API's
+    document, remote (--url, against this daemon) and local (--store, the
+    read commands beside the daemon) alike."""
+    src = ckpt_dir(work, "schema", seed=21, n_tensors=6, shards=2)
+    d.import_ok("one/schema", src, activate=True)
+    d.ok("PUT", "/v1/models/one%2Fschema/aliases/prod", body={"generation": 1})
+    name = sorted(reference_tensors(src))[0]
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    url = f"http://127.0.0.1:{d.port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    env["TENSORVAULT_TOKEN"] = d.token
+    cases = [
+        (["models"], "/v1/models"),
+        (["models", "one/schema"], "/v1/models/one%2Fschema"),
+        (["generations", "one/schema"], "/v1/models/one%2Fschema/generations"),
+        (["generation", "one/schema@1"], "/v1/models/one%2Fschema/generations/1"),
+        (["tensors", "one/schema@prod"], "/v1/models/one%2Fschema/generations/prod/tensors"),
+        (["tensor", "one/schema", name],
+         f"/v1/models/one%2Fschema/generations/active/tensors/{seg(name)}"),
+        (["alias", "list", "one/schema"], "/v1/models/one%2Fschema/aliases"),
+        (["devices"], "/v1/devices"),
+    ]
+    for args, path in cases:
+        want = d.ok("GET", path)
+        for mode in (["--url", url], ["--store", d.store]):
+            p = subprocess.run([exe, *args, *mode, "--json"], capture_output=True, text=True,
+                               env=env, cwd=str(work))
+            assert p.returncode == 0, (args, mode[0], p.stderr)
+            assert json.loads(p.stdout) == want, (args, mode[0], p.stdout[:2000])
+    # errors too
+    p = subprocess.run([exe, "models", "no/such", "--url", url, "--json"], capture_output=True,
+                       text=True, env=env, cwd=str(work))
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout) == d.get("/v1/models/no%2Fsuch").json()
+
+
+def test_version_is_one_answer_per_build(d, build_dir):
+    """The CLI and the daemon of one build describe it alike (Version)."""
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    p = subprocess.run([exe, "version", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == d.ok("GET", "/v1/version")
 
 
 # -- info routes ---------------------------------------------------------------
