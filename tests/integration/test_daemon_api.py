@@ -13,9 +13,11 @@ import json
 import os
 import re
 import struct
+import subprocess
 
 import numpy as np
 import pytest
+from safetensors import safe_open
 
 import gen_checkpoints as gen
 from daemon import SLOW, Daemon, make_checkpoint, seg
@@ -88,10 +90,28 @@ def walk_tensors(d, model, gen_spec, query="", limit=7):
         assert isinstance(cursor, str) and cursor
 
 
+def numpy_reference(src):
+    """{name: numpy array} from safe_open(framework="numpy") for every tensor
+    numpy has a dtype for (the F8 formats it lacks are compared as bytes)."""
+    out = {}
+    for p in shard_files(src):
+        with safe_open(p, framework="numpy") as f:
+            for k in f.keys():
+                try:
+                    out[k] = f.get_tensor(k)
+                except AttributeError:  # numpy has no float8_* dtype
+                    pass
+    return out
+
+
 def check_bytes(d, model, gen_spec, src):
     """Every tensor of src, through the data route, equals the official
-    loader's bytes; dtype and shape through the tensor route."""
+    loader's bytes (safetensors.deserialize) and, where numpy can hold it,
+    safe_open's array (bytes and shape); dtype and shape through the tensor
+    route."""
     ref = reference_tensors(src)
+    arrays = numpy_reference(src)
+    assert len(arrays) >= len(ref) // 2
     hdr = headers_of(src)
     for name, (dtype, shape, data) in ref.items():
         base = f"/v1/models/{seg(model)}/generations/{gen_spec}/tensors/{seg(name)}"
@@ -105,6 +125,10 @@ def check_bytes(d, model, gen_spec, src):
         assert r.status == 200, (name, r)
         assert r.headers["content-type"] == "application/octet-stream"
         assert r.body == data, name
+        if name in arrays:
+            a = arrays[name]
+            got = np.frombuffer(r.body, dtype=a.dtype).reshape(a.shape)
+            assert list(a.shape) == t["shape"] and got.tobytes() == a.tobytes(), name
     return ref
 
 
@@ -323,6 +347,25 @@ def test_flow_import_list_tensors_bytes_activate_alias_rollback_retire_gc(d, wor
     assert all(o["status"] == "ok" for o in vr["objects"])
     assert d.request("POST", "/v1/verify", body={"device_id": 999}).status == 404
 
+    # the metrics saw all of it (Prometheus text, base units)
+    text = d.get("/metrics").body.decode()
+
+    def metric(pattern):
+        m = re.findall(rf"^{pattern} ([0-9.e+]+)$", text, re.M)
+        assert m, (pattern, text[:3000])
+        return sum(float(x) for x in m)
+
+    assert metric("tensorvault_imported_bytes_total") >= res["written_bytes"]
+    data_route = re.escape("GET /v1/models/{name}/generations/{gen}/tensors/{tensor}/data")
+    assert metric(rf'tensorvault_read_bytes_total\{{route="{data_route}"\}}') >= sum(
+        len(v[2]) for v in ref1.values())
+    assert metric(r'tensorvault_import_jobs\{state="succeeded"\}') >= 2
+    assert metric(r'tensorvault_generations\{state="retired"\}') >= 1
+    for status in ("206", "304", "416", "409"):
+        assert metric(rf'tensorvault_http_requests_total\{{.*status="{status}".*\}}') >= 1
+    n_reads = metric(r"tensorvault_read_duration_seconds_count")
+    assert n_reads >= len(ref1) and metric(r'tensorvault_read_duration_seconds_bucket\{le="\+Inf"\}') == n_reads
+
 
 def test_generation_pagination(d, work):
     src = ckpt_dir(work, "pages", seed=3, n_tensors=4, shards=1)
@@ -429,6 +472,54 @@ def test_model_delete(d, work):
     assert d.ok("GET", f"/v1/models/{seg(model)}")["active_generation"] == 2
 
 
+# -- one schema: the CLI's --json is the API's document --------------------------
+
+
+def test_cli_json_is_the_api_document(d, work, build_dir):
+    """DESIGN section 6, "one schema": tensorvault --json prints the API's
+    document, remote (--url, against this daemon) and local (--store, the
+    read commands beside the daemon) alike."""
+    src = ckpt_dir(work, "schema", seed=21, n_tensors=6, shards=2)
+    d.import_ok("one/schema", src, activate=True)
+    d.ok("PUT", "/v1/models/one%2Fschema/aliases/prod", body={"generation": 1})
+    name = sorted(reference_tensors(src))[0]
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    url = f"http://127.0.0.1:{d.port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    env["TENSORVAULT_TOKEN"] = d.token
+    cases = [
+        (["models"], "/v1/models"),
+        (["models", "one/schema"], "/v1/models/one%2Fschema"),
+        (["generations", "one/schema"], "/v1/models/one%2Fschema/generations"),
+        (["generation", "one/schema@1"], "/v1/models/one%2Fschema/generations/1"),
+        (["tensors", "one/schema@prod"], "/v1/models/one%2Fschema/generations/prod/tensors"),
+        (["tensor", "one/schema", name],
+         f"/v1/models/one%2Fschema/generations/active/tensors/{seg(name)}"),
+        (["alias", "list", "one/schema"], "/v1/models/one%2Fschema/aliases"),
+        (["devices"], "/v1/devices"),
+    ]
+    for args, path in cases:
+        want = d.ok("GET", path)
+        for mode in (["--url", url], ["--store", d.store]):
+            p = subprocess.run([exe, *args, *mode, "--json"], capture_output=True, text=True,
+                               env=env, cwd=str(work))
+            assert p.returncode == 0, (args, mode[0], p.stderr)
+            assert json.loads(p.stdout) == want, (args, mode[0], p.stdout[:2000])
+    # errors too
+    p = subprocess.run([exe, "models", "no/such", "--url", url, "--json"], capture_output=True,
+                       text=True, env=env, cwd=str(work))
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout) == d.get("/v1/models/no%2Fsuch").json()
+
+
+def test_version_is_one_answer_per_build(d, build_dir):
+    """The CLI and the daemon of one build describe it alike (Version)."""
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    p = subprocess.run([exe, "version", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == d.ok("GET", "/v1/version")
+
+
 # -- info routes ---------------------------------------------------------------
 
 
@@ -463,7 +554,7 @@ def test_info_routes(d):
                  "tensorvault_imported_bytes_total", "tensorvault_device_capacity_bytes",
                  "tensorvault_generations", "tensorvault_import_jobs"]:
         assert re.search(rf"^{name}[{{ ]", text, re.M), name
-    assert re.search(r'^tensorvault_http_requests_total\{[^}]*status="200"[^}]*\} [1-9]', text, re.M)
+    assert re.search(r'^tensorvault_http_requests_total\{.*status="200".*\} [1-9]', text, re.M)
     # unknown paths 404, wrong methods 405 with Allow
     r = d.get("/v1/nothing")
     assert r.status == 404 and r.json()["error"]["code"] in ("TV_E_NOT_FOUND", "TV_E_BAD_REQUEST")
@@ -525,6 +616,11 @@ def test_auth_matrix(d, work):
     assert {t["name"] for t in listed} >= {"reader", "gone"}
     assert all("token" not in t and "secret" not in json.dumps(t) for t in listed)
     assert read["token"] not in json.dumps(listed)
+    assert d.request("DELETE", "/v1/tokens/999999").status == 404
+    for body in [{"name": "t"}, {"scope": "read"}, {"name": "t", "scope": "write"},
+                 {"name": "t", "scope": "read", "token": "tvk_" + "1" * 64}]:
+        r = d.request("POST", "/v1/tokens", body=body)
+        assert r.status == 400 and r.json()["error"]["code"] == "TV_E_BAD_REQUEST", (body, r)
     bogus = "tvk_" + "0" * 64
     before = d.ok("GET", "/v1/models/m")
     for method, path, body in MUTATING:
@@ -614,6 +710,32 @@ def test_import_roots_refuse_escapes(d, work):
     j = d.import_ok("esc", f"{root}/sub/../ok/model.safetensors")
     assert j["result"]["n_tensors"] == 1
     assert os.path.exists(inside)
+
+
+def test_invalid_checkpoints_fail_their_job_with_the_parser_code(d, work):
+    """What can only be seen by reading the checkpoint is reported by the job:
+    state failed, error {code, message, errno} of the parser, nothing
+    published, nothing left reserved."""
+    expect = gen.malformed(str(work / "root" / "malformed"))
+    used = d.device()["used_bytes"]
+    picked = [n for n in sorted(expect) if expect[n].startswith(("TV_E_ST_", "TV_E_IDX_"))][::3]
+    assert len(picked) >= 5
+    for name in picked:
+        src = str(work / "root" / "malformed" / name)
+        r = d.request("POST", "/v1/imports", body={"model": "bad", "source": src, "activate": True})
+        if r.status != 202:  # refused before queuing: the same code, as 422
+            assert r.status == 422 and r.json()["error"]["code"] == expect[name], (name, r)
+            continue
+        j = d.wait_job(r.json()["id"])
+        assert j["state"] == "failed" and j["result"] is None, (name, j)
+        assert j["error"]["code"] == expect[name], (name, j["error"])
+        assert j["error"]["errno"] < 0 and j["error"]["message"], (name, j["error"])
+        assert j["finished_at"] is not None
+    assert [g for g in d.generations("bad") if g["state"] in ("ready", "importing")] == []
+    assert d.get("/v1/models/bad/generations/active").status in (404, 409)
+    assert d.device()["used_bytes"] == used
+    failed = d.ok("GET", "/v1/jobs?state=failed&limit=1000")["jobs"]
+    assert len([j for j in failed if j["model"] == "bad"]) >= 1
 
 
 # -- hostile bodies ------------------------------------------------------------

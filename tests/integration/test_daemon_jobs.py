@@ -78,6 +78,9 @@ def catch_mid_import(d, big, model, attempts=3):
                 break
             if j["state"] == "running" and j["step"] in ("write", "flush") and j["bytes_done"] > 0:
                 assert j["bytes_total"] >= BIG and j["started_at"] is not None, j
+                assert j["bytes_done"] <= j["bytes_total"] and j["rate_bytes_per_s"] >= 0, j
+                assert j["eta_seconds"] is None or j["eta_seconds"] >= 0, j
+                assert j["finished_at"] is None and j["result"] is None, j
                 return j, attempt
             time.sleep(0.005)
         # too late (or too slow to be seen): undo it and try a fresh checkpoint
@@ -255,3 +258,27 @@ def test_sigint_idle_exits_0(build_dir, tmp_path, bigdir):
     d = daemon(build_dir, tmp_path, bigdir).start()
     assert d.stop(signal.SIGINT) == 0, d.log_text()
     assert os.path.exists(os.path.join(d.store, "admin.token"))
+
+
+def test_sighup_reopens_the_log_file(build_dir, tmp_path, bigdir):
+    log = tmp_path / "tv.log"
+    d = daemon(build_dir, tmp_path, bigdir, **{"log.file": str(log)}).start()
+    try:
+        assert d.get("/healthz", token=None).status == 200
+        deadline = time.monotonic() + 10 * SLOW
+        while not (log.exists() and log.stat().st_size > 0):
+            assert time.monotonic() < deadline, "nothing logged to log.file"
+            time.sleep(0.02)
+        os.rename(log, tmp_path / "tv.log.1")
+        d.proc.send_signal(signal.SIGHUP)
+        # the daemon keeps answering, and what it logs next goes to a new log.file
+        deadline = time.monotonic() + 10 * SLOW
+        while not log.exists():
+            assert d.alive(), d.log_text()
+            assert time.monotonic() < deadline, "SIGHUP did not reopen log.file"
+            d.get("/healthz", token=None)
+            time.sleep(0.02)
+        assert d.get("/healthz", token=None).status == 200
+    finally:
+        assert d.stop() == 0, d.log_text()
+    assert "stop" in log.read_text(), log.read_text()

@@ -183,7 +183,8 @@ def test_schema_refuses_broken_objects(spec, name, base, mutate):
 
 # -- schemathesis against the running daemon -----------------------------------
 
-CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
+CHECKS = ("not_a_server_error,status_code_conformance,response_schema_conformance,"
+          "content_type_conformance,response_headers_conformance")
 
 
 def schemathesis_run(d, tmp_path, tag, extra=(), config=None, timeout=150):
