@@ -106,27 +106,6 @@ int tv__cli_failed(const tv__cli_ctx *c, int code, const tv_error *err)
     return TV__EXIT_FAIL;
 }
 
-#ifndef TV__CLI_GIT
-#define TV__CLI_GIT "unknown"
-#endif
-
-json_t *tv__cli_version_json(void)
-{
-#ifdef TV__CLI_HAVE_CUDA
-    bool cuda = true;
-#else
-    bool cuda = false;
-#endif
-#ifdef TV__CLI_HAVE_NVME
-    bool nvme = true;
-#else
-    bool nvme = false;
-#endif
-    return json_pack("{s:s,s:s,s:s,s:s,s:{s:b,s:b,s:b}}", "name", "tensorvault", "version",
-                     tv_version(), "git", TV__CLI_GIT, "api", "v1", "features", "cuda", cuda,
-                     "nvme", nvme, "io_uring", 1);
-}
-
 const tv__cli_cmd tv__cli_cmd_version = {
     .name = "version",
     .run = tv__cli_version,
@@ -138,7 +117,7 @@ const tv__cli_cmd tv__cli_cmd_version = {
 
 int tv__cli_version(const tv__cli_ctx *c)
 {
-    json_t *v = tv__cli_version_json();
+    json_t *v = tv__api_version_json();
     tv__cli_print(stdout, c->json, TV__DOC_VERSION, v);
     json_decref(v);
     return TV__EXIT_OK;

@@ -10,8 +10,8 @@
 #include "dev/dev.h"
 #include "http/api_internal.h"
 
-#ifndef TV_GIT_DESCRIBE
-#define TV_GIT_DESCRIBE "unknown"
+#ifndef TV__BUILD_GIT /* set by server/CMakeLists.txt: git describe at configure time */
+#define TV__BUILD_GIT "unknown"
 #endif
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
@@ -259,10 +259,19 @@ json_t *tv__api_token_json(const tv__reg_token *t)
 
 json_t *tv__api_version_json(void)
 {
-    /* The build without libnvme answers TV_E_NOT_SUPPORTED before touching fd. */
-    tv__dev_identity id;
-    bool nvme = tv__nvme_identify(-1, &id, NULL) != TV_E_NOT_SUPPORTED;
+    /* What this build has (not whether a GPU is present now: tv_cuda_available
+     * answers that); TV__BUILD_* come from server/CMakeLists.txt. */
+#ifdef TV__BUILD_HAVE_CUDA
+    bool cuda = true;
+#else
+    bool cuda = false;
+#endif
+#ifdef TV__BUILD_HAVE_NVME
+    bool nvme = true;
+#else
+    bool nvme = false;
+#endif
     return json_pack("{s:s,s:s,s:s,s:s,s:{s:b,s:b,s:b}}", "name", "tensorvault", "version",
-                     tv_version(), "git", TV_GIT_DESCRIBE, "api", "v1", "features", "cuda",
-                     tv_cuda_available(), "nvme", nvme, "io_uring", true);
+                     tv_version(), "git", TV__BUILD_GIT, "api", "v1", "features", "cuda", cuda,
+                     "nvme", nvme, "io_uring", true);
 }
