@@ -88,7 +88,6 @@ int tv__cli_demo(const tv__cli_ctx *c);
 int tv__cli_get_tensor(const tv__cli_ctx *c);
 int tv__cli_bench(const tv__cli_ctx *c);
 
-
 /* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
 int tv__cli_main(int argc, char **argv);
 
