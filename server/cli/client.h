@@ -88,6 +88,7 @@ typedef enum tv__cli_doc {
     TV__DOC_VERSION,
     TV__DOC_STATUS,
     TV__DOC_DELETED,
+    TV__DOC_DEACTIVATED, /* a Model after POST .../deactivate */
     TV__DOC_ACTIVATED,
     TV__DOC_RETIRED,
     TV__DOC_ALIAS_REMOVED,

@@ -17,16 +17,16 @@
 #include "tensorvault/version.h"
 
 const tv__cli_cmd *const tv__cli_cmds[] = {
-    &tv__cli_cmd_inspect,      &tv__cli_cmd_store,       &tv__cli_cmd_import,
-    &tv__cli_cmd_models,       &tv__cli_cmd_generations, &tv__cli_cmd_generation,
-    &tv__cli_cmd_tensors,      &tv__cli_cmd_tensor,      &tv__cli_cmd_devices,
-    &tv__cli_cmd_activate,     &tv__cli_cmd_rollback,    &tv__cli_cmd_retire,
-    &tv__cli_cmd_alias_set,    &tv__cli_cmd_alias_rm,    &tv__cli_cmd_alias_list,
-    &tv__cli_cmd_delete,       &tv__cli_cmd_gc,          &tv__cli_cmd_verify,
-    &tv__cli_cmd_jobs,         &tv__cli_cmd_job,         &tv__cli_cmd_cancel,
-    &tv__cli_cmd_token_create, &tv__cli_cmd_token_list,  &tv__cli_cmd_token_revoke,
-    &tv__cli_cmd_status,       &tv__cli_cmd_version,     &tv__cli_cmd_demo,
-    &tv__cli_cmd_get,          &tv__cli_cmd_bench,
+    &tv__cli_cmd_inspect,      &tv__cli_cmd_store,        &tv__cli_cmd_import,
+    &tv__cli_cmd_models,       &tv__cli_cmd_generations,  &tv__cli_cmd_generation,
+    &tv__cli_cmd_tensors,      &tv__cli_cmd_tensor,       &tv__cli_cmd_devices,
+    &tv__cli_cmd_activate,     &tv__cli_cmd_rollback,     &tv__cli_cmd_deactivate,
+    &tv__cli_cmd_retire,       &tv__cli_cmd_alias_set,    &tv__cli_cmd_alias_rm,
+    &tv__cli_cmd_alias_list,   &tv__cli_cmd_delete,       &tv__cli_cmd_gc,
+    &tv__cli_cmd_verify,       &tv__cli_cmd_jobs,         &tv__cli_cmd_job,
+    &tv__cli_cmd_cancel,       &tv__cli_cmd_token_create, &tv__cli_cmd_token_list,
+    &tv__cli_cmd_token_revoke, &tv__cli_cmd_status,       &tv__cli_cmd_version,
+    &tv__cli_cmd_demo,         &tv__cli_cmd_get,          &tv__cli_cmd_bench,
 };
 const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);
 

@@ -339,6 +339,9 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         fprintf(f, "deleted model %s: %s generations retired, %s bytes freed\n", S(doc, "model"),
                 I(doc, "n_generations_retired", b, sizeof b), I(doc, "freed_bytes", c, sizeof c));
         break;
+    case TV__DOC_DEACTIVATED:
+        fprintf(f, "model %s has no active generation\n", S(doc, "name"));
+        break;
     case TV__DOC_ACTIVATED:
         fprintf(f, "activated generation %s of %s\n", I(doc, "generation", b, sizeof b),
                 S(doc, "model"));

@@ -411,6 +411,24 @@ int tv__cli_rollback(const tv__cli_ctx *c)
     return one(c, true, "POST", path, NULL, json_object(), TV__DOC_ACTIVATED);
 }
 
+const tv__cli_cmd tv__cli_cmd_deactivate = {
+    .name = "deactivate",
+    .run = tv__cli_deactivate,
+    .positionals = "NAME",
+    .min_pos = 1,
+    .max_pos = 1,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_deactivate(const tv__cli_ctx *c)
+{
+    char path[SEG_MAX + 32];
+    tv_error err = {0};
+    if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "deactivate", NULL))
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    return one(c, true, "POST", path, NULL, json_object(), TV__DOC_DEACTIVATED);
+}
+
 const tv__cli_cmd tv__cli_cmd_delete = {
     .name = "delete",
     .run = tv__cli_delete,

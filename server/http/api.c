@@ -361,6 +361,7 @@ static const route ROUTES[] = {
     R("POST", "/v1/models/{name}/generations/{gen}/activate", ADMIN_, tv__api_h_activate),
     R("POST", "/v1/models/{name}/generations/{gen}/retire", ADMIN_, tv__api_h_retire),
     R("POST", "/v1/models/{name}/rollback", ADMIN_, tv__api_h_rollback),
+    R("POST", "/v1/models/{name}/deactivate", ADMIN_, tv__api_h_deactivate),
     R("GET", "/v1/models/{name}/aliases", READ_, tv__api_h_aliases),
     R("PUT", "/v1/models/{name}/aliases/{alias}", ADMIN_, tv__api_h_alias_put),
     R("DELETE", "/v1/models/{name}/aliases/{alias}", ADMIN_, tv__api_h_alias_delete),

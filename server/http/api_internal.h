@@ -160,6 +160,7 @@ int tv__api_h_generation(tv__api_ctx *c);
 int tv__api_h_activate(tv__api_ctx *c);
 int tv__api_h_retire(tv__api_ctx *c);
 int tv__api_h_rollback(tv__api_ctx *c);
+int tv__api_h_deactivate(tv__api_ctx *c);
 int tv__api_h_aliases(tv__api_ctx *c);
 int tv__api_h_alias_put(tv__api_ctx *c);
 int tv__api_h_alias_delete(tv__api_ctx *c);

@@ -532,6 +532,30 @@ out:
     return rc;
 }
 
+/* POST /v1/models/{name}/deactivate: the model keeps its generations but
+ * has no active one (readers of NAME get TV_E_NOT_FOUND, NAME@GEN and
+ * aliases still open), so that it can be deleted. A model with no active
+ * generation is a no-op. Answers the Model. */
+int tv__api_h_deactivate(tv__api_ctx *c)
+{
+    tv__store *st;
+    tv__reg_model m;
+    int64_t was = 0;
+    int rc;
+    if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
+        (rc = tv__api_writer_lock(c, &st)))
+        return rc;
+    const char *model = c->param[0];
+    json_t *j = NULL;
+    if (!(rc = tv__store_deactivate(st, model, &was, &c->err)) &&
+        !(rc = tv__reg_model_get(st->reg, model, &m, &c->err)))
+        j = model_doc(c, st->reg, &m, &rc);
+    tv__api_writer_unlock(c);
+    if (!rc && was)
+        tv__log(TV_LOG_INFO, "model '%s': deactivated (was generation %" PRId64 ")", model, was);
+    return rc ? (json_decref(j), rc) : tv__api_reply(c, 200, j);
+}
+
 /* ---- aliases ---------------------------------------------------------------- */
 
 int tv__api_h_aliases(tv__api_ctx *c)

@@ -457,6 +457,19 @@ def test_registry_commands_local(tv, tmp_path):
     assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "TV_E_NOT_FOUND"
     p = tv("models", "nope", "--store", s)
     assert p.returncode == 1 and "nope" in p.stderr
+    # deactivate: NAME no longer opens, NAME@GEN does, and then delete works.
+    d = js("deactivate", "org/m")
+    assert d["name"] == "org/m" and d["active_generation"] is None
+    assert js("deactivate", "org/m")["active_generation"] is None  # a no-op
+    p = tv("get", "--store", s, "org/m", "w", "-o", tmp_path / "w0")
+    assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr, p.stderr
+    tv("get", "--store", s, "org/m@1", "w", "-o", tmp_path / "w1", check=True)
+    assert (tmp_path / "w1").read_bytes() == t1["w"].tobytes()
+    gone = js("delete", "org/m")
+    assert gone["model"] == "org/m" and gone["freed_bytes"] > 0
+    assert js("models")["models"] == []
+    p = tv("deactivate", "org/m", "--store", s, "--json")
+    assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "TV_E_NOT_FOUND"
 
 
 def test_demo_checkpoint_is_gpt2_shaped(tmp_path):

@@ -35,6 +35,7 @@ ROUTES = [
     ("post", "/v1/models/{name}/generations/{gen}/activate", "A"),
     ("post", "/v1/models/{name}/generations/{gen}/retire", "A"),
     ("post", "/v1/models/{name}/rollback", "A"),
+    ("post", "/v1/models/{name}/deactivate", "A"),
     ("get", "/v1/models/{name}/aliases", "R"),
     ("put", "/v1/models/{name}/aliases/{alias}", "A"),
     ("delete", "/v1/models/{name}/aliases/{alias}", "A"),

@@ -410,6 +410,7 @@ static const char *const g_usage[][2] = {
     {"devices", "devices [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"activate", "activate NAME GEN|ALIAS [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"rollback", "rollback NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"deactivate", "deactivate NAME [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"retire", "retire NAME GEN [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"alias set",
      "alias set NAME ALIAS GEN [--store DIR] [--url URL] [--token-file FILE] [--json]"},
