@@ -135,9 +135,14 @@ void tv__api_resp_free(tv__api_resp *resp)
 {
     if (!resp)
         return;
-    free(resp->body);
+    if (resp->body_release)
+        resp->body_release(resp->body_owner);
+    else
+        free(resp->body);
     resp->body = NULL;
     resp->body_len = 0;
+    resp->body_release = NULL;
+    resp->body_owner = NULL;
     json_decref(resp->json);
     resp->json = NULL;
     free(resp->stream_state);

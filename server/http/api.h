@@ -86,8 +86,11 @@ typedef struct tv__api_req {
 typedef struct tv__api_resp {
     int status;
     const char *route; /* template for metrics: "GET /v1/models/{name}"; "unmatched" for none */
-    char *body;        /* malloc'd (or NULL), body_len bytes */
+    char *body;        /* malloc'd (or NULL), body_len bytes; or, when body_release is
+                          set, memory that body_release(body_owner) gives back */
     size_t body_len;
+    void (*body_release)(void *owner); /* NULL: body is free()'d */
+    void *body_owner;
     const char *content_type; /* static string, or NULL for no body */
     char headers[512];        /* extra "Name: value\r\n" lines (ETag, Content-Range, Location,
                                  Allow, WWW-Authenticate, Retry-After, Accept-Ranges) */

@@ -267,7 +267,7 @@ static enum MHD_Result queue_api_resp(struct MHD_Connection *c, req_ctx *r, tv__
         if (!body && resp->json) {
             body = json_dumps(resp->json, JSON_COMPACT);
             len = body ? strlen(body) : 0;
-        } else {
+        } else if (!resp->body_release) {
             resp->body = NULL; /* MHD frees it */
         }
         if (!body && resp->status >= 400) {
@@ -279,7 +279,17 @@ static enum MHD_Result queue_api_resp(struct MHD_Connection *c, req_ctx *r, tv__
             return queue_error(c, r, status, code_for_status(status),
                                "the error document could not be rendered", false);
         }
-        if (body)
+        if (body && resp->body_release) {
+            /* zero copy: MHD sends from the reader's arena and releases it */
+            mr = MHD_create_response_from_buffer_with_free_callback_cls(
+                len, body, (MHD_ContentReaderFreeCallback)resp->body_release, resp->body_owner);
+            if (mr) {
+                resp->body = NULL;
+                resp->body_release = NULL;
+                resp->body_owner = NULL;
+            }
+            body = NULL; /* on failure tv__api_resp_free releases it */
+        } else if (body)
             mr = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
         else
             mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
