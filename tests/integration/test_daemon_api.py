@@ -589,6 +589,7 @@ MUTATING = [
     ("POST", "/v1/models/m/generations/1/activate", None),
     ("POST", "/v1/models/m/generations/1/retire", None),
     ("POST", "/v1/models/m/rollback", None),
+    ("POST", "/v1/models/m/deactivate", None),
     ("PUT", "/v1/models/m/aliases/x", {"generation": 1}),
     ("DELETE", "/v1/models/m/aliases/x", None),
     ("POST", "/v1/imports", {"model": "m2", "source": "SRC"}),
