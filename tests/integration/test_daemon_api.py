@@ -814,3 +814,21 @@ def test_second_daemon_on_the_same_store_is_refused(d, build_dir, work):
     assert "TV_E_LOCKED" in log or "locked" in log, log
     assert str(d.proc.pid) in log, log
     assert d.get("/healthz", token=None).status == 200
+
+
+def test_second_daemon_on_the_same_port_is_refused(d, build_dir, tmp_path):
+    """A port is one daemon's: a second one (another store) must fail to
+    listen, not share the port and answer half of its requests
+    (SO_REUSEPORT)."""
+    other = Daemon(build_dir, tmp_path, name="sameport")
+    p = other.spawn(port=d.port)
+    try:
+        rc = p.wait(5 * SLOW)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        seen = {d.get("/v1/status", token=None).json()["store"] for _ in range(20)}
+        if other.alive():
+            other.stop()
+    assert seen == {d.ok("GET", "/v1/status")["store"]}, seen
+    assert rc == 1 and "in use" in other.log_text(), (rc, other.log_text()[-500:])
