@@ -234,6 +234,7 @@ void tv__api_close(tv__api *api)
         free(api->roots[i]);
     free(api->roots);
     pthread_mutex_destroy(&api->writer_mu);
+    tv__api_bufs_free(api);
     pthread_mutex_destroy(&api->pool_mu);
     pthread_mutex_destroy(&api->cache_mu);
     free(api->store_dir);

@@ -15,6 +15,7 @@
  *   - only the envelope of the asked bytes is read (tv_read_range), so a
  *     streamed piece of a large tensor costs about its own bytes. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +73,9 @@ static int model_open(tv__api *api, const char *model, int64_t gen, tv_model **m
     int n = snprintf(spec, sizeof spec, "%s@%" PRId64, model, gen);
     if (n < 0 || (size_t)n >= sizeof spec)
         return tv__seterr(err, TV_E_INVALID_ARG, "model name '%.60s...' too long", model);
-    /* 8 x 1 MiB of staging per handle; the HTTP pool gives the parallelism. */
-    tv_open_opts o = {.queue_depth = 8, .chunk_len = 1u << 20, .copy_threads = 1};
+    /* 16 x 1 MiB of staging per handle (16 pooled handles: 256 MiB at most)
+     * and the default copy threads: one large tensor alone reads at depth. */
+    tv_open_opts o = {.queue_depth = 16, .chunk_len = 1u << 20, .copy_threads = 0};
     return tv_model_open(api->store_dir, spec, &o, m, err);
 }
 
@@ -197,24 +199,78 @@ static int pooled_read(tv__api *api, const char *model, int64_t gen, const char 
     return rc;
 }
 
-/* A whole tensor of (model, gen) read by tv_get_tensor: the device's DMA
- * lands in the tensor's own aligned arena and the body is a view into it,
- * so no byte is copied between the device and the socket's send. */
-static int pooled_get(tv__api *api, const char *model, int64_t gen, const char *name,
-                      tv_tensor **out, tv_error *err)
+/* A whole body: its buffer (from the api's pool) and the in-flight bytes
+ * it holds. */
+typedef struct whole_body {
+    tv__api *api;
+    void *p;
+    size_t cap;
+    uint64_t len;
+} whole_body;
+
+/* A buffer of at least len bytes: a pooled one (smallest that fits, at most
+ * twice len) or a new one rounded up to 2 MiB. NULL: out of memory. */
+static void *buf_get(tv__api *api, size_t len, size_t *cap)
 {
-    tv_model *m;
-    int slot, rc;
-    if ((rc = model_get(api, model, gen, &m, &slot, err)))
-        return rc;
-    rc = tv_get_tensor(m, name, out, err);
-    model_put(api, m, slot);
-    return rc;
+    void *p = NULL;
+    pthread_mutex_lock(&api->pool_mu);
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < api->n_bufs; i++)
+        if (api->bufs[i].cap >= len && api->bufs[i].cap / 2 <= len &&
+            (best == SIZE_MAX || api->bufs[i].cap < api->bufs[best].cap))
+            best = i;
+    if (best != SIZE_MAX) {
+        p = api->bufs[best].p;
+        *cap = api->bufs[best].cap;
+        api->bufs_bytes -= *cap;
+        api->bufs[best] = api->bufs[--api->n_bufs];
+    }
+    pthread_mutex_unlock(&api->pool_mu);
+    if (p)
+        return p;
+    uint64_t c;
+    if (tv__align_up_u64(len, 2u << 20, &c) || c > SIZE_MAX || posix_memalign(&p, 4096, (size_t)c))
+        return NULL;
+    *cap = (size_t)c;
+    return p;
 }
 
-static void release_tensor(void *t)
+static void buf_put(tv__api *api, void *p, size_t cap)
 {
-    tv_tensor_free(t);
+    pthread_mutex_lock(&api->pool_mu);
+    if (api->n_bufs < TV__API_BUF_POOL && api->bufs_bytes + cap <= TV__API_BUF_KEEP) {
+        api->bufs[api->n_bufs++] = (struct tv__api_buf){p, cap};
+        api->bufs_bytes += cap;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&api->pool_mu);
+    free(p);
+}
+
+void tv__api_bufs_free(tv__api *api)
+{
+    for (size_t i = 0; i < api->n_bufs; i++)
+        free(api->bufs[i].p);
+    api->n_bufs = 0;
+    api->bufs_bytes = 0;
+}
+
+static void release_body(void *owner)
+{
+    whole_body *w = owner;
+    atomic_fetch_sub(&w->api->whole_inflight, w->len);
+    buf_put(w->api, w->p, w->cap);
+    free(w);
+}
+
+/* Reserves len bytes of the whole-body budget. false: over it (stream). */
+static bool whole_reserve(tv__api *api, uint64_t len)
+{
+    uint64_t before = atomic_fetch_add(&api->whole_inflight, len);
+    if (before + len <= TV__API_WHOLE_INFLIGHT)
+        return true;
+    atomic_fetch_sub(&api->whole_inflight, len);
+    return false;
 }
 
 /* ---- Range and If-None-Match ----------------------------------------------------- */
@@ -365,25 +421,30 @@ int tv__api_h_data(tv__api_ctx *c)
                        first + len - 1, n);
     r->status = rk == RANGE_ONE ? 206 : 200;
     r->content_type = "application/octet-stream";
-    if (len <= tv__api_whole_body_max && len > 0 && len == n) {
-        tv_tensor *t = NULL;
-        if ((rc = pooled_get(c->api, model, number, name, &t, &c->err)))
-            goto out;
-        if (t->nbytes != len) {
-            tv_tensor_free(t);
-            rc = tv__seterr(&c->err, TV_E_SNAPSHOT,
-                            "tensor '%s': %" PRIu64 " bytes in the snapshot, %" PRIu64
-                            " in the registry",
-                            name, t->nbytes, len);
+    if (len <= tv__api_whole_body_max && len > 0 && len == n && whole_reserve(c->api, len)) {
+        whole_body *w = malloc(sizeof *w);
+        void *p = w ? buf_get(c->api, (size_t)len, &w->cap) : NULL;
+        if (!p) {
+            free(w);
+            atomic_fetch_sub(&c->api->whole_inflight, len);
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'",
+                            len, name);
             goto out;
         }
-        r->body = (char *)(uintptr_t)t->data; /* const: MHD only reads it */
+        w->api = c->api;
+        w->p = p;
+        w->len = len;
+        if ((rc = pooled_read(c->api, model, number, name, 0, len, p, &c->err))) {
+            release_body(w);
+            goto out;
+        }
+        r->body = p;
         r->body_len = len;
-        r->body_release = release_tensor;
-        r->body_owner = t;
+        r->body_release = release_body;
+        r->body_owner = w;
         goto out;
     }
-    if (len <= tv__api_whole_body_max) {
+    if (len <= tv__api_whole_body_max && len < TV__API_STREAM_PIECE) {
         uint8_t *b = malloc(len ? len : 1);
         if (!b) {
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'",

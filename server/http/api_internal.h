@@ -7,6 +7,7 @@
 #ifndef TV_HTTP_API_INTERNAL_H
 #define TV_HTTP_API_INTERNAL_H
 
+#include <stdatomic.h>
 #include <pthread.h>
 
 #include "http/api.h"
@@ -21,7 +22,12 @@
 #define TV__API_TENSOR_CACHE  16384 /* single-tensor documents */
 #define TV__API_CURSOR_MAX    8192  /* characters of an incoming cursor */
 #define TV__API_STREAM_PIECE  (8ull << 20)
-#define TV__API_WHOLE_DEFAULT (64ull << 20)
+#define TV__API_WHOLE_DEFAULT (256ull << 20)
+/* Bytes of whole-tensor bodies held at once by all requests; a tensor that
+ * would pass it is streamed instead (bounded memory however many clients). */
+#define TV__API_WHOLE_INFLIGHT (1ull << 30)
+#define TV__API_BUF_POOL       16           /* whole-body buffers kept for reuse */
+#define TV__API_BUF_KEEP       (512u << 20) /* bytes of them at most */
 
 typedef struct tv__api_model_slot {
     char *model;
@@ -62,11 +68,22 @@ struct tv__api {
     } shard_cache[TV__API_SHARD_CACHE];
     json_t *tensor_cache; /* "<generation id>:<tensor name>" -> Tensor (detail form) */
     uint64_t cache_clock, cache_epoch;
+    _Atomic uint64_t whole_inflight; /* bytes of whole bodies not yet sent */
+    /* Whole-body buffers kept for reuse (already faulted in: a device read
+     * into fresh pages is bound by the kernel's page faults), under pool_mu. */
+    struct tv__api_buf {
+        void *p;
+        size_t cap;
+    } bufs[TV__API_BUF_POOL];
+    size_t n_bufs, bufs_bytes;
 };
 
 /* Tensors up to this many bytes are answered whole in resp->body, larger
  * ones streamed (a test hook: tests lower it to exercise streaming). */
 extern uint64_t tv__api_whole_body_max;
+
+/* Frees the pooled whole-body buffers (tv__api_close). */
+void tv__api_bufs_free(tv__api *api);
 
 typedef struct tv__api_ctx {
     tv__api *api;
