@@ -58,7 +58,7 @@ void tv__config_defaults(tv__config *c)
     snprintf(c->http_listen, sizeof(c->http_listen), "127.0.0.1:8470");
     c->http_threads = 0;
     c->http_connection_timeout_s = 30;
-    c->http_per_ip_connections = 64;
+    c->http_per_ip_connections = 256;
     c->http_memory_limit = 64u << 10;
     c->http_max_body_bytes = 64u << 10;
     c->http_max_header_bytes = 8u << 10;

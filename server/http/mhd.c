@@ -510,7 +510,7 @@ int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__htt
         flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, o->connection_timeout_s ? o->connection_timeout_s : 30u,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connections ? o->per_ip_connections : 64u,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connections ? o->per_ip_connections : 256u,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->memory_limit ? o->memory_limit : (size_t)(64u << 10),
         MHD_OPTION_UNESCAPE_CALLBACK, keep_raw, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_log, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);

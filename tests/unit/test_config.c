@@ -54,7 +54,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.http_listen, "127.0.0.1:8470");
     assert_int_equal(c.http_threads, 0);
     assert_int_equal(c.http_connection_timeout_s, 30);
-    assert_int_equal(c.http_per_ip_connections, 64);
+    assert_int_equal(c.http_per_ip_connections, 256);
     assert_int_equal(c.http_memory_limit, 64u << 10);
     assert_int_equal(c.http_max_body_bytes, 64u << 10);
     assert_int_equal(c.http_max_header_bytes, 8u << 10);
