@@ -74,26 +74,9 @@ fail:
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static bool parse_id(const char *s, int64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 19 || s[0] == '0')
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > (uint64_t)INT64_MAX)
-        return false;
-    *out = (int64_t)v;
-    return true;
-}
-
 static int job_id(tv__api_ctx *c, int64_t *id)
 {
-    if (!parse_id(c->param[0], id))
+    if (!tv__parse_pos_i64(c->param[0], id))
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad job id '%.60s': a number from 1",
                           c->param[0]);
     return 0;
@@ -266,7 +249,7 @@ int tv__api_h_jobs(tv__api_ctx *c)
     }
     state = s ? (int)st : -1;
     kind = k ? (int)kd : -1;
-    if (after && !parse_id(after, &before)) {
+    if (after && !tv__parse_pos_i64(after, &before)) {
         rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
                         "malformed cursor (pass next_cursor of the previous page as it is)");
         goto out;
@@ -302,7 +285,7 @@ int tv__api_h_job(tv__api_ctx *c)
 {
     static const char *const none[] = {NULL};
     tv__reg *reg;
-    int64_t id;
+    int64_t id = 0;
     int rc;
     if ((rc = tv__api_query_allow(c, none)) || (rc = job_id(c, &id)) ||
         (rc = tv__api_reader(c, &reg)))
@@ -314,7 +297,7 @@ int tv__api_h_job_cancel(tv__api_ctx *c)
 {
     static const char *const none[] = {NULL};
     tv__reg *reg;
-    int64_t id;
+    int64_t id = 0;
     int rc;
     json_t *body = NULL;
     if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_body(c, none, true, &body)) ||

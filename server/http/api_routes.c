@@ -19,27 +19,9 @@
 static const char *const NO_FIELDS[] = {NULL};
 static const char *const PAGE_Q[] = {"limit", "cursor", NULL};
 
-/* A decimal id or number: digits, no leading zero, 1..INT64_MAX. */
-static bool parse_i64(const char *s, int64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 19 || s[0] == '0')
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > (uint64_t)INT64_MAX)
-        return false;
-    *out = (int64_t)v;
-    return true;
-}
-
 static int path_id(tv__api_ctx *c, size_t i, const char *what, int64_t *id)
 {
-    if (!parse_i64(c->param[i], id))
+    if (!tv__parse_pos_i64(c->param[i], id))
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad %s '%.60s': a number from 1", what,
                           c->param[i]);
     return 0;
@@ -95,7 +77,7 @@ int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spe
         return 0;
     }
     if (spec[0] >= '0' && spec[0] <= '9') {
-        if (!parse_i64(spec, number))
+        if (!tv__parse_pos_i64(spec, number))
             return tv__seterr(
                 &c->err, TV_E_BAD_REQUEST,
                 "bad generation '%.60s': a number from 1 (digits, no leading zero), an alias or 'active'",
@@ -419,7 +401,7 @@ int tv__api_h_generations(tv__api_ctx *c)
     if ((rc = tv__api_query_allow(c, PAGE_Q)) || (rc = tv__api_query_limit(c, &limit)) ||
         (rc = tv__api_cursor_get(c, 'g', &after, &kl)))
         goto out;
-    if (after && !parse_i64(after, &after_n)) {
+    if (after && !tv__parse_pos_i64(after, &after_n)) {
         rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
                         "malformed cursor (pass next_cursor of the previous page as it is)");
         goto out;
@@ -657,7 +639,7 @@ int tv__api_h_tensors(tv__api_ctx *c)
     by_name = order && !strcmp(order, "name");
     if ((rc = tv__api_cursor_get(c, by_name ? 'n' : 'f', &after, &kl)))
         goto out;
-    if (after && !by_name && !parse_i64(after, &after_id)) {
+    if (after && !by_name && !tv__parse_pos_i64(after, &after_id)) {
         rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
                         "malformed cursor (pass next_cursor of the previous page as it is)");
         goto out;
@@ -793,7 +775,7 @@ int tv__api_h_token_revoke(tv__api_ctx *c)
 {
     tv__store *st;
     tv__reg_token t;
-    int64_t id;
+    int64_t id = 0;
     int rc;
     if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = no_body(c)) ||
         (rc = path_id(c, 0, "token id", &id)) || (rc = tv__api_writer_lock(c, &st)))

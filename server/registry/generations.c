@@ -30,9 +30,18 @@ const char *tv__gen_state_name(tv__gen_state s)
 
 int tv__gen_state_parse(const char *s, tv__gen_state *out)
 {
-    for (size_t i = 0; s && i < TV_ARRAY_LEN(g_gen_states); i++)
-        if (!strcmp(s, g_gen_states[i])) {
-            *out = (tv__gen_state)i;
+    int v = 0;
+    int rc = tv__reg_parse_name(s, g_gen_states, TV_ARRAY_LEN(g_gen_states), &v);
+    if (rc == 0)
+        *out = (tv__gen_state)v;
+    return rc;
+}
+
+int tv__reg_parse_name(const char *s, const char *const *names, size_t n, int *out)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (names[i] && !strcmp(s, names[i])) {
+            *out = (int)i;
             return 0;
         }
     return TV_E_INVALID_ARG;

@@ -123,20 +123,10 @@ const char *tv__job_kind_name(tv__job_kind k)
     return (unsigned)k < TV_ARRAY_LEN(g_job_kinds) ? g_job_kinds[k] : NULL;
 }
 
-static int parse_in(const char *s, const char *const *names, size_t n, int *out)
-{
-    for (size_t i = 0; s && i < n; i++)
-        if (!strcmp(s, names[i])) {
-            *out = (int)i;
-            return 0;
-        }
-    return TV_E_INVALID_ARG;
-}
-
 int tv__job_state_parse(const char *s, tv__job_state *out)
 {
     int v = 0;
-    int rc = parse_in(s, g_job_states, TV_ARRAY_LEN(g_job_states), &v);
+    int rc = tv__reg_parse_name(s, g_job_states, TV_ARRAY_LEN(g_job_states), &v);
     if (rc == 0)
         *out = (tv__job_state)v;
     return rc;
@@ -145,7 +135,7 @@ int tv__job_state_parse(const char *s, tv__job_state *out)
 int tv__job_kind_parse(const char *s, tv__job_kind *out)
 {
     int v = 0;
-    int rc = parse_in(s, g_job_kinds, TV_ARRAY_LEN(g_job_kinds), &v);
+    int rc = tv__reg_parse_name(s, g_job_kinds, TV_ARRAY_LEN(g_job_kinds), &v);
     if (rc == 0)
         *out = (tv__job_kind)v;
     return rc;

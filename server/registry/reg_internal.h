@@ -134,4 +134,8 @@ int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, i
  * shape[TV_ST_MAX_RANK] and *rank. Returns 0 or TV_E_REGISTRY (malformed). */
 int tv__reg_parse_shape(const char *text, uint64_t *shape, uint32_t *rank);
 
+/* The index of s in names[0..n) (NULL entries never match) into *out, for
+ * the state, kind and scope parsers. Returns 0 or TV_E_INVALID_ARG. */
+int tv__reg_parse_name(const char *s, const char *const *names, size_t n, int *out);
+
 #endif

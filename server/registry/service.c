@@ -564,15 +564,7 @@ int tv__reg_resolve_gen(tv__reg *reg, const char *model, const char *gen_spec, i
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_resolve_gen: NULL argument");
     if (gen_spec[0] >= '0' && gen_spec[0] <= '9') {
         int64_t v = 0;
-        size_t i = 0;
-        for (; gen_spec[i] >= '0' && gen_spec[i] <= '9'; i++) {
-            if (v > (INT64_MAX - 9) / 10) {
-                v = -1;
-                break;
-            }
-            v = v * 10 + (gen_spec[i] - '0');
-        }
-        if (v <= 0 || gen_spec[i] || gen_spec[0] == '0')
+        if (!tv__parse_pos_i64(gen_spec, &v))
             return tv__seterr(
                 err, TV_E_NAME,
                 "generation '%.32s' of model '%s' is not a number 1, 2, ... (no leading zero), 'active' or an alias",
@@ -599,12 +591,11 @@ const char *tv__scope_name(tv__scope s)
 
 int tv__scope_parse(const char *s, tv__scope *out)
 {
-    for (size_t i = 1; s && i < TV_ARRAY_LEN(g_scopes); i++)
-        if (!strcmp(s, g_scopes[i])) {
-            *out = (tv__scope)i;
-            return 0;
-        }
-    return TV_E_INVALID_ARG;
+    int v = 0;
+    int rc = tv__reg_parse_name(s, g_scopes, TV_ARRAY_LEN(g_scopes), &v); /* [0] is NULL */
+    if (rc == 0)
+        *out = (tv__scope)v;
+    return rc;
 }
 
 #define TOKEN_PREFIX "tvk_"

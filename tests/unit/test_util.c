@@ -16,6 +16,7 @@
 #include "util/endian.h"
 #include "util/hash.h"
 #include "util/hex.h"
+#include "util/internal.h"
 
 /* ---- hex -------------------------------------------------------------------- */
 
@@ -180,12 +181,41 @@ static void test_hash(void **state)
     }
 }
 
+static void test_parse_pos_i64(void **state)
+{
+    (void)state;
+    int64_t v = 7;
+    assert_true(tv__parse_pos_i64("1", &v) && v == 1);
+    assert_true(tv__parse_pos_i64("9223372036854775807", &v) && v == INT64_MAX);
+    v = 7;
+    const char *bad[] = {"",
+                         "0",
+                         "01",
+                         "+1",
+                         "-1",
+                         " 1",
+                         "1 ",
+                         "1a",
+                         "0x1",
+                         "9223372036854775808",
+                         "18446744073709551616",
+                         "99999999999999999999",
+                         NULL};
+    for (size_t i = 0; bad[i]; i++) {
+        if (tv__parse_pos_i64(bad[i], &v))
+            fail_msg("'%s' accepted", bad[i]);
+        assert_int_equal(v, 7); /* untouched */
+    }
+    assert_false(tv__parse_pos_i64(NULL, &v));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hex_encode), cmocka_unit_test(test_hex_digit),
-        cmocka_unit_test(test_hex_decode), cmocka_unit_test(test_uuid_text),
-        cmocka_unit_test(test_endian),     cmocka_unit_test(test_hash),
+        cmocka_unit_test(test_hex_encode),    cmocka_unit_test(test_hex_digit),
+        cmocka_unit_test(test_parse_pos_i64), cmocka_unit_test(test_hex_decode),
+        cmocka_unit_test(test_uuid_text),     cmocka_unit_test(test_endian),
+        cmocka_unit_test(test_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,6 +50,25 @@ static inline uint64_t tv__align_down_u64(uint64_t v, uint64_t align)
 {
     return align ? v - v % align : v;
 }
+/* A canonical positive decimal (an id or generation number from text: a URL
+ * segment, a cursor): 1..INT64_MAX, digits only, no sign, space or leading
+ * zero. False for anything else (*out untouched). */
+static inline bool tv__parse_pos_i64(const char *s, int64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    if (!s || s[0] < '1' || s[0] > '9')
+        return false;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) {
+        if (i >= 19) /* more than 19 digits is over INT64_MAX */
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (s[i] || v > (uint64_t)INT64_MAX)
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
 static inline uint64_t tv__gcd_u64(uint64_t a, uint64_t b)
 {
     while (b) {
