@@ -319,39 +319,6 @@ int tv__api_h_model_delete(tv__api_ctx *c)
 
 /* ---- generations ------------------------------------------------------------ */
 
-/* A generation's total_bytes is its canonical checkpoint bytes: the sum of
- * its shard files (what ImportResult.total_bytes counts), not the registry
- * column (the tensors' data bytes), so one name means one thing. A
- * generation without shards keeps the column. shards may be NULL (looked
- * up, from the cache for a ready generation). */
-static int canonical_total(tv__api_ctx *c, tv__reg *reg, tv__reg_generation *g, json_t *shards)
-{
-    json_t *own = NULL;
-    if (!shards) {
-        int rc = tv__api_shards(c, reg, g, &own);
-        if (rc)
-            return rc;
-        shards = own;
-    }
-    uint64_t sum = 0;
-    size_t i;
-    json_t *s;
-    json_array_foreach(shards, i, s)
-    {
-        uint64_t f = (uint64_t)json_integer_value(json_object_get(s, "file_bytes"));
-        if (tv__add_u64(sum, f, &sum)) {
-            json_decref(own);
-            return tv__seterr(&c->err, TV_E_OVERFLOW,
-                              "generation %" PRId64 " of '%s': shard bytes overflow", g->number,
-                              g->model);
-        }
-    }
-    if (json_array_size(shards))
-        g->total_bytes = sum;
-    json_decref(own);
-    return 0;
-}
-
 /* The Generation document of model's generation number (with shards when
  * detail), read from reg. */
 static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int64_t number,
@@ -365,7 +332,6 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
     int64_t active;
     if ((rc = tv__reg_generation_get(reg, model, number, &g, &c->err)) ||
         (detail && (rc = tv__api_shards(c, reg, &g, &shards))) ||
-        (rc = canonical_total(c, reg, &g, shards)) ||
         (rc = tv__api_aliases(c, reg, model, &al, &na)) ||
         (rc = settled(c, model, g.active ? g.number : 0, &active)))
         goto out;
@@ -416,8 +382,7 @@ int tv__api_h_generations(tv__api_ctx *c)
         gs[i].active = gs[i].number == m.active_generation;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
-        if (!(rc = canonical_total(c, reg, &gs[i], NULL)) &&
-            json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
+        if (json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     if (!rc) {
         char last[24];

@@ -253,7 +253,7 @@ typedef struct tv__reg_generation {
     tv__gen_state state;
     bool active;
     char source[TV__REG_PATH_MAX];
-    uint64_t total_bytes;
+    uint64_t total_bytes; /* canonical bytes: every shard file, headers included */
     int64_t n_shards;
     int64_t n_tensors;
     int64_t created_at;
