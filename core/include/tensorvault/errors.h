@@ -78,7 +78,12 @@ extern "C" {
     X(TV_E_RANGE, -1205, "requested byte range is not satisfiable")                                \
     X(TV_E_BAD_REQUEST, -1206, "malformed request")                                                \
     X(TV_E_CONFLICT, -1207, "the operation conflicts with the current state")                      \
-    X(TV_E_NO_DAEMON, -1208, "no tensorvaultd answers at that URL")
+    X(TV_E_NO_DAEMON, -1208, "no tensorvaultd answers at that URL")                                \
+    X(TV_E_PROTOCOL, -1300, "fast-path message malformed, oversized or out of order")              \
+    X(TV_E_VERSION, -1301, "no fast-path protocol version in common with the peer")                \
+    X(TV_E_PEER_DENIED, -1302, "the peer's uid and groups are not allowed this model")             \
+    X(TV_E_CANCELLED, -1303, "request cancelled: its handle or session was closed")                \
+    X(TV_E_DISCONNECTED, -1304, "the fast-path connection to tensorvaultd closed")
 
 enum tv_error_code {
 #define TV__ERR_ENUM(name, value, desc) name = value,

@@ -1,0 +1,126 @@
+/* The fast-path server of tensorvaultd: a UNIX SOCK_SEQPACKET socket where
+ * co-located workers open models (a lease for the connection's lifetime)
+ * and read tensors through shared staging arenas (docs/fastpath.md).
+ *
+ * Invariants:
+ *   - one loop thread (epoll) owns every session, every read group and
+ *     their io_uring instances; the HTTP threads only read its counters and
+ *     ask for a sessions listing (under a mutex, copied out);
+ *   - sessions that opened the same model generation share one read group:
+ *     one tv_model (the lease: a shared flock on the snapshot file, so gc
+ *     never frees the generation while a session has it open), one sealed
+ *     snapshot memfd, one staging arena (memfd, fixed slots, read-only for
+ *     clients) and one chunk table, so a chunk wanted by several sessions
+ *     at about the same time is read from the device once;
+ *   - a chunk is a slot_len-aligned piece of one shard's object (clipped to
+ *     the object's extent): the arena only ever holds bytes of the group's
+ *     own objects, so a peer allowed that model sees nothing else;
+ *   - a session holds at most `credit` slot references (delivered and not
+ *     released, or awaited); the scheduler serves sessions round-robin, so
+ *     a session that stops releasing only stalls itself; memory is bounded
+ *     by max_groups x group_slots x slot_len plus fixed per-session state;
+ *   - a peer is admitted (SO_PEERCRED / SO_PEERGROUPS) per OPEN by the
+ *     admit callback; a refused OPEN gets an ERROR and nothing else;
+ *   - a protocol violation closes that session only (ERROR fatal, then
+ *     close); its references and waits are dropped, its slots return;
+ *   - a slot is reused only when no session references it and no read is
+ *     in flight into it: nothing is written into bytes a client was told
+ *     are ready and has not released. */
+#ifndef TV_FASTPATH_FASTPATH_H
+#define TV_FASTPATH_FASTPATH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/internal.h"
+
+#define TV__FP_MAX_SPEC_COPY 513 /* TV__FP_MAX_SPEC (client/wire.h) + NUL */
+
+typedef struct tv__fp tv__fp;
+
+/* Called on the loop thread for every OPEN after the spec opened (so
+ * model/generation are the resolved ones). Return 0 to admit;
+ * TV_E_PEER_DENIED (message names the uid and the model), TV_E_NOT_FOUND
+ * (for instance a retired generation: "generation 3 of m is retired") or any
+ * error to refuse: the client gets an ERROR with that code and message. */
+typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation, pid_t pid,
+                               uid_t uid, const gid_t *gids, size_t n_gids, tv_error *err);
+
+#define TV__FP_DEFAULT_SLOT_LEN     (1u << 20)
+#define TV__FP_DEFAULT_GROUP_SLOTS  128u
+#define TV__FP_DEFAULT_CREDIT       32u
+#define TV__FP_DEFAULT_MAX_SESSIONS 64u
+#define TV__FP_DEFAULT_MAX_GROUPS   16u
+#define TV__FP_DEFAULT_MAX_REQUESTS 16384u
+#define TV__FP_DEFAULT_MAX_HANDLES  16u
+
+typedef struct tv__fp_opts {
+    const char *socket_path; /* created (parent directory too, 0750), unlinked first if stale */
+    unsigned socket_mode;    /* chmod after bind: 0660 by default (0 = 0660) */
+    const char *store_dir;   /* tv_model_open(store_dir, spec) per new group */
+    int engine;              /* TV_ENGINE_* for the groups' aio */
+    bool no_direct;          /* buffered reads (tests on tmpfs) */
+    uint32_t slot_len;       /* 0 = default; multiple of 4096 (raised to the devices' io_align) */
+    uint32_t group_slots;    /* slots per group arena; 0 = default; >= 2 x credit */
+    uint32_t credit;         /* slot references per session; 0 = default */
+    uint32_t max_sessions;   /* further connections are answered ERROR TV_E_BUSY and closed */
+    uint32_t max_groups;     /* distinct open model generations; further OPENs: TV_E_BUSY */
+    uint32_t max_requests;   /* outstanding per session; more is a protocol error */
+    uint32_t max_handles;    /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
+    tv__fp_admit_fn admit;   /* NULL = admit the daemon's own uid, or a peer whose gid or a
+                                supplementary group is the daemon's gid */
+    void *admit_ctx;
+} tv__fp_opts;
+
+/* Binds the socket and starts the loop thread. Returns 0 and *out;
+ * TV_E_INVALID_ARG (bad opts, a socket path over 107 bytes: named);
+ * -EADDRINUSE (another live daemon answers on that socket); -errno. */
+int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err);
+/* Closes every session (clients see EOF: TV_E_DISCONNECTED), waits for the
+ * reads in flight, closes the groups (leases released), joins the thread,
+ * unlinks the socket. NULL-safe. */
+void tv__fp_stop(tv__fp *fp);
+
+typedef struct tv__fp_handle_info {
+    uint32_t handle;
+    char model[256];
+    char spec[TV__FP_MAX_SPEC_COPY];
+    int64_t generation;
+    uint64_t bytes_delivered;
+} tv__fp_handle_info;
+
+typedef struct tv__fp_session_info {
+    uint64_t id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    int64_t connected_unix; /* seconds */
+    uint64_t bytes_delivered;
+    uint64_t requests_done;
+    uint32_t slots_held;
+    size_t n_handles;
+    tv__fp_handle_info *handles;
+} tv__fp_session_info;
+
+/* A copy of the live sessions (in connection order). Free with
+ * tv__fp_sessions_free. Returns 0; -ENOMEM. */
+int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n);
+void tv__fp_sessions_free(tv__fp_session_info *s, size_t n);
+
+typedef struct tv__fp_stats {
+    uint64_t sessions;          /* live now */
+    uint64_t sessions_total;    /* accepted since start */
+    uint64_t groups;            /* open read groups now */
+    uint64_t device_read_bytes; /* bytes read from devices into arenas */
+    uint64_t delivered_bytes;   /* bytes announced in CHUNK entries (summed over sessions) */
+    uint64_t shared_bytes;      /* delivered bytes served from a chunk another session caused */
+    uint64_t refused_total;     /* OPENs refused by admit */
+    uint64_t protocol_errors;   /* sessions closed for a protocol violation */
+} tv__fp_stats;
+
+/* Counters (atomics: any thread). NULL fp gives zeros. */
+void tv__fp_get_stats(const tv__fp *fp, tv__fp_stats *out);
+
+#endif
