@@ -40,7 +40,7 @@
 #define TV__FP_MAX_TEXT     512u   /* ERROR's message, bytes */
 #define TV__FP_MAX_READS    2047u  /* entries per READ:    16 + 8 + n x 32 <= 65536 */
 #define TV__FP_MAX_CHUNKS   2047u  /* entries per CHUNK:   16 + 8 + n x 32 */
-#define TV__FP_MAX_DONES    4095u  /* entries per DONE:    16 + 8 + n x 16 */
+#define TV__FP_MAX_DONES    4094u  /* entries per DONE:    16 + 8 + n x 16 <= 65536 */
 #define TV__FP_MAX_RELEASE  16378u /* entries per RELEASE: 16 + 8 + n x 4 */
 #define TV__FP_N_FDS_OPENED 2u     /* OPENED carries [snapshot memfd, arena memfd] */
 
