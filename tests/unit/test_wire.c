@@ -1145,6 +1145,147 @@ static void test_sys_faults(void **state)
     }
 }
 
+/* ---- the fuzz seed corpus (tests/fuzz/corpus/wire/) ---- */
+
+/* Seed i into b (its name in *name, whether it decodes in *valid); 0 past
+ * the last. */
+static size_t seed(int i, uint8_t *b, size_t cap, const char **name, bool *valid)
+{
+    static const tv__fp_hello_ok ok = {.version = 1,
+                                       .max_msg_len = TV__FP_MAX_MSG,
+                                       .max_requests = 16384,
+                                       .max_handles = 64,
+                                       .session_id = 3};
+    static const tv__fp_opened op = {.open_id = 1,
+                                     .handle = 1,
+                                     .generation = 2,
+                                     .snap_len = 4096,
+                                     .arena_len = 4u << 20,
+                                     .slot_len = 1u << 20,
+                                     .n_slots = 4,
+                                     .credit = 2};
+    static const tv__fp_read_ent rd[3] = {{.req_id = 1, .tensor = 0, .off = 0, .len = 100},
+                                          {.req_id = 2, .tensor = 1, .off = 8, .len = 0},
+                                          {.req_id = 3, .tensor = 2, .off = 4096, .len = 1u << 21}};
+    static const tv__fp_chunk_ent ch[2] = {
+        {.req_id = 1, .handle = 1, .slot = 0, .slot_off = 24, .len = 100, .dest_off = 0},
+        {.req_id = 3, .handle = 1, .slot = 2, .slot_off = 0, .len = 4096, .dest_off = 1u << 20}};
+    static const tv__fp_done_ent dn[2] = {{.req_id = 1, .result = 0, .handle = 1},
+                                          {.req_id = 3, .result = TV_E_CANCELLED, .handle = 1}};
+    static const uint32_t sl[3] = {0, 2, 3};
+    static const char text[] = "demo tensor w: device 0 offset 1048576: Input/output error";
+    *valid = true;
+    size_t n = 0;
+    switch (i) {
+    case 0:
+        *name = "hello.bin";
+        return tv__fp_encode_hello(b, cap, 1, 1);
+    case 1:
+        *name = "hello_ok.bin";
+        return tv__fp_encode_hello_ok(b, cap, &ok);
+    case 2:
+        *name = "open.bin";
+        return tv__fp_encode_open(b, cap, 1, "demo@prod", 9);
+    case 3:
+        *name = "opened.bin";
+        return tv__fp_encode_opened(b, cap, &op);
+    case 4:
+        *name = "close.bin";
+        return tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+    case 5:
+        *name = "closed.bin";
+        return tv__fp_encode_close(b, cap, TV__FP_CLOSED, 1);
+    case 6:
+        *name = "read.bin";
+        return tv__fp_encode_read(b, cap, 1, rd, 3);
+    case 7:
+        *name = "chunk.bin";
+        return tv__fp_encode_chunk(b, cap, ch, 2);
+    case 8:
+        *name = "done.bin";
+        return tv__fp_encode_done(b, cap, dn, 2);
+    case 9:
+        *name = "release.bin";
+        return tv__fp_encode_release(b, cap, 1, sl, 3);
+    case 10:
+        *name = "error.bin";
+        return tv__fp_encode_error(b, cap, -EIO, 0, 3, 0, text, sizeof text - 1);
+    case 11:
+        *name = "error_fatal.bin";
+        return tv__fp_encode_error(b, cap, TV_E_PROTOCOL, TV__FP_ERROR_FATAL, 0, 0,
+                                   "file descriptors are not accepted", 33);
+    case 12:
+        *name = "bad_magic.bin";
+        n = tv__fp_encode_hello(b, cap, 1, 1);
+        b[3] = 'Q';
+        break;
+    case 13:
+        *name = "bad_length.bin";
+        n = tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+        tv__le32_put(b + 8, 23);
+        break;
+    case 14:
+        *name = "bad_type.bin";
+        n = tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+        tv__le16_put(b + 6, 12);
+        break;
+    case 15:
+        *name = "bad_read_flags.bin"; /* decodes; entry 1 is rejected */
+        n = tv__fp_encode_read(b, cap, 1, rd, 3);
+        tv__le32_put(b + 24 + 32 + 12, 1);
+        return n;
+    case 16:
+        *name = "bad_open_nul.bin";
+        n = tv__fp_encode_open(b, cap, 1, "demo@prod", 9);
+        b[24 + 4] = '\0';
+        break;
+    case 17:
+        *name = "bad_list_n.bin";
+        n = tv__fp_encode_done(b, cap, dn, 2);
+        tv__le32_put(b + 20, 3);
+        break;
+    default:
+        return 0;
+    }
+    *valid = false;
+    return n;
+}
+
+/* With TV_WIRE_WRITE_CORPUS=DIR the seeds are (re)written there; without,
+ * the committed corpus must be exactly what the codec encodes now. */
+static void test_corpus(void **state)
+{
+    (void)state;
+    const char *out = getenv("TV_WIRE_WRITE_CORPUS");
+    const char *name = NULL;
+    bool valid = false;
+    int i = 0;
+    for (size_t len; (len = seed(i, g_buf, sizeof g_buf, &name, &valid)) > 0; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", out ? out : "fuzz/corpus/wire", name);
+        tv__fp_msg m;
+        tv_error err = {0};
+        int rc = tv__fp_decode(g_buf, len, 0, &m, &err);
+        assert_int_equal(rc == 0, valid || strcmp(name, "bad_read_flags.bin") == 0);
+        if (out) {
+            FILE *f = fopen(path, "wb");
+            assert_non_null(f);
+            assert_int_equal(fwrite(g_buf, 1, len, f), len);
+            assert_int_equal(fclose(f), 0);
+            continue;
+        }
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            fail_msg("%s: missing (run test_wire with TV_WIRE_WRITE_CORPUS=tests/fuzz/corpus/wire)",
+                     path);
+        size_t got = fread(g_rbuf, 1, sizeof g_rbuf, f);
+        fclose(f);
+        if (got != len || memcmp(g_rbuf, g_buf, len) != 0)
+            fail_msg("%s: %zu bytes differ from the %zu the codec encodes", path, got, len);
+    }
+    assert_int_equal(i, 18);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1169,6 +1310,7 @@ int main(void)
         cmocka_unit_test(test_send_recv_fds),
         cmocka_unit_test(test_recv_oversized_eof),
         cmocka_unit_test_teardown(test_sys_faults, teardown),
+        cmocka_unit_test(test_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
