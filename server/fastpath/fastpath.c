@@ -290,6 +290,11 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
                         fp->o.slot_len);
         goto fail;
     }
+    if (fp->o.engine != TV_ENGINE_AUTO && fp->o.engine != TV_ENGINE_URING &&
+        fp->o.engine != TV_ENGINE_PREAD) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "fastpath: unknown read engine %d", fp->o.engine);
+        goto fail;
+    }
     if (fp->o.credit > 65536 || fp->o.group_slots > 65536 ||
         (uint64_t)fp->o.group_slots < 2ull * fp->o.credit) {
         rc = tv__seterr(

@@ -160,6 +160,7 @@ struct fp_group {
     size_t arena_len;
     uint32_t slot_len, n_slots;
     tv__aio *aio;
+    uint32_t queue_depth; /* min(n_slots, FP_MAX_QUEUE_DEPTH): reads in flight at most */
     bool flush_needed;
     uint32_t n_handles;
     fp_slot *slots;

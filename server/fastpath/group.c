@@ -28,8 +28,9 @@
 #include "fastpath/fp_internal.h"
 #include "util/sys.h"
 
-#define FP_PAGE         4096u
-#define FP_MAX_SLOT_LEN (256u << 20)
+#define FP_PAGE            4096u
+#define FP_MAX_SLOT_LEN    (256u << 20)
+#define FP_MAX_QUEUE_DEPTH 4096u /* tv__aio's limit; more slots wait for a free read */
 
 static void lru_unlink(fp_group *g, uint32_t idx)
 {
@@ -148,7 +149,7 @@ static int slot_submit(fp_group *g, uint32_t idx, tv_error *err)
 int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t reader, tv_error *err)
 {
     int32_t idx = g->lru_head;
-    if (idx < 0)
+    if (idx < 0 || tv__aio_in_flight(g->aio) >= g->queue_depth)
         return -1;
     fp_slot *sl = &g->slots[idx];
     lru_unlink(g, (uint32_t)idx);
@@ -489,8 +490,9 @@ static int group_create(tv__fp *fp, tv_model *m, fp_group **out, tv_error *err)
     rc = make_arena(g, align, err);
     if (rc)
         goto fail;
+    g->queue_depth = g->n_slots < FP_MAX_QUEUE_DEPTH ? g->n_slots : FP_MAX_QUEUE_DEPTH;
     tv__aio_opts ao = {.engine = fp->o.engine,
-                       .queue_depth = g->n_slots,
+                       .queue_depth = g->queue_depth,
                        .region = g->arena,
                        .region_len = g->arena_len};
     rc = tv__aio_create(&ao, &g->aio, err);

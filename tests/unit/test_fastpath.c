@@ -18,7 +18,13 @@
  * requests outstanding answers DONE CANCELLED before CLOSED; a client that
  * vanishes gives its slots back; a handle holds the generation's lease and
  * its close releases it; admit refusals are ERROR TV_E_PEER_DENIED, not
- * fatal; a live socket is not taken over, a stale one is. */
+ * fatal; a live socket is not taken over, a stale one is; a failing replica
+ * is replaced by the other, and a chunk that fails on every replica fails
+ * its request (ERROR naming model, tensor, device, offset, then DONE) and
+ * nothing else; a handle keeps its generation when the active one moves;
+ * max_groups / max_handles refuse that OPEN only; a client that never reads
+ * is closed once its outbox passes the bound. Everything runs twice: with
+ * the pread engine and with AUTO (io_uring where the kernel has it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -44,6 +50,7 @@
 #include "import/import.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
+#include "store/snapbuild.h"
 #include "store/store.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
@@ -1317,6 +1324,62 @@ static void test_limits(void **state)
     g_fp = NULL;
 }
 
+static void activate(int64_t gen)
+{
+    tv__store *st = NULL;
+    tv_error err = {0};
+    if (tv__store_open(g.store, TV__STORE_WRITE, &st, &err))
+        fail_msg("store open: %s", err.msg);
+    if (tv__store_activate(st, MODEL, gen, &err))
+        fail_msg("activate %lld: %s", (long long)gen, err.msg);
+    tv__store_close(st);
+}
+
+/* Byte j of tensor t as written with seed (the checkpoint's data section is
+ * g_spec's tensors back to back). */
+static uint8_t src_byte(size_t t, uint64_t j, unsigned seed)
+{
+    uint64_t begin = 0;
+    for (size_t i = 0; i < TV_ARRAY_LEN(g_spec) && strcmp(g_spec[i].name, g.names[t]); i++)
+        begin += g_spec[i].n_bytes;
+    return tv_test_shard_byte(begin + j, seed);
+}
+
+/* The active generation moves while a handle is open: the handle keeps
+ * its generation, a new OPEN of the same spec gets the new one, in another
+ * group with its own arena. */
+static void test_two_generations(void **state)
+{
+    (void)state;
+    cl a, b;
+    struct stat sa, sb;
+    cl_ready(&a);
+    assert_int_equal(a.op.generation, 1);
+    activate(2);
+    cl_ready(&b);
+    assert_int_equal(b.op.generation, 2);
+    assert_int_equal(stats().groups, 2);
+    assert_int_equal(fstat(a.arena_fd, &sa), 0);
+    assert_int_equal(fstat(b.arena_fd, &sb), 0);
+    assert_int_not_equal(sa.st_ino, sb.st_ino);
+    cl_read_all(&a);
+    cl_read_all(&b);
+    cl_wait_all(&a);
+    cl_wait_all(&b);
+    cl_check_all(&a); /* generation 1's bytes (seed 3) */
+    for (size_t i = 0; i < b.n_reqs; i++) {
+        const creq *r = &b.reqs[i];
+        assert_int_equal(r->result, 0);
+        for (uint64_t j = 0; j < r->len; j += 997)
+            assert_int_equal(r->dest[j], src_byte(r->tensor, j, 4));
+        for (uint64_t j = 0; j < a.reqs[i].len; j += 997)
+            assert_int_equal(a.reqs[i].dest[j], src_byte(a.reqs[i].tensor, j, 3));
+    }
+    activate(1);
+    cl_close(&a);
+    cl_close(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1338,6 +1401,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_replica_failover, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_read_failure, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_two_generations, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
