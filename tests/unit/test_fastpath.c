@@ -231,6 +231,9 @@ typedef struct cl {
     bool auto_release;
     uint32_t held[4096];
     size_t n_held;
+    bool deferred; /* keep CHUNK entries, copy them at release time */
+    tv__fp_chunk_ent later[4096];
+    size_t n_later;
     creq reqs[64];
     size_t n_reqs;
     size_t n_chunks;
@@ -353,9 +356,14 @@ static int cl_pump(cl *c, int timeout_ms)
             assert_true(e.slot < c->op.n_slots);
             assert_true((uint64_t)e.slot_off + e.len <= c->op.slot_len);
             assert_true(e.dest_off + e.len <= r->len);
+            c->n_chunks++;
+            if (c->deferred) {
+                assert_true(c->n_later < TV_ARRAY_LEN(c->later));
+                c->later[c->n_later++] = e;
+                continue;
+            }
             memcpy(r->dest + e.dest_off, c->arena + (size_t)e.slot * c->op.slot_len + e.slot_off,
                    e.len);
-            c->n_chunks++;
             if (c->auto_release)
                 rel[n_rel++] = e.slot;
             else
@@ -1380,6 +1388,130 @@ static void test_two_generations(void **state)
     cl_close(&b);
 }
 
+/* ---- random traffic ------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(uint64_t n)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return n ? g_rng % n : 0;
+}
+
+/* Copies and releases a random part of c's deferred entries (all of them
+ * when all): a slot's bytes must still be the chunk's when copied late. */
+static void cl_copy_later(cl *c, bool all)
+{
+    uint32_t rel[4096];
+    size_t n_rel = 0, kept = 0;
+    for (size_t i = 0; i < c->n_later; i++) {
+        const tv__fp_chunk_ent *e = &c->later[i];
+        if (!all && rnd(3) == 0) {
+            c->later[kept++] = *e;
+            continue;
+        }
+        creq *r = cl_find(c, e->req_id);
+        memcpy(r->dest + e->dest_off, c->arena + (size_t)e->slot * c->op.slot_len + e->slot_off,
+               e->len);
+        rel[n_rel++] = e->slot;
+    }
+    c->n_later = kept;
+    cl_release(c, rel, n_rel);
+}
+
+static size_t cl_outstanding(const cl *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_reqs; i++)
+        n += !c->reqs[i].done;
+    return n;
+}
+
+/* Three sessions read random ranges (some shared, most not) with late,
+ * out-of-order copies and releases; one of them leaves half-way and comes
+ * back. Every finished range equals the source. */
+static void test_random_traffic(void **state)
+{
+    (void)state;
+    enum { N = 3, PER = 60 };
+    cl c[N];
+    uint64_t want_off[N][64];
+    size_t issued[N] = {0};
+    for (int i = 0; i < N; i++) {
+        cl_ready(&c[i]);
+        c[i].deferred = true;
+        c[i].auto_release = false;
+    }
+    const char *seed = getenv("TV_TEST_SEED"); /* another run of the same test */
+    if (seed && *seed)
+        g_rng = strtoull(seed, NULL, 0) | 1;
+    bool left = false;
+    time_t t0 = time(NULL);
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < N; i++) {
+            cl *x = &c[i];
+            while (issued[i] < PER && cl_outstanding(x) < 6) {
+                uint32_t t = (uint32_t)rnd(g.n_tensors);
+                uint64_t len = g.ref_len[t];
+                uint64_t off = rnd(len + 1);
+                len = rnd(len - off + 1);
+                if (rnd(4) == 0) { /* the whole tensor: shared with the others */
+                    off = 0;
+                    len = g.ref_len[t];
+                }
+                want_off[i][x->n_reqs] = off;
+                cl_read(x, t, off, len);
+                issued[i]++;
+            }
+            if (issued[i] < PER || cl_outstanding(x) || x->n_later)
+                busy = true;
+            int type = cl_pump(x, 2);
+            assert_true(type != 0);
+            if (type == -1 || rnd(4) == 0)
+                cl_copy_later(x, false);
+            if (!cl_outstanding(x) && x->n_later)
+                cl_copy_later(x, true);
+        }
+        if (!left && issued[0] >= PER / 2) {
+            /* session 0 vanishes with references and requests; a new one
+             * takes its place and its checks (those finished so far) */
+            for (size_t r = 0; r < c[0].n_reqs; r++)
+                free(c[0].reqs[r].dest);
+            c[0].n_reqs = 0;
+            close(c[0].fd);
+            c[0].fd = -1;
+            cl_close(&c[0]);
+            cl_ready(&c[0]);
+            c[0].deferred = true;
+            c[0].auto_release = false;
+            issued[0] = 0;
+            left = true;
+        }
+        if (!busy)
+            break;
+        assert_true(time(NULL) - t0 < 60);
+    }
+    for (int i = 0; i < N; i++) {
+        for (size_t r = 0; r < c[i].n_reqs; r++) {
+            const creq *q = &c[i].reqs[r];
+            assert_true(q->done);
+            assert_int_equal(q->result, 0);
+            if (q->len && memcmp(q->dest, g.ref[q->tensor] + want_off[i][r], q->len))
+                fail_msg("session %d request %zu: tensor %u [%llu, +%llu) differs", i, r, q->tensor,
+                         (unsigned long long)want_off[i][r], (unsigned long long)q->len);
+        }
+        assert_int_equal(slots_held_settled(c[i].session, 0), 0);
+    }
+    tv__fp_stats s = stats();
+    assert_true(s.shared_bytes > 0);
+    assert_int_equal(s.protocol_errors, 0);
+    for (int i = 0; i < N; i++)
+        cl_close(&c[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1402,6 +1534,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replica_failover, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_read_failure, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_two_generations, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_random_traffic, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
