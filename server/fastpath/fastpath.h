@@ -44,7 +44,9 @@ typedef struct tv__fp tv__fp;
  * model/generation are the resolved ones). Return 0 to admit;
  * TV_E_PEER_DENIED (message names the uid and the model), TV_E_NOT_FOUND
  * (for instance a retired generation: "generation 3 of m is retired") or any
- * error to refuse: the client gets an ERROR with that code and message. */
+ * error to refuse: the client gets an ERROR with that code and message.
+ * gids[0] is the peer's primary gid (SO_PEERCRED), then its supplementary
+ * groups (SO_PEERGROUPS); n_gids >= 1. */
 typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation, pid_t pid,
                                uid_t uid, const gid_t *gids, size_t n_gids, tv_error *err);
 

@@ -1,0 +1,492 @@
+/* The fast-path server's socket and loop: binds the UNIX SOCK_SEQPACKET
+ * socket (a stale one is replaced, a live one refused), runs one thread
+ * that epolls the listening socket, every session, every read group's
+ * completion eventfd and a wake eventfd (stop), and answers the HTTP
+ * threads' listing and counter requests.
+ *
+ * Invariants:
+ *   - the loop holds fp->mu while it works on a turn (never while it
+ *     sleeps in epoll_wait), so tv__fp_sessions copies a consistent view;
+ *   - a turn: events (accept, input, output, completions), then scheduling,
+ *     read submission, batched replies sent, doomed sessions destroyed;
+ *     when something came free after the scheduling (fp->again) the next
+ *     epoll_wait does not sleep;
+ *   - connections over max_sessions get ERROR TV_E_BUSY (fatal) and are
+ *     closed at once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "fastpath/fp_internal.h"
+#include "util/sys.h"
+
+void tv__fp_session_arm(fp_session *s)
+{
+    uint32_t want = EPOLLIN | (s->out_head ? EPOLLOUT : 0u);
+    if (want == s->ep_events)
+        return;
+    struct epoll_event ev = {.events = want, .data.ptr = &s->ev};
+    if (epoll_ctl(s->fp->epoll_fd, EPOLL_CTL_MOD, s->fd, &ev) == 0)
+        s->ep_events = want;
+}
+
+static void refuse_busy(tv__fp *fp, int fd)
+{
+    char msg[128];
+    tv_error err = {0};
+    snprintf(msg, sizeof msg,
+             "tensorvaultd has %u fast-path sessions (max_sessions): try again later",
+             fp->n_sessions);
+    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV_E_BUSY, TV__FP_ERROR_FATAL, 0, 0,
+                                     msg, strlen(msg));
+    if (len)
+        (void)tv__fp_send(fd, fp->sbuf, len, NULL, 0, &err);
+    tv__log(TV_LOG_WARN, "fastpath: connection refused: %s", msg);
+    shutdown(fd, SHUT_RDWR);
+    tv__sys.close(fd);
+}
+
+static void on_accept(tv__fp *fp)
+{
+    for (;;) {
+        int fd = accept4(fp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        fp_session *s = NULL;
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                tv__log(TV_LOG_WARN, "fastpath: accept on %s: %s", fp->socket_path,
+                        strerror(errno));
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        if (fp->n_sessions >= fp->o.max_sessions) {
+            refuse_busy(fp, fd);
+            continue;
+        }
+        if (tv__fp_session_new(fp, fd, &s)) {
+            tv__log(TV_LOG_WARN, "fastpath: out of memory for a session: connection closed");
+            tv__sys.close(fd);
+            continue;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->ev};
+        if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
+            tv__log(TV_LOG_WARN, "fastpath: epoll_ctl for a session: %s", strerror(errno));
+            s->doomed = true;
+        }
+        s->ep_events = EPOLLIN;
+        s->prev = fp->s_tail;
+        if (fp->s_tail)
+            fp->s_tail->next = s;
+        else
+            fp->s_head = s;
+        fp->s_tail = s;
+        fp->n_sessions++;
+        atomic_fetch_add(&fp->st_sessions, 1);
+        atomic_fetch_add(&fp->st_sessions_total, 1);
+        tv__log(TV_LOG_INFO, "fastpath: session %" PRIu64 " connected (pid %d uid %u gid %u)",
+                s->id, (int)s->pid, (unsigned)s->uid, (unsigned)s->gid);
+    }
+}
+
+static void end_of_turn(tv__fp *fp)
+{
+    tv__fp_schedule(fp);
+    tv__fp_groups_flush(fp);
+    for (fp_session *s = fp->s_head; s; s = s->next) {
+        if (s->doomed || !s->dirty)
+            continue;
+        s->dirty = false;
+        tv__fp_session_flush(s);
+        tv__fp_session_on_output(s);
+    }
+    fp_session *s = fp->s_head;
+    while (s) {
+        fp_session *nx = s->next;
+        if (s->doomed)
+            tv__fp_session_destroy(s);
+        s = nx;
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    tv__fp *fp = arg;
+    struct epoll_event evs[64];
+    while (!atomic_load(&fp->stop)) {
+        int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs), fp->again ? 0 : -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            tv__log(TV_LOG_ERROR, "fastpath: epoll_wait: %s: the fast path stops", strerror(errno));
+            break;
+        }
+        pthread_mutex_lock(&fp->mu);
+        fp->evs = evs;
+        fp->n_evs = n;
+        for (int i = 0; i < n; i++) {
+            fp_ev *e = evs[i].data.ptr;
+            fp->ev_next = i + 1;
+            if (!e) /* its group was freed earlier in this batch */
+                continue;
+            switch (e->kind) {
+            case FP_EV_LISTEN:
+                on_accept(fp);
+                break;
+            case FP_EV_WAKE: {
+                eventfd_t v;
+                (void)eventfd_read(fp->wake_fd, &v);
+                break;
+            }
+            case FP_EV_GROUP:
+                tv__fp_group_on_event(e->ptr);
+                break;
+            case FP_EV_SESSION: {
+                fp_session *s = e->ptr;
+                if (s->doomed)
+                    break;
+                if (evs[i].events & EPOLLOUT)
+                    tv__fp_session_on_output(s);
+                if (!s->doomed && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                    tv__fp_session_on_input(s);
+                break;
+            }
+            default:
+                break;
+            }
+        }
+        fp->evs = NULL;
+        fp->n_evs = fp->ev_next = 0;
+        end_of_turn(fp);
+        pthread_mutex_unlock(&fp->mu);
+    }
+    return NULL;
+}
+
+/* mkdir -p of the socket's directory (new ones 0750). */
+static int make_parent(const char *path, tv_error *err)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char *slash;
+    snprintf(dir, sizeof dir, "%s", path);
+    slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        return 0;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        bool last = *p == '\0';
+        if (*p != '/' && !last)
+            continue;
+        *p = '\0';
+        if (tv__sys.mkdir(dir, 0750) && errno != EEXIST)
+            return tv__seterr(err, -errno, "fastpath: creating directory %s for the socket: %s",
+                              dir, strerror(errno));
+        if (last)
+            break;
+        *p = '/';
+    }
+    return 0;
+}
+
+/* A socket file already at path: -EADDRINUSE when someone answers on it,
+ * else unlinked (stale). */
+static int clear_stale(const char *path, const struct sockaddr_un *sa, tv_error *err)
+{
+    struct stat sb;
+    int c, rc = 0;
+    if (lstat(path, &sb)) {
+        if (errno == ENOENT)
+            return 0;
+        return tv__seterr(err, -errno, "fastpath: socket %s: %s", path, strerror(errno));
+    }
+    if (!S_ISSOCK(sb.st_mode))
+        return tv__seterr(err, -EEXIST, "fastpath: %s exists and is not a socket", path);
+    c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (c < 0)
+        return tv__seterr(err, -errno, "fastpath: socket(): %s", strerror(errno));
+    if (connect(c, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN ||
+        errno == EINPROGRESS) {
+        rc = tv__seterr(err, -EADDRINUSE, "fastpath: another tensorvaultd answers on %s", path);
+    } else if (errno == ECONNREFUSED || errno == ENOENT) {
+        if (tv__sys.unlink(path) && errno != ENOENT)
+            rc = tv__seterr(err, -errno, "fastpath: removing the stale socket %s: %s", path,
+                            strerror(errno));
+        else
+            tv__log(TV_LOG_INFO, "fastpath: removed the stale socket %s", path);
+    } else {
+        rc = tv__seterr(err, -errno, "fastpath: probing the socket %s: %s", path, strerror(errno));
+    }
+    tv__sys.close(c);
+    return rc;
+}
+
+static void fp_free(tv__fp *fp)
+{
+    if (!fp)
+        return;
+    if (fp->listen_fd >= 0)
+        tv__sys.close(fp->listen_fd);
+    if (fp->wake_fd >= 0)
+        tv__sys.close(fp->wake_fd);
+    if (fp->epoll_fd >= 0)
+        tv__sys.close(fp->epoll_fd);
+    pthread_mutex_destroy(&fp->mu);
+    free(fp->socket_path);
+    free(fp->store_dir);
+    free(fp);
+}
+
+int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
+{
+    tv__fp *fp = NULL;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    bool bound = false;
+    int rc = 0;
+    if (out)
+        *out = NULL;
+    if (!opts || !out || !opts->socket_path || !opts->store_dir)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "fastpath: socket path and store directory are required");
+    if (strlen(opts->socket_path) >= sizeof sa.sun_path || !opts->socket_path[0])
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "fastpath: socket path '%s' is empty or over %zu bytes",
+                          opts->socket_path, sizeof sa.sun_path - 1);
+    fp = calloc(1, sizeof(*fp));
+    if (!fp)
+        return tv__seterr(err, -ENOMEM, "fastpath: out of memory");
+    fp->listen_fd = fp->wake_fd = fp->epoll_fd = -1;
+    pthread_mutex_init(&fp->mu, NULL);
+    fp->o = *opts;
+    if (!fp->o.socket_mode)
+        fp->o.socket_mode = 0660;
+    if (!fp->o.slot_len)
+        fp->o.slot_len = TV__FP_DEFAULT_SLOT_LEN;
+    if (!fp->o.credit)
+        fp->o.credit = TV__FP_DEFAULT_CREDIT;
+    if (!fp->o.group_slots)
+        fp->o.group_slots = fp->o.credit * 2 > TV__FP_DEFAULT_GROUP_SLOTS
+                                ? fp->o.credit * 2
+                                : TV__FP_DEFAULT_GROUP_SLOTS;
+    if (!fp->o.max_sessions)
+        fp->o.max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
+    if (!fp->o.max_groups)
+        fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
+    if (!fp->o.max_requests)
+        fp->o.max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
+    if (!fp->o.max_handles)
+        fp->o.max_handles = TV__FP_DEFAULT_MAX_HANDLES;
+    if (fp->o.slot_len % 4096 || fp->o.slot_len > (256u << 20)) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",
+                        fp->o.slot_len);
+        goto fail;
+    }
+    if (fp->o.engine != TV_ENGINE_AUTO && fp->o.engine != TV_ENGINE_URING &&
+        fp->o.engine != TV_ENGINE_PREAD) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "fastpath: unknown read engine %d", fp->o.engine);
+        goto fail;
+    }
+    if (fp->o.credit > 65536 || fp->o.group_slots > 65536 ||
+        (uint64_t)fp->o.group_slots < 2ull * fp->o.credit) {
+        rc = tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fastpath: group_slots %u must be at least 2 x credit %u (both at most 65536)",
+            fp->o.group_slots, fp->o.credit);
+        goto fail;
+    }
+    if (fp->o.max_requests > (1u << 20) || fp->o.max_handles > 4096 || fp->o.socket_mode > 0777) {
+        rc = tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fastpath: max_requests %u (at most 1048576), max_handles %u (at most 4096) or socket mode %o out of range",
+            fp->o.max_requests, fp->o.max_handles, fp->o.socket_mode);
+        goto fail;
+    }
+    fp->socket_path = strdup(opts->socket_path);
+    fp->store_dir = strdup(opts->store_dir);
+    if (!fp->socket_path || !fp->store_dir) {
+        rc = tv__seterr(err, -ENOMEM, "fastpath: out of memory");
+        goto fail;
+    }
+    fp->o.socket_path = fp->socket_path;
+    fp->o.store_dir = fp->store_dir;
+    fp->uid = geteuid();
+    fp->gid = getegid();
+    memcpy(sa.sun_path, fp->socket_path, strlen(fp->socket_path));
+    rc = make_parent(fp->socket_path, err);
+    if (rc)
+        goto fail;
+    rc = clear_stale(fp->socket_path, &sa, err);
+    if (rc)
+        goto fail;
+    fp->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fp->listen_fd < 0) {
+        rc = tv__seterr(err, -errno, "fastpath: socket(): %s", strerror(errno));
+        goto fail;
+    }
+    if (bind(fp->listen_fd, (struct sockaddr *)&sa, sizeof sa)) {
+        rc = tv__seterr(err, errno == EADDRINUSE ? -EADDRINUSE : -errno, "fastpath: bind %s: %s",
+                        fp->socket_path, strerror(errno));
+        goto fail;
+    }
+    bound = true;
+    if (chmod(fp->socket_path, fp->o.socket_mode)) {
+        rc = tv__seterr(err, -errno, "fastpath: chmod %o %s: %s", fp->o.socket_mode,
+                        fp->socket_path, strerror(errno));
+        goto fail;
+    }
+    if (listen(fp->listen_fd, 128)) {
+        rc =
+            tv__seterr(err, -errno, "fastpath: listen on %s: %s", fp->socket_path, strerror(errno));
+        goto fail;
+    }
+    fp->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fp->epoll_fd < 0 || fp->wake_fd < 0) {
+        rc = tv__seterr(err, -errno, "fastpath: epoll or eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    fp->listen_ev = (fp_ev){.kind = FP_EV_LISTEN, .ptr = fp};
+    fp->wake_ev = (fp_ev){.kind = FP_EV_WAKE, .ptr = fp};
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &fp->listen_ev};
+    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &fp->wake_ev};
+    if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->listen_fd, &le) ||
+        epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->wake_fd, &we)) {
+        rc = tv__seterr(err, -errno, "fastpath: epoll_ctl: %s", strerror(errno));
+        goto fail;
+    }
+    rc = pthread_create(&fp->thread, NULL, loop_main, fp);
+    if (rc) {
+        rc = tv__seterr(err, -rc, "fastpath: starting the loop thread: %s", strerror(rc));
+        goto fail;
+    }
+    fp->thread_started = true;
+    tv__log(
+        TV_LOG_INFO,
+        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most)",
+        fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions);
+    *out = fp;
+    return 0;
+fail:
+    if (bound)
+        tv__sys.unlink(fp->socket_path);
+    fp_free(fp);
+    return rc;
+}
+
+void tv__fp_stop(tv__fp *fp)
+{
+    if (!fp)
+        return;
+    if (fp->thread_started) {
+        atomic_store(&fp->stop, true);
+        (void)eventfd_write(fp->wake_fd, 1);
+        pthread_join(fp->thread, NULL);
+        fp->thread_started = false;
+    }
+    /* the loop is gone: this thread owns everything now */
+    pthread_mutex_lock(&fp->mu);
+    for (fp_session *s = fp->s_head; s; s = s->next)
+        tv__fp_session_drop(s, "the daemon stops");
+    while (fp->s_head)
+        tv__fp_session_destroy(fp->s_head);
+    pthread_mutex_unlock(&fp->mu);
+    if (fp->listen_fd >= 0) {
+        tv__sys.close(fp->listen_fd);
+        fp->listen_fd = -1;
+        tv__sys.unlink(fp->socket_path);
+    }
+    tv__log(TV_LOG_INFO, "fastpath: stopped");
+    fp_free(fp);
+}
+
+int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
+{
+    tv__fp_session_info *v = NULL;
+    size_t count = 0, i = 0;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    if (!fp)
+        return 0;
+    pthread_mutex_lock(&fp->mu);
+    for (fp_session *s = fp->s_head; s; s = s->next)
+        count++;
+    if (count) {
+        v = calloc(count, sizeof(*v));
+        if (!v) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    for (fp_session *s = fp->s_head; s; s = s->next, i++) {
+        tv__fp_session_info *d = &v[i];
+        d->id = s->id;
+        d->pid = s->pid;
+        d->uid = s->uid;
+        d->gid = s->gid;
+        d->connected_unix = s->connected_unix;
+        d->bytes_delivered = s->bytes_delivered;
+        d->requests_done = s->requests_done;
+        d->slots_held = s->held;
+        if (!s->n_handles)
+            continue;
+        d->handles = calloc(s->n_handles, sizeof(*d->handles));
+        if (!d->handles) {
+            rc = -ENOMEM;
+            tv__fp_sessions_free(v, i + 1);
+            v = NULL;
+            goto out;
+        }
+        for (uint32_t j = 0; j < fp->o.max_handles && d->n_handles < s->n_handles; j++) {
+            const fp_handle *h = s->handles[j];
+            tv__fp_handle_info *hi;
+            if (!h)
+                continue;
+            hi = &d->handles[d->n_handles++];
+            hi->handle = h->id;
+            snprintf(hi->model, sizeof hi->model, "%s", h->g->name);
+            snprintf(hi->spec, sizeof hi->spec, "%s", h->spec);
+            hi->generation = h->g->gen;
+            hi->bytes_delivered = h->bytes_delivered;
+        }
+    }
+    *out = v;
+    *n = count;
+out:
+    pthread_mutex_unlock(&fp->mu);
+    return rc;
+}
+
+void tv__fp_sessions_free(tv__fp_session_info *s, size_t n)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(s[i].handles);
+    free(s);
+}
+
+void tv__fp_get_stats(const tv__fp *fp, tv__fp_stats *out)
+{
+    tv__fp *f = (tv__fp *)fp; /* atomics are read only */
+    memset(out, 0, sizeof(*out));
+    if (!fp)
+        return;
+    out->sessions = atomic_load(&f->st_sessions);
+    out->sessions_total = atomic_load(&f->st_sessions_total);
+    out->groups = atomic_load(&f->st_groups);
+    out->device_read_bytes = atomic_load(&f->st_device_read);
+    out->delivered_bytes = atomic_load(&f->st_delivered);
+    out->shared_bytes = atomic_load(&f->st_shared);
+    out->refused_total = atomic_load(&f->st_refused);
+    out->protocol_errors = atomic_load(&f->st_protocol);
+}

@@ -1,0 +1,259 @@
+/* Internals of the fast-path server shared by its files: the loop and its
+ * sockets (fastpath.c), the per-session state machine, requests and outbox
+ * (session.c), and the read groups with their arenas, slots and reads
+ * (group.c). Everything here is touched by the loop thread only, except
+ * the counters (atomics) and what tv__fp_sessions copies under fp->mu
+ * (the loop holds fp->mu while it works on a turn's events).
+ *
+ * Invariants:
+ *   - a slot is in exactly one state: FREE (in the group's LRU, keyed when
+ *     it still holds a chunk: a cache hit reuses it), READING (one read in
+ *     flight, never in the LRU) or READY (refs > 0, not in the LRU; at 0
+ *     refs it goes back to the LRU tail, still keyed);
+ *   - a session's credit use = references it holds + waits it has queued on
+ *     READING slots; the scheduler issues a chunk only below credit;
+ *   - a request lives in its session's FIFO from READ to its DONE (or its
+ *     handle's close); requests before s->issue have every chunk issued;
+ *   - a session that broke the protocol (or whose peer left) is doomed: it
+ *     is no longer read nor scheduled and is destroyed at the end of the
+ *     turn, so no function frees a session its caller still uses. */
+#ifndef TV_FASTPATH_FP_INTERNAL_H
+#define TV_FASTPATH_FP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/types.h>
+
+#include "client/wire.h"
+#include "fastpath/fastpath.h"
+#include "io/aio.h"
+#include "reader/serve.h"
+#include "snap/snapshot.h"
+#include "tensorvault/tensorvault.h"
+
+enum { FP_EV_LISTEN = 1, FP_EV_WAKE, FP_EV_SESSION, FP_EV_GROUP };
+typedef struct fp_ev {
+    int kind;
+    void *ptr;
+} fp_ev;
+
+enum { FP_SLOT_FREE = 0, FP_SLOT_READING, FP_SLOT_READY };
+
+typedef struct fp_wait fp_wait;
+typedef struct fp_req fp_req;
+typedef struct fp_handle fp_handle;
+typedef struct fp_session fp_session;
+typedef struct fp_group fp_group;
+typedef struct fp_out fp_out;
+
+typedef struct fp_slot {
+    uint8_t state;
+    bool keyed;  /* holds (or is reading) chunk k of shard */
+    bool in_lru; /* FREE: in the group's LRU list */
+    uint32_t shard;
+    uint64_t k;
+    uint32_t refs;      /* session references (CHUNK entries not released) */
+    uint32_t len;       /* bytes of the chunk (valid once READY) */
+    uint32_t tried;     /* replicas of the shard tried for this read */
+    uint32_t reading;   /* replica index (shard-relative) of the read in flight */
+    int last_err;       /* the last failed read's result */
+    uint64_t reader;    /* id of the session whose request started the read */
+    int32_t prev, next; /* LRU links (-1: none) */
+    fp_wait *waits;
+} fp_slot;
+
+struct fp_wait {
+    fp_req *req;
+    uint32_t slot;
+    uint64_t k;
+    bool shared;
+    fp_wait *sprev, *snext; /* in the slot */
+    fp_wait *rprev, *rnext; /* in the request */
+};
+
+struct fp_req {
+    uint64_t req_id;
+    fp_handle *h;
+    uint32_t tensor;
+    uint32_t shard;
+    uint64_t P, E; /* object-relative [P, E) */
+    uint64_t next_k, end_k;
+    uint32_t n_waits;
+    fp_wait *waits;
+    fp_req *prev, *next; /* session FIFO */
+    fp_req *hnext;       /* req_id hash chain */
+};
+
+struct fp_handle {
+    uint32_t id;
+    fp_session *s;
+    fp_group *g;
+    char spec[TV__FP_MAX_SPEC_COPY];
+    uint32_t *refs; /* per slot of the group's arena */
+    uint32_t n_reqs;
+    uint64_t bytes_delivered;
+};
+
+struct fp_out {
+    fp_out *next;
+    uint32_t len;
+    uint32_t entries;
+    int fds[TV__FP_N_FDS_OPENED];
+    uint32_t n_fds;
+    uint8_t buf[];
+};
+
+struct fp_session {
+    fp_ev ev;
+    tv__fp *fp;
+    int fd;
+    uint64_t id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    gid_t *gids; /* primary gid first, then SO_PEERGROUPS */
+    size_t n_gids;
+    int64_t connected_unix;
+    bool hello;
+    bool doomed;
+    int fatal_code; /* doomed with an ERROR to send (0: peer left, or stop) */
+    char fatal_msg[TV__FP_MAX_TEXT + 1];
+    char why[TV__FP_MAX_TEXT + 1]; /* doomed without ERROR: why (log) */
+    uint32_t ep_events;
+    fp_handle **handles; /* max_handles entries, NULL = free */
+    uint32_t n_handles;
+    uint32_t next_handle;
+    fp_req *rq_head, *rq_tail, *issue;
+    fp_req **hash;
+    uint32_t hash_mask;
+    uint32_t n_reqs;
+    uint32_t held, waits;
+    uint64_t bytes_delivered, requests_done;
+    tv__fp_chunk_ent *pchunk;
+    uint32_t n_pchunk;
+    tv__fp_done_ent *pdone;
+    uint32_t n_pdone;
+    bool dirty; /* pending entries or outbox to send at the end of the turn */
+    fp_out *out_head, *out_tail;
+    uint64_t out_entries;
+    fp_session *prev, *next;
+};
+
+typedef struct fp_shard {
+    uint64_t data_off, file_len;
+    uint32_t first_replica, n_replicas;
+} fp_shard;
+
+struct fp_group {
+    fp_ev ev;
+    tv__fp *fp;
+    char name[256];
+    int64_t gen;
+    tv_model *m;
+    const tv__snap *snap;
+    int snap_fd, arena_fd;
+    size_t snap_len;
+    uint8_t *arena;
+    size_t arena_len;
+    uint32_t slot_len, n_slots;
+    tv__aio *aio;
+    uint32_t queue_depth; /* min(n_slots, FP_MAX_QUEUE_DEPTH): reads in flight at most */
+    bool flush_needed;
+    uint32_t n_handles;
+    fp_slot *slots;
+    int32_t lru_head, lru_tail;
+    fp_shard *shards;
+    uint32_t n_shards;
+    tv__snap_replica_info *replicas;
+    uint32_t n_replicas;
+    tv__model_dev *devs;
+    uint32_t n_devs;
+    fp_group *prev, *next;
+};
+
+struct tv__fp {
+    tv__fp_opts o;
+    char *socket_path, *store_dir;
+    int listen_fd, epoll_fd, wake_fd;
+    fp_ev listen_ev, wake_ev;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    uid_t uid;
+    gid_t gid;
+    fp_session *s_head, *s_tail;
+    uint32_t n_sessions;
+    uint64_t next_session_id;
+    fp_group *g_head;
+    uint32_t n_groups;
+    bool again; /* a slot or credit came free after this turn's scheduling */
+    /* the loop's current epoll batch: a group freed while it is handled
+     * clears its later events there (NULL when no batch is running) */
+    struct epoll_event *evs;
+    int n_evs, ev_next;
+    atomic_uint_fast64_t st_sessions, st_sessions_total, st_groups, st_device_read, st_delivered,
+        st_shared, st_refused, st_protocol;
+    uint8_t rbuf[TV__FP_MAX_MSG];
+    uint8_t sbuf[TV__FP_MAX_MSG];
+};
+
+/* ---- fastpath.c ---- */
+/* Sets the epoll interest of a session (EPOLLIN, EPOLLOUT while its outbox
+ * is non-empty). */
+void tv__fp_session_arm(fp_session *s);
+
+/* ---- session.c ---- */
+int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out);
+/* Reads what the socket holds (at most a bounded number of messages) and
+ * handles each. */
+void tv__fp_session_on_input(fp_session *s);
+/* Sends what the outbox holds until the socket is full. */
+void tv__fp_session_on_output(fp_session *s);
+/* Dooms a session with a fatal ERROR (code, message): first call wins. */
+void tv__fp_session_fail(fp_session *s, int code, const char *fmt, ...) TV_PRINTF(3, 4);
+/* Dooms a session without an ERROR (peer left, stop): why is logged. */
+void tv__fp_session_drop(fp_session *s, const char *why);
+/* Destroys a doomed session: handles closed, ERROR sent (when fatal),
+ * socket closed, unlinked from fp. */
+void tv__fp_session_destroy(fp_session *s);
+/* One scheduling pass over every session; returns true when a chunk was
+ * issued or delivered. */
+bool tv__fp_schedule(tv__fp *fp);
+/* Encodes a session's pending CHUNK / DONE entries into its outbox. */
+void tv__fp_session_flush(fp_session *s);
+/* Slot idx of g became READY: wait w (the head of its waits) becomes a
+ * reference of w's session and a CHUNK entry; w is freed, its request
+ * finished (DONE) when that was its last chunk. */
+void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w);
+/* Request r failed: ERROR{code, req_id, msg} then DONE{code}; r freed. */
+void tv__fp_req_fail(fp_req *r, int code, const char *msg);
+
+/* ---- group.c ---- */
+/* Opens spec for session s: model, admit, group join or create. Returns 0
+ * and *out (the group, its n_handles counted); the error otherwise (err
+ * says why; *refused is set when admit refused it). */
+int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **out, bool *refused,
+                      tv_error *err);
+/* One handle of the group closed: destroys it at the last one. */
+void tv__fp_group_unref(fp_group *g);
+/* Reaps the group's completions. */
+void tv__fp_group_on_event(fp_group *g);
+/* Submits queued reads of every group. */
+void tv__fp_groups_flush(tv__fp *fp);
+/* Finds the slot holding (or reading) chunk k of shard: index or -1. */
+int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k);
+/* Takes the least recently used free slot for chunk k of shard and starts
+ * its read; reader = the session id. Returns the slot index, -1 when none
+ * is free (the caller waits), or -2 when no replica could be read (err set,
+ * the slot stays free). */
+int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t reader, tv_error *err);
+/* Removes a cached free slot from the LRU (a cache hit). */
+void tv__fp_slot_take(fp_group *g, uint32_t idx);
+/* Drops n references of slot idx; at 0 a READY slot returns to the LRU. */
+void tv__fp_slot_unref(fp_group *g, uint32_t idx, uint32_t n);
+
+#endif

@@ -1,0 +1,582 @@
+/* Read groups of the fast path: one per open model generation, shared by
+ * every handle on it. A group owns the tv_model (the lease), the sealed
+ * snapshot memfd, the staging arena (memfd mapped here read-write, sealed
+ * against any further writable mapping), the aio that reads into it, and
+ * the chunk table: which slot holds or is reading chunk k of shard s.
+ *
+ * Invariants:
+ *   - slot_len is a multiple of 4096 and of every usable device's io_align,
+ *     and the arena starts at a multiple of the largest io_align, so every
+ *     chunk read (base_off + k x slot_len, clipped to the replica's
+ *     alloc_len) is aligned in offset, length and address;
+ *   - a slot is reused (its key dropped) only from the LRU, i.e. with no
+ *     reference and no read in flight; a read that fails moves to the next
+ *     usable replica (excluded devices are skipped), and only when every
+ *     replica failed are its waiters' requests failed;
+ *   - the group is destroyed with its last handle: the aio first (it waits
+ *     for the reads in flight), then the mapping, the memfds, the model. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fastpath/fp_internal.h"
+#include "util/sys.h"
+
+#define FP_PAGE            4096u
+#define FP_MAX_SLOT_LEN    (256u << 20)
+#define FP_MAX_QUEUE_DEPTH 4096u /* tv__aio's limit; more slots wait for a free read */
+
+static void lru_unlink(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    if (!sl->in_lru)
+        return;
+    if (sl->prev >= 0)
+        g->slots[sl->prev].next = sl->next;
+    else
+        g->lru_head = sl->next;
+    if (sl->next >= 0)
+        g->slots[sl->next].prev = sl->prev;
+    else
+        g->lru_tail = sl->prev;
+    sl->prev = sl->next = -1;
+    sl->in_lru = false;
+}
+
+static void lru_push_tail(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    sl->prev = g->lru_tail;
+    sl->next = -1;
+    if (g->lru_tail >= 0)
+        g->slots[g->lru_tail].next = (int32_t)idx;
+    else
+        g->lru_head = (int32_t)idx;
+    g->lru_tail = (int32_t)idx;
+    sl->in_lru = true;
+}
+
+static void lru_push_head(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    sl->next = g->lru_head;
+    sl->prev = -1;
+    if (g->lru_head >= 0)
+        g->slots[g->lru_head].prev = (int32_t)idx;
+    else
+        g->lru_tail = (int32_t)idx;
+    g->lru_head = (int32_t)idx;
+    sl->in_lru = true;
+}
+
+int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k)
+{
+    for (uint32_t i = 0; i < g->n_slots; i++) {
+        const fp_slot *sl = &g->slots[i];
+        if (sl->keyed && sl->shard == shard && sl->k == k)
+            return (int32_t)i;
+    }
+    return -1;
+}
+
+void tv__fp_slot_take(fp_group *g, uint32_t idx)
+{
+    lru_unlink(g, idx);
+}
+
+void tv__fp_slot_unref(fp_group *g, uint32_t idx, uint32_t n)
+{
+    fp_slot *sl = &g->slots[idx];
+    sl->refs = n > sl->refs ? 0 : sl->refs - n;
+    if (sl->refs == 0 && sl->state == FP_SLOT_READY) {
+        sl->state = FP_SLOT_FREE;
+        lru_push_tail(g, idx);
+        g->fp->again = true;
+    }
+}
+
+/* Submits the read of slot idx from the next usable replica at or after
+ * sl->tried. Returns 0 (queued) or the error of the last replica tried
+ * (TV_E_NO_REPLICA when none is usable), err naming it. */
+static int slot_submit(fp_group *g, uint32_t idx, tv_error *err)
+{
+    fp_slot *sl = &g->slots[idx];
+    const fp_shard *sh = &g->shards[sl->shard];
+    uint64_t chunk_off = 0;
+    int rc = sl->last_err ? sl->last_err : TV_E_NO_REPLICA;
+    if (tv__mul_u64(sl->k, g->slot_len, &chunk_off))
+        return tv__seterr(err, TV_E_OVERFLOW,
+                          "model '%s' generation %" PRId64 ": chunk %" PRIu64
+                          " of shard %u: offset overflows",
+                          g->name, g->gen, sl->k, sl->shard);
+    for (; sl->tried < sh->n_replicas; sl->tried++) {
+        const tv__snap_replica_info *rep = &g->replicas[sh->first_replica + sl->tried];
+        const tv__model_dev *dev = &g->devs[rep->device];
+        uint64_t off = 0, len = 0;
+        if (dev->fd < 0 || dev->reason != 0)
+            continue;
+        if (chunk_off >= rep->alloc_len || tv__add_u64(rep->base_off, chunk_off, &off)) {
+            rc = tv__seterr(err, TV_E_SNAPSHOT,
+                            "model '%s' generation %" PRId64 ": chunk %" PRIu64
+                            " of shard %u outside its object on device %u",
+                            g->name, g->gen, sl->k, sl->shard, rep->device);
+            continue;
+        }
+        len = rep->alloc_len - chunk_off;
+        if (len > g->slot_len)
+            len = g->slot_len;
+        rc = tv__aio_submit(g->aio, dev->fd, dev->io_align, rep->device, off,
+                            g->arena + (size_t)idx * g->slot_len, (size_t)len, idx, err);
+        if (rc == 0) {
+            sl->reading = sl->tried;
+            sl->len = (uint32_t)len;
+            g->flush_needed = true;
+            return 0;
+        }
+    }
+    if (rc == TV_E_NO_REPLICA)
+        tv__seterr(err, rc, "model '%s' generation %" PRId64 ": shard %u has no usable replica",
+                   g->name, g->gen, sl->shard);
+    return rc;
+}
+
+int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t reader, tv_error *err)
+{
+    int32_t idx = g->lru_head;
+    if (idx < 0 || tv__aio_in_flight(g->aio) >= g->queue_depth)
+        return -1;
+    fp_slot *sl = &g->slots[idx];
+    lru_unlink(g, (uint32_t)idx);
+    sl->keyed = true;
+    sl->shard = shard;
+    sl->k = k;
+    sl->state = FP_SLOT_READING;
+    sl->tried = 0;
+    sl->last_err = 0;
+    sl->reader = reader;
+    sl->refs = 0;
+    sl->waits = NULL;
+    if (slot_submit(g, (uint32_t)idx, err)) {
+        sl->keyed = false;
+        sl->state = FP_SLOT_FREE;
+        lru_push_head(g, (uint32_t)idx);
+        return -2;
+    }
+    return idx;
+}
+
+/* Every replica failed: fail every waiting request, free the slot. */
+static void slot_failed(fp_group *g, uint32_t idx, int code, const char *msg)
+{
+    fp_slot *sl = &g->slots[idx];
+    fp_wait *w;
+    sl->keyed = false;
+    sl->state = FP_SLOT_FREE;
+    while ((w = sl->waits) != NULL) {
+        fp_req *r = w->req;
+        tv__fp_req_fail(r, code, msg); /* unlinks every wait of r, this one too */
+    }
+    if (sl->refs == 0)
+        lru_push_head(g, idx);
+    g->fp->again = true;
+}
+
+static void slot_ready(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    fp_wait *w;
+    sl->state = FP_SLOT_READY;
+    atomic_fetch_add(&g->fp->st_device_read, sl->len);
+    while ((w = sl->waits) != NULL)
+        tv__fp_wait_deliver(g, idx, w);
+    if (sl->refs == 0) {
+        sl->state = FP_SLOT_FREE;
+        lru_push_tail(g, idx);
+        g->fp->again = true;
+    }
+}
+
+void tv__fp_group_on_event(fp_group *g)
+{
+    tv__aio_done done[64];
+    size_t n;
+    while ((n = tv__aio_reap(g->aio, done, TV_ARRAY_LEN(done))) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t idx = (uint32_t)done[i].tag;
+            fp_slot *sl;
+            if (idx >= g->n_slots)
+                continue;
+            sl = &g->slots[idx];
+            if (sl->state != FP_SLOT_READING)
+                continue;
+            if (done[i].result == 0) {
+                slot_ready(g, idx);
+                continue;
+            }
+            const tv__snap_replica_info *rep =
+                &g->replicas[g->shards[sl->shard].first_replica + sl->reading];
+            uint64_t off = rep->base_off + sl->k * g->slot_len; /* checked at submit */
+            char msg[TV__FP_MAX_TEXT + 1];
+            tv_error err = {0};
+            snprintf(msg, sizeof msg,
+                     "model '%s' generation %" PRId64 ": read of device %u at offset %" PRIu64
+                     " (%u bytes, shard %u) failed: %s",
+                     g->name, g->gen, rep->device, off, sl->len, sl->shard,
+                     tv_strerror(done[i].result));
+            tv__log(TV_LOG_WARN, "fastpath: %s", msg);
+            sl->last_err = done[i].result;
+            sl->tried = sl->reading + 1;
+            if (slot_submit(g, idx, &err) == 0)
+                continue;
+            slot_failed(g, idx, done[i].result, msg);
+        }
+    }
+}
+
+void tv__fp_groups_flush(tv__fp *fp)
+{
+    for (fp_group *g = fp->g_head; g; g = g->next) {
+        tv_error err = {0};
+        if (!g->flush_needed)
+            continue;
+        g->flush_needed = false;
+        if (tv__aio_flush(g->aio, &err))
+            tv__log(TV_LOG_WARN,
+                    "fastpath: model '%s' generation %" PRId64 ": submitting reads: %s", g->name,
+                    g->gen, err.msg);
+    }
+}
+
+static void group_free(fp_group *g)
+{
+    if (!g)
+        return;
+    if (g->fp->evs) {
+        for (int i = g->fp->ev_next; i < g->fp->n_evs; i++)
+            if (g->fp->evs[i].data.ptr == &g->ev)
+                g->fp->evs[i].data.ptr = NULL;
+    }
+    if (g->aio) {
+        epoll_ctl(g->fp->epoll_fd, EPOLL_CTL_DEL, tv__aio_event_fd(g->aio), NULL);
+        tv__aio_destroy(g->aio); /* waits for the reads in flight */
+    }
+    if (g->slots) {
+        for (uint32_t i = 0; i < g->n_slots; i++) {
+            fp_wait *w = g->slots[i].waits;
+            while (w) {
+                fp_wait *nx = w->snext;
+                free(w);
+                w = nx;
+            }
+        }
+    }
+    if (g->arena)
+        tv__sys.munmap(g->arena, g->arena_len);
+    if (g->arena_fd >= 0)
+        tv__sys.close(g->arena_fd);
+    if (g->snap_fd >= 0)
+        tv__sys.close(g->snap_fd);
+    tv_model_close(g->m);
+    free(g->slots);
+    free(g->shards);
+    free(g->replicas);
+    free(g->devs);
+    free(g);
+}
+
+void tv__fp_group_unref(fp_group *g)
+{
+    tv__fp *fp = g->fp;
+    if (--g->n_handles > 0)
+        return;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        fp->g_head = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    fp->n_groups--;
+    atomic_fetch_sub(&fp->st_groups, 1);
+    tv__log(TV_LOG_INFO,
+            "fastpath: model '%s' generation %" PRId64 " released (last handle closed)", g->name,
+            g->gen);
+    group_free(g);
+}
+
+/* The sealed snapshot memfd: exactly the image's bytes. */
+static int make_snap_memfd(fp_group *g, tv_error *err)
+{
+    const void *img = NULL;
+    size_t len = 0;
+    int rc = tv__model_snap_image(g->m, &img, &len);
+    if (rc)
+        return tv__seterr(err, rc, "model '%s' generation %" PRId64 ": no snapshot image", g->name,
+                          g->gen);
+    g->snap_fd = memfd_create("tensorvault-snapshot", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (g->snap_fd < 0)
+        return tv__seterr(err, -errno, "model '%s': memfd_create for the snapshot: %s", g->name,
+                          strerror(errno));
+    rc = tv__sys_pwrite_full(g->snap_fd, img, len, 0);
+    if (rc)
+        return tv__seterr(err, rc, "model '%s': writing the snapshot memfd: %s", g->name,
+                          strerror(-rc));
+    if (fcntl(g->snap_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+        return tv__seterr(err, -errno, "model '%s': sealing the snapshot memfd: %s", g->name,
+                          strerror(errno));
+    g->snap_len = len;
+    return 0;
+}
+
+/* The arena memfd, mapped read-write here at an address aligned to align,
+ * then sealed so that no one (the clients) can map it writable. */
+static int make_arena(fp_group *g, uint64_t align, tv_error *err)
+{
+    void *res = MAP_FAILED, *p = MAP_FAILED;
+    size_t res_len = 0;
+    uint8_t *at = NULL;
+    int rc = 0;
+    g->arena_fd = memfd_create("tensorvault-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (g->arena_fd < 0)
+        return tv__seterr(err, -errno, "model '%s': memfd_create for the arena: %s", g->name,
+                          strerror(errno));
+    if (tv__sys.ftruncate(g->arena_fd, (off_t)g->arena_len))
+        return tv__seterr(err, -errno, "model '%s': sizing the arena memfd to %zu bytes: %s",
+                          g->name, g->arena_len, strerror(errno));
+    if (align > FP_PAGE) {
+        /* reserve align extra bytes, map the memfd at the aligned address
+         * inside, give back the rest */
+        uint64_t a = 0;
+        res_len = g->arena_len + (size_t)align;
+        res = tv__sys.mmap(NULL, res_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (res == MAP_FAILED)
+            return tv__seterr(err, -errno, "model '%s': reserving %zu bytes for the arena: %s",
+                              g->name, res_len, strerror(errno));
+        if (tv__align_up_u64((uintptr_t)res, align, &a)) {
+            rc = tv__seterr(err, TV_E_OVERFLOW, "model '%s': arena address overflows", g->name);
+            goto fail_res;
+        }
+        at = (uint8_t *)(uintptr_t)a;
+    }
+    p = tv__sys.mmap(at, g->arena_len, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0),
+                     g->arena_fd, 0);
+    if (p == MAP_FAILED) {
+        rc = tv__seterr(err, -errno, "model '%s': mapping the %zu-byte arena: %s", g->name,
+                        g->arena_len, strerror(errno));
+        goto fail_res;
+    }
+    if (at) {
+        size_t head = (size_t)(at - (uint8_t *)res);
+        size_t tail = res_len - head - g->arena_len;
+        if (head)
+            tv__sys.munmap(res, head);
+        if (tail)
+            tv__sys.munmap(at + g->arena_len, tail);
+    }
+    g->arena = p;
+    if (fcntl(g->arena_fd, F_ADD_SEALS,
+              F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+        return tv__seterr(err, -errno, "model '%s': sealing the arena memfd: %s", g->name,
+                          strerror(errno));
+    return 0;
+fail_res:
+    if (res != MAP_FAILED)
+        tv__sys.munmap(res, res_len);
+    return rc;
+}
+
+static int group_create(tv__fp *fp, tv_model *m, fp_group **out, tv_error *err)
+{
+    fp_group *g = calloc(1, sizeof(*g));
+    const tv__snap *snap = tv__model_snap(m);
+    uint64_t align = FP_PAGE, slot_len = 0, arena_len = 0;
+    int rc = 0;
+    if (!g) {
+        tv_model_close(m);
+        return tv__seterr(err, -ENOMEM, "fastpath: out of memory for a read group");
+    }
+    g->fp = fp;
+    g->m = m;
+    g->snap = snap;
+    g->snap_fd = g->arena_fd = -1;
+    g->lru_head = g->lru_tail = -1;
+    g->ev.kind = FP_EV_GROUP;
+    g->ev.ptr = g;
+    snprintf(g->name, sizeof g->name, "%s", tv_model_name(m));
+    g->gen = tv_model_generation(m);
+    if (!snap) {
+        rc = tv__seterr(err, TV_E_INTERNAL, "model '%s': open model has no snapshot", g->name);
+        goto fail;
+    }
+    g->n_devs = snap->n_devices;
+    g->n_shards = snap->n_shards;
+    g->n_replicas = snap->n_replicas;
+    g->devs = calloc(g->n_devs ? g->n_devs : 1, sizeof(*g->devs));
+    g->shards = calloc(g->n_shards ? g->n_shards : 1, sizeof(*g->shards));
+    g->replicas = calloc(g->n_replicas ? g->n_replicas : 1, sizeof(*g->replicas));
+    if (!g->devs || !g->shards || !g->replicas) {
+        rc = tv__seterr(err, -ENOMEM, "model '%s': out of memory for the group tables", g->name);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < g->n_devs; i++) {
+        rc = tv__model_dev_info(m, i, &g->devs[i]);
+        if (rc) {
+            tv__seterr(err, rc, "model '%s' generation %" PRId64 ": device %u: no device info",
+                       g->name, g->gen, i);
+            goto fail;
+        }
+        if (g->devs[i].fd >= 0 && g->devs[i].reason == 0 &&
+            tv__lcm_u64(align, g->devs[i].io_align, &align)) {
+            rc = tv__seterr(err, TV_E_OVERFLOW, "model '%s': io alignment of device %u overflows",
+                            g->name, i);
+            goto fail;
+        }
+    }
+    for (uint32_t i = 0; i < g->n_replicas; i++) {
+        rc = tv__snap_replica(snap, i, &g->replicas[i], err);
+        if (rc)
+            goto fail;
+        if (g->replicas[i].device >= g->n_devs) {
+            rc = tv__seterr(err, TV_E_SNAPSHOT, "model '%s': replica %u names device %u of %u",
+                            g->name, i, g->replicas[i].device, g->n_devs);
+            goto fail;
+        }
+    }
+    for (uint32_t i = 0; i < g->n_shards; i++) {
+        tv__snap_shard_info si;
+        rc = tv__snap_shard(snap, i, &si, err);
+        if (rc)
+            goto fail;
+        g->shards[i] = (fp_shard){.data_off = si.data_off,
+                                  .file_len = si.file_len,
+                                  .first_replica = si.first_replica,
+                                  .n_replicas = si.n_replicas};
+    }
+    slot_len = fp->o.slot_len;
+    if (tv__lcm_u64(slot_len, align, &slot_len) || slot_len > FP_MAX_SLOT_LEN) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "model '%s': slot_len %u raised to the devices' io alignment %" PRIu64
+                        " is over %u bytes",
+                        g->name, fp->o.slot_len, align, FP_MAX_SLOT_LEN);
+        goto fail;
+    }
+    if (tv__mul_u64(slot_len, fp->o.group_slots, &arena_len) || arena_len > (16ull << 30)) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "model '%s': arena of %u slots x %" PRIu64 " bytes is over 16 GiB", g->name,
+                        fp->o.group_slots, slot_len);
+        goto fail;
+    }
+    g->slot_len = (uint32_t)slot_len;
+    g->n_slots = fp->o.group_slots;
+    g->arena_len = (size_t)arena_len;
+    g->slots = calloc(g->n_slots, sizeof(*g->slots));
+    if (!g->slots) {
+        rc =
+            tv__seterr(err, -ENOMEM, "model '%s': out of memory for %u slots", g->name, g->n_slots);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < g->n_slots; i++) {
+        g->slots[i].prev = g->slots[i].next = -1;
+        lru_push_tail(g, i);
+    }
+    rc = make_snap_memfd(g, err);
+    if (rc)
+        goto fail;
+    rc = make_arena(g, align, err);
+    if (rc)
+        goto fail;
+    g->queue_depth = g->n_slots < FP_MAX_QUEUE_DEPTH ? g->n_slots : FP_MAX_QUEUE_DEPTH;
+    tv__aio_opts ao = {.engine = fp->o.engine,
+                       .queue_depth = g->queue_depth,
+                       .region = g->arena,
+                       .region_len = g->arena_len};
+    rc = tv__aio_create(&ao, &g->aio, err);
+    if (rc)
+        goto fail;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &g->ev};
+    if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, tv__aio_event_fd(g->aio), &ev)) {
+        rc = tv__seterr(err, -errno, "model '%s': epoll_ctl for the read completions: %s", g->name,
+                        strerror(errno));
+        tv__aio_destroy(g->aio);
+        g->aio = NULL;
+        goto fail;
+    }
+    g->next = fp->g_head;
+    if (fp->g_head)
+        fp->g_head->prev = g;
+    fp->g_head = g;
+    fp->n_groups++;
+    atomic_fetch_add(&fp->st_groups, 1);
+    tv__log(TV_LOG_INFO, "fastpath: model '%s' generation %" PRId64 " opened: %u slots of %u bytes",
+            g->name, g->gen, g->n_slots, g->slot_len);
+    *out = g;
+    return 0;
+fail:
+    group_free(g);
+    return rc;
+}
+
+static int default_admit(tv__fp *fp, const char *model, const fp_session *s, tv_error *err)
+{
+    if (s->uid == fp->uid)
+        return 0;
+    for (size_t i = 0; i < s->n_gids; i++)
+        if (s->gids[i] == fp->gid)
+            return 0;
+    return tv__seterr(
+        err, TV_E_PEER_DENIED, "uid %u (gid %u) may not open model '%s' (allowed: uid:%u gid:%u)",
+        (unsigned)s->uid, (unsigned)s->gid, model, (unsigned)fp->uid, (unsigned)fp->gid);
+}
+
+int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **out, bool *refused,
+                      tv_error *err)
+{
+    tv_open_opts oo = {.engine = fp->o.engine, .no_direct = fp->o.no_direct};
+    tv_model *m = NULL;
+    const char *name;
+    int64_t gen;
+    int rc;
+    *refused = false;
+    rc = tv_model_open(fp->store_dir, spec, &oo, &m, err);
+    if (rc)
+        return rc;
+    name = tv_model_name(m);
+    gen = tv_model_generation(m);
+    if (fp->o.admit)
+        rc = fp->o.admit(fp->o.admit_ctx, name, gen, s->pid, s->uid, s->gids, s->n_gids, err);
+    else
+        rc = default_admit(fp, name, s, err);
+    if (rc) {
+        if (err && !err->msg[0])
+            tv__seterr(err, rc, "uid %u may not open model '%s'", (unsigned)s->uid, name);
+        *refused = true;
+        tv_model_close(m);
+        return rc;
+    }
+    for (fp_group *g = fp->g_head; g; g = g->next) {
+        if (g->gen == gen && strcmp(g->name, name) == 0) {
+            tv_model_close(m); /* the group's model holds the lease */
+            g->n_handles++;
+            *out = g;
+            return 0;
+        }
+    }
+    if (fp->n_groups >= fp->o.max_groups) {
+        rc = tv__seterr(
+            err, TV_E_BUSY,
+            "fastpath: %u model generations are open (max_groups): '%s' generation %" PRId64
+            " cannot be opened now",
+            fp->n_groups, name, gen);
+        tv_model_close(m);
+        return rc;
+    }
+    rc = group_create(fp, m, out, err); /* takes m */
+    if (rc == 0)
+        (*out)->n_handles = 1;
+    return rc;
+}

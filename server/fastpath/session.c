@@ -1,0 +1,892 @@
+/* Fast-path sessions: the per-connection state machine (HELLO, then OPEN /
+ * READ / RELEASE / CLOSE), its requests and their chunk cursors, the
+ * round-robin scheduler over sessions, and the outbox of encoded messages
+ * the socket has not taken yet.
+ *
+ * Invariants:
+ *   - nothing here blocks on a client: messages go out with non-blocking
+ *     sends; what the socket refuses waits in the outbox, bounded by
+ *     credit + max_requests + a few control messages (entries counted): a
+ *     session whose outbox is still past it after a send attempt is closed
+ *     as a protocol error;
+ *   - CHUNK and DONE entries of a turn are batched (chunks flushed before
+ *     dones, and both before any other message), so every CHUNK of a request
+ *     precedes its DONE and an ERROR naming a request precedes its DONE;
+ *   - a request is issued one chunk per scheduling round while its session
+ *     holds fewer than credit references + waits; a chunk in the table is
+ *     never read again (a wait, or a reference on the ready slot);
+ *   - every reference a session holds is counted per (handle, slot): a
+ *     RELEASE of one not held is fatal, and a handle's close or the
+ *     session's end gives every one back. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fastpath/fp_internal.h"
+#include "util/sys.h"
+
+#define FP_INPUT_BATCH 64 /* messages read from one socket per turn */
+
+static uint64_t out_bound(const tv__fp *fp)
+{
+    return (uint64_t)fp->o.credit + fp->o.max_requests + 2ull * fp->o.max_handles + 64u;
+}
+
+/* ---- outbox ---- */
+
+static void close_fds(const int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            tv__sys.close(fds[i]);
+}
+
+/* Appends one encoded message (taking the fds). */
+static void out_push(fp_session *s, const void *buf, size_t len, const int *fds, size_t n_fds,
+                     uint32_t entries)
+{
+    fp_out *o;
+    if (s->doomed || len == 0) {
+        close_fds(fds, n_fds);
+        if (!s->doomed)
+            tv__fp_session_fail(s, TV_E_INTERNAL, "fastpath: a reply did not encode");
+        return;
+    }
+    o = malloc(sizeof(*o) + len);
+    if (!o) {
+        close_fds(fds, n_fds);
+        tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a reply");
+        return;
+    }
+    o->next = NULL;
+    o->len = (uint32_t)len;
+    o->entries = entries;
+    o->n_fds = (uint32_t)n_fds;
+    for (size_t i = 0; i < n_fds; i++)
+        o->fds[i] = fds[i];
+    memcpy(o->buf, buf, len);
+    if (s->out_tail)
+        s->out_tail->next = o;
+    else
+        s->out_head = o;
+    s->out_tail = o;
+    s->out_entries += entries;
+    s->dirty = true;
+}
+
+void tv__fp_session_flush(fp_session *s)
+{
+    tv__fp *fp = s->fp;
+    if (s->n_pchunk) {
+        size_t len = tv__fp_encode_chunk(fp->sbuf, sizeof fp->sbuf, s->pchunk, s->n_pchunk);
+        out_push(s, fp->sbuf, len, NULL, 0, s->n_pchunk);
+        s->n_pchunk = 0;
+    }
+    if (s->n_pdone) {
+        size_t len = tv__fp_encode_done(fp->sbuf, sizeof fp->sbuf, s->pdone, s->n_pdone);
+        out_push(s, fp->sbuf, len, NULL, 0, s->n_pdone);
+        s->n_pdone = 0;
+    }
+}
+
+/* A control message: after every pending entry. */
+static void out_control(fp_session *s, size_t len, const int *fds, size_t n_fds)
+{
+    tv__fp *fp = s->fp;
+    uint8_t *msg = malloc(len ? len : 1);
+    if (!msg) {
+        close_fds(fds, n_fds);
+        tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a reply");
+        return;
+    }
+    memcpy(msg, fp->sbuf, len); /* flushing below reuses sbuf */
+    tv__fp_session_flush(s);
+    out_push(s, msg, len, fds, n_fds, 1);
+    free(msg);
+}
+
+static void send_error(fp_session *s, int code, uint64_t req_id, uint32_t open_id, const char *msg)
+{
+    size_t len = tv__fp_encode_error(s->fp->sbuf, sizeof s->fp->sbuf, code, 0, req_id, open_id, msg,
+                                     strlen(msg));
+    out_control(s, len, NULL, 0);
+}
+
+static void push_done(fp_session *s, uint64_t req_id, int result, uint32_t handle)
+{
+    if (s->n_pdone == TV__FP_MAX_DONES)
+        tv__fp_session_flush(s);
+    s->pdone[s->n_pdone++] =
+        (tv__fp_done_ent){.req_id = req_id, .result = result, .handle = handle};
+    s->requests_done++;
+    s->dirty = true;
+}
+
+void tv__fp_session_on_output(fp_session *s)
+{
+    while (s->out_head && !s->doomed) {
+        fp_out *o = s->out_head;
+        tv_error err = {0};
+        int rc = tv__fp_send(s->fd, o->buf, o->len, o->fds, o->n_fds, &err);
+        if (rc == -EAGAIN)
+            break;
+        if (rc) {
+            tv__fp_session_drop(s, err.msg[0] ? err.msg : "send failed");
+            break;
+        }
+        s->out_head = o->next;
+        if (!s->out_head)
+            s->out_tail = NULL;
+        s->out_entries -= o->entries;
+        close_fds(o->fds, o->n_fds);
+        free(o);
+    }
+    if (!s->doomed && s->out_entries > out_bound(s->fp))
+        tv__fp_session_fail(s, TV_E_PROTOCOL,
+                            "the client does not read its replies: %" PRIu64
+                            " entries wait to be sent (at most %" PRIu64 ")",
+                            s->out_entries, out_bound(s->fp));
+    if (!s->doomed)
+        tv__fp_session_arm(s);
+}
+
+/* ---- doom ---- */
+
+void tv__fp_session_fail(fp_session *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    if (s->doomed)
+        return;
+    s->doomed = true;
+    s->fatal_code = code ? code : TV_E_PROTOCOL;
+    va_start(ap, fmt);
+    vsnprintf(s->fatal_msg, sizeof s->fatal_msg, fmt, ap);
+    va_end(ap);
+}
+
+void tv__fp_session_drop(fp_session *s, const char *why)
+{
+    if (s->doomed)
+        return;
+    s->doomed = true;
+    s->fatal_code = 0;
+    snprintf(s->why, sizeof s->why, "%s", why);
+}
+
+/* ---- requests ---- */
+
+static uint32_t req_hash(const fp_session *s, uint64_t id)
+{
+    id ^= id >> 31;
+    id *= 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(id >> 32) & s->hash_mask;
+}
+
+static fp_req *req_find(const fp_session *s, uint64_t id)
+{
+    for (fp_req *r = s->hash[req_hash(s, id)]; r; r = r->hnext)
+        if (r->req_id == id)
+            return r;
+    return NULL;
+}
+
+/* Unlinks r (its waits too) from everything and frees it. */
+static void req_remove(fp_req *r)
+{
+    fp_handle *h = r->h;
+    fp_session *s = h->s;
+    fp_group *g = h->g;
+    fp_wait *w = r->waits;
+    while (w) {
+        fp_wait *nx = w->rnext;
+        fp_slot *sl = &g->slots[w->slot];
+        if (w->sprev)
+            w->sprev->snext = w->snext;
+        else
+            sl->waits = w->snext;
+        if (w->snext)
+            w->snext->sprev = w->sprev;
+        s->waits--;
+        free(w);
+        w = nx;
+    }
+    if (s->issue == r)
+        s->issue = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->rq_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        s->rq_tail = r->prev;
+    fp_req **pp = &s->hash[req_hash(s, r->req_id)];
+    while (*pp && *pp != r)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = r->hnext;
+    s->n_reqs--;
+    h->n_reqs--;
+    s->fp->again = true;
+    free(r);
+}
+
+static void req_maybe_done(fp_req *r)
+{
+    if (r->next_k != r->end_k || r->n_waits)
+        return;
+    push_done(r->h->s, r->req_id, 0, r->h->id);
+    req_remove(r);
+}
+
+void tv__fp_req_fail(fp_req *r, int code, const char *msg)
+{
+    fp_handle *h = r->h;
+    fp_session *s = h->s;
+    tv__snap_tensor_info ti;
+    char text[TV__FP_MAX_TEXT + 1];
+    if (tv__snap_tensor(h->g->snap, r->tensor, &ti, NULL) == 0)
+        snprintf(text, sizeof text, "tensor '%.*s' (index %u): %s", (int)ti.name_len, ti.name,
+                 r->tensor, msg);
+    else
+        snprintf(text, sizeof text, "tensor %u: %s", r->tensor, msg);
+    send_error(s, code, r->req_id, 0, text);
+    push_done(s, r->req_id, code, h->id);
+    req_remove(r);
+}
+
+/* The CHUNK entry of request r for chunk k, now in slot idx. */
+static void emit_chunk(fp_req *r, uint64_t k, uint32_t idx, bool shared)
+{
+    fp_handle *h = r->h;
+    fp_session *s = h->s;
+    tv__fp *fp = s->fp;
+    uint64_t L = h->g->slot_len, kL = k * L; /* k < end_k: inside E, checked at READ */
+    uint64_t b = r->P > kL ? r->P : kL;
+    uint64_t e = r->E < kL + L ? r->E : kL + L;
+    uint64_t len = e - b;
+    if (s->n_pchunk == TV__FP_MAX_CHUNKS)
+        tv__fp_session_flush(s);
+    s->pchunk[s->n_pchunk++] = (tv__fp_chunk_ent){.req_id = r->req_id,
+                                                  .handle = h->id,
+                                                  .slot = idx,
+                                                  .slot_off = (uint32_t)(b - kL),
+                                                  .len = (uint32_t)len,
+                                                  .dest_off = b - r->P};
+    s->dirty = true;
+    h->bytes_delivered += len;
+    s->bytes_delivered += len;
+    atomic_fetch_add(&fp->st_delivered, len);
+    if (shared)
+        atomic_fetch_add(&fp->st_shared, len);
+}
+
+void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w)
+{
+    fp_slot *sl = &g->slots[idx];
+    fp_req *r = w->req;
+    fp_handle *h = r->h;
+    fp_session *s = h->s;
+    if (w->sprev)
+        w->sprev->snext = w->snext;
+    else
+        sl->waits = w->snext;
+    if (w->snext)
+        w->snext->sprev = w->sprev;
+    if (w->rprev)
+        w->rprev->rnext = w->rnext;
+    else
+        r->waits = w->rnext;
+    if (w->rnext)
+        w->rnext->rprev = w->rprev;
+    r->n_waits--;
+    s->waits--; /* the wait becomes a reference: credit use unchanged */
+    s->held++;
+    sl->refs++;
+    h->refs[idx]++;
+    emit_chunk(r, w->k, idx, w->shared);
+    free(w);
+    req_maybe_done(r);
+}
+
+static bool add_wait(fp_req *r, uint32_t idx, uint64_t k, bool shared)
+{
+    fp_session *s = r->h->s;
+    fp_slot *sl = &r->h->g->slots[idx];
+    fp_wait *w = calloc(1, sizeof(*w));
+    if (!w) {
+        tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a chunk wait");
+        return false;
+    }
+    w->req = r;
+    w->slot = idx;
+    w->k = k;
+    w->shared = shared;
+    w->snext = sl->waits;
+    if (sl->waits)
+        sl->waits->sprev = w;
+    sl->waits = w;
+    w->rnext = r->waits;
+    if (r->waits)
+        r->waits->rprev = w;
+    r->waits = w;
+    r->n_waits++;
+    s->waits++;
+    return true;
+}
+
+/* Issues the next chunk of the session's first unissued request. Returns
+ * false when it has to wait for a free slot. */
+static bool issue_one(fp_session *s)
+{
+    fp_req *r = s->issue;
+    fp_handle *h = r->h;
+    fp_group *g = h->g;
+    uint64_t k = r->next_k;
+    int32_t idx = tv__fp_slot_find(g, r->shard, k);
+    tv_error err = {0};
+    if (idx < 0) {
+        idx = tv__fp_slot_start(g, r->shard, k, s->id, &err);
+        if (idx == -1)
+            return false;
+        if (idx == -2) {
+            tv__fp_req_fail(r, err.code, err.msg);
+            return true;
+        }
+        r->next_k++;
+        if (r->next_k == r->end_k)
+            s->issue = r->next;
+        add_wait(r, (uint32_t)idx, k, false);
+        return true;
+    }
+    fp_slot *sl = &g->slots[idx];
+    r->next_k++;
+    if (r->next_k == r->end_k)
+        s->issue = r->next;
+    if (sl->state == FP_SLOT_READING) {
+        add_wait(r, (uint32_t)idx, k, sl->reader != s->id);
+        return true;
+    }
+    bool cached = sl->in_lru;
+    if (cached)
+        tv__fp_slot_take(g, (uint32_t)idx);
+    sl->state = FP_SLOT_READY;
+    sl->refs++;
+    h->refs[idx]++;
+    s->held++;
+    emit_chunk(r, k, (uint32_t)idx, cached || sl->reader != s->id);
+    req_maybe_done(r);
+    return true;
+}
+
+bool tv__fp_schedule(tv__fp *fp)
+{
+    bool any = false, progress;
+    fp->again = false;
+    do {
+        progress = false;
+        for (fp_session *s = fp->s_head; s; s = s->next) {
+            if (s->doomed || !s->issue || s->held + s->waits >= fp->o.credit)
+                continue;
+            if (issue_one(s))
+                progress = true;
+        }
+        any |= progress;
+    } while (progress);
+    return any;
+}
+
+/* ---- handles ---- */
+
+static fp_handle *handle_find(const fp_session *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->fp->o.max_handles; i++)
+        if (s->handles[i] && s->handles[i]->id == id)
+            return s->handles[i];
+    return NULL;
+}
+
+/* Closes handle h: its requests end (DONE CANCELLED when notify), its
+ * references return, then CLOSED (notify). */
+static void handle_close(fp_session *s, fp_handle *h, bool notify)
+{
+    fp_group *g = h->g;
+    uint32_t id = h->id;
+    fp_req *r = s->rq_head;
+    while (r) {
+        fp_req *nx = r->next;
+        if (r->h == h) {
+            if (notify)
+                push_done(s, r->req_id, TV_E_CANCELLED, h->id);
+            req_remove(r);
+        }
+        r = nx;
+    }
+    /* entries not encoded yet name references dropped now: never sent */
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < s->n_pchunk; i++)
+        if (s->pchunk[i].handle != id)
+            s->pchunk[kept++] = s->pchunk[i];
+    s->n_pchunk = kept;
+    for (uint32_t i = 0; i < s->n_pdone; i++) /* their requests end cancelled too */
+        if (s->pdone[i].handle == id && s->pdone[i].result == 0)
+            s->pdone[i].result = TV_E_CANCELLED;
+    for (uint32_t i = 0; i < g->n_slots; i++) {
+        if (!h->refs[i])
+            continue;
+        s->held -= h->refs[i];
+        tv__fp_slot_unref(g, i, h->refs[i]);
+    }
+    for (uint32_t i = 0; i < s->fp->o.max_handles; i++)
+        if (s->handles[i] == h)
+            s->handles[i] = NULL;
+    s->n_handles--;
+    tv__log(TV_LOG_INFO,
+            "fastpath: session %" PRIu64
+            " (pid %d uid %u): handle %u closed: model '%s' generation %" PRId64 ", %" PRIu64
+            " bytes delivered",
+            s->id, (int)s->pid, (unsigned)s->uid, id, g->name, g->gen, h->bytes_delivered);
+    free(h->refs);
+    free(h);
+    s->fp->again = true;
+    tv__fp_group_unref(g);
+    if (notify) {
+        size_t len = tv__fp_encode_close(s->fp->sbuf, sizeof s->fp->sbuf, TV__FP_CLOSED, id);
+        out_control(s, len, NULL, 0);
+    }
+}
+
+/* ---- messages ---- */
+
+static void on_hello(fp_session *s, const tv__fp_msg *m)
+{
+    tv__fp *fp = s->fp;
+    if (m->type != TV__FP_HELLO) {
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "the first message must be HELLO, not %s",
+                            tv__fp_type_name(m->type));
+        return;
+    }
+    if (m->u.hello.min_version > TV__FP_VERSION || m->u.hello.max_version < TV__FP_VERSION) {
+        tv__fp_session_fail(s, TV_E_VERSION,
+                            "the client speaks versions %u..%u, this daemon only version %u",
+                            m->u.hello.min_version, m->u.hello.max_version, TV__FP_VERSION);
+        return;
+    }
+    s->hello = true;
+    tv__fp_hello_ok ok = {.version = TV__FP_VERSION,
+                          .max_msg_len = TV__FP_MAX_MSG,
+                          .max_requests = fp->o.max_requests,
+                          .max_handles = fp->o.max_handles,
+                          .session_id = s->id};
+    size_t len = tv__fp_encode_hello_ok(fp->sbuf, sizeof fp->sbuf, &ok);
+    out_control(s, len, NULL, 0);
+}
+
+static void on_open(fp_session *s, const tv__fp_msg *m)
+{
+    tv__fp *fp = s->fp;
+    uint32_t open_id = m->u.open.open_id;
+    char spec[TV__FP_MAX_SPEC_COPY];
+    tv_error err = {0};
+    fp_group *g = NULL;
+    fp_handle *h = NULL;
+    bool refused = false;
+    int fds[TV__FP_N_FDS_OPENED] = {-1, -1};
+    uint32_t at = 0;
+    int rc;
+    size_t n = m->text_len < sizeof spec - 1 ? m->text_len : sizeof spec - 1;
+    memcpy(spec, m->text, n);
+    spec[n] = '\0';
+    if (s->n_handles >= fp->o.max_handles) {
+        tv__seterr(&err, TV_E_BUSY,
+                   "session %" PRIu64 " has %u handles open (max_handles): '%s' not opened", s->id,
+                   s->n_handles, spec);
+        send_error(s, TV_E_BUSY, 0, open_id, err.msg);
+        return;
+    }
+    rc = tv__fp_group_open(fp, s, spec, &g, &refused, &err);
+    if (rc) {
+        if (refused)
+            atomic_fetch_add(&fp->st_refused, 1);
+        tv__log(TV_LOG_WARN, "fastpath: session %" PRIu64 " (pid %d uid %u): OPEN '%s' %s: %s",
+                s->id, (int)s->pid, (unsigned)s->uid, spec, refused ? "refused" : "failed",
+                err.msg);
+        send_error(s, rc, 0, open_id, err.msg[0] ? err.msg : tv_strerror(rc));
+        return;
+    }
+    h = calloc(1, sizeof(*h));
+    if (h)
+        h->refs = calloc(g->n_slots, sizeof(*h->refs));
+    fds[0] = fcntl(g->snap_fd, F_DUPFD_CLOEXEC, 3);
+    fds[1] = fcntl(g->arena_fd, F_DUPFD_CLOEXEC, 3);
+    if (!h || !h->refs || fds[0] < 0 || fds[1] < 0) {
+        if (h)
+            free(h->refs);
+        free(h);
+        close_fds(fds, 2);
+        tv__fp_group_unref(g);
+        send_error(s, -ENOMEM, 0, open_id, "fastpath: out of memory or descriptors for a handle");
+        return;
+    }
+    while (s->handles[at])
+        at++;
+    h->id = ++s->next_handle;
+    h->s = s;
+    h->g = g;
+    snprintf(h->spec, sizeof h->spec, "%s", spec);
+    s->handles[at] = h;
+    s->n_handles++;
+    tv__fp_opened o = {.open_id = open_id,
+                       .handle = h->id,
+                       .generation = g->gen,
+                       .snap_len = g->snap_len,
+                       .arena_len = g->arena_len,
+                       .slot_len = g->slot_len,
+                       .n_slots = g->n_slots,
+                       .credit = fp->o.credit};
+    size_t len = tv__fp_encode_opened(fp->sbuf, sizeof fp->sbuf, &o);
+    out_control(s, len, fds, 2);
+    tv__log(TV_LOG_INFO,
+            "fastpath: session %" PRIu64
+            " (pid %d uid %u): opened '%s' as handle %u: model '%s' generation %" PRId64,
+            s->id, (int)s->pid, (unsigned)s->uid, spec, h->id, g->name, g->gen);
+}
+
+static void on_close(fp_session *s, const tv__fp_msg *m)
+{
+    fp_handle *h = handle_find(s, m->u.close.handle);
+    if (!h) {
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "CLOSE names handle %u, which is not open",
+                            m->u.close.handle);
+        return;
+    }
+    handle_close(s, h, true);
+}
+
+/* A request refused on its own (not fatal): ERROR then DONE. */
+static void req_refuse(fp_session *s, fp_handle *h, uint64_t req_id, int code, const char *msg)
+{
+    send_error(s, code, req_id, 0, msg);
+    push_done(s, req_id, code, h->id);
+}
+
+static void on_read(fp_session *s, const tv__fp_msg *m)
+{
+    tv__fp *fp = s->fp;
+    fp_handle *h = handle_find(s, m->u.list.handle);
+    tv_error err = {0};
+    if (!h) {
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "READ names handle %u, which is not open",
+                            m->u.list.handle);
+        return;
+    }
+    fp_group *g = h->g;
+    for (uint32_t i = 0; i < m->u.list.n && !s->doomed; i++) {
+        tv__fp_read_ent e;
+        tv__snap_tensor_info ti;
+        char msg[TV__FP_MAX_TEXT + 1];
+        uint64_t end = 0, P = 0, E = 0;
+        int rc = tv__fp_read_entry(m, i, &e, &err);
+        if (rc) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL, "%s", err.msg);
+            return;
+        }
+        if (req_find(s, e.req_id)) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL,
+                                "READ: request %" PRIu64 " is already outstanding", e.req_id);
+            return;
+        }
+        if (s->n_reqs >= fp->o.max_requests) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL,
+                                "READ: more than %u requests outstanding (max_requests)",
+                                fp->o.max_requests);
+            return;
+        }
+        if (e.tensor >= g->snap->n_tensors) {
+            snprintf(msg, sizeof msg,
+                     "model '%s' generation %" PRId64 ": tensor index %u out of range (%u tensors)",
+                     g->name, g->gen, e.tensor, g->snap->n_tensors);
+            req_refuse(s, h, e.req_id, TV_E_INVALID_ARG, msg);
+            continue;
+        }
+        rc = tv__snap_tensor(g->snap, e.tensor, &ti, &err);
+        if (rc) {
+            req_refuse(s, h, e.req_id, rc, err.msg);
+            continue;
+        }
+        if (tv__add_u64(e.off, e.len, &end) || end > ti.nbytes) {
+            snprintf(msg, sizeof msg,
+                     "model '%s' generation %" PRId64 ": tensor '%.*s': range of %" PRIu64
+                     " bytes at %" PRIu64 " is past its %" PRIu64 " bytes",
+                     g->name, g->gen, (int)ti.name_len, ti.name, e.len, e.off, ti.nbytes);
+            req_refuse(s, h, e.req_id, TV_E_INVALID_ARG, msg);
+            continue;
+        }
+        if (e.len == 0) {
+            push_done(s, e.req_id, 0, h->id);
+            continue;
+        }
+        const fp_shard *sh = &g->shards[ti.shard];
+        if (tv__add_u64(sh->data_off, ti.begin_off, &P) || tv__add_u64(P, e.off, &P) ||
+            tv__add_u64(P, e.len, &E) || E > sh->file_len) {
+            snprintf(msg, sizeof msg,
+                     "model '%s' generation %" PRId64 ": tensor '%.*s' lies outside its shard",
+                     g->name, g->gen, (int)ti.name_len, ti.name);
+            req_refuse(s, h, e.req_id, TV_E_SNAPSHOT, msg);
+            continue;
+        }
+        fp_req *r = calloc(1, sizeof(*r));
+        if (!r) {
+            tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a request");
+            return;
+        }
+        r->req_id = e.req_id;
+        r->h = h;
+        r->tensor = e.tensor;
+        r->shard = ti.shard;
+        r->P = P;
+        r->E = E;
+        r->next_k = P / g->slot_len;
+        r->end_k = (E - 1) / g->slot_len + 1;
+        r->prev = s->rq_tail;
+        if (s->rq_tail)
+            s->rq_tail->next = r;
+        else
+            s->rq_head = r;
+        s->rq_tail = r;
+        uint32_t b = req_hash(s, r->req_id);
+        r->hnext = s->hash[b];
+        s->hash[b] = r;
+        if (!s->issue)
+            s->issue = r;
+        s->n_reqs++;
+        h->n_reqs++;
+    }
+}
+
+static void on_release(fp_session *s, const tv__fp_msg *m)
+{
+    fp_handle *h = handle_find(s, m->u.list.handle);
+    tv_error err = {0};
+    if (!h) {
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "RELEASE names handle %u, which is not open",
+                            m->u.list.handle);
+        return;
+    }
+    for (uint32_t i = 0; i < m->u.list.n; i++) {
+        uint32_t slot = 0;
+        if (tv__fp_release_entry(m, i, &slot, &err)) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL, "%s", err.msg);
+            return;
+        }
+        if (slot >= h->g->n_slots || h->refs[slot] == 0) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL, "slot %u of handle %u released but not held",
+                                slot, h->id);
+            return;
+        }
+        h->refs[slot]--;
+        s->held--;
+        tv__fp_slot_unref(h->g, slot, 1);
+        s->fp->again = true;
+    }
+}
+
+static void on_message(fp_session *s, const uint8_t *buf, size_t len)
+{
+    tv__fp_msg m;
+    tv_error err = {0};
+    int rc = tv__fp_decode(buf, len, s->hello ? TV__FP_VERSION : 0, &m, &err);
+    if (rc) {
+        tv__fp_session_fail(s, rc == TV_E_VERSION ? TV_E_VERSION : TV_E_PROTOCOL, "%s",
+                            err.msg[0] ? err.msg : tv_strerror(rc));
+        return;
+    }
+    if (!s->hello) {
+        on_hello(s, &m);
+        return;
+    }
+    switch (m.type) {
+    case TV__FP_OPEN:
+        on_open(s, &m);
+        break;
+    case TV__FP_CLOSE:
+        on_close(s, &m);
+        break;
+    case TV__FP_READ:
+        on_read(s, &m);
+        break;
+    case TV__FP_RELEASE:
+        on_release(s, &m);
+        break;
+    case TV__FP_HELLO:
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "a second HELLO");
+        break;
+    default:
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "%s is a message the daemon sends, not the client",
+                            tv__fp_type_name(m.type));
+        break;
+    }
+}
+
+void tv__fp_session_on_input(fp_session *s)
+{
+    tv__fp *fp = s->fp;
+    for (int i = 0; i < FP_INPUT_BATCH && !s->doomed; i++) {
+        int fds[4] = {-1, -1, -1, -1};
+        size_t n_fds = 0;
+        tv_error err = {0};
+        ssize_t n =
+            tv__fp_recv(s->fd, fp->rbuf, sizeof fp->rbuf, fds, TV_ARRAY_LEN(fds), &n_fds, &err);
+        if (n == -EAGAIN)
+            break;
+        if (n == 0) {
+            tv__fp_session_drop(s, "the client closed the connection");
+            break;
+        }
+        if (n < 0) {
+            if (n == TV_E_PROTOCOL)
+                tv__fp_session_fail(s, TV_E_PROTOCOL, "%s", err.msg);
+            else
+                tv__fp_session_drop(s, err.msg[0] ? err.msg : tv_strerror((int)n));
+            break;
+        }
+        if (n_fds) {
+            close_fds(fds, n_fds);
+            tv__fp_session_fail(s, TV_E_PROTOCOL, "file descriptors are not accepted");
+            break;
+        }
+        on_message(s, fp->rbuf, (size_t)n);
+        tv__fp_session_flush(s);
+        tv__fp_session_on_output(s);
+    }
+}
+
+/* ---- life ---- */
+
+int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
+{
+    fp_session *s = calloc(1, sizeof(*s));
+    struct ucred cred = {0};
+    socklen_t cl = sizeof cred;
+    uint32_t buckets = 64;
+    if (!s)
+        return -ENOMEM;
+    while (buckets < fp->o.max_requests && buckets < (1u << 20))
+        buckets <<= 1;
+    s->fp = fp;
+    s->fd = fd;
+    s->ev.kind = FP_EV_SESSION;
+    s->ev.ptr = s;
+    s->hash_mask = buckets - 1;
+    s->hash = calloc(buckets, sizeof(*s->hash));
+    s->handles = calloc(fp->o.max_handles, sizeof(*s->handles));
+    s->pchunk = malloc(TV__FP_MAX_CHUNKS * sizeof(*s->pchunk));
+    s->pdone = malloc(TV__FP_MAX_DONES * sizeof(*s->pdone));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+        s->pid = cred.pid;
+        s->uid = cred.uid;
+        s->gid = cred.gid;
+    } else {
+        s->uid = (uid_t)-1;
+        s->gid = (gid_t)-1;
+    }
+    /* primary gid first, then the supplementary groups */
+    socklen_t gl = 64 * sizeof(gid_t);
+    gid_t *sup = malloc(gl);
+    if (sup && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, sup, &gl) != 0) {
+        if (errno == ERANGE && gl > 0) {
+            gid_t *more = realloc(sup, gl);
+            if (more && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, more, &gl) == 0)
+                sup = more;
+            else {
+                free(more ? more : sup);
+                sup = NULL;
+                gl = 0;
+            }
+        } else {
+            gl = 0;
+        }
+    }
+    size_t n_sup = sup ? gl / sizeof(gid_t) : 0;
+    s->gids = malloc((n_sup + 1) * sizeof(gid_t));
+    if (s->gids) {
+        s->gids[0] = s->gid;
+        for (size_t i = 0; i < n_sup; i++)
+            s->gids[1 + i] = sup[i];
+        s->n_gids = n_sup + 1;
+    }
+    free(sup);
+    if (!s->hash || !s->handles || !s->pchunk || !s->pdone || !s->gids) {
+        free(s->hash);
+        free(s->handles);
+        free(s->pchunk);
+        free(s->pdone);
+        free(s->gids);
+        free(s);
+        return -ENOMEM;
+    }
+    s->id = ++fp->next_session_id;
+    s->connected_unix = (int64_t)time(NULL);
+    *out = s;
+    return 0;
+}
+
+void tv__fp_session_destroy(fp_session *s)
+{
+    tv__fp *fp = s->fp;
+    uint64_t bytes = s->bytes_delivered;
+    for (uint32_t i = 0; i < fp->o.max_handles; i++)
+        if (s->handles[i])
+            handle_close(s, s->handles[i], false);
+    while (s->out_head) {
+        fp_out *o = s->out_head;
+        s->out_head = o->next;
+        close_fds(o->fds, o->n_fds);
+        free(o);
+    }
+    if (s->fatal_code) {
+        tv_error err = {0};
+        size_t len =
+            tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, s->fatal_code, TV__FP_ERROR_FATAL, 0, 0,
+                                s->fatal_msg, strlen(s->fatal_msg));
+        if (len)
+            (void)tv__fp_send(s->fd, fp->sbuf, len, NULL, 0, &err);
+        if (s->fatal_code == TV_E_PROTOCOL || s->fatal_code == TV_E_VERSION)
+            atomic_fetch_add(&fp->st_protocol, 1);
+        tv__log(TV_LOG_WARN, "fastpath: session %" PRIu64 " (pid %d uid %u) closed: %s (%s)", s->id,
+                (int)s->pid, (unsigned)s->uid, s->fatal_msg, tv_err_name(s->fatal_code));
+    }
+    tv__log(TV_LOG_INFO,
+            "fastpath: session %" PRIu64 " (pid %d uid %u) ended: %s; %" PRIu64
+            " bytes delivered, %" PRIu64 " requests",
+            s->id, (int)s->pid, (unsigned)s->uid,
+            s->fatal_code ? "closed by the daemon" : (s->why[0] ? s->why : "stopped"), bytes,
+            s->requests_done);
+    shutdown(s->fd, SHUT_RDWR);
+    epoll_ctl(fp->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
+    tv__sys.close(s->fd);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        fp->s_head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        fp->s_tail = s->prev;
+    fp->n_sessions--;
+    atomic_fetch_sub(&fp->st_sessions, 1);
+    free(s->hash);
+    free(s->handles);
+    free(s->pchunk);
+    free(s->pdone);
+    free(s->gids);
+    free(s);
+}

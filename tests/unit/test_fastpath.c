@@ -1,0 +1,1553 @@
+/* Unit tests of the fast-path server (server/fastpath: tv__fp_start/stop,
+ * sessions, read groups, fan-out, credit, close paths, leases) on a store
+ * built here: a file image with one imported checkpoint of ~1.2 MiB (about
+ * 19 chunks of the 64 KiB slots used here), served by tv__fp on a socket in
+ * a temp directory with buffered reads, and spoken to from the test with
+ * the wire codec (client/wire.h) over real SOCK_SEQPACKET sockets.
+ *
+ * Invariants checked: every tensor (and sub-ranges) read through the fast
+ * path equals what the in-process reader returns; the snapshot memfd and
+ * the arena are sealed as documented and cannot be mapped writable; two
+ * sessions reading the same tensors at once cause about one device copy
+ * (shared bytes > 0); a session that never releases gets exactly `credit`
+ * CHUNK entries and nothing more while another session completes; every
+ * protocol violation (double release, release never held, unknown handle,
+ * a message before HELLO, a bad version, descriptors sent by the client, a
+ * truncated datagram, a server-to-client type) ends that session with a
+ * fatal ERROR then EOF while another session keeps working; CLOSE with
+ * requests outstanding answers DONE CANCELLED before CLOSED; a client that
+ * vanishes gives its slots back; a handle holds the generation's lease and
+ * its close releases it; admit refusals are ERROR TV_E_PEER_DENIED, not
+ * fatal; a live socket is not taken over, a stale one is; a failing replica
+ * is replaced by the other, and a chunk that fails on every replica fails
+ * its request (ERROR naming model, tensor, device, offset, then DONE) and
+ * nothing else; a handle keeps its generation when the active one moves;
+ * max_groups / max_handles refuse that OPEN only; a client that never reads
+ * is closed once its outbox passes the bound. Everything runs twice: with
+ * the pread engine and with AUTO (io_uring where the kernel has it). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client/wire.h"
+#include "fastpath/fastpath.h"
+#include "import/import.h"
+#include "snap/snapfile.h"
+#include "snap/snapshot.h"
+#include "store/snapbuild.h"
+#include "store/store.h"
+#include "tensorvault/tensorvault.h"
+#include "util/sys.h"
+#include "tv_test.h"
+
+#define MODEL   "fp/demo"
+#define SLOT    (64u * 1024u)
+#define NSLOTS  16u
+#define CREDIT  8u
+#define MAXT    16
+#define WAIT_MS 10000
+
+static const tv_test_tensor_nd g_spec[] = {
+    {"a", "F32", "[100000]", 400000}, {"b", "U8", "[3]", 3},
+    {"c", "F16", "[150001]", 300002}, {"empty", "F32", "[0]", 0},
+    {"d", "U8", "[333333]", 333333},  {"e", "BF16", "[2,50000]", 200000},
+};
+
+static struct {
+    char dir[128], store[192], image[2][192], ck[192], ck2[192], sock[192];
+    size_t n_tensors;
+    char names[MAXT][16];
+    uint8_t *ref[MAXT];
+    uint64_t ref_len[MAXT];
+    uint64_t file_len;
+    int engine;
+} g;
+
+static tv__fp *g_fp;
+static int g_run_engine; /* the read engine of this run of the group */
+
+/* ---- the store ---------------------------------------------------------- */
+
+/* Two file images; generation 1 (active) replicated on both, generation 2
+ * (another seed, not active) on the first. */
+static int group_setup(void **state)
+{
+    tv_error err = {0};
+    tv__store *st = NULL;
+    tv_model *m = NULL;
+    int64_t ids[2];
+    (void)state;
+    g.engine = g_run_engine;
+    tv_test_tmpdir(g.dir, sizeof g.dir, "fp");
+    tv_test_path(g.store, sizeof g.store, "%s/store", g.dir);
+    tv_test_path(g.ck, sizeof g.ck, "%s/ck.safetensors", g.dir);
+    tv_test_path(g.ck2, sizeof g.ck2, "%s/ck2.safetensors", g.dir);
+    tv_test_path(g.sock, sizeof g.sock, "%s/run/tv.sock", g.dir);
+    g.file_len = tv_test_write_shard_nd(g.ck, g_spec, TV_ARRAY_LEN(g_spec), 3);
+    tv_test_write_shard_nd(g.ck2, g_spec, TV_ARRAY_LEN(g_spec), 4);
+    for (int i = 0; i < 2; i++) {
+        tv_test_path(g.image[i], sizeof g.image[i], "%s/image%d", g.dir, i);
+        tv__store_init_opts o = {.image = g.image[i], .image_size_bytes = 16u << 20};
+        if (tv__store_init(g.store, &o, &ids[i], &err))
+            fail_msg("store init: %s", err.msg);
+    }
+    if (tv__store_open(g.store, TV__STORE_WRITE, &st, &err))
+        fail_msg("store open: %s", err.msg);
+    tv__import_opts io = {.activate = true, .strict = true, .devices = ids, .n_devices = 2};
+    if (tv__import(st, MODEL, g.ck, &io, NULL, &err))
+        fail_msg("import: %s", err.msg);
+    tv__import_opts io2 = {.strict = true};
+    if (tv__import(st, MODEL, g.ck2, &io2, NULL, &err))
+        fail_msg("import 2: %s", err.msg);
+    tv__store_close(st);
+    tv_open_opts oo = {.no_direct = true};
+    if (tv_model_open(g.store, MODEL, &oo, &m, &err))
+        fail_msg("model open: %s", err.msg);
+    assert_int_equal(tv_model_generation(m), 1);
+    assert_int_equal(tv_model_n_devices(m), 2);
+    g.n_tensors = tv_model_n_tensors(m);
+    assert_int_equal(g.n_tensors, TV_ARRAY_LEN(g_spec));
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        tv_tensor_desc d;
+        assert_int_equal(tv_model_tensor(m, i, &d), 0);
+        snprintf(g.names[i], sizeof g.names[i], "%s", d.name);
+        g.ref_len[i] = d.nbytes;
+        g.ref[i] = malloc(d.nbytes ? d.nbytes : 1);
+        assert_non_null(g.ref[i]);
+        if (d.nbytes)
+            assert_int_equal(tv_read_into(m, d.name, g.ref[i], d.nbytes, &err), 0);
+    }
+    tv_model_close(m);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < g.n_tensors; i++)
+        free(g.ref[i]);
+    tv_test_rmtree(g.dir);
+    memset(&g, 0, sizeof g);
+    return 0;
+}
+
+static size_t tensor_index(const char *name)
+{
+    for (size_t i = 0; i < g.n_tensors; i++)
+        if (strcmp(g.names[i], name) == 0)
+            return i;
+    fail_msg("no tensor %s", name);
+    return 0;
+}
+
+/* ---- the server --------------------------------------------------------- */
+
+static tv__fp_opts base_opts(void)
+{
+    return (tv__fp_opts){.socket_path = g.sock,
+                         .store_dir = g.store,
+                         .no_direct = true,
+                         .engine = g.engine,
+                         .slot_len = SLOT,
+                         .group_slots = NSLOTS,
+                         .credit = CREDIT,
+                         .max_sessions = 8,
+                         .max_requests = 256,
+                         .max_handles = 4};
+}
+
+static void fp_up(const tv__fp_opts *o)
+{
+    tv_error err = {0};
+    int rc = tv__fp_start(o, &g_fp, &err);
+    if (rc)
+        fail_msg("tv__fp_start: %s (%d)", err.msg, rc);
+}
+
+static int setup_fp(void **state)
+{
+    (void)state;
+    tv__fp_opts o = base_opts();
+    fp_up(&o);
+    return 0;
+}
+
+static int teardown_fp(void **state)
+{
+    (void)state;
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+    return 0;
+}
+
+static tv__fp_stats stats(void)
+{
+    tv__fp_stats s;
+    tv__fp_get_stats(g_fp, &s);
+    return s;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- a small client ----------------------------------------------------- */
+
+typedef struct creq {
+    uint64_t id;
+    uint32_t tensor;
+    uint8_t *dest;
+    uint64_t len;
+    bool done;
+    int result;
+    int n_err;
+} creq;
+
+typedef struct cl {
+    int fd;
+    uint64_t session;
+    uint32_t handle;
+    tv__fp_opened op;
+    int snap_fd, arena_fd;
+    const uint8_t *arena;
+    bool auto_release;
+    uint32_t held[4096];
+    size_t n_held;
+    bool deferred; /* keep CHUNK entries, copy them at release time */
+    tv__fp_chunk_ent later[4096];
+    size_t n_later;
+    creq reqs[64];
+    size_t n_reqs;
+    size_t n_chunks;
+    int err_code;
+    uint32_t err_flags;
+    uint32_t err_open;
+    uint64_t err_req;
+    char err_text[TV__FP_MAX_TEXT + 1];
+    uint32_t closed;
+    bool eof;
+} cl;
+
+static uint8_t g_buf[TV__FP_MAX_MSG];
+
+static void sock_addr(struct sockaddr_un *sa)
+{
+    size_t n = strlen(g.sock);
+    assert_true(n < sizeof sa->sun_path);
+    memcpy(sa->sun_path, g.sock, n + 1);
+}
+
+static void cl_connect(cl *c)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memset(c, 0, sizeof(*c));
+    c->snap_fd = c->arena_fd = -1;
+    c->auto_release = true;
+    c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(c->fd >= 0);
+    sock_addr(&sa);
+    assert_int_equal(connect(c->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+}
+
+static void cl_send(cl *c, const void *buf, size_t len)
+{
+    tv_error err = {0};
+    assert_true(len > 0);
+    int rc = tv__fp_send(c->fd, buf, len, NULL, 0, &err);
+    if (rc)
+        fail_msg("send: %s (%d)", err.msg, rc);
+}
+
+/* One datagram into g_buf: its length, 0 at EOF, -1 on timeout. */
+static ssize_t cl_recv(cl *c, int *fds, size_t *n_fds, int timeout_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    tv_error err = {0};
+    size_t nf = 0;
+    int rc = poll(&p, 1, timeout_ms);
+    if (rc == 0)
+        return -1;
+    assert_int_equal(rc, 1);
+    ssize_t n =
+        tv__fp_recv(c->fd, g_buf, sizeof g_buf, fds, fds ? TV__FP_N_FDS_OPENED : 0, &nf, &err);
+    if (n == -ECONNRESET)
+        n = 0;
+    if (n < 0)
+        fail_msg("recv: %s (%zd)", err.msg, n);
+    if (n_fds)
+        *n_fds = nf;
+    return n;
+}
+
+static void cl_hello(cl *c)
+{
+    tv__fp_msg m;
+    tv_error err = {0};
+    cl_send(c, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1));
+    ssize_t n = cl_recv(c, NULL, NULL, WAIT_MS);
+    assert_true(n > 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 0, &m, &err), 0);
+    assert_int_equal(m.type, TV__FP_HELLO_OK);
+    assert_int_equal(m.u.hello_ok.version, 1);
+    assert_int_equal(m.u.hello_ok.max_msg_len, TV__FP_MAX_MSG);
+    assert_true(m.u.hello_ok.session_id >= 1);
+    c->session = m.u.hello_ok.session_id;
+}
+
+static creq *cl_find(cl *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_reqs; i++)
+        if (c->reqs[i].id == id)
+            return &c->reqs[i];
+    fail_msg("reply for unknown request %llu", (unsigned long long)id);
+    return NULL;
+}
+
+static void cl_release(cl *c, const uint32_t *slots, size_t n)
+{
+    if (n)
+        cl_send(c, g_buf,
+                tv__fp_encode_release(g_buf, sizeof g_buf, c->handle, slots, (uint32_t)n));
+}
+
+/* Handles one message; returns its type, 0 at EOF, -1 on timeout. */
+static int cl_pump(cl *c, int timeout_ms)
+{
+    int fds[TV__FP_N_FDS_OPENED];
+    size_t nf = 0;
+    tv__fp_msg m;
+    tv_error err = {0};
+    ssize_t n = cl_recv(c, fds, &nf, timeout_ms);
+    if (n <= 0) {
+        if (n == 0)
+            c->eof = true;
+        return (int)n;
+    }
+    assert_int_equal(nf, 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 1, &m, &err), 0);
+    switch (m.type) {
+    case TV__FP_CHUNK: {
+        uint32_t rel[TV__FP_MAX_CHUNKS];
+        size_t n_rel = 0;
+        for (uint32_t i = 0; i < m.u.list.n; i++) {
+            tv__fp_chunk_ent e;
+            assert_int_equal(tv__fp_chunk_entry(&m, i, &e, &err), 0);
+            creq *r = cl_find(c, e.req_id);
+            assert_false(r->done);
+            assert_int_equal(e.handle, c->handle);
+            assert_true(e.slot < c->op.n_slots);
+            assert_true((uint64_t)e.slot_off + e.len <= c->op.slot_len);
+            assert_true(e.dest_off + e.len <= r->len);
+            c->n_chunks++;
+            if (c->deferred) {
+                assert_true(c->n_later < TV_ARRAY_LEN(c->later));
+                c->later[c->n_later++] = e;
+                continue;
+            }
+            memcpy(r->dest + e.dest_off, c->arena + (size_t)e.slot * c->op.slot_len + e.slot_off,
+                   e.len);
+            if (c->auto_release)
+                rel[n_rel++] = e.slot;
+            else
+                c->held[c->n_held++] = e.slot;
+        }
+        cl_release(c, rel, n_rel);
+        break;
+    }
+    case TV__FP_DONE:
+        for (uint32_t i = 0; i < m.u.list.n; i++) {
+            tv__fp_done_ent e;
+            assert_int_equal(tv__fp_done_entry(&m, i, &e, &err), 0);
+            creq *r = cl_find(c, e.req_id);
+            assert_false(r->done);
+            r->done = true;
+            r->result = e.result;
+        }
+        break;
+    case TV__FP_ERROR:
+        c->err_code = m.u.error.code;
+        c->err_flags = m.u.error.flags;
+        c->err_open = m.u.error.open_id;
+        c->err_req = m.u.error.req_id;
+        snprintf(c->err_text, sizeof c->err_text, "%.*s", (int)m.text_len, m.text);
+        if (m.u.error.req_id)
+            cl_find(c, m.u.error.req_id)->n_err++;
+        break;
+    case TV__FP_CLOSED:
+        c->closed = m.u.close.handle;
+        break;
+    default:
+        fail_msg("unexpected %s", tv__fp_type_name(m.type));
+    }
+    return m.type;
+}
+
+/* OPEN spec: 0 (handle mapped) or the ERROR's code. */
+static int cl_open(cl *c, const char *spec, uint32_t open_id)
+{
+    int fds[TV__FP_N_FDS_OPENED] = {-1, -1};
+    size_t nf = 0;
+    tv__fp_msg m;
+    tv_error err = {0};
+    cl_send(c, g_buf, tv__fp_encode_open(g_buf, sizeof g_buf, open_id, spec, strlen(spec)));
+    ssize_t n = cl_recv(c, fds, &nf, WAIT_MS);
+    assert_true(n > 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 1, &m, &err), 0);
+    if (m.type == TV__FP_ERROR) {
+        assert_int_equal(nf, 0);
+        c->err_code = m.u.error.code;
+        c->err_flags = m.u.error.flags;
+        c->err_open = m.u.error.open_id;
+        snprintf(c->err_text, sizeof c->err_text, "%.*s", (int)m.text_len, m.text);
+        return m.u.error.code;
+    }
+    assert_int_equal(m.type, TV__FP_OPENED);
+    assert_int_equal(nf, 2);
+    c->op = m.u.opened;
+    assert_int_equal(c->op.open_id, open_id);
+    c->handle = c->op.handle;
+    c->snap_fd = fds[0];
+    c->arena_fd = fds[1];
+    void *p = mmap(NULL, c->op.arena_len, PROT_READ, MAP_SHARED, c->arena_fd, 0);
+    assert_true(p != MAP_FAILED);
+    c->arena = p;
+    return 0;
+}
+
+static void cl_close(cl *c)
+{
+    if (c->arena)
+        munmap((void *)c->arena, c->op.arena_len);
+    if (c->snap_fd >= 0)
+        close(c->snap_fd);
+    if (c->arena_fd >= 0)
+        close(c->arena_fd);
+    for (size_t i = 0; i < c->n_reqs; i++)
+        free(c->reqs[i].dest);
+    if (c->fd >= 0)
+        close(c->fd);
+    memset(c, 0, sizeof(*c));
+    c->fd = c->snap_fd = c->arena_fd = -1;
+}
+
+/* A connected, greeted client with MODEL open. */
+static void cl_ready(cl *c)
+{
+    cl_connect(c);
+    cl_hello(c);
+    assert_int_equal(cl_open(c, MODEL, 1), 0);
+}
+
+static creq *cl_add(cl *c, uint32_t tensor, uint64_t off, uint64_t len)
+{
+    assert_true(c->n_reqs < TV_ARRAY_LEN(c->reqs));
+    creq *r = &c->reqs[c->n_reqs++];
+    (void)off;
+    *r = (creq){.id = 1000 + c->n_reqs, .tensor = tensor, .len = len};
+    r->dest = calloc(1, len ? len : 1);
+    assert_non_null(r->dest);
+    return r;
+}
+
+/* READ of [off, off + len) of tensor t. */
+static creq *cl_read(cl *c, uint32_t t, uint64_t off, uint64_t len)
+{
+    creq *r = cl_add(c, t, off, len);
+    tv__fp_read_ent e = {.req_id = r->id, .tensor = t, .off = off, .len = len};
+    cl_send(c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, c->handle, &e, 1));
+    return r;
+}
+
+/* One READ message with every tensor, whole. */
+static void cl_read_all(cl *c)
+{
+    tv__fp_read_ent e[MAXT];
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        creq *r = cl_add(c, (uint32_t)i, 0, g.ref_len[i]);
+        e[i] = (tv__fp_read_ent){.req_id = r->id, .tensor = (uint32_t)i, .len = g.ref_len[i]};
+    }
+    cl_send(c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, c->handle, e, (uint32_t)g.n_tensors));
+}
+
+static bool cl_all_done(const cl *c)
+{
+    for (size_t i = 0; i < c->n_reqs; i++)
+        if (!c->reqs[i].done)
+            return false;
+    return true;
+}
+
+static void cl_wait_all(cl *c)
+{
+    while (!cl_all_done(c)) {
+        int t = cl_pump(c, WAIT_MS);
+        if (t <= 0)
+            fail_msg("session %llu: %s while requests are outstanding (last error: %s)",
+                     (unsigned long long)c->session, t ? "timeout" : "EOF", c->err_text);
+    }
+}
+
+/* Every request of c done with 0 and equal to the reference bytes. */
+static void cl_check_all(const cl *c)
+{
+    for (size_t i = 0; i < c->n_reqs; i++) {
+        const creq *r = &c->reqs[i];
+        assert_true(r->done);
+        assert_int_equal(r->result, 0);
+        assert_int_equal(r->n_err, 0);
+        assert_int_equal(r->len, g.ref_len[r->tensor]);
+        if (r->len)
+            assert_memory_equal(r->dest, g.ref[r->tensor], r->len);
+    }
+}
+
+/* The session ends with a fatal ERROR of code, then EOF. */
+static void cl_expect_fatal(cl *c, int code, const char *text)
+{
+    for (;;) {
+        int t = cl_pump(c, WAIT_MS);
+        if (t <= 0)
+            fail_msg("no fatal ERROR before %s", t ? "timeout" : "EOF");
+        if (t == TV__FP_ERROR && (c->err_flags & TV__FP_ERROR_FATAL))
+            break;
+    }
+    assert_int_equal(c->err_code, code);
+    if (text && !strstr(c->err_text, text))
+        fail_msg("fatal ERROR '%s' does not say '%s'", c->err_text, text);
+    assert_int_equal(cl_pump(c, WAIT_MS), 0);
+}
+
+/* A client that reads tensor t whole and checks it (the session still works). */
+static void check_other_works(cl *c, uint32_t t)
+{
+    size_t first = c->n_reqs;
+    cl_read(c, t, 0, g.ref_len[t]);
+    cl_wait_all(c);
+    assert_int_equal(c->reqs[first].result, 0);
+    assert_memory_equal(c->reqs[first].dest, g.ref[t], g.ref_len[t]);
+}
+
+static bool leased(void)
+{
+    bool l = false;
+    tv_error err = {0};
+    assert_int_equal(tv__snapfile_try_exclusive(g.store, MODEL, 1, &l, &err), 0);
+    return l;
+}
+
+/* slots_held of session id once the daemon has read what the client sent
+ * (RELEASEs go out before the DONE that ends a wait): polled for a while. */
+static uint32_t slots_held_settled(uint64_t id, uint32_t want)
+{
+    uint32_t held = UINT32_MAX;
+    for (int i = 0; i < 300; i++) {
+        tv__fp_session_info *v = NULL;
+        size_t n = 0;
+        assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+        for (size_t j = 0; j < n; j++)
+            if (v[j].id == id)
+                held = v[j].slots_held;
+        tv__fp_sessions_free(v, n);
+        if (held == want)
+            break;
+        sleep_ms(10);
+    }
+    return held;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_read_every_tensor(void **state)
+{
+    (void)state;
+    cl c;
+    tv_error err = {0};
+    cl_ready(&c);
+    assert_int_equal(c.handle, 1);
+    assert_int_equal(c.op.generation, 1);
+    assert_int_equal(c.op.slot_len, SLOT);
+    assert_int_equal(c.op.n_slots, NSLOTS);
+    assert_int_equal(c.op.credit, CREDIT);
+    assert_true(c.op.arena_len >= (uint64_t)NSLOTS * SLOT);
+
+    /* the snapshot memfd: sealed, exactly the image of this generation */
+    struct stat sb;
+    assert_int_equal(fstat(c.snap_fd, &sb), 0);
+    assert_int_equal((uint64_t)sb.st_size, c.op.snap_len);
+    int seals = fcntl(c.snap_fd, F_GET_SEALS);
+    assert_int_equal(seals & (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                     F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    uint8_t *img = malloc(c.op.snap_len);
+    assert_non_null(img);
+    assert_int_equal(pread(c.snap_fd, img, c.op.snap_len, 0), (ssize_t)c.op.snap_len);
+    tv__snap snap;
+    assert_int_equal(tv__snap_open(img, c.op.snap_len, TV__SNAP_VERIFY_CHECKSUM, &snap, &err), 0);
+    const char *name;
+    size_t name_len;
+    assert_int_equal(tv__snap_model(&snap, &name, &name_len, &err), 0);
+    assert_int_equal(name_len, strlen(MODEL));
+    assert_memory_equal(name, MODEL, name_len);
+    assert_int_equal(snap.generation, c.op.generation);
+    assert_int_equal(snap.n_tensors, g.n_tensors);
+    free(img);
+
+    /* the arena: read-only for clients */
+    assert_int_equal(fstat(c.arena_fd, &sb), 0);
+    assert_int_equal((uint64_t)sb.st_size, c.op.arena_len);
+    seals = fcntl(c.arena_fd, F_GET_SEALS);
+    assert_true(seals & F_SEAL_FUTURE_WRITE);
+    assert_true(seals & F_SEAL_SEAL);
+    assert_true(mmap(NULL, c.op.arena_len, PROT_READ | PROT_WRITE, MAP_SHARED, c.arena_fd, 0) ==
+                MAP_FAILED);
+    assert_int_not_equal(ftruncate(c.arena_fd, 0), 0);
+
+    cl_read_all(&c);
+    cl_wait_all(&c);
+    cl_check_all(&c);
+
+    /* sub-ranges, unaligned, across chunk boundaries */
+    uint32_t a = (uint32_t)tensor_index("a"), d = (uint32_t)tensor_index("d");
+    creq *r1 = cl_read(&c, a, 12345, 200001);
+    creq *r2 = cl_read(&c, d, 333332, 1);
+    creq *r3 = cl_read(&c, d, 7, 0);
+    cl_wait_all(&c);
+    assert_int_equal(r1->result, 0);
+    assert_memory_equal(r1->dest, g.ref[a] + 12345, 200001);
+    assert_int_equal(r2->result, 0);
+    assert_int_equal(r2->dest[0], g.ref[d][333332]);
+    assert_int_equal(r3->result, 0);
+
+    /* refused requests: ERROR + DONE, not fatal */
+    creq *b1 = cl_read(&c, (uint32_t)g.n_tensors, 0, 1);
+    creq *b2 = cl_read(&c, d, 333333, 1);
+    creq *b3 = cl_read(&c, d, UINT64_MAX, 2);
+    cl_wait_all(&c);
+    assert_int_equal(b1->result, TV_E_INVALID_ARG);
+    assert_int_equal(b1->n_err, 1);
+    assert_int_equal(b2->result, TV_E_INVALID_ARG);
+    assert_int_equal(b2->n_err, 1);
+    assert_int_equal(b3->result, TV_E_INVALID_ARG);
+    assert_int_equal(c.err_flags & TV__FP_ERROR_FATAL, 0);
+    check_other_works(&c, (uint32_t)tensor_index("e"));
+
+    /* the session listing */
+    assert_int_equal(slots_held_settled(c.session, 0), 0);
+    tv__fp_session_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].id, c.session);
+    assert_int_equal(v[0].pid, getpid());
+    assert_int_equal(v[0].uid, getuid());
+    assert_true(v[0].bytes_delivered >= g.file_len - 8 - 200);
+    assert_int_equal(v[0].n_handles, 1);
+    assert_string_equal(v[0].handles[0].model, MODEL);
+    assert_string_equal(v[0].handles[0].spec, MODEL);
+    assert_int_equal(v[0].handles[0].generation, 1);
+    assert_int_equal(v[0].handles[0].bytes_delivered, v[0].bytes_delivered);
+    tv__fp_sessions_free(v, n);
+
+    tv__fp_stats s = stats();
+    assert_int_equal(s.sessions, 1);
+    assert_int_equal(s.sessions_total, 1);
+    assert_int_equal(s.groups, 1);
+    assert_true(s.device_read_bytes > 0);
+    assert_true(s.delivered_bytes > 0);
+    assert_int_equal(s.protocol_errors, 0);
+
+    /* no such model: ERROR naming the OPEN, not fatal */
+    assert_int_equal(cl_open(&c, "nosuch", 7), TV_E_NOT_FOUND);
+    assert_int_equal(c.err_open, 7);
+    assert_int_equal(c.err_flags, 0);
+    cl_close(&c);
+}
+
+/* Two sessions of the same generation reading everything at once: one
+ * group (same arena memfd), about one device copy, shared bytes. */
+static void test_fanout(void **state)
+{
+    (void)state;
+    cl a, b;
+    struct stat sa, sb;
+    cl_ready(&a);
+    cl_ready(&b);
+    assert_int_equal(fstat(a.arena_fd, &sa), 0);
+    assert_int_equal(fstat(b.arena_fd, &sb), 0);
+    assert_int_equal(sa.st_ino, sb.st_ino);
+    assert_int_equal(stats().groups, 1);
+    cl_read_all(&a);
+    cl_read_all(&b);
+    time_t t0 = time(NULL);
+    while (!cl_all_done(&a) || !cl_all_done(&b)) {
+        if (!cl_all_done(&a))
+            cl_pump(&a, 20);
+        if (!cl_all_done(&b))
+            cl_pump(&b, 20);
+        assert_true(time(NULL) - t0 < 20);
+    }
+    cl_check_all(&a);
+    cl_check_all(&b);
+    tv__fp_stats s = stats();
+    uint64_t data = 0;
+    for (size_t i = 0; i < g.n_tensors; i++)
+        data += g.ref_len[i];
+    uint64_t one_copy = (g.file_len + SLOT - 1) / SLOT * SLOT;
+    assert_int_equal(s.delivered_bytes, 2 * data);
+    assert_true(s.device_read_bytes >= data);
+    assert_true(s.device_read_bytes <= one_copy + g.n_tensors * SLOT);
+    assert_true(s.shared_bytes > 0);
+    assert_true(s.shared_bytes >= s.delivered_bytes - s.device_read_bytes);
+    cl_close(&a);
+    cl_close(&b);
+}
+
+/* A session that never releases gets exactly `credit` CHUNK entries, then
+ * nothing; another session completes meanwhile. */
+static void test_credit(void **state)
+{
+    (void)state;
+    cl a, b;
+    cl_ready(&a);
+    cl_ready(&b);
+    a.auto_release = false;
+    cl_read_all(&a);
+    while (a.n_chunks < CREDIT)
+        assert_true(cl_pump(&a, WAIT_MS) > 0);
+    assert_int_equal(a.n_chunks, CREDIT);
+    cl_read_all(&b);
+    cl_wait_all(&b);
+    cl_check_all(&b);
+    /* nothing more for a (DONE of requests whose chunks all came may) */
+    for (;;) {
+        int t = cl_pump(&a, 300);
+        if (t == -1)
+            break;
+        assert_int_equal(t, TV__FP_DONE);
+    }
+    assert_int_equal(a.n_chunks, CREDIT);
+    tv__fp_session_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0].id, a.session);
+    assert_int_equal(v[0].slots_held, CREDIT);
+    tv__fp_sessions_free(v, n);
+    assert_int_equal(slots_held_settled(b.session, 0), 0);
+    /* releasing lets a finish */
+    a.auto_release = true;
+    cl_release(&a, a.held, a.n_held);
+    a.n_held = 0;
+    cl_wait_all(&a);
+    cl_check_all(&a);
+    cl_close(&a);
+    cl_close(&b);
+}
+
+/* A fresh greeted session X with MODEL open and a working session G. */
+static void fatal_case(void (*act)(cl *x), int code, const char *text, bool open)
+{
+    cl g0, x;
+    uint64_t before = stats().protocol_errors;
+    cl_ready(&g0);
+    cl_connect(&x);
+    if (open) {
+        cl_hello(&x);
+        assert_int_equal(cl_open(&x, MODEL, 1), 0);
+    }
+    act(&x);
+    cl_expect_fatal(&x, code, text);
+    check_other_works(&g0, (uint32_t)tensor_index("c"));
+    /* the server forgot x */
+    for (int i = 0; i < 200 && stats().sessions != 1; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 1);
+    assert_int_equal(stats().protocol_errors, before + 1);
+    cl_close(&x);
+    cl_close(&g0);
+}
+
+static void act_double_release(cl *x)
+{
+    uint32_t b = (uint32_t)tensor_index("b");
+    x->auto_release = false;
+    cl_read(x, b, 0, 3);
+    cl_wait_all(x);
+    assert_int_equal(x->n_held, 1);
+    uint32_t two[2] = {x->held[0], x->held[0]};
+    cl_release(x, two, 2);
+}
+
+static void act_release_not_held(cl *x)
+{
+    uint32_t s = 3;
+    cl_release(x, &s, 1);
+}
+
+static void act_unknown_handle(cl *x)
+{
+    tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
+    cl_send(x, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, 99, &e, 1));
+}
+
+static void act_before_hello(cl *x)
+{
+    cl_send(x, g_buf, tv__fp_encode_open(g_buf, sizeof g_buf, 1, MODEL, strlen(MODEL)));
+}
+
+static void act_bad_version(cl *x)
+{
+    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 2, 5));
+}
+
+static void act_send_fd(cl *x)
+{
+    tv_error err = {0};
+    int efd = eventfd(0, EFD_CLOEXEC);
+    assert_true(efd >= 0);
+    size_t len = tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1);
+    assert_int_equal(tv__fp_send(x->fd, g_buf, len, &efd, 1, &err), 0);
+    close(efd);
+}
+
+static void act_truncated(cl *x)
+{
+    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, 1, MODEL, strlen(MODEL));
+    cl_send(x, g_buf, len - 3);
+}
+
+static void act_server_type(cl *x)
+{
+    cl_send(x, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSED, 1));
+}
+
+static void act_second_hello(cl *x)
+{
+    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1));
+}
+
+static void test_fatal_double_release(void **state)
+{
+    (void)state;
+    fatal_case(act_double_release, TV_E_PROTOCOL, "released but not held", true);
+}
+
+static void test_fatal_release_not_held(void **state)
+{
+    (void)state;
+    fatal_case(act_release_not_held, TV_E_PROTOCOL, "slot 3 of handle 1 released but not held",
+               true);
+}
+
+static void test_fatal_unknown_handle(void **state)
+{
+    (void)state;
+    fatal_case(act_unknown_handle, TV_E_PROTOCOL, "handle 99", true);
+}
+
+static void test_fatal_before_hello(void **state)
+{
+    (void)state;
+    fatal_case(act_before_hello, TV_E_PROTOCOL, "HELLO", false);
+}
+
+static void test_fatal_bad_version(void **state)
+{
+    (void)state;
+    fatal_case(act_bad_version, TV_E_VERSION, NULL, false);
+}
+
+static void test_fatal_fds(void **state)
+{
+    (void)state;
+    fatal_case(act_send_fd, TV_E_PROTOCOL, "file descriptors are not accepted", false);
+}
+
+static void test_fatal_truncated(void **state)
+{
+    (void)state;
+    fatal_case(act_truncated, TV_E_PROTOCOL, NULL, true);
+}
+
+static void test_fatal_server_type(void **state)
+{
+    (void)state;
+    fatal_case(act_server_type, TV_E_PROTOCOL, "CLOSED", true);
+}
+
+static void test_fatal_second_hello(void **state)
+{
+    (void)state;
+    fatal_case(act_second_hello, TV_E_PROTOCOL, "HELLO", true);
+}
+
+/* CLOSE with requests outstanding: DONE CANCELLED for them, then CLOSED;
+ * the references are gone. */
+static void test_close_cancels(void **state)
+{
+    (void)state;
+    cl a;
+    tv__fp_session_info *v = NULL;
+    size_t n = 0;
+    cl_ready(&a);
+    a.auto_release = false;
+    cl_read_all(&a);
+    while (a.n_chunks < CREDIT)
+        assert_true(cl_pump(&a, WAIT_MS) > 0);
+    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, a.handle));
+    while (!a.closed) {
+        int t = cl_pump(&a, WAIT_MS);
+        assert_true(t == TV__FP_DONE || t == TV__FP_CLOSED);
+        if (t == TV__FP_CLOSED)
+            assert_true(cl_all_done(&a)); /* every DONE came before CLOSED */
+    }
+    assert_int_equal(a.closed, a.handle);
+    int cancelled = 0;
+    for (size_t i = 0; i < a.n_reqs; i++) {
+        assert_true(a.reqs[i].result == 0 || a.reqs[i].result == TV_E_CANCELLED);
+        assert_int_equal(a.reqs[i].n_err, 0);
+        cancelled += a.reqs[i].result == TV_E_CANCELLED;
+    }
+    assert_true(cancelled > 0);
+    assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].slots_held, 0);
+    assert_int_equal(v[0].n_handles, 0);
+    tv__fp_sessions_free(v, n);
+    assert_int_equal(stats().groups, 0);
+    /* the closed handle is gone: using it is a protocol error */
+    uint32_t h1 = a.handle;
+    munmap((void *)a.arena, a.op.arena_len);
+    close(a.snap_fd);
+    close(a.arena_fd);
+    a.arena = NULL;
+    assert_int_equal(cl_open(&a, MODEL, 2), 0);
+    assert_int_equal(a.handle, h1 + 1); /* never reused */
+    a.auto_release = true;
+    for (size_t i = 0; i < a.n_reqs; i++)
+        free(a.reqs[i].dest);
+    a.n_reqs = 0;
+    a.n_chunks = 0;
+    cl_read_all(&a);
+    cl_wait_all(&a);
+    cl_check_all(&a);
+    tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
+    cl_send(&a, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, h1, &e, 1));
+    cl_expect_fatal(&a, TV_E_PROTOCOL, "handle 1");
+    cl_close(&a);
+}
+
+/* Clients that vanish while holding every slot give them back: a new
+ * session with credit = group_slots / 2 reads everything. */
+static void test_vanished_clients_free_slots(void **state)
+{
+    (void)state;
+    cl a1, a2, b;
+    cl_ready(&a1);
+    cl_ready(&a2);
+    a1.auto_release = a2.auto_release = false;
+    cl_read_all(&a1);
+    cl_read_all(&a2);
+    while (a1.n_chunks < CREDIT)
+        assert_true(cl_pump(&a1, WAIT_MS) > 0);
+    while (a2.n_chunks < CREDIT)
+        assert_true(cl_pump(&a2, WAIT_MS) > 0);
+    /* a1 + a2 reference every slot of the group now */
+    tv__fp_session_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0].slots_held + v[1].slots_held, NSLOTS);
+    tv__fp_sessions_free(v, n);
+    cl_close(&a1); /* like kill -9: no CLOSE, just gone */
+    cl_close(&a2);
+    cl_ready(&b);
+    cl_read_all(&b);
+    cl_wait_all(&b);
+    cl_check_all(&b);
+    for (int i = 0; i < 200 && stats().sessions != 1; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 1);
+    assert_int_equal(stats().protocol_errors, 0);
+    cl_close(&b);
+}
+
+/* An open handle holds the generation's lease; CLOSE and EOF release it. */
+static void test_lease(void **state)
+{
+    (void)state;
+    cl a;
+    assert_false(leased());
+    cl_ready(&a);
+    assert_true(leased());
+    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, a.handle));
+    assert_int_equal(cl_pump(&a, WAIT_MS), TV__FP_CLOSED);
+    assert_false(leased());
+    assert_int_equal(cl_open(&a, MODEL, 2), 0);
+    assert_true(leased());
+    cl_close(&a);
+    for (int i = 0; i < 200 && stats().sessions != 0; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 0);
+    assert_false(leased());
+}
+
+static int g_admit_calls;
+static uid_t g_admit_uid;
+static gid_t g_admit_gid0;
+static int64_t g_admit_gen;
+
+static int admit_deny(void *ctx, const char *model, int64_t generation, pid_t pid, uid_t uid,
+                      const gid_t *gids, size_t n_gids, tv_error *err)
+{
+    assert_ptr_equal(ctx, &g_admit_calls);
+    assert_string_equal(model, MODEL);
+    assert_int_equal(pid, getpid());
+    assert_true(n_gids >= 1);
+    g_admit_calls++;
+    g_admit_uid = uid;
+    g_admit_gid0 = gids[0];
+    g_admit_gen = generation;
+    return tv__seterr(err, TV_E_PEER_DENIED,
+                      "uid %u (gid %u) may not open model '%s' (allowed: uid:0)", (unsigned)uid,
+                      (unsigned)gids[0], model);
+}
+
+static void test_admit_refused(void **state)
+{
+    (void)state;
+    cl a;
+    tv__fp_opts o = base_opts();
+    o.admit = admit_deny;
+    o.admit_ctx = &g_admit_calls;
+    g_admit_calls = 0;
+    fp_up(&o);
+    cl_connect(&a);
+    cl_hello(&a);
+    assert_int_equal(cl_open(&a, MODEL, 4), TV_E_PEER_DENIED);
+    assert_int_equal(a.err_open, 4);
+    assert_int_equal(a.err_flags, 0);
+    assert_non_null(strstr(a.err_text, "may not open model 'fp/demo'"));
+    assert_int_equal(g_admit_calls, 1);
+    assert_int_equal(g_admit_uid, getuid());
+    assert_int_equal(g_admit_gid0, getgid());
+    assert_int_equal(g_admit_gen, 1);
+    assert_int_equal(cl_open(&a, MODEL "@1", 5), TV_E_PEER_DENIED); /* not fatal */
+    assert_int_equal(stats().refused_total, 2);
+    assert_int_equal(stats().groups, 0);
+    assert_false(leased());
+    cl_close(&a);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* max_sessions: the next connection gets ERROR TV_E_BUSY (fatal), then EOF. */
+static void test_busy_sessions(void **state)
+{
+    (void)state;
+    cl a, b;
+    tv__fp_opts o = base_opts();
+    o.max_sessions = 1;
+    fp_up(&o);
+    cl_connect(&a);
+    cl_hello(&a);
+    cl_connect(&b);
+    cl_expect_fatal(&b, TV_E_BUSY, NULL);
+    cl_close(&b);
+    cl_close(&a);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* A live socket is refused (-EADDRINUSE); a stale one is replaced; stop
+ * unlinks it. */
+static void test_socket_takeover(void **state)
+{
+    (void)state;
+    tv__fp *second = NULL;
+    tv_error err = {0};
+    struct stat sb;
+    tv__fp_opts o = base_opts();
+    fp_up(&o);
+    assert_int_equal(stat(g.sock, &sb), 0);
+    assert_true(S_ISSOCK(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0660);
+    assert_int_equal(tv__fp_start(&o, &second, &err), -EADDRINUSE);
+    assert_null(second);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+    assert_int_not_equal(stat(g.sock, &sb), 0);
+    /* a stale socket file: bound, never listened, closed */
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    sock_addr(&sa);
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    close(s);
+    assert_int_equal(stat(g.sock, &sb), 0);
+    fp_up(&o);
+    cl c;
+    cl_ready(&c);
+    check_other_works(&c, (uint32_t)tensor_index("b"));
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+    /* bad options */
+    o.slot_len = 1000;
+    assert_int_equal(tv__fp_start(&o, &second, &err), TV_E_INVALID_ARG);
+    o = base_opts();
+    o.group_slots = CREDIT;
+    assert_int_equal(tv__fp_start(&o, &second, &err), TV_E_INVALID_ARG);
+    char long_path[200];
+    memset(long_path, 'x', sizeof long_path - 1);
+    long_path[0] = '/';
+    long_path[sizeof long_path - 1] = '\0';
+    o = base_opts();
+    o.socket_path = long_path;
+    assert_int_equal(tv__fp_start(&o, &second, &err), TV_E_INVALID_ARG);
+    assert_null(second);
+    tv__fp_stop(NULL);
+    tv__fp_stats z;
+    tv__fp_get_stats(NULL, &z);
+    assert_int_equal(z.sessions_total, 0);
+}
+
+/* tv__fp_stop with a session mid-transfer: the client sees EOF, the lease
+ * is released. */
+static void test_stop_with_sessions(void **state)
+{
+    (void)state;
+    cl a;
+    tv__fp_opts o = base_opts();
+    fp_up(&o);
+    cl_ready(&a);
+    a.auto_release = false;
+    cl_read_all(&a);
+    while (a.n_chunks < CREDIT)
+        assert_true(cl_pump(&a, WAIT_MS) > 0);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+    for (;;) {
+        int t = cl_pump(&a, WAIT_MS);
+        assert_true(t >= 0);
+        if (t == 0)
+            break;
+    }
+    assert_false(leased());
+    cl_close(&a);
+}
+
+/* A client that sends zero-length READs (each answered by a DONE) and never
+ * reads: its outbox passes the bound and the daemon closes it. */
+static void test_outbox_bound(void **state)
+{
+    (void)state;
+    cl x;
+    tv_error err = {0};
+    static tv__fp_read_ent e[TV__FP_MAX_READS];
+    uint64_t id = 1;
+    bool closed = false;
+    cl_ready(&x);
+    for (int i = 0; i < 400 && !closed; i++) {
+        for (uint32_t j = 0; j < TV__FP_MAX_READS; j++)
+            e[j] = (tv__fp_read_ent){.req_id = id++, .tensor = 0, .len = 0};
+        size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, x.handle, e, TV__FP_MAX_READS);
+        assert_true(len > 0);
+        if (tv__fp_send(x.fd, g_buf, len, NULL, 0, &err))
+            closed = true;
+    }
+    assert_true(closed);
+    for (;;) { /* what was queued before the close, then EOF */
+        ssize_t n = cl_recv(&x, NULL, NULL, WAIT_MS);
+        assert_true(n >= 0);
+        if (n == 0)
+            break;
+    }
+    for (int i = 0; i < 200 && stats().sessions != 0; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 0);
+    assert_int_equal(stats().protocol_errors, 1);
+    assert_false(leased());
+    cl_close(&x);
+}
+
+/* ---- device faults (tv__io_fault: called from the engines' threads) ---- */
+
+static atomic_int g_fail_mask; /* bit d: every read of device d fails with EIO */
+static atomic_long g_fault_hits;
+
+static void hook_fail(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)off, (void)len;
+    if (dev < 31 && (atomic_load(&g_fail_mask) & (1 << dev))) {
+        atomic_fetch_add(&g_fault_hits, 1);
+        *res = -EIO;
+    }
+}
+
+static void read_all_ok(void)
+{
+    cl c;
+    cl_ready(&c);
+    cl_read_all(&c);
+    cl_wait_all(&c);
+    cl_check_all(&c);
+    cl_close(&c);
+}
+
+/* Every read of one replica's device fails: the other replica serves. */
+static void test_replica_failover(void **state)
+{
+    (void)state;
+    atomic_store(&g_fault_hits, 0);
+    tv__io_fault = hook_fail;
+    for (int d = 0; d < 2; d++) {
+        atomic_store(&g_fail_mask, 1 << d);
+        read_all_ok();
+        /* a fresh server: nothing cached */
+        tv__fp_stop(g_fp);
+        tv__fp_opts o = base_opts();
+        fp_up(&o);
+    }
+    tv__io_fault = NULL;
+    atomic_store(&g_fail_mask, 0);
+    assert_true(atomic_load(&g_fault_hits) > 0); /* the first replica failed once at least */
+}
+
+/* Every replica fails: the request gets ERROR (naming model, tensor,
+ * device, offset) then DONE with the error; the session goes on. */
+static void test_read_failure(void **state)
+{
+    (void)state;
+    cl c;
+    uint32_t d = (uint32_t)tensor_index("d"), a = (uint32_t)tensor_index("a");
+    cl_ready(&c);
+    tv__io_fault = hook_fail;
+    atomic_store(&g_fail_mask, 3);
+    creq *r = cl_read(&c, d, 0, g.ref_len[d]);
+    cl_wait_all(&c);
+    tv__io_fault = NULL;
+    atomic_store(&g_fail_mask, 0);
+    assert_int_equal(r->result, -EIO);
+    assert_int_equal(r->n_err, 1);
+    assert_int_equal(c.err_code, -EIO);
+    assert_int_equal(c.err_flags, 0);
+    assert_int_equal(c.err_req, r->id);
+    const char *want[] = {"fp/demo", "tensor 'd'", "device", "offset"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(want); i++)
+        if (!strstr(c.err_text, want[i]))
+            fail_msg("ERROR text '%s' does not name %s", c.err_text, want[i]);
+    /* the failed chunks were not kept: the same tensor reads now */
+    check_other_works(&c, d);
+    check_other_works(&c, a);
+    assert_int_equal(slots_held_settled(c.session, 0), 0);
+    assert_int_equal(stats().protocol_errors, 0);
+    cl_close(&c);
+}
+
+/* An OPENed handle whose descriptors the test does not keep. */
+static uint32_t cl_open_drop(cl *c, const char *spec, uint32_t open_id, int *rc)
+{
+    *rc = cl_open(c, spec, open_id);
+    if (*rc)
+        return 0;
+    munmap((void *)c->arena, c->op.arena_len);
+    close(c->snap_fd);
+    close(c->arena_fd);
+    c->arena = NULL;
+    c->snap_fd = c->arena_fd = -1;
+    return c->handle;
+}
+
+/* max_groups and max_handles: TV_E_BUSY for that OPEN, not fatal; the
+ * same generation through another spec joins its group. */
+static void test_limits(void **state)
+{
+    (void)state;
+    cl c;
+    int rc;
+    tv__fp_opts o = base_opts();
+    o.max_groups = 1;
+    o.max_handles = 2;
+    fp_up(&o);
+    cl_connect(&c);
+    cl_hello(&c);
+    uint32_t h1 = cl_open_drop(&c, MODEL, 1, &rc);
+    assert_int_equal(rc, 0);
+    cl_open_drop(&c, MODEL "@2", 2, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    assert_int_equal(c.err_open, 2);
+    assert_int_equal(c.err_flags, 0);
+    cl_open_drop(&c, MODEL "@9", 3, &rc);
+    assert_int_equal(rc, TV_E_NOT_FOUND);
+    uint32_t h2 = cl_open_drop(&c, MODEL "@1", 4, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(h2, h1 + 1);
+    assert_int_equal(stats().groups, 1);
+    cl_open_drop(&c, MODEL, 5, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    assert_non_null(strstr(c.err_text, "max_handles"));
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, h1));
+    assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
+    assert_int_equal(c.closed, h1);
+    assert_int_equal(stats().groups, 1); /* h2 keeps it */
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, h2));
+    assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
+    assert_int_equal(stats().groups, 0);
+    /* generation 2 (not active) by number: its own bytes */
+    assert_int_equal(cl_open(&c, MODEL "@2", 6), 0);
+    assert_int_equal(c.op.generation, 2);
+    uint32_t b = (uint32_t)tensor_index("b");
+    creq *r = cl_read(&c, b, 0, 3);
+    cl_wait_all(&c);
+    assert_int_equal(r->result, 0);
+    for (uint64_t i = 0; i < 3; i++)
+        assert_int_equal(r->dest[i], tv_test_shard_byte(400000 + i, 4));
+    tv__fp_session_info *v = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__fp_sessions(g_fp, &v, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].n_handles, 1);
+    assert_int_equal(v[0].handles[0].generation, 2);
+    assert_string_equal(v[0].handles[0].spec, MODEL "@2");
+    tv__fp_sessions_free(v, n);
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+static void activate(int64_t gen)
+{
+    tv__store *st = NULL;
+    tv_error err = {0};
+    if (tv__store_open(g.store, TV__STORE_WRITE, &st, &err))
+        fail_msg("store open: %s", err.msg);
+    if (tv__store_activate(st, MODEL, gen, &err))
+        fail_msg("activate %lld: %s", (long long)gen, err.msg);
+    tv__store_close(st);
+}
+
+/* Byte j of tensor t as written with seed (the checkpoint's data section is
+ * g_spec's tensors back to back). */
+static uint8_t src_byte(size_t t, uint64_t j, unsigned seed)
+{
+    uint64_t begin = 0;
+    for (size_t i = 0; i < TV_ARRAY_LEN(g_spec) && strcmp(g_spec[i].name, g.names[t]); i++)
+        begin += g_spec[i].n_bytes;
+    return tv_test_shard_byte(begin + j, seed);
+}
+
+/* The active generation moves while a handle is open: the handle keeps
+ * its generation, a new OPEN of the same spec gets the new one, in another
+ * group with its own arena. */
+static void test_two_generations(void **state)
+{
+    (void)state;
+    cl a, b;
+    struct stat sa, sb;
+    cl_ready(&a);
+    assert_int_equal(a.op.generation, 1);
+    activate(2);
+    cl_ready(&b);
+    assert_int_equal(b.op.generation, 2);
+    assert_int_equal(stats().groups, 2);
+    assert_int_equal(fstat(a.arena_fd, &sa), 0);
+    assert_int_equal(fstat(b.arena_fd, &sb), 0);
+    assert_int_not_equal(sa.st_ino, sb.st_ino);
+    cl_read_all(&a);
+    cl_read_all(&b);
+    cl_wait_all(&a);
+    cl_wait_all(&b);
+    cl_check_all(&a); /* generation 1's bytes (seed 3) */
+    for (size_t i = 0; i < b.n_reqs; i++) {
+        const creq *r = &b.reqs[i];
+        assert_int_equal(r->result, 0);
+        for (uint64_t j = 0; j < r->len; j += 997)
+            assert_int_equal(r->dest[j], src_byte(r->tensor, j, 4));
+        for (uint64_t j = 0; j < a.reqs[i].len; j += 997)
+            assert_int_equal(a.reqs[i].dest[j], src_byte(a.reqs[i].tensor, j, 3));
+    }
+    activate(1);
+    cl_close(&a);
+    cl_close(&b);
+}
+
+/* ---- random traffic ------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(uint64_t n)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return n ? g_rng % n : 0;
+}
+
+/* Copies and releases a random part of c's deferred entries (all of them
+ * when all): a slot's bytes must still be the chunk's when copied late. */
+static void cl_copy_later(cl *c, bool all)
+{
+    uint32_t rel[4096];
+    size_t n_rel = 0, kept = 0;
+    for (size_t i = 0; i < c->n_later; i++) {
+        const tv__fp_chunk_ent *e = &c->later[i];
+        if (!all && rnd(3) == 0) {
+            c->later[kept++] = *e;
+            continue;
+        }
+        creq *r = cl_find(c, e->req_id);
+        memcpy(r->dest + e->dest_off, c->arena + (size_t)e->slot * c->op.slot_len + e->slot_off,
+               e->len);
+        rel[n_rel++] = e->slot;
+    }
+    c->n_later = kept;
+    cl_release(c, rel, n_rel);
+}
+
+static size_t cl_outstanding(const cl *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_reqs; i++)
+        n += !c->reqs[i].done;
+    return n;
+}
+
+/* Three sessions read random ranges (some shared, most not) with late,
+ * out-of-order copies and releases; one of them leaves half-way and comes
+ * back. Every finished range equals the source. */
+static void test_random_traffic(void **state)
+{
+    (void)state;
+    enum { N = 3, PER = 60 };
+    cl c[N];
+    uint64_t want_off[N][64];
+    size_t issued[N] = {0};
+    for (int i = 0; i < N; i++) {
+        cl_ready(&c[i]);
+        c[i].deferred = true;
+        c[i].auto_release = false;
+    }
+    const char *seed = getenv("TV_TEST_SEED"); /* another run of the same test */
+    if (seed && *seed)
+        g_rng = strtoull(seed, NULL, 0) | 1;
+    bool left = false;
+    time_t t0 = time(NULL);
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < N; i++) {
+            cl *x = &c[i];
+            while (issued[i] < PER && cl_outstanding(x) < 6) {
+                uint32_t t = (uint32_t)rnd(g.n_tensors);
+                uint64_t len = g.ref_len[t];
+                uint64_t off = rnd(len + 1);
+                len = rnd(len - off + 1);
+                if (rnd(4) == 0) { /* the whole tensor: shared with the others */
+                    off = 0;
+                    len = g.ref_len[t];
+                }
+                want_off[i][x->n_reqs] = off;
+                cl_read(x, t, off, len);
+                issued[i]++;
+            }
+            if (issued[i] < PER || cl_outstanding(x) || x->n_later)
+                busy = true;
+            int type = cl_pump(x, 2);
+            assert_true(type != 0);
+            if (type == -1 || rnd(4) == 0)
+                cl_copy_later(x, false);
+            if (!cl_outstanding(x) && x->n_later)
+                cl_copy_later(x, true);
+        }
+        if (!left && issued[0] >= PER / 2) {
+            /* session 0 vanishes with references and requests; a new one
+             * takes its place and its checks (those finished so far) */
+            for (size_t r = 0; r < c[0].n_reqs; r++)
+                free(c[0].reqs[r].dest);
+            c[0].n_reqs = 0;
+            close(c[0].fd);
+            c[0].fd = -1;
+            cl_close(&c[0]);
+            cl_ready(&c[0]);
+            c[0].deferred = true;
+            c[0].auto_release = false;
+            issued[0] = 0;
+            left = true;
+        }
+        if (!busy)
+            break;
+        assert_true(time(NULL) - t0 < 60);
+    }
+    for (int i = 0; i < N; i++) {
+        for (size_t r = 0; r < c[i].n_reqs; r++) {
+            const creq *q = &c[i].reqs[r];
+            assert_true(q->done);
+            assert_int_equal(q->result, 0);
+            if (q->len && memcmp(q->dest, g.ref[q->tensor] + want_off[i][r], q->len))
+                fail_msg("session %d request %zu: tensor %u [%llu, +%llu) differs", i, r, q->tensor,
+                         (unsigned long long)want_off[i][r], (unsigned long long)q->len);
+        }
+        assert_int_equal(slots_held_settled(c[i].session, 0), 0);
+    }
+    tv__fp_stats s = stats();
+    assert_true(s.shared_bytes > 0);
+    assert_int_equal(s.protocol_errors, 0);
+    for (int i = 0; i < N; i++)
+        cl_close(&c[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_read_every_tensor, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fanout, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_credit, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_double_release, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_release_not_held, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_unknown_handle, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_before_hello, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_bad_version, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_fds, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_truncated, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_server_type, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_second_hello, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_outbox_bound, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_close_cancels, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_vanished_clients_free_slots, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_lease, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_replica_failover, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_read_failure, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_two_generations, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_random_traffic, setup_fp, teardown_fp),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_admit_refused),
+        cmocka_unit_test(test_busy_sessions),
+        cmocka_unit_test(test_socket_takeover),
+        cmocka_unit_test(test_stop_with_sessions),
+    };
+    /* both read engines behind the aio: the pread pool, then io_uring when
+     * the kernel has it (else AUTO is the pread pool again) */
+    g_run_engine = TV_ENGINE_PREAD;
+    int rc = _cmocka_run_group_tests("fastpath_pread", tests, TV_ARRAY_LEN(tests), group_setup,
+                                     group_teardown);
+    g_run_engine = TV_ENGINE_AUTO;
+    rc |= _cmocka_run_group_tests("fastpath_auto", tests, TV_ARRAY_LEN(tests), group_setup,
+                                  group_teardown);
+    return rc;
+}
