@@ -422,6 +422,7 @@ static const char *const g_usage[][2] = {
     {"jobs", "jobs [--state S] [--kind K] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"job", "job ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"cancel", "cancel ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"sessions", "sessions [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token create",
      "token create NAME [--scope admin|read] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
