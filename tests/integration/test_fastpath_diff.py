@@ -32,6 +32,22 @@ F32_FROM = {
 MODES = ["host", "batch", "rows", "f32", "get"]
 
 
+@pytest.fixture(scope="module")
+def tv(build_dir):
+    """conftest's tv with an absolute path: these tests run it in other
+    directories (the README layout is relative to the daemon's)."""
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+
+    def run(*args, check=False, **kw):
+        p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
+        if check and p.returncode != 0:
+            raise AssertionError(f"tensorvault {' '.join(map(str, args))} failed "
+                                 f"({p.returncode}): {p.stderr}")
+        return p
+
+    return run
+
+
 def wait_socket(path, d, timeout=30):
     deadline = time.monotonic() + timeout * SLOW
     while not os.path.exists(path):
@@ -164,15 +180,22 @@ def test_cli_bench_both_ways(tv, served):
     assert lat["path"] == "fastpath" and lat["count"] == 50 and lat["p50_us"] > 0
 
 
-def test_cli_fastpath_errors(tv, served, tmp_path):
+def test_cli_fastpath_no_daemon(tv, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
     out = tmp_path / "o"
-    # No daemon where the default socket would be.
+    # No daemon where the default socket would be: the message names it.
     p = tv("get", "m", "odd.u8", "--fastpath", "-o", out, cwd=tmp_path, env=env)
     assert p.returncode == 1 and "TV_E_NO_DAEMON" in p.stderr, p.stderr
     assert "var/run/tensorvault.sock" in p.stderr
     p = tv("bench", "m", "--fastpath", "--json", cwd=tmp_path, env=env)
     assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == "TV_E_NO_DAEMON"
+    p = tv("bench", "m", "--fastpath", env={**env, "TENSORVAULT_SOCKET": str(tmp_path / "x.sock")})
+    assert p.returncode == 1 and "x.sock" in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_cli_fastpath_errors(tv, served, tmp_path):
+    out = tmp_path / "o"
     p = tv("get", "--fastpath", served["sock"], "nosuch", "w", "-o", out)
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr, p.stderr
     p = tv("get", "--fastpath", served["sock"], "m", "no.such.tensor", "-o", out)

@@ -178,8 +178,14 @@ static int make_memfd(const char *name, const void *data, size_t len, unsigned s
 
 static uint8_t sbuf[TV__FP_MAX_MSG], rbuf[TV__FP_MAX_MSG];
 
+/* Sends sbuf's first len bytes (0: the message did not encode, a bug of
+ * the fake). */
 static int srv_send(int s, size_t len, const int *fds, size_t n_fds)
 {
+    if (!len) {
+        fprintf(stderr, "fake daemon: a message did not encode\n");
+        return -1;
+    }
     return tv__fp_send(s, sbuf, len, fds, n_fds, NULL);
 }
 
@@ -318,8 +324,10 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
         if (srv_await_release(f, s, slots, n))
             return -1;
         if (f->mode == M_BAD_TYPE) {
-            tv__fp_hello_ok h = {.version = 1, .max_msg_len = TV__FP_MAX_MSG};
-            srv_send(s, tv__fp_encode_hello_ok(sbuf, sizeof(sbuf), &h), NULL, 0);
+            tv__fp_hello_ok h = {
+                .version = 1, .max_msg_len = TV__FP_MAX_MSG, .max_requests = 3, .max_handles = 4};
+            if (srv_send(s, tv__fp_encode_hello_ok(sbuf, sizeof(sbuf), &h), NULL, 0))
+                fake_fail(f, "HELLO_OK does not encode");
             return -1;
         }
         n = 0;

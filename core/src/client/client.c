@@ -734,8 +734,7 @@ typedef struct run {
     size_t fail_at; /* lowest failed request with a message, or SIZE_MAX */
     tv_error fail_err;
     int xfer_rc;
-    uint32_t rel[TV__FP_MAX_RELEASE];
-    tv__fp_read_ent ents[TV__FP_MAX_READS];
+    uint32_t *rel; /* the session's scratch */
 } run;
 
 /* Records request i's failure (code, message) when it is the lowest so far. */
@@ -812,7 +811,7 @@ static int send_reads(run *s, tv_error *err)
     size_t room = c->max_requests > s->outstanding ? c->max_requests - s->outstanding : 0;
     if (room > TV__FP_MAX_READS)
         room = TV__FP_MAX_READS;
-    tv__fp_read_ent *e = s->ents;
+    tv__fp_read_ent *e = c->ents;
     for (; j < s->n && n < room; j++) {
         creq *q = &s->r[j];
         if (q->state != REQ_PENDING)
@@ -966,19 +965,16 @@ static int run_reqs(tv_client_model *m, creq *r, size_t n, const tv__io_sink *si
 {
     tv_client *c = m->c;
     int rc = 0;
-    run *s = NULL;
+    run st, *s = &st;
     if (!c || c->sock < 0) {
         rc = c ? dead_err(c, err)
                : tv__seterr(err, TV_E_DISCONNECTED, "the fast-path session of %s is closed",
                             m->name);
         goto fail_all;
     }
-    if (!(s = calloc(1, sizeof(*s)))) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto fail_all;
-    }
-    *s = (run){.m = m, .c = c, .r = r, .n = n, .base = c->next_req_id, .sink = sink};
+    st = (run){.m = m, .c = c, .r = r, .n = n, .base = c->next_req_id, .sink = sink};
     s->fail_at = SIZE_MAX;
+    s->rel = c->rel;
     c->next_req_id += n;
     for (size_t i = 0; i < n; i++)
         if (r[i].len == 0) { /* nothing to ask for */
@@ -1031,14 +1027,12 @@ static int run_reqs(tv_client_model *m, creq *r, size_t n, const tv__io_sink *si
         if (err)
             *err = s->fail_err;
     }
-    free(s);
     return rc;
 fail_all:
     /* The session failed: what had not completed never will. */
     for (size_t i = 0; i < n; i++)
         if (r[i].state != REQ_DONE && !r[i].result)
             r[i].result = rc;
-    free(s);
     return rc;
 }
 

@@ -85,6 +85,9 @@ struct tv_client {
     tv_client_model *models;
     uint8_t rbuf[TV__FP_MAX_MSG];
     uint8_t sbuf[TV__FP_MAX_MSG];
+    /* a read's scratch, here so that a small read allocates nothing */
+    uint32_t rel[TV__FP_MAX_RELEASE];       /* slots to RELEASE */
+    tv__fp_read_ent ents[TV__FP_MAX_READS]; /* the next READ's entries */
 };
 
 #endif
