@@ -95,6 +95,9 @@ enum mode {
     M_BUSY,        /* fatal ERROR TV_E_BUSY instead of HELLO_OK */
     M_VERSION,     /* HELLO_OK with version 2 */
     M_SILENT,      /* never answers HELLO */
+    M_MANY,        /* max_requests 5000 (a batch over several READs of 2047) */
+    M_STALL,       /* never answers a READ */
+    M_FATAL,       /* a fatal ERROR instead of a READ's chunks */
 };
 
 typedef struct fake {
@@ -110,8 +113,8 @@ typedef struct fake {
     char failure[256]; /* the fake's own check that failed, if any */
     uint32_t held[N_SLOTS];
     unsigned n_reads, n_closes, n_releases;
-    tv__fp_read_ent q[64]; /* requests received, not yet served */
-    unsigned q_head, q_n, outstanding;
+    tv__fp_read_ent q[8192]; /* requests received, not yet served */
+    unsigned q_head, q_n, outstanding, max_read_n;
 } fake;
 
 static void fake_fail(fake *f, const char *fmt, ...) TV_PRINTF(2, 3);
@@ -388,8 +391,20 @@ static void serve(fake *f, int s)
             srv_send(s, tv__fp_encode_close(sbuf, sizeof(sbuf), TV__FP_CLOSED, m.u.close.handle),
                      NULL, 0);
         } else if (m.type == TV__FP_READ) {
+            if (m.u.list.n > f->max_read_n)
+                f->max_read_n = m.u.list.n;
             if (queue_reads(f, &m))
                 return;
+            if (f->mode == M_STALL)
+                continue;
+            if (f->mode == M_FATAL) {
+                const char *txt = "slot 7 of handle 1 released but not held";
+                srv_send(s,
+                         tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_PROTOCOL, TV__FP_ERROR_FATAL,
+                                             0, 0, txt, strlen(txt)),
+                         NULL, 0);
+                return;
+            }
             while (f->q_n) {
                 tv__fp_read_ent r = f->q[f->q_head];
                 f->q_head = (f->q_head + 1) % TV_ARRAY_LEN(f->q);
@@ -428,7 +443,7 @@ static fake *fake_start(enum mode mode)
     fake *f = calloc(1, sizeof(*f));
     TV_TEST_CHECK(f);
     f->mode = mode;
-    f->max_requests = 3;
+    f->max_requests = mode == M_MANY ? 5000 : 3;
     tv_test_tmpdir(f->dir, sizeof(f->dir), "client");
     tv_test_path(f->path, sizeof(f->path), "%s/tv.sock", f->dir);
     f->img = build_image(mode == M_OTHER_MODEL ? "org/other" : MODEL, &f->img_len);
@@ -510,15 +525,28 @@ static void expect_bytes(size_t t, uint64_t off, const uint8_t *got, size_t len,
     }
 }
 
-static tv_client *connect_ok(fake *f)
+static tv_client *connect_ms(fake *f, uint32_t timeout_ms)
 {
     tv_client *c = NULL;
     tv_error err = {0};
-    tv_client_opts o = {.timeout_ms = 5000};
+    tv_client_opts o = {.timeout_ms = timeout_ms};
     int rc = tv_client_connect(f->path, &o, &c, &err);
     if (rc)
         fail_msg("connect: %s: %s", tv_err_name(rc), err.msg);
     return c;
+}
+
+static tv_client *connect_ok(fake *f)
+{
+    return connect_ms(f, 5000);
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
 }
 
 static tv_client_model *open_ok(tv_client *c)
@@ -903,6 +931,94 @@ static void test_bad_opens(void **state)
     fake_stop(f, true);
 }
 
+/* A batch over several READs: 2047 entries a message at most, the
+ * session's max_requests outstanding at most (the fake checks both). */
+static void test_large_batch(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_MANY);
+    tv_client *c = connect_ok(f);
+    tv_client_model *m = open_ok(c);
+    enum { N = 6000 };
+    tv_read_req *reqs = calloc(N, sizeof(*reqs));
+    uint8_t *dst = malloc((size_t)N * 8 + 2 * GUARD);
+    assert_non_null(reqs);
+    assert_non_null(dst);
+    memset(dst, GUARD_VAL, (size_t)N * 8 + 2 * GUARD);
+    for (size_t i = 0; i < N; i++)
+        reqs[i] = (tv_read_req){.index = 4, .dest = dst + GUARD + 8 * i, .dest_len = 8};
+    tv_error err = {0};
+    assert_int_equal(tv_client_read_batch(m, reqs, N, &err), 0);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(reqs[i].result, 0);
+        expect_bytes(4, 0, dst + GUARD + 8 * i, 8, "large batch");
+    }
+    for (size_t i = 0; i < GUARD; i++)
+        assert_true(dst[i] == GUARD_VAL && dst[GUARD + (size_t)N * 8 + i] == GUARD_VAL);
+    assert_int_equal(f->max_read_n, TV__FP_MAX_READS);
+    assert_true(f->n_reads >= 3);
+    free(reqs);
+    free(dst);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+/* A daemon that stops answering, or closes the session with a fatal ERROR,
+ * in the middle of a read. */
+static void test_stalled_and_fatal(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_STALL);
+    tv_client *c = connect_ms(f, 300);
+    tv_client_model *m = open_ok(c);
+    tv_error err = {0};
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 12294);
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_TIMEOUT);
+    assert_non_null(strstr(err.msg, "within 300 ms"));
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    gbuf_check(&g, "stalled");
+    tv_client_close(c);
+    fake_stop(f, false);
+    f = fake_start(M_FATAL);
+    c = connect_ok(f);
+    m = open_ok(c);
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_PROTOCOL);
+    assert_non_null(strstr(err.msg, "slot 7 of handle 1 released but not held"));
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    assert_non_null(strstr(err.msg, "released but not held"));
+    gbuf_check(&g, "fatal");
+    gbuf_free(&g);
+    tv_client_close(c);
+    fake_stop(f, false);
+}
+
+/* The descriptors an OPEN brings are closed once mapped; closing the model
+ * and the session leaves none behind. */
+static void test_no_descriptor_leak(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_OK);
+    int before = count_fds();
+    tv_client *c = connect_ok(f);
+    for (int i = 0; i < 5; i++) {
+        tv_client_model *m = open_ok(c);
+        assert_int_equal(count_fds(), before + 2); /* the two ends of the session only */
+        tv_client_model_close(m);
+    }
+    tv_client_close(c);
+    fake_stop(f, true);
+    f = fake_start(M_BAD_SNAP);
+    before = count_fds();
+    c = connect_ok(f);
+    tv_client_model *m = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv_client_open(c, MODEL, &m, &err), TV_E_SNAPSHOT);
+    assert_int_equal(count_fds(), before + 2);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -915,6 +1031,9 @@ int main(void)
         cmocka_unit_test(test_request_error),
         cmocka_unit_test(test_hostile_replies),
         cmocka_unit_test(test_bad_opens),
+        cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_stalled_and_fatal),
+        cmocka_unit_test(test_no_descriptor_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
