@@ -98,6 +98,7 @@ enum mode {
     M_MANY,        /* max_requests 5000 (a batch over several READs of 2047) */
     M_STALL,       /* never answers a READ */
     M_FATAL,       /* a fatal ERROR instead of a READ's chunks */
+    M_RANDOM,      /* one chunk in three mutated at random (seeded) */
 };
 
 typedef struct fake {
@@ -115,6 +116,8 @@ typedef struct fake {
     unsigned n_reads, n_closes, n_releases;
     tv__fp_read_ent q[8192]; /* requests received, not yet served */
     unsigned q_head, q_n, outstanding, max_read_n;
+    uint64_t rng; /* M_RANDOM's state: set before the client connects */
+    bool mutated; /* M_RANDOM changed, dropped or repeated a chunk */
 } fake;
 
 static void fake_fail(fake *f, const char *fmt, ...) TV_PRINTF(2, 3);
@@ -255,6 +258,12 @@ static int srv_await_release(fake *f, int s, const uint32_t *slots, uint32_t n)
     return 0;
 }
 
+static uint64_t rnd(fake *f)
+{
+    f->rng = f->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return f->rng >> 33;
+}
+
 static int send_done(fake *f, int s, uint64_t req_id, int32_t result)
 {
     f->outstanding--;
@@ -292,9 +301,34 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
                               .slot_off = (uint32_t)(s0 - lo),
                               .len = (uint32_t)(e0 - s0),
                               .dest_off = s0 - P};
-        bool last = k == (E - 1) / SLOT_LEN;
+        bool last = k == (E - 1) / SLOT_LEN, twice = false;
         if (f->mode == M_DONE_EARLY && last && k > P / SLOT_LEN)
             break;
+        if (f->mode == M_RANDOM && rnd(f) % 3 == 0) {
+            f->mutated = true;
+            switch (rnd(f) % 7) {
+            case 0:
+                c.slot = (uint32_t)(rnd(f) % (2 * N_SLOTS));
+                break;
+            case 1:
+                c.slot_off = (uint32_t)(rnd(f) % SLOT_LEN);
+                break;
+            case 2:
+                c.len = (uint32_t)(1 + rnd(f) % SLOT_LEN);
+                break;
+            case 3:
+                c.dest_off = rnd(f) % (2 * r->len);
+                break;
+            case 4:
+                c.req_id += rnd(f) % 2 ? 1 : (uint64_t)-1;
+                break;
+            case 5:
+                twice = true;
+                break;
+            default:
+                continue; /* dropped */
+            }
+        }
         if (f->mode == M_SLOT_RANGE)
             c.slot = N_SLOTS;
         if (f->mode == M_SLOT_OFF)
@@ -303,13 +337,10 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
             c.dest_off = r->len - c.len + 1;
         if (f->mode == M_UNKNOWN_REQ)
             c.req_id += 1000;
-        f->held[slot] += c.slot < N_SLOTS ? 1 : 0;
-        ents[n] = c;
-        slots[n++] = slot;
-        if (f->mode == M_OVERLAP) {
-            f->held[slot]++;
+        for (int copies = f->mode == M_OVERLAP || twice ? 2 : 1; copies > 0; copies--) {
+            f->held[c.slot < N_SLOTS ? c.slot : 0] += c.slot < N_SLOTS ? 1 : 0;
             ents[n] = c;
-            slots[n++] = slot;
+            slots[n++] = c.slot;
         }
         if (f->mode == M_REVERSE && !last)
             continue; /* all of them in one message below */
@@ -1019,6 +1050,40 @@ static void test_no_descriptor_leak(void **state)
     fake_stop(f, true);
 }
 
+/* Chunks mutated at random (slot, slot_off, len, dest_off, req_id; an
+ * entry repeated or dropped): whatever the daemon sends, nothing outside the
+ * destination changes, and a read either fails with TV_E_PROTOCOL or
+ * succeeds with the right bytes when nothing was changed. */
+static void test_random_hostile_chunks(void **state)
+{
+    (void)state;
+    unsigned ok = 0, refused = 0;
+    for (unsigned it = 0; it < 120; it++) {
+        fake *f = fake_start(M_RANDOM);
+        f->rng = 0x9E3779B97F4A7C15ull * (it + 1);
+        tv_client *c = connect_ok(f);
+        tv_client_model *m = open_ok(c);
+        tv_error err = {0};
+        gbuf g;
+        uint8_t *d = gbuf_new(&g, 12294);
+        int rc = tv_client_read_into(m, "b", d, 12294, &err);
+        gbuf_check(&g, "random chunks");
+        if (rc == 0 && !f->mutated) {
+            expect_bytes(1, 0, d, 12294, "random chunks, none changed");
+            ok++;
+        } else if (rc) {
+            if (rc != TV_E_PROTOCOL)
+                fail_msg("iteration %u: %s: %s", it, tv_err_name(rc), err.msg);
+            refused++;
+        }
+        gbuf_free(&g);
+        tv_client_close(c);
+        fake_stop(f, rc == 0);
+    }
+    printf("random chunks: %u read right, %u refused\n", ok, refused);
+    assert_true(ok > 5 && refused > 50);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1034,6 +1099,7 @@ int main(void)
         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_stalled_and_fatal),
         cmocka_unit_test(test_no_descriptor_leak),
+        cmocka_unit_test(test_random_hostile_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
