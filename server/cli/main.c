@@ -56,7 +56,8 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
     if ((u = tv__cli_parse(cmd->name, argc, argv, &c->a)))
         return u;
     c->json = tv__cli_flag(&c->a, "--json");
-    if (cmd->flags & TV__CLI_STORE) {
+    /* get/bench --fastpath read through the daemon: no store needed. */
+    if ((cmd->flags & TV__CLI_STORE) && !tv__cli_get(&c->a, "--fastpath")) {
         c->store = tv__cli_get(&c->a, "--store");
         if (!c->store)
             c->store = getenv("TENSORVAULT_STORE");
