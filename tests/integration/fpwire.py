@@ -32,7 +32,7 @@ MAX_SPEC = 512
 MAX_TEXT = 512
 MAX_READS = 2047
 MAX_CHUNKS = 2047
-MAX_DONES = 4095
+MAX_DONES = 4094  # 16 + 8 + n x 16 <= 65536
 MAX_RELEASE = 16378
 ERROR_FATAL = 0x1
 
@@ -193,6 +193,8 @@ def decode(buf, version=VERSION):
     magic, ver, mtype, ln, res = HDR.unpack_from(buf)
     if magic != MAGIC:
         raise FpProtocolError(f"bad magic {magic:#x}")
+    if ver == 0:
+        raise FpProtocolError("header version 0")
     if version and ver != version:
         raise FpProtocolError(f"version {ver}, negotiated {version}")
     if ln != len(buf):
@@ -235,8 +237,8 @@ def decode(buf, version=VERSION):
             raise FpProtocolError(f"ERROR text_len {f['text_len']} but {len(text)} bytes follow")
         if f["text_len"] > MAX_TEXT or b"\0" in text:
             raise FpProtocolError(f"ERROR text of {len(text)} bytes or with a NUL")
-        if f["flags"] & ~ERROR_FATAL:
-            raise FpProtocolError(f"ERROR flags {f['flags']:#x}")
+        if f["flags"] & ~ERROR_FATAL or f["code"] >= 0:
+            raise FpProtocolError(f"ERROR flags {f['flags']:#x} code {f['code']}")
         return Msg(mtype, ver, ln, f, text=text)
     elif mtype in LIST_ENTRY:
         f = fixed(LIST_B, ("handle", "n"))
@@ -256,11 +258,16 @@ def decode(buf, version=VERSION):
                     raise FpProtocolError(f"CHUNK entry {i} of length 0")
                 ents.append(e)
             elif mtype == DONE:
-                ents.append(_fields(("req_id", "result", "handle"), v))
+                e = _fields(("req_id", "result", "handle"), v)
+                if e["result"] > 0:
+                    raise FpProtocolError(f"DONE entry {i} result {e['result']} > 0")
+                ents.append(e)
             else:
                 ents.append({"slot": v[0]})
         if mtype in (CHUNK, DONE) and f["handle"] != 0:
             raise FpProtocolError(f"{TYPE_NAMES[mtype]} list handle {f['handle']} (must be 0)")
+        if mtype in (CHUNK, DONE) and any(e["handle"] < 1 for e in ents):
+            raise FpProtocolError(f"{TYPE_NAMES[mtype]} entry with handle 0")
         return Msg(mtype, ver, ln, f, entries=ents)
     else:
         raise FpProtocolError(f"unknown message type {mtype}")
@@ -488,12 +495,13 @@ class Session:
         return True
 
     def expect_fatal(self, code, timeout=None):
-        """The next message is ERROR{code, FATAL} and then EOF. Returns the
-        ERROR's text."""
+        """The next message is ERROR{code, FATAL} (code: one code or a set)
+        and then EOF. Returns the ERROR's text."""
+        codes = code if isinstance(code, (set, frozenset)) else {code}
         m = self.recv(timeout)
         assert m is not None, f"EOF instead of ERROR {code}"
         assert m.type == ERROR, f"expected ERROR {code}, got {m}"
-        assert m.f["code"] == code, f"expected code {code}, got {m}"
+        assert m.f["code"] in codes, f"expected code {code}, got {m}"
         assert m.f["flags"] & ERROR_FATAL, f"ERROR not fatal: {m}"
         assert m.text, f"fatal ERROR without text: {m}"
         self.expect_eof(timeout)
