@@ -12,9 +12,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fastpath/access.h"
 #include "util/internal.h"
 
-typedef enum { K_STR, K_UINT, K_SIZE, K_BOOL, K_ANON, K_LEVEL, K_LISTEN } key_type;
+_Static_assert(TV__CFG_RULES_MAX == TV__FP_ACCESS_MAX_TEXT, "rule list sizes agree");
+
+typedef enum {
+    K_STR,
+    K_UINT,
+    K_SIZE,
+    K_BOOL,
+    K_ANON,
+    K_LEVEL,
+    K_LISTEN,
+    K_MODE,
+    K_SIZE4K
+} key_type;
 
 typedef struct key_def {
     const char *key;
@@ -46,11 +59,21 @@ static const key_def keys[] = {
     {"log.level", K_LEVEL, F(log_level), 0, 0, 0},
     {"log.file", K_STR, F(log_file), SZ(log_file), 1, 0},
     {"demo.source", K_STR, F(demo_source), SZ(demo_source), 0, 0},
+    {"fastpath.enabled", K_BOOL, F(fastpath_enabled), 0, 0, 0},
+    {"fastpath.socket", K_STR, F(fastpath_socket), SZ(fastpath_socket), 1, 0},
+    {"fastpath.mode", K_MODE, F(fastpath_mode), 0, 0, 0777},
+    {"fastpath.slot_len", K_SIZE4K, F(fastpath_slot_len), 0, 4096, 256u << 20},
+    {"fastpath.group_slots", K_UINT, F(fastpath_group_slots), 0, 2, 65536},
+    {"fastpath.credit", K_UINT, F(fastpath_credit), 0, 1, 4096},
+    {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
+    {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
+    {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
 };
 #undef F
 #undef SZ
 
-static const char *const sections[] = {"http", "store", "import", "log", "demo"};
+static const char *const sections[] = {"http", "store",    "import", "log",
+                                       "demo", "fastpath", "access"};
 
 void tv__config_defaults(tv__config *c)
 {
@@ -73,6 +96,48 @@ void tv__config_defaults(tv__config *c)
     c->import_strict = false;
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");
+    c->fastpath_enabled = true;
+    snprintf(c->fastpath_socket, sizeof(c->fastpath_socket), "./var/run/tensorvault.sock");
+    c->fastpath_mode = 0660;
+    c->fastpath_slot_len = 1u << 20;
+    c->fastpath_group_slots = 128;
+    c->fastpath_credit = 32;
+    c->fastpath_max_sessions = 64;
+    c->fastpath_max_groups = 16;
+    c->fastpath_max_requests = 16384;
+    snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u", (unsigned)getuid(),
+             (unsigned)getgid());
+}
+
+/* access.default or access.MODEL: the list checked now (syntax, names). */
+static int set_access(tv__config *c, const char *model, const char *value, const char *where,
+                      tv_error *err)
+{
+    tv_error e = {0};
+    size_t n = strlen(value), ml = strlen(model);
+    if (n >= TV__CFG_RULES_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: access.%s: value is %zu bytes, at most %d",
+                          where, model, n, TV__CFG_RULES_MAX - 1);
+    if (tv__fp_access_validate(value, &e))
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: access.%s: %s", where, model, e.msg);
+    if (!strcmp(model, "default")) {
+        memcpy(c->access_default, value, n + 1);
+        return 0;
+    }
+    if (ml == 0 || ml >= sizeof(c->access[0].model))
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: access.%.64s: a model name is 1..%zu bytes",
+                          where, model, sizeof(c->access[0].model) - 1);
+    size_t i = 0;
+    while (i < c->n_access && strcmp(c->access[i].model, model))
+        i++;
+    if (i == TV__CFG_MAX_ACCESS)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s: access.%s: more than %d models in [access]",
+                          where, model, TV__CFG_MAX_ACCESS);
+    memcpy(c->access[i].model, model, ml + 1);
+    memcpy(c->access[i].rules, value, n + 1);
+    if (i == c->n_access)
+        c->n_access++;
+    return 0;
 }
 
 /* "123", "64K", "1M", "16G", "2T" (powers of 1024; an optional trailing B or
@@ -158,6 +223,8 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
                    tv_error *err)
 {
     const key_def *k = NULL;
+    if (!strncmp(key, "access.", 7))
+        return set_access(c, key + 7, value, where, err);
     for (size_t i = 0; i < TV_ARRAY_LEN(keys); i++)
         if (strcmp(keys[i].key, key) == 0)
             k = &keys[i];
@@ -181,12 +248,32 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
         memcpy(base, value, n + 1);
         if (k->off == offsetof(tv__config, store_image))
             c->store_image_set = true;
+        if (k->off == offsetof(tv__config, fastpath_socket))
+            c->fastpath_socket_set = true;
+        return 0;
+    }
+    case K_MODE: {
+        unsigned long m = 0;
+        bool ok = *value != '\0' && strlen(value) <= 4;
+        for (const char *p = value; ok && *p; p++) {
+            ok = *p >= '0' && *p <= '7';
+            m = m * 8 + (unsigned long)(*p - '0');
+        }
+        if (!ok || m > k->max)
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "%s: %s: '%s' is not an octal file mode (0000..0777, e.g. 0660)",
+                              where, key, value);
+        *(unsigned *)(void *)base = (unsigned)m;
         return 0;
     }
     case K_UINT:
-    case K_SIZE: {
+    case K_SIZE:
+    case K_SIZE4K: {
         bool ok;
-        if (k->type == K_SIZE) {
+        if (k->type == K_SIZE4K && parse_size(value, &v) && v % 4096)
+            return tv__seterr(err, TV_E_INVALID_ARG, "%s: %s: '%s' is not a multiple of 4096",
+                              where, key, value);
+        if (k->type != K_UINT) {
             ok = parse_size(value, &v);
         } else {
             char *end;
@@ -198,9 +285,9 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
         if (!ok || v < k->min || v > k->max)
             return tv__seterr(err, TV_E_INVALID_ARG,
                               "%s: %s: '%s' is not %s in %" PRIu64 "..%" PRIu64, where, key, value,
-                              k->type == K_SIZE ? "a size (bytes, or with K/M/G/T)" : "an integer",
+                              k->type != K_UINT ? "a size (bytes, or with K/M/G/T)" : "an integer",
                               k->min, k->max);
-        if (k->type == K_SIZE)
+        if (k->type != K_UINT)
             *(uint64_t *)(void *)base = v;
         else
             *(unsigned *)(void *)base = (unsigned)v;
@@ -248,7 +335,7 @@ typedef struct ini_ctx {
     tv__config *c;
     int rc;
     bool no_section;
-    char key[256];
+    char key[320];
     char value[TV__CFG_STR_MAX];
 } ini_ctx;
 
@@ -320,7 +407,7 @@ int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err)
             continue;
         const char *name = e + sizeof(prefix) - 1;
         size_t name_len = (size_t)(eq - name);
-        char key[256];
+        char key[320];
         if (name_len >= sizeof(key))
             continue;
         const char *section = NULL;
@@ -354,7 +441,8 @@ const char *tv__config_usage(void)
            "The tensorvault registry as a service (REST API under /v1, metrics at /metrics).\n"
            "Every key has a default; a --config FILE (INI), then TENSORVAULT_<SECTION>_<KEY>\n"
            "environment variables, then flags override it (see deploy/tensorvaultd.ini).\n"
-           "  --config FILE      INI file with [http] [store] [import] [log] [demo] sections\n"
+           "  --config FILE      INI file with [http] [store] [import] [log] [demo] [fastpath]\n"
+           "                     [access] sections\n"
            "  --listen HOST:PORT http.listen (default 127.0.0.1:8470; port 0 = any free port)\n"
            "  --store DIR        store.dir (default ./var; the image defaults to DIR/store.img)\n"
            "  --demo PATH        demo.source: import PATH as model 'demo' when the store is empty\n"
@@ -446,7 +534,7 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
         } else if (is_flag(a, "--set")) {
             flag_value(argc, argv, &i, "--set", &v, err);
             const char *eq = strchr(v, '=');
-            char key[256];
+            char key[320];
             if (!eq || eq == v || (size_t)(eq - v) >= sizeof(key))
                 return tv__seterr(err, TV_E_INVALID_ARG, "--set: '%s' is not SECTION.KEY=VALUE", v);
             memcpy(key, v, (size_t)(eq - v));
@@ -464,6 +552,23 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
                               "store.dir '%s' is too long for the default store.image",
                               c->store_dir);
     }
+    /* The fast path's socket too; a default that does not fit a socket
+     * address is left for the daemon to report (it runs without the fast
+     * path), one that was given is refused here. */
+    if (!c->fastpath_socket_set) {
+        int n = snprintf(c->fastpath_socket, sizeof(c->fastpath_socket), "%s/run/tensorvault.sock",
+                         c->store_dir);
+        if (n < 0 || (size_t)n >= sizeof(c->fastpath_socket))
+            c->fastpath_socket[0] = '\0'; /* too long: the daemon says so */
+    }
+    if (c->fastpath_socket_set && strlen(c->fastpath_socket) > TV__CFG_SOCKET_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "fastpath.socket '%s' is %zu bytes: a UNIX socket path is at most %d",
+                          c->fastpath_socket, strlen(c->fastpath_socket), TV__CFG_SOCKET_MAX);
+    if (c->fastpath_group_slots < 2 * c->fastpath_credit)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "fastpath.group_slots %u is under 2 x fastpath.credit (%u)",
+                          c->fastpath_group_slots, c->fastpath_credit);
     return 0;
 }
 

@@ -16,8 +16,11 @@
 
 #include "tensorvault/errors.h"
 
-#define TV__CFG_STR_MAX   4096 /* bytes of a string value, NUL included */
-#define TV__CFG_MAX_ROOTS 32
+#define TV__CFG_STR_MAX    4096 /* bytes of a string value, NUL included */
+#define TV__CFG_MAX_ROOTS  32
+#define TV__CFG_MAX_ACCESS 64   /* [access] model keys */
+#define TV__CFG_RULES_MAX  1024 /* bytes of one [access] rule list, NUL included */
+#define TV__CFG_SOCKET_MAX 107  /* bytes of a UNIX socket path (sun_path less its NUL) */
 
 /* http.anonymous_reads */
 enum { TV__CFG_ANON_LOOPBACK = 0, TV__CFG_ANON_ALWAYS = 1, TV__CFG_ANON_NEVER = 2 };
@@ -43,6 +46,25 @@ typedef struct tv__config {
     int log_level;                     /* TV_LOG_* of util/internal.h */
     char log_file[TV__CFG_STR_MAX];    /* "stderr" or a path (appended to) */
     char demo_source[TV__CFG_STR_MAX]; /* "" = no demo import */
+    /* [fastpath]: the local fast path's socket and limits (server/fastpath) */
+    bool fastpath_enabled;
+    char fastpath_socket[TV__CFG_STR_MAX]; /* default: store_dir + "/run/tensorvault.sock" */
+    bool fastpath_socket_set;              /* fastpath.socket given by a layer */
+    unsigned fastpath_mode;                /* socket file mode (octal text) */
+    uint64_t fastpath_slot_len;            /* bytes, a multiple of 4096 */
+    unsigned fastpath_group_slots;         /* at least 2 x fastpath_credit */
+    unsigned fastpath_credit;
+    unsigned fastpath_max_sessions;
+    unsigned fastpath_max_groups;
+    unsigned fastpath_max_requests;
+    /* [access]: who may OPEN a model through the fast path (fastpath/access.h
+     * syntax, checked when set): "default" and one key per model */
+    char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()>" */
+    size_t n_access;
+    struct tv__config_access {
+        char model[256];
+        char rules[TV__CFG_RULES_MAX];
+    } access[TV__CFG_MAX_ACCESS]; /* a model set again replaces its entry */
 } tv__config;
 
 /* Fills c with the defaults (import.roots = the current directory). */
@@ -60,7 +82,8 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
 
 /* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
- * the sections http, store, import, log and demo; other TENSORVAULT_*
+ * the sections http, store, import, log, demo, fastpath and access (the key
+ * lower-cased: TENSORVAULT_ACCESS_DEMO sets access.demo); other TENSORVAULT_*
  * variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the CLI) are not
  * the daemon's and are ignored. Returns 0 or TV_E_INVALID_ARG. */
 int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
@@ -69,8 +92,11 @@ int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
 typedef enum { TV__CFG_RUN = 0, TV__CFG_HELP, TV__CFG_VERSION } tv__config_action;
 
 /* The whole chain: defaults, the --config file, envp, then the flags of
- * argv. Returns 0 and *action; TV_E_INVALID_ARG for an unknown flag, a flag
- * missing its value or any error of the layers above. */
+ * argv; then store.image and fastpath.socket follow store.dir unless they
+ * were given. Returns 0 and *action; TV_E_INVALID_ARG for an unknown flag, a
+ * flag missing its value, fastpath.group_slots under 2 x fastpath.credit, a
+ * fastpath.socket given longer than TV__CFG_SOCKET_MAX, or any error of the
+ * layers above. */
 int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
                     tv__config_action *action, tv_error *err);
 

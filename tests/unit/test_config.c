@@ -2,7 +2,7 @@
  * defaults, the INI file, TENSORVAULT_* variables, flags and their
  * precedence (file < environment < flags), and bad values or unknown keys
  * refused with a message naming FILE:LINE (or the variable, or the flag)
- * and the key. */
+ * and the key; the [fastpath] keys and the [access] rule lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -72,6 +73,112 @@ static void test_defaults(void **state)
     assert_int_equal(c.log_level, TV_LOG_INFO);
     assert_string_equal(c.log_file, "stderr");
     assert_string_equal(c.demo_source, "");
+    assert_true(c.fastpath_enabled);
+    assert_string_equal(c.fastpath_socket, "./var/run/tensorvault.sock");
+    assert_int_equal(c.fastpath_mode, 0660);
+    assert_int_equal(c.fastpath_slot_len, 1u << 20);
+    assert_int_equal(c.fastpath_group_slots, 128);
+    assert_int_equal(c.fastpath_credit, 32);
+    assert_int_equal(c.fastpath_max_sessions, 64);
+    assert_int_equal(c.fastpath_max_groups, 16);
+    assert_int_equal(c.fastpath_max_requests, 16384);
+    char own[64];
+    snprintf(own, sizeof own, "uid:%u gid:%u", (unsigned)getuid(), (unsigned)getgid());
+    assert_string_equal(c.access_default, own);
+    assert_int_equal(c.n_access, 0);
+}
+
+/* [fastpath] and [access]: every key from a file, the socket following
+ * store.dir unless given, model lists replaced by a later layer. */
+static void test_fastpath_and_access(void **state)
+{
+    (void)state;
+    const char *p = write_ini("fp.ini", "[store]\n"
+                                        "dir = /srv/tv\n"
+                                        "[fastpath]\n"
+                                        "enabled = no\n"
+                                        "mode = 0600\n"
+                                        "slot_len = 4M\n"
+                                        "group_slots = 64\n"
+                                        "credit = 8\n"
+                                        "max_sessions = 5\n"
+                                        "max_groups = 2\n"
+                                        "max_requests = 100\n"
+                                        "[access]\n"
+                                        "; anyone may read demo\n"
+                                        "default = uid:0, gid:0\n"
+                                        "demo = *\n"
+                                        "acme/tiny = uid:1000 gid:1000\n");
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--config", (char *)p, "--set", "access.demo=uid:7", NULL};
+    char *envp[] = {"TENSORVAULT_ACCESS_OTHER=gid:9", NULL};
+    int rc = tv__config_load(&c, 5, argv, envp, &act, &err);
+    if (rc)
+        fail_msg("%s", err.msg);
+    assert_false(c.fastpath_enabled);
+    assert_string_equal(c.fastpath_socket, "/srv/tv/run/tensorvault.sock"); /* follows */
+    assert_int_equal(c.fastpath_mode, 0600);
+    assert_int_equal(c.fastpath_slot_len, 4u << 20);
+    assert_int_equal(c.fastpath_group_slots, 64);
+    assert_int_equal(c.fastpath_credit, 8);
+    assert_int_equal(c.fastpath_max_sessions, 5);
+    assert_int_equal(c.fastpath_max_groups, 2);
+    assert_int_equal(c.fastpath_max_requests, 100);
+    assert_string_equal(c.access_default, "uid:0, gid:0");
+    assert_int_equal(c.n_access, 3);
+    assert_string_equal(c.access[0].model, "demo");
+    assert_string_equal(c.access[0].rules, "uid:7"); /* --set over the file */
+    assert_string_equal(c.access[1].model, "acme/tiny");
+    assert_string_equal(c.access[1].rules, "uid:1000 gid:1000");
+    assert_string_equal(c.access[2].model, "other"); /* the environment, lower-cased */
+    assert_string_equal(c.access[2].rules, "gid:9");
+
+    /* a given socket is kept, an environment one too */
+    char *argv2[] = {"tensorvaultd", "--store", "/x", NULL};
+    char *envp2[] = {"TENSORVAULT_FASTPATH_SOCKET=/run/tv.sock", NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv2, envp2, &act, &err), 0);
+    assert_string_equal(c.fastpath_socket, "/run/tv.sock");
+    assert_true(c.fastpath_enabled);
+
+    /* too long for a socket address: refused when given */
+    char longsock[200], set[240];
+    memset(longsock, 'a', sizeof longsock - 1);
+    longsock[0] = '/';
+    longsock[sizeof longsock - 1] = '\0';
+    snprintf(set, sizeof set, "fastpath.socket=%s", longsock);
+    char *argv3[] = {"tensorvaultd", "--set", set, NULL};
+    char *envp3[] = {NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv3, envp3, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "fastpath.socket"));
+    assert_non_null(strstr(err.msg, "at most 107"));
+
+    /* group_slots under 2 x credit */
+    char *argv4[] = {"tensorvaultd", "--set", "fastpath.credit=65", NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv4, envp3, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "fastpath.group_slots 128 is under 2 x fastpath.credit (65)"));
+
+    /* a bad rule names the file, line and word */
+    p = write_ini("badaccess.ini", "[access]\ndemo = uid:1\nlab = uid:1 bob\n");
+    tv__config_defaults(&c);
+    assert_int_equal(tv__config_load_file(&c, p, &err), TV_E_INVALID_ARG);
+    char want[700];
+    snprintf(want, sizeof(want), "%s:3: access.lab: access rule 'bob'", p);
+    if (!strstr(err.msg, want))
+        fail_msg("\"%s\" lacks \"%s\"", err.msg, want);
+
+    /* the model table is bounded */
+    tv__config_defaults(&c);
+    for (int i = 0; i < TV__CFG_MAX_ACCESS; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "access.m%d", i);
+        assert_int_equal(tv__config_set(&c, key, "*", "t", &err), 0);
+    }
+    assert_int_equal(tv__config_set(&c, "access.m0", "uid:1", "t", &err), 0); /* replaces */
+    assert_int_equal(tv__config_set(&c, "access.one-more", "*", "t", &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "more than 64 models"));
+    assert_int_equal(tv__config_set(&c, "access.", "*", "t", &err), TV_E_INVALID_ARG);
 }
 
 static void test_file_sets_every_kind(void **state)
@@ -195,6 +302,22 @@ static void test_bad_values_each_kind(void **state)
         {"import.strict", "maybe"},
         {"log.level", "loud"},
         {"log.file", ""},
+        {"fastpath.enabled", "sometimes"},
+        {"fastpath.socket", ""},
+        {"fastpath.mode", "0668"},
+        {"fastpath.mode", "1777"},
+        {"fastpath.mode", "rw"},
+        {"fastpath.slot_len", "1000"},
+        {"fastpath.slot_len", "6000"},
+        {"fastpath.slot_len", "1G"},
+        {"fastpath.group_slots", "1"},
+        {"fastpath.credit", "0"},
+        {"fastpath.max_sessions", "0"},
+        {"fastpath.max_groups", "2000"},
+        {"fastpath.max_requests", "0"},
+        {"fastpath.nope", "1"},
+        {"access.default", "uid:abc"},
+        {"access.demo", "user:no-such-user-tv"},
     };
     tv__config c;
     tv__config_defaults(&c);
@@ -213,6 +336,12 @@ static void test_bad_values_each_kind(void **state)
     assert_true(c.store_image_size == (UINT64_C(16) << 30));
     assert_int_equal(tv__config_set(&c, "import.strict", "ON", "t", NULL), 0);
     assert_true(c.import_strict);
+    assert_int_equal(tv__config_set(&c, "fastpath.mode", "640", "t", NULL), 0);
+    assert_int_equal(c.fastpath_mode, 0640);
+    assert_int_equal(tv__config_set(&c, "fastpath.slot_len", "64K", "t", NULL), 0);
+    assert_int_equal(c.fastpath_slot_len, 64u << 10);
+    assert_int_equal(tv__config_set(&c, "access.demo", "", "t", NULL), 0); /* nobody */
+    assert_int_equal(c.n_access, 1);
 }
 
 static void test_env_bad_value_names_variable(void **state)
@@ -269,6 +398,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_file_sets_every_kind),
+        cmocka_unit_test(test_fastpath_and_access),
         cmocka_unit_test(test_precedence_file_env_flags),
         cmocka_unit_test(test_bad_value_names_file_line_and_key),
         cmocka_unit_test(test_bad_values_each_kind),

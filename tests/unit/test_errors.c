@@ -107,6 +107,36 @@ static void test_every_table_entry(void **state)
     }
 }
 
+/* The fast-path codes of issue 10: fixed values (the wire carries them),
+ * their names and texts. */
+static void test_fastpath_codes(void **state)
+{
+    (void)state;
+    static const struct {
+        int value, want;
+        const char *name, *text;
+    } codes[] = {
+        {TV_E_PROTOCOL, -1300, "TV_E_PROTOCOL",
+         "fast-path message malformed, oversized or out of order"},
+        {TV_E_VERSION, -1301, "TV_E_VERSION",
+         "no fast-path protocol version in common with the peer"},
+        {TV_E_PEER_DENIED, -1302, "TV_E_PEER_DENIED",
+         "the peer's uid and groups are not allowed this model"},
+        {TV_E_CANCELLED, -1303, "TV_E_CANCELLED",
+         "request cancelled: its handle or session was closed"},
+        {TV_E_DISCONNECTED, -1304, "TV_E_DISCONNECTED",
+         "the fast-path connection to tensorvaultd closed"},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(codes); i++) {
+        assert_int_equal(codes[i].value, codes[i].want);
+        assert_string_equal(tv_err_name(codes[i].value), codes[i].name);
+        assert_string_equal(tv_strerror(codes[i].value), codes[i].text);
+    }
+    /* The neighbours are not assigned. */
+    assert_string_equal(tv_err_name(-1299), "UNKNOWN");
+    assert_string_equal(tv_err_name(-1305), "UNKNOWN");
+}
+
 static void test_zero_errno_and_unknown(void **state)
 {
     (void)state;
@@ -137,7 +167,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seterr_from_own_buffer), cmocka_unit_test(test_wrap),
         cmocka_unit_test(test_wrap_truncates),         cmocka_unit_test(test_every_table_entry),
-        cmocka_unit_test(test_zero_errno_and_unknown),
+        cmocka_unit_test(test_zero_errno_and_unknown), cmocka_unit_test(test_fastpath_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,8 @@
  * with TV_E_NOT_SUPPORTED where there is no GPU; tv_read_range reads any
  * byte range (unaligned, 0 length, refused past the end) and only its
  * envelope; NAME@ALIAS and NAME@active open what the pointers name, and a
- * reader keeps its generation after the alias moves. */
+ * reader keeps its generation after the alias moves; the serve.h accessors
+ * give the validated snapshot image and device descriptors (excluded: -1). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -44,6 +45,7 @@
 #include "store/snapbuild.h"
 #include "store/store.h"
 #include "io/engine.h"
+#include "reader/serve.h"
 #include "registry/registry.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
@@ -1682,6 +1684,88 @@ static void test_failover_foreign_label(void **state)
     failover_case(x, 0, D_FOREIGN_LABEL, TV_E_DEVICE_MISMATCH, "store uuid");
 }
 
+/* ---- reader/serve.h: what the fast-path server sees of an open model ------ */
+
+/* One device excluded (resized): the accessors give the validated snapshot
+ * view, the exact image (the snapshot file's bytes, checksum valid) and each
+ * device's read-only descriptor as validated, the excluded one as fd -1 with
+ * its reason. */
+static void test_serve_accessors(void **state)
+{
+    rep_fx *x = *state;
+    tv_error err = {0};
+    tv_model *m = NULL;
+    damage(x, 1, D_GROW);
+    int saved;
+    FILE *lf;
+    log_begin(&saved, &lf);
+    int rc = open_m(x->f.store, MODEL, x->engine, &m, &err);
+    log_end(saved, lf);
+    if (rc == TV_E_NOT_SUPPORTED && x->engine == TV_ENGINE_URING)
+        skip();
+    if (rc)
+        fail_msg("open: %s: %s", tv_err_name(rc), err.msg);
+    const tv__snap *s = tv__model_snap(m);
+    assert_non_null(s);
+    assert_int_equal(s->generation, tv_model_generation(m));
+    assert_int_equal(s->n_devices, N_REP);
+    assert_int_equal(s->n_tensors, tv_model_n_tensors(m));
+    const void *img = NULL;
+    size_t len = 0;
+    assert_int_equal(tv__model_snap_image(m, &img, &len), 0);
+    assert_ptr_equal(img, s->base);
+    assert_int_equal(len, s->len);
+    char path[TV__SNAPFILE_PATH_MAX];
+    assert_int_equal(
+        tv__snapfile_path(x->f.store, MODEL, tv_model_generation(m), path, sizeof path, &err), 0);
+    size_t flen = 0;
+    uint8_t *file = tv_test_read_file(path, &flen);
+    assert_non_null(file);
+    assert_int_equal(flen, len);
+    assert_memory_equal(file, img, len);
+    free(file);
+    tv__snap s2;
+    assert_int_equal(tv__snap_open(img, len, TV__SNAP_VERIFY_CHECKSUM, &s2, &err), 0);
+    const char *nm;
+    size_t nl;
+    assert_int_equal(tv__snap_model(&s2, &nm, &nl, &err), 0);
+    assert_int_equal(nl, strlen(MODEL));
+    assert_memory_equal(nm, MODEL, nl);
+
+    tv__model_dev d;
+    for (int i = 0; i < N_REP; i++) {
+        int k = dev_index(m, x->img[i]);
+        memset(&d, 0x5A, sizeof d);
+        assert_int_equal(tv__model_dev_info(m, (uint32_t)k, &d), 0);
+        if (i == 1) {
+            assert_int_equal(d.fd, -1);
+            assert_int_equal(d.reason, TV_E_DEVICE_MISMATCH);
+            continue;
+        }
+        assert_int_equal(d.reason, 0);
+        assert_true(d.fd >= 0);
+        assert_true(d.io_align >= 4096 && d.io_align % 4096 == 0);
+        struct stat sb;
+        assert_int_equal(stat(x->img[i], &sb), 0);
+        assert_int_equal(d.size_bytes, (uint64_t)sb.st_size);
+        int fl = fcntl(d.fd, F_GETFL);
+        assert_true(fl >= 0);
+        assert_int_equal(fl & O_ACCMODE, O_RDONLY);
+        assert_int_equal(!!(fl & O_DIRECT), d.direct);
+        struct stat fsb;
+        assert_int_equal(fstat(d.fd, &fsb), 0);
+        assert_int_equal(fsb.st_ino, sb.st_ino);
+    }
+    assert_int_equal(tv__model_dev_info(m, N_REP, &d), TV_E_INVALID_ARG);
+    assert_int_equal(tv__model_dev_info(m, 0, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv__model_dev_info(NULL, 0, &d), TV_E_INVALID_ARG);
+    assert_int_equal(tv__model_snap_image(NULL, &img, &len), TV_E_INVALID_ARG);
+    assert_int_equal(tv__model_snap_image(m, NULL, &len), TV_E_INVALID_ARG);
+    assert_int_equal(tv__model_snap_image(m, &img, NULL), TV_E_INVALID_ARG);
+    assert_null(tv__model_snap(NULL));
+    tv_model_close(m);
+}
+
 /* Every replica damaged: the open fails, naming every device and reason. */
 static void test_failover_all_devices_bad(void **state)
 {
@@ -2259,6 +2343,7 @@ int main(void)
         BOTH_REP(test_failover_foreign_label),
         BOTH_REP(test_failover_all_devices_bad),
         BOTH_REP(test_failover_shard_without_valid_replica),
+        BOTH_REP(test_serve_accessors),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

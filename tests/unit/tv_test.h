@@ -470,7 +470,9 @@ static inline void tv_test_fault_install(void)
         .mkdir = tv_test__mkdir,
         .mmap = s->under.mmap, /* pass-through: not counted, never failed */
         .munmap = s->under.munmap,
-        .lseek = s->under.lseek, /* pass-through: not counted, never failed */
+        .lseek = s->under.lseek,     /* pass-through: not counted, never failed */
+        .sendmsg = s->under.sendmsg, /* pass-through (the fast-path socket) */
+        .recvmsg = s->under.recvmsg,
     };
     tv__io_fault = tv_test__io_fault;
 }

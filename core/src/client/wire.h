@@ -40,7 +40,7 @@
 #define TV__FP_MAX_TEXT     512u   /* ERROR's message, bytes */
 #define TV__FP_MAX_READS    2047u  /* entries per READ:    16 + 8 + n x 32 <= 65536 */
 #define TV__FP_MAX_CHUNKS   2047u  /* entries per CHUNK:   16 + 8 + n x 32 */
-#define TV__FP_MAX_DONES    4095u  /* entries per DONE:    16 + 8 + n x 16 */
+#define TV__FP_MAX_DONES    4094u  /* entries per DONE:    16 + 8 + n x 16 <= 65536 */
 #define TV__FP_MAX_RELEASE  16378u /* entries per RELEASE: 16 + 8 + n x 4 */
 #define TV__FP_N_FDS_OPENED 2u     /* OPENED carries [snapshot memfd, arena memfd] */
 
@@ -188,14 +188,24 @@ typedef struct tv__fp_msg {
  * and 0xffff is accepted and HELLO's body is checked whatever its
  * version; after, the header's version must equal it). Checks everything
  * listed at the top; for OPEN also that the spec has no NUL byte; for ERROR
- * that the text has none. Does not check which side may send the type (the
- * state machines do). Returns 0 and *out; TV_E_PROTOCOL naming the field;
+ * that the text has none. The value checks (docs/fastpath.md lists them):
+ * HELLO 1 <= min_version <= max_version; HELLO_OK version == the header's,
+ * max_msg_len >= 552 (an ERROR of the longest text fits), max_requests and
+ * max_handles >= 1; OPEN and OPENED open_id >= 1; every handle field >= 1
+ * (CHUNK's and DONE's list handle is reserved: 0); OPENED slot_len a
+ * positive multiple of 4096, n_slots and credit >= 1, arena_len >= n_slots x
+ * slot_len; ERROR code < 0. Request ranges (READ off + len) are the
+ * server's to check, not the decoder's. Does not check which side may send
+ * the type (the state machines do). Returns 0 and *out; TV_E_PROTOCOL
+ * naming the field (also for header version 0, never a version);
  * TV_E_VERSION (header version != the negotiated one); TV_E_INVALID_ARG
- * (NULL buf with len > 0, NULL out). */
+ * (NULL buf with len > 0, NULL out). On failure *out is zeroed. */
 int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out, tv_error *err);
 
 /* Entry i (< u.list.n) of a decoded READ / CHUNK / DONE / RELEASE, decoded
- * with its checks (reserved fields zero; READ flags 0; CHUNK len >= 1).
+ * with its checks (reserved fields zero; READ flags 0; CHUNK len >= 1,
+ * handle >= 1, slot_off + len and dest_off + len not overflowing; DONE
+ * handle >= 1, result <= 0).
  * Returns 0, TV_E_INVALID_ARG (wrong type or i out of range) or
  * TV_E_PROTOCOL. */
 int tv__fp_read_entry(const tv__fp_msg *m, uint32_t i, tv__fp_read_ent *out, tv_error *err);
@@ -204,7 +214,10 @@ int tv__fp_done_entry(const tv__fp_msg *m, uint32_t i, tv__fp_done_ent *out, tv_
 int tv__fp_release_entry(const tv__fp_msg *m, uint32_t i, uint32_t *slot, tv_error *err);
 
 /* ---- encoding (return bytes written, 0 when cap is too small or a count
- *      or length is over its limit) ---- */
+ *      or length is over its limit, or a value the decoder would reject:
+ *      the codec is canonical, whatever encodes decodes and re-encodes to
+ *      the same bytes). Every encoder writes header version TV__FP_VERSION,
+ *      except HELLO_OK, whose header carries m->version. ---- */
 
 size_t tv__fp_encode_hello(void *buf, size_t cap, uint16_t min_version, uint16_t max_version);
 size_t tv__fp_encode_hello_ok(void *buf, size_t cap, const tv__fp_hello_ok *m);

@@ -21,6 +21,7 @@
 
 #include "dev/dev.h"
 #include "io/engine.h"
+#include "reader/serve.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
 #include "util/sys.h"
@@ -1038,4 +1039,39 @@ TV_API int tv_read_into_cuda(tv_model *m, const char *name, void *dev_ptr, size_
 {
     tv_read_req r = {.name = name, .dest = dev_ptr, .dest_len = dev_len};
     return cuda_batch(m, &r, 1, stream, err);
+}
+
+/* ---- serve.h: what the fast-path server needs of an open model ---------- */
+
+const tv__snap *tv__model_snap(const tv_model *m)
+{
+    return m ? &m->snap : NULL;
+}
+
+int tv__model_snap_image(const tv_model *m, const void **buf, size_t *len)
+{
+    if (!m || !buf || !len)
+        return TV_E_INVALID_ARG;
+    /* the view tv__snap_open validated: exactly the bytes the checksum covers */
+    *buf = m->snap.base;
+    *len = m->snap.len;
+    return 0;
+}
+
+int tv__model_dev_info(const tv_model *m, uint32_t i, tv__model_dev *out)
+{
+    if (!m || !out || i >= m->n_devs)
+        return TV_E_INVALID_ARG;
+    const tv__dev *d = m->devs[i];
+    if (!d || m->dst[i].reason) {
+        *out = (tv__model_dev){.fd = -1,
+                               .reason = m->dst[i].reason ? m->dst[i].reason : TV_E_INTERNAL};
+        return 0;
+    }
+    *out = (tv__model_dev){.fd = d->fd,
+                           .io_align = d->io_align,
+                           .size_bytes = d->size_bytes,
+                           .direct = d->direct,
+                           .reason = 0};
+    return 0;
 }

@@ -28,7 +28,7 @@ typedef struct tv__model_dev {
 
 /* The validated snapshot view of the open generation (NULL for NULL). */
 const tv__snap *tv__model_snap(const tv_model *m);
-/* The snapshot image: *buf/*len exactly as validated (the memfd's contents).
+/* The snapshot image: *buf and *len exactly as validated (the memfd's contents).
  * Returns 0 or TV_E_INVALID_ARG. */
 int tv__model_snap_image(const tv_model *m, const void **buf, size_t *len);
 /* Device i (snapshot index). Returns 0 or TV_E_INVALID_ARG (NULL, i out of

@@ -7,6 +7,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "util/sys.h"
@@ -30,6 +31,7 @@ static int real_rename_noreplace(const char *from, const char *to)
         .fdatasync = fdatasync, .ftruncate = ftruncate, .fstat = fstat, .ioctl = real_ioctl,       \
         .flock = flock, .rename = rename, .rename_noreplace = real_rename_noreplace, .link = link, \
         .unlink = unlink, .mkdir = mkdir, .mmap = mmap, .munmap = munmap, .lseek = lseek,          \
+        .sendmsg = sendmsg, .recvmsg = recvmsg,                                                    \
     }
 
 static const tv__sys_ops g_real = TV__SYS_REAL;

@@ -3,7 +3,8 @@
  * Every open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
  * flock, rename, link, unlink, mkdir, mmap, munmap and lseek on a device, shard,
  * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
- * of them without real hardware.
+ * of them without real hardware; so do sendmsg and recvmsg on the fast-path
+ * socket (client/wire.c), so tests can fail a send or a receive.
  *
  * Invariants: production code never calls these syscalls directly on those
  * files (scripts/check-syscalls enforces it); tests restore the table with
@@ -16,6 +17,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+
+struct msghdr; /* <sys/socket.h> */
 
 typedef struct tv__sys_ops {
     int (*open)(const char *path, int flags, mode_t mode);
@@ -40,6 +43,9 @@ typedef struct tv__sys_ops {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     off_t (*lseek)(int fd, off_t off, int whence); /* SEEK_DATA/SEEK_HOLE scans */
+    /* The fast-path socket (client/wire.c: one datagram, SCM_RIGHTS). */
+    ssize_t (*sendmsg)(int sock, const struct msghdr *msg, int flags);
+    ssize_t (*recvmsg)(int sock, struct msghdr *msg, int flags);
 } tv__sys_ops;
 
 extern tv__sys_ops tv__sys;

@@ -1,0 +1,53 @@
+/* Who may OPEN a model through the fast path: the [access] rules of the
+ * daemon's configuration (API10.md), checked against the peer's
+ * credentials (SO_PEERCRED uid and gid, SO_PEERGROUPS) by the daemon's
+ * admit callback.
+ *
+ * A rule list is space or comma separated words: uid:N, gid:N, user:NAME,
+ * group:NAME (resolved to their ids when parsed: a name this system does
+ * not know is refused) and * (anyone); an empty list allows nobody. The
+ * default list applies to every model without a list of its own.
+ *
+ * Invariants: a tv__fp_access is immutable once built (any thread may check
+ * against it); a peer is allowed when its uid matches a uid rule, or one of
+ * its gids (the primary one first, then the supplementary groups) matches a
+ * gid rule, or the list has *; the refusal names the uid, the primary gid,
+ * the model and the list as written (normalized to single spaces). */
+#ifndef TV_FASTPATH_ACCESS_H
+#define TV_FASTPATH_ACCESS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "util/internal.h"
+
+#define TV__FP_ACCESS_MAX_TEXT 1024 /* bytes of one rule list, NUL included */
+
+typedef struct tv__fp_access tv__fp_access;
+
+/* Checks one rule list's syntax (and that its user and group names exist).
+ * Returns 0; TV_E_INVALID_ARG naming the word and what is expected; -ENOMEM. */
+int tv__fp_access_validate(const char *rules, tv_error *err);
+
+/* Builds the rules: dflt for every model (NULL = "uid:<getuid()>
+ * gid:<getgid()>", the daemon's own), then n model lists (models[i] ->
+ * rules[i]; a model named twice keeps the last). Returns 0 and *out;
+ * TV_E_INVALID_ARG (a bad list: the message names the model and the word);
+ * -ENOMEM. */
+int tv__fp_access_create(const char *dflt, const char *const *models, const char *const *rules,
+                         size_t n, tv__fp_access **out, tv_error *err);
+/* NULL-safe. */
+void tv__fp_access_free(tv__fp_access *a);
+
+/* Whether the peer (uid; gids[0] its primary gid, then its supplementary
+ * groups; n may be 0) may open model. Returns 0; TV_E_PEER_DENIED "uid 65534
+ * (gid 65534) may not open model 'demo' (allowed: uid:0 gid:0)";
+ * TV_E_INVALID_ARG for a NULL a or model. */
+int tv__fp_access_check(const tv__fp_access *a, const char *model, uid_t uid, const gid_t *gids,
+                        size_t n, tv_error *err);
+
+/* The normalized rule list that applies to model (the default when it has
+ * none); NULL for NULL arguments. Valid until tv__fp_access_free. */
+const char *tv__fp_access_rules(const tv__fp_access *a, const char *model);
+
+#endif

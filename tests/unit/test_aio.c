@@ -1,0 +1,691 @@
+/* Unit tests of the asynchronous read door (core/src/io/aio.c): reads land
+ * byte-exact in the region, alignment and region checks, TV_E_BUSY at the
+ * queue depth, short reads resubmitted and 0-byte reads failing with
+ * TV_E_SHORT_IO (through tv__io_fault), EIO, the eventfd's readability,
+ * timeouts, and destroy with reads in flight. Every case runs twice: with
+ * io_uring (fixed buffers) and with the pread pool (two cmocka groups).
+ *
+ * The substrate is a file image whose byte at offset x is pat(x), on the
+ * real disk ($TMPDIR, else /var/tmp: not tmpfs) opened with O_DIRECT
+ * (buffered when the filesystem refuses, reported once). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dev/dev.h"
+#include "io/aio.h"
+#include "io/engine.h"
+#include "tensorvault/tensorvault.h"
+#include "util/sys.h"
+
+#define KIB        1024u
+#define MIB        (1024u * 1024u)
+#define IMG_LEN    (8u * MIB)
+#define REGION_LEN (4u * MIB)
+
+static char g_dir[256];
+static char g_img[300];
+static tv__dev *g_dev;
+static int g_engine;
+static uint8_t *g_region;
+
+static inline uint8_t pat(uint64_t x)
+{
+    uint64_t h = (x + 0x1234567ull) * 0x9E3779B97F4A7C15ull;
+    return (uint8_t)((h >> 56) ^ (x >> 12));
+}
+
+static int write_image(const char *path)
+{
+    tv_error err = {0};
+    uint8_t *buf = malloc(MIB);
+    int fd, rc = 0;
+    if (!buf || tv__dev_create_image(path, IMG_LEN, &err))
+        return -1;
+    fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return -1;
+    for (uint64_t o = 0; o < IMG_LEN && !rc; o += MIB) {
+        for (size_t i = 0; i < MIB; i++)
+            buf[i] = pat(o + i);
+        if (pwrite(fd, buf, MIB, (off_t)o) != (ssize_t)MIB)
+            rc = -1;
+    }
+    if (fsync(fd))
+        rc = -1;
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *tmp = getenv("TMPDIR");
+    tv_error err = {0};
+    snprintf(g_dir, sizeof g_dir, "%s/tv-test-aio-XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
+    if (!mkdtemp(g_dir))
+        return -1;
+    snprintf(g_img, sizeof g_img, "%s/image", g_dir);
+    if (write_image(g_img) || tv__dev_open(g_img, TV__DEV_O_RDONLY, &g_dev, &err)) {
+        fprintf(stderr, "image %s: %s\n", g_img, err.msg);
+        return -1;
+    }
+    if (posix_memalign((void **)&g_region, 4096, REGION_LEN))
+        return -1;
+    static bool told;
+    if (!told)
+        printf("# image on %s: %s, io_align %u\n", g_dir,
+               g_dev->direct ? "O_DIRECT" : "buffered (O_DIRECT refused)", g_dev->io_align);
+    told = true;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    tv__dev_close(g_dev);
+    g_dev = NULL;
+    unlink(g_img);
+    rmdir(g_dir);
+    free(g_region);
+    g_region = NULL;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tv__io_fault = NULL;
+    tv__sys_reset();
+    return 0;
+}
+
+static tv__aio *make_aio_opts(uint32_t qd, uint32_t timeout_ms)
+{
+    tv__aio_opts o = {.engine = g_engine,
+                      .queue_depth = qd,
+                      .region = g_region,
+                      .region_len = REGION_LEN,
+                      .timeout_ms = timeout_ms,
+                      .n_threads = 4};
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    int rc = tv__aio_create(&o, &a, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        skip();
+    if (rc)
+        fail_msg("tv__aio_create: %s", err.msg);
+    assert_int_equal(tv__aio_engine(a), g_engine);
+    return a;
+}
+
+static tv__aio *make_aio(uint32_t qd)
+{
+    return make_aio_opts(qd, 0);
+}
+
+static bool efd_readable(const tv__aio *a, int timeout_ms)
+{
+    struct pollfd p = {.fd = tv__aio_event_fd(a), .events = POLLIN};
+    return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+/* Waits on the eventfd and reaps until n completions arrived (5 s at most
+ * per wait); returns how many. */
+static size_t wait_done(tv__aio *a, tv__aio_done *out, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        if (!efd_readable(a, 5000))
+            break;
+        got += tv__aio_reap(a, out + got, n - got);
+    }
+    return got;
+}
+
+static void submit_ok(tv__aio *a, uint64_t off, size_t region_off, size_t len, uint64_t tag)
+{
+    tv_error err = {0};
+    int rc = tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, off, g_region + region_off, len, tag,
+                            &err);
+    if (rc)
+        fail_msg("submit %llu+%zu: %s", (unsigned long long)off, len, err.msg);
+}
+
+static void check_bytes(size_t region_off, uint64_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (g_region[region_off + i] != pat(off + i))
+            fail_msg("byte %zu of the read at %llu: %02x, want %02x", i, (unsigned long long)off,
+                     g_region[region_off + i], pat(off + i));
+}
+
+static int one_read(tv__aio *a, uint64_t off, size_t region_off, size_t len)
+{
+    tv__aio_done d = {0};
+    submit_ok(a, off, region_off, len, 77);
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, &d, 1), 1);
+    assert_int_equal(d.tag, 77);
+    assert_int_equal(tv__aio_in_flight(a), 0);
+    return d.result;
+}
+
+/* ---- reads land byte-exact ------------------------------------------------ */
+
+static void test_reads_exact(void **state)
+{
+    (void)state;
+    enum { N = 24 };
+    tv__aio *a = make_aio(32);
+    tv__aio_done d[N];
+    uint64_t offs[N];
+    size_t lens[N], at = 0;
+    memset(g_region, 0xEE, REGION_LEN);
+    for (int i = 0; i < N; i++) {
+        lens[i] = (size_t)(i % 5 + 1) * 4096 * (i % 3 == 0 ? 16 : 1);
+        offs[i] = (uint64_t)((i * 7919) % 1900) * 4096;
+        submit_ok(a, offs[i], at, lens[i], (uint64_t)i + 1000);
+        at += lens[i] + 4096; /* a gap that must stay untouched */
+    }
+    assert_int_equal(tv__aio_in_flight(a), N);
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, d, N), N);
+    assert_int_equal(tv__aio_in_flight(a), 0);
+    bool seen[N] = {0};
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(d[i].result, 0);
+        assert_true(d[i].tag >= 1000 && d[i].tag < 1000 + N);
+        assert_false(seen[d[i].tag - 1000]);
+        seen[d[i].tag - 1000] = true;
+    }
+    at = 0;
+    for (int i = 0; i < N; i++) {
+        check_bytes(at, offs[i], lens[i]);
+        for (size_t g = 0; g < 4096; g++)
+            assert_int_equal(g_region[at + lens[i] + g], 0xEE);
+        at += lens[i] + 4096;
+    }
+    /* a read at the very end of the image and one that fills the region */
+    assert_int_equal(one_read(a, IMG_LEN - 8192, 0, 8192), 0);
+    check_bytes(0, IMG_LEN - 8192, 8192);
+    assert_int_equal(one_read(a, 1 * MIB, 0, REGION_LEN), 0);
+    check_bytes(0, 1 * MIB, REGION_LEN);
+    /* nothing queued: flush and reap are no-ops */
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(tv__aio_reap(a, d, N), 0);
+    assert_int_equal(tv__aio_reap(a, d, 0), 0);
+    tv__aio_destroy(a);
+}
+
+/* ---- validation ----------------------------------------------------------- */
+
+static void test_alignment_rejected(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(8);
+    tv_error err = {0};
+    int fd = g_dev->fd;
+    uint32_t al = g_dev->io_align;
+    static uint8_t outside[8192] __attribute__((aligned(4096)));
+    struct {
+        int fd;
+        uint32_t align;
+        uint64_t off;
+        uint8_t *buf;
+        size_t len;
+    } bad[] = {
+        {fd, al, 512, g_region, 4096},                   /* offset */
+        {fd, al, 0, g_region, 4000},                     /* length */
+        {fd, al, 0, g_region + 512, 4096},               /* buffer */
+        {fd, al, 0, g_region, 0},                        /* empty */
+        {fd, al, 0, g_region + REGION_LEN - 4096, 8192}, /* past the region's end */
+        {fd, al, 0, outside, 4096},                      /* outside the region */
+        {fd, al, 0, NULL, 4096},
+        {fd, al, 0, g_region, (size_t)(1ull << 30) + 4096}, /* over 1 GiB */
+        {fd, 1000, 0, g_region, 4096},                      /* not a power of two */
+        {fd, 256, 0, g_region, 4096},                       /* under 512 */
+        {-1, al, 0, g_region, 4096},
+        {fd, al, UINT64_MAX - 4095, g_region, 4096}, /* offset + length overflow */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        int rc = tv__aio_submit(a, bad[i].fd, bad[i].align, 3, bad[i].off, bad[i].buf, bad[i].len,
+                                1, &err);
+        if (rc != TV_E_INVALID_ARG)
+            fail_msg("case %zu: %d (%s), want TV_E_INVALID_ARG", i, rc, tv_err_name(rc));
+        assert_non_null(strstr(err.msg, "aio"));
+    }
+    assert_non_null(strstr(err.msg, "device 3"));
+    assert_int_equal(tv__aio_in_flight(a), 0);
+    assert_int_equal(tv__aio_submit(NULL, fd, al, 0, 0, g_region, 4096, 1, NULL), TV_E_INVALID_ARG);
+    /* nothing was queued: a flush sends nothing and nothing completes */
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_false(efd_readable(a, 50));
+    tv__aio_destroy(a);
+
+    /* bad options */
+    tv__aio *b = NULL;
+    tv__aio_opts o = {.engine = g_engine, .region = g_region, .region_len = REGION_LEN};
+    assert_int_equal(tv__aio_create(NULL, &b, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__aio_create(&o, NULL, &err), TV_E_INVALID_ARG);
+    tv__aio_opts bo = o;
+    bo.queue_depth = 4097;
+    assert_int_equal(tv__aio_create(&bo, &b, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "4097"));
+    bo = o;
+    bo.region = g_region + 512;
+    assert_int_equal(tv__aio_create(&bo, &b, &err), TV_E_INVALID_ARG);
+    bo = o;
+    bo.region_len = 4000;
+    assert_int_equal(tv__aio_create(&bo, &b, &err), TV_E_INVALID_ARG);
+    bo = o;
+    bo.region = NULL;
+    assert_int_equal(tv__aio_create(&bo, &b, &err), TV_E_INVALID_ARG);
+    bo = o;
+    bo.engine = 99;
+    assert_int_equal(tv__aio_create(&bo, &b, &err), TV_E_INVALID_ARG);
+    assert_null(b);
+    tv__aio_destroy(NULL);
+    assert_int_equal(tv__aio_engine(NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv__aio_event_fd(NULL), -1);
+    assert_int_equal(tv__aio_in_flight(NULL), 0);
+}
+
+static void test_busy_at_queue_depth(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(4);
+    tv__aio_done d[4];
+    tv_error err = {0};
+    for (int i = 0; i < 4; i++)
+        submit_ok(a, (uint64_t)i * 65536, (size_t)i * 65536, 65536, (uint64_t)i);
+    assert_int_equal(
+        tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 0, g_region + 4 * 65536, 4096, 9, &err),
+        TV_E_BUSY);
+    assert_non_null(strstr(err.msg, "queue depth 4"));
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    /* completed but not reaped still count */
+    usleep(50000);
+    assert_int_equal(tv__aio_in_flight(a), 4);
+    assert_int_equal(
+        tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 0, g_region + 4 * 65536, 4096, 9, &err),
+        TV_E_BUSY);
+    assert_int_equal(wait_done(a, d, 4), 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(d[i].result, 0);
+    for (int i = 0; i < 4; i++)
+        check_bytes((size_t)i * 65536, (uint64_t)i * 65536, 65536);
+    /* room again */
+    assert_int_equal(one_read(a, 8 * 65536, 0, 65536), 0);
+    check_bytes(0, 8 * 65536, 65536);
+    tv__aio_destroy(a);
+}
+
+/* ---- faults through tv__io_fault -------------------------------------------- */
+
+static atomic_int g_calls;
+static atomic_int g_fired;
+
+static void hook_short_once(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off;
+    atomic_fetch_add(&g_calls, 1);
+    if (*res == (int64_t)len && len > 8192 && atomic_fetch_add(&g_fired, 1) == 0)
+        *res = (int64_t)(len / 2 + 100); /* not even aligned: the rest restarts aligned */
+}
+
+static void hook_short_then_zero(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    if (atomic_fetch_add(&g_calls, 1) == 0)
+        *res = 8192;
+    else
+        *res = 0;
+}
+
+static void hook_zero(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    atomic_fetch_add(&g_calls, 1);
+    *res = 0;
+}
+
+static void hook_eio(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)off, (void)len;
+    atomic_fetch_add(&g_calls, 1);
+    if (dev == 5)
+        *res = -EIO;
+}
+
+static void hook_tiny(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    atomic_fetch_add(&g_calls, 1);
+    *res = 100; /* never a whole aligned block */
+}
+
+static void hook_eintr_once(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev, (void)off, (void)len;
+    if (atomic_fetch_add(&g_calls, 1) == 0)
+        *res = -EINTR;
+}
+
+static void test_short_read_resubmitted(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(8);
+    memset(g_region, 0, 256 * KIB);
+    atomic_store(&g_calls, 0);
+    atomic_store(&g_fired, 0);
+    tv__io_fault = hook_short_once;
+    assert_int_equal(one_read(a, 3 * MIB, 0, 256 * KIB), 0);
+    assert_int_equal(atomic_load(&g_fired) >= 1, 1);
+    assert_true(atomic_load(&g_calls) >= 2); /* the rest was read again */
+    check_bytes(0, 3 * MIB, 256 * KIB);
+
+    /* EINTR is re-sent */
+    atomic_store(&g_calls, 0);
+    tv__io_fault = hook_eintr_once;
+    assert_int_equal(one_read(a, 64 * KIB, 0, 64 * KIB), 0);
+    assert_int_equal(atomic_load(&g_calls), 2);
+    check_bytes(0, 64 * KIB, 64 * KIB);
+    tv__aio_destroy(a);
+}
+
+static void test_zero_read_short_io(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(8);
+    /* a resubmission that returns 0 bytes */
+    atomic_store(&g_calls, 0);
+    tv__io_fault = hook_short_then_zero;
+    assert_int_equal(one_read(a, 0, 0, 64 * KIB), TV_E_SHORT_IO);
+    assert_int_equal(atomic_load(&g_calls), 2);
+    /* a first read of 0 bytes */
+    atomic_store(&g_calls, 0);
+    tv__io_fault = hook_zero;
+    assert_int_equal(one_read(a, 0, 0, 64 * KIB), TV_E_SHORT_IO);
+    assert_int_equal(atomic_load(&g_calls), 1);
+    /* short reads that never advance an aligned block end too */
+    atomic_store(&g_calls, 0);
+    tv__io_fault = hook_tiny;
+    assert_int_equal(one_read(a, 0, 0, 64 * KIB), TV_E_SHORT_IO);
+    assert_true(atomic_load(&g_calls) > 1 && atomic_load(&g_calls) < 10);
+    /* the real end of the device: a read past it gets 0 bytes */
+    tv__io_fault = NULL;
+    tv_error err = {0};
+    assert_int_equal(
+        tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, IMG_LEN, g_region, 4096, 5, &err), 0);
+    tv__aio_done d;
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, &d, 1), 1);
+    assert_int_equal(d.result, TV_E_SHORT_IO);
+    tv__aio_destroy(a);
+}
+
+static void test_eio(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(8);
+    tv__aio_done d[2];
+    tv_error err = {0};
+    atomic_store(&g_calls, 0);
+    tv__io_fault = hook_eio;
+    /* dev 5 fails, dev 0 (the same fd) succeeds: the tag tells them apart */
+    assert_int_equal(tv__aio_submit(a, g_dev->fd, g_dev->io_align, 5, 0, g_region, 65536, 50, &err),
+                     0);
+    assert_int_equal(
+        tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 0, g_region + 65536, 65536, 60, &err), 0);
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, d, 2), 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(d[i].result, d[i].tag == 50 ? -EIO : 0);
+    assert_int_equal(atomic_load(&g_calls), 2); /* an error is not retried */
+    check_bytes(65536, 0, 65536);
+    tv__aio_destroy(a);
+}
+
+/* ---- the eventfd ----------------------------------------------------------- */
+
+static void test_eventfd(void **state)
+{
+    (void)state;
+    tv__aio *a = make_aio(8);
+    tv__aio_done d[3];
+    int efd = tv__aio_event_fd(a);
+    assert_true(efd >= 0);
+    assert_int_equal(fcntl(efd, F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+    assert_false(efd_readable(a, 0));
+    for (int i = 0; i < 3; i++)
+        submit_ok(a, (uint64_t)i * 65536, (size_t)i * 65536, 65536, (uint64_t)i);
+    assert_false(efd_readable(a, 50)); /* nothing was sent before the flush */
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_true(efd_readable(a, 5000));
+    /* wait for all three, one at a time: a reap that leaves some keeps it readable */
+    size_t got = 0;
+    for (int spins = 0; got < 3 && spins < 500; spins++) {
+        assert_true(efd_readable(a, 5000));
+        got += tv__aio_reap(a, d + got, 1);
+    }
+    assert_int_equal(got, 3);
+    assert_int_equal(tv__aio_in_flight(a), 0);
+    /* drained: not readable (io_uring may still post its timeouts' CQEs) */
+    for (int spins = 0; spins < 10 && efd_readable(a, 20); spins++)
+        assert_int_equal(tv__aio_reap(a, d, 3), 0);
+    assert_false(efd_readable(a, 20));
+    tv__aio_destroy(a);
+}
+
+/* ---- timeouts and destroy with reads in flight ---------------------------- */
+
+static atomic_int g_slow_done;
+static ssize_t (*g_real_pread)(int, void *, size_t, off_t);
+
+static ssize_t slow_pread(int fd, void *buf, size_t len, off_t off)
+{
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    ssize_t n = g_real_pread(fd, buf, len, off);
+    atomic_fetch_add(&g_slow_done, 1);
+    return n;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    tv__aio_done d;
+    tv_error err = {0};
+    tv__aio *a = make_aio_opts(4, 100);
+    if (g_engine == TV_ENGINE_PREAD) {
+        /* a pread that takes 300 ms against 100 ms: reported when it returns */
+        g_real_pread = tv__sys.pread;
+        tv__sys.pread = slow_pread;
+        assert_int_equal(one_read(a, 0, 0, 4096), TV_E_TIMEOUT);
+        tv__sys_reset();
+        assert_int_equal(one_read(a, 0, 0, 4096), 0); /* usable again */
+        check_bytes(0, 0, 4096);
+        tv__aio_destroy(a);
+        return;
+    }
+    /* io_uring: a pipe that never delivers: cancelled by the linked timeout */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    memset(g_region, 0x11, 8192);
+    uint64_t t0 = mono_ms();
+    assert_int_equal(tv__aio_submit(a, p[0], 4096, 0, 0, g_region, 8192, 3, &err), 0);
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, &d, 1), 1);
+    assert_int_equal(d.result, TV_E_TIMEOUT);
+    uint64_t took = mono_ms() - t0;
+    assert_true(took >= 90 && took < 5000);
+    /* the pipe delivers later: nothing lands in the region */
+    char junk[8192];
+    memset(junk, 0x22, sizeof junk);
+    assert_int_equal(write(p[1], junk, sizeof junk), (ssize_t)sizeof junk);
+    usleep(20000);
+    for (size_t i = 0; i < 8192; i++)
+        assert_int_equal(g_region[i], 0x11);
+    assert_int_equal(one_read(a, 0, 0, 4096), 0);
+    check_bytes(0, 0, 4096);
+    tv__aio_destroy(a);
+    close(p[0]);
+    close(p[1]);
+}
+
+static void test_destroy_in_flight(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    if (g_engine == TV_ENGINE_PREAD) {
+        /* destroy waits for the reads the workers are doing */
+        tv__aio *a = make_aio(4);
+        atomic_store(&g_slow_done, 0);
+        g_real_pread = tv__sys.pread;
+        tv__sys.pread = slow_pread;
+        for (int i = 0; i < 2; i++)
+            submit_ok(a, (uint64_t)i * 65536, (size_t)i * 65536, 65536, (uint64_t)i);
+        assert_int_equal(tv__aio_flush(a, NULL), 0);
+        submit_ok(a, 0, 2 * 65536, 4096, 2); /* queued, never flushed: dropped */
+        usleep(50000);                       /* the workers are inside pread now */
+        tv__aio_destroy(a);
+        assert_int_equal(atomic_load(&g_slow_done), 2);
+        tv__sys_reset();
+        return;
+    }
+    /* io_uring: reads on a pipe that never deliver are cancelled by destroy,
+     * which returns promptly; nothing lands in the region afterwards */
+    tv__aio *a = make_aio_opts(8, 60000);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    memset(g_region, 0x11, 4 * 8192);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(
+            tv__aio_submit(a, p[0], 4096, 0, 0, g_region + i * 8192, 8192, (uint64_t)i, &err), 0);
+    submit_ok(a, 0, 8 * 8192, 65536, 9); /* a disk read too */
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    usleep(20000);
+    assert_int_equal(tv__aio_in_flight(a), 5);
+    uint64_t t0 = mono_ms();
+    tv__aio_destroy(a);
+    assert_true(mono_ms() - t0 < 5000);
+    char junk[4 * 8192];
+    memset(junk, 0x22, sizeof junk);
+    assert_int_equal(write(p[1], junk, sizeof junk), (ssize_t)sizeof junk);
+    usleep(20000);
+    for (size_t i = 0; i < 4 * 8192; i++)
+        assert_int_equal(g_region[i], 0x11);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* ---- engine selection and the fixed-buffer fallback --------------------- */
+
+static void test_engines(void **state)
+{
+    (void)state;
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    tv__aio_opts o = {.engine = TV_ENGINE_AUTO, .region = g_region, .region_len = REGION_LEN};
+    assert_int_equal(tv__aio_create(&o, &a, &err), 0);
+    int e = tv__aio_engine(a);
+    assert_true(e == TV_ENGINE_URING || e == TV_ENGINE_PREAD);
+    tv__aio_destroy(a);
+    /* identical bytes from the other engine */
+    o.engine = g_engine == TV_ENGINE_URING ? TV_ENGINE_PREAD : TV_ENGINE_URING;
+    int rc = tv__aio_create(&o, &a, &err);
+    if (rc == TV_E_NOT_SUPPORTED)
+        return;
+    assert_int_equal(rc, 0);
+    memset(g_region, 0, 65536);
+    assert_int_equal(one_read(a, 5 * MIB, 0, 65536), 0);
+    check_bytes(0, 5 * MIB, 65536);
+    tv__aio_destroy(a);
+}
+
+/* A child without locked memory: registering the region is refused (unless
+ * the process may lock memory anyway), and reads are plain but identical. */
+static void test_no_memlock(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {0, 0};
+        setrlimit(RLIMIT_MEMLOCK, &rl);
+        tv__aio_opts o = {
+            .engine = g_engine, .queue_depth = 4, .region = g_region, .region_len = REGION_LEN};
+        tv__aio *a = NULL;
+        tv_error err = {0};
+        tv__aio_done d;
+        if (tv__aio_create(&o, &a, &err))
+            _exit(2);
+        memset(g_region, 0, 65536);
+        if (tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 2 * MIB, g_region, 65536, 1, &err) ||
+            tv__aio_flush(a, &err))
+            _exit(3);
+        size_t got = 0;
+        for (int i = 0; i < 100 && !got; i++) {
+            if (efd_readable(a, 100))
+                got = tv__aio_reap(a, &d, 1);
+        }
+        if (got != 1 || d.result)
+            _exit(4);
+        for (size_t i = 0; i < 65536; i++)
+            if (g_region[i] != pat(2 * MIB + i))
+                _exit(5);
+        tv__aio_destroy(a);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_reads_exact, teardown),
+        cmocka_unit_test_teardown(test_alignment_rejected, teardown),
+        cmocka_unit_test_teardown(test_busy_at_queue_depth, teardown),
+        cmocka_unit_test_teardown(test_short_read_resubmitted, teardown),
+        cmocka_unit_test_teardown(test_zero_read_short_io, teardown),
+        cmocka_unit_test_teardown(test_eio, teardown),
+        cmocka_unit_test_teardown(test_eventfd, teardown),
+        cmocka_unit_test_teardown(test_timeout, teardown),
+        cmocka_unit_test_teardown(test_destroy_in_flight, teardown),
+        cmocka_unit_test_teardown(test_engines, teardown),
+        cmocka_unit_test_teardown(test_no_memlock, teardown),
+    };
+    int rc = 0;
+    g_engine = TV_ENGINE_URING;
+    rc |= cmocka_run_group_tests_name("io_uring", tests, group_setup, group_teardown);
+    g_engine = TV_ENGINE_PREAD;
+    rc |= cmocka_run_group_tests_name("pread", tests, group_setup, group_teardown);
+    return rc ? 1 : 0;
+}
