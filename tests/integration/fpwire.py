@@ -340,7 +340,8 @@ class Snapshot:
 class Request:
     def __init__(self, req_id, handle, tensor, off, length):
         self.req_id, self.handle, self.tensor, self.off, self.len = req_id, handle, tensor, off, length
-        self.buf = bytearray(length)
+        # a range no tensor has (a test of the daemon's refusal) gets no buffer
+        self.buf = bytearray(length) if length <= 1 << 36 else None
         self.covered = 0
         self.ranges = []  # (dest_off, len) received
         self.result = None  # DONE's result
@@ -559,7 +560,7 @@ class Session:
                 raise FpProtocolError(f"CHUNK {e} for handle {r.handle}")
             if e["slot"] >= h.n_slots or e["slot_off"] + e["len"] > h.slot_len:
                 raise FpProtocolError(f"CHUNK {e} outside the arena (slots {h.n_slots} x {h.slot_len})")
-            if e["dest_off"] + e["len"] > r.len:
+            if e["dest_off"] + e["len"] > r.len or r.buf is None:
                 raise FpProtocolError(f"CHUNK {e} past request {r.req_id}'s {r.len} bytes")
             for d0, n0 in r.ranges:
                 if d0 < e["dest_off"] + e["len"] and e["dest_off"] < d0 + n0:
