@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "util/internal.h"
@@ -37,6 +38,14 @@ static bool is_known_opt(const tv__cli_args *a, const char *arg)
         return false;
     const char *eq = strchr(arg, '=');
     return find_opt(a, arg, eq ? (size_t)(eq - arg) : strlen(arg)) >= 0;
+}
+
+/* An optional value ("[SOCKET]") is the next argument only when that names
+ * an existing UNIX socket: anything else is left as a positional. */
+static bool takes_optional(const tv__cli_args *a, const char *next)
+{
+    struct stat st;
+    return !is_known_opt(a, next) && stat(next, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
 int tv__cli_parse(const char *cmd, int argc, char **argv, tv__cli_args *a)
@@ -74,11 +83,13 @@ int tv__cli_parse(const char *cmd, int argc, char **argv, tv__cli_args *a)
             const char *v = NULL;
             if (eq)
                 v = eq + 1;
+            else if (o->metavar[0] == '[') /* optional value: "" when absent */
+                v = i + 1 < argc && takes_optional(a, argv[i + 1]) ? argv[++i] : "";
             else if (i + 1 < argc && !is_known_opt(a, argv[i + 1]))
                 v = argv[++i];
             if (!v)
                 return tv__cli_usage(cmd, "%s needs a value", o->name);
-            if (!*v)
+            if (!*v && (eq || o->metavar[0] != '['))
                 return tv__cli_usage(cmd, "%s needs a non-empty value", o->name);
             a->values[k] = v;
         } else {

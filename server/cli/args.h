@@ -3,7 +3,8 @@
  * kind (generation, model spec, rows, size, unsigned count, list).
  *
  * Invariants: unknown options, an option given twice, a missing or empty
- * value and (checked by each command) extra positionals are usage errors
+ * value (but an optional one, metavar "[...]") and (checked by each command)
+ * extra positionals are usage errors
  * (exit 2); a value parser accepts exactly the grammar documented here and
  * refuses everything else, overflow included, before anything is opened. */
 #ifndef TV_CLI_ARGS_H
@@ -36,7 +37,10 @@
  * alias, or an option that a neighbour's usage text shows). */
 typedef struct tv__cli_opt {
     const char *name;    /* "--store" */
-    const char *metavar; /* "DIR" for an option with a value; NULL for a flag */
+    const char *metavar; /* "DIR" for an option with a value; NULL for a flag; "[SOCKET]"
+                            (starting with '['): an optional value, taken from the next
+                            argument only when that names an existing UNIX socket, else
+                            the option's value is "" (--opt=VALUE always gives one) */
     const char *usage;
 } tv__cli_opt;
 

@@ -94,6 +94,7 @@ typedef enum tv__cli_doc {
     TV__DOC_ALIAS_REMOVED,
     TV__DOC_CANCELLED,
     TV__DOC_TOKEN_REVOKED,
+    TV__DOC_SESSIONS, /* GET /v1/sessions */
 } tv__cli_doc;
 
 /* Prints doc: --json as the document itself (indented, ASCII), else its

@@ -27,6 +27,7 @@ const tv__cli_cmd *const tv__cli_cmds[] = {
     &tv__cli_cmd_cancel,       &tv__cli_cmd_token_create, &tv__cli_cmd_token_list,
     &tv__cli_cmd_token_revoke, &tv__cli_cmd_status,       &tv__cli_cmd_version,
     &tv__cli_cmd_demo,         &tv__cli_cmd_get,          &tv__cli_cmd_bench,
+    &tv__cli_cmd_sessions,
 };
 const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);
 
@@ -55,7 +56,8 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
     if ((u = tv__cli_parse(cmd->name, argc, argv, &c->a)))
         return u;
     c->json = tv__cli_flag(&c->a, "--json");
-    if (cmd->flags & TV__CLI_STORE) {
+    /* get/bench --fastpath read through the daemon: no store needed. */
+    if ((cmd->flags & TV__CLI_STORE) && !tv__cli_get(&c->a, "--fastpath")) {
         c->store = tv__cli_get(&c->a, "--store");
         if (!c->store)
             c->store = getenv("TENSORVAULT_STORE");

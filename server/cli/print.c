@@ -213,6 +213,28 @@ static void jobs_table(FILE *f, const json_t *arr)
         I(j, "bytes_total", t, sizeof t), I(j, "generation", g, sizeof g));
 }
 
+/* One line per open handle; a session without handles shows "-". */
+static void sessions_table(FILE *f, const json_t *arr)
+{
+    char id[32], pid[32], uid[32], gen[32], dl[32];
+    size_t i, k;
+    json_t *s, *h;
+    fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", "ID", "PID", "UID", "MODEL", "GEN", "DELIVERED");
+    json_array_foreach(arr, i, s)
+    {
+        I(s, "id", id, sizeof id);
+        I(s, "pid", pid, sizeof pid);
+        I(s, "uid", uid, sizeof uid);
+        const json_t *hs = json_object_get(s, "handles");
+        if (json_array_size(hs) == 0)
+            fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", id, pid, uid, "-", "-",
+                    I(s, "bytes_delivered", dl, sizeof dl));
+        json_array_foreach(hs, k, h)
+            fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", id, pid, uid, S(h, "model"),
+                    I(h, "generation", gen, sizeof gen), I(h, "bytes_delivered", dl, sizeof dl));
+    }
+}
+
 static void job_one(FILE *f, const json_t *j)
 {
     char b[64];
@@ -319,6 +341,9 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         break;
     case TV__DOC_JOBS:
         jobs_table(f, json_object_get(doc, "jobs"));
+        break;
+    case TV__DOC_SESSIONS:
+        sessions_table(f, json_object_get(doc, "sessions"));
         break;
     case TV__DOC_JOB:
     case TV__DOC_CANCELLED:

@@ -1,7 +1,10 @@
 /* Reader subcommands: `get` (one tensor's exact bytes, rows, or float32 to
  * a file) and `bench` (load every tensor into host memory and report
- * bytes, seconds and GB/s). Both go through the public library API
- * (tensorvault.h), exactly as an in-process loader would. */
+ * bytes, seconds and GB/s). Both go through the public library API, exactly
+ * as a loader would: in-process on --store (tensorvault.h), or with
+ * --fastpath [SOCKET] through tensorvaultd's fast path (tensorvault/client.h).
+ * Invariant: both paths print the same output from the same code; only the
+ * source (struct src) differs. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,6 +20,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "store/store.h"
+#include "tensorvault/client.h"
 #include "tensorvault/tensorvault.h"
 #include "util/internal.h"
 #include "util/sys.h"
@@ -92,6 +96,96 @@ static int write_file(const char *path, const void *buf, size_t len, tv_error *e
     return 0;
 }
 
+/* Where get and bench read from: an in-process tv_model, or a fast-path
+ * session and model (fp). */
+typedef struct src {
+    bool fp;
+    tv_model *m;
+    tv_client *c;
+    tv_client_model *cm;
+} src;
+
+/* --fastpath's SOCKET: "" when given alone (then the library's default:
+ * $TENSORVAULT_SOCKET, else TV_CLIENT_DEFAULT_SOCKET); NULL without it. */
+static const char *fastpath_socket(const tv__cli_args *a)
+{
+    return tv__cli_get(a, "--fastpath");
+}
+
+static int src_open(src *s, const char *dir, const char *spec, const tv_open_opts *oo,
+                    const char *fp_socket, tv_error *err)
+{
+    int rc;
+    memset(s, 0, sizeof(*s));
+    if (!fp_socket) {
+        if ((rc = tv__store_check_dir(dir, err)))
+            return rc;
+        return tv_model_open(dir, spec, oo, &s->m, err);
+    }
+    s->fp = true;
+    if ((rc = tv_client_connect(*fp_socket ? fp_socket : NULL, NULL, &s->c, err)))
+        return rc;
+    return tv_client_open(s->c, spec, &s->cm, err);
+}
+
+static void src_close(src *s)
+{
+    tv_client_model_close(s->cm);
+    tv_client_close(s->c);
+    tv_model_close(s->m);
+    memset(s, 0, sizeof(*s));
+}
+
+static const char *src_name(const src *s)
+{
+    return s->fp ? tv_client_model_name(s->cm) : tv_model_name(s->m);
+}
+
+static int64_t src_generation(const src *s)
+{
+    return s->fp ? tv_client_model_generation(s->cm) : tv_model_generation(s->m);
+}
+
+static size_t src_n_tensors(const src *s)
+{
+    return s->fp ? tv_client_n_tensors(s->cm) : tv_model_n_tensors(s->m);
+}
+
+static int src_tensor(const src *s, size_t i, tv_tensor_desc *d)
+{
+    return s->fp ? tv_client_tensor(s->cm, i, d) : tv_model_tensor(s->m, i, d);
+}
+
+static int src_find(const src *s, const char *name, size_t *idx)
+{
+    return s->fp ? tv_client_find(s->cm, name, strlen(name), idx)
+                 : tv_model_find(s->m, name, strlen(name), idx);
+}
+
+static int src_read_into(src *s, const char *name, void *dest, size_t len, tv_error *err)
+{
+    return s->fp ? tv_client_read_into(s->cm, name, dest, len, err)
+                 : tv_read_into(s->m, name, dest, len, err);
+}
+
+static int src_read_rows(src *s, const char *name, uint64_t r0, uint64_t r1, void *dest, size_t len,
+                         tv_error *err)
+{
+    return s->fp ? tv_client_read_rows(s->cm, name, r0, r1, dest, len, err)
+                 : tv_read_rows(s->m, name, r0, r1, dest, len, err);
+}
+
+static int src_read_f32(src *s, const char *name, void *dest, size_t len, tv_error *err)
+{
+    return s->fp ? tv_client_read_f32(s->cm, name, dest, len, err)
+                 : tv_read_f32(s->m, name, dest, len, err);
+}
+
+static int src_read_batch(src *s, tv_read_req *reqs, size_t n, tv_error *err)
+{
+    return s->fp ? tv_client_read_batch(s->cm, reqs, n, err) : tv_read_batch(s->m, reqs, n, err);
+}
+
 /* Bytes `get` writes, checked before anything is allocated: rows [r0, r1)
  * of dim 0, n_elements float32s, or the tensor's bytes. */
 static int output_len(const tv_tensor_desc *d, const char *tensor, bool rows, uint64_t r0,
@@ -135,6 +229,7 @@ const tv__cli_cmd tv__cli_cmd_get = {
              {"--qd", "N", NULL},
              {"--chunk", "SIZE", NULL},
              {"--no-direct", NULL, NULL},
+             {"--fastpath", "[SOCKET]", NULL},
              {"--json", NULL, NULL}},
 };
 
@@ -165,21 +260,19 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
     if ((u = read_opts("get", a, &oo)))
         return u;
     tv_error err = {0};
-    tv_model *m = NULL;
+    src m;
     size_t idx, len = 0;
     tv_tensor_desc d;
     void *buf = NULL;
-    int rc = tv__store_check_dir(dir, &err);
-    if (!rc)
-        rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
+    int rc = src_open(&m, dir, a->pos[0], &oo, fastpath_socket(a), &err);
     if (rc)
         goto out;
-    if (tv_model_find(m, a->pos[1], strlen(a->pos[1]), &idx)) {
+    if (src_find(&m, a->pos[1], &idx)) {
         rc = tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, a->pos[1],
-                        tv_model_name(m), tv_model_generation(m));
+                        src_name(&m), src_generation(&m));
         goto out;
     }
-    tv_model_tensor(m, idx, &d);
+    src_tensor(&m, idx, &d);
     if ((rc = output_len(&d, a->pos[1], rows != NULL, r0, r1, f32, &len, &err)))
         goto out;
     if (!(buf = malloc(len ? len : 1))) {
@@ -187,26 +280,26 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
         goto out;
     }
     if (rows)
-        rc = tv_read_rows(m, a->pos[1], r0, r1, buf, len, &err);
+        rc = src_read_rows(&m, a->pos[1], r0, r1, buf, len, &err);
     else if (f32)
-        rc = tv_read_f32(m, a->pos[1], buf, len, &err);
+        rc = src_read_f32(&m, a->pos[1], buf, len, &err);
     else
-        rc = tv_read_into(m, a->pos[1], buf, len, &err);
+        rc = src_read_into(&m, a->pos[1], buf, len, &err);
     if (!rc)
         rc = write_file(outp, buf, len, &err);
 out:
     if (rc)
         tv__cli_fail("get", json, rc, err.msg);
     else if (json) {
-        json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:I}", "model", tv_model_name(m), "generation",
-                              (json_int_t)tv_model_generation(m), "tensor", a->pos[1], "output",
-                              outp, "bytes", (json_int_t)len);
+        json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:I}", "model", src_name(&m), "generation",
+                              (json_int_t)src_generation(&m), "tensor", a->pos[1], "output", outp,
+                              "bytes", (json_int_t)len);
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(o);
     }
     free(buf);
-    tv_model_close(m);
+    src_close(&m);
     return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }
 
@@ -225,18 +318,18 @@ static int cmp_double(const void *a, const void *b)
 
 /* Latency mode: `count` reads of one tensor with tv_read_into, each timed;
  * prints p50 / p99 / max in microseconds. */
-static int latency(tv_model *m, const char *name, unsigned long count, bool json)
+static int latency(src *m, const char *name, unsigned long count, bool json)
 {
     tv_error err = {0};
     size_t idx;
     tv_tensor_desc d;
-    if (tv_model_find(m, name, strlen(name), &idx)) {
-        tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, tv_model_name(m),
-                   tv_model_generation(m));
+    if (src_find(m, name, &idx)) {
+        tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, src_name(m),
+                   src_generation(m));
         tv__cli_fail("bench", json, err.code, err.msg);
         return TV__EXIT_FAIL;
     }
-    tv_model_tensor(m, idx, &d);
+    src_tensor(m, idx, &d);
     void *buf = malloc(d.nbytes ? d.nbytes : 1);
     double *t = malloc(sizeof(double) * count);
     if (!buf || !t) {
@@ -247,10 +340,10 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
     }
     int rc = 0;
     for (unsigned long i = 0; i < 10 && !rc; i++)
-        rc = tv_read_into(m, name, buf, d.nbytes, &err);
+        rc = src_read_into(m, name, buf, d.nbytes, &err);
     for (unsigned long i = 0; i < count && !rc; i++) {
         double t0 = now();
-        rc = tv_read_into(m, name, buf, d.nbytes, &err);
+        rc = src_read_into(m, name, buf, d.nbytes, &err);
         t[i] = (now() - t0) * 1e6;
     }
     if (rc) {
@@ -259,9 +352,10 @@ static int latency(tv_model *m, const char *name, unsigned long count, bool json
         qsort(t, count, sizeof(double), cmp_double);
         double p50 = t[count / 2], p99 = t[(size_t)((double)count * 0.99)], mx = t[count - 1];
         if (json) {
-            json_t *o = json_pack("{s:s,s:I,s:I,s:f,s:f,s:f}", "tensor", name, "bytes",
-                                  (json_int_t)d.nbytes, "count", (json_int_t)count, "p50_us", p50,
-                                  "p99_us", p99, "max_us", mx);
+            json_t *o =
+                json_pack("{s:s,s:I,s:I,s:f,s:f,s:f,s:s}", "tensor", name, "bytes",
+                          (json_int_t)d.nbytes, "count", (json_int_t)count, "p50_us", p50, "p99_us",
+                          p99, "max_us", mx, "path", m->fp ? "fastpath" : "in-process");
             json_dumpf(o, stdout, JSON_INDENT(2));
             fputc('\n', stdout);
             json_decref(o);
@@ -291,6 +385,7 @@ const tv__cli_cmd tv__cli_cmd_bench = {
              {"--qd", "N", NULL},
              {"--chunk", "SIZE", NULL},
              {"--no-direct", NULL, NULL},
+             {"--fastpath", "[SOCKET]", NULL},
              {"--json", NULL, NULL}},
 };
 
@@ -312,27 +407,26 @@ int tv__cli_bench(const tv__cli_ctx *c)
         return u;
     oo.copy_threads = (uint32_t)copy_threads;
     tv_error err = {0};
-    tv_model *m = NULL;
-    int rc = tv__store_check_dir(dir, &err);
-    if (!rc)
-        rc = tv_model_open(dir, a->pos[0], &oo, &m, &err);
+    src ms, *m = &ms;
+    int rc = src_open(m, dir, a->pos[0], &oo, fastpath_socket(a), &err);
     if (rc) {
         tv__cli_fail("bench", json, rc, err.msg);
+        src_close(m);
         return TV__EXIT_FAIL;
     }
     if (tv__cli_get(a, "--latency")) {
         rc = latency(m, tv__cli_get(a, "--latency"), (unsigned long)count, json);
-        tv_model_close(m);
+        src_close(m);
         return rc;
     }
-    size_t n = tv_model_n_tensors(m);
+    size_t n = src_n_tensors(m);
     uint64_t total = 0, arena_len = 0;
     tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
     bool ovf = false;
     for (size_t i = 0; reqs && i < n; i++) {
         tv_tensor_desc d;
         uint64_t padded;
-        tv_model_tensor(m, i, &d);
+        src_tensor(m, i, &d);
         reqs[i].index = i;
         reqs[i].dest_len = (size_t)d.nbytes;
         ovf |= tv__add_u64(total, d.nbytes, &total) || tv__align_up_u64(d.nbytes, 64, &padded) ||
@@ -340,7 +434,7 @@ int tv__cli_bench(const tv__cli_ctx *c)
     }
     if (ovf) {
         free(reqs);
-        tv_model_close(m);
+        src_close(m);
         tv__cli_fail("bench", json, TV_E_OVERFLOW,
                      "the destination buffers overflow the address space");
         return TV__EXIT_FAIL;
@@ -372,14 +466,14 @@ int tv__cli_bench(const tv__cli_ctx *c)
             free(reqs[i].dest);
         free(arena);
         free(reqs);
-        tv_model_close(m);
+        src_close(m);
         tv__cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
         return TV__EXIT_FAIL;
     }
     struct rusage ru0, ru;
     getrusage(RUSAGE_SELF, &ru0);
     double t0 = now();
-    rc = tv_read_batch(m, reqs, n, &err);
+    rc = src_read_batch(m, reqs, n, &err);
     double secs = now() - t0;
     getrusage(RUSAGE_SELF, &ru);
     /* user + system CPU of every thread of the process during the load */
@@ -393,12 +487,13 @@ int tv__cli_bench(const tv__cli_ctx *c)
     if (rc)
         tv__cli_fail("bench", json, rc, err.msg);
     else if (json) {
-        json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b}", "model",
-                              tv_model_name(m), "generation", (json_int_t)tv_model_generation(m),
-                              "tensors", (json_int_t)n, "bytes", (json_int_t)total, "seconds", secs,
-                              "gb_per_s", secs > 0 ? (double)total / secs / 1e9 : 0.0,
-                              "peak_rss_mib", rss_mib, "rss_beyond_buffers_mib", extra_mib,
-                              "cpu_seconds", cpu, "cpu_seconds_per_gb", cpu_per_gb, "fresh", fresh);
+        json_t *o =
+            json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:s}", "model", src_name(m),
+                      "generation", (json_int_t)src_generation(m), "tensors", (json_int_t)n,
+                      "bytes", (json_int_t)total, "seconds", secs, "gb_per_s",
+                      secs > 0 ? (double)total / secs / 1e9 : 0.0, "peak_rss_mib", rss_mib,
+                      "rss_beyond_buffers_mib", extra_mib, "cpu_seconds", cpu, "cpu_seconds_per_gb",
+                      cpu_per_gb, "fresh", fresh, "path", m->fp ? "fastpath" : "in-process");
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(o);
@@ -406,7 +501,7 @@ int tv__cli_bench(const tv__cli_ctx *c)
         printf(
             "%s@%" PRId64 ": %zu tensors, %" PRIu64
             " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
-            tv_model_name(m), tv_model_generation(m), n, total, secs,
+            src_name(m), src_generation(m), n, total, secs,
             secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
             fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
     }
@@ -414,6 +509,6 @@ int tv__cli_bench(const tv__cli_ctx *c)
         free(reqs[i].dest);
     free(arena);
     free(reqs);
-    tv_model_close(m);
+    src_close(m);
     return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }

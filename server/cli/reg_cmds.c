@@ -3,7 +3,7 @@
  * through tv__cli_call (in-process api on --store, or a tensorvaultd) and
  * prints the answer with tv__cli_print. models, generations, generation,
  * tensors, tensor, devices, import, activate, rollback, retire, alias
- * set/rm/list, delete, gc, verify, jobs, job, cancel, token
+ * set/rm/list, delete, gc, verify, jobs, job, cancel, sessions, token
  * create/list/revoke, status, demo.
  * Invariants: local and remote mode print the same document; a usage error
  * (exit 2) is found before anything is sent; list commands follow
@@ -782,6 +782,22 @@ int tv__cli_jobs(const tv__cli_ctx *c)
     query_add(q, sizeof q, "state", st, &err);
     query_add(q, sizeof q, "kind", kind, &err);
     return listing(c, "/v1/jobs", q[0] ? q : NULL, "jobs", TV__DOC_JOBS, NULL);
+}
+
+/* The fast path's connected workers (GET /v1/sessions): an empty table in
+ * local mode and when the daemon runs without the fast path. */
+const tv__cli_cmd tv__cli_cmd_sessions = {
+    .name = "sessions",
+    .run = tv__cli_sessions,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_sessions(const tv__cli_ctx *c)
+{
+    return one(c, false, "GET", "/v1/sessions", NULL, NULL, TV__DOC_SESSIONS);
 }
 
 const tv__cli_cmd tv__cli_cmd_job = {

@@ -61,7 +61,7 @@ static const key_def keys[] = {
     {"demo.source", K_STR, F(demo_source), SZ(demo_source), 0, 0},
     {"fastpath.enabled", K_BOOL, F(fastpath_enabled), 0, 0, 0},
     {"fastpath.socket", K_STR, F(fastpath_socket), SZ(fastpath_socket), 1, 0},
-    {"fastpath.mode", K_MODE, F(fastpath_mode), 0, 0, 0777},
+    {"fastpath.mode", K_MODE, F(fastpath_mode), 0, 1, 0777},
     {"fastpath.slot_len", K_SIZE4K, F(fastpath_slot_len), 0, 4096, 256u << 20},
     {"fastpath.group_slots", K_UINT, F(fastpath_group_slots), 0, 2, 65536},
     {"fastpath.credit", K_UINT, F(fastpath_credit), 0, 1, 4096},
@@ -259,9 +259,9 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
             ok = *p >= '0' && *p <= '7';
             m = m * 8 + (unsigned long)(*p - '0');
         }
-        if (!ok || m > k->max)
+        if (!ok || m < k->min || m > k->max)
             return tv__seterr(err, TV_E_INVALID_ARG,
-                              "%s: %s: '%s' is not an octal file mode (0000..0777, e.g. 0660)",
+                              "%s: %s: '%s' is not an octal file mode (0001..0777, e.g. 0660)",
                               where, key, value);
         *(unsigned *)(void *)base = (unsigned)m;
         return 0;

@@ -1,13 +1,17 @@
 /* tensorvaultd: the registry as a service. Start-up in this order: config,
  * log, store (created with a sparse image on first start), the writer lock,
- * the admin token file (first start only), the job pool, the api, HTTP;
- * then signals until SIGTERM or SIGINT, and shut down in reverse.
+ * the admin token file (first start only), the job pool, the fast path
+ * (its UNIX socket), the api, HTTP; then signals until SIGTERM or SIGINT,
+ * and shut down in reverse.
  *
  * Invariants: signals are blocked in every thread and taken synchronously
  * here (sigwaitinfo), so no handler runs inside a library; HTTP stops before
- * the pool (no request can reach a freed pool), the pool cancels its jobs
- * (nothing half-imported is published; reservations are released) before
- * the store closes; an existing admin.token file is never overwritten. */
+ * the fast path and the pool (no request can reach a freed one), the fast
+ * path closes its sessions and leases, and the pool cancels its jobs
+ * (nothing half-imported is published; reservations are released), before
+ * the store closes; an existing admin.token file is never overwritten; the
+ * fast path's admit callback runs on its loop thread with a registry
+ * connection of its own (never the writer's). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -23,10 +27,14 @@
 #include "daemon/config.h"
 #include "daemon/jobs.h"
 #include "daemon/openapi.h"
+#include "fastpath/access.h"
+#include "fastpath/fastpath.h"
 #include "http/api.h"
+#include "http/metrics.h"
 #include "http/mhd.h"
 #include "import/import.h"
 #include "store/store.h"
+#include "tensorvault/tensorvault.h"
 #include "tensorvault/version.h"
 #include "util/internal.h"
 #include "util/sys.h"
@@ -123,6 +131,101 @@ static void maybe_demo(const tv__config *c, tv__store *st, tv__jobs *jobs)
         tv__log(TV_LOG_INFO, "demo: importing %s as model 'demo' (job %" PRId64 ")", real, id);
 }
 
+/* What the fast path's admit callback needs: the access rules and a
+ * read-only registry connection, opened on first use (by the loop thread),
+ * under mu should more than one thread ever call it. */
+typedef struct admit_ctx {
+    const tv__fp_access *access;
+    char reg_path[TV__CFG_STR_MAX + 16];
+    tv__reg *reg;
+    pthread_mutex_t mu;
+} admit_ctx;
+
+/* A retired generation is refused (its lease would keep gc from freeing
+ * it), then the peer must pass the model's access rules. */
+static int admit(void *ctx, const char *model, int64_t generation, pid_t pid, uid_t uid,
+                 const gid_t *gids, size_t n_gids, tv_error *err)
+{
+    admit_ctx *a = ctx;
+    tv__reg_generation g;
+    tv_error e = {0};
+    int rc = 0;
+    (void)pid;
+    pthread_mutex_lock(&a->mu);
+    if (!a->reg)
+        rc = tv__reg_open_ex(a->reg_path, TV__REG_READONLY, &a->reg, &e);
+    if (!rc)
+        rc = tv__reg_generation_get(a->reg, model, generation, &g, &e);
+    pthread_mutex_unlock(&a->mu);
+    if (rc == TV_E_NOT_FOUND)
+        return tv__seterr(err, rc, "generation %" PRId64 " of %s is not in the registry",
+                          generation, model);
+    if (rc)
+        return tv__seterr(err, rc, "registry: %s", e.msg);
+    if (g.state == TV__GEN_RETIRED)
+        return tv__seterr(err, TV_E_NOT_FOUND, "generation %" PRId64 " of %s is retired",
+                          generation, model);
+    return tv__fp_access_check(a->access, model, uid, gids, n_gids, err);
+}
+
+/* The access rules of the configuration ([access] default and models). */
+static int make_access(const tv__config *c, tv__fp_access **out, tv_error *err)
+{
+    const char *models[TV__CFG_MAX_ACCESS], *rules[TV__CFG_MAX_ACCESS];
+    for (size_t i = 0; i < c->n_access; i++) {
+        models[i] = c->access[i].model;
+        rules[i] = c->access[i].rules;
+    }
+    return tv__fp_access_create(c->access_default, models, rules, c->n_access, out, err);
+}
+
+/* Starts the fast path when enabled. A build without it (TV_E_NOT_SUPPORTED)
+ * or a default socket path too long for a socket address is a warning: the
+ * daemon serves HTTP anyway. Any other failure stops the start. */
+static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv_error *err)
+{
+    *out = NULL;
+    if (!c->fastpath_enabled) {
+        tv__log(TV_LOG_INFO, "fast path disabled (fastpath.enabled = false)");
+        return 0;
+    }
+    if (!c->fastpath_socket[0] || strlen(c->fastpath_socket) > TV__CFG_SOCKET_MAX) {
+        tv__log(
+            TV_LOG_WARN,
+            "fast path not started: the socket path under store.dir %s is longer than %d bytes (set fastpath.socket)",
+            c->store_dir, TV__CFG_SOCKET_MAX);
+        return 0;
+    }
+    tv__fp_opts fo = {
+        .socket_path = c->fastpath_socket,
+        .socket_mode = c->fastpath_mode,
+        .store_dir = c->store_dir,
+        .engine = TV_ENGINE_AUTO,
+        .slot_len = (uint32_t)c->fastpath_slot_len,
+        .group_slots = c->fastpath_group_slots,
+        .credit = c->fastpath_credit,
+        .max_sessions = c->fastpath_max_sessions,
+        .max_groups = c->fastpath_max_groups,
+        .max_requests = c->fastpath_max_requests,
+        .admit = admit,
+        .admit_ctx = actx,
+    };
+    tv_error e = {0};
+    int rc = tv__fp_start(&fo, out, &e);
+    if (rc == TV_E_NOT_SUPPORTED) {
+        tv__log(TV_LOG_WARN, "fast path not started: %s", e.msg);
+        *out = NULL;
+        return 0;
+    }
+    if (rc)
+        return tv__seterr(err, rc, "fast path on %s: %s", c->fastpath_socket, e.msg);
+    tv__log(TV_LOG_INFO,
+            "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model)",
+            c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
+            c->fastpath_group_slots, (unsigned long long)c->fastpath_slot_len);
+    return 0;
+}
+
 static int run(const tv__config *c)
 {
     int rc, exit_code = 1;
@@ -131,6 +234,11 @@ static int run(const tv__config *c)
     tv__jobs *jobs = NULL;
     tv__api *api = NULL;
     tv__http *http = NULL;
+    tv__fp *fp = NULL;
+    tv__fp_access *access = NULL;
+    admit_ctx actx = {0};
+    pthread_mutex_init(&actx.mu, NULL);
+    snprintf(actx.reg_path, sizeof(actx.reg_path), "%s/registry.db", c->store_dir);
     char token_path[TV__CFG_STR_MAX + 16];
     char roots_buf[TV__CFG_STR_MAX];
     const char *roots[TV__CFG_MAX_ROOTS];
@@ -148,6 +256,12 @@ static int run(const tv__config *c)
     if ((rc = tv__jobs_start(st, c->import_workers, c->import_queue, &jobs, &err)))
         goto fail;
     tv__jobs_set_strict_default(jobs, c->import_strict);
+    if ((rc = make_access(c, &access, &err)))
+        goto fail;
+    actx.access = access;
+    if ((rc = start_fastpath(c, &actx, &fp, &err)))
+        goto fail;
+    tv__metrics_set_fastpath(fp);
     tv__api_opts ao = {
         .store_dir = c->store_dir,
         .writer = true,
@@ -160,6 +274,7 @@ static int run(const tv__config *c)
         .max_body_bytes = (size_t)c->http_max_body_bytes,
         .openapi_yaml = tv__openapi_yaml,
         .openapi_len = tv__openapi_yaml_len,
+        .fp = fp,
     };
     if ((rc = tv__api_open(&ao, st, &api, &err)))
         goto fail;
@@ -217,8 +332,13 @@ fail:
 out:
     tv__http_quiesce(http);
     tv__http_stop(http);
+    tv__metrics_set_fastpath(NULL);
+    tv__fp_stop(fp); /* sessions closed, leases released: before the store closes */
     tv__jobs_stop(jobs);
     tv__api_close(api);
+    tv__reg_close(actx.reg);
+    tv__fp_access_free(access);
+    pthread_mutex_destroy(&actx.mu);
     tv__store_close(st);
     if (exit_code == 0)
         tv__log(TV_LOG_INFO, "stopped");

@@ -177,6 +177,7 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
         goto fail;
     }
     api->jobs = o->jobs;
+    api->fp = o->fp;
     api->watch = o->watch;
     api->watch_ctx = o->watch_ctx;
     api->anonymous_reads = o->anonymous_reads;
@@ -380,6 +381,7 @@ static const route ROUTES[] = {
     R("GET", "/v1/jobs", READ_, tv__api_h_jobs),
     R("GET", "/v1/jobs/{id}", READ_, tv__api_h_job),
     R("POST", "/v1/jobs/{id}/cancel", ADMIN_, tv__api_h_job_cancel),
+    R("GET", "/v1/sessions", READ_, tv__api_h_sessions),
     R("GET", "/v1/tokens", ADMIN_, tv__api_h_tokens),
     R("POST", "/v1/tokens", ADMIN_, tv__api_h_token_create),
     R("DELETE", "/v1/tokens/{id}", ADMIN_, tv__api_h_token_revoke),

@@ -35,6 +35,9 @@
 #include "store/store.h"
 #include "daemon/jobs.h"
 
+typedef struct tv__fp tv__fp;
+struct tv__fp_session_info;
+
 /* Anonymous reads (config http.anonymous_reads). */
 #define TV__ANON_LOOPBACK 0 /* allowed when the peer is 127.0.0.0/8 or ::1 (default) */
 #define TV__ANON_ALWAYS   1
@@ -58,6 +61,7 @@ typedef struct tv__api_opts {
     size_t max_body_bytes; /* 0 = TV__API_MAX_BODY_DEFAULT */
     const char *openapi_yaml;
     size_t openapi_len;
+    tv__fp *fp; /* the daemon's fast path (GET /v1/sessions); NULL = off (an empty list) */
 } tv__api_opts;
 
 /* Opens the service on o->store_dir. writer: the daemon's writer store (the
@@ -129,5 +133,7 @@ json_t *tv__api_alias_json(const char *model, const char *alias, int64_t generat
 json_t *tv__api_token_json(const tv__reg_token *t);
 json_t *tv__api_version_json(void);
 json_t *tv__api_job_json(const tv__reg_job *j);
+/* A fast-path session (tv__fp_sessions) with its open handles. */
+json_t *tv__api_session_json(const struct tv__fp_session_info *s);
 
 #endif

@@ -49,6 +49,7 @@ struct tv__api {
     const char *openapi_yaml;
     size_t openapi_len;
     int64_t started_at; /* CLOCK_MONOTONIC seconds */
+    tv__fp *fp;         /* the fast path (its sessions listing), or NULL */
 
     tv__store *writer; /* NULL: read-only api */
     bool own_writer;
@@ -193,6 +194,7 @@ int tv__api_h_verify(tv__api_ctx *c);
 int tv__api_h_jobs(tv__api_ctx *c);
 int tv__api_h_job(tv__api_ctx *c);
 int tv__api_h_job_cancel(tv__api_ctx *c);
+int tv__api_h_sessions(tv__api_ctx *c);
 
 /* realpath(source) when it lies under an import root (any path when the
  * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. *real is

@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dev/dev.h"
+#include "fastpath/fastpath.h"
 #include "http/api_internal.h"
 
 #ifndef TV__BUILD_GIT /* set by server/CMakeLists.txt: git describe at configure time */
@@ -274,4 +276,42 @@ json_t *tv__api_version_json(void)
     return json_pack("{s:s,s:s,s:s,s:s,s:{s:b,s:b,s:b}}", "name", "tensorvault", "version",
                      tv_version(), "git", TV__BUILD_GIT, "api", "v1", "features", "cuda", cuda,
                      "nvme", nvme, "io_uring", true);
+}
+
+/* "2026-12-01T13:00:00Z" (UTC) of unix seconds. */
+static json_t *utc_time(int64_t t)
+{
+    char buf[32];
+    struct tm tm;
+    time_t tt = (time_t)t;
+    if (!gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return json_null();
+    return json_string(buf);
+}
+
+json_t *tv__api_session_json(const tv__fp_session_info *s)
+{
+    json_t *o = json_object(), *hs = json_array();
+    bool ok = hs != NULL;
+    for (size_t i = 0; ok && i < s->n_handles; i++) {
+        const tv__fp_handle_info *h = &s->handles[i];
+        json_t *ho = json_object();
+        ok = put(ho, "handle", jint(h->handle)) && put(ho, "model", tv__api_jstr(h->model)) &&
+             put(ho, "spec", tv__api_jstr(h->spec)) &&
+             put(ho, "generation", json_integer(h->generation)) &&
+             put(ho, "bytes_delivered", jint(h->bytes_delivered));
+        if (!ok || json_array_append_new(hs, ho)) {
+            json_decref(ok ? NULL : ho);
+            ok = false;
+        }
+    }
+    if (!ok)
+        json_decref(hs);
+    ok = ok && put(o, "id", jint(s->id)) && put(o, "pid", json_integer((json_int_t)s->pid)) &&
+         put(o, "uid", jint((uint64_t)s->uid)) && put(o, "gid", jint((uint64_t)s->gid)) &&
+         put(o, "connected", utc_time(s->connected_unix)) &&
+         put(o, "bytes_delivered", jint(s->bytes_delivered)) &&
+         put(o, "requests_done", jint(s->requests_done)) &&
+         put(o, "slots_held", jint(s->slots_held)) && put(o, "handles", hs);
+    return done(o, ok);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fastpath/fastpath.h"
 #include "http/api_internal.h"
 #include "store/snapbuild.h"
 #include "util/internal.h"
@@ -748,4 +749,29 @@ int tv__api_h_token_revoke(tv__api_ctx *c)
     rc = tv__reg_token_revoke(st->reg, id, &t, &c->err);
     tv__api_writer_unlock(c);
     return rc ? rc : tv__api_reply(c, 200, tv__api_token_json(&t));
+}
+
+/* GET /v1/sessions: the fast path's live sessions (none when it is off). */
+int tv__api_h_sessions(tv__api_ctx *c)
+{
+    static const char *const q[] = {NULL};
+    tv__fp_session_info *ss = NULL;
+    size_t n = 0;
+    json_t *arr = NULL;
+    int rc;
+    if ((rc = tv__api_query_allow(c, q)))
+        return rc;
+    if (c->api->fp && (rc = tv__fp_sessions(c->api->fp, &ss, &n)))
+        return tv__seterr(&c->err, rc, "fast-path sessions: %s", strerror(-rc));
+    if (!(arr = json_array()))
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (json_array_append_new(arr, tv__api_session_json(&ss[i])))
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    tv__fp_sessions_free(ss, n);
+    if (rc) {
+        json_decref(arr);
+        return rc;
+    }
+    return tv__api_reply(c, 200, json_pack("{s:o}", "sessions", arr));
 }

@@ -9,11 +9,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/jobs.h"
+#include "fastpath/fastpath.h"
 #include "tensorvault/version.h"
 #include "util/internal.h"
 
@@ -34,6 +36,7 @@ typedef struct table {
 static table g_requests = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static table g_read_bytes = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint64_t g_import_bytes;
+static _Atomic(const tv__fp *) g_fp; /* the daemon's fast path, or NULL */
 
 /* Read latency histogram (seconds). */
 static const double g_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -228,6 +231,50 @@ static void render_generations(FILE *f, tv__reg *reg)
                 tv__gen_state_name((tv__gen_state)s), counts[s]);
 }
 
+void tv__metrics_set_fastpath(const tv__fp *fp)
+{
+    atomic_store(&g_fp, fp);
+}
+
+/* The fast path's counters (zeros when it is off: the series stay). */
+static void render_fastpath(FILE *f)
+{
+    tv__fp_stats st;
+    tv__fp_get_stats(atomic_load(&g_fp), &st);
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } m[] = {
+        {"tensorvault_fastpath_sessions", "gauge", "Fast-path sessions connected now.",
+         offsetof(tv__fp_stats, sessions)},
+        {"tensorvault_fastpath_sessions_total", "counter", "Fast-path sessions accepted.",
+         offsetof(tv__fp_stats, sessions_total)},
+        {"tensorvault_fastpath_groups", "gauge",
+         "Model generations open on the fast path (read groups).", offsetof(tv__fp_stats, groups)},
+        {"tensorvault_fastpath_device_read_bytes_total", "counter",
+         "Bytes the fast path read from devices into its staging arenas.",
+         offsetof(tv__fp_stats, device_read_bytes)},
+        {"tensorvault_fastpath_delivered_bytes_total", "counter",
+         "Bytes the fast path delivered to sessions (summed over sessions).",
+         offsetof(tv__fp_stats, delivered_bytes)},
+        {"tensorvault_fastpath_shared_bytes_total", "counter",
+         "Delivered bytes that came from a chunk another session caused to be read.",
+         offsetof(tv__fp_stats, shared_bytes)},
+        {"tensorvault_fastpath_refused_total", "counter",
+         "Fast-path OPENs refused (access rules, retired generations).",
+         offsetof(tv__fp_stats, refused_total)},
+        {"tensorvault_fastpath_protocol_errors_total", "counter",
+         "Fast-path sessions closed for a protocol violation.",
+         offsetof(tv__fp_stats, protocol_errors)},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(m); i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + m[i].off, sizeof v);
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", m[i].name, m[i].help, m[i].name,
+                m[i].type, m[i].name, v);
+    }
+}
+
 int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len)
 {
     char *buf = NULL;
@@ -285,6 +332,7 @@ int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len)
     render_jobs(f, reg, jobs);
     render_devices(f, reg);
     render_generations(f, reg);
+    render_fastpath(f);
     if (fclose(f) != 0 || !buf) {
         free(buf);
         return -ENOMEM;

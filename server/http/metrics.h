@@ -6,7 +6,7 @@
  * templates ("GET /v1/models/{name}"), never raw paths, so the series count
  * stays bounded (at most TV__METRICS_MAX_SERIES; later ones count under
  * route="other"). Gauges (jobs, devices, generations) are read from the
- * registry when rendered. */
+ * registry when rendered; the fast path's counters from its atomics. */
 #ifndef TV_HTTP_METRICS_H
 #define TV_HTTP_METRICS_H
 
@@ -18,6 +18,7 @@
 #define TV__METRICS_MAX_SERIES 256
 
 typedef struct tv__jobs tv__jobs;
+typedef struct tv__fp tv__fp;
 
 /* One HTTP request answered: route template (NULL = "other"), status, and
  * nanoseconds from its first byte to the last byte of the response. The data
@@ -28,6 +29,11 @@ void tv__metrics_request(const char *route, int status, uint64_t ns);
 void tv__metrics_read_bytes(const char *route, uint64_t n);
 /* Bytes an import wrote. */
 void tv__metrics_import_bytes(uint64_t n);
+
+/* The fast path whose counters (tv__fp_get_stats) /metrics shows as
+ * tensorvault_fastpath_*; NULL (the default, and before tv__fp_stop) shows
+ * zeros. Any thread. */
+void tv__metrics_set_fastpath(const tv__fp *fp);
 
 /* Renders every metric; reg (a read connection used by this thread only)
  * gives devices, generations and jobs by state, jobs (may be NULL) the live

@@ -149,6 +149,56 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    # -- fast path (issue 10) -------------------------------------------------
+
+    @property
+    def socket_path(self):
+        """The fast-path socket: fastpath.socket, else the embedded default
+        <store.dir>/run/tensorvault.sock."""
+        return self.settings.get("fastpath.socket") or os.path.join(self.store, "run",
+                                                                    "tensorvault.sock")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def wait_socket(self, timeout=30):
+        """Waits until the fast-path socket accepts (a connection opened and
+        closed at once: one session in sessions_total)."""
+        deadline = time.monotonic() + timeout * SLOW
+        while True:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                    s.settimeout(2)
+                    s.connect(self.socket_path)
+                return self
+            except OSError:
+                if not self.alive() or time.monotonic() > deadline:
+                    raise AssertionError(f"no fast-path socket at {self.socket_path}:\n"
+                                         f"{self.log_text()}")
+                time.sleep(0.05)
+
+    def sessions(self):
+        """GET /v1/sessions' list."""
+        return self.ok("GET", "/v1/sessions")["sessions"]
+
+    def rss_kib(self):
+        """VmRSS of the daemon from /proc/PID/status."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError(f"no VmRSS in /proc/{self.proc.pid}/status")
+
+    def metrics(self):
+        """{name or name{labels}: value} of /metrics."""
+        out = {}
+        for line in self.get("/metrics").body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+        return out
+
     @property
     def token(self):
         if self._token is None:
@@ -232,6 +282,14 @@ class Daemon:
         devs = self.ok("GET", "/v1/devices")["devices"]
         assert len(devs) == 1, devs
         return devs[0]
+
+
+def set_args(overrides):
+    """--set SECTION.KEY=VALUE arguments for tensorvaultd from a dict."""
+    out = []
+    for k, v in overrides.items():
+        out += ["--set", f"{k}={v}"]
+    return out
 
 
 def make_checkpoint(path, tensors, metadata=None):

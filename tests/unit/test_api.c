@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "daemon/jobs.h"
+#include "fastpath/fastpath.h"
 #include "http/api.h"
 #include "http/api_internal.h"
 #include "import/import.h"
@@ -887,6 +888,69 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* ---- fast-path sessions ------------------------------------------------------------ */
+
+/* No fast path in this api (fp NULL, as with fastpath.enabled = false): an
+ * empty list, a read route (auth as any GET), no query parameters. */
+static void test_sessions_without_fastpath(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/sessions", NULL);
+    assert_string_equal(r.route, "GET /v1/sessions");
+    assert_true(json_is_array(json_object_get(j, "sessions")));
+    assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
+    assert_int_equal(json_object_size(j), 1);
+    tv__api_resp_free(&r);
+    j = ok_json(&r, "GET", "/v1/sessions", &(rq){.untrusted = true});
+    assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/sessions", &(rq){.untrusted = true, .remote = true}, 401,
+                 "TV_E_UNAUTHORIZED");
+    expect_error("GET", "/v1/sessions?limit=3", NULL, 400, "TV_E_BAD_REQUEST");
+    assert_int_equal(call(&r, "POST", "/v1/sessions", NULL), 405);
+    tv__api_resp_free(&r);
+}
+
+/* The Session renderer on a listing as tv__fp_sessions gives it. */
+static void test_session_json(void **state)
+{
+    (void)state;
+    tv__fp_handle_info h[2] = {
+        {.handle = 1,
+         .model = "demo",
+         .spec = "demo@prod",
+         .generation = 2,
+         .bytes_delivered = 123},
+        {.handle = 3, .model = "acme/tiny", .spec = "acme/tiny", .generation = 7}};
+    tv__fp_session_info s = {.id = 3,
+                             .pid = 1234,
+                             .uid = 1000,
+                             .gid = 1001,
+                             .connected_unix = 1796130000, /* 2026-12-01T13:00:00Z */
+                             .bytes_delivered = 123,
+                             .requests_done = 9,
+                             .slots_held = 2,
+                             .n_handles = 2,
+                             .handles = h};
+    json_t *j = tv__api_session_json(&s);
+    assert_non_null(j);
+    char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(
+        text, "{\"bytes_delivered\":123,\"connected\":\"2026-12-01T13:00:00Z\",\"gid\":1001,"
+              "\"handles\":[{\"bytes_delivered\":123,\"generation\":2,\"handle\":1,\"model\":"
+              "\"demo\",\"spec\":\"demo@prod\"},{\"bytes_delivered\":0,\"generation\":7,"
+              "\"handle\":3,\"model\":\"acme/tiny\",\"spec\":\"acme/tiny\"}],\"id\":3,"
+              "\"pid\":1234,\"requests_done\":9,\"slots_held\":2,\"uid\":1000}");
+    free(text);
+    json_decref(j);
+    s.n_handles = 0;
+    s.handles = NULL;
+    j = tv__api_session_json(&s);
+    assert_int_equal(json_array_size(json_object_get(j, "handles")), 0);
+    json_decref(j);
+}
+
 /* ---- jobs (inline: local mode) --------------------------------------------------- */
 
 static void check_job(json_t *j, const char *kind, const char *state)
@@ -1578,6 +1642,8 @@ int main(void)
         T(test_concurrent),
         T(test_garbage),
         T(test_open_args),
+        T(test_sessions_without_fastpath),
+        cmocka_unit_test(test_session_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

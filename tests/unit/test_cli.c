@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -422,6 +425,7 @@ static const char *const g_usage[][2] = {
     {"jobs", "jobs [--state S] [--kind K] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"job", "job ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"cancel", "cancel ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"sessions", "sessions [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token create",
      "token create NAME [--scope admin|read] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
@@ -429,8 +433,10 @@ static const char *const g_usage[][2] = {
     {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"version", "version [--json]"},
     {"demo", "demo [--layers N] [--dir D] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
-    {"get", "get --store DIR NAME[@GEN|@ALIAS] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
-            "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--json]"},
+    {"get",
+     "get --store DIR NAME[@GEN|@ALIAS] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
+     "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--fastpath [SOCKET]] "
+     "[--json]"},
 };
 
 static void test_usage_from_tables(void **state)
@@ -546,6 +552,54 @@ static void test_prologue(void **state)
     const char *path[] = {"x.safetensors", NULL};
     assert_int_equal(begin(&tv__cli_cmd_inspect, &c, path), 0);
     assert_null(c.store);
+}
+
+/* get/bench --fastpath [SOCKET]: the value is taken only when the next
+ * argument names an existing socket; the store is not needed then. */
+static void test_fastpath_option(void **state)
+{
+    (void)state;
+    tv__cli_ctx c;
+    char sock[] = "/tmp/tv-test-cli-fp-XXXXXX";
+    int fd = mkstemp(sock);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *file[] = {"--fastpath", sock, "m", NULL}; /* a plain file: a positional */
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, file), 2);
+    unlink(sock);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, sock, strlen(sock));
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    unsetenv("TENSORVAULT_STORE");
+    const char *with[] = {"--fastpath", sock, "m@2", "w", "-o", "-", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, with), 0);
+    assert_string_equal(tv__cli_get(&c.a, "--fastpath"), sock);
+    assert_int_equal(c.a.n_pos, 2);
+    assert_string_equal(c.model, "m");
+    assert_null(c.store);
+    const char *alone[] = {"--fastpath", "m", "w", "-o", "-", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_get, &c, alone), 0);
+    assert_string_equal(tv__cli_get(&c.a, "--fastpath"), "");
+    assert_string_equal(c.a.pos[0], "m");
+    const char *last[] = {"m", "--fastpath", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, last), 0);
+    assert_string_equal(tv__cli_get(&c.a, "--fastpath"), "");
+    const char *before_opt[] = {"m", "--fastpath", "--json", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, before_opt), 0);
+    assert_true(c.json);
+    const char *eq[] = {"m", "--fastpath=/run/x.sock", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, eq), 0);
+    assert_string_equal(tv__cli_get(&c.a, "--fastpath"), "/run/x.sock");
+    const char *empty[] = {"m", "--fastpath=", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, empty), 2);
+    const char *twice[] = {"m", "--fastpath", "--fastpath", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, twice), 2);
+    /* Without --fastpath the store is still required. */
+    const char *none[] = {"m", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
+    close(s);
+    unlink(sock);
 }
 
 /* ---- the client: percent-encoding, the printer, the progress bar ---------- */
@@ -706,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_opt_size_bounds),
         cmocka_unit_test(test_usage_from_tables),
         cmocka_unit_test(test_prologue),
+        cmocka_unit_test(test_fastpath_option),
         cmocka_unit_test(test_pct_encode),
         cmocka_unit_test(test_progress_format),
         cmocka_unit_test(test_print_text),

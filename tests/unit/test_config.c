@@ -307,6 +307,7 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.mode", "0668"},
         {"fastpath.mode", "1777"},
         {"fastpath.mode", "rw"},
+        {"fastpath.mode", "0"},
         {"fastpath.slot_len", "1000"},
         {"fastpath.slot_len", "6000"},
         {"fastpath.slot_len", "1G"},

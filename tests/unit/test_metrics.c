@@ -2,7 +2,8 @@
  * route and status, read bytes by route, the read-latency histogram (only
  * data routes feed it; buckets are cumulative), label escaping, the series
  * bound, and the registry gauges (devices, generations, jobs by state) on a
- * temp store; rendering without a registry still gives the counters. */
+ * temp store; rendering without a registry still gives the counters; the
+ * fast path's series are always there (zeros without a fast path). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,12 +139,44 @@ static void test_registry_gauges(void **state)
     tv_test_rmtree(dir);
 }
 
+/* Without a fast path (disabled, or before tv__fp_start) every
+ * tensorvault_fastpath_* series is rendered with its type and 0. */
+static void test_fastpath_series(void **state)
+{
+    (void)state;
+    static const char *const gauges[] = {"tensorvault_fastpath_sessions",
+                                         "tensorvault_fastpath_groups"};
+    static const char *const counters[] = {"tensorvault_fastpath_sessions_total",
+                                           "tensorvault_fastpath_device_read_bytes_total",
+                                           "tensorvault_fastpath_delivered_bytes_total",
+                                           "tensorvault_fastpath_shared_bytes_total",
+                                           "tensorvault_fastpath_refused_total",
+                                           "tensorvault_fastpath_protocol_errors_total"};
+    char want[200];
+    tv__metrics_set_fastpath(NULL);
+    char *t = render(NULL);
+    for (size_t i = 0; i < sizeof gauges / sizeof *gauges; i++) {
+        snprintf(want, sizeof want, "# TYPE %s gauge\n%s 0\n", gauges[i], gauges[i]);
+        if (!strstr(t, want))
+            fail_msg("no \"%s\" in:\n%s", want, t);
+    }
+    for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) {
+        snprintf(want, sizeof want, "# TYPE %s counter\n%s 0\n", counters[i], counters[i]);
+        if (!strstr(t, want))
+            fail_msg("no \"%s\" in:\n%s", want, t);
+        snprintf(want, sizeof want, "# HELP %s ", counters[i]);
+        assert_non_null(strstr(t, want));
+    }
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counters_and_histogram),
         cmocka_unit_test(test_series_bound),
         cmocka_unit_test(test_registry_gauges),
+        cmocka_unit_test(test_fastpath_series),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,7 +53,8 @@ typedef struct tv_client_opts {
  * limit); TV_E_PROTOCOL; -errno. */
 int tv_client_connect(const char *socket_path, const tv_client_opts *opts, tv_client **out,
                       tv_error *err);
-/* Closes the session (every model of it too). */
+/* Closes the session (every model of it too: their handles are freed, so
+ * neither use nor close them afterwards). */
 void tv_client_close(tv_client *c);
 /* The daemon's id for this session (GET /v1/sessions). */
 uint64_t tv_client_session_id(const tv_client *c);

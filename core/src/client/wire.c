@@ -10,6 +10,7 @@
  * and never reads outside [buf, buf + len); tv__fp_recv never keeps a
  * descriptor the caller did not ask for. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -246,8 +247,8 @@ static int check_opened(const tv__fp_opened *o, tv_error *err)
         return tv__seterr(err, TV_E_PROTOCOL, "OPENED: credit must be >= 1");
     if (tv__mul_u64(o->n_slots, o->slot_len, &slots_len) || o->arena_len < slots_len)
         return tv__seterr(err, TV_E_PROTOCOL,
-                          "OPENED: arena_len %llu is less than n_slots %u x slot_len %u",
-                          (unsigned long long)o->arena_len, o->n_slots, o->slot_len);
+                          "OPENED: arena_len %" PRIu64 " is less than n_slots %u x slot_len %u",
+                          o->arena_len, o->n_slots, o->slot_len);
     return 0;
 }
 
@@ -302,8 +303,9 @@ static int check_chunk_ent(uint32_t i, const tv__fp_chunk_ent *e, tv_error *err)
         return tv__seterr(err, TV_E_PROTOCOL, "CHUNK: entry %u slot_off %u + len %u overflows", i,
                           e->slot_off, e->len);
     if (tv__add_u64(e->dest_off, e->len, &end))
-        return tv__seterr(err, TV_E_PROTOCOL, "CHUNK: entry %u dest_off %llu + len %u overflows", i,
-                          (unsigned long long)e->dest_off, e->len);
+        return tv__seterr(err, TV_E_PROTOCOL,
+                          "CHUNK: entry %u dest_off %" PRIu64 " + len %u overflows", i, e->dest_off,
+                          e->len);
     return 0;
 }
 

@@ -1,0 +1,169 @@
+/* Test tool: reads every tensor of a model through tensorvaultd's fast path
+ * (the C client, tensorvault/client.h) with one of its read calls and writes
+ * each to OUTDIR/<index>.bin; prints one JSON line per tensor
+ * {"name","dtype","shape","file"}. The differential tests compare the files
+ * with the in-process reader and the official safetensors loader.
+ *   fp_dump SOCKET SPEC OUTDIR MODE
+ *   MODE: host (tv_client_read_into) | batch (tv_client_read_batch, every
+ *   tensor at once) | rows (rows [0, r/2) then [r/2, r), concatenated; a
+ *   scalar or a sub-byte dtype as a whole read) | f32 (tv_client_read_f32;
+ *   tensors without a float32 conversion are skipped: no file) | get
+ *   (tv_client_get_tensor)
+ * Guard bytes: every destination sits at an odd offset between 64 bytes of
+ * 0xA5 on each side; a changed guard byte fails the tool (exit 1) naming
+ * the tensor. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "tensorvault/client.h"
+
+#define GUARD 64
+
+static int check_guard(const uint8_t *p, size_t n, const char *name, const char *side)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0xA5) {
+            fprintf(stderr, "fp_dump: guard byte %zu %s tensor '%s' changed to 0x%02x\n", i, side,
+                    name, p[i]);
+            return 1;
+        }
+    return 0;
+}
+
+/* Rows [0, h) and [h, r) of tensor d read separately into dst. */
+static int read_rows(tv_client_model *m, const tv_tensor_desc *d, uint8_t *dst, size_t len,
+                     tv_error *err)
+{
+    uint64_t r = d->rank ? d->shape[0] : 0, h = r / 2, l0 = 0, l1 = 0;
+    if (d->rank == 0 || tv_dtype_bits(d->dtype) % 8)
+        return tv_client_read_into(m, d->name, dst, len, err);
+    int rc = tv_client_rows_len(m, d->name, 0, h, &l0, err);
+    if (!rc)
+        rc = tv_client_rows_len(m, d->name, h, r, &l1, err);
+    if (!rc && l0 + l1 != len) {
+        snprintf(err->msg, sizeof(err->msg), "rows give %" PRIu64 " + %" PRIu64 " bytes, not %zu",
+                 l0, l1, len);
+        rc = TV_E_INTERNAL;
+    }
+    if (!rc)
+        rc = tv_client_read_rows(m, d->name, 0, h, dst, (size_t)l0, err);
+    if (!rc)
+        rc = tv_client_read_rows(m, d->name, h, r, dst + l0, (size_t)l1, err);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: fp_dump SOCKET SPEC OUTDIR host|batch|rows|f32|get\n");
+        return 2;
+    }
+    const char *sock = argv[1], *spec = argv[2], *outdir = argv[3], *mode = argv[4];
+    bool f32 = !strcmp(mode, "f32");
+    if (strcmp(mode, "host") && strcmp(mode, "batch") && strcmp(mode, "rows") && !f32 &&
+        strcmp(mode, "get")) {
+        fprintf(stderr, "fp_dump: unknown mode '%s'\n", mode);
+        return 2;
+    }
+    tv_client *c = NULL;
+    tv_client_model *m = NULL;
+    tv_error err = {0};
+    int rc = tv_client_connect(sock, NULL, &c, &err);
+    if (!rc)
+        rc = tv_client_open(c, spec, &m, &err);
+    if (rc) {
+        fprintf(stderr, "fp_dump: %s %s: %s: %s\n", sock, spec, tv_err_name(rc), err.msg);
+        tv_client_close(c);
+        return 1;
+    }
+    size_t n = tv_client_n_tensors(m);
+    uint8_t **bufs = calloc(n ? n : 1, sizeof(*bufs));
+    size_t *lens = calloc(n ? n : 1, sizeof(*lens));
+    tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
+    int bad = !bufs || !lens || !reqs;
+    for (size_t i = 0; i < n && !bad; i++) {
+        tv_tensor_desc d;
+        tv_client_tensor(m, i, &d);
+        lens[i] = (size_t)(f32 ? d.n_elements * 4 : d.nbytes);
+        bufs[i] = malloc(lens[i] + 2 * GUARD + 1);
+        bad = !bufs[i];
+        if (!bad)
+            memset(bufs[i], 0xA5, lens[i] + 2 * GUARD + 1);
+        reqs[i].index = i;
+        reqs[i].dest = bufs[i] + GUARD + 1; /* deliberately unaligned */
+        reqs[i].dest_len = lens[i];
+    }
+    if (!bad && !strcmp(mode, "batch") && (rc = tv_client_read_batch(m, reqs, n, &err))) {
+        fprintf(stderr, "fp_dump: batch: %s: %s\n", tv_err_name(rc), err.msg);
+        bad = 1;
+    }
+    for (size_t i = 0; i < n && !bad; i++) {
+        tv_tensor_desc d;
+        tv_client_tensor(m, i, &d);
+        uint8_t *dst = bufs[i] + GUARD + 1;
+        bool skip = false;
+        if (!strcmp(mode, "host")) {
+            rc = tv_client_read_into(m, d.name, dst, lens[i], &err);
+        } else if (!strcmp(mode, "rows")) {
+            rc = read_rows(m, &d, dst, lens[i], &err);
+        } else if (f32) {
+            rc = tv_client_read_f32(m, d.name, dst, lens[i], &err);
+            skip = rc == TV_E_NOT_SUPPORTED;
+            rc = skip ? 0 : rc;
+        } else if (!strcmp(mode, "get")) {
+            tv_tensor *t = NULL;
+            rc = tv_client_get_tensor(m, d.name, &t, &err);
+            if (!rc) {
+                if (t->nbytes != d.nbytes || t->dtype != d.dtype || t->rank != d.rank ||
+                    memcmp(t->shape, d.shape, sizeof(uint64_t) * d.rank))
+                    rc = TV_E_INTERNAL;
+                else
+                    memcpy(dst, t->data, lens[i]);
+                tv_tensor_free(t);
+            }
+        } else {
+            rc = reqs[i].result;
+        }
+        if (rc) {
+            fprintf(stderr, "fp_dump: %s '%s': %s: %s\n", mode, d.name, tv_err_name(rc), err.msg);
+            bad = 1;
+            break;
+        }
+        if (check_guard(bufs[i], GUARD + 1, d.name, "before") ||
+            check_guard(dst + lens[i], GUARD, d.name, "after")) {
+            bad = 1;
+            break;
+        }
+        if (skip)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%zu.bin", outdir, i);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(dst, 1, lens[i], f) != lens[i] || fclose(f)) {
+            fprintf(stderr, "fp_dump: write %s failed\n", path);
+            bad = 1;
+            break;
+        }
+        json_t *shape = json_array();
+        for (uint32_t k = 0; k < d.rank; k++)
+            json_array_append_new(shape, json_integer((json_int_t)d.shape[k]));
+        json_t *o = json_pack("{s:s%,s:s,s:o,s:s}", "name", d.name, d.name_len, "dtype",
+                              tv_dtype_name(d.dtype), "shape", shape, "file", path);
+        char *line = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", line);
+        free(line);
+        json_decref(o);
+    }
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(lens);
+    free(reqs);
+    tv_client_model_close(m);
+    tv_client_close(c);
+    return bad;
+}

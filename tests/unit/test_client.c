@@ -1,0 +1,1105 @@
+/* Unit tests of the fast-path client (core/src/client/client.c) against a
+ * fake daemon: a thread on a listening SOCK_SEQPACKET socket that speaks the
+ * wire codec (client/wire.h), hands out its own sealed memfd snapshot (a
+ * small tv__snap_build image) and staging arena, and answers READs with
+ * chunks of a known byte pattern on the protocol's chunk grid.
+ *
+ * Covered: connect (no daemon, a busy daemon, another version, a daemon that
+ * never answers), open (metadata, a refused open, an unsealed memfd, a
+ * corrupted snapshot, another model's snapshot), every read call (into,
+ * batch split at the session's max_requests, range, rows, f32, get_tensor)
+ * with guard bytes around every destination, chunks out of order several to
+ * a message, a request failing with ERROR + DONE, and every hostile reply
+ * (slot out of range, slot_off + len past the slot, overlapping chunks,
+ * dest_off past the end, DONE before all bytes, unknown req_id, EOF mid-read,
+ * an unexpected message type): the right error, the session closed, guards
+ * untouched, and every slot lent released exactly once. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client/client_internal.h"
+#include "client/wire.h"
+#include "snap/snapshot.h"
+#include "tensorvault/client.h"
+#include "tv_test.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+#define KiB       1024ull
+#define MiB       (1024ull * 1024ull)
+#define SLOT_LEN  4096u
+#define N_SLOTS   8u
+#define HDR_LEN   120u
+#define DATA_OFF  (8u + HDR_LEN)
+#define GUARD     64u
+#define GUARD_VAL 0xA5
+
+/* The fake model: tensors laid out back to back in one shard. */
+static const uint64_t SH_A[] = {10, 100}; /* F32: 4000 bytes */
+static const uint64_t SH_B[] = {3, 2049}; /* BF16: 12294 bytes, four chunks */
+static const uint64_t SH_ODD[] = {77};    /* U8 */
+static const uint64_t SH_H[] = {8};       /* F16 */
+static const uint64_t SH_E[] = {0, 4};    /* F16: empty */
+static const tv__snap_tensor_in TENSORS[] = {
+    {"a", 1, TV_DTYPE_F32, 2, SH_A, 0, 0, 4000},
+    {"b", 1, TV_DTYPE_BF16, 2, SH_B, 0, 4000, 16294},
+    {"odd", 3, TV_DTYPE_U8, 1, SH_ODD, 0, 16294, 16371},
+    {"h", 1, TV_DTYPE_F16, 1, SH_H, 0, 16371, 16387},
+    {"s", 1, TV_DTYPE_I64, 0, NULL, 0, 16387, 16395},
+    {"e", 1, TV_DTYPE_F16, 2, SH_E, 0, 16395, 16395},
+};
+#define N_T      TV_ARRAY_LEN(TENSORS)
+#define DATA_LEN 16395u
+#define FILE_LEN (DATA_OFF + DATA_LEN)
+#define MODEL    "org/fake"
+#define GEN      4
+
+/* Object byte x of the shard's object. */
+static uint8_t pat(uint64_t x)
+{
+    return (uint8_t)(x * 131u + 7u + (x >> 9));
+}
+
+enum mode {
+    M_OK = 0,
+    M_REVERSE,     /* every chunk of a request in one CHUNK message, last first */
+    M_SLOT_RANGE,  /* slot == n_slots */
+    M_SLOT_OFF,    /* slot_off + len past the slot */
+    M_OVERLAP,     /* the first chunk twice */
+    M_DEST_PAST,   /* dest_off + len past the request */
+    M_DONE_EARLY,  /* the last chunk left out, DONE 0 */
+    M_UNKNOWN_REQ, /* req_id never sent */
+    M_EOF,         /* close after the first chunk */
+    M_REQ_ERROR,   /* tensor 'b' fails: ERROR + DONE -EIO */
+    M_BAD_TYPE,    /* HELLO_OK in the middle of a read */
+    M_UNSEALED,    /* snapshot memfd without seals */
+    M_BAD_SNAP,    /* a flipped byte in the snapshot */
+    M_OTHER_MODEL, /* the snapshot of another model */
+    M_OPEN_DENIED, /* OPEN answered ERROR TV_E_PEER_DENIED */
+    M_BUSY,        /* fatal ERROR TV_E_BUSY instead of HELLO_OK */
+    M_VERSION,     /* HELLO_OK with version 2 */
+    M_SILENT,      /* never answers HELLO */
+    M_MANY,        /* max_requests 5000 (a batch over several READs of 2047) */
+    M_STALL,       /* never answers a READ */
+    M_FATAL,       /* a fatal ERROR instead of a READ's chunks */
+    M_RANDOM,      /* one chunk in three mutated at random (seeded) */
+};
+
+typedef struct fake {
+    char dir[256], path[108];
+    int lsock;
+    pthread_t th;
+    enum mode mode;
+    uint32_t max_requests;
+    uint8_t *img;
+    size_t img_len;
+    int snap_fd, arena_fd;
+    uint8_t *arena;
+    char failure[256]; /* the fake's own check that failed, if any */
+    uint32_t held[N_SLOTS];
+    unsigned n_reads, n_closes, n_releases;
+    tv__fp_read_ent q[8192]; /* requests received, not yet served */
+    unsigned q_head, q_n, outstanding, max_read_n;
+    uint64_t rng; /* M_RANDOM's state: set before the client connects */
+    bool mutated; /* M_RANDOM changed, dropped or repeated a chunk */
+} fake;
+
+static void fake_fail(fake *f, const char *fmt, ...) TV_PRINTF(2, 3);
+static void fake_fail(fake *f, const char *fmt, ...)
+{
+    va_list ap;
+    if (f->failure[0])
+        return;
+    va_start(ap, fmt);
+    vsnprintf(f->failure, sizeof(f->failure), fmt, ap);
+    va_end(ap);
+}
+
+static uint8_t *build_image(const char *model, size_t *len)
+{
+    tv__snap_device_in d = {0};
+    for (int i = 0; i < 16; i++)
+        d.uuid[i] = (uint8_t)(0x40 + i);
+    d.path = "/var/lib/tv/fake.img";
+    d.kind = TV__DEV_FILE;
+    d.lba_size = 512;
+    d.io_align = 4096;
+    d.object_align = 64 * KiB;
+    d.size_bytes = 16 * MiB;
+    d.region_off = 1 * MiB;
+    d.region_len = 15 * MiB;
+    d.data_off = 1 * MiB + 64 * KiB;
+    tv__snap_replica_in rep = {0, 21, 1 * MiB + 64 * KiB, 64 * KiB};
+    tv__snap_shard_in sh = {0};
+    sh.name = "model.safetensors";
+    sh.file_len = FILE_LEN;
+    sh.header_len = HDR_LEN;
+    sh.n_replicas = 1;
+    sh.replicas = &rep;
+    tv__snap_in in = {.model = model,
+                      .generation = GEN,
+                      .n_devices = 1,
+                      .devices = &d,
+                      .n_shards = 1,
+                      .shards = &sh,
+                      .n_tensors = N_T,
+                      .tensors = TENSORS,
+                      .hash_seed = 0x1234};
+    void *buf = NULL;
+    tv_error err = {0};
+    if (tv__snap_build(&in, &buf, len, &err))
+        fail_msg("snapshot build: %s", err.msg);
+    return buf;
+}
+
+static int make_memfd(const char *name, const void *data, size_t len, unsigned seals)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    TV_TEST_CHECK(fd >= 0);
+    TV_TEST_CHECK(ftruncate(fd, (off_t)len) == 0);
+    if (data)
+        TV_TEST_CHECK(pwrite(fd, data, len, 0) == (ssize_t)len);
+    if (seals)
+        TV_TEST_CHECK(fcntl(fd, F_ADD_SEALS, seals) == 0);
+    return fd;
+}
+
+/* ---- the fake daemon's side of the protocol ---- */
+
+static uint8_t sbuf[TV__FP_MAX_MSG], rbuf[TV__FP_MAX_MSG];
+
+/* Sends sbuf's first len bytes (0: the message did not encode, a bug of
+ * the fake). */
+static int srv_send(int s, size_t len, const int *fds, size_t n_fds)
+{
+    if (!len) {
+        fprintf(stderr, "fake daemon: a message did not encode\n");
+        return -1;
+    }
+    return tv__fp_send(s, sbuf, len, fds, n_fds, NULL);
+}
+
+/* Receives one message (blocking); 0, or -1 at EOF or on a bad one. */
+static int srv_recv(fake *f, int s, tv__fp_msg *m)
+{
+    size_t nf = 0;
+    ssize_t n = tv__fp_recv(s, rbuf, sizeof(rbuf), NULL, 0, &nf, NULL);
+    if (n <= 0)
+        return -1;
+    tv_error e = {0};
+    if (tv__fp_decode(rbuf, (size_t)n, TV__FP_VERSION, m, &e)) {
+        fake_fail(f, "client sent a bad message: %s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Queues the requests of a READ (the client sends more as requests end). */
+static int queue_reads(fake *f, const tv__fp_msg *m)
+{
+    f->n_reads++;
+    for (uint32_t i = 0; i < m->u.list.n; i++) {
+        tv__fp_read_ent r;
+        if (tv__fp_read_entry(m, i, &r, NULL) || f->q_n == TV_ARRAY_LEN(f->q)) {
+            fake_fail(f, "READ entry %u", i);
+            return -1;
+        }
+        if (r.len == 0)
+            fake_fail(f, "READ of 0 bytes sent");
+        f->q[(f->q_head + f->q_n++) % TV_ARRAY_LEN(f->q)] = r;
+        if (++f->outstanding > f->max_requests)
+            fake_fail(f, "%u requests outstanding, max_requests %u", f->outstanding,
+                      f->max_requests);
+    }
+    return 0;
+}
+
+/* Waits for the RELEASE of exactly the slots just lent. */
+static int srv_await_release(fake *f, int s, const uint32_t *slots, uint32_t n)
+{
+    tv__fp_msg m;
+    do
+        if (srv_recv(f, s, &m))
+            return -1;
+    while (m.type == TV__FP_READ && queue_reads(f, &m) == 0);
+    if (m.type != TV__FP_RELEASE || m.u.list.handle != 1) {
+        fake_fail(f, "expected RELEASE of handle 1, got %s", tv__fp_type_name(m.type));
+        return -1;
+    }
+    if (m.u.list.n != n)
+        fake_fail(f, "RELEASE of %u slots, %u were lent", m.u.list.n, n);
+    for (uint32_t i = 0; i < m.u.list.n; i++) {
+        uint32_t slot;
+        if (tv__fp_release_entry(&m, i, &slot, NULL) || slot >= N_SLOTS || !f->held[slot])
+            fake_fail(f, "slot %u released but not held", slot);
+        else
+            f->held[slot]--;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (slots[i] < N_SLOTS && f->held[slots[i]])
+            fake_fail(f, "slot %u still held after RELEASE", slots[i]);
+    f->n_releases++;
+    return 0;
+}
+
+static uint64_t rnd(fake *f)
+{
+    f->rng = f->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return f->rng >> 33;
+}
+
+static int send_done(fake *f, int s, uint64_t req_id, int32_t result)
+{
+    f->outstanding--;
+    tv__fp_done_ent d = {.req_id = req_id, .result = result, .handle = 1};
+    return srv_send(s, tv__fp_encode_done(sbuf, sizeof(sbuf), &d, 1), NULL, 0);
+}
+
+/* Answers one request; returns -1 to end the session. */
+static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
+{
+    if (r->tensor >= N_T) {
+        fake_fail(f, "READ of tensor %u", r->tensor);
+        return -1;
+    }
+    const tv__snap_tensor_in *t = &TENSORS[r->tensor];
+    uint64_t P = DATA_OFF + t->begin_off + r->off, E = P + r->len;
+    if (f->mode == M_REQ_ERROR && r->tensor == 1) {
+        const char *txt = "tensor 'b': device /var/lib/tv/fake.img: read failed at offset 69632";
+        srv_send(s,
+                 tv__fp_encode_error(sbuf, sizeof(sbuf), -EIO, 0, r->req_id, 0, txt, strlen(txt)),
+                 NULL, 0);
+        return send_done(f, s, r->req_id, -EIO);
+    }
+    tv__fp_chunk_ent ents[8];
+    uint32_t slots[8], n = 0;
+    for (uint64_t k = P / SLOT_LEN; r->len && k <= (E - 1) / SLOT_LEN; k++) {
+        uint64_t lo = k * SLOT_LEN, s0 = P > lo ? P : lo;
+        uint64_t e0 = E < lo + SLOT_LEN ? E : lo + SLOT_LEN;
+        uint32_t slot = (uint32_t)(k % N_SLOTS);
+        for (uint32_t i = 0; i < SLOT_LEN; i++)
+            f->arena[(size_t)slot * SLOT_LEN + i] = pat(lo + i);
+        tv__fp_chunk_ent c = {.req_id = r->req_id,
+                              .handle = 1,
+                              .slot = slot,
+                              .slot_off = (uint32_t)(s0 - lo),
+                              .len = (uint32_t)(e0 - s0),
+                              .dest_off = s0 - P};
+        bool last = k == (E - 1) / SLOT_LEN, twice = false;
+        if (f->mode == M_DONE_EARLY && last && k > P / SLOT_LEN)
+            break;
+        if (f->mode == M_RANDOM && rnd(f) % 3 == 0) {
+            f->mutated = true;
+            switch (rnd(f) % 7) {
+            case 0:
+                c.slot = (uint32_t)(rnd(f) % (2 * N_SLOTS));
+                break;
+            case 1:
+                c.slot_off = (uint32_t)(rnd(f) % SLOT_LEN);
+                break;
+            case 2:
+                c.len = (uint32_t)(1 + rnd(f) % SLOT_LEN);
+                break;
+            case 3:
+                c.dest_off = rnd(f) % (2 * r->len);
+                break;
+            case 4:
+                c.req_id += rnd(f) % 2 ? 1 : (uint64_t)-1;
+                break;
+            case 5:
+                twice = true;
+                break;
+            default:
+                continue; /* dropped */
+            }
+        }
+        if (f->mode == M_SLOT_RANGE)
+            c.slot = N_SLOTS;
+        if (f->mode == M_SLOT_OFF)
+            c.slot_off = SLOT_LEN - c.len + 1;
+        if (f->mode == M_DEST_PAST)
+            c.dest_off = r->len - c.len + 1;
+        if (f->mode == M_UNKNOWN_REQ)
+            c.req_id += 1000;
+        for (int copies = f->mode == M_OVERLAP || twice ? 2 : 1; copies > 0; copies--) {
+            f->held[c.slot < N_SLOTS ? c.slot : 0] += c.slot < N_SLOTS ? 1 : 0;
+            ents[n] = c;
+            slots[n++] = c.slot;
+        }
+        if (f->mode == M_REVERSE && !last)
+            continue; /* all of them in one message below */
+        if (f->mode == M_REVERSE)
+            for (uint32_t i = 0; i < n / 2; i++) {
+                tv__fp_chunk_ent tmp = ents[i];
+                ents[i] = ents[n - 1 - i];
+                ents[n - 1 - i] = tmp;
+            }
+        if (srv_send(s, tv__fp_encode_chunk(sbuf, sizeof(sbuf), ents, n), NULL, 0))
+            return -1;
+        if (f->mode == M_EOF || f->mode == M_SLOT_RANGE || f->mode == M_SLOT_OFF ||
+            f->mode == M_OVERLAP || f->mode == M_DEST_PAST || f->mode == M_UNKNOWN_REQ)
+            return -1; /* the client closes the session (M_EOF: we do) */
+        if (srv_await_release(f, s, slots, n))
+            return -1;
+        if (f->mode == M_BAD_TYPE) {
+            tv__fp_hello_ok h = {
+                .version = 1, .max_msg_len = TV__FP_MAX_MSG, .max_requests = 3, .max_handles = 4};
+            if (srv_send(s, tv__fp_encode_hello_ok(sbuf, sizeof(sbuf), &h), NULL, 0))
+                fake_fail(f, "HELLO_OK does not encode");
+            return -1;
+        }
+        n = 0;
+    }
+    return send_done(f, s, r->req_id, 0);
+}
+
+static void serve(fake *f, int s)
+{
+    tv__fp_msg m;
+    if (f->mode == M_SILENT) {
+        srv_recv(f, s, &m);
+        srv_recv(f, s, &m); /* until the client gives up and closes */
+        return;
+    }
+    if (srv_recv(f, s, &m) || m.type != TV__FP_HELLO) {
+        fake_fail(f, "expected HELLO");
+        return;
+    }
+    if (m.u.hello.min_version != 1 || m.u.hello.max_version != 1)
+        fake_fail(f, "HELLO %u..%u", m.u.hello.min_version, m.u.hello.max_version);
+    if (f->mode == M_BUSY) {
+        const char *txt = "64 sessions are open (max_sessions)";
+        srv_send(s,
+                 tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_BUSY, TV__FP_ERROR_FATAL, 0, 0, txt,
+                                     strlen(txt)),
+                 NULL, 0);
+        return;
+    }
+    tv__fp_hello_ok h = {.version = f->mode == M_VERSION ? 2 : 1,
+                         .max_msg_len = TV__FP_MAX_MSG,
+                         .max_requests = f->max_requests,
+                         .max_handles = 4,
+                         .session_id = 77};
+    srv_send(s, tv__fp_encode_hello_ok(sbuf, sizeof(sbuf), &h), NULL, 0);
+    while (srv_recv(f, s, &m) == 0) {
+        if (m.type == TV__FP_OPEN) {
+            if (f->mode == M_OPEN_DENIED) {
+                const char *txt = "uid 65534 (gid 65534) may not open model 'org/fake'";
+                srv_send(s,
+                         tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_PEER_DENIED, 0, 0,
+                                             m.u.open.open_id, txt, strlen(txt)),
+                         NULL, 0);
+                continue;
+            }
+            tv__fp_opened o = {.open_id = m.u.open.open_id,
+                               .handle = 1,
+                               .generation = GEN,
+                               .snap_len = f->img_len,
+                               .arena_len = (uint64_t)N_SLOTS * SLOT_LEN,
+                               .slot_len = SLOT_LEN,
+                               .n_slots = N_SLOTS,
+                               .credit = N_SLOTS};
+            int fds[2] = {f->snap_fd, f->arena_fd};
+            srv_send(s, tv__fp_encode_opened(sbuf, sizeof(sbuf), &o), fds, 2);
+        } else if (m.type == TV__FP_CLOSE) {
+            f->n_closes++;
+            srv_send(s, tv__fp_encode_close(sbuf, sizeof(sbuf), TV__FP_CLOSED, m.u.close.handle),
+                     NULL, 0);
+        } else if (m.type == TV__FP_READ) {
+            if (m.u.list.n > f->max_read_n)
+                f->max_read_n = m.u.list.n;
+            if (queue_reads(f, &m))
+                return;
+            if (f->mode == M_STALL)
+                continue;
+            if (f->mode == M_FATAL) {
+                const char *txt = "slot 7 of handle 1 released but not held";
+                srv_send(s,
+                         tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_PROTOCOL, TV__FP_ERROR_FATAL,
+                                             0, 0, txt, strlen(txt)),
+                         NULL, 0);
+                return;
+            }
+            while (f->q_n) {
+                tv__fp_read_ent r = f->q[f->q_head];
+                f->q_head = (f->q_head + 1) % TV_ARRAY_LEN(f->q);
+                f->q_n--;
+                if (serve_req(f, s, &r))
+                    return;
+            }
+        } else {
+            fake_fail(f, "unexpected %s from the client", tv__fp_type_name(m.type));
+            return;
+        }
+    }
+}
+
+static void *fake_main(void *arg)
+{
+    fake *f = arg;
+    int s = accept4(f->lsock, NULL, NULL, SOCK_CLOEXEC);
+    if (s < 0) {
+        fake_fail(f, "accept: %s", strerror(errno));
+        return NULL;
+    }
+    serve(f, s);
+    /* Until the client closes (it must, after a hostile reply), except
+     * where the test is the daemon going away. */
+    tv__fp_msg m;
+    while (f->mode != M_EOF && srv_recv(f, s, &m) == 0)
+        ;
+    shutdown(s, SHUT_RDWR);
+    close(s);
+    return NULL;
+}
+
+static fake *fake_start(enum mode mode)
+{
+    fake *f = calloc(1, sizeof(*f));
+    TV_TEST_CHECK(f);
+    f->mode = mode;
+    f->max_requests = mode == M_MANY ? 5000 : 3;
+    tv_test_tmpdir(f->dir, sizeof(f->dir), "client");
+    tv_test_path(f->path, sizeof(f->path), "%s/tv.sock", f->dir);
+    f->img = build_image(mode == M_OTHER_MODEL ? "org/other" : MODEL, &f->img_len);
+    if (mode == M_BAD_SNAP)
+        f->img[f->img_len - 1] ^= 0x40;
+    f->snap_fd = make_memfd(
+        "tv-snap", f->img, f->img_len,
+        mode == M_UNSEALED ? 0 : F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    f->arena_fd = make_memfd("tv-arena", NULL, (size_t)N_SLOTS * SLOT_LEN, 0);
+    f->arena =
+        mmap(NULL, (size_t)N_SLOTS * SLOT_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f->arena_fd, 0);
+    TV_TEST_CHECK(f->arena != MAP_FAILED);
+    TV_TEST_CHECK(fcntl(f->arena_fd, F_ADD_SEALS,
+                        F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0);
+    f->lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    TV_TEST_CHECK(f->lsock >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, f->path, strlen(f->path));
+    TV_TEST_CHECK(bind(f->lsock, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    TV_TEST_CHECK(listen(f->lsock, 4) == 0);
+    TV_TEST_CHECK(pthread_create(&f->th, NULL, fake_main, f) == 0);
+    return f;
+}
+
+/* Joins the fake (the client must have closed its session) and checks
+ * that every slot it lent came back. */
+static void fake_stop(fake *f, bool all_released)
+{
+    pthread_join(f->th, NULL);
+    if (f->failure[0])
+        fail_msg("fake daemon: %s", f->failure);
+    for (uint32_t i = 0; all_released && i < N_SLOTS; i++)
+        if (f->held[i])
+            fail_msg("slot %u still held (%u references)", i, f->held[i]);
+    close(f->lsock);
+    close(f->snap_fd);
+    munmap(f->arena, (size_t)N_SLOTS * SLOT_LEN);
+    close(f->arena_fd);
+    free(f->img);
+    tv_test_rmtree(f->dir);
+    free(f);
+}
+
+/* ---- guarded destinations ---- */
+
+typedef struct gbuf {
+    uint8_t *raw;
+    size_t len;
+} gbuf;
+
+static uint8_t *gbuf_new(gbuf *g, size_t len)
+{
+    g->len = len;
+    g->raw = malloc(len + 2 * GUARD);
+    TV_TEST_CHECK(g->raw);
+    memset(g->raw, GUARD_VAL, len + 2 * GUARD);
+    return g->raw + GUARD;
+}
+
+static void gbuf_check(const gbuf *g, const char *what)
+{
+    for (size_t i = 0; i < GUARD; i++)
+        if (g->raw[i] != GUARD_VAL || g->raw[GUARD + g->len + i] != GUARD_VAL)
+            fail_msg("%s: guard byte %zu changed", what, i);
+}
+
+static void gbuf_free(gbuf *g)
+{
+    free(g->raw);
+}
+
+/* The expected bytes of tensor t from off. */
+static void expect_bytes(size_t t, uint64_t off, const uint8_t *got, size_t len, const char *what)
+{
+    for (size_t i = 0; i < len; i++) {
+        uint8_t want = pat(DATA_OFF + TENSORS[t].begin_off + off + i);
+        if (got[i] != want)
+            fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, got[i], want);
+    }
+}
+
+static tv_client *connect_ms(fake *f, uint32_t timeout_ms)
+{
+    tv_client *c = NULL;
+    tv_error err = {0};
+    tv_client_opts o = {.timeout_ms = timeout_ms};
+    int rc = tv_client_connect(f->path, &o, &c, &err);
+    if (rc)
+        fail_msg("connect: %s: %s", tv_err_name(rc), err.msg);
+    return c;
+}
+
+static tv_client *connect_ok(fake *f)
+{
+    return connect_ms(f, 5000);
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) >= 0;
+    return n;
+}
+
+static tv_client_model *open_ok(tv_client *c)
+{
+    tv_client_model *m = NULL;
+    tv_error err = {0};
+    int rc = tv_client_open(c,
+                            MODEL "@"
+                                  "4",
+                            &m, &err);
+    if (rc)
+        fail_msg("open: %s: %s", tv_err_name(rc), err.msg);
+    return m;
+}
+
+/* ---- tests ---- */
+
+static void test_spans(void **state)
+{
+    (void)state;
+    tv__fpc_spans s;
+    tv__fpc_spans_init(&s);
+    assert_int_equal(tv__fpc_spans_add(&s, 100, 50, 1000), 0);
+    assert_int_equal(tv__fpc_spans_add(&s, 10, 20, 1000), 0);
+    assert_int_equal(tv__fpc_spans_add(&s, 500, 10, 1000), 0); /* past inline storage */
+    assert_int_equal(tv__fpc_spans_add(&s, 149, 2, 1000), TV_E_PROTOCOL);
+    assert_int_equal(tv__fpc_spans_add(&s, 99, 2, 1000), TV_E_PROTOCOL);
+    assert_int_equal(tv__fpc_spans_add(&s, 0, 11, 1000), TV_E_PROTOCOL);
+    assert_int_equal(tv__fpc_spans_add(&s, 120, 1, 1000), TV_E_PROTOCOL); /* inside */
+    assert_int_equal(tv__fpc_spans_add(&s, 0, 2000, 1000), TV_E_OVERFLOW);
+    assert_int_equal(tv__fpc_spans_add(&s, UINT64_MAX, 2, UINT64_MAX), TV_E_OVERFLOW);
+    assert_int_equal(tv__fpc_spans_add(&s, 995, 6, 1000), TV_E_OVERFLOW);
+    assert_int_equal(tv__fpc_spans_add(&s, 5, 0, 1000), TV_E_PROTOCOL);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(tv__fpc_spans_add(&s, 30, 70, 1000), 0); /* joins [10,30) and [100,150) */
+    assert_int_equal(s.n, 2);
+    assert_int_equal(tv__fpc_spans_add(&s, 0, 10, 1000), 0);
+    assert_int_equal(tv__fpc_spans_add(&s, 150, 350, 1000), 0);
+    assert_int_equal(tv__fpc_spans_add(&s, 510, 490, 1000), 0);
+    assert_int_equal(s.n, 1);
+    assert_true(s.delivered == 1000);
+    assert_true(s.v[0].a == 0 && s.v[0].b == 1000);
+    tv__fpc_spans_free(&s);
+    /* Many disjoint pieces in random order, then the gaps. */
+    tv__fpc_spans_init(&s);
+    for (uint64_t i = 0; i < 200; i++)
+        assert_int_equal(tv__fpc_spans_add(&s, ((i * 37) % 200) * 10, 5, 2000), 0);
+    assert_int_equal(s.n, 200);
+    for (uint64_t i = 0; i < 200; i++)
+        assert_int_equal(tv__fpc_spans_add(&s, ((i * 91) % 200) * 10 + 5, 5, 2000), 0);
+    assert_int_equal(s.n, 1);
+    assert_true(s.delivered == 2000);
+    tv__fpc_spans_free(&s);
+    tv__fpc_spans_free(NULL);
+}
+
+static void test_no_daemon(void **state)
+{
+    (void)state;
+    char dir[256], path[300];
+    tv_test_tmpdir(dir, sizeof(dir), "client-nod");
+    tv_test_path(path, sizeof(path), "%s/none.sock", dir);
+    tv_client *c = (tv_client *)1;
+    tv_error err = {0};
+    assert_int_equal(tv_client_connect(path, NULL, &c, &err), TV_E_NO_DAEMON);
+    assert_null(c);
+    assert_non_null(strstr(err.msg, path));
+    /* A socket nobody listens on any more. */
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path));
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    close(s);
+    assert_int_equal(tv_client_connect(path, NULL, &c, &err), TV_E_NO_DAEMON);
+    /* The environment's socket when the path is NULL. */
+    setenv("TENSORVAULT_SOCKET", path, 1);
+    assert_int_equal(tv_client_connect(NULL, NULL, &c, &err), TV_E_NO_DAEMON);
+    assert_non_null(strstr(err.msg, path));
+    unsetenv("TENSORVAULT_SOCKET");
+    char longp[200];
+    memset(longp, 'x', sizeof(longp) - 1);
+    longp[sizeof(longp) - 1] = '\0';
+    assert_int_equal(tv_client_connect(longp, NULL, &c, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_connect(path, NULL, NULL, &err), TV_E_INVALID_ARG);
+    tv_client_close(NULL);
+    tv_client_model_close(NULL);
+    tv_test_rmtree(dir);
+}
+
+static void test_refused_sessions(void **state)
+{
+    (void)state;
+    static const struct {
+        enum mode mode;
+        int code;
+        const char *needle;
+    } cases[] = {
+        {M_BUSY, TV_E_BUSY, "max_sessions"},
+        {M_VERSION, TV_E_VERSION, "version 2"},
+        {M_SILENT, TV_E_TIMEOUT, "within 200 ms"},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        fake *f = fake_start(cases[i].mode);
+        tv_client *c = NULL;
+        tv_error err = {0};
+        tv_client_opts o = {.timeout_ms = 200};
+        int rc = tv_client_connect(f->path, &o, &c, &err);
+        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
+            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        assert_null(c);
+        fake_stop(f, true);
+    }
+}
+
+static void test_open_and_metadata(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_OK);
+    tv_client *c = connect_ok(f);
+    assert_true(tv_client_session_id(c) == 77);
+    tv_client_model *m = open_ok(c);
+    assert_string_equal(tv_client_model_name(m), MODEL);
+    assert_true(tv_client_model_generation(m) == GEN);
+    assert_int_equal(tv_client_n_tensors(m), N_T);
+    for (size_t i = 0; i < N_T; i++) {
+        tv_tensor_desc d;
+        size_t idx = 99;
+        assert_int_equal(tv_client_tensor(m, i, &d), 0);
+        assert_int_equal(tv_client_find(m, d.name, d.name_len, &idx), 0);
+        assert_int_equal(idx, i);
+        assert_int_equal(d.nbytes, TENSORS[i].end_off - TENSORS[i].begin_off);
+        assert_int_equal(d.rank, TENSORS[i].rank);
+        for (uint32_t k = 0; k < d.rank; k++)
+            assert_true(d.shape[k] == TENSORS[i].shape[k]);
+    }
+    tv_tensor_desc d;
+    assert_int_equal(tv_client_tensor(m, N_T, &d), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_find(m, "zz", 2, NULL), TV_E_NOT_FOUND);
+    /* Not found, bad destinations: errors before anything is sent. */
+    tv_error err = {0};
+    uint8_t small[16];
+    assert_int_equal(tv_client_read_into(m, "zz", small, sizeof small, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "zz"));
+    assert_int_equal(tv_client_read_into(m, "a", small, sizeof small, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_read_range(m, "a", 3990, 11, small, sizeof small, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_read_rows(m, "s", 0, 1, small, sizeof small, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_read_f32(m, "odd", small, sizeof small, &err), TV_E_NOT_SUPPORTED);
+    uint64_t rl = 0;
+    assert_int_equal(tv_client_rows_len(m, "b", 1, 3, &rl, &err), 0);
+    assert_true(rl == 2 * 2049 * 2);
+    assert_int_equal(tv_client_rows_len(m, "b", 2, 4, &rl, &err), TV_E_INVALID_ARG);
+    assert_int_equal(f->n_reads, 0);
+    tv_client_model_close(m);
+    assert_int_equal(f->n_closes, 1);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+/* Every read call on every tensor, with guards; mode M_OK or M_REVERSE. */
+static void reads_all(enum mode mode)
+{
+    fake *f = fake_start(mode);
+    tv_client *c = connect_ok(f);
+    tv_client_model *m = open_ok(c);
+    tv_error err = {0};
+    char what[64];
+    for (size_t i = 0; i < N_T; i++) {
+        size_t len = (size_t)(TENSORS[i].end_off - TENSORS[i].begin_off);
+        gbuf g;
+        uint8_t *d = gbuf_new(&g, len);
+        snprintf(what, sizeof what, "read_into %s", TENSORS[i].name);
+        int rc = tv_client_read_into(m, TENSORS[i].name, d, len, &err);
+        if (rc)
+            fail_msg("%s: %s", what, err.msg);
+        expect_bytes(i, 0, d, len, what);
+        gbuf_check(&g, what);
+        gbuf_free(&g);
+        /* get_tensor */
+        tv_tensor *t = NULL;
+        assert_int_equal(tv_client_get_tensor(m, TENSORS[i].name, &t, &err), 0);
+        assert_true(t->nbytes == len);
+        assert_int_equal(t->rank, TENSORS[i].rank);
+        expect_bytes(i, 0, t->data, len, "get_tensor");
+        tv_tensor_free(t);
+    }
+    /* A batch of every tensor: 6 requests in READs of at most 3. */
+    tv_read_req reqs[N_T];
+    gbuf gs[N_T];
+    for (size_t i = 0; i < N_T; i++) {
+        size_t len = (size_t)(TENSORS[i].end_off - TENSORS[i].begin_off);
+        reqs[i] = (tv_read_req){.index = i, .dest = gbuf_new(&gs[i], len), .dest_len = len};
+    }
+    reqs[3].name = "h";
+    unsigned reads0 = f->n_reads;
+    assert_int_equal(tv_client_read_batch(m, reqs, N_T, &err), 0);
+    assert_true(f->n_reads - reads0 >= 2);
+    for (size_t i = 0; i < N_T; i++) {
+        assert_int_equal(reqs[i].result, 0);
+        expect_bytes(i, 0, reqs[i].dest, gs[i].len, "batch");
+        gbuf_check(&gs[i], "batch");
+        gbuf_free(&gs[i]);
+    }
+    /* Range at an odd offset across chunks, rows, f32. */
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 9001);
+    assert_int_equal(tv_client_read_range(m, "b", 1001, 9001, d, 9001, &err), 0);
+    expect_bytes(1, 1001, d, 9001, "range");
+    gbuf_check(&g, "range");
+    gbuf_free(&g);
+    d = gbuf_new(&g, 2 * 2049 * 2);
+    assert_int_equal(tv_client_read_rows(m, "b", 1, 3, d, 2 * 2049 * 2, &err), 0);
+    expect_bytes(1, 2049 * 2, d, 2 * 2049 * 2, "rows");
+    gbuf_check(&g, "rows");
+    gbuf_free(&g);
+    assert_int_equal(tv_client_read_rows(m, "b", 2, 2, NULL, 0, &err), 0);
+    float want[8];
+    uint8_t raw[16];
+    for (int i = 0; i < 16; i++)
+        raw[i] = pat(DATA_OFF + TENSORS[3].begin_off + (uint64_t)i);
+    assert_int_equal(tv_convert_f32(TV_DTYPE_F16, raw, 8, want), 0);
+    d = gbuf_new(&g, sizeof want);
+    assert_int_equal(tv_client_read_f32(m, "h", d, sizeof want, &err), 0);
+    assert_memory_equal(d, want, sizeof want);
+    gbuf_check(&g, "f32");
+    gbuf_free(&g);
+    d = gbuf_new(&g, 4000);
+    assert_int_equal(tv_client_read_f32(m, "a", d, 4000, &err), 0);
+    expect_bytes(0, 0, d, 4000, "f32 of F32");
+    gbuf_check(&g, "f32 of F32");
+    gbuf_free(&g);
+    /* CUDA without a GPU (or a CUDA build): not supported, nothing sent. */
+    if (!tv_cuda_available()) {
+        unsigned r0 = f->n_reads;
+        uint8_t x[8];
+        assert_int_equal(tv_client_read_into_cuda(m, "s", x, sizeof x, NULL, &err),
+                         TV_E_NOT_SUPPORTED);
+        assert_int_equal(f->n_reads, r0);
+    }
+    tv_client_model_close(m);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+static void test_reads(void **state)
+{
+    (void)state;
+    reads_all(M_OK);
+}
+
+static void test_reads_out_of_order(void **state)
+{
+    (void)state;
+    reads_all(M_REVERSE);
+}
+
+static void test_request_error(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_REQ_ERROR);
+    tv_client *c = connect_ok(f);
+    tv_client_model *m = open_ok(c);
+    tv_error err = {0};
+    tv_read_req reqs[3];
+    gbuf gs[3];
+    size_t idx[3] = {0, 1, 2};
+    for (size_t i = 0; i < 3; i++) {
+        size_t len = (size_t)(TENSORS[idx[i]].end_off - TENSORS[idx[i]].begin_off);
+        reqs[i] = (tv_read_req){.index = idx[i], .dest = gbuf_new(&gs[i], len), .dest_len = len};
+    }
+    assert_int_equal(tv_client_read_batch(m, reqs, 3, &err), -EIO);
+    assert_non_null(strstr(err.msg, "offset 69632"));
+    assert_non_null(strstr(err.msg, "'b'"));
+    assert_int_equal(reqs[0].result, 0);
+    assert_int_equal(reqs[1].result, -EIO);
+    assert_int_equal(reqs[2].result, 0);
+    expect_bytes(0, 0, reqs[0].dest, gs[0].len, "a");
+    expect_bytes(2, 0, reqs[2].dest, gs[2].len, "odd");
+    for (size_t i = 0; i < 3; i++) {
+        gbuf_check(&gs[i], "request error");
+        gbuf_free(&gs[i]);
+    }
+    /* The session carries on. */
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 77);
+    assert_int_equal(tv_client_read_into(m, "odd", d, 77, &err), 0);
+    expect_bytes(2, 0, d, 77, "after an error");
+    gbuf_free(&g);
+    tv_client_close(c); /* closes the model too */
+    fake_stop(f, true);
+}
+
+static void test_hostile_replies(void **state)
+{
+    (void)state;
+    static const struct {
+        enum mode mode;
+        int code;
+        const char *needle;
+    } cases[] = {
+        {M_SLOT_RANGE, TV_E_PROTOCOL, "outside 8 slots"},
+        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots"},
+        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice"},
+        {M_DEST_PAST, TV_E_PROTOCOL, "past the request"},
+        {M_DONE_EARLY, TV_E_PROTOCOL, "DONE for tensor 'b' after"},
+        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding"},
+        {M_EOF, TV_E_DISCONNECTED, "closed the session"},
+        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read"},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        fake *f = fake_start(cases[i].mode);
+        tv_client *c = connect_ok(f);
+        tv_client_model *m = open_ok(c);
+        tv_error err = {0};
+        gbuf g;
+        size_t len = 12294;
+        uint8_t *d = gbuf_new(&g, len);
+        int rc = tv_client_read_into(m, "b", d, len, &err);
+        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
+            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        gbuf_check(&g, "hostile reply");
+        /* The session is closed: later calls say so, metadata still works. */
+        assert_int_equal(tv_client_read_into(m, "b", d, len, &err), TV_E_DISCONNECTED);
+        assert_int_equal(tv_client_n_tensors(m), N_T);
+        gbuf_check(&g, "after");
+        gbuf_free(&g);
+        tv_client_model *m2 = NULL;
+        assert_int_equal(tv_client_open(c, MODEL, &m2, &err), TV_E_DISCONNECTED);
+        tv_client_model_close(m);
+        tv_client_close(c);
+        fake_stop(f, false);
+    }
+}
+
+static void test_bad_opens(void **state)
+{
+    (void)state;
+    static const struct {
+        enum mode mode;
+        int code;
+        const char *needle;
+        bool session_lives;
+    } cases[] = {
+        {M_OPEN_DENIED, TV_E_PEER_DENIED, "may not open model", true},
+        {M_UNSEALED, TV_E_PROTOCOL, "not sealed", false},
+        {M_BAD_SNAP, TV_E_SNAPSHOT, "checksum", true},
+        {M_OTHER_MODEL, TV_E_SNAPSHOT, "org/other", true},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        fake *f = fake_start(cases[i].mode);
+        tv_client *c = connect_ok(f);
+        tv_client_model *m = (tv_client_model *)1;
+        tv_error err = {0};
+        int rc = tv_client_open(c, MODEL, &m, &err);
+        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
+            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        assert_null(m);
+        if (cases[i].mode == M_BAD_SNAP || cases[i].mode == M_OTHER_MODEL)
+            assert_int_equal(f->n_closes, 1); /* the handle went back */
+        /* A live session answers the next open; a dead one says it is closed. */
+        rc = tv_client_open(c, MODEL, &m, &err);
+        assert_int_equal(rc, cases[i].session_lives ? cases[i].code : TV_E_DISCONNECTED);
+        tv_client_close(c);
+        fake_stop(f, true);
+    }
+    /* Bad specs never reach the daemon. */
+    fake *f = fake_start(M_OK);
+    tv_client *c = connect_ok(f);
+    tv_client_model *m = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv_client_open(c, "", &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_open(c, "@3", &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_open(c, "m@", &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_open(c, "m@01", &m, &err), TV_E_INVALID_ARG);
+    /* NAME@GEN must get that generation (the fake always sends 4). */
+    assert_int_equal(tv_client_open(c, MODEL "@5", &m, &err), TV_E_SNAPSHOT);
+    assert_non_null(strstr(err.msg, "generation"));
+    m = open_ok(c);
+    tv_client_model_close(m);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+/* A batch over several READs: 2047 entries a message at most, the
+ * session's max_requests outstanding at most (the fake checks both). */
+static void test_large_batch(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_MANY);
+    tv_client *c = connect_ok(f);
+    tv_client_model *m = open_ok(c);
+    enum { N = 6000 };
+    tv_read_req *reqs = calloc(N, sizeof(*reqs));
+    uint8_t *dst = malloc((size_t)N * 8 + 2 * GUARD);
+    assert_non_null(reqs);
+    assert_non_null(dst);
+    memset(dst, GUARD_VAL, (size_t)N * 8 + 2 * GUARD);
+    for (size_t i = 0; i < N; i++)
+        reqs[i] = (tv_read_req){.index = 4, .dest = dst + GUARD + 8 * i, .dest_len = 8};
+    tv_error err = {0};
+    assert_int_equal(tv_client_read_batch(m, reqs, N, &err), 0);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(reqs[i].result, 0);
+        expect_bytes(4, 0, dst + GUARD + 8 * i, 8, "large batch");
+    }
+    for (size_t i = 0; i < GUARD; i++)
+        assert_true(dst[i] == GUARD_VAL && dst[GUARD + (size_t)N * 8 + i] == GUARD_VAL);
+    assert_int_equal(f->max_read_n, TV__FP_MAX_READS);
+    assert_true(f->n_reads >= 3);
+    free(reqs);
+    free(dst);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+/* A daemon that stops answering, or closes the session with a fatal ERROR,
+ * in the middle of a read. */
+static void test_stalled_and_fatal(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_STALL);
+    tv_client *c = connect_ms(f, 300);
+    tv_client_model *m = open_ok(c);
+    tv_error err = {0};
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 12294);
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_TIMEOUT);
+    assert_non_null(strstr(err.msg, "within 300 ms"));
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    gbuf_check(&g, "stalled");
+    tv_client_close(c);
+    fake_stop(f, false);
+    f = fake_start(M_FATAL);
+    c = connect_ok(f);
+    m = open_ok(c);
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_PROTOCOL);
+    assert_non_null(strstr(err.msg, "slot 7 of handle 1 released but not held"));
+    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    assert_non_null(strstr(err.msg, "released but not held"));
+    gbuf_check(&g, "fatal");
+    gbuf_free(&g);
+    tv_client_close(c);
+    fake_stop(f, false);
+}
+
+/* The descriptors an OPEN brings are closed once mapped; closing the model
+ * and the session leaves none behind. */
+static void test_no_descriptor_leak(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_OK);
+    int before = count_fds();
+    tv_client *c = connect_ok(f);
+    for (int i = 0; i < 5; i++) {
+        tv_client_model *m = open_ok(c);
+        assert_int_equal(count_fds(), before + 2); /* the two ends of the session only */
+        tv_client_model_close(m);
+    }
+    tv_client_close(c);
+    fake_stop(f, true);
+    f = fake_start(M_BAD_SNAP);
+    before = count_fds();
+    c = connect_ok(f);
+    tv_client_model *m = NULL;
+    tv_error err = {0};
+    assert_int_equal(tv_client_open(c, MODEL, &m, &err), TV_E_SNAPSHOT);
+    assert_int_equal(count_fds(), before + 2);
+    tv_client_close(c);
+    fake_stop(f, true);
+}
+
+/* Chunks mutated at random (slot, slot_off, len, dest_off, req_id; an
+ * entry repeated or dropped): whatever the daemon sends, nothing outside the
+ * destination changes, and a read either fails with TV_E_PROTOCOL or
+ * succeeds with the right bytes when nothing was changed. */
+static void test_random_hostile_chunks(void **state)
+{
+    (void)state;
+    unsigned ok = 0, refused = 0;
+    for (unsigned it = 0; it < 120; it++) {
+        fake *f = fake_start(M_RANDOM);
+        f->rng = 0x9E3779B97F4A7C15ull * (it + 1);
+        tv_client *c = connect_ok(f);
+        tv_client_model *m = open_ok(c);
+        tv_error err = {0};
+        gbuf g;
+        uint8_t *d = gbuf_new(&g, 12294);
+        int rc = tv_client_read_into(m, "b", d, 12294, &err);
+        gbuf_check(&g, "random chunks");
+        if (rc == 0 && !f->mutated) {
+            expect_bytes(1, 0, d, 12294, "random chunks, none changed");
+            ok++;
+        } else if (rc) {
+            if (rc != TV_E_PROTOCOL)
+                fail_msg("iteration %u: %s: %s", it, tv_err_name(rc), err.msg);
+            refused++;
+        }
+        gbuf_free(&g);
+        tv_client_close(c);
+        fake_stop(f, rc == 0);
+    }
+    printf("random chunks: %u read right, %u refused\n", ok, refused);
+    assert_true(ok > 5 && refused > 50);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_no_daemon),
+        cmocka_unit_test(test_refused_sessions),
+        cmocka_unit_test(test_open_and_metadata),
+        cmocka_unit_test(test_reads),
+        cmocka_unit_test(test_reads_out_of_order),
+        cmocka_unit_test(test_request_error),
+        cmocka_unit_test(test_hostile_replies),
+        cmocka_unit_test(test_bad_opens),
+        cmocka_unit_test(test_large_batch),
+        cmocka_unit_test(test_stalled_and_fatal),
+        cmocka_unit_test(test_no_descriptor_leak),
+        cmocka_unit_test(test_random_hostile_chunks),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
