@@ -944,6 +944,8 @@ static void test_close_cancels(void **state)
     assert_int_equal(n, 1);
     assert_int_equal(v[0].slots_held, 0);
     assert_int_equal(v[0].n_handles, 0);
+    assert_int_equal(v[0].bytes_delivered, 0); /* of the open handles: none */
+    assert_int_equal(v[0].requests_done, g.n_tensors);
     tv__fp_sessions_free(v, n);
     assert_int_equal(stats().groups, 0);
     /* the closed handle is gone: using it is a protocol error */
