@@ -425,6 +425,7 @@ class Session:
         self.version = 0  # 0 until HELLO_OK
         self.handles = {}
         self.used_handles = set()
+        self.bytes_delivered = 0  # CHUNK bytes over every handle, closed ones too
         self.reqs = {}      # req_id -> Request (outstanding and done)
         self.held = []      # [(handle, slot)] references not released
         self.auto_release = auto_release
@@ -570,6 +571,7 @@ class Session:
             r.ranges.append((e["dest_off"], e["len"]))
             r.covered += e["len"]
             h.bytes_delivered += e["len"]
+            self.bytes_delivered += e["len"]
             self.held.append((e["handle"], e["slot"]))
             if len(self.held) > h.credit:
                 raise FpProtocolError(f"{len(self.held)} slot references held > credit {h.credit}")

@@ -44,7 +44,7 @@ import fpwire as fp
 from daemon import SLOW, Daemon, set_args
 from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, SLOT_LEN,
                            TIMEOUT, big_names, check_healthy, fastpath_checkpoint, reference,
-                           require_fastpath, wait_sessions)
+                           wait_sessions)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,6 @@ def ref(src):
 
 @pytest.fixture(scope="module")
 def d(build_dir, work, src):
-    require_fastpath(build_dir)
     dm = Daemon(build_dir, work, settings=dict(FASTPATH_SETTINGS)).start()
     dm.wait_socket()
     dm.import_ok("m", src, activate=True)
@@ -481,7 +480,6 @@ def run_as_nobody(sock_path, spec):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_denied_peer_then_allowed(build_dir, work, src, ref):
-    require_fastpath(build_dir)
     # The socket lives in a directory everyone may enter (the default's
     # parent is 0750), mode 0666: the uid check is the daemon's own.
     sockdir = tempfile.mkdtemp(prefix="tvfp-", dir="/tmp")
@@ -699,7 +697,6 @@ def test_session_eof_with_reads_in_flight(d, ref):
 
 
 def test_daemon_restart_under_a_connected_client(build_dir, work, src, ref):
-    require_fastpath(build_dir)
     dd = Daemon(build_dir, work, settings=dict(FASTPATH_SETTINGS),
                 store=str(work / "restart_store"), name="restart")
     try:
