@@ -455,7 +455,14 @@ class Session:
             data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MSG + 4096, 4,
                                                   socket.MSG_CMSG_CLOEXEC)
         except ConnectionResetError:
-            return None, []
+            # The daemon closed with a message of ours unread: Linux reports
+            # the reset before the datagrams still queued here (an ERROR it
+            # sent before closing). Drain those first; EOF after them.
+            try:
+                data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MSG + 4096, 4,
+                                                      socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+            except (BlockingIOError, ConnectionResetError):
+                return None, []
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             for fd in fds:
                 os.close(fd)

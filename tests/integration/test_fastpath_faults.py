@@ -734,3 +734,75 @@ def test_daemon_restart_under_a_connected_client(build_dir, work, src, ref):
     finally:
         rc = dd.stop()
     assert rc in (0, None), dd.log_text()
+
+
+# -- limits -------------------------------------------------------------------------------------
+
+
+def test_handle_limit_is_busy_not_fatal(d, ref):
+    """More OPENs than HELLO_OK's max_handles: ERROR TV_E_BUSY for that OPEN
+    only; once a handle closes, the next OPEN works."""
+    with session(d) as s:
+        n = s.hello_ok["max_handles"]
+        hs = [s.open("m") for _ in range(n)]
+        assert len({h.handle for h in hs}) == n
+        with pytest.raises(fp.FpError) as ei:
+            s.open("m")
+        assert ei.value.code == fp.TV_E_BUSY and not ei.value.fatal, ei.value
+        s.close_handle(hs.pop())
+        h = s.open("m")
+        assert h.handle not in {x.handle for x in hs}
+        assert s.read_tensors(h, ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+    check_healthy(d, "m", ref)
+
+
+def test_session_and_group_limits(build_dir, work, src, ref):
+    """max_sessions 2: a third connection gets ERROR{TV_E_BUSY, fatal} and
+    EOF, and connects once one of the two left; max_groups 1: an OPEN of a
+    second generation while the first is open is TV_E_BUSY, not fatal."""
+    st = dict(FASTPATH_SETTINGS)
+    st.update({"fastpath.max_sessions": "2", "fastpath.max_groups": "1"})
+    dd = Daemon(build_dir, work, settings=st, store=str(work / "limits_store"), name="limits")
+    try:
+        dd.start()
+        dd.wait_socket()
+        dd.import_ok("m", src, activate=True)
+        dd.import_ok("m", fastpath_checkpoint(work, "ckpt_l2", seed=104, n_tensors=6, shards=1))
+        wait_sessions(dd, lambda ls: ls == [])  # wait_socket's probe has gone
+        a = fp.Session(dd.socket_path, timeout=TIMEOUT)
+        b = fp.Session(dd.socket_path, timeout=TIMEOUT)
+        c = fp.Session(dd.socket_path, timeout=TIMEOUT, hello=False)  # refused at connect
+        assert "max_sessions" in c.expect_fatal(fp.TV_E_BUSY)
+        c.close()
+        h = a.open("m@1")
+        with pytest.raises(fp.FpError) as ei:
+            b.open("m@2")
+        assert ei.value.code == fp.TV_E_BUSY and not ei.value.fatal, ei.value
+        assert b.read_tensors(b.open("m@1"), ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+        assert a.read_tensors(h) == ref
+        b.close()
+        sid_b = b.session_id
+        wait_sessions(dd, lambda ls: sid_b not in {x["id"] for x in ls})
+        with fp.Session(dd.socket_path, timeout=TIMEOUT) as c2:
+            assert c2.read_tensors(c2.open("m@1"), ["odd.i8"]) == {"odd.i8": ref["odd.i8"]}
+        a.close()
+        m = dd.metrics()
+        assert m["tensorvault_fastpath_sessions_total"] >= 4, m
+    finally:
+        rc = dd.stop()
+    assert rc in (0, None), dd.log_text()
+
+
+def test_metrics_count_the_faults(d):
+    """Last in this module: every fatal case above was a session closed for a
+    protocol error, and no session is left."""
+    wait_sessions(d, lambda ls: ls == [])
+    m = d.metrics()
+    n_protocol = sum(1 for (_, code) in FATAL_CASES.values() if code == P)
+    assert m["tensorvault_fastpath_protocol_errors_total"] >= n_protocol, m
+    assert m["tensorvault_fastpath_sessions"] == 0, m
+    assert m["tensorvault_fastpath_sessions_total"] >= len(FATAL_CASES), m
+    assert m["tensorvault_fastpath_device_read_bytes_total"] > 0, m
+    assert m["tensorvault_fastpath_delivered_bytes_total"] >= m[
+        "tensorvault_fastpath_shared_bytes_total"] > 0, m  # the holder test shared chunks
+    assert m["tensorvault_fastpath_groups"] == 0, m
