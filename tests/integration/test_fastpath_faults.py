@@ -25,7 +25,10 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
   - CLOSE with reads in flight: DONE TV_E_CANCELLED for each (no ERROR),
     then CLOSED, no slot left held, and the session goes on;
   - the daemon restarted under a connected client: the client sees EOF and
-    a new connection to the new daemon reads right.
+    a new connection to the new daemon reads right;
+  - fan-out: four sessions loading the model together make the daemon read
+    its objects about once; the limits (max_handles, max_sessions,
+    max_groups) answer TV_E_BUSY; the metrics count the protocol errors.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py) so the models here span dozens of chunks."""
@@ -161,6 +164,43 @@ def test_session_reads_every_tensor_and_the_arena_is_sealed(d, ref):
         h2 = s.open("m")
         assert h2.handle != h.handle
         assert s.read_tensors(h2, ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+
+
+def test_four_sessions_at_once_read_the_model_once(d, ref):
+    """Fan-out: four sessions ask for the whole model together (one thread,
+    whichever socket has something is served): every byte right, and the
+    daemon reads the model's objects from the device about once (<= 1.1 x,
+    where four separate loads would be 4 x), the rest shared."""
+    wait_sessions(d, lambda ls: ls == [])  # no group of m is open: its slots are empty
+    gen = d.ok("GET", "/v1/models/m/generations/1")
+    objects = sum(-(-sh["file_bytes"] // 65536) * 65536 for sh in gen["shards"])
+    m0 = d.metrics()
+    ss = [session(d) for _ in range(4)]
+    try:
+        hs = [s.open("m") for s in ss]
+        reqs = [s.submit(h, [(t["index"], 0, t["nbytes"]) for t in h.tensors])
+                for s, h in zip(ss, hs)]
+        deadline = time.monotonic() + TIMEOUT
+        while not all(r.done for rq in reqs for r in rq):
+            ready, _, _ = select.select([s.sock for s in ss], [], [], TIMEOUT)
+            assert ready and time.monotonic() < deadline, "the four sessions stalled"
+            for s in ss:
+                if s.sock in ready:
+                    s.pump()
+        for rq, h in zip(reqs, hs):
+            for r, t in zip(rq, h.tensors):
+                assert r.result == 0 and bytes(r.buf) == ref[t["name"]], t["name"]
+    finally:
+        for s in ss:
+            s.close()
+    wait_sessions(d, lambda ls: ls == [])
+    m1 = d.metrics()
+    dev = m1["tensorvault_fastpath_device_read_bytes_total"] - m0[
+        "tensorvault_fastpath_device_read_bytes_total"]
+    shared = m1["tensorvault_fastpath_shared_bytes_total"] - m0[
+        "tensorvault_fastpath_shared_bytes_total"]
+    assert 0 < dev <= 1.1 * objects, (dev, objects)
+    assert shared >= 2 * sum(len(v) for v in ref.values()), shared
 
 
 # -- fatal protocol errors ------------------------------------------------------------
@@ -555,6 +595,7 @@ def test_holder_stalls_only_itself_and_memory_stays_bounded(d, ref):
             for _ in range(3):
                 assert other.read_tensors(h) == ref
         rss1 = d.rss_kib()
+        print(f"daemon RSS {rss0} KiB before the holder, {rss1} KiB after")
         bound = (16 << 10) * (4 if SLOW > 1 else 1)
         assert rss1 - rss0 <= bound, f"daemon RSS grew {rss1 - rss0} KiB (bound {bound} KiB)"
         listing = {x["id"]: x for x in d.sessions()}
