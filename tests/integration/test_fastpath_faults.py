@@ -32,11 +32,11 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py) so the models here span dozens of chunks."""
+import hashlib
 import json
 import os
 import select
 import signal
-import socket
 import struct
 import tempfile
 import time
@@ -483,7 +483,6 @@ def run_as_nobody(sock_path, spec):
             s = fp.Session(sock_path, timeout=TIMEOUT)
             try:
                 h = s.open(spec)
-                import hashlib
                 out["generation"] = h.generation
                 out["tensors"] = {k: hashlib.sha256(v).hexdigest()
                                   for k, v in s.read_tensors(h).items()}
@@ -548,7 +547,6 @@ def test_denied_peer_then_allowed(build_dir, work, src, ref):
         dd.wait_socket()
         out = run_as_nobody(sock, "m")
         assert "error" not in out and "exception" not in out, out
-        import hashlib
         assert out["tensors"] == {k: hashlib.sha256(v).hexdigest() for k, v in ref.items()}
         # the daemon's own uid is no longer allowed m (the model's rule replaces default)
         with fp.Session(sock, timeout=TIMEOUT) as s:
