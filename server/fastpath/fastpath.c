@@ -434,7 +434,6 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
         d->uid = s->uid;
         d->gid = s->gid;
         d->connected_unix = s->connected_unix;
-        d->bytes_delivered = s->bytes_delivered;
         d->requests_done = s->requests_done;
         d->slots_held = s->held;
         if (!s->n_handles)
@@ -457,6 +456,7 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
             snprintf(hi->spec, sizeof hi->spec, "%s", h->spec);
             hi->generation = h->g->gen;
             hi->bytes_delivered = h->bytes_delivered;
+            d->bytes_delivered += h->bytes_delivered;
         }
     }
     *out = v;

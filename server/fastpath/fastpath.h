@@ -98,10 +98,10 @@ typedef struct tv__fp_session_info {
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    int64_t connected_unix; /* seconds */
-    uint64_t bytes_delivered;
-    uint64_t requests_done;
-    uint32_t slots_held;
+    int64_t connected_unix;   /* seconds */
+    uint64_t bytes_delivered; /* sum over the open handles (handles[i].bytes_delivered) */
+    uint64_t requests_done;   /* DONE entries sent over the session's life */
+    uint32_t slots_held;      /* references held now (CHUNK entries not released) */
     size_t n_handles;
     tv__fp_handle_info *handles;
 } tv__fp_session_info;

@@ -843,6 +843,20 @@ static void act_second_hello(cl *x)
     cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1));
 }
 
+static void act_header_version(cl *x)
+{
+    uint32_t slot = 0;
+    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, x->handle, &slot, 1);
+    g_buf[4] = 2; /* header version 2 after version 1 was chosen */
+    cl_send(x, g_buf, len);
+}
+
+static void test_fatal_header_version(void **state)
+{
+    (void)state;
+    fatal_case(act_header_version, TV_E_VERSION, NULL, true);
+}
+
 static void test_fatal_double_release(void **state)
 {
     (void)state;
@@ -930,6 +944,8 @@ static void test_close_cancels(void **state)
     assert_int_equal(n, 1);
     assert_int_equal(v[0].slots_held, 0);
     assert_int_equal(v[0].n_handles, 0);
+    assert_int_equal(v[0].bytes_delivered, 0); /* of the open handles: none */
+    assert_int_equal(v[0].requests_done, g.n_tensors);
     tv__fp_sessions_free(v, n);
     assert_int_equal(stats().groups, 0);
     /* the closed handle is gone: using it is a protocol error */
@@ -1527,6 +1543,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fatal_truncated, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_server_type, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_second_hello, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_header_version, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_outbox_bound, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_close_cancels, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_vanished_clients_free_slots, setup_fp, teardown_fp),
