@@ -11,7 +11,6 @@ import os
 import time
 
 import numpy as np
-import pytest
 
 import gen_checkpoints as gen
 from daemon import SLOW
@@ -83,11 +82,3 @@ def wait_sessions(d, pred, timeout=TIMEOUT):
         assert time.monotonic() < deadline, f"GET /v1/sessions never matched: {ls}"
         time.sleep(0.05)
 
-
-def require_fastpath(build_dir):
-    """TEMPORARY (until the fast-path server is merged into main): skips
-    when this build's tensorvaultd has no fast path at all. Removed once it
-    lands; from then on a missing socket fails the test."""
-    with open(os.path.join(build_dir, "tensorvaultd"), "rb") as f:
-        if b"tensorvault_fastpath_sessions" not in f.read():
-            pytest.skip("this tensorvaultd has no fast-path server yet (issue 10 not merged)")

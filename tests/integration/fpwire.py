@@ -425,6 +425,7 @@ class Session:
         self.version = 0  # 0 until HELLO_OK
         self.handles = {}
         self.used_handles = set()
+        self.bytes_delivered = 0  # CHUNK bytes over every handle, closed ones too
         self.reqs = {}      # req_id -> Request (outstanding and done)
         self.held = []      # [(handle, slot)] references not released
         self.auto_release = auto_release
@@ -454,7 +455,14 @@ class Session:
             data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MSG + 4096, 4,
                                                   socket.MSG_CMSG_CLOEXEC)
         except ConnectionResetError:
-            return None, []
+            # The daemon closed with a message of ours unread: Linux reports
+            # the reset before the datagrams still queued here (an ERROR it
+            # sent before closing). Drain those first; EOF after them.
+            try:
+                data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MSG + 4096, 4,
+                                                      socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+            except (BlockingIOError, ConnectionResetError):
+                return None, []
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             for fd in fds:
                 os.close(fd)
@@ -570,6 +578,7 @@ class Session:
             r.ranges.append((e["dest_off"], e["len"]))
             r.covered += e["len"]
             h.bytes_delivered += e["len"]
+            self.bytes_delivered += e["len"]
             self.held.append((e["handle"], e["slot"]))
             if len(self.held) > h.credit:
                 raise FpProtocolError(f"{len(self.held)} slot references held > credit {h.credit}")

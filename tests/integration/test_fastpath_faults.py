@@ -25,15 +25,18 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
   - CLOSE with reads in flight: DONE TV_E_CANCELLED for each (no ERROR),
     then CLOSED, no slot left held, and the session goes on;
   - the daemon restarted under a connected client: the client sees EOF and
-    a new connection to the new daemon reads right.
+    a new connection to the new daemon reads right;
+  - fan-out: four sessions loading the model together make the daemon read
+    its objects about once; the limits (max_handles, max_sessions,
+    max_groups) answer TV_E_BUSY; the metrics count the protocol errors.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py) so the models here span dozens of chunks."""
+import hashlib
 import json
 import os
 import select
 import signal
-import socket
 import struct
 import tempfile
 import time
@@ -44,7 +47,7 @@ import fpwire as fp
 from daemon import SLOW, Daemon, set_args
 from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, SLOT_LEN,
                            TIMEOUT, big_names, check_healthy, fastpath_checkpoint, reference,
-                           require_fastpath, wait_sessions)
+                           wait_sessions)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,6 @@ def ref(src):
 
 @pytest.fixture(scope="module")
 def d(build_dir, work, src):
-    require_fastpath(build_dir)
     dm = Daemon(build_dir, work, settings=dict(FASTPATH_SETTINGS)).start()
     dm.wait_socket()
     dm.import_ok("m", src, activate=True)
@@ -162,6 +164,43 @@ def test_session_reads_every_tensor_and_the_arena_is_sealed(d, ref):
         h2 = s.open("m")
         assert h2.handle != h.handle
         assert s.read_tensors(h2, ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+
+
+def test_four_sessions_at_once_read_the_model_once(d, ref):
+    """Fan-out: four sessions ask for the whole model together (one thread,
+    whichever socket has something is served): every byte right, and the
+    daemon reads the model's objects from the device about once (<= 1.1 x,
+    where four separate loads would be 4 x), the rest shared."""
+    wait_sessions(d, lambda ls: ls == [])  # no group of m is open: its slots are empty
+    gen = d.ok("GET", "/v1/models/m/generations/1")
+    objects = sum(-(-sh["file_bytes"] // 65536) * 65536 for sh in gen["shards"])
+    m0 = d.metrics()
+    ss = [session(d) for _ in range(4)]
+    try:
+        hs = [s.open("m") for s in ss]
+        reqs = [s.submit(h, [(t["index"], 0, t["nbytes"]) for t in h.tensors])
+                for s, h in zip(ss, hs)]
+        deadline = time.monotonic() + TIMEOUT
+        while not all(r.done for rq in reqs for r in rq):
+            ready, _, _ = select.select([s.sock for s in ss], [], [], TIMEOUT)
+            assert ready and time.monotonic() < deadline, "the four sessions stalled"
+            for s in ss:
+                if s.sock in ready:
+                    s.pump()
+        for rq, h in zip(reqs, hs):
+            for r, t in zip(rq, h.tensors):
+                assert r.result == 0 and bytes(r.buf) == ref[t["name"]], t["name"]
+    finally:
+        for s in ss:
+            s.close()
+    wait_sessions(d, lambda ls: ls == [])
+    m1 = d.metrics()
+    dev = m1["tensorvault_fastpath_device_read_bytes_total"] - m0[
+        "tensorvault_fastpath_device_read_bytes_total"]
+    shared = m1["tensorvault_fastpath_shared_bytes_total"] - m0[
+        "tensorvault_fastpath_shared_bytes_total"]
+    assert 0 < dev <= 1.1 * objects, (dev, objects)
+    assert shared >= 2 * sum(len(v) for v in ref.values()), shared
 
 
 # -- fatal protocol errors ------------------------------------------------------------
@@ -444,7 +483,6 @@ def run_as_nobody(sock_path, spec):
             s = fp.Session(sock_path, timeout=TIMEOUT)
             try:
                 h = s.open(spec)
-                import hashlib
                 out["generation"] = h.generation
                 out["tensors"] = {k: hashlib.sha256(v).hexdigest()
                                   for k, v in s.read_tensors(h).items()}
@@ -481,7 +519,6 @@ def run_as_nobody(sock_path, spec):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_denied_peer_then_allowed(build_dir, work, src, ref):
-    require_fastpath(build_dir)
     # The socket lives in a directory everyone may enter (the default's
     # parent is 0750), mode 0666: the uid check is the daemon's own.
     sockdir = tempfile.mkdtemp(prefix="tvfp-", dir="/tmp")
@@ -510,7 +547,6 @@ def test_denied_peer_then_allowed(build_dir, work, src, ref):
         dd.wait_socket()
         out = run_as_nobody(sock, "m")
         assert "error" not in out and "exception" not in out, out
-        import hashlib
         assert out["tensors"] == {k: hashlib.sha256(v).hexdigest() for k, v in ref.items()}
         # the daemon's own uid is no longer allowed m (the model's rule replaces default)
         with fp.Session(sock, timeout=TIMEOUT) as s:
@@ -557,6 +593,7 @@ def test_holder_stalls_only_itself_and_memory_stays_bounded(d, ref):
             for _ in range(3):
                 assert other.read_tensors(h) == ref
         rss1 = d.rss_kib()
+        print(f"daemon RSS {rss0} KiB before the holder, {rss1} KiB after")
         bound = (16 << 10) * (4 if SLOW > 1 else 1)
         assert rss1 - rss0 <= bound, f"daemon RSS grew {rss1 - rss0} KiB (bound {bound} KiB)"
         listing = {x["id"]: x for x in d.sessions()}
@@ -699,7 +736,6 @@ def test_session_eof_with_reads_in_flight(d, ref):
 
 
 def test_daemon_restart_under_a_connected_client(build_dir, work, src, ref):
-    require_fastpath(build_dir)
     dd = Daemon(build_dir, work, settings=dict(FASTPATH_SETTINGS),
                 store=str(work / "restart_store"), name="restart")
     try:
@@ -737,3 +773,75 @@ def test_daemon_restart_under_a_connected_client(build_dir, work, src, ref):
     finally:
         rc = dd.stop()
     assert rc in (0, None), dd.log_text()
+
+
+# -- limits -------------------------------------------------------------------------------------
+
+
+def test_handle_limit_is_busy_not_fatal(d, ref):
+    """More OPENs than HELLO_OK's max_handles: ERROR TV_E_BUSY for that OPEN
+    only; once a handle closes, the next OPEN works."""
+    with session(d) as s:
+        n = s.hello_ok["max_handles"]
+        hs = [s.open("m") for _ in range(n)]
+        assert len({h.handle for h in hs}) == n
+        with pytest.raises(fp.FpError) as ei:
+            s.open("m")
+        assert ei.value.code == fp.TV_E_BUSY and not ei.value.fatal, ei.value
+        s.close_handle(hs.pop())
+        h = s.open("m")
+        assert h.handle not in {x.handle for x in hs}
+        assert s.read_tensors(h, ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+    check_healthy(d, "m", ref)
+
+
+def test_session_and_group_limits(build_dir, work, src, ref):
+    """max_sessions 2: a third connection gets ERROR{TV_E_BUSY, fatal} and
+    EOF, and connects once one of the two left; max_groups 1: an OPEN of a
+    second generation while the first is open is TV_E_BUSY, not fatal."""
+    st = dict(FASTPATH_SETTINGS)
+    st.update({"fastpath.max_sessions": "2", "fastpath.max_groups": "1"})
+    dd = Daemon(build_dir, work, settings=st, store=str(work / "limits_store"), name="limits")
+    try:
+        dd.start()
+        dd.wait_socket()
+        dd.import_ok("m", src, activate=True)
+        dd.import_ok("m", fastpath_checkpoint(work, "ckpt_l2", seed=104, n_tensors=6, shards=1))
+        wait_sessions(dd, lambda ls: ls == [])  # wait_socket's probe has gone
+        a = fp.Session(dd.socket_path, timeout=TIMEOUT)
+        b = fp.Session(dd.socket_path, timeout=TIMEOUT)
+        c = fp.Session(dd.socket_path, timeout=TIMEOUT, hello=False)  # refused at connect
+        assert "max_sessions" in c.expect_fatal(fp.TV_E_BUSY)
+        c.close()
+        h = a.open("m@1")
+        with pytest.raises(fp.FpError) as ei:
+            b.open("m@2")
+        assert ei.value.code == fp.TV_E_BUSY and not ei.value.fatal, ei.value
+        assert b.read_tensors(b.open("m@1"), ["odd.u8"]) == {"odd.u8": ref["odd.u8"]}
+        assert a.read_tensors(h) == ref
+        b.close()
+        sid_b = b.session_id
+        wait_sessions(dd, lambda ls: sid_b not in {x["id"] for x in ls})
+        with fp.Session(dd.socket_path, timeout=TIMEOUT) as c2:
+            assert c2.read_tensors(c2.open("m@1"), ["odd.i8"]) == {"odd.i8": ref["odd.i8"]}
+        a.close()
+        m = dd.metrics()
+        assert m["tensorvault_fastpath_sessions_total"] >= 4, m
+    finally:
+        rc = dd.stop()
+    assert rc in (0, None), dd.log_text()
+
+
+def test_metrics_count_the_faults(d):
+    """Last in this module: every fatal case above was a session closed for a
+    protocol error, and no session is left."""
+    wait_sessions(d, lambda ls: ls == [])
+    m = d.metrics()
+    n_protocol = sum(1 for (_, code) in FATAL_CASES.values() if code == P)
+    assert m["tensorvault_fastpath_protocol_errors_total"] >= n_protocol, m
+    assert m["tensorvault_fastpath_sessions"] == 0, m
+    assert m["tensorvault_fastpath_sessions_total"] >= len(FATAL_CASES), m
+    assert m["tensorvault_fastpath_device_read_bytes_total"] > 0, m
+    assert m["tensorvault_fastpath_delivered_bytes_total"] >= m[
+        "tensorvault_fastpath_shared_bytes_total"] > 0, m  # the holder test shared chunks
+    assert m["tensorvault_fastpath_groups"] == 0, m
