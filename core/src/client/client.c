@@ -579,7 +579,7 @@ TV_API int tv_client_open(tv_client *c, const char *spec, tv_client_model **out,
         goto fail_close_handle;
     if (c->cuda_register && tv__cuda_available()) {
         tv_error pe = {0};
-        if (tv__cuda_pin((void *)m->arena, m->arena_len, &pe) == 0)
+        if (tv__cuda_pin_readonly((void *)m->arena, m->arena_len, &pe) == 0)
             m->pinned = true;
         else
             tv__log(TV_LOG_INFO, "fast-path %s: arena not pinned (%s): pageable GPU copies", spec,

@@ -31,6 +31,11 @@ void tv__cuda_sink_bind(tv__cuda_sink *s, tv__io_sink *out);
  * cudaMemcpyAsync from it is truly asynchronous. Returns 0 or an error;
  * failures are not fatal for correctness (copies stay correct, slower). */
 int tv__cuda_pin(void *p, size_t len, tv_error *err);
+/* The same for a read-only mapping (the fast-path arena: PROT_READ, shared),
+ * with cudaHostRegisterReadOnly, which CUDA requires for memory the process
+ * may not write; TV_E_NOT_SUPPORTED where the GPU lacks it
+ * (cudaDevAttrHostRegisterReadOnlySupported). */
+int tv__cuda_pin_readonly(void *p, size_t len, tv_error *err);
 void tv__cuda_unpin(void *p);
 /* Pinned host memory (cudaHostAlloc) for the staging ring, so that
  * cudaMemcpyAsync from it is truly asynchronous. Returns 0 or an error. */

@@ -171,6 +171,26 @@ int tv__cuda_pin(void *p, size_t len, tv_error *err)
     return 0;
 }
 
+int tv__cuda_pin_readonly(void *p, size_t len, tv_error *err)
+{
+    int dev = 0, ok = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterReadOnlySupported, dev) != cudaSuccess) {
+        cudaGetLastError();
+        ok = 0;
+    }
+    if (!ok)
+        return tv__seterr(
+            err, TV_E_NOT_SUPPORTED,
+            "this GPU cannot register read-only host memory (cudaDevAttrHostRegisterReadOnlySupported)");
+    cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterReadOnly);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cuda_fail(err, e, "cudaHostRegister(cudaHostRegisterReadOnly)");
+    }
+    return 0;
+}
+
 void tv__cuda_unpin(void *p)
 {
     if (p && cudaHostUnregister(p) != cudaSuccess)

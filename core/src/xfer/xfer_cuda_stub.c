@@ -33,6 +33,13 @@ int tv__cuda_pin(void *p, size_t len, tv_error *err)
     return tv__seterr(err, TV_E_NOT_SUPPORTED, "this build has no CUDA support");
 }
 
+int tv__cuda_pin_readonly(void *p, size_t len, tv_error *err)
+{
+    (void)p;
+    (void)len;
+    return tv__seterr(err, TV_E_NOT_SUPPORTED, "this build has no CUDA support");
+}
+
 void tv__cuda_unpin(void *p)
 {
     (void)p;
