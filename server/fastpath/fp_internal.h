@@ -56,7 +56,11 @@ typedef struct fp_slot {
     uint32_t shard;
     uint64_t k;
     uint32_t refs;      /* session references (CHUNK entries not released) */
-    uint32_t len;       /* bytes of the chunk (valid once READY) */
+    uint32_t len;       /* bytes read into the slot: hi - lo */
+    uint32_t lo, hi;    /* the chunk-relative bytes the slot holds (or is reading), at the
+                           same offsets inside the slot: [0, chunk length) for a whole
+                           chunk, an io-aligned envelope for a small random read */
+    int32_t hnext;      /* chain of the group's chunk index (keyed slots only; -1 ends) */
     uint32_t tried;     /* replicas of the shard tried for this read */
     uint32_t reading;   /* replica index (shard-relative) of the read in flight */
     int last_err;       /* the last failed read's result */
@@ -81,6 +85,8 @@ struct fp_req {
     uint32_t shard;
     uint64_t P, E; /* object-relative [P, E) */
     uint64_t next_k, end_k;
+    bool small; /* a small read that does not follow the handle's previous one: only its
+                   envelope is read (a chunk-sized read would cost 20x a 4 KiB one) */
     uint32_t n_waits;
     fp_wait *waits;
     fp_req *prev, *next; /* session FIFO */
@@ -95,6 +101,9 @@ struct fp_handle {
     uint32_t *refs; /* per slot of the group's arena */
     uint32_t n_reqs;
     uint64_t bytes_delivered;
+    bool seq_valid; /* last_shard / last_end hold the previous request's end */
+    uint32_t last_shard;
+    uint64_t last_end;
 };
 
 struct fp_out {
@@ -165,6 +174,9 @@ struct fp_group {
     uint32_t n_handles;
     fp_slot *slots;
     int32_t lru_head, lru_tail;
+    int32_t *index; /* n_index chain heads of keyed slots by (shard, k) */
+    uint32_t index_mask;
+    uint32_t io_align; /* the largest io_align of the group's devices (small reads' envelope) */
     fp_shard *shards;
     uint32_t n_shards;
     tv__snap_replica_info *replicas;
@@ -244,13 +256,21 @@ void tv__fp_group_unref(fp_group *g);
 void tv__fp_group_on_event(fp_group *g);
 /* Submits queued reads of every group. */
 void tv__fp_groups_flush(tv__fp *fp);
-/* Finds the slot holding (or reading) chunk k of shard: index or -1. */
-int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k);
+/* Reads of at most FP_SMALL_READ bytes and slot_len / 16 that do not follow
+ * the handle's previous request read only their io-aligned envelope inside
+ * the chunk. */
+#define FP_SMALL_READ (64u << 10)
+/* Finds a slot holding (or reading) chunk-relative bytes [lo, hi) of chunk k
+ * of shard: index or -1. */
+int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, uint32_t hi);
 /* Takes the least recently used free slot for chunk k of shard and starts
- * its read; reader = the session id. Returns the slot index, -1 when none
- * is free (the caller waits), or -2 when no replica could be read (err set,
- * the slot stays free). */
-int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t reader, tv_error *err);
+ * the read of its chunk-relative bytes [lo, hi) (hi clipped to the chunk;
+ * lo and hi multiples of g->io_align; 0 and UINT32_MAX: the whole chunk);
+ * reader = the session id. Returns the slot index, -1 when none is free
+ * (the caller waits), or -2 when no replica could be read (err set, the
+ * slot stays free). */
+int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, uint32_t hi,
+                          uint64_t reader, tv_error *err);
 /* Removes a cached free slot from the LRU (a cache hit). */
 void tv__fp_slot_take(fp_group *g, uint32_t idx);
 /* Drops n references of slot idx; at 0 a READY slot returns to the LRU. */

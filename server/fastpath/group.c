@@ -75,12 +75,41 @@ static void lru_push_head(fp_group *g, uint32_t idx)
     sl->in_lru = true;
 }
 
-int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k)
+static uint32_t index_bucket(const fp_group *g, uint32_t shard, uint64_t k)
 {
-    for (uint32_t i = 0; i < g->n_slots; i++) {
+    uint64_t h = (k ^ ((uint64_t)shard << 40)) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & g->index_mask;
+}
+
+static void index_insert(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    uint32_t b = index_bucket(g, sl->shard, sl->k);
+    sl->hnext = g->index[b];
+    g->index[b] = (int32_t)idx;
+}
+
+/* Unkeys slot idx (its contents no longer count as a chunk). */
+static void index_remove(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    if (!sl->keyed)
+        return;
+    int32_t *p = &g->index[index_bucket(g, sl->shard, sl->k)];
+    while (*p >= 0 && *p != (int32_t)idx)
+        p = &g->slots[*p].hnext;
+    if (*p == (int32_t)idx)
+        *p = sl->hnext;
+    sl->hnext = -1;
+    sl->keyed = false;
+}
+
+int32_t tv__fp_slot_find(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, uint32_t hi)
+{
+    for (int32_t i = g->index[index_bucket(g, shard, k)]; i >= 0; i = g->slots[i].hnext) {
         const fp_slot *sl = &g->slots[i];
-        if (sl->keyed && sl->shard == shard && sl->k == k)
-            return (int32_t)i;
+        if (sl->shard == shard && sl->k == k && sl->lo <= lo && hi <= sl->hi)
+            return i;
     }
     return -1;
 }
@@ -131,11 +160,24 @@ static int slot_submit(fp_group *g, uint32_t idx, tv_error *err)
         len = rep->alloc_len - chunk_off;
         if (len > g->slot_len)
             len = g->slot_len;
-        rc = tv__aio_submit(g->aio, dev->fd, dev->io_align, rep->device, off,
-                            g->arena + (size_t)idx * g->slot_len, (size_t)len, idx, err);
+        /* [lo, hi) of the chunk, at the same offsets in the slot; replicas
+         * have the same object_align, so the clip is the same on each. */
+        if (len > sl->hi)
+            len = sl->hi;
+        if (sl->lo >= len) {
+            rc = tv__seterr(err, TV_E_SNAPSHOT,
+                            "model '%s' generation %" PRId64 ": bytes %u.. of chunk %" PRIu64
+                            " of shard %u outside its object on device %u",
+                            g->name, g->gen, sl->lo, sl->k, sl->shard, rep->device);
+            continue;
+        }
+        rc = tv__aio_submit(g->aio, dev->fd, dev->io_align, rep->device, off + sl->lo,
+                            g->arena + (size_t)idx * g->slot_len + sl->lo, (size_t)(len - sl->lo),
+                            idx, err);
         if (rc == 0) {
             sl->reading = sl->tried;
-            sl->len = (uint32_t)len;
+            sl->hi = (uint32_t)len;
+            sl->len = (uint32_t)(len - sl->lo);
             g->flush_needed = true;
             return 0;
         }
@@ -146,16 +188,21 @@ static int slot_submit(fp_group *g, uint32_t idx, tv_error *err)
     return rc;
 }
 
-int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t reader, tv_error *err)
+int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, uint32_t hi,
+                          uint64_t reader, tv_error *err)
 {
     int32_t idx = g->lru_head;
     if (idx < 0 || tv__aio_in_flight(g->aio) >= g->queue_depth)
         return -1;
     fp_slot *sl = &g->slots[idx];
     lru_unlink(g, (uint32_t)idx);
+    index_remove(g, (uint32_t)idx); /* evicts the chunk it cached */
     sl->keyed = true;
     sl->shard = shard;
     sl->k = k;
+    sl->lo = lo;
+    sl->hi = hi > g->slot_len ? g->slot_len : hi;
+    index_insert(g, (uint32_t)idx);
     sl->state = FP_SLOT_READING;
     sl->tried = 0;
     sl->last_err = 0;
@@ -163,7 +210,7 @@ int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint64_t read
     sl->refs = 0;
     sl->waits = NULL;
     if (slot_submit(g, (uint32_t)idx, err)) {
-        sl->keyed = false;
+        index_remove(g, (uint32_t)idx);
         sl->state = FP_SLOT_FREE;
         lru_push_head(g, (uint32_t)idx);
         return -2;
@@ -176,7 +223,7 @@ static void slot_failed(fp_group *g, uint32_t idx, int code, const char *msg)
 {
     fp_slot *sl = &g->slots[idx];
     fp_wait *w;
-    sl->keyed = false;
+    index_remove(g, idx);
     sl->state = FP_SLOT_FREE;
     while ((w = sl->waits) != NULL) {
         fp_req *r = w->req;
@@ -221,7 +268,7 @@ void tv__fp_group_on_event(fp_group *g)
             }
             const tv__snap_replica_info *rep =
                 &g->replicas[g->shards[sl->shard].first_replica + sl->reading];
-            uint64_t off = rep->base_off + sl->k * g->slot_len; /* checked at submit */
+            uint64_t off = rep->base_off + sl->k * g->slot_len + sl->lo; /* checked at submit */
             char msg[TV__FP_MAX_TEXT + 1];
             tv_error err = {0};
             snprintf(msg, sizeof msg,
@@ -284,6 +331,7 @@ static void group_free(fp_group *g)
         tv__sys.close(g->snap_fd);
     tv_model_close(g->m);
     free(g->slots);
+    free(g->index);
     free(g->shards);
     free(g->replicas);
     free(g->devs);
@@ -480,8 +528,20 @@ static int group_create(tv__fp *fp, tv_model *m, fp_group **out, tv_error *err)
             tv__seterr(err, -ENOMEM, "model '%s': out of memory for %u slots", g->name, g->n_slots);
         goto fail;
     }
+    g->io_align = (uint32_t)align; /* <= slot_len <= FP_MAX_SLOT_LEN */
+    uint32_t n_index = 16;
+    while (n_index < 2 * g->n_slots)
+        n_index *= 2;
+    g->index = malloc((size_t)n_index * sizeof(*g->index));
+    if (!g->index) {
+        rc = tv__seterr(err, -ENOMEM, "model '%s': out of memory for the chunk index", g->name);
+        goto fail;
+    }
+    g->index_mask = n_index - 1;
+    for (uint32_t i = 0; i < n_index; i++)
+        g->index[i] = -1;
     for (uint32_t i = 0; i < g->n_slots; i++) {
-        g->slots[i].prev = g->slots[i].next = -1;
+        g->slots[i].prev = g->slots[i].next = g->slots[i].hnext = -1;
         lru_push_tail(g, i);
     }
     rc = make_snap_memfd(g, err);

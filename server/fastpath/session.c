@@ -351,10 +351,21 @@ static bool issue_one(fp_session *s)
     fp_handle *h = r->h;
     fp_group *g = h->g;
     uint64_t k = r->next_k;
-    int32_t idx = tv__fp_slot_find(g, r->shard, k);
+    /* the chunk-relative bytes this request needs of chunk k (k * L fits: checked at READ) */
+    uint64_t kL = k * g->slot_len;
+    uint32_t need_lo = (uint32_t)(r->P > kL ? r->P - kL : 0);
+    uint32_t need_hi = (uint32_t)(r->E - kL < g->slot_len ? r->E - kL : g->slot_len);
+    /* a new read: the whole chunk, or a small random read's envelope only */
+    uint32_t lo = 0, hi = UINT32_MAX;
+    if (r->small) {
+        lo = need_lo & ~(g->io_align - 1);
+        hi = (uint32_t)(((uint64_t)need_hi + g->io_align - 1) & ~(uint64_t)(g->io_align - 1));
+    }
+    /* any slot that holds (or is reading) every byte needed will do */
+    int32_t idx = tv__fp_slot_find(g, r->shard, k, need_lo, need_hi);
     tv_error err = {0};
     if (idx < 0) {
-        idx = tv__fp_slot_start(g, r->shard, k, s->id, &err);
+        idx = tv__fp_slot_start(g, r->shard, k, lo, hi, s->id, &err);
         if (idx == -1)
             return false;
         if (idx == -2) {
@@ -656,6 +667,15 @@ static void on_read(fp_session *s, const tv__fp_msg *m)
         r->E = E;
         r->next_k = P / g->slot_len;
         r->end_k = (E - 1) / g->slot_len + 1;
+        /* A small read far from the handle's previous one (a random access) reads
+         * its envelope only; one that follows it (a model load, tensor after
+         * tensor) reads whole chunks, which its neighbours then share. */
+        r->small = e.len <= FP_SMALL_READ && e.len <= g->slot_len / 16 &&
+                   !(h->seq_valid && h->last_shard == ti.shard && P + g->slot_len >= h->last_end &&
+                     P <= h->last_end + g->slot_len);
+        h->seq_valid = true;
+        h->last_shard = ti.shard;
+        h->last_end = E;
         r->prev = s->rq_tail;
         if (s->rq_tail)
             s->rq_tail->next = r;

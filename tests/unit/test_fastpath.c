@@ -719,6 +719,51 @@ static void test_fanout(void **state)
     cl_close(&b);
 }
 
+/* A small read far from the handle's previous one reads only its envelope
+ * from the device; one that follows the previous request reads whole
+ * chunks; a small read inside a chunk cached whole reads nothing. Every
+ * read delivers the right bytes. */
+static uint64_t wait_read(cl *c, creq *r, const uint8_t *want, uint64_t *before)
+{
+    cl_wait_all(c);
+    assert_int_equal(r->result, 0);
+    assert_memory_equal(r->dest, want, r->len);
+    uint64_t now = stats().device_read_bytes, d = now - *before;
+    *before = now;
+    return d;
+}
+
+static void test_small_reads(void **state)
+{
+    (void)state;
+    cl c, c2;
+    cl_ready(&c);
+    uint32_t a = (uint32_t)tensor_index("a"), d = (uint32_t)tensor_index("d");
+    uint64_t before = stats().device_read_bytes, n;
+    /* random small reads: their envelope (one or two 4 KiB blocks) */
+    creq *r = cl_read(&c, a, 200000, 100);
+    n = wait_read(&c, r, g.ref[a] + 200000, &before);
+    assert_true(n >= 4096 && n <= 8192);
+    r = cl_read(&c, d, 300000, 3000);
+    n = wait_read(&c, r, g.ref[d] + 300000, &before);
+    assert_true(n >= 4096 && n <= 8192);
+    /* the next one follows it: whole chunks */
+    r = cl_read(&c, d, 303000, 3000);
+    n = wait_read(&c, r, g.ref[d] + 303000, &before);
+    assert_true(n > 8192 && n <= 2 * SLOT);
+    /* a large read over the chunk that holds an envelope only: whole chunks */
+    r = cl_read(&c, a, 0, g.ref_len[a]);
+    n = wait_read(&c, r, g.ref[a], &before);
+    assert_true(n >= g.ref_len[a] - 8192);
+    /* another session's small read inside a chunk cached whole: no device read */
+    cl_ready(&c2);
+    r = cl_read(&c2, a, 150000, 50);
+    n = wait_read(&c2, r, g.ref[a] + 150000, &before);
+    assert_int_equal(n, 0);
+    cl_close(&c2);
+    cl_close(&c);
+}
+
 /* A session that never releases gets exactly `credit` CHUNK entries, then
  * nothing; another session completes meanwhile. */
 static void test_credit(void **state)
@@ -1534,6 +1579,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_every_tensor, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fanout, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_credit, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_small_reads, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_double_release, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_release_not_held, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_unknown_handle, setup_fp, teardown_fp),
