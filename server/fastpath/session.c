@@ -358,8 +358,10 @@ static bool issue_one(fp_session *s)
     /* a new read: the whole chunk, or a small random read's envelope only */
     uint32_t lo = 0, hi = UINT32_MAX;
     if (r->small) {
+        uint64_t up = need_hi;
         lo = need_lo & ~(g->io_align - 1);
-        hi = (uint32_t)(((uint64_t)need_hi + g->io_align - 1) & ~(uint64_t)(g->io_align - 1));
+        (void)tv__align_up_u64(up, g->io_align, &up); /* <= slot_len, a multiple of io_align */
+        hi = (uint32_t)up;
     }
     /* any slot that holds (or is reading) every byte needed will do */
     int32_t idx = tv__fp_slot_find(g, r->shard, k, need_lo, need_hi);
