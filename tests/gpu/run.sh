@@ -11,7 +11,15 @@
 # >= 2 GiB C-written one; import them into a store on a file image under
 # $TMPDIR (default /tmp); run tests/gpu/gpu_read, which compares every
 # tv_read_into_cuda / tv_read_batch_cuda result (copied back) with the host
-# reads and times whole-model batches; optionally, when a Python with torch
+# reads and times whole-model batches; then the fast path: start
+# tensorvaultd on that store (HTTP on a free loopback port, its fast-path
+# socket in the work directory) and run tests/gpu/gpu_client: the CUDA
+# calls refuse a host pointer cleanly, and every tensor through
+# tv_client_read_into_cuda and tv_client_read_batch_cuda (cuda_register
+# false and true), copied back, equals the client's host bytes and the
+# in-process reader's; whole-model fast-path batches are timed next to the
+# in-process row; the daemon must stop cleanly on SIGTERM (exit 0). Next,
+# optionally, when a Python with torch
 # (CUDA) and safetensors is found, tests/gpu/torch_cmp.py compares on the
 # GPU with safe_open(framework="pt", device="cuda"), and when pytest is
 # there too, tests/integration/test_read.py ties host reads to the official
@@ -22,7 +30,8 @@
 # directory: only then is a venv created, with --no-index), TV_GPU_KEEP=1
 # (keep the work directory), TMPDIR, TV_GPU_DRY_RUN=1 (without a GPU, run
 # every step anyway, the CUDA ones reporting "skipped": checks the script
-# itself). Budget: well under 8 minutes.
+# itself; the fast-path host reads and the refusal checks still run).
+# Budget: well under 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
@@ -31,11 +40,19 @@ BIG=${TV_GPU_BIG:-2304M}
 JOBS=$(nproc 2>/dev/null || echo 4)
 START=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tv-gpu-XXXXXX") || exit 1
-if [ "${TV_GPU_KEEP:-0}" = 1 ]; then
-    trap 'echo "run.sh: work directory kept: $WORK"' EXIT
-else
-    trap 'rm -rf "$WORK"' EXIT
-fi
+DPID="" # the tensorvaultd this script started, while it runs
+cleanup() {
+    if [ -n "$DPID" ]; then
+        kill -KILL "$DPID" 2>/dev/null
+        wait "$DPID" 2>/dev/null
+    fi
+    if [ "${TV_GPU_KEEP:-0}" = 1 ]; then
+        echo "run.sh: work directory kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
 
 log() { printf '\n== %s  [%ds]\n' "$*" $((SECONDS - START)); }
 die() { echo "run.sh: FAILED: $*" >&2; exit 1; }
@@ -80,7 +97,7 @@ configure() {
 }
 build() {
     step build 300 cmake --build "$BUILD" -j"$JOBS" --target tensorvault_cli tensorvault gpu_read \
-        test_model tv_dump
+        test_model tv_dump tensorvaultd gpu_client
 }
 configure ""
 if ! build; then
@@ -97,6 +114,8 @@ if ! build; then
 fi
 TV=$ROOT/$BUILD/tensorvault
 GPU_READ=$ROOT/$BUILD/tests/gpu/gpu_read
+GPU_CLIENT=$ROOT/$BUILD/tests/gpu/gpu_client
+TVD=$ROOT/$BUILD/tensorvaultd
 LIB=$ROOT/$BUILD/core/libtensorvault.so
 
 "$GPU_READ" probe
@@ -197,10 +216,110 @@ for engine in uring pread; do
     gpu_row $? "small ($engine): into + batch" "$WORK/gpu-small-$engine.log"
     grep '^gpu_read' "$WORK/gpu-small-$engine.log" || true
 done
+
+# ---- the fast path: tensorvaultd on the same store, gpu_client over its socket ----------
+SOCK=$WORK/fp.sock
+# Starts the daemon; 0 once it listens on HTTP and the fast-path socket.
+start_daemon() {
+    "$TVD" --store "$WORK/store" --listen 127.0.0.1:0 --log-level info \
+        --set "fastpath.socket=$SOCK" >"$WORK/daemon.log" 2>&1 &
+    DPID=$!
+    for _ in $(seq 300); do
+        if grep -q '^tensorvaultd: listening on' "$WORK/daemon.log" && [ -S "$SOCK" ]; then
+            return 0
+        fi
+        if ! kill -0 "$DPID" 2>/dev/null; then
+            wait "$DPID"
+            echo "run.sh: tensorvaultd exited $? before listening:" >&2
+            DPID=""
+            tail -40 "$WORK/daemon.log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "run.sh: tensorvaultd did not listen on $SOCK in 30 s:" >&2
+    tail -40 "$WORK/daemon.log" >&2
+    return 1
+}
+# SIGTERM, then the exit status (kill -9 and 124 after 30 s).
+stop_daemon() {
+    local rc
+    kill -TERM "$DPID" 2>/dev/null
+    for _ in $(seq 300); do
+        kill -0 "$DPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$DPID" 2>/dev/null; then
+        kill -KILL "$DPID"
+        wait "$DPID"
+        rc=124
+    else
+        wait "$DPID"
+        rc=$?
+    fi
+    DPID=""
+    return $rc
+}
+fp_row() { # rc label logfile (77: the CUDA part skipped, the host part passed)
+    case $1 in
+    0) result_row "$2" "$3" "passed$(pin_note "$3")" ;;
+    77) result_row "$2" "$3" "skipped (no CUDA device; host reads passed)" ;;
+    *) result_row "$2" "$3" FAILED; FAIL=1 ;;
+    esac
+}
+pin_note() { # a registered arena the GPU would not pin is said in the row
+    if grep -q 'arena not pinned' "$1"; then
+        echo " (arena not pinned: $(sed -n 's/.*arena not pinned (\(.*\)).*/\1/p' "$1" | head -1))"
+    fi
+}
+log "fast path: tensorvaultd on the store, socket $SOCK"
+DAEMON_UP=0
+if start_daemon; then
+    DAEMON_UP=1
+    grep 'fast path on' "$WORK/daemon.log" || true
+    log "gpu_client: the CUDA calls refuse cleanly (cuda_register false and true)"
+    step fp-refuse 120 "$GPU_CLIENT" refuse "$SOCK" small --store "$WORK/store"
+    case $? in
+    0) result_row "fastpath: CUDA refusals" "$WORK/fp-refuse.log" \
+        "passed ($(grep -q 'TV_E_NOT_SUPPORTED' "$WORK/fp-refuse.log" &&
+            echo 'no GPU: TV_E_NOT_SUPPORTED' || echo 'host pointer: TV_E_INVALID_ARG'))" ;;
+    *) result_row "fastpath: CUDA refusals" "$WORK/fp-refuse.log" FAILED; FAIL=1 ;;
+    esac
+    for reg in 0 1; do
+        log "gpu_client: small checkpoint over the fast path, into + batch (cuda_register $reg)"
+        step "fp-small-$reg" 120 "$GPU_CLIENT" check "$SOCK" small --store "$WORK/store" \
+            --register $reg
+        fp_row $? "fastpath small (reg $reg): into+batch" "$WORK/fp-small-$reg.log"
+        grep '^gpu_client: small' "$WORK/fp-small-$reg.log" || true
+    done
+else
+    row "fastpath: tensorvaultd" "-" "-" "-" "-" "FAILED (did not start)"
+    FAIL=1
+fi
+
 log "gpu_read: $BIG checkpoint, whole-model batches (timed)"
 step gpu-big 240 "$GPU_READ" check "$WORK/store" big --bench --repeat 3
 gpu_row $? "big $BIG: batch (best of 3)" "$WORK/gpu-big.log"
 grep '^gpu_read' "$WORK/gpu-big.log" || true
+if [ $DAEMON_UP -eq 1 ]; then
+    for reg in 0 1; do
+        log "gpu_client: $BIG checkpoint over the fast path, batches (cuda_register $reg, timed)"
+        step "fp-big-$reg" 240 "$GPU_CLIENT" check "$SOCK" big --store "$WORK/store" --bench \
+            --repeat 3 --register $reg
+        fp_row $? "fastpath big (reg $reg): batch" "$WORK/fp-big-$reg.log"
+        grep '^gpu_client: big' "$WORK/fp-big-$reg.log" || true
+    done
+    log "fast path: tensorvaultd stops on SIGTERM"
+    if stop_daemon; then
+        row "fastpath: tensorvaultd SIGTERM" "-" "-" "-" "-" "passed (exit 0)"
+    else
+        rc=$?
+        echo "run.sh: tensorvaultd exit $rc after SIGTERM:" >&2
+        tail -40 "$WORK/daemon.log" >&2
+        row "fastpath: tensorvaultd SIGTERM" "-" "-" "-" "-" "FAILED (exit $rc)"
+        FAIL=1
+    fi
+fi
 "$TV" bench --store "$WORK/store" big 2>&1 | tail -1 || true
 
 # ---- optional: official loaders --------------------------------------------------------
