@@ -12,7 +12,11 @@
  *     when something came free after the scheduling (fp->again) the next
  *     epoll_wait does not sleep;
  *   - connections over max_sessions get ERROR TV_E_BUSY (fatal) and are
- *     closed at once. */
+ *     closed at once;
+ *   - accept failing for want of descriptors (EMFILE, ENFILE, ENOBUFS,
+ *     ENOMEM) takes the listening socket out of epoll and retries every
+ *     FP_ACCEPT_RETRY_MS: the loop never spins on a connection it cannot
+ *     take, and the peer waits in the backlog. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -29,6 +33,8 @@
 
 #include "fastpath/fp_internal.h"
 #include "util/sys.h"
+
+#define FP_ACCEPT_RETRY_MS 100 /* accept retried this often while it has no descriptor */
 
 void tv__fp_session_arm(fp_session *s)
 {
@@ -56,19 +62,48 @@ static void refuse_busy(tv__fp *fp, int fd)
     tv__sys.close(fd);
 }
 
+/* The listening socket in epoll (on) or out of it (accept is short of
+ * descriptors: a level-triggered socket with a connection waiting would
+ * wake every turn, the loop would spin). */
+static void listen_arm(tv__fp *fp, bool on)
+{
+    struct epoll_event ev = {.events = on ? EPOLLIN : 0u, .data.ptr = &fp->listen_ev};
+    if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_MOD, fp->listen_fd, &ev) == 0)
+        fp->accept_paused = !on;
+    else
+        tv__log(TV_LOG_WARN, "fastpath: epoll_ctl for the listening socket %s: %s", fp->socket_path,
+                strerror(errno));
+}
+
 static void on_accept(tv__fp *fp)
 {
     for (;;) {
         int fd = accept4(fp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         fp_session *s = NULL;
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                tv__log(TV_LOG_WARN, "fastpath: accept on %s: %s", fp->socket_path,
-                        strerror(errno));
-            if (errno == EINTR)
+            int e = errno;
+            if (e == EINTR)
                 continue;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                if (!fp->accept_warned)
+                    tv__log(
+                        TV_LOG_WARN,
+                        "fastpath: accept on %s: %s: new connections wait (retried every %d ms)",
+                        fp->socket_path, strerror(e), FP_ACCEPT_RETRY_MS);
+                fp->accept_warned = true;
+                if (!fp->accept_paused)
+                    listen_arm(fp, false);
+                return;
+            }
+            if (e != EAGAIN && e != EWOULDBLOCK)
+                tv__log(TV_LOG_WARN, "fastpath: accept on %s: %s", fp->socket_path, strerror(e));
+            if (fp->accept_paused)
+                listen_arm(fp, true);
             return;
         }
+        fp->accept_warned = false;
+        if (fp->accept_paused)
+            listen_arm(fp, true);
         if (fp->n_sessions >= fp->o.max_sessions) {
             refuse_busy(fp, fd);
             continue;
@@ -123,7 +158,10 @@ static void *loop_main(void *arg)
     tv__fp *fp = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&fp->stop)) {
-        int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs), fp->again ? 0 : -1);
+        int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs),
+                           fp->again           ? 0
+                           : fp->accept_paused ? FP_ACCEPT_RETRY_MS
+                                               : -1);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -131,6 +169,8 @@ static void *loop_main(void *arg)
             break;
         }
         pthread_mutex_lock(&fp->mu);
+        if (fp->accept_paused)
+            on_accept(fp); /* descriptors may be back: it re-arms the socket */
         fp->evs = evs;
         fp->n_evs = n;
         for (int i = 0; i < n; i++) {
@@ -408,6 +448,14 @@ void tv__fp_stop(tv__fp *fp)
     fp_free(fp);
 }
 
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const tv__fp_session_info *)a)->id, y = ((const tv__fp_session_info *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* The list is in connection order (ids grow) whatever order the scheduler
+ * keeps fp's sessions in. */
 int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
 {
     tv__fp_session_info *v = NULL;
@@ -459,6 +507,8 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
             d->bytes_delivered += h->bytes_delivered;
         }
     }
+    if (count > 1)
+        qsort(v, count, sizeof(*v), by_id);
     *out = v;
     *n = count;
 out:

@@ -202,7 +202,10 @@ struct tv__fp {
     uint64_t next_session_id;
     fp_group *g_head;
     uint32_t n_groups;
-    bool again; /* a slot or credit came free after this turn's scheduling */
+    bool again;         /* a slot or credit came free after this turn's scheduling */
+    bool accept_paused; /* accept ran out of descriptors: the listening socket is out of
+                           epoll, retried every FP_ACCEPT_RETRY_MS (fastpath.c) */
+    bool accept_warned; /* said so once since the last successful accept */
     /* the loop's current epoll batch: a group freed while it is handled
      * clears its later events there (NULL when no batch is running) */
     struct epoll_event *evs;
