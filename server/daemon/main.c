@@ -151,6 +151,8 @@ static int admit(void *ctx, const char *model, int64_t generation, pid_t pid, ui
     tv_error e = {0};
     int rc = 0;
     (void)pid;
+    if (generation == 0) /* before the open: the access rules only */
+        return tv__fp_access_check(a->access, model, uid, gids, n_gids, err);
     pthread_mutex_lock(&a->mu);
     if (!a->reg)
         rc = tv__reg_open_ex(a->reg_path, TV__REG_READONLY, &a->reg, &e);

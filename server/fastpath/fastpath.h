@@ -40,11 +40,14 @@
 
 typedef struct tv__fp tv__fp;
 
-/* Called on the loop thread for every OPEN after the spec opened (so
- * model/generation are the resolved ones). Return 0 to admit;
- * TV_E_PEER_DENIED (message names the uid and the model), TV_E_NOT_FOUND
- * (for instance a retired generation: "generation 3 of m is retired") or any
- * error to refuse: the client gets an ERROR with that code and message.
+/* Called on the loop thread twice for every OPEN: first with generation 0
+ * and the model name taken from the spec, before anything is opened (apply
+ * the access rules only: a refused peer learns nothing of the model, not
+ * even whether it exists), then after the spec opened with the resolved
+ * model and generation. Return 0 to admit; TV_E_PEER_DENIED (message names
+ * the uid and the model), TV_E_NOT_FOUND (for instance a retired
+ * generation: "generation 3 of m is retired") or any error to refuse: the
+ * client gets an ERROR with that code and message.
  * gids[0] is the peer's primary gid (SO_PEERCRED), then its supplementary
  * groups (SO_PEERGROUPS); n_gids >= 1. */
 typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation, pid_t pid,

@@ -602,6 +602,29 @@ int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **ou
     int64_t gen;
     int rc;
     *refused = false;
+    /* Access first, by the spec's model name (NAME before the last '@', as
+     * tv_model_open splits it), generation 0: a peer that may not open the
+     * model learns nothing of it (not whether it exists, not an open error)
+     * and costs no open. The resolved generation is admitted again below. */
+    {
+        char want[TV__FP_MAX_SPEC_COPY];
+        const char *at = strrchr(spec, '@');
+        size_t nl = at ? (size_t)(at - spec) : strlen(spec);
+        if (nl >= sizeof want)
+            nl = sizeof want - 1;
+        memcpy(want, spec, nl);
+        want[nl] = '\0';
+        if (fp->o.admit)
+            rc = fp->o.admit(fp->o.admit_ctx, want, 0, s->pid, s->uid, s->gids, s->n_gids, err);
+        else
+            rc = default_admit(fp, want, s, err);
+        if (rc) {
+            if (err && !err->msg[0])
+                tv__seterr(err, rc, "uid %u may not open model '%s'", (unsigned)s->uid, want);
+            *refused = true;
+            return rc;
+        }
+    }
     rc = tv_model_open(fp->store_dir, spec, &oo, &m, err);
     if (rc)
         return rc;

@@ -1074,18 +1074,21 @@ static int g_admit_calls;
 static uid_t g_admit_uid;
 static gid_t g_admit_gid0;
 static int64_t g_admit_gen;
+static bool g_admit_pass_first;
 
 static int admit_deny(void *ctx, const char *model, int64_t generation, pid_t pid, uid_t uid,
                       const gid_t *gids, size_t n_gids, tv_error *err)
 {
     assert_ptr_equal(ctx, &g_admit_calls);
-    assert_string_equal(model, MODEL);
+    assert_true(!strcmp(model, MODEL) || !strcmp(model, "fp/nosuch"));
     assert_int_equal(pid, getpid());
     assert_true(n_gids >= 1);
     g_admit_calls++;
     g_admit_uid = uid;
     g_admit_gid0 = gids[0];
     g_admit_gen = generation;
+    if (generation == 0 && g_admit_pass_first)
+        return 0; /* the access rules pass; refuse the resolved generation */
     return tv__seterr(err, TV_E_PEER_DENIED,
                       "uid %u (gid %u) may not open model '%s' (allowed: uid:0)", (unsigned)uid,
                       (unsigned)gids[0], model);
@@ -1106,12 +1109,23 @@ static void test_admit_refused(void **state)
     assert_int_equal(a.err_open, 4);
     assert_int_equal(a.err_flags, 0);
     assert_non_null(strstr(a.err_text, "may not open model 'fp/demo'"));
+    /* refused before anything was opened: generation 0, the spec's name */
     assert_int_equal(g_admit_calls, 1);
     assert_int_equal(g_admit_uid, getuid());
     assert_int_equal(g_admit_gid0, getgid());
-    assert_int_equal(g_admit_gen, 1);
+    assert_int_equal(g_admit_gen, 0);
     assert_int_equal(cl_open(&a, MODEL "@1", 5), TV_E_PEER_DENIED); /* not fatal */
-    assert_int_equal(stats().refused_total, 2);
+    assert_int_equal(g_admit_gen, 0);
+    /* a peer the rules pass is admitted again with the resolved generation */
+    g_admit_pass_first = true;
+    g_admit_calls = 0;
+    assert_int_equal(cl_open(&a, MODEL, 6), TV_E_PEER_DENIED);
+    assert_int_equal(g_admit_calls, 2);
+    assert_int_equal(g_admit_gen, 1);
+    g_admit_pass_first = false;
+    /* a model that does not exist is refused the same way: nothing says it is missing */
+    assert_int_equal(cl_open(&a, "fp/nosuch", 7), TV_E_PEER_DENIED);
+    assert_int_equal(stats().refused_total, 4);
     assert_int_equal(stats().groups, 0);
     assert_false(leased());
     cl_close(&a);
