@@ -667,17 +667,29 @@ static void test_no_daemon(void **state)
     tv_test_rmtree(dir);
 }
 
+/* A misbehaving fake daemon and what the client must answer: code, with a
+ * message holding needle; session_lives: whether the session survives. */
+typedef struct fake_case {
+    enum mode mode;
+    int code;
+    const char *needle;
+    bool session_lives;
+} fake_case;
+
+/* Fails naming case i unless rc and the message are what case k expects. */
+static void expect_case(const fake_case *k, size_t i, int rc, const tv_error *err)
+{
+    if (rc != k->code || !strstr(err->msg, k->needle))
+        fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err->msg);
+}
+
 static void test_refused_sessions(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-    } cases[] = {
-        {M_BUSY, TV_E_BUSY, "max_sessions"},
-        {M_VERSION, TV_E_VERSION, "version 2"},
-        {M_SILENT, TV_E_TIMEOUT, "within 200 ms"},
+    static const fake_case cases[] = {
+        {M_BUSY, TV_E_BUSY, "max_sessions", false},
+        {M_VERSION, TV_E_VERSION, "version 2", false},
+        {M_SILENT, TV_E_TIMEOUT, "within 200 ms", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
@@ -685,8 +697,7 @@ static void test_refused_sessions(void **state)
         tv_error err = {0};
         tv_client_opts o = {.timeout_ms = 200};
         int rc = tv_client_connect(f->path, &o, &c, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         assert_null(c);
         fake_stop(f, true);
     }
@@ -874,19 +885,15 @@ static void test_request_error(void **state)
 static void test_hostile_replies(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-    } cases[] = {
-        {M_SLOT_RANGE, TV_E_PROTOCOL, "outside 8 slots"},
-        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots"},
-        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice"},
-        {M_DEST_PAST, TV_E_PROTOCOL, "past the request"},
-        {M_DONE_EARLY, TV_E_PROTOCOL, "DONE for tensor 'b' after"},
-        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding"},
-        {M_EOF, TV_E_DISCONNECTED, "closed the session"},
-        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read"},
+    static const fake_case cases[] = {
+        {M_SLOT_RANGE, TV_E_PROTOCOL, "outside 8 slots", false},
+        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots", false},
+        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice", false},
+        {M_DEST_PAST, TV_E_PROTOCOL, "past the request", false},
+        {M_DONE_EARLY, TV_E_PROTOCOL, "DONE for tensor 'b' after", false},
+        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding", false},
+        {M_EOF, TV_E_DISCONNECTED, "closed the session", false},
+        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
@@ -897,8 +904,7 @@ static void test_hostile_replies(void **state)
         size_t len = 12294;
         uint8_t *d = gbuf_new(&g, len);
         int rc = tv_client_read_into(m, "b", d, len, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         gbuf_check(&g, "hostile reply");
         /* The session is closed: later calls say so, metadata still works. */
         assert_int_equal(tv_client_read_into(m, "b", d, len, &err), TV_E_DISCONNECTED);
@@ -916,12 +922,7 @@ static void test_hostile_replies(void **state)
 static void test_bad_opens(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-        bool session_lives;
-    } cases[] = {
+    static const fake_case cases[] = {
         {M_OPEN_DENIED, TV_E_PEER_DENIED, "may not open model", true},
         {M_UNSEALED, TV_E_PROTOCOL, "not sealed", false},
         {M_BAD_SNAP, TV_E_SNAPSHOT, "checksum", true},
@@ -933,8 +934,7 @@ static void test_bad_opens(void **state)
         tv_client_model *m = (tv_client_model *)1;
         tv_error err = {0};
         int rc = tv_client_open(c, MODEL, &m, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         assert_null(m);
         if (cases[i].mode == M_BAD_SNAP || cases[i].mode == M_OTHER_MODEL)
             assert_int_equal(f->n_closes, 1); /* the handle went back */
