@@ -1027,7 +1027,7 @@ TV_API int tv_client_read_into(tv_client_model *m, const char *name, void *dest,
 static int batch(tv_client_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *sink,
                  tv_error *err)
 {
-    int first = 0;
+    tv__batch_err first = {0};
     if (!m || (!reqs && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     creq *r = calloc(n ? n : 1, sizeof(*r));
@@ -1038,7 +1038,6 @@ static int batch(tv_client_model *m, tv_read_req *reqs, size_t n, const tv__io_s
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
     size_t k = 0;
-    tv_error first_err = {0};
     for (size_t j = 0; j < n; j++) {
         size_t i;
         tv_error e = {0};
@@ -1050,30 +1049,17 @@ static int batch(tv_client_model *m, tv_read_req *reqs, size_t n, const tv__io_s
             if (!(rr = tv__tdesc_check_batch(p, j, reqs[j].dest, reqs[j].dest_len, &e)))
                 r[k] = (creq){.len = p->nbytes, .dest = reqs[j].dest, .tensor = (uint32_t)i};
         }
-        reqs[j].result = rr;
-        if (rr) {
-            if (!first) {
-                first = rr;
-                first_err = e;
-            }
-            continue;
-        }
-        map[k++] = j;
+        if ((reqs[j].result = tv__batch_note(&first, rr, &e)) == 0)
+            map[k++] = j;
     }
     tv_error e = {0};
-    int rc = k ? run_reqs(m, r, k, sink, &e) : 0;
+    tv__batch_note(&first, k ? run_reqs(m, r, k, sink, &e) : 0, &e);
     for (size_t q = 0; q < k; q++)
         reqs[map[q]].result = r[q].result;
-    if (rc && !first) {
-        first = rc;
-        first_err = e;
-    }
-    if (first && err)
-        *err = first_err;
     free_reqs(r, k);
     free(r);
     free(map);
-    return first;
+    return tv__batch_answer(&first, err);
 }
 
 TV_API int tv_client_read_batch(tv_client_model *m, tv_read_req *reqs, size_t n, tv_error *err)

@@ -54,6 +54,32 @@ int tv__tdesc_lookup(const tv__snap *s, const char *model, int64_t gen, const ch
  * TV_E_NOT_FOUND; TV_E_SNAPSHOT. */
 int tv__tdesc_batch_index(const tv__snap *s, const char *model, int64_t gen, const tv_read_req *rq,
                           size_t j, size_t *idx, tv_error *err);
+/* The answer of a batch (tv_read_batch, tv_client_read_batch): its first
+ * failure, code and message (code 0: none yet). */
+typedef struct tv__batch_err {
+    int code;
+    tv_error err;
+} tv__batch_err;
+
+/* Keeps rc (its message e) as the batch's answer when it is the first
+ * failure. Returns rc. */
+static inline int tv__batch_note(tv__batch_err *b, int rc, const tv_error *e)
+{
+    if (rc && !b->code) {
+        b->code = rc;
+        b->err = *e;
+    }
+    return rc;
+}
+
+/* The batch's answer (0 or its first failure, whose message goes to err). */
+static inline int tv__batch_answer(const tv__batch_err *b, tv_error *err)
+{
+    if (b->code && err)
+        *err = b->err;
+    return b->code;
+}
+
 /* tv_model_find / tv_client_find: 0 or TV_E_NOT_FOUND, never a message. */
 int tv__tdesc_find(const tv__snap *s, const char *name, size_t name_len, size_t *index);
 

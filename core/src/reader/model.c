@@ -653,7 +653,7 @@ TV_API int tv_read_into(tv_model *m, const char *name, void *dest, size_t dest_l
 
 static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *sink, tv_error *err)
 {
-    int rc = 0, first = 0;
+    tv__batch_err first = {0};
     if (!m || (!reqs && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     tv__io_req *io = calloc(n ? n : 1, sizeof(*io));
@@ -664,7 +664,6 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
     size_t k = 0;
-    tv_error first_err = {0};
     for (size_t j = 0; j < n; j++) {
         size_t i;
         tv_error e = {0};
@@ -676,34 +675,22 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
             if (!(r = tv__tdesc_check_batch(p, j, reqs[j].dest, reqs[j].dest_len, &e)))
                 r = fill_req(m, i, 0, p->nbytes, reqs[j].dest, &io[k], &e);
         }
-        reqs[j].result = r;
-        if (r) {
-            if (!first) {
-                first = r;
-                first_err = e;
-            }
-            continue;
-        }
-        map[k++] = j;
+        if ((reqs[j].result = tv__batch_note(&first, r, &e)) == 0)
+            map[k++] = j;
     }
     tv_error e = {0};
-    rc = tv__io_run(m->io, io, k, sink, &e);
+    tv__batch_note(&first, tv__io_run(m->io, io, k, sink, &e), &e);
     for (size_t q = 0; q < k; q++)
         reqs[map[q]].result = io[q].result;
-    if (rc && !first) {
-        first = rc;
-        first_err = e;
-    }
-    for (size_t j = 0; j < n && !first; j++)
+    for (size_t j = 0; j < n && !first.code; j++)
         if (reqs[j].result) {
-            first = reqs[j].result;
-            tv__seterr(&first_err, first, "request %zu failed: %s", j, tv_strerror(first));
+            tv__seterr(&e, reqs[j].result, "request %zu failed: %s", j,
+                       tv_strerror(reqs[j].result));
+            tv__batch_note(&first, reqs[j].result, &e);
         }
-    if (first && err)
-        *err = first_err;
     free(io);
     free(map);
-    return first;
+    return tv__batch_answer(&first, err);
 }
 
 TV_API int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err)
