@@ -79,16 +79,33 @@ static inline json_t *dump_shape_json(const tv_tensor_desc *d)
     return shape;
 }
 
-/* get mode: t must describe d (bytes, dtype, rank, shape); then its bytes
- * are copied to dst. Returns 0 or TV_E_INTERNAL. */
-static inline int dump_take_tensor(const tv_tensor *t, const tv_tensor_desc *d, void *dst,
+/* get mode: rc and t are what tv_get_tensor (tv_client_get_tensor) gave;
+ * t must describe d (bytes, dtype, rank, shape), then its bytes are copied
+ * to dst; t is freed. Returns rc, TV_E_INTERNAL or 0. */
+static inline int dump_take_tensor(int rc, tv_tensor *t, const tv_tensor_desc *d, void *dst,
                                    size_t len)
 {
+    if (rc)
+        return rc;
     if (t->nbytes != d->nbytes || t->dtype != d->dtype || t->rank != d->rank ||
         memcmp(t->shape, d->shape, sizeof(uint64_t) * d->rank))
-        return TV_E_INTERNAL;
-    memcpy(dst, t->data, len);
-    return 0;
+        rc = TV_E_INTERNAL;
+    else
+        memcpy(dst, t->data, len);
+    tv_tensor_free(t);
+    return rc;
+}
+
+/* 1 (and a message naming tensor d) when its read in this mode failed
+ * (rc, err) or changed a guard byte of buf. */
+static inline int dump_failed(const char *prog, const char *mode, const tv_tensor_desc *d, int rc,
+                              const tv_error *err, uint8_t *buf, size_t len, size_t guard)
+{
+    if (rc) {
+        fprintf(stderr, "%s: %s '%s': %s: %s\n", prog, mode, d->name, tv_err_name(rc), err->msg);
+        return 1;
+    }
+    return dump_check_guards(prog, buf, len, guard, d->name);
 }
 
 #endif

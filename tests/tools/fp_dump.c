@@ -105,19 +105,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "get")) {
             tv_tensor *t = NULL;
             rc = tv_client_get_tensor(m, d.name, &t, &err);
-            if (!rc) {
-                rc = dump_take_tensor(t, &d, dst, lens[i]);
-                tv_tensor_free(t);
-            }
+            rc = dump_take_tensor(rc, t, &d, dst, lens[i]); /* frees t */
         } else {
             rc = reqs[i].result;
         }
-        if (rc) {
-            fprintf(stderr, "fp_dump: %s '%s': %s: %s\n", mode, d.name, tv_err_name(rc), err.msg);
-            bad = 1;
-            break;
-        }
-        if ((bad = dump_check_guards("fp_dump", bufs[i], lens[i], GUARD, d.name)))
+        if ((bad = dump_failed("fp_dump", mode, &d, rc, &err, bufs[i], lens[i], GUARD)))
             break;
         if (skip)
             continue;
