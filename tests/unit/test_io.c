@@ -1540,10 +1540,5 @@ int main(void)
         cmocka_unit_test_teardown(test_copy_pool, teardown),
         cmocka_unit_test_teardown(test_lazy_registration, teardown),
     };
-    int rc = 0;
-    g_engine = TV_ENGINE_URING;
-    rc |= cmocka_run_group_tests_name("io_uring", tests, group_setup, group_teardown);
-    g_engine = TV_ENGINE_PREAD;
-    rc |= cmocka_run_group_tests_name("pread", tests, group_setup, group_teardown);
-    return rc ? 1 : 0;
+    return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

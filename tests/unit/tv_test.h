@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "io/engine.h"
+#include "tensorvault/tensorvault.h"
 #include "util/sys.h"
 
 /* ---- failing and skipping ------------------------------------------------ */
@@ -138,6 +139,26 @@ static inline uint8_t *tv_test_read_file(const char *path, size_t *len_out)
     *len_out = len;
     return buf;
 }
+
+/* ---- both read engines ------------------------------------------------------ */
+
+#ifdef cmocka_unit_test
+/* Runs the cmocka group tests[0..n) twice: *engine = TV_ENGINE_URING (group
+ * "io_uring"), then TV_ENGINE_PREAD ("pread"). Returns main's exit status. */
+static inline int tv_test_run_per_engine(int *engine, const struct CMUnitTest *tests, size_t n,
+                                         CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+    int rc = 0;
+    *engine = TV_ENGINE_URING;
+    rc |= _cmocka_run_group_tests("io_uring", tests, n, setup, teardown);
+    *engine = TV_ENGINE_PREAD;
+    rc |= _cmocka_run_group_tests("pread", tests, n, setup, teardown);
+    return rc ? 1 : 0;
+}
+#define TV_TEST_RUN_PER_ENGINE(engine, tests, setup, teardown)                                     \
+    tv_test_run_per_engine(&(engine), (tests), sizeof(tests) / sizeof((tests)[0]), (setup),        \
+                           (teardown))
+#endif
 
 /* ---- pattern images -------------------------------------------------------- */
 
