@@ -35,6 +35,19 @@
 
 #define FP_INPUT_BATCH 64 /* messages read from one socket per turn */
 
+/* Unlinks node n (fields prev, next) from the list head .. tail. */
+#define DLIST_UNLINK(head, tail, n)                                                                \
+    do {                                                                                           \
+        if ((n)->prev)                                                                             \
+            (n)->prev->next = (n)->next;                                                           \
+        else                                                                                       \
+            (head) = (n)->next;                                                                    \
+        if ((n)->next)                                                                             \
+            (n)->next->prev = (n)->prev;                                                           \
+        else                                                                                       \
+            (tail) = (n)->prev;                                                                    \
+    } while (0)
+
 static uint64_t out_bound(const tv__fp *fp)
 {
     return (uint64_t)fp->o.credit + fp->o.max_requests + 2ull * fp->o.max_handles + 64u;
@@ -198,6 +211,17 @@ static fp_req *req_find(const fp_session *s, uint64_t id)
     return NULL;
 }
 
+/* Unlinks wait w from the waits of slot sl. */
+static void slot_unlink_wait(fp_slot *sl, fp_wait *w)
+{
+    if (w->sprev)
+        w->sprev->snext = w->snext;
+    else
+        sl->waits = w->snext;
+    if (w->snext)
+        w->snext->sprev = w->sprev;
+}
+
 /* Unlinks r (its waits too) from everything and frees it. */
 static void req_remove(fp_req *r)
 {
@@ -207,27 +231,14 @@ static void req_remove(fp_req *r)
     fp_wait *w = r->waits;
     while (w) {
         fp_wait *nx = w->rnext;
-        fp_slot *sl = &g->slots[w->slot];
-        if (w->sprev)
-            w->sprev->snext = w->snext;
-        else
-            sl->waits = w->snext;
-        if (w->snext)
-            w->snext->sprev = w->sprev;
+        slot_unlink_wait(&g->slots[w->slot], w);
         s->waits--;
         free(w);
         w = nx;
     }
     if (s->issue == r)
         s->issue = r->next;
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        s->rq_head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        s->rq_tail = r->prev;
+    DLIST_UNLINK(s->rq_head, s->rq_tail, r);
     fp_req **pp = &s->hash[req_hash(s, r->req_id)];
     while (*pp && *pp != r)
         pp = &(*pp)->hnext;
@@ -295,12 +306,7 @@ void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w)
     fp_req *r = w->req;
     fp_handle *h = r->h;
     fp_session *s = h->s;
-    if (w->sprev)
-        w->sprev->snext = w->snext;
-    else
-        sl->waits = w->snext;
-    if (w->snext)
-        w->snext->sprev = w->sprev;
+    slot_unlink_wait(sl, w);
     if (w->rprev)
         w->rprev->rnext = w->rnext;
     else
@@ -793,6 +799,17 @@ void tv__fp_session_on_input(fp_session *s)
 
 /* ---- life ---- */
 
+/* Frees s and its arrays (the session is unlinked, its handles closed). */
+static void session_free(fp_session *s)
+{
+    free(s->hash);
+    free(s->handles);
+    free(s->pchunk);
+    free(s->pdone);
+    free(s->gids);
+    free(s);
+}
+
 int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
 {
     fp_session *s = calloc(1, sizeof(*s));
@@ -847,12 +864,7 @@ int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
     }
     free(sup);
     if (!s->hash || !s->handles || !s->pchunk || !s->pdone || !s->gids) {
-        free(s->hash);
-        free(s->handles);
-        free(s->pchunk);
-        free(s->pdone);
-        free(s->gids);
-        free(s);
+        session_free(s);
         return -ENOMEM;
     }
     s->id = ++fp->next_session_id;
@@ -895,20 +907,8 @@ void tv__fp_session_destroy(fp_session *s)
     shutdown(s->fd, SHUT_RDWR);
     epoll_ctl(fp->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
     tv__sys.close(s->fd);
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        fp->s_head = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    else
-        fp->s_tail = s->prev;
+    DLIST_UNLINK(fp->s_head, fp->s_tail, s);
     fp->n_sessions--;
     atomic_fetch_sub(&fp->st_sessions, 1);
-    free(s->hash);
-    free(s->handles);
-    free(s->pchunk);
-    free(s->pdone);
-    free(s->gids);
-    free(s);
+    session_free(s);
 }

@@ -1,4 +1,7 @@
-"""Shared pytest fixtures: where the built binaries are and how to run them."""
+"""Shared pytest fixtures: where the built binaries are and how to run them,
+and what the differential read tests (test_read, test_fastpath_diff) share:
+the float32 reference conversions and the tensors that hold every value of
+every float format."""
 import os
 import subprocess
 import sys
@@ -19,7 +22,9 @@ def build_dir():
 
 @pytest.fixture(scope="session")
 def tv(build_dir):
-    exe = os.path.join(build_dir, "tensorvault")
+    """Runs the CLI (an absolute path: a test may run it in another
+    directory, e.g. the README's daemon layout)."""
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
 
     def run(*args, check=False, **kw):
         p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
@@ -29,6 +34,38 @@ def tv(build_dir):
         return p
 
     return run
+
+
+@pytest.fixture(scope="session")
+def f32_from():
+    """dtype code -> the numpy dtype whose astype(np.float32) is the
+    reference of the float32 read (tv_read_f32, tv_client_read_f32)."""
+    import ml_dtypes
+    import numpy as np
+    return {
+        "F32": np.float32,
+        "F16": np.float16,
+        "BF16": ml_dtypes.bfloat16,
+        "F8_E4M3": ml_dtypes.float8_e4m3fn,
+        "F8_E5M2": ml_dtypes.float8_e5m2,
+        "F8_E8M0": ml_dtypes.float8_e8m0fnu,
+    }
+
+
+@pytest.fixture(scope="session")
+def every_float_value():
+    """Tensors holding every float format the converter knows with all their
+    bit patterns (all 256 byte values of the 8-bit ones, NaNs and subnormals
+    included; all 65536 of F16 and BF16): added to a generated checkpoint."""
+    import gen_checkpoints as gen
+    import ml_dtypes
+    import numpy as np
+    t = {}
+    for code in ("F8_E4M3", "F8_E5M2", "F8_E8M0"):
+        t[f"all.{code}"] = np.arange(256, dtype=np.uint8).view(gen.DTYPES[code]).reshape(16, 16)
+    t["all.F16"] = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(256, 256)
+    t["all.BF16"] = np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(256, 256)
+    return t
 
 
 @pytest.fixture(scope="session")

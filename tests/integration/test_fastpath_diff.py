@@ -13,39 +13,15 @@ import os
 import subprocess
 import time
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import gen_checkpoints as gen
 from daemon import SLOW, Daemon
 from storeutil import reference_tensors
+from test_read import dump as tv_dump
 
-F32_FROM = {
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": ml_dtypes.bfloat16,
-    "F8_E4M3": ml_dtypes.float8_e4m3fn,
-    "F8_E5M2": ml_dtypes.float8_e5m2,
-    "F8_E8M0": ml_dtypes.float8_e8m0fnu,
-}
 MODES = ["host", "batch", "rows", "f32", "get"]
-
-
-@pytest.fixture(scope="module")
-def tv(build_dir):
-    """conftest's tv with an absolute path: these tests run it in other
-    directories (the README layout is relative to the daemon's)."""
-    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
-
-    def run(*args, check=False, **kw):
-        p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
-        if check and p.returncode != 0:
-            raise AssertionError(f"tensorvault {' '.join(map(str, args))} failed "
-                                 f"({p.returncode}): {p.stderr}")
-        return p
-
-    return run
 
 
 def wait_socket(path, d, timeout=30):
@@ -58,16 +34,13 @@ def wait_socket(path, d, timeout=30):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, build_dir):
+def served(tmp_path_factory, build_dir, every_float_value):
     """A daemon (README layout: store ./var, socket var/run/tensorvault.sock)
     serving "m" (two shards) and "one" (a single file)."""
     tmp = tmp_path_factory.mktemp("fpdiff")
     rng = np.random.default_rng(10)
     tensors = gen.random_tensors(rng, 3 * len(gen.DTYPES), big_tensor_bytes=(3 << 20) + 12)
-    for code in ("F8_E4M3", "F8_E5M2", "F8_E8M0"):
-        tensors[f"all.{code}"] = np.arange(256, dtype=np.uint8).view(gen.DTYPES[code]).reshape(16, 16)
-    tensors["all.F16"] = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(256, 256)
-    tensors["all.BF16"] = np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(256, 256)
+    tensors.update(every_float_value)
     sharded = gen.write_checkpoint(str(tmp / "ck2"), tensors, 2)
     single = gen.write_checkpoint(str(tmp / "ck1"),
                                   gen.random_tensors(np.random.default_rng(11), 2 * len(gen.DTYPES),
@@ -92,15 +65,6 @@ def fp_dump(build_dir, sock, spec, mode, out):
     return {t["name"]: t for t in map(json.loads, p.stdout.splitlines())}
 
 
-def tv_dump(build_dir, store, spec, mode, out):
-    os.makedirs(out, exist_ok=True)
-    p = subprocess.run([os.path.join(build_dir, "tests", "tv_dump"), store, spec, mode, str(out)],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    with open(os.path.join(out, "index.json")) as f:
-        return {t["name"]: os.path.join(out, f"{t['index']}.bin") for t in json.load(f)}
-
-
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -108,30 +72,30 @@ def read(path):
 
 @pytest.mark.parametrize("model", ["m", "one"])
 @pytest.mark.parametrize("mode", MODES)
-def test_every_tensor_equals_reader_and_official_loader(build_dir, served, tmp_path, model, mode):
+def test_every_tensor_equals_reader_and_official_loader(build_dir, f32_from, served, tmp_path,
+                                                        model, mode):
     ref = served["ref"][model]
     got = fp_dump(build_dir, served["sock"], model, mode, tmp_path / "fp")
-    inproc = tv_dump(build_dir, served["store"], model, "f32" if mode == "f32" else "into",
-                     tmp_path / "tv")
+    inproc = tv_dump(build_dir, served["store"], model, "f32" if mode == "f32" else "into", tmp_path / "tv")
     if mode != "f32":
         assert set(got) == set(ref)
     checked = set()
     for name, (dtype, shape, data) in ref.items():
-        if mode == "f32" and dtype not in F32_FROM:
+        if mode == "f32" and dtype not in f32_from:
             assert name not in got, name  # no conversion: skipped, no file
             continue
         meta = got[name]
         assert meta["dtype"] == dtype and meta["shape"] == shape, name
         mine = read(meta["file"])
-        assert mine == read(inproc[name]), name  # the in-process reader
+        assert mine == read(inproc[name][1]), name  # the in-process reader
         if mode == "f32":
-            want = np.frombuffer(data, dtype=F32_FROM[dtype]).astype(np.float32)
+            want = np.frombuffer(data, dtype=f32_from[dtype]).astype(np.float32)
             assert mine == want.tobytes(), name  # numpy's conversion, bit for bit
             checked.add(dtype)
         else:
             assert mine == data, name  # the official loader
     if mode == "f32" and model == "m":
-        assert checked == set(F32_FROM)
+        assert checked == set(f32_from)
 
 
 def test_cli_get_through_readme_layout(tv, served, tmp_path):

@@ -8,36 +8,21 @@ import os
 import subprocess
 import sys
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import gen_checkpoints as gen
 from storeutil import reference_tensors
 
-F32_FROM = {
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": ml_dtypes.bfloat16,
-    "F8_E4M3": ml_dtypes.float8_e4m3fn,
-    "F8_E5M2": ml_dtypes.float8_e5m2,
-    "F8_E8M0": ml_dtypes.float8_e8m0fnu,
-}
-
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory, build_dir):
+def stored(tmp_path_factory, build_dir, every_float_value):
     """A store holding a two-shard checkpoint with every dtype, unaligned
     offsets, a tensor larger than the read chunk and zero-size tensors."""
     tmp = tmp_path_factory.mktemp("read")
     rng = np.random.default_rng(5)
     tensors = gen.random_tensors(rng, 3 * len(gen.DTYPES), big_tensor_bytes=(3 << 20) + 12)
-    # Every float format the converter knows, with all 256 byte values for
-    # the 8-bit ones (NaNs and subnormals included).
-    for code in ("F8_E4M3", "F8_E5M2", "F8_E8M0"):
-        tensors[f"all.{code}"] = np.arange(256, dtype=np.uint8).view(gen.DTYPES[code]).reshape(16, 16)
-    tensors["all.F16"] = np.arange(65536, dtype=np.uint16).view(np.float16).reshape(256, 256)
-    tensors["all.BF16"] = np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16).reshape(256, 256)
+    tensors.update(every_float_value)
     ck = gen.write_checkpoint(str(tmp / "ck"), tensors, 2)
     store = str(tmp / "store")
     exe = os.path.join(build_dir, "tensorvault")
@@ -49,6 +34,9 @@ def stored(tmp_path_factory, build_dir):
 
 
 def dump(build_dir, store, spec, mode, out, engine="auto"):
+    """Runs tests/tools/tv_dump (the in-process reader: every tensor of SPEC
+    with one read call, guard bytes checked) into OUT: returns
+    {name: (its index.json entry, the path of its bytes)}."""
     os.makedirs(out, exist_ok=True)
     p = subprocess.run([os.path.join(build_dir, "tests", "tv_dump"), store, spec, mode, str(out),
                         engine], capture_output=True, text=True)
@@ -70,15 +58,15 @@ def test_every_tensor_equals_official_loader(build_dir, stored, tmp_path, mode, 
             assert f.read() == data, name
 
 
-def test_float32_conversion_bit_exact(build_dir, stored, tmp_path):
+def test_float32_conversion_bit_exact(build_dir, f32_from, stored, tmp_path):
     store, _, ref = stored
     got = dump(build_dir, store, "m@1", "f32", tmp_path / "f32")
     checked = set()
     for name, (dtype, shape, data) in ref.items():
-        if dtype not in F32_FROM:
+        if dtype not in f32_from:
             assert name not in got or not os.path.exists(got[name][1])
             continue
-        src = np.frombuffer(data, dtype=F32_FROM[dtype])
+        src = np.frombuffer(data, dtype=f32_from[dtype])
         want = src.astype(np.float32).view(np.uint32)
         with open(got[name][1], "rb") as f:
             mine = np.frombuffer(f.read(), dtype=np.uint32)
@@ -88,7 +76,7 @@ def test_float32_conversion_bit_exact(build_dir, stored, tmp_path):
             f"(src bytes {src.view(np.uint8)[diff[:3]] if src.itemsize == 1 else ''}) " \
             f"{mine[diff[:3]]} != {want[diff[:3]]}"
         checked.add(dtype)
-    assert checked == set(F32_FROM)
+    assert checked == set(f32_from)
 
 
 def test_get_cli_rows_and_bytes(tv, stored, tmp_path):

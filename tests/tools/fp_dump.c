@@ -19,20 +19,10 @@
 
 #include <jansson.h>
 
+#include "dump_common.h"
 #include "tensorvault/client.h"
 
 #define GUARD 64
-
-static int check_guard(const uint8_t *p, size_t n, const char *name, const char *side)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != 0xA5) {
-            fprintf(stderr, "fp_dump: guard byte %zu %s tensor '%s' changed to 0x%02x\n", i, side,
-                    name, p[i]);
-            return 1;
-        }
-    return 0;
-}
 
 /* Rows [0, h) and [h, r) of tensor d read separately into dst. */
 static int read_rows(tv_client_model *m, const tv_tensor_desc *d, uint8_t *dst, size_t len,
@@ -89,12 +79,10 @@ int main(int argc, char **argv)
         tv_tensor_desc d;
         tv_client_tensor(m, i, &d);
         lens[i] = (size_t)(f32 ? d.n_elements * 4 : d.nbytes);
-        bufs[i] = malloc(lens[i] + 2 * GUARD + 1);
+        bufs[i] = dump_guarded_alloc(lens[i], GUARD);
         bad = !bufs[i];
-        if (!bad)
-            memset(bufs[i], 0xA5, lens[i] + 2 * GUARD + 1);
         reqs[i].index = i;
-        reqs[i].dest = bufs[i] + GUARD + 1; /* deliberately unaligned */
+        reqs[i].dest = bad ? NULL : dump_dest(bufs[i], GUARD);
         reqs[i].dest_len = lens[i];
     }
     if (!bad && !strcmp(mode, "batch") && (rc = tv_client_read_batch(m, reqs, n, &err))) {
@@ -104,7 +92,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n && !bad; i++) {
         tv_tensor_desc d;
         tv_client_tensor(m, i, &d);
-        uint8_t *dst = bufs[i] + GUARD + 1;
+        uint8_t *dst = dump_dest(bufs[i], GUARD);
         bool skip = false;
         if (!strcmp(mode, "host")) {
             rc = tv_client_read_into(m, d.name, dst, lens[i], &err);
@@ -117,42 +105,19 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "get")) {
             tv_tensor *t = NULL;
             rc = tv_client_get_tensor(m, d.name, &t, &err);
-            if (!rc) {
-                if (t->nbytes != d.nbytes || t->dtype != d.dtype || t->rank != d.rank ||
-                    memcmp(t->shape, d.shape, sizeof(uint64_t) * d.rank))
-                    rc = TV_E_INTERNAL;
-                else
-                    memcpy(dst, t->data, lens[i]);
-                tv_tensor_free(t);
-            }
+            rc = dump_take_tensor(rc, t, &d, dst, lens[i]); /* frees t */
         } else {
             rc = reqs[i].result;
         }
-        if (rc) {
-            fprintf(stderr, "fp_dump: %s '%s': %s: %s\n", mode, d.name, tv_err_name(rc), err.msg);
-            bad = 1;
+        if ((bad = dump_failed("fp_dump", mode, &d, rc, &err, bufs[i], lens[i], GUARD)))
             break;
-        }
-        if (check_guard(bufs[i], GUARD + 1, d.name, "before") ||
-            check_guard(dst + lens[i], GUARD, d.name, "after")) {
-            bad = 1;
-            break;
-        }
         if (skip)
             continue;
         char path[4096];
-        snprintf(path, sizeof(path), "%s/%zu.bin", outdir, i);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(dst, 1, lens[i], f) != lens[i] || fclose(f)) {
-            fprintf(stderr, "fp_dump: write %s failed\n", path);
-            bad = 1;
+        if ((bad = dump_write("fp_dump", outdir, i, dst, lens[i], path, sizeof(path))))
             break;
-        }
-        json_t *shape = json_array();
-        for (uint32_t k = 0; k < d.rank; k++)
-            json_array_append_new(shape, json_integer((json_int_t)d.shape[k]));
         json_t *o = json_pack("{s:s%,s:s,s:o,s:s}", "name", d.name, d.name_len, "dtype",
-                              tv_dtype_name(d.dtype), "shape", shape, "file", path);
+                              tv_dtype_name(d.dtype), "shape", dump_shape_json(&d), "file", path);
         char *line = json_dumps(o, JSON_COMPACT);
         printf("%s\n", line);
         free(line);

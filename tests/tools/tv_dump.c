@@ -13,20 +13,10 @@
 
 #include <jansson.h>
 
+#include "dump_common.h"
 #include "tensorvault/tensorvault.h"
 
 #define GUARD 4096
-
-static int check_guard(const uint8_t *p, size_t n, const char *name, const char *side)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != 0xA5) {
-            fprintf(stderr, "tv_dump: guard byte %s of '%s' at %zu changed to 0x%02x\n", side, name,
-                    i, p[i]);
-            return 1;
-        }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -58,13 +48,17 @@ int main(int argc, char **argv)
         tv_tensor_desc d;
         tv_model_tensor(m, i, &d);
         lens[i] = (size_t)(strcmp(mode, "f32") ? d.nbytes : d.n_elements * 4);
-        bufs[i] = malloc(lens[i] + 2 * GUARD + 1);
-        memset(bufs[i], 0xA5, lens[i] + 2 * GUARD + 1);
+        bufs[i] = dump_guarded_alloc(lens[i], GUARD);
+        if (!bufs[i]) {
+            fprintf(stderr, "tv_dump: out of memory\n");
+            bad = 1;
+            break;
+        }
         reqs[i].name = d.name;
-        reqs[i].dest = bufs[i] + GUARD + 1; /* deliberately unaligned */
+        reqs[i].dest = dump_dest(bufs[i], GUARD);
         reqs[i].dest_len = lens[i];
     }
-    if (!strcmp(mode, "batch")) {
+    if (!bad && !strcmp(mode, "batch")) {
         rc = tv_read_batch(m, reqs, n, &err);
         if (rc) {
             fprintf(stderr, "tv_dump: batch: %s: %s\n", tv_err_name(rc), err.msg);
@@ -74,7 +68,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n && !bad; i++) {
         tv_tensor_desc d;
         tv_model_tensor(m, i, &d);
-        uint8_t *dst = bufs[i] + GUARD + 1;
+        uint8_t *dst = dump_dest(bufs[i], GUARD);
         if (!strcmp(mode, "into")) {
             rc = tv_read_into(m, d.name, dst, lens[i], &err);
         } else if (!strcmp(mode, "f32")) {
@@ -84,39 +78,18 @@ int main(int argc, char **argv)
         } else if (!strcmp(mode, "get")) {
             tv_tensor *t = NULL;
             rc = tv_get_tensor(m, d.name, &t, &err);
-            if (!rc) {
-                if (t->nbytes != d.nbytes || t->dtype != d.dtype || t->rank != d.rank)
-                    rc = TV_E_INTERNAL;
-                memcpy(dst, t->data, lens[i]);
-                tv_tensor_free(t);
-            }
+            rc = dump_take_tensor(rc, t, &d, dst, lens[i]); /* frees t */
         } else {
             rc = reqs[i].result;
         }
-        if (rc) {
-            fprintf(stderr, "tv_dump: %s '%s': %s: %s\n", mode, d.name, tv_err_name(rc), err.msg);
-            bad = 1;
+        if ((bad = dump_failed("tv_dump", mode, &d, rc, &err, bufs[i], lens[i], GUARD)))
             break;
-        }
-        if (check_guard(bufs[i], GUARD + 1, d.name, "before") ||
-            check_guard(dst + lens[i], GUARD, d.name, "after")) {
-            bad = 1;
-            break;
-        }
         char path[4096];
-        snprintf(path, sizeof(path), "%s/%zu.bin", outdir, i);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(dst, 1, lens[i], f) != lens[i] || fclose(f)) {
-            fprintf(stderr, "tv_dump: write %s failed\n", path);
-            bad = 1;
+        if ((bad = dump_write("tv_dump", outdir, i, dst, lens[i], path, sizeof(path))))
             break;
-        }
-        json_t *shape = json_array();
-        for (uint32_t k = 0; k < d.rank; k++)
-            json_array_append_new(shape, json_integer((json_int_t)d.shape[k]));
         json_array_append_new(idx, json_pack("{s:s%,s:s,s:o,s:I}", "name", d.name, d.name_len,
-                                             "dtype", tv_dtype_name(d.dtype), "shape", shape,
-                                             "index", (json_int_t)i));
+                                             "dtype", tv_dtype_name(d.dtype), "shape",
+                                             dump_shape_json(&d), "index", (json_int_t)i));
     }
     if (!bad) {
         char path[4096];

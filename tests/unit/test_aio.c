@@ -5,7 +5,7 @@
  * timeouts, and destroy with reads in flight. Every case runs twice: with
  * io_uring (fixed buffers) and with the pread pool (two cmocka groups).
  *
- * The substrate is a file image whose byte at offset x is pat(x), on the
+ * The substrate is a file image whose byte at offset x is tv_test_pat(x), on the
  * real disk ($TMPDIR, else /var/tmp: not tmpfs) opened with O_DIRECT
  * (buffered when the filesystem refuses, reported once). */
 #include <errno.h>
@@ -31,6 +31,7 @@
 #include "io/engine.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define KIB        1024u
 #define MIB        (1024u * 1024u)
@@ -43,35 +44,6 @@ static tv__dev *g_dev;
 static int g_engine;
 static uint8_t *g_region;
 
-static inline uint8_t pat(uint64_t x)
-{
-    uint64_t h = (x + 0x1234567ull) * 0x9E3779B97F4A7C15ull;
-    return (uint8_t)((h >> 56) ^ (x >> 12));
-}
-
-static int write_image(const char *path)
-{
-    tv_error err = {0};
-    uint8_t *buf = malloc(MIB);
-    int fd, rc = 0;
-    if (!buf || tv__dev_create_image(path, IMG_LEN, &err))
-        return -1;
-    fd = open(path, O_WRONLY);
-    if (fd < 0)
-        return -1;
-    for (uint64_t o = 0; o < IMG_LEN && !rc; o += MIB) {
-        for (size_t i = 0; i < MIB; i++)
-            buf[i] = pat(o + i);
-        if (pwrite(fd, buf, MIB, (off_t)o) != (ssize_t)MIB)
-            rc = -1;
-    }
-    if (fsync(fd))
-        rc = -1;
-    close(fd);
-    free(buf);
-    return rc;
-}
-
 static int group_setup(void **state)
 {
     (void)state;
@@ -81,7 +53,8 @@ static int group_setup(void **state)
     if (!mkdtemp(g_dir))
         return -1;
     snprintf(g_img, sizeof g_img, "%s/image", g_dir);
-    if (write_image(g_img) || tv__dev_open(g_img, TV__DEV_O_RDONLY, &g_dev, &err)) {
+    if (tv_test_write_pat_image(g_img, IMG_LEN) ||
+        tv__dev_open(g_img, TV__DEV_O_RDONLY, &g_dev, &err)) {
         fprintf(stderr, "image %s: %s\n", g_img, err.msg);
         return -1;
     }
@@ -170,9 +143,9 @@ static void submit_ok(tv__aio *a, uint64_t off, size_t region_off, size_t len, u
 static void check_bytes(size_t region_off, uint64_t off, size_t len)
 {
     for (size_t i = 0; i < len; i++)
-        if (g_region[region_off + i] != pat(off + i))
+        if (g_region[region_off + i] != tv_test_pat(off + i))
             fail_msg("byte %zu of the read at %llu: %02x, want %02x", i, (unsigned long long)off,
-                     g_region[region_off + i], pat(off + i));
+                     g_region[region_off + i], tv_test_pat(off + i));
 }
 
 static int one_read(tv__aio *a, uint64_t off, size_t region_off, size_t len)
@@ -656,7 +629,7 @@ static void test_no_memlock(void **state)
         if (got != 1 || d.result)
             _exit(4);
         for (size_t i = 0; i < 65536; i++)
-            if (g_region[i] != pat(2 * MIB + i))
+            if (g_region[i] != tv_test_pat(2 * MIB + i))
                 _exit(5);
         tv__aio_destroy(a);
         _exit(0);
@@ -682,10 +655,5 @@ int main(void)
         cmocka_unit_test_teardown(test_engines, teardown),
         cmocka_unit_test_teardown(test_no_memlock, teardown),
     };
-    int rc = 0;
-    g_engine = TV_ENGINE_URING;
-    rc |= cmocka_run_group_tests_name("io_uring", tests, group_setup, group_teardown);
-    g_engine = TV_ENGINE_PREAD;
-    rc |= cmocka_run_group_tests_name("pread", tests, group_setup, group_teardown);
-    return rc ? 1 : 0;
+    return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

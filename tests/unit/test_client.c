@@ -634,6 +634,72 @@ static void test_spans(void **state)
     tv__fpc_spans_free(NULL);
 }
 
+/* reader/desc.h: the rules and texts the client shares with the reader,
+ * on hand-made descriptors (the reads through both APIs are tested with
+ * them in test_model and below). */
+static void test_shared_desc_rules(void **state)
+{
+    (void)state;
+    static const uint64_t shape[] = {6, 5};
+    tv__tdesc d = {.name = "w",
+                   .name_len = 1,
+                   .dtype = TV_DTYPE_BF16,
+                   .rank = 2,
+                   .shape = shape,
+                   .nbytes = 60,
+                   .n_elements = 30};
+    uint8_t buf[128];
+    uint64_t off = 1, len = 1;
+    tv_error err = {0};
+    assert_int_equal(tv__tdesc_rows(&d, "w", 2, 5, &off, &len, &err), 0);
+    assert_true(off == 20 && len == 30);
+    assert_int_equal(tv__tdesc_rows(&d, "w", 3, 7, &off, &len, &err), TV_E_INVALID_ARG);
+    assert_true(off == 0 && len == 0);
+    assert_non_null(strstr(err.msg, "rows [3, 7) outside [0, 6)"));
+    tv__tdesc sub = d;
+    sub.dtype = TV_DTYPE_F4; /* 5 x 4 bits: a row is not whole bytes */
+    sub.nbytes = 15;
+    assert_int_equal(tv__tdesc_rows(&sub, "w", 0, 1, &off, &len, &err),
+                     TV_E_ST_NOT_BYTE_ADDRESSABLE);
+    assert_int_equal(tv__tdesc_rows(&sub, "w", 1, 1, &off, &len, &err), 0);
+    tv__tdesc scalar = {.name = "s", .name_len = 1, .dtype = TV_DTYPE_I64, .nbytes = 8};
+    assert_int_equal(tv__tdesc_rows(&scalar, "s", 0, 0, &off, &len, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "is a scalar"));
+    assert_int_equal(tv__tdesc_check_f32(&d, "w", buf, 120, &err), 0);
+    assert_int_equal(tv__tdesc_check_f32(&d, "w", buf, 119, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "as float32 needs 120 bytes"));
+    assert_int_equal(tv__tdesc_check_f32(&scalar, "s", buf, 8, &err), TV_E_NOT_SUPPORTED);
+    assert_int_equal(tv__tdesc_check_range(&d, "w", 50, 10, buf, 10, &err), 0);
+    assert_int_equal(tv__tdesc_check_range(&d, "w", 60, 0, NULL, 0, &err), 0);
+    assert_int_equal(tv__tdesc_check_range(&d, "w", 51, 10, buf, 10, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__tdesc_check_range(&d, "w", UINT64_MAX, 2, buf, 2, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__tdesc_check_into(&d, "w", buf, 59, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__tdesc_check_batch(&d, 3, buf, 59, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "request 3 (tensor 'w')"));
+    tv_tensor_desc pub;
+    tv__tdesc_public(&d, &pub);
+    assert_true(pub.nbytes == 60 && pub.rank == 2 && pub.shape == shape && !strcmp(pub.name, "w"));
+    tv__tdesc_public(NULL, &pub);
+    assert_true(pub.nbytes == 0 && pub.rank == 0 && pub.name && !*pub.name);
+    /* the first failure is a batch's answer */
+    tv__batch_err b = {0};
+    tv_error e1 = {.msg = "first"}, e2 = {.msg = "second"};
+    assert_int_equal(tv__batch_note(&b, 0, &e1), 0);
+    assert_int_equal(tv__batch_note(&b, TV_E_NOT_FOUND, &e1), TV_E_NOT_FOUND);
+    assert_int_equal(tv__batch_note(&b, TV_E_INVALID_ARG, &e2), TV_E_INVALID_ARG);
+    assert_int_equal(tv__batch_answer(&b, &err), TV_E_NOT_FOUND);
+    assert_string_equal(err.msg, "first");
+    /* a tensor's arena and view; freed by tv_tensor_free */
+    tv_tensor *t;
+    void *arena;
+    assert_int_equal(tv__tensor_new(128, 64, &t, &arena, &err), 0);
+    assert_true((uintptr_t)arena % 64 == 0);
+    tv__tensor_set(t, 8, &d);
+    assert_ptr_equal(t->data, (uint8_t *)arena + 8);
+    assert_true(t->nbytes == 60 && t->rank == 2 && t->shape[1] == 5 && t->shape != shape);
+    tv_tensor_free(t);
+}
+
 static void test_no_daemon(void **state)
 {
     (void)state;
@@ -667,17 +733,29 @@ static void test_no_daemon(void **state)
     tv_test_rmtree(dir);
 }
 
+/* A misbehaving fake daemon and what the client must answer: code, with a
+ * message holding needle; session_lives: whether the session survives. */
+typedef struct fake_case {
+    enum mode mode;
+    int code;
+    const char *needle;
+    bool session_lives;
+} fake_case;
+
+/* Fails naming case i unless rc and the message are what case k expects. */
+static void expect_case(const fake_case *k, size_t i, int rc, const tv_error *err)
+{
+    if (rc != k->code || !strstr(err->msg, k->needle))
+        fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err->msg);
+}
+
 static void test_refused_sessions(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-    } cases[] = {
-        {M_BUSY, TV_E_BUSY, "max_sessions"},
-        {M_VERSION, TV_E_VERSION, "version 2"},
-        {M_SILENT, TV_E_TIMEOUT, "within 200 ms"},
+    static const fake_case cases[] = {
+        {M_BUSY, TV_E_BUSY, "max_sessions", false},
+        {M_VERSION, TV_E_VERSION, "version 2", false},
+        {M_SILENT, TV_E_TIMEOUT, "within 200 ms", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
@@ -685,8 +763,7 @@ static void test_refused_sessions(void **state)
         tv_error err = {0};
         tv_client_opts o = {.timeout_ms = 200};
         int rc = tv_client_connect(f->path, &o, &c, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         assert_null(c);
         fake_stop(f, true);
     }
@@ -874,19 +951,15 @@ static void test_request_error(void **state)
 static void test_hostile_replies(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-    } cases[] = {
-        {M_SLOT_RANGE, TV_E_PROTOCOL, "outside 8 slots"},
-        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots"},
-        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice"},
-        {M_DEST_PAST, TV_E_PROTOCOL, "past the request"},
-        {M_DONE_EARLY, TV_E_PROTOCOL, "DONE for tensor 'b' after"},
-        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding"},
-        {M_EOF, TV_E_DISCONNECTED, "closed the session"},
-        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read"},
+    static const fake_case cases[] = {
+        {M_SLOT_RANGE, TV_E_PROTOCOL, "outside 8 slots", false},
+        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots", false},
+        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice", false},
+        {M_DEST_PAST, TV_E_PROTOCOL, "past the request", false},
+        {M_DONE_EARLY, TV_E_PROTOCOL, "DONE for tensor 'b' after", false},
+        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding", false},
+        {M_EOF, TV_E_DISCONNECTED, "closed the session", false},
+        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
@@ -897,8 +970,7 @@ static void test_hostile_replies(void **state)
         size_t len = 12294;
         uint8_t *d = gbuf_new(&g, len);
         int rc = tv_client_read_into(m, "b", d, len, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         gbuf_check(&g, "hostile reply");
         /* The session is closed: later calls say so, metadata still works. */
         assert_int_equal(tv_client_read_into(m, "b", d, len, &err), TV_E_DISCONNECTED);
@@ -916,12 +988,7 @@ static void test_hostile_replies(void **state)
 static void test_bad_opens(void **state)
 {
     (void)state;
-    static const struct {
-        enum mode mode;
-        int code;
-        const char *needle;
-        bool session_lives;
-    } cases[] = {
+    static const fake_case cases[] = {
         {M_OPEN_DENIED, TV_E_PEER_DENIED, "may not open model", true},
         {M_UNSEALED, TV_E_PROTOCOL, "not sealed", false},
         {M_BAD_SNAP, TV_E_SNAPSHOT, "checksum", true},
@@ -933,8 +1000,7 @@ static void test_bad_opens(void **state)
         tv_client_model *m = (tv_client_model *)1;
         tv_error err = {0};
         int rc = tv_client_open(c, MODEL, &m, &err);
-        if (rc != cases[i].code || !strstr(err.msg, cases[i].needle))
-            fail_msg("case %zu: %s: %s", i, tv_err_name(rc), err.msg);
+        expect_case(&cases[i], i, rc, &err);
         assert_null(m);
         if (cases[i].mode == M_BAD_SNAP || cases[i].mode == M_OTHER_MODEL)
             assert_int_equal(f->n_closes, 1); /* the handle went back */
@@ -1088,6 +1154,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_shared_desc_rules),
         cmocka_unit_test(test_no_daemon),
         cmocka_unit_test(test_refused_sessions),
         cmocka_unit_test(test_open_and_metadata),

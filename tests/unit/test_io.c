@@ -6,7 +6,7 @@
  * Every case runs twice: once with io_uring and once with the pread pool
  * (two cmocka groups); the fault hook and tv__sys are restored after each.
  *
- * The substrate is a file image whose byte at offset x is pat(x), opened
+ * The substrate is a file image whose byte at offset x is tv_test_pat(x), opened
  * with O_DIRECT (buffered when the filesystem refuses, reported once). */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +35,7 @@
 #include "io/io_internal.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define KIB     1024u
 #define MIB     (1024u * 1024u)
@@ -47,12 +48,6 @@ static char g_dir[256];
 static char g_img[2][300];
 static tv__dev *g_dev[2];
 static int g_engine; /* the group's engine */
-
-static inline uint8_t pat(uint64_t x)
-{
-    uint64_t h = (x + 0x1234567ull) * 0x9E3779B97F4A7C15ull;
-    return (uint8_t)((h >> 56) ^ (x >> 12));
-}
 
 static inline uint8_t guard_byte(size_t i)
 {
@@ -68,29 +63,6 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-static int write_image(const char *path)
-{
-    tv_error err = {0};
-    uint8_t *buf = malloc(MIB);
-    int fd, rc = 0;
-    if (!buf || tv__dev_create_image(path, IMG_LEN, &err))
-        return -1;
-    fd = open(path, O_WRONLY);
-    if (fd < 0)
-        return -1;
-    for (uint64_t o = 0; o < IMG_LEN && !rc; o += MIB) {
-        for (size_t i = 0; i < MIB; i++)
-            buf[i] = pat(o + i);
-        if (pwrite(fd, buf, MIB, (off_t)o) != (ssize_t)MIB)
-            rc = -1;
-    }
-    if (fsync(fd))
-        rc = -1;
-    close(fd);
-    free(buf);
-    return rc;
-}
-
 static int group_setup(void **state)
 {
     (void)state;
@@ -101,7 +73,8 @@ static int group_setup(void **state)
         return -1;
     for (int i = 0; i < 2; i++) {
         snprintf(g_img[i], sizeof g_img[i], "%s/image%d", g_dir, i);
-        if (write_image(g_img[i]) || tv__dev_open(g_img[i], TV__DEV_O_RDONLY, &g_dev[i], &err)) {
+        if (tv_test_write_pat_image(g_img[i], IMG_LEN) ||
+            tv__dev_open(g_img[i], TV__DEV_O_RDONLY, &g_dev[i], &err)) {
             fprintf(stderr, "image %s: %s\n", g_img[i], err.msg);
             return -1;
         }
@@ -223,14 +196,14 @@ static void check_guarded(const guarded *g, uint64_t off, size_t len, const char
         if (g->base[i] != guard_byte(i))
             fail_msg("%s: guard byte %zu after dest changed", what, i - head - len);
     for (size_t i = 0; i < len; i++)
-        if (g->dest[i] != pat(off + i))
-            fail_msg("%s: byte %zu is %02x, want %02x", what, i, g->dest[i], pat(off + i));
+        if (g->dest[i] != tv_test_pat(off + i))
+            fail_msg("%s: byte %zu is %02x, want %02x", what, i, g->dest[i], tv_test_pat(off + i));
 }
 
 static bool bytes_ok(const uint8_t *p, uint64_t off, uint64_t len)
 {
     for (uint64_t i = 0; i < len; i++)
-        if (p[i] != pat(off + i))
+        if (p[i] != tv_test_pat(off + i))
             return false;
     return true;
 }
@@ -1567,10 +1540,5 @@ int main(void)
         cmocka_unit_test_teardown(test_copy_pool, teardown),
         cmocka_unit_test_teardown(test_lazy_registration, teardown),
     };
-    int rc = 0;
-    g_engine = TV_ENGINE_URING;
-    rc |= cmocka_run_group_tests_name("io_uring", tests, group_setup, group_teardown);
-    g_engine = TV_ENGINE_PREAD;
-    rc |= cmocka_run_group_tests_name("pread", tests, group_setup, group_teardown);
-    return rc ? 1 : 0;
+    return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

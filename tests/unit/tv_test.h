@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "io/engine.h"
+#include "tensorvault/tensorvault.h"
 #include "util/sys.h"
 
 /* ---- failing and skipping ------------------------------------------------ */
@@ -137,6 +138,59 @@ static inline uint8_t *tv_test_read_file(const char *path, size_t *len_out)
     close(fd);
     *len_out = len;
     return buf;
+}
+
+/* ---- both read engines ------------------------------------------------------ */
+
+#ifdef cmocka_unit_test
+/* Runs the cmocka group tests[0..n) twice: *engine = TV_ENGINE_URING (group
+ * "io_uring"), then TV_ENGINE_PREAD ("pread"). Returns main's exit status. */
+static inline int tv_test_run_per_engine(int *engine, const struct CMUnitTest *tests, size_t n,
+                                         CMFixtureFunction setup, CMFixtureFunction teardown)
+{
+    int rc = 0;
+    *engine = TV_ENGINE_URING;
+    rc |= _cmocka_run_group_tests("io_uring", tests, n, setup, teardown);
+    *engine = TV_ENGINE_PREAD;
+    rc |= _cmocka_run_group_tests("pread", tests, n, setup, teardown);
+    return rc ? 1 : 0;
+}
+#define TV_TEST_RUN_PER_ENGINE(engine, tests, setup, teardown)                                     \
+    tv_test_run_per_engine(&(engine), (tests), sizeof(tests) / sizeof((tests)[0]), (setup),        \
+                           (teardown))
+#endif
+
+/* ---- pattern images -------------------------------------------------------- */
+
+/* The byte at offset x of a pattern image (the read engines' substrate). */
+static inline uint8_t tv_test_pat(uint64_t x)
+{
+    uint64_t h = (x + 0x1234567ull) * 0x9E3779B97F4A7C15ull;
+    return (uint8_t)((h >> 56) ^ (x >> 12));
+}
+
+/* Creates path (new, 0600) of len bytes (a multiple of 1 MiB) whose byte at
+ * every offset x is tv_test_pat(x), fsynced. Returns 0 or -1. */
+static inline int tv_test_write_pat_image(const char *path, uint64_t len)
+{
+    const size_t mib = 1024u * 1024u;
+    uint8_t *buf = malloc(mib);
+    int rc = 0, fd = buf ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    if (fd < 0) {
+        free(buf);
+        return -1;
+    }
+    for (uint64_t o = 0; o < len && !rc; o += mib) {
+        for (size_t i = 0; i < mib; i++)
+            buf[i] = tv_test_pat(o + i);
+        if (pwrite(fd, buf, mib, (off_t)o) != (ssize_t)mib)
+            rc = -1;
+    }
+    if (fsync(fd))
+        rc = -1;
+    close(fd);
+    free(buf);
+    return rc;
 }
 
 /* ---- safetensors shard writer --------------------------------------------- */

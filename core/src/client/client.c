@@ -36,6 +36,7 @@
 
 #include "client/client_internal.h"
 #include "client/wire.h"
+#include "reader/desc.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
 #include "util/internal.h"
@@ -49,7 +50,7 @@
 #define DEFAULT_TIMEOUT_MS 60000u
 #define SNAP_SEALS         (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define ARENA_SEALS        (F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-#define NAME_PREC(len)     ((int)((len) > 256 ? 256 : (len)))
+#define NAME_PREC          TV__NAME_PREC
 #define TEXT_PREC(m)       ((int)((m)->text_len > 400 ? 400 : (m)->text_len))
 
 /* ---- delivered spans ------------------------------------------------------ */
@@ -407,7 +408,7 @@ static void model_free(tv_client_model *m)
     if (m->snap_map)
         tv__sys.munmap(m->snap_map, m->snap_len);
     for (uint32_t i = 0; m->t && i < m->snap.n_tensors; i++)
-        free(m->t[i].owned_shape);
+        tv__tdesc_free(&m->t[i].d);
     free(m->t);
     free(m->name);
     free(m);
@@ -630,32 +631,10 @@ static int ensure_tensor(const tv_client_model *cm, size_t i, tv_error *err)
     tv__fpc_tensor *p = &m->t[i];
     if (p->ready)
         return 0;
-    tv__snap_tensor_info st;
-    int rc = tv__snap_tensor(&m->snap, (uint32_t)i, &st, err);
-    if (rc)
-        return rc;
-    p->name = st.name;
-    p->name_len = st.name_len;
-    p->dtype = st.dtype;
-    p->rank = st.rank;
-    p->shard = st.shard;
-    p->nbytes = st.nbytes;
-    p->n_elements = st.n_elements;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if ((uintptr_t)st.shape_le % _Alignof(uint64_t) == 0)
-        p->shape = (const uint64_t *)(const void *)st.shape_le;
-#endif
-    if (!p->shape) {
-        uint64_t *own = calloc(st.rank ? st.rank : 1, sizeof(*own));
-        if (!own)
-            return tv__seterr(err, -ENOMEM, "out of memory");
-        for (uint32_t d = 0; d < st.rank; d++)
-            own[d] = tv__snap_dim(&st, d);
-        p->owned_shape = own;
-        p->shape = own;
-    }
-    p->ready = true;
-    return 0;
+    int rc = tv__tdesc_decode(&m->snap, (uint32_t)i, &p->d, err);
+    if (rc == 0)
+        p->ready = true;
+    return rc;
 }
 
 TV_API int tv_client_tensor(const tv_client_model *m, size_t i, tv_tensor_desc *out)
@@ -663,33 +642,16 @@ TV_API int tv_client_tensor(const tv_client_model *m, size_t i, tv_tensor_desc *
     if (!m || !out || i >= m->snap.n_tensors)
         return TV_E_INVALID_ARG;
     int rc = ensure_tensor(m, i, NULL);
-    if (rc) {
-        memset(out, 0, sizeof(*out));
-        out->name = "";
-        return rc;
-    }
-    const tv__fpc_tensor *p = &m->t[i];
-    out->name = p->name;
-    out->name_len = p->name_len;
-    out->dtype = p->dtype;
-    out->rank = p->rank;
-    out->shape = p->shape;
-    out->nbytes = p->nbytes;
-    out->n_elements = p->n_elements;
-    out->shard = p->shard;
-    return 0;
+    tv__tdesc_public(rc ? NULL : &m->t[i].d, out);
+    return rc;
 }
 
 TV_API int tv_client_find(const tv_client_model *m, const char *name, size_t name_len,
                           size_t *index)
 {
-    uint32_t i;
     if (!m || !name)
         return TV_E_NOT_FOUND;
-    int rc = tv__snap_find(&m->snap, name, name_len, &i, NULL);
-    if (rc == 0 && index)
-        *index = i;
-    return rc == 0 ? 0 : TV_E_NOT_FOUND;
+    return tv__tdesc_find(&m->snap, name, name_len, index);
 }
 
 static int lookup(const tv_client_model *m, const char *name, size_t *idx, tv_error *err)
@@ -698,10 +660,7 @@ static int lookup(const tv_client_model *m, const char *name, size_t *idx, tv_er
     *idx = 0;
     if (!m || !name)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
-    int rc = tv__snap_find(&m->snap, name, strlen(name), &i, err);
-    if (rc == TV_E_NOT_FOUND)
-        return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%lld", name, m->name,
-                          (long long)m->generation);
+    int rc = tv__tdesc_lookup(&m->snap, m->name, m->generation, name, &i, err);
     if (rc == 0 && (rc = ensure_tensor(m, i, err)) == 0)
         *idx = i;
     return rc;
@@ -756,7 +715,7 @@ static void req_failed(run *s, size_t i, int code, const char *fmt, ...)
 
 static const char *tname(const run *s, const creq *q, int *len)
 {
-    const tv__fpc_tensor *t = &s->m->t[q->tensor];
+    const tv__tdesc *t = &s->m->t[q->tensor].d;
     *len = NAME_PREC(t->name_len);
     return t->name;
 }
@@ -1060,18 +1019,15 @@ TV_API int tv_client_read_into(tv_client_model *m, const char *name, void *dest,
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    uint64_t nbytes = m->t[i].nbytes;
-    if ((!dest && nbytes) || dest_len < nbytes)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' needs %llu bytes; destination %p has %zu", name,
-                          (unsigned long long)nbytes, dest, dest_len);
-    return read_one(m, i, 0, nbytes, dest, err);
+    if ((rc = tv__tdesc_check_into(&m->t[i].d, name, dest, dest_len, err)))
+        return rc;
+    return read_one(m, i, 0, m->t[i].d.nbytes, dest, err);
 }
 
 static int batch(tv_client_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *sink,
                  tv_error *err)
 {
-    int first = 0;
+    tv__batch_err first = {0};
     if (!m || (!reqs && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     creq *r = calloc(n ? n : 1, sizeof(*r));
@@ -1082,53 +1038,28 @@ static int batch(tv_client_model *m, tv_read_req *reqs, size_t n, const tv__io_s
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
     size_t k = 0;
-    tv_error first_err = {0};
     for (size_t j = 0; j < n; j++) {
-        size_t i = reqs[j].index;
+        size_t i;
         tv_error e = {0};
-        int rr = 0;
-        if (reqs[j].name)
-            rr = lookup(m, reqs[j].name, &i, &e);
-        else if (i >= m->snap.n_tensors)
-            rr = tv__seterr(&e, TV_E_INVALID_ARG, "request %zu: tensor index %zu out of range", j,
-                            i);
-        else
+        int rr = tv__tdesc_batch_index(&m->snap, m->name, m->generation, &reqs[j], j, &i, &e);
+        if (!rr)
             rr = ensure_tensor(m, i, &e);
         if (!rr) {
-            uint64_t nbytes = m->t[i].nbytes;
-            if ((!reqs[j].dest && nbytes) || reqs[j].dest_len < nbytes)
-                rr =
-                    tv__seterr(&e, TV_E_INVALID_ARG,
-                               "request %zu (tensor '%.*s'): needs %llu bytes, destination has %zu",
-                               j, NAME_PREC(m->t[i].name_len), m->t[i].name,
-                               (unsigned long long)nbytes, reqs[j].dest_len);
-            else
-                r[k] = (creq){.len = nbytes, .dest = reqs[j].dest, .tensor = (uint32_t)i};
+            const tv__tdesc *p = &m->t[i].d;
+            if (!(rr = tv__tdesc_check_batch(p, j, reqs[j].dest, reqs[j].dest_len, &e)))
+                r[k] = (creq){.len = p->nbytes, .dest = reqs[j].dest, .tensor = (uint32_t)i};
         }
-        reqs[j].result = rr;
-        if (rr) {
-            if (!first) {
-                first = rr;
-                first_err = e;
-            }
-            continue;
-        }
-        map[k++] = j;
+        if ((reqs[j].result = tv__batch_note(&first, rr, &e)) == 0)
+            map[k++] = j;
     }
     tv_error e = {0};
-    int rc = k ? run_reqs(m, r, k, sink, &e) : 0;
+    tv__batch_note(&first, k ? run_reqs(m, r, k, sink, &e) : 0, &e);
     for (size_t q = 0; q < k; q++)
         reqs[map[q]].result = r[q].result;
-    if (rc && !first) {
-        first = rc;
-        first_err = e;
-    }
-    if (first && err)
-        *err = first_err;
     free_reqs(r, k);
     free(r);
     free(map);
-    return first;
+    return tv__batch_answer(&first, err);
 }
 
 TV_API int tv_client_read_batch(tv_client_model *m, tv_read_req *reqs, size_t n, tv_error *err)
@@ -1143,75 +1074,21 @@ TV_API int tv_client_read_range(tv_client_model *m, const char *name, uint64_t o
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    uint64_t nbytes = m->t[i].nbytes, end;
-    if (tv__add_u64(off, len, &end) || end > nbytes)
-        return tv__seterr(
-            err, TV_E_INVALID_ARG, "tensor '%s': bytes [%llu, +%llu) outside its %llu bytes", name,
-            (unsigned long long)off, (unsigned long long)len, (unsigned long long)nbytes);
-    if (len == 0)
-        return 0;
-    if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s': %llu bytes at %llu need %llu bytes; destination has %zu",
-                          name, (unsigned long long)len, (unsigned long long)off,
-                          (unsigned long long)len, dest_len);
-    return read_one(m, i, off, len, dest, err);
-}
-
-/* The checks of tv_client_read_rows (as tv_read_rows): *off and *len are
- * the byte range of rows [r0, r1) inside the tensor. */
-static int rows_range(const tv_client_model *m, const char *name, uint64_t r0, uint64_t r1,
-                      size_t *idx, uint64_t *off, uint64_t *len, tv_error *err)
-{
-    size_t i;
-    int rc = lookup(m, name, &i, err);
-    *off = *len = 0;
-    if (rc)
+    if ((rc = tv__tdesc_check_range(&m->t[i].d, name, off, len, dest, dest_len, err)) || len == 0)
         return rc;
-    const tv__fpc_tensor *p = &m->t[i];
-    if (p->rank == 0)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' is a scalar: no rows", name);
-    uint64_t rows = p->shape[0];
-    if (r0 > r1 || r1 > rows)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)",
-                          name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)rows);
-    uint64_t row_elems = 1, row_bits, end;
-    for (uint32_t d = 1; d < p->rank; d++)
-        if (tv__mul_u64(row_elems, p->shape[d], &row_elems))
-            return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
-    if (tv__mul_u64(row_elems, tv_dtype_bits(p->dtype), &row_bits))
-        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
-    if (row_bits % 8 && r0 != r1)
-        return tv__seterr(err, TV_E_ST_NOT_BYTE_ADDRESSABLE,
-                          "tensor '%s': a row of %s is %llu bits, not whole bytes", name,
-                          tv_dtype_name(p->dtype), (unsigned long long)row_bits);
-    uint64_t row_len = row_bits / 8;
-    if (tv__mul_u64(r0, row_len, off) || tv__mul_u64(r1, row_len, &end))
-        return tv__seterr(
-            err, TV_E_OVERFLOW, "tensor '%s': rows [%llu, %llu) x %llu bytes a row overflows", name,
-            (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)row_len);
-    if (end > p->nbytes)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "tensor '%s': rows end at byte %llu, past its %llu bytes", name,
-                          (unsigned long long)end, (unsigned long long)p->nbytes);
-    *len = end - *off;
-    *idx = i;
-    return 0;
+    return read_one(m, i, off, len, dest, err);
 }
 
 TV_API int tv_client_rows_len(const tv_client_model *m, const char *name, uint64_t r0, uint64_t r1,
                               uint64_t *len, tv_error *err)
 {
     size_t i;
-    uint64_t off, l;
+    uint64_t off;
     if (!len)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *len = 0;
-    int rc = rows_range(m, name, r0, r1, &i, &off, &l, err);
-    if (!rc)
-        *len = l;
-    return rc;
+    int rc = lookup(m, name, &i, err);
+    return rc ? rc : tv__tdesc_rows(&m->t[i].d, name, r0, r1, &off, len, err);
 }
 
 TV_API int tv_client_read_rows(tv_client_model *m, const char *name, uint64_t r0, uint64_t r1,
@@ -1219,16 +1096,11 @@ TV_API int tv_client_read_rows(tv_client_model *m, const char *name, uint64_t r0
 {
     size_t i;
     uint64_t off, len;
-    int rc = rows_range(m, name, r0, r1, &i, &off, &len, err);
-    if (rc)
+    int rc = lookup(m, name, &i, err);
+    if (rc || (rc = tv__tdesc_rows(&m->t[i].d, name, r0, r1, &off, &len, err)) || r0 == r1)
         return rc;
-    if (r0 == r1)
-        return 0;
-    if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' rows [%llu, %llu) need %llu bytes; destination has %zu",
-                          name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)len, dest_len);
+    if ((rc = tv__tdesc_check_rows_dest(name, r0, r1, len, dest, dest_len, err)))
+        return rc;
     return read_one(m, i, off, len, dest, err);
 }
 
@@ -1239,19 +1111,9 @@ TV_API int tv_client_read_f32(tv_client_model *m, const char *name, void *dest, 
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    const tv__fpc_tensor *p = &m->t[i];
-    float probe;
-    if (tv_convert_f32(p->dtype, &probe, 0, &probe) != 0)
-        return tv__seterr(err, TV_E_NOT_SUPPORTED, "tensor '%s': no float32 conversion from %s",
-                          name, tv_dtype_name(p->dtype));
-    uint64_t need;
-    if (tv__mul_u64(p->n_elements, 4, &need))
-        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': %llu elements as float32 overflow",
-                          name, (unsigned long long)p->n_elements);
-    if (!dest || dest_len < need)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' as float32 needs %llu bytes; destination has %zu", name,
-                          (unsigned long long)need, dest_len);
+    const tv__tdesc *p = &m->t[i].d;
+    if ((rc = tv__tdesc_check_f32(p, name, dest, dest_len, err)))
+        return rc;
     if (p->dtype == TV_DTYPE_F32)
         return read_one(m, i, 0, p->nbytes, dest, err);
     if (p->nbytes > SIZE_MAX)
@@ -1267,15 +1129,6 @@ TV_API int tv_client_read_f32(tv_client_model *m, const char *name, void *dest, 
     return rc;
 }
 
-/* The layout of reader/model.c's struct tv_tensor_impl, which
- * tv_tensor_free frees (free(arena), then the struct): a tensor of this
- * library is freed by the same function. Keep the two identical. */
-struct tv_tensor_impl {
-    tv_tensor pub;
-    void *arena;
-    uint64_t shape[TV_ST_MAX_RANK];
-};
-
 TV_API int tv_client_get_tensor(tv_client_model *m, const char *name, tv_tensor **out,
                                 tv_error *err)
 {
@@ -1286,29 +1139,19 @@ TV_API int tv_client_get_tensor(tv_client_model *m, const char *name, tv_tensor 
     *out = NULL;
     if ((rc = lookup(m, name, &i, err)))
         return rc;
-    const tv__fpc_tensor *p = &m->t[i];
+    const tv__tdesc *p = &m->t[i].d;
     if (p->nbytes > SIZE_MAX - 64)
         return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s' too large", name);
-    struct tv_tensor_impl *t = calloc(1, sizeof(*t));
-    if (!t)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    if (posix_memalign(&t->arena, 64, p->nbytes ? (size_t)p->nbytes : 64)) {
-        free(t);
-        return tv__seterr(err, -ENOMEM, "out of memory for a %llu-byte tensor",
-                          (unsigned long long)p->nbytes);
-    }
-    if ((rc = read_one(m, i, 0, p->nbytes, t->arena, err))) {
-        free(t->arena);
-        free(t);
+    tv_tensor *t;
+    void *arena;
+    if ((rc = tv__tensor_new(p->nbytes ? p->nbytes : 64, 64, &t, &arena, err)))
+        return rc;
+    if ((rc = read_one(m, i, 0, p->nbytes, arena, err))) {
+        tv_tensor_free(t);
         return rc;
     }
-    memcpy(t->shape, p->shape, sizeof(uint64_t) * p->rank);
-    t->pub.data = t->arena;
-    t->pub.nbytes = p->nbytes;
-    t->pub.dtype = p->dtype;
-    t->pub.rank = p->rank;
-    t->pub.shape = t->shape;
-    *out = &t->pub;
+    tv__tensor_set(t, 0, p);
+    *out = t;
     return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "client/wire.h"
+#include "reader/desc.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
 
@@ -41,17 +42,10 @@ void tv__fpc_spans_free(tv__fpc_spans *s);
  * limit); TV_E_PROTOCOL (overlaps bytes already delivered); -ENOMEM. */
 int tv__fpc_spans_add(tv__fpc_spans *s, uint64_t a, uint64_t len, uint64_t limit);
 
-/* A tensor record decoded on first use (as reader/model.c's plans). */
+/* A tensor record (reader/desc.h) decoded on first use. */
 typedef struct tv__fpc_tensor {
     bool ready;
-    const char *name;
-    size_t name_len;
-    tv_dtype dtype;
-    uint32_t rank;
-    uint32_t shard;
-    uint64_t nbytes, n_elements;
-    const uint64_t *shape; /* into the snapshot image, or owned_shape */
-    uint64_t *owned_shape;
+    tv__tdesc d;
 } tv__fpc_tensor;
 
 struct tv_client_model {

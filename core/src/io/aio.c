@@ -34,6 +34,7 @@
 
 #include "io/aio.h"
 #include "io/engine.h"
+#include "io/io_internal.h"
 #include "tensorvault/tensorvault.h"
 #include "util/sys.h"
 
@@ -43,8 +44,7 @@
 #define AIO_DEFAULT_THREADS 8u
 #define AIO_BUF_MAX         (1ull << 30) /* one registered buffer, one read */
 #define AIO_MAX_BUFS        16u
-#define AIO_MAX_AGAIN       64u /* -EAGAIN / -EINTR re-sent at most this often per read */
-#define AIO_MAX_STALL       4u  /* short reads that advanced no aligned block */
+#define AIO_MAX_STALL       4u /* short reads that advanced no aligned block */
 
 #define UD_TIMEOUT (1ull << 63)
 #define UD_CANCEL  (1ull << 62)
@@ -104,12 +104,7 @@ struct tv__aio {
 
 static atomic_bool g_told_unregistered;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#define now_ns tv__io_now_ns
 
 static bool is_pow2(uint64_t v)
 {
@@ -123,26 +118,10 @@ static bool is_pow2(uint64_t v)
  * O_DIRECT fd needs it; a buffered one reads a few bytes twice). */
 static int step(aio_op *op, int64_t res)
 {
-    uint64_t want = op->len - op->done, done;
-    if (res == -EINTR || res == -EAGAIN) {
-        if (++op->n_again <= AIO_MAX_AGAIN)
-            return 1;
-        op->result = (int)res;
-        return 0;
-    }
-    if (res < 0) {
-        op->result = res < INT_MIN ? TV_E_INTERNAL : (int)res;
-        return 0;
-    }
-    if ((uint64_t)res > want) {
-        op->result = TV_E_INTERNAL;
-        return 0;
-    }
-    if ((uint64_t)res == want) {
-        op->done = op->len;
-        op->result = 0;
-        return 0;
-    }
+    uint64_t done;
+    int s = tv__io_step_common(res, op->len, &op->done, &op->n_again, &op->result);
+    if (s != TV__IO_STEP_SHORT)
+        return s;
     if (res == 0) {
         op->result = TV_E_SHORT_IO; /* end of the device, or a read that gives nothing */
         return 0;
@@ -280,8 +259,7 @@ static void on_read(tv__aio *a, uint32_t i, int64_t res)
 {
     aio_op *op = &a->ops[i];
     bool late = now_ns() - op->t_start_ns >= a->timeout_ns;
-    if (tv__io_fault)
-        tv__io_fault(op->dev, op->off + op->done, (size_t)(op->len - op->done), &res);
+    tv__io_fault_apply(op->dev, op->off + op->done, op->len - op->done, &res);
     if (res == -ECANCELED && !a->closing) {
         op->result = TV_E_TIMEOUT; /* only the linked timeout cancels a read */
     } else if (step(op, res)) {
@@ -403,12 +381,8 @@ static void pread_op(tv__aio *a, aio_op *op)
 {
     uint64_t t0 = now_ns();
     for (;;) {
-        ssize_t n = tv__sys.pread(op->fd, op->buf + op->done, (size_t)(op->len - op->done),
-                                  (off_t)(op->off + op->done));
-        int64_t res = n < 0 ? -(int64_t)errno : (int64_t)n;
-        if (tv__io_fault)
-            tv__io_fault(op->dev, op->off + op->done, (size_t)(op->len - op->done), &res);
-        if (!step(op, res))
+        if (!step(op, tv__io_pread_faulted(op->fd, op->dev, op->buf + op->done, op->off + op->done,
+                                           op->len - op->done)))
             break;
         if (now_ns() - t0 >= a->timeout_ns)
             break;
@@ -564,21 +538,10 @@ int tv__aio_create(const tv__aio_opts *opts, tv__aio **out, tv_error *err)
     }
 
     if (o.engine != TV_ENGINE_PREAD) {
-        rc = uring_init(a);
-        if (rc == 0) {
-            a->engine = TV_ENGINE_URING;
-        } else if (o.engine == TV_ENGINE_URING) {
-            if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -EOPNOTSUPP)
-                rc = tv__seterr(err, TV_E_NOT_SUPPORTED, "aio: io_uring unavailable: %s",
-                                strerror(-rc));
-            else
-                rc = tv__seterr(err, rc, "aio: io_uring_queue_init(%u): %s", 2 * a->qd,
-                                strerror(-rc));
+        rc = tv__io_uring_choice(o.engine, uring_init(a), "aio: ", 2 * a->qd, a->n_threads, err);
+        if (rc < 0)
             goto fail;
-        } else {
-            tv__log(TV_LOG_INFO, "aio: io_uring unavailable (%s): using %u pread workers",
-                    strerror(-rc), a->n_threads);
-        }
+        a->engine = rc;
     }
     if (a->engine == TV_ENGINE_URING) {
         if ((rc = io_uring_register_eventfd(&a->ring, a->efd))) {

@@ -64,28 +64,59 @@ int tv__io_envelope(uint64_t off, uint64_t len, uint32_t io_align, uint64_t *io_
     return 0;
 }
 
-int tv__io_op_step(tv__io_op *op, int64_t res)
+int tv__io_step_common(int64_t res, uint64_t len, uint64_t *done, uint32_t *n_again, int *result)
 {
-    uint64_t want = op->len - op->done;
+    uint64_t want = len - *done;
     if (res == -EINTR || res == -EAGAIN) {
-        if (++op->n_again <= TV__IO_MAX_AGAIN)
-            return 1;
-        op->result = (int)res;
-        return 0;
+        if (++*n_again <= TV__IO_MAX_AGAIN)
+            return TV__IO_STEP_AGAIN;
+        *result = (int)res;
+        return TV__IO_STEP_DONE;
     }
     if (res < 0) {
-        op->result = res < INT_MIN ? TV_E_INTERNAL : (int)res;
-        return 0;
+        *result = res < INT_MIN ? TV_E_INTERNAL : (int)res;
+        return TV__IO_STEP_DONE;
     }
     if ((uint64_t)res > want) {
-        op->result = TV_E_INTERNAL;
-        return 0;
+        *result = TV_E_INTERNAL;
+        return TV__IO_STEP_DONE;
     }
     if ((uint64_t)res == want) {
-        op->done = op->len;
-        op->result = 0;
-        return 0;
+        *done = len;
+        *result = 0;
+        return TV__IO_STEP_DONE;
     }
+    return TV__IO_STEP_SHORT;
+}
+
+void tv__io_fault_apply(uint32_t dev, uint64_t off, uint64_t len, int64_t *res)
+{
+    if (tv__io_fault)
+        tv__io_fault(dev, off, (size_t)len, res);
+}
+
+int tv__io_uring_choice(int want, int init_rc, const char *who, unsigned entries,
+                        uint32_t n_threads, tv_error *err)
+{
+    int rc = init_rc;
+    if (rc == 0)
+        return TV_ENGINE_URING;
+    if (want != TV_ENGINE_URING) {
+        tv__log(TV_LOG_INFO, "%sio_uring unavailable (%s): using %u pread workers", who,
+                strerror(-rc), n_threads);
+        return TV_ENGINE_PREAD;
+    }
+    if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -EOPNOTSUPP)
+        return tv__seterr(err, TV_E_NOT_SUPPORTED, "%sio_uring unavailable: %s", who,
+                          strerror(-rc));
+    return tv__seterr(err, rc, "%sio_uring_queue_init(%u): %s", who, entries, strerror(-rc));
+}
+
+int tv__io_op_step(tv__io_op *op, int64_t res)
+{
+    int s = tv__io_step_common(res, op->len, &op->done, &op->n_again, &op->result);
+    if (s != TV__IO_STEP_SHORT)
+        return s;
     /* Short: the rest is asked once more; a second short read is final. */
     if (++op->n_short >= 2) {
         op->result = TV_E_SHORT_IO;
@@ -196,19 +227,10 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
         io->bw[i] = BW_SEED;
 
     if (o.engine != TV_ENGINE_PREAD) {
-        rc = tv__io_uring_init(io);
-        if (rc == 0) {
-            io->engine = TV_ENGINE_URING;
-        } else if (o.engine == TV_ENGINE_URING) {
-            if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES || rc == -EOPNOTSUPP)
-                rc = tv__seterr(err, TV_E_NOT_SUPPORTED, "io_uring unavailable: %s", strerror(-rc));
-            else
-                rc = tv__seterr(err, rc, "io_uring_queue_init(%u): %s", io->qd, strerror(-rc));
+        rc = tv__io_uring_choice(o.engine, tv__io_uring_init(io), "", io->qd, io->n_threads, err);
+        if (rc < 0)
             goto fail;
-        } else {
-            tv__log(TV_LOG_INFO, "io_uring unavailable (%s): using %u pread workers", strerror(-rc),
-                    io->n_threads);
-        }
+        io->engine = rc;
     }
     if (io->engine != TV_ENGINE_URING) {
         io->engine = TV_ENGINE_PREAD;

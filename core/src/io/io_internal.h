@@ -1,6 +1,8 @@
 /* Internals shared by the read engine's files: engine.c (validation,
  * planning, coalescing, completion), uring.c (io_uring backend) and pread.c
- * (pread worker pool). A backend only moves reads: it takes an op (one
+ * (pread worker pool); aio.c (the event loop's async reads) uses the
+ * helpers that are not about struct tv__io (the read steps, the fault hook,
+ * the engine choice). A backend only moves reads: it takes an op (one
  * aligned device range into one buffer), performs it with retries of short
  * reads through tv__io_op_step, calls the fault hook after every device
  * read, and hands the finished op back to the thread running tv__io_run.
@@ -100,6 +102,36 @@ struct tv__io {
     size_t cp_cap, cp_pend;    /* pieces collected for the next flush */
     size_t cp_n, cp_next, cp_fin;
 };
+
+/* What a read step decides (tv__io_step_common). */
+enum { TV__IO_STEP_DONE = 0, TV__IO_STEP_AGAIN = 1, TV__IO_STEP_SHORT = 2 };
+
+/* The part of a read step every backend shares: after a read of
+ * [*done, len) of an op returned res (bytes or -errno, after the fault
+ * hook): -EINTR / -EAGAIN: TV__IO_STEP_AGAIN while *n_again (counted up)
+ * <= TV__IO_MAX_AGAIN, else final; another -errno (TV_E_INTERNAL below
+ * INT_MIN), or more bytes than asked (TV_E_INTERNAL): final; all of it:
+ * *done = len, *result 0. Final: TV__IO_STEP_DONE with *result set.
+ * TV__IO_STEP_SHORT: 0 <= res < len - *done, nothing changed (the caller's
+ * short-read policy decides). */
+int tv__io_step_common(int64_t res, uint64_t len, uint64_t *done, uint32_t *n_again, int *result);
+
+/* Lets the fault hook (engine.h), when one is set, see and change the
+ * result res of a device read of [off, off + len) of device dev. */
+void tv__io_fault_apply(uint32_t dev, uint64_t off, uint64_t len, int64_t *res);
+
+/* One tv__sys.pread of [off, off + len) of fd into buf, through the fault
+ * hook. Returns bytes or -errno. */
+int64_t tv__io_pread_faulted(int fd, uint32_t dev, uint8_t *buf, uint64_t off, uint64_t len);
+
+/* The backend after io_uring's init returned init_rc (0 or -errno) for an
+ * engine that asked for want (TV_ENGINE_AUTO, _URING; never _PREAD): who
+ * prefixes the messages ("" or "aio: "), entries is the ring size asked,
+ * n_threads the pread workers of the fallback (logged). Returns
+ * TV_ENGINE_URING, TV_ENGINE_PREAD (AUTO without io_uring), or the error
+ * for _URING: TV_E_NOT_SUPPORTED (io_uring unavailable), else init_rc. */
+int tv__io_uring_choice(int want, int init_rc, const char *who, unsigned entries,
+                        uint32_t n_threads, tv_error *err);
 
 /* Advances op after a device read of [off + done, off + len) returned res
  * (bytes or -errno, after the fault hook). Returns 1 when the op must be

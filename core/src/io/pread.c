@@ -14,18 +14,20 @@
 #include "io/io_internal.h"
 #include "util/sys.h"
 
+int64_t tv__io_pread_faulted(int fd, uint32_t dev, uint8_t *buf, uint64_t off, uint64_t len)
+{
+    ssize_t n = tv__sys.pread(fd, buf, (size_t)len, (off_t)off);
+    int64_t res = n < 0 ? -(int64_t)errno : (int64_t)n;
+    tv__io_fault_apply(dev, off, len, &res);
+    return res;
+}
+
 static void read_op(tv__io_op *op)
 {
     uint64_t t0 = tv__io_now_ns();
-    for (;;) {
-        ssize_t n = tv__sys.pread(op->fd, op->buf + op->done, (size_t)(op->len - op->done),
-                                  (off_t)(op->off + op->done));
-        int64_t res = n < 0 ? -(int64_t)errno : (int64_t)n;
-        if (tv__io_fault)
-            tv__io_fault(op->dev, op->off + op->done, (size_t)(op->len - op->done), &res);
-        if (!tv__io_op_step(op, res))
-            break;
-    }
+    while (tv__io_op_step(op, tv__io_pread_faulted(op->fd, op->dev, op->buf + op->done,
+                                                   op->off + op->done, op->len - op->done)))
+        ;
     op->elapsed_ns = tv__io_now_ns() - t0;
 }
 

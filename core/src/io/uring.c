@@ -146,8 +146,7 @@ int tv__io_uring_reap(tv__io *io, uint32_t *out)
         if (ud >= io->qd || !io->ops[ud].inflight)
             continue; /* cannot happen: only ops are tagged with indexes */
         tv__io_op *op = &io->ops[ud];
-        if (tv__io_fault)
-            tv__io_fault(op->dev, op->off + op->done, (size_t)(op->len - op->done), &res);
+        tv__io_fault_apply(op->dev, op->off + op->done, op->len - op->done, &res);
         if (tv__io_op_step(op, res) && !op->timed_out) {
             if ((rc = prep(io, (uint32_t)ud)) == 0)
                 continue;

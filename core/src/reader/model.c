@@ -21,6 +21,7 @@
 
 #include "dev/dev.h"
 #include "io/engine.h"
+#include "reader/desc.h"
 #include "reader/serve.h"
 #include "snap/snapfile.h"
 #include "snap/snapshot.h"
@@ -28,22 +29,13 @@
 #include "tensorvault/tensorvault.h"
 #include "xfer/xfer.h"
 
-/* A tensor's record, decoded and validated on first use (not at open, so
- * opening a generation costs the same for 100 or 120,000 tensors): `ready`
- * is set (release) after the fields are written, under the model's plan
- * lock; readers check it (acquire) first, so concurrent metadata calls on
- * one handle are safe. shape points into the snapshot image (little-endian
- * host, 8-byte aligned dims) or to an own copy (owned_shape). */
+/* A tensor's record (desc.h), decoded and validated on first use (not at
+ * open, so opening a generation costs the same for 100 or 120,000
+ * tensors): `ready` is set (release) after the fields are written, under
+ * the model's plan lock; readers check it (acquire) first, so concurrent
+ * metadata calls on one handle are safe. */
 typedef struct tensor_plan {
-    const char *name;
-    size_t name_len;
-    tv_dtype dtype;
-    uint32_t rank;
-    uint32_t shard;
-    uint64_t begin, end;
-    const uint64_t *shape;
-    uint64_t n_elements;
-    uint64_t *owned_shape;
+    tv__tdesc d;
     _Atomic bool ready;
 } tensor_plan;
 
@@ -59,9 +51,7 @@ typedef struct shard_plan {
     uint64_t payload_base[TV__IO_MAX_REPLICAS];
 } shard_plan;
 
-/* printf precision for a name of len bytes: at most 256 (a length over
- * INT_MAX would turn negative and print the whole string table). */
-#define NAME_PREC(len) ((int)((len) > 256 ? 256 : (len)))
+#define NAME_PREC TV__NAME_PREC
 
 /* One device of the snapshot as validated at open. */
 typedef struct dev_state {
@@ -117,7 +107,7 @@ TV_API void tv_model_close(tv_model *m)
     free(m->devs);
     free(m->dst);
     for (uint32_t i = 0; m->any_owned_shape && i < m->snap.n_tensors; i++)
-        free(m->t[i].owned_shape);
+        tv__tdesc_free(&m->t[i].d);
     free(m->t);
     if (m->plan_mu_ok)
         pthread_mutex_destroy(&m->plan_mu);
@@ -370,40 +360,6 @@ static int build_plans(tv_model *m, tv_error *err)
     return 0;
 }
 
-/* Decodes and validates the record of tensor i (i < n_tensors) once. */
-static int decode_plan(const tv_model *m, uint32_t i, tensor_plan *p, tv_error *err)
-{
-    tv__snap_tensor_info st;
-    int rc;
-    if ((rc = tv__snap_tensor(&m->snap, i, &st, err)))
-        return rc;
-    p->name = st.name;
-    p->name_len = st.name_len;
-    p->dtype = st.dtype;
-    p->rank = st.rank;
-    p->shard = st.shard;
-    p->begin = st.begin_off;
-    p->end = st.end_off;
-    p->n_elements = 1;
-    for (uint32_t d = 0; d < st.rank; d++)
-        if (tv__mul_u64(p->n_elements, tv__snap_dim(&st, d), &p->n_elements))
-            p->n_elements = UINT64_MAX;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if ((uintptr_t)st.shape_le % _Alignof(uint64_t) == 0) {
-        p->shape = (const uint64_t *)(const void *)st.shape_le;
-        return 0;
-    }
-#endif
-    uint64_t *own = calloc(st.rank ? st.rank : 1, sizeof(*own));
-    if (!own)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    for (uint32_t d = 0; d < st.rank; d++)
-        own[d] = tv__snap_dim(&st, d);
-    p->owned_shape = own;
-    p->shape = own;
-    return 0;
-}
-
 /* The plan of tensor i, decoded on first use. Returns 0,
  * TV_E_INVALID_ARG (i out of range) or the record's TV_E_SNAPSHOT. */
 static int ensure_plan(const tv_model *m, size_t i, tv_error *err)
@@ -419,8 +375,8 @@ static int ensure_plan(const tv_model *m, size_t i, tv_error *err)
     pthread_mutex_t *mu = (pthread_mutex_t *)&m->plan_mu;
     pthread_mutex_lock(mu);
     if (!atomic_load_explicit(&p->ready, memory_order_relaxed) &&
-        (rc = decode_plan(m, (uint32_t)i, p, err)) == 0) {
-        if (p->owned_shape)
+        (rc = tv__tdesc_decode(&m->snap, (uint32_t)i, &p->d, err)) == 0) {
+        if (p->d.owned_shape)
             ((tv_model *)m)->any_owned_shape = true;
         atomic_store_explicit(&p->ready, true, memory_order_release);
     }
@@ -612,33 +568,15 @@ TV_API int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out)
     if (!m || !out || i >= m->snap.n_tensors)
         return TV_E_INVALID_ARG;
     int rc = ensure_plan(m, i, NULL);
-    if (rc) {
-        /* A caller that ignores the code still sees an empty tensor. */
-        memset(out, 0, sizeof(*out));
-        out->name = "";
-        return rc;
-    }
-    const tensor_plan *p = &m->t[i];
-    out->name = p->name;
-    out->name_len = p->name_len;
-    out->dtype = p->dtype;
-    out->rank = p->rank;
-    out->shape = p->shape;
-    out->nbytes = p->end - p->begin;
-    out->n_elements = p->n_elements;
-    out->shard = p->shard;
-    return 0;
+    tv__tdesc_public(rc ? NULL : &m->t[i].d, out);
+    return rc;
 }
 
 TV_API int tv_model_find(const tv_model *m, const char *name, size_t name_len, size_t *index)
 {
-    uint32_t i;
     if (!m || !name)
         return TV_E_NOT_FOUND;
-    int rc = tv__snap_find(&m->snap, name, name_len, &i, NULL);
-    if (rc == 0 && index)
-        *index = i;
-    return rc == 0 ? 0 : TV_E_NOT_FOUND;
+    return tv__tdesc_find(&m->snap, name, name_len, index);
 }
 
 static int lookup(const tv_model *m, const char *name, size_t *idx, tv_error *err)
@@ -649,10 +587,7 @@ static int lookup(const tv_model *m, const char *name, size_t *idx, tv_error *er
     if (!m || !name)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     uint32_t i;
-    int rc = tv__snap_find(&m->snap, name, strlen(name), &i, err);
-    if (rc == TV_E_NOT_FOUND)
-        return tv__seterr(err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%lld", name, m->name,
-                          (long long)m->snap.generation);
+    int rc = tv__tdesc_lookup(&m->snap, m->name, m->snap.generation, name, &i, err);
     if (rc == 0 && (rc = ensure_plan(m, i, err)) == 0)
         *idx = i;
     return rc;
@@ -663,7 +598,7 @@ static int lookup(const tv_model *m, const char *name, size_t *idx, tv_error *er
 static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void *dest,
                     tv__io_req *req, tv_error *err)
 {
-    const tensor_plan *p = &m->t[i];
+    const tv__tdesc *p = &m->t[i].d;
     const shard_plan *sp = &m->sh[p->shard];
     memset(req, 0, sizeof(*req));
     req->len = len;
@@ -708,20 +643,17 @@ TV_API int tv_read_into(tv_model *m, const char *name, void *dest, size_t dest_l
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    uint64_t nbytes = m->t[i].end - m->t[i].begin;
-    if ((!dest && nbytes) || dest_len < nbytes)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' needs %llu bytes; destination %p has %zu", name,
-                          (unsigned long long)nbytes, dest, dest_len);
+    if ((rc = tv__tdesc_check_into(&m->t[i].d, name, dest, dest_len, err)))
+        return rc;
     tv__io_req req;
-    if ((rc = fill_req(m, i, 0, nbytes, dest, &req, err)))
+    if ((rc = fill_req(m, i, 0, m->t[i].d.nbytes, dest, &req, err)))
         return rc;
     return run_one(m, &req, NULL, name, err);
 }
 
 static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *sink, tv_error *err)
 {
-    int rc = 0, first = 0;
+    tv__batch_err first = {0};
     if (!m || (!reqs && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     tv__io_req *io = calloc(n ? n : 1, sizeof(*io));
@@ -732,56 +664,33 @@ static int batch(tv_model *m, tv_read_req *reqs, size_t n, const tv__io_sink *si
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
     size_t k = 0;
-    tv_error first_err = {0};
     for (size_t j = 0; j < n; j++) {
-        size_t i = reqs[j].index;
+        size_t i;
         tv_error e = {0};
-        int r = 0;
-        if (reqs[j].name)
-            r = lookup(m, reqs[j].name, &i, &e);
-        else if (i >= m->snap.n_tensors)
-            r = tv__seterr(&e, TV_E_INVALID_ARG, "request %zu: tensor index %zu out of range", j,
-                           i);
-        else
+        int r = tv__tdesc_batch_index(&m->snap, m->name, m->snap.generation, &reqs[j], j, &i, &e);
+        if (!r)
             r = ensure_plan(m, i, &e);
         if (!r) {
-            uint64_t nbytes = m->t[i].end - m->t[i].begin;
-            if ((!reqs[j].dest && nbytes) || reqs[j].dest_len < nbytes)
-                r = tv__seterr(&e, TV_E_INVALID_ARG,
-                               "request %zu (tensor '%.*s'): needs %llu bytes, destination has %zu",
-                               j, NAME_PREC(m->t[i].name_len), m->t[i].name,
-                               (unsigned long long)nbytes, reqs[j].dest_len);
-            else
-                r = fill_req(m, i, 0, nbytes, reqs[j].dest, &io[k], &e);
+            const tv__tdesc *p = &m->t[i].d;
+            if (!(r = tv__tdesc_check_batch(p, j, reqs[j].dest, reqs[j].dest_len, &e)))
+                r = fill_req(m, i, 0, p->nbytes, reqs[j].dest, &io[k], &e);
         }
-        reqs[j].result = r;
-        if (r) {
-            if (!first) {
-                first = r;
-                first_err = e;
-            }
-            continue;
-        }
-        map[k++] = j;
+        if ((reqs[j].result = tv__batch_note(&first, r, &e)) == 0)
+            map[k++] = j;
     }
     tv_error e = {0};
-    rc = tv__io_run(m->io, io, k, sink, &e);
+    tv__batch_note(&first, tv__io_run(m->io, io, k, sink, &e), &e);
     for (size_t q = 0; q < k; q++)
         reqs[map[q]].result = io[q].result;
-    if (rc && !first) {
-        first = rc;
-        first_err = e;
-    }
-    for (size_t j = 0; j < n && !first; j++)
+    for (size_t j = 0; j < n && !first.code; j++)
         if (reqs[j].result) {
-            first = reqs[j].result;
-            tv__seterr(&first_err, first, "request %zu failed: %s", j, tv_strerror(first));
+            tv__seterr(&e, reqs[j].result, "request %zu failed: %s", j,
+                       tv_strerror(reqs[j].result));
+            tv__batch_note(&first, reqs[j].result, &e);
         }
-    if (first && err)
-        *err = first_err;
     free(io);
     free(map);
-    return first;
+    return tv__batch_answer(&first, err);
 }
 
 TV_API int tv_read_batch(tv_model *m, tv_read_req *reqs, size_t n, tv_error *err)
@@ -796,80 +705,24 @@ TV_API int tv_read_range(tv_model *m, const char *name, uint64_t off, uint64_t l
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    uint64_t nbytes = m->t[i].end - m->t[i].begin, end;
-    if (tv__add_u64(off, len, &end) || end > nbytes)
-        return tv__seterr(
-            err, TV_E_INVALID_ARG, "tensor '%s': bytes [%llu, +%llu) outside its %llu bytes", name,
-            (unsigned long long)off, (unsigned long long)len, (unsigned long long)nbytes);
-    if (len == 0)
-        return 0;
-    if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s': %llu bytes at %llu need %llu bytes; destination has %zu",
-                          name, (unsigned long long)len, (unsigned long long)off,
-                          (unsigned long long)len, dest_len);
+    if ((rc = tv__tdesc_check_range(&m->t[i].d, name, off, len, dest, dest_len, err)) || len == 0)
+        return rc;
     tv__io_req req;
     if ((rc = fill_req(m, i, off, len, dest, &req, err)))
         return rc;
     return run_one(m, &req, NULL, name, err);
 }
 
-/* The checks of tv_read_rows, before anything is allocated or read:
- * *off and *len are the byte range of rows [r0, r1) inside the tensor. */
-static int rows_range(const tv_model *m, const char *name, uint64_t r0, uint64_t r1, size_t *idx,
-                      uint64_t *off, uint64_t *len, tv_error *err)
-{
-    size_t i;
-    int rc = lookup(m, name, &i, err);
-    *off = *len = 0;
-    if (rc)
-        return rc;
-    const tensor_plan *p = &m->t[i];
-    if (p->rank == 0)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s' is a scalar: no rows", name);
-    uint64_t rows = p->shape[0];
-    if (r0 > r1 || r1 > rows)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': rows [%llu, %llu) outside [0, %llu)",
-                          name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)rows);
-    /* Bits per row: elements of one row x dtype bits; rows of a sub-byte
-     * dtype are addressable only when they are whole bytes. */
-    uint64_t row_elems = 1, row_bits, end, nbytes = p->end - p->begin;
-    for (uint32_t d = 1; d < p->rank; d++)
-        if (tv__mul_u64(row_elems, p->shape[d], &row_elems))
-            return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
-    if (tv__mul_u64(row_elems, tv_dtype_bits(p->dtype), &row_bits))
-        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': row size overflows", name);
-    if (row_bits % 8 && r0 != r1)
-        return tv__seterr(err, TV_E_ST_NOT_BYTE_ADDRESSABLE,
-                          "tensor '%s': a row of %s is %llu bits, not whole bytes", name,
-                          tv_dtype_name(p->dtype), (unsigned long long)row_bits);
-    uint64_t row_len = row_bits / 8;
-    if (tv__mul_u64(r0, row_len, off) || tv__mul_u64(r1, row_len, &end))
-        return tv__seterr(
-            err, TV_E_OVERFLOW, "tensor '%s': rows [%llu, %llu) x %llu bytes a row overflows", name,
-            (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)row_len);
-    if (end > nbytes)
-        return tv__seterr(err, TV_E_SNAPSHOT,
-                          "tensor '%s': rows end at byte %llu, past its %llu bytes", name,
-                          (unsigned long long)end, (unsigned long long)nbytes);
-    *len = end - *off;
-    *idx = i;
-    return 0;
-}
-
 TV_API int tv_rows_len(const tv_model *m, const char *name, uint64_t r0, uint64_t r1, uint64_t *len,
                        tv_error *err)
 {
     size_t i;
-    uint64_t off, l;
+    uint64_t off;
     if (!len)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *len = 0;
-    int rc = rows_range(m, name, r0, r1, &i, &off, &l, err);
-    if (!rc)
-        *len = l;
-    return rc;
+    int rc = lookup(m, name, &i, err);
+    return rc ? rc : tv__tdesc_rows(&m->t[i].d, name, r0, r1, &off, len, err);
 }
 
 TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1, void *dest,
@@ -877,16 +730,11 @@ TV_API int tv_read_rows(tv_model *m, const char *name, uint64_t r0, uint64_t r1,
 {
     size_t i;
     uint64_t off, len;
-    int rc = rows_range(m, name, r0, r1, &i, &off, &len, err);
-    if (rc)
+    int rc = lookup(m, name, &i, err);
+    if (rc || (rc = tv__tdesc_rows(&m->t[i].d, name, r0, r1, &off, &len, err)) || r0 == r1)
         return rc;
-    if (r0 == r1)
-        return 0;
-    if (!dest || dest_len < len)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' rows [%llu, %llu) need %llu bytes; destination has %zu",
-                          name, (unsigned long long)r0, (unsigned long long)r1,
-                          (unsigned long long)len, dest_len);
+    if ((rc = tv__tdesc_check_rows_dest(name, r0, r1, len, dest, dest_len, err)))
+        return rc;
     tv__io_req req;
     if ((rc = fill_req(m, i, off, len, dest, &req, err)))
         return rc;
@@ -899,20 +747,10 @@ TV_API int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_le
     int rc = lookup(m, name, &i, err);
     if (rc)
         return rc;
-    const tensor_plan *p = &m->t[i];
-    uint64_t nbytes = p->end - p->begin;
-    float probe;
-    if (tv_convert_f32(p->dtype, &probe, 0, &probe) != 0)
-        return tv__seterr(err, TV_E_NOT_SUPPORTED, "tensor '%s': no float32 conversion from %s",
-                          name, tv_dtype_name(p->dtype));
-    uint64_t need;
-    if (tv__mul_u64(p->n_elements, 4, &need))
-        return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s': %llu elements as float32 overflow",
-                          name, (unsigned long long)p->n_elements);
-    if (!dest || dest_len < need)
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "tensor '%s' as float32 needs %llu bytes; destination has %zu", name,
-                          (unsigned long long)need, dest_len);
+    const tv__tdesc *p = &m->t[i].d;
+    uint64_t nbytes = p->nbytes;
+    if ((rc = tv__tdesc_check_f32(p, name, dest, dest_len, err)))
+        return rc;
     if (p->dtype == TV_DTYPE_F32)
         return tv_read_into(m, name, dest, dest_len, err);
     void *raw = malloc(nbytes ? nbytes : 1);
@@ -925,12 +763,6 @@ TV_API int tv_read_f32(tv_model *m, const char *name, void *dest, size_t dest_le
     return rc;
 }
 
-struct tv_tensor_impl {
-    tv_tensor pub;
-    void *arena;
-    uint64_t shape[TV_ST_MAX_RANK];
-};
-
 TV_API int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_error *err)
 {
     size_t i;
@@ -940,23 +772,19 @@ TV_API int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_erro
     *out = NULL;
     if ((rc = lookup(m, name, &i, err)))
         return rc;
-    const tensor_plan *p = &m->t[i];
-    uint64_t nbytes = p->end - p->begin, arena_len;
+    const tv__tdesc *p = &m->t[i].d;
+    uint64_t nbytes = p->nbytes, arena_len;
     uint32_t a = m->max_io_align ? m->max_io_align : 4096;
     /* Headroom for the envelope on either side of the payload. */
     if (tv__add_u64(nbytes, 2ull * a, &arena_len) || tv__align_up_u64(arena_len, a, &arena_len))
         return tv__seterr(err, TV_E_OVERFLOW, "tensor '%s' too large", name);
-    struct tv_tensor_impl *t = calloc(1, sizeof(*t));
-    if (!t)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    if (posix_memalign(&t->arena, a, (size_t)arena_len)) {
-        free(t);
-        return tv__seterr(err, -ENOMEM, "out of memory for a %llu-byte tensor",
-                          (unsigned long long)arena_len);
-    }
+    tv_tensor *t;
+    void *arena;
+    if ((rc = tv__tensor_new(arena_len, a, &t, &arena, err)))
+        return rc;
     uint64_t skip = 0;
     tv__io_req req;
-    if ((rc = fill_req(m, i, 0, nbytes, t->arena, &req, err)))
+    if ((rc = fill_req(m, i, 0, nbytes, arena, &req, err)))
         goto fail;
     req.envelope_into_dest = true;
     req.payload_skip = &skip;
@@ -966,27 +794,12 @@ TV_API int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_erro
         rc = tv__seterr(err, TV_E_INTERNAL, "tensor '%s': envelope larger than the arena", name);
         goto fail;
     }
-    memcpy(t->shape, p->shape, sizeof(uint64_t) * p->rank);
-    t->pub.data = (const uint8_t *)t->arena + skip;
-    t->pub.nbytes = nbytes;
-    t->pub.dtype = p->dtype;
-    t->pub.rank = p->rank;
-    t->pub.shape = t->shape;
-    *out = &t->pub;
+    tv__tensor_set(t, skip, p);
+    *out = t;
     return 0;
 fail:
-    free(t->arena);
-    free(t);
+    tv_tensor_free(t);
     return rc;
-}
-
-TV_API void tv_tensor_free(tv_tensor *pub)
-{
-    if (!pub)
-        return;
-    struct tv_tensor_impl *t = (struct tv_tensor_impl *)pub;
-    free(t->arena);
-    free(t);
 }
 
 TV_API bool tv_cuda_available(void)
