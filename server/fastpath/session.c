@@ -406,17 +406,37 @@ static bool issue_one(fp_session *s)
     return true;
 }
 
+/* Moves s to the tail of the session list: the sessions served go last, so
+ * a slot that comes free goes to the session that waited longest. */
+static void session_to_tail(tv__fp *fp, fp_session *s)
+{
+    if (fp->s_tail == s)
+        return;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        fp->s_head = s->next;
+    s->next->prev = s->prev;
+    s->prev = fp->s_tail;
+    s->next = NULL;
+    fp->s_tail->next = s;
+    fp->s_tail = s;
+}
+
 bool tv__fp_schedule(tv__fp *fp)
 {
     bool any = false, progress;
     fp->again = false;
     do {
+        fp_session *s = fp->s_head, *last = fp->s_tail;
         progress = false;
-        for (fp_session *s = fp->s_head; s; s = s->next) {
-            if (s->doomed || !s->issue || s->held + s->waits >= fp->o.credit)
-                continue;
-            if (issue_one(s))
+        while (s) {
+            fp_session *nx = s == last ? NULL : s->next; /* the ones served go after last */
+            if (!s->doomed && s->issue && s->held + s->waits < fp->o.credit && issue_one(s)) {
                 progress = true;
+                session_to_tail(fp, s);
+            }
+            s = nx;
         }
         any |= progress;
     } while (progress);
@@ -524,6 +544,18 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
     size_t n = m->text_len < sizeof spec - 1 ? m->text_len : sizeof spec - 1;
     memcpy(spec, m->text, n);
     spec[n] = '\0';
+    /* A peer that does not read its replies must not make the daemon hold
+     * descriptors without bound: OPENED replies waiting in the outbox hold
+     * two each, so at most max_handles of them may wait. */
+    uint32_t waiting = 0;
+    for (const fp_out *o = s->out_head; o; o = o->next)
+        waiting += o->n_fds;
+    if (waiting >= TV__FP_N_FDS_OPENED * fp->o.max_handles) {
+        tv__fp_session_fail(s, TV_E_PROTOCOL,
+                            "the client does not read its replies: %u descriptors wait to be sent",
+                            waiting);
+        return;
+    }
     if (s->n_handles >= fp->o.max_handles) {
         tv__seterr(&err, TV_E_BUSY,
                    "session %" PRIu64 " has %u handles open (max_handles): '%s' not opened", s->id,

@@ -25,6 +25,7 @@
  * max_groups / max_handles refuse that OPEN only; a client that never reads
  * is closed once its outbox passes the bound. Everything runs twice: with
  * the pread engine and with AUTO (io_uring where the kernel has it). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -37,6 +38,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1587,6 +1589,192 @@ static void test_random_traffic(void **state)
         cl_close(&c[i]);
 }
 
+/* ---- found by the attacker's review: each failed before its fix ---------- */
+
+/* Descriptors open in this process (the daemon runs in it). */
+static int fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the DIR's own descriptor */
+}
+
+static uint64_t cpu_us(void)
+{
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+           (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Failed before its fix: server/fastpath/session.c keeps the two descriptors of every OPENED it
+ * could not send in the outbox; the outbox bound counts entries only (credit + max_requests + ...),
+ * so a peer that sends OPEN / CLOSE pairs and never reads makes the daemon hold thousands of memfd
+ * descriptors (RLIMIT_NOFILE: then accept, memfd_create and every model open fail for everyone).
+ * Fix in the report. */
+/* A peer that opens and closes a second handle again and again without
+ * reading a reply: the descriptors the daemon holds for it stay bounded
+ * (the session is closed once more OPENED replies wait than it may have
+ * handles), and every one is given back when it ends. */
+static void test_outbox_fds_bounded(void **state)
+{
+    (void)state;
+    cl x;
+    tv_error err = {0};
+    cl_ready(&x);
+    int base = fd_count(), peak = base;
+    bool closed = false;
+    for (uint32_t i = 0; i < 3000 && !closed; i++) {
+        size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, 2 + i, MODEL, strlen(MODEL));
+        closed = tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
+        len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, 2 + i);
+        closed = closed || tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
+        if (i % 50 == 0) {
+            int n = fd_count();
+            peak = n > peak ? n : peak;
+            if (peak - base > 200)
+                break; /* do not exhaust the test's own descriptors */
+        }
+    }
+    sleep_ms(200);
+    int n = fd_count();
+    peak = n > peak ? n : peak;
+    if (peak - base > 4 * 4 + 16) /* max_handles 4: two descriptors each, some slack */
+        fail_msg("the daemon held %d more descriptors for a peer that does not read", peak - base);
+    cl_close(&x);
+    for (int i = 0; i < 200 && stats().sessions != 0; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 0);
+    assert_true(fd_count() <= base);
+}
+
+/* accept(2) failing with EMFILE (the process out of descriptors) must not
+ * make the loop spin on the still-readable listening socket (100% CPU and a
+ * warning per turn); once descriptors are back the waiting peer is
+ * accepted and served. */
+static void test_accept_emfile(void **state)
+{
+    (void)state;
+    struct rlimit old, lim;
+    static int dummies[4096];
+    int n_dummies = 0, top = 0;
+    cl x;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    /* the highest descriptor in use: the new limit leaves a few above it */
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) >= 0)
+            top = fd;
+    lim = old;
+    lim.rlim_cur = (rlim_t)top + 1 + 8;
+    assert_true(lim.rlim_cur <= old.rlim_cur);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    for (;;) {
+        int fd = dup(0);
+        if (fd < 0)
+            break;
+        if (n_dummies == (int)TV_ARRAY_LEN(dummies)) {
+            close(fd);
+            break;
+        }
+        dummies[n_dummies++] = fd;
+    }
+    int e = errno;
+    if (e != EMFILE || n_dummies < 2) {
+        while (n_dummies)
+            close(dummies[--n_dummies]);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+        fail_msg("could not use up the descriptors below the limit (errno %d)", e);
+    }
+    close(dummies[--n_dummies]); /* the client's socket takes it: accept has none */
+    cl_connect(&x);
+    tv__log_set_level(TV_LOG_ERROR); /* on main: a warning per turn */
+    sleep_ms(100);
+    uint64_t t0 = cpu_us();
+    sleep_ms(500);
+    uint64_t spent = cpu_us() - t0;
+    tv__log_set_level(TV_LOG_INFO);
+    while (n_dummies)
+        close(dummies[--n_dummies]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (spent > 150000)
+        fail_msg("the loop spun while accept had no descriptor: %llu us of CPU in 500 ms",
+                 (unsigned long long)spent);
+    /* descriptors are back: the peer waiting in the backlog is served */
+    cl_hello(&x);
+    assert_int_equal(cl_open(&x, MODEL, 1), 0);
+    check_other_works(&x, (uint32_t)tensor_index("b"));
+    cl_close(&x);
+}
+
+static int setup_fp_small(void **state)
+{
+    (void)state;
+    tv__fp_opts o = base_opts();
+    o.credit = 4;
+    o.group_slots = 8;
+    fp_up(&o);
+    return 0;
+}
+
+/* Reads of one byte at offsets off0 + i x SLOT (i < n) of tensor t: n
+ * distinct chunks. */
+static void read_spread(cl *c, uint32_t t, uint64_t off0, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        cl_read(c, t, off0 + (uint64_t)i * SLOT, 1);
+}
+
+static void pump_chunks(cl *c, size_t want)
+{
+    while (c->n_chunks < want) {
+        int t = cl_pump(c, WAIT_MS);
+        if (t <= 0)
+            fail_msg("session %llu: %s after %zu of %zu chunks", (unsigned long long)c->session,
+                     t ? "timeout" : "EOF", c->n_chunks, want);
+    }
+}
+
+/* Failed before its fix: tv__fp_schedule (server/fastpath/session.c) starts every pass at
+ * fp->s_head, so a freed slot of a full group always goes to the first session in connection order
+ * that wants one: a later session waits for as long as earlier ones keep releasing and asking. Fix
+ * in the report. */
+/* Credit 4, 8 slots: A and B each hold 4 slots of the group and want one
+ * more chunk; C waits for one. A gives one slot back: it goes to C (the
+ * session that has waited), not back to A. */
+static void test_fair_slot_handoff(void **state)
+{
+    (void)state;
+    cl a, b, c;
+    uint32_t ta = (uint32_t)tensor_index("a"), td = (uint32_t)tensor_index("d"),
+             te = (uint32_t)tensor_index("e");
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_ready(&c);
+    a.auto_release = b.auto_release = false;
+    read_spread(&a, ta, 0, 5); /* object chunks 0..4 */
+    pump_chunks(&a, 4);
+    read_spread(&b, td, 0, 5); /* chunks 10..14 */
+    pump_chunks(&b, 4);
+    cl_read(&c, te, 120000, 1);             /* chunk 17 */
+    assert_int_equal(cl_pump(&c, 300), -1); /* every slot is held */
+    cl_release(&a, &a.held[0], 1);
+    a.n_held--;
+    int t = cl_pump(&c, 2000);
+    if (t != TV__FP_CHUNK)
+        fail_msg("the waiting session got %s when a slot came free (A has %zu chunks)",
+                 t < 0 ? "nothing" : tv__fp_type_name((uint16_t)t), a.n_chunks);
+    cl_wait_all(&c);
+    assert_int_equal(c.reqs[0].result, 0);
+    assert_int_equal(c.reqs[0].dest[0], g.ref[te][120000]);
+    cl_close(&a);
+    cl_close(&b);
+    cl_close(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1612,6 +1800,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_failure, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_two_generations, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_random_traffic, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_outbox_fds_bounded, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fair_slot_handoff, setup_fp_small, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_accept_emfile, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
