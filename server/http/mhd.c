@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,12 @@ struct tv__http {
     char *registry_path;
     pthread_mutex_t metrics_lock; /* guards metrics_reg */
     tv__reg *metrics_reg;
-    int quiesced_fd;
+    /* Set by tv__http_quiesce: new connections are closed as they are
+     * accepted. (Not MHD_quiesce_daemon: with a thread pool and epoll it
+     * races with a worker taking the listening socket out of its epoll set at
+     * its connection limit, and libmicrohttpd 0.9.75 then aborts: "Failed to
+     * remove listen FD from epoll set".) */
+    atomic_bool quiesced;
 };
 
 typedef struct req_ctx {
@@ -471,6 +477,15 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, tv_erro
     return 0;
 }
 
+/* MHD's accept policy: once quiesced, every new connection is refused
+ * (closed at once); requests in flight finish. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addr;
+    (void)addrlen;
+    return atomic_load(&((tv__http *)cls)->quiesced) ? MHD_NO : MHD_YES;
+}
+
 int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__http **out,
                    uint16_t *port, tv_error *err)
 {
@@ -486,7 +501,6 @@ int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__htt
         return tv__seterr(err, -ENOMEM, "out of memory");
     h->api = api;
     h->jobs = jobs;
-    h->quiesced_fd = -1;
     h->max_body = o->max_body_bytes ? o->max_body_bytes : (64u << 10);
     h->max_header = o->max_header_bytes ? o->max_header_bytes : (8u << 10);
     pthread_mutex_init(&h->metrics_lock, NULL);
@@ -507,7 +521,7 @@ int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__htt
         flags |= MHD_USE_IPv6;
     errno = 0;
     h->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        flags, 0, accept_policy, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_TIMEOUT, o->connection_timeout_s ? o->connection_timeout_s : 30u,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connections ? o->per_ip_connections : 256u,
@@ -532,10 +546,8 @@ fail:
 
 void tv__http_quiesce(tv__http *h)
 {
-    if (h && h->d && h->quiesced_fd < 0) {
-        MHD_socket fd = MHD_quiesce_daemon(h->d);
-        h->quiesced_fd = fd == MHD_INVALID_SOCKET ? -1 : (int)fd;
-    }
+    if (h)
+        atomic_store(&h->quiesced, true);
 }
 
 void tv__http_stop(tv__http *h)
@@ -544,8 +556,6 @@ void tv__http_stop(tv__http *h)
         return;
     if (h->d)
         MHD_stop_daemon(h->d);
-    if (h->quiesced_fd >= 0)
-        tv__sys.close(h->quiesced_fd); /* the listening socket MHD handed back */
     tv__reg_close(h->metrics_reg);
     pthread_mutex_destroy(&h->metrics_lock);
     free(h->registry_path);

@@ -22,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +34,7 @@
 #include "fastpath/fastpath.h"
 #include "http/api.h"
 #include "http/api_internal.h"
+#include "http/mhd.h"
 #include "import/import.h"
 #include "store/store.h"
 #include "tv_test.h"
@@ -1619,6 +1623,51 @@ static void test_open_args(void **state)
     tv__api_close(NULL);
 }
 
+/* One HTTP/1.0 GET /healthz on a new connection to 127.0.0.1:port: the
+ * bytes of the reply (0 when the server closed the connection unanswered). */
+static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    struct timeval tv = {.tv_sec = 10};
+    size_t got = 0;
+    assert_true(fd >= 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char *req = "GET /healthz HTTP/1.0\r\nHost: t\r\n\r\n";
+    (void)send(fd, req, strlen(req), MSG_NOSIGNAL); /* may fail once refused */
+    for (;;) {
+        ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    close(fd); /* raw-syscall-ok: a test socket */
+    return got;
+}
+
+/* tv__http_quiesce: connections accepted afterwards are closed unanswered,
+ * the server keeps running until tv__http_stop. */
+static void test_http_quiesce(void **state)
+{
+    (void)state;
+    tv__http_opts o = {.listen = "127.0.0.1:0", .threads = 2, .store_dir = g->store};
+    tv__http *h = NULL;
+    uint16_t port = 0;
+    char buf[4096];
+    tv_error err = {0};
+    assert_int_equal(tv__http_start(&o, g->api, NULL, &h, &port, &err), 0);
+    assert_true(port > 0);
+    assert_true(http_get_healthz(port, buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, " 200 "));
+    tv__http_quiesce(h);
+    tv__http_quiesce(h); /* twice is fine */
+    assert_int_equal(http_get_healthz(port, buf, sizeof buf), 0);
+    tv__http_stop(h);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1643,6 +1692,7 @@ int main(void)
         T(test_garbage),
         T(test_open_args),
         T(test_sessions_without_fastpath),
+        T(test_http_quiesce),
         cmocka_unit_test(test_session_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
