@@ -75,9 +75,13 @@ static void listen_arm(tv__fp *fp, bool on)
                 strerror(errno));
 }
 
+/* Connections accepted per loop turn: a connect storm waits in the backlog
+ * (the listening socket stays readable) instead of holding the loop. */
+#define FP_ACCEPT_PER_TURN 64
+
 static void on_accept(tv__fp *fp)
 {
-    for (;;) {
+    for (int turn = 0; turn < FP_ACCEPT_PER_TURN; turn++) {
         int fd = accept4(fp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         fp_session *s = NULL;
         if (fd < 0) {
@@ -372,16 +376,42 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
         rc = tv__seterr(err, -errno, "fastpath: socket(): %s", strerror(errno));
         goto fail;
     }
-    if (bind(fp->listen_fd, (struct sockaddr *)&sa, sizeof sa)) {
+    /* Bound under a temporary name, given its mode, then renamed into place
+     * (never replacing a socket that appeared meanwhile): the socket is
+     * never reachable with the umask's mode, nor at a path swapped for a
+     * link between bind and chmod. A path with no room for the suffix is
+     * bound in place (its directory, 0750, is the protection then). */
+    struct sockaddr_un tmp = sa;
+    int tl =
+        snprintf(tmp.sun_path, sizeof tmp.sun_path, "%s.%ld.tmp", fp->socket_path, (long)getpid());
+    bool via_tmp = tl > 0 && (size_t)tl < sizeof tmp.sun_path;
+    if (!via_tmp)
+        tmp = sa;
+    (void)tv__sys.unlink(tmp.sun_path); /* a temporary left by a crash of this pid */
+    if (bind(fp->listen_fd, (struct sockaddr *)&tmp, sizeof tmp)) {
         rc = tv__seterr(err, errno == EADDRINUSE ? -EADDRINUSE : -errno, "fastpath: bind %s: %s",
-                        fp->socket_path, strerror(errno));
+                        tmp.sun_path, strerror(errno));
         goto fail;
     }
-    bound = true;
-    if (chmod(fp->socket_path, fp->o.socket_mode)) {
-        rc = tv__seterr(err, -errno, "fastpath: chmod %o %s: %s", fp->o.socket_mode,
-                        fp->socket_path, strerror(errno));
+    if (!via_tmp)
+        bound = true;
+    if (chmod(tmp.sun_path, fp->o.socket_mode)) {
+        rc = tv__seterr(err, -errno, "fastpath: chmod %o %s: %s", fp->o.socket_mode, tmp.sun_path,
+                        strerror(errno));
+        if (via_tmp)
+            (void)tv__sys.unlink(tmp.sun_path);
         goto fail;
+    }
+    if (via_tmp) {
+        if (tv__sys.rename_noreplace(tmp.sun_path, fp->socket_path)) {
+            int e = errno;
+            (void)tv__sys.unlink(tmp.sun_path);
+            rc = tv__seterr(err, e == EEXIST ? -EADDRINUSE : -e, "fastpath: rename %s to %s: %s",
+                            tmp.sun_path, fp->socket_path,
+                            e == EEXIST ? "another socket appeared there" : strerror(e));
+            goto fail;
+        }
+        bound = true;
     }
     if (listen(fp->listen_fd, 128)) {
         rc =

@@ -1166,6 +1166,10 @@ static void test_socket_takeover(void **state)
     assert_int_equal(stat(g.sock, &sb), 0);
     assert_true(S_ISSOCK(sb.st_mode));
     assert_int_equal(sb.st_mode & 0777, 0660);
+    /* bound under a temporary name, then renamed: none is left */
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", g.sock, (long)getpid());
+    assert_int_not_equal(stat(tmp, &sb), 0);
     assert_int_equal(tv__fp_start(&o, &second, &err), -EADDRINUSE);
     assert_null(second);
     tv__fp_stop(g_fp);
@@ -1319,6 +1323,13 @@ static void test_read_failure(void **state)
     atomic_store(&g_fail_mask, 3);
     creq *r = cl_read(&c, d, 0, g.ref_len[d]);
     cl_wait_all(&c);
+    /* Chunk reads of d still in flight fail too (a later waiter on such a
+     * chunk gets its failure): clear the fault only when they are done, i.e.
+     * when no failure was injected for 500 ms. */
+    for (long hits = -1; hits != atomic_load(&g_fault_hits);) {
+        hits = atomic_load(&g_fault_hits);
+        usleep(500 * 1000);
+    }
     tv__io_fault = NULL;
     atomic_store(&g_fail_mask, 0);
     assert_int_equal(r->result, -EIO);
