@@ -137,6 +137,34 @@ static void on_accept(tv__fp *fp)
     }
 }
 
+int64_t tv__fp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Closes the connections that sent no HELLO within hello_timeout_ms.
+ * Returns the milliseconds until the next such deadline, or -1 when no
+ * connection waits for its HELLO. */
+static int hello_sweep(tv__fp *fp)
+{
+    int64_t now = tv__fp_now_ms(), next = -1;
+    for (fp_session *s = fp->s_head; s; s = s->next) {
+        if (s->hello || s->doomed)
+            continue;
+        int64_t left = s->connected_ms + fp->o.hello_timeout_ms - now;
+        if (left <= 0) {
+            char why[96];
+            snprintf(why, sizeof why, "no HELLO within %u ms", fp->o.hello_timeout_ms);
+            tv__fp_session_drop(s, why);
+        } else if (next < 0 || left < next) {
+            next = left;
+        }
+    }
+    return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
+}
+
 static void end_of_turn(tv__fp *fp)
 {
     tv__fp_schedule(fp);
@@ -161,11 +189,12 @@ static void *loop_main(void *arg)
 {
     tv__fp *fp = arg;
     struct epoll_event evs[64];
+    int hello_wait = -1; /* ms until a connection's HELLO deadline, -1: none */
     while (!atomic_load(&fp->stop)) {
-        int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs),
-                           fp->again           ? 0
-                           : fp->accept_paused ? FP_ACCEPT_RETRY_MS
-                                               : -1);
+        int wait = fp->again ? 0 : fp->accept_paused ? FP_ACCEPT_RETRY_MS : -1;
+        if (hello_wait >= 0 && (wait < 0 || hello_wait < wait))
+            wait = hello_wait;
+        int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs), wait);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -210,6 +239,7 @@ static void *loop_main(void *arg)
         }
         fp->evs = NULL;
         fp->n_evs = fp->ev_next = 0;
+        hello_wait = hello_sweep(fp);
         end_of_turn(fp);
         pthread_mutex_unlock(&fp->mu);
     }
@@ -328,6 +358,8 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
         fp->o.max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
     if (!fp->o.max_handles)
         fp->o.max_handles = TV__FP_DEFAULT_MAX_HANDLES;
+    if (!fp->o.hello_timeout_ms)
+        fp->o.hello_timeout_ms = 10000;
     if (fp->o.slot_len % 4096 || fp->o.slot_len > (256u << 20)) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",

@@ -62,20 +62,22 @@ typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation,
 #define TV__FP_DEFAULT_MAX_HANDLES  16u
 
 typedef struct tv__fp_opts {
-    const char *socket_path; /* created (parent directory too, 0750), unlinked first if stale */
-    unsigned socket_mode;    /* chmod after bind: 0660 by default (0 = 0660) */
-    const char *store_dir;   /* tv_model_open(store_dir, spec) per new group */
-    int engine;              /* TV_ENGINE_* for the groups' aio */
-    bool no_direct;          /* buffered reads (tests on tmpfs) */
-    uint32_t slot_len;       /* 0 = default; multiple of 4096 (raised to the devices' io_align) */
-    uint32_t group_slots;    /* slots per group arena; 0 = default; >= 2 x credit */
-    uint32_t credit;         /* slot references per session; 0 = default */
-    uint32_t max_sessions;   /* further connections are answered ERROR TV_E_BUSY and closed */
-    uint32_t max_groups;     /* distinct open model generations; further OPENs: TV_E_BUSY */
-    uint32_t max_requests;   /* outstanding per session; more is a protocol error */
-    uint32_t max_handles;    /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
-    tv__fp_admit_fn admit;   /* NULL = admit the daemon's own uid, or a peer whose gid or a
-                                supplementary group is the daemon's gid */
+    const char *socket_path;   /* created (parent directory too, 0750), unlinked first if stale */
+    unsigned socket_mode;      /* chmod after bind: 0660 by default (0 = 0660) */
+    const char *store_dir;     /* tv_model_open(store_dir, spec) per new group */
+    int engine;                /* TV_ENGINE_* for the groups' aio */
+    bool no_direct;            /* buffered reads (tests on tmpfs) */
+    uint32_t slot_len;         /* 0 = default; multiple of 4096 (raised to the devices' io_align) */
+    uint32_t group_slots;      /* slots per group arena; 0 = default; >= 2 x credit */
+    uint32_t credit;           /* slot references per session; 0 = default */
+    uint32_t max_sessions;     /* further connections are answered ERROR TV_E_BUSY and closed */
+    uint32_t max_groups;       /* distinct open model generations; further OPENs: TV_E_BUSY */
+    uint32_t max_requests;     /* outstanding per session; more is a protocol error */
+    uint32_t max_handles;      /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
+    uint32_t hello_timeout_ms; /* a connection that sends no HELLO this long is closed (so idle
+                                  connections cannot hold every session); 0 = 10000 */
+    tv__fp_admit_fn admit;     /* NULL = admit the daemon's own uid, or a peer whose gid or a
+                                  supplementary group is the daemon's gid */
     void *admit_ctx;
 } tv__fp_opts;
 

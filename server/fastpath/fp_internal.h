@@ -126,6 +126,7 @@ struct fp_session {
     gid_t *gids; /* primary gid first, then SO_PEERGROUPS */
     size_t n_gids;
     int64_t connected_unix;
+    int64_t connected_ms; /* CLOCK_MONOTONIC: the HELLO deadline counts from it */
     bool hello;
     bool doomed;
     int fatal_code; /* doomed with an ERROR to send (0: peer left, or stop) */
@@ -217,6 +218,8 @@ struct tv__fp {
 };
 
 /* ---- fastpath.c ---- */
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t tv__fp_now_ms(void);
 /* Sets the epoll interest of a session (EPOLLIN, EPOLLOUT while its outbox
  * is non-empty). */
 void tv__fp_session_arm(fp_session *s);

@@ -901,6 +901,7 @@ int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
     }
     s->id = ++fp->next_session_id;
     s->connected_unix = (int64_t)time(NULL);
+    s->connected_ms = tv__fp_now_ms();
     *out = s;
     return 0;
 }

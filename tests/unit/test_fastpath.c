@@ -1786,6 +1786,27 @@ static void test_fair_slot_handoff(void **state)
     cl_close(&c);
 }
 
+/* A connection that sends no HELLO within hello_timeout_ms is closed; one
+ * that did is not, however long it stays idle. */
+static void test_hello_timeout(void **state)
+{
+    (void)state;
+    cl idle, ok;
+    tv__fp_opts o = base_opts();
+    o.hello_timeout_ms = 300;
+    fp_up(&o);
+    cl_connect(&idle);
+    cl_ready(&ok);
+    int t = cl_pump(&idle, WAIT_MS);
+    assert_int_equal(t, 0); /* EOF, no ERROR: it never spoke */
+    usleep(400 * 1000);
+    check_other_works(&ok, (uint32_t)tensor_index("b"));
+    cl_close(&idle);
+    cl_close(&ok);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1819,6 +1840,7 @@ int main(void)
         cmocka_unit_test(test_busy_sessions),
         cmocka_unit_test(test_socket_takeover),
         cmocka_unit_test(test_stop_with_sessions),
+        cmocka_unit_test(test_hello_timeout),
     };
     /* both read engines behind the aio: the pread pool, then io_uring when
      * the kernel has it (else AUTO is the pread pool again) */
