@@ -1,0 +1,130 @@
+"""ctypes binding over libtensorvault (the shared library installed inside
+this package by `pip install ./python`): the structures and prototypes of
+every C function the package calls, and the exceptions built from a
+tv_error (code, its stable name from tv_err_name, the library's message).
+
+Invariant: every function used has argtypes and restype set here, so a
+wrong argument type fails in Python instead of corrupting memory."""
+import ctypes
+import os
+
+TV_E_NOT_SUPPORTED = -1002
+TV_E_INVALID_ARG = -1003
+TV_E_NOT_FOUND = -1004
+
+
+class Error(Exception):
+    """A libtensorvault error: .code (the TV_E_* or -errno value), .name
+    (its symbolic name, e.g. "TV_E_NOT_FOUND") and .message."""
+
+    def __init__(self, code, name, message):
+        super().__init__(code, name, message)
+        self.code = code
+        self.name = name
+        self.message = message
+
+    def __str__(self):
+        return f"{self.name}: {self.message}"
+
+
+class MissingTensorError(Error, KeyError):
+    """A tensor name that the model does not have (also a KeyError)."""
+
+    __str__ = Error.__str__
+
+
+class tv_error(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 512)]
+
+
+class tv_tensor_desc(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("name_len", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("rank", ctypes.c_uint32),
+        ("shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("n_elements", ctypes.c_uint64),
+        ("shard", ctypes.c_uint32),
+    ]
+
+
+class tv_read_req(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("index", ctypes.c_size_t),
+        ("dest", ctypes.c_void_p),
+        ("dest_len", ctypes.c_size_t),
+        ("result", ctypes.c_int),
+    ]
+
+
+def _find_library():
+    path = os.environ.get("TENSORVAULT_LIBRARY")
+    if path:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtensorvault.so")
+
+
+lib = ctypes.CDLL(_find_library())
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_E = ctypes.POINTER(tv_error)
+_D = ctypes.POINTER(tv_tensor_desc)
+_R = ctypes.POINTER(tv_read_req)
+_S = ctypes.c_size_t
+_U64 = ctypes.c_uint64
+_I = ctypes.c_int
+_CS = ctypes.c_char_p
+
+_PROTOS = {
+    "tv_err_name": (ctypes.c_char_p, [_I]),
+    "tv_dtype_name": (ctypes.c_char_p, [_I]),
+    # in-process reader (tensorvault.h)
+    "tv_model_open": (_I, [_CS, _CS, _P, _PP, _E]),
+    "tv_model_close": (None, [_P]),
+    "tv_model_generation": (ctypes.c_int64, [_P]),
+    "tv_model_n_tensors": (_S, [_P]),
+    "tv_model_tensor": (_I, [_P, _S, _D]),
+    "tv_model_find": (_I, [_P, _CS, _S, ctypes.POINTER(_S)]),
+    "tv_read_into": (_I, [_P, _CS, _P, _S, _E]),
+    "tv_read_batch": (_I, [_P, _R, _S, _E]),
+    "tv_read_rows": (_I, [_P, _CS, _U64, _U64, _P, _S, _E]),
+    # fast-path client (client.h)
+    "tv_client_connect": (_I, [_CS, _P, _PP, _E]),
+    "tv_client_close": (None, [_P]),
+    "tv_client_open": (_I, [_P, _CS, _PP, _E]),
+    "tv_client_model_close": (None, [_P]),
+    "tv_client_model_generation": (ctypes.c_int64, [_P]),
+    "tv_client_n_tensors": (_S, [_P]),
+    "tv_client_tensor": (_I, [_P, _S, _D]),
+    "tv_client_find": (_I, [_P, _CS, _S, ctypes.POINTER(_S)]),
+    "tv_client_read_into": (_I, [_P, _CS, _P, _S, _E]),
+    "tv_client_read_batch": (_I, [_P, _R, _S, _E]),
+    "tv_client_read_rows": (_I, [_P, _CS, _U64, _U64, _P, _S, _E]),
+}
+for _name, (_res, _args) in _PROTOS.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+
+
+def err_name(code):
+    return lib.tv_err_name(code).decode()
+
+
+def dtype_name(dt):
+    return lib.tv_dtype_name(dt).decode()
+
+
+def make_error(code, message, cls=Error):
+    return cls(code, err_name(code), message)
+
+
+def raise_for(rc, err):
+    """Raises the Error of a failed call (rc < 0) from its tv_error."""
+    if rc < 0:
+        msg = err.msg.decode("utf-8", "replace") if err is not None else ""
+        raise Error(rc, err_name(rc), msg or err_name(rc))
