@@ -484,7 +484,7 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
     tv__config_defaults(c);
     /* First pass: --help, --version, --config and unknown flags. */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+        const char *a = argv[i], *v = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             *action = TV__CFG_HELP;
             return 0;

@@ -808,7 +808,7 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
     for (uint32_t i = 0; i < msg->u.list.n; i++) {
         tv__fp_chunk_ent e;
         tv_error de = {0};
-        creq *q;
+        creq *q = NULL;
         if ((rc = tv__fp_chunk_entry(msg, i, &e, &de)))
             return session_fail(c, err, TV_E_PROTOCOL, "tensorvaultd on %s: CHUNK entry %u: %s",
                                 c->path, i, de.msg);
@@ -857,7 +857,7 @@ static int on_done(run *s, const tv__fp_msg *msg, tv_error *err)
     for (uint32_t i = 0; i < msg->u.list.n; i++) {
         tv__fp_done_ent e;
         tv_error de = {0};
-        creq *q;
+        creq *q = NULL;
         int rc;
         if ((rc = tv__fp_done_entry(msg, i, &e, &de)))
             return session_fail(c, err, TV_E_PROTOCOL, "tensorvaultd on %s: DONE entry %u: %s",
@@ -894,7 +894,7 @@ static int on_error(run *s, const tv__fp_msg *msg, tv_error *err)
 {
     tv_client *c = s->c;
     const tv__fp_error *e = &msg->u.error;
-    creq *q;
+    creq *q = NULL;
     int rc;
     if (e->flags & TV__FP_ERROR_FATAL)
         return fatal_error(c, msg, err);
