@@ -42,7 +42,6 @@ Usage: fastpath_bench.py [--dir DIR] [--build-dir DIR] [--small] [--clients N]
 run for a shared machine; its figures mean little.
 """
 import argparse
-import fcntl
 import json
 import os
 import shutil
@@ -56,26 +55,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import read_bench as rb  # noqa: E402  (checkpoint, fio, cold-cache runs)
+from benchutil import Lock  # noqa: E402
 
 MiB = 1 << 20
 LATENCY_TENSOR = rb.LATENCY_TENSOR  # F32 [1024]: 4 KiB, one per layer
 TARGETS = {"c/b": 0.95, "c/a": 0.90, "device/model": 1.10, "slowest/single": 1.50,
            "4k p50 fast/in-process": 1.50}
 SMALL_LAYERS = 2
-
-
-class Lock:
-    def __init__(self, path):
-        self.path = path
-
-    def __enter__(self):
-        self.f = open(self.path, "a")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
 
 
 def small_checkpoint(root, log):

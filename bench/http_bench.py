@@ -20,7 +20,6 @@ Usage: http_bench.py [--build-dir DIR] [--dir DIR] [--duration S] [--clients N]
                      [--model-mib N] [--repeat N] [--json]
 """
 import argparse
-import fcntl
 import http.client
 import json
 import os
@@ -40,22 +39,9 @@ from safetensors.numpy import save_file
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from daemon import Daemon, seg  # noqa: E402
+from benchutil import Lock  # noqa: E402
 
 MiB = 1 << 20
-
-
-class Lock:
-    def __init__(self, path):
-        self.path = path
-
-    def __enter__(self):
-        self.f = open(self.path, "a")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
 
 
 def make_model(out_dir, total_mib, seed=0):

@@ -6,6 +6,7 @@ SIGTERM or kill -9 it; write checkpoints with the official writer.
 
 Invariant: every request goes through http.client with the path exactly as
 given (no normalisation), so the tests see what the router sees."""
+import contextlib
 import http.client
 import json
 import os
@@ -282,6 +283,21 @@ class Daemon:
         devs = self.ok("GET", "/v1/devices")["devices"]
         assert len(devs) == 1, devs
         return devs[0]
+
+
+@contextlib.contextmanager
+def serving(build_dir, tmp, checkpoints):
+    """A daemon on tmp (a 256 MiB store image) serving checkpoints {model:
+    path}, each imported and activated, its fast-path socket accepting."""
+    d = Daemon(build_dir, tmp, settings={"store.image_size": "256M"})
+    d.start()
+    try:
+        for model, path in checkpoints.items():
+            d.import_ok(model, path, activate=True)
+        d.wait_socket()
+        yield d
+    finally:
+        d.stop()
 
 
 def set_args(overrides):

@@ -17,7 +17,6 @@ Invariants:
     its chunks covered every byte exactly once and its DONE said 0.
 The client is deliberately simple (one thread, blocking socket with a
 timeout); it is a test oracle, not a fast loader."""
-import errno
 import fcntl
 import mmap
 import os
@@ -764,16 +763,3 @@ def read_model(path, spec, names=None, timeout=60.0):
         gen = h.generation
         s.close_handle(h)
     return gen, data, meta
-
-
-def wait_socket(path, timeout=30.0):
-    """Waits until something accepts on path."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            connect(path, 2).close()
-            return
-        except OSError as e:
-            if time.monotonic() > deadline or e.errno not in (errno.ENOENT, errno.ECONNREFUSED):
-                raise
-            time.sleep(0.05)

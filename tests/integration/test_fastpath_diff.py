@@ -11,26 +11,16 @@ and with an explicit SOCKET, and the errors (no daemon, unknown model)."""
 import json
 import os
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
 import gen_checkpoints as gen
-from daemon import SLOW, Daemon
+from daemon import serving
 from storeutil import reference_tensors
 from test_read import dump as tv_dump
 
 MODES = ["host", "batch", "rows", "f32", "get"]
-
-
-def wait_socket(path, d, timeout=30):
-    deadline = time.monotonic() + timeout * SLOW
-    while not os.path.exists(path):
-        assert d.alive() and time.monotonic() < deadline, \
-            f"no fast-path socket at {path}:\n{d.log_text()}"
-        time.sleep(0.05)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +35,9 @@ def served(tmp_path_factory, build_dir, every_float_value):
     single = gen.write_checkpoint(str(tmp / "ck1"),
                                   gen.random_tensors(np.random.default_rng(11), 2 * len(gen.DTYPES),
                                                      big_tensor_bytes=(1 << 20) + 20), 1)
-    d = Daemon(build_dir, tmp, settings={"store.image_size": "256M"})
-    d.start()
-    try:
-        d.import_ok("m", sharded, activate=True)
-        d.import_ok("one", single, activate=True)
-        sock = wait_socket(os.path.join(d.store, "run", "tensorvault.sock"), d)
-        yield {"d": d, "sock": sock, "store": d.store,
+    with serving(build_dir, tmp, {"m": sharded, "one": single}) as d:
+        yield {"d": d, "sock": d.socket_path, "store": d.store,
                "ref": {"m": reference_tensors(sharded), "one": reference_tensors(single)}}
-    finally:
-        d.stop()
 
 
 def fp_dump(build_dir, sock, spec, mode, out):

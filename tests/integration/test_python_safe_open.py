@@ -17,9 +17,8 @@ from safetensors import safe_open as official_open
 
 import gen_checkpoints as gen
 import tensorvault
-from daemon import Daemon
+from daemon import serving
 from storeutil import reference_tensors
-from test_fastpath_diff import wait_socket
 
 BACKENDS = ["store", "socket"]
 # safetensors 0.8's numpy get_tensor asks numpy itself for the F8 dtypes
@@ -63,16 +62,9 @@ def served(tmp_path_factory, build_dir):
     sharded = gen.write_checkpoint(str(tmp / "ck2"), tensors, 2)
     single = gen.write_checkpoint(str(tmp / "ck1"),
                                   gen.random_tensors(np.random.default_rng(12), len(gen.DTYPES)), 1)
-    d = Daemon(build_dir, tmp, settings={"store.image_size": "256M"})
-    d.start()
-    try:
-        d.import_ok("m", sharded, activate=True)
-        d.import_ok("one", single, activate=True)
-        sock = wait_socket(os.path.join(d.store, "run", "tensorvault.sock"), d)
-        yield {"d": d, "sock": sock, "store": d.store, "ckpt": {"m": sharded, "one": single},
+    with serving(build_dir, tmp, {"m": sharded, "one": single}) as d:
+        yield {"d": d, "sock": d.socket_path, "store": d.store, "ckpt": {"m": sharded, "one": single},
                "ref": {"m": official(sharded), "one": official(single)}}
-    finally:
-        d.stop()
 
 
 def open_tv(served, backend, spec="m", **kw):
