@@ -33,16 +33,8 @@
 
 #include "tensorvault/tensorvault.h"
 
-#define GUARD     4096
-#define PAT       0xA5
-#define EXIT_SKIP 77
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define GPU_TOOL "gpu_read"
+#include "gpu_common.h"
 
 static int parse_size(const char *s, uint64_t *out)
 {
@@ -200,38 +192,6 @@ out:
 
 /* ---- check ---------------------------------------------------------------- */
 
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "gpu_read: %s: %s (%s)\n", #call, cudaGetErrorName(e_),                \
-                    cudaGetErrorString(e_));                                                       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static size_t g_mismatch;
-
-static void mismatch(const char *what, const char *name, size_t at)
-{
-    if (g_mismatch++ < 20)
-        fprintf(stderr, "gpu_read: MISMATCH %s '%s' at byte %zu\n", what, name, at);
-}
-
-static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return i;
-    return n;
-}
-
-static int fail_tv(const char *what, const char *name, int rc, const tv_error *err)
-{
-    fprintf(stderr, "gpu_read: %s '%s': %s: %s\n", what, name, tv_err_name(rc), err->msg);
-    return 1;
-}
-
 /* 0 when a CUDA device is usable and the library has CUDA; 77 (skip) when
  * there is no device; 1 when the library was built without CUDA. */
 static int probe(bool verbose)
@@ -285,19 +245,7 @@ static int per_tensor(tv_model *m, size_t n, cudaStream_t st)
         if (rc)
             return fail_tv("tv_read_into_cuda", d.name, rc, &err);
         CU(cudaMemcpy(back, dev, total, cudaMemcpyDeviceToHost));
-        size_t at = first_diff(back + GUARD + 1, host, len);
-        if (at < len)
-            mismatch("payload (tv_read_into_cuda)", d.name, at);
-        for (size_t k = 0; k < GUARD + 1; k++)
-            if (back[k] != PAT) {
-                mismatch("guard byte before the device destination", d.name, k);
-                break;
-            }
-        for (size_t k = GUARD + 1 + len; k < total; k++)
-            if (back[k] != PAT) {
-                mismatch("guard byte after the device destination", d.name, k);
-                break;
-            }
+        check_guarded(back, host, len, d.name, "tv_read_into_cuda");
         CU(cudaFree(dev));
         free(host);
         free(back);
