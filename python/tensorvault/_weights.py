@@ -1,0 +1,56 @@
+"""tensorvault.weights_iterator: every (name, tensor) of one generation of a
+model in file order, the iterable that vLLM's and SGLang's
+`model.load_weights(weights)` take.
+
+Invariants: tensors come in offset_keys() order, read in batches of at most
+batch_bytes with one safe_open.get_tensors(names) each (a tensor bigger than
+batch_bytes is a batch of its own); the safe_open handle is opened on the
+first next() and closed when the iteration ends, fails or the generator is
+closed early (or collected), never left open."""
+from ._safe_open import safe_open
+
+DEFAULT_BATCH_BYTES = 256 << 20
+
+
+def batches(sizes, batch_bytes):
+    """Splits [(name, nbytes)] (in order) into lists of names whose nbytes
+    sum to at most batch_bytes; a tensor bigger than that is a batch of its
+    own. Zero-size tensors join the batch they fall in."""
+    out, cur, cur_bytes = [], [], 0
+    for name, n in sizes:
+        if cur and cur_bytes + n > batch_bytes:
+            out.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(name)
+        cur_bytes += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def weights_iterator(model, device="cpu", *, framework="pt", generation=None, alias=None,
+                     socket=None, store=None, batch_bytes=DEFAULT_BATCH_BYTES):
+    """Yields (name, tensor) for every tensor of `model` (one generation:
+    generation= or alias=, else the active one) in file order, on `device`,
+    from the daemon at socket= (default as safe_open) or the store directory
+    store=. Tensors are read batch_bytes at a time (safe_open.get_tensors).
+    Arguments are checked now; the model is opened when the iteration
+    starts (its errors, e.g. an unknown model, come from the first next())."""
+    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
+        raise ValueError(f"weights_iterator: batch_bytes must be a positive integer, got {batch_bytes!r}")
+    if generation is not None and alias is not None:
+        raise ValueError("weights_iterator: give generation= or alias=, not both")
+    return _iterate(dict(model=model, framework=framework, device=device, generation=generation,
+                         alias=alias, socket=socket, store=store), batch_bytes)
+
+
+def _iterate(open_kwargs, batch_bytes):
+    f = safe_open(**open_kwargs)
+    try:
+        sizes = [(name, f._info(name).nbytes) for name in f.offset_keys()]
+        for names in batches(sizes, batch_bytes):
+            got = f.get_tensors(names)
+            for name in names:
+                yield name, got.pop(name)
+    finally:
+        f.close()
