@@ -390,6 +390,19 @@ def test_import_does_not_import_torch(served):
     p = subprocess.run([sys.executable, "-c", code, served["store"]], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == "no torch\n", p.stderr
+    # Without torch, framework="pt" is a tensorvault.Error (the numpy path still works).
+    code = ("import sys\n"
+            "sys.modules['torch'] = None\n"
+            "import tensorvault\n"
+            "try:\n"
+            "    tensorvault.safe_open('m', framework='pt', store=sys.argv[1])\n"
+            "except tensorvault.Error as e:\n"
+            "    print(e.name, 'needs torch' in e.message)\n"
+            "with tensorvault.safe_open('m', framework='np', store=sys.argv[1]) as f:\n"
+            "    print(f.get_tensor('rows.f32').shape)\n")
+    p = subprocess.run([sys.executable, "-c", code, served["store"]], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "TV_E_NOT_SUPPORTED True\n(7, 5, 3)\n", p.stderr
 
 
 def test_no_daemon(tmp_path, monkeypatch):
