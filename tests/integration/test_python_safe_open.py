@@ -366,6 +366,19 @@ def test_metadata_read_once(served, monkeypatch):
         assert first == ([META_MERGED] * 3 if HAVE_SHARD_HEADERS else [None] * 3)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_metadata_without_shard_header_reads(served, backend, monkeypatch):
+    """A library without the shard header functions still loads; only
+    metadata() refuses, naming them, and the handle reads on."""
+    monkeypatch.setattr(_native, "optional", lambda name: None)
+    with open_tv(served, backend, "meta1") as f:
+        with pytest.raises(tensorvault.Error) as e:
+            f.metadata()
+        assert e.value.name == "TV_E_NOT_SUPPORTED" and "read_shard_header" in e.value.message
+        assert "meta1" in e.value.message
+        assert f.get_tensor("w").tolist() == [1.0, 1.0, 1.0]
+
+
 def test_merge_metadata_rule():
     m = _safe_open.merge_metadata
     assert m([]) is None
