@@ -305,12 +305,8 @@ def test_errors(served, backend, tmp_path, monkeypatch):
         assert e.value.name == "TV_E_NOT_SUPPORTED" and repr(fw) in e.value.message, fw
 
 
-# metadata() reads the shard headers (helper hdr's C functions); until the
-# library has them it raises TV_E_NOT_SUPPORTED, which is asserted instead.
-HAVE_SHARD_HEADERS = all(
-    _native.optional(f) for f in ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header",
-                                  "tv_client_n_shards", "tv_client_shard",
-                                  "tv_client_read_shard_header"))
+SHARD_HEADER_FNS = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header",
+                    "tv_client_n_shards", "tv_client_shard", "tv_client_read_shard_header")
 
 
 def official_metadata(ckpt):
@@ -332,12 +328,8 @@ def test_metadata_equals_official(served, backend, model):
         assert want == META_ONE
     else:
         assert want is None
+    assert all(_native.optional(fn) for fn in SHARD_HEADER_FNS)  # the library has them
     with open_tv(served, backend, model) as f:
-        if not HAVE_SHARD_HEADERS:
-            with pytest.raises(tensorvault.Error) as e:
-                f.metadata()
-            assert e.value.name == "TV_E_NOT_SUPPORTED" and "shard header" in e.value.message
-            return
         got = f.metadata()
         assert got == want
         if got is not None:
@@ -361,9 +353,9 @@ def test_metadata_read_once(served, monkeypatch):
     monkeypatch.setattr(_safe_open.safe_open, "_shard_headers", spy)
     with open_tv(served, "store", "meta") as f:
         assert reads == []
-        first = [f.metadata() if HAVE_SHARD_HEADERS else None for _ in range(3)]
-        assert reads == (["meta"] if HAVE_SHARD_HEADERS else [])
-        assert first == ([META_MERGED] * 3 if HAVE_SHARD_HEADERS else [None] * 3)
+        first = [f.metadata() for _ in range(3)]
+        assert reads == ["meta"]
+        assert first == [META_MERGED] * 3
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -393,11 +385,7 @@ def test_import_does_not_import_torch(served):
     """`import tensorvault` and the whole numpy path leave torch unimported."""
     code = ("import sys, tensorvault\n"
             "with tensorvault.safe_open('m', framework='np', store=sys.argv[1]) as f:\n"
-            "    f.get_tensors(); f.get_slice('rows.f32')[1:3, 0]\n"
-            "    try:\n"
-            "        f.metadata()\n"
-            "    except tensorvault.Error:\n"
-            "        pass\n"
+            "    f.get_tensors(); f.get_slice('rows.f32')[1:3, 0]; f.metadata()\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "print('no torch')\n")
     p = subprocess.run([sys.executable, "-c", code, served["store"]], capture_output=True,

@@ -25,7 +25,7 @@ import tensorvault
 import tensorvault.torch
 from daemon import serving
 from tensorvault import _native, _safe_open
-from test_python_safe_open import (BAD_DEVICES, HAVE_SHARD_HEADERS, metadata_checkpoints,
+from test_python_safe_open import (BAD_DEVICES, metadata_checkpoints,
                                    official_accepts, official_metadata, shard_files, slice_table)
 
 BACKENDS = ["store", "socket"]
@@ -125,8 +125,7 @@ def test_every_tensor_equals_official(served, backend, model):
                 assert got.is_contiguous() and got.device.type == "cpu", name
                 s = f.get_slice(name)
                 assert s.get_shape() == list(want.shape) and s.get_dtype() == dtypes[name], name
-            if HAVE_SHARD_HEADERS:
-                assert f.metadata() == official_metadata(served["ckpt"][model])[1]
+            assert f.metadata() == official_metadata(served["ckpt"][model])[1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
