@@ -60,6 +60,15 @@ class tv_read_req(ctypes.Structure):
     ]
 
 
+class tv_shard_desc(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("name_len", ctypes.c_size_t),
+        ("file_len", ctypes.c_uint64),
+        ("header_len", ctypes.c_uint64),
+    ]
+
+
 def _find_library():
     path = os.environ.get("TENSORVAULT_LIBRARY")
     if path:
@@ -92,6 +101,9 @@ _PROTOS = {
     "tv_read_into": (_I, [_P, _CS, _P, _S, _E]),
     "tv_read_batch": (_I, [_P, _R, _S, _E]),
     "tv_read_rows": (_I, [_P, _CS, _U64, _U64, _P, _S, _E]),
+    "tv_read_into_cuda": (_I, [_P, _CS, _P, _S, _P, _E]),
+    "tv_read_batch_cuda": (_I, [_P, _R, _S, _P, _E]),
+    "tv_cuda_available": (ctypes.c_bool, []),
     # fast-path client (client.h)
     "tv_client_connect": (_I, [_CS, _P, _PP, _E]),
     "tv_client_close": (None, [_P]),
@@ -104,11 +116,39 @@ _PROTOS = {
     "tv_client_read_into": (_I, [_P, _CS, _P, _S, _E]),
     "tv_client_read_batch": (_I, [_P, _R, _S, _E]),
     "tv_client_read_rows": (_I, [_P, _CS, _U64, _U64, _P, _S, _E]),
+    "tv_client_read_into_cuda": (_I, [_P, _CS, _P, _S, _P, _E]),
+    "tv_client_read_batch_cuda": (_I, [_P, _R, _S, _P, _E]),
+}
+# Shard headers (API11 section 1): resolved on first use by optional(), so a
+# library without them still loads (metadata() then raises
+# TV_E_NOT_SUPPORTED).
+_SD = ctypes.POINTER(tv_shard_desc)
+_OPTIONAL_PROTOS = {
+    "tv_model_n_shards": (_S, [_P]),
+    "tv_model_shard": (_I, [_P, _S, _SD]),
+    "tv_read_shard_header": (_I, [_P, _S, _P, _S, _E]),
+    "tv_client_n_shards": (_S, [_P]),
+    "tv_client_shard": (_I, [_P, _S, _SD]),
+    "tv_client_read_shard_header": (_I, [_P, _S, _P, _S, _E]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
+
+
+_optional = {}
+
+
+def optional(name):
+    """The prototyped function `name` of _OPTIONAL_PROTOS, or None when the
+    loaded library does not export it."""
+    if name not in _optional:
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype, f.argtypes = _OPTIONAL_PROTOS[name]
+        _optional[name] = f
+    return _optional[name]
 
 
 def err_name(code):

@@ -1,12 +1,18 @@
-"""tensorvault.safe_open: safetensors 0.8's safe_open (framework="numpy")
-over a tensorvault model, read in-process from a store directory (store=)
-or from tensorvaultd's fast path (its UNIX socket).
+"""tensorvault.safe_open: safetensors 0.8's safe_open (framework="numpy" or
+"pt", device="cpu" or a CUDA device) over a tensorvault model, read
+in-process from a store directory (store=) or from tensorvaultd's fast path
+(its UNIX socket).
 
-Invariants: get_tensor reads straight into a fresh numpy array's buffer (no
-copy); get_tensors is one batched read; a slice reads only the rows of
-dimension 0 it needs (tv_read_rows), the rest is numpy indexing of that
-block; a name the model lacks raises MissingTensorError (a KeyError)."""
+Invariants: get_tensor reads straight into a fresh array's buffer (numpy's,
+or the storage of torch.empty(...): no copy; on CUDA the library copies into
+the device tensor on the current stream of that device, synchronized before
+returning); get_tensors is one batched read; a slice reads only the rows of
+dimension 0 it needs (tv_read_rows), the rest is numpy or torch indexing of
+that block; a name the model lacks raises MissingTensorError (a KeyError).
+torch is imported only when framework="pt" is used."""
 import ctypes
+import json
+import re
 import threading
 
 import ml_dtypes
@@ -37,11 +43,38 @@ NUMPY_DTYPES = {
     "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 
-LATER = "torch support (framework=\"pt\", CUDA devices) is a later step of the tensorvault Python package; use framework=\"numpy\" on device=\"cpu\""
+# safetensors dtype name -> name of the torch dtype: the table of
+# safetensors 0.8's torch backend (safe_open(framework="pt") also maps
+# F8_E8M0 to float8_e8m0fnu). A dtype this torch lacks is TV_E_NOT_SUPPORTED.
+TORCH_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F8_E8M0": "float8_e8m0fnu",
+}
+
+FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "pt": "pt", "torch": "pt", "pytorch": "pt"}
 
 
 class _Local:
     """A tv_model opened in-process from a store directory."""
+
+    prefix = "tv_model_"
 
     def __init__(self, store, spec):
         err = N.tv_error()
@@ -55,6 +88,9 @@ class _Local:
         self.read_into = N.lib.tv_read_into
         self.read_batch = N.lib.tv_read_batch
         self.read_rows = N.lib.tv_read_rows
+        self.read_into_cuda = N.lib.tv_read_into_cuda
+        self.read_batch_cuda = N.lib.tv_read_batch_cuda
+        self.shard_fns = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header")
         self.generation = N.lib.tv_model_generation(h)
 
     def close(self):
@@ -82,6 +118,9 @@ class _Remote:
         self.read_into = N.lib.tv_client_read_into
         self.read_batch = N.lib.tv_client_read_batch
         self.read_rows = N.lib.tv_client_read_rows
+        self.read_into_cuda = N.lib.tv_client_read_into_cuda
+        self.read_batch_cuda = N.lib.tv_client_read_batch_cuda
+        self.shard_fns = ("tv_client_n_shards", "tv_client_shard", "tv_client_read_shard_header")
         self.generation = N.lib.tv_client_model_generation(h)
 
     def close(self):
@@ -106,25 +145,164 @@ def _spec(model, generation, alias):
     return model
 
 
+DEVICE_FORMS = "\"cpu\", \"cuda\", \"cuda:N\", an int N >= 0 or a torch.device of type cpu or cuda"
+
+
+def parse_device(device):
+    """None for the CPU, else the CUDA device index N; TV_E_INVALID_ARG for
+    anything else. Needs no torch (a torch.device is recognised by type)."""
+    bad = N.make_error(N.TV_E_INVALID_ARG, f"device {device!r} is invalid: {DEVICE_FORMS}")
+    t = type(device)
+    if t.__module__ == "torch" and t.__name__ == "device":
+        if device.type == "cpu":
+            return None
+        if device.type == "cuda":
+            return 0 if device.index is None else int(device.index)
+        raise bad
+    if isinstance(device, bool):
+        raise bad
+    if isinstance(device, (int, np.integer)):
+        if device < 0:
+            raise bad
+        return int(device)
+    if isinstance(device, str):
+        if device == "cpu":
+            return None
+        if device == "cuda":
+            return 0
+        if re.fullmatch(r"cuda:[0-9]+", device):
+            return int(device[5:])
+    raise bad
+
+
+class _Numpy:
+    """framework="numpy": numpy arrays (BF16 and F8 through ml_dtypes)."""
+
+    cuda = None
+
+    @staticmethod
+    def dtype(info):
+        dt = NUMPY_DTYPES.get(info.dtype)
+        if dt is None:
+            raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                               f"tensor {info.name!r}: dtype {info.dtype} has no numpy equivalent")
+        return dt
+
+    def empty(self, info, shape, on_device=True):
+        return np.empty(shape, dtype=self.dtype(info))
+
+    @staticmethod
+    def ptr(a):
+        return a.ctypes.data
+
+    @staticmethod
+    def to_device(a):
+        return a
+
+    @staticmethod
+    def result(x):
+        """An indexing result as the official returns it: an array (0-d for
+        integer indices only), C-contiguous (copied only when it is not)."""
+        if not isinstance(x, np.ndarray):
+            return np.asarray(x)
+        return x if x.flags.c_contiguous else x.copy()
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                           f"framework \"pt\" needs torch, which does not import here ({e})") from None
+    return torch
+
+
+class _Torch:
+    """framework="pt": torch tensors on the CPU or on CUDA device `cuda`
+    (an index, or None for the CPU)."""
+
+    def __init__(self, cuda):
+        self.torch = _import_torch()
+        self.cuda = None if cuda is None else self.torch.device("cuda", cuda)
+
+    def dtype(self, info):
+        dt = getattr(self.torch, TORCH_DTYPES.get(info.dtype, "-"), None)
+        if not isinstance(dt, self.torch.dtype):
+            raise N.make_error(
+                N.TV_E_NOT_SUPPORTED,
+                f"tensor {info.name!r}: dtype {info.dtype} has no equivalent in torch {self.torch.__version__}")
+        return dt
+
+    def check_cuda(self):
+        """TV_E_NOT_SUPPORTED / TV_E_INVALID_ARG when torch cannot reach the
+        handle's CUDA device (before any allocation there)."""
+        cuda = self.torch.cuda
+        if not cuda.is_available():
+            raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                               f"device {self.cuda}: torch sees no usable CUDA device here")
+        if self.cuda.index >= cuda.device_count():
+            raise N.make_error(N.TV_E_INVALID_ARG,
+                               f"device {self.cuda}: torch sees {cuda.device_count()} CUDA devices")
+
+    def empty(self, info, shape, on_device=True):
+        dt = self.dtype(info)
+        if on_device and self.cuda is not None:
+            self.check_cuda()
+            return self.torch.empty(shape, dtype=dt, device=self.cuda)
+        return self.torch.empty(shape, dtype=dt)
+
+    @staticmethod
+    def ptr(t):
+        return t.data_ptr()
+
+    def to_device(self, t):
+        return t if self.cuda is None else t.to(self.cuda)
+
+    @staticmethod
+    def result(x):
+        return x  # torch indexing as the official: views, 0-d for integer indices only
+
+    def on_stream(self, call):
+        """call(stream) with the current stream of the CUDA device (under
+        that device), then waits for the stream, also after a failure (no
+        copy may still be in flight into a tensor that is dropped)."""
+        torch = self.torch
+        with torch.cuda.device(self.cuda):
+            stream = torch.cuda.current_stream(self.cuda)
+            try:
+                return call(ctypes.c_void_p(stream.cuda_stream))
+            finally:
+                stream.synchronize()
+
+
+_UNREAD = object()
+
+
 class safe_open:
     """safe_open(model, framework="numpy", device="cpu", *, generation=None,
     alias=None, socket=None, store=None): a context manager over one
-    generation of a model. store=DIR reads in-process; otherwise through the
+    generation of a model. framework: "numpy"/"np" or "pt" ("torch",
+    "pytorch"); device: "cpu", "cuda", "cuda:N", an int N or a torch.device
+    (CUDA only with "pt"). store=DIR reads in-process; otherwise through the
     daemon at socket=, else $TENSORVAULT_SOCKET, else
     ./var/run/tensorvault.sock."""
 
     def __init__(self, model, framework="numpy", device="cpu", *, generation=None, alias=None,
                  socket=None, store=None):
-        fw = str(framework)
-        dev = str(device)
-        if fw in ("pt", "torch", "pytorch") or dev.startswith("cuda"):
-            raise N.make_error(N.TV_E_NOT_SUPPORTED, LATER)
-        if fw not in ("numpy", "np"):
-            raise N.make_error(N.TV_E_NOT_SUPPORTED, f"framework {fw!r} is not supported (numpy or np)")
-        if dev != "cpu":
-            raise N.make_error(N.TV_E_NOT_SUPPORTED, f"device {dev!r} is not supported (cpu)")
+        self._closed = True
+        fw = FRAMEWORKS.get(str(framework))
+        if fw is None:
+            raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                               f"framework {str(framework)!r} is not supported (numpy, np or pt)")
+        cuda = parse_device(device)
+        if fw == "numpy" and cuda is not None:
+            raise N.make_error(N.TV_E_INVALID_ARG,
+                               f"device cuda:{cuda} is not supported for framework numpy (use framework=\"pt\")")
+        self._fw = _Numpy() if fw == "numpy" else _Torch(cuda)
         spec = _spec(model, generation, alias)
+        self._spec = spec
         self._lock = threading.Lock()
+        self._meta = _UNREAD
         self._src = _Local(str(store), spec) if store is not None else _Remote(
             None if socket is None else str(socket), spec)
         try:
@@ -151,7 +329,7 @@ class safe_open:
             self._by_name[name] = info
 
     def _src_name(self):
-        return f"generation {self._src.generation}"
+        return f"{self._spec!r} (generation {self._src.generation})"
 
     # -- context manager -----------------------------------------------------
 
@@ -163,7 +341,10 @@ class safe_open:
         return False
 
     def close(self):
-        with self._lock:
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
             if not self._closed:
                 self._closed = True
                 self._src.close()
@@ -188,6 +369,47 @@ class safe_open:
     def generation(self):
         return self._src.generation
 
+    def metadata(self):
+        """The shards' __metadata__ merged in shard order (a key keeps its
+        first value), or None when no shard has one; read once (the shard
+        headers, tv_read_shard_header), then cached."""
+        with self._lock:
+            self._check_open()
+            if self._meta is _UNREAD:
+                self._meta = self._read_metadata()
+            meta = self._meta
+        return None if meta is None else dict(meta)
+
+    def _read_metadata(self):
+        return merge_metadata(self._shard_headers())
+
+    def _shard_headers(self):
+        """Yields each shard's JSON header (parsed), in shard order."""
+        src = self._src
+        fns = [N.optional(f) for f in src.shard_fns]
+        if None in fns:
+            raise N.make_error(
+                N.TV_E_NOT_SUPPORTED,
+                f"metadata() of model {self._src_name()}: this libtensorvault has no shard header reads ({', '.join(src.shard_fns)})")
+        n_shards, shard, read_header = fns
+        for i in range(n_shards(src.h)):
+            d = N.tv_shard_desc()
+            rc = shard(src.h, i, ctypes.byref(d))
+            if rc < 0:
+                raise N.make_error(rc, f"shard {i} of model {self._src_name()}: no record")
+            n = 8 + d.header_len
+            buf = ctypes.create_string_buffer(n)
+            err = N.tv_error()
+            N.raise_for(read_header(src.h, i, buf, n, err), err)
+            try:
+                header = json.loads(buf.raw[8:n].decode("utf-8"))
+            except ValueError as e:
+                shard_name = ctypes.string_at(d.name, d.name_len).decode("utf-8", "replace")
+                raise N.make_error(
+                    N.TV_E_INVALID_ARG,
+                    f"shard {shard_name!r} of model {self._src_name()}: header is not JSON ({e})") from None
+            yield header
+
     def _info(self, name):
         info = self._by_name.get(name)
         if info is None:
@@ -200,87 +422,117 @@ class safe_open:
         if self._closed:
             raise N.make_error(N.TV_E_INVALID_ARG, "safe_open: the handle is closed")
 
-    @staticmethod
-    def _np_dtype(info):
-        dt = NUMPY_DTYPES.get(info.dtype)
-        if dt is None:
-            raise N.make_error(N.TV_E_NOT_SUPPORTED,
-                               f"tensor {info.name!r}: dtype {info.dtype} has no numpy equivalent")
-        return dt
-
     # -- reads ---------------------------------------------------------------
+
+    def _call(self, host, cuda):
+        """host() or, on a CUDA handle, cuda(stream) on the device's current
+        stream; under the lock, on an open handle. Returns the rc."""
+        with self._lock:
+            self._check_open()
+            if self._fw.cuda is None:
+                return host()
+            return self._fw.on_stream(cuda)
 
     def get_tensor(self, name):
         info = self._info(name)
-        arr = np.empty(info.shape, dtype=self._np_dtype(info))
+        fw, src = self._fw, self._src
+        t = fw.empty(info, info.shape)
         if info.nbytes:
             err = N.tv_error()
-            with self._lock:
-                self._check_open()
-                rc = self._src.read_into(self._src.h, name.encode(), arr.ctypes.data, arr.nbytes,
-                                         err)
+            ptr, n, cname = fw.ptr(t), info.nbytes, name.encode()
+            rc = self._call(lambda: src.read_into(src.h, cname, ptr, n, err),
+                            lambda s: src.read_into_cuda(src.h, cname, ptr, n, s, err))
             N.raise_for(rc, err)
-        return arr
+        return t
 
     def get_tensors(self, names=None):
-        """{name: array} for names (default: every tensor, in file order),
+        """{name: tensor} for names (default: every tensor, in file order),
         read as one batch (adjacent tensors coalesced)."""
         infos = self._order if names is None else [self._info(n) for n in names]
+        fw, src = self._fw, self._src
         out = {}
         reqs = []
         for info in infos:
-            arr = np.empty(info.shape, dtype=self._np_dtype(info))
-            out[info.name] = arr
+            t = fw.empty(info, info.shape)
+            out[info.name] = t
             if info.nbytes:
-                reqs.append((info.index, arr))
+                reqs.append((info.index, fw.ptr(t), info.nbytes))
         if reqs:
-            arr_t = (N.tv_read_req * len(reqs))()
-            for r, (idx, arr) in zip(arr_t, reqs):
+            arr = (N.tv_read_req * len(reqs))()
+            for r, (idx, ptr, n) in zip(arr, reqs):
                 r.name = None
                 r.index = idx
-                r.dest = arr.ctypes.data
-                r.dest_len = arr.nbytes
+                r.dest = ptr
+                r.dest_len = n
             err = N.tv_error()
-            with self._lock:
-                self._check_open()
-                rc = self._src.read_batch(self._src.h, arr_t, len(reqs), err)
+            rc = self._call(lambda: src.read_batch(src.h, arr, len(reqs), err),
+                            lambda s: src.read_batch_cuda(src.h, arr, len(reqs), s, err))
             N.raise_for(rc, err)
         return out
 
     def _read_rows(self, info, r0, r1):
-        arr = np.empty((r1 - r0,) + tuple(info.shape[1:]), dtype=self._np_dtype(info))
-        if arr.nbytes:
+        """Rows [r0, r1) of dimension 0, on the handle's device (read into
+        host memory, then moved to a CUDA device)."""
+        fw = self._fw
+        if fw.cuda is not None:
+            fw.check_cuda()
+        block = fw.empty(info, (r1 - r0,) + tuple(info.shape[1:]), on_device=False)
+        n = block.nbytes
+        if n:
             err = N.tv_error()
             with self._lock:
                 self._check_open()
-                rc = self._src.read_rows(self._src.h, info.name.encode(), r0, r1, arr.ctypes.data,
-                                         arr.nbytes, err)
+                rc = self._src.read_rows(self._src.h, info.name.encode(), r0, r1, fw.ptr(block), n,
+                                         err)
             N.raise_for(rc, err)
-        return arr
+        return fw.to_device(block)
 
     def get_slice(self, name):
         return Slice(self, self._info(name))
 
 
+def merge_metadata(headers):
+    """The __metadata__ objects of the shard headers merged in order (a key
+    already set keeps its first value); None when no header has one (an
+    absent or null __metadata__)."""
+    merged = None
+    for header in headers:
+        meta = header.get("__metadata__") if isinstance(header, dict) else None
+        if isinstance(meta, dict):
+            merged = {} if merged is None else merged
+            for k, v in meta.items():
+                merged.setdefault(k, v)
+    return merged
+
+
+def _index(k):
+    return int(k) if isinstance(k, np.integer) else k
+
+
 def _expand(key, rank):
-    """key (one index or a tuple) as a tuple of ints and slices of length
-    <= rank, with one Ellipsis expanded."""
+    """key (one index or a tuple) as a tuple of ints and slices (Python
+    ints) of length <= rank, with one Ellipsis expanded."""
     if not isinstance(key, tuple):
         key = (key,)
     n_ell = sum(1 for k in key if k is Ellipsis)
     if n_ell > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
+    out = []
     for k in key:
         if k is Ellipsis:
-            continue
-        if isinstance(k, slice):
+            out.append(k)
+        elif isinstance(k, slice):
             for v in (k.start, k.stop, k.step):
-                if v is not None and not isinstance(v, (int, np.integer)):
+                if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool)):
                     raise TypeError(f"slice bounds must be integers, got {v!r}")
             if k.step is not None and k.step <= 0:
                 raise ValueError("slice step must be positive")
+            out.append(slice(_index(k.start), _index(k.stop), _index(k.step)))
         elif not isinstance(k, (int, np.integer)) or isinstance(k, bool):
             raise TypeError(f"unsupported index {k!r}: integers, slices and one '...'")
+        else:
+            out.append(int(k))
+    key = tuple(out)
     if n_ell:
         i = key.index(Ellipsis)
         fill = rank - (len(key) - 1)
@@ -292,17 +544,9 @@ def _expand(key, rank):
     return key
 
 
-def _result(x):
-    """An indexing result as the official returns it: an array (0-d for
-    integer indices only), C-contiguous (copied only when it is not)."""
-    if not isinstance(x, np.ndarray):
-        return np.asarray(x)
-    return x if x.flags.c_contiguous else x.copy()
-
-
 class Slice:
-    """safetensors' PySafeSlice for numpy: get_shape(), get_dtype() and
-    __getitem__ reading only the dimension-0 rows it needs."""
+    """safetensors' PySafeSlice: get_shape(), get_dtype() and __getitem__
+    reading only the dimension-0 rows it needs."""
 
     def __init__(self, f, info):
         self._f = f
@@ -317,9 +561,10 @@ class Slice:
     def __getitem__(self, key):
         info = self._info
         shape = info.shape
+        result = self._f._fw.result
         key = _expand(key, len(shape))
         if not key or len(shape) == 0:
-            return _result(self._f.get_tensor(info.name)[key])
+            return result(self._f.get_tensor(info.name)[key])
         n0 = shape[0]
         k0 = key[0]
         if isinstance(k0, slice):
@@ -331,11 +576,11 @@ class Slice:
                 r1 = start + ((stop - start - 1) // step) * step + 1
             local = slice(0, r1 - r0, step)
         else:
-            i = int(k0)
+            i = k0
             if i < -n0 or i >= n0:
                 raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
             r0 = i + n0 if i < 0 else i
             r1 = r0 + 1
             local = 0
         block = self._f._read_rows(info, r0, r1)
-        return _result(block[(local,) + key[1:]])
+        return result(block[(local,) + key[1:]])

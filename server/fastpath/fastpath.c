@@ -53,8 +53,8 @@ static void refuse_busy(tv__fp *fp, int fd)
     snprintf(msg, sizeof msg,
              "tensorvaultd has %u fast-path sessions (max_sessions): try again later",
              fp->n_sessions);
-    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV_E_BUSY, TV__FP_ERROR_FATAL, 0, 0,
-                                     msg, strlen(msg));
+    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV__FP_V1, TV_E_BUSY,
+                                     TV__FP_ERROR_FATAL, 0, 0, msg, strlen(msg));
     if (len)
         (void)tv__fp_send(fd, fp->sbuf, len, NULL, 0, &err);
     tv__log(TV_LOG_WARN, "fastpath: connection refused: %s", msg);

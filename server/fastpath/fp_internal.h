@@ -81,8 +81,9 @@ struct fp_wait {
 struct fp_req {
     uint64_t req_id;
     fp_handle *h;
-    uint32_t tensor;
+    uint32_t tensor; /* tensor index; unused for a header read */
     uint32_t shard;
+    bool header;   /* a shard header read (READ flag TV__FP_READ_SHARD_HEADER, version 2) */
     uint64_t P, E; /* object-relative [P, E) */
     uint64_t next_k, end_k;
     bool small; /* a small read that does not follow the handle's previous one: only its
@@ -128,6 +129,7 @@ struct fp_session {
     int64_t connected_unix;
     int64_t connected_ms; /* CLOCK_MONOTONIC: the HELLO deadline counts from it */
     bool hello;
+    uint16_t version; /* negotiated by HELLO; TV__FP_V1 before it (a fatal ERROR's header) */
     bool doomed;
     int fatal_code; /* doomed with an ERROR to send (0: peer left, or stop) */
     char fatal_msg[TV__FP_MAX_TEXT + 1];

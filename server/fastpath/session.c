@@ -99,12 +99,14 @@ void tv__fp_session_flush(fp_session *s)
 {
     tv__fp *fp = s->fp;
     if (s->n_pchunk) {
-        size_t len = tv__fp_encode_chunk(fp->sbuf, sizeof fp->sbuf, s->pchunk, s->n_pchunk);
+        size_t len =
+            tv__fp_encode_chunk(fp->sbuf, sizeof fp->sbuf, s->version, s->pchunk, s->n_pchunk);
         out_push(s, fp->sbuf, len, NULL, 0, s->n_pchunk);
         s->n_pchunk = 0;
     }
     if (s->n_pdone) {
-        size_t len = tv__fp_encode_done(fp->sbuf, sizeof fp->sbuf, s->pdone, s->n_pdone);
+        size_t len =
+            tv__fp_encode_done(fp->sbuf, sizeof fp->sbuf, s->version, s->pdone, s->n_pdone);
         out_push(s, fp->sbuf, len, NULL, 0, s->n_pdone);
         s->n_pdone = 0;
     }
@@ -128,8 +130,8 @@ static void out_control(fp_session *s, size_t len, const int *fds, size_t n_fds)
 
 static void send_error(fp_session *s, int code, uint64_t req_id, uint32_t open_id, const char *msg)
 {
-    size_t len = tv__fp_encode_error(s->fp->sbuf, sizeof s->fp->sbuf, code, 0, req_id, open_id, msg,
-                                     strlen(msg));
+    size_t len = tv__fp_encode_error(s->fp->sbuf, sizeof s->fp->sbuf, s->version, code, 0, req_id,
+                                     open_id, msg, strlen(msg));
     out_control(s, len, NULL, 0);
 }
 
@@ -264,7 +266,10 @@ void tv__fp_req_fail(fp_req *r, int code, const char *msg)
     fp_session *s = h->s;
     tv__snap_tensor_info ti;
     char text[TV__FP_MAX_TEXT + 1];
-    if (tv__snap_tensor(h->g->snap, r->tensor, &ti, NULL) == 0)
+    if (r->header)
+        snprintf(text, sizeof text, "model '%s' generation %" PRId64 ": shard %u header: %s",
+                 h->g->name, h->g->gen, r->shard, msg);
+    else if (tv__snap_tensor(h->g->snap, r->tensor, &ti, NULL) == 0)
         snprintf(text, sizeof text, "tensor '%.*s' (index %u): %s", (int)ti.name_len, ti.name,
                  r->tensor, msg);
     else
@@ -498,7 +503,8 @@ static void handle_close(fp_session *s, fp_handle *h, bool notify)
     s->fp->again = true;
     tv__fp_group_unref(g);
     if (notify) {
-        size_t len = tv__fp_encode_close(s->fp->sbuf, sizeof s->fp->sbuf, TV__FP_CLOSED, id);
+        size_t len =
+            tv__fp_encode_close(s->fp->sbuf, sizeof s->fp->sbuf, s->version, TV__FP_CLOSED, id);
         out_control(s, len, NULL, 0);
     }
 }
@@ -513,14 +519,18 @@ static void on_hello(fp_session *s, const tv__fp_msg *m)
                             tv__fp_type_name(m->type));
         return;
     }
-    if (m->u.hello.min_version > TV__FP_VERSION || m->u.hello.max_version < TV__FP_VERSION) {
-        tv__fp_session_fail(s, TV_E_VERSION,
-                            "the client speaks versions %u..%u, this daemon only version %u",
-                            m->u.hello.min_version, m->u.hello.max_version, TV__FP_VERSION);
+    /* the highest version both speak */
+    uint16_t v = m->u.hello.max_version < TV__FP_VERSION_MAX ? m->u.hello.max_version
+                                                             : (uint16_t)TV__FP_VERSION_MAX;
+    if (v < m->u.hello.min_version || v < TV__FP_VERSION_MIN) {
+        tv__fp_session_fail(
+            s, TV_E_VERSION, "the client speaks versions %u..%u, this daemon versions %u..%u",
+            m->u.hello.min_version, m->u.hello.max_version, TV__FP_VERSION_MIN, TV__FP_VERSION_MAX);
         return;
     }
     s->hello = true;
-    tv__fp_hello_ok ok = {.version = TV__FP_VERSION,
+    s->version = v;
+    tv__fp_hello_ok ok = {.version = v,
                           .max_msg_len = TV__FP_MAX_MSG,
                           .max_requests = fp->o.max_requests,
                           .max_handles = fp->o.max_handles,
@@ -603,7 +613,7 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
                        .slot_len = g->slot_len,
                        .n_slots = g->n_slots,
                        .credit = fp->o.credit};
-    size_t len = tv__fp_encode_opened(fp->sbuf, sizeof fp->sbuf, &o);
+    size_t len = tv__fp_encode_opened(fp->sbuf, sizeof fp->sbuf, s->version, &o);
     out_control(s, len, fds, 2);
     tv__log(TV_LOG_INFO,
             "fastpath: session %" PRIu64
@@ -627,6 +637,84 @@ static void req_refuse(fp_session *s, fp_handle *h, uint64_t req_id, int code, c
 {
     send_error(s, code, req_id, 0, msg);
     push_done(s, req_id, code, h->id);
+}
+
+/* Queues request req_id of handle h for the object bytes [P, E) of shard
+ * (E > P; len = E - P). Returns 0, or -ENOMEM with the session failed. */
+static int queue_req(fp_session *s, fp_handle *h, uint64_t req_id, uint32_t tensor, uint32_t shard,
+                     bool header, uint64_t P, uint64_t E, uint64_t len)
+{
+    fp_group *g = h->g;
+    fp_req *r = calloc(1, sizeof(*r));
+    if (!r) {
+        tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a request");
+        return -ENOMEM;
+    }
+    r->req_id = req_id;
+    r->h = h;
+    r->tensor = tensor;
+    r->shard = shard;
+    r->header = header;
+    r->P = P;
+    r->E = E;
+    r->next_k = P / g->slot_len;
+    r->end_k = (E - 1) / g->slot_len + 1;
+    /* A small read far from the handle's previous one (a random access) reads
+     * its envelope only; one that follows it (a model load, tensor after
+     * tensor) reads whole chunks, which its neighbours then share. */
+    r->small = len <= FP_SMALL_READ && len <= g->slot_len / 16 &&
+               !(h->seq_valid && h->last_shard == shard && P + g->slot_len >= h->last_end &&
+                 P <= h->last_end + g->slot_len);
+    h->seq_valid = true;
+    h->last_shard = shard;
+    h->last_end = E;
+    r->prev = s->rq_tail;
+    if (s->rq_tail)
+        s->rq_tail->next = r;
+    else
+        s->rq_head = r;
+    s->rq_tail = r;
+    uint32_t b = req_hash(s, r->req_id);
+    r->hnext = s->hash[b];
+    s->hash[b] = r;
+    if (!s->issue)
+        s->issue = r;
+    s->n_reqs++;
+    h->n_reqs++;
+    return 0;
+}
+
+/* A READ entry with TV__FP_READ_SHARD_HEADER (the decoder let it through
+ * only in a version-2 session): e->tensor is a shard index, [off, off +
+ * len) object-relative inside the shard's first 8 + header_len bytes; out
+ * of range: the request's ERROR + DONE (not fatal). Returns 0, or -ENOMEM
+ * with the session failed. */
+static int header_request(fp_session *s, fp_handle *h, const tv__fp_read_ent *e)
+{
+    fp_group *g = h->g;
+    char msg[TV__FP_MAX_TEXT + 1];
+    uint64_t end = 0;
+    if (e->tensor >= g->n_shards) {
+        snprintf(msg, sizeof msg,
+                 "model '%s' generation %" PRId64 ": shard index %u out of range (%u shards)",
+                 g->name, g->gen, e->tensor, g->n_shards);
+        req_refuse(s, h, e->req_id, TV_E_INVALID_ARG, msg);
+        return 0;
+    }
+    const fp_shard *sh = &g->shards[e->tensor];
+    if (tv__add_u64(e->off, e->len, &end) || end > sh->data_off) {
+        snprintf(msg, sizeof msg,
+                 "model '%s' generation %" PRId64 ": shard %u: header range of %" PRIu64
+                 " bytes at %" PRIu64 " is past its %" PRIu64 " header bytes",
+                 g->name, g->gen, e->tensor, e->len, e->off, sh->data_off);
+        req_refuse(s, h, e->req_id, TV_E_INVALID_ARG, msg);
+        return 0;
+    }
+    if (e->len == 0) {
+        push_done(s, e->req_id, 0, h->id);
+        return 0;
+    }
+    return queue_req(s, h, e->req_id, 0, e->tensor, true, e->off, end, e->len);
 }
 
 static void on_read(fp_session *s, const tv__fp_msg *m)
@@ -661,6 +749,11 @@ static void on_read(fp_session *s, const tv__fp_msg *m)
                                 fp->o.max_requests);
             return;
         }
+        if (e.flags & TV__FP_READ_SHARD_HEADER) {
+            if (header_request(s, h, &e) == 0)
+                continue; /* queued, refused or answered */
+            return;       /* the session failed */
+        }
         if (e.tensor >= g->snap->n_tensors) {
             snprintf(msg, sizeof msg,
                      "model '%s' generation %" PRId64 ": tensor index %u out of range (%u tensors)",
@@ -694,41 +787,8 @@ static void on_read(fp_session *s, const tv__fp_msg *m)
             req_refuse(s, h, e.req_id, TV_E_SNAPSHOT, msg);
             continue;
         }
-        fp_req *r = calloc(1, sizeof(*r));
-        if (!r) {
-            tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a request");
+        if (queue_req(s, h, e.req_id, e.tensor, ti.shard, false, P, E, e.len))
             return;
-        }
-        r->req_id = e.req_id;
-        r->h = h;
-        r->tensor = e.tensor;
-        r->shard = ti.shard;
-        r->P = P;
-        r->E = E;
-        r->next_k = P / g->slot_len;
-        r->end_k = (E - 1) / g->slot_len + 1;
-        /* A small read far from the handle's previous one (a random access) reads
-         * its envelope only; one that follows it (a model load, tensor after
-         * tensor) reads whole chunks, which its neighbours then share. */
-        r->small = e.len <= FP_SMALL_READ && e.len <= g->slot_len / 16 &&
-                   !(h->seq_valid && h->last_shard == ti.shard && P + g->slot_len >= h->last_end &&
-                     P <= h->last_end + g->slot_len);
-        h->seq_valid = true;
-        h->last_shard = ti.shard;
-        h->last_end = E;
-        r->prev = s->rq_tail;
-        if (s->rq_tail)
-            s->rq_tail->next = r;
-        else
-            s->rq_head = r;
-        s->rq_tail = r;
-        uint32_t b = req_hash(s, r->req_id);
-        r->hnext = s->hash[b];
-        s->hash[b] = r;
-        if (!s->issue)
-            s->issue = r;
-        s->n_reqs++;
-        h->n_reqs++;
     }
 }
 
@@ -763,7 +823,7 @@ static void on_message(fp_session *s, const uint8_t *buf, size_t len)
 {
     tv__fp_msg m;
     tv_error err = {0};
-    int rc = tv__fp_decode(buf, len, s->hello ? TV__FP_VERSION : 0, &m, &err);
+    int rc = tv__fp_decode(buf, len, s->hello ? s->version : 0, &m, &err);
     if (rc) {
         tv__fp_session_fail(s, rc == TV_E_VERSION ? TV_E_VERSION : TV_E_PROTOCOL, "%s",
                             err.msg[0] ? err.msg : tv_strerror(rc));
@@ -854,6 +914,7 @@ int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
         buckets <<= 1;
     s->fp = fp;
     s->fd = fd;
+    s->version = TV__FP_V1;
     s->ev.kind = FP_EV_SESSION;
     s->ev.ptr = s;
     s->hash_mask = buckets - 1;
@@ -922,8 +983,8 @@ void tv__fp_session_destroy(fp_session *s)
     if (s->fatal_code) {
         tv_error err = {0};
         size_t len =
-            tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, s->fatal_code, TV__FP_ERROR_FATAL, 0, 0,
-                                s->fatal_msg, strlen(s->fatal_msg));
+            tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, s->version, s->fatal_code,
+                                TV__FP_ERROR_FATAL, 0, 0, s->fatal_msg, strlen(s->fatal_msg));
         if (len)
             (void)tv__fp_send(s->fd, fp->sbuf, len, NULL, 0, &err);
         if (s->fatal_code == TV_E_PROTOCOL || s->fatal_code == TV_E_VERSION)

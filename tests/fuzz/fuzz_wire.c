@@ -1,11 +1,12 @@
 /* libFuzzer target: the fast-path wire decoder (tv__fp_decode and the entry
  * accessors) on arbitrary datagrams, before negotiation (version 0) and
- * after (version 1).
+ * after (versions 1 and 2).
  * Invariants: any input returns 0, TV_E_PROTOCOL or (after negotiation)
  * TV_E_VERSION, never aborts and never reads past size; what decodes points
  * inside the input; every entry of a list message is walked; and the codec
  * is canonical: re-encoding what decoded gives back exactly the input
- * (header version TV__FP_VERSION, or HELLO_OK's own), and a list with an
+ * (header version: the message's when this build speaks it, else
+ * TV__FP_V1; HELLO's min_version; HELLO_OK's own), and a list with an
  * entry its accessor rejects is refused by the encoder too. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,9 +73,16 @@ static void check(const uint8_t *buf, size_t size, uint16_t version)
               m.text + m.text_len <= (const char *)buf + size);
     size_t n = 0;
     int all_ok = 1;
-    uint16_t want_version = TV__FP_VERSION;
+    /* the version to re-encode with: a pre-HELLO decode takes any header
+     * version, the encoders write only those this build speaks (entries of
+     * another version were checked as version 1's: no flags) */
+    uint16_t ev = m.version >= TV__FP_VERSION_MIN && m.version <= TV__FP_VERSION_MAX
+                      ? m.version
+                      : (uint16_t)TV__FP_V1;
+    uint16_t want_version = ev;
     switch (m.type) {
     case TV__FP_HELLO:
+        want_version = m.u.hello.min_version;
         n = tv__fp_encode_hello(g_again, sizeof g_again, m.u.hello.min_version,
                                 m.u.hello.max_version);
         break;
@@ -83,34 +91,35 @@ static void check(const uint8_t *buf, size_t size, uint16_t version)
         n = tv__fp_encode_hello_ok(g_again, sizeof g_again, &m.u.hello_ok);
         break;
     case TV__FP_OPEN:
-        n = tv__fp_encode_open(g_again, sizeof g_again, m.u.open.open_id, m.text, m.text_len);
+        n = tv__fp_encode_open(g_again, sizeof g_again, ev, m.u.open.open_id, m.text, m.text_len);
         break;
     case TV__FP_OPENED:
-        n = tv__fp_encode_opened(g_again, sizeof g_again, &m.u.opened);
+        n = tv__fp_encode_opened(g_again, sizeof g_again, ev, &m.u.opened);
         break;
     case TV__FP_CLOSE:
     case TV__FP_CLOSED:
-        n = tv__fp_encode_close(g_again, sizeof g_again, m.type, m.u.close.handle);
+        n = tv__fp_encode_close(g_again, sizeof g_again, ev, m.type, m.u.close.handle);
         break;
     case TV__FP_READ:
         all_ok = walk(&m);
-        n = tv__fp_encode_read(g_again, sizeof g_again, m.u.list.handle, g_reads, m.u.list.n);
+        n = tv__fp_encode_read(g_again, sizeof g_again, ev, m.u.list.handle, g_reads, m.u.list.n);
         break;
     case TV__FP_CHUNK:
         all_ok = walk(&m);
-        n = tv__fp_encode_chunk(g_again, sizeof g_again, g_chunks, m.u.list.n);
+        n = tv__fp_encode_chunk(g_again, sizeof g_again, ev, g_chunks, m.u.list.n);
         break;
     case TV__FP_DONE:
         all_ok = walk(&m);
-        n = tv__fp_encode_done(g_again, sizeof g_again, g_dones, m.u.list.n);
+        n = tv__fp_encode_done(g_again, sizeof g_again, ev, g_dones, m.u.list.n);
         break;
     case TV__FP_RELEASE:
         all_ok = walk(&m);
         CHECK(all_ok); /* a slot is any 32-bit value */
-        n = tv__fp_encode_release(g_again, sizeof g_again, m.u.list.handle, g_slots, m.u.list.n);
+        n = tv__fp_encode_release(g_again, sizeof g_again, ev, m.u.list.handle, g_slots,
+                                  m.u.list.n);
         break;
     case TV__FP_ERROR:
-        n = tv__fp_encode_error(g_again, sizeof g_again, m.u.error.code, m.u.error.flags,
+        n = tv__fp_encode_error(g_again, sizeof g_again, ev, m.u.error.code, m.u.error.flags,
                                 m.u.error.req_id, m.u.error.open_id, m.text, m.text_len);
         break;
     default:
@@ -126,7 +135,7 @@ static void check(const uint8_t *buf, size_t size, uint16_t version)
      * accepts whatever it is */
     CHECK(memcmp(g_again, buf, 4) == 0);
     CHECK(memcmp(g_again + 6, buf + 6, size - 6) == 0);
-    CHECK(version == 0 || m.version == want_version);
+    CHECK(version == 0 || m.type == TV__FP_HELLO || m.version == want_version);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -137,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(buf, data, size);
     check(buf, size, 0);
-    check(buf, size, TV__FP_VERSION);
+    check(buf, size, TV__FP_V1);
+    check(buf, size, TV__FP_V2);
     /* the same bytes with a valid header in front of the body: the fuzzer
      * need not find magic and length to reach the body checks */
     if (size >= 8 && size + TV__FP_HDR_LEN - 8 <= TV__FP_MAX_MSG) {
@@ -145,13 +155,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t *msg = malloc(len);
         if (msg) {
             tv__le32_put(msg, TV__FP_MAGIC);
-            tv__le16_put(msg + 4, TV__FP_VERSION);
+            tv__le16_put(msg + 4, (uint16_t)(TV__FP_V1 + (data[1] & 1)));
             tv__le16_put(msg + 6, (uint16_t)(1 + data[0] % 11));
             tv__le32_put(msg + 8, (uint32_t)len);
             tv__le32_put(msg + 12, 0);
             memcpy(msg + TV__FP_HDR_LEN, data + 8, size - 8);
             check(msg, len, 0);
-            check(msg, len, TV__FP_VERSION);
+            check(msg, len, TV__FP_V1);
+            check(msg, len, TV__FP_V2);
             free(msg);
         }
     }

@@ -25,7 +25,15 @@ import struct
 import time
 
 MAGIC = 0x50465654  # "TVFP" as little-endian bytes
-VERSION = 1
+VERSION = 1      # the base version: what a Session asks for unless told otherwise
+MAX_VERSION = 2  # version 2 = 1 + the READ flag READ_SHARD_HEADER
+READ_SHARD_HEADER = 0x1  # READ entry flag (version 2): tensor = shard index, off/len in its header
+
+
+def read_flags(version):
+    """The READ entry flags a version defines."""
+    return READ_SHARD_HEADER if 2 <= version <= MAX_VERSION else 0
+
 MAX_MSG = 65536
 MAX_SPEC = 512
 MAX_TEXT = 512
@@ -250,7 +258,10 @@ def decode(buf, version=VERSION):
         for i in range(f["n"]):
             v = st.unpack_from(body, LIST_B.size + i * st.size)
             if mtype == READ:
-                ents.append(_fields(("req_id", "tensor", "flags", "off", "len"), v))
+                e = _fields(("req_id", "tensor", "flags", "off", "len"), v)
+                if e["flags"] & ~read_flags(ver):
+                    raise FpProtocolError(f"READ entry {i} flags {e['flags']:#x} in version {ver}")
+                ents.append(e)
             elif mtype == CHUNK:
                 e = _fields(("req_id", "handle", "slot", "slot_off", "len", "dest_off"), v)
                 if e["len"] < 1:
@@ -319,8 +330,8 @@ class Snapshot:
         for i in range(n_shards):
             no, nl, file_len, header_len, _sha, first_rep, n_reps = SNAP_SHARD.unpack_from(
                 img, shards_off + i * SNAP_SHARD.size)
-            self.shards.append({"name": string(no, nl).decode(), "file_len": file_len,
-                                "data_off": 8 + header_len})
+            self.shards.append({"index": i, "name": string(no, nl).decode(), "file_len": file_len,
+                                "header_len": header_len, "data_off": 8 + header_len})
         self.tensors = []
         for i in range(n_tensors):
             no, nl, dt, rank, first_dim, shard, begin, end = SNAP_TENSOR.unpack_from(
@@ -337,8 +348,9 @@ class Snapshot:
 # ---------------------------------------------------------------- the client
 
 class Request:
-    def __init__(self, req_id, handle, tensor, off, length):
+    def __init__(self, req_id, handle, tensor, off, length, flags=0):
         self.req_id, self.handle, self.tensor, self.off, self.len = req_id, handle, tensor, off, length
+        self.flags = flags  # READ_SHARD_HEADER: tensor is a shard index
         # a range no tensor has (a test of the daemon's refusal) gets no buffer
         self.buf = bytearray(length) if length <= 1 << 36 else None
         self.covered = 0
@@ -418,8 +430,11 @@ class Session:
     answer them and FpClosed when the daemon hangs up. `auto_release`
     False keeps every slot reference (a client that stops releasing)."""
 
-    def __init__(self, path, timeout=30.0, hello=True, auto_release=True):
+    def __init__(self, path, timeout=30.0, hello=True, auto_release=True, max_version=VERSION):
+        """max_version: the HELLO offers [1, max_version] (VERSION: a version-1
+        client, as before version 2 existed; MAX_VERSION: header reads)."""
         self.path, self.timeout = path, timeout
+        self.max_version = max_version
         self.sock = connect(path, timeout)
         self.version = 0  # 0 until HELLO_OK
         self.handles = {}
@@ -436,7 +451,7 @@ class Session:
         self.log = []       # every message received (type names), for failure messages
         self.hello_ok = None
         if hello:
-            self.hello()
+            self.hello(VERSION, max_version)
 
     # -- raw I/O ---------------------------------------------------------------
 
@@ -622,10 +637,13 @@ class Session:
     # -- protocol --------------------------------------------------------------
 
     def hello(self, min_version=VERSION, max_version=VERSION):
-        self.send(enc_hello(min_version, max_version))
+        """HELLO [min_version, max_version]: the daemon must pick the highest
+        version both speak (1..MAX_VERSION)."""
+        self.send(enc_hello(min_version, max_version, version=min_version))
         m = self.wait_reply({HELLO_OK})
         f = m.f
-        if f["version"] != VERSION or f["max_msg_len"] != MAX_MSG or f["max_requests"] < 1 or \
+        if f["version"] != min(max_version, MAX_VERSION) or m.version != f["version"] or \
+                f["max_msg_len"] != MAX_MSG or f["max_requests"] < 1 or \
                 f["max_handles"] < 1 or f["session_id"] < 1:
             raise FpProtocolError(f"HELLO_OK {f}")
         self.version = f["version"]
@@ -640,7 +658,7 @@ class Session:
         """OPEN spec; returns a Handle, raises FpError for its ERROR."""
         oid = self.next_open
         self.next_open += 1
-        self.send(enc_open(oid, spec))
+        self.send(enc_open(oid, spec, version=self.version or VERSION))
         try:
             m = self.wait_reply({OPENED})
         except FpError as e:
@@ -659,18 +677,20 @@ class Session:
         return h
 
     def submit(self, handle, entries):
-        """Sends READs for entries [(tensor, off, len)]; returns the Requests
-        (not waited for). Splits into messages of at most MAX_READS."""
+        """Sends READs for entries [(tensor, off, len)] or [(tensor, off, len,
+        flags)] (READ_SHARD_HEADER: tensor is a shard index); returns the
+        Requests (not waited for). Splits into messages of at most MAX_READS."""
         hd = handle.handle if isinstance(handle, Handle) else handle
         reqs = []
-        for t, off, ln in entries:
-            r = Request(self.next_req, hd, t, off, ln)
+        for e in entries:
+            t, off, ln = e[:3]
+            r = Request(self.next_req, hd, t, off, ln, e[3] if len(e) > 3 else 0)
             self.next_req += 1
             self.reqs[r.req_id] = r
             reqs.append(r)
         for i in range(0, len(reqs), MAX_READS):
             part = reqs[i:i + MAX_READS]
-            self.send(enc_read(hd, [(r.req_id, r.tensor, r.off, r.len) for r in part],
+            self.send(enc_read(hd, [(r.req_id, r.tensor, r.off, r.len, r.flags) for r in part],
                                version=self.version or VERSION))
         return reqs
 
@@ -717,6 +737,16 @@ class Session:
         ts = handle.tensors if names is None else [handle.snap.by_name[n] for n in names]
         reqs = self.read(handle, [(t["index"], 0, t["nbytes"]) for t in ts], timeout=timeout)
         return {t["name"]: bytes(r.buf) for t, r in zip(ts, reqs)}
+
+    def read_headers(self, handle, shards=None, timeout=None):
+        """{shard index: bytes} of whole shard headers (the file's first 8 +
+        header_len bytes; every shard when shards is None), with the READ
+        flag READ_SHARD_HEADER: a version-2 session only."""
+        h = handle if isinstance(handle, Handle) else self.handles[handle]
+        ss = h.snap.shards if shards is None else [h.snap.shards[i] for i in shards]
+        reqs = self.read(h, [(s["index"], 0, s["data_off"], READ_SHARD_HEADER) for s in ss],
+                         timeout=timeout)
+        return {s["index"]: bytes(r.buf) for s, r in zip(ss, reqs)}
 
     def close_handle(self, handle, timeout=None):
         """CLOSE; returns the DONE results of the requests it cancelled

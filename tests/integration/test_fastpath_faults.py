@@ -222,6 +222,11 @@ def before_hello(build):
     return ("none", build)
 
 
+def open2_then(build):
+    """A case sent after HELLO 1..2 (version 2 negotiated) and OPEN m."""
+    return ("open2", build)
+
+
 FATAL_CASES = {
     # malformed
     "bad magic": (before_hello(lambda: fp.enc_hello(magic=0x50465655)), P),
@@ -230,6 +235,15 @@ FATAL_CASES = {
     "hello reserved": (before_hello(lambda: fp.enc_hello(reserved=1)), P),
     "close reserved": (open_then(lambda h: fp.enc_close(h.handle, reserved=1)), P),
     "read flags": (open_then(lambda h: fp.enc_read(h.handle, [(1, 0, 0, 1, 4)])), P),
+    # the shard-header flag is version 2's: a reserved bit in version 1
+    "read header flag in version 1": (open_then(
+        lambda h: fp.enc_read(h.handle, [(1, 0, 0, 8, fp.READ_SHARD_HEADER)])), P),
+    "read flags 0x2 in version 2": (open2_then(
+        lambda h: fp.enc_read(h.handle, [(1, 0, 0, 1, 2)], version=2)), P),
+    "read flags 0x3 in version 2": (open2_then(
+        lambda h: fp.enc_read(h.handle, [(1, 0, 0, 8, 3)], version=2)), P),
+    "read with header version 1 in a version-2 session": (open2_then(
+        lambda h: fp.enc_read(h.handle, [(1, 0, 0, 1)], version=1)), V),
     "unknown type 0": (hello_then(lambda: fp.message(0, b"\0" * 8)), P),
     "unknown type 12": (hello_then(lambda: fp.message(12, b"\0" * 8)), P),
     "unknown type 0xffff": (hello_then(lambda: fp.message(0xffff)), P),
@@ -263,7 +277,7 @@ FATAL_CASES = {
     "READ before OPEN": (hello_then(lambda: fp.enc_read(1, [(1, 0, 0, 1)])), P),
     "RELEASE before OPEN": (hello_then(lambda: fp.enc_release(1, [0])), P),
     # unknown version
-    "hello versions 2..3": (before_hello(lambda: fp.enc_hello(2, 3)), V),
+    "hello versions 3..4": (before_hello(lambda: fp.enc_hello(3, 4)), V),
     "hello versions 7..0xffff": (before_hello(lambda: fp.enc_hello(7, 0xffff)), V),
     "open with header version 2": (hello_then(lambda: fp.enc_open(1, "m", version=2)), V),
     "read with header version 2": (open_then(lambda h: fp.enc_read(h.handle, [(1, 0, 0, 1)],
@@ -292,9 +306,10 @@ FATAL_CASES = {
 @pytest.mark.parametrize("case", sorted(FATAL_CASES))
 def test_fatal_protocol_error(d, ref, case):
     (state, build), code = FATAL_CASES[case]
-    s = session(d, hello=(state != "none"), auto_release=False)
+    s = session(d, hello=(state != "none"), auto_release=False,
+                max_version=2 if state == "open2" else fp.VERSION)
     try:
-        if state == "open":
+        if state in ("open", "open2"):
             h = s.open("m")
             msg = build(h)
         else:

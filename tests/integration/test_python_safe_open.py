@@ -7,20 +7,29 @@ keys, offset_keys, every tensor's bytes, dtype and shape; a generated table
 of slice expressions against numpy slicing of the official tensor (negative
 bounds too, which the official rejects: numpy is the reference then);
 get_tensors equals per-tensor reads; and the errors (missing tensor, no
-daemon, unknown model, torch not supported yet)."""
+daemon, unknown model, bad framework and device arguments); metadata()
+against the official per-file metadata() (merged over the shards); `import
+tensorvault` and the numpy path never import torch."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from safetensors import safe_open as official_open
+from safetensors.numpy import save_file
 
 import gen_checkpoints as gen
 import tensorvault
+from tensorvault import _native, _safe_open
 from daemon import serving
 from storeutil import reference_tensors
 
 BACKENDS = ["store", "socket"]
+# device= values every framework refuses (TV_E_INVALID_ARG, nothing opened).
+BAD_DEVICES = ["tpu", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0:1", " cuda", "CPU", "cuda:\u0662",
+               -1, True, 1.0, None, b"cpu"]
 # safetensors 0.8's numpy get_tensor asks numpy itself for the F8 dtypes
 # (np.float8_* does not exist, it raises AttributeError): for them the
 # reference is the official deserializer's bytes as the ml_dtypes array.
@@ -62,9 +71,34 @@ def served(tmp_path_factory, build_dir):
     sharded = gen.write_checkpoint(str(tmp / "ck2"), tensors, 2)
     single = gen.write_checkpoint(str(tmp / "ck1"),
                                   gen.random_tensors(np.random.default_rng(12), len(gen.DTYPES)), 1)
-    with serving(build_dir, tmp, {"m": sharded, "one": single}) as d:
-        yield {"d": d, "sock": d.socket_path, "store": d.store, "ckpt": {"m": sharded, "one": single},
+    ckpts = {"m": sharded, "one": single, **metadata_checkpoints(tmp)}
+    with serving(build_dir, tmp, ckpts) as d:
+        yield {"d": d, "sock": d.socket_path, "store": d.store, "ckpt": ckpts,
                "ref": {"m": official(sharded), "one": official(single)}}
+
+
+# Per-shard __metadata__ of the "meta" model (None: the shard has none) and
+# what the merge rule makes of it: shard order, a key keeps its first value.
+META_SHARDS = [{"format": "pt", "k": "first"}, None, {"k": "third", "only3": "x", "": ""}]
+META_MERGED = {"format": "pt", "k": "first", "only3": "x", "": ""}
+META_ONE = {"format": "np", "unicode": "\u00e9 \u2713 \U0001f600", "empty": "", "q": "\"{}\""}
+
+
+def metadata_checkpoints(tmp):
+    """{model: checkpoint}: "meta", three shards with different metadata
+    (META_SHARDS), and "meta1", one file with META_ONE."""
+    d = tmp / "meta"
+    d.mkdir()
+    weight_map = {}
+    for i, meta in enumerate(META_SHARDS):
+        fname = f"model-{i + 1:05d}-of-{len(META_SHARDS):05d}.safetensors"
+        name = f"layer.{i}.w"
+        save_file({name: np.arange(i + 3, dtype=np.int16)}, str(d / fname), metadata=meta)
+        weight_map[name] = fname
+    with open(d / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    one = gen.write_checkpoint(str(tmp / "meta1"), {"w": np.ones(3, np.float32)}, 1, META_ONE)
+    return {"meta": str(d / "model.safetensors.index.json"), "meta1": one}
 
 
 def open_tv(served, backend, spec="m", **kw):
@@ -257,11 +291,119 @@ def test_errors(served, backend, tmp_path, monkeypatch):
         open_tv(served, backend, "unknown-model")
     assert e.value.name == "TV_E_NOT_FOUND" and "unknown-model" in e.value.message
     assert not isinstance(e.value, KeyError)
-    for kw in ({"framework": "pt"}, {"framework": "np", "device": "cuda"},
-               {"framework": "numpy", "device": "cuda:0"}):
+    for dev in ("cuda", "cuda:0", "cuda:3", 0, 2):  # as the official: numpy is host memory only
         with pytest.raises(tensorvault.Error) as e:
-            tensorvault.safe_open("m", store=served["store"], **kw)
-        assert e.value.name == "TV_E_NOT_SUPPORTED" and "later step" in e.value.message, kw
+            tensorvault.safe_open("m", framework="np", device=dev, store=served["store"])
+        assert e.value.name == "TV_E_INVALID_ARG" and "framework numpy" in e.value.message, dev
+    for dev in BAD_DEVICES:
+        with pytest.raises(tensorvault.Error) as e:
+            tensorvault.safe_open("m", framework="numpy", device=dev, store=served["store"])
+        assert e.value.name == "TV_E_INVALID_ARG" and "is invalid" in e.value.message, dev
+    for fw in ("tf", "flax", "jax", ""):
+        with pytest.raises(tensorvault.Error) as e:
+            tensorvault.safe_open("m", framework=fw, store=served["store"])
+        assert e.value.name == "TV_E_NOT_SUPPORTED" and repr(fw) in e.value.message, fw
+
+
+SHARD_HEADER_FNS = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header",
+                    "tv_client_n_shards", "tv_client_shard", "tv_client_read_shard_header")
+
+
+def official_metadata(ckpt):
+    """The merge rule over the official per-file metadata()."""
+    metas = []
+    for p in shard_files(ckpt):
+        with official_open(p, framework="numpy") as o:
+            metas.append(o.metadata())
+    return metas, _safe_open.merge_metadata({"__metadata__": m} for m in metas)
+
+
+@pytest.mark.parametrize("model", ["m", "one", "meta", "meta1"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_metadata_equals_official(served, backend, model):
+    metas, want = official_metadata(served["ckpt"][model])
+    if model == "meta":
+        assert metas == META_SHARDS and want == META_MERGED
+    elif model == "meta1":
+        assert want == META_ONE
+    else:
+        assert want is None
+    assert all(_native.optional(fn) for fn in SHARD_HEADER_FNS)  # the library has them
+    with open_tv(served, backend, model) as f:
+        got = f.metadata()
+        assert got == want
+        if got is not None:
+            got["added"] = "by the caller"  # a copy: the cached value is unchanged
+        assert f.metadata() == want
+    with pytest.raises(tensorvault.Error) as e:
+        f.metadata()
+    assert e.value.name == "TV_E_INVALID_ARG"
+
+
+def test_metadata_read_once(served, monkeypatch):
+    """metadata() reads the shard headers on its first call only, and not at
+    open (a handle that never asks reads no header)."""
+    reads = []
+    real = _safe_open.safe_open._shard_headers
+
+    def spy(self):
+        reads.append(self._spec)
+        return real(self)
+
+    monkeypatch.setattr(_safe_open.safe_open, "_shard_headers", spy)
+    with open_tv(served, "store", "meta") as f:
+        assert reads == []
+        first = [f.metadata() for _ in range(3)]
+        assert reads == ["meta"]
+        assert first == [META_MERGED] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_metadata_without_shard_header_reads(served, backend, monkeypatch):
+    """A library without the shard header functions still loads; only
+    metadata() refuses, naming them, and the handle reads on."""
+    monkeypatch.setattr(_native, "optional", lambda name: None)
+    with open_tv(served, backend, "meta1") as f:
+        with pytest.raises(tensorvault.Error) as e:
+            f.metadata()
+        assert e.value.name == "TV_E_NOT_SUPPORTED" and "read_shard_header" in e.value.message
+        assert "meta1" in e.value.message
+        assert f.get_tensor("w").tolist() == [1.0, 1.0, 1.0]
+
+
+def test_merge_metadata_rule():
+    m = _safe_open.merge_metadata
+    assert m([]) is None
+    assert m([{}, {"__metadata__": None}, {"a": {"dtype": "U8"}}]) is None
+    assert m([{"__metadata__": {}}]) == {}
+    assert m([{"__metadata__": None}, {"__metadata__": {"a": "1", "b": "2"}},
+              {"__metadata__": {"b": "3", "c": "4"}}]) == {"a": "1", "b": "2", "c": "4"}
+    assert list(m([{"__metadata__": {"z": "1"}}, {"__metadata__": {"a": "2", "z": "3"}}])) == ["z", "a"]
+
+
+def test_import_does_not_import_torch(served):
+    """`import tensorvault` and the whole numpy path leave torch unimported."""
+    code = ("import sys, tensorvault\n"
+            "with tensorvault.safe_open('m', framework='np', store=sys.argv[1]) as f:\n"
+            "    f.get_tensors(); f.get_slice('rows.f32')[1:3, 0]; f.metadata()\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "print('no torch')\n")
+    p = subprocess.run([sys.executable, "-c", code, served["store"]], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "no torch\n", p.stderr
+    # Without torch, framework="pt" is a tensorvault.Error (the numpy path still works).
+    code = ("import sys\n"
+            "sys.modules['torch'] = None\n"
+            "import tensorvault\n"
+            "try:\n"
+            "    tensorvault.safe_open('m', framework='pt', store=sys.argv[1])\n"
+            "except tensorvault.Error as e:\n"
+            "    print(e.name, 'needs torch' in e.message)\n"
+            "with tensorvault.safe_open('m', framework='np', store=sys.argv[1]) as f:\n"
+            "    print(f.get_tensor('rows.f32').shape)\n")
+    p = subprocess.run([sys.executable, "-c", code, served["store"]], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "TV_E_NOT_SUPPORTED True\n(7, 5, 3)\n", p.stderr
 
 
 def test_no_daemon(tmp_path, monkeypatch):

@@ -8,7 +8,10 @@
  *   tensor at once) | rows (rows [0, r/2) then [r/2, r), concatenated; a
  *   scalar or a sub-byte dtype as a whole read) | f32 (tv_client_read_f32;
  *   tensors without a float32 conversion are skipped: no file) | get
- *   (tv_client_get_tensor)
+ *   (tv_client_get_tensor) | headers (tv_client_read_shard_header: every
+ *   shard's first 8 + header_len bytes to OUTDIR/<shard>.bin, one JSON line
+ *   per shard {"shard","name","file_len","header_len","file"}; protocol
+ *   version 2)
  * Guard bytes: every destination sits at an odd offset between 64 bytes of
  * 0xA5 on each side; a changed guard byte fails the tool (exit 1) naming
  * the tensor. */
@@ -23,6 +26,51 @@
 #include "tensorvault/client.h"
 
 #define GUARD 64
+
+/* Every shard's header through the daemon, each into a guarded buffer. */
+static int dump_headers(tv_client_model *m, const char *outdir)
+{
+    for (size_t i = 0; i < tv_client_n_shards(m); i++) {
+        tv_shard_desc sd;
+        tv_error err = {0};
+        if (tv_client_shard(m, i, &sd)) {
+            fprintf(stderr, "fp_dump: shard %zu: no descriptor\n", i);
+            return 1;
+        }
+        size_t len = (size_t)(8 + sd.header_len);
+        uint8_t *buf = dump_guarded_alloc(len, GUARD);
+        if (!buf) {
+            fprintf(stderr, "fp_dump: out of memory\n");
+            return 1;
+        }
+        uint8_t *dst = dump_dest(buf, GUARD);
+        int rc = tv_client_read_shard_header(m, i, dst, len, &err);
+        char path[4096], what[64];
+        snprintf(what, sizeof(what), "shard %zu header", i);
+        int bad = 0;
+        if (rc) {
+            fprintf(stderr, "fp_dump: headers: %s: %s: %s\n", what, tv_err_name(rc), err.msg);
+            bad = 1;
+        }
+        if (!bad)
+            bad = dump_check_guards("fp_dump", buf, len, GUARD, what);
+        if (!bad)
+            bad = dump_write("fp_dump", outdir, i, dst, len, path, sizeof(path));
+        if (!bad) {
+            json_t *o = json_pack("{s:I,s:s%,s:I,s:I,s:s}", "shard", (json_int_t)i, "name", sd.name,
+                                  sd.name_len, "file_len", (json_int_t)sd.file_len, "header_len",
+                                  (json_int_t)sd.header_len, "file", path);
+            char *line = json_dumps(o, JSON_COMPACT);
+            printf("%s\n", line);
+            free(line);
+            json_decref(o);
+        }
+        free(buf);
+        if (bad)
+            return 1;
+    }
+    return 0;
+}
 
 /* Rows [0, h) and [h, r) of tensor d read separately into dst. */
 static int read_rows(tv_client_model *m, const tv_tensor_desc *d, uint8_t *dst, size_t len,
@@ -49,13 +97,13 @@ static int read_rows(tv_client_model *m, const tv_tensor_desc *d, uint8_t *dst, 
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: fp_dump SOCKET SPEC OUTDIR host|batch|rows|f32|get\n");
+        fprintf(stderr, "usage: fp_dump SOCKET SPEC OUTDIR host|batch|rows|f32|get|headers\n");
         return 2;
     }
     const char *sock = argv[1], *spec = argv[2], *outdir = argv[3], *mode = argv[4];
     bool f32 = !strcmp(mode, "f32");
     if (strcmp(mode, "host") && strcmp(mode, "batch") && strcmp(mode, "rows") && !f32 &&
-        strcmp(mode, "get")) {
+        strcmp(mode, "get") && strcmp(mode, "headers")) {
         fprintf(stderr, "fp_dump: unknown mode '%s'\n", mode);
         return 2;
     }
@@ -69,6 +117,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "fp_dump: %s %s: %s: %s\n", sock, spec, tv_err_name(rc), err.msg);
         tv_client_close(c);
         return 1;
+    }
+    if (!strcmp(mode, "headers")) {
+        int bad = dump_headers(m, outdir);
+        tv_client_model_close(m);
+        tv_client_close(c);
+        return bad;
     }
     size_t n = tv_client_n_tensors(m);
     uint8_t **bufs = calloc(n ? n : 1, sizeof(*bufs));

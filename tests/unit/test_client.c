@@ -13,7 +13,10 @@
  * (slot out of range, slot_off + len past the slot, overlapping chunks,
  * dest_off past the end, DONE before all bytes, unknown req_id, EOF mid-read,
  * an unexpected message type): the right error, the session closed, guards
- * untouched, and every slot lent released exactly once. */
+ * untouched, and every slot lent released exactly once. Protocol version 2
+ * (the fake's default): shard header reads (READ flag
+ * TV__FP_READ_SHARD_HEADER), their refusals and hostile replies; a version-1
+ * daemon, or the client forced to offer 1: TV_E_NOT_SUPPORTED, nothing sent. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -93,12 +96,13 @@ enum mode {
     M_OTHER_MODEL, /* the snapshot of another model */
     M_OPEN_DENIED, /* OPEN answered ERROR TV_E_PEER_DENIED */
     M_BUSY,        /* fatal ERROR TV_E_BUSY instead of HELLO_OK */
-    M_VERSION,     /* HELLO_OK with version 2 */
+    M_VERSION,     /* HELLO_OK with version 3 (the client offers 1..2) */
     M_SILENT,      /* never answers HELLO */
     M_MANY,        /* max_requests 5000 (a batch over several READs of 2047) */
     M_STALL,       /* never answers a READ */
     M_FATAL,       /* a fatal ERROR instead of a READ's chunks */
     M_RANDOM,      /* one chunk in three mutated at random (seeded) */
+    M_DONE_EMPTY,  /* DONE 0 at once, without a chunk */
 };
 
 typedef struct fake {
@@ -106,6 +110,9 @@ typedef struct fake {
     int lsock;
     pthread_t th;
     enum mode mode;
+    uint16_t max_version; /* the fake speaks 1..max_version (fake_start: 2) */
+    uint16_t version;     /* negotiated (0 before HELLO) */
+    uint16_t hello_max;   /* the client's HELLO max_version */
     uint32_t max_requests;
     uint8_t *img;
     size_t img_len;
@@ -203,7 +210,7 @@ static int srv_recv(fake *f, int s, tv__fp_msg *m)
     if (n <= 0)
         return -1;
     tv_error e = {0};
-    if (tv__fp_decode(rbuf, (size_t)n, TV__FP_VERSION, m, &e)) {
+    if (tv__fp_decode(rbuf, (size_t)n, f->version, m, &e)) {
         fake_fail(f, "client sent a bad message: %s", e.msg);
         return -1;
     }
@@ -268,22 +275,32 @@ static int send_done(fake *f, int s, uint64_t req_id, int32_t result)
 {
     f->outstanding--;
     tv__fp_done_ent d = {.req_id = req_id, .result = result, .handle = 1};
-    return srv_send(s, tv__fp_encode_done(sbuf, sizeof(sbuf), &d, 1), NULL, 0);
+    return srv_send(s, tv__fp_encode_done(sbuf, sizeof(sbuf), f->version, &d, 1), NULL, 0);
 }
 
 /* Answers one request; returns -1 to end the session. */
 static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
 {
-    if (r->tensor >= N_T) {
+    bool header = r->flags & TV__FP_READ_SHARD_HEADER;
+    if (header && (f->version < 2 || r->tensor != 0 || r->off + r->len > DATA_OFF)) {
+        fake_fail(f, "READ of shard %u header [%llu, +%llu) in version %u", r->tensor,
+                  (unsigned long long)r->off, (unsigned long long)r->len, f->version);
+        return -1;
+    }
+    if (!header && r->tensor >= N_T) {
         fake_fail(f, "READ of tensor %u", r->tensor);
         return -1;
     }
-    const tv__snap_tensor_in *t = &TENSORS[r->tensor];
-    uint64_t P = DATA_OFF + t->begin_off + r->off, E = P + r->len;
+    /* A header read: object bytes [off, off + len) of the one shard. */
+    uint64_t P = header ? r->off : DATA_OFF + TENSORS[r->tensor].begin_off + r->off;
+    uint64_t E = P + r->len;
+    if (f->mode == M_DONE_EMPTY)
+        return send_done(f, s, r->req_id, 0);
     if (f->mode == M_REQ_ERROR && r->tensor == 1) {
         const char *txt = "tensor 'b': device /var/lib/tv/fake.img: read failed at offset 69632";
         srv_send(s,
-                 tv__fp_encode_error(sbuf, sizeof(sbuf), -EIO, 0, r->req_id, 0, txt, strlen(txt)),
+                 tv__fp_encode_error(sbuf, sizeof(sbuf), f->version, -EIO, 0, r->req_id, 0, txt,
+                                     strlen(txt)),
                  NULL, 0);
         return send_done(f, s, r->req_id, -EIO);
     }
@@ -350,7 +367,7 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
                 ents[i] = ents[n - 1 - i];
                 ents[n - 1 - i] = tmp;
             }
-        if (srv_send(s, tv__fp_encode_chunk(sbuf, sizeof(sbuf), ents, n), NULL, 0))
+        if (srv_send(s, tv__fp_encode_chunk(sbuf, sizeof(sbuf), f->version, ents, n), NULL, 0))
             return -1;
         if (f->mode == M_EOF || f->mode == M_SLOT_RANGE || f->mode == M_SLOT_OFF ||
             f->mode == M_OVERLAP || f->mode == M_DEST_PAST || f->mode == M_UNKNOWN_REQ)
@@ -358,8 +375,10 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
         if (srv_await_release(f, s, slots, n))
             return -1;
         if (f->mode == M_BAD_TYPE) {
-            tv__fp_hello_ok h = {
-                .version = 1, .max_msg_len = TV__FP_MAX_MSG, .max_requests = 3, .max_handles = 4};
+            tv__fp_hello_ok h = {.version = f->version,
+                                 .max_msg_len = TV__FP_MAX_MSG,
+                                 .max_requests = 3,
+                                 .max_handles = 4};
             if (srv_send(s, tv__fp_encode_hello_ok(sbuf, sizeof(sbuf), &h), NULL, 0))
                 fake_fail(f, "HELLO_OK does not encode");
             return -1;
@@ -381,17 +400,21 @@ static void serve(fake *f, int s)
         fake_fail(f, "expected HELLO");
         return;
     }
-    if (m.u.hello.min_version != 1 || m.u.hello.max_version != 1)
+    if (m.u.hello.min_version != 1 || m.u.hello.max_version < 1 || m.u.hello.max_version > 2)
         fake_fail(f, "HELLO %u..%u", m.u.hello.min_version, m.u.hello.max_version);
+    f->hello_max = m.u.hello.max_version;
+    f->version = m.u.hello.max_version < f->max_version ? m.u.hello.max_version : f->max_version;
     if (f->mode == M_BUSY) {
         const char *txt = "64 sessions are open (max_sessions)";
         srv_send(s,
-                 tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_BUSY, TV__FP_ERROR_FATAL, 0, 0, txt,
-                                     strlen(txt)),
+                 tv__fp_encode_error(sbuf, sizeof(sbuf), f->version, TV_E_BUSY, TV__FP_ERROR_FATAL,
+                                     0, 0, txt, strlen(txt)),
                  NULL, 0);
         return;
     }
-    tv__fp_hello_ok h = {.version = f->mode == M_VERSION ? 2 : 1,
+    if (f->mode == M_VERSION)
+        f->version = 3; /* past what the client offered (the codec is the test's) */
+    tv__fp_hello_ok h = {.version = f->version,
                          .max_msg_len = TV__FP_MAX_MSG,
                          .max_requests = f->max_requests,
                          .max_handles = 4,
@@ -402,7 +425,7 @@ static void serve(fake *f, int s)
             if (f->mode == M_OPEN_DENIED) {
                 const char *txt = "uid 65534 (gid 65534) may not open model 'org/fake'";
                 srv_send(s,
-                         tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_PEER_DENIED, 0, 0,
+                         tv__fp_encode_error(sbuf, sizeof(sbuf), f->version, TV_E_PEER_DENIED, 0, 0,
                                              m.u.open.open_id, txt, strlen(txt)),
                          NULL, 0);
                 continue;
@@ -416,10 +439,12 @@ static void serve(fake *f, int s)
                                .n_slots = N_SLOTS,
                                .credit = N_SLOTS};
             int fds[2] = {f->snap_fd, f->arena_fd};
-            srv_send(s, tv__fp_encode_opened(sbuf, sizeof(sbuf), &o), fds, 2);
+            srv_send(s, tv__fp_encode_opened(sbuf, sizeof(sbuf), f->version, &o), fds, 2);
         } else if (m.type == TV__FP_CLOSE) {
             f->n_closes++;
-            srv_send(s, tv__fp_encode_close(sbuf, sizeof(sbuf), TV__FP_CLOSED, m.u.close.handle),
+            srv_send(s,
+                     tv__fp_encode_close(sbuf, sizeof(sbuf), f->version, TV__FP_CLOSED,
+                                         m.u.close.handle),
                      NULL, 0);
         } else if (m.type == TV__FP_READ) {
             if (m.u.list.n > f->max_read_n)
@@ -431,8 +456,8 @@ static void serve(fake *f, int s)
             if (f->mode == M_FATAL) {
                 const char *txt = "slot 7 of handle 1 released but not held";
                 srv_send(s,
-                         tv__fp_encode_error(sbuf, sizeof(sbuf), TV_E_PROTOCOL, TV__FP_ERROR_FATAL,
-                                             0, 0, txt, strlen(txt)),
+                         tv__fp_encode_error(sbuf, sizeof(sbuf), f->version, TV_E_PROTOCOL,
+                                             TV__FP_ERROR_FATAL, 0, 0, txt, strlen(txt)),
                          NULL, 0);
                 return;
             }
@@ -474,6 +499,7 @@ static fake *fake_start(enum mode mode)
     fake *f = calloc(1, sizeof(*f));
     TV_TEST_CHECK(f);
     f->mode = mode;
+    f->max_version = 2;
     f->max_requests = mode == M_MANY ? 5000 : 3;
     tv_test_tmpdir(f->dir, sizeof(f->dir), "client");
     tv_test_path(f->path, sizeof(f->path), "%s/tv.sock", f->dir);
@@ -754,7 +780,7 @@ static void test_refused_sessions(void **state)
     (void)state;
     static const fake_case cases[] = {
         {M_BUSY, TV_E_BUSY, "max_sessions", false},
-        {M_VERSION, TV_E_VERSION, "version 2", false},
+        {M_VERSION, TV_E_VERSION, "version 3", false},
         {M_SILENT, TV_E_TIMEOUT, "within 200 ms", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
@@ -985,6 +1011,136 @@ static void test_hostile_replies(void **state)
     }
 }
 
+/* The shard's header bytes (object bytes [0, DATA_OFF)) landed in d. */
+static void expect_header(const uint8_t *d, const char *what)
+{
+    for (size_t i = 0; i < DATA_OFF; i++)
+        if (d[i] != pat(i))
+            fail_msg("%s: header byte %zu is 0x%02x, expected 0x%02x", what, i, d[i], pat(i));
+}
+
+/* Version 2: tv_client_read_shard_header asks with the READ flag and gets
+ * the header bytes; the descriptors come from the snapshot; refusals
+ * (shard out of range, dest too small or NULL) send nothing and write
+ * nothing. A version-1 daemon (or a client forced to offer 1 only):
+ * TV_E_NOT_SUPPORTED, nothing sent, tensor reads unaffected. */
+static void test_shard_header(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv_shard_desc sd;
+    fake *f = fake_start(M_OK);
+    tv_client *c = connect_ok(f);
+    assert_int_equal(f->hello_max, 2);
+    tv_client_model *m = open_ok(c);
+    assert_int_equal(tv_client_n_shards(m), 1);
+    assert_int_equal(tv_client_n_shards(NULL), 0);
+    assert_int_equal(tv_client_shard(m, 0, &sd), 0);
+    assert_int_equal(sd.name_len, strlen("model.safetensors"));
+    assert_memory_equal(sd.name, "model.safetensors", sd.name_len);
+    assert_int_equal(sd.file_len, FILE_LEN);
+    assert_int_equal(sd.header_len, HDR_LEN);
+    assert_int_equal(tv_client_shard(m, 1, &sd), TV_E_INVALID_ARG);
+    assert_string_equal(sd.name, "");
+    assert_int_equal(tv_client_shard(NULL, 0, &sd), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_shard(m, 0, NULL), TV_E_INVALID_ARG);
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, DATA_OFF);
+    assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), 0);
+    expect_header(d, "header");
+    gbuf_check(&g, "header");
+    unsigned reads = f->n_reads;
+    memset(d, GUARD_VAL, DATA_OFF);
+    assert_int_equal(tv_client_read_shard_header(m, 1, d, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "shard 1 out of range"));
+    assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF - 1, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "model.safetensors"));
+    assert_int_equal(tv_client_read_shard_header(m, 0, NULL, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_client_read_shard_header(NULL, 0, d, DATA_OFF, &err), TV_E_INVALID_ARG);
+    for (size_t i = 0; i < DATA_OFF; i++)
+        assert_int_equal(d[i], GUARD_VAL);
+    gbuf_check(&g, "refused header reads");
+    assert_int_equal(f->n_reads, reads); /* nothing sent */
+    /* a larger destination: only the header's bytes are written */
+    gbuf g2;
+    uint8_t *d2 = gbuf_new(&g2, DATA_OFF + 40);
+    assert_int_equal(tv_client_read_shard_header(m, 0, d2, DATA_OFF + 40, &err), 0);
+    expect_header(d2, "header into a larger destination");
+    for (size_t i = DATA_OFF; i < DATA_OFF + 40; i++)
+        assert_int_equal(d2[i], GUARD_VAL);
+    gbuf_free(&g2);
+    tv_client_model_close(m);
+    tv_client_close(c);
+    fake_stop(f, true);
+
+    /* a daemon of version 1, then a client that offers version 1 only */
+    for (int k = 0; k < 2; k++) {
+        f = fake_start(M_OK);
+        if (k == 0)
+            f->max_version = 1; /* read after accept: the client has not connected yet */
+        else
+            tv__fpc_max_version = TV__FP_V1;
+        c = connect_ok(f);
+        assert_int_equal(f->hello_max, k == 0 ? 2 : 1);
+        assert_int_equal(f->version, 1);
+        m = open_ok(c);
+        memset(d, GUARD_VAL, DATA_OFF);
+        reads = f->n_reads;
+        assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_NOT_SUPPORTED);
+        assert_non_null(strstr(err.msg, "version 1"));
+        assert_int_equal(f->n_reads, reads);
+        for (size_t i = 0; i < DATA_OFF; i++)
+            assert_int_equal(d[i], GUARD_VAL);
+        assert_int_equal(tv_client_shard(m, 0, &sd), 0); /* metadata needs no round trip */
+        gbuf g3;
+        uint8_t *d3 = gbuf_new(&g3, 77);
+        assert_int_equal(tv_client_read_into(m, "odd", d3, 77, &err), 0);
+        expect_bytes(2, 0, d3, 77, "odd over version 1");
+        gbuf_free(&g3);
+        tv_client_model_close(m);
+        tv_client_close(c);
+        fake_stop(f, true);
+        tv__fpc_max_version = TV__FP_VERSION_MAX;
+    }
+    gbuf_free(&g);
+}
+
+/* Hostile replies to a header read: the same checks as for a tensor
+ * request (the message names the shard), the session closed, nothing
+ * written outside the destination. */
+static void test_shard_header_hostile(void **state)
+{
+    (void)state;
+    static const fake_case cases[] = {
+        {M_SLOT_RANGE, TV_E_PROTOCOL, "shard header 'model.safetensors': slot 8", false},
+        {M_SLOT_OFF, TV_E_PROTOCOL, "outside 8 slots", false},
+        {M_OVERLAP, TV_E_PROTOCOL, "delivered twice", false},
+        {M_DEST_PAST, TV_E_PROTOCOL, "past the request's 128", false},
+        {M_DONE_EMPTY, TV_E_PROTOCOL,
+         "DONE for shard header 'model.safetensors' after 0 of its 128", false},
+        {M_UNKNOWN_REQ, TV_E_PROTOCOL, "not outstanding", false},
+        {M_EOF, TV_E_DISCONNECTED, "closed the session", false},
+        {M_BAD_TYPE, TV_E_PROTOCOL, "HELLO_OK during a read", false},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        fake *f = fake_start(cases[i].mode);
+        tv_client *c = connect_ok(f);
+        tv_client_model *m = open_ok(c);
+        tv_error err = {0};
+        gbuf g;
+        uint8_t *d = gbuf_new(&g, DATA_OFF);
+        int rc = tv_client_read_shard_header(m, 0, d, DATA_OFF, &err);
+        expect_case(&cases[i], i, rc, &err);
+        gbuf_check(&g, "hostile reply to a header read");
+        assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_DISCONNECTED);
+        assert_int_equal(tv_client_n_shards(m), 1);
+        gbuf_free(&g);
+        tv_client_model_close(m);
+        tv_client_close(c);
+        fake_stop(f, false);
+    }
+}
+
 static void test_bad_opens(void **state)
 {
     (void)state;
@@ -1162,6 +1318,8 @@ int main(void)
         cmocka_unit_test(test_reads_out_of_order),
         cmocka_unit_test(test_request_error),
         cmocka_unit_test(test_hostile_replies),
+        cmocka_unit_test(test_shard_header),
+        cmocka_unit_test(test_shard_header_hostile),
         cmocka_unit_test(test_bad_opens),
         cmocka_unit_test(test_large_batch),
         cmocka_unit_test(test_stalled_and_fatal),

@@ -47,6 +47,7 @@
 
 #include <cmocka.h>
 
+#include "client/client_internal.h"
 #include "client/wire.h"
 #include "fastpath/fastpath.h"
 #include "import/import.h"
@@ -54,7 +55,9 @@
 #include "snap/snapshot.h"
 #include "store/snapbuild.h"
 #include "store/store.h"
+#include "tensorvault/client.h"
 #include "tensorvault/tensorvault.h"
+#include "util/endian.h"
 #include "util/sys.h"
 #include "tv_test.h"
 
@@ -225,6 +228,7 @@ typedef struct creq {
 
 typedef struct cl {
     int fd;
+    uint16_t version; /* negotiated (0 before HELLO: version 1's codec) */
     uint64_t session;
     uint32_t handle;
     tv__fp_opened op;
@@ -249,6 +253,11 @@ typedef struct cl {
 } cl;
 
 static uint8_t g_buf[TV__FP_MAX_MSG];
+
+static uint16_t cl_ver(const cl *c)
+{
+    return c->version ? c->version : (uint16_t)TV__FP_V1;
+}
 
 static void sock_addr(struct sockaddr_un *sa)
 {
@@ -312,6 +321,23 @@ static void cl_hello(cl *c)
     assert_int_equal(m.u.hello_ok.max_msg_len, TV__FP_MAX_MSG);
     assert_true(m.u.hello_ok.session_id >= 1);
     c->session = m.u.hello_ok.session_id;
+    c->version = 1;
+}
+
+/* HELLO 1..2: the daemon picks version 2 (the header's too). */
+static void cl_hello2(cl *c)
+{
+    tv__fp_msg m;
+    tv_error err = {0};
+    cl_send(c, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 2));
+    ssize_t n = cl_recv(c, NULL, NULL, WAIT_MS);
+    assert_true(n > 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 0, &m, &err), 0);
+    assert_int_equal(m.type, TV__FP_HELLO_OK);
+    assert_int_equal(m.version, 2);
+    assert_int_equal(m.u.hello_ok.version, 2);
+    c->session = m.u.hello_ok.session_id;
+    c->version = 2;
 }
 
 static creq *cl_find(cl *c, uint64_t id)
@@ -326,8 +352,9 @@ static creq *cl_find(cl *c, uint64_t id)
 static void cl_release(cl *c, const uint32_t *slots, size_t n)
 {
     if (n)
-        cl_send(c, g_buf,
-                tv__fp_encode_release(g_buf, sizeof g_buf, c->handle, slots, (uint32_t)n));
+        cl_send(
+            c, g_buf,
+            tv__fp_encode_release(g_buf, sizeof g_buf, cl_ver(c), c->handle, slots, (uint32_t)n));
 }
 
 /* Handles one message; returns its type, 0 at EOF, -1 on timeout. */
@@ -344,7 +371,7 @@ static int cl_pump(cl *c, int timeout_ms)
         return (int)n;
     }
     assert_int_equal(nf, 0);
-    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 1, &m, &err), 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, cl_ver(c), &m, &err), 0);
     switch (m.type) {
     case TV__FP_CHUNK: {
         uint32_t rel[TV__FP_MAX_CHUNKS];
@@ -409,10 +436,11 @@ static int cl_open(cl *c, const char *spec, uint32_t open_id)
     size_t nf = 0;
     tv__fp_msg m;
     tv_error err = {0};
-    cl_send(c, g_buf, tv__fp_encode_open(g_buf, sizeof g_buf, open_id, spec, strlen(spec)));
+    cl_send(c, g_buf,
+            tv__fp_encode_open(g_buf, sizeof g_buf, cl_ver(c), open_id, spec, strlen(spec)));
     ssize_t n = cl_recv(c, fds, &nf, WAIT_MS);
     assert_true(n > 0);
-    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 1, &m, &err), 0);
+    assert_int_equal(tv__fp_decode(g_buf, (size_t)n, cl_ver(c), &m, &err), 0);
     if (m.type == TV__FP_ERROR) {
         assert_int_equal(nf, 0);
         c->err_code = m.u.error.code;
@@ -474,7 +502,7 @@ static creq *cl_read(cl *c, uint32_t t, uint64_t off, uint64_t len)
 {
     creq *r = cl_add(c, t, off, len);
     tv__fp_read_ent e = {.req_id = r->id, .tensor = t, .off = off, .len = len};
-    cl_send(c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, c->handle, &e, 1));
+    cl_send(c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, cl_ver(c), c->handle, &e, 1));
     return r;
 }
 
@@ -486,7 +514,9 @@ static void cl_read_all(cl *c)
         creq *r = cl_add(c, (uint32_t)i, 0, g.ref_len[i]);
         e[i] = (tv__fp_read_ent){.req_id = r->id, .tensor = (uint32_t)i, .len = g.ref_len[i]};
     }
-    cl_send(c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, c->handle, e, (uint32_t)g.n_tensors));
+    cl_send(
+        c, g_buf,
+        tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, c->handle, e, (uint32_t)g.n_tensors));
 }
 
 static bool cl_all_done(const cl *c)
@@ -851,17 +881,17 @@ static void act_release_not_held(cl *x)
 static void act_unknown_handle(cl *x)
 {
     tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
-    cl_send(x, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, 99, &e, 1));
+    cl_send(x, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 99, &e, 1));
 }
 
 static void act_before_hello(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_open(g_buf, sizeof g_buf, 1, MODEL, strlen(MODEL)));
+    cl_send(x, g_buf, tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 1, MODEL, strlen(MODEL)));
 }
 
 static void act_bad_version(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 2, 5));
+    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 3, 5));
 }
 
 static void act_send_fd(cl *x)
@@ -876,13 +906,13 @@ static void act_send_fd(cl *x)
 
 static void act_truncated(cl *x)
 {
-    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, 1, MODEL, strlen(MODEL));
+    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 1, MODEL, strlen(MODEL));
     cl_send(x, g_buf, len - 3);
 }
 
 static void act_server_type(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSED, 1));
+    cl_send(x, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSED, 1));
 }
 
 static void act_second_hello(cl *x)
@@ -893,7 +923,7 @@ static void act_second_hello(cl *x)
 static void act_header_version(cl *x)
 {
     uint32_t slot = 0;
-    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, x->handle, &slot, 1);
+    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, TV__FP_V1, x->handle, &slot, 1);
     g_buf[4] = 2; /* header version 2 after version 1 was chosen */
     cl_send(x, g_buf, len);
 }
@@ -972,7 +1002,7 @@ static void test_close_cancels(void **state)
     cl_read_all(&a);
     while (a.n_chunks < CREDIT)
         assert_true(cl_pump(&a, WAIT_MS) > 0);
-    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, a.handle));
+    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
     while (!a.closed) {
         int t = cl_pump(&a, WAIT_MS);
         assert_true(t == TV__FP_DONE || t == TV__FP_CLOSED);
@@ -1012,7 +1042,7 @@ static void test_close_cancels(void **state)
     cl_wait_all(&a);
     cl_check_all(&a);
     tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
-    cl_send(&a, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, h1, &e, 1));
+    cl_send(&a, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, h1, &e, 1));
     cl_expect_fatal(&a, TV_E_PROTOCOL, "handle 1");
     cl_close(&a);
 }
@@ -1060,7 +1090,7 @@ static void test_lease(void **state)
     assert_false(leased());
     cl_ready(&a);
     assert_true(leased());
-    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, a.handle));
+    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
     assert_int_equal(cl_pump(&a, WAIT_MS), TV__FP_CLOSED);
     assert_false(leased());
     assert_int_equal(cl_open(&a, MODEL, 2), 0);
@@ -1248,7 +1278,8 @@ static void test_outbox_bound(void **state)
     for (int i = 0; i < 400 && !closed; i++) {
         for (uint32_t j = 0; j < TV__FP_MAX_READS; j++)
             e[j] = (tv__fp_read_ent){.req_id = id++, .tensor = 0, .len = 0};
-        size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, x.handle, e, TV__FP_MAX_READS);
+        size_t len =
+            tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, x.handle, e, TV__FP_MAX_READS);
         assert_true(len > 0);
         if (tv__fp_send(x.fd, g_buf, len, NULL, 0, &err))
             closed = true;
@@ -1391,11 +1422,11 @@ static void test_limits(void **state)
     cl_open_drop(&c, MODEL, 5, &rc);
     assert_int_equal(rc, TV_E_BUSY);
     assert_non_null(strstr(c.err_text, "max_handles"));
-    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, h1));
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, h1));
     assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
     assert_int_equal(c.closed, h1);
     assert_int_equal(stats().groups, 1); /* h2 keeps it */
-    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, h2));
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, h2));
     assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
     assert_int_equal(stats().groups, 0);
     /* generation 2 (not active) by number: its own bytes */
@@ -1640,9 +1671,10 @@ static void test_outbox_fds_bounded(void **state)
     int base = fd_count(), peak = base;
     bool closed = false;
     for (uint32_t i = 0; i < 3000 && !closed; i++) {
-        size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, 2 + i, MODEL, strlen(MODEL));
+        size_t len =
+            tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 2 + i, MODEL, strlen(MODEL));
         closed = tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
-        len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, 2 + i);
+        len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, 2 + i);
         closed = closed || tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
         if (i % 50 == 0) {
             int n = fd_count();
@@ -1807,6 +1839,180 @@ static void test_hello_timeout(void **state)
     g_fp = NULL;
 }
 
+/* ---- shard headers (protocol version 2) ---------------------------------- */
+
+/* The first 8 + header_len bytes of the imported file (malloc'd). */
+static uint8_t *file_header(const char *path, size_t *len)
+{
+    uint8_t b8[8];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(b8, 1, 8, f), 8);
+    uint64_t hl = tv__le64_get(b8);
+    assert_true(hl > 0 && hl < (1u << 20));
+    *len = (size_t)(8 + hl);
+    uint8_t *h = malloc(*len);
+    assert_non_null(h);
+    memcpy(h, b8, 8);
+    assert_int_equal(fread(h + 8, 1, (size_t)hl, f), (size_t)hl);
+    fclose(f);
+    return h;
+}
+
+/* A header READ entry of c: shard s, [off, off + len) of its object. */
+static creq *cl_hdr(cl *c, tv__fp_read_ent *e, uint32_t s, uint64_t off, uint64_t len)
+{
+    creq *r = cl_add(c, UINT32_MAX, off, len);
+    *e = (tv__fp_read_ent){
+        .req_id = r->id, .tensor = s, .flags = TV__FP_READ_SHARD_HEADER, .off = off, .len = len};
+    return r;
+}
+
+/* Version 2: header reads (whole, parts, 0 bytes) interleaved with a
+ * tensor read in one READ return the file's bytes; a bad shard index or a
+ * range past the header is that request's ERROR + DONE TV_E_INVALID_ARG
+ * naming model, shard and range, and the session carries on; the library
+ * client reads the same bytes, and forced to version 1 says
+ * TV_E_NOT_SUPPORTED while its tensor reads still work. */
+static void test_shard_header(void **state)
+{
+    (void)state;
+    size_t hlen = 0;
+    uint8_t *want = file_header(g.ck, &hlen);
+    cl c;
+    cl_connect(&c);
+    cl_hello2(&c);
+    assert_int_equal(cl_open(&c, MODEL, 1), 0);
+    tv__fp_read_ent e[8];
+    uint32_t b = (uint32_t)tensor_index("b");
+    creq *whole = cl_hdr(&c, &e[0], 0, 0, hlen);
+    creq *body = cl_hdr(&c, &e[1], 0, 8, hlen - 8);
+    creq *mid = cl_hdr(&c, &e[2], 0, 3, 5);
+    creq *none = cl_hdr(&c, &e[3], 0, hlen, 0);
+    creq *t = cl_add(&c, b, 0, g.ref_len[b]);
+    e[4] = (tv__fp_read_ent){.req_id = t->id, .tensor = b, .len = g.ref_len[b]};
+    cl_send(&c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, 2, c.handle, e, 5));
+    cl_wait_all(&c);
+    for (creq *r = whole; r <= t; r++) {
+        assert_int_equal(r->result, 0);
+        assert_int_equal(r->n_err, 0);
+    }
+    assert_memory_equal(whole->dest, want, hlen);
+    assert_memory_equal(body->dest, want + 8, hlen - 8);
+    assert_memory_equal(mid->dest, want + 3, 5);
+    assert_int_equal(none->len, 0);
+    assert_memory_equal(t->dest, g.ref[b], g.ref_len[b]);
+    /* refusals: not fatal, ERROR then DONE, naming model, shard and range */
+    static const struct {
+        uint32_t shard;
+        uint64_t off, len;
+        const char *text;
+    } bad[] = {
+        {1, 0, 8, "model 'fp/demo' generation 1: shard index 1 out of range (1 shards)"},
+        {UINT32_MAX, 0, 8, "shard index 4294967295 out of range"},
+        {0, 0, 0, "shard 0: header range of"},
+        {0, UINT64_MAX, 2, "shard 0: header range of 2 bytes at 18446744073709551615"},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        creq *r = cl_hdr(&c, &e[0], bad[i].shard, bad[i].off, bad[i].len);
+        if (i == 2) { /* one byte past the header */
+            r->len = e[0].len = hlen - 10 + 1;
+            e[0].off = 10;
+        }
+        cl_send(&c, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, 2, c.handle, e, 1));
+        cl_wait_all(&c);
+        assert_int_equal(r->result, TV_E_INVALID_ARG);
+        assert_int_equal(r->n_err, 1);
+        assert_int_equal(c.err_code, TV_E_INVALID_ARG);
+        assert_int_equal(c.err_flags, 0);
+        if (!strstr(c.err_text, bad[i].text))
+            fail_msg("case %zu: ERROR '%s' does not say '%s'", i, c.err_text, bad[i].text);
+    }
+    assert_non_null(strstr(c.err_text, "header bytes"));
+    check_other_works(&c, (uint32_t)tensor_index("c"));
+    cl_close(&c);
+
+    /* the library client */
+    for (int v = 2; v >= 1; v--) {
+        tv_client *lc = NULL;
+        tv_client_model *lm = NULL;
+        tv_error err = {0};
+        tv__fpc_max_version = (uint16_t)v;
+        if (tv_client_connect(g.sock, NULL, &lc, &err) || tv_client_open(lc, MODEL, &lm, &err))
+            fail_msg("client: %s", err.msg);
+        assert_int_equal(tv_client_n_shards(lm), 1);
+        tv_shard_desc sd;
+        assert_int_equal(tv_client_shard(lm, 0, &sd), 0);
+        assert_int_equal(sd.header_len + 8, hlen);
+        assert_int_equal(sd.file_len, g.file_len);
+        uint8_t *d = malloc(hlen + 16);
+        assert_non_null(d);
+        memset(d, 0xA5, hlen + 16);
+        int rc = tv_client_read_shard_header(lm, 0, d, hlen + 16, &err);
+        if (v == 2) {
+            if (rc)
+                fail_msg("header over the library: %s: %s", tv_err_name(rc), err.msg);
+            assert_memory_equal(d, want, hlen);
+        } else {
+            assert_int_equal(rc, TV_E_NOT_SUPPORTED);
+            assert_non_null(strstr(err.msg, "version 1"));
+            for (size_t i = 0; i < hlen; i++)
+                assert_int_equal(d[i], 0xA5);
+        }
+        for (size_t i = hlen; i < hlen + 16; i++)
+            assert_int_equal(d[i], 0xA5);
+        assert_int_equal(tv_client_read_shard_header(lm, 1, d, hlen, &err), TV_E_INVALID_ARG);
+        uint8_t *td = malloc(g.ref_len[b]);
+        assert_non_null(td);
+        assert_int_equal(tv_client_read_into(lm, g.names[b], td, g.ref_len[b], &err), 0);
+        assert_memory_equal(td, g.ref[b], g.ref_len[b]);
+        free(td);
+        free(d);
+        tv_client_model_close(lm);
+        tv_client_close(lc);
+    }
+    tv__fpc_max_version = TV__FP_VERSION_MAX;
+    free(want);
+}
+
+/* Version 1: the header flag is a reserved bit, fatal as before. */
+static void act_header_flag_v1(cl *x)
+{
+    tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 8};
+    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, x->handle, &e, 1);
+    tv__le32_put(g_buf + 24 + 12, TV__FP_READ_SHARD_HEADER);
+    cl_send(x, g_buf, len);
+}
+
+static void test_fatal_header_flag_v1(void **state)
+{
+    (void)state;
+    fatal_case(act_header_flag_v1, TV_E_PROTOCOL, "READ: entry 0 flags 0x1 must be 0", true);
+}
+
+/* Version 2: any other flag bit stays fatal. */
+static void test_fatal_unknown_flag_v2(void **state)
+{
+    (void)state;
+    cl g0, x;
+    uint64_t before = stats().protocol_errors;
+    cl_ready(&g0);
+    cl_connect(&x);
+    cl_hello2(&x);
+    assert_int_equal(cl_open(&x, MODEL, 1), 0);
+    tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 8};
+    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V2, x.handle, &e, 1);
+    tv__le32_put(g_buf + 24 + 12, TV__FP_READ_SHARD_HEADER | 0x4);
+    cl_send(&x, g_buf, len);
+    cl_expect_fatal(&x, TV_E_PROTOCOL, "flags 0x5 has reserved bits set");
+    check_other_works(&g0, (uint32_t)tensor_index("c"));
+    for (int i = 0; i < 200 && stats().sessions != 1; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().protocol_errors, before + 1);
+    cl_close(&x);
+    cl_close(&g0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1835,6 +2041,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_outbox_fds_bounded, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fair_slot_handoff, setup_fp_small, teardown_fp),
         cmocka_unit_test_setup_teardown(test_accept_emfile, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_shard_header, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_header_flag_v1, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_fatal_unknown_flag_v2, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),

@@ -22,7 +22,10 @@
  * byte range (unaligned, 0 length, refused past the end) and only its
  * envelope; NAME@ALIAS and NAME@active open what the pointers name, and a
  * reader keeps its generation after the alias moves; the serve.h accessors
- * give the validated snapshot image and device descriptors (excluded: -1). */
+ * give the validated snapshot image and device descriptors (excluded: -1);
+ * tv_read_shard_header returns each shard's first 8 + header_len bytes (one
+ * and two shards), refuses bad shards and small destinations without a read
+ * or a write, fails over to another replica and fails a shard without one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -2303,6 +2306,191 @@ static void test_alias_open(void **state)
     tv_model_close(act);
 }
 
+/* ---- shard headers ------------------------------------------------------------------------- */
+
+/* Shard `shard`'s header read into a guarded buffer (misalignment mis,
+ * dest_len extra bytes larger than needed) equals want[0, n); only n bytes
+ * are written. */
+static void header_ok(tv_model *m, size_t shard, const uint8_t *want, size_t n, size_t mis,
+                      size_t extra)
+{
+    tv_error err = {0};
+    gbuf g = gbuf_new(n, mis);
+    int rc = tv_read_shard_header(m, shard, g.p, n + extra, &err);
+    if (rc)
+        fail_msg("header of shard %zu: %s: %s", shard, tv_err_name(rc), err.msg);
+    if (memcmp(g.p, want, n))
+        fail_msg("header of shard %zu (mis %zu): bytes differ", shard, mis);
+    gbuf_check(&g, "shard header");
+    gbuf_free(&g);
+}
+
+/* A refused header read: code, a message holding needle, nothing written. */
+static void header_refused(tv_model *m, size_t shard, size_t n, size_t dest_len, bool null_dest,
+                           int want, const char *needle)
+{
+    tv_error err = {0};
+    gbuf g = gbuf_new(n, 3);
+    int rc = tv_read_shard_header(m, shard, null_dest ? NULL : g.p, dest_len, &err);
+    if (rc != want)
+        fail_msg("header of shard %zu: %s, want %s (%s)", shard, tv_err_name(rc), tv_err_name(want),
+                 err.msg);
+    if (needle && !strstr(err.msg, needle))
+        fail_msg("error \"%s\" lacks \"%s\"", err.msg, needle);
+    gbuf_untouched(&g, "refused header read");
+    gbuf_free(&g);
+}
+
+/* The single-shard checkpoint: describe, read (any alignment, a larger
+ * destination), refusals (shard out of range, dest NULL or one byte short,
+ * NULL model), and device errors as for a tensor read. */
+static void test_shard_header(void **state)
+{
+    tv_model *m = open_ok(g_fx->store, MODEL, engine_of(state));
+    tv_shard_desc sd = {.name = "x"};
+    assert_int_equal(tv_model_n_shards(m), 1);
+    assert_int_equal(tv_model_n_shards(NULL), 0);
+    assert_int_equal(tv_model_shard(m, 0, &sd), 0);
+    assert_int_equal(sd.file_len, g_fx->len1);
+    assert_int_equal(sd.header_len, HDR_LEN);
+    assert_true(sd.name_len > 0 && sd.name_len == strlen("ck1.safetensors"));
+    assert_memory_equal(sd.name, "ck1.safetensors", sd.name_len);
+    assert_int_equal(tv_model_shard(m, 1, &sd), TV_E_INVALID_ARG);
+    assert_string_equal(sd.name, "");
+    assert_int_equal(sd.header_len, 0);
+    assert_int_equal(tv_model_shard(NULL, 0, &sd), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_shard(m, 0, NULL), TV_E_INVALID_ARG);
+    for (size_t mis = 0; mis < 3; mis++)
+        header_ok(m, 0, g_fx->src1, DATA_BASE, mis, mis * 1000);
+    atomic_store(&g_reads, 0);
+    tv__io_fault = hook_count;
+    header_refused(m, 1, DATA_BASE, DATA_BASE, false, TV_E_INVALID_ARG, "shard 1 out of range");
+    header_refused(m, 0, DATA_BASE, DATA_BASE - 1, false, TV_E_INVALID_ARG, "4008 bytes");
+    header_refused(m, 0, DATA_BASE, DATA_BASE, true, TV_E_INVALID_ARG, "ck1.safetensors");
+    header_refused(m, SIZE_MAX, DATA_BASE, DATA_BASE, false, TV_E_INVALID_ARG, "out of range");
+    assert_int_equal(atomic_load(&g_reads), 0); /* every check before any read */
+    tv_error err = {0};
+    uint8_t one[8] = {0};
+    assert_int_equal(tv_read_shard_header(NULL, 0, one, sizeof one, &err), TV_E_INVALID_ARG);
+    tv__io_fault = hook_eio_all;
+    header_refused(m, 0, DATA_BASE, DATA_BASE, false, -EIO, "header");
+    tv__io_fault = hook_short_all;
+    header_refused(m, 0, DATA_BASE, DATA_BASE, false, TV_E_SHORT_IO, "shard 0");
+    hooks_reset();
+    header_ok(m, 0, g_fx->src1, DATA_BASE, 1, 0);
+    tv_model_close(m);
+}
+
+/* A checkpoint of two shards with different header lengths, imported from
+ * a directory with an index: every header equals its file's first 8 +
+ * header_len bytes, and the descriptors follow tv_tensor_desc.shard. */
+static void test_shard_header_multi(void **state)
+{
+    tfx *x = *state;
+    store_fx *f = x->f;
+    tv_error err = {0};
+    char dir[300], p0[340], p1[340], idx[340];
+    static const tv_test_tensor_nd s0[] = {{"w.a", "F32", "[1000]", 4000}, {"w.b", "U8", "[7]", 7}};
+    static const tv_test_tensor_nd s1[] = {{"w.c", "BF16", "[3,5]", 30},
+                                           {"w.long.name.of.a.tensor.d", "I64", "[9]", 72},
+                                           {"w.e", "U8", "[0]", 0}};
+    tv_test_path(dir, sizeof dir, "%s/multi", f->dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    tv_test_path(p0, sizeof p0, "%s/model-00001-of-00002.safetensors", dir);
+    tv_test_path(p1, sizeof p1, "%s/model-00002-of-00002.safetensors", dir);
+    tv_test_path(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    tv_test_write_shard_nd(p0, s0, 2, 5);
+    tv_test_write_shard_nd(p1, s1, 3, 6);
+    const char *index = "{\"metadata\":{\"total_size\":4109},\"weight_map\":{"
+                        "\"w.a\":\"model-00001-of-00002.safetensors\","
+                        "\"w.b\":\"model-00001-of-00002.safetensors\","
+                        "\"w.c\":\"model-00002-of-00002.safetensors\","
+                        "\"w.long.name.of.a.tensor.d\":\"model-00002-of-00002.safetensors\","
+                        "\"w.e\":\"model-00002-of-00002.safetensors\"}}";
+    tv_test_write_file(idx, index, strlen(index));
+    tv__import_opts o = {.activate = true, .strict = true};
+    if (tv__import(f->st, "acme/multi", dir, &o, NULL, &err))
+        fail_msg("import %s: %s", dir, err.msg);
+    tv_model *m = open_ok(f->store, "acme/multi", x->engine);
+    assert_int_equal(tv_model_n_shards(m), 2);
+    const char *paths[2] = {p0, p1};
+    for (size_t s = 0; s < 2; s++) {
+        size_t flen = 0;
+        uint8_t *file = read_whole(paths[s], &flen);
+        tv_shard_desc sd;
+        assert_int_equal(tv_model_shard(m, s, &sd), 0);
+        const char *base = strrchr(paths[s], '/') + 1;
+        assert_int_equal(sd.name_len, strlen(base));
+        assert_memory_equal(sd.name, base, sd.name_len);
+        assert_int_equal(sd.file_len, flen);
+        uint64_t hl = 0;
+        for (int k = 0; k < 8; k++)
+            hl |= (uint64_t)file[k] << (8 * k);
+        assert_int_equal(sd.header_len, hl);
+        for (size_t mis = 0; mis < 2; mis++)
+            header_ok(m, s, file, (size_t)(8 + hl), mis, 1);
+        header_refused(m, s, (size_t)(8 + hl), (size_t)(8 + hl - 1), false, TV_E_INVALID_ARG, base);
+        free(file);
+    }
+    for (size_t i = 0; i < tv_model_n_tensors(m); i++) {
+        tv_tensor_desc d;
+        assert_int_equal(tv_model_tensor(m, i, &d), 0);
+        assert_int_equal(d.shard, d.name[2] == 'a' || d.name[2] == 'b' ? 0 : 1);
+    }
+    header_refused(m, 2, 64, 64, false, TV_E_INVALID_ARG, "acme/multi@1: shard 2 out of range");
+    tv_model_close(m);
+}
+
+/* Replicated: a replica whose reads fail falls over to another; a shard
+ * with no valid replica is TV_E_NO_REPLICA naming it, nothing written, and
+ * the other shard's header still reads. */
+static uint32_t g_bad_dev;
+
+static void hook_eio_dev(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)off, (void)len;
+    if (dev < 8)
+        atomic_fetch_add(&g_dev_reads[dev], 1);
+    if (dev == g_bad_dev)
+        *res = -EIO;
+}
+
+static void test_shard_header_failover(void **state)
+{
+    rep_fx *x = *state;
+    tv_error err = {0};
+    tv_model *m = open_ok(x->f.store, MODEL, x->engine);
+    for (uint32_t bad = 0; bad < N_REP; bad++) {
+        counters_reset();
+        g_bad_dev = bad;
+        tv__io_fault = hook_eio_dev;
+        header_ok(m, 0, x->f.src1, DATA_BASE, 1, 0);
+        long others = 0;
+        for (uint32_t i = 0; i < N_REP; i++)
+            others += i == bad ? 0 : atomic_load(&g_dev_reads[i]);
+        assert_true(others > 0);
+    }
+    tv__io_fault = NULL;
+    int bad = dev_index(m, x->img[1]);
+    tv_model_close(m);
+    size_t len = 0;
+    void *img = split_snapshot(&x->f, (uint32_t)bad, &len);
+    damage(x, 1, D_ZERO_LABEL);
+    tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
+    int rc = tv_model_open_snapshot(img, len, &o, &m, &err);
+    free(img);
+    if (rc)
+        fail_msg("open split snapshot: %s: %s", tv_err_name(rc), err.msg);
+    assert_int_equal(tv_model_n_shards(m), 2);
+    counters_reset();
+    tv__io_fault = hook_dev_count;
+    header_ok(m, 0, x->f.src1, DATA_BASE, 0, 0);
+    header_refused(m, 1, DATA_BASE, DATA_BASE, false, TV_E_NO_REPLICA, "b.safetensors");
+    header_refused(m, 1, DATA_BASE, DATA_BASE, false, TV_E_NO_REPLICA, x->img[1]);
+    assert_int_equal(atomic_load(&g_dev_reads[bad]), 0);
+    tv_model_close(m);
+}
+
 #define BOTH(f)                                                                                    \
     cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_URING),                 \
         cmocka_unit_test_prestate_setup_teardown(f, NULL, teardown_hooks, &ENG_PREAD)
@@ -2344,6 +2532,9 @@ int main(void)
         BOTH_REP(test_failover_all_devices_bad),
         BOTH_REP(test_failover_shard_without_valid_replica),
         BOTH_REP(test_serve_accessors),
+        BOTH(test_shard_header),
+        BOTH_STORE(test_shard_header_multi),
+        BOTH_REP(test_shard_header_failover),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

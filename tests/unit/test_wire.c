@@ -124,7 +124,7 @@ static void test_roundtrip_open(void **state)
 {
     (void)state;
     tv__fp_msg m;
-    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, 42, "demo@prod", 9);
+    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 42, "demo@prod", 9);
     assert_int_equal(len, 16 + 8 + 9);
     assert_int_equal(tv__le32_get(g_buf + 16), 42);
     assert_int_equal(tv__le32_get(g_buf + 20), 9);
@@ -138,7 +138,7 @@ static void test_roundtrip_open(void **state)
     /* The longest spec. */
     char spec[TV__FP_MAX_SPEC];
     memset(spec, 'a', sizeof spec);
-    len = tv__fp_encode_open(g_buf, sizeof g_buf, 1, spec, sizeof spec);
+    len = tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 1, spec, sizeof spec);
     assert_int_equal(len, 16 + 8 + TV__FP_MAX_SPEC);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.text_len, TV__FP_MAX_SPEC);
@@ -155,7 +155,7 @@ static void test_roundtrip_opened(void **state)
                        .slot_len = 1u << 20,
                        .n_slots = 128,
                        .credit = 32};
-    size_t len = tv__fp_encode_opened(g_buf, sizeof g_buf, &o);
+    size_t len = tv__fp_encode_opened(g_buf, sizeof g_buf, TV__FP_V1, &o);
     assert_int_equal(len, 16 + 48);
     assert_int_equal(tv__le64_get(g_buf + 24), 12);
     assert_int_equal(tv__le32_get(g_buf + 48), 1u << 20);
@@ -177,18 +177,18 @@ static void test_roundtrip_close(void **state)
 {
     (void)state;
     tv__fp_msg m;
-    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, 7);
+    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, 7);
     assert_int_equal(len, 24);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.type, TV__FP_CLOSE);
     assert_int_equal(m.u.close.handle, 7);
-    len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSED, 8);
+    len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSED, 8);
     assert_int_equal(len, 24);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.type, TV__FP_CLOSED);
     assert_int_equal(m.u.close.handle, 8);
     /* Only CLOSE and CLOSED. */
-    assert_int_equal(tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_OPEN, 8), 0);
+    assert_int_equal(tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_OPEN, 8), 0);
 }
 
 static void test_roundtrip_read(void **state)
@@ -199,7 +199,7 @@ static void test_roundtrip_read(void **state)
         e[i] = (tv__fp_read_ent){.req_id = 1000 + i, .tensor = i * 3, .off = i, .len = 7ull * i};
     e[1].off = UINT64_MAX; /* the server checks ranges, not the codec */
     e[1].len = UINT64_MAX;
-    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, 5, e, 2);
+    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 5, e, 2);
     assert_int_equal(len, 16 + 8 + 2 * 32);
     assert_int_equal(tv__le64_get(g_buf + 24 + 32), 1001);
     assert_int_equal(tv__le64_get(g_buf + 24 + 32 + 16), UINT64_MAX);
@@ -219,7 +219,7 @@ static void test_roundtrip_read(void **state)
     assert_int_equal(got.tensor, 0);
     assert_int_equal(got.len, 0);
     /* The fullest READ. */
-    len = tv__fp_encode_read(g_buf, sizeof g_buf, 5, e, TV__FP_MAX_READS);
+    len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 5, e, TV__FP_MAX_READS);
     assert_int_equal(len, 16 + 8 + TV__FP_MAX_READS * 32);
     decode_ok(g_buf, len, 1, &m);
     for (uint32_t i = 2; i < TV__FP_MAX_READS; i++) {
@@ -239,7 +239,7 @@ static void test_roundtrip_chunk(void **state)
                                   .slot_off = 4096 * (i % 4),
                                   .len = 1 + i,
                                   .dest_off = 1ull << 40 | i};
-    size_t len = tv__fp_encode_chunk(g_buf, sizeof g_buf, e, TV__FP_MAX_CHUNKS);
+    size_t len = tv__fp_encode_chunk(g_buf, sizeof g_buf, TV__FP_V1, e, TV__FP_MAX_CHUNKS);
     assert_int_equal(len, 16 + 8 + TV__FP_MAX_CHUNKS * 32);
     assert_int_equal(tv__le32_get(g_buf + 16), 0); /* the list's handle: reserved */
     tv__fp_msg m;
@@ -269,7 +269,7 @@ static void test_roundtrip_done(void **state)
     for (uint32_t i = 0; i < TV__FP_MAX_DONES; i++)
         e[i] = (tv__fp_done_ent){
             .req_id = UINT64_MAX - i, .result = i % 2 ? TV_E_CANCELLED : 0, .handle = 1 + i};
-    size_t len = tv__fp_encode_done(g_buf, sizeof g_buf, e, TV__FP_MAX_DONES);
+    size_t len = tv__fp_encode_done(g_buf, sizeof g_buf, TV__FP_V1, e, TV__FP_MAX_DONES);
     assert_int_equal(len, 16 + 8 + TV__FP_MAX_DONES * 16);
     assert_true(len <= TV__FP_MAX_MSG);
     tv__fp_msg m;
@@ -287,7 +287,8 @@ static void test_roundtrip_done(void **state)
     static tv__fp_done_ent more[TV__FP_MAX_DONES + 1];
     for (uint32_t i = 0; i <= TV__FP_MAX_DONES; i++)
         more[i] = (tv__fp_done_ent){.req_id = i, .handle = 1};
-    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, more, TV__FP_MAX_DONES + 1), 0);
+    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, TV__FP_V1, more, TV__FP_MAX_DONES + 1),
+                     0);
 }
 
 static void test_roundtrip_release(void **state)
@@ -296,7 +297,8 @@ static void test_roundtrip_release(void **state)
     static uint32_t slots[TV__FP_MAX_RELEASE];
     for (uint32_t i = 0; i < TV__FP_MAX_RELEASE; i++)
         slots[i] = i * 7;
-    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, 2, slots, TV__FP_MAX_RELEASE);
+    size_t len =
+        tv__fp_encode_release(g_buf, sizeof g_buf, TV__FP_V1, 2, slots, TV__FP_MAX_RELEASE);
     assert_int_equal(len, TV__FP_MAX_MSG); /* exactly a full datagram */
     tv__fp_msg m;
     tv_error err = {0};
@@ -315,7 +317,7 @@ static void test_roundtrip_error(void **state)
     (void)state;
     const char *text = "chunk 3 of demo tensor w: device 0 offset 4096: Input/output error";
     size_t tl = strlen(text);
-    size_t len = tv__fp_encode_error(g_buf, sizeof g_buf, -EIO, 0, 77, 0, text, tl);
+    size_t len = tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, -EIO, 0, 77, 0, text, tl);
     assert_int_equal(len, 16 + 24 + tl);
     tv__fp_msg m;
     decode_ok(g_buf, len, 1, &m);
@@ -327,8 +329,8 @@ static void test_roundtrip_error(void **state)
     assert_int_equal(m.text_len, tl);
     assert_memory_equal(m.text, text, tl);
     /* Fatal, no text. */
-    len =
-        tv__fp_encode_error(g_buf, sizeof g_buf, TV_E_PROTOCOL, TV__FP_ERROR_FATAL, 0, 9, NULL, 0);
+    len = tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, TV_E_PROTOCOL, TV__FP_ERROR_FATAL, 0,
+                              9, NULL, 0);
     assert_int_equal(len, 40);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.u.error.code, TV_E_PROTOCOL);
@@ -336,7 +338,7 @@ static void test_roundtrip_error(void **state)
     assert_int_equal(m.u.error.open_id, 9);
     assert_int_equal(m.text_len, 0);
     /* NUL bytes become '?'. */
-    len = tv__fp_encode_error(g_buf, sizeof g_buf, TV_E_BUSY, 0, 0, 0, "a\0b", 3);
+    len = tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, TV_E_BUSY, 0, 0, 0, "a\0b", 3);
     decode_ok(g_buf, len, 1, &m);
     assert_memory_equal(m.text, "a?b", 3);
     /* A long text is cut at TV__FP_MAX_TEXT, before a character that would
@@ -345,17 +347,17 @@ static void test_roundtrip_error(void **state)
     memset(big, 'x', sizeof big);
     big[TV__FP_MAX_TEXT - 1] = (char)0xc3;
     big[TV__FP_MAX_TEXT] = (char)0xa9;
-    len = tv__fp_encode_error(g_buf, sizeof g_buf, -EIO, 0, 0, 0, big, sizeof big);
+    len = tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, -EIO, 0, 0, 0, big, sizeof big);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.text_len, TV__FP_MAX_TEXT - 1);
     /* Without a split character: exactly the limit. */
     memset(big, 'y', sizeof big);
-    len = tv__fp_encode_error(g_buf, sizeof g_buf, -EIO, 0, 0, 0, big, sizeof big);
+    len = tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, -EIO, 0, 0, 0, big, sizeof big);
     decode_ok(g_buf, len, 1, &m);
     assert_int_equal(m.text_len, TV__FP_MAX_TEXT);
     /* Codes must be errors, flags known. */
-    assert_int_equal(tv__fp_encode_error(g_buf, sizeof g_buf, 0, 0, 0, 0, "x", 1), 0);
-    assert_int_equal(tv__fp_encode_error(g_buf, sizeof g_buf, -EIO, 2, 0, 0, "x", 1), 0);
+    assert_int_equal(tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, 0, 0, 0, 0, "x", 1), 0);
+    assert_int_equal(tv__fp_encode_error(g_buf, sizeof g_buf, TV__FP_V1, -EIO, 2, 0, 0, "x", 1), 0);
 }
 
 static void test_type_names(void **state)
@@ -482,7 +484,7 @@ static void test_reject_fixed_bodies(void **state)
                        .slot_len = 4096,
                        .n_slots = 2,
                        .credit = 1};
-    len = tv__fp_encode_opened(b, sizeof b, &o);
+    len = tv__fp_encode_opened(b, sizeof b, TV__FP_V1, &o);
     assert_int_equal(len, 64);
     static const struct {
         size_t off;
@@ -514,7 +516,7 @@ static void test_reject_fixed_bodies(void **state)
             oo.slot_len = bad[i].off == 48 ? bad[i].v : o.slot_len;
             oo.n_slots = bad[i].off == 52 ? bad[i].v : o.n_slots;
             oo.credit = bad[i].off == 56 ? bad[i].v : o.credit;
-            assert_int_equal(tv__fp_encode_opened(c, sizeof c, &oo), 0);
+            assert_int_equal(tv__fp_encode_opened(c, sizeof c, TV__FP_V1, &oo), 0);
         }
     }
     /* n_slots x slot_len overflowing 64 bits cannot happen (32 x 32 bits),
@@ -522,10 +524,10 @@ static void test_reject_fixed_bodies(void **state)
     o.n_slots = UINT32_MAX;
     o.slot_len = 0xfffff000u;
     o.arena_len = UINT64_MAX;
-    assert_int_equal(tv__fp_encode_opened(b, sizeof b, &o), 64);
+    assert_int_equal(tv__fp_encode_opened(b, sizeof b, TV__FP_V1, &o), 64);
 
     /* CLOSE / CLOSED: reserved, handle 0. */
-    len = tv__fp_encode_close(b, sizeof b, TV__FP_CLOSE, 1);
+    len = tv__fp_encode_close(b, sizeof b, TV__FP_V1, TV__FP_CLOSE, 1);
     tv__le32_put(b + 20, 2);
     reject(b, len, 1, TV_E_PROTOCOL, "CLOSE: reserved 0x2 must be 0");
     tv__le32_put(b + 20, 0);
@@ -533,31 +535,31 @@ static void test_reject_fixed_bodies(void **state)
     reject(b, len, 1, TV_E_PROTOCOL, "CLOSE: handle must be >= 1");
     tv__le16_put(b + 6, TV__FP_CLOSED);
     reject(b, len, 1, TV_E_PROTOCOL, "CLOSED: handle must be >= 1");
-    assert_int_equal(tv__fp_encode_close(b, sizeof b, TV__FP_CLOSED, 0), 0);
+    assert_int_equal(tv__fp_encode_close(b, sizeof b, TV__FP_V1, TV__FP_CLOSED, 0), 0);
 }
 
 static void test_reject_open(void **state)
 {
     (void)state;
     uint8_t b[1024];
-    size_t len = tv__fp_encode_open(b, sizeof b, 1, "demo", 4);
+    size_t len = tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, "demo", 4);
     tv__fp_msg m;
     decode_ok(b, len, 1, &m);
     /* spec with a NUL */
     b[24 + 2] = '\0';
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: spec has a NUL byte at offset 2");
-    assert_int_equal(tv__fp_encode_open(b, sizeof b, 1, "de\0o", 4), 0);
+    assert_int_equal(tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, "de\0o", 4), 0);
     /* empty spec */
     len = raw(b, 1, TV__FP_OPEN, (uint8_t[8]){1}, 8);
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: spec_len 0 (the spec is empty)");
-    assert_int_equal(tv__fp_encode_open(b, sizeof b, 1, "", 0), 0);
+    assert_int_equal(tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, "", 0), 0);
     /* open_id 0 */
-    len = tv__fp_encode_open(b, sizeof b, 1, "demo", 4);
+    len = tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, "demo", 4);
     tv__le32_put(b + 16, 0);
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: open_id must be >= 1");
-    assert_int_equal(tv__fp_encode_open(b, sizeof b, 0, "demo", 4), 0);
+    assert_int_equal(tv__fp_encode_open(b, sizeof b, TV__FP_V1, 0, "demo", 4), 0);
     /* spec_len not matching the message */
-    len = tv__fp_encode_open(b, sizeof b, 1, "demo", 4);
+    len = tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, "demo", 4);
     tv__le32_put(b + 20, 5);
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: body of 12 bytes, the message needs 13");
     tv__le32_put(b + 20, 3);
@@ -565,7 +567,7 @@ static void test_reject_open(void **state)
     /* spec too long: rejected on the length field before anything else */
     char spec[TV__FP_MAX_SPEC + 1];
     memset(spec, 's', sizeof spec);
-    assert_int_equal(tv__fp_encode_open(b, sizeof b, 1, spec, sizeof spec), 0);
+    assert_int_equal(tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, spec, sizeof spec), 0);
     uint8_t body[8 + TV__FP_MAX_SPEC + 1];
     tv__le32_put(body, 1);
     tv__le32_put(body + 4, TV__FP_MAX_SPEC + 1);
@@ -574,14 +576,14 @@ static void test_reject_open(void **state)
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: spec_len 513 is over the limit 512");
     tv__le32_put(b + 20, UINT32_MAX);
     reject(b, len, 1, TV_E_PROTOCOL, "OPEN: spec_len 4294967295 is over the limit 512");
-    assert_int_equal(tv__fp_encode_open(b, sizeof b, 1, NULL, 3), 0);
+    assert_int_equal(tv__fp_encode_open(b, sizeof b, TV__FP_V1, 1, NULL, 3), 0);
 }
 
 static void test_reject_error(void **state)
 {
     (void)state;
     uint8_t b[1024];
-    size_t len = tv__fp_encode_error(b, sizeof b, -EIO, 0, 1, 0, "boom", 4);
+    size_t len = tv__fp_encode_error(b, sizeof b, TV__FP_V1, -EIO, 0, 1, 0, "boom", 4);
     tv__fp_msg m;
     decode_ok(b, len, 1, &m);
     b[40 + 3] = '\0';
@@ -699,7 +701,7 @@ static void test_reject_entries(void **state)
     tv_error err = {0};
     /* READ flags */
     tv__fp_read_ent r[5] = {{.req_id = 1}, {.req_id = 2}, {.req_id = 3}, {.req_id = 4}};
-    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, 1, r, 5);
+    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, 5);
     tv__le32_put(g_buf + 24 + 3 * 32 + 12, 2);
     decode_ok(g_buf, len, 1, &m);
     tv__fp_read_ent re;
@@ -707,7 +709,7 @@ static void test_reject_entries(void **state)
     assert_int_equal(tv__fp_read_entry(&m, 3, &re, &err), TV_E_PROTOCOL);
     assert_string_equal(err.msg, "READ: entry 3 flags 0x2 must be 0");
     r[3].flags = 2;
-    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, 1, r, 5), 0);
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, 5), 0);
     /* wrong type, index out of range, NULL out */
     assert_int_equal(tv__fp_read_entry(&m, 5, &re, &err), TV_E_INVALID_ARG);
     assert_string_equal(err.msg, "READ: entry 5 of 5");
@@ -721,7 +723,7 @@ static void test_reject_entries(void **state)
     /* CHUNK: len 0, handle 0, slot_off + len and dest_off + len overflow */
     tv__fp_chunk_ent c[2] = {{.req_id = 1, .handle = 1, .slot = 0, .len = 10},
                              {.req_id = 2, .handle = 1, .slot = 1, .len = 10}};
-    len = tv__fp_encode_chunk(g_buf, sizeof g_buf, c, 2);
+    len = tv__fp_encode_chunk(g_buf, sizeof g_buf, TV__FP_V1, c, 2);
     assert_int_equal(len, 24 + 64);
     uint8_t *e1 = g_buf + 24 + 32;
     tv__fp_chunk_ent ce;
@@ -743,14 +745,14 @@ static void test_reject_entries(void **state)
     assert_int_equal(tv__fp_chunk_entry(&m, 1, &ce, &err), TV_E_PROTOCOL);
     assert_non_null(strstr(err.msg, "CHUNK: entry 1 dest_off"));
     c[1].len = 0;
-    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, c, 2), 0);
+    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, TV__FP_V1, c, 2), 0);
     c[1].len = 10;
     c[1].handle = 0;
-    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, c, 2), 0);
+    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, TV__FP_V1, c, 2), 0);
 
     /* DONE: handle 0, positive result */
     tv__fp_done_ent d[1] = {{.req_id = 1, .result = 0, .handle = 1}};
-    len = tv__fp_encode_done(g_buf, sizeof g_buf, d, 1);
+    len = tv__fp_encode_done(g_buf, sizeof g_buf, TV__FP_V1, d, 1);
     tv__fp_done_ent de;
     tv__le32_put(g_buf + 24 + 8, 3);
     decode_ok(g_buf, len, 1, &m);
@@ -761,7 +763,7 @@ static void test_reject_entries(void **state)
     assert_int_equal(tv__fp_done_entry(&m, 0, &de, &err), TV_E_PROTOCOL);
     assert_string_equal(err.msg, "DONE: entry 0 handle must be >= 1");
     d[0].result = 1;
-    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, d, 1), 0);
+    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, TV__FP_V1, d, 1), 0);
 }
 
 /* ---- encoders and capacity ---- */
@@ -790,31 +792,31 @@ static void test_encode_capacity(void **state)
                 got = tv__fp_encode_hello_ok(b, cap, &ok);
                 break;
             case 2:
-                got = tv__fp_encode_open(b, cap, 1, "m@1", 3);
+                got = tv__fp_encode_open(b, cap, TV__FP_V1, 1, "m@1", 3);
                 break;
             case 3:
-                got = tv__fp_encode_opened(b, cap, &o);
+                got = tv__fp_encode_opened(b, cap, TV__FP_V1, &o);
                 break;
             case 4:
-                got = tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+                got = tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSE, 1);
                 break;
             case 5:
-                got = tv__fp_encode_close(b, cap, TV__FP_CLOSED, 1);
+                got = tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSED, 1);
                 break;
             case 6:
-                got = tv__fp_encode_read(b, cap, 1, r, 2);
+                got = tv__fp_encode_read(b, cap, TV__FP_V1, 1, r, 2);
                 break;
             case 7:
-                got = tv__fp_encode_chunk(b, cap, c, 2);
+                got = tv__fp_encode_chunk(b, cap, TV__FP_V1, c, 2);
                 break;
             case 8:
-                got = tv__fp_encode_done(b, cap, d, 2);
+                got = tv__fp_encode_done(b, cap, TV__FP_V1, d, 2);
                 break;
             case 9:
-                got = tv__fp_encode_release(b, cap, 1, s, 2);
+                got = tv__fp_encode_release(b, cap, TV__FP_V1, 1, s, 2);
                 break;
             default:
-                got = tv__fp_encode_error(b, cap, -EIO, 0, 0, 0, "text", 4);
+                got = tv__fp_encode_error(b, cap, TV__FP_V1, -EIO, 0, 0, 0, "text", 4);
                 break;
             }
             if (got) {
@@ -832,20 +834,23 @@ static void test_encode_capacity(void **state)
         assert_int_equal(tv__fp_encode_hello(NULL, 64, 1, 1), 0);
     }
     /* Counts: 0 entries, over the limit, NULL entries. */
-    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, 1, r, 0), 0);
-    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, 1, NULL, 1), 0);
-    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, 0, r, 1), 0);
-    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, 1, r, TV__FP_MAX_READS + 1), 0);
-    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, c, TV__FP_MAX_CHUNKS + 1), 0);
-    assert_int_equal(tv__fp_encode_release(g_buf, sizeof g_buf, 1, s, TV__FP_MAX_RELEASE + 1), 0);
-    assert_int_equal(tv__fp_encode_release(g_buf, sizeof g_buf, 0, s, 1), 0);
-    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, d, 0), 0);
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, 0), 0);
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, NULL, 1), 0);
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 0, r, 1), 0);
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, TV__FP_MAX_READS + 1),
+                     0);
+    assert_int_equal(tv__fp_encode_chunk(g_buf, sizeof g_buf, TV__FP_V1, c, TV__FP_MAX_CHUNKS + 1),
+                     0);
+    assert_int_equal(
+        tv__fp_encode_release(g_buf, sizeof g_buf, TV__FP_V1, 1, s, TV__FP_MAX_RELEASE + 1), 0);
+    assert_int_equal(tv__fp_encode_release(g_buf, sizeof g_buf, TV__FP_V1, 0, s, 1), 0);
+    assert_int_equal(tv__fp_encode_done(g_buf, sizeof g_buf, TV__FP_V1, d, 0), 0);
     assert_int_equal(tv__fp_encode_hello(g_buf, sizeof g_buf, 0, 1), 0);
     assert_int_equal(tv__fp_encode_hello(g_buf, sizeof g_buf, 2, 1), 0);
     assert_int_equal(tv__fp_encode_hello_ok(g_buf, sizeof g_buf, NULL), 0);
     ok.version = 0;
     assert_int_equal(tv__fp_encode_hello_ok(g_buf, sizeof g_buf, &ok), 0);
-    assert_int_equal(tv__fp_encode_opened(g_buf, sizeof g_buf, NULL), 0);
+    assert_int_equal(tv__fp_encode_opened(g_buf, sizeof g_buf, TV__FP_V1, NULL), 0);
 }
 
 /* ---- the socket side ---- */
@@ -877,7 +882,7 @@ static void test_send_recv_fds(void **state)
     assert_int_equal(pipe(p1), 0);
     assert_int_equal(pipe(p2), 0);
     tv_error err = {0};
-    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSED, 3);
+    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSED, 3);
     int give[2] = {p1[0], p2[0]};
     assert_int_equal(tv__fp_send(sv[0], g_buf, len, give, 2, &err), 0);
     int got[2] = {-1, -1};
@@ -1090,7 +1095,7 @@ static void test_sys_faults(void **state)
     seqpair(sv);
     assert_int_equal(pipe(p), 0);
     tv_error err = {0};
-    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_CLOSE, 1);
+    size_t len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, 1);
     int got[2];
     size_t n_got = 0;
 
@@ -1145,6 +1150,107 @@ static void test_sys_faults(void **state)
     }
 }
 
+/* Version 2: READ flag TV__FP_READ_SHARD_HEADER encodes and decodes in a
+ * version-2 message; version 1 rejects it (encoder and decoder); any other
+ * flag bit is rejected in both; every encoder writes the version it is
+ * given and refuses one this build does not speak. */
+static void test_versions(void **state)
+{
+    (void)state;
+    tv__fp_msg m;
+    tv_error err = {0};
+    tv__fp_read_ent re;
+    tv__fp_read_ent r[2] = {
+        {.req_id = 1, .tensor = 3, .off = 0, .len = 8},
+        {.req_id = 2, .tensor = 0, .flags = TV__FP_READ_SHARD_HEADER, .off = 8, .len = 4000}};
+    /* v2 accepts the flag */
+    size_t len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V2, 1, r, 2);
+    assert_int_equal(len, 16 + 8 + 2 * 32);
+    assert_int_equal(tv__le16_get(g_buf + 4), 2);
+    assert_int_equal(tv__le32_get(g_buf + 24 + 32 + 12), TV__FP_READ_SHARD_HEADER);
+    decode_ok(g_buf, len, TV__FP_V2, &m);
+    assert_int_equal(m.version, 2);
+    assert_int_equal(tv__fp_read_entry(&m, 1, &re, &err), 0);
+    assert_memory_equal(&re, &r[1], sizeof re);
+    assert_int_equal(tv__fp_read_entry(&m, 0, &re, &err), 0);
+    assert_int_equal(re.flags, 0);
+    /* the same bytes in a version-1 session: a wrong header version */
+    reject(g_buf, len, TV__FP_V1, TV_E_VERSION, "header version 2, the session speaks version 1");
+    /* v1 rejects the flag: the encoder refuses, the decoder's entry check fails */
+    assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, 2), 0);
+    len = tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 1, r, 1);
+    assert_true(len > 0);
+    tv__le32_put(g_buf + 24 + 12, TV__FP_READ_SHARD_HEADER);
+    decode_ok(g_buf, len, TV__FP_V1, &m);
+    assert_int_equal(tv__fp_read_entry(&m, 0, &re, &err), TV_E_PROTOCOL);
+    assert_string_equal(err.msg, "READ: entry 0 flags 0x1 must be 0");
+    /* unknown bits: rejected in both versions, with or without the flag */
+    static const uint32_t bad[] = {0x2, 0x3, 0x80000000u, 0xffffffffu};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        for (uint16_t v = TV__FP_V1; v <= TV__FP_V2; v++) {
+            tv__fp_read_ent b = {.req_id = 9, .flags = bad[i], .len = 1};
+            assert_int_equal(tv__fp_encode_read(g_buf, sizeof g_buf, v, 1, &b, 1), 0);
+            b.flags = 0;
+            len = tv__fp_encode_read(g_buf, sizeof g_buf, v, 1, &b, 1);
+            assert_true(len > 0);
+            tv__le32_put(g_buf + 24 + 12, bad[i]);
+            decode_ok(g_buf, len, v, &m);
+            assert_int_equal(tv__fp_read_entry(&m, 0, &re, &err), TV_E_PROTOCOL);
+            assert_non_null(strstr(err.msg, "READ: entry 0 flags"));
+        }
+    }
+    tv__fp_read_entry(&m, 0, &re, &err);
+    assert_string_equal(
+        err.msg, "READ: entry 0 flags 0xffffffff has reserved bits set (version 2 defines 0x1)");
+    /* every encoder writes the version it is given, and only 1..2 */
+    tv__fp_opened op = {.open_id = 1,
+                        .handle = 1,
+                        .generation = 2,
+                        .snap_len = 4096,
+                        .arena_len = 4096,
+                        .slot_len = 4096,
+                        .n_slots = 1,
+                        .credit = 1};
+    tv__fp_chunk_ent ch = {.req_id = 1, .handle = 1, .len = 1};
+    tv__fp_done_ent dn = {.req_id = 1, .handle = 1};
+    uint32_t sl = 0;
+    for (uint16_t v = 0; v <= 3; v++) {
+        size_t n[8] = {
+            tv__fp_encode_open(g_buf, sizeof g_buf, v, 1, "m", 1),
+            tv__fp_encode_opened(g_buf + 1024, sizeof g_buf - 1024, v, &op),
+            tv__fp_encode_close(g_buf + 2048, sizeof g_buf - 2048, v, TV__FP_CLOSE, 1),
+            tv__fp_encode_read(g_buf + 3072, sizeof g_buf - 3072, v, 1, r, 1),
+            tv__fp_encode_chunk(g_buf + 4096, sizeof g_buf - 4096, v, &ch, 1),
+            tv__fp_encode_done(g_buf + 5120, sizeof g_buf - 5120, v, &dn, 1),
+            tv__fp_encode_release(g_buf + 6144, sizeof g_buf - 6144, v, 1, &sl, 1),
+            tv__fp_encode_error(g_buf + 7168, sizeof g_buf - 7168, v, -EIO, 0, 1, 0, "x", 1),
+        };
+        for (int k = 0; k < 8; k++) {
+            if (v < TV__FP_VERSION_MIN || v > TV__FP_VERSION_MAX) {
+                assert_int_equal(n[k], 0);
+                continue;
+            }
+            assert_true(n[k] > 0);
+            assert_int_equal(tv__le16_get(g_buf + 1024 * k + 4), v);
+            decode_ok(g_buf + 1024 * k, n[k], v, &m);
+        }
+    }
+    /* HELLO's header: min_version (1 for every client of this build) */
+    len = tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 2);
+    assert_int_equal(tv__le16_get(g_buf + 4), 1);
+    decode_ok(g_buf, len, 0, &m);
+    assert_int_equal(m.u.hello.max_version, 2);
+    tv__fp_hello_ok ok = {.version = 2,
+                          .max_msg_len = TV__FP_MAX_MSG,
+                          .max_requests = 1,
+                          .max_handles = 1,
+                          .session_id = 9};
+    len = tv__fp_encode_hello_ok(g_buf, sizeof g_buf, &ok);
+    assert_int_equal(tv__le16_get(g_buf + 4), 2);
+    decode_ok(g_buf, len, 0, &m);
+    assert_int_equal(m.u.hello_ok.version, 2);
+}
+
 /* ---- the fuzz seed corpus (tests/fuzz/corpus/wire/) ---- */
 
 /* Seed i into b (its name in *name, whether it decodes in *valid); 0 past
@@ -1173,6 +1279,14 @@ static size_t seed(int i, uint8_t *b, size_t cap, const char **name, bool *valid
     static const tv__fp_done_ent dn[2] = {{.req_id = 1, .result = 0, .handle = 1},
                                           {.req_id = 3, .result = TV_E_CANCELLED, .handle = 1}};
     static const uint32_t sl[3] = {0, 2, 3};
+    static const tv__fp_hello_ok ok2 = {.version = 2,
+                                        .max_msg_len = TV__FP_MAX_MSG,
+                                        .max_requests = 16384,
+                                        .max_handles = 16,
+                                        .session_id = 4};
+    static const tv__fp_read_ent rd2[2] = {
+        {.req_id = 1, .tensor = 0, .flags = TV__FP_READ_SHARD_HEADER, .off = 0, .len = 4096},
+        {.req_id = 2, .tensor = 1, .off = 0, .len = 100}};
     static const char text[] = "demo tensor w: device 0 offset 1048576: Input/output error";
     *valid = true;
     size_t n = 0;
@@ -1185,34 +1299,34 @@ static size_t seed(int i, uint8_t *b, size_t cap, const char **name, bool *valid
         return tv__fp_encode_hello_ok(b, cap, &ok);
     case 2:
         *name = "open.bin";
-        return tv__fp_encode_open(b, cap, 1, "demo@prod", 9);
+        return tv__fp_encode_open(b, cap, TV__FP_V1, 1, "demo@prod", 9);
     case 3:
         *name = "opened.bin";
-        return tv__fp_encode_opened(b, cap, &op);
+        return tv__fp_encode_opened(b, cap, TV__FP_V1, &op);
     case 4:
         *name = "close.bin";
-        return tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+        return tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSE, 1);
     case 5:
         *name = "closed.bin";
-        return tv__fp_encode_close(b, cap, TV__FP_CLOSED, 1);
+        return tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSED, 1);
     case 6:
         *name = "read.bin";
-        return tv__fp_encode_read(b, cap, 1, rd, 3);
+        return tv__fp_encode_read(b, cap, TV__FP_V1, 1, rd, 3);
     case 7:
         *name = "chunk.bin";
-        return tv__fp_encode_chunk(b, cap, ch, 2);
+        return tv__fp_encode_chunk(b, cap, TV__FP_V1, ch, 2);
     case 8:
         *name = "done.bin";
-        return tv__fp_encode_done(b, cap, dn, 2);
+        return tv__fp_encode_done(b, cap, TV__FP_V1, dn, 2);
     case 9:
         *name = "release.bin";
-        return tv__fp_encode_release(b, cap, 1, sl, 3);
+        return tv__fp_encode_release(b, cap, TV__FP_V1, 1, sl, 3);
     case 10:
         *name = "error.bin";
-        return tv__fp_encode_error(b, cap, -EIO, 0, 3, 0, text, sizeof text - 1);
+        return tv__fp_encode_error(b, cap, TV__FP_V1, -EIO, 0, 3, 0, text, sizeof text - 1);
     case 11:
         *name = "error_fatal.bin";
-        return tv__fp_encode_error(b, cap, TV_E_PROTOCOL, TV__FP_ERROR_FATAL, 0, 0,
+        return tv__fp_encode_error(b, cap, TV__FP_V1, TV_E_PROTOCOL, TV__FP_ERROR_FATAL, 0, 0,
                                    "file descriptors are not accepted", 33);
     case 12:
         *name = "bad_magic.bin";
@@ -1221,29 +1335,43 @@ static size_t seed(int i, uint8_t *b, size_t cap, const char **name, bool *valid
         break;
     case 13:
         *name = "bad_length.bin";
-        n = tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+        n = tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSE, 1);
         tv__le32_put(b + 8, 23);
         break;
     case 14:
         *name = "bad_type.bin";
-        n = tv__fp_encode_close(b, cap, TV__FP_CLOSE, 1);
+        n = tv__fp_encode_close(b, cap, TV__FP_V1, TV__FP_CLOSE, 1);
         tv__le16_put(b + 6, 12);
         break;
     case 15:
         *name = "bad_read_flags.bin"; /* decodes; entry 1 is rejected */
-        n = tv__fp_encode_read(b, cap, 1, rd, 3);
+        n = tv__fp_encode_read(b, cap, TV__FP_V1, 1, rd, 3);
         tv__le32_put(b + 24 + 32 + 12, 1);
         return n;
     case 16:
         *name = "bad_open_nul.bin";
-        n = tv__fp_encode_open(b, cap, 1, "demo@prod", 9);
+        n = tv__fp_encode_open(b, cap, TV__FP_V1, 1, "demo@prod", 9);
         b[24 + 4] = '\0';
         break;
     case 17:
         *name = "bad_list_n.bin";
-        n = tv__fp_encode_done(b, cap, dn, 2);
+        n = tv__fp_encode_done(b, cap, TV__FP_V1, dn, 2);
         tv__le32_put(b + 20, 3);
         break;
+    case 18:
+        *name = "hello_v2.bin";
+        return tv__fp_encode_hello(b, cap, 1, 2);
+    case 19:
+        *name = "hello_ok_v2.bin";
+        return tv__fp_encode_hello_ok(b, cap, &ok2);
+    case 20:
+        *name = "read_v2_header.bin";
+        return tv__fp_encode_read(b, cap, TV__FP_V2, 1, rd2, 2);
+    case 21:
+        *name = "bad_read_v2_flags.bin"; /* decodes; entry 1 is rejected */
+        n = tv__fp_encode_read(b, cap, TV__FP_V2, 1, rd2, 2);
+        tv__le32_put(b + 24 + 32 + 12, 3);
+        return n;
     default:
         return 0;
     }
@@ -1266,7 +1394,8 @@ static void test_corpus(void **state)
         tv__fp_msg m;
         tv_error err = {0};
         int rc = tv__fp_decode(g_buf, len, 0, &m, &err);
-        assert_int_equal(rc == 0, valid || strcmp(name, "bad_read_flags.bin") == 0);
+        assert_int_equal(rc == 0, valid || strcmp(name, "bad_read_flags.bin") == 0 ||
+                                      strcmp(name, "bad_read_v2_flags.bin") == 0);
         if (out) {
             FILE *f = fopen(path, "wb");
             assert_non_null(f);
@@ -1283,7 +1412,7 @@ static void test_corpus(void **state)
         if (got != len || memcmp(g_rbuf, g_buf, len) != 0)
             fail_msg("%s: %zu bytes differ from the %zu the codec encodes", path, got, len);
     }
-    assert_int_equal(i, 18);
+    assert_int_equal(i, 22);
 }
 
 int main(void)
@@ -1310,6 +1439,7 @@ int main(void)
         cmocka_unit_test(test_send_recv_fds),
         cmocka_unit_test(test_recv_oversized_eof),
         cmocka_unit_test_teardown(test_sys_faults, teardown),
+        cmocka_unit_test(test_versions),
         cmocka_unit_test(test_corpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

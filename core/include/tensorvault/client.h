@@ -74,6 +74,16 @@ size_t tv_client_n_tensors(const tv_client_model *m);
 /* As tv_model_tensor / tv_model_find (tensorvault.h). */
 int tv_client_tensor(const tv_client_model *m, size_t i, tv_tensor_desc *out);
 int tv_client_find(const tv_client_model *m, const char *name, size_t name_len, size_t *index);
+/* As tv_model_n_shards / tv_model_shard (tensorvault.h). */
+size_t tv_client_n_shards(const tv_client_model *m);
+int tv_client_shard(const tv_client_model *m, size_t i, tv_shard_desc *out);
+/* As tv_read_shard_header, through the daemon (protocol version 2: READ
+ * flag TV__FP_READ_SHARD_HEADER, docs/fastpath.md). Returns its codes and
+ * TV_E_NOT_SUPPORTED when the daemon negotiated protocol version 1 (nothing
+ * sent, nothing written); the session's errors (TV_E_DISCONNECTED,
+ * TV_E_PROTOCOL, ...). */
+int tv_client_read_shard_header(tv_client_model *m, size_t shard, void *dest, size_t dest_len,
+                                tv_error *err);
 
 /* As tv_read_into, tv_read_batch, tv_read_range, tv_read_rows, tv_rows_len,
  * tv_read_f32 and tv_get_tensor (free with tv_tensor_free), through the

@@ -142,6 +142,33 @@ int tv_model_tensor(const tv_model *m, size_t i, tv_tensor_desc *out);
 /* O(1), never allocates. Returns 0 or TV_E_NOT_FOUND. */
 int tv_model_find(const tv_model *m, const char *name, size_t name_len, size_t *index);
 
+/* One shard (safetensors file) of the generation, in the order of
+ * tv_tensor_desc.shard. Its object on the device is the file byte for byte,
+ * so its first 8 + header_len bytes are the file's little-endian u64 header
+ * length and JSON header (with "__metadata__", if the file had one). */
+typedef struct tv_shard_desc {
+    const char *name; /* the shard's file name as imported, valid while the model is open */
+    size_t name_len;
+    uint64_t file_len;   /* bytes of the shard file */
+    uint64_t header_len; /* the JSON header's bytes; the header read returns 8 + header_len */
+} tv_shard_desc;
+
+/* Number of shards of the generation (0 for NULL). */
+size_t tv_model_n_shards(const tv_model *m);
+/* i-th shard. Returns 0; TV_E_INVALID_ARG (NULL, i out of range; then *out,
+ * when not NULL, is an empty shard: name "", 0 bytes). */
+int tv_model_shard(const tv_model *m, size_t i, tv_shard_desc *out);
+/* Reads the first 8 + header_len bytes of shard `shard`'s file (the
+ * little-endian u64 length and the JSON header, byte for byte as imported)
+ * into dest (dest_len >= 8 + header_len; only those bytes are written).
+ * Every check comes before any read. Returns 0; TV_E_INVALID_ARG (NULL
+ * model, shard out of range, dest NULL or too small: nothing written);
+ * TV_E_NO_REPLICA (every device holding the shard is excluded: the message
+ * names the shard and each replica's device and reason; nothing is read);
+ * TV_E_SHORT_IO, -EIO, ... from the device (after retrying other replicas);
+ * TV_E_SNAPSHOT (the shard's record is invalid: a forged checksum). */
+int tv_read_shard_header(tv_model *m, size_t shard, void *dest, size_t dest_len, tv_error *err);
+
 /* Reads tensor `name` into dest (dest_len >= its nbytes; only nbytes are
  * written). Returns 0; TV_E_NOT_FOUND; TV_E_INVALID_ARG (dest NULL, or
  * dest_len too small: nothing written); TV_E_ST_NOT_BYTE_ADDRESSABLE never

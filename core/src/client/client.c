@@ -316,7 +316,10 @@ TV_API int tv_client_connect(const char *socket_path, const tv_client_opts *opts
         rc = tv__seterr(err, -errno, "socket %s: O_NONBLOCK: %s", path, strerror(errno));
         goto fail;
     }
-    size_t len = tv__fp_encode_hello(c->sbuf, sizeof(c->sbuf), TV__FP_VERSION, TV__FP_VERSION);
+    uint16_t vmax = tv__fpc_max_version;
+    if (vmax < TV__FP_VERSION_MIN || vmax > TV__FP_VERSION_MAX)
+        vmax = TV__FP_VERSION_MAX;
+    size_t len = tv__fp_encode_hello(c->sbuf, sizeof(c->sbuf), TV__FP_VERSION_MIN, vmax);
     if ((rc = send_wait(c, c->sbuf, len, err)))
         goto fail;
     tv__fp_msg m;
@@ -333,10 +336,11 @@ TV_API int tv_client_connect(const char *socket_path, const tv_client_opts *opts
         goto fail;
     }
     const tv__fp_hello_ok *h = &m.u.hello_ok;
-    if (h->version != TV__FP_VERSION) {
-        rc = session_fail(c, err, TV_E_VERSION,
-                          "tensorvaultd on %s chose protocol version %u; this library speaks %u",
-                          path, h->version, TV__FP_VERSION);
+    if (h->version < TV__FP_VERSION_MIN || h->version > vmax) {
+        rc = session_fail(
+            c, err, TV_E_VERSION,
+            "tensorvaultd on %s chose protocol version %u; this library offered %u..%u", path,
+            h->version, TV__FP_VERSION_MIN, vmax);
         goto fail;
     }
     if (h->max_msg_len < TV__FP_MAX_MSG || h->max_requests == 0 || h->max_handles == 0) {
@@ -386,7 +390,7 @@ TV_API uint64_t tv_client_session_id(const tv_client *c)
 static int close_handle(tv_client *c, uint32_t handle, tv_error *err)
 {
     int rc;
-    size_t len = tv__fp_encode_close(c->sbuf, sizeof(c->sbuf), TV__FP_CLOSE, handle);
+    size_t len = tv__fp_encode_close(c->sbuf, sizeof(c->sbuf), c->version, TV__FP_CLOSE, handle);
     if ((rc = send_wait(c, c->sbuf, len, err)))
         return rc;
     tv__fp_msg m;
@@ -509,7 +513,7 @@ TV_API int tv_client_open(tv_client *c, const char *spec, tv_client_model **out,
     if (at && at[1] >= '0' && at[1] <= '9' && !tv__parse_pos_i64(at + 1, &want_gen))
         return tv__seterr(err, TV_E_INVALID_ARG, "bad generation in '%s'", spec);
     uint32_t open_id = ++c->next_open_id ? c->next_open_id : ++c->next_open_id;
-    size_t len = tv__fp_encode_open(c->sbuf, sizeof(c->sbuf), open_id, spec, sl);
+    size_t len = tv__fp_encode_open(c->sbuf, sizeof(c->sbuf), c->version, open_id, spec, sl);
     if (!len)
         return tv__seterr(err, TV_E_INVALID_ARG, "bad model spec '%.300s'", spec);
     if ((rc = send_wait(c, c->sbuf, len, err)))
@@ -666,6 +670,8 @@ static int lookup(const tv_client_model *m, const char *name, size_t *idx, tv_er
     return rc;
 }
 
+uint16_t tv__fpc_max_version = TV__FP_VERSION_MAX;
+
 /* ---- reads ---------------------------------------------------------------- */
 
 enum { REQ_PENDING = 0, REQ_SENT, REQ_DONE };
@@ -675,7 +681,8 @@ enum { REQ_PENDING = 0, REQ_SENT, REQ_DONE };
 typedef struct creq {
     uint64_t off, len;
     uint8_t *dest;
-    uint32_t tensor;
+    uint32_t tensor; /* a shard index with TV__FP_READ_SHARD_HEADER */
+    uint32_t flags;  /* READ entry flags: 0 or TV__FP_READ_SHARD_HEADER */
     uint8_t state;
     int result;
     tv__fpc_spans sp;
@@ -713,9 +720,19 @@ static void req_failed(run *s, size_t i, int code, const char *fmt, ...)
     s->fail_at = i;
 }
 
-static const char *tname(const run *s, const creq *q, int *len)
+/* What request q reads, for messages: *kind "tensor" and its name, or
+ * "shard header" and the shard's file name. */
+static const char *tname(const run *s, const creq *q, const char **kind, int *len)
 {
+    if (q->flags & TV__FP_READ_SHARD_HEADER) {
+        tv_shard_desc sd;
+        tv__shard_public(&s->m->snap, q->tensor, &sd);
+        *kind = "shard header";
+        *len = NAME_PREC(sd.name_len);
+        return sd.name;
+    }
     const tv__tdesc *t = &s->m->t[q->tensor].d;
+    *kind = "tensor";
     *len = NAME_PREC(t->name_len);
     return t->name;
 }
@@ -744,7 +761,8 @@ static int flush_release(run *s, bool wait, tv_error *err)
     tv_client *c = s->c;
     if (!s->n_rel)
         return 0;
-    size_t len = tv__fp_encode_release(c->sbuf, sizeof(c->sbuf), s->m->handle, s->rel, s->n_rel);
+    size_t len =
+        tv__fp_encode_release(c->sbuf, sizeof(c->sbuf), c->version, s->m->handle, s->rel, s->n_rel);
     if (!len)
         return session_fail(c, err, TV_E_INTERNAL, "RELEASE of %u slots does not encode", s->n_rel);
     int rc;
@@ -775,12 +793,16 @@ static int send_reads(run *s, tv_error *err)
         creq *q = &s->r[j];
         if (q->state != REQ_PENDING)
             continue;
-        e[n++] = (tv__fp_read_ent){
-            .req_id = s->base + j, .tensor = q->tensor, .flags = 0, .off = q->off, .len = q->len};
+        e[n++] = (tv__fp_read_ent){.req_id = s->base + j,
+                                   .tensor = q->tensor,
+                                   .flags = q->flags,
+                                   .off = q->off,
+                                   .len = q->len};
     }
     int rc = 0;
     if (n) {
-        size_t len = tv__fp_encode_read(c->sbuf, sizeof(c->sbuf), s->m->handle, e, (uint32_t)n);
+        size_t len =
+            tv__fp_encode_read(c->sbuf, sizeof(c->sbuf), c->version, s->m->handle, e, (uint32_t)n);
         tv_error se = {0};
         if (!len)
             rc = session_fail(c, err, TV_E_INTERNAL, "READ of %zu requests does not encode", n);
@@ -815,23 +837,25 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
         if ((rc = find_req(s, e.req_id, e.handle, "CHUNK", &q, err)))
             return rc;
         int nl;
-        const char *nm = tname(s, q, &nl);
+        const char *kind;
+        const char *nm = tname(s, q, &kind, &nl);
         if (e.slot >= m->n_slots || (uint64_t)e.slot_off + e.len > m->slot_len)
             return session_fail(
                 c, err, TV_E_PROTOCOL,
-                "tensorvaultd on %s: CHUNK for tensor '%.*s': slot %u [%u, +%u) outside %u slots of %u bytes",
-                c->path, nl, nm, e.slot, e.slot_off, e.len, m->n_slots, m->slot_len);
+                "tensorvaultd on %s: CHUNK for %s '%.*s': slot %u [%u, +%u) outside %u slots of %u bytes",
+                c->path, kind, nl, nm, e.slot, e.slot_off, e.len, m->n_slots, m->slot_len);
         rc = tv__fpc_spans_add(&q->sp, e.dest_off, e.len, q->len);
         if (rc == TV_E_OVERFLOW)
             return session_fail(
                 c, err, TV_E_PROTOCOL,
-                "tensorvaultd on %s: CHUNK for tensor '%.*s': bytes [%llu, +%u) past the request's %llu",
-                c->path, nl, nm, (unsigned long long)e.dest_off, e.len, (unsigned long long)q->len);
+                "tensorvaultd on %s: CHUNK for %s '%.*s': bytes [%llu, +%u) past the request's %llu",
+                c->path, kind, nl, nm, (unsigned long long)e.dest_off, e.len,
+                (unsigned long long)q->len);
         if (rc == TV_E_PROTOCOL)
             return session_fail(
                 c, err, TV_E_PROTOCOL,
-                "tensorvaultd on %s: CHUNK for tensor '%.*s': bytes [%llu, +%u) delivered twice",
-                c->path, nl, nm, (unsigned long long)e.dest_off, e.len);
+                "tensorvaultd on %s: CHUNK for %s '%.*s': bytes [%llu, +%u) delivered twice",
+                c->path, kind, nl, nm, (unsigned long long)e.dest_off, e.len);
         if (rc)
             return session_fail(c, err, rc, "out of memory");
         const uint8_t *src = m->arena + (size_t)e.slot * m->slot_len + e.slot_off;
@@ -839,7 +863,7 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
             memcpy(q->dest + e.dest_off, src, e.len);
         } else if ((rc =
                         s->sink->copy(s->sink->ctx, q->dest, e.dest_off, src, e.len, UINT32_MAX))) {
-            req_failed(s, (size_t)(q - s->r), rc, "tensor '%.*s': copy to the GPU failed: %s", nl,
+            req_failed(s, (size_t)(q - s->r), rc, "%s '%.*s': copy to the GPU failed: %s", kind, nl,
                        nm, tv_strerror(rc));
         }
         s->rel[s->n_rel++] = e.slot;
@@ -865,23 +889,24 @@ static int on_done(run *s, const tv__fp_msg *msg, tv_error *err)
         if ((rc = find_req(s, e.req_id, e.handle, "DONE", &q, err)))
             return rc;
         int nl;
-        const char *nm = tname(s, q, &nl);
+        const char *kind;
+        const char *nm = tname(s, q, &kind, &nl);
         size_t idx = (size_t)(q - s->r);
         if (e.result > 0)
             return session_fail(c, err, TV_E_PROTOCOL,
-                                "tensorvaultd on %s: DONE for tensor '%.*s' with result %d",
-                                c->path, nl, nm, e.result);
+                                "tensorvaultd on %s: DONE for %s '%.*s' with result %d", c->path,
+                                kind, nl, nm, e.result);
         if (e.result == 0 && q->sp.delivered != q->len)
             return session_fail(
                 c, err, TV_E_PROTOCOL,
-                "tensorvaultd on %s: DONE for tensor '%.*s' after %llu of its %llu bytes", c->path,
-                nl, nm, (unsigned long long)q->sp.delivered, (unsigned long long)q->len);
+                "tensorvaultd on %s: DONE for %s '%.*s' after %llu of its %llu bytes", c->path,
+                kind, nl, nm, (unsigned long long)q->sp.delivered, (unsigned long long)q->len);
         if (e.result) {
             q->result = e.result;
             if (idx == s->fail_at)
                 s->fail_err.code = e.result; /* its ERROR came first, with the text */
             else
-                req_failed(s, idx, e.result, "tensor '%.*s': %s", nl, nm, tv_strerror(e.result));
+                req_failed(s, idx, e.result, "%s '%.*s': %s", kind, nl, nm, tv_strerror(e.result));
         }
         q->state = REQ_DONE;
         s->outstanding--;
@@ -905,13 +930,14 @@ static int on_error(run *s, const tv__fp_msg *msg, tv_error *err)
     if ((rc = find_req(s, e->req_id, s->m->handle, "ERROR", &q, err)))
         return rc;
     int nl;
-    const char *nm = tname(s, q, &nl);
+    const char *kind;
+    const char *nm = tname(s, q, &kind, &nl);
     size_t idx = (size_t)(q - s->r);
     /* The text names the tensor (the daemon's rule); else it is prefixed. */
     if (msg->text_len >= (size_t)nl && memmem(msg->text, msg->text_len, nm, (size_t)nl))
         req_failed(s, idx, e->code, "%.*s", TEXT_PREC(msg), msg->text);
     else
-        req_failed(s, idx, e->code, "tensor '%.*s': %.*s", nl, nm, TEXT_PREC(msg),
+        req_failed(s, idx, e->code, "%s '%.*s': %.*s", kind, nl, nm, TEXT_PREC(msg),
                    msg->text ? msg->text : "");
     return 0;
 }
@@ -1008,6 +1034,48 @@ static int read_one(tv_client_model *m, size_t i, uint64_t off, uint64_t len, vo
     creq r = {.off = off, .len = len, .dest = dest, .tensor = (uint32_t)i};
     tv__fpc_spans_init(&r.sp);
     int rc = run_reqs(m, &r, 1, NULL, err);
+    free_reqs(&r, 1);
+    return rc;
+}
+
+TV_API size_t tv_client_n_shards(const tv_client_model *m)
+{
+    return m ? m->snap.n_shards : 0;
+}
+
+TV_API int tv_client_shard(const tv_client_model *m, size_t i, tv_shard_desc *out)
+{
+    if (!out)
+        return TV_E_INVALID_ARG;
+    if (!m) {
+        *out = (tv_shard_desc){.name = ""};
+        return TV_E_INVALID_ARG;
+    }
+    return tv__shard_public(&m->snap, i, out);
+}
+
+TV_API int tv_client_read_shard_header(tv_client_model *m, size_t shard, void *dest,
+                                       size_t dest_len, tv_error *err)
+{
+    uint64_t len;
+    int rc;
+    if (!m)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    rc = tv__shard_check_header(&m->snap, m->name, m->generation, shard, dest, dest_len, &len, err);
+    if (rc)
+        return rc;
+    if (m->c && m->c->sock >= 0 && m->c->version < TV__FP_V2)
+        return tv__seterr(
+            err, TV_E_NOT_SUPPORTED,
+            "%s@%lld: tensorvaultd on %s speaks fast-path protocol version %u; shard headers need version 2",
+            m->name, (long long)m->generation, m->c->path, m->c->version);
+    creq r = {.off = 0,
+              .len = len,
+              .dest = dest,
+              .tensor = (uint32_t)shard,
+              .flags = TV__FP_READ_SHARD_HEADER};
+    tv__fpc_spans_init(&r.sp);
+    rc = run_reqs(m, &r, 1, NULL, err);
     free_reqs(&r, 1);
     return rc;
 }

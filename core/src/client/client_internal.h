@@ -42,6 +42,11 @@ void tv__fpc_spans_free(tv__fpc_spans *s);
  * limit); TV_E_PROTOCOL (overlaps bytes already delivered); -ENOMEM. */
 int tv__fpc_spans_add(tv__fpc_spans *s, uint64_t a, uint64_t len, uint64_t limit);
 
+/* The highest protocol version tv_client_connect offers (test hook; default
+ * TV__FP_VERSION_MAX, a value outside TV__FP_VERSION_MIN..MAX is that too):
+ * a test sets TV__FP_V1 to act as a version-1 client. */
+extern uint16_t tv__fpc_max_version;
+
 /* A tensor record (reader/desc.h) decoded on first use. */
 typedef struct tv__fpc_tensor {
     bool ready;

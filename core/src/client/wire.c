@@ -284,11 +284,26 @@ static int check_list(uint16_t type, uint32_t handle, uint32_t n, tv_error *err)
     return 0;
 }
 
-static int check_read_ent(uint32_t i, const tv__fp_read_ent *e, tv_error *err)
+/* READ entry flags: only the bits version defines (none in version 1). */
+static int check_read_ent(uint16_t version, uint32_t i, const tv__fp_read_ent *e, tv_error *err)
 {
-    if (e->flags != 0)
-        return tv__seterr(err, TV_E_PROTOCOL, "READ: entry %u flags 0x%x must be 0", i, e->flags);
+    uint32_t known = TV__FP_READ_FLAGS(version);
+    if (e->flags & ~known) {
+        if (known == 0)
+            return tv__seterr(err, TV_E_PROTOCOL, "READ: entry %u flags 0x%x must be 0", i,
+                              e->flags);
+        return tv__seterr(
+            err, TV_E_PROTOCOL,
+            "READ: entry %u flags 0x%x has reserved bits set (version %u defines 0x%x)", i,
+            e->flags, version, known);
+    }
     return 0;
+}
+
+/* A version the encoders write. */
+static bool version_ok(uint16_t version)
+{
+    return version >= TV__FP_VERSION_MIN && version <= TV__FP_VERSION_MAX;
 }
 
 static int check_chunk_ent(uint32_t i, const tv__fp_chunk_ent *e, tv_error *err)
@@ -519,7 +534,7 @@ int tv__fp_read_entry(const tv__fp_msg *m, uint32_t i, tv__fp_read_ent *out, tv_
     out->flags = tv__le32_get(e + 12);
     out->off = tv__le64_get(e + 16);
     out->len = tv__le64_get(e + 24);
-    return check_read_ent(i, out, err);
+    return check_read_ent(m->version, i, out, err);
 }
 
 int tv__fp_chunk_entry(const tv__fp_msg *m, uint32_t i, tv__fp_chunk_ent *out, tv_error *err)
@@ -591,7 +606,7 @@ size_t tv__fp_encode_hello(void *buf, size_t cap, uint16_t min_version, uint16_t
     if (!len || check_hello(&h, NULL))
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, TV__FP_HELLO, len);
+    put_hdr(p, min_version, TV__FP_HELLO, len);
     tv__le16_put(p + 16, min_version);
     tv__le16_put(p + 18, max_version);
     tv__le32_put(p + 20, 0);
@@ -614,29 +629,30 @@ size_t tv__fp_encode_hello_ok(void *buf, size_t cap, const tv__fp_hello_ok *m)
     return len;
 }
 
-size_t tv__fp_encode_open(void *buf, size_t cap, uint32_t open_id, const char *spec,
-                          size_t spec_len)
+size_t tv__fp_encode_open(void *buf, size_t cap, uint16_t version, uint32_t open_id,
+                          const char *spec, size_t spec_len)
 {
-    if (!spec || spec_len > TV__FP_MAX_SPEC || check_open(open_id, spec, spec_len, NULL))
+    if (!version_ok(version) || !spec || spec_len > TV__FP_MAX_SPEC ||
+        check_open(open_id, spec, spec_len, NULL))
         return 0;
     size_t len = fit(buf, cap, TV__FP_OPEN_LEN + spec_len);
     if (!len)
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, TV__FP_OPEN, len);
+    put_hdr(p, version, TV__FP_OPEN, len);
     tv__le32_put(p + 16, open_id);
     tv__le32_put(p + 20, (uint32_t)spec_len);
     memcpy(p + 24, spec, spec_len);
     return len;
 }
 
-size_t tv__fp_encode_opened(void *buf, size_t cap, const tv__fp_opened *m)
+size_t tv__fp_encode_opened(void *buf, size_t cap, uint16_t version, const tv__fp_opened *m)
 {
     size_t len = fit(buf, cap, TV__FP_OPENED_LEN);
-    if (!len || !m || check_opened(m, NULL))
+    if (!len || !version_ok(version) || !m || check_opened(m, NULL))
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, TV__FP_OPENED, len);
+    put_hdr(p, version, TV__FP_OPENED, len);
     tv__le32_put(p + 16, m->open_id);
     tv__le32_put(p + 20, m->handle);
     tv__le64_put(p + 24, (uint64_t)m->generation);
@@ -649,14 +665,15 @@ size_t tv__fp_encode_opened(void *buf, size_t cap, const tv__fp_opened *m)
     return len;
 }
 
-size_t tv__fp_encode_close(void *buf, size_t cap, uint16_t type, uint32_t handle)
+size_t tv__fp_encode_close(void *buf, size_t cap, uint16_t version, uint16_t type, uint32_t handle)
 {
     tv__fp_close c = {.handle = handle};
     size_t len = fit(buf, cap, TV__FP_CLOSE_LEN);
-    if (!len || (type != TV__FP_CLOSE && type != TV__FP_CLOSED) || check_close(type, &c, NULL))
+    if (!len || !version_ok(version) || (type != TV__FP_CLOSE && type != TV__FP_CLOSED) ||
+        check_close(type, &c, NULL))
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, type, len);
+    put_hdr(p, version, type, len);
     tv__le32_put(p + 16, handle);
     tv__le32_put(p + 20, 0);
     return len;
@@ -665,43 +682,44 @@ size_t tv__fp_encode_close(void *buf, size_t cap, uint16_t type, uint32_t handle
 /* Header and list body of a list message of n entries; 0 when it does not
  * fit or the counts are wrong. The entries are the caller's to write at
  * buf + 24. */
-static size_t put_list(void *buf, size_t cap, uint16_t type, uint32_t handle, const void *e,
-                       uint32_t n)
+static size_t put_list(void *buf, size_t cap, uint16_t version, uint16_t type, uint32_t handle,
+                       const void *e, uint32_t n)
 {
     uint32_t max_n = 0;
     size_t ent_len = list_ent_len(type, &max_n);
-    if (!e || check_list(type, handle, n, NULL))
+    if (!version_ok(version) || !e || check_list(type, handle, n, NULL))
         return 0;
     size_t len = fit(buf, cap, TV__FP_LIST_LEN + (size_t)n * ent_len); /* n <= max_n */
     if (!len)
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, type, len);
+    put_hdr(p, version, type, len);
     tv__le32_put(p + 16, handle);
     tv__le32_put(p + 20, n);
     return len;
 }
 
-size_t tv__fp_encode_read(void *buf, size_t cap, uint32_t handle, const tv__fp_read_ent *e,
-                          uint32_t n)
+size_t tv__fp_encode_read(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                          const tv__fp_read_ent *e, uint32_t n)
 {
-    size_t len = put_list(buf, cap, TV__FP_READ, handle, e, n);
+    size_t len = put_list(buf, cap, version, TV__FP_READ, handle, e, n);
     uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
     for (uint32_t i = 0; len && i < n; i++, p += TV__FP_READ_ENT_LEN) {
-        if (check_read_ent(i, &e[i], NULL))
+        if (check_read_ent(version, i, &e[i], NULL))
             return 0;
         tv__le64_put(p, e[i].req_id);
         tv__le32_put(p + 8, e[i].tensor);
-        tv__le32_put(p + 12, 0);
+        tv__le32_put(p + 12, e[i].flags);
         tv__le64_put(p + 16, e[i].off);
         tv__le64_put(p + 24, e[i].len);
     }
     return len;
 }
 
-size_t tv__fp_encode_chunk(void *buf, size_t cap, const tv__fp_chunk_ent *e, uint32_t n)
+size_t tv__fp_encode_chunk(void *buf, size_t cap, uint16_t version, const tv__fp_chunk_ent *e,
+                           uint32_t n)
 {
-    size_t len = put_list(buf, cap, TV__FP_CHUNK, 0, e, n);
+    size_t len = put_list(buf, cap, version, TV__FP_CHUNK, 0, e, n);
     uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
     for (uint32_t i = 0; len && i < n; i++, p += TV__FP_CHUNK_ENT_LEN) {
         if (check_chunk_ent(i, &e[i], NULL))
@@ -716,9 +734,10 @@ size_t tv__fp_encode_chunk(void *buf, size_t cap, const tv__fp_chunk_ent *e, uin
     return len;
 }
 
-size_t tv__fp_encode_done(void *buf, size_t cap, const tv__fp_done_ent *e, uint32_t n)
+size_t tv__fp_encode_done(void *buf, size_t cap, uint16_t version, const tv__fp_done_ent *e,
+                          uint32_t n)
 {
-    size_t len = put_list(buf, cap, TV__FP_DONE, 0, e, n);
+    size_t len = put_list(buf, cap, version, TV__FP_DONE, 0, e, n);
     uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
     for (uint32_t i = 0; len && i < n; i++, p += TV__FP_DONE_ENT_LEN) {
         if (check_done_ent(i, &e[i], NULL))
@@ -730,18 +749,18 @@ size_t tv__fp_encode_done(void *buf, size_t cap, const tv__fp_done_ent *e, uint3
     return len;
 }
 
-size_t tv__fp_encode_release(void *buf, size_t cap, uint32_t handle, const uint32_t *slots,
-                             uint32_t n)
+size_t tv__fp_encode_release(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                             const uint32_t *slots, uint32_t n)
 {
-    size_t len = put_list(buf, cap, TV__FP_RELEASE, handle, slots, n);
+    size_t len = put_list(buf, cap, version, TV__FP_RELEASE, handle, slots, n);
     uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
     for (uint32_t i = 0; len && i < n; i++, p += TV__FP_REL_ENT_LEN)
         tv__le32_put(p, slots[i]);
     return len;
 }
 
-size_t tv__fp_encode_error(void *buf, size_t cap, int32_t code, uint32_t flags, uint64_t req_id,
-                           uint32_t open_id, const char *text, size_t text_len)
+size_t tv__fp_encode_error(void *buf, size_t cap, uint16_t version, int32_t code, uint32_t flags,
+                           uint64_t req_id, uint32_t open_id, const char *text, size_t text_len)
 {
     if (!text)
         text_len = 0;
@@ -751,13 +770,13 @@ size_t tv__fp_encode_error(void *buf, size_t cap, int32_t code, uint32_t flags, 
         while (text_len > 0 && ((unsigned char)text[text_len] & 0xC0) == 0x80)
             text_len--;
     }
-    if (check_error(code, flags, 0, NULL, NULL))
+    if (!version_ok(version) || check_error(code, flags, 0, NULL, NULL))
         return 0;
     size_t len = fit(buf, cap, TV__FP_ERROR_LEN + text_len);
     if (!len)
         return 0;
     uint8_t *p = buf;
-    put_hdr(p, TV__FP_VERSION, TV__FP_ERROR, len);
+    put_hdr(p, version, TV__FP_ERROR, len);
     tv__le32_put(p + 16, (uint32_t)code);
     tv__le32_put(p + 20, flags);
     tv__le64_put(p + 24, req_id);

@@ -33,7 +33,10 @@
 #include "util/internal.h"
 
 #define TV__FP_MAGIC        0x50465654u /* "TVFP" as little-endian bytes */
-#define TV__FP_VERSION      1u          /* the only version this build speaks */
+#define TV__FP_V1           1u          /* version 1: the base protocol */
+#define TV__FP_V2           2u          /* version 2: + READ flag TV__FP_READ_SHARD_HEADER */
+#define TV__FP_VERSION_MIN  1u          /* this build speaks versions MIN..MAX */
+#define TV__FP_VERSION_MAX  2u
 #define TV__FP_HDR_LEN      16u
 #define TV__FP_MAX_MSG      65536u /* largest datagram either side sends or accepts */
 #define TV__FP_MAX_SPEC     512u   /* OPEN's model spec, bytes (no NUL inside) */
@@ -59,6 +62,13 @@ enum tv__fp_type {
 };
 
 #define TV__FP_ERROR_FATAL 0x1u /* ERROR.flags: the daemon closes the session after it */
+
+/* READ entry flags (version 2; in version 1 every bit is reserved): the
+ * entry's tensor field is a shard index and [off, off + len) is relative to
+ * the start of the shard's object, inside its first 8 + header_len bytes. */
+#define TV__FP_READ_SHARD_HEADER 0x1u
+/* The READ entry flags version v defines (0 for unknown versions). */
+#define TV__FP_READ_FLAGS(v) ((v) >= TV__FP_V2 && (v) <= TV__FP_VERSION_MAX ? 0x1u : 0x0u)
 
 /* ---- the layout of every message part (little-endian on the wire) ---- */
 
@@ -115,9 +125,11 @@ typedef struct tv__fp_list {
 
 typedef struct tv__fp_read_ent {
     uint64_t req_id; /* the client's, unique among its outstanding requests */
-    uint32_t tensor; /* index in the snapshot (file order) */
-    uint32_t flags;  /* 0 */
-    uint64_t off;    /* byte range [off, off + len) of the tensor's data; len 0 is valid */
+    uint32_t tensor; /* index in the snapshot (file order); a shard index with
+                        TV__FP_READ_SHARD_HEADER */
+    uint32_t flags;  /* 0, or (version 2) TV__FP_READ_SHARD_HEADER */
+    uint64_t off;    /* byte range [off, off + len) of the tensor's data (of the shard's
+                        object with the flag); len 0 is valid */
     uint64_t len;
 } tv__fp_read_ent;
 
@@ -203,7 +215,8 @@ typedef struct tv__fp_msg {
 int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out, tv_error *err);
 
 /* Entry i (< u.list.n) of a decoded READ / CHUNK / DONE / RELEASE, decoded
- * with its checks (reserved fields zero; READ flags 0; CHUNK len >= 1,
+ * with its checks (reserved fields zero; READ flags: only the bits the
+ * message's header version defines (TV__FP_READ_FLAGS); CHUNK len >= 1,
  * handle >= 1, slot_off + len and dest_off + len not overflowing; DONE
  * handle >= 1, result <= 0).
  * Returns 0, TV_E_INVALID_ARG (wrong type or i out of range) or
@@ -216,26 +229,30 @@ int tv__fp_release_entry(const tv__fp_msg *m, uint32_t i, uint32_t *slot, tv_err
 /* ---- encoding (return bytes written, 0 when cap is too small or a count
  *      or length is over its limit, or a value the decoder would reject:
  *      the codec is canonical, whatever encodes decodes and re-encodes to
- *      the same bytes). Every encoder writes header version TV__FP_VERSION,
- *      except HELLO_OK, whose header carries m->version. ---- */
+ *      the same bytes). `version` is the negotiated version (the header's;
+ *      TV__FP_VERSION_MIN..MAX, else 0 is returned); HELLO's header carries
+ *      max_version (the client's preferred), HELLO_OK's m->version. ---- */
 
 size_t tv__fp_encode_hello(void *buf, size_t cap, uint16_t min_version, uint16_t max_version);
 size_t tv__fp_encode_hello_ok(void *buf, size_t cap, const tv__fp_hello_ok *m);
-size_t tv__fp_encode_open(void *buf, size_t cap, uint32_t open_id, const char *spec,
-                          size_t spec_len);
-size_t tv__fp_encode_opened(void *buf, size_t cap, const tv__fp_opened *m);
+size_t tv__fp_encode_open(void *buf, size_t cap, uint16_t version, uint32_t open_id,
+                          const char *spec, size_t spec_len);
+size_t tv__fp_encode_opened(void *buf, size_t cap, uint16_t version, const tv__fp_opened *m);
 /* type TV__FP_CLOSE or TV__FP_CLOSED */
-size_t tv__fp_encode_close(void *buf, size_t cap, uint16_t type, uint32_t handle);
-size_t tv__fp_encode_read(void *buf, size_t cap, uint32_t handle, const tv__fp_read_ent *e,
+size_t tv__fp_encode_close(void *buf, size_t cap, uint16_t version, uint16_t type, uint32_t handle);
+/* entry flags: those TV__FP_READ_FLAGS(version) defines */
+size_t tv__fp_encode_read(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                          const tv__fp_read_ent *e, uint32_t n);
+size_t tv__fp_encode_chunk(void *buf, size_t cap, uint16_t version, const tv__fp_chunk_ent *e,
+                           uint32_t n);
+size_t tv__fp_encode_done(void *buf, size_t cap, uint16_t version, const tv__fp_done_ent *e,
                           uint32_t n);
-size_t tv__fp_encode_chunk(void *buf, size_t cap, const tv__fp_chunk_ent *e, uint32_t n);
-size_t tv__fp_encode_done(void *buf, size_t cap, const tv__fp_done_ent *e, uint32_t n);
-size_t tv__fp_encode_release(void *buf, size_t cap, uint32_t handle, const uint32_t *slots,
-                             uint32_t n);
+size_t tv__fp_encode_release(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                             const uint32_t *slots, uint32_t n);
 /* text is cut to TV__FP_MAX_TEXT bytes (at a UTF-8 boundary); NUL bytes in
  * it are replaced by '?'. */
-size_t tv__fp_encode_error(void *buf, size_t cap, int32_t code, uint32_t flags, uint64_t req_id,
-                           uint32_t open_id, const char *text, size_t text_len);
+size_t tv__fp_encode_error(void *buf, size_t cap, uint16_t version, int32_t code, uint32_t flags,
+                           uint64_t req_id, uint32_t open_id, const char *text, size_t text_len);
 
 /* The name of a message type ("READ"), or "UNKNOWN". */
 const char *tv__fp_type_name(uint16_t type);

@@ -201,6 +201,42 @@ int tv__tdesc_check_f32(const tv__tdesc *d, const char *name, const void *dest, 
     return 0;
 }
 
+int tv__shard_public(const tv__snap *s, size_t i, tv_shard_desc *out)
+{
+    tv__snap_shard_info sh;
+    if (!out)
+        return TV_E_INVALID_ARG;
+    *out = (tv_shard_desc){.name = ""};
+    if (!s || i >= s->n_shards || tv__snap_shard(s, (uint32_t)i, &sh, NULL))
+        return TV_E_INVALID_ARG;
+    *out = (tv_shard_desc){.name = sh.name,
+                           .name_len = sh.name_len,
+                           .file_len = sh.file_len,
+                           .header_len = sh.header_len};
+    return 0;
+}
+
+int tv__shard_check_header(const tv__snap *s, const char *model, int64_t gen, size_t shard,
+                           const void *dest, size_t dest_len, uint64_t *len, tv_error *err)
+{
+    tv__snap_shard_info sh;
+    int rc;
+    *len = 0;
+    if (shard >= s->n_shards)
+        return tv__seterr(err, TV_E_INVALID_ARG, "%s@%lld: shard %zu out of range (%u shards)",
+                          model, (long long)gen, shard, s->n_shards);
+    if ((rc = tv__snap_shard(s, (uint32_t)shard, &sh, err)))
+        return rc;
+    if (!dest || dest_len < sh.data_off)
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "%s@%lld: shard %zu (%.*s): its header needs %llu bytes; destination %p has %zu", model,
+            (long long)gen, shard, TV__NAME_PREC(sh.name_len), sh.name,
+            (unsigned long long)sh.data_off, dest, dest_len);
+    *len = sh.data_off;
+    return 0;
+}
+
 /* The one layout of a tv_tensor: tv_tensor_free frees arena, then this. */
 struct tv_tensor_impl {
     tv_tensor pub;

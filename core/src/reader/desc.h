@@ -109,6 +109,17 @@ int tv__tdesc_check_rows_dest(const char *name, uint64_t r0, uint64_t r1, uint64
 int tv__tdesc_check_f32(const tv__tdesc *d, const char *name, const void *dest, size_t dest_len,
                         tv_error *err);
 
+/* Shard i of s as tv_model_shard / tv_client_shard return it. Returns 0 or
+ * TV_E_INVALID_ARG (i out of range, or an invalid record: then *out is an
+ * empty shard). */
+int tv__shard_public(const tv__snap *s, size_t i, tv_shard_desc *out);
+/* The checks of a shard header read of model MODEL@gen (tv_read_shard_header,
+ * tv_client_read_shard_header): shard < n_shards, its record valid, dest
+ * holds 8 + header_len bytes; *len gets 8 + header_len. Returns 0;
+ * TV_E_INVALID_ARG; TV_E_SNAPSHOT (the record). Nothing is written to dest. */
+int tv__shard_check_header(const tv__snap *s, const char *model, int64_t gen, size_t shard,
+                           const void *dest, size_t dest_len, uint64_t *len, tv_error *err);
+
 /* A tensor (tv_get_tensor) whose bytes are an arena of arena_len bytes
  * aligned to align (a power of two, >= sizeof(void *)): *arena to fill,
  * then tv__tensor_set; freed by tv_tensor_free. Returns 0 or -ENOMEM

@@ -49,6 +49,7 @@ typedef struct shard_plan {
     uint32_t n_rep, n_ok;
     uint32_t dev[TV__IO_MAX_REPLICAS];
     uint64_t payload_base[TV__IO_MAX_REPLICAS];
+    uint64_t obj_base[TV__IO_MAX_REPLICAS]; /* the object's base_off (its header's start) */
 } shard_plan;
 
 #define NAME_PREC TV__NAME_PREC
@@ -351,6 +352,7 @@ static int build_plans(tv_model *m, tv_error *err)
                 return rc;
             if (tv__add_u64(rp.base_off, sh.data_off, &m->sh[s].payload_base[r]))
                 return tv__seterr(err, TV_E_SNAPSHOT, "shard %u: replica offset overflows", s);
+            m->sh[s].obj_base[r] = rp.base_off;
             m->sh[s].dev[r] = rp.device;
         }
         m->sh[s].n_rep = sh.n_replicas;
@@ -622,19 +624,76 @@ static int fill_req(tv_model *m, size_t i, uint64_t rel_off, uint64_t len, void 
     return 0;
 }
 
-static int run_one(tv_model *m, tv__io_req *req, const tv__io_sink *sink, const char *name,
-                   tv_error *err)
+/* Runs one request; an error whose message lacks `needle` gets `label: `
+ * in front (copied first: never built from its own buffer). */
+static int run_labeled(tv_model *m, tv__io_req *req, const tv__io_sink *sink, const char *needle,
+                       const char *label, tv_error *err)
 {
     int rc = tv__io_run(m->io, req, 1, sink, err);
     if (rc == 0 && req->result)
         rc = req->result;
-    if (rc && err && !strstr(err->msg, name)) {
-        char msg[sizeof(err->msg) + 300];
-        snprintf(msg, sizeof(msg), "tensor '%.256s': %s", name, err->msg);
+    if (rc && err && !strstr(err->msg, needle)) {
+        char msg[sizeof(err->msg) + 400];
+        snprintf(msg, sizeof(msg), "%.300s: %s", label, err->msg);
         memcpy(err->msg, msg, sizeof(err->msg) - 1);
         err->msg[sizeof(err->msg) - 1] = '\0';
     }
     return rc;
+}
+
+static int run_one(tv_model *m, tv__io_req *req, const tv__io_sink *sink, const char *name,
+                   tv_error *err)
+{
+    char label[300];
+    snprintf(label, sizeof(label), "tensor '%.256s'", name);
+    return run_labeled(m, req, sink, name, label, err);
+}
+
+TV_API size_t tv_model_n_shards(const tv_model *m)
+{
+    return m ? m->snap.n_shards : 0;
+}
+
+TV_API int tv_model_shard(const tv_model *m, size_t i, tv_shard_desc *out)
+{
+    if (!out)
+        return TV_E_INVALID_ARG;
+    if (!m) {
+        *out = (tv_shard_desc){.name = ""};
+        return TV_E_INVALID_ARG;
+    }
+    return tv__shard_public(&m->snap, i, out);
+}
+
+TV_API int tv_read_shard_header(tv_model *m, size_t shard, void *dest, size_t dest_len,
+                                tv_error *err)
+{
+    uint64_t len;
+    int rc;
+    if (!m)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    rc = tv__shard_check_header(&m->snap, m->name, m->snap.generation, shard, dest, dest_len, &len,
+                                err);
+    if (rc)
+        return rc;
+    const shard_plan *sp = &m->sh[shard];
+    char label[400];
+    snprintf(label, sizeof(label), "%s@%lld: shard %zu (%.*s) header", m->name,
+             (long long)m->snap.generation, shard, NAME_PREC(sp->name_len), sp->name);
+    if (!sp->n_ok) {
+        char why[400];
+        replica_reasons(m, sp, why, sizeof(why));
+        return tv__seterr(err, TV_E_NO_REPLICA, "%s: shard %zu (%.*s) has no valid replica: %s",
+                          m->name, shard, NAME_PREC(sp->name_len), sp->name, why);
+    }
+    tv__io_req req;
+    memset(&req, 0, sizeof(req));
+    req.len = len;
+    req.dest = dest;
+    for (uint32_t r = 0; r < sp->n_rep; r++)
+        if (!m->dst[sp->dev[r]].reason)
+            req.src[req.n_src++] = (tv__io_src){.dev = sp->dev[r], .off = sp->obj_base[r]};
+    return run_labeled(m, &req, NULL, "header", label, err);
 }
 
 TV_API int tv_read_into(tv_model *m, const char *name, void *dest, size_t dest_len, tv_error *err)
