@@ -172,6 +172,29 @@ def loader(**extra):
     return get_model_loader(LoadConfig(load_format="tensorvault", model_loader_extra_config=extra))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_weights_delivers_every_tensor_in_file_order(served, backend):
+    m = Collector()
+    # model name from model_config.model; batch_bytes small: several batches
+    loader(batch_bytes=4096, **src(served, backend)).load_weights(m, ModelConfig("m"))
+    assert_file_order([n for n, _ in m.got], served)
+    official = {}
+    for p in shard_files(served["ckpt"]):
+        with official_open(p, framework="pt") as f:
+            official.update({k: f.get_tensor(k) for k in f.keys()})
+    for name, t in m.got:
+        want = official[name]
+        assert isinstance(t, torch.Tensor) and t.device.type == "cpu", name
+        assert t.dtype == want.dtype and t.shape == want.shape, name
+        assert pt_bytes(t) == pt_bytes(want) == served["raw"][name][2], name
+    if backend == "socket":
+        wait_no_session(served["d"])
+    # the extra config's model overrides model_config.model
+    m2 = Collector()
+    loader(model="m", generation=1, **src(served, backend)).load_weights(m2, ModelConfig("hf/x"))
+    assert [n for n, _ in m2.got] == served["order"]
+
+
 def test_load_weights_strict_check(served, seen_iterators):
     order = served["order"]
     # every parameter in the returned set: fine
