@@ -162,7 +162,7 @@ class Collector(torch.nn.Module):
     def load_weights(self, weights):
         for name, t in weights:
             self.got.append((name, t))
-        return self.returns if self.returns is not None else None
+        return self.returns
 
 
 def loader(**extra):
