@@ -11,8 +11,6 @@ per-tensor reads; zero-copy reads; device= handling; and, on this GPU-less
 machine, CUDA devices failing cleanly with a tensorvault.Error (the CUDA
 comparison itself is tests/gpu/py_cuda_cmp.py)."""
 import ctypes
-import json
-import struct
 
 import numpy as np
 import pytest
@@ -25,32 +23,10 @@ import tensorvault
 import tensorvault.torch
 from daemon import serving
 from tensorvault import _native, _safe_open
-from test_python_safe_open import (BAD_DEVICES, metadata_checkpoints,
-                                   official_accepts, official_metadata, shard_files, slice_table)
+from test_python_safe_open import (BAD_DEVICES, metadata_checkpoints, official_accepts,
+                                   official_metadata, same_file_order, shard_files, slice_table)
 
 BACKENDS = ["store", "socket"]
-
-
-def positions(ckpt):
-    """{name: (shard, begin, end)} from the shard headers: file order is
-    the order of these (tensors of zero size may share one: the official
-    offset_keys() orders such ties differently from run to run)."""
-    out = {}
-    for i, p in enumerate(shard_files(ckpt)):
-        with open(p, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        for k, v in header.items():
-            if k != "__metadata__":
-                out[k] = (i,) + tuple(v["data_offsets"])
-    return out
-
-
-def same_file_order(got, want, ckpt):
-    pos = positions(ckpt)
-    assert sorted(got) == sorted(want)
-    assert [pos[k] for k in got] == [pos[k] for k in want]
-    assert [pos[k] for k in got] == sorted(pos.values())
 
 
 def official_pt(ckpt):
