@@ -68,6 +68,7 @@ static const key_def keys[] = {
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
+    {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
 };
 #undef F
 #undef SZ
@@ -105,6 +106,7 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_max_sessions = 64;
     c->fastpath_max_groups = 16;
     c->fastpath_max_requests = 16384;
+    c->fastpath_readahead = 16;
     snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u", (unsigned)getuid(),
              (unsigned)getgid());
 }

@@ -57,6 +57,7 @@ typedef struct tv__config {
     unsigned fastpath_max_sessions;
     unsigned fastpath_max_groups;
     unsigned fastpath_max_requests;
+    unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h
      * syntax, checked when set): "default" and one key per model */
     char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()>" */

@@ -209,6 +209,7 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .max_sessions = c->fastpath_max_sessions,
         .max_groups = c->fastpath_max_groups,
         .max_requests = c->fastpath_max_requests,
+        .readahead = c->fastpath_readahead,
         .admit = admit,
         .admit_ctx = actx,
     };

@@ -183,6 +183,7 @@ static void end_of_turn(tv__fp *fp)
             tv__fp_session_destroy(s);
         s = nx;
     }
+    tv__fp_groups_reap(fp); /* after the replies: CLOSED does not wait for a teardown */
 }
 
 static void *loop_main(void *arg)
@@ -500,6 +501,7 @@ void tv__fp_stop(tv__fp *fp)
         tv__fp_session_drop(s, "the daemon stops");
     while (fp->s_head)
         tv__fp_session_destroy(fp->s_head);
+    tv__fp_groups_reap(fp);
     pthread_mutex_unlock(&fp->mu);
     if (fp->listen_fd >= 0) {
         tv__sys.close(fp->listen_fd);
@@ -601,4 +603,6 @@ void tv__fp_get_stats(const tv__fp *fp, tv__fp_stats *out)
     out->shared_bytes = atomic_load(&f->st_shared);
     out->refused_total = atomic_load(&f->st_refused);
     out->protocol_errors = atomic_load(&f->st_protocol);
+    out->readahead_bytes = atomic_load(&f->st_readahead);
+    out->readahead_hit_bytes = atomic_load(&f->st_readahead_hit);
 }

@@ -60,6 +60,7 @@ typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation,
 #define TV__FP_DEFAULT_MAX_GROUPS   16u
 #define TV__FP_DEFAULT_MAX_REQUESTS 16384u
 #define TV__FP_DEFAULT_MAX_HANDLES  16u
+#define TV__FP_DEFAULT_READAHEAD    16u /* the daemon's [fastpath] readahead default */
 
 typedef struct tv__fp_opts {
     const char *socket_path;   /* created (parent directory too, 0750), unlinked first if stale */
@@ -79,6 +80,8 @@ typedef struct tv__fp_opts {
     tv__fp_admit_fn admit;     /* NULL = admit the daemon's own uid, or a peer whose gid or a
                                   supplementary group is the daemon's gid */
     void *admit_ctx;
+    uint32_t readahead; /* chunks read ahead past a sequential request when its session has
+                           nothing more queued (at most group_slots / 4); 0 = none */
 } tv__fp_opts;
 
 /* Binds the socket and starts the loop thread. Returns 0 and *out;
@@ -117,14 +120,16 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n);
 void tv__fp_sessions_free(tv__fp_session_info *s, size_t n);
 
 typedef struct tv__fp_stats {
-    uint64_t sessions;          /* live now */
-    uint64_t sessions_total;    /* accepted since start */
-    uint64_t groups;            /* open read groups now */
-    uint64_t device_read_bytes; /* bytes read from devices into arenas */
-    uint64_t delivered_bytes;   /* bytes announced in CHUNK entries (summed over sessions) */
-    uint64_t shared_bytes;      /* delivered bytes served from a chunk another session caused */
-    uint64_t refused_total;     /* OPENs refused by admit */
-    uint64_t protocol_errors;   /* sessions closed for a protocol violation */
+    uint64_t sessions;            /* live now */
+    uint64_t sessions_total;      /* accepted since start */
+    uint64_t groups;              /* open read groups now */
+    uint64_t device_read_bytes;   /* bytes read from devices into arenas */
+    uint64_t delivered_bytes;     /* bytes announced in CHUNK entries (summed over sessions) */
+    uint64_t shared_bytes;        /* delivered bytes served from a chunk another session caused */
+    uint64_t refused_total;       /* OPENs refused by admit */
+    uint64_t protocol_errors;     /* sessions closed for a protocol violation */
+    uint64_t readahead_bytes;     /* device bytes read ahead (also in device_read_bytes) */
+    uint64_t readahead_hit_bytes; /* of those, bytes of chunks a request then used */
 } tv__fp_stats;
 
 /* Counters (atomics: any thread). NULL fp gives zeros. */

@@ -65,6 +65,8 @@ typedef struct fp_slot {
     uint32_t reading;   /* replica index (shard-relative) of the read in flight */
     int last_err;       /* the last failed read's result */
     uint64_t reader;    /* id of the session whose request started the read */
+    bool ahead;         /* read ahead (tv__fp_readahead) and not used by a request yet */
+    bool ahead_read;    /* the read in flight was started ahead (counted once it lands) */
     int32_t prev, next; /* LRU links (-1: none) */
     fp_wait *waits;
 } fp_slot;
@@ -175,6 +177,7 @@ struct fp_group {
     uint32_t queue_depth; /* min(n_slots, FP_MAX_QUEUE_DEPTH): reads in flight at most */
     bool flush_needed;
     uint32_t n_handles;
+    bool dying; /* last handle closed: on fp->dying, freed at the end of the turn */
     fp_slot *slots;
     int32_t lru_head, lru_tail;
     int32_t *index; /* n_index chain heads of keyed slots by (shard, k) */
@@ -205,6 +208,8 @@ struct tv__fp {
     uint64_t next_session_id;
     fp_group *g_head;
     uint32_t n_groups;
+    fp_group *dying;    /* groups whose last handle closed this turn (next-linked): freed by
+                           tv__fp_groups_reap once the turn's replies went out */
     bool again;         /* a slot or credit came free after this turn's scheduling */
     bool accept_paused; /* accept ran out of descriptors: the listening socket is out of
                            epoll, retried every FP_ACCEPT_RETRY_MS (fastpath.c) */
@@ -214,7 +219,7 @@ struct tv__fp {
     struct epoll_event *evs;
     int n_evs, ev_next;
     atomic_uint_fast64_t st_sessions, st_sessions_total, st_groups, st_device_read, st_delivered,
-        st_shared, st_refused, st_protocol;
+        st_shared, st_refused, st_protocol, st_readahead, st_readahead_hit;
     uint8_t rbuf[TV__FP_MAX_MSG];
     uint8_t sbuf[TV__FP_MAX_MSG];
 };
@@ -258,8 +263,22 @@ void tv__fp_req_fail(fp_req *r, int code, const char *msg);
  * says why; *refused is set when admit refused it). */
 int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **out, bool *refused,
                       tv_error *err);
-/* One handle of the group closed: destroys it at the last one. */
+/* One handle of the group closed: at the last one the group leaves fp's
+ * list for fp->dying (an OPEN of the same generation in this turn takes it
+ * back); the teardown (aio, arena, lease) waits for tv__fp_groups_reap, so
+ * no reply of the turn waits for it. */
 void tv__fp_group_unref(fp_group *g);
+/* Destroys the groups on fp->dying (end of turn, after the replies were
+ * sent; and at stop). */
+void tv__fp_groups_reap(tv__fp *fp);
+/* Sequential readahead: starts reads of the whole chunks from_k, from_k +
+ * 1, .. of shard (at most min(readahead, n_slots / 4) of them, inside the
+ * shard's object) that no slot holds or is reading, into free LRU slots
+ * only, while the aio has room; reader = the session id. No wait, no
+ * reference, no credit: once read they are cached free slots. */
+void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t reader);
+/* A request uses slot idx: a slot read ahead counts as a readahead hit once. */
+void tv__fp_slot_used(fp_group *g, uint32_t idx);
 /* Reaps the group's completions. */
 void tv__fp_group_on_event(fp_group *g);
 /* Submits queued reads of every group. */

@@ -13,8 +13,12 @@
  *     reference and no read in flight; a read that fails moves to the next
  *     usable replica (excluded devices are skipped), and only when every
  *     replica failed are its waiters' requests failed;
- *   - the group is destroyed with its last handle: the aio first (it waits
- *     for the reads in flight), then the mapping, the memfds, the model. */
+ *   - the group is destroyed after its last handle, at the end of that loop
+ *     turn once the turn's replies (CLOSED) were sent: the aio first (it
+ *     waits for the reads in flight), then the mapping, the memfds, the
+ *     model (the lease);
+ *   - a read ahead only ever takes a free LRU slot (no reference, no wait)
+ *     for a chunk no slot holds or is reading. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -209,6 +213,7 @@ int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, 
     sl->reader = reader;
     sl->refs = 0;
     sl->waits = NULL;
+    sl->ahead = sl->ahead_read = false;
     if (slot_submit(g, (uint32_t)idx, err)) {
         index_remove(g, (uint32_t)idx);
         sl->state = FP_SLOT_FREE;
@@ -218,6 +223,37 @@ int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, 
     return idx;
 }
 
+void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t reader)
+{
+    const fp_shard *sh = &g->shards[shard];
+    uint64_t n = g->fp->o.readahead, end_k = sh->file_len / g->slot_len;
+    if (n > g->n_slots / 4)
+        n = g->n_slots / 4;
+    if (sh->file_len % g->slot_len)
+        end_k++;
+    for (uint64_t k = from_k; k < end_k && k - from_k < n; k++) {
+        uint64_t kL = k * g->slot_len; /* < file_len */
+        uint32_t hi = sh->file_len - kL < g->slot_len ? (uint32_t)(sh->file_len - kL) : g->slot_len;
+        tv_error err = {0};
+        if (tv__fp_slot_find(g, shard, k, 0, hi) >= 0)
+            continue; /* cached, or read (ahead or for a request) now: never read twice */
+        /* free (LRU) slots only, and room in the aio */
+        int32_t idx = tv__fp_slot_start(g, shard, k, 0, UINT32_MAX, reader, &err);
+        if (idx < 0)
+            break; /* no free slot, the aio is full, or no replica: nothing to anyone */
+        g->slots[idx].ahead = g->slots[idx].ahead_read = true;
+    }
+}
+
+void tv__fp_slot_used(fp_group *g, uint32_t idx)
+{
+    fp_slot *sl = &g->slots[idx];
+    if (!sl->ahead)
+        return;
+    sl->ahead = false;
+    atomic_fetch_add(&g->fp->st_readahead_hit, sl->len);
+}
+
 /* Every replica failed: fail every waiting request, free the slot. */
 static void slot_failed(fp_group *g, uint32_t idx, int code, const char *msg)
 {
@@ -225,6 +261,7 @@ static void slot_failed(fp_group *g, uint32_t idx, int code, const char *msg)
     fp_wait *w;
     index_remove(g, idx);
     sl->state = FP_SLOT_FREE;
+    sl->ahead = sl->ahead_read = false; /* a read ahead that failed: no error to anyone */
     while ((w = sl->waits) != NULL) {
         fp_req *r = w->req;
         tv__fp_req_fail(r, code, msg); /* unlinks every wait of r, this one too */
@@ -239,6 +276,10 @@ static void slot_ready(fp_group *g, uint32_t idx)
     fp_slot *sl = &g->slots[idx];
     fp_wait *w;
     sl->state = FP_SLOT_READY;
+    if (sl->ahead_read) { /* before device_read: a reader of both never sees more ahead */
+        sl->ahead_read = false;
+        atomic_fetch_add(&g->fp->st_readahead, sl->len);
+    }
     atomic_fetch_add(&g->fp->st_device_read, sl->len);
     while ((w = sl->waits) != NULL)
         tv__fp_wait_deliver(g, idx, w);
@@ -351,10 +392,41 @@ void tv__fp_group_unref(fp_group *g)
         g->next->prev = g->prev;
     fp->n_groups--;
     atomic_fetch_sub(&fp->st_groups, 1);
-    tv__log(TV_LOG_INFO,
-            "fastpath: model '%s' generation %" PRId64 " released (last handle closed)", g->name,
-            g->gen);
-    group_free(g);
+    g->dying = true;
+    g->prev = NULL;
+    g->next = fp->dying;
+    fp->dying = g;
+}
+
+/* Takes a dying group back (an OPEN of its generation in the same turn). */
+static void group_revive(fp_group *g)
+{
+    tv__fp *fp = g->fp;
+    fp_group **pp = &fp->dying;
+    while (*pp && *pp != g)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = g->next;
+    g->dying = false;
+    g->prev = NULL;
+    g->next = fp->g_head;
+    if (fp->g_head)
+        fp->g_head->prev = g;
+    fp->g_head = g;
+    fp->n_groups++;
+    atomic_fetch_add(&fp->st_groups, 1);
+}
+
+void tv__fp_groups_reap(tv__fp *fp)
+{
+    while (fp->dying) {
+        fp_group *g = fp->dying;
+        fp->dying = g->next;
+        tv__log(TV_LOG_INFO,
+                "fastpath: model '%s' generation %" PRId64 " released (last handle closed)",
+                g->name, g->gen);
+        group_free(g);
+    }
 }
 
 /* The sealed snapshot memfd: exactly the image's bytes. */
@@ -647,6 +719,17 @@ int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **ou
             g->n_handles++;
             *out = g;
             return 0;
+        }
+    }
+    if (fp->n_groups < fp->o.max_groups) {
+        for (fp_group *g = fp->dying; g; g = g->next) {
+            if (g->gen == gen && strcmp(g->name, name) == 0) {
+                tv_model_close(m); /* its model still holds the lease */
+                group_revive(g);
+                g->n_handles = 1;
+                *out = g;
+                return 0;
+            }
         }
     }
     if (fp->n_groups >= fp->o.max_groups) {

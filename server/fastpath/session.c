@@ -354,6 +354,17 @@ static bool add_wait(fp_req *r, uint32_t idx, uint64_t k, bool shared)
     return true;
 }
 
+/* r's last chunk was issued: the session's next request is next. A request
+ * that is not a small random read and has nothing queued after it (a
+ * client loading tensor after tensor) reads ahead the chunks past its end
+ * (after the chunk just issued got its wait or reference: the readahead
+ * takes free slots only). */
+static void issued_last(fp_session *s, fp_req *r, bool *ahead)
+{
+    s->issue = r->next;
+    *ahead = !r->small && !r->next && s->fp->o.readahead > 0;
+}
+
 /* Issues the next chunk of the session's first unissued request. Returns
  * false when it has to wait for a free slot. */
 static bool issue_one(fp_session *s)
@@ -376,6 +387,9 @@ static bool issue_one(fp_session *s)
     }
     /* any slot that holds (or is reading) every byte needed will do */
     int32_t idx = tv__fp_slot_find(g, r->shard, k, need_lo, need_hi);
+    uint32_t shard = r->shard;
+    uint64_t end_k = r->end_k;
+    bool ahead = false;
     tv_error err = {0};
     if (idx < 0) {
         idx = tv__fp_slot_start(g, r->shard, k, lo, hi, s->id, &err);
@@ -387,16 +401,20 @@ static bool issue_one(fp_session *s)
         }
         r->next_k++;
         if (r->next_k == r->end_k)
-            s->issue = r->next;
-        add_wait(r, (uint32_t)idx, k, false);
+            issued_last(s, r, &ahead);
+        if (add_wait(r, (uint32_t)idx, k, false) && ahead)
+            tv__fp_readahead(g, shard, end_k, s->id);
         return true;
     }
     fp_slot *sl = &g->slots[idx];
+    bool own_ahead = sl->ahead && sl->reader == s->id; /* read ahead for this session */
+    tv__fp_slot_used(g, (uint32_t)idx);
     r->next_k++;
     if (r->next_k == r->end_k)
-        s->issue = r->next;
+        issued_last(s, r, &ahead);
     if (sl->state == FP_SLOT_READING) {
-        add_wait(r, (uint32_t)idx, k, sl->reader != s->id);
+        if (add_wait(r, (uint32_t)idx, k, sl->reader != s->id) && ahead)
+            tv__fp_readahead(g, shard, end_k, s->id);
         return true;
     }
     bool cached = sl->in_lru;
@@ -406,7 +424,9 @@ static bool issue_one(fp_session *s)
     sl->refs++;
     h->refs[idx]++;
     s->held++;
-    emit_chunk(r, k, (uint32_t)idx, cached || sl->reader != s->id);
+    emit_chunk(r, k, (uint32_t)idx, (cached && !own_ahead) || sl->reader != s->id);
+    if (ahead)
+        tv__fp_readahead(g, shard, end_k, s->id);
     req_maybe_done(r);
     return true;
 }
@@ -501,12 +521,14 @@ static void handle_close(fp_session *s, fp_handle *h, bool notify)
     free(h->refs);
     free(h);
     s->fp->again = true;
-    tv__fp_group_unref(g);
     if (notify) {
         size_t len =
             tv__fp_encode_close(s->fp->sbuf, sizeof s->fp->sbuf, s->version, TV__FP_CLOSED, id);
         out_control(s, len, NULL, 0);
     }
+    /* CLOSED is queued first: a last handle's group is torn down at the end
+     * of the turn, after the replies went out (tv__fp_groups_reap) */
+    tv__fp_group_unref(g);
 }
 
 /* ---- messages ---- */
@@ -593,8 +615,8 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
             free(h->refs);
         free(h);
         close_fds(fds, 2);
-        tv__fp_group_unref(g);
         send_error(s, -ENOMEM, 0, open_id, "fastpath: out of memory or descriptors for a handle");
+        tv__fp_group_unref(g);
         return;
     }
     while (s->handles[at])

@@ -31,6 +31,7 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -174,7 +175,8 @@ static tv__fp_opts base_opts(void)
                          .credit = CREDIT,
                          .max_sessions = 8,
                          .max_requests = 256,
-                         .max_handles = 4};
+                         .max_handles = 4,
+                         .readahead = 4}; /* NSLOTS / 4, the most it reads ahead */
 }
 
 static void fp_up(const tv__fp_opts *o)
@@ -585,6 +587,33 @@ static bool leased(void)
     return l;
 }
 
+/* leased() once it is `want`, polled for a while: a group is torn down (its
+ * lease released) at the end of the loop turn, after CLOSED went out. */
+static bool leased_settled(bool want)
+{
+    bool l = leased();
+    for (int i = 0; i < 500 && l != want; i++) {
+        sleep_ms(10);
+        l = leased();
+    }
+    return l;
+}
+
+/* The counters once the daemon's reads settled (a read ahead lands after the
+ * DONE of the request that started it): unchanged over 3 x 20 ms. */
+static tv__fp_stats stats_settled(void)
+{
+    tv__fp_stats a = stats(), b;
+    int same = 0;
+    for (int i = 0; i < 500 && same < 3; i++) {
+        sleep_ms(20);
+        b = stats();
+        same = b.device_read_bytes == a.device_read_bytes ? same + 1 : 0;
+        a = b;
+    }
+    return a;
+}
+
 /* slots_held of session id once the daemon has read what the client sent
  * (RELEASEs go out before the DONE that ends a wait): polled for a while. */
 static uint32_t slots_held_settled(uint64_t id, uint32_t want)
@@ -755,14 +784,20 @@ static void test_fanout(void **state)
  * from the device; one that follows the previous request reads whole
  * chunks; a small read inside a chunk cached whole reads nothing. Every
  * read delivers the right bytes. */
+static uint64_t g_ahead_before;
+
+/* The device bytes the request read itself (its read ahead excluded). */
 static uint64_t wait_read(cl *c, creq *r, const uint8_t *want, uint64_t *before)
 {
     cl_wait_all(c);
     assert_int_equal(r->result, 0);
     assert_memory_equal(r->dest, want, r->len);
-    uint64_t now = stats().device_read_bytes, d = now - *before;
-    *before = now;
-    return d;
+    tv__fp_stats st = stats_settled();
+    uint64_t d = st.device_read_bytes - *before, ahead = st.readahead_bytes - g_ahead_before;
+    assert_true(ahead <= d);
+    *before = st.device_read_bytes;
+    g_ahead_before = st.readahead_bytes;
+    return d - ahead;
 }
 
 static void test_small_reads(void **state)
@@ -772,17 +807,20 @@ static void test_small_reads(void **state)
     cl_ready(&c);
     uint32_t a = (uint32_t)tensor_index("a"), d = (uint32_t)tensor_index("d");
     uint64_t before = stats().device_read_bytes, n;
-    /* random small reads: their envelope (one or two 4 KiB blocks) */
+    g_ahead_before = stats().readahead_bytes;
+    /* random small reads: their envelope (one or two 4 KiB blocks), no read ahead */
     creq *r = cl_read(&c, a, 200000, 100);
     n = wait_read(&c, r, g.ref[a] + 200000, &before);
     assert_true(n >= 4096 && n <= 8192);
     r = cl_read(&c, d, 300000, 3000);
     n = wait_read(&c, r, g.ref[d] + 300000, &before);
     assert_true(n >= 4096 && n <= 8192);
-    /* the next one follows it: whole chunks */
+    assert_int_equal(stats().readahead_bytes, 0);
+    /* the next one follows it: whole chunks (and a read ahead past them) */
     r = cl_read(&c, d, 303000, 3000);
     n = wait_read(&c, r, g.ref[d] + 303000, &before);
     assert_true(n > 8192 && n <= 2 * SLOT);
+    assert_true(stats().readahead_bytes > 0);
     /* a large read over the chunk that holds an envelope only: whole chunks */
     r = cl_read(&c, a, 0, g.ref_len[a]);
     n = wait_read(&c, r, g.ref[a], &before);
@@ -1092,7 +1130,7 @@ static void test_lease(void **state)
     assert_true(leased());
     cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
     assert_int_equal(cl_pump(&a, WAIT_MS), TV__FP_CLOSED);
-    assert_false(leased());
+    assert_false(leased_settled(false)); /* released right after CLOSED went out */
     assert_int_equal(cl_open(&a, MODEL, 2), 0);
     assert_true(leased());
     cl_close(&a);
@@ -2013,6 +2051,192 @@ static void test_fatal_unknown_flag_v2(void **state)
     cl_close(&g0);
 }
 
+/* ---- readahead and the close order ---------------------------------------- */
+
+static const char *const g_file_order[] = {"a", "b", "c", "empty", "d", "e"}; /* g_spec's */
+
+static uint64_t one_copy_bytes(void)
+{
+    return (g.file_len + SLOT - 1) / SLOT * SLOT;
+}
+
+/* Reads every tensor whole, one request at a time in file order (the
+ * safe_open pattern); returns how many tensors larger than a slot needed no
+ * device read of their own (every byte came from slots read ahead). */
+static int read_one_by_one(cl *c)
+{
+    int from_ahead = 0;
+    for (size_t i = 0; i < TV_ARRAY_LEN(g_file_order); i++) {
+        uint32_t t = (uint32_t)tensor_index(g_file_order[i]);
+        if (!g.ref_len[t])
+            continue;
+        tv__fp_stats s0 = stats_settled();
+        creq *r = cl_read(c, t, 0, g.ref_len[t]);
+        cl_wait_all(c);
+        assert_int_equal(r->result, 0);
+        assert_memory_equal(r->dest, g.ref[t], g.ref_len[t]);
+        tv__fp_stats s1 = stats_settled();
+        uint64_t dev = s1.device_read_bytes - s0.device_read_bytes;
+        uint64_t ahead = s1.readahead_bytes - s0.readahead_bytes;
+        assert_true(ahead <= dev);
+        if (g.ref_len[t] > SLOT && dev == ahead && s1.readahead_hit_bytes > s0.readahead_hit_bytes)
+            from_ahead++;
+    }
+    return from_ahead;
+}
+
+/* Tensor after tensor: the later ones come from slots read ahead (their
+ * device reads happened before their request), every chunk is read once,
+ * the bytes are the source's. */
+static void test_readahead_sequential(void **state)
+{
+    (void)state;
+    cl c;
+    cl_ready(&c);
+    assert_true(read_one_by_one(&c) >= 1);
+    tv__fp_stats st = stats_settled();
+    assert_true(st.readahead_bytes > 0);
+    assert_true(st.readahead_hit_bytes > 0);
+    assert_true(st.readahead_hit_bytes <= st.readahead_bytes);
+    assert_true(st.device_read_bytes <= one_copy_bytes()); /* no chunk read twice */
+    cl_close(&c);
+}
+
+static int setup_fp_no_readahead(void **state)
+{
+    (void)state;
+    tv__fp_opts o = base_opts();
+    o.readahead = 0;
+    fp_up(&o);
+    return 0;
+}
+
+/* readahead = 0: nothing is read ahead, every request reads its own chunks. */
+static void test_readahead_off(void **state)
+{
+    (void)state;
+    cl c;
+    cl_ready(&c);
+    assert_int_equal(read_one_by_one(&c), 0);
+    tv__fp_stats st = stats_settled();
+    assert_int_equal(st.readahead_bytes, 0);
+    assert_int_equal(st.readahead_hit_bytes, 0);
+    assert_true(st.device_read_bytes > 0);
+    cl_close(&c);
+}
+
+/* A session holds credit's worth of slots it has not copied yet while
+ * another reads tensor after tensor (reading ahead into the free slots):
+ * the held slots are never overwritten, both get the source's bytes. */
+static void test_readahead_spares_held_slots(void **state)
+{
+    (void)state;
+    cl a, b;
+    cl_ready(&a);
+    cl_ready(&b);
+    a.deferred = true; /* copies at release time: an overwritten slot shows */
+    cl_read_all(&a);
+    while (a.n_chunks < CREDIT)
+        assert_true(cl_pump(&a, WAIT_MS) > 0);
+    assert_int_equal(slots_held_settled(a.session, CREDIT), CREDIT);
+    read_one_by_one(&b);
+    assert_true(stats_settled().readahead_bytes > 0);
+    cl_check_all(&b);
+    while (!cl_all_done(&a)) {
+        cl_copy_later(&a, true);
+        cl_pump(&a, 20);
+    }
+    cl_copy_later(&a, true);
+    cl_check_all(&a);
+    cl_close(&a);
+    cl_close(&b);
+}
+
+/* Three sessions load the model together tensor after tensor (each sends
+ * its next READ when the previous is done): the read ahead never reads a
+ * chunk another session has in flight, device bytes stay <= 1.1 x one copy. */
+static void test_readahead_fanout(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    cl c[N];
+    size_t next[N] = {0};
+    creq *cur[N] = {NULL};
+    for (int i = 0; i < N; i++)
+        cl_ready(&c[i]);
+    time_t t0 = time(NULL);
+    for (;;) {
+        bool all = true;
+        for (int i = 0; i < N; i++) {
+            if (cur[i] && !cur[i]->done) {
+                all = false;
+                cl_pump(&c[i], 5);
+                continue;
+            }
+            while (next[i] < TV_ARRAY_LEN(g_file_order) &&
+                   !g.ref_len[tensor_index(g_file_order[next[i]])])
+                next[i]++;
+            if (next[i] == TV_ARRAY_LEN(g_file_order))
+                continue;
+            uint32_t t = (uint32_t)tensor_index(g_file_order[next[i]++]);
+            cur[i] = cl_read(&c[i], t, 0, g.ref_len[t]);
+            all = false;
+        }
+        if (all)
+            break;
+        assert_true(time(NULL) - t0 < 30);
+    }
+    for (int i = 0; i < N; i++)
+        cl_check_all(&c[i]);
+    tv__fp_stats st = stats_settled();
+    assert_true(st.device_read_bytes <= one_copy_bytes() + one_copy_bytes() / 10);
+    assert_true(st.shared_bytes > 0);
+    for (int i = 0; i < N; i++)
+        cl_close(&c[i]);
+}
+
+/* CLOSE of the last handle: CLOSED comes before the group's teardown (the
+ * arena's munmap is held until the client has its CLOSED), then the lease
+ * goes. */
+static atomic_bool g_hold_unmap, g_unmap_held, g_unmap_go;
+static int (*g_real_munmap)(void *, size_t);
+
+static int hold_munmap(void *addr, size_t len)
+{
+    if (len == (size_t)SLOT * NSLOTS && atomic_load(&g_hold_unmap)) {
+        atomic_store(&g_unmap_held, true);
+        for (int i = 0; i < 2000 && !atomic_load(&g_unmap_go); i++)
+            sleep_ms(5);
+    }
+    return g_real_munmap(addr, len);
+}
+
+static void test_closed_before_teardown(void **state)
+{
+    (void)state;
+    cl a;
+    cl_ready(&a);
+    check_other_works(&a, (uint32_t)tensor_index("c"));
+    assert_true(leased());
+    g_real_munmap = tv__sys.munmap;
+    atomic_store(&g_unmap_go, false);
+    atomic_store(&g_unmap_held, false);
+    atomic_store(&g_hold_unmap, true);
+    tv__sys.munmap = hold_munmap;
+    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
+    int t = cl_pump(&a, 5000); /* the old order: munmap held, no CLOSED: times out */
+    bool leased_at_closed = leased();
+    atomic_store(&g_unmap_go, true);
+    assert_int_equal(t, TV__FP_CLOSED);
+    assert_true(leased_at_closed); /* the teardown had not happened yet */
+    assert_false(leased_settled(false));
+    assert_true(atomic_load(&g_unmap_held));
+    assert_int_equal(stats().groups, 0);
+    tv__sys.munmap = g_real_munmap;
+    atomic_store(&g_hold_unmap, false);
+    cl_close(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2044,6 +2268,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shard_header, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_header_flag_v1, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_fatal_unknown_flag_v2, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_readahead_sequential, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_readahead_off, setup_fp_no_readahead, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_readahead_spares_held_slots, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_readahead_fanout, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_closed_before_teardown, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
