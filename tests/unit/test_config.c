@@ -82,6 +82,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_max_sessions, 64);
     assert_int_equal(c.fastpath_max_groups, 16);
     assert_int_equal(c.fastpath_max_requests, 16384);
+    assert_int_equal(c.fastpath_readahead, 16);
     char own[64];
     snprintf(own, sizeof own, "uid:%u gid:%u", (unsigned)getuid(), (unsigned)getgid());
     assert_string_equal(c.access_default, own);
@@ -104,6 +105,7 @@ static void test_fastpath_and_access(void **state)
                                         "max_sessions = 5\n"
                                         "max_groups = 2\n"
                                         "max_requests = 100\n"
+                                        "readahead = 0\n"
                                         "[access]\n"
                                         "; anyone may read demo\n"
                                         "default = uid:0, gid:0\n"
@@ -126,6 +128,7 @@ static void test_fastpath_and_access(void **state)
     assert_int_equal(c.fastpath_max_sessions, 5);
     assert_int_equal(c.fastpath_max_groups, 2);
     assert_int_equal(c.fastpath_max_requests, 100);
+    assert_int_equal(c.fastpath_readahead, 0);
     assert_string_equal(c.access_default, "uid:0, gid:0");
     assert_int_equal(c.n_access, 3);
     assert_string_equal(c.access[0].model, "demo");
