@@ -50,7 +50,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import read_bench as rb  # noqa: E402  (checkpoint, cold-cache runs)
 import fastpath_bench as fb  # noqa: E402  (the small checkpoint)
-from benchutil import Lock  # noqa: E402
+from benchutil import Lock, interleaved  # noqa: E402
 
 MiB = 1 << 20
 TARGETS = {"t/b np": 0.9, "t/b pt": 0.9, "t/s np": 2.0, "t/s pt": 2.0, "small t/s time pt": 0.8}
@@ -268,18 +268,9 @@ def main():
                      "s pt": lambda: b.child("st", "pt", "mmap", startup),
                      "t np": lambda: b.child("tv", "np", "loop", sock, "small"),
                      "s np": lambda: b.child("st", "np", "mmap", startup)}
-        runs = {k: [] for k in fns}
-        small_runs = {k: [] for k in small_fns}
-        keys, skeys = list(fns), list(small_fns)
         with Lock(a.lock):
-            for i in range(repeat):
-                for k in keys[i % len(keys):] + keys[:i % len(keys)]:
-                    runs[k].append(fns[k]())
-                log(f"  round {i + 1} (GB/s): " + ", ".join(f"{k} {runs[k][-1]['gb_per_s']:.2f}"
-                                                    for k in fns))
-            for i in range(small_repeat):
-                for k in skeys[i % len(skeys):] + skeys[:i % len(skeys)]:
-                    small_runs[k].append(small_fns[k]())
+            runs = interleaved(fns, repeat, log)
+            small_runs = interleaved(small_fns, small_repeat)
             log("  start-up (s): " + ", ".join(f"{k} {min(x['seconds'] for x in v):.3f}"
                                               for k, v in small_runs.items()))
     except BaseException:
