@@ -95,7 +95,7 @@ int tv__aio_submit(tv__aio *a, int fd, uint32_t io_align, uint32_t dev, uint64_t
 int tv__aio_flush(tv__aio *a, tv_error *err);
 /* Up to max completions, without blocking. Returns how many (0 when none). */
 size_t tv__aio_reap(tv__aio *a, tv__aio_done *out, size_t max);
-/* Fills *out (zeros for NULL a). */
+/* Fills *out (zeros for NULL a); called from the thread that drives the aio. */
 void tv__aio_get_stats(const tv__aio *a, tv__aio_stats *out);
 
 #endif
