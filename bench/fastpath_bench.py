@@ -55,7 +55,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import read_bench as rb  # noqa: E402  (checkpoint, fio, cold-cache runs)
-from benchutil import Lock  # noqa: E402
+from benchutil import Lock, interleaved  # noqa: E402
 
 MiB = 1 << 20
 LATENCY_TENSOR = rb.LATENCY_TENSOR  # F32 [1024]: 4 KiB, one per layer
@@ -262,14 +262,8 @@ def main():
         fns = {"a": lambda: b.fio_seq(img, off, used), "b": lambda: b.tv_bench(d.store),
                "c": lambda: b.fp_bench(sock), "c'": lambda: b.fp_single(sock),
                "d": lambda: b.fp_many(sock, a.clients)}
-        runs = {k: [] for k in fns}
-        keys = list(fns)
         with Lock(a.lock):
-            for i in range(repeat):
-                for k in keys[i % len(keys):] + keys[:i % len(keys)]:
-                    runs[k].append(fns[k]())
-                log(f"  round {i + 1} (GB/s): " + ", ".join(f"{k} {runs[k][-1]['gb_per_s']:.2f}"
-                                                    for k in fns))
+            runs = interleaved(fns, repeat, log)
             lat_in = b.tv_latency(d.store, LATENCY_TENSOR, count)
             lat_warm = b.fp_latency_cli(sock, LATENCY_TENSOR, count)
             lat_cold = b.fp_latency_cold(sock, "self_attn.q_norm.weight", cold_rounds)

@@ -175,6 +175,39 @@ def parse_device(device):
     raise bad
 
 
+def _numpy_hugepage_switch():
+    mod = getattr(np, "_core", None) or getattr(np, "core", None)
+    mod = getattr(mod, "multiarray", None)
+    return getattr(mod, "_set_madvise_hugepage", None)
+
+
+_SET_HUGEPAGE = _numpy_hugepage_switch()
+_HUGEPAGE_LOCK = threading.Lock()
+_HUGEPAGE_MIN = 4 << 20  # numpy advises MADV_HUGEPAGE from 4 MiB on
+
+
+def empty_array(shape, dtype):
+    """np.empty without numpy's MADV_HUGEPAGE advice on the new buffer.
+    The library's copies fault every destination page in; on the benchmark
+    VM (THP "madvise", defrag "madvise") faulting advised 2 MiB pages made a
+    whole-model load 2-3x slower than plain pages (bench/python.sh), and
+    torch's allocator never advises. The system's THP policy still applies;
+    numpy's own switch is restored at once (other threads' allocations made
+    meanwhile only miss the advice)."""
+    dtype = np.dtype(dtype)
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    if _SET_HUGEPAGE is None or n < _HUGEPAGE_MIN:
+        return np.empty(shape, dtype=dtype)
+    with _HUGEPAGE_LOCK:
+        was = _SET_HUGEPAGE(False)
+        try:
+            return np.empty(shape, dtype=dtype)
+        finally:
+            _SET_HUGEPAGE(was)
+
+
 class _Numpy:
     """framework="numpy": numpy arrays (BF16 and F8 through ml_dtypes)."""
 
@@ -189,7 +222,7 @@ class _Numpy:
         return dt
 
     def empty(self, info, shape, on_device=True):
-        return np.empty(shape, dtype=self.dtype(info))
+        return empty_array(shape, self.dtype(info))
 
     @staticmethod
     def ptr(a):

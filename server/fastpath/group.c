@@ -626,7 +626,8 @@ static int group_create(tv__fp *fp, tv_model *m, fp_group **out, tv_error *err)
     tv__aio_opts ao = {.engine = fp->o.engine,
                        .queue_depth = g->queue_depth,
                        .region = g->arena,
-                       .region_len = g->arena_len};
+                       .region_len = g->arena_len,
+                       .piece_len = g->slot_len};
     rc = tv__aio_create(&ao, &g->aio, err);
     if (rc)
         goto fail;

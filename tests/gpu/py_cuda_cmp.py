@@ -15,20 +15,10 @@ Prints one line per check ("py_cuda_cmp: BACKEND CHECK: N checked, M
 mismatches"); exit 0 when nothing mismatched, 1 on a mismatch or an error,
 77 when torch sees no CUDA device. TV_GPU_DRY_RUN=1 without a CUDA device:
 the same checks on device "cpu" (checks this script), then 77."""
-import json
 import os
 import sys
 
-
-def shard_files(ck):
-    if os.path.isdir(ck):
-        idx = os.path.join(ck, "model.safetensors.index.json")
-        ck = idx if os.path.exists(idx) else os.path.join(ck, "model.safetensors")
-    if ck.endswith(".json"):
-        with open(ck) as f:
-            names = sorted(set(json.load(f)["weight_map"].values()))
-        return [os.path.join(os.path.dirname(ck), n) for n in names]
-    return [ck]
+from torch_cmp import shard_files  # same folder: the checkpoint's shard files
 
 
 def main():

@@ -18,7 +18,10 @@
 # tv_client_read_into_cuda and tv_client_read_batch_cuda (cuda_register
 # false and true), copied back, equals the client's host bytes and the
 # in-process reader's; whole-model fast-path batches are timed next to the
-# in-process row; the daemon must stop cleanly on SIGTERM (exit 0). Next,
+# in-process row; the Python package (tests/gpu/py_cuda_cmp.py, from this
+# checkout via PYTHONPATH) on cuda:0 through store= and the fast path
+# against safetensors on cuda:0 when a Python with torch is found; the
+# daemon must stop cleanly on SIGTERM (exit 0). Next,
 # optionally, when a Python with torch
 # (CUDA) and safetensors is found, tests/gpu/torch_cmp.py compares on the
 # GPU with safe_open(framework="pt", device="cuda"), and when pytest is
@@ -292,6 +295,26 @@ if start_daemon; then
         fp_row $? "fastpath small (reg $reg): into+batch" "$WORK/fp-small-$reg.log"
         grep '^gpu_client: small' "$WORK/fp-small-$reg.log" || true
     done
+    # The Python package on cuda:0 (store= and the fast path) against
+    # safetensors on cuda:0; the package comes from this checkout and the
+    # library from this build (no pip on a machine without network).
+    if [ -n "$TORCH_PY" ] && has_mods "$TORCH_PY" "numpy, ml_dtypes"; then
+        log "python: tensorvault.safe_open(framework=pt, device=cuda:0) vs safetensors on cuda:0"
+        PYTHONPATH=$ROOT/python TENSORVAULT_LIBRARY=$LIB \
+            step py-cuda 180 "$TORCH_PY" tests/gpu/py_cuda_cmp.py "$WORK/store" "$SOCK" small "$SMALL"
+        rc=$?
+        n=$(grep -c '^py_cuda_cmp: .*checked' "$WORK/py-cuda.log" 2>/dev/null || echo 0)
+        bad=$(grep '^py_cuda_cmp: .*checked' "$WORK/py-cuda.log" 2>/dev/null |
+            sed -n 's/.*, \([0-9]*\) mismatches.*/\1/p' | awk '{s+=$1} END {print s+0}')
+        case $rc in
+        0) row "python safe_open cuda:0 vs official" "$n checks" "$bad" "-" "-" "passed" ;;
+        77) row "python safe_open cuda:0 vs official" "-" "-" "-" "-" "skipped (torch sees no GPU)" ;;
+        *) row "python safe_open cuda:0 vs official" "$n checks" "$bad" "-" "-" "FAILED"; FAIL=1 ;;
+        esac
+        grep '^py_cuda_cmp' "$WORK/py-cuda.log" | tail -12 || true
+    else
+        row "python safe_open cuda:0 vs official" "-" "-" "-" "-" "skipped (no torch + numpy + ml_dtypes)"
+    fi
 else
     row "fastpath: tensorvaultd" "-" "-" "-" "-" "FAILED (did not start)"
     FAIL=1

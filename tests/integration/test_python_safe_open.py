@@ -454,3 +454,37 @@ def test_environment_and_default_socket(served, monkeypatch, tmp_path):
     with tensorvault.safe_open("one", framework="np") as f:
         name = f.offset_keys()[-1]
         same(f.get_tensor(name), served["ref"]["one"][0][name], name)
+
+
+def _vm_flags(addr):
+    """VmFlags of the mapping holding addr (/proc/self/smaps)."""
+    cur = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                cur = lo <= addr < hi
+            elif cur and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+def test_destinations_not_hugepage_advised():
+    """Large destination arrays come without numpy's MADV_HUGEPAGE ("hg"),
+    and numpy's own switch is left as it was."""
+    sw = _safe_open._SET_HUGEPAGE
+    if sw is None:
+        pytest.skip("this numpy has no _set_madvise_hugepage switch")
+    was = sw(True)
+    try:
+        plain = np.empty(16 << 20, dtype=np.uint8)
+        assert "hg" in _vm_flags(plain.ctypes.data + (8 << 20))  # numpy advises (2 MiB-aligned part)
+        ours = _safe_open.empty_array((4 << 20,), np.float32)
+        assert ours.shape == (4 << 20,) and ours.dtype == np.float32
+        assert "hg" not in _vm_flags(ours.ctypes.data + (8 << 20))
+        assert sw(True) is True  # restored
+        small = _safe_open.empty_array((3, 5), np.float16)
+        assert small.shape == (3, 5)
+    finally:
+        sw(was)

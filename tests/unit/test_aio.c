@@ -2,8 +2,12 @@
  * byte-exact in the region, alignment and region checks, TV_E_BUSY at the
  * queue depth, short reads resubmitted and 0-byte reads failing with
  * TV_E_SHORT_IO (through tv__io_fault), EIO, the eventfd's readability,
- * timeouts, and destroy with reads in flight. Every case runs twice: with
- * io_uring (fixed buffers) and with the pread pool (two cmocka groups).
+ * timeouts, and destroy with reads in flight; the lazy fixed-buffer
+ * registration (create pins nothing, a read pins only its piece, a read
+ * spanning two pieces is a plain read, refusals under RLIMIT_MEMLOCK 0 read
+ * plain). Every case runs twice: with io_uring (fixed buffers) and with the
+ * pread pool (two cmocka groups). TV_AIO_TIMING=1 prints the create time for
+ * a 128 MiB region against an eager registration of it (no timing asserts).
  *
  * The substrate is a file image whose byte at offset x is tv_test_pat(x), on the
  * real disk ($TMPDIR, else /var/tmp: not tmpfs) opened with O_DIRECT
@@ -25,6 +29,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <liburing.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "dev/dev.h"
 #include "io/aio.h"
@@ -373,6 +381,14 @@ static void test_short_read_resubmitted(void **state)
     assert_int_equal(atomic_load(&g_fired) >= 1, 1);
     assert_true(atomic_load(&g_calls) >= 2); /* the rest was read again */
     check_bytes(0, 3 * MIB, 256 * KIB);
+    if (g_engine == TV_ENGINE_URING) {
+        /* the first read registered piece 0; the rest was re-sent fixed too */
+        tv__aio_stats st;
+        tv__aio_get_stats(a, &st);
+        assert_int_equal(st.n_registered, 1);
+        assert_true(st.n_fixed_reads >= 2);
+        assert_int_equal(st.n_plain_reads, 0);
+    }
 
     /* EINTR is re-sent */
     atomic_store(&g_calls, 0);
@@ -600,44 +616,372 @@ static void test_engines(void **state)
     tv__aio_destroy(a);
 }
 
-/* A child without locked memory: registering the region is refused (unless
- * the process may lock memory anyway), and reads are plain but identical. */
+/* Drops CAP_IPC_LOCK (a root test run could pin past RLIMIT_MEMLOCK).
+ * Returns true when the process now lacks it. */
+static bool drop_ipc_lock(void)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    if (syscall(SYS_capget, &h, d))
+        return false;
+    d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    d[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+    d[CAP_IPC_LOCK / 32].inheritable &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (syscall(SYS_capset, &h, d))
+        return false;
+    return true;
+}
+
+/* Six 64 KiB reads into six pieces of 512 KiB of the region (in a child:
+ * returns 0 or an exit code). */
+static int six_reads(tv__aio *a)
+{
+    tv_error err = {0};
+    tv__aio_done d;
+    for (uint32_t k = 0; k < 6; k++) {
+        size_t at = (size_t)k * 512 * KIB + 64 * KIB;
+        uint64_t off = 2 * MIB + (uint64_t)k * 128 * KIB;
+        memset(g_region + at, 0, 64 * KIB);
+        if (tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, off, g_region + at, 64 * KIB, k,
+                           &err) ||
+            tv__aio_flush(a, &err))
+            return 3;
+        size_t got = 0;
+        for (int i = 0; i < 100 && !got; i++) {
+            if (efd_readable(a, 100))
+                got = tv__aio_reap(a, &d, 1);
+        }
+        if (got != 1 || d.result || d.tag != k)
+            return 4;
+        for (size_t i = 0; i < 64 * KIB; i++)
+            if (g_region[at + i] != tv_test_pat(off + i))
+                return 5;
+    }
+    return 0;
+}
+
+/* A child without CAP_IPC_LOCK. RLIMIT_MEMLOCK 0: io_uring may refuse even
+ * its ring (then AUTO reads with the pread pool), and no piece can be
+ * registered; reads are identical. RLIMIT_MEMLOCK 256 KiB: the ring fits,
+ * every 512 KiB piece registration is refused, reads are plain and
+ * identical, and after AIO_MAX_REFUSALS (4) refused pieces the aio stops
+ * trying. */
 static void test_no_memlock(void **state)
 {
     (void)state;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct rlimit rl = {0, 0};
-        setrlimit(RLIMIT_MEMLOCK, &rl);
-        tv__aio_opts o = {
-            .engine = g_engine, .queue_depth = 4, .region = g_region, .region_len = REGION_LEN};
+        struct rlimit rl = {0, 256 * KIB};
+        bool dropped = drop_ipc_lock();
+        if (setrlimit(RLIMIT_MEMLOCK, &rl))
+            _exit(1);
+        tv__aio_opts o = {.engine = TV_ENGINE_AUTO,
+                          .queue_depth = 4,
+                          .region = g_region,
+                          .region_len = REGION_LEN,
+                          .piece_len = 512 * KIB};
         tv__aio *a = NULL;
         tv_error err = {0};
-        tv__aio_done d;
-        if (tv__aio_create(&o, &a, &err))
+        tv__aio_stats st;
+        int rc;
+        if (tv__aio_create(&o, &a, &err)) {
+            fprintf(stderr, "# tv__aio_create (RLIMIT_MEMLOCK 0): %s\n", err.msg);
             _exit(2);
-        memset(g_region, 0, 65536);
-        if (tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 2 * MIB, g_region, 65536, 1, &err) ||
-            tv__aio_flush(a, &err))
-            _exit(3);
-        size_t got = 0;
-        for (int i = 0; i < 100 && !got; i++) {
-            if (efd_readable(a, 100))
-                got = tv__aio_reap(a, &d, 1);
         }
-        if (got != 1 || d.result)
-            _exit(4);
-        for (size_t i = 0; i < 65536; i++)
-            if (g_region[i] != tv_test_pat(2 * MIB + i))
-                _exit(5);
+        if ((rc = six_reads(a)))
+            _exit(rc);
+        tv__aio_get_stats(a, &st);
+        if (dropped && st.n_registered)
+            _exit(6);
         tv__aio_destroy(a);
-        _exit(0);
+
+        rl.rlim_cur = 256 * KIB;
+        if (setrlimit(RLIMIT_MEMLOCK, &rl))
+            _exit(1);
+        o.engine = g_engine;
+        if (tv__aio_create(&o, &a, &err)) {
+            fprintf(stderr, "# tv__aio_create (RLIMIT_MEMLOCK 256 KiB): %s\n", err.msg);
+            _exit(2);
+        }
+        if ((rc = six_reads(a)))
+            _exit(rc + 10);
+        tv__aio_get_stats(a, &st);
+        if (g_engine == TV_ENGINE_URING) {
+            if (st.n_pieces != REGION_LEN / (512 * KIB) || st.n_fixed_reads + st.n_plain_reads < 6)
+                _exit(7);
+            if (dropped && (st.n_registered != 0 || st.n_refused != 4 || st.n_plain_reads < 6))
+                _exit(8);
+        } else if (st.n_pieces || st.n_registered || st.n_refused) {
+            _exit(9);
+        }
+        tv__aio_destroy(a);
+        _exit(dropped ? 0 : 30);
     }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    if (WEXITSTATUS(st) == 30)
+        printf("# CAP_IPC_LOCK could not be dropped: refusals not checked\n");
+    else
+        assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- lazy fixed-buffer registration ---------------------------------------- */
+
+#define BIG_LEN (128u * MIB)
+
+/* VmPin of this process in KiB, or -1 when the kernel does not report it. */
+static long vm_pin_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmPin: %ld kB", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+/* A region like the fast path's arena: shared memory (memfd) of len bytes. */
+static uint8_t *map_shm(size_t len)
+{
+    int fd = memfd_create("tv-test-aio", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)len), 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(p != MAP_FAILED);
+    return p;
+}
+
+static int read_into(tv__aio *a, uint8_t *region, uint64_t off, size_t region_off, size_t len)
+{
+    tv__aio_done d = {0};
+    tv_error err = {0};
+    memset(region + region_off, 0xEE, len);
+    int rc =
+        tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, off, region + region_off, len, 42, &err);
+    if (rc)
+        fail_msg("submit %llu+%zu: %s", (unsigned long long)off, len, err.msg);
+    assert_int_equal(tv__aio_flush(a, NULL), 0);
+    assert_int_equal(wait_done(a, &d, 1), 1);
+    assert_int_equal(d.tag, 42);
+    for (size_t i = 0; i < len; i++)
+        if (region[region_off + i] != tv_test_pat(off + i))
+            fail_msg("byte %zu of the read at %llu into %zu: %02x, want %02x", i,
+                     (unsigned long long)off, region_off, region[region_off + i],
+                     tv_test_pat(off + i));
+    return d.result;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* TV_AIO_TIMING=1: what create cost before registration was lazy (the whole
+ * region registered up front) against the lazy create just measured. */
+static void print_timing(uint64_t lazy_ns)
+{
+    const char *t = getenv("TV_AIO_TIMING");
+    if (!t || strcmp(t, "1"))
+        return;
+    printf("# %s: tv__aio_create with a 128 MiB shared-memory region: %.3f ms\n",
+           g_engine == TV_ENGINE_URING ? "io_uring (lazy)" : "pread", (double)lazy_ns / 1e6);
+    if (g_engine != TV_ENGINE_URING)
+        return;
+    struct io_uring ring;
+    uint8_t *r = map_shm(BIG_LEN);
+    struct iovec iov = {.iov_base = r, .iov_len = BIG_LEN};
+    if (io_uring_queue_init(8, &ring, 0) == 0) {
+        uint64_t t0 = mono_ns();
+        int rc = io_uring_register_buffers(&ring, &iov, 1);
+        uint64_t t1 = mono_ns();
+        printf("# io_uring (eager, the old create): io_uring_register_buffers of 128 MiB: %.3f ms "
+               "(%s)\n",
+               (double)(t1 - t0) / 1e6, rc ? strerror(-rc) : "ok");
+        io_uring_queue_exit(&ring);
+    }
+    munmap(r, BIG_LEN);
+    /* what the lazy registration moves to the first read into a piece: the
+     * flush that registers a fresh 1 MiB piece against one into a piece
+     * already registered */
+    r = map_shm(BIG_LEN);
+    tv__aio_opts o = {.engine = g_engine, .queue_depth = 8, .region = r, .region_len = BIG_LEN};
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    tv__aio_done d;
+    uint64_t fl[2];
+    if (tv__aio_create(&o, &a, &err) == 0) {
+        for (int i = 0; i < 2; i++) {
+            uint64_t t0 = mono_ns();
+            if (tv__aio_submit(a, g_dev->fd, g_dev->io_align, 0, 0,
+                               r + 3 * MIB + (size_t)i * 64 * KIB, 64 * KIB, 1, &err) ||
+                tv__aio_flush(a, &err))
+                fail_msg("read: %s", err.msg);
+            fl[i] = mono_ns() - t0;
+            assert_int_equal(wait_done(a, &d, 1), 1);
+        }
+        printf(
+            "# io_uring (lazy): flush of the first read into a 1 MiB piece (registers it): %.3f ms, "
+            "of a read into a registered piece: %.3f ms\n",
+            (double)fl[0] / 1e6, (double)fl[1] / 1e6);
+        tv__aio_destroy(a);
+    }
+    munmap(r, BIG_LEN);
+}
+
+static void test_lazy_registration(void **state)
+{
+    (void)state;
+    uint8_t *big = map_shm(BIG_LEN);
+    long pin0 = vm_pin_kib();
+    tv__aio_opts o = {.engine = g_engine, .queue_depth = 8, .region = big, .region_len = BIG_LEN};
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    tv__aio_stats st;
+    uint64_t t0 = mono_ns();
+    int rc = tv__aio_create(&o, &a, &err);
+    uint64_t t1 = mono_ns();
+    if (rc == TV_E_NOT_SUPPORTED) {
+        munmap(big, BIG_LEN);
+        skip();
+    }
+    if (rc)
+        fail_msg("tv__aio_create: %s", err.msg);
+    /* create pins nothing */
+    if (pin0 >= 0)
+        assert_int_equal(vm_pin_kib(), pin0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(st.n_registered, 0);
+    assert_int_equal(st.n_refused, 0);
+    if (g_engine == TV_ENGINE_PREAD) {
+        assert_int_equal(st.n_pieces, 0);
+        assert_int_equal(read_into(a, big, 1 * MIB, 5 * MIB + 64 * KIB, 64 * KIB), 0);
+        assert_int_equal(read_into(a, big, 3 * MIB, 10 * MIB - 64 * KIB, 128 * KIB), 0);
+        if (pin0 >= 0)
+            assert_int_equal(vm_pin_kib(), pin0);
+        tv__aio_destroy(a);
+        munmap(big, BIG_LEN);
+        print_timing(t1 - t0);
+        return;
+    }
+    assert_int_equal(st.piece_len, 1 * MIB);
+    assert_int_equal(st.n_pieces, 128);
+
+    /* a read into piece 5 registers piece 5 alone and reads fixed */
+    assert_int_equal(read_into(a, big, 1 * MIB, 5 * MIB + 64 * KIB, 64 * KIB), 0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(st.n_registered, 1);
+    assert_int_equal(st.n_fixed_reads, 1);
+    assert_int_equal(st.n_plain_reads, 0);
+    long pin1 = vm_pin_kib();
+    if (pin0 >= 0) /* one piece: 1 MiB (a huge page would count whole) */
+        assert_true(pin1 - pin0 >= 1024 && pin1 - pin0 <= 4096);
+    /* again into piece 5: no new registration */
+    assert_int_equal(read_into(a, big, 2 * MIB, 5 * MIB + 512 * KIB, 256 * KIB), 0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(st.n_registered, 1);
+    assert_int_equal(st.n_fixed_reads, 2);
+    if (pin0 >= 0)
+        assert_int_equal(vm_pin_kib(), pin1);
+    /* piece 7, then a whole piece (the last one) */
+    assert_int_equal(read_into(a, big, 4 * MIB, 7 * MIB, 4096), 0);
+    assert_int_equal(read_into(a, big, 6 * MIB, BIG_LEN - 1 * MIB, 1 * MIB), 0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(st.n_registered, 3);
+    assert_int_equal(st.n_fixed_reads, 4);
+    /* a read spanning pieces 9 and 10: plain, correct, registers nothing */
+    assert_int_equal(read_into(a, big, 3 * MIB, 10 * MIB - 64 * KIB, 128 * KIB), 0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(st.n_registered, 3);
+    assert_int_equal(st.n_plain_reads, 1);
+    assert_int_equal(st.n_refused, 0);
+    if (pin0 >= 0) {
+        long pin = vm_pin_kib();
+        assert_true(pin - pin0 >= 3 * 1024 && pin - pin0 <= 3 * 4096);
+    }
+    tv__aio_destroy(a);
+    /* destroy unpinned everything (the ring's teardown may finish a little later) */
+    for (int i = 0; pin0 >= 0 && i < 100 && vm_pin_kib() != pin0; i++)
+        usleep(10000);
+    if (pin0 >= 0)
+        assert_int_equal(vm_pin_kib(), pin0);
+    munmap(big, BIG_LEN);
+    print_timing(t1 - t0);
+}
+
+/* piece_len: checked, raised to fit the table, a shorter last piece */
+static void test_piece_len(void **state)
+{
+    (void)state;
+    uint8_t *big = map_shm(BIG_LEN);
+    tv__aio_opts o = {.engine = g_engine, .queue_depth = 4, .region = big, .region_len = BIG_LEN};
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    tv__aio_stats st;
+    size_t bad[] = {1000, 4096 + 512, (size_t)(1ull << 30) + 4096};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.piece_len = bad[i];
+        err.msg[0] = '\0';
+        assert_int_equal(tv__aio_create(&o, &a, &err), TV_E_INVALID_ARG);
+        assert_null(a);
+        assert_non_null(strstr(err.msg, "piece_len"));
+    }
+    /* 4 KiB pieces of 128 MiB: 32768 entries, over the kernel's 16384: 8 KiB */
+    o.piece_len = 4096;
+    int rc = tv__aio_create(&o, &a, &err);
+    if (rc == TV_E_NOT_SUPPORTED) {
+        munmap(big, BIG_LEN);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    tv__aio_get_stats(a, &st);
+    if (g_engine == TV_ENGINE_URING) {
+        assert_int_equal(st.piece_len, 8192);
+        assert_int_equal(st.n_pieces, 16384);
+        /* an 8 KiB read at an 8 KiB boundary is fixed, one at 4 KiB spans two */
+        assert_int_equal(read_into(a, big, 0, 64 * KIB, 8192), 0);
+        assert_int_equal(read_into(a, big, 0, 68 * KIB, 8192), 0);
+        tv__aio_get_stats(a, &st);
+        assert_int_equal(st.n_registered, 1);
+        assert_int_equal(st.n_fixed_reads, 1);
+        assert_int_equal(st.n_plain_reads, 1);
+    } else {
+        assert_int_equal(st.n_pieces, 0);
+        assert_int_equal(read_into(a, big, 0, 68 * KIB, 8192), 0);
+    }
+    tv__aio_destroy(a);
+    a = NULL;
+    munmap(big, BIG_LEN);
+
+    /* 3 MiB pieces of the 4 MiB region: the last one is 1 MiB */
+    o.region = g_region;
+    o.region_len = REGION_LEN;
+    o.piece_len = 3 * MIB;
+    assert_int_equal(tv__aio_create(&o, &a, &err), 0);
+    tv__aio_get_stats(a, &st);
+    assert_int_equal(read_into(a, g_region, 1 * MIB, 3 * MIB, 1 * MIB), 0);
+    assert_int_equal(read_into(a, g_region, 0, 0, 3 * MIB), 0);
+    assert_int_equal(read_into(a, g_region, 0, 3 * MIB - 4096, 8192), 0);
+    if (g_engine == TV_ENGINE_URING) {
+        assert_int_equal(st.n_pieces, 2);
+        tv__aio_get_stats(a, &st);
+        assert_int_equal(st.n_registered, 2);
+        assert_int_equal(st.n_fixed_reads, 2);
+        assert_int_equal(st.n_plain_reads, 1);
+    }
+    tv__aio_destroy(a);
+    tv__aio_get_stats(NULL, &st);
+    assert_int_equal(st.n_pieces, 0);
+    tv__aio_get_stats(NULL, NULL);
 }
 
 int main(void)
@@ -654,6 +998,8 @@ int main(void)
         cmocka_unit_test_teardown(test_destroy_in_flight, teardown),
         cmocka_unit_test_teardown(test_engines, teardown),
         cmocka_unit_test_teardown(test_no_memlock, teardown),
+        cmocka_unit_test_teardown(test_lazy_registration, teardown),
+        cmocka_unit_test_teardown(test_piece_len, teardown),
     };
     return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

@@ -1,5 +1,6 @@
 /* Asynchronous single reads for an event loop (io/aio.h): io_uring with the
- * region registered as fixed buffers and a linked timeout per read, or a
+ * region registered lazily as fixed buffers (a sparse table of pieces, each
+ * pinned by the first read into it) and a linked timeout per read, or a
  * pread worker pool with the same results; completions are announced on an
  * eventfd and handed out by tv__aio_reap.
  *
@@ -14,6 +15,13 @@
  *     always fit; the kernel reads the timeout's timespec (in the op) at
  *     submission; a read CQE of a busy op is the only thing that advances
  *     it, and a short read's rest is re-sent from reap (the loop thread);
+ *   - io_uring pieces: piece p is [p x piece_len, (p + 1) x piece_len) of
+ *     the region, clipped to its end; its state is UNREG (table entry
+ *     empty), REG (entry p holds exactly that range) or REFUSED (never
+ *     tried again); states change only in the loop thread (flush), before
+ *     any SQE that uses the entry is prepared, and a REG entry is never
+ *     updated again until destroy unregisters the table after the last
+ *     read's CQE;
  *   - an SQE the kernel never consumed (io_uring_enter failing) is turned
  *     into a NOP before its op completes with the error, so no read can
  *     land later in memory the caller took back;
@@ -42,9 +50,12 @@
 #define AIO_DEFAULT_QD      64u
 #define AIO_MAX_THREADS     64u
 #define AIO_DEFAULT_THREADS 8u
-#define AIO_BUF_MAX         (1ull << 30) /* one registered buffer, one read */
-#define AIO_MAX_BUFS        16u
-#define AIO_MAX_STALL       4u /* short reads that advanced no aligned block */
+#define AIO_BUF_MAX         (1ull << 30) /* one read, one piece */
+#define AIO_MAX_BUFS        16u          /* the region: at most 16 x AIO_BUF_MAX */
+#define AIO_MAX_STALL       4u           /* short reads that advanced no aligned block */
+#define AIO_DEFAULT_PIECE   (1u << 20)
+#define AIO_MAX_PIECES      16384u /* the kernel's IORING_MAX_REG_BUFFERS */
+#define AIO_MAX_REFUSALS    4u     /* refused piece registrations before the aio stops trying */
 
 #define UD_TIMEOUT (1ull << 63)
 #define UD_CANCEL  (1ull << 62)
@@ -52,6 +63,7 @@
 #define UD_FLAGS   (UD_TIMEOUT | UD_CANCEL | UD_IGNORE)
 
 enum { OP_FREE = 0, OP_QUEUED, OP_BUSY, OP_DONE };
+enum { PIECE_UNREG = 0, PIECE_REG, PIECE_REFUSED };
 
 typedef struct aio_op {
     int fd;
@@ -60,7 +72,7 @@ typedef struct aio_op {
     uint8_t *buf;
     uint64_t off, len, done;
     uint64_t tag;
-    int buf_index; /* registered buffer holding [buf, buf + len), or -1 */
+    int32_t piece; /* the one piece holding [buf, buf + len), or -1 (spans two, or no table) */
     uint32_t n_again, n_stall;
     uint64_t t_start_ns;
     struct __kernel_timespec ts; /* linked timeout: read by the kernel at submission */
@@ -89,7 +101,12 @@ struct tv__aio {
     struct io_uring ring;
     bool ring_ok;
     bool efd_registered;
-    uint32_t n_bufs; /* registered buffers (0: plain reads) */
+    size_t piece_len;
+    uint32_t n_pieces; /* entries of the sparse table (0: no table, plain reads) */
+    uint8_t *piece_st; /* PIECE_* per piece */
+    bool reg_stopped;  /* AIO_MAX_REFUSALS reached: no more registrations */
+    uint32_t n_reg, n_refused;
+    uint64_t n_fixed, n_plain;
     uint32_t n_busy; /* reads in the kernel */
     bool closing;
 
@@ -102,7 +119,8 @@ struct tv__aio {
     uint32_t *wq, wq_head, wq_n;
 };
 
-static atomic_bool g_told_unregistered;
+static atomic_bool g_told_no_table;
+static atomic_bool g_told_refused;
 
 #define now_ns tv__io_now_ns
 
@@ -238,10 +256,13 @@ static int prep_read(tv__aio *a, uint32_t i)
     uint8_t *buf = op->buf + op->done;
     unsigned n = (unsigned)(op->len - op->done);
     uint64_t off = op->off + op->done;
-    if (op->buf_index >= 0)
-        io_uring_prep_read_fixed(sqe, op->fd, buf, n, off, op->buf_index);
-    else
+    if (op->piece >= 0 && a->piece_st[op->piece] == PIECE_REG) {
+        io_uring_prep_read_fixed(sqe, op->fd, buf, n, off, op->piece);
+        a->n_fixed++;
+    } else {
         io_uring_prep_read(sqe, op->fd, buf, n, off);
+        a->n_plain++;
+    }
     sqe->flags |= IOSQE_IO_LINK;
     io_uring_sqe_set_data64(sqe, i);
     uint64_t spent = now_ns() - op->t_start_ns;
@@ -278,6 +299,33 @@ static void on_read(tv__aio *a, uint32_t i, int64_t res)
     finish_busy(a, i);
 }
 
+/* Registers piece p (pins its pages) the first time a read targets it; a
+ * refusal leaves the piece to plain reads. */
+static void register_piece(tv__aio *a, uint32_t p)
+{
+    if (a->piece_st[p] != PIECE_UNREG || a->reg_stopped)
+        return;
+    size_t at = (size_t)p * a->piece_len; /* checked: p < n_pieces, at < region_len */
+    size_t l = a->region_len - at < a->piece_len ? a->region_len - at : a->piece_len;
+    struct iovec iov = {.iov_base = a->region + at, .iov_len = l};
+    int rc = io_uring_register_buffers_update_tag(&a->ring, p, &iov, NULL, 1);
+    if (rc == 1) {
+        a->piece_st[p] = PIECE_REG;
+        a->n_reg++;
+        return;
+    }
+    if (rc >= 0)
+        rc = -EIO;
+    a->piece_st[p] = PIECE_REFUSED;
+    if (++a->n_refused >= AIO_MAX_REFUSALS)
+        a->reg_stopped = true;
+    if (!atomic_exchange(&g_told_refused, true))
+        tv__log(
+            TV_LOG_INFO,
+            "aio: registering fixed buffer %u (%zu bytes at region offset %zu): %s; plain reads into it",
+            p, l, at, strerror(-rc));
+}
+
 static int uring_flush(tv__aio *a)
 {
     int rc = 0;
@@ -285,6 +333,8 @@ static int uring_flush(tv__aio *a)
     for (uint32_t k = 0; k < a->n_queued; k++) {
         uint32_t i = a->queued[k];
         aio_op *op = &a->ops[i];
+        if (op->piece >= 0)
+            register_piece(a, (uint32_t)op->piece);
         op->state = OP_BUSY;
         op->t_start_ns = t;
         a->n_busy++;
@@ -310,29 +360,23 @@ static int uring_init(tv__aio *a)
     return 0;
 }
 
-/* Registers the region as fixed buffers of at most 1 GiB each; a refusal
- * (RLIMIT_MEMLOCK, memory io_uring cannot pin) leaves plain reads. */
-static void uring_register(tv__aio *a)
+/* Registers an empty (sparse) fixed-buffer table of one entry per piece:
+ * nothing is pinned. A refusal (kernel < 5.19) leaves plain reads. Returns
+ * 0 or -ENOMEM. */
+static int uring_table(tv__aio *a, uint32_t n_pieces)
 {
-    struct iovec iov[AIO_MAX_BUFS];
-    uint32_t n = 0;
-    for (size_t at = 0; at < a->region_len && n < AIO_MAX_BUFS; n++) {
-        size_t l = a->region_len - at;
-        if (l > AIO_BUF_MAX)
-            l = AIO_BUF_MAX;
-        iov[n].iov_base = a->region + at;
-        iov[n].iov_len = l;
-        at += l;
-    }
-    int rc = io_uring_register_buffers(&a->ring, iov, n);
+    if (!(a->piece_st = calloc(n_pieces, 1)))
+        return -ENOMEM;
+    int rc = io_uring_register_buffers_sparse(&a->ring, n_pieces);
     if (rc == 0) {
-        a->n_bufs = n;
-        return;
+        a->n_pieces = n_pieces;
+        return 0;
     }
-    if (!atomic_exchange(&g_told_unregistered, true))
+    if (!atomic_exchange(&g_told_no_table, true))
         tv__log(TV_LOG_INFO,
-                "aio: io_uring_register_buffers (%zu bytes in %u buffers): %s; plain reads",
-                a->region_len, n, strerror(-rc));
+                "aio: io_uring_register_buffers_sparse (%u pieces of %zu bytes): %s; plain reads",
+                n_pieces, a->piece_len, strerror(-rc));
+    return 0;
 }
 
 /* Cancels every busy read and waits until each one's CQE arrived. */
@@ -367,7 +411,7 @@ static void uring_fini(tv__aio *a)
         }
         collect(a);
     }
-    if (a->n_bufs)
+    if (a->n_pieces)
         io_uring_unregister_buffers(&a->ring);
     if (a->efd_registered)
         io_uring_unregister_eventfd(&a->ring);
@@ -507,6 +551,20 @@ int tv__aio_create(const tv__aio_opts *opts, tv__aio **out, tv_error *err)
         o.n_threads = o.queue_depth;
     if (!o.timeout_ms)
         o.timeout_ms = 30000;
+    if (!o.piece_len)
+        o.piece_len = AIO_DEFAULT_PIECE;
+    if (o.piece_len % 4096u || o.piece_len > AIO_BUF_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "aio: piece_len %zu (a multiple of 4096 up to 1 GiB)", o.piece_len);
+    /* piece_len <= 1 GiB and region_len <= 16 GiB: no overflow below */
+    uint64_t n_pieces = o.region_len / o.piece_len + (o.region_len % o.piece_len != 0);
+    if (n_pieces > AIO_MAX_PIECES) {
+        /* the smallest multiple of piece_len that fits the table (a caller's
+         * slot of piece_len bytes stays inside one piece); under 2 MiB here */
+        uint64_t k = n_pieces / AIO_MAX_PIECES + (n_pieces % AIO_MAX_PIECES != 0);
+        o.piece_len *= (size_t)k;
+        n_pieces = o.region_len / o.piece_len + (o.region_len % o.piece_len != 0);
+    }
 
     if (!(a = calloc(1, sizeof(*a))))
         return tv__seterr(err, -ENOMEM, "out of memory");
@@ -516,6 +574,7 @@ int tv__aio_create(const tv__aio_opts *opts, tv__aio **out, tv_error *err)
     a->region_len = o.region_len;
     a->timeout_ns = (uint64_t)o.timeout_ms * 1000000ull;
     a->n_threads = o.n_threads;
+    a->piece_len = o.piece_len;
     a->ops = calloc(a->qd, sizeof(*a->ops));
     a->free_ids = calloc(a->qd, sizeof(*a->free_ids));
     a->queued = calloc(a->qd, sizeof(*a->queued));
@@ -549,7 +608,10 @@ int tv__aio_create(const tv__aio_opts *opts, tv__aio **out, tv_error *err)
             goto fail;
         }
         a->efd_registered = true;
-        uring_register(a);
+        if ((rc = uring_table(a, (uint32_t)n_pieces))) {
+            rc = tv__seterr(err, rc, "out of memory");
+            goto fail;
+        }
     } else {
         a->engine = TV_ENGINE_PREAD;
         if ((rc = pread_init(a))) {
@@ -579,6 +641,7 @@ void tv__aio_destroy(tv__aio *a)
     free(a->free_ids);
     free(a->queued);
     free(a->dq);
+    free(a->piece_st);
     free(a);
 }
 
@@ -636,11 +699,11 @@ int tv__aio_submit(tv__aio *a, int fd, uint32_t io_align, uint32_t dev, uint64_t
                    .off = off,
                    .len = len,
                    .tag = tag,
-                   .buf_index = -1,
+                   .piece = -1,
                    .state = OP_QUEUED};
-    /* checked: boff + len <= region_len (above), so the last byte's index is exact */
-    if (a->n_bufs && boff / AIO_BUF_MAX == (boff + len - 1) / AIO_BUF_MAX)
-        op->buf_index = (int)(boff / AIO_BUF_MAX);
+    /* checked: boff + len <= region_len (above), so the last byte's piece is exact */
+    if (a->n_pieces && boff / a->piece_len == (boff + len - 1) / a->piece_len)
+        op->piece = (int32_t)(boff / a->piece_len);
     a->queued[a->n_queued++] = i;
     a->n_used++;
     return 0;
@@ -691,4 +754,19 @@ size_t tv__aio_reap(tv__aio *a, tv__aio_done *out, size_t max)
     if (more)
         signal_efd(a);
     return k;
+}
+
+void tv__aio_get_stats(const tv__aio *a, tv__aio_stats *out)
+{
+    if (!out)
+        return;
+    *out = (tv__aio_stats){0};
+    if (!a)
+        return;
+    out->piece_len = a->engine == TV_ENGINE_URING ? a->piece_len : 0;
+    out->n_pieces = a->n_pieces;
+    out->n_registered = a->n_reg;
+    out->n_refused = a->n_refused;
+    out->n_fixed_reads = a->n_fixed;
+    out->n_plain_reads = a->n_plain;
 }

@@ -7,10 +7,17 @@
  *     the region given at create; off, len and buf must be multiples of the
  *     read's io_align (the caller plans envelopes; tv__io_envelope): checked,
  *     TV_E_INVALID_ARG, nothing submitted;
- *   - io_uring with the region registered as fixed buffer(s)
- *     (IORING_OP_READ_FIXED) when available, else a pread worker pool;
- *     identical results; registration refused (RLIMIT_MEMLOCK) falls back
- *     to plain IORING_OP_READ (logged once);
+ *   - io_uring with fixed buffers (IORING_OP_READ_FIXED) when available,
+ *     else a pread worker pool; identical results. Registration is lazy:
+ *     create registers a sparse buffer table of one entry per piece (the
+ *     region cut in piece_len pieces, the last one shorter) and pins
+ *     nothing; the first read into a piece registers (pins) that piece
+ *     alone, at flush. A read inside one registered piece is READ_FIXED; a
+ *     read spanning two pieces, or into a piece whose registration was
+ *     refused (RLIMIT_MEMLOCK), or with no table (refused, kernel < 5.19)
+ *     is a plain IORING_OP_READ (refusals logged once per process). A
+ *     refused piece is not tried again; after a few refusals the aio stops
+ *     registering;
  *   - a completion is reported once per submitted read, with result 0 only
  *     when all len bytes arrived: a short read is resubmitted for the rest
  *     (inside aio) and fails with TV_E_SHORT_IO when a resubmission returns
@@ -41,7 +48,21 @@ typedef struct tv__aio_opts {
     size_t region_len;    /*   4096-aligned address and length, at most 1 GiB x 16 */
     uint32_t timeout_ms;  /* 0 = 30000 */
     uint32_t n_threads;   /* pread pool: 0 = min(queue_depth, 8) */
+    size_t piece_len;     /* io_uring fixed-buffer piece: a multiple of 4096 up to 1 GiB
+                             (0 = 1 MiB), raised to its smallest multiple that cuts the
+                             region in at most 16384 pieces; the fast path passes its
+                             slot_len, so that a slot lies inside one piece */
 } tv__aio_opts;
+
+/* What the fixed-buffer registration did so far (for tests and logs). */
+typedef struct tv__aio_stats {
+    size_t piece_len;       /* as chosen at create (0 for the pread pool) */
+    uint32_t n_pieces;      /* entries of the sparse table (0: none, plain reads) */
+    uint32_t n_registered;  /* pieces registered (pinned) so far */
+    uint32_t n_refused;     /* piece registrations refused (those pieces read plain) */
+    uint64_t n_fixed_reads; /* read SQEs sent as READ_FIXED (resubmissions included) */
+    uint64_t n_plain_reads; /* read SQEs sent as plain READ */
+} tv__aio_stats;
 
 typedef struct tv__aio_done {
     uint64_t tag; /* as given to tv__aio_submit */
@@ -74,5 +95,7 @@ int tv__aio_submit(tv__aio *a, int fd, uint32_t io_align, uint32_t dev, uint64_t
 int tv__aio_flush(tv__aio *a, tv_error *err);
 /* Up to max completions, without blocking. Returns how many (0 when none). */
 size_t tv__aio_reap(tv__aio *a, tv__aio_done *out, size_t max);
+/* Fills *out (zeros for NULL a); called from the thread that drives the aio. */
+void tv__aio_get_stats(const tv__aio *a, tv__aio_stats *out);
 
 #endif
