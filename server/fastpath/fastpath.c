@@ -605,4 +605,5 @@ void tv__fp_get_stats(const tv__fp *fp, tv__fp_stats *out)
     out->protocol_errors = atomic_load(&f->st_protocol);
     out->readahead_bytes = atomic_load(&f->st_readahead);
     out->readahead_hit_bytes = atomic_load(&f->st_readahead_hit);
+    out->slots_used = atomic_load(&f->st_slots_used);
 }

@@ -130,6 +130,7 @@ typedef struct tv__fp_stats {
     uint64_t protocol_errors;     /* sessions closed for a protocol violation */
     uint64_t readahead_bytes;     /* device bytes read ahead (also in device_read_bytes) */
     uint64_t readahead_hit_bytes; /* of those, bytes of chunks a request then used */
+    uint64_t slots_used;          /* arena slots the open groups ever used (their pages exist) */
 } tv__fp_stats;
 
 /* Counters (atomics: any thread). NULL fp gives zeros. */

@@ -180,7 +180,10 @@ struct fp_group {
     bool dying; /* last handle closed: on fp->dying, freed at the end of the turn */
     fp_slot *slots;
     int32_t lru_head, lru_tail;
-    int32_t *index; /* n_index chain heads of keyed slots by (shard, k) */
+    uint32_t n_fresh; /* slots [n_fresh, n_slots) were never used: not in the LRU, and their
+                         arena pages not allocated yet (the kernel allocates shmem pages on
+                         a slot's first read) */
+    int32_t *index;   /* n_index chain heads of keyed slots by (shard, k) */
     uint32_t index_mask;
     uint32_t io_align; /* the largest io_align of the group's devices (small reads' envelope) */
     fp_shard *shards;
@@ -219,7 +222,7 @@ struct tv__fp {
     struct epoll_event *evs;
     int n_evs, ev_next;
     atomic_uint_fast64_t st_sessions, st_sessions_total, st_groups, st_device_read, st_delivered,
-        st_shared, st_refused, st_protocol, st_readahead, st_readahead_hit;
+        st_shared, st_refused, st_protocol, st_readahead, st_readahead_hit, st_slots_used;
     uint8_t rbuf[TV__FP_MAX_MSG];
     uint8_t sbuf[TV__FP_MAX_MSG];
 };
