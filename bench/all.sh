@@ -5,7 +5,8 @@
 # (bench/all_bench.py); the large-model read figures (bench/read.sh: bench vs
 # fio, --fresh vs pre-faulted, CPU-s/GB); the cold import (bench/import.sh);
 # the daemon over HTTP (bench/http.sh: wrk req/s and p99 on /v1/models and a
-# tensor-metadata route, the tensor-bytes route vs the in-process reader).
+# tensor-metadata route, the tensor-bytes route vs the in-process reader); the
+# fast path (bench/fastpath.sh) and the Python package (bench/python.sh).
 # Each measurement holds flock /tmp/tv-bench.lock (TV_BENCH_LOCK), shared with
 # the other benchmark drivers. Run as root for cold-cache figures.
 # Usage: bench/all.sh [--repeat N]   (default 5 for the small figures, 3 for read.sh)
@@ -31,3 +32,7 @@ fi
 echo "== HTTP: wrk and the tensor-bytes route (bench/http.sh; takes the lock per measurement)"
 command -v wrk >/dev/null || { echo "bench/all.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 bench/http.sh
+echo "== fast path (bench/fastpath.sh; takes the lock per measurement)"
+bench/fastpath.sh --repeat "$repeat"
+echo "== Python package (bench/python.sh; takes the lock per measurement)"
+bench/python.sh --repeat 3

@@ -13,8 +13,9 @@ process from a dropped page cache:
   (sp) the same with backend="pread" (reported);
 on a >= 2 GiB checkpoint (bench/read_bench.py's, cached under --dir), then
 the start-up case: a ~100 MB model (F16 matrices and F32 norms, GPT-2-small
-shaped rows, 1 shard), the time from safe_open to the last tensor, pt, for
-tensorvault (fast path) against the official loader.
+shaped rows, 1 shard), the time from safe_open to the last tensor, pt and
+np, for tensorvault (fast path; and pt with store=, in-process: (ts))
+against the official loader.
 
 Prints each row (GB/s, seconds, disk bytes the kernel read during it, peak
 RSS), the ratios and the issue's targets: t/b >= 0.9 (np and pt), t/s >= 2.0
@@ -68,12 +69,14 @@ def preload(framework):
         import torch  # noqa: F401
 
 
-def child_tv(framework, mode, socket, spec):
+def child_tv(framework, mode, where, spec):
+    """where: the daemon's socket, or store:DIR (in-process)."""
     preload(framework)
     import tensorvault
+    src = {"store": where[6:]} if where.startswith("store:") else {"socket": where}
     out, total = {}, 0
     t0 = time.monotonic()
-    with tensorvault.safe_open(spec, framework=framework, socket=socket) as f:
+    with tensorvault.safe_open(spec, framework=framework, **src) as f:
         if mode == "batch":
             out = f.get_tensors()
         else:
@@ -248,6 +251,7 @@ def main():
             "t np": "(t) tensorvault.safe_open np",
             "t pt": "(t) tensorvault.safe_open pt",
             "tb np": "(tb) tensorvault get_tensors() np",
+            "ts pt": "(ts) tensorvault store= pt (in-process)",
             "s np": "(s) safetensors np (mmap)",
             "s pt": "(s) safetensors pt (mmap)",
             "sp np": "(sp) safetensors np pread",
@@ -265,6 +269,7 @@ def main():
             "sp pt": lambda: b.child("st", "pt", "pread", *paths),
         }
         small_fns = {"t pt": lambda: b.child("tv", "pt", "loop", sock, "small"),
+                     "ts pt": lambda: b.child("tv", "pt", "loop", "store:" + d.store, "small"),
                      "s pt": lambda: b.child("st", "pt", "mmap", startup),
                      "t np": lambda: b.child("tv", "np", "loop", sock, "small"),
                      "s np": lambda: b.child("st", "np", "mmap", startup)}
@@ -289,7 +294,8 @@ def main():
               "small t/s time pt": srows["t pt"]["seconds"] / srows["s pt"]["seconds"]}
     other = {"t/sp np": g["t np"] / g["sp np"], "t/sp pt": g["t pt"] / g["sp pt"],
              "tb/t np": g["tb np"] / g["t np"],
-             "small t/s time np": srows["t np"]["seconds"] / srows["s np"]["seconds"]}
+             "small t/s time np": srows["t np"]["seconds"] / srows["s np"]["seconds"],
+             "small ts/s time pt": srows["ts pt"]["seconds"] / srows["s pt"]["seconds"]}
     notes = set(b.notes) if b else set()
     if load0 > 0.5:
         notes.add(f"load average {load0:.2f} at start: other work shares the CPUs")
