@@ -103,11 +103,12 @@ class _Remote:
     def __init__(self, socket, spec):
         err = N.tv_error()
         c = ctypes.c_void_p()
-        rc = N.lib.tv_client_connect(socket.encode() if socket else None, None, ctypes.byref(c),
-                                     err)
+        bsock = socket.encode() if socket else None  # before connecting: may raise
+        bspec = spec.encode()
+        rc = N.lib.tv_client_connect(bsock, None, ctypes.byref(c), err)
         N.raise_for(rc, err)
         h = ctypes.c_void_p()
-        rc = N.lib.tv_client_open(c, spec.encode(), ctypes.byref(h), err)
+        rc = N.lib.tv_client_open(c, bspec, ctypes.byref(h), err)
         if rc < 0:
             N.lib.tv_client_close(c)
             N.raise_for(rc, err)
@@ -481,21 +482,24 @@ class safe_open:
     def get_tensors(self, names=None):
         """{name: tensor} for names (default: every tensor, in file order),
         read as one batch (adjacent tensors coalesced)."""
-        infos = self._order if names is None else [self._info(n) for n in names]
+        if names is None:
+            infos = self._order
+        else:  # a name given twice is read once (the result is a dict)
+            infos = [self._info(n) for n in dict.fromkeys(names)]
         fw, src = self._fw, self._src
         out = {}
-        reqs = []
+        reqs = []  # each holds its tensor: no destination is freed before the read
         for info in infos:
             t = fw.empty(info, info.shape)
             out[info.name] = t
             if info.nbytes:
-                reqs.append((info.index, fw.ptr(t), info.nbytes))
+                reqs.append((info.index, t, info.nbytes))
         if reqs:
             arr = (N.tv_read_req * len(reqs))()
-            for r, (idx, ptr, n) in zip(arr, reqs):
+            for r, (idx, t, n) in zip(arr, reqs):
                 r.name = None
                 r.index = idx
-                r.dest = ptr
+                r.dest = fw.ptr(t)
                 r.dest_len = n
             err = N.tv_error()
             rc = self._call(lambda: src.read_batch(src.h, arr, len(reqs), err),

@@ -29,25 +29,30 @@ def batches(sizes, batch_bytes):
 
 
 def weights_iterator(model, device="cpu", *, framework="pt", generation=None, alias=None,
-                     socket=None, store=None, batch_bytes=DEFAULT_BATCH_BYTES):
+                     socket=None, store=None, batch_bytes=DEFAULT_BATCH_BYTES, skip=None):
     """Yields (name, tensor) for every tensor of `model` (one generation:
     generation= or alias=, else the active one) in file order, on `device`,
     from the daemon at socket= (default as safe_open) or the store directory
     store=. Tensors are read batch_bytes at a time (safe_open.get_tensors).
+    skip (optional): a callable name -> bool; the tensors it accepts are
+    neither read nor yielded (vLLM's is_unused_checkpoint_weight).
     Arguments are checked now; the model is opened when the iteration
     starts (its errors, e.g. an unknown model, come from the first next())."""
     if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
         raise ValueError(f"weights_iterator: batch_bytes must be a positive integer, got {batch_bytes!r}")
     if generation is not None and alias is not None:
         raise ValueError("weights_iterator: give generation= or alias=, not both")
+    if skip is not None and not callable(skip):
+        raise ValueError(f"weights_iterator: skip must be callable, got {skip!r}")
     return _iterate(dict(model=model, framework=framework, device=device, generation=generation,
-                         alias=alias, socket=socket, store=store), batch_bytes)
+                         alias=alias, socket=socket, store=store), batch_bytes, skip)
 
 
-def _iterate(open_kwargs, batch_bytes):
+def _iterate(open_kwargs, batch_bytes, skip=None):
     f = safe_open(**open_kwargs)
     try:
-        sizes = [(name, f._info(name).nbytes) for name in f.offset_keys()]
+        sizes = [(name, f._info(name).nbytes) for name in f.offset_keys()
+                 if skip is None or not skip(name)]
         for names in batches(sizes, batch_bytes):
             got = f.get_tensors(names)
             for name in names:

@@ -101,6 +101,23 @@ def _weights_not_loaded(model, loaded):
     return expected - loaded
 
 
+def _track_weights_loading(loader, model, loaded, quantized):
+    """vLLM's own strict check (DefaultModelLoader.track_weights_loading of
+    the installed vLLM: which parameters may be missing from a checkpoint
+    depends on its quantization rules), else the unquantized rule below."""
+    try:
+        from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+        check = DefaultModelLoader.track_weights_loading
+    except (ImportError, AttributeError):
+        check = None
+    if check is not None:
+        check(loader, model, loaded, quantized=quantized)
+        return
+    missing = _weights_not_loaded(model, loaded)
+    if missing:
+        raise ValueError(f"Following weights were not initialized from checkpoint: {sorted(missing)}")
+
+
 def _loader_class():
     global _loader_cls
     with _lock:
@@ -153,21 +170,27 @@ def _make_loader_class():
             check, on by default for unquantized models; extra config
             enable_weights_track overrides)."""
             name = self._model_name(model_config)
+            secondary = list(getattr(model, "secondary_weights", ()) or ())
+            if secondary:
+                raise N.make_error(N.TV_E_NOT_SUPPORTED, f"{type(model).__name__} also loads weights from {[getattr(s, 'model_or_path', s) for s in secondary]} (secondary_weights): load format {LOAD_FORMAT} serves one tensorvault model ({name!r}); use vLLM's default loader for this model")
             weights = weights_iterator(name, _model_device(model), framework="pt",
                                        batch_bytes=self.extra.get("batch_bytes",
                                                                   DEFAULT_BATCH_BYTES),
+                                       skip=getattr(model, "is_unused_checkpoint_weight", None),
                                        **self._source())
             try:
                 loaded = model.load_weights(weights)
             finally:
                 weights.close()
+            quantized = getattr(model_config, "quantization", None) is not None
             track = self.extra.get("enable_weights_track")
             if track is None:
-                track = getattr(model_config, "quantization", None) is None and loaded is not None
+                track = not quantized and loaded is not None
             if track and loaded is not None:
-                missing = _weights_not_loaded(model, loaded)
-                if missing:
-                    raise ValueError(f"Following weights were not initialized from checkpoint: {sorted(missing)} (tensorvault model {name!r})")
+                try:
+                    _track_weights_loading(self, model, set(loaded), quantized)
+                except ValueError as e:
+                    raise ValueError(f"{e} (tensorvault model {name!r})") from e
 
     TensorvaultModelLoader.__module__ = __name__
     TensorvaultModelLoader.__qualname__ = "TensorvaultModelLoader"

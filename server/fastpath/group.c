@@ -250,6 +250,8 @@ void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t rea
         tv_error err = {0};
         if (tv__fp_slot_find(g, shard, k, 0, hi) >= 0)
             continue; /* cached, or read (ahead or for a request) now: never read twice */
+        if (g->n_fresh == g->n_slots && g->lru_head >= 0 && g->slots[g->lru_head].ahead)
+            break; /* reading further would only drop a chunk read ahead and not yet used */
         /* free (LRU) slots only, and room in the aio */
         int32_t idx = tv__fp_slot_start(g, shard, k, 0, UINT32_MAX, reader, &err);
         if (idx < 0)

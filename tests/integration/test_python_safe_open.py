@@ -488,3 +488,25 @@ def test_destinations_not_hugepage_advised():
         assert small.shape == (3, 5)
     finally:
         sw(was)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_get_tensors_repeated_names(served, backend):
+    """A name given twice is read once, and every destination the library is
+    handed belongs to a tensor of the result (none was freed before the
+    read: the review found a batch writing into a dropped duplicate)."""
+    ref = served["ref"]["m"][0]
+    with open_tv(served, backend) as f:
+        seen = []
+        real = f._src.read_batch
+
+        def spy(h, arr, n, err):
+            seen.extend((arr[i].dest, arr[i].dest_len) for i in range(n))
+            return real(h, arr, n, err)
+
+        f._src.read_batch = spy
+        got = f.get_tensors(["big.f32", "rows.f32", "big.f32", "rows.f32"])
+        assert list(got) == ["big.f32", "rows.f32"]
+        for name, arr in got.items():
+            same(arr, ref[name], name)
+        assert sorted(seen) == sorted((a.ctypes.data, a.nbytes) for a in got.values())

@@ -28,6 +28,7 @@ from safetensors import safe_open as official_open
 import gen_checkpoints as gen
 import tensorvault
 import tensorvault._safe_open
+from tensorvault import _native
 import tensorvault.vllm as tvllm
 from daemon import serving
 from storeutil import reference_tensors
@@ -217,6 +218,40 @@ def test_load_weights_strict_check(served, seen_iterators):
     m.q = torch.nn.Linear(2, 2)
     m.q.quant_method = type("QM", (), {"process_weights_after_loading": lambda self, l: None})()
     loader(store=served["store"]).load_weights(m, ModelConfig("m"))
+
+
+def test_load_weights_quantized_check_is_vllms(served):
+    """With the check forced on for a quantized model, vLLM's own rule
+    applies: a parameter of a module with a (post-processing) quant_method
+    must still come from the checkpoint, unlike the unquantized exemption."""
+    m = Collector(params=("a",), returns={"a"})
+    m.q = torch.nn.Linear(2, 2)
+    m.q.quant_method = type("QM", (), {"process_weights_after_loading": lambda self, l: None})()
+    with pytest.raises(ValueError) as e:
+        loader(store=served["store"], enable_weights_track=True).load_weights(
+            m, ModelConfig("m", quantization="fp8"))
+    assert "q.weight" in str(e.value) and "'m'" in str(e.value)
+
+
+def test_load_weights_skips_unused_and_refuses_secondary_sources(served):
+    """is_unused_checkpoint_weight names are neither read nor delivered (the
+    rest in file order); a model with secondary_weights sources (weights
+    from other checkpoints) is refused with a clear error."""
+    order = served["order"]
+    unused = set(order[::2])
+    m = Collector()
+    m.is_unused_checkpoint_weight = lambda name: name in unused
+    loader(store=served["store"]).load_weights(m, ModelConfig("m"))
+    assert [n for n, _ in m.got] == [n for n in order if n not in unused]
+    m = Collector()
+    m.secondary_weights = [type("Source", (), {"model_or_path": "org/vision-tower"})()]
+    with pytest.raises(tensorvault.Error) as e:
+        loader(store=served["store"]).load_weights(m, ModelConfig("m"))
+    assert e.value.code == _native.TV_E_NOT_SUPPORTED
+    assert "org/vision-tower" in str(e.value) and "secondary_weights" in str(e.value)
+    assert m.got == []
+    with pytest.raises(ValueError):
+        tensorvault.weights_iterator("m", store=served["store"], skip=3)
 
 
 @pytest.fixture

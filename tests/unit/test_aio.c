@@ -838,6 +838,45 @@ static void print_timing(uint64_t lazy_ns)
     munmap(r, BIG_LEN);
 }
 
+/* A kernel without sparse buffer tables (< 5.19, simulated): every piece is
+ * registered at create, reads are fixed and byte-identical. */
+static void test_no_sparse_table(void **state)
+{
+    (void)state;
+    const size_t len = 8 * MIB;
+    uint8_t *r = map_shm(len);
+    tv__aio_opts o = {.engine = g_engine, .queue_depth = 4, .region = r, .region_len = len};
+    tv__aio *a = NULL;
+    tv_error err = {0};
+    tv__aio_stats st;
+    tv__aio_test_no_sparse = true;
+    int rc = tv__aio_create(&o, &a, &err);
+    tv__aio_test_no_sparse = false;
+    if (rc == TV_E_NOT_SUPPORTED) {
+        munmap(r, len);
+        skip();
+    }
+    if (rc)
+        fail_msg("tv__aio_create: %s", err.msg);
+    tv__aio_get_stats(a, &st);
+    if (g_engine == TV_ENGINE_PREAD) {
+        assert_int_equal(st.n_pieces, 0);
+    } else {
+        assert_int_equal(st.n_pieces, 8);
+        assert_int_equal(st.n_registered, 8); /* all at once */
+    }
+    assert_int_equal(read_into(a, r, 1 * MIB, 3 * MIB + 64 * KIB, 64 * KIB), 0);
+    assert_int_equal(read_into(a, r, 2 * MIB, 7 * MIB, 1 * MIB), 0);
+    tv__aio_get_stats(a, &st);
+    if (g_engine != TV_ENGINE_PREAD) {
+        assert_int_equal(st.n_registered, 8);
+        assert_int_equal(st.n_fixed_reads, 2);
+        assert_int_equal(st.n_plain_reads, 0);
+    }
+    tv__aio_destroy(a);
+    munmap(r, len);
+}
+
 static void test_lazy_registration(void **state)
 {
     (void)state;
@@ -999,6 +1038,7 @@ int main(void)
         cmocka_unit_test_teardown(test_engines, teardown),
         cmocka_unit_test_teardown(test_no_memlock, teardown),
         cmocka_unit_test_teardown(test_lazy_registration, teardown),
+        cmocka_unit_test_teardown(test_no_sparse_table, teardown),
         cmocka_unit_test_teardown(test_piece_len, teardown),
     };
     return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);

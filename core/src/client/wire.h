@@ -231,7 +231,8 @@ int tv__fp_release_entry(const tv__fp_msg *m, uint32_t i, uint32_t *slot, tv_err
  *      the codec is canonical, whatever encodes decodes and re-encodes to
  *      the same bytes). `version` is the negotiated version (the header's;
  *      TV__FP_VERSION_MIN..MAX, else 0 is returned); HELLO's header carries
- *      max_version (the client's preferred), HELLO_OK's m->version. ---- */
+ *      min_version (so a 1..2 HELLO reads as version 1 to a version-1
+ *      daemon), HELLO_OK's m->version. ---- */
 
 size_t tv__fp_encode_hello(void *buf, size_t cap, uint16_t min_version, uint16_t max_version);
 size_t tv__fp_encode_hello_ok(void *buf, size_t cap, const tv__fp_hello_ok *m);

@@ -360,22 +360,44 @@ static int uring_init(tv__aio *a)
     return 0;
 }
 
+bool tv__aio_test_no_sparse = false;
+
 /* Registers an empty (sparse) fixed-buffer table of one entry per piece:
- * nothing is pinned. A refusal (kernel < 5.19) leaves plain reads. Returns
- * 0 or -ENOMEM. */
+ * nothing is pinned. Where the kernel has no sparse tables (< 5.19) every
+ * piece is registered at once instead (the same indexes; what the region
+ * costs is then paid here), and only if that is refused too are the reads
+ * plain. Returns 0 or -ENOMEM. */
 static int uring_table(tv__aio *a, uint32_t n_pieces)
 {
     if (!(a->piece_st = calloc(n_pieces, 1)))
         return -ENOMEM;
-    int rc = io_uring_register_buffers_sparse(&a->ring, n_pieces);
+    int rc =
+        tv__aio_test_no_sparse ? -EINVAL : io_uring_register_buffers_sparse(&a->ring, n_pieces);
     if (rc == 0) {
         a->n_pieces = n_pieces;
         return 0;
     }
+    struct iovec *iov = calloc(n_pieces, sizeof(*iov));
+    if (!iov)
+        return -ENOMEM;
+    for (uint32_t p = 0; p < n_pieces; p++) {
+        size_t at = (size_t)p * a->piece_len; /* checked: p < n_pieces, at < region_len */
+        iov[p].iov_base = a->region + at;
+        iov[p].iov_len = a->region_len - at < a->piece_len ? a->region_len - at : a->piece_len;
+    }
+    int rc2 = io_uring_register_buffers(&a->ring, iov, n_pieces);
+    free(iov);
+    if (rc2 == 0) {
+        a->n_pieces = n_pieces;
+        memset(a->piece_st, PIECE_REG, n_pieces);
+        a->n_reg = n_pieces;
+        return 0;
+    }
     if (!atomic_exchange(&g_told_no_table, true))
-        tv__log(TV_LOG_INFO,
-                "aio: io_uring_register_buffers_sparse (%u pieces of %zu bytes): %s; plain reads",
-                n_pieces, a->piece_len, strerror(-rc));
+        tv__log(
+            TV_LOG_INFO,
+            "aio: io_uring_register_buffers_sparse (%u pieces of %zu bytes): %s; the whole region: %s; plain reads",
+            n_pieces, a->piece_len, strerror(-rc), strerror(-rc2));
     return 0;
 }
 

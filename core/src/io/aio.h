@@ -97,5 +97,8 @@ int tv__aio_flush(tv__aio *a, tv_error *err);
 size_t tv__aio_reap(tv__aio *a, tv__aio_done *out, size_t max);
 /* Fills *out (zeros for NULL a); called from the thread that drives the aio. */
 void tv__aio_get_stats(const tv__aio *a, tv__aio_stats *out);
+/* Test hook: true makes tv__aio_create behave as on a kernel without sparse
+ * buffer tables (< 5.19), which registers the whole region at create. */
+extern bool tv__aio_test_no_sparse;
 
 #endif
