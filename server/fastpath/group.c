@@ -414,6 +414,19 @@ void tv__fp_group_unref(fp_group *g)
     fp->dying = g;
 }
 
+/* Puts g at the head of the open groups (counted in n_groups and stats). */
+static void group_link(fp_group *g)
+{
+    tv__fp *fp = g->fp;
+    g->prev = NULL;
+    g->next = fp->g_head;
+    if (fp->g_head)
+        fp->g_head->prev = g;
+    fp->g_head = g;
+    fp->n_groups++;
+    atomic_fetch_add(&fp->st_groups, 1);
+}
+
 /* Takes a dying group back (an OPEN of its generation in the same turn). */
 static void group_revive(fp_group *g)
 {
@@ -424,13 +437,7 @@ static void group_revive(fp_group *g)
     if (*pp)
         *pp = g->next;
     g->dying = false;
-    g->prev = NULL;
-    g->next = fp->g_head;
-    if (fp->g_head)
-        fp->g_head->prev = g;
-    fp->g_head = g;
-    fp->n_groups++;
-    atomic_fetch_add(&fp->st_groups, 1);
+    group_link(g);
 }
 
 void tv__fp_groups_reap(tv__fp *fp)
@@ -654,12 +661,7 @@ static int group_create(tv__fp *fp, tv_model *m, fp_group **out, tv_error *err)
         g->aio = NULL;
         goto fail;
     }
-    g->next = fp->g_head;
-    if (fp->g_head)
-        fp->g_head->prev = g;
-    fp->g_head = g;
-    fp->n_groups++;
-    atomic_fetch_add(&fp->st_groups, 1);
+    group_link(g);
     tv__log(TV_LOG_INFO, "fastpath: model '%s' generation %" PRId64 " opened: %u slots of %u bytes",
             g->name, g->gen, g->n_slots, g->slot_len);
     *out = g;

@@ -1891,19 +1891,13 @@ static void *split_snapshot(store_fx *f, uint32_t only, size_t *len)
     return out;
 }
 
-/* A shard whose only replica is on the damaged device: its tensors fail
- * with TV_E_NO_REPLICA naming the shard and the device's reason, writing
- * nothing; every other tensor reads identical; the bad device gets no read. */
-static void test_failover_shard_without_valid_replica(void **state)
+/* Opens split_snapshot(bad) after zeroing image 1's label (bad: its engine
+ * index): the second shard's only replica is then excluded. */
+static tv_model *open_split_damaged(rep_fx *x, int bad)
 {
-    rep_fx *x = *state;
     tv_error err = {0};
     tv_model *m = NULL;
     size_t len = 0;
-    /* the engine index of image 1, from a handle on the intact store */
-    tv_model *probe = open_ok(x->f.store, MODEL, x->engine);
-    int bad = dev_index(probe, x->img[1]);
-    tv_model_close(probe);
     void *img = split_snapshot(&x->f, (uint32_t)bad, &len);
     damage(x, 1, D_ZERO_LABEL);
     tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
@@ -1911,6 +1905,21 @@ static void test_failover_shard_without_valid_replica(void **state)
     free(img);
     if (rc)
         fail_msg("open split snapshot: %s: %s", tv_err_name(rc), err.msg);
+    return m;
+}
+
+/* A shard whose only replica is on the damaged device: its tensors fail
+ * with TV_E_NO_REPLICA naming the shard and the device's reason, writing
+ * nothing; every other tensor reads identical; the bad device gets no read. */
+static void test_failover_shard_without_valid_replica(void **state)
+{
+    rep_fx *x = *state;
+    tv_error err = {0};
+    /* the engine index of image 1, from a handle on the intact store */
+    tv_model *probe = open_ok(x->f.store, MODEL, x->engine);
+    int bad = dev_index(probe, x->img[1]);
+    tv_model_close(probe);
+    tv_model *m = open_split_damaged(x, bad);
     assert_int_equal(tv_model_n_excluded_devices(m), 1);
     counters_reset();
     tv__io_fault = hook_dev_count;
@@ -1923,7 +1932,7 @@ static void test_failover_shard_without_valid_replica(void **state)
         assert_int_equal(tv_model_find(m, g_t[i].name, strlen(g_t[i].name), &idx), 0);
         assert_int_equal(tv_model_tensor(m, idx, &d), 0);
         gbuf g = gbuf_new(g_t[i].nbytes, 1);
-        rc = tv_read_into(m, g_t[i].name, g.p, g.n, &err);
+        int rc = tv_read_into(m, g_t[i].name, g.p, g.n, &err);
         if (d.shard == 0) {
             if (rc)
                 fail_msg("%s (shard a): %s: %s", g_t[i].name, tv_err_name(rc), err.msg);
@@ -2458,7 +2467,6 @@ static void hook_eio_dev(uint32_t dev, uint64_t off, size_t len, int64_t *res)
 static void test_shard_header_failover(void **state)
 {
     rep_fx *x = *state;
-    tv_error err = {0};
     tv_model *m = open_ok(x->f.store, MODEL, x->engine);
     for (uint32_t bad = 0; bad < N_REP; bad++) {
         counters_reset();
@@ -2473,14 +2481,7 @@ static void test_shard_header_failover(void **state)
     tv__io_fault = NULL;
     int bad = dev_index(m, x->img[1]);
     tv_model_close(m);
-    size_t len = 0;
-    void *img = split_snapshot(&x->f, (uint32_t)bad, &len);
-    damage(x, 1, D_ZERO_LABEL);
-    tv_open_opts o = {.engine = x->engine, .chunk_len = CHUNK, .queue_depth = 4};
-    int rc = tv_model_open_snapshot(img, len, &o, &m, &err);
-    free(img);
-    if (rc)
-        fail_msg("open split snapshot: %s: %s", tv_err_name(rc), err.msg);
+    m = open_split_damaged(x, bad);
     assert_int_equal(tv_model_n_shards(m), 2);
     counters_reset();
     tv__io_fault = hook_dev_count;
