@@ -25,6 +25,7 @@
 
 #include "http/api.h"
 #include "http/metrics.h"
+#include "http/static.h"
 #include "registry/registry.h"
 #include "util/internal.h"
 #include "util/sys.h"
@@ -364,6 +365,29 @@ static enum MHD_Result serve_metrics(tv__http *h, struct MHD_Connection *c, req_
     return ret;
 }
 
+/* GET|HEAD of a dashboard file (http/static.h): no auth (the page's API
+ * calls follow the API's read policy); 304 when If-None-Match matches. */
+static enum MHD_Result serve_static(struct MHD_Connection *c, req_ctx *r, const tv__static_file *f)
+{
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    int status = tv__static_not_modified(f, inm) ? 304 : 200;
+    struct MHD_Response *mr =
+        status == 304
+            ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
+            : MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!mr)
+        return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, f->content_type);
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_ETAG, f->etag);
+    for (size_t i = 0; i < tv__static_nheaders; i++)
+        MHD_add_response_header(mr, tv__static_headers[i][0], tv__static_headers[i][1]);
+    r->route = strcmp(f->name, "index.html") ? "GET /ui/{name}" : "GET /";
+    r->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -440,6 +464,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         .trusted = false,
         .peer_loopback = peer_is_loopback(c),
     };
+    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
+        const tv__static_file *f = tv__static_find(r->target);
+        if (f)
+            return serve_static(c, r, f);
+    }
     if (strcmp(r->target, "/metrics") == 0 && strcmp(method, "GET") == 0)
         return serve_metrics(h, c, r, &req);
     tv__api_resp *resp = calloc(1, sizeof(*resp));

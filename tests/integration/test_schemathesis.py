@@ -19,6 +19,8 @@ SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
 
 # (method, path, scope): R = read, A = admin, - = no auth. Exactly API9.md.
 ROUTES = [
+    ("get", "/", "-"),
+    ("get", "/ui/{name}", "-"),
     ("get", "/healthz", "-"),
     ("get", "/readyz", "-"),
     ("get", "/metrics", "R"),
