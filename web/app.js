@@ -8,6 +8,7 @@
   var errors = {};     // source -> message shown in the error box
   var lastCounters = null;
   var chart = null;
+  var bytesCache = {}; // model name -> {key, bytes}
 
   function $(id) { return document.getElementById(id); }
 
@@ -161,9 +162,20 @@
       tbody.appendChild(tr0);
       return Promise.resolve();
     }
+    // A model's bytes are refetched only when its generations change (not
+    // every 2 s for every model).
+    var seen = {};
     return Promise.all(models.map(function (m) {
-      return modelBytes(m.name).then(function (b) { return b; }, function () { return null; });
+      var key = m.n_generations + "/" + m.active_generation;
+      seen[m.name] = true;
+      var c = bytesCache[m.name];
+      if (c && c.key === key) return c.bytes;
+      return modelBytes(m.name).then(function (b) {
+        bytesCache[m.name] = { key: key, bytes: b };
+        return b;
+      }, function () { return null; });
     })).then(function (bytes) {
+      Object.keys(bytesCache).forEach(function (k) { if (!seen[k]) delete bytesCache[k]; });
       models.forEach(function (m, i) {
         var tr = el("tr");
         tr.dataset.model = m.name;

@@ -84,6 +84,12 @@ def test_overview_matches_api(browser, base_url, daemon):
         assert tr[0].eval_on_selector("td[data-bytes]", "e => e.dataset.bytes") == str(
             sum(g["total_bytes"] for g in gens if g["state"] != "retired"))
 
+        # A tensor read shows up as read MB/s > 0 in a later point.
+        r = daemon.get("/v1/models/demo/generations/1/tensors/embed.weight/data")
+        assert r.status == 200 and len(r.body) == 256 * 64 * 4, r
+        page.wait_for_function("() => Chart.getChart('throughput').data.datasets[0].data"
+                               ".some(v => v > 0)", timeout=15000)
+
         assert page.is_visible("canvas#throughput")
         assert page.is_hidden("#chart-note")
         assert page.is_hidden("#errors")
