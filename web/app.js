@@ -1,23 +1,36 @@
-/* tensorvault dashboard, Overview page: vanilla JS, talks only to the REST
- * API (/v1/...) and /metrics of the daemon that served it. */
+/* tensorvault dashboard, the shell every page builds on: the TV namespace
+ * (DOM and number helpers, the REST calls with the browser session's
+ * token, the error box, the confirmation and token dialogs) and the hash
+ * router. Pages (overview.js, models.js, ...) call TV.register(name, page);
+ * the router shows one <section id="page-NAME"> at a time and refreshes it
+ * every TV.POLL_MS. Talks only to the daemon that served it (/v1, /metrics).
+ *
+ * Page object: { show(args) -> Promise|undefined  (route entered; args are
+ * the hash segments after the name, decoded), refresh() -> Promise|undefined
+ * (every POLL_MS while shown), hide() }. After the first show+refresh the
+ * section gets data-ready="1" and <body> data-loaded="1" (tests wait on it).
+ */
 "use strict";
 
 (function () {
-  var POLL_MS = 2000;
-  var CHART_POINTS = 60;
-  var errors = {};     // source -> message shown in the error box
-  var lastCounters = null;
-  var chart = null;
-  var bytesCache = {}; // model name -> {key, bytes}
+  var TOKEN_KEY = "tensorvault.token";
+  var pages = {};
+  var current = null; // {name, args, gen}
+  var errors = {};    // source -> message
+  var timer = null;
+  var busy = false;
+  var noticeTimer = null;
 
   function $(id) { return document.getElementById(id); }
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
+    if (text !== undefined && text !== null) e.textContent = text;
     return e;
   }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
 
   function fmtBytes(n) {
     if (typeof n !== "number" || !isFinite(n)) return "?";
@@ -27,11 +40,51 @@
     return (i === 0 ? n.toFixed(0) : n.toFixed(n < 10 ? 2 : 1)) + " " + u[i];
   }
 
+  function fmtRate(bps) {
+    if (typeof bps !== "number" || !isFinite(bps) || bps <= 0) return "\u2013";
+    return (bps / 1e6).toFixed(bps < 1e7 ? 2 : 1) + " MB/s";
+  }
+
+  function fmtDuration(s) {
+    if (typeof s !== "number" || !isFinite(s) || s < 0) return "\u2013";
+    s = Math.round(s);
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+
+  /* Unix seconds (or an ISO string) -> "2026-12-01 13:00:00 UTC". */
+  function fmtTime(t) {
+    if (t === null || t === undefined) return "\u2013";
+    var d = typeof t === "number" ? new Date(t * 1000) : new Date(t);
+    if (isNaN(d.getTime())) return String(t);
+    return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
+
+  /* A path segment: every byte that is not unreserved percent-encoded
+   * (model and tensor names may hold '/', '.', '@', ...). */
+  function seg(s) {
+    return encodeURIComponent(String(s)).replace(/[!'()*]/g, function (c) {
+      return "%" + c.charCodeAt(0).toString(16).toUpperCase();
+    });
+  }
+
+  /* -- errors and notices ---------------------------------------------- */
   function showErrors() {
     var box = $("errors");
+    clear(box);
     var keys = Object.keys(errors);
-    box.textContent = "";
-    keys.forEach(function (k) { box.appendChild(el("p", null, errors[k])); });
+    keys.forEach(function (k) {
+      var p = el("p", "error-line");
+      p.dataset.source = k;
+      p.appendChild(el("span", null, errors[k]));
+      var x = el("button", "btn link-btn", "dismiss");
+      x.type = "button";
+      x.setAttribute("aria-label", "dismiss this message");
+      x.addEventListener("click", function () { setError(k, null); });
+      p.appendChild(x);
+      box.appendChild(p);
+    });
     box.hidden = keys.length === 0;
   }
 
@@ -40,250 +93,286 @@
     showErrors();
   }
 
-  /* GET path; resolves to the parsed JSON (or text), rejects with an Error
-   * whose message holds the status and the API's error message. */
-  function get(path, asText) {
-    return fetch(path, { headers: { Accept: asText ? "text/plain" : "application/json" },
-                         cache: "no-store", credentials: "same-origin" })
-      .then(function (r) {
-        if (r.ok) return asText ? r.text() : r.json();
-        return r.text().then(function (body) {
-          var msg = body;
-          try {
-            var j = JSON.parse(body);
-            if (j && j.error) msg = (j.error.code ? j.error.code + ": " : "") + j.error.message;
-          } catch (e) { /* not JSON: the body as is */ }
-          throw new Error("GET " + path + " failed: HTTP " + r.status + (msg ? " \u2014 " + msg : ""));
-        });
-      }, function (e) {
-        throw new Error("GET " + path + " failed: " + (e && e.message ? e.message : "network error"));
-      });
+  /* A short success message in the status line (role=status). */
+  function notify(msg) {
+    var n = $("notice");
+    n.textContent = msg;
+    n.hidden = false;
+    if (noticeTimer) clearTimeout(noticeTimer);
+    noticeTimer = setTimeout(function () { n.hidden = true; }, 8000);
   }
 
+  /* -- HTTP ------------------------------------------------------------- */
+  function apiError(method, path, status, body) {
+    var msg = body, code = null;
+    try {
+      var j = JSON.parse(body);
+      if (j && j.error) {
+        code = j.error.code || null;
+        msg = (code ? code + ": " : "") + j.error.message;
+      }
+    } catch (e) { /* not JSON: the body as is */ }
+    var err = new Error(method + " " + path + " failed: HTTP " + status + (msg ? " \u2014 " + msg : ""));
+    err.status = status;
+    err.code = code;
+    return err;
+  }
+
+  function request(method, path, body, opts) {
+    opts = opts || {};
+    var headers = { Accept: opts.text ? "text/plain" : "application/json" };
+    var tok = opts.token === undefined ? tokenGet() : opts.token;
+    if (tok) headers.Authorization = "Bearer " + tok;
+    var init = { method: method, headers: headers, cache: "no-store", credentials: "same-origin" };
+    if (body !== undefined && body !== null) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init).then(function (r) {
+      if (r.ok) {
+        if (opts.text) return r.text();
+        return r.text().then(function (t) { return t ? JSON.parse(t) : null; });
+      }
+      return r.text().then(function (t) { throw apiError(method, path, r.status, t); });
+    }, function (e) {
+      throw new Error(method + " " + path + " failed: " + (e && e.message ? e.message : "network error"));
+    });
+  }
+
+  /* GET path -> parsed JSON (or text when asText). */
+  function get(path, asText) { return request("GET", path, null, { text: !!asText }); }
+
+  /* A change (POST/PUT/DELETE). Asks for the token first when the browser
+   * session has none (Cancel sends the request without one, so the daemon's
+   * refusal is what the user sees). A 401 forgets the token, so the next
+   * change asks again. Errors go to the error box under `src` and reject. */
+  function send(method, path, body, src) {
+    src = src || (method + " " + path);
+    var ready = tokenGet() ? Promise.resolve(tokenGet()) : askToken();
+    return ready.then(function (tok) {
+      return request(method, path, body, { token: tok || null });
+    }).then(function (v) {
+      setError(src, null);
+      return v;
+    }, function (e) {
+      if (e.status === 401) {
+        tokenClear();
+        e.message += " (set a valid admin token with the Token button)";
+      } else if (e.status === 403) {
+        e.message += " (this token may not make changes)";
+      }
+      setError(src, e.message);
+      throw e;
+    });
+  }
+
+  /* promise -> its value, or null with the error shown under src. */
   function track(src, promise) {
     return promise.then(function (v) { setError(src, null); return v; },
                         function (e) { setError(src, e.message); return null; });
   }
 
-  /* -- devices ---------------------------------------------------------- */
-  function renderDevices(doc) {
-    var box = $("devices");
-    box.textContent = "";
-    var devs = (doc && doc.devices) || [];
-    if (devs.length === 0) { box.appendChild(el("p", "muted", "no devices")); return; }
-    devs.forEach(function (d) {
-      var used = d.used_bytes, free = d.free_bytes, total = used + free;
-      var pct = total > 0 ? (100 * used / total) : 0;
-      var row = el("div", "device");
-      row.dataset.deviceId = String(d.id);
-      row.dataset.usedBytes = String(used);
-      row.dataset.freeBytes = String(free);
-      var head = el("div", "head");
-      var left = el("span");
-      left.appendChild(el("strong", null, "#" + d.id + " "));
-      left.appendChild(el("span", "path", d.path));
-      left.appendChild(el("span", "muted", " (" + d.kind + ")"));
-      head.appendChild(left);
-      var st = el("span", d.status === "ok" ? "muted" : "status-bad",
-                  d.status + (d.message ? ": " + d.message : ""));
-      head.appendChild(st);
-      row.appendChild(head);
-      var bar = el("div", "bar");
-      bar.setAttribute("role", "meter");
-      bar.setAttribute("aria-label", "device " + d.id + " used space");
-      bar.setAttribute("aria-valuemin", "0");
-      bar.setAttribute("aria-valuemax", String(total));
-      bar.setAttribute("aria-valuenow", String(used));
-      var fill = el("div", "used");
-      fill.style.width = pct.toFixed(2) + "%";
-      bar.appendChild(fill);
-      row.appendChild(bar);
-      var legend = el("div", "muted small");
-      var u = el("span", "dev-used", fmtBytes(used));
-      var f = el("span", "dev-free", fmtBytes(free));
-      legend.appendChild(document.createTextNode("used "));
-      legend.appendChild(u);
-      legend.appendChild(document.createTextNode(" (" + pct.toFixed(1) + "%) \u00b7 free "));
-      legend.appendChild(f);
-      legend.appendChild(document.createTextNode(" \u00b7 " + d.n_objects + " objects \u00b7 largest free " +
-                                                 fmtBytes(d.largest_free_bytes)));
-      row.appendChild(legend);
-      box.appendChild(row);
-    });
-  }
-
-  /* -- counts and models ------------------------------------------------ */
-  function renderStatus(s) {
-    if (!s) return;
-    $("count-models").textContent = String(s.n_models);
-    $("count-jobs").textContent = s.jobs.queued + " / " + s.jobs.running;
-    $("count-jobs").dataset.queued = String(s.jobs.queued);
-    $("count-jobs").dataset.running = String(s.jobs.running);
-    var up = Math.floor(s.uptime_seconds);
-    $("meta").textContent = "v" + s.version + " \u00b7 " + s.store + " \u00b7 up " +
-      Math.floor(up / 3600) + "h " + Math.floor((up % 3600) / 60) + "m";
-  }
-
-  function listModels() {
+  /* Every item of a paged list route (`key` is the array's field). */
+  function getAll(path, key) {
     var all = [];
+    var sep = path.indexOf("?") < 0 ? "?" : "&";
     function page(cursor) {
-      var p = "/v1/models?limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+      var p = path + sep + "limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
       return get(p).then(function (doc) {
-        all = all.concat(doc.models || []);
+        all = all.concat(doc[key] || []);
         return doc.next_cursor ? page(doc.next_cursor) : all;
       });
     }
     return page(null);
   }
 
-  function modelBytes(name) {
-    return get("/v1/models/" + encodeURIComponent(name) + "/generations?limit=1000")
-      .then(function (doc) {
-        var sum = 0;
-        (doc.generations || []).forEach(function (g) {
-          if (g.state !== "retired") sum += g.total_bytes;
-        });
-        return sum;
-      });
+  /* -- token ------------------------------------------------------------ */
+  function tokenGet() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || null; } catch (e) { return null; }
   }
-
-  function renderModels(models) {
-    if (!models) return;
-    var gens = 0;
-    models.forEach(function (m) { gens += m.n_generations; });
-    $("count-generations").textContent = String(gens);
-    var tbody = $("models").tBodies[0];
-    tbody.textContent = "";
-    if (models.length === 0) {
-      var tr0 = el("tr");
-      var td0 = el("td", "muted", "no models yet");
-      td0.colSpan = 5;
-      tr0.appendChild(td0);
-      tbody.appendChild(tr0);
-      return Promise.resolve();
+  function tokenSet(t) {
+    try { sessionStorage.setItem(TOKEN_KEY, t); } catch (e) { /* storage disabled */ }
+    tokenLabel();
+  }
+  function tokenClear() {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage disabled */ }
+    tokenLabel();
+  }
+  function tokenLabel() {
+    var b = $("token-btn");
+    if (b) {
+      b.textContent = tokenGet() ? "Token: set" : "Token: none";
+      b.dataset.token = tokenGet() ? "set" : "none";
     }
-    // A model's bytes are refetched only when its generations change (not
-    // every 2 s for every model).
-    var seen = {};
-    return Promise.all(models.map(function (m) {
-      var key = m.n_generations + "/" + m.active_generation;
-      seen[m.name] = true;
-      var c = bytesCache[m.name];
-      if (c && c.key === key) return c.bytes;
-      return modelBytes(m.name).then(function (b) {
-        bytesCache[m.name] = { key: key, bytes: b };
-        return b;
-      }, function () { return null; });
-    })).then(function (bytes) {
-      Object.keys(bytesCache).forEach(function (k) { if (!seen[k]) delete bytesCache[k]; });
-      models.forEach(function (m, i) {
-        var tr = el("tr");
-        tr.dataset.model = m.name;
-        tr.appendChild(el("td", null, m.name));
-        tr.appendChild(el("td", null, m.active_generation === null ? "\u2013" : String(m.active_generation)));
-        var al = Object.keys(m.aliases || {}).sort().map(function (k) { return k + "\u2192" + m.aliases[k]; });
-        tr.appendChild(el("td", null, al.length ? al.join(", ") : "\u2013"));
-        tr.appendChild(el("td", "num", String(m.n_generations)));
-        var bc = el("td", "num", bytes[i] === null ? "?" : fmtBytes(bytes[i]));
-        if (bytes[i] !== null) { bc.dataset.bytes = String(bytes[i]); bc.title = bytes[i] + " bytes"; }
-        tr.appendChild(bc);
-        tbody.appendChild(tr);
-      });
-    });
   }
 
-  /* -- throughput ------------------------------------------------------- */
-  function parseCounters(text) {
-    var read = 0, imp = 0;
-    text.split("\n").forEach(function (line) {
-      if (!line || line.charAt(0) === "#") return;
-      var sp = line.lastIndexOf(" ");
-      if (sp < 0) return;
-      var name = line.slice(0, sp), v = parseFloat(line.slice(sp + 1));
-      if (!isFinite(v)) return;
-      var base = name.split("{")[0];
-      if (base === "tensorvault_read_bytes_total" || base === "tensorvault_fastpath_delivered_bytes_total") read += v;
-      else if (base === "tensorvault_imported_bytes_total") imp += v;
-    });
-    return { read: read, imp: imp, t: performance.now() };
-  }
-
-  function initChart() {
-    if (typeof window.Chart !== "function") {
-      $("chart-note").hidden = false;
-      return;
-    }
-    var cs = getComputedStyle(document.documentElement);
-    var fg = cs.getPropertyValue("--muted").trim() || "#888";
-    var grid = cs.getPropertyValue("--border").trim() || "#ccc";
-    var labels = [];
-    chart = new window.Chart($("throughput").getContext("2d"), {
-      type: "line",
-      data: {
-        labels: labels,
-        datasets: [
-          { label: "read MB/s", data: [], borderColor: "#1f6feb", backgroundColor: "#1f6feb", tension: 0.25, pointRadius: 0 },
-          { label: "import MB/s", data: [], borderColor: "#d97706", backgroundColor: "#d97706", tension: 0.25, pointRadius: 0 }
-        ]
-      },
-      options: {
-        animation: false, responsive: true, maintainAspectRatio: false,
-        scales: {
-          x: { ticks: { display: false }, grid: { color: grid } },
-          y: { beginAtZero: true, ticks: { color: fg }, grid: { color: grid } }
-        },
-        plugins: { legend: { labels: { color: fg } } }
+  /* Opens the token dialog; resolves with the token entered, or null. */
+  function askToken() {
+    var dlg = $("token-dialog"), form = $("token-form"), input = $("token-input");
+    return new Promise(function (resolve) {
+      input.value = "";
+      function done(v) {
+        form.removeEventListener("submit", onSubmit);
+        $("token-cancel").removeEventListener("click", onCancel);
+        $("token-forget").removeEventListener("click", onForget);
+        dlg.removeEventListener("cancel", onCancel);
+        if (dlg.open) dlg.close();
+        resolve(v);
       }
-    });
-  }
-
-  function pushPoint(arr, v) {
-    arr.push(v);
-    while (arr.length > CHART_POINTS) arr.shift();
-  }
-
-  function pollMetrics() {
-    return track("metrics", get("/metrics", true)).then(function (text) {
-      if (text === null) return;
-      var c = parseCounters(text);
-      if (lastCounters && chart) {
-        var dt = (c.t - lastCounters.t) / 1000;
-        if (dt > 0) {
-          pushPoint(chart.data.labels, "");
-          pushPoint(chart.data.datasets[0].data, Math.max(0, (c.read - lastCounters.read) / dt / 1e6));
-          pushPoint(chart.data.datasets[1].data, Math.max(0, (c.imp - lastCounters.imp) / dt / 1e6));
-          chart.update();
-        }
+      function onSubmit(ev) {
+        ev.preventDefault();
+        var t = input.value.trim();
+        if (t) tokenSet(t);
+        done(t || null);
       }
-      lastCounters = c;
+      function onCancel(ev) { if (ev) ev.preventDefault(); done(null); }
+      function onForget() { tokenClear(); done(null); }
+      form.addEventListener("submit", onSubmit);
+      $("token-cancel").addEventListener("click", onCancel);
+      $("token-forget").addEventListener("click", onForget);
+      dlg.addEventListener("cancel", onCancel);
+      dlg.showModal();
+      input.focus();
     });
   }
 
-  /* -- refresh loop ----------------------------------------------------- */
-  var busy = false;
-  function refresh() {
-    if (busy) return Promise.resolve();
+  /* -- confirmation ----------------------------------------------------- */
+  /* opts: {title, message, ok (button label), danger} -> Promise<bool>. */
+  function confirmAction(opts) {
+    var dlg = $("confirm-dialog"), form = $("confirm-form"), ok = $("confirm-ok");
+    $("confirm-title").textContent = opts.title || "Are you sure?";
+    $("confirm-message").textContent = opts.message || "";
+    ok.textContent = opts.ok || "Confirm";
+    ok.classList.toggle("danger", !!opts.danger);
+    return new Promise(function (resolve) {
+      function done(v) {
+        form.removeEventListener("submit", onSubmit);
+        $("confirm-cancel").removeEventListener("click", onCancel);
+        dlg.removeEventListener("cancel", onCancel);
+        if (dlg.open) dlg.close();
+        resolve(v);
+      }
+      function onSubmit(ev) { ev.preventDefault(); done(true); }
+      function onCancel(ev) { if (ev) ev.preventDefault(); done(false); }
+      form.addEventListener("submit", onSubmit);
+      $("confirm-cancel").addEventListener("click", onCancel);
+      dlg.addEventListener("cancel", onCancel);
+      dlg.showModal();
+      $("confirm-cancel").focus();
+    });
+  }
+
+  /* -- router ----------------------------------------------------------- */
+  function register(name, page) { pages[name] = page; }
+
+  /* "#models/demo" -> {name: "models", args: ["demo"]}; "" -> overview. */
+  function parseHash() {
+    var h = location.hash.replace(/^#\/?/, "");
+    var q = "";
+    var qi = h.indexOf("?");
+    if (qi >= 0) { q = h.slice(qi + 1); h = h.slice(0, qi); }
+    var parts = h ? h.split("/") : [];
+    var name = parts.length ? decodeURIComponent(parts[0]) : "overview";
+    if (!pages[name]) name = "overview";
+    var args = parts.slice(1).map(function (s) {
+      try { return decodeURIComponent(s); } catch (e) { return s; }
+    });
+    var query = {};
+    q.split("&").forEach(function (kv) {
+      if (!kv) return;
+      var i = kv.indexOf("=");
+      var k = i < 0 ? kv : kv.slice(0, i), v = i < 0 ? "" : kv.slice(i + 1);
+      try { query[decodeURIComponent(k)] = decodeURIComponent(v.replace(/\+/g, " ")); } catch (e) { /* skip */ }
+    });
+    return { name: name, args: args, query: query };
+  }
+
+  /* "#" + name + "/" + encoded args (+ "?k=v"). */
+  function href(name, args, query) {
+    var h = "#" + name + (args || []).map(function (a) { return "/" + seg(a); }).join("");
+    var q = Object.keys(query || {}).filter(function (k) { return query[k] !== "" && query[k] !== null && query[k] !== undefined; })
+      .map(function (k) { return seg(k) + "=" + seg(query[k]); });
+    return q.length ? h + "?" + q.join("&") : h;
+  }
+
+  function go(name, args, query) { location.hash = href(name, args, query); }
+
+  function markNav(name) {
+    Array.prototype.forEach.call(document.querySelectorAll("#nav a"), function (a) {
+      var on = a.dataset.page === name;
+      a.classList.toggle("active", on);
+      if (on) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    });
+  }
+
+  function section(name) { return $("page-" + name); }
+
+  function tick() {
+    if (!current || busy) return Promise.resolve();
+    var cur = current, p = pages[cur.name];
     busy = true;
-    return Promise.all([
-      track("status", get("/v1/status")).then(renderStatus),
-      track("devices", get("/v1/devices")).then(function (d) { if (d) renderDevices(d); }),
-      track("sessions", get("/v1/sessions")).then(function (d) {
-        if (d) $("count-sessions").textContent = String((d.sessions || []).length);
-      }),
-      track("models", listModels()).then(renderModels),
-      pollMetrics()
-    ]).then(function () {
+    var r;
+    try { r = Promise.resolve(p.refresh ? p.refresh(cur.args, cur.query) : undefined); } catch (e) { r = Promise.reject(e); }
+    return r.then(function () { busy = false; }, function (e) {
       busy = false;
-      document.body.dataset.loaded = "1";
-    }, function () { busy = false; });
+      setError("page " + cur.name, "the " + cur.name + " page failed: " + (e && e.message ? e.message : e));
+    });
+  }
+
+  function route() {
+    var r = parseHash();
+    var prev = current;
+    if (prev && prev.name !== r.name && pages[prev.name].hide) pages[prev.name].hide();
+    Object.keys(pages).forEach(function (n) {
+      var s = section(n);
+      if (s) s.hidden = n !== r.name;
+    });
+    markNav(r.name);
+    document.body.dataset.page = r.name;
+    var sec = section(r.name);
+    if (sec) delete sec.dataset.ready;
+    var gen = (prev ? prev.gen : 0) + 1;
+    current = { name: r.name, args: r.args, query: r.query, gen: gen };
+    var p = pages[r.name];
+    var shown;
+    try { shown = Promise.resolve(p.show ? p.show(r.args, r.query) : undefined); } catch (e) { shown = Promise.reject(e); }
+    busy = false;
+    return shown.then(function () { return tick(); }, function (e) {
+      setError("page " + r.name, "the " + r.name + " page failed: " + (e && e.message ? e.message : e));
+    }).then(function () {
+      if (current && current.gen === gen && sec) {
+        sec.dataset.ready = "1";
+        document.body.dataset.loaded = "1";
+      }
+    });
   }
 
   function start() {
-    initChart();
-    refresh();
-    setInterval(refresh, POLL_MS);
+    tokenLabel();
+    $("token-btn").addEventListener("click", function () { askToken(); });
+    window.addEventListener("hashchange", route);
+    Object.keys(pages).forEach(function (n) { if (pages[n].init) pages[n].init(section(n)); });
+    track("status", get("/v1/status")).then(function (st) {
+      if (st) $("meta").textContent = "v" + st.version + " \u00b7 " + st.store;
+    });
+    route();
+    timer = setInterval(tick, window.TV.POLL_MS);
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  window.TV = {
+    POLL_MS: 2000,
+    $: $, el: el, clear: clear, seg: seg,
+    fmtBytes: fmtBytes, fmtRate: fmtRate, fmtDuration: fmtDuration, fmtTime: fmtTime,
+    get: get, getAll: getAll, send: send, request: request, track: track,
+    setError: setError, notify: notify,
+    confirm: confirmAction, askToken: askToken,
+    token: { get: tokenGet, set: tokenSet, clear: tokenClear },
+    register: register, go: go, href: href,
+    route: function () { return current; },
+    section: section
+  };
+
+  // Deferred page scripts run after this one and before DOMContentLoaded.
+  if (document.readyState !== "complete") document.addEventListener("DOMContentLoaded", start);
+  else setTimeout(start, 0);
 })();

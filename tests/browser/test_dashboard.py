@@ -12,35 +12,10 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT
-
-SIZES = {"wide": (1280, 900), "narrow": (390, 844)}
-
-
-class Watch:
-    """Everything that went wrong while a page was open."""
-
-    def __init__(self, page):
-        self.problems = []
-        page.on("console", lambda m: m.type == "error" and self.problems.append(
-            f"console error: {m.text} ({m.location.get('url')})"))
-        page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        page.on("requestfailed", lambda r: self.problems.append(
-            f"request failed: {r.method} {r.url}: {r.failure}"))
-        page.on("response", lambda r: r.status >= 400 and self.problems.append(
-            f"HTTP {r.status}: {r.request.method} {r.url}"))
-
+from conftest import ROOT, open_page, shoot
 
 def open_overview(browser, base_url, scheme="light", size="wide", route=None):
-    w, h = SIZES[size]
-    ctx = browser.new_context(viewport={"width": w, "height": h}, color_scheme=scheme)
-    page = ctx.new_page()
-    watch = Watch(page)
-    if route:
-        page.route(*route)
-    page.goto(base_url + "/")
-    page.wait_for_selector("body[data-loaded='1']", timeout=15000)
-    return ctx, page, watch
+    return open_page(browser, base_url, "#overview", scheme=scheme, size=size, route=route)
 
 
 def test_overview_matches_api(browser, base_url, daemon):
@@ -93,7 +68,9 @@ def test_overview_matches_api(browser, base_url, daemon):
         assert page.is_visible("canvas#throughput")
         assert page.is_hidden("#chart-note")
         assert page.is_hidden("#errors")
-        assert page.eval_on_selector_all("nav a", "as => as.map(a => a.textContent)") == ["Overview"]
+        assert page.eval_on_selector_all("nav a", "as => as.map(a => a.textContent)") == [
+            "Overview", "Models", "Tensors", "Imports", "Sessions"]
+        assert page.get_attribute("nav a[aria-current='page']", "href") == "#overview"
         assert watch.problems == []
     finally:
         ctx.close()
@@ -134,6 +111,8 @@ def test_keyboard_focus_is_visible(browser, base_url):
     ctx, page, watch = open_overview(browser, base_url)
     try:
         page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.textContent") == "Skip to content"
+        page.keyboard.press("Tab")
         focused = page.evaluate("() => document.activeElement.textContent")
         assert focused == "Overview"
         style = page.evaluate("() => { const s = getComputedStyle(document.activeElement);"
@@ -150,15 +129,7 @@ def test_screenshots(browser, base_url, artifacts_dir, scheme, size):
     ctx, page, watch = open_overview(browser, base_url, scheme=scheme, size=size)
     try:
         page.wait_for_function("() => !window.Chart || Chart.getChart('throughput')")
-        # fits the width: nothing wider than the viewport
-        sw = page.evaluate("() => document.documentElement.scrollWidth")
-        assert sw <= SIZES[size][0], sw
-        bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
-        light = bg in ("rgb(246, 247, 249)",)
-        assert light == (scheme == "light"), bg
-        path = os.path.join(artifacts_dir, f"overview-{scheme}-{size}.png")
-        page.screenshot(path=path, full_page=True)
-        assert os.path.getsize(path) > 1000
+        path = shoot(page, artifacts_dir, "overview", scheme, size)
         if scheme == "light" and size == "wide" and os.environ.get("TV_UPDATE_SCREENSHOT") == "1":
             shutil.copyfile(path, os.path.join(ROOT, "docs", "dashboard-overview.png"))
         assert watch.problems == []
