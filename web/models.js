@@ -153,6 +153,7 @@
     var in1 = el("input");
     in1.type = "text";
     in1.id = "alias-name";
+    in1.dataset.key = "alias-name";
     in1.autocomplete = "off";
     in1.spellcheck = false;
     in1.maxLength = 64;
@@ -500,7 +501,7 @@
   /* -- actions ------------------------------------------------------------- */
   /* confirm -> TV.send -> notify -> re-read from the API (also on failure:
    * the page shows what the daemon has, never what was hoped for). */
-  function act(opts, method, path, body, done) {
+  function act(opts, method, path, body, done, focusKey) {
     if (inflight) return Promise.resolve(false);
     return TV.confirm(opts).then(function (yes) {
       if (!yes) return false;
@@ -510,7 +511,13 @@
         return true;
       }, function () { return false; }).then(function (ok) {
         setInflight(false);
-        return Promise.resolve(loadModel()).then(function () { return ok; });
+        return Promise.resolve(loadModel()).then(function () {
+          // The button pressed may be gone (or was disabled): keep the
+          // keyboard user near where they were.
+          var a = document.activeElement;
+          if (!a || a === document.body || !sec.contains(a)) restoreFocus(focusKey);
+          return ok;
+        });
       });
     });
   }
@@ -524,7 +531,7 @@
       ok: "Activate " + n
     }, "POST", gpath(name, n) + "/activate", null, function () {
       return name + ": generation " + n + " is active (was " + (cur === null ? "none" : cur) + ")";
-    });
+    }, "expand:" + n);
   }
 
   function retire(g) {
@@ -538,7 +545,7 @@
       danger: true
     }, "POST", gpath(name, n) + "/retire", null, function () {
       return name + ": generation " + n + " is retired";
-    });
+    }, "expand:" + n);
   }
 
   function rollback(cur, target) {
@@ -550,7 +557,7 @@
       ok: "Roll back"
     }, "POST", mpath(name) + "/rollback", null, function (v) {
       return name + ": rolled back, generation " + (v && v.generation) + " is active (was " + cur + ")";
-    });
+    }, "rollback");
   }
 
   function deactivate(cur) {
@@ -562,7 +569,7 @@
       danger: true
     }, "POST", mpath(name) + "/deactivate", null, function () {
       return name + ": no active generation (was " + cur + ")";
-    });
+    }, "alias-name");
   }
 
   function pointAlias(alias, gen) {
@@ -591,7 +598,7 @@
                "PUT", mpath(name) + "/aliases/" + TV.seg(alias), { generation: g }, function () {
                  return name + ": alias " + alias + " \u2192 generation " + g +
                    (prev !== undefined && prev !== g ? " (was " + prev + ")" : "");
-               }).then(function (ok) {
+               }, "alias-name").then(function (ok) {
       if (ok) view.aliasName.value = "";
       return ok;
     });
@@ -606,7 +613,7 @@
       danger: true
     }, "DELETE", mpath(name) + "/aliases/" + TV.seg(alias), null, function () {
       return name + ": alias " + alias + " removed (was generation " + gen + ")";
-    });
+    }, "alias-name");
   }
 
   /* -- page object --------------------------------------------------------- */

@@ -12,15 +12,19 @@ import os
 import pytest
 
 from conftest import demo_checkpoint, open_page, shoot
+from daemon import seg
+
+
+OTHER = "team/other.v2"  # a name with a "/" (percent-encoded in paths and the hash)
 
 
 def make_demo(daemon_factory):
     """A daemon with model "demo" (3 generations of the small checkpoint,
-    seeds 1-3; gen 2 active, alias prod -> 1) and model "other" (1 gen)."""
+    seeds 1-3; gen 2 active, alias prod -> 1) and model OTHER (1 gen)."""
     d = daemon_factory()
     for seed in (1, 2, 3):
         d.import_ok("demo", demo_checkpoint(os.path.join(d.workdir, f"ckpt{seed}", "model.safetensors"), seed))
-    d.import_ok("other", demo_checkpoint(os.path.join(d.workdir, "ckpt9", "model.safetensors"), 9),
+    d.import_ok(OTHER, demo_checkpoint(os.path.join(d.workdir, "ckpt9", "model.safetensors"), 9),
                 activate=True)
     d.ok("POST", "/v1/models/demo/generations/2/activate")
     d.ok("PUT", "/v1/models/demo/aliases/prod", body={"generation": 1})
@@ -68,9 +72,9 @@ def test_list_and_model_view_match_api(browser, demo):
     try:
         models = demo.ok("GET", "/v1/models")["models"]
         rows = page.query_selector_all("#models-table tbody tr")
-        assert [r.get_attribute("data-model") for r in rows] == [m["name"] for m in models] == ["demo", "other"]
+        assert [r.get_attribute("data-model") for r in rows] == [m["name"] for m in models] == ["demo", OTHER]
         for r, m in zip(rows, models):
-            assert r.eval_on_selector("td.name a", "a => a.getAttribute('href')") == "#models/" + m["name"]
+            assert r.eval_on_selector("td.name a", "a => a.getAttribute('href')") == "#models/" + seg(m["name"])
             assert r.eval_on_selector("td.n-gens", "e => e.textContent") == str(m["n_generations"])
         demo_row = rows[0]
         assert demo_row.eval_on_selector("td.active-gen .badge.active", "e => e.textContent") == "2"
@@ -82,7 +86,7 @@ def test_list_and_model_view_match_api(browser, demo):
         # The filter is a substring match on the name, typed in place.
         page.fill("#models-filter", "th")
         page.wait_for_function("() => document.querySelectorAll('#models-table tbody tr').length === 1")
-        assert page.get_attribute("#models-table tbody tr", "data-model") == "other"
+        assert page.get_attribute("#models-table tbody tr", "data-model") == OTHER
         page.fill("#models-filter", "zzz")
         page.wait_for_selector("#models-empty:visible")
         page.fill("#models-filter", "")
@@ -138,7 +142,20 @@ def test_list_and_model_view_match_api(browser, demo):
         page.click(f"{gen_row(1)} button.expand")
         page.wait_for_selector("#shards-1", state="detached")
         assert page.is_hidden("#errors")
+
+        # The other model, by its encoded name; then one that does not exist.
+        page.click("#page-models .back")
+        page.click(f"#models-table tr[data-model='{OTHER}'] td.name a")
+        page.wait_for_selector("#page-models[data-view='model'] #gens-table tr.gen[data-gen='1'][data-active='1']")
+        assert page.text_content("#model-h .model-name") == OTHER
+        assert page.eval_on_selector(f"{gen_row(1)} a.tensors-link", "a => a.getAttribute('href')") == \
+            "#tensors/" + seg(OTHER) + "/1"
         assert watch.problems == []
+        page.evaluate("() => { location.hash = '#models/nope' }")
+        page.wait_for_selector("#model-missing:visible")
+        assert "HTTP 404" in page.text_content("#errors p.error-line[data-source='models'] span")
+        assert page.query_selector("#gens-table tr.gen") is None
+        assert watch.other_than("404") == []
     finally:
         ctx.close()
 
@@ -219,8 +236,18 @@ def test_actions_change_the_api_and_the_page(browser, daemon_factory):
         wait_idle(page)
         assert d.ok("GET", "/v1/models/demo")["aliases"] == {}
 
-        assert [m for m, _ in sent] == ["POST", "PUT", "POST", "POST", "DELETE"]
-        assert page.evaluate("() => window.__disabled") == [True] * 5
+        # Deactivate: no active generation, so no Rollback either.
+        page.click("#deactivate-btn")
+        msg = confirm(page)
+        assert "generation 2" in msg and "demo" in msg
+        page.wait_for_selector("#model-facts[data-active='']")
+        wait_idle(page)
+        assert d.ok("GET", "/v1/models/demo")["active_generation"] is None
+        assert page.query_selector("#rollback-btn") is None
+        assert page.query_selector("#gens-table .badge.active") is None
+
+        assert [m for m, _ in sent] == ["POST", "PUT", "POST", "POST", "DELETE", "POST"]
+        assert page.evaluate("() => window.__disabled") == [True] * 6
         assert page.is_hidden("#errors")
         assert watch.problems == []
     finally:
@@ -321,6 +348,8 @@ def test_keyboard_only(browser, demo):
         page.wait_for_selector(f"{gen_row(3)}[data-active='1']")
         wait_idle(page)
         assert demo.ok("GET", "/v1/models/demo")["active_generation"] == 3
+        # The pressed button is gone: the focus stays on that generation's row.
+        page.wait_for_function("() => document.activeElement.dataset.key === 'expand:3'")
         # Expanding with the keyboard too.
         page.focus(f"{gen_row(2)} button.expand")
         page.keyboard.press("Enter")
