@@ -286,14 +286,14 @@ def test_refused_actions_show_the_api_message(browser, demo):
         page.click(f"{gen_row(3)} button[data-key='activate:3']")
         confirm(page)
         page.wait_for_selector("#token-dialog[open]")
-        page.fill("#token-input", "tvt_bad0123456789")
+        page.fill("#token-input", "tvk_bad0123456789")
         with page.expect_response(lambda r: r.url.endswith("/generations/3/activate")) as ri:
             page.click("#token-ok")
         assert ri.value.status == 401
         page.wait_for_selector("#errors p.error-line[data-source='models action']")
         wait_idle(page)
         assert "HTTP 401" in error_line(page)
-        assert auth[-1] == "Bearer tvt_bad0123456789"
+        assert auth[-1] == "Bearer tvk_bad0123456789"
         assert page.get_attribute("#token-btn", "data-token") == "none"
         assert api_state(demo) == before
 
@@ -322,6 +322,30 @@ def test_refused_actions_show_the_api_message(browser, demo):
             f"HTTP 401: POST {base}/3/activate", f"HTTP 401: POST {base}/3/activate",
             f"HTTP 409: POST {base}/2/retire"]
         assert watch.other_than("401", "409") == []
+    finally:
+        ctx.close()
+
+
+def test_read_token_is_refused_with_403(browser, demo):
+    tok = demo.ok("POST", "/v1/tokens", status=201, body={"name": "reader", "scope": "read"})["token"]
+    before = api_state(demo)
+    ctx, page, watch = open_page(browser, url(demo), "#models/demo", token=tok)
+    try:
+        page.wait_for_selector(gen_row(3))
+        page.click(f"{gen_row(3)} button[data-key='retire:3']")
+        with page.expect_response(lambda r: r.url.endswith("/generations/3/retire")) as ri:
+            confirm(page)
+        r = ri.value
+        assert r.status == 403
+        api_msg = r.json()["error"]["message"]
+        page.wait_for_selector("#errors p.error-line[data-source='models action']")
+        wait_idle(page)
+        text = error_line(page)
+        assert "HTTP 403" in text and api_msg in text and "may not make changes" in text, text
+        assert page.get_attribute("#token-btn", "data-token") == "set"  # a 403 keeps the token
+        assert api_state(demo) == before
+        assert page.get_attribute(gen_row(3), "data-state") == "ready"
+        assert watch.other_than("403") == []
     finally:
         ctx.close()
 
