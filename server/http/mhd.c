@@ -371,10 +371,10 @@ static enum MHD_Result serve_static(struct MHD_Connection *c, req_ctx *r, const 
 {
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
     int status = tv__static_not_modified(f, inm) ? 304 : 200;
+    /* The file is a 304's response too: MHD sends no body with a 304 but
+     * its Content-Length, which must be the 200's (RFC 9110 8.6), not 0. */
     struct MHD_Response *mr =
-        status == 304
-            ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
-            : MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+        MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
     if (!mr)
         return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
     MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, f->content_type);

@@ -8,6 +8,7 @@ script or style."""
 import hashlib
 import os
 import re
+import socket
 import urllib.error
 import urllib.request
 
@@ -112,6 +113,46 @@ def test_not_modified(d):
     # Different files, different tags.
     tags = {fetch(d, p)[1]["etag"] for p in ("/", "/ui/app.js", "/ui/app.css")}
     assert len(tags) == 3
+
+
+def test_not_modified_framing(d):
+    """On one keep-alive connection: a 304 (GET and HEAD) has no body and
+    either no Content-Length or the 200's (RFC 9110 8.6), so the next
+    answer on the connection starts right after its headers."""
+    body = src("app.js")
+    etag = fetch(d, "/ui/app.js")[1]["etag"]
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    try:
+        s.sendall((f"GET /ui/app.js HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+                   f"HEAD /ui/app.js HTTP/1.1\r\nHost: t\r\nIf-None-Match: W/{etag}\r\n\r\n"
+                   "GET /ui/favicon.svg HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").encode())
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    answers = []
+    for _ in range(3):
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        h = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            h.setdefault(k.strip().lower(), []).append(v.strip())
+        answers.append((lines[0], h))
+        if lines[0].split()[1] == "200":
+            n = int(h["content-length"][0])
+            answers[-1] += (data[:n],)
+            data = data[n:]
+    for line, h in answers[:2]:
+        assert line == "HTTP/1.1 304 Not Modified", answers
+        assert h.get("content-length", [str(len(body))]) == [str(len(body))], h
+        assert h["etag"] == [etag]
+    assert answers[2][0] == "HTTP/1.1 200 OK" and answers[2][2] == src("favicon.svg"), answers
+    assert data == b""
 
 
 @pytest.mark.parametrize("path", [
