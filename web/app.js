@@ -279,8 +279,9 @@
     var qi = h.indexOf("?");
     if (qi >= 0) { q = h.slice(qi + 1); h = h.slice(0, qi); }
     var parts = h ? h.split("/") : [];
-    var name = parts.length ? decodeURIComponent(parts[0]) : "overview";
-    if (!pages[name]) name = "overview";
+    var name = "overview";
+    try { if (parts.length) name = decodeURIComponent(parts[0]); } catch (e) { /* not a page */ }
+    if (!Object.prototype.hasOwnProperty.call(pages, name)) name = "overview";
     var args = parts.slice(1).map(function (s) {
       try { return decodeURIComponent(s); } catch (e) { return s; }
     });

