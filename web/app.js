@@ -15,10 +15,10 @@
 (function () {
   var TOKEN_KEY = "tensorvault.token";
   var pages = {};
-  var current = null; // {name, args, gen}
+  var current = null; // {name, args, query, gen, shown}
   var errors = {};    // source -> message
   var timer = null;
-  var busy = false;
+  var running = null; // the refresh in flight (a promise), or null
   var noticeTimer = null;
 
   function $(id) { return document.getElementById(id); }
@@ -315,16 +315,23 @@
 
   function section(name) { return $("page-" + name); }
 
-  function tick() {
-    if (!current || busy) return Promise.resolve();
-    var cur = current, p = pages[cur.name];
-    busy = true;
-    var r;
+  function failed(name, e) {
+    setError("page " + name, "the " + name + " page failed: " + (e && e.message ? e.message : e));
+  }
+
+  /* One refresh of the current route, only once its show has resolved and
+   * never two at once (also across routes). wait: run after the refresh in
+   * flight instead of skipping (a route's first refresh). */
+  function tick(wait) {
+    if (running) return wait ? running.then(function () { return tick(true); }) : Promise.resolve();
+    var cur = current;
+    if (!cur || !cur.shown) return Promise.resolve();
+    var p = pages[cur.name], r;
     try { r = Promise.resolve(p.refresh ? p.refresh(cur.args, cur.query) : undefined); } catch (e) { r = Promise.reject(e); }
-    return r.then(function () { busy = false; }, function (e) {
-      busy = false;
-      setError("page " + cur.name, "the " + cur.name + " page failed: " + (e && e.message ? e.message : e));
-    });
+    running = r.then(function () {
+      if (errors["page " + cur.name]) setError("page " + cur.name, null); // it works again
+    }, function (e) { failed(cur.name, e); }).then(function () { running = null; });
+    return running;
   }
 
   function route() {
@@ -339,16 +346,22 @@
     document.body.dataset.page = r.name;
     var sec = section(r.name);
     if (sec) delete sec.dataset.ready;
-    var gen = (prev ? prev.gen : 0) + 1;
-    current = { name: r.name, args: r.args, query: r.query, gen: gen };
+    var cur = { name: r.name, args: r.args, query: r.query, gen: (prev ? prev.gen : 0) + 1, shown: false };
+    current = cur;
     var p = pages[r.name];
     var shown;
     try { shown = Promise.resolve(p.show ? p.show(r.args, r.query) : undefined); } catch (e) { shown = Promise.reject(e); }
-    busy = false;
-    return shown.then(function () { return tick(); }, function (e) {
-      setError("page " + r.name, "the " + r.name + " page failed: " + (e && e.message ? e.message : e));
+    // A newer route makes this one's show and refresh moot: only the
+    // current route is refreshed and marked ready.
+    return shown.then(function () {
+      if (current !== cur) return null;
+      cur.shown = true;
+      return tick(true);
+    }, function (e) {
+      cur.shown = true; // later polls retry the page
+      failed(r.name, e);
     }).then(function () {
-      if (current && current.gen === gen && sec) {
+      if (current === cur && sec) {
         sec.dataset.ready = "1";
         document.body.dataset.loaded = "1";
       }
@@ -368,7 +381,7 @@
       if (st) $("meta").textContent = "v" + st.version + " \u00b7 " + st.store;
     });
     route();
-    timer = setInterval(tick, window.TV.POLL_MS);
+    timer = setInterval(function () { tick(false); }, window.TV.POLL_MS);
   }
 
   window.TV = {

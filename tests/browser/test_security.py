@@ -84,6 +84,68 @@ PROBE = """() => {
 FLUSH = "() => new Promise(r => setTimeout(r, 50))"  # lets queued promise callbacks run
 
 
+def test_router_orders_show_and_refresh(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#overview")
+    try:
+        page.evaluate(PROBE)
+        # Two routes in a row; the first one's show resolving must not
+        # refresh the second before its own show resolved.
+        page.evaluate("() => { location.hash = '#probe/a'; }")
+        page.wait_for_function("() => __probe.shows.length === 1")
+        page.evaluate("() => { location.hash = '#probe/b'; }")
+        page.wait_for_function("() => __probe.shows.length === 2")
+        page.evaluate("() => __probe.shows[0].res()")
+        page.evaluate(FLUSH)
+        assert page.evaluate("() => __probe.refreshes.length") == 0
+        assert page.get_attribute("#page-probe", "data-ready") is None
+        page.evaluate("() => __probe.shows[1].res()")
+        page.wait_for_function("() => __probe.refreshes.length === 1")
+        assert page.evaluate("() => __probe.refreshes[0].args") == "b"
+        assert page.get_attribute("#page-probe", "data-ready") is None  # refresh not done
+        page.evaluate("() => __probe.refreshes[0].res()")
+        page.wait_for_selector("#page-probe[data-ready='1']")
+
+        # A poll's refresh in flight, then a new route: its first refresh
+        # waits for the old one (never two at once).
+        page.wait_for_function("() => __probe.refreshes.length === 2", timeout=10000)
+        page.evaluate("() => { location.hash = '#probe/c'; }")
+        page.wait_for_function("() => __probe.shows.length === 3")
+        page.evaluate("() => __probe.shows[2].res()")
+        page.evaluate(FLUSH)
+        assert page.evaluate("() => __probe.refreshes.length") == 2
+        page.evaluate("() => __probe.refreshes[1].res()")
+        page.wait_for_function("() => __probe.refreshes.length === 3")
+        assert page.evaluate("() => __probe.refreshes[2].args") == "c"
+        assert page.get_attribute("#page-probe", "data-ready") is None
+        page.evaluate("() => __probe.refreshes[2].res()")
+        page.wait_for_selector("#page-probe[data-ready='1']")
+        assert page.evaluate("() => [__probe.maxActive, __probe.early]") == [1, []]
+        assert watch.problems == []
+    finally:
+        ctx.close()
+
+
+def test_page_failure_is_shown_and_cleared(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#overview")
+    try:
+        page.evaluate(PROBE)
+        # A show that throws: its message, and the page still gets ready.
+        page.evaluate("() => { Object.assign(__probe, {auto: true, fail: {show: true, refresh: true}});"
+                      " location.hash = '#probe'; }")
+        page.wait_for_selector("#page-probe[data-ready='1']")
+        line = "#errors p.error-line[data-source='page probe'] span"
+        page.wait_for_selector(line)
+        # Later polls retry: a refresh that throws says so, one that works
+        # takes the message away.
+        page.wait_for_function(f"() => document.querySelector(\"{line}\").textContent"
+                               ".includes('refresh threw (test)')", timeout=10000)
+        page.evaluate("() => { __probe.fail = {}; }")
+        page.wait_for_selector(line, state="detached", timeout=10000)
+        assert watch.problems == []
+    finally:
+        ctx.close()
+
+
 def test_csp_blocks_an_injected_inline_handler(browser, base_url):
     ctx, page, watch = open_page(browser, base_url, "#overview")
     try:
