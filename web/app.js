@@ -89,6 +89,7 @@
   }
 
   function setError(src, msg) {
+    if ((errors[src] || null) === (msg || null)) return; // unchanged: keep the box (and its focus)
     if (msg) errors[src] = msg; else delete errors[src];
     showErrors();
   }

@@ -146,6 +146,27 @@ def test_page_failure_is_shown_and_cleared(browser, base_url):
         ctx.close()
 
 
+def test_error_box_keeps_focus_across_polls(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#overview")
+    page.route("**/v1/models?*", lambda r: r.fulfill(
+        status=500, content_type="application/json",
+        body='{"error": {"code": "TV_E_IO", "message": "disk on fire (test)", "errno": -5}}'))
+    try:
+        page.evaluate("() => { location.hash = '#models'; }")
+        wait_route(page, "models")
+        btn = "#errors p.error-line[data-source='models'] button"
+        page.focus(btn)
+        for _ in range(2):  # two more polls answer the same error
+            with page.expect_response(lambda r: "/v1/models?" in r.url, timeout=10000):
+                pass
+        page.evaluate(FLUSH)
+        assert page.evaluate("() => document.activeElement.closest('p.error-line') !== null")
+        assert page.evaluate("() => document.activeElement.textContent") == "dismiss"
+        assert watch.other_than("500") == []
+    finally:
+        ctx.close()
+
+
 def test_csp_blocks_an_injected_inline_handler(browser, base_url):
     ctx, page, watch = open_page(browser, base_url, "#overview")
     try:
