@@ -104,15 +104,25 @@
   }
 
   /* -- HTTP ------------------------------------------------------------- */
+  /* A body that is not the API's error (a proxy's HTML page, say): its
+   * title or text, whitespace folded, at most 160 characters. */
+  function excerpt(body) {
+    var t = String(body || "");
+    var m = /<title[^>]*>([^<]*)<\/title>/i.exec(t);
+    t = (m ? m[1] : t.replace(/<[^>]*>/g, " ")).replace(/\s+/g, " ").trim();
+    return t.length > 160 ? t.slice(0, 159) + "\u2026" : t;
+  }
+
   function apiError(method, path, status, body) {
-    var msg = body, code = null;
+    var msg = null, code = null;
     try {
       var j = JSON.parse(body);
       if (j && j.error) {
         code = j.error.code || null;
-        msg = (code ? code + ": " : "") + j.error.message;
+        msg = (code ? code + ": " : "") + (j.error.message || "");
       }
-    } catch (e) { /* not JSON: the body as is */ }
+    } catch (e) { /* not JSON */ }
+    if (msg === null) msg = excerpt(body);
     var err = new Error(method + " " + path + " failed: HTTP " + status + (msg ? " \u2014 " + msg : ""));
     err.status = status;
     err.code = code;
@@ -132,11 +142,20 @@
     return fetch(path, init).then(function (r) {
       if (r.ok) {
         if (opts.text) return r.text();
-        return r.text().then(function (t) { return t ? JSON.parse(t) : null; });
+        return r.text().then(function (t) {
+          if (!t) return null;
+          try { return JSON.parse(t); } catch (e) {
+            var x = new Error(method + " " + path + " failed: HTTP " + r.status + ", the answer is not JSON" +
+                              (excerpt(t) ? " \u2014 " + excerpt(t) : ""));
+            x.status = r.status;
+            throw x;
+          }
+        });
       }
       return r.text().then(function (t) { throw apiError(method, path, r.status, t); });
     }, function (e) {
-      throw new Error(method + " " + path + " failed: " + (e && e.message ? e.message : "network error"));
+      throw new Error(method + " " + path + " failed: no answer from the daemon (" +
+                      (e && e.message ? e.message : "network error") + ")");
     });
   }
 
@@ -187,8 +206,8 @@
     function page(cursor) {
       var p = path + sep + "limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
       return get(p).then(function (doc) {
-        all = all.concat(doc[key] || []);
-        return doc.next_cursor ? page(doc.next_cursor) : all;
+        all = all.concat((doc && doc[key]) || []);
+        return doc && doc.next_cursor ? page(doc.next_cursor) : all;
       });
     }
     return page(null);

@@ -167,6 +167,37 @@ def test_error_box_keeps_focus_across_polls(browser, base_url):
         ctx.close()
 
 
+def test_odd_answers_give_a_short_message(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#overview")
+    answer = {}
+    page.route("**/v1/models?*", lambda r: r.fulfill(**answer))
+    line = "#errors p.error-line[data-source='models']"
+    try:
+        # 200 with an HTML page (a proxy's login page, say).
+        answer.update(status=200, content_type="text/html", body="<html><body>sign in</body></html>")
+        page.evaluate("() => { location.hash = '#models'; }")
+        wait_route(page, "models")
+        page.wait_for_selector(line)
+        text = page.text_content(line + " span")
+        assert "GET /v1/models" in text and "not JSON" in text, text
+        # A 502 HTML error page of 20 KB: the status, a short excerpt.
+        answer.update(status=502, content_type="text/html",
+                      body="<html><head><title>502 Bad Gateway</title></head><body>" + "x" * 20000)
+        page.wait_for_function(f"() => document.querySelector(\"{line} span\").textContent.includes('HTTP 502')",
+                               timeout=10000)
+        text = page.text_content(line + " span")
+        assert "GET /v1/models" in text and "502 Bad Gateway" in text and len(text) < 400, text
+        # 204, no body: an empty list, no error.
+        answer.clear()
+        answer.update(status=204, body="")
+        page.wait_for_selector(line, state="detached", timeout=10000)
+        page.wait_for_selector("#models-empty:not([hidden])")
+        assert page.text_content("#models-count") == "0 models"
+        assert watch.other_than("502") == []
+    finally:
+        ctx.close()
+
+
 def test_csp_blocks_an_injected_inline_handler(browser, base_url):
     ctx, page, watch = open_page(browser, base_url, "#overview")
     try:
@@ -209,5 +240,34 @@ def test_confirmation_dismissed_50_times_then_one_request(browser, base_url, dae
         assert puts == [("PUT", base_url + "/v1/models/demo/aliases/stable")]
         assert page.is_hidden("#confirm-dialog") and page.is_hidden("#token-dialog")
         assert watch.problems == []
+    finally:
+        ctx.close()
+
+
+def test_daemon_down_and_back(browser, daemon_factory):
+    d = daemon_factory()
+    base = f"http://127.0.0.1:{d.port}"
+    ctx, page, watch = open_page(browser, base, "#models")
+    try:
+        d.stop()
+        line = "#errors p.error-line[data-source='models'] span"
+        page.wait_for_selector(line, timeout=10000)
+        text = page.text_content(line)
+        assert "GET /v1/models" in text and "daemon" in text, text
+        d.spawn(port=d.port)
+        deadline = time.monotonic() + 30
+        while True:  # the daemon's own start, not the page: the page is waited on below
+            try:
+                if d.request("GET", "/healthz", token=None, timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, d.log_text()
+            time.sleep(0.05)
+        page.wait_for_selector("#errors p.error-line[data-source='models']", state="detached",
+                               timeout=10000)
+        assert page.text_content("#models-count") == "0 models"
+        assert watch.other_than("ERR_CONNECTION_REFUSED", "Failed to fetch", "ERR_EMPTY_RESPONSE",
+                                "ERR_CONNECTION_RESET") == []
     finally:
         ctx.close()
