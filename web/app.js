@@ -239,6 +239,7 @@
     return new Promise(function (resolve) {
       input.value = "";
       function done(v) {
+        input.value = ""; // the token lives in sessionStorage only, not in the closed dialog
         form.removeEventListener("submit", onSubmit);
         $("token-cancel").removeEventListener("click", onCancel);
         $("token-forget").removeEventListener("click", onForget);

@@ -244,6 +244,34 @@ def test_confirmation_dismissed_50_times_then_one_request(browser, base_url, dae
         ctx.close()
 
 
+def test_token_stays_in_the_session_and_the_header(browser, base_url, daemon):
+    ctx, page, watch = open_page(browser, base_url, "#models/demo")
+    seen = []
+    page.on("request", lambda r: seen.append((r.url, r.headers.get("authorization"))))
+    try:
+        page.fill("#alias-name", "stable")
+        page.click("#alias-set")
+        page.click("#confirm-ok")
+        page.wait_for_selector("#token-dialog[open]")
+        page.fill("#token-input", daemon.token)
+        page.click("#token-ok")
+        page.wait_for_selector("#page-models[data-busy='0']")
+        page.wait_for_selector("#notice:not([hidden])")
+        assert page.evaluate("() => sessionStorage.getItem('tensorvault.token')") == daemon.token
+        assert page.evaluate("() => localStorage.length") == 0
+        assert page.evaluate("() => document.cookie") == ""
+        assert ctx.cookies() == []
+        assert daemon.token not in page.url
+        assert page.evaluate("() => document.getElementById('token-input').value") == ""
+        sent = [(u, a) for u, a in seen if a]
+        assert sent and all(u.startswith(base_url + "/v1/") and a == "Bearer " + daemon.token
+                            for u, a in sent), sent
+        assert not any(daemon.token in u for u, _ in seen)
+        assert watch.problems == []
+    finally:
+        ctx.close()
+
+
 def test_daemon_down_and_back(browser, daemon_factory):
     d = daemon_factory()
     base = f"http://127.0.0.1:{d.port}"
