@@ -5,8 +5,9 @@ page's failure message goes once it works again, non-JSON / HTML / empty
 answers give a short message that names the call, the CSP stops an injected
 inline handler, a confirmation opened and dismissed 50 times sends nothing
 and one OK sends exactly one request, the token stays in sessionStorage
-and only ever goes to the daemon in the Authorization header, and the page
-recovers when the daemon comes back."""
+and only ever goes to the daemon in the Authorization header, the page
+recovers when the daemon comes back, and a 128-byte name in a message
+wraps at 390 px instead of widening the page."""
 import time
 
 from conftest import Watch, open_page
@@ -297,5 +298,20 @@ def test_daemon_down_and_back(browser, daemon_factory):
         assert page.text_content("#models-count") == "0 models"
         assert watch.other_than("ERR_CONNECTION_REFUSED", "Failed to fetch", "ERR_EMPTY_RESPONSE",
                                 "ERR_CONNECTION_RESET") == []
+    finally:
+        ctx.close()
+
+
+def test_long_names_fit_narrow(browser, base_url):
+    """A 128-byte name (the longest the registry takes), unknown: the error
+    line and the page's message wrap instead of widening the page."""
+    name = "n" * 128
+    ctx, page, watch = open_page(browser, base_url, "#models/" + name, size="narrow")
+    try:
+        page.wait_for_selector("#errors p.error-line[data-source='models']")
+        page.wait_for_selector("#model-missing:not([hidden])")
+        assert name in page.text_content("#errors")
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+        assert watch.other_than("404") == []
     finally:
         ctx.close()
