@@ -19,6 +19,7 @@
   var errors = {};    // source -> message
   var timer = null;
   var running = null; // the refresh in flight (a promise), or null
+  var offline = false; // the last call got no answer at all (daemon down)
   var noticeTimer = null;
 
   function $(id) { return document.getElementById(id); }
@@ -140,6 +141,7 @@
       init.body = JSON.stringify(body);
     }
     return fetch(path, init).then(function (r) {
+      offline = false;
       if (r.ok) {
         if (opts.text) return r.text();
         return r.text().then(function (t) {
@@ -154,6 +156,7 @@
       }
       return r.text().then(function (t) { throw apiError(method, path, r.status, t); });
     }, function (e) {
+      offline = true;
       throw new Error(method + " " + path + " failed: no answer from the daemon (" +
                       (e && e.message ? e.message : "network error") + ")");
     });
@@ -347,6 +350,14 @@
     if (running) return wait ? running.then(function () { return tick(true); }) : Promise.resolve();
     var cur = current;
     if (!cur || !cur.shown) return Promise.resolve();
+    if (offline) {
+      // No answer last time: one probe per poll (not every call of the
+      // page, each a console error), and the page again once it answers.
+      running = fetch("/healthz", { cache: "no-store", credentials: "same-origin" })
+        .then(function () { offline = false; }, function () { /* still down */ })
+        .then(function () { running = null; return offline ? null : tick(wait); });
+      return running;
+    }
     var p = pages[cur.name], r;
     try { r = Promise.resolve(p.refresh ? p.refresh(cur.args, cur.query) : undefined); } catch (e) { r = Promise.reject(e); }
     running = r.then(function () {

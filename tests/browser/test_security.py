@@ -283,6 +283,15 @@ def test_daemon_down_and_back(browser, daemon_factory):
         page.wait_for_selector(line, timeout=10000)
         text = page.text_content(line)
         assert "GET /v1/models" in text and "daemon" in text, text
+        # While it is down: one failed request per poll, a probe of /healthz.
+        n = len(watch.problems)
+        for _ in range(2):
+            with page.expect_event("requestfailed", lambda r: "/healthz" in r.url, timeout=10000):
+                pass
+        page.evaluate(FLUSH)
+        failed = [p for p in watch.problems[n:] if p.startswith("request failed")]
+        assert len(failed) == 2 and all("/healthz" in p for p in failed), watch.problems[n:]
+        assert page.text_content(line) == text
         d.spawn(port=d.port)
         deadline = time.monotonic() + 30
         while True:  # the daemon's own start, not the page: the page is waited on below
