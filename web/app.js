@@ -369,7 +369,9 @@
   function route() {
     var r = parseHash();
     var prev = current;
-    if (prev && prev.name !== r.name && pages[prev.name].hide) pages[prev.name].hide();
+    if (prev && prev.name !== r.name && pages[prev.name].hide) {
+      try { pages[prev.name].hide(); } catch (e) { failed(prev.name, e); } // the next page still shows
+    }
     Object.keys(pages).forEach(function (n) {
       var s = section(n);
       if (s) s.hidden = n !== r.name;

@@ -78,7 +78,8 @@ PROBE = """() => {
       const d = deferred(); const e = {args: a, res: d.res};
       P.refreshes.push(e);
       return d.p.then(() => { P.active--; });
-    }
+    },
+    hide() { if (P.fail.hide) throw new Error('hide threw (test)'); }
   });
 }"""
 
@@ -142,6 +143,10 @@ def test_page_failure_is_shown_and_cleared(browser, base_url):
                                ".includes('refresh threw (test)')", timeout=10000)
         page.evaluate("() => { __probe.fail = {}; }")
         page.wait_for_selector(line, state="detached", timeout=10000)
+        # A hide that throws: the next page is shown all the same.
+        page.evaluate("() => { __probe.fail = {hide: true}; location.hash = '#models'; }")
+        wait_route(page, "models")
+        assert "hide threw (test)" in page.text_content(line)
         assert watch.problems == []
     finally:
         ctx.close()
