@@ -20,6 +20,7 @@
   var timer = null;
   var running = null; // the refresh in flight (a promise), or null
   var offline = false; // the last call got no answer at all (daemon down)
+  var metaLoaded = false; // the header's version line was read (or is being read)
   var noticeTimer = null;
 
   function $(id) { return document.getElementById(id); }
@@ -355,7 +356,12 @@
       // page, each a console error), and the page again once it answers.
       running = fetch("/healthz", { cache: "no-store", credentials: "same-origin" })
         .then(function () { offline = false; }, function () { /* still down */ })
-        .then(function () { running = null; return offline ? null : tick(wait); });
+        .then(function () {
+          running = null;
+          if (offline) return null;
+          if (!metaLoaded) loadMeta();
+          return tick(wait);
+        });
       return running;
     }
     var p = pages[cur.name], r;
@@ -402,18 +408,26 @@
     });
   }
 
+  /* The header's "vVERSION · STORE" (again after a token was entered or the
+   * daemon answers again, when it could not be read before). */
+  function loadMeta() {
+    metaLoaded = true;
+    track("status", get("/v1/status")).then(function (st) {
+      if (st) $("meta").textContent = "v" + st.version + " \u00b7 " + st.store;
+      else metaLoaded = false;
+    });
+  }
+
   function start() {
     tokenLabel();
     // A token entered from the button re-enters the page, so that views a
     // 401 left empty load now.
     $("token-btn").addEventListener("click", function () {
-      askToken().then(function (t) { if (t) { errors = {}; showErrors(); route(); } });
+      askToken().then(function (t) { if (t) { errors = {}; showErrors(); loadMeta(); route(); } });
     });
     window.addEventListener("hashchange", route);
     Object.keys(pages).forEach(function (n) { if (pages[n].init) pages[n].init(section(n)); });
-    track("status", get("/v1/status")).then(function (st) {
-      if (st) $("meta").textContent = "v" + st.version + " \u00b7 " + st.store;
-    });
+    loadMeta();
     route();
     timer = setInterval(function () { tick(false); }, window.TV.POLL_MS);
   }

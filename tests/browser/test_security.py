@@ -329,3 +329,23 @@ def test_long_names_fit_narrow(browser, base_url):
         assert watch.other_than("404") == []
     finally:
         ctx.close()
+
+
+def test_header_reads_the_version_once_a_token_is_entered(browser, daemon_factory):
+    """http.anonymous_reads = never: the header's version line, refused at
+    load, is read once a token is entered with the Token button."""
+    d = daemon_factory({"http.anonymous_reads": "never"})
+    ctx, page, watch = open_page(browser, f"http://127.0.0.1:{d.port}", "#overview")
+    try:
+        page.wait_for_selector("#errors p.error-line[data-source='status']")
+        assert "v" not in page.text_content("#meta")
+        page.click("#token-btn")
+        page.fill("#token-input", d.token)
+        page.click("#token-ok")
+        version = d.ok("GET", "/v1/status")["version"]
+        page.wait_for_function("v => document.getElementById('meta').textContent.startsWith('v' + v)",
+                               arg=version, timeout=10000)
+        page.wait_for_selector("#errors", state="hidden")
+        assert watch.other_than("401") == []
+    finally:
+        ctx.close()
