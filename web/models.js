@@ -511,7 +511,9 @@
         return true;
       }, function () { return false; }).then(function (ok) {
         setInflight(false);
-        return Promise.resolve(loadModel()).then(function () {
+        // Re-read what the page shows now (the route may have changed
+        // while the confirmation was open).
+        return Promise.resolve(mode === "model" ? loadModel() : loadList()).then(function () {
           // The button pressed may be gone (or was disabled): keep the
           // keyboard user near where they were.
           var a = document.activeElement;
@@ -523,56 +525,61 @@
   }
 
   function activate(n) {
+    var m = name; // the model the confirmation names, even if the page moves on
     var cur = model.active_generation;
     return act({
       title: "Activate generation " + n + "?",
-      message: "Model " + name + ": the active generation moves from " + (cur === null ? "none" : cur) + " to " + n +
-        ". Readers of \u201c" + name + "\u201d get generation " + n + " from now on.",
+      message: "Model " + m + ": the active generation moves from " + (cur === null ? "none" : cur) + " to " + n +
+        ". Readers of \u201c" + m + "\u201d get generation " + n + " from now on.",
       ok: "Activate " + n
-    }, "POST", gpath(name, n) + "/activate", null, function () {
-      return name + ": generation " + n + " is active (was " + (cur === null ? "none" : cur) + ")";
+    }, "POST", gpath(m, n) + "/activate", null, function () {
+      return m + ": generation " + n + " is active (was " + (cur === null ? "none" : cur) + ")";
     }, "expand:" + n);
   }
 
   function retire(g) {
+    var m = name; // the model the confirmation names, even if the page moves on
     var n = g.generation, why = "";
     if (g.active) why = " It is the active generation: the daemon will refuse (activate another one first).";
     else if ((g.aliases || []).length) why = " Aliases point at it (" + g.aliases.join(", ") + "): the daemon will refuse (move or remove them first).";
     return act({
       title: "Retire generation " + n + "?",
-      message: "Model " + name + ": generation " + n + " is retired and its storage freed; it can no longer be read or activated." + why,
+      message: "Model " + m + ": generation " + n + " is retired and its storage freed; it can no longer be read or activated." + why,
       ok: "Retire " + n,
       danger: true
-    }, "POST", gpath(name, n) + "/retire", null, function () {
-      return name + ": generation " + n + " is retired";
+    }, "POST", gpath(m, n) + "/retire", null, function () {
+      return m + ": generation " + n + " is retired";
     }, "expand:" + n);
   }
 
   function rollback(cur, target) {
+    var m = name; // the model the confirmation names, even if the page moves on
     return act({
-      title: "Roll back " + name + "?",
-      message: target ? "Model " + name + ": the active generation moves from " + cur + " to " + target +
+      title: "Roll back " + m + "?",
+      message: target ? "Model " + m + ": the active generation moves from " + cur + " to " + target +
         " (the highest ready generation below " + cur + ")."
-        : "Model " + name + ": there is no ready generation below " + cur + ", the daemon will refuse.",
+        : "Model " + m + ": there is no ready generation below " + cur + ", the daemon will refuse.",
       ok: "Roll back"
-    }, "POST", mpath(name) + "/rollback", null, function (v) {
-      return name + ": rolled back, generation " + (v && v.generation) + " is active (was " + cur + ")";
+    }, "POST", mpath(m) + "/rollback", null, function (v) {
+      return m + ": rolled back, generation " + (v && v.generation) + " is active (was " + cur + ")";
     }, "rollback");
   }
 
   function deactivate(cur) {
+    var m = name; // the model the confirmation names, even if the page moves on
     return act({
-      title: "Deactivate " + name + "?",
-      message: "Model " + name + ": generation " + cur + " is no longer active; readers of \u201c" + name +
+      title: "Deactivate " + m + "?",
+      message: "Model " + m + ": generation " + cur + " is no longer active; readers of \u201c" + m +
         "\u201d get 404 until a generation is activated (NAME@GEN and aliases still open).",
       ok: "Deactivate",
       danger: true
-    }, "POST", mpath(name) + "/deactivate", null, function () {
-      return name + ": no active generation (was " + cur + ")";
+    }, "POST", mpath(m) + "/deactivate", null, function () {
+      return m + ": no active generation (was " + cur + ")";
     }, "alias-name");
   }
 
   function pointAlias(alias, gen) {
+    var m = name; // the model the confirmation names, even if the page moves on
     if (!alias) {
       TV.setError(SRC_ACT, "Point alias: enter an alias name");
       view.aliasName.focus();
@@ -590,13 +597,13 @@
     TV.setError(SRC_ACT, null);
     var g = Number(gen), prev = model.aliases ? model.aliases[alias] : undefined;
     var msg = alias === "active"
-      ? "Model " + name + ": \u201cactive\u201d is the active generation: it moves from " + model.active_generation + " to " + g + "."
+      ? "Model " + m + ": \u201cactive\u201d is the active generation: it moves from " + model.active_generation + " to " + g + "."
       : prev !== undefined
-        ? "Model " + name + ": alias " + alias + " moves from " + prev + " to " + g + "."
-        : "Model " + name + ": a new alias " + alias + " names generation " + g + ".";
+        ? "Model " + m + ": alias " + alias + " moves from " + prev + " to " + g + "."
+        : "Model " + m + ": a new alias " + alias + " names generation " + g + ".";
     return act({ title: "Point alias " + alias + " at generation " + g + "?", message: msg, ok: "Point alias" },
-               "PUT", mpath(name) + "/aliases/" + TV.seg(alias), { generation: g }, function () {
-                 return name + ": alias " + alias + " \u2192 generation " + g +
+               "PUT", mpath(m) + "/aliases/" + TV.seg(alias), { generation: g }, function () {
+                 return m + ": alias " + alias + " \u2192 generation " + g +
                    (prev !== undefined && prev !== g ? " (was " + prev + ")" : "");
                }, "alias-name").then(function (ok) {
       if (ok) view.aliasName.value = "";
@@ -605,14 +612,15 @@
   }
 
   function removeAlias(alias, gen) {
+    var m = name; // the model the confirmation names, even if the page moves on
     return act({
       title: "Remove alias " + alias + "?",
-      message: "Model " + name + ": alias " + alias + " (generation " + gen + ") is removed; readers of " + name + "@" + alias +
+      message: "Model " + m + ": alias " + alias + " (generation " + gen + ") is removed; readers of " + m + "@" + alias +
         " get 404. Generation " + gen + " itself stays.",
       ok: "Remove alias",
       danger: true
-    }, "DELETE", mpath(name) + "/aliases/" + TV.seg(alias), null, function () {
-      return name + ": alias " + alias + " removed (was generation " + gen + ")";
+    }, "DELETE", mpath(m) + "/aliases/" + TV.seg(alias), null, function () {
+      return m + ": alias " + alias + " removed (was generation " + gen + ")";
     }, "alias-name");
   }
 

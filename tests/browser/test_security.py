@@ -349,3 +349,32 @@ def test_header_reads_the_version_once_a_token_is_entered(browser, daemon_factor
         assert watch.other_than("401") == []
     finally:
         ctx.close()
+
+
+def test_route_change_under_an_open_confirmation(browser, base_url, daemon):
+    """The hash changes (Back, say) while a confirmation is open: OK still
+    sends what it said, the notice names that model, and the page re-reads
+    what it now shows (no request for a model named "null")."""
+    ctx, page, watch = open_page(browser, base_url, "#models/demo", token=daemon.token)
+    urls = []
+    page.on("request", lambda r: urls.append((r.method, r.url)))
+    try:
+        page.fill("#alias-name", "stable")
+        page.click("#alias-set")
+        page.wait_for_selector("#confirm-dialog[open]")
+        assert "demo" in page.text_content("#confirm-message")
+        page.evaluate("() => { location.hash = '#models'; }")
+        page.wait_for_function("() => document.getElementById('page-models').dataset.view === 'list'"
+                               " && document.getElementById('page-models').dataset.ready === '1'")
+        with page.expect_response(lambda r: r.request.method == "PUT"):
+            page.click("#confirm-ok")
+        page.wait_for_selector("#notice:not([hidden])")
+        page.wait_for_selector("#page-models[data-busy='0']")
+        page.evaluate(FLUSH)
+        assert page.text_content("#notice").startswith("demo: alias stable"), page.text_content("#notice")
+        assert ("PUT", base_url + "/v1/models/demo/aliases/stable") in urls
+        assert not any("/v1/models/null" in u for _, u in urls), urls
+        assert page.is_visible("#models-table")
+        assert watch.problems == []
+    finally:
+        ctx.close()
