@@ -378,3 +378,27 @@ def test_route_change_under_an_open_confirmation(browser, base_url, daemon):
         assert watch.problems == []
     finally:
         ctx.close()
+
+
+def test_rapid_hash_changes_end_on_the_last_route(browser, base_url):
+    ctx, page, watch = open_page(browser, base_url, "#models")
+    try:
+        page.evaluate("""async () => {
+          const hs = ['#models/demo', '#models', '#overview', '#models/demo', '#models/nosuch'];
+          for (let i = 0; i < 40; i++) {
+            location.hash = hs[i % hs.length];
+            await new Promise(r => setTimeout(r, i % 3 ? 0 : 15));
+          }
+          location.hash = '#models/demo';
+        }""")
+        page.wait_for_function("() => { const s = document.getElementById('page-models');"
+                               " return s.dataset.ready === '1' && s.dataset.view === 'model'"
+                               " && location.hash === '#models/demo'; }")
+        page.wait_for_selector("#gens-table tr.gen[data-gen='1']")
+        page.wait_for_selector("#errors", state="hidden", timeout=10000)  # nosuch's 404 goes
+        assert page.is_hidden("#models-table")
+        assert page.text_content("#model-h .model-name") == "demo"
+        assert page.is_hidden("#model-missing")
+        assert watch.other_than("nosuch") == []
+    finally:
+        ctx.close()
