@@ -8,9 +8,10 @@ and one OK sends exactly one request, the token stays in sessionStorage
 and only ever goes to the daemon in the Authorization header, the page
 recovers when the daemon comes back, and a 128-byte name in a message
 wraps at 390 px instead of widening the page."""
+import os
 import time
 
-from conftest import Watch, open_page
+from conftest import Watch, demo_checkpoint, open_page
 
 
 def wait_route(page, name):
@@ -400,5 +401,28 @@ def test_rapid_hash_changes_end_on_the_last_route(browser, base_url):
         assert page.text_content("#model-h .model-name") == "demo"
         assert page.is_hidden("#model-missing")
         assert watch.other_than("nosuch") == []
+    finally:
+        ctx.close()
+
+
+def test_long_name_in_a_confirmation_wraps(browser, daemon):
+    """A 128-byte model name in the confirmation's title and message wraps
+    inside the dialog at 390 px (nothing wider than its box)."""
+    name = "w" * 128
+    if not any(m["name"] == name for m in daemon.ok("GET", "/v1/models")["models"]):
+        daemon.import_ok(name, demo_checkpoint(os.path.join(daemon.workdir, "ckpt-long", "model.safetensors")),
+                         activate=True)
+    ctx, page, watch = open_page(browser, f"http://127.0.0.1:{daemon.port}", "#models/" + name, size="narrow")
+    try:
+        page.click("#deactivate-btn")
+        page.wait_for_selector("#confirm-dialog[open]")
+        sizes = page.evaluate("""() => [...document.querySelectorAll('#confirm-dialog, #confirm-dialog *')]
+          .map(e => [e.id || e.tagName, e.getBoundingClientRect().right, e.scrollWidth, e.clientWidth])""")
+        w = page.evaluate("() => innerWidth")
+        assert all(r <= w + 0.5 and (cw == 0 or sw <= cw) for _, r, sw, cw in sizes), (w, sizes)
+        assert name in page.text_content("#confirm-message")
+        page.click("#confirm-cancel")
+        page.wait_for_selector("#confirm-dialog", state="hidden")
+        assert watch.problems == []
     finally:
         ctx.close()
