@@ -248,8 +248,8 @@ static int extent_append(json_t *arr, json_t *e, tv_error *err)
 
 static json_t *plain_extent(uint64_t off, uint64_t bytes, const char *kind)
 {
-    return json_pack("{s:I,s:I,s:s}", "offset", (json_int_t)off, "bytes", (json_int_t)bytes,
-                     "kind", kind);
+    return json_pack("{s:I,s:I,s:s}", "offset", (json_int_t)off, "bytes", (json_int_t)bytes, "kind",
+                     kind);
 }
 
 static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
@@ -259,11 +259,10 @@ static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
     for (size_t u = m->first_user[i]; users && u < m->first_user[i + 1]; u++) {
         const tv__reg_object_user *w = &m->users[u];
         const char *state = tv__gen_state_name(w->state);
-        if (json_array_append_new(users, json_pack("{s:o,s:I,s:o,s:s}", "model",
-                                                   tv__api_jstr(w->model), "generation",
-                                                   (json_int_t)w->generation, "shard",
-                                                   tv__api_jstr(w->shard), "state",
-                                                   state ? state : "failed"))) {
+        if (json_array_append_new(
+                users, json_pack("{s:o,s:I,s:o,s:s}", "model", tv__api_jstr(w->model), "generation",
+                                 (json_int_t)w->generation, "shard", tv__api_jstr(w->shard),
+                                 "state", state ? state : "failed"))) {
             json_decref(users);
             users = NULL;
         }
@@ -311,9 +310,8 @@ int tv__api_h_device_extents(tv__api_ctx *c)
     rc = tv__api_reply(c, 200,
                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "device_id", (json_int_t)d->id,
                                  "region_offset", (json_int_t)d->region_off, "region_bytes",
-                                 (json_int_t)d->region_len, "data_offset",
-                                 (json_int_t)d->data_off, "object_align",
-                                 (json_int_t)d->object_align, "extents", arr));
+                                 (json_int_t)d->region_len, "data_offset", (json_int_t)d->data_off,
+                                 "object_align", (json_int_t)d->object_align, "extents", arr));
     arr = NULL;
 out:
     json_decref(arr);

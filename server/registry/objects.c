@@ -348,7 +348,14 @@ void tv__reg_device_objects_free(tv__reg_device_objects *m)
 static int index_extents(tv__reg_device_objects *m, tv_error *err)
 {
     const tv__reg_device *d = &m->device;
-    uint64_t end = d->region_off + d->region_len; /* the schema keeps it <= size_bytes */
+    uint64_t end;
+    if (tv__add_u64(d->region_off, d->region_len, &end) || d->data_off < d->region_off ||
+        d->data_off > end)
+        return tv__seterr(
+            err, TV_E_REGISTRY,
+            "registry corrupt: device %lld has data offset %llu outside its region [%llu, +%llu)",
+            (long long)d->id, (unsigned long long)d->data_off, (unsigned long long)d->region_off,
+            (unsigned long long)d->region_len);
     uint64_t prev_end = d->data_off;
     int64_t prev_id = 0;
     size_t u = 0;
@@ -358,9 +365,8 @@ static int index_extents(tv__reg_device_objects *m, tv_error *err)
             return tv__seterr(
                 err, TV_E_REGISTRY,
                 "registry corrupt: object %lld at [%llu, +%llu) on device %lld lies outside the data region [%llu, %llu)",
-                (long long)o->id, (unsigned long long)o->base_off,
-                (unsigned long long)o->alloc_len, (long long)d->id,
-                (unsigned long long)d->data_off, (unsigned long long)end);
+                (long long)o->id, (unsigned long long)o->base_off, (unsigned long long)o->alloc_len,
+                (long long)d->id, (unsigned long long)d->data_off, (unsigned long long)end);
         if (o->base_off < prev_end)
             return tv__seterr(
                 err, TV_E_REGISTRY,
@@ -375,9 +381,10 @@ static int index_extents(tv__reg_device_objects *m, tv_error *err)
     }
     m->first_user[m->n_objects] = u;
     if (u != m->n_users)
-        return tv__seterr(err, TV_E_REGISTRY,
-                          "registry corrupt: a binding of object %lld on device %lld is out of order",
-                          (long long)m->users[u].object_id, (long long)d->id);
+        return tv__seterr(
+            err, TV_E_REGISTRY,
+            "registry corrupt: a binding of object %lld on device %lld is out of order",
+            (long long)m->users[u].object_id, (long long)d->id);
     return 0;
 }
 

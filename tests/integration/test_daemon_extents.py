@@ -8,6 +8,7 @@ a free extent between objects; 404 unknown device, 400 bad id or query;
 anonymous loopback reads work like /v1/devices (and are refused with them
 when anonymous reads are off)."""
 import os
+import sqlite3
 
 import numpy as np
 import pytest
@@ -171,3 +172,35 @@ def test_anonymous_loopback_reads_like_devices(d, store, build_dir, tmp_path):
         check_tiling(doc)
     finally:
         assert dm.stop() == 0, dm.log_text()
+
+
+def test_corrupt_extents_answer_500_naming_object_and_device(build_dir, tmp_path):
+    """An object row overlapping its predecessor (written behind the
+    schema's trigger) is a registry corruption: 500 naming both, never a
+    negative or overlapping extent."""
+    dm = Daemon(build_dir, tmp_path, settings={"store.image_size": "256M"}).start()
+    try:
+        dm.import_ok("m", one_file(dm, "m1", 7))
+        [obj] = [e for e in dm.ok("GET", PATH)["extents"] if e["kind"] == "object"]
+    finally:
+        assert dm.stop() == 0, dm.log_text()
+    con = sqlite3.connect(os.path.join(dm.store, "registry.db"))
+    try:
+        con.execute("DROP TRIGGER objects_extent_insert")
+        con.execute("INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len, sha256, "
+                    "state) VALUES (777, 1, ?, ?, 1, ?, 'committed')",
+                    (obj["offset"] + obj["bytes"] // 2, 65536, "e" * 64))
+        con.commit()
+    finally:
+        con.close()
+    dm.start()
+    try:
+        r = dm.get(PATH)
+        assert r.status == 500, r
+        err = r.json()["error"]
+        assert err["code"] == "TV_E_REGISTRY", err
+        assert "object 777" in err["message"] and "device 1" in err["message"], err
+        assert f"object {obj['object_id']}" in err["message"], err
+        assert dm.get("/v1/models").status == 200  # the rest still answers
+    finally:
+        dm.stop()

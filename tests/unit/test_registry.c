@@ -1897,7 +1897,8 @@ static void test_device_objects(void **state)
     assert_int_equal(m.objects[2].id, lone.id);
     assert_int_equal(m.objects[3].id, wr.id);
     for (size_t i = 1; i < m.n_objects; i++)
-        assert_true(m.objects[i].base_off >= m.objects[i - 1].base_off + m.objects[i - 1].alloc_len);
+        assert_true(m.objects[i].base_off >=
+                    m.objects[i - 1].base_off + m.objects[i - 1].alloc_len);
     /* The hole the deleted object left. */
     assert_true(m.objects[2].base_off > m.objects[1].base_off + m.objects[1].alloc_len);
     assert_int_equal(m.objects[2].alloc_len, 3 * OA);
@@ -1941,22 +1942,23 @@ static void test_device_objects(void **state)
 
     /* Stored extents the schema's trigger would refuse: an overlap and an
      * object past the region's end are reported, naming object and device. */
-    assert_int_equal(sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
+        SQLITE_OK);
     char sql[256];
     snprintf(sql, sizeof sql,
              "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
              "VALUES (900, %lld, %llu, %llu, 1000)",
-             (long long)f->dev, (unsigned long long)(lone.base_off + OA),
-             (unsigned long long)OA);
+             (long long)f->dev, (unsigned long long)(lone.base_off + OA), (unsigned long long)OA);
     assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
     assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
     assert_non_null(strstr(err.msg, "object 900"));
     assert_non_null(strstr(err.msg, "overlaps"));
     assert_non_null(strstr(err.msg, "device 1"));
     assert_null(m.objects);
-    assert_int_equal(sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 900", NULL, NULL, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 900", NULL, NULL, NULL),
+        SQLITE_OK);
     snprintf(sql, sizeof sql,
              "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
              "VALUES (901, %lld, %llu, %llu, 1000)",
