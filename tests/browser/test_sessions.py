@@ -8,10 +8,9 @@ import contextlib
 import os
 
 import pytest
+import tensorvault  # installed into .venv by scripts/deps
 
-tensorvault = pytest.importorskip("tensorvault")
-
-from conftest import open_page, shoot  # noqa: E402
+from conftest import open_page, shoot
 
 
 def open_sessions(browser, base_url, scheme="light", size="wide"):
