@@ -169,7 +169,14 @@
   /* promise -> its value, or null with the error shown under src. */
   function track(src, promise) {
     return promise.then(function (v) { setError(src, null); return v; },
-                        function (e) { setError(src, e.message); return null; });
+                        function (e) {
+                          var m = e.message;
+                          if (e.status === 401)
+                            m += tokenGet() ? " (the token was refused: set another with the Token button)"
+                                            : " (this daemon wants a token for reads from here: use the Token button)";
+                          setError(src, m);
+                          return null;
+                        });
   }
 
   /* Every item of a paged list route (`key` is the array's field). */
@@ -349,7 +356,11 @@
 
   function start() {
     tokenLabel();
-    $("token-btn").addEventListener("click", function () { askToken(); });
+    // A token entered from the button re-enters the page, so that views a
+    // 401 left empty load now.
+    $("token-btn").addEventListener("click", function () {
+      askToken().then(function (t) { if (t) { errors = {}; showErrors(); route(); } });
+    });
     window.addEventListener("hashchange", route);
     Object.keys(pages).forEach(function (n) { if (pages[n].init) pages[n].init(section(n)); });
     track("status", get("/v1/status")).then(function (st) {

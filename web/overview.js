@@ -1,6 +1,7 @@
 /* tensorvault dashboard, the Overview page: counts, devices with capacity
- * bars, the read/import throughput chart (from /metrics) and the models
- * table. Built on the shell in app.js (window.TV). */
+ * bars and LBA maps (GET /v1/devices/{id}/extents: every object coloured
+ * by model, free gaps, the label), the read/import throughput chart (from
+ * /metrics) and the models table. Built on the shell in app.js (window.TV). */
 "use strict";
 
 (function () {
@@ -11,50 +12,198 @@
   var $ = TV.$, el = TV.el, fmtBytes = TV.fmtBytes, get = TV.get, track = TV.track;
 
   /* -- devices ---------------------------------------------------------- */
+  // Rows are kept per device id and updated in place, so the LBA map (and
+  // the hover/focus on it) survives the 2 s refresh.
+  var rows = {}; // device id -> {row, head, bar, fill, legend, map}
+
+  function deviceRow(id) {
+    var r = rows[id];
+    if (r) return r;
+    r = { row: el("div", "device"), head: el("div", "head"), bar: el("div", "bar"),
+          fill: el("div", "used"), legend: el("div", "muted small"), map: newMap(id) };
+    r.bar.setAttribute("role", "meter");
+    r.bar.setAttribute("aria-label", "device " + id + " used space");
+    r.bar.setAttribute("aria-valuemin", "0");
+    r.bar.appendChild(r.fill);
+    r.row.dataset.deviceId = String(id);
+    [r.head, r.bar, r.legend, r.map.box].forEach(function (n) { r.row.appendChild(n); });
+    rows[id] = r;
+    return r;
+  }
+
   function renderDevices(doc) {
     var box = $("devices");
-    box.textContent = "";
     var devs = (doc && doc.devices) || [];
-    if (devs.length === 0) { box.appendChild(el("p", "muted", "no devices")); return; }
-    devs.forEach(function (d) {
+    var keep = {};
+    devs.forEach(function (d) { keep[d.id] = true; });
+    Object.keys(rows).forEach(function (id) { if (!keep[id]) delete rows[id]; });
+    // Rows stay attached (detaching one would drop the focus inside it).
+    Array.prototype.slice.call(box.children).forEach(function (c) {
+      if (!c.dataset.deviceId || !rows[c.dataset.deviceId]) box.removeChild(c);
+    });
+    if (devs.length === 0) { box.appendChild(el("p", "muted", "no devices")); return []; }
+    return devs.map(function (d, i) {
       var used = d.used_bytes, free = d.free_bytes, total = used + free;
       var pct = total > 0 ? (100 * used / total) : 0;
-      var row = el("div", "device");
-      row.dataset.deviceId = String(d.id);
-      row.dataset.usedBytes = String(used);
-      row.dataset.freeBytes = String(free);
-      var head = el("div", "head");
+      var r = deviceRow(d.id);
+      r.row.dataset.usedBytes = String(used);
+      r.row.dataset.freeBytes = String(free);
+      var head = TV.clear(r.head);
       var left = el("span");
       left.appendChild(el("strong", null, "#" + d.id + " "));
       left.appendChild(el("span", "path", d.path));
       left.appendChild(el("span", "muted", " (" + d.kind + ")"));
       head.appendChild(left);
-      var st = el("span", d.status === "ok" ? "muted" : "status-bad",
-                  d.status + (d.message ? ": " + d.message : ""));
-      head.appendChild(st);
-      row.appendChild(head);
-      var bar = el("div", "bar");
-      bar.setAttribute("role", "meter");
-      bar.setAttribute("aria-label", "device " + d.id + " used space");
-      bar.setAttribute("aria-valuemin", "0");
-      bar.setAttribute("aria-valuemax", String(total));
-      bar.setAttribute("aria-valuenow", String(used));
-      var fill = el("div", "used");
-      fill.style.width = pct.toFixed(2) + "%";
-      bar.appendChild(fill);
-      row.appendChild(bar);
-      var legend = el("div", "muted small");
-      var u = el("span", "dev-used", fmtBytes(used));
-      var f = el("span", "dev-free", fmtBytes(free));
+      head.appendChild(el("span", d.status === "ok" ? "muted" : "status-bad",
+                          d.status + (d.message ? ": " + d.message : "")));
+      r.bar.setAttribute("aria-valuemax", String(total));
+      r.bar.setAttribute("aria-valuenow", String(used));
+      r.fill.style.width = pct.toFixed(2) + "%";
+      var legend = TV.clear(r.legend);
       legend.appendChild(document.createTextNode("used "));
-      legend.appendChild(u);
+      legend.appendChild(el("span", "dev-used", fmtBytes(used)));
       legend.appendChild(document.createTextNode(" (" + pct.toFixed(1) + "%) \u00b7 free "));
-      legend.appendChild(f);
+      legend.appendChild(el("span", "dev-free", fmtBytes(free)));
       legend.appendChild(document.createTextNode(" \u00b7 " + d.n_objects + " objects \u00b7 largest free " +
                                                  fmtBytes(d.largest_free_bytes)));
-      row.appendChild(legend);
-      box.appendChild(row);
+      if (box.children[i] !== r.row) box.insertBefore(r.row, box.children[i] || null);
+      return r;
     });
+  }
+
+  /* -- LBA map: GET /v1/devices/{id}/extents ----------------------------- */
+  // A stable colour per model name (FNV-1a -> hue); a generation shifts the
+  // lightness a little.
+  function hue(name) {
+    var h = 0x811c9dc5;
+    for (var i = 0; i < name.length; i++) {
+      h ^= name.charCodeAt(i);
+      h = Math.imul(h, 0x01000193) >>> 0;
+    }
+    return h % 360;
+  }
+  function modelColour(name, generation) {
+    var l = 40 + ((generation || 1) - 1) % 4 * 6;
+    return "hsl(" + hue(name) + ", 62%, " + l + "%)";
+  }
+
+  function who(u) { return u.model + "@" + u.generation; }
+
+  function describe(e) {
+    var where = "offset " + e.offset + " (" + fmtBytes(e.offset) + ") \u00b7 " + fmtBytes(e.bytes) +
+      " (" + e.bytes + " bytes)";
+    if (e.kind === "free") return "free \u00b7 " + where;
+    if (e.kind === "label") return "store label \u00b7 " + where;
+    var users = e.users.length ? e.users.map(function (u) {
+      return who(u) + " " + u.shard + " (" + u.state + ")";
+    }).join("; ") : "no users (garbage until gc)";
+    return users + " \u00b7 " + where + " \u00b7 sha256 " +
+      (e.sha256 ? e.sha256.slice(0, 12) + "\u2026" : "\u2013") + " \u00b7 " + e.state +
+      " \u00b7 object " + e.object_id;
+  }
+
+  function newMap(id) {
+    var m = { text: null, box: el("div", "lba"), strip: el("div", "lba-map"),
+              details: el("p", "lba-details small muted", "hover or focus a segment for its details"),
+              legend: el("ul", "lba-legend small") };
+    m.strip.setAttribute("role", "group");
+    m.strip.setAttribute("aria-label", "device " + id + " LBA map (arrow keys move between extents)");
+    m.details.setAttribute("role", "status");
+    m.box.appendChild(m.strip);
+    m.box.appendChild(m.details);
+    m.box.appendChild(m.legend);
+    function show(ev) {
+      var s = ev.target.closest(".lba-seg");
+      if (s && s.dataset.details) {
+        m.details.textContent = s.dataset.details;
+        m.details.classList.remove("muted");
+      }
+    }
+    m.strip.addEventListener("mouseover", show);
+    m.strip.addEventListener("focusin", show);
+    m.strip.addEventListener("keydown", function (ev) {
+      var segs = m.strip.children, cur = ev.target.closest(".lba-seg");
+      if (!cur) return;
+      var i = Array.prototype.indexOf.call(segs, cur), j = i;
+      if (ev.key === "ArrowRight" || ev.key === "ArrowDown") j = Math.min(segs.length - 1, i + 1);
+      else if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") j = Math.max(0, i - 1);
+      else if (ev.key === "Home") j = 0;
+      else if (ev.key === "End") j = segs.length - 1;
+      else return;
+      ev.preventDefault();
+      focusSeg(m, j);
+    });
+    return m;
+  }
+
+  // One tab stop per map (roving tabindex).
+  function focusSeg(m, j) {
+    var segs = m.strip.children;
+    if (!segs.length) return;
+    for (var k = 0; k < segs.length; k++) segs[k].tabIndex = k === j ? 0 : -1;
+    segs[j].focus();
+  }
+
+  function renderMap(m, doc) {
+    var focused = m.strip.contains(document.activeElement) ? document.activeElement.dataset.offset : null;
+    TV.clear(m.strip);
+    TV.clear(m.legend);
+    var ex = doc.extents || [], n = ex.length, total = doc.region_bytes || 1, models = {};
+    var minW = "min(2px, " + (100 / Math.max(n, 1)).toFixed(4) + "%)";
+    var refocus = -1;
+    ex.forEach(function (e, i) {
+      var s = el("button", "lba-seg " + e.kind);
+      s.type = "button";
+      s.tabIndex = i === 0 ? 0 : -1;
+      s.dataset.kind = e.kind;
+      s.dataset.offset = String(e.offset);
+      s.dataset.bytes = String(e.bytes);
+      var first = e.kind === "object" && e.users.length ? e.users[0] : null;
+      if (first) {
+        s.dataset.model = first.model;
+        s.dataset.generation = String(first.generation);
+        s.style.backgroundColor = modelColour(first.model, first.generation);
+        e.users.forEach(function (u) { models[u.model] = true; });
+      } else if (e.kind === "object") {
+        s.classList.add("garbage");
+      }
+      if (e.kind === "object" && e.state === "writing") s.classList.add("writing");
+      var text = describe(e);
+      s.dataset.details = text;
+      s.title = text;
+      s.setAttribute("aria-label", text);
+      s.style.flexGrow = String(1e6 * e.bytes / total);
+      s.style.minWidth = minW;
+      if (focused !== null && s.dataset.offset === focused) refocus = i;
+      m.strip.appendChild(s);
+    });
+    function key(colour, label, cls) {
+      var li = el("li");
+      var sw = el("span", "swatch" + (cls ? " " + cls : ""));
+      if (colour) sw.style.backgroundColor = colour;
+      li.appendChild(sw);
+      li.appendChild(document.createTextNode(label));
+      m.legend.appendChild(li);
+      return li;
+    }
+    Object.keys(models).sort().forEach(function (name) {
+      key(modelColour(name, 1), name).dataset.model = name;
+    });
+    key(null, "free", "free");
+    key(null, "label", "label");
+    if (refocus >= 0) focusSeg(m, refocus);
+  }
+
+  function refreshMaps(list) {
+    return Promise.all((list || []).map(function (r) {
+      var id = r.row.dataset.deviceId;
+      return track("extents-" + id, get("/v1/devices/" + id + "/extents", true)).then(function (text) {
+        // rebuilt only when the extents change: hover and focus stay put
+        if (text === null || text === r.map.text || rows[id] !== r) return;
+        r.map.text = text;
+        renderMap(r.map, JSON.parse(text));
+      });
+    }));
   }
 
   /* -- counts and models ------------------------------------------------ */
@@ -201,7 +350,7 @@
   function refresh() {
     return Promise.all([
       track("status", get("/v1/status")).then(renderStatus),
-      track("devices", get("/v1/devices")).then(function (d) { if (d) renderDevices(d); }),
+      track("devices", get("/v1/devices")).then(function (d) { if (d) return refreshMaps(renderDevices(d)); }),
       track("sessions", get("/v1/sessions")).then(function (d) {
         if (d) $("count-sessions").textContent = String((d.sessions || []).length);
       }),

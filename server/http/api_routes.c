@@ -235,6 +235,90 @@ int tv__api_h_device(tv__api_ctx *c)
     return devices(c, true);
 }
 
+/* The extents map: the label extent [region_off, data_off), then every
+ * object and the free gaps between them up to the region's end. The
+ * registry has checked that objects lie in the data region without
+ * overlapping, so no extent is negative. */
+static int extent_append(json_t *arr, json_t *e, tv_error *err)
+{
+    if (!e || json_array_append_new(arr, e))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+static json_t *plain_extent(uint64_t off, uint64_t bytes, const char *kind)
+{
+    return json_pack("{s:I,s:I,s:s}", "offset", (json_int_t)off, "bytes", (json_int_t)bytes, "kind",
+                     kind);
+}
+
+static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
+{
+    const tv__reg_object *o = &m->objects[i];
+    json_t *users = json_array();
+    for (size_t u = m->first_user[i]; users && u < m->first_user[i + 1]; u++) {
+        const tv__reg_object_user *w = &m->users[u];
+        const char *state = tv__gen_state_name(w->state);
+        if (json_array_append_new(
+                users, json_pack("{s:o,s:I,s:o,s:s}", "model", tv__api_jstr(w->model), "generation",
+                                 (json_int_t)w->generation, "shard", tv__api_jstr(w->shard),
+                                 "state", state ? state : "failed"))) {
+            json_decref(users);
+            users = NULL;
+        }
+    }
+    if (!users)
+        return NULL;
+    bool committed = o->state == TV__OBJ_COMMITTED;
+    return json_pack("{s:I,s:I,s:s,s:I,s:s,s:I,s:o,s:o}", "offset", (json_int_t)o->base_off,
+                     "bytes", (json_int_t)o->alloc_len, "kind", "object", "object_id",
+                     (json_int_t)o->id, "state", committed ? "committed" : "writing",
+                     "canonical_bytes", (json_int_t)o->canonical_len, "sha256",
+                     committed ? tv__api_jstr(o->sha256) : json_null(), "users", users);
+}
+
+int tv__api_h_device_extents(tv__api_ctx *c)
+{
+    int64_t id = 0;
+    tv__reg *reg;
+    tv__reg_device_objects m = {0};
+    json_t *arr = NULL;
+    int rc;
+    if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = path_id(c, 0, "device id", &id)) ||
+        (rc = tv__api_reader(c, &reg)) || (rc = tv__reg_device_objects_get(reg, id, &m, &c->err)))
+        goto out;
+    const tv__reg_device *d = &m.device;
+    uint64_t end = d->region_off + d->region_len, pos = d->data_off;
+    if (!(arr = json_array())) {
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = extent_append(arr, plain_extent(d->region_off, d->data_off - d->region_off, "label"),
+                       &c->err);
+    for (size_t i = 0; !rc && i < m.n_objects; i++) {
+        const tv__reg_object *o = &m.objects[i];
+        if (o->base_off > pos &&
+            (rc = extent_append(arr, plain_extent(pos, o->base_off - pos, "free"), &c->err)))
+            break;
+        rc = extent_append(arr, object_extent(&m, i), &c->err);
+        pos = o->base_off + o->alloc_len;
+    }
+    if (!rc && end > pos)
+        rc = extent_append(arr, plain_extent(pos, end - pos, "free"), &c->err);
+    if (rc)
+        goto out;
+    rc = tv__api_reply(c, 200,
+                       json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "device_id", (json_int_t)d->id,
+                                 "region_offset", (json_int_t)d->region_off, "region_bytes",
+                                 (json_int_t)d->region_len, "data_offset", (json_int_t)d->data_off,
+                                 "object_align", (json_int_t)d->object_align, "extents", arr));
+    arr = NULL;
+out:
+    json_decref(arr);
+    tv__reg_device_objects_free(&m);
+    return rc;
+}
+
 /* ---- models ----------------------------------------------------------------- */
 
 static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, int *rc)

@@ -694,6 +694,7 @@ typedef struct tv__reg_object_user {
     bool active;                      /* the model's active generation */
     char shard[TV__REG_NAME_MAX + 1]; /* shard file name, as in the index */
     uint32_t shard_idx;
+    int64_t object_id; /* the object this binding names */
 } tv__reg_object_user;
 
 /* Every (model, generation, shard) bound to an object, by model name, then
@@ -702,6 +703,30 @@ typedef struct tv__reg_object_user {
  * TV_E_NOT_FOUND when there is no such object. */
 int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **out, size_t *n,
                          tv_error *err);
+
+/* A device's objects in base_off order with their users, from one read
+ * transaction (the extents map of GET /v1/devices/{id}/extents). */
+typedef struct tv__reg_device_objects {
+    tv__reg_device device;
+    tv__reg_object *objects; /* by base_off */
+    size_t n_objects;
+    /* By object (in objects order), then model name, generation number and
+     * shard file name: objects[i]'s users are users[first_user[i] ..
+     * first_user[i + 1]) (first_user has n_objects + 1 entries). */
+    tv__reg_object_user *users;
+    size_t n_users;
+    size_t *first_user;
+} tv__reg_device_objects;
+
+/* Fills *out (free with tv__reg_device_objects_free; zeroed on failure).
+ * Checks the stored extents: every object lies in [data_off, region_off +
+ * region_len) and starts at or after its predecessor's end.
+ * Returns 0; TV_E_NOT_FOUND (device); TV_E_REGISTRY when an object breaks
+ * that (the message names the object and the device). */
+int tv__reg_device_objects_get(tv__reg *reg, int64_t device_id, tv__reg_device_objects *out,
+                               tv_error *err);
+/* NULL-safe; leaves *m zeroed. */
+void tv__reg_device_objects_free(tv__reg_device_objects *m);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */

@@ -135,3 +135,33 @@ def test_screenshots(browser, base_url, artifacts_dir, scheme, size):
         assert watch.problems == []
     finally:
         ctx.close()
+
+
+def test_reads_follow_the_read_policy(browser, daemon_factory):
+    """http.anonymous_reads = never: without a token the page shows the
+    daemon's 401 and a hint; a token entered with the Token button (kept in
+    sessionStorage) makes the same page load."""
+    d = daemon_factory({"http.anonymous_reads": "never"})
+    base = f"http://127.0.0.1:{d.port}"
+    ctx, page, watch = open_page(browser, base, "#overview")
+    try:
+        page.wait_for_selector("#errors:not([hidden])")
+        text = page.text_content("#errors")
+        assert "HTTP 401" in text and "/v1/status" in text and "Token button" in text, text
+        assert page.text_content("#count-models") != "0"
+        assert watch.other_than("401") == []
+        page.click("#token-btn")
+        page.fill("#token-input", d.token)
+        page.click("#token-ok")
+        page.wait_for_function("() => document.querySelector('#count-models').textContent === '0'")
+        page.wait_for_selector("#errors", state="hidden")
+        assert page.get_attribute("#token-btn", "data-token") == "set"
+        assert page.evaluate("() => sessionStorage.getItem('tensorvault.token')") == d.token
+        # kept for the browser session: a reload needs no new token
+        n = len(watch.problems)
+        page.reload()
+        page.wait_for_selector("#page-overview[data-ready='1']")
+        page.wait_for_function("() => document.querySelector('#count-models').textContent === '0'")
+        assert page.is_hidden("#errors") and watch.problems[n:] == []
+    finally:
+        ctx.close()

@@ -350,6 +350,42 @@ static void test_devices(void **state)
     expect_error("GET", "/v1/devices/01", NULL, 400, "TV_E_BAD_REQUEST");
 }
 
+/* The extents map tiles the region: label, then objects and free gaps. */
+static void test_device_extents(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/devices/1/extents", NULL);
+    assert_string_equal(r.route, "GET /v1/devices/{id}/extents");
+    assert_int_equal(json_integer_value(json_object_get(j, "device_id")), 1);
+    json_int_t pos = json_integer_value(json_object_get(j, "region_offset"));
+    json_int_t end = pos + json_integer_value(json_object_get(j, "region_bytes"));
+    json_t *ex = json_object_get(j, "extents"), *e;
+    size_t i, n_objects = 0;
+    assert_true(json_array_size(ex) >= 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ex, 0), "kind")), "label");
+    json_array_foreach(ex, i, e)
+    {
+        assert_int_equal(json_integer_value(json_object_get(e, "offset")), pos);
+        json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
+        assert_true(bytes > 0);
+        pos += bytes;
+        if (!strcmp(json_string_value(json_object_get(e, "kind")), "object")) {
+            n_objects++;
+            expect_field(e, "object_id", JSON_INTEGER);
+            expect_field(e, "sha256", JSON_STRING);
+            expect_field(e, "users", JSON_ARRAY);
+            assert_string_equal(json_string_value(json_object_get(e, "state")), "committed");
+        }
+    }
+    assert_int_equal(pos, end);
+    assert_int_equal(n_objects, 3);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/devices/2/extents", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/devices/x/extents", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/devices/1/extents?x=1", NULL, 400, "TV_E_BAD_REQUEST");
+}
+
 /* ---- models and generations --------------------------------------------------------- */
 
 static void check_model(json_t *m)
@@ -1703,6 +1739,7 @@ int main(void)
         cmocka_unit_test(test_status_table),
         T(test_router),
         T(test_devices),
+        T(test_device_extents),
         T(test_models),
         T(test_generations),
         T(test_tensors),

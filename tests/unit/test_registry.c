@@ -1965,6 +1965,112 @@ static void test_object_users(void **state)
     assert_int_equal(tv__reg_object_users(f->reg, obj1, NULL, &n, &err), TV_E_INVALID_ARG);
 }
 
+/* A device's objects by base_off with their users (the extents map), and
+ * the corruption checks on stored extents. */
+static void test_device_objects(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2, obj3;
+    assert_int_equal(make_ready(f, "zeta", 1, &obj1), 1);
+    assert_int_equal(make_ready(f, "alpha", 1, &obj2), 1); /* dedup: obj1 */
+    assert_int_equal(make_ready(f, "alpha", 2, &obj3), 2);
+    assert_int_equal(obj1, obj2);
+    tv__reg_object gone, lone, wr;
+    char sha[65];
+    sha_of(77, sha);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &gone, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 3 * OA, &lone, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, lone.id, sha, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &wr, &err), 0); /* stays writing */
+    assert_int_equal(tv__reg_object_delete(f->reg, gone.id, &err), 0);       /* a hole */
+
+    tv__reg_device_objects m;
+    int rc = tv__reg_device_objects_get(f->reg, f->dev, &m, &err);
+    if (rc)
+        fprintf(stderr, "device objects: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(m.device.id, f->dev);
+    assert_int_equal(m.device.data_off, OA);
+    assert_int_equal(m.n_objects, 4);
+    assert_int_equal(m.objects[0].id, obj1);
+    assert_int_equal(m.objects[1].id, obj3);
+    assert_int_equal(m.objects[2].id, lone.id);
+    assert_int_equal(m.objects[3].id, wr.id);
+    for (size_t i = 1; i < m.n_objects; i++)
+        assert_true(m.objects[i].base_off >=
+                    m.objects[i - 1].base_off + m.objects[i - 1].alloc_len);
+    /* The hole the deleted object left. */
+    assert_true(m.objects[2].base_off > m.objects[1].base_off + m.objects[1].alloc_len);
+    assert_int_equal(m.objects[2].alloc_len, 3 * OA);
+    assert_int_equal(m.objects[2].state, TV__OBJ_COMMITTED);
+    assert_int_equal(m.objects[3].state, TV__OBJ_WRITING);
+    assert_int_equal(m.n_users, 3);
+    assert_int_equal(m.first_user[0], 0);
+    assert_int_equal(m.first_user[1], 2);
+    assert_int_equal(m.first_user[2], 3);
+    assert_int_equal(m.first_user[3], 3);
+    assert_int_equal(m.first_user[4], 3);
+    assert_string_equal(m.users[0].model, "alpha"); /* by model name */
+    assert_int_equal(m.users[0].generation, 1);
+    assert_int_equal(m.users[0].object_id, obj1);
+    assert_string_equal(m.users[1].model, "zeta");
+    assert_string_equal(m.users[1].shard, "model.safetensors");
+    assert_int_equal(m.users[1].state, TV__GEN_READY);
+    assert_string_equal(m.users[2].model, "alpha");
+    assert_int_equal(m.users[2].generation, 2);
+    assert_int_equal(m.users[2].object_id, obj3);
+    tv__reg_device_objects_free(&m);
+    assert_null(m.objects);
+    tv__reg_device_objects_free(NULL);
+
+    /* A device without objects; an unknown one; NULL arguments. */
+    tv__reg_device d2;
+    int64_t dev2;
+    fill_device(&d2, UUID2, 256 * MiB);
+    d2.path[0] = 'x';
+    assert_int_equal(tv__reg_device_add(f->reg, &d2, &dev2, &err), 0);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, dev2, &m, &err), 0);
+    assert_int_equal(m.n_objects, 0);
+    assert_int_equal(m.n_users, 0);
+    assert_int_equal(m.first_user[0], 0);
+    tv__reg_device_objects_free(&m);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, 987654, &m, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "987654"));
+    assert_null(m.objects);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, NULL, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+
+    /* Stored extents the schema's trigger would refuse: an overlap and an
+     * object past the region's end are reported, naming object and device. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
+        SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (900, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(lone.base_off + OA), (unsigned long long)OA);
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 900"));
+    assert_non_null(strstr(err.msg, "overlaps"));
+    assert_non_null(strstr(err.msg, "device 1"));
+    assert_null(m.objects);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 900", NULL, NULL, NULL),
+        SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (901, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 901"));
+    assert_non_null(strstr(err.msg, "outside the data region"));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
 /* ---- the query helpers every registry query is built on --------------------- */
 
 static int read_id_uuid(sqlite3_stmt *st, void *record, tv_error *err)
@@ -2078,6 +2184,7 @@ int main(void)
         T(test_tokens),
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
+        T(test_device_objects),
         T(test_query_helpers),
     };
 #undef T
