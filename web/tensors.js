@@ -50,10 +50,11 @@
     return f;
   }
 
+  /* The API's error, in the error box (TV.track: with the shell's hint on
+   * a 401) and above the table. */
   function failed(e) {
-    var msg = e && e.message ? e.message : String(e);
-    TV.setError(SRC, msg);
-    ui.problem.textContent = msg;
+    TV.track(SRC, Promise.reject(e));
+    ui.problem.textContent = e && e.message ? e.message : String(e);
     ui.problem.hidden = false;
   }
 
@@ -365,6 +366,43 @@
     });
   }
 
+  /* The download link works as a plain link where the daemon lets this
+   * browser read without a token. With a token in the session, the bytes
+   * are fetched with it and saved from a blob (the whole tensor in memory:
+   * a link cannot carry an Authorization header). */
+  function download(ev) {
+    var tok = TV.token.get(), a = ui.download;
+    if (!tok) return;
+    ev.preventDefault();
+    var path = a.getAttribute("href"), name = a.getAttribute("download");
+    a.setAttribute("aria-busy", "true");
+    fetch(path, { headers: { Authorization: "Bearer " + tok }, cache: "no-store", credentials: "same-origin" })
+      .then(function (r) {
+        if (r.ok) return r.blob();
+        return r.text().then(function (t) {
+          var msg = t;
+          try { var j = JSON.parse(t); if (j && j.error) msg = j.error.code + ": " + j.error.message; } catch (e) { /* as is */ }
+          var err = new Error("GET " + path + " failed: HTTP " + r.status + (msg ? " \u2014 " + msg : ""));
+          err.status = r.status;
+          throw err;
+        });
+      })
+      .then(function (blob) {
+        var url = URL.createObjectURL(blob), tmp = el("a");
+        tmp.href = url;
+        tmp.download = name;
+        tmp.hidden = true;
+        document.body.appendChild(tmp);
+        tmp.click();
+        document.body.removeChild(tmp);
+        setTimeout(function () { URL.revokeObjectURL(url); }, 60000);
+        ok();
+      }, function (e) {
+        failed(e.message ? e : new Error("GET " + path + " failed: " + e));
+      })
+      .then(function () { a.removeAttribute("aria-busy"); });
+  }
+
   /* -- the page --------------------------------------------------------- */
   function build(sec) {
     var pick = el("form", "panel");
@@ -501,6 +539,7 @@
     ui.download = el("a", "btn primary download");
     ui.download.id = "tensors-download";
     ui.download.hidden = true;
+    ui.download.addEventListener("click", download);
     var p = el("p");
     p.appendChild(ui.download);
     det.appendChild(p);

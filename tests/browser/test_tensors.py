@@ -377,6 +377,47 @@ def test_picker_navigates(browser, env):
         ctx.close()
 
 
+def test_reads_behind_a_token(browser, daemon_factory, env):
+    """http.anonymous_reads = never: without a token the page shows the
+    daemon's 401; with the session's token the list loads and the download
+    link (which cannot carry the header itself) still gives the bytes."""
+    d = daemon_factory({"http.anonymous_reads": "never"})
+    src = os.path.join(d.workdir, "odd", "model.safetensors")
+    os.makedirs(os.path.dirname(src))
+    with open(env.odd, "rb") as f, open(src, "wb") as g:
+        g.write(f.read())
+    d.import_ok("odd", src, activate=True)
+    base = f"http://127.0.0.1:{d.port}"
+    ctx, page, watch = open_page(browser, base, "#tensors/odd/1")
+    try:
+        page.wait_for_selector("#tensors-problem:not([hidden])")
+        text = page.text_content("#errors")
+        assert "HTTP 401" in text and "Token button" in text, text
+        assert "HTTP 401" in page.text_content("#tensors-problem")
+        assert page.locator("#tensors-rows tr").count() == 0
+        assert watch.other_than("401") == []
+    finally:
+        ctx.close()
+    name = "x y"
+    ctx, page, watch = open_page(browser, base, f"#tensors/odd/1/{seg(name)}", token=d.token)
+    try:
+        page.wait_for_selector("#tensors-download:not([hidden])")
+        href = page.get_attribute("#tensors-download", "href")
+        assert page.request.get(base + href).status == 401  # the plain link alone would not do
+        with page.expect_download() as dl:
+            page.click("#tensors-download")
+        with open(dl.value.path(), "rb") as f:
+            got = f.read()
+        with safe_open(src, framework="numpy") as st:
+            assert got == st.get_tensor(name).tobytes()
+        assert dl.value.suggested_filename == name + ".bin"
+        page.click("#tensors-back")
+        wait_query(page, "", "file", len(ODD))
+        assert watch.other_than(href) == []
+    finally:
+        ctx.close()
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("size", ["wide", "narrow"])
 def test_screenshots(browser, env, artifacts_dir, scheme, size):
