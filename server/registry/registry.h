@@ -479,15 +479,26 @@ typedef struct tv__reg_tensor_row {
     uint64_t header_len;              /* of the shard */
 } tv__reg_tensor_row;
 
+/* The orders of a tensor listing (GET .../tensors?order=). */
+typedef enum tv__reg_tensor_order {
+    TV__REG_TENSORS_FILE = 0, /* shard idx, begin_off, row id */
+    TV__REG_TENSORS_NAME = 1, /* name (bytes) */
+    TV__REG_TENSORS_SIZE = 2, /* nbytes (end_off - begin_off) descending, then name (bytes) */
+} tv__reg_tensor_order;
+
 /* A page of a generation's tensors whose names start with prefix (NULL or
- * "" = all). by_name: by name, after_name is the cursor ("" = first page);
- * else file order (shard idx, begin_off, row id), after_row_id is the
- * cursor (0 = first page). limit >= 1. Free with tv__reg_tensor_rows_free.
- * Returns 0; TV_E_NOT_FOUND (generation); TV_E_INVALID_ARG (after_row_id
- * names no tensor of the generation: a stale or forged cursor). */
-int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix, bool by_name,
-                         int64_t after_row_id, const char *after_name, size_t limit,
-                         tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err);
+ * "" = all), in order. The cursor is the last row of the previous page:
+ * FILE: after_row_id (0 = first page); NAME: after_name (NULL or "" =
+ * first page); SIZE: after_nbytes and after_name (after_name NULL or "" =
+ * first page; names are never empty). limit >= 1. Free with
+ * tv__reg_tensor_rows_free. Returns 0; TV_E_NOT_FOUND (generation);
+ * TV_E_INVALID_ARG (bad order, negative after_row_id, or after_row_id
+ * names no tensor of the generation: a stale or forged cursor);
+ * TV_E_OVERFLOW (after_nbytes over INT64_MAX). */
+int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix,
+                         tv__reg_tensor_order order, int64_t after_row_id, uint64_t after_nbytes,
+                         const char *after_name, size_t limit, tv__reg_tensor_row **out, size_t *n,
+                         bool *more, tv_error *err);
 /* NULL-safe. */
 void tv__reg_tensor_rows_free(tv__reg_tensor_row *rows, size_t n);
 

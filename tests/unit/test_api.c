@@ -556,10 +556,11 @@ static void test_tensors(void **state)
         check_tensor(json_array_get(arr, i), i, false);
     assert_true(json_is_null(json_object_get(j, "next_cursor")));
     tv__api_resp_free(&r);
-    /* limit=1 walks in file order and by name */
-    const char *orders[] = {"file", "name"};
+    /* limit=1 walks in file order, by name and by size */
+    const char *orders[] = {"file", "name", "size"};
     const size_t by_name[] = {3, 0, 2, 1}; /* "big" "model..." "na\xc3\xafve" "odd 100%" */
-    for (int o = 0; o < 2; o++) {
+    const size_t by_size[] = {3, 0, 2, 1}; /* 300001, 4000, 400, 13 bytes */
+    for (int o = 0; o < 3; o++) {
         char target[512];
         snprintf(target, sizeof target,
                  "/v1/models/acme%%2Ftiny/generations/2/tensors?limit=1&order=%s", orders[o]);
@@ -567,7 +568,7 @@ static void test_tensors(void **state)
             j = ok_json(&r, "GET", target, NULL);
             arr = json_object_get(j, "tensors");
             assert_int_equal(json_array_size(arr), 1);
-            check_tensor(json_array_get(arr, 0), o ? by_name[i] : i, false);
+            check_tensor(json_array_get(arr, 0), o == 2 ? by_size[i] : o ? by_name[i] : i, false);
             json_t *next = json_object_get(j, "next_cursor");
             assert_int_equal(json_is_string(next), i + 1 < N_TENSORS);
             if (i + 1 < N_TENSORS)
@@ -590,16 +591,43 @@ static void test_tensors(void **state)
     j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?prefix=zzz", NULL);
     assert_int_equal(json_array_size(json_object_get(j, "tensors")), 0);
     tv__api_resp_free(&r);
-    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors?order=size", NULL, 400,
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors?order=bogus", NULL, 400,
                  "TV_E_BAD_REQUEST");
-    /* a file-order cursor is malformed for name order */
+    /* a file-order cursor is malformed for name and size order, a size one for name */
     j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?limit=1", NULL);
     char target[512];
     snprintf(target, sizeof target,
              "/v1/models/acme%%2Ftiny/generations/2/tensors?order=name&cursor=%s",
              json_string_value(json_object_get(j, "next_cursor")));
+    expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    snprintf(target, sizeof target,
+             "/v1/models/acme%%2Ftiny/generations/2/tensors?order=size&cursor=%s",
+             json_string_value(json_object_get(j, "next_cursor")));
     tv__api_resp_free(&r);
     expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?limit=1&order=size", NULL);
+    snprintf(target, sizeof target,
+             "/v1/models/acme%%2Ftiny/generations/2/tensors?order=name&cursor=%s",
+             json_string_value(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    /* size cursors: "s" + hex("NBYTES:NAME"), canonical NBYTES, a name */
+    const char *bad_size[] = {"s616263", "s30313a78", "s353a", "s3a78", "s2d313a78"};
+    for (size_t i = 0; i < sizeof bad_size / sizeof bad_size[0]; i++) {
+        snprintf(target, sizeof target,
+                 "/v1/models/acme%%2Ftiny/generations/2/tensors?order=size&cursor=%s", bad_size[i]);
+        expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    }
+    /* "4000:model.embed/weight" -> the two smaller ones */
+    j = ok_json(
+        &r, "GET",
+        "/v1/models/acme%2Ftiny/generations/2/tensors?order=size&cursor=s343030303a6d6f64656c2e656d6265642f776569676874",
+        NULL);
+    arr = json_object_get(j, "tensors");
+    assert_int_equal(json_array_size(arr), 2);
+    check_tensor(json_array_get(arr, 0), 2, false);
+    check_tensor(json_array_get(arr, 1), 1, false);
+    tv__api_resp_free(&r);
 
     /* one tensor per encoded name */
     const char *enc[] = {"model.embed%2Fweight", "odd%20100%25", "na%C3%AFve", "big"};

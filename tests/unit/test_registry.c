@@ -1537,9 +1537,10 @@ static void test_model_and_generation_pages(void **state)
                      TV_E_NOT_FOUND);
 }
 
-/* A ready generation of model with the tensors names[i] of 8 bytes each
- * (name order differs from file order) in two shards. */
-static int64_t make_tensors(fixture *f, const char *model, const char *const *names, size_t n)
+/* A ready generation of model with the tensors names[i] of sizes[i] bytes
+ * (NULL: 8 bytes each; name order differs from file order) in two shards. */
+static int64_t make_sized_tensors(fixture *f, const char *model, const char *const *names,
+                                  const uint64_t *sizes, size_t n)
 {
     tv_error err = {0};
     tv__reg_generation g;
@@ -1570,24 +1571,31 @@ static int64_t make_tensors(fixture *f, const char *model, const char *const *na
         assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
         assert_int_equal(tv__reg_shard_bind(f->reg, shard, o.id, &err), 0);
     }
+    uint64_t at[2] = {0, 0};
     for (size_t i = 0; i < n; i++) {
         /* first half in shard 0, the rest in shard 1, file order = i */
         uint32_t s = i < n / 2 ? 0 : 1;
-        uint64_t k = s ? i - n / 2 : i;
+        uint64_t len = sizes ? sizes[i] : 8;
         t[i] = (tv_tensor_info){.name = names[i],
                                 .name_len = strlen(names[i]),
                                 .dtype = TV_DTYPE_F32,
                                 .rank = 1,
                                 .shape = shape,
                                 .shard = s,
-                                .begin_off = 8 * k,
-                                .end_off = 8 * k + 8};
+                                .begin_off = at[s],
+                                .end_off = at[s] + len};
+        at[s] += len;
     }
     assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, n, &err), 0);
     assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), 0);
     assert_int_equal(tv__reg_commit(f->reg, &err), 0);
     free(t);
     return g.id;
+}
+
+static int64_t make_tensors(fixture *f, const char *model, const char *const *names, size_t n)
+{
+    return make_sized_tensors(f, model, names, NULL, n);
 }
 
 static void test_tensor_pages(void **state)
@@ -1606,9 +1614,9 @@ static void test_tensor_pages(void **state)
     size_t seen = 0;
     int64_t after = 0;
     do {
-        assert_int_equal(
-            tv__reg_tensors_page(f->reg, gid, NULL, false, after, NULL, 2, &rows, &n, &more, &err),
-            0);
+        assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_FILE, after, 0,
+                                              NULL, 2, &rows, &n, &more, &err),
+                         0);
         for (size_t i = 0; i < n; i++, seen++) {
             assert_string_equal(rows[i].name, names[seen]);
             assert_int_equal(rows[i].shard_idx, seen < N / 2 ? 0 : 1);
@@ -1625,7 +1633,8 @@ static void test_tensor_pages(void **state)
     } while (more);
     assert_int_equal(seen, N);
     /* by name */
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", true, 0, "", 3, &rows, &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", TV__REG_TENSORS_NAME, 0, 0, "", 3, &rows,
+                                          &n, &more, &err),
                      0);
     assert_int_equal(n, 3);
     assert_true(more);
@@ -1633,8 +1642,8 @@ static void test_tensor_pages(void **state)
     assert_string_equal(rows[1].name, "model.embed");
     assert_string_equal(rows[2].name, "model.layers.0.w");
     tv__reg_tensor_rows_free(rows, n);
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, true, 0, "model.layers.0.w", 100,
-                                          &rows, &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_NAME, 0, 0,
+                                          "model.layers.0.w", 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 4);
     assert_false(more);
@@ -1642,35 +1651,37 @@ static void test_tensor_pages(void **state)
     assert_string_equal(rows[1].name, "model.layers.10.w");
     tv__reg_tensor_rows_free(rows, n);
     /* prefix, both orders */
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.1", true, 0, NULL, 100, &rows,
-                                          &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.1", TV__REG_TENSORS_NAME, 0, 0,
+                                          NULL, 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 2);
     assert_string_equal(rows[0].name, "model.layers.1.w");
     assert_string_equal(rows[1].name, "model.layers.10.w");
     tv__reg_tensor_rows_free(rows, n);
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.", false, 0, NULL, 100, &rows,
-                                          &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.", TV__REG_TENSORS_FILE, 0, 0,
+                                          NULL, 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 4);
     assert_string_equal(rows[0].name, "model.layers.1.w");
     assert_string_equal(rows[3].name, "model.layers.2.w");
     tv__reg_tensor_rows_free(rows, n);
     /* "%" and "_" are literal in prefixes */
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, "lm%", true, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "lm%", TV__REG_TENSORS_NAME, 0, 0, NULL, 100,
+                                          &rows, &n, &more, &err),
+                     0);
     assert_int_equal(n, 0);
     assert_null(rows);
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, "zzz", false, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "zzz", TV__REG_TENSORS_FILE, 0, 0, NULL, 100,
+                                          &rows, &n, &more, &err),
+                     0);
     assert_int_equal(n, 0);
     /* bad cursor, unknown generation */
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, NULL, false, 999999, NULL, 2, &rows, &n, &more, &err),
-        TV_E_INVALID_ARG);
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, 999, NULL, false, 0, NULL, 2, &rows, &n, &more, &err),
-        TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_FILE, 999999, 0, NULL,
+                                          2, &rows, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tensors_page(f->reg, 999, NULL, TV__REG_TENSORS_FILE, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_NOT_FOUND);
 
     tv__reg_tensor_row row;
     assert_int_equal(tv__reg_tensor_get(f->reg, gid, "model.norm", &row, &err), 0);
@@ -1699,6 +1710,96 @@ static void test_tensor_pages(void **state)
     assert_int_equal(tv__reg_shards_list(f->reg, 999, &sm, &err), TV_E_NOT_FOUND);
     assert_null(sm);
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+/* Expects the names of a size-ordered page. */
+static void expect_names(const tv__reg_tensor_row *rows, size_t n, const char *const *want,
+                         size_t n_want)
+{
+    assert_int_equal(n, n_want);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(rows[i].name, want[i]);
+}
+
+static void test_tensor_pages_by_size(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    static const char *const names[] = {"m.a", "m.b", "n.c", "m.d", "n.e", "m.f", "m.g"};
+    static const uint64_t sizes[] = {16, 8, 16, 0, 32, 8, 16};
+    /* nbytes descending, ties by name (bytes) */
+    static const char *const all[] = {"n.e", "m.a", "m.g", "n.c", "m.b", "m.f", "m.d"};
+    static const char *const m_only[] = {"m.a", "m.g", "m.b", "m.f", "m.d"};
+    const size_t N = sizeof names / sizeof names[0];
+    int64_t gid = make_sized_tensors(f, "sz", names, sizes, N);
+    tv__reg_tensor_row *rows = NULL;
+    size_t n = 0, seen = 0;
+    bool more = false;
+    /* pages of 2, the cursor being the last row's (nbytes, name) */
+    uint64_t after_nbytes = 0;
+    char after[16] = "";
+    do {
+        assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0,
+                                              after_nbytes, after, 2, &rows, &n, &more, &err),
+                         0);
+        assert_true(n >= 1 && n <= 2);
+        for (size_t i = 0; i < n; i++, seen++) {
+            assert_string_equal(rows[i].name, all[seen]);
+            assert_int_equal(rows[i].end_off - rows[i].begin_off, seen == 0   ? 32
+                                                                  : seen <= 3 ? 16
+                                                                  : seen <= 5 ? 8
+                                                                              : 0);
+        }
+        after_nbytes = rows[n - 1].end_off - rows[n - 1].begin_off;
+        snprintf(after, sizeof after, "%s", rows[n - 1].name);
+        tv__reg_tensor_rows_free(rows, n);
+    } while (more);
+    assert_int_equal(seen, N);
+    /* one page holding everything: more is false */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", TV__REG_TENSORS_SIZE, 0, 0, NULL, 7,
+                                          &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, all, N);
+    assert_false(more);
+    tv__reg_tensor_rows_free(rows, n);
+    /* prefix, then prefix after a cursor */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "m.", TV__REG_TENSORS_SIZE, 0, 0, "", 100,
+                                          &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, m_only, 5);
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "m.", TV__REG_TENSORS_SIZE, 0, 16, "m.g",
+                                          100, &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, m_only + 2, 3);
+    tv__reg_tensor_rows_free(rows, n);
+    /* a key that names no row still starts the page right after it */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, 16, "m.b",
+                                          100, &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, all + 2, 5);
+    tv__reg_tensor_rows_free(rows, n);
+    /* past the end, no match */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, 0, "m.d", 100,
+                                          &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "zz", TV__REG_TENSORS_SIZE, 0, 0, NULL, 1,
+                                          &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 0);
+    /* bad order, size over INT64_MAX, unknown generation */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, (tv__reg_tensor_order)7, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, UINT64_MAX,
+                                          "m.a", 2, &rows, &n, &more, &err),
+                     TV_E_OVERFLOW);
+    assert_null(rows);
+    assert_int_equal(tv__reg_tensors_page(f->reg, 999, NULL, TV__REG_TENSORS_SIZE, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_NOT_FOUND);
 }
 
 static void test_tokens(void **state)
@@ -2079,6 +2180,7 @@ int main(void)
         T(test_model_get_delete),
         T(test_model_and_generation_pages),
         T(test_tensor_pages),
+        T(test_tensor_pages_by_size),
         T(test_tokens),
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
