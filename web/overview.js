@@ -1,7 +1,8 @@
 /* tensorvault dashboard, the Overview page: counts, devices with capacity
  * bars and LBA maps (GET /v1/devices/{id}/extents: every object coloured
- * by model, free gaps, the label), the read/import throughput chart (from
- * /metrics) and the models table. Built on the shell in app.js (window.TV). */
+ * by model, free gaps, the label; drawn to scale or by objects), the
+ * read/import throughput chart (from /metrics) and the models table. Built
+ * on the shell in app.js (window.TV). */
 "use strict";
 
 (function () {
@@ -102,13 +103,62 @@
       " \u00b7 object " + e.object_id;
   }
 
+  /* The map's scale: "to-scale" (widths proportional to bytes) or
+   * "objects" (each object and gap between objects a width that shows it,
+   * 1 + log2 of its size in object_align units, at least MIN_PX wide
+   * where the map has room; the trailing free extent a fixed TRAIL_PCT
+   * (at least TRAIL_MIN_PX), marked as compressed, its size written on
+   * it). Details on hover/focus stay exact. A choice is kept per device
+   * id in localStorage; without one, "objects" when the objects cover
+   * under AUTO_FRACTION of the region. Only the widths change: the
+   * segments stay the same. */
+  var SCALES = [["to-scale", "to scale"], ["objects", "objects"]];
+  var MIN_PX = 8, TRAIL_PCT = 25, TRAIL_MIN_PX = 100, AUTO_FRACTION = 0.05;
+  var SCALE_KEY = "tv.overview.lba-scale.";
+
+  function storedScale(id) {
+    var v = null;
+    try { v = localStorage.getItem(SCALE_KEY + id); } catch (e) { /* storage disabled */ }
+    return v === "to-scale" || v === "objects" ? v : null;
+  }
+  function storeScale(id, v) {
+    try { localStorage.setItem(SCALE_KEY + id, v); } catch (e) { /* storage disabled */ }
+  }
+
+  function autoScale(doc) {
+    var used = 0, n = 0;
+    (doc.extents || []).forEach(function (e) {
+      if (e.kind === "object") { used += e.bytes; n++; }
+    });
+    return n > 0 && used < AUTO_FRACTION * (doc.region_bytes || 1) ? "objects" : "to-scale";
+  }
+
   function newMap(id) {
-    var m = { text: null, box: el("div", "lba"), strip: el("div", "lba-map"),
+    var m = { id: id, text: null, doc: null, box: el("div", "lba"), strip: el("div", "lba-map"),
               details: el("p", "lba-details small muted", "hover or focus a segment for its details"),
-              legend: el("ul", "lba-legend small") };
+              legend: el("ul", "lba-legend small"), tools: el("div", "lba-tools small"),
+              buttons: {}, compressedKey: null };
+    var group = el("div", "lba-scale");
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", "device " + id + " LBA map scale");
+    m.tools.appendChild(el("span", "muted", "LBA map scale"));
+    SCALES.forEach(function (sc) {
+      var b = el("button", "btn small-btn", sc[1]);
+      b.type = "button";
+      b.dataset.scale = sc[0];
+      b.setAttribute("aria-pressed", "false");
+      b.addEventListener("click", function () {
+        storeScale(id, sc[0]);
+        if (m.doc) applyScale(m);
+      });
+      m.buttons[sc[0]] = b;
+      group.appendChild(b);
+    });
+    m.tools.appendChild(group);
     m.strip.setAttribute("role", "group");
     m.strip.setAttribute("aria-label", "device " + id + " LBA map (arrow keys move between extents)");
     m.details.setAttribute("role", "status");
+    m.box.appendChild(m.tools);
     m.box.appendChild(m.strip);
     m.box.appendChild(m.details);
     m.box.appendChild(m.legend);
@@ -144,12 +194,51 @@
     segs[j].focus();
   }
 
+  // Sets every segment's width for the current scale (the segments and
+  // their data attributes stay as renderMap made them).
+  function applyScale(m) {
+    var scale = storedScale(m.id) || autoScale(m.doc);
+    var segs = m.strip.children, n = segs.length, total = m.doc.region_bytes || 1;
+    var unit = m.doc.object_align || 65536;
+    var last = n - 1, trail = scale === "objects" && n > 1 && segs[last].dataset.kind === "free";
+    var trailW = "max(" + TRAIL_PCT + "%, " + TRAIL_MIN_PX + "px)", rest = Math.max(trail ? n - 1 : n, 1);
+    var minW = scale === "objects"
+      ? "min(" + MIN_PX + "px, (100% - " + (trail ? trailW : "0px") + ") / " + rest + ")"
+      : "min(2px, " + (100 / Math.max(n, 1)).toFixed(4) + "%)";
+    m.box.dataset.scale = scale;
+    Object.keys(m.buttons).forEach(function (k) {
+      m.buttons[k].setAttribute("aria-pressed", k === scale ? "true" : "false");
+    });
+    for (var i = 0; i < n; i++) {
+      var s = segs[i], bytes = Number(s.dataset.bytes), t = s.firstChild;
+      var compressed = trail && i === last;
+      s.classList.toggle("compressed", compressed);
+      s.setAttribute("aria-label", s.dataset.details + (compressed ? " \u00b7 drawn compressed" : ""));
+      t.hidden = !compressed;
+      if (compressed) {
+        t.textContent = fmtBytes(bytes) + " free";
+        s.style.flexGrow = "0";
+        s.style.flexShrink = "0";
+        s.style.flexBasis = trailW;
+        s.style.minWidth = "0";
+        continue;
+      }
+      s.style.flexGrow = scale === "objects"
+        ? String(1 + Math.log2(Math.max(1, bytes / unit)))
+        : String(1e6 * bytes / total);
+      s.style.flexShrink = "1";
+      s.style.flexBasis = "0";
+      s.style.minWidth = minW;
+    }
+    m.compressedKey.hidden = !trail;
+  }
+
   function renderMap(m, doc) {
     var focused = m.strip.contains(document.activeElement) ? document.activeElement.dataset.offset : null;
     TV.clear(m.strip);
     TV.clear(m.legend);
-    var ex = doc.extents || [], n = ex.length, total = doc.region_bytes || 1, models = {};
-    var minW = "min(2px, " + (100 / Math.max(n, 1)).toFixed(4) + "%)";
+    m.doc = doc;
+    var ex = doc.extents || [], models = {};
     var refocus = -1;
     ex.forEach(function (e, i) {
       var s = el("button", "lba-seg " + e.kind);
@@ -171,9 +260,7 @@
       var text = describe(e);
       s.dataset.details = text;
       s.title = text;
-      s.setAttribute("aria-label", text);
-      s.style.flexGrow = String(1e6 * e.bytes / total);
-      s.style.minWidth = minW;
+      s.appendChild(el("span", "lba-seg-text")); // the compressed extent's visible size
       if (focused !== null && s.dataset.offset === focused) refocus = i;
       m.strip.appendChild(s);
     });
@@ -191,6 +278,9 @@
     });
     key(null, "free", "free");
     key(null, "label", "label");
+    m.compressedKey = key(null, "free, drawn compressed (not to scale)", "free compressed");
+    m.compressedKey.className = "compressed-key";
+    applyScale(m);
     if (refocus >= 0) focusSeg(m, refocus);
   }
 

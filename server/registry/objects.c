@@ -343,11 +343,11 @@ void tv__reg_device_objects_free(tv__reg_device_objects *m)
     memset(m, 0, sizeof *m);
 }
 
-/* Checks objects[] against the device's data region and each other, and
- * splits users[] (in the same object order) by object into first_user. */
-static int index_extents(tv__reg_device_objects *m, tv_error *err)
+int tv__reg_device_extents_check(const tv__reg_device *d, const tv__reg_object *objs, size_t n,
+                                 tv_error *err)
 {
-    const tv__reg_device *d = &m->device;
+    if (!d || (!objs && n))
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_extents_check: NULL argument");
     uint64_t end;
     if (tv__add_u64(d->region_off, d->region_len, &end) || d->data_off < d->region_off ||
         d->data_off > end)
@@ -358,9 +358,8 @@ static int index_extents(tv__reg_device_objects *m, tv_error *err)
             (unsigned long long)d->region_len);
     uint64_t prev_end = d->data_off;
     int64_t prev_id = 0;
-    size_t u = 0;
-    for (size_t i = 0; i < m->n_objects; i++) {
-        const tv__reg_object *o = &m->objects[i];
+    for (size_t i = 0; i < n; i++) {
+        const tv__reg_object *o = &objs[i];
         if (o->base_off < d->data_off || o->base_off > end || o->alloc_len > end - o->base_off)
             return tv__seterr(
                 err, TV_E_REGISTRY,
@@ -375,6 +374,20 @@ static int index_extents(tv__reg_device_objects *m, tv_error *err)
                 (long long)prev_id, (unsigned long long)prev_end);
         prev_end = o->base_off + o->alloc_len;
         prev_id = o->id;
+    }
+    return 0;
+}
+
+/* Checks objects[] against the device's data region and each other, and
+ * splits users[] (in the same object order) by object into first_user. */
+static int index_extents(tv__reg_device_objects *m, tv_error *err)
+{
+    int rc = tv__reg_device_extents_check(&m->device, m->objects, m->n_objects, err);
+    if (rc)
+        return rc;
+    size_t u = 0;
+    for (size_t i = 0; i < m->n_objects; i++) {
+        const tv__reg_object *o = &m->objects[i];
         m->first_user[i] = u;
         while (u < m->n_users && m->users[u].object_id == o->id)
             u++;
@@ -384,7 +397,7 @@ static int index_extents(tv__reg_device_objects *m, tv_error *err)
         return tv__seterr(
             err, TV_E_REGISTRY,
             "registry corrupt: a binding of object %lld on device %lld is out of order",
-            (long long)m->users[u].object_id, (long long)d->id);
+            (long long)m->users[u].object_id, (long long)m->device.id);
     return 0;
 }
 

@@ -728,6 +728,16 @@ int tv__reg_device_objects_get(tv__reg *reg, int64_t device_id, tv__reg_device_o
 /* NULL-safe; leaves *m zeroed. */
 void tv__reg_device_objects_free(tv__reg_device_objects *m);
 
+/* The check tv__reg_device_objects_get makes, for objs[] (n objects of
+ * device d by base_off, as tv__reg_objects_on_device lists them): d's data
+ * offset lies in its region, every object in [data_off, region_off +
+ * region_len), each at or after its predecessor's end. The allocator runs
+ * it on what it loads, so stored extents the schema's trigger would have
+ * refused are a registry error, not a bad argument.
+ * Returns 0; TV_E_REGISTRY naming the object(s) and the device. */
+int tv__reg_device_extents_check(const tv__reg_device *d, const tv__reg_object *objs, size_t n,
+                                 tv_error *err);
+
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */

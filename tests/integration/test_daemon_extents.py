@@ -177,7 +177,9 @@ def test_anonymous_loopback_reads_like_devices(d, store, build_dir, tmp_path):
 def test_corrupt_extents_answer_500_naming_object_and_device(build_dir, tmp_path):
     """An object row overlapping its predecessor (written behind the
     schema's trigger) is a registry corruption: 500 naming both, never a
-    negative or overlapping extent."""
+    negative or overlapping extent. GET /v1/devices/{id} and /v1/devices
+    (the allocator's free-space accounting) answer the same registry error,
+    not a 400, and an import (which reserves an extent) fails with it."""
     dm = Daemon(build_dir, tmp_path, settings={"store.image_size": "256M"}).start()
     try:
         dm.import_ok("m", one_file(dm, "m1", 7))
@@ -201,6 +203,20 @@ def test_corrupt_extents_answer_500_naming_object_and_device(build_dir, tmp_path
         assert err["code"] == "TV_E_REGISTRY", err
         assert "object 777" in err["message"] and "device 1" in err["message"], err
         assert f"object {obj['object_id']}" in err["message"], err
+        for path in ("/v1/devices/1", "/v1/devices"):
+            r = dm.get(path)
+            assert r.status == 500, (path, r)
+            assert r.json()["error"] == err, (path, r.json())
+        job = dm.wait_job(dm.submit_import("n", one_file(dm, "n1", 8))["id"])
+        assert job["state"] == "failed", job
+        assert job["error"]["code"] == "TV_E_REGISTRY", job
+        assert "object 777" in job["error"]["message"], job
         assert dm.get("/v1/models").status == 200  # the rest still answers
     finally:
-        dm.stop()
+        assert dm.stop() == 0, dm.log_text()
+    con = sqlite3.connect(os.path.join(dm.store, "registry.db"))
+    try:  # the refused reservation left no row behind
+        assert con.execute("SELECT id FROM objects ORDER BY id").fetchall() == [
+            (obj["object_id"],), (777,)]
+    finally:
+        con.close()

@@ -2071,6 +2071,68 @@ static void test_device_objects(void **state)
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
 }
 
+/* The allocator on stored extents the schema's trigger would refuse: the
+ * free-space accounting (GET /v1/devices/{id}) and a reservation (an
+ * import) answer TV_E_REGISTRY naming the objects and the device, like the
+ * extents map, never the allocator's TV_E_INVALID_ARG; the reservation
+ * inserts nothing and leaves no transaction open. */
+static void test_alloc_on_corrupt_registry(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_object a, got;
+    tv__alloc_space sp;
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 2 * OA, &a, &err), 0);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
+        SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (910, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(a.base_off + OA), (unsigned long long)OA);
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    char want[160];
+    snprintf(want, sizeof want, "overlaps object %lld", (long long)a.id);
+
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "registry corrupt: object 910"));
+    assert_non_null(strstr(err.msg, want));
+    assert_non_null(strstr(err.msg, "device 1"));
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 910"));
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+    assert_int_equal(query_int(f->reg->db, "SELECT count(*) FROM objects"), 2);
+
+    /* Past the region's end. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 910", NULL, NULL, NULL),
+        SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (911, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 911"));
+    assert_non_null(strstr(err.msg, "outside the data region"));
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 911"));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+
+    /* Repaired, both work again. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 911", NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), 0);
+    assert_int_equal(sp.n_used, 1);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), 0);
+    assert_int_equal(got.base_off, a.base_off + a.alloc_len);
+}
+
 /* ---- the query helpers every registry query is built on --------------------- */
 
 static int read_id_uuid(sqlite3_stmt *st, void *record, tv_error *err)
@@ -2185,6 +2247,7 @@ int main(void)
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
         T(test_device_objects),
+        T(test_alloc_on_corrupt_registry),
         T(test_query_helpers),
     };
 #undef T
