@@ -182,7 +182,7 @@
       if (e.status === 401) {
         tokenClear();
         e.message += " (set a valid admin token with the Token button)";
-      } else if (e.status === 403) {
+      } else if (e.status === 403 && e.code === "TV_E_FORBIDDEN") {
         e.message += " (this token may not make changes)";
       }
       setError(src, e.message);

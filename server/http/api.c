@@ -360,6 +360,7 @@ static const route ROUTES[] = {
     R("GET", "/v1/openapi.yaml", NONE_, tv__api_h_openapi),
     R("GET", "/v1/devices", READ_, tv__api_h_devices),
     R("GET", "/v1/devices/{id}", READ_, tv__api_h_device),
+    R("GET", "/v1/devices/{id}/extents", READ_, tv__api_h_device_extents),
     R("GET", "/v1/models", READ_, tv__api_h_models),
     R("GET", "/v1/models/{name}", READ_, tv__api_h_model),
     R("DELETE", "/v1/models/{name}", ADMIN_, tv__api_h_model_delete),

@@ -170,6 +170,7 @@ int tv__api_h_status(tv__api_ctx *c);
 int tv__api_h_openapi(tv__api_ctx *c);
 int tv__api_h_devices(tv__api_ctx *c);
 int tv__api_h_device(tv__api_ctx *c);
+int tv__api_h_device_extents(tv__api_ctx *c);
 int tv__api_h_models(tv__api_ctx *c);
 int tv__api_h_model(tv__api_ctx *c);
 int tv__api_h_model_delete(tv__api_ctx *c);

@@ -235,6 +235,90 @@ int tv__api_h_device(tv__api_ctx *c)
     return devices(c, true);
 }
 
+/* The extents map: the label extent [region_off, data_off), then every
+ * object and the free gaps between them up to the region's end. The
+ * registry has checked that objects lie in the data region without
+ * overlapping, so no extent is negative. */
+static int extent_append(json_t *arr, json_t *e, tv_error *err)
+{
+    if (!e || json_array_append_new(arr, e))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+static json_t *plain_extent(uint64_t off, uint64_t bytes, const char *kind)
+{
+    return json_pack("{s:I,s:I,s:s}", "offset", (json_int_t)off, "bytes", (json_int_t)bytes, "kind",
+                     kind);
+}
+
+static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
+{
+    const tv__reg_object *o = &m->objects[i];
+    json_t *users = json_array();
+    for (size_t u = m->first_user[i]; users && u < m->first_user[i + 1]; u++) {
+        const tv__reg_object_user *w = &m->users[u];
+        const char *state = tv__gen_state_name(w->state);
+        if (json_array_append_new(
+                users, json_pack("{s:o,s:I,s:o,s:s}", "model", tv__api_jstr(w->model), "generation",
+                                 (json_int_t)w->generation, "shard", tv__api_jstr(w->shard),
+                                 "state", state ? state : "failed"))) {
+            json_decref(users);
+            users = NULL;
+        }
+    }
+    if (!users)
+        return NULL;
+    bool committed = o->state == TV__OBJ_COMMITTED;
+    return json_pack("{s:I,s:I,s:s,s:I,s:s,s:I,s:o,s:o}", "offset", (json_int_t)o->base_off,
+                     "bytes", (json_int_t)o->alloc_len, "kind", "object", "object_id",
+                     (json_int_t)o->id, "state", committed ? "committed" : "writing",
+                     "canonical_bytes", (json_int_t)o->canonical_len, "sha256",
+                     committed ? tv__api_jstr(o->sha256) : json_null(), "users", users);
+}
+
+int tv__api_h_device_extents(tv__api_ctx *c)
+{
+    int64_t id = 0;
+    tv__reg *reg;
+    tv__reg_device_objects m = {0};
+    json_t *arr = NULL;
+    int rc;
+    if ((rc = tv__api_query_allow(c, NO_FIELDS)) || (rc = path_id(c, 0, "device id", &id)) ||
+        (rc = tv__api_reader(c, &reg)) || (rc = tv__reg_device_objects_get(reg, id, &m, &c->err)))
+        goto out;
+    const tv__reg_device *d = &m.device;
+    uint64_t end = d->region_off + d->region_len, pos = d->data_off;
+    if (!(arr = json_array())) {
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = extent_append(arr, plain_extent(d->region_off, d->data_off - d->region_off, "label"),
+                       &c->err);
+    for (size_t i = 0; !rc && i < m.n_objects; i++) {
+        const tv__reg_object *o = &m.objects[i];
+        if (o->base_off > pos &&
+            (rc = extent_append(arr, plain_extent(pos, o->base_off - pos, "free"), &c->err)))
+            break;
+        rc = extent_append(arr, object_extent(&m, i), &c->err);
+        pos = o->base_off + o->alloc_len;
+    }
+    if (!rc && end > pos)
+        rc = extent_append(arr, plain_extent(pos, end - pos, "free"), &c->err);
+    if (rc)
+        goto out;
+    rc = tv__api_reply(c, 200,
+                       json_pack("{s:I,s:I,s:I,s:I,s:I,s:o}", "device_id", (json_int_t)d->id,
+                                 "region_offset", (json_int_t)d->region_off, "region_bytes",
+                                 (json_int_t)d->region_len, "data_offset", (json_int_t)d->data_off,
+                                 "object_align", (json_int_t)d->object_align, "extents", arr));
+    arr = NULL;
+out:
+    json_decref(arr);
+    tv__reg_device_objects_free(&m);
+    return rc;
+}
+
 /* ---- models ----------------------------------------------------------------- */
 
 static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, int *rc)
@@ -583,39 +667,71 @@ int tv__api_h_alias_delete(tv__api_ctx *c)
 
 /* ---- tensors ---------------------------------------------------------------- */
 
+/* order=size's cursor key: "NBYTES:NAME" (NBYTES canonical decimal). */
+static int size_cursor_parse(tv__api_ctx *c, char *key, uint64_t *nbytes, const char **name)
+{
+    char *colon = key ? strchr(key, ':') : NULL;
+    int64_t v = 0;
+    if (!colon || !colon[1])
+        goto bad;
+    *colon = '\0';
+    bool ok = !strcmp(key, "0") || tv__parse_pos_i64(key, &v);
+    *colon = ':';
+    if (!ok)
+        goto bad;
+    *nbytes = (uint64_t)v;
+    *name = colon + 1;
+    return 0;
+bad:
+    return tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                      "malformed cursor (pass next_cursor of the previous page as it is)");
+}
+
 int tv__api_h_tensors(tv__api_ctx *c)
 {
     static const char *const q[] = {"limit", "cursor", "prefix", "order", NULL};
+    static const char kinds[] = {
+        [TV__REG_TENSORS_FILE] = 'f', [TV__REG_TENSORS_NAME] = 'n', [TV__REG_TENSORS_SIZE] = 's'};
     tv__reg *reg;
     tv__reg_generation g;
     tv__reg_tensor_row *rows = NULL;
     size_t limit, n = 0, kl = 0;
-    char *after = NULL;
+    char *after = NULL, *key = NULL;
+    const char *after_name = NULL;
     int64_t after_id = 0;
-    bool more = false, by_name = false;
+    uint64_t after_nbytes = 0;
+    bool more = false;
+    tv__reg_tensor_order ord = TV__REG_TENSORS_FILE;
     json_t *arr = NULL;
     int rc;
     if ((rc = tv__api_query_allow(c, q)) || (rc = tv__api_query_limit(c, &limit)))
         goto out;
     const char *order = tv__api_query(c, "order");
-    if (order && strcmp(order, "file") && strcmp(order, "name")) {
-        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad order '%.40s': file or name", order);
+    if (order && strcmp(order, "file") && strcmp(order, "name") && strcmp(order, "size")) {
+        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad order '%.40s': file, name or size", order);
         goto out;
     }
-    by_name = order && !strcmp(order, "name");
-    if ((rc = tv__api_cursor_get(c, by_name ? 'n' : 'f', &after, &kl)))
+    if (order && !strcmp(order, "name"))
+        ord = TV__REG_TENSORS_NAME;
+    else if (order && !strcmp(order, "size"))
+        ord = TV__REG_TENSORS_SIZE;
+    if ((rc = tv__api_cursor_get(c, kinds[ord], &after, &kl)))
         goto out;
-    if (after && !by_name && !tv__parse_pos_i64(after, &after_id)) {
+    if (after && ord == TV__REG_TENSORS_FILE && !tv__parse_pos_i64(after, &after_id)) {
         rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
                         "malformed cursor (pass next_cursor of the previous page as it is)");
         goto out;
     }
+    if (ord == TV__REG_TENSORS_NAME)
+        after_name = after ? after : "";
+    if (after && ord == TV__REG_TENSORS_SIZE &&
+        (rc = size_cursor_parse(c, after, &after_nbytes, &after_name)))
+        goto out;
     const char *prefix = tv__api_query(c, "prefix");
     if ((rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen_row(c, reg, c->param[0], c->param[1], &g)) ||
-        (rc = tv__reg_tensors_page(reg, g.id, prefix, by_name, after_id,
-                                   by_name ? (after ? after : "") : NULL, limit, &rows, &n, &more,
-                                   &c->err)))
+        (rc = tv__reg_tensors_page(reg, g.id, prefix, ord, after_id, after_nbytes, after_name,
+                                   limit, &rows, &n, &more, &c->err)))
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
@@ -623,23 +739,41 @@ int tv__api_h_tensors(tv__api_ctx *c)
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     if (!rc) {
         json_t *next;
-        if (by_name) {
+        if (ord == TV__REG_TENSORS_NAME) {
             next = cursor_json(more && n, 'n', n ? rows[n - 1].name : "",
                                n ? strlen(rows[n - 1].name) : 0);
+        } else if (ord == TV__REG_TENSORS_SIZE) {
+            size_t klen = 0;
+            int ll = 0;
+            if (more && n) {
+                const tv__reg_tensor_row *t = &rows[n - 1];
+                if (__builtin_add_overflow(strlen(t->name), (size_t)24, &klen) ||
+                    !(key = malloc(klen)))
+                    rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+                else
+                    ll = snprintf(key, klen, "%" PRIu64 ":%s", t->end_off - t->begin_off, t->name);
+            }
+            next = cursor_json(more && n && !rc, 's', key ? key : "", (size_t)ll);
         } else {
             char last[24];
             int ll = snprintf(last, sizeof last, "%" PRId64, n ? rows[n - 1].row_id : 0);
             next = cursor_json(more && n, 'f', last, (size_t)ll);
         }
-        rc = tv__api_reply(c, 200,
-                           json_pack("{s:s,s:I,s:o,s:o}", "model", g.model, "generation",
-                                     (json_int_t)g.number, "tensors", arr, "next_cursor", next));
-        arr = NULL;
+        if (rc) {
+            json_decref(next);
+        } else {
+            rc =
+                tv__api_reply(c, 200,
+                              json_pack("{s:s,s:I,s:o,s:o}", "model", g.model, "generation",
+                                        (json_int_t)g.number, "tensors", arr, "next_cursor", next));
+            arr = NULL;
+        }
     }
 out:
     json_decref(arr);
     tv__reg_tensor_rows_free(rows, n);
     free(after);
+    free(key);
     return rc;
 }
 

@@ -182,7 +182,10 @@ int tv__alloc_space_of(const tv__alloc_region *r, const tv__extent *used, size_t
     return 0;
 }
 
-/* Loads a device's region and its used extents (all objects, by base_off). */
+/* Loads a device's region and its used extents (all objects, by base_off).
+ * Stored extents that break the region or overlap are TV_E_REGISTRY (a
+ * corrupt registry), checked here before validate() could call them an
+ * invalid argument. */
 static int load_device(tv__reg *reg, int64_t device_id, tv__reg_device *dev,
                        tv__alloc_region *region, tv__extent **extents, size_t *n, tv_error *err)
 {
@@ -195,6 +198,10 @@ static int load_device(tv__reg *reg, int64_t device_id, tv__reg_device *dev,
         (rc = tv__alloc_region_of(dev, region, err)) ||
         (rc = tv__reg_objects_on_device(reg, device_id, &objs, &n_objs, err)))
         return rc;
+    if ((rc = tv__reg_device_extents_check(dev, objs, n_objs, err))) {
+        free(objs);
+        return rc;
+    }
     if (n_objs) {
         *extents = calloc(n_objs, sizeof **extents);
         if (!*extents) {

@@ -1,7 +1,8 @@
 /* Objects: extents on a device that hold one shard's canonical bytes plus
  * zero padding. Insert ('writing'), commit (hash), dedup lookup, listing for
  * the allocator, verify and gc, deletion and start-up reclaim, and which
- * model, generation and shard use an object (for reports).
+ * model, generation and shard use an object (for reports), and a device's
+ * objects with their users (the extents map).
  *
  * Invariants: an object is deleted only when nothing live needs it (a
  * 'writing' object is never referenced by a ready generation; a committed
@@ -295,6 +296,7 @@ static int read_user(sqlite3_stmt *st, void *record, tv_error *err)
     u->active = sqlite3_column_int(st, 3) != 0;
     tv__reg_col_text(st, 4, u->shard, sizeof u->shard);
     u->shard_idx = (uint32_t)sqlite3_column_int64(st, 5);
+    u->object_id = sqlite3_column_int64(st, 6);
     return 0;
 }
 
@@ -314,7 +316,8 @@ int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **
     if ((rc = tv__reg_object_get(reg, object_id, &o, err)) == 0)
         rc = tv__reg_query_list(reg, &v, read_user, "listing an object's users", err,
                                 "SELECT m.name, g.number, g.state, "
-                                "  coalesce(m.active_generation = g.number, 0), s.name, s.idx "
+                                "  coalesce(m.active_generation = g.number, 0), s.name, s.idx, "
+                                "  so.object_id "
                                 "FROM shard_objects so JOIN shards s ON s.id = so.shard_id "
                                 "JOIN generations g ON g.id = s.generation_id "
                                 "JOIN models m ON m.id = g.model_id "
@@ -328,4 +331,116 @@ int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **
     *out = v.items;
     *n = v.n;
     return 0;
+}
+
+void tv__reg_device_objects_free(tv__reg_device_objects *m)
+{
+    if (!m)
+        return;
+    free(m->objects);
+    free(m->users);
+    free(m->first_user);
+    memset(m, 0, sizeof *m);
+}
+
+int tv__reg_device_extents_check(const tv__reg_device *d, const tv__reg_object *objs, size_t n,
+                                 tv_error *err)
+{
+    if (!d || (!objs && n))
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_extents_check: NULL argument");
+    uint64_t end;
+    if (tv__add_u64(d->region_off, d->region_len, &end) || d->data_off < d->region_off ||
+        d->data_off > end)
+        return tv__seterr(
+            err, TV_E_REGISTRY,
+            "registry corrupt: device %lld has data offset %llu outside its region [%llu, +%llu)",
+            (long long)d->id, (unsigned long long)d->data_off, (unsigned long long)d->region_off,
+            (unsigned long long)d->region_len);
+    uint64_t prev_end = d->data_off;
+    int64_t prev_id = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tv__reg_object *o = &objs[i];
+        if (o->base_off < d->data_off || o->base_off > end || o->alloc_len > end - o->base_off)
+            return tv__seterr(
+                err, TV_E_REGISTRY,
+                "registry corrupt: object %lld at [%llu, +%llu) on device %lld lies outside the data region [%llu, %llu)",
+                (long long)o->id, (unsigned long long)o->base_off, (unsigned long long)o->alloc_len,
+                (long long)d->id, (unsigned long long)d->data_off, (unsigned long long)end);
+        if (o->base_off < prev_end)
+            return tv__seterr(
+                err, TV_E_REGISTRY,
+                "registry corrupt: object %lld at %llu on device %lld overlaps object %lld, which ends at %llu",
+                (long long)o->id, (unsigned long long)o->base_off, (long long)d->id,
+                (long long)prev_id, (unsigned long long)prev_end);
+        prev_end = o->base_off + o->alloc_len;
+        prev_id = o->id;
+    }
+    return 0;
+}
+
+/* Checks objects[] against the device's data region and each other, and
+ * splits users[] (in the same object order) by object into first_user. */
+static int index_extents(tv__reg_device_objects *m, tv_error *err)
+{
+    int rc = tv__reg_device_extents_check(&m->device, m->objects, m->n_objects, err);
+    if (rc)
+        return rc;
+    size_t u = 0;
+    for (size_t i = 0; i < m->n_objects; i++) {
+        const tv__reg_object *o = &m->objects[i];
+        m->first_user[i] = u;
+        while (u < m->n_users && m->users[u].object_id == o->id)
+            u++;
+    }
+    m->first_user[m->n_objects] = u;
+    if (u != m->n_users)
+        return tv__seterr(
+            err, TV_E_REGISTRY,
+            "registry corrupt: a binding of object %lld on device %lld is out of order",
+            (long long)m->users[u].object_id, (long long)m->device.id);
+    return 0;
+}
+
+int tv__reg_device_objects_get(tv__reg *reg, int64_t device_id, tv__reg_device_objects *out,
+                               tv_error *err)
+{
+    if (!reg || !out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_device_objects_get: NULL argument");
+    memset(out, 0, sizeof *out);
+    tv__reg_vec v = {.size = sizeof(tv__reg_object_user)};
+    /* One read transaction: the device, its objects and their bindings
+     * from one state. */
+    int rc = tv__reg_level_begin(reg, false, err);
+    if (rc)
+        return rc;
+    if ((rc = tv__reg_device_get(reg, device_id, &out->device, err)) ||
+        (rc = tv__reg_objects_on_device(reg, device_id, &out->objects, &out->n_objects, err)) ||
+        (rc = tv__reg_query_list(reg, &v, read_user, "listing a device's object users", err,
+                                 "SELECT m.name, g.number, g.state, "
+                                 "  coalesce(m.active_generation = g.number, 0), s.name, s.idx, "
+                                 "  so.object_id "
+                                 "FROM objects o JOIN shard_objects so ON so.object_id = o.id "
+                                 "JOIN shards s ON s.id = so.shard_id "
+                                 "JOIN generations g ON g.id = s.generation_id "
+                                 "JOIN models m ON m.id = g.model_id "
+                                 "WHERE o.device_id = ?1 "
+                                 "ORDER BY o.base_off, m.name, g.number, s.name, s.idx",
+                                 "i", device_id)))
+        goto done;
+    out->users = v.items;
+    out->n_users = v.n;
+    v.items = NULL;
+    if (!(out->first_user = calloc(out->n_objects + 1, sizeof *out->first_user))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory listing the objects of device %lld",
+                        (long long)device_id);
+        goto done;
+    }
+    rc = index_extents(out, err);
+done:
+    rc = tv__reg_level_end(reg, rc, err);
+    if (rc) {
+        free(v.items);
+        tv__reg_device_objects_free(out);
+    }
+    return rc;
 }

@@ -479,15 +479,26 @@ typedef struct tv__reg_tensor_row {
     uint64_t header_len;              /* of the shard */
 } tv__reg_tensor_row;
 
+/* The orders of a tensor listing (GET .../tensors?order=). */
+typedef enum tv__reg_tensor_order {
+    TV__REG_TENSORS_FILE = 0, /* shard idx, begin_off, row id */
+    TV__REG_TENSORS_NAME = 1, /* name (bytes) */
+    TV__REG_TENSORS_SIZE = 2, /* nbytes (end_off - begin_off) descending, then name (bytes) */
+} tv__reg_tensor_order;
+
 /* A page of a generation's tensors whose names start with prefix (NULL or
- * "" = all). by_name: by name, after_name is the cursor ("" = first page);
- * else file order (shard idx, begin_off, row id), after_row_id is the
- * cursor (0 = first page). limit >= 1. Free with tv__reg_tensor_rows_free.
- * Returns 0; TV_E_NOT_FOUND (generation); TV_E_INVALID_ARG (after_row_id
- * names no tensor of the generation: a stale or forged cursor). */
-int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix, bool by_name,
-                         int64_t after_row_id, const char *after_name, size_t limit,
-                         tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err);
+ * "" = all), in order. The cursor is the last row of the previous page:
+ * FILE: after_row_id (0 = first page); NAME: after_name (NULL or "" =
+ * first page); SIZE: after_nbytes and after_name (after_name NULL or "" =
+ * first page; names are never empty). limit >= 1. Free with
+ * tv__reg_tensor_rows_free. Returns 0; TV_E_NOT_FOUND (generation);
+ * TV_E_INVALID_ARG (bad order, negative after_row_id, or after_row_id
+ * names no tensor of the generation: a stale or forged cursor);
+ * TV_E_OVERFLOW (after_nbytes over INT64_MAX). */
+int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix,
+                         tv__reg_tensor_order order, int64_t after_row_id, uint64_t after_nbytes,
+                         const char *after_name, size_t limit, tv__reg_tensor_row **out, size_t *n,
+                         bool *more, tv_error *err);
 /* NULL-safe. */
 void tv__reg_tensor_rows_free(tv__reg_tensor_row *rows, size_t n);
 
@@ -683,6 +694,7 @@ typedef struct tv__reg_object_user {
     bool active;                      /* the model's active generation */
     char shard[TV__REG_NAME_MAX + 1]; /* shard file name, as in the index */
     uint32_t shard_idx;
+    int64_t object_id; /* the object this binding names */
 } tv__reg_object_user;
 
 /* Every (model, generation, shard) bound to an object, by model name, then
@@ -691,6 +703,40 @@ typedef struct tv__reg_object_user {
  * TV_E_NOT_FOUND when there is no such object. */
 int tv__reg_object_users(tv__reg *reg, int64_t object_id, tv__reg_object_user **out, size_t *n,
                          tv_error *err);
+
+/* A device's objects in base_off order with their users, from one read
+ * transaction (the extents map of GET /v1/devices/{id}/extents). */
+typedef struct tv__reg_device_objects {
+    tv__reg_device device;
+    tv__reg_object *objects; /* by base_off */
+    size_t n_objects;
+    /* By object (in objects order), then model name, generation number and
+     * shard file name: objects[i]'s users are users[first_user[i] ..
+     * first_user[i + 1]) (first_user has n_objects + 1 entries). */
+    tv__reg_object_user *users;
+    size_t n_users;
+    size_t *first_user;
+} tv__reg_device_objects;
+
+/* Fills *out (free with tv__reg_device_objects_free; zeroed on failure).
+ * Checks the stored extents: every object lies in [data_off, region_off +
+ * region_len) and starts at or after its predecessor's end.
+ * Returns 0; TV_E_NOT_FOUND (device); TV_E_REGISTRY when an object breaks
+ * that (the message names the object and the device). */
+int tv__reg_device_objects_get(tv__reg *reg, int64_t device_id, tv__reg_device_objects *out,
+                               tv_error *err);
+/* NULL-safe; leaves *m zeroed. */
+void tv__reg_device_objects_free(tv__reg_device_objects *m);
+
+/* The check tv__reg_device_objects_get makes, for objs[] (n objects of
+ * device d by base_off, as tv__reg_objects_on_device lists them): d's data
+ * offset lies in its region, every object in [data_off, region_off +
+ * region_len), each at or after its predecessor's end. The allocator runs
+ * it on what it loads, so stored extents the schema's trigger would have
+ * refused are a registry error, not a bad argument.
+ * Returns 0; TV_E_REGISTRY naming the object(s) and the device. */
+int tv__reg_device_extents_check(const tv__reg_device *d, const tv__reg_object *objs, size_t n,
+                                 tv_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */

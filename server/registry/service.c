@@ -286,9 +286,10 @@ static int generation_exists(tv__reg *reg, int64_t generation_id, tv_error *err)
     "t.generation_id = ?1 AND t.name >= ?2 "                                                       \
     "AND substr(CAST(t.name AS BLOB), 1, length(CAST(?2 AS BLOB))) = CAST(?2 AS BLOB) "
 
-int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix, bool by_name,
-                         int64_t after_row_id, const char *after_name, size_t limit,
-                         tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err)
+int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix,
+                         tv__reg_tensor_order order, int64_t after_row_id, uint64_t after_nbytes,
+                         const char *after_name, size_t limit, tv__reg_tensor_row **out, size_t *n,
+                         bool *more, tv_error *err)
 {
     if (!reg || !out || !n || !more)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_page: NULL argument");
@@ -298,6 +299,9 @@ int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix
     int rc = check_limit(limit, "listing tensors", err);
     if (rc)
         return rc;
+    if (order != TV__REG_TENSORS_FILE && order != TV__REG_TENSORS_NAME &&
+        order != TV__REG_TENSORS_SIZE)
+        return tv__seterr(err, TV_E_INVALID_ARG, "listing tensors: unknown order %d", (int)order);
     if (after_row_id < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "tensor cursor %lld is negative",
                           (long long)after_row_id);
@@ -307,11 +311,23 @@ int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix
         return rc;
     if ((rc = generation_exists(reg, generation_id, err)))
         goto done;
-    if (by_name) {
+    if (order == TV__REG_TENSORS_NAME) {
         rc = tv__reg_query_each(
             reg, collect_tensor, &c, "listing tensors", err,
             TENSOR_SELECT "WHERE " PREFIX_WHERE "AND t.name > ?3 ORDER BY t.name LIMIT ?4", "itti",
             generation_id, p, after_name ? after_name : "", (int64_t)limit + 1);
+        goto done;
+    }
+    if (order == TV__REG_TENSORS_SIZE) {
+        /* Keyset on (nbytes desc, name): the rows after the cursor's key. */
+        rc = tv__reg_query_each(reg, collect_tensor, &c, "listing tensors", err,
+                                TENSOR_SELECT "WHERE " PREFIX_WHERE
+                                              "AND (?3 = '' OR t.end_off - t.begin_off < ?4 "
+                                              "OR (t.end_off - t.begin_off = ?4 AND t.name > ?3)) "
+                                              "ORDER BY t.end_off - t.begin_off DESC, t.name "
+                                              "LIMIT ?5",
+                                "ittui", generation_id, p, after_name ? after_name : "",
+                                after_nbytes, "tensor cursor size", (int64_t)limit + 1);
         goto done;
     }
     if (after_row_id) {

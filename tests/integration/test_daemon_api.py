@@ -194,6 +194,19 @@ def test_flow_import_list_tensors_bytes_activate_alias_rollback_retire_gc(d, wor
     by_name, _ = walk_tensors(d, "flow", 1, "order=name", limit=5)
     assert [t["name"] for t in by_name] == sorted(ref1, key=lambda s: s.encode())
     assert by_name[0] == {k: v for k, v in sorted(tensors, key=lambda t: t["name"].encode())[0].items()}
+    # by size: largest first, ties by name (bytes); pages of 2 walk every tensor once
+    by_size, pages = walk_tensors(d, "flow", 1, "order=size", limit=2)
+    want = sorted(tensors, key=lambda t: (-t["nbytes"], t["name"].encode()))
+    assert by_size == want and pages == -(-len(ref1) // 2)
+    sizes = [t["nbytes"] for t in by_size]
+    assert len(set(sizes)) < len(sizes) and sizes[0] == len(ref1["big.f32"][2])  # ties exist
+    pre_s, _ = walk_tensors(d, "flow", 1, "order=size&prefix=" + seg("model.layers.1."), limit=2)
+    assert pre_s == [t for t in want if t["name"].startswith("model.layers.1.")] and pre_s
+    first = d.ok("GET", "/v1/models/flow/generations/1/tensors?order=size&limit=3")
+    assert first["tensors"] == want[:3] and first["next_cursor"].startswith("s")
+    nxt = d.ok("GET", "/v1/models/flow/generations/1/tensors?order=size&limit=3&cursor="
+               + seg(first["next_cursor"]))
+    assert nxt["tensors"] == want[3:6]
     # prefix
     pre, _ = walk_tensors(d, "flow", 1, "prefix=" + seg("model.layers.1."), limit=2)
     assert sorted(t["name"] for t in pre) == sorted(n for n in ref1 if n.startswith("model.layers.1."))
@@ -201,7 +214,11 @@ def test_flow_import_list_tensors_bytes_activate_alias_rollback_retire_gc(d, wor
     none = d.ok("GET", "/v1/models/flow/generations/1/tensors?prefix=nothing.here")
     assert none["tensors"] == [] and none["next_cursor"] is None
     # bad pagination arguments
-    for q in ["limit=0", "limit=1001", "limit=x", "cursor=%25%25bad", "order=size"]:
+    name_cursor = d.ok("GET", "/v1/models/flow/generations/1/tensors?order=name&limit=1")["next_cursor"]
+    bad_size = ["s" + k.encode().hex() for k in ["abc", "01:x", "-1:x", "5:", ":x", "99999999999999999999:x"]]
+    for q in ["limit=0", "limit=1001", "limit=x", "cursor=%25%25bad", "order=bogus", "order=SIZE",
+              "order=size&cursor=" + seg(name_cursor), "order=name&cursor=" + seg(first["next_cursor"]),
+              "cursor=" + seg(first["next_cursor"])] + [f"order=size&cursor={c}" for c in bad_size]:
         r = d.get(f"/v1/models/flow/generations/1/tensors?{q}")
         assert r.status == 400 and r.json()["error"]["code"] == "TV_E_BAD_REQUEST", (q, r)
 

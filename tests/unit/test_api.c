@@ -350,6 +350,42 @@ static void test_devices(void **state)
     expect_error("GET", "/v1/devices/01", NULL, 400, "TV_E_BAD_REQUEST");
 }
 
+/* The extents map tiles the region: label, then objects and free gaps. */
+static void test_device_extents(void **state)
+{
+    (void)state;
+    tv__api_resp r;
+    json_t *j = ok_json(&r, "GET", "/v1/devices/1/extents", NULL);
+    assert_string_equal(r.route, "GET /v1/devices/{id}/extents");
+    assert_int_equal(json_integer_value(json_object_get(j, "device_id")), 1);
+    json_int_t pos = json_integer_value(json_object_get(j, "region_offset"));
+    json_int_t end = pos + json_integer_value(json_object_get(j, "region_bytes"));
+    json_t *ex = json_object_get(j, "extents"), *e;
+    size_t i, n_objects = 0;
+    assert_true(json_array_size(ex) >= 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ex, 0), "kind")), "label");
+    json_array_foreach(ex, i, e)
+    {
+        assert_int_equal(json_integer_value(json_object_get(e, "offset")), pos);
+        json_int_t bytes = json_integer_value(json_object_get(e, "bytes"));
+        assert_true(bytes > 0);
+        pos += bytes;
+        if (!strcmp(json_string_value(json_object_get(e, "kind")), "object")) {
+            n_objects++;
+            expect_field(e, "object_id", JSON_INTEGER);
+            expect_field(e, "sha256", JSON_STRING);
+            expect_field(e, "users", JSON_ARRAY);
+            assert_string_equal(json_string_value(json_object_get(e, "state")), "committed");
+        }
+    }
+    assert_int_equal(pos, end);
+    assert_int_equal(n_objects, 3);
+    tv__api_resp_free(&r);
+    expect_error("GET", "/v1/devices/2/extents", NULL, 404, "TV_E_NOT_FOUND");
+    expect_error("GET", "/v1/devices/x/extents", NULL, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/devices/1/extents?x=1", NULL, 400, "TV_E_BAD_REQUEST");
+}
+
 /* ---- models and generations --------------------------------------------------------- */
 
 static void check_model(json_t *m)
@@ -520,10 +556,11 @@ static void test_tensors(void **state)
         check_tensor(json_array_get(arr, i), i, false);
     assert_true(json_is_null(json_object_get(j, "next_cursor")));
     tv__api_resp_free(&r);
-    /* limit=1 walks in file order and by name */
-    const char *orders[] = {"file", "name"};
+    /* limit=1 walks in file order, by name and by size */
+    const char *orders[] = {"file", "name", "size"};
     const size_t by_name[] = {3, 0, 2, 1}; /* "big" "model..." "na\xc3\xafve" "odd 100%" */
-    for (int o = 0; o < 2; o++) {
+    const size_t by_size[] = {3, 0, 2, 1}; /* 300001, 4000, 400, 13 bytes */
+    for (int o = 0; o < 3; o++) {
         char target[512];
         snprintf(target, sizeof target,
                  "/v1/models/acme%%2Ftiny/generations/2/tensors?limit=1&order=%s", orders[o]);
@@ -531,7 +568,7 @@ static void test_tensors(void **state)
             j = ok_json(&r, "GET", target, NULL);
             arr = json_object_get(j, "tensors");
             assert_int_equal(json_array_size(arr), 1);
-            check_tensor(json_array_get(arr, 0), o ? by_name[i] : i, false);
+            check_tensor(json_array_get(arr, 0), o == 2 ? by_size[i] : o ? by_name[i] : i, false);
             json_t *next = json_object_get(j, "next_cursor");
             assert_int_equal(json_is_string(next), i + 1 < N_TENSORS);
             if (i + 1 < N_TENSORS)
@@ -554,16 +591,43 @@ static void test_tensors(void **state)
     j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?prefix=zzz", NULL);
     assert_int_equal(json_array_size(json_object_get(j, "tensors")), 0);
     tv__api_resp_free(&r);
-    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors?order=size", NULL, 400,
+    expect_error("GET", "/v1/models/acme%2Ftiny/generations/2/tensors?order=bogus", NULL, 400,
                  "TV_E_BAD_REQUEST");
-    /* a file-order cursor is malformed for name order */
+    /* a file-order cursor is malformed for name and size order, a size one for name */
     j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?limit=1", NULL);
     char target[512];
     snprintf(target, sizeof target,
              "/v1/models/acme%%2Ftiny/generations/2/tensors?order=name&cursor=%s",
              json_string_value(json_object_get(j, "next_cursor")));
+    expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    snprintf(target, sizeof target,
+             "/v1/models/acme%%2Ftiny/generations/2/tensors?order=size&cursor=%s",
+             json_string_value(json_object_get(j, "next_cursor")));
     tv__api_resp_free(&r);
     expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    j = ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/2/tensors?limit=1&order=size", NULL);
+    snprintf(target, sizeof target,
+             "/v1/models/acme%%2Ftiny/generations/2/tensors?order=name&cursor=%s",
+             json_string_value(json_object_get(j, "next_cursor")));
+    tv__api_resp_free(&r);
+    expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    /* size cursors: "s" + hex("NBYTES:NAME"), canonical NBYTES, a name */
+    const char *bad_size[] = {"s616263", "s30313a78", "s353a", "s3a78", "s2d313a78"};
+    for (size_t i = 0; i < sizeof bad_size / sizeof bad_size[0]; i++) {
+        snprintf(target, sizeof target,
+                 "/v1/models/acme%%2Ftiny/generations/2/tensors?order=size&cursor=%s", bad_size[i]);
+        expect_error("GET", target, NULL, 400, "TV_E_BAD_REQUEST");
+    }
+    /* "4000:model.embed/weight" -> the two smaller ones */
+    j = ok_json(
+        &r, "GET",
+        "/v1/models/acme%2Ftiny/generations/2/tensors?order=size&cursor=s343030303a6d6f64656c2e656d6265642f776569676874",
+        NULL);
+    arr = json_object_get(j, "tensors");
+    assert_int_equal(json_array_size(arr), 2);
+    check_tensor(json_array_get(arr, 0), 2, false);
+    check_tensor(json_array_get(arr, 1), 1, false);
+    tv__api_resp_free(&r);
 
     /* one tensor per encoded name */
     const char *enc[] = {"model.embed%2Fweight", "odd%20100%25", "na%C3%AFve", "big"};
@@ -1095,7 +1159,11 @@ static void test_jobs_inline(void **state)
 }
 
 /* Jobs on the daemon's pool: 202 while queued or running, then the row
- * finishes; cancel of a finished job is a conflict. */
+ * finishes; cancel of a finished job is a conflict. The status counters
+ * move with the row: counters read first, then the row, never show the row
+ * behind them (running 1 -> the row is not queued; nothing queued or
+ * running -> the row is final), and once the row reads final the counters
+ * say nothing is running. */
 static void test_jobs_pool(void **state)
 {
     (void)state;
@@ -1119,8 +1187,17 @@ static void test_jobs_pool(void **state)
     tv__api_resp_free(&r);
     snprintf(target, sizeof target, "/v1/jobs/%" PRId64, id);
     for (int i = 0;; i++) {
+        j = ok_json(&r, "GET", "/v1/status", NULL);
+        json_int_t nq = json_integer_value(json_object_get(json_object_get(j, "jobs"), "queued"));
+        json_int_t nr = json_integer_value(json_object_get(json_object_get(j, "jobs"), "running"));
+        tv__api_resp_free(&r);
+        assert_true(nq >= 0 && nr >= 0 && nq + nr <= 1);
         j = ok_json(&r, "GET", target, NULL);
         st = json_string_value(json_object_get(j, "state"));
+        if (nr == 1 && !strcmp(st, "queued"))
+            fail_msg("status says running 1 but job %" PRId64 " is still queued", id);
+        if (nq == 0 && nr == 0 && strcmp(st, "succeeded"))
+            fail_msg("status says no job queued or running but job %" PRId64 " is %s", id, st);
         if (!strcmp(st, "succeeded")) {
             check_job(j, "import", "succeeded");
             tv__api_resp_free(&r);
@@ -1132,6 +1209,7 @@ static void test_jobs_pool(void **state)
         usleep(5000);
     }
     j = ok_json(&r, "GET", "/v1/status", NULL);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "jobs"), "queued")), 0);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "jobs"), "running")), 0);
     tv__api_resp_free(&r);
     snprintf(target, sizeof target, "/v1/jobs/%" PRId64 "/cancel", id);
@@ -1675,6 +1753,7 @@ int main(void)
         cmocka_unit_test(test_status_table),
         T(test_router),
         T(test_devices),
+        T(test_device_extents),
         T(test_models),
         T(test_generations),
         T(test_tensors),
@@ -1695,5 +1774,10 @@ int main(void)
         T(test_http_quiesce),
         cmocka_unit_test(test_session_json),
     };
+    /* TV_TEST_FILTER=test_jobs_pool runs only the tests matching it (a
+     * race hunted in a loop). */
+    const char *only = getenv("TV_TEST_FILTER");
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1537,9 +1537,10 @@ static void test_model_and_generation_pages(void **state)
                      TV_E_NOT_FOUND);
 }
 
-/* A ready generation of model with the tensors names[i] of 8 bytes each
- * (name order differs from file order) in two shards. */
-static int64_t make_tensors(fixture *f, const char *model, const char *const *names, size_t n)
+/* A ready generation of model with the tensors names[i] of sizes[i] bytes
+ * (NULL: 8 bytes each; name order differs from file order) in two shards. */
+static int64_t make_sized_tensors(fixture *f, const char *model, const char *const *names,
+                                  const uint64_t *sizes, size_t n)
 {
     tv_error err = {0};
     tv__reg_generation g;
@@ -1570,24 +1571,31 @@ static int64_t make_tensors(fixture *f, const char *model, const char *const *na
         assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
         assert_int_equal(tv__reg_shard_bind(f->reg, shard, o.id, &err), 0);
     }
+    uint64_t at[2] = {0, 0};
     for (size_t i = 0; i < n; i++) {
         /* first half in shard 0, the rest in shard 1, file order = i */
         uint32_t s = i < n / 2 ? 0 : 1;
-        uint64_t k = s ? i - n / 2 : i;
+        uint64_t len = sizes ? sizes[i] : 8;
         t[i] = (tv_tensor_info){.name = names[i],
                                 .name_len = strlen(names[i]),
                                 .dtype = TV_DTYPE_F32,
                                 .rank = 1,
                                 .shape = shape,
                                 .shard = s,
-                                .begin_off = 8 * k,
-                                .end_off = 8 * k + 8};
+                                .begin_off = at[s],
+                                .end_off = at[s] + len};
+        at[s] += len;
     }
     assert_int_equal(tv__reg_tensors_insert(f->reg, g.id, t, n, &err), 0);
     assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), 0);
     assert_int_equal(tv__reg_commit(f->reg, &err), 0);
     free(t);
     return g.id;
+}
+
+static int64_t make_tensors(fixture *f, const char *model, const char *const *names, size_t n)
+{
+    return make_sized_tensors(f, model, names, NULL, n);
 }
 
 static void test_tensor_pages(void **state)
@@ -1606,9 +1614,9 @@ static void test_tensor_pages(void **state)
     size_t seen = 0;
     int64_t after = 0;
     do {
-        assert_int_equal(
-            tv__reg_tensors_page(f->reg, gid, NULL, false, after, NULL, 2, &rows, &n, &more, &err),
-            0);
+        assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_FILE, after, 0,
+                                              NULL, 2, &rows, &n, &more, &err),
+                         0);
         for (size_t i = 0; i < n; i++, seen++) {
             assert_string_equal(rows[i].name, names[seen]);
             assert_int_equal(rows[i].shard_idx, seen < N / 2 ? 0 : 1);
@@ -1625,7 +1633,8 @@ static void test_tensor_pages(void **state)
     } while (more);
     assert_int_equal(seen, N);
     /* by name */
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", true, 0, "", 3, &rows, &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", TV__REG_TENSORS_NAME, 0, 0, "", 3, &rows,
+                                          &n, &more, &err),
                      0);
     assert_int_equal(n, 3);
     assert_true(more);
@@ -1633,8 +1642,8 @@ static void test_tensor_pages(void **state)
     assert_string_equal(rows[1].name, "model.embed");
     assert_string_equal(rows[2].name, "model.layers.0.w");
     tv__reg_tensor_rows_free(rows, n);
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, true, 0, "model.layers.0.w", 100,
-                                          &rows, &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_NAME, 0, 0,
+                                          "model.layers.0.w", 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 4);
     assert_false(more);
@@ -1642,35 +1651,37 @@ static void test_tensor_pages(void **state)
     assert_string_equal(rows[1].name, "model.layers.10.w");
     tv__reg_tensor_rows_free(rows, n);
     /* prefix, both orders */
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.1", true, 0, NULL, 100, &rows,
-                                          &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.1", TV__REG_TENSORS_NAME, 0, 0,
+                                          NULL, 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 2);
     assert_string_equal(rows[0].name, "model.layers.1.w");
     assert_string_equal(rows[1].name, "model.layers.10.w");
     tv__reg_tensor_rows_free(rows, n);
-    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.", false, 0, NULL, 100, &rows,
-                                          &n, &more, &err),
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "model.layers.", TV__REG_TENSORS_FILE, 0, 0,
+                                          NULL, 100, &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 4);
     assert_string_equal(rows[0].name, "model.layers.1.w");
     assert_string_equal(rows[3].name, "model.layers.2.w");
     tv__reg_tensor_rows_free(rows, n);
     /* "%" and "_" are literal in prefixes */
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, "lm%", true, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "lm%", TV__REG_TENSORS_NAME, 0, 0, NULL, 100,
+                                          &rows, &n, &more, &err),
+                     0);
     assert_int_equal(n, 0);
     assert_null(rows);
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, "zzz", false, 0, NULL, 100, &rows, &n, &more, &err), 0);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "zzz", TV__REG_TENSORS_FILE, 0, 0, NULL, 100,
+                                          &rows, &n, &more, &err),
+                     0);
     assert_int_equal(n, 0);
     /* bad cursor, unknown generation */
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, gid, NULL, false, 999999, NULL, 2, &rows, &n, &more, &err),
-        TV_E_INVALID_ARG);
-    assert_int_equal(
-        tv__reg_tensors_page(f->reg, 999, NULL, false, 0, NULL, 2, &rows, &n, &more, &err),
-        TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_FILE, 999999, 0, NULL,
+                                          2, &rows, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tensors_page(f->reg, 999, NULL, TV__REG_TENSORS_FILE, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_NOT_FOUND);
 
     tv__reg_tensor_row row;
     assert_int_equal(tv__reg_tensor_get(f->reg, gid, "model.norm", &row, &err), 0);
@@ -1699,6 +1710,96 @@ static void test_tensor_pages(void **state)
     assert_int_equal(tv__reg_shards_list(f->reg, 999, &sm, &err), TV_E_NOT_FOUND);
     assert_null(sm);
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+/* Expects the names of a size-ordered page. */
+static void expect_names(const tv__reg_tensor_row *rows, size_t n, const char *const *want,
+                         size_t n_want)
+{
+    assert_int_equal(n, n_want);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(rows[i].name, want[i]);
+}
+
+static void test_tensor_pages_by_size(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    static const char *const names[] = {"m.a", "m.b", "n.c", "m.d", "n.e", "m.f", "m.g"};
+    static const uint64_t sizes[] = {16, 8, 16, 0, 32, 8, 16};
+    /* nbytes descending, ties by name (bytes) */
+    static const char *const all[] = {"n.e", "m.a", "m.g", "n.c", "m.b", "m.f", "m.d"};
+    static const char *const m_only[] = {"m.a", "m.g", "m.b", "m.f", "m.d"};
+    const size_t N = sizeof names / sizeof names[0];
+    int64_t gid = make_sized_tensors(f, "sz", names, sizes, N);
+    tv__reg_tensor_row *rows = NULL;
+    size_t n = 0, seen = 0;
+    bool more = false;
+    /* pages of 2, the cursor being the last row's (nbytes, name) */
+    uint64_t after_nbytes = 0;
+    char after[16] = "";
+    do {
+        assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0,
+                                              after_nbytes, after, 2, &rows, &n, &more, &err),
+                         0);
+        assert_true(n >= 1 && n <= 2);
+        for (size_t i = 0; i < n; i++, seen++) {
+            assert_string_equal(rows[i].name, all[seen]);
+            assert_int_equal(rows[i].end_off - rows[i].begin_off, seen == 0   ? 32
+                                                                  : seen <= 3 ? 16
+                                                                  : seen <= 5 ? 8
+                                                                              : 0);
+        }
+        after_nbytes = rows[n - 1].end_off - rows[n - 1].begin_off;
+        snprintf(after, sizeof after, "%s", rows[n - 1].name);
+        tv__reg_tensor_rows_free(rows, n);
+    } while (more);
+    assert_int_equal(seen, N);
+    /* one page holding everything: more is false */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "", TV__REG_TENSORS_SIZE, 0, 0, NULL, 7,
+                                          &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, all, N);
+    assert_false(more);
+    tv__reg_tensor_rows_free(rows, n);
+    /* prefix, then prefix after a cursor */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "m.", TV__REG_TENSORS_SIZE, 0, 0, "", 100,
+                                          &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, m_only, 5);
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "m.", TV__REG_TENSORS_SIZE, 0, 16, "m.g",
+                                          100, &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, m_only + 2, 3);
+    tv__reg_tensor_rows_free(rows, n);
+    /* a key that names no row still starts the page right after it */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, 16, "m.b",
+                                          100, &rows, &n, &more, &err),
+                     0);
+    expect_names(rows, n, all + 2, 5);
+    tv__reg_tensor_rows_free(rows, n);
+    /* past the end, no match */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, 0, "m.d", 100,
+                                          &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 0);
+    assert_false(more);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, "zz", TV__REG_TENSORS_SIZE, 0, 0, NULL, 1,
+                                          &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 0);
+    /* bad order, size over INT64_MAX, unknown generation */
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, (tv__reg_tensor_order)7, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_SIZE, 0, UINT64_MAX,
+                                          "m.a", 2, &rows, &n, &more, &err),
+                     TV_E_OVERFLOW);
+    assert_null(rows);
+    assert_int_equal(tv__reg_tensors_page(f->reg, 999, NULL, TV__REG_TENSORS_SIZE, 0, 0, NULL, 2,
+                                          &rows, &n, &more, &err),
+                     TV_E_NOT_FOUND);
 }
 
 static void test_tokens(void **state)
@@ -1864,6 +1965,174 @@ static void test_object_users(void **state)
     assert_int_equal(tv__reg_object_users(f->reg, obj1, NULL, &n, &err), TV_E_INVALID_ARG);
 }
 
+/* A device's objects by base_off with their users (the extents map), and
+ * the corruption checks on stored extents. */
+static void test_device_objects(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    int64_t obj1, obj2, obj3;
+    assert_int_equal(make_ready(f, "zeta", 1, &obj1), 1);
+    assert_int_equal(make_ready(f, "alpha", 1, &obj2), 1); /* dedup: obj1 */
+    assert_int_equal(make_ready(f, "alpha", 2, &obj3), 2);
+    assert_int_equal(obj1, obj2);
+    tv__reg_object gone, lone, wr;
+    char sha[65];
+    sha_of(77, sha);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &gone, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 3 * OA, &lone, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, lone.id, sha, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &wr, &err), 0); /* stays writing */
+    assert_int_equal(tv__reg_object_delete(f->reg, gone.id, &err), 0);       /* a hole */
+
+    tv__reg_device_objects m;
+    int rc = tv__reg_device_objects_get(f->reg, f->dev, &m, &err);
+    if (rc)
+        fprintf(stderr, "device objects: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(m.device.id, f->dev);
+    assert_int_equal(m.device.data_off, OA);
+    assert_int_equal(m.n_objects, 4);
+    assert_int_equal(m.objects[0].id, obj1);
+    assert_int_equal(m.objects[1].id, obj3);
+    assert_int_equal(m.objects[2].id, lone.id);
+    assert_int_equal(m.objects[3].id, wr.id);
+    for (size_t i = 1; i < m.n_objects; i++)
+        assert_true(m.objects[i].base_off >=
+                    m.objects[i - 1].base_off + m.objects[i - 1].alloc_len);
+    /* The hole the deleted object left. */
+    assert_true(m.objects[2].base_off > m.objects[1].base_off + m.objects[1].alloc_len);
+    assert_int_equal(m.objects[2].alloc_len, 3 * OA);
+    assert_int_equal(m.objects[2].state, TV__OBJ_COMMITTED);
+    assert_int_equal(m.objects[3].state, TV__OBJ_WRITING);
+    assert_int_equal(m.n_users, 3);
+    assert_int_equal(m.first_user[0], 0);
+    assert_int_equal(m.first_user[1], 2);
+    assert_int_equal(m.first_user[2], 3);
+    assert_int_equal(m.first_user[3], 3);
+    assert_int_equal(m.first_user[4], 3);
+    assert_string_equal(m.users[0].model, "alpha"); /* by model name */
+    assert_int_equal(m.users[0].generation, 1);
+    assert_int_equal(m.users[0].object_id, obj1);
+    assert_string_equal(m.users[1].model, "zeta");
+    assert_string_equal(m.users[1].shard, "model.safetensors");
+    assert_int_equal(m.users[1].state, TV__GEN_READY);
+    assert_string_equal(m.users[2].model, "alpha");
+    assert_int_equal(m.users[2].generation, 2);
+    assert_int_equal(m.users[2].object_id, obj3);
+    tv__reg_device_objects_free(&m);
+    assert_null(m.objects);
+    tv__reg_device_objects_free(NULL);
+
+    /* A device without objects; an unknown one; NULL arguments. */
+    tv__reg_device d2;
+    int64_t dev2;
+    fill_device(&d2, UUID2, 256 * MiB);
+    d2.path[0] = 'x';
+    assert_int_equal(tv__reg_device_add(f->reg, &d2, &dev2, &err), 0);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, dev2, &m, &err), 0);
+    assert_int_equal(m.n_objects, 0);
+    assert_int_equal(m.n_users, 0);
+    assert_int_equal(m.first_user[0], 0);
+    tv__reg_device_objects_free(&m);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, 987654, &m, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "987654"));
+    assert_null(m.objects);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, NULL, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+
+    /* Stored extents the schema's trigger would refuse: an overlap and an
+     * object past the region's end are reported, naming object and device. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
+        SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (900, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(lone.base_off + OA), (unsigned long long)OA);
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 900"));
+    assert_non_null(strstr(err.msg, "overlaps"));
+    assert_non_null(strstr(err.msg, "device 1"));
+    assert_null(m.objects);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 900", NULL, NULL, NULL),
+        SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (901, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 901"));
+    assert_non_null(strstr(err.msg, "outside the data region"));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+}
+
+/* The allocator on stored extents the schema's trigger would refuse: the
+ * free-space accounting (GET /v1/devices/{id}) and a reservation (an
+ * import) answer TV_E_REGISTRY naming the objects and the device, like the
+ * extents map, never the allocator's TV_E_INVALID_ARG; the reservation
+ * inserts nothing and leaves no transaction open. */
+static void test_alloc_on_corrupt_registry(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_object a, got;
+    tv__alloc_space sp;
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 2 * OA, &a, &err), 0);
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
+        SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (910, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(a.base_off + OA), (unsigned long long)OA);
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    char want[160];
+    snprintf(want, sizeof want, "overlaps object %lld", (long long)a.id);
+
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "registry corrupt: object 910"));
+    assert_non_null(strstr(err.msg, want));
+    assert_non_null(strstr(err.msg, "device 1"));
+    memset(&err, 0, sizeof err);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 910"));
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+    assert_int_equal(query_int(f->reg->db, "SELECT count(*) FROM objects"), 2);
+
+    /* Past the region's end. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 910", NULL, NULL, NULL),
+        SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (911, %lld, %llu, %llu, 1000)",
+             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 911"));
+    assert_non_null(strstr(err.msg, "outside the data region"));
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), TV_E_REGISTRY);
+    assert_non_null(strstr(err.msg, "object 911"));
+    assert_int_equal(tv__reg_tx_depth(f->reg), 0);
+
+    /* Repaired, both work again. */
+    assert_int_equal(
+        sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 911", NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), 0);
+    assert_int_equal(sp.n_used, 1);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &got, &err), 0);
+    assert_int_equal(got.base_off, a.base_off + a.alloc_len);
+}
+
 /* ---- the query helpers every registry query is built on --------------------- */
 
 static int read_id_uuid(sqlite3_stmt *st, void *record, tv_error *err)
@@ -1973,9 +2242,12 @@ int main(void)
         T(test_model_get_delete),
         T(test_model_and_generation_pages),
         T(test_tensor_pages),
+        T(test_tensor_pages_by_size),
         T(test_tokens),
         T(test_concurrent_reservations_never_overlap),
         T(test_object_users),
+        T(test_device_objects),
+        T(test_alloc_on_corrupt_registry),
         T(test_query_helpers),
     };
 #undef T
