@@ -131,9 +131,12 @@
     return err;
   }
 
+  /* One call of the daemon. opts: text (resolve with the body as text),
+   * blob (as a Blob), token (overrides the session's; null sends none).
+   * Rejects with an Error naming the call (.status, .code: the API's). */
   function request(method, path, body, opts) {
     opts = opts || {};
-    var headers = { Accept: opts.text ? "text/plain" : "application/json" };
+    var headers = { Accept: opts.text ? "text/plain" : opts.blob ? "*/*" : "application/json" };
     var tok = opts.token === undefined ? tokenGet() : opts.token;
     if (tok) headers.Authorization = "Bearer " + tok;
     var init = { method: method, headers: headers, cache: "no-store", credentials: "same-origin" };
@@ -145,6 +148,7 @@
       offline = false;
       if (r.ok) {
         if (opts.text) return r.text();
+        if (opts.blob) return r.blob();
         return r.text().then(function (t) {
           if (!t) return null;
           try { return JSON.parse(t); } catch (e) {

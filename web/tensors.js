@@ -376,17 +376,7 @@
     ev.preventDefault();
     var path = a.getAttribute("href"), name = a.getAttribute("download");
     a.setAttribute("aria-busy", "true");
-    fetch(path, { headers: { Authorization: "Bearer " + tok }, cache: "no-store", credentials: "same-origin" })
-      .then(function (r) {
-        if (r.ok) return r.blob();
-        return r.text().then(function (t) {
-          var msg = t;
-          try { var j = JSON.parse(t); if (j && j.error) msg = j.error.code + ": " + j.error.message; } catch (e) { /* as is */ }
-          var err = new Error("GET " + path + " failed: HTTP " + r.status + (msg ? " \u2014 " + msg : ""));
-          err.status = r.status;
-          throw err;
-        });
-      })
+    TV.request("GET", path, null, { blob: true, token: tok })
       .then(function (blob) {
         var url = URL.createObjectURL(blob), tmp = el("a");
         tmp.href = url;

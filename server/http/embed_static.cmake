@@ -1,5 +1,5 @@
 # Embeds the dashboard (run with cmake -P): every file of WEB_DIR (top level,
-# names [A-Za-z0-9._-]+) and CHART as "vendor/chart.min.js" become one C table
+# names [A-Za-z0-9._-]+, not dotfiles or editor backups) and CHART as "vendor/chart.min.js" become one C table
 # of tv__static_file (http/static.h), sorted by name, so tensorvaultd serves
 # them without the source tree.
 #   -DWEB_DIR=<dir> -DCHART=<chart.min.js, may be absent> -DOUT=<generated .c>
@@ -12,6 +12,10 @@ endif()
 file(GLOB files LIST_DIRECTORIES false RELATIVE "${WEB_DIR}" "${WEB_DIR}/*")
 set(names "")
 foreach(f ${files})
+  # Editors' and the OS's droppings (.foo.swp, foo~, .DS_Store) are not served.
+  if(f MATCHES "^\\." OR f MATCHES "~$" OR f MATCHES "\\.sw[a-p]$")
+    continue()
+  endif()
   if(f MATCHES "^[A-Za-z0-9._-]+$" AND NOT f MATCHES "\\.\\.")
     list(APPEND names "${f}")
   else()

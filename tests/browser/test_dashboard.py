@@ -162,6 +162,8 @@ def test_reads_follow_the_read_policy(browser, daemon_factory):
         page.reload()
         page.wait_for_selector("#page-overview[data-ready='1']")
         page.wait_for_function("() => document.querySelector('#count-models').textContent === '0'")
-        assert page.is_hidden("#errors") and watch.problems[n:] == []
+        # the reload itself aborts the polls in flight (net::ERR_ABORTED): those only
+        after = [p for p in watch.problems[n:] if "net::ERR_ABORTED" not in p]
+        assert page.is_hidden("#errors") and after == []
     finally:
         ctx.close()
