@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #include "import/import.h"
 #include "store/store.h"
 #include "tv_test.h"
+#include "io/engine.h"
 #include "util/sha256.h"
 
 #define MiB   (1024ull * 1024ull)
@@ -957,6 +959,16 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* Test hook of the read engine: EIO for every device read at or past
+ * g_fault_from (UINT64_MAX: off). */
+static _Atomic uint64_t g_fault_from = UINT64_MAX;
+static void eio_from(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev;
+    if (off + len > g_fault_from)
+        *res = -EIO;
+}
+
 /* ---- content-addressed blobs ------------------------------------------------------- */
 
 /* The checkpoint file whose bytes have sha256 hex (one of ck[0], ck[1], ckz). */
@@ -1107,8 +1119,23 @@ static void test_blobs(void **state)
     assert_memory_equal(got, file, flen);
     assert_int_equal(tv__api_stream_read(&r, flen, got, 10), 0);
     tv__api_resp_free(&r);
-    free(got);
+    /* a device read error mid-stream fails that read (the transport then
+     * ends the connection: never a short body that looks complete); on a
+     * body read whole, the request fails before any header is sent */
+    assert_int_equal(call(&r, "GET", path, &a), 200);
+    assert_true(r.stream);
+    g_fault_from = objs[0].base_off + 4096;
+    tv__io_fault = eio_from;
+    assert_true(tv__api_stream_read(&r, 0, got, 4096) == 4096);
+    assert_true(tv__api_stream_read(&r, 4096, got, 4096) < 0);
+    tv__api_resp_free(&r);
     tv__api_whole_body_max = saved;
+    assert_int_equal(call(&r, "GET", path, &a), 500);
+    assert_false(r.stream);
+    tv__api_resp_free(&r);
+    tv__io_fault = NULL;
+    g_fault_from = UINT64_MAX;
+    free(got);
 
     /* bad digests, unknown blob, query */
     const char *bad[] = {"/v1/blobs/abc",
