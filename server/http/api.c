@@ -504,17 +504,17 @@ static int authorize(tv__api_ctx *c, tv__scope need)
         c->scope = got;
         if (need == TV__SCOPE_FLEET) {
             if (got != TV__SCOPE_FLEET && got != TV__SCOPE_ADMIN)
-                return tv__seterr(
-                    &c->err, TV_E_FORBIDDEN,
-                    "token %" PRId64 " has scope %s; the blob routes need a fleet or admin token",
-                    id, tv__scope_name(got) ? tv__scope_name(got) : "none");
+                return tv__seterr(&c->err, TV_E_FORBIDDEN,
+                                  "token %" PRId64
+                                  " has scope %s; the blob routes need a fleet or admin token",
+                                  id, tv__scope_name(got) ? tv__scope_name(got) : "none");
             return 0;
         }
         if (got == TV__SCOPE_FLEET)
-            return tv__seterr(
-                &c->err, TV_E_FORBIDDEN,
-                "token %" PRId64 " has scope fleet: it may call only the blob routes (/v1/blobs)",
-                id);
+            return tv__seterr(&c->err, TV_E_FORBIDDEN,
+                              "token %" PRId64
+                              " has scope fleet: it may call only the blob routes (/v1/blobs)",
+                              id);
         if (got < need)
             return tv__seterr(&c->err, TV_E_FORBIDDEN,
                               "token %" PRId64 " has scope read; this call needs an admin token",
@@ -529,8 +529,7 @@ static int authorize(tv__api_ctx *c, tv__scope need)
     }
     return tv__seterr(
         &c->err, TV_E_UNAUTHORIZED,
-        need == TV__SCOPE_ADMIN
-            ? "this call needs an admin token (Authorization: Bearer <token>)"
+        need == TV__SCOPE_ADMIN ? "this call needs an admin token (Authorization: Bearer <token>)"
         : need == TV__SCOPE_FLEET
             ? "the blob routes need a fleet or admin token (Authorization: Bearer <token>), from any address"
             : "this call needs a token (Authorization: Bearer <token>): anonymous reads are not allowed from this address");

@@ -91,9 +91,10 @@ static int digest_parse(tv__api_ctx *c, const char *s, char hex[TV__REG_SHA256_H
 {
     size_t pl = strlen(DIGEST_PREFIX);
     if (strncmp(s, DIGEST_PREFIX, pl))
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                          "blob digest '%.80s' does not start with 'sha256:' (expected sha256:<64 lower-case hex digits>)",
-                          s);
+        return tv__seterr(
+            &c->err, TV_E_BAD_REQUEST,
+            "blob digest '%.80s' does not start with 'sha256:' (expected sha256:<64 lower-case hex digits>)",
+            s);
     const char *h = s + pl;
     size_t n = strlen(h);
     if (n != TV__REG_SHA256_HEX_LEN)
@@ -102,9 +103,10 @@ static int digest_parse(tv__api_ctx *c, const char *s, char hex[TV__REG_SHA256_H
                           n);
     for (size_t i = 0; i < n; i++)
         if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                              "blob digest '%.80s': character %zu after 'sha256:' is not a lower-case hex digit",
-                              s, i + 1);
+            return tv__seterr(
+                &c->err, TV_E_BAD_REQUEST,
+                "blob digest '%.80s': character %zu after 'sha256:' is not a lower-case hex digit",
+                s, i + 1);
     memcpy(hex, h, n + 1);
     return 0;
 }
@@ -147,8 +149,8 @@ int tv__api_h_blob(tv__api_ctx *c)
                              objs[i].id, hex, objs[i].canonical_len, b->obj[0].id,
                              b->obj[0].canonical_len);
         if (drc) {
-            tv__log(TV_LOG_WARN, "blob sha256:%s: skipping object %" PRId64 ": %s", hex,
-                    objs[i].id, e.msg);
+            tv__log(TV_LOG_WARN, "blob sha256:%s: skipping object %" PRId64 ": %s", hex, objs[i].id,
+                    e.msg);
             if (!first_rc) {
                 first_rc = drc;
                 first = e;
@@ -160,8 +162,8 @@ int tv__api_h_blob(tv__api_ctx *c)
         b->obj[b->n++] = objs[i];
     }
     if (b->n == 0) {
-        rc = tv__seterr(&c->err, first_rc,
-                        "blob sha256:%s: no device holding it can be read: %s", hex, first.msg);
+        rc = tv__seterr(&c->err, first_rc, "blob sha256:%s: no device holding it can be read: %s",
+                        hex, first.msg);
         goto out;
     }
     b->len = b->obj[0].canonical_len;

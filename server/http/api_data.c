@@ -394,7 +394,8 @@ static void stream_release(void *state)
 }
 
 int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
-                        tv__api_bytes_read_fn read, void (*src_free)(void *src), const char *what)
+                        tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
+                        const char *what)
 {
     tv__api_resp *r = c->resp;
     int rc = 0;
@@ -431,7 +432,7 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
         w->api = c->api;
         w->p = p;
         w->len = len;
-        if ((rc = read(src, 0, len, p, &c->err))) {
+        if ((rc = read_fn(src, 0, len, p, &c->err))) {
             release_body(w);
             goto out;
         }
@@ -448,7 +449,7 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                             what);
             goto out;
         }
-        if ((rc = read(src, first, len, b, &c->err))) {
+        if ((rc = read_fn(src, first, len, b, &c->err))) {
             free(b);
             goto out;
         }
@@ -461,7 +462,7 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
         rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
         goto out;
     }
-    *s = (bytes_stream){.src = src, .read = read, .src_free = src_free, .begin = first};
+    *s = (bytes_stream){.src = src, .read = read_fn, .src_free = src_free, .begin = first};
     snprintf(s->what, sizeof s->what, "%s", what);
     src = NULL; /* the stream owns it now */
     r->stream = true;

@@ -155,19 +155,20 @@ int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_ali
  * with err filled. */
 typedef int (*tv__api_bytes_read_fn)(void *src, uint64_t off, uint64_t len, uint8_t *dest,
                                      tv_error *err);
-/* Answers n bytes read by read(src, ...) (api_data.c; the tensor data and
+/* Answers n bytes read by read_fn(src, ...) (api_data.c; the tensor data and
  * blob routes): ETag etag (quoted) and Accept-Ranges; If-None-Match that
  * matches -> 304; one satisfiable Range -> 206 with Content-Range;
  * unsatisfiable or malformed -> TV_E_RANGE (416, Content-Range: bytes * /n);
  * several ranges or another unit -> 200 whole. The body is read now (whole
  * into a pooled buffer under the in-flight budget, or a small range) or
- * streamed: then read runs on the transport's thread after the handler
+ * streamed: then read_fn runs on the transport's thread after the handler
  * returned, one call at a time, and a failing read ends the connection
  * (never a short body that looks complete). src is owned from the call on:
  * src_free(src) (may be NULL) once nothing reads it, whatever happens.
  * what names the bytes in messages ("tensor 'x'"). */
 int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
-                        tv__api_bytes_read_fn read, void (*src_free)(void *src), const char *what);
+                        tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
+                        const char *what);
 
 /* The renderers of api_render.c not in api.h. */
 json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,

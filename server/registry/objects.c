@@ -179,8 +179,8 @@ static bool sha256_hex_ok(const char *s)
     return true;
 }
 
-int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out,
-                              size_t *n, tv_error *err)
+int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out, size_t *n,
+                              tv_error *err)
 {
     if (!reg || !out || !n)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_objects_by_sha256: NULL argument");
@@ -211,8 +211,8 @@ static int read_blob(sqlite3_stmt *st, void *record, tv_error *err)
     return 0;
 }
 
-int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out,
-                       size_t *n, bool *more, tv_error *err)
+int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out, size_t *n,
+                       bool *more, tv_error *err)
 {
     if (!reg || !out || !n || !more || limit == 0 || limit > INT32_MAX)
         return tv__seterr(err, TV_E_INVALID_ARG,

@@ -198,8 +198,8 @@ int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_obje
  * sha256_hex (64 lower-case hex digits), by device id then object id (one
  * per device: the replicas). Returns 0 (*n may be 0: no such blob);
  * TV_E_INVALID_ARG for a malformed hash. */
-int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out,
-                              size_t *n, tv_error *err);
+int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out, size_t *n,
+                              tv_error *err);
 
 /* One distinct committed content hash: its canonical length and how many
  * committed objects (devices) hold it. */
@@ -212,8 +212,8 @@ typedef struct tv__reg_blob {
 /* The distinct committed hashes after `after` (NULL: from the first) in
  * ascending order, at most limit (>= 1) of them; *more says whether others
  * follow. Returns 0; TV_E_INVALID_ARG (limit 0, NULL arguments). */
-int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out,
-                       size_t *n, bool *more, tv_error *err);
+int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out, size_t *n,
+                       bool *more, tv_error *err);
 
 /* Deletes an object row and its bindings, freeing its extent. A 'writing'
  * object is always deletable. A committed one only when no importing or

@@ -658,8 +658,7 @@ int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
         return rc;
     if (scope != TV__SCOPE_READ && scope != TV__SCOPE_ADMIN && scope != TV__SCOPE_FLEET)
         return tv__seterr(err, TV_E_INVALID_ARG, "token '%s': scope %d is not read, admin or fleet",
-                          name,
-                          (int)scope);
+                          name, (int)scope);
     uint8_t raw[32];
     char secret[TV__TOKEN_SECRET_LEN + 1];
     char hash[TV__REG_SHA256_HEX_LEN + 1];

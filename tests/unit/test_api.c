@@ -1042,9 +1042,9 @@ static void test_blobs(void **state)
     expect_error("POST", "/v1/gc", &fl, 403, "TV_E_FORBIDDEN");
     expect_error("GET", "/v1/tokens", &fl, 403, "TV_E_FORBIDDEN");
     assert_int_equal(call(&r, "GET", "/v1/models", &fl), 403);
-    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(r.json, "error"),
-                                                             "message")),
-                           "only the blob routes"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(r.json, "error"), "message")),
+               "only the blob routes"));
     tv__api_resp_free(&r);
     /* trusted (local mode) is admin */
     assert_int_equal(call(&r, "GET", path, NULL), 200);
@@ -1138,22 +1138,23 @@ static void test_blobs(void **state)
     free(got);
 
     /* bad digests, unknown blob, query */
-    const char *bad[] = {"/v1/blobs/abc",
-                         "/v1/blobs/sha512:00",
-                         "/v1/blobs/sha256:",
-                         "/v1/blobs/SHA256:0000000000000000000000000000000000000000000000000000000000000000",
-                         "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000",
-                         "/v1/blobs/sha256:00000000000000000000000000000000000000000000000000000000000000000",
-                         "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000A",
-                         "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000g"};
+    const char *bad[] = {
+        "/v1/blobs/abc",
+        "/v1/blobs/sha512:00",
+        "/v1/blobs/sha256:",
+        "/v1/blobs/SHA256:0000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:00000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000A",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000g"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_error("GET", bad[i], &a, 400, "TV_E_BAD_REQUEST");
-    expect_error("GET",
-                 "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
-                 &a, 404, "TV_E_NOT_FOUND");
-    expect_error("HEAD",
-                 "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
-                 &a, 404, "TV_E_NOT_FOUND");
+    expect_error(
+        "GET", "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        &a, 404, "TV_E_NOT_FOUND");
+    expect_error(
+        "HEAD", "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        &a, 404, "TV_E_NOT_FOUND");
     char q[200];
     snprintf(q, sizeof q, "%s?x=1", path);
     expect_error("GET", q, &a, 400, "TV_E_BAD_REQUEST");

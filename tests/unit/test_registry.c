@@ -1907,11 +1907,12 @@ static void test_migration_0004_keeps_tokens(void **state)
     tv_error err = {0};
     assert_true(tv__n_migrations >= 4);
     assert_int_equal(tv__migrate(db, tv__migrations, 3, NULL, &err), 0);
-    assert_int_not_equal(sqlite3_exec(db,
-                                      "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
-                                      "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
     assert_int_equal(
         sqlite3_exec(
             db,
@@ -1923,10 +1924,12 @@ static void test_migration_0004_keeps_tokens(void **state)
     assert_int_equal(tv__migrate(db, tv__migrations, tv__n_migrations, &applied, &err), 0);
     assert_int_equal(applied, tv__n_migrations - 3);
     assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens"), 2);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE id = 7 AND name = 'ops' "
-                                   "AND sha256 = '0000000000000000000000000000000000000000000000000000000000000007' "
-                                   "AND created_at = 100 AND scope = 'admin' AND revoked_at IS NULL"),
-                     1);
+    assert_int_equal(
+        query_int(db,
+                  "SELECT count(*) FROM api_tokens WHERE id = 7 AND name = 'ops' "
+                  "AND sha256 = '0000000000000000000000000000000000000000000000000000000000000007' "
+                  "AND created_at = 100 AND scope = 'admin' AND revoked_at IS NULL"),
+        1);
     assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE id = 9 AND name = 'dash' "
                                    "AND created_at = 200 AND scope = 'read' AND revoked_at = 300"),
                      1);
@@ -1936,36 +1939,41 @@ static void test_migration_0004_keeps_tokens(void **state)
                                    "(3, 'created_at'), (4, 'scope'), (5, 'revoked_at'))"),
                      6);
     assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_table_info('api_tokens')"), 6);
-    assert_int_equal(query_int(db, "SELECT strict FROM pragma_table_list WHERE name = 'api_tokens'"),
-                     1);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'api_tokens_new'"),
-                     0);
-    assert_int_not_equal(sqlite3_exec(db,
-                                      "INSERT INTO api_tokens (name, sha256) VALUES ('dup', "
-                                      "'0000000000000000000000000000000000000000000000000000000000000007')",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
-                                  "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    assert_int_not_equal(sqlite3_exec(db,
-                                      "INSERT INTO api_tokens (name, sha256, scope) VALUES ('r', "
-                                      "'00000000000000000000000000000000000000000000000000000000000000ee', 'root')",
-                                      NULL, NULL, NULL),
-                         SQLITE_OK);
+    assert_int_equal(
+        query_int(db, "SELECT strict FROM pragma_table_list WHERE name = 'api_tokens'"), 1);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'api_tokens_new'"), 0);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256) VALUES ('dup', "
+                     "'0000000000000000000000000000000000000000000000000000000000000007')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('r', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ee', 'root')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
     /* a new token without a scope is still admin, as before */
-    assert_int_equal(sqlite3_exec(db,
-                                  "INSERT INTO api_tokens (name, sha256) VALUES ('d', "
-                                  "'00000000000000000000000000000000000000000000000000000000000000dd')",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE name = 'd' AND scope = 'admin'"),
-                     1);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256) VALUES ('d', "
+                     "'00000000000000000000000000000000000000000000000000000000000000dd')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM api_tokens WHERE name = 'd' AND scope = 'admin'"), 1);
     assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
-    assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"),
-                     1);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"),
+        1);
     sqlite3_close(db);
     unlink(path);
 }
