@@ -419,7 +419,11 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                        first + len - 1, n);
     r->status = rk == RANGE_ONE ? 206 : 200;
     r->content_type = "application/octet-stream";
-    if (len <= tv__api_whole_body_max && len > 0 && len == n && whole_reserve(c->api, len)) {
+    /* HEAD: the transport sends no body, so a stream (its length only)
+     * reads nothing from the devices. */
+    bool head = c->req->method && !strcmp(c->req->method, "HEAD");
+    if (!head && len <= tv__api_whole_body_max && len > 0 && len == n &&
+        whole_reserve(c->api, len)) {
         whole_body *w = malloc(sizeof *w);
         void *p = w ? buf_get(c->api, (size_t)len, &w->cap) : NULL;
         if (!p) {
@@ -442,7 +446,7 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
         r->body_owner = w;
         goto out;
     }
-    if (len <= tv__api_whole_body_max && len < TV__API_STREAM_PIECE) {
+    if (!head && len <= tv__api_whole_body_max && len < TV__API_STREAM_PIECE) {
         uint8_t *b = malloc(len ? len : 1);
         if (!b) {
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of %s", len,

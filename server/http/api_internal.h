@@ -161,11 +161,10 @@ typedef int (*tv__api_bytes_read_fn)(void *src, uint64_t off, uint64_t len, uint
  * unsatisfiable or malformed -> TV_E_RANGE (416, Content-Range: bytes * /n);
  * several ranges or another unit -> 200 whole. The body is read now (whole
  * into a pooled buffer under the in-flight budget, or a small range) or
- * streamed: then read_fn runs on the transport's thread after the handler
- * returned, one call at a time, and a failing read ends the connection
- * (never a short body that looks complete). src is owned from the call on:
- * src_free(src) (may be NULL) once nothing reads it, whatever happens.
- * what names the bytes in messages ("tensor 'x'"). */
+ * streamed (always for HEAD: nothing is read): then read_fn runs on the transport's thread after
+ * the handler returned, one call at a time, and a failing read ends the connection (never a short
+ * body that looks complete). src is owned from the call on: src_free(src) (may be NULL) once
+ * nothing reads it, whatever happens. what names the bytes in messages ("tensor 'x'"). */
 int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                         tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
                         const char *what);
