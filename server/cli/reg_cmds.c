@@ -856,7 +856,7 @@ const tv__cli_cmd tv__cli_cmd_token_create = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {{"--scope", "admin|read", NULL}, CLIENT_OPTS},
+    .opts = {{"--scope", "admin|read|fleet", NULL}, CLIENT_OPTS},
 };
 
 const tv__cli_cmd tv__cli_cmd_token_list = {
@@ -882,8 +882,8 @@ int tv__cli_token_create(const tv__cli_ctx *c)
     const char *scope = tv__cli_get(&c->a, "--scope");
     if (!scope)
         scope = "read";
-    if (strcmp(scope, "admin") && strcmp(scope, "read"))
-        return tv__cli_usage(c->cmd->name, "bad --scope '%s': admin or read", scope);
+    if (strcmp(scope, "admin") && strcmp(scope, "read") && strcmp(scope, "fleet"))
+        return tv__cli_usage(c->cmd->name, "bad --scope '%s': admin, read or fleet", scope);
     return one(c, true, "POST", "/v1/tokens", NULL,
                json_pack("{s:s,s:s}", "name", c->a.pos[0], "scope", scope), TV__DOC_TOKEN);
 }

@@ -145,8 +145,12 @@ void tv__api_resp_free(tv__api_resp *resp)
     resp->body_owner = NULL;
     json_decref(resp->json);
     resp->json = NULL;
-    free(resp->stream_state);
+    if (resp->stream_release)
+        resp->stream_release(resp->stream_state);
+    else
+        free(resp->stream_state);
     resp->stream_state = NULL;
+    resp->stream_release = NULL;
     resp->stream = false;
 }
 
@@ -260,21 +264,25 @@ int tv__api_reader(tv__api_ctx *c, tv__reg **reg)
     return 0;
 }
 
-static void reader_release(tv__api_ctx *c)
+void tv__api_reader_put(tv__api *api, tv__store *st)
 {
-    tv__api *api = c->api;
-    if (!c->rd)
+    if (!st)
         return;
     /* A reader left inside a transaction by a failed call is not reused. */
-    if (tv__reg_tx_depth(c->rd->reg) == 0) {
+    if (tv__reg_tx_depth(st->reg) == 0) {
         pthread_mutex_lock(&api->pool_mu);
         if (api->n_readers < TV__API_READER_POOL) {
-            api->readers[api->n_readers++] = c->rd;
-            c->rd = NULL;
+            api->readers[api->n_readers++] = st;
+            st = NULL;
         }
         pthread_mutex_unlock(&api->pool_mu);
     }
-    tv__store_close(c->rd);
+    tv__store_close(st);
+}
+
+static void reader_release(tv__api_ctx *c)
+{
+    tv__api_reader_put(c->api, c->rd);
     c->rd = NULL;
 }
 
@@ -352,6 +360,7 @@ typedef struct route {
 #define NONE_  TV__SCOPE_NONE
 #define READ_  TV__SCOPE_READ
 #define ADMIN_ TV__SCOPE_ADMIN
+#define FLEET_ TV__SCOPE_FLEET /* fleet or admin, never anonymous */
 static const route ROUTES[] = {
     R("GET", "/healthz", NONE_, tv__api_h_healthz),
     R("GET", "/readyz", NONE_, tv__api_h_readyz),
@@ -386,6 +395,8 @@ static const route ROUTES[] = {
     R("GET", "/v1/tokens", ADMIN_, tv__api_h_tokens),
     R("POST", "/v1/tokens", ADMIN_, tv__api_h_token_create),
     R("DELETE", "/v1/tokens/{id}", ADMIN_, tv__api_h_token_revoke),
+    R("GET", "/v1/blobs", FLEET_, tv__api_h_blobs),
+    R("GET", "/v1/blobs/{digest}", FLEET_, tv__api_h_blob),
 };
 #undef R
 
@@ -491,6 +502,19 @@ static int authorize(tv__api_ctx *c, tv__scope need)
                        ? tv__seterr(&c->err, TV_E_UNAUTHORIZED, "invalid API token")
                        : rc;
         c->scope = got;
+        if (need == TV__SCOPE_FLEET) {
+            if (got != TV__SCOPE_FLEET && got != TV__SCOPE_ADMIN)
+                return tv__seterr(&c->err, TV_E_FORBIDDEN,
+                                  "token %" PRId64
+                                  " has scope %s; the blob routes need a fleet or admin token",
+                                  id, tv__scope_name(got) ? tv__scope_name(got) : "none");
+            return 0;
+        }
+        if (got == TV__SCOPE_FLEET)
+            return tv__seterr(&c->err, TV_E_FORBIDDEN,
+                              "token %" PRId64
+                              " has scope fleet: it may call only the blob routes (/v1/blobs)",
+                              id);
         if (got < need)
             return tv__seterr(&c->err, TV_E_FORBIDDEN,
                               "token %" PRId64 " has scope read; this call needs an admin token",
@@ -505,8 +529,9 @@ static int authorize(tv__api_ctx *c, tv__scope need)
     }
     return tv__seterr(
         &c->err, TV_E_UNAUTHORIZED,
-        need == TV__SCOPE_ADMIN
-            ? "this call needs an admin token (Authorization: Bearer <token>)"
+        need == TV__SCOPE_ADMIN ? "this call needs an admin token (Authorization: Bearer <token>)"
+        : need == TV__SCOPE_FLEET
+            ? "the blob routes need a fleet or admin token (Authorization: Bearer <token>), from any address"
             : "this call needs a token (Authorization: Bearer <token>): anonymous reads are not allowed from this address");
 }
 

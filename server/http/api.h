@@ -100,10 +100,11 @@ typedef struct tv__api_resp {
                                  Allow, WWW-Authenticate, Retry-After, Accept-Ranges) */
     json_t *json;             /* the JSON document when content_type is application/json
                                  (owned; body holds its compact dump) */
-    /* streamed tensor bytes (body NULL): */
+    /* streamed bytes (tensor data, blobs; body NULL): */
     bool stream;
     uint64_t stream_len;
     void *stream_state;
+    void (*stream_release)(void *state); /* frees stream_state (NULL: free()) */
 } tv__api_resp;
 
 /* Handles one request. Always fills resp (free with tv__api_resp_free) and

@@ -25,13 +25,23 @@
 #include "http/api_internal.h"
 #include "util/internal.h"
 
-typedef struct stream_state {
+/* The source of a tensor's bytes (a body's src): a pooled handle on
+ * (model, generation) reads them. */
+typedef struct data_src {
     tv__api *api;
     int64_t generation;
-    uint64_t begin; /* first byte of the body within the tensor's data */
     char *model, *name;
     char mem[]; /* model NUL name NUL */
-} stream_state;
+} data_src;
+
+/* A streamed body: its source and where the body starts in it. */
+typedef struct bytes_stream {
+    void *src;
+    tv__api_bytes_read_fn read;
+    void (*src_free)(void *src);
+    uint64_t begin;
+    char what[160];
+} bytes_stream;
 
 /* ---- the model pool ----------------------------------------------------------- */
 
@@ -365,6 +375,110 @@ static bool inm_matches(const char *h, const char *etag)
     return false;
 }
 
+/* ---- byte bodies: the shared answer of the data and blob routes ---------------- */
+
+static int data_read(void *src, uint64_t off, uint64_t len, uint8_t *dest, tv_error *err)
+{
+    data_src *d = src;
+    return pooled_read(d->api, d->model, d->generation, d->name, off, len, dest, err);
+}
+
+static void stream_release(void *state)
+{
+    bytes_stream *s = state;
+    if (!s)
+        return;
+    if (s->src_free)
+        s->src_free(s->src);
+    free(s);
+}
+
+int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
+                        tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
+                        const char *what)
+{
+    tv__api_resp *r = c->resp;
+    int rc = 0;
+    tv__api_header(r, "ETag", "%s", etag);
+    tv__api_header(r, "Accept-Ranges", "bytes");
+    if (inm_matches(c->req->if_none_match, etag)) {
+        r->status = 304;
+        goto out;
+    }
+    uint64_t first = 0, len = n;
+    enum range_kind rk = parse_range(c->req->range, n, &first, &len);
+    if (rk == RANGE_BAD) {
+        tv__api_header(r, "Content-Range", "bytes */%" PRIu64, n);
+        rc = tv__seterr(&c->err, TV_E_RANGE,
+                        "Range '%.80s' is not satisfiable for %s of %" PRIu64 " bytes",
+                        c->req->range, what, n);
+        goto out;
+    }
+    if (rk == RANGE_ONE)
+        tv__api_header(r, "Content-Range", "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
+                       first + len - 1, n);
+    r->status = rk == RANGE_ONE ? 206 : 200;
+    r->content_type = "application/octet-stream";
+    /* HEAD: the transport sends no body, so a stream (its length only)
+     * reads nothing from the devices. */
+    bool head = c->req->method && !strcmp(c->req->method, "HEAD");
+    if (!head && len <= tv__api_whole_body_max && len > 0 && len == n &&
+        whole_reserve(c->api, len)) {
+        whole_body *w = malloc(sizeof *w);
+        void *p = w ? buf_get(c->api, (size_t)len, &w->cap) : NULL;
+        if (!p) {
+            free(w);
+            atomic_fetch_sub(&c->api->whole_inflight, len);
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of %s", len,
+                            what);
+            goto out;
+        }
+        w->api = c->api;
+        w->p = p;
+        w->len = len;
+        if ((rc = read_fn(src, 0, len, p, &c->err))) {
+            release_body(w);
+            goto out;
+        }
+        r->body = p;
+        r->body_len = len;
+        r->body_release = release_body;
+        r->body_owner = w;
+        goto out;
+    }
+    if (!head && len <= tv__api_whole_body_max && len < TV__API_STREAM_PIECE) {
+        uint8_t *b = malloc(len ? len : 1);
+        if (!b) {
+            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of %s", len,
+                            what);
+            goto out;
+        }
+        if ((rc = read_fn(src, first, len, b, &c->err))) {
+            free(b);
+            goto out;
+        }
+        r->body = (char *)b;
+        r->body_len = len;
+        goto out;
+    }
+    bytes_stream *s = malloc(sizeof *s);
+    if (!s) {
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    *s = (bytes_stream){.src = src, .read = read_fn, .src_free = src_free, .begin = first};
+    snprintf(s->what, sizeof s->what, "%s", what);
+    src = NULL; /* the stream owns it now */
+    r->stream = true;
+    r->stream_len = len;
+    r->stream_state = s;
+    r->stream_release = stream_release;
+out:
+    if (src && src_free)
+        src_free(src);
+    return rc;
+}
+
 /* ---- the route -------------------------------------------------------------------- */
 
 int tv__api_h_data(tv__api_ctx *c)
@@ -374,15 +488,12 @@ int tv__api_h_data(tv__api_ctx *c)
     tv__reg_generation g;
     tv__reg_tensor_row row = {0};
     json_t *shards = NULL;
-    int64_t number;
     const char *model = c->param[0], *name = c->param[2];
-    tv__api_resp *r = c->resp;
     int rc;
     if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen_row(c, reg, model, c->param[1], &g)) ||
         (rc = tv__reg_tensor_get(reg, g.id, name, &row, &c->err)))
         goto out;
-    number = g.number;
     if (g.state != TV__GEN_READY && g.state != TV__GEN_RETIRED) {
         rc = tv__seterr(&c->err, TV_E_STATE,
                         "generation %" PRId64 " of '%s' is %s: it has no bytes to read", g.number,
@@ -398,83 +509,23 @@ int tv__api_h_data(tv__api_ctx *c)
                         row.shard_idx, json_array_size(shards));
         goto out;
     }
-    uint64_t n = row.end_off - row.begin_off;
     char etag[TV__REG_SHA256_HEX_LEN + 48];
     snprintf(etag, sizeof etag, "\"%s:%" PRIu64 "-%" PRIu64 "\"", sha, row.begin_off, row.end_off);
-    tv__api_header(r, "ETag", "%s", etag);
-    tv__api_header(r, "Accept-Ranges", "bytes");
-    if (inm_matches(c->req->if_none_match, etag)) {
-        r->status = 304;
-        goto out;
-    }
-    uint64_t first = 0, len = n;
-    enum range_kind rk = parse_range(c->req->range, n, &first, &len);
-    if (rk == RANGE_BAD) {
-        tv__api_header(r, "Content-Range", "bytes */%" PRIu64, n);
-        rc = tv__seterr(&c->err, TV_E_RANGE,
-                        "Range '%.80s' is not satisfiable for tensor '%s' of %" PRIu64 " bytes",
-                        c->req->range, name, n);
-        goto out;
-    }
-    if (rk == RANGE_ONE)
-        tv__api_header(r, "Content-Range", "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, first,
-                       first + len - 1, n);
-    r->status = rk == RANGE_ONE ? 206 : 200;
-    r->content_type = "application/octet-stream";
-    if (len <= tv__api_whole_body_max && len > 0 && len == n && whole_reserve(c->api, len)) {
-        whole_body *w = malloc(sizeof *w);
-        void *p = w ? buf_get(c->api, (size_t)len, &w->cap) : NULL;
-        if (!p) {
-            free(w);
-            atomic_fetch_sub(&c->api->whole_inflight, len);
-            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'",
-                            len, name);
-            goto out;
-        }
-        w->api = c->api;
-        w->p = p;
-        w->len = len;
-        if ((rc = pooled_read(c->api, model, number, name, 0, len, p, &c->err))) {
-            release_body(w);
-            goto out;
-        }
-        r->body = p;
-        r->body_len = len;
-        r->body_release = release_body;
-        r->body_owner = w;
-        goto out;
-    }
-    if (len <= tv__api_whole_body_max && len < TV__API_STREAM_PIECE) {
-        uint8_t *b = malloc(len ? len : 1);
-        if (!b) {
-            rc = tv__seterr(&c->err, -ENOMEM, "out of memory for %" PRIu64 " bytes of tensor '%s'",
-                            len, name);
-            goto out;
-        }
-        if ((rc = pooled_read(c->api, model, number, name, first, len, b, &c->err))) {
-            free(b);
-            goto out;
-        }
-        r->body = (char *)b;
-        r->body_len = len;
-        goto out;
-    }
     size_t ml = strlen(model), nl = strlen(name);
-    stream_state *s = malloc(sizeof *s + ml + nl + 2);
-    if (!s) {
+    data_src *d = malloc(sizeof *d + ml + nl + 2);
+    if (!d) {
         rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
         goto out;
     }
-    s->api = c->api;
-    s->generation = number;
-    s->begin = first;
-    s->model = s->mem;
-    memcpy(s->model, model, ml + 1);
-    s->name = s->mem + ml + 1;
-    memcpy(s->name, name, nl + 1);
-    r->stream = true;
-    r->stream_len = len;
-    r->stream_state = s;
+    d->api = c->api;
+    d->generation = g.number;
+    d->model = d->mem;
+    memcpy(d->model, model, ml + 1);
+    d->name = d->mem + ml + 1;
+    memcpy(d->name, name, nl + 1);
+    char what[TV__REG_NAME_MAX + 64];
+    snprintf(what, sizeof what, "tensor '%.*s'", TV__REG_NAME_MAX, name);
+    rc = tv__api_bytes_reply(c, etag, row.end_off - row.begin_off, d, data_read, free, what);
 out:
     free(row.name);
     json_decref(shards);
@@ -487,17 +538,16 @@ ssize_t tv__api_stream_read(tv__api_resp *resp, uint64_t pos, void *buf, size_t 
         return TV_E_INVALID_ARG;
     if (pos >= resp->stream_len || max == 0)
         return 0;
-    stream_state *s = resp->stream_state;
+    bytes_stream *s = resp->stream_state;
     uint64_t n = resp->stream_len - pos;
     if (n > max)
         n = max;
     if (n > TV__API_STREAM_PIECE)
         n = TV__API_STREAM_PIECE;
     tv_error err = {0};
-    int rc = pooled_read(s->api, s->model, s->generation, s->name, s->begin + pos, n, buf, &err);
+    int rc = s->read(s->src, s->begin + pos, n, buf, &err);
     if (rc) {
-        tv__log(TV_LOG_WARN, "tensor %s@%" PRId64 " '%s': streaming at %" PRIu64 ": %s", s->model,
-                s->generation, s->name, s->begin + pos, err.msg);
+        tv__log(TV_LOG_WARN, "%s: streaming at %" PRIu64 ": %s", s->what, s->begin + pos, err.msg);
         return rc;
     }
     return (ssize_t)n;

@@ -1,6 +1,7 @@
 /* Internals shared by the api's files (api.c: open, pools, router, auth,
  * parsing; api_render.c: the schema renderers; api_routes.c: the registry
- * routes; api_data.c: tensor bytes; api_jobs.c: imports, verify and jobs).
+ * routes; api_data.c: tensor bytes and the shared byte bodies; api_blobs.c:
+ * content-addressed blobs; api_jobs.c: imports, verify and jobs).
  * Invariant: a handler either returns 0 with the response document set
  * (tv__api_reply) or returns an error code with c->err filled; the
  * dispatcher renders errors, so no handler builds an error document. */
@@ -112,6 +113,11 @@ void tv__api_header(tv__api_resp *r, const char *name, const char *fmt, ...)
 
 /* The reader store for this request (a pooled read-only handle). */
 int tv__api_reader(tv__api_ctx *c, tv__reg **reg);
+/* Gives a reader store back to the pool (closed when the pool is full or
+ * it was left inside a transaction). NULL-safe. A handler that keeps the
+ * request's reader past the request (a stream) takes c->rd, sets it NULL
+ * and puts it back here when done. */
+void tv__api_reader_put(tv__api *api, tv__store *st);
 /* The writer store under its mutex; TV_E_STATE for a read-only api. Every
  * successful tv__api_writer_lock needs one tv__api_writer_unlock. */
 int tv__api_writer_lock(tv__api_ctx *c, tv__store **st);
@@ -144,6 +150,24 @@ int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char 
 /* Aliases of model (sorted), and the subset pointing at generation. */
 int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_alias **out,
                     size_t *n);
+
+/* Reads [off, off + len) of a byte body's source into dest: 0 or an error
+ * with err filled. */
+typedef int (*tv__api_bytes_read_fn)(void *src, uint64_t off, uint64_t len, uint8_t *dest,
+                                     tv_error *err);
+/* Answers n bytes read by read_fn(src, ...) (api_data.c; the tensor data and
+ * blob routes): ETag etag (quoted) and Accept-Ranges; If-None-Match that
+ * matches -> 304; one satisfiable Range -> 206 with Content-Range;
+ * unsatisfiable or malformed -> TV_E_RANGE (416, Content-Range: bytes * /n);
+ * several ranges or another unit -> 200 whole. The body is read now (whole
+ * into a pooled buffer under the in-flight budget, or a small range) or
+ * streamed (always for HEAD: nothing is read): then read_fn runs on the transport's thread after
+ * the handler returned, one call at a time, and a failing read ends the connection (never a short
+ * body that looks complete). src is owned from the call on: src_free(src) (may be NULL) once
+ * nothing reads it, whatever happens. what names the bytes in messages ("tensor 'x'"). */
+int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
+                        tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
+                        const char *what);
 
 /* The renderers of api_render.c not in api.h. */
 json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
@@ -196,6 +220,8 @@ int tv__api_h_jobs(tv__api_ctx *c);
 int tv__api_h_job(tv__api_ctx *c);
 int tv__api_h_job_cancel(tv__api_ctx *c);
 int tv__api_h_sessions(tv__api_ctx *c);
+int tv__api_h_blobs(tv__api_ctx *c);
+int tv__api_h_blob(tv__api_ctx *c);
 
 /* realpath(source) when it lies under an import root (any path when the
  * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. *real is

@@ -253,7 +253,8 @@ json_t *tv__api_token_json(const tv__reg_token *t)
 {
     json_t *o = json_object();
     bool ok = put(o, "id", json_integer(t->id)) && put(o, "name", tv__api_jstr(t->name)) &&
-              put(o, "scope", tv__api_jstr(t->scope == TV__SCOPE_ADMIN ? "admin" : "read")) &&
+              put(o, "scope",
+                  tv__api_jstr(tv__scope_name(t->scope) ? tv__scope_name(t->scope) : "read")) &&
               put(o, "created_at", json_integer(t->created_at)) &&
               put(o, "revoked_at", t->revoked_at ? json_integer(t->revoked_at) : json_null());
     return done(o, ok);

@@ -846,11 +846,10 @@ int tv__api_h_token_create(tv__api_ctx *c)
         (rc = tv__api_field_str(c, body, "name", true, &name)) ||
         (rc = tv__api_field_str(c, body, "scope", true, &scope_s)))
         goto out;
-    tv__scope scope = !strcmp(scope_s, "admin")  ? TV__SCOPE_ADMIN
-                      : !strcmp(scope_s, "read") ? TV__SCOPE_READ
-                                                 : TV__SCOPE_NONE;
-    if (scope == TV__SCOPE_NONE) {
-        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "field 'scope' must be \"admin\" or \"read\"");
+    tv__scope scope = TV__SCOPE_NONE;
+    if (tv__scope_parse(scope_s, &scope)) {
+        rc = tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                        "field 'scope' must be \"admin\", \"read\" or \"fleet\"");
         goto out;
     }
     if ((rc = tv__api_writer_lock(c, &st)))

@@ -10,6 +10,7 @@
  * one), and its bindings go in the same transaction; every multi-statement
  * change runs in one transaction level. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,75 @@ int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_obje
                         "SELECT " OBJECT_COLS " FROM objects WHERE state = 'committed' "
                         "AND (?1 = 0 OR device_id = ?1) ORDER BY device_id, base_off",
                         &device_id, out, n, "listing committed objects", err);
+}
+
+static bool sha256_hex_ok(const char *s)
+{
+    if (!s || strnlen(s, TV__REG_SHA256_HEX_LEN + 1) != TV__REG_SHA256_HEX_LEN)
+        return false;
+    for (size_t i = 0; i < TV__REG_SHA256_HEX_LEN; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out, size_t *n,
+                              tv_error *err)
+{
+    if (!reg || !out || !n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_objects_by_sha256: NULL argument");
+    *out = NULL;
+    *n = 0;
+    if (!sha256_hex_ok(sha256_hex))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "blob hash '%.80s' is not 64 lower-case hex digits",
+                          sha256_hex ? sha256_hex : "");
+    tv__reg_vec v = {.size = sizeof(tv__reg_object)};
+    int rc = tv__reg_query_list(reg, &v, read_object, "listing the objects of a blob", err,
+                                "SELECT " OBJECT_COLS " FROM objects WHERE state = 'committed' "
+                                "AND sha256 = ?1 ORDER BY device_id, id",
+                                "t", sha256_hex);
+    *out = v.items;
+    *n = v.n;
+    return rc;
+}
+
+static int read_blob(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    tv__reg_blob *b = record;
+    tv__reg_col_text(st, 0, b->sha256, sizeof b->sha256);
+    b->bytes = tv__reg_col_u64(st, 1);
+    int64_t k = sqlite3_column_int64(st, 2);
+    b->n_replicas = k < 0 ? 0 : k > UINT32_MAX ? UINT32_MAX : (uint32_t)k;
+    return 0;
+}
+
+int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out, size_t *n,
+                       bool *more, tv_error *err)
+{
+    if (!reg || !out || !n || !more || limit == 0 || limit > INT32_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "tv__reg_blobs_page: NULL argument or limit %zu out of range", limit);
+    *out = NULL;
+    *n = 0;
+    *more = false;
+    tv__reg_vec v = {.size = sizeof(tv__reg_blob)};
+    /* One row more than asked tells whether another page follows. */
+    int rc = tv__reg_query_list(reg, &v, read_blob, "listing blobs", err,
+                                "SELECT sha256, min(canonical_len), count(*) FROM objects "
+                                "WHERE state = 'committed' AND (?1 IS NULL OR sha256 > ?1) "
+                                "GROUP BY sha256 ORDER BY sha256 LIMIT ?2",
+                                "ti", after, (int64_t)limit + 1);
+    if (rc)
+        return rc;
+    if (v.n > limit) {
+        v.n = limit;
+        *more = true;
+    }
+    *out = v.items;
+    *n = v.n;
+    return 0;
 }
 
 int tv__reg_objects_unreferenced(tv__reg *reg, tv__reg_object **out, size_t *n, tv_error *err)

@@ -194,6 +194,27 @@ int tv__reg_object_find_committed(tv__reg *reg, int64_t device_id, const char *s
 int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_object **out, size_t *n,
                                    tv_error *err);
 
+/* Content-addressed blobs (issue 13): the committed objects holding
+ * sha256_hex (64 lower-case hex digits), by device id then object id (one
+ * per device: the replicas). Returns 0 (*n may be 0: no such blob);
+ * TV_E_INVALID_ARG for a malformed hash. */
+int tv__reg_objects_by_sha256(tv__reg *reg, const char *sha256_hex, tv__reg_object **out, size_t *n,
+                              tv_error *err);
+
+/* One distinct committed content hash: its canonical length and how many
+ * committed objects (devices) hold it. */
+typedef struct tv__reg_blob {
+    char sha256[TV__REG_SHA256_HEX_LEN + 1];
+    uint64_t bytes;
+    uint32_t n_replicas;
+} tv__reg_blob;
+
+/* The distinct committed hashes after `after` (NULL: from the first) in
+ * ascending order, at most limit (>= 1) of them; *more says whether others
+ * follow. Returns 0; TV_E_INVALID_ARG (limit 0, NULL arguments). */
+int tv__reg_blobs_page(tv__reg *reg, const char *after, size_t limit, tv__reg_blob **out, size_t *n,
+                       bool *more, tv_error *err);
+
 /* Deletes an object row and its bindings, freeing its extent. A 'writing'
  * object is always deletable. A committed one only when no importing or
  * ready generation binds it and no lease covers a generation that binds it.
@@ -646,11 +667,14 @@ typedef enum tv__scope {
     TV__SCOPE_NONE = 0,
     TV__SCOPE_READ = 1,
     TV__SCOPE_ADMIN = 2,
+    /* A peer's token: only the blob routes (GET/HEAD /v1/blobs...), which
+     * need fleet or admin. Not above admin: scopes are not an order. */
+    TV__SCOPE_FLEET = 3,
 } tv__scope;
 
 #define TV__TOKEN_SECRET_LEN 68 /* "tvk_" + 64 hex digits, NUL excluded */
 
-/* "read", "admin"; NULL otherwise. */
+/* "read", "admin", "fleet"; NULL otherwise. */
 const char *tv__scope_name(tv__scope s);
 /* Returns 0 or TV_E_INVALID_ARG. */
 int tv__scope_parse(const char *s, tv__scope *out);
@@ -664,7 +688,7 @@ typedef struct tv__reg_token {
 } tv__reg_token;
 
 /* Creates a token: 32 random bytes (getrandom), secret_out = "tvk_" + 64
- * hex digits (shown once; only its SHA-256 is stored). scope READ or ADMIN.
+ * hex digits (shown once; only its SHA-256 is stored). scope READ, ADMIN or FLEET.
  * out may be NULL. Returns 0; -errno when no randomness is available. */
 int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
                          char secret_out[TV__TOKEN_SECRET_LEN + 1], tv__reg_token *out,

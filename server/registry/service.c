@@ -598,7 +598,7 @@ int tv__reg_resolve_gen(tv__reg *reg, const char *model, const char *gen_spec, i
 /* Tokens                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static const char *const g_scopes[] = {NULL, "read", "admin"};
+static const char *const g_scopes[] = {NULL, "read", "admin", "fleet"};
 
 const char *tv__scope_name(tv__scope s)
 {
@@ -656,9 +656,9 @@ int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
     int rc = tv__reg_check_name(name, "token name", err);
     if (rc)
         return rc;
-    if (scope != TV__SCOPE_READ && scope != TV__SCOPE_ADMIN)
-        return tv__seterr(err, TV_E_INVALID_ARG, "token '%s': scope %d is not read or admin", name,
-                          (int)scope);
+    if (scope != TV__SCOPE_READ && scope != TV__SCOPE_ADMIN && scope != TV__SCOPE_FLEET)
+        return tv__seterr(err, TV_E_INVALID_ARG, "token '%s': scope %d is not read, admin or fleet",
+                          name, (int)scope);
     uint8_t raw[32];
     char secret[TV__TOKEN_SECRET_LEN + 1];
     char hash[TV__REG_SHA256_HEX_LEN + 1];

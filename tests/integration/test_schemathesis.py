@@ -17,7 +17,8 @@ from daemon import Daemon, make_checkpoint
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
 
-# (method, path, scope): R = read, A = admin, - = no auth. Exactly API9.md.
+# (method, path, scope): R = read, A = admin, F = fleet or admin (never
+# anonymous), - = no auth. Exactly API9.md, plus issue 13's blob routes.
 ROUTES = [
     ("get", "/", "-"),
     ("get", "/ui/{name}", "-"),
@@ -55,6 +56,8 @@ ROUTES = [
     ("get", "/v1/tokens", "A"),
     ("post", "/v1/tokens", "A"),
     ("delete", "/v1/tokens/{id}", "A"),
+    ("get", "/v1/blobs", "F"),
+    ("get", "/v1/blobs/{digest}", "F"),
 ]
 
 
@@ -90,7 +93,7 @@ def test_spec_security_matches_the_scopes(spec):
             assert sec == [], (method, path)
         elif scope == "R":
             assert {"bearer": []} in sec and {} in sec, (method, path)
-        else:
+        else:  # A and F: a token always
             assert sec == [{"bearer": []}], (method, path)
             assert "401" in op["responses"] and "403" in op["responses"], (method, path)
 
@@ -164,6 +167,10 @@ JOB = {"id": 1, "kind": "import", "state": "running", "model": "m", "source": "/
         "total_bytes": 9, "written_bytes": 9, "deduplicated_bytes": 0, "seconds": 0.5}}),
     ("TokenCreated", {"id": 1, "name": "ci", "scope": "read", "created_at": 1, "revoked_at": None,
                       "token": "tvk_" + "ab" * 32}),
+    ("TokenCreated", {"id": 2, "name": "peer", "scope": "fleet", "created_at": 1,
+                      "revoked_at": None, "token": "tvk_" + "cd" * 32}),
+    ("BlobList", {"blobs": [{"digest": "sha256:" + "0f" * 32, "bytes": 9, "n_replicas": 1}],
+                  "next_cursor": None}),
     ("Version", {"name": "tensorvault", "version": "0.9.0", "git": "abc", "api": "v1",
                  "features": {"cuda": False, "nvme": True, "io_uring": True}}),
 ])
@@ -183,11 +190,16 @@ def test_schema_accepts_contract_objects(spec, name, good):
     ("Job", "job", lambda d: d.__setitem__("eta_seconds", "soon")),
     ("Job", "job", lambda d: d.__setitem__("error", {"code": "X"})),
     ("Error", "error", lambda d: d["error"].pop("errno")),
+    ("BlobList", "blobs", lambda d: d["blobs"][0].__setitem__("digest", "0f" * 32)),
+    ("BlobList", "blobs", lambda d: d["blobs"][0].__setitem__("path", "/x")),
+    ("BlobList", "blobs", lambda d: d.pop("next_cursor")),
 ])
 def test_schema_refuses_broken_objects(spec, name, base, mutate):
     bases = {"model": {"name": "m", "active_generation": 1, "aliases": {}, "n_generations": 1,
                        "created_at": 1},
              "gen": GEN, "job": JOB,
+             "blobs": {"blobs": [{"digest": "sha256:" + "0f" * 32, "bytes": 9, "n_replicas": 2}],
+                       "next_cursor": "b00"},
              "error": {"error": {"code": "TV_E_X", "message": "m", "errno": -1}}}
     doc = copy.deepcopy(bases[base])
     v = validator(spec, name)

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +39,8 @@
 #include "import/import.h"
 #include "store/store.h"
 #include "tv_test.h"
+#include "io/engine.h"
+#include "util/sha256.h"
 
 #define MiB   (1024ull * 1024ull)
 #define MODEL "acme/tiny"
@@ -956,6 +959,259 @@ static void test_auth(void **state)
                  "TV_E_UNAUTHORIZED");
 }
 
+/* Test hook of the read engine: EIO for every device read at or past
+ * g_fault_from (UINT64_MAX: off). */
+static _Atomic uint64_t g_fault_from = UINT64_MAX;
+static void eio_from(uint32_t dev, uint64_t off, size_t len, int64_t *res)
+{
+    (void)dev;
+    if (off + len > g_fault_from)
+        *res = -EIO;
+}
+
+/* ---- content-addressed blobs ------------------------------------------------------- */
+
+/* The checkpoint file whose bytes have sha256 hex (one of ck[0], ck[1], ckz). */
+static uint8_t *blob_file(const char *hex, size_t *len)
+{
+    const char *files[] = {g->ck[0], g->ck[1], g->ckz};
+    for (size_t i = 0; i < 3; i++) {
+        uint8_t *b = tv_test_read_file(files[i], len);
+        assert_non_null(b);
+        tv__sha256 h;
+        uint8_t d[32];
+        char x[65];
+        assert_int_equal(tv__sha256_init(&h), 0);
+        tv__sha256_update(&h, b, *len);
+        tv__sha256_final(&h, d);
+        tv__sha256_free(&h);
+        tv__reg_sha256_hex(d, x);
+        if (!strcmp(x, hex))
+            return b;
+        free(b);
+    }
+    fail_msg("no checkpoint file has sha256 %s", hex);
+    return NULL;
+}
+
+static void test_blobs(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    tv__reg_object *objs = NULL;
+    size_t n = 0;
+    assert_int_equal(tv__reg_objects_list_committed(g->st->reg, 0, &objs, &n, &err), 0);
+    assert_int_equal(n, 3);
+    char tok[3][TV__TOKEN_SECRET_LEN + 1], auth[3][256];
+    const tv__scope scopes[3] = {TV__SCOPE_READ, TV__SCOPE_FLEET, TV__SCOPE_ADMIN};
+    for (int i = 0; i < 3; i++) {
+        tv__reg_token t;
+        assert_int_equal(tv__reg_token_create(g->st->reg, "t", scopes[i], tok[i], &t, &err), 0);
+        assert_int_equal(t.scope, scopes[i]);
+        snprintf(auth[i], sizeof auth[i], "Bearer %s", tok[i]);
+    }
+    const char *hex = objs[0].sha256;
+    char path[160], etag[TV__REG_SHA256_HEX_LEN + 32];
+    snprintf(path, sizeof path, "/v1/blobs/sha256:%s", hex);
+    snprintf(etag, sizeof etag, "ETag: \"sha256:%s\"\r\n", hex);
+    size_t flen = 0;
+    uint8_t *file = blob_file(hex, &flen);
+    assert_int_equal(flen, objs[0].canonical_len);
+    tv__api_resp r;
+
+    /* the auth matrix: none / read / fleet / admin, loopback and remote */
+    const char *targets[] = {path, "/v1/blobs"};
+    for (int remote = 0; remote < 2; remote++)
+        for (size_t k = 0; k < 2; k++) {
+            expect_error("GET", targets[k], &(rq){.untrusted = true, .remote = remote}, 401,
+                         "TV_E_UNAUTHORIZED");
+            expect_error("GET", targets[k],
+                         &(rq){.untrusted = true, .remote = remote, .auth = auth[0]}, 403,
+                         "TV_E_FORBIDDEN");
+            for (int i = 1; i < 3; i++) {
+                assert_int_equal(call(&r, "GET", targets[k],
+                                      &(rq){.untrusted = true, .remote = remote, .auth = auth[i]}),
+                                 200);
+                tv__api_resp_free(&r);
+            }
+        }
+    /* a fleet token may call nothing else, from anywhere */
+    rq fl = {.untrusted = true, .auth = auth[1]};
+    expect_error("GET", "/v1/models", &fl, 403, "TV_E_FORBIDDEN");
+    expect_error("GET", "/v1/status", &fl, 403, "TV_E_FORBIDDEN");
+    expect_error("POST", "/v1/gc", &fl, 403, "TV_E_FORBIDDEN");
+    expect_error("GET", "/v1/tokens", &fl, 403, "TV_E_FORBIDDEN");
+    assert_int_equal(call(&r, "GET", "/v1/models", &fl), 403);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(r.json, "error"), "message")),
+               "only the blob routes"));
+    tv__api_resp_free(&r);
+    /* trusted (local mode) is admin */
+    assert_int_equal(call(&r, "GET", path, NULL), 200);
+    tv__api_resp_free(&r);
+
+    /* the whole blob: route, headers, bytes */
+    rq a = {.untrusted = true, .remote = true, .auth = auth[1]};
+    assert_int_equal(call(&r, "GET", path, &a), 200);
+    assert_string_equal(r.route, "GET /v1/blobs/{digest}");
+    assert_string_equal(r.content_type, "application/octet-stream");
+    assert_non_null(strstr(r.headers, etag));
+    assert_non_null(strstr(r.headers, "Accept-Ranges: bytes\r\n"));
+    assert_int_equal(r.body_len, flen);
+    assert_memory_equal(r.body, file, flen);
+    tv__api_resp_free(&r);
+    /* HEAD: the same headers, the length as a stream nothing reads */
+    assert_int_equal(call(&r, "HEAD", path, &a), 200);
+    assert_string_equal(r.route, "GET /v1/blobs/{digest}");
+    assert_non_null(strstr(r.headers, etag));
+    assert_null(r.body);
+    assert_true(r.stream);
+    assert_int_equal(r.stream_len, flen);
+    tv__api_resp_free(&r);
+    /* ranges: first byte, last, a span crossing 4096, suffix, open end */
+    struct {
+        const char *h;
+        uint64_t off, len;
+    } rg[] = {{"bytes=0-0", 0, 1},
+              {"bytes=-1", flen - 1, 1},
+              {"bytes=4090-4101", 4090, 12},
+              {"bytes=-100", flen - 100, 100},
+              {"bytes=5000-", 5000, flen - 5000},
+              {"bytes=10-999999999", 10, flen - 10}};
+    for (size_t i = 0; i < sizeof rg / sizeof rg[0]; i++) {
+        a.range = rg[i].h;
+        assert_int_equal(call(&r, "GET", path, &a), 206);
+        char cr[96];
+        snprintf(cr, sizeof cr, "Content-Range: bytes %" PRIu64 "-%" PRIu64 "/%zu\r\n", rg[i].off,
+                 rg[i].off + rg[i].len - 1, flen);
+        assert_non_null(strstr(r.headers, cr));
+        assert_int_equal(r.body_len, rg[i].len);
+        assert_memory_equal(r.body, file + rg[i].off, rg[i].len);
+        tv__api_resp_free(&r);
+    }
+    a.range = "bytes=999999999-";
+    assert_int_equal(call(&r, "GET", path, &a), 416);
+    char cr[64];
+    snprintf(cr, sizeof cr, "Content-Range: bytes */%zu\r\n", flen);
+    assert_non_null(strstr(r.headers, cr));
+    assert_string_equal(err_code(&r), "TV_E_RANGE");
+    tv__api_resp_free(&r);
+    a.range = "bytes=0-1,5-6";
+    assert_int_equal(call(&r, "GET", path, &a), 200);
+    assert_int_equal(r.body_len, flen);
+    tv__api_resp_free(&r);
+    a.range = NULL;
+    char inm[80];
+    snprintf(inm, sizeof inm, "\"sha256:%s\"", hex);
+    a.inm = inm;
+    assert_int_equal(call(&r, "GET", path, &a), 304);
+    tv__api_resp_free(&r);
+    a.inm = NULL;
+    /* streamed (the whole-body limit lowered): same bytes, piece by piece */
+    uint64_t saved = tv__api_whole_body_max;
+    tv__api_whole_body_max = 1000;
+    assert_int_equal(call(&r, "GET", path, &a), 200);
+    assert_true(r.stream);
+    assert_int_equal(r.stream_len, flen);
+    uint8_t *got = malloc(flen);
+    assert_non_null(got);
+    for (uint64_t pos = 0; pos < flen;) {
+        ssize_t k = tv__api_stream_read(&r, pos, got + pos, 3000);
+        assert_true(k > 0);
+        pos += (uint64_t)k;
+    }
+    assert_memory_equal(got, file, flen);
+    assert_int_equal(tv__api_stream_read(&r, flen, got, 10), 0);
+    tv__api_resp_free(&r);
+    /* a device read error mid-stream fails that read (the transport then
+     * ends the connection: never a short body that looks complete); on a
+     * body read whole, the request fails before any header is sent */
+    assert_int_equal(call(&r, "GET", path, &a), 200);
+    assert_true(r.stream);
+    g_fault_from = objs[0].base_off + 4096;
+    tv__io_fault = eio_from;
+    assert_true(tv__api_stream_read(&r, 0, got, 4096) == 4096);
+    assert_true(tv__api_stream_read(&r, 4096, got, 4096) < 0);
+    tv__api_resp_free(&r);
+    tv__api_whole_body_max = saved;
+    assert_int_equal(call(&r, "GET", path, &a), 500);
+    assert_false(r.stream);
+    tv__api_resp_free(&r);
+    tv__io_fault = NULL;
+    g_fault_from = UINT64_MAX;
+    free(got);
+
+    /* bad digests, unknown blob, query */
+    const char *bad[] = {
+        "/v1/blobs/abc",
+        "/v1/blobs/sha512:00",
+        "/v1/blobs/sha256:",
+        "/v1/blobs/SHA256:0000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:00000000000000000000000000000000000000000000000000000000000000000",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000A",
+        "/v1/blobs/sha256:000000000000000000000000000000000000000000000000000000000000000g"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error("GET", bad[i], &a, 400, "TV_E_BAD_REQUEST");
+    expect_error(
+        "GET", "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        &a, 404, "TV_E_NOT_FOUND");
+    expect_error(
+        "HEAD", "/v1/blobs/sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        &a, 404, "TV_E_NOT_FOUND");
+    char q[200];
+    snprintf(q, sizeof q, "%s?x=1", path);
+    expect_error("GET", q, &a, 400, "TV_E_BAD_REQUEST");
+    expect_error("POST", path, &a, 405, "TV_E_BAD_REQUEST");
+
+    /* the listing: pages of one cover every blob once, in hash order */
+    char target[300] = "/v1/blobs?limit=1";
+    char seen[3][65];
+    size_t n_seen = 0;
+    for (;;) {
+        json_t *j = ok_json(&r, "GET", target, &a);
+        assert_string_equal(r.route, "GET /v1/blobs");
+        json_t *bl = json_object_get(j, "blobs");
+        assert_true(json_array_size(bl) <= 1);
+        if (json_array_size(bl)) {
+            json_t *b = json_array_get(bl, 0);
+            assert_int_equal(json_object_size(b), 3);
+            const char *dg = json_string_value(json_object_get(b, "digest"));
+            assert_non_null(dg);
+            assert_memory_equal(dg, "sha256:", 7);
+            assert_true(n_seen < 3);
+            snprintf(seen[n_seen], sizeof seen[n_seen], "%s", dg + 7);
+            if (n_seen)
+                assert_true(strcmp(seen[n_seen - 1], seen[n_seen]) < 0);
+            size_t bl_len = 0;
+            free(blob_file(seen[n_seen], &bl_len));
+            assert_int_equal(json_integer_value(json_object_get(b, "bytes")), bl_len);
+            assert_int_equal(json_integer_value(json_object_get(b, "n_replicas")), 1);
+            n_seen++;
+        }
+        json_t *nc = json_object_get(j, "next_cursor");
+        if (json_is_null(nc)) {
+            tv__api_resp_free(&r);
+            break;
+        }
+        snprintf(target, sizeof target, "/v1/blobs?limit=1&cursor=%s", json_string_value(nc));
+        tv__api_resp_free(&r);
+    }
+    assert_int_equal(n_seen, 3);
+    expect_error("GET", "/v1/blobs?cursor=m00", &a, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/blobs?limit=0", &a, 400, "TV_E_BAD_REQUEST");
+    expect_error("GET", "/v1/blobs?model=x", &a, 400, "TV_E_BAD_REQUEST");
+    /* REST token creation takes the fleet scope */
+    json_t *j =
+        ok_json(&r, "POST", "/v1/tokens", &(rq){.body = "{\"name\":\"peer\",\"scope\":\"fleet\"}"});
+    assert_string_equal(json_string_value(json_object_get(j, "scope")), "fleet");
+    tv__api_resp_free(&r);
+    expect_error("POST", "/v1/tokens", &(rq){.body = "{\"name\":\"p\",\"scope\":\"root\"}"}, 400,
+                 "TV_E_BAD_REQUEST");
+    free(file);
+    free(objs);
+}
+
 /* ---- fast-path sessions ------------------------------------------------------------ */
 
 /* No fast path in this api (fp NULL, as with fastpath.enabled = false): an
@@ -1761,6 +2017,7 @@ int main(void)
         T(test_generation_changes),
         T(test_bodies),
         T(test_auth),
+        T(test_blobs),
         T(test_jobs_refused),
         T(test_jobs_inline),
         T(test_jobs_pool),

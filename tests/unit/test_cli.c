@@ -427,7 +427,7 @@ static const char *const g_usage[][2] = {
     {"cancel", "cancel ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"sessions", "sessions [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token create",
-     "token create NAME [--scope admin|read] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+     "token create NAME [--scope admin|read|fleet] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token revoke", "token revoke ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},

@@ -1869,6 +1869,113 @@ static void test_tokens(void **state)
     assert_int_equal(tv__scope_parse("admin", &scope), 0);
     assert_int_equal(scope, TV__SCOPE_ADMIN);
     assert_int_equal(tv__scope_parse("root", &scope), TV_E_INVALID_ARG);
+    /* fleet: a scope of its own, stored and read back as such */
+    assert_string_equal(tv__scope_name(TV__SCOPE_FLEET), "fleet");
+    assert_int_equal(tv__scope_parse("fleet", &scope), 0);
+    assert_int_equal(scope, TV__SCOPE_FLEET);
+    assert_null(tv__scope_name((tv__scope)4));
+    char peer[TV__TOKEN_SECRET_LEN + 1];
+    assert_int_equal(tv__reg_token_create(f->reg, "peer", TV__SCOPE_FLEET, peer, &t, &err), 0);
+    assert_int_equal(t.scope, TV__SCOPE_FLEET);
+    assert_int_equal(tv__reg_token_check(f->reg, peer, &scope, &id, &err), 0);
+    assert_int_equal(scope, TV__SCOPE_FLEET);
+    assert_int_equal(id, t.id);
+    assert_int_equal(tv__reg_tokens_list(f->reg, &list, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(list[2].scope, TV__SCOPE_FLEET);
+    free(list);
+    assert_int_equal(tv__reg_token_create(f->reg, "x", (tv__scope)4, peer, NULL, &err),
+                     TV_E_INVALID_ARG);
+    /* the schema refuses any other scope */
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "UPDATE api_tokens SET scope = 'root' WHERE name = 'peer'",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+}
+
+/* 0004 rebuilds api_tokens with the fleet scope: a version-3 database keeps
+ * every token (id, name, hash, times, scope, revocation) and the table's
+ * shape; the new CHECK takes 'fleet' and refuses others. */
+static void test_migration_0004_keeps_tokens(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/v3.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
+    tv_error err = {0};
+    assert_true(tv__n_migrations >= 4);
+    assert_int_equal(tv__migrate(db, tv__migrations, 3, NULL, &err), 0);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(
+            db,
+            "INSERT INTO api_tokens (id, name, sha256, created_at, scope) VALUES (7, 'ops', '0000000000000000000000000000000000000000000000000000000000000007', 100, 'admin');"
+            "INSERT INTO api_tokens (id, name, sha256, created_at, scope, revoked_at) VALUES (9, 'dash', '0000000000000000000000000000000000000000000000000000000000000009', 200, 'read', 300);",
+            NULL, NULL, NULL),
+        SQLITE_OK);
+    size_t applied = 0;
+    assert_int_equal(tv__migrate(db, tv__migrations, tv__n_migrations, &applied, &err), 0);
+    assert_int_equal(applied, tv__n_migrations - 3);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens"), 2);
+    assert_int_equal(
+        query_int(db,
+                  "SELECT count(*) FROM api_tokens WHERE id = 7 AND name = 'ops' "
+                  "AND sha256 = '0000000000000000000000000000000000000000000000000000000000000007' "
+                  "AND created_at = 100 AND scope = 'admin' AND revoked_at IS NULL"),
+        1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM api_tokens WHERE id = 9 AND name = 'dash' "
+                                   "AND created_at = 200 AND scope = 'read' AND revoked_at = 300"),
+                     1);
+    /* same columns in the same order, STRICT, the hash still UNIQUE */
+    assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_table_info('api_tokens') WHERE "
+                                   "(cid, name) IN (VALUES (0, 'id'), (1, 'name'), (2, 'sha256'), "
+                                   "(3, 'created_at'), (4, 'scope'), (5, 'revoked_at'))"),
+                     6);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_table_info('api_tokens')"), 6);
+    assert_int_equal(
+        query_int(db, "SELECT strict FROM pragma_table_list WHERE name = 'api_tokens'"), 1);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'api_tokens_new'"), 0);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256) VALUES ('dup', "
+                     "'0000000000000000000000000000000000000000000000000000000000000007')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ff', 'fleet')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_not_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256, scope) VALUES ('r', "
+                     "'00000000000000000000000000000000000000000000000000000000000000ee', 'root')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    /* a new token without a scope is still admin, as before */
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "INSERT INTO api_tokens (name, sha256) VALUES ('d', "
+                     "'00000000000000000000000000000000000000000000000000000000000000dd')",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM api_tokens WHERE name = 'd' AND scope = 'admin'"), 1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    assert_int_equal(
+        query_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"),
+        1);
+    sqlite3_close(db);
+    unlink(path);
 }
 
 /* ---- two writers --------------------------------------------------------- */
@@ -2223,6 +2330,7 @@ int main(void)
         T(test_newer_version_refused),
         T(test_failed_migration_is_atomic),
         T(test_migration_0002_keeps_rows),
+        T(test_migration_0004_keeps_tokens),
         T(test_pragmas_in_effect),
         cmocka_unit_test(test_open_bad_arguments),
         T(test_devices),
