@@ -40,7 +40,6 @@ sys.path.insert(0, HERE)
 
 from origin import Origin  # noqa: E402
 
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _LOGS = {}  # name -> path of a server log, for failure reports
 
 
@@ -303,15 +302,18 @@ class S3:
                 self.put(b, k, data)
 
     def request(self, method, path, data=None, headers=None, secret=None, access_key=None,
-                sign=True):
+                sign=True, payload_hash=None):
         """One request with curl; path is "/bucket/key?query". data: bytes
-        uploaded as the body (-T, like CURLOPT_UPLOAD)."""
+        uploaded as the body (-T, like CURLOPT_UPLOAD). payload_hash: the
+        x-amz-content-sha256 value (default: the body's SHA-256; S3 also
+        takes UNSIGNED-PAYLOAD; moto does not compare it with the body)."""
         argv = ["curl", "-sS", "-X", method, "-D", "-", "--max-time", "30"]
         if sign:
+            if payload_hash is None:
+                payload_hash = hashlib.sha256(data if data is not None else b"").hexdigest()
             argv += ["--aws-sigv4", f"aws:amz:{self.region}:s3",
                      "--user", f"{access_key or self.access_key}:{secret or self.secret_key}",
-                     "-H", "x-amz-content-sha256: " +
-                     (hashlib.sha256(data).hexdigest() if data is not None else _EMPTY_SHA256)]
+                     "-H", "x-amz-content-sha256: " + payload_hash]
         for k, v in (headers or {}).items():
             argv += ["-H", f"{k}: {v}"]
         if data is not None:

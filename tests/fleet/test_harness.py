@@ -58,6 +58,14 @@ def test_s3_put_get_with_sigv4(s3):
     assert "harness" in s3.buckets()
 
 
+def test_s3_unsigned_payload_upload(s3):
+    s3.bucket("harness")
+    data = os.urandom(70_000)
+    st, _, _ = s3.request("PUT", "/harness/u.bin", data=data, payload_hash="UNSIGNED-PAYLOAD")
+    assert st == 200
+    assert s3.get("harness", "u.bin") == data
+
+
 def test_s3_range_get(s3):
     s3.bucket("harness")
     data = bytes(range(256)) * 40
