@@ -264,7 +264,7 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {{"--prefix", "P", NULL},
-             {"--order", "file|name", NULL},
+             {"--order", "file|name|size", NULL},
              {"--limit", "N", NULL},
              CLIENT_OPTS},
 };
@@ -281,8 +281,8 @@ int tv__cli_tensors(const tv__cli_ctx *c)
     if (strlen(name) > TV__REG_NAME_MAX)
         return tv__cli_usage(c->cmd->name, "bad model '%s': longer than %d bytes", c->a.pos[0],
                              TV__REG_NAME_MAX);
-    if (order && strcmp(order, "file") && strcmp(order, "name"))
-        return tv__cli_usage(c->cmd->name, "bad --order '%s': file or name", order);
+    if (order && strcmp(order, "file") && strcmp(order, "name") && strcmp(order, "size"))
+        return tv__cli_usage(c->cmd->name, "bad --order '%s': file, name or size", order);
     if ((u = tv__cli_opt_uint(c->cmd->name, &c->a, "--limit", 1, 1000, &limit)))
         return u;
     if (path_of(path, sizeof path, &err, "v1", "models", name, "generations", gen, "tensors",

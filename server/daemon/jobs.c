@@ -7,7 +7,11 @@
  * running slot from submit until its row is finished, so a cancel that finds
  * no node is looking at a finished (or foreign) row; a queued node's cancel
  * finishes its row under the lock, a running node's sets its flag and the
- * worker finishes the row. */
+ * worker finishes the row. A row's state changes (queued -> running ->
+ * final) are written under the lock together with the counters
+ * (n_queued, n_running), so the counters never lag a row a client has
+ * already seen (GET /v1/status and /metrics against GET /v1/jobs/{id});
+ * the work between them runs unlocked. */
 #include "daemon/jobs.h"
 
 #include <errno.h>
@@ -269,49 +273,86 @@ out:
     return rc;
 }
 
-/* Runs a job whose row exists (queued) to its final row. Returns the job's
- * result code (0 = succeeded). */
-static int run_job(tv__store *st, const job_node *n, const atomic_bool *cancel,
-                   tv__job_watch_fn watch, void *watch_ctx, tv_error *err)
+/* One job from its queued row to its final row, in three steps, so that
+ * the pool can move its counters in the same critical section as the row's
+ * state changes (job_begin: queued -> running; job_end: running -> final):
+ * a client that sees the row running or finished, then asks for the
+ * counters (tv__jobs_counts), sees them moved, and the other way round. */
+typedef struct job_run {
+    run_ctx r;
+    double t0;
+    int64_t gen;
+    char *result;
+    tv__job_state final;
+    int code, rc;
+} job_run;
+
+/* The row queued -> running. */
+static void job_begin(tv__store *st, const job_node *n, const atomic_bool *cancel,
+                      tv__job_watch_fn watch, void *watch_ctx, job_run *jr)
 {
-    double t0 = mono_s();
-    run_ctx r = {.reg = st->reg,
-                 .id = n->id,
-                 .cancel = cancel,
-                 .watch = watch,
-                 .watch_ctx = watch_ctx,
-                 .step = n->kind == TV__JOB_VERIFY ? "verify" : "resolve",
-                 .step_start = mono_s()};
-    int64_t gen = 0;
-    char *result = NULL;
-    write_progress(&r, true); /* queued -> running */
+    memset(jr, 0, sizeof(*jr));
+    jr->t0 = mono_s();
+    jr->r = (run_ctx){.reg = st->reg,
+                      .id = n->id,
+                      .cancel = cancel,
+                      .watch = watch,
+                      .watch_ctx = watch_ctx,
+                      .step = n->kind == TV__JOB_VERIFY ? "verify" : "resolve",
+                      .step_start = mono_s()};
+    write_progress(&jr->r, true);
+}
+
+/* The work, and the final state it ends in (the row is still running). */
+static void job_work(tv__store *st, const job_node *n, job_run *jr, tv_error *err)
+{
+    run_ctx *r = &jr->r;
     tv__log(TV_LOG_INFO, "job %" PRId64 ": %s %s%s%s started", n->id, tv__job_kind_name(n->kind),
             n->kind == TV__JOB_IMPORT ? n->model : "",
             n->kind == TV__JOB_IMPORT ? " from " : "objects",
             n->kind == TV__JOB_IMPORT ? n->source : "");
-    int rc = n->kind == TV__JOB_IMPORT ? run_import(st, n, &r, &gen, &result, err)
-                                       : run_verify(st, n, &r, &result, err);
-    tv__job_state final;
-    int code = rc;
+    int rc = n->kind == TV__JOB_IMPORT ? run_import(st, n, r, &jr->gen, &jr->result, err)
+                                       : run_verify(st, n, r, &jr->result, err);
+    jr->rc = rc;
+    jr->code = rc;
     if (rc == 0) {
-        final = TV__JOB_SUCCEEDED;
-        r.done = r.total;
-        r.step_start = t0; /* the final rate: the whole job's */
-        write_progress(&r, true);
-    } else if (rc == -ECANCELED || (cancel && atomic_load(cancel) && gen == 0)) {
-        final = TV__JOB_CANCELLED;
-        code = 0;
+        jr->final = TV__JOB_SUCCEEDED;
+        r->done = r->total;
+        r->step_start = jr->t0; /* the final rate: the whole job's */
+        write_progress(r, true);
+    } else if (rc == -ECANCELED || (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
+        jr->final = TV__JOB_CANCELLED;
+        jr->code = 0;
     } else {
-        final = TV__JOB_FAILED;
+        jr->final = TV__JOB_FAILED;
     }
+}
+
+/* The row running -> final. Returns the job's result code (0 =
+ * succeeded, -ECANCELED). */
+static int job_end(tv__store *st, const job_node *n, job_run *jr, const tv_error *err)
+{
     tv_error fe = {0};
-    if (tv__reg_job_finish(st->reg, n->id, final, code, code ? err->msg : NULL, gen, result, &fe))
+    const char *msg = jr->code ? err->msg : NULL;
+    if (tv__reg_job_finish(st->reg, n->id, jr->final, jr->code, msg, jr->gen, jr->result, &fe))
         tv__log(TV_LOG_ERROR, "job %" PRId64 ": final state not recorded: %s", n->id, fe.msg);
-    tv__log(final == TV__JOB_FAILED ? TV_LOG_WARN : TV_LOG_INFO, "job %" PRId64 ": %s%s%s", n->id,
-            tv__job_state_name(final), code ? ": " : "", code ? err->msg : "");
-    watch_row(&r);
-    free(result);
-    return final == TV__JOB_CANCELLED ? -ECANCELED : rc;
+    tv__log(jr->final == TV__JOB_FAILED ? TV_LOG_WARN : TV_LOG_INFO, "job %" PRId64 ": %s%s%s",
+            n->id, tv__job_state_name(jr->final), jr->code ? ": " : "", jr->code ? err->msg : "");
+    watch_row(&jr->r);
+    free(jr->result);
+    jr->result = NULL;
+    return jr->final == TV__JOB_CANCELLED ? -ECANCELED : jr->rc;
+}
+
+/* Runs a job whose row exists (queued) to its final row (no pool: no
+ * counters). Returns the job's result code (0 = succeeded). */
+static int run_job(tv__store *st, const job_node *n, tv__job_watch_fn watch, void *watch_ctx,
+                   tv_error *err)
+{
+    job_run jr;
+    job_begin(st, n, NULL, watch, watch_ctx, &jr);
+    job_work(st, n, &jr, err);
+    return job_end(st, n, &jr, err);
 }
 
 /* ---- the pool ------------------------------------------------------------ */
@@ -332,13 +373,18 @@ static void *worker_main(void *p)
         j->head = n->next;
         if (!j->head)
             j->tail = NULL;
+        /* The row's state and the counters move together, under the
+         * lock (tv__jobs_counts takes it): running, then finished. */
+        job_run jr;
+        tv_error err = {0};
+        job_begin(j->wst[w], n, &n->cancel, NULL, NULL, &jr);
         j->n_queued--;
         j->running[w] = n;
         j->n_running++;
         pthread_mutex_unlock(&j->lock);
-        tv_error err = {0};
-        run_job(j->wst[w], n, &n->cancel, NULL, NULL, &err);
+        job_work(j->wst[w], n, &jr, &err);
         pthread_mutex_lock(&j->lock);
+        job_end(j->wst[w], n, &jr, &err);
         j->running[w] = NULL;
         j->n_running--;
         free(n);
@@ -583,7 +629,7 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
     if (id)
         *id = n->id;
     tv_error local = {0};
-    rc = run_job(st, n, NULL, watch, ctx, err ? err : &local);
+    rc = run_job(st, n, watch, ctx, err ? err : &local);
 out:
     free(n);
     return rc;

@@ -75,7 +75,9 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
  * ask for it (config import.strict). */
 void tv__jobs_set_strict_default(tv__jobs *j, bool strict);
 
-/* Queued jobs waiting and jobs running now (zeros for NULL). */
+/* Queued jobs waiting and jobs running now (zeros for NULL). They move in
+ * one step with the rows' states: after a job's row reads running
+ * (finished), a later call counts it running (no longer). */
 void tv__jobs_counts(tv__jobs *j, size_t *queued, size_t *running);
 
 /* Jobs by state from the registry: counts[tv__job_state] for the five

@@ -541,20 +541,31 @@ def test_local_import_is_a_job_row(tv, tmp_path):
 
 def test_tensors_follow_cursors_to_the_end(tv, tmp_path):
     """More tensors than a page (the API's default limit is 100): `tensors`
-    follows next_cursor to the end in both orders; --limit shows one page."""
+    follows next_cursor to the end in every order (size: largest first, ties
+    by name, the ties crossing page boundaries); --limit shows one page."""
     names = [f"layers.{i}/w" for i in range(250)]
-    ck = gen.write_checkpoint(str(tmp_path / "ck"), {n: np.full(2, i, np.float32)
+    size = {n: 4 * (1 + i % 7) for i, n in enumerate(names)}
+    ck = gen.write_checkpoint(str(tmp_path / "ck"), {n: np.full(size[n] // 4, i, np.float32)
                                                      for i, n in enumerate(names)}, 3)
     s = str(tmp_path / "s")
     tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "64M", check=True)
     tv("import", "--store", s, "m", ck, "--activate", check=True)
-    for order in ("file", "name"):
+    for order in ("file", "name", "size"):
         doc = json.loads(tv("tensors", "--store", s, "m", "--order", order, "--json",
                             check=True).stdout)
         got = [t["name"] for t in doc["tensors"]]
         assert sorted(got) == sorted(names) and len(got) == 250 and doc["next_cursor"] is None
         if order == "name":
             assert got == sorted(names)
+        if order == "size":
+            assert got == sorted(names, key=lambda n: (-size[n], n))
+            assert all(t["nbytes"] == size[t["name"]] for t in doc["tensors"])
+    page = json.loads(tv("tensors", "--store", s, "m", "--limit", "100", "--order", "size",
+                         "--json", check=True).stdout)
+    assert [t["name"] for t in page["tensors"]] == \
+        sorted(names, key=lambda n: (-size[n], n))[:100] and page["next_cursor"]
+    p = tv("tensors", "--store", s, "m", "--order", "bogus")
+    assert p.returncode == 2 and "file, name or size" in p.stderr
     page = json.loads(tv("tensors", "--store", s, "m", "--limit", "100", "--order", "name",
                          "--json", check=True).stdout)
     assert [t["name"] for t in page["tensors"]] == sorted(names)[:100] and page["next_cursor"]

@@ -121,6 +121,11 @@ def test_path_segments_are_percent_encoded(tv, fake, env, tmp_path):
            env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert fake.seen[-1][1] == "/v1/models/m/generations/active/tensors?prefix=h.0%2Fx%20y&order=name"
+    # --order size is the API's order=size, sent as it is.
+    p = tv("tensors", "--url", fake.url, "m", "--order", "size", "--json", env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert fake.seen[-1][1] == "/v1/models/m/generations/active/tensors?order=size"
+    assert json.loads(p.stdout)["tensors"][0]["name"] == t["name"]
     p = tv("tensors", "--url", fake.url, "m@7", "--limit", "5", env=env, cwd=tmp_path)
     assert p.returncode == 1  # no such route on the fake: its 404 is reported
     assert fake.seen[-1][1] == "/v1/models/m/generations/7/tensors?limit=5"
@@ -178,7 +183,7 @@ def test_mutations_send_their_bodies(tv, fake, env, tmp_path):
     n = len(fake.seen)
     for args in (["alias", "set", "m", "prod", "0"], ["activate", "m", "_x"],
                  ["token", "create", "x", "--scope", "root"], ["jobs", "--state", "done"],
-                 ["tensors", "m", "--order", "size"], ["tensors", "m", "--limit", "0"],
+                 ["tensors", "m", "--order", "bogus"], ["tensors", "m", "--limit", "0"],
                  ["job", "01"], ["alias", "frob", "m"]):
         p = tv(args[0], *args[1:], "--url", fake.url, env=env, cwd=tmp_path)
         assert p.returncode == 2, (args, p.stderr)

@@ -54,6 +54,8 @@ def test_remote_and_local_print_the_same_documents(served):
     for args in (["models"], ["models", "org/m"], ["generations", "org/m"],
                  ["generation", "org/m@1"], ["tensors", "org/m"],
                  ["tensors", "org/m@2", "--order", "name", "--prefix", "a/"],
+                 ["tensors", "org/m", "--order", "size"],
+                 ["tensors", "org/m", "--order", "size", "--limit", "2"],
                  ["tensor", "org/m", "a/b"], ["tensor", "org/m@1", "p%20 q"],
                  ["tensor", "org/m", "\u00e9t\u00e9.w"], ["devices"], ["alias", "list", "org/m"]):
         remote = tv(*args, "--url", url, "--json")
@@ -63,6 +65,12 @@ def test_remote_and_local_print_the_same_documents(served):
         rt, lt = tv(*args, "--url", url), tv(*args, "--store", store)
         assert rt.returncode == lt.returncode == 0, (args, rt.stderr, lt.stderr)
         assert rt.stdout == lt.stdout, args
+    # --order size is the REST API's order=size: largest first, ties by name,
+    # in both modes.
+    api = d.ok("GET", "/v1/models/org%2Fm/generations/active/tensors?order=size")
+    assert [t["name"] for t in api["tensors"]] == ["a/b", "p%20 q", "\u00e9t\u00e9.w"]
+    for mode in (["--url", url], ["--store", store]):
+        assert jdoc(tv("tensors", "org/m", "--order", "size", *mode, "--json")) == api, mode
     t = jdoc(tv("tensor", "org/m", "\u00e9t\u00e9.w", "--url", url, "--json"))
     assert t["name"] == "\u00e9t\u00e9.w" and t["shape"] == [2]
 

@@ -407,7 +407,7 @@ static const char *const g_usage[][2] = {
     {"generation",
      "generation NAME[@GEN|@ALIAS] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"tensors",
-     "tensors NAME[@GEN|@ALIAS] [--prefix P] [--order file|name] [--limit N] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+     "tensors NAME[@GEN|@ALIAS] [--prefix P] [--order file|name|size] [--limit N] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"tensor",
      "tensor NAME[@GEN|@ALIAS] TENSOR [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"devices", "devices [--store DIR] [--url URL] [--token-file FILE] [--json]"},
