@@ -2,6 +2,7 @@
  * key, its type, its bounds and where it lives in tv__config, so the INI
  * file, the environment and --set all parse a key the same way. */
 #include "daemon/config.h"
+#include "import/url.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -56,6 +57,10 @@ static const key_def keys[] = {
     {"import.workers", K_UINT, F(import_workers), 0, 1, 64},
     {"import.queue", K_UINT, F(import_queue), 0, 1, 4096},
     {"import.strict", K_BOOL, F(import_strict), 0, 0, 0},
+    {"import.origins", K_STR, F(import_origins), SZ(import_origins), 0, 0},
+    {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
+    {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
+    {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
     {"log.level", K_LEVEL, F(log_level), 0, 0, 0},
     {"log.file", K_STR, F(log_file), SZ(log_file), 1, 0},
     {"demo.source", K_STR, F(demo_source), SZ(demo_source), 0, 0},
@@ -95,6 +100,10 @@ void tv__config_defaults(tv__config *c)
     c->import_workers = 2;
     c->import_queue = 16;
     c->import_strict = false;
+    c->import_origins[0] = '\0'; /* no remote imports */
+    c->import_http_retries = 4;
+    c->import_http_timeout = 60;
+    c->import_http_range = 16u << 20;
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");
     c->fastpath_enabled = true;
@@ -546,6 +555,8 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
         if (rc)
             return rc;
     }
+    if ((rc = tv__url_origins_validate(c->import_origins, err)))
+        return rc;
     /* The image follows the store directory unless it was given. */
     if (!c->store_image_set) {
         int n = snprintf(c->store_image, sizeof(c->store_image), "%s/store.img", c->store_dir);

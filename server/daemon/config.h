@@ -43,9 +43,13 @@ typedef struct tv__config {
     unsigned import_workers;
     unsigned import_queue;
     bool import_strict;
-    int log_level;                     /* TV_LOG_* of util/internal.h */
-    char log_file[TV__CFG_STR_MAX];    /* "stderr" or a path (appended to) */
-    char demo_source[TV__CFG_STR_MAX]; /* "" = no demo import */
+    char import_origins[TV__CFG_STR_MAX]; /* ','-separated URL prefixes; "" = none */
+    unsigned import_http_retries;         /* per Range request */
+    unsigned import_http_timeout;         /* seconds without a byte */
+    uint64_t import_http_range;           /* bytes per Range request */
+    int log_level;                        /* TV_LOG_* of util/internal.h */
+    char log_file[TV__CFG_STR_MAX];       /* "stderr" or a path (appended to) */
+    char demo_source[TV__CFG_STR_MAX];    /* "" = no demo import */
     /* [fastpath]: the local fast path's socket and limits (server/fastpath) */
     bool fastpath_enabled;
     char fastpath_socket[TV__CFG_STR_MAX]; /* default: store_dir + "/run/tensorvault.sock" */

@@ -26,6 +26,7 @@
 
 #include "http/metrics.h"
 #include "import/import.h"
+#include "import/source.h"
 #include "util/internal.h"
 
 #define PROGRESS_MIN_S 0.25 /* at most every 250 ms */
@@ -54,9 +55,10 @@ struct tv__jobs {
     bool stopping;
     unsigned n_workers, n_started;
     pthread_t *threads;
-    tv__store **wst;     /* one worker store per thread */
-    job_node **running;  /* slot per worker, NULL when idle */
-    bool default_strict; /* import.strict */
+    tv__store **wst;        /* one worker store per thread */
+    job_node **running;     /* slot per worker, NULL when idle */
+    bool default_strict;    /* import.strict */
+    tv__src_http_opts http; /* import.http_* */
 };
 
 typedef struct worker_arg {
@@ -77,6 +79,7 @@ typedef struct run_ctx {
     tv__reg *reg;
     int64_t id;
     const atomic_bool *cancel;
+    const tv__src_http_opts *http; /* NULL: defaults (inline jobs) */
     tv__job_watch_fn watch;
     void *watch_ctx;
     double last_write; /* 0 = never */
@@ -176,6 +179,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.step_ctx = r;
     o.cancelled = is_cancelled;
     o.cancel_ctx = r;
+    o.http = r->http;
     tv__import_result res = {0};
     double t0 = mono_s();
     int rc = tv__import(st, n->model, n->source, &o, &res, err);
@@ -378,6 +382,7 @@ static void *worker_main(void *p)
         job_run jr;
         tv_error err = {0};
         job_begin(j->wst[w], n, &n->cancel, NULL, NULL, &jr);
+        jr.r.http = &j->http;
         j->n_queued--;
         j->running[w] = n;
         j->n_running++;
@@ -400,6 +405,12 @@ void tv__jobs_set_strict_default(tv__jobs *j, bool strict)
         j->default_strict = strict;
 }
 
+void tv__jobs_set_http(tv__jobs *j, const tv__src_http_opts *o)
+{
+    if (j && o)
+        j->http = *o;
+}
+
 int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs **out,
                    tv_error *err)
 {
@@ -418,6 +429,7 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
     pthread_cond_init(&j->cond, NULL);
     pthread_cond_init(&j->done_cond, NULL);
     j->st = st;
+    j->http.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
     j->queue_len = queue_len;
     j->n_workers = n_workers;
     j->threads = calloc(n_workers, sizeof(*j->threads));

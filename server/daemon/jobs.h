@@ -74,6 +74,10 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
 /* Imports run strict (read back and re-hash) even when the spec does not
  * ask for it (config import.strict). */
 void tv__jobs_set_strict_default(tv__jobs *j, bool strict);
+/* import.http_*: how imports from an http(s):// source talk to the origin
+ * (copied; before the first job). */
+struct tv__src_http_opts;
+void tv__jobs_set_http(tv__jobs *j, const struct tv__src_http_opts *o);
 
 /* Queued jobs waiting and jobs running now (zeros for NULL). They move in
  * one step with the rows' states: after a job's row reads running

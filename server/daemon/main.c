@@ -33,6 +33,7 @@
 #include "http/metrics.h"
 #include "http/mhd.h"
 #include "import/import.h"
+#include "import/source.h"
 #include "store/store.h"
 #include "tensorvault/tensorvault.h"
 #include "tensorvault/version.h"
@@ -259,6 +260,10 @@ static int run(const tv__config *c)
     if ((rc = tv__jobs_start(st, c->import_workers, c->import_queue, &jobs, &err)))
         goto fail;
     tv__jobs_set_strict_default(jobs, c->import_strict);
+    tv__src_http_opts http_src = {.retries = c->import_http_retries,
+                                  .timeout_s = c->import_http_timeout,
+                                  .range = c->import_http_range};
+    tv__jobs_set_http(jobs, &http_src);
     if ((rc = make_access(c, &access, &err)))
         goto fail;
     actx.access = access;
@@ -271,6 +276,7 @@ static int run(const tv__config *c)
         .jobs = jobs,
         .import_roots = roots,
         .n_import_roots = n_roots,
+        .import_origins = c->import_origins,
         .anonymous_reads = c->http_anonymous_reads == TV__CFG_ANON_ALWAYS  ? TV__ANON_ALWAYS
                            : c->http_anonymous_reads == TV__CFG_ANON_NEVER ? TV__ANON_NEVER
                                                                            : TV__ANON_LOOPBACK,

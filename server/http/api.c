@@ -204,6 +204,10 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
             }
             api->roots[api->n_roots++] = r;
         }
+        if (!(api->origins = strdup(o->import_origins ? o->import_origins : ""))) {
+            rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
+            goto fail;
+        }
     }
     if (writer) {
         api->writer = writer;
@@ -238,6 +242,7 @@ void tv__api_close(tv__api *api)
     for (size_t i = 0; i < api->n_roots; i++)
         free(api->roots[i]);
     free(api->roots);
+    free(api->origins);
     pthread_mutex_destroy(&api->writer_mu);
     tv__api_bufs_free(api);
     pthread_mutex_destroy(&api->pool_mu);

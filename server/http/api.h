@@ -57,6 +57,9 @@ typedef struct tv__api_opts {
     void *watch_ctx; /* inline jobs' progress */
     const char *const *import_roots;
     size_t n_import_roots; /* import_roots NULL = any path (local mode) */
+    /* import.origins: ','-separated URL prefixes an http(s):// source must
+     * lie under (NULL or "" = none), checked when import_roots is set. */
+    const char *import_origins;
     int anonymous_reads;   /* TV__ANON_LOOPBACK | TV__ANON_ALWAYS | TV__ANON_NEVER */
     size_t max_body_bytes; /* 0 = TV__API_MAX_BODY_DEFAULT */
     const char *openapi_yaml;

@@ -43,7 +43,8 @@ struct tv__api {
     tv__jobs *jobs;
     tv__job_watch_fn watch;
     void *watch_ctx;
-    char **roots; /* realpath'd import roots; NULL = any */
+    char **roots;  /* realpath'd import roots; NULL = any */
+    char *origins; /* import.origins (with roots; NULL = any URL) */
     size_t n_roots;
     int anonymous_reads;
     size_t max_body_bytes;
@@ -224,8 +225,11 @@ int tv__api_h_blobs(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
 
 /* realpath(source) when it lies under an import root (any path when the
- * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. *real is
- * malloc'd. */
+ * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. An
+ * http(s):// source is kept as given when it parses (import/url.h:
+ * userinfo, a query, dot segments are 400) and lies under a prefix of
+ * import.origins (else 403 TV_E_OUTSIDE_ROOTS; any URL when the api has no
+ * roots). *real is malloc'd. */
 int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error *err);
 
 /* The data route's model pool (api_data.c); closes every handle. */

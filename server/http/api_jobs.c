@@ -16,6 +16,8 @@
 
 #include "http/api_internal.h"
 #include "import/import.h"
+#include "import/source.h"
+#include "import/url.h"
 #include "util/internal.h"
 
 #define CANCEL_WAIT_POLLS 300 /* x 10 ms */
@@ -110,6 +112,16 @@ int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error
     *real = NULL;
     if (!source || !*source)
         return tv__seterr(err, TV_E_BAD_REQUEST, "field 'source' must be a non-empty path");
+    if (tv__src_is_url(source)) {
+        tv__url u;
+        int rc = api->roots ? tv__url_origins_check(source, api->origins, err)
+                            : tv__url_parse(source, &u, err);
+        if (rc)
+            return rc;
+        if (!(*real = strdup(source)))
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        return 0;
+    }
     char *r = realpath(source, NULL);
     if (!r) {
         int e = errno;

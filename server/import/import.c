@@ -36,15 +36,15 @@
 
 #include "import/alloc.h"
 #include "import/import.h"
+#include "import/source.h"
 #include "store/snapbuild.h"
 #include "util/hex.h"
 #include "util/sha256.h"
 #include "util/sys.h"
 
-#define N_BUFS        4
-#define BUF_ALIGN     65536      /* >= every device's io_align */
-#define HUGE_ALIGN    (2u << 20) /* the ring's alignment: transparent huge pages fit */
-#define SRC_DIO_ALIGN 4096       /* O_DIRECT source reads: length rounded up to this */
+#define N_BUFS     4
+#define BUF_ALIGN  65536      /* >= every device's io_align */
+#define HUGE_ALIGN (2u << 20) /* the ring's alignment: transparent huge pages fit */
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -66,13 +66,14 @@ typedef struct import_job {
     const tv__import_opts *o;
     size_t chunk;
     tv_checkpoint *ck;
+    tv__src *src; /* where the checkpoint is read from (a path or a URL) */
     size_t n_shards;
     shard_plan *plans;
     uint8_t *bufs; /* N_BUFS x chunk, HUGE_ALIGN aligned */
     int64_t devs[TV__IMPORT_MAX_DEVICES];
     size_t n_devs;
-    char real_src[PATH_MAX];
-    const char *step; /* the running step, for progress and messages */
+    char real_src[PATH_MAX]; /* the resolved path, or the URL */
+    const char *step;        /* the running step, for progress and messages */
     uint64_t step_done, step_total;
     uint64_t to_write; /* extents of the new objects (the write step's total) */
     bool crashed_mid;  /* the "write" crash point fired */
@@ -129,293 +130,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- source immutability ----------------------------------------------------
- *
- * A shard must not change while it is imported, or the published object is
- * a mixture of old and new bytes with a hash that matches it. The importer
- * compares the file's identity and change stamps (st_dev, st_ino, size,
- * mtime and ctime in nanoseconds) from three fstat calls: the one taken when
- * the header was validated (core/src/st, tv_shard_info), one on the fd it
- * reads from, before the first read, and one after the last read; and after
- * the last read it checks that the path still names the inode it read.
- * Where the kernel allows it, it also holds a read lease (F_SETLEASE
- * F_RDLCK) while reading: any open for writing or truncate by another
- * process breaks it, which F_GETLEASE reports (checked after every chunk, so
- * the writer, whose open waits for the lease, is held up one chunk at most).
- * A lease needs the importer to own the file (or CAP_LEASE), a local
- * filesystem, and no writable fd open on the file; otherwise the stamps
- * alone decide. Any difference is TV_E_SOURCE_CHANGED and nothing is
- * published.
- *
- * Detected: the path renamed over or deleted and recreated (other inode);
- * a size change, even when restored (truncate and rewrite); any write,
- * truncate, chmod, chown or link through any fd, since each sets ctime to
- * the current time and no system call can set ctime back; with a lease,
- * an open for writing even before it writes.
- * Not detected (without a lease): a write whose new ctime equals the stamp,
- * which happens when file timestamps come from the coarse clock (one tick,
- * 1-10 ms) and the write lands in the same tick as the change the stamp
- * recorded; filesystems with multigrain timestamps (Linux 6.13+: ext4, xfs,
- * btrfs, tmpfs) give the first change after a stat a fresh fine-grained
- * ctime, which closes that hole there. Also not detected: stores through a
- * shared writable mapping into pages already dirty (they touch no stamp),
- * writes on a filesystem that does not maintain ctime or caches attributes
- * (some FUSE and network filesystems), and writes to the block device under
- * the filesystem. STATX_CHANGE_COOKIE (the inode's i_version) would close
- * these, but Linux does not report it to user space. */
-
-typedef struct src_stamp {
-    uint64_t dev_id, inode, size;
-    int64_t mtime_ns, ctime_ns;
-} src_stamp;
-
-typedef struct src_file {
-    int fd;
-    bool leased;        /* holds a read lease: a writer's open is seen */
-    atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
-    src_stamp st;
-} src_file;
-
-static void stamp_of(const struct stat *sb, src_stamp *s)
-{
-    s->dev_id = (uint64_t)sb->st_dev;
-    s->inode = (uint64_t)sb->st_ino;
-    s->size = (uint64_t)sb->st_size;
-    s->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
-    s->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
-}
-
-/* fstat on fd into s; -errno with a message naming the shard. */
-static int fd_stamp(int fd, const tv_shard_info *si, struct stat *sb, src_stamp *s, tv_error *err)
-{
-    if (tv__sys.fstat(fd, sb) < 0)
-        return tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
-                          strerror(errno));
-    stamp_of(sb, s);
-    return 0;
-}
-
-static void stamp_of_info(const tv_shard_info *si, src_stamp *s)
-{
-    s->dev_id = si->dev_id;
-    s->inode = si->inode;
-    s->size = si->file_len;
-    s->mtime_ns = si->mtime_ns;
-    s->ctime_ns = si->ctime_ns;
-}
-
-static void appendf(char *buf, size_t len, size_t *o, const char *fmt, ...) TV_PRINTF(4, 5);
-static void appendf(char *buf, size_t len, size_t *o, const char *fmt, ...)
-{
-    if (*o >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *o, len - *o, fmt, ap);
-    va_end(ap);
-    *o = n < 0 ? *o : (size_t)n >= len - *o ? len : *o + (size_t)n;
-}
-
-static void append_time(char *buf, size_t len, size_t *o, const char *what, int64_t have,
-                        int64_t want)
-{
-    appendf(buf, len, o, "%s%s %lld.%09lld (was %lld.%09lld)", *o ? ", " : "", what,
-            (long long)(have / 1000000000), (long long)(have % 1000000000),
-            (long long)(want / 1000000000), (long long)(want % 1000000000));
-}
-
-/* Describes what differs between want and have into what (empty when
- * nothing does). Returns true when something differs. */
-static bool stamp_diff(const src_stamp *want, const src_stamp *have, char *what, size_t len)
-{
-    size_t o = 0;
-    what[0] = '\0';
-    if (want->dev_id != have->dev_id || want->inode != have->inode)
-        appendf(what, len, &o,
-                "another file (inode %llu on device %llu, was inode %llu on device %llu)",
-                (unsigned long long)have->inode, (unsigned long long)have->dev_id,
-                (unsigned long long)want->inode, (unsigned long long)want->dev_id);
-    if (want->size != have->size)
-        appendf(what, len, &o, "%ssize %llu (was %llu)", o ? ", " : "",
-                (unsigned long long)have->size, (unsigned long long)want->size);
-    if (want->mtime_ns != have->mtime_ns)
-        append_time(what, len, &o, "mtime", have->mtime_ns, want->mtime_ns);
-    if (want->ctime_ns != have->ctime_ns)
-        append_time(what, len, &o, "ctime", have->ctime_ns, want->ctime_ns);
-    return o != 0;
-}
-
-/* Takes a read lease, quietly: refused (not the owner, no CAP_LEASE, a
- * writable fd open somewhere, a filesystem without leases) means stamps
- * only. The break signal goes to no one (F_SETOWN 0 once the lease is set;
- * SIGURG, ignored by default, in the instant before): the importer polls
- * F_GETLEASE instead, so a lease break never kills or interrupts the
- * process. */
-static bool take_lease(int fd)
-{
-    if (fcntl(fd, F_SETSIG, SIGURG) < 0)
-        return false;
-    if (fcntl(fd, F_SETLEASE, F_RDLCK) < 0) {
-        (void)fcntl(fd, F_SETSIG, 0);
-        return false;
-    }
-    (void)fcntl(fd, F_SETOWN, 0);
-    return true;
-}
-
-/* A lease is broken (or being broken) once another process opened the file
- * for writing or truncated it. */
-static int check_lease(const src_file *sf, const tv_shard_info *si, tv_error *err)
-{
-    if (sf->leased && fcntl(sf->fd, F_GETLEASE) != F_RDLCK)
-        return tv__seterr(
-            err, TV_E_SOURCE_CHANGED,
-            "shard '%s' (%s) was opened for writing or truncated by another process during import",
-            si->name, si->path);
-    return 0;
-}
-
-static void close_source(src_file *sf)
-{
-    if (sf->fd >= 0)
-        tv__sys.close(sf->fd); /* releases the lease */
-    sf->fd = -1;
-    sf->leased = false;
-    sf->direct = false;
-}
-
-/* True when at least half of the shard's pages are in the page cache (a
- * checkpoint just downloaded or read): reading those from memory beats
- * O_DIRECT. mincore over a mapping that is never touched costs no I/O; any
- * failure says "not cached". */
-static bool mostly_cached(int fd, uint64_t file_len)
-{
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0 || file_len == 0 || file_len > (uint64_t)SIZE_MAX / 2)
-        return false;
-    size_t len = (size_t)file_len, n_pages = len / (size_t)pg + 1, resident = 0;
-    bool cached = false;
-    unsigned char *vec = malloc(n_pages);
-    void *map = vec ? tv__sys.mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    if (map != MAP_FAILED) {
-        if (mincore(map, len, vec) == 0) {
-            size_t used = (len + (size_t)pg - 1) / (size_t)pg; /* checked: len <= SIZE_MAX / 2 */
-            for (size_t i = 0; i < used; i++)
-                resident += vec[i] & 1;
-            cached = resident * 2 >= used;
-        }
-        tv__sys.munmap(map, len);
-    }
-    free(vec);
-    return cached;
-}
-
-/* Opens a shard for reading and checks that it is still the file whose
- * header was validated. */
-static int open_source(const tv_shard_info *si, src_file *sf, tv_error *err)
-{
-    struct stat sb;
-    src_stamp want;
-    char what[512];
-    int rc;
-    sf->fd = -1;
-    sf->leased = false;
-    sf->direct = false;
-    int fd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0)
-        return tv__seterr(err, fd, "shard '%s': cannot open %s: %s", si->name, si->path,
-                          strerror(-fd));
-    sf->fd = fd;
-    /* Lease first, stamps second: a writer that came and went before the
-     * lease left its mark in the stamps. */
-    sf->leased = take_lease(fd);
-    if ((rc = fd_stamp(fd, si, &sb, &sf->st, err)))
-        goto fail;
-    stamp_of_info(si, &want);
-    if (!S_ISREG(sb.st_mode) || stamp_diff(&want, &sf->st, what, sizeof(what))) {
-        rc = tv__seterr(err, TV_E_SOURCE_CHANGED,
-                        "shard '%s' (%s) changed since it was validated: %s", si->name, si->path,
-                        S_ISREG(sb.st_mode) ? what : "not a regular file");
-        goto fail;
-    }
-    /* Not cached: O_DIRECT, where the filesystem takes it (EINVAL: not). */
-    int fl = mostly_cached(fd, sf->st.size) ? -1 : fcntl(fd, F_GETFL);
-    sf->direct = fl != -1 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
-    /* Twice the read-ahead: the next chunk arrives while this one is hashed. */
-    if (!sf->direct)
-        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    return 0;
-fail:
-    close_source(sf);
-    return rc;
-}
-
-/* After the last read: the lease still held, the path still naming the
- * inode read (a rename over it also moves the old inode's ctime: the
- * replacement is the better report), and the fd's stamps unchanged. */
-static int check_source(const src_file *sf, const tv_shard_info *si, tv_error *err)
-{
-    struct stat sb;
-    src_stamp now;
-    char what[512];
-    int rc;
-    if ((rc = check_lease(sf, si, err)))
-        return rc;
-    int pfd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (pfd < 0)
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' (%s) was removed or renamed during import: %s", si->name,
-                          si->path, strerror(-pfd));
-    rc = fd_stamp(pfd, si, &sb, &now, err);
-    tv__sys.close(pfd);
-    if (rc)
-        return rc;
-    if (now.dev_id != sf->st.dev_id || now.inode != sf->st.inode) {
-        stamp_diff(&sf->st, &now, what, sizeof(what));
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' (%s) was replaced during import: the path now names %s",
-                          si->name, si->path, what);
-    }
-    if ((rc = fd_stamp(sf->fd, si, &sb, &now, err)))
-        return rc;
-    if (stamp_diff(&sf->st, &now, what, sizeof(what)))
-        return tv__seterr(err, TV_E_SOURCE_CHANGED, "shard '%s' (%s) changed during import: %s",
-                          si->name, si->path, what);
-    return 0;
-}
-
-/* Reads len bytes at off into buf (cap bytes, aligned for O_DIRECT), then
- * checks the lease. An O_DIRECT fd reads len rounded up to SRC_DIO_ALIGN
- * (the tail past EOF comes back short); a read it refuses (EINVAL: an
- * alignment this filesystem does not take) turns the fd buffered for good. */
-static int read_source(src_file *sf, const tv_shard_info *si, uint8_t *buf, size_t len, size_t cap,
-                       uint64_t off, tv_error *err)
-{
-    const char *name = si->name;
-    size_t done = 0, want = len;
-    uint64_t up;
-    bool direct = sf->direct;
-    if (direct && !tv__align_up_u64(len, SRC_DIO_ALIGN, &up) && up <= cap)
-        want = (size_t)up;
-    int rc = tv__sys_pread_full(sf->fd, buf, want, off, &done);
-    if (direct && rc == -EINVAL && done == 0) {
-        int fl = fcntl(sf->fd, F_GETFL);
-        if (fl == -1 || fcntl(sf->fd, F_SETFL, fl & ~O_DIRECT) == -1)
-            return tv__seterr(err, -errno, "shard '%s': cannot leave O_DIRECT: %s", name,
-                              strerror(errno));
-        sf->direct = false;
-        rc = tv__sys_pread_full(sf->fd, buf, len, off, &done);
-    }
-    if (rc)
-        return tv__seterr(err, rc, "shard '%s': read at %llu: %s", name,
-                          (unsigned long long)(off + done), strerror(-rc));
-    if (done < len)
-        return tv__seterr(err, TV_E_SOURCE_CHANGED,
-                          "shard '%s' is shorter than when it was validated (EOF at %llu)", name,
-                          (unsigned long long)(off + done));
-    return check_lease(sf, si, err);
-}
-
 /* The shard's and its header's hash contexts: both or neither. */
 static int hashes_init(tv__sha256 *h, tv__sha256 *hh, tv_error *err)
 {
@@ -440,8 +154,8 @@ static void hashes_final(tv__sha256 *h, tv__sha256 *hh, char sha_hex[65], char h
 /* Hashes the whole source file (dedup probe) and its header, and copies the
  * 8 + N header bytes into hdr (si->data_off bytes): the header compared with
  * the validated one must come from the same reads as the hash. */
-static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_info *si, uint8_t *buf,
-                       size_t chunk, uint8_t *hdr, char sha_hex[65], char hdr_hex[65],
+static int hash_source(import_job *j, size_t s, tv__src_shard *sf, const tv_shard_info *si,
+                       uint8_t *buf, size_t chunk, uint8_t *hdr, char sha_hex[65], char hdr_hex[65],
                        tv_error *err)
 {
     tv__sha256 h, hh;
@@ -451,7 +165,8 @@ static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_inf
     uint64_t hdr_end = si->data_off;
     for (uint64_t off = 0; off < si->file_len; off += chunk) {
         size_t n = (size_t)(si->file_len - off < chunk ? si->file_len - off : chunk);
-        if ((rc = job_cancelled(j, err)) || (rc = read_source(sf, si, buf, n, chunk, off, err))) {
+        if ((rc = job_cancelled(j, err)) ||
+            (rc = tv__src_shard_read(sf, buf, n, chunk, off, err))) {
             tv__sha256_free(&h);
             tv__sha256_free(&hh);
             return rc;
@@ -465,7 +180,7 @@ static int hash_source(import_job *j, size_t s, src_file *sf, const tv_shard_inf
         step_advance(j, s, n);
     }
     hashes_final(&h, &hh, sha_hex, hdr_hex);
-    return check_source(sf, si, err);
+    return tv__src_shard_check(sf, err);
 }
 
 /* ---- the data pipeline -----------------------------------------------------
@@ -494,9 +209,9 @@ typedef struct target {
 
 typedef struct wbuf {
     uint8_t *p;
-    size_t len;     /* bytes to write (payload + zero padding) */
-    size_t payload; /* canonical shard bytes at the start of p */
-    src_file *src;  /* read payload bytes from here at src_off (NULL: none) */
+    size_t len;         /* bytes to write (payload + zero padding) */
+    size_t payload;     /* canonical shard bytes at the start of p */
+    tv__src_shard *src; /* read payload bytes from here at src_off (NULL: none) */
     const tv_shard_info *si;
     uint64_t src_off;
     bool read_done, write_done;
@@ -547,7 +262,7 @@ static void *reader_main(void *arg)
         int rc = 0;
         tv_error e = {0};
         if (!failed && b->src && b->payload)
-            rc = read_source(b->src, b->si, b->p, b->payload, w->chunk, b->src_off, &e);
+            rc = tv__src_shard_read(b->src, b->p, b->payload, w->chunk, b->src_off, &e);
         if (!failed && !rc)
             memset(b->p + b->payload, 0, b->len - b->payload);
         pthread_mutex_lock(&w->mu);
@@ -886,10 +601,8 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
     size_t n_all = 0;
     int rc;
 
-    if ((rc = tv_checkpoint_open(src, NULL, &j->ck, err)))
+    if ((rc = tv__src_open(src, o->http, &j->src, &j->ck, j->real_src, sizeof(j->real_src), err)))
         return rc;
-    if (!realpath(src, j->real_src))
-        snprintf(j->real_src, sizeof(j->real_src), "%s", src);
     j->n_shards = tv_checkpoint_n_shards(j->ck);
     if (!(j->plans = calloc(j->n_shards ? j->n_shards : 1, sizeof(*j->plans))))
         return tv__seterr(err, -ENOMEM, "out of memory");
@@ -949,17 +662,17 @@ out:
 static int probe_shard(import_job *j, size_t s, tv_error *err)
 {
     shard_plan *p = &j->plans[s];
-    src_file sf;
+    tv__src_shard sf;
     int rc;
     uint8_t *hdr = malloc((size_t)p->info.data_off);
     if (!hdr)
         return tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
                           (unsigned long long)p->info.data_off);
-    if ((rc = open_source(&p->info, &sf, err)))
+    if ((rc = tv__src_shard_open(j->src, s, &p->info, &sf, err)))
         goto out;
     rc = hash_source(j, s, &sf, &p->info, j->bufs, j->chunk, hdr, p->sha_hex, p->header_sha_hex,
                      err);
-    close_source(&sf);
+    tv__src_shard_close(&sf);
     /* A reused object is bound without reading the source again, so the
      * header it holds must be the validated one, or the published tensors
      * would not describe its bytes. */
@@ -1064,7 +777,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     uint64_t tg_alloc[TV__IMPORT_MAX_DEVICES];
     uint64_t alloc = 0; /* the largest extent; replicas may differ in object_align */
     uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
-    src_file sf = {.fd = -1};
+    tv__src_shard sf = {.fd = -1};
     uint8_t *hdr_copy = NULL;
     tv__sha256 h, hh;
     int rc;
@@ -1080,7 +793,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     }
     if (n_new == 0)
         return 0;
-    if ((rc = open_source(&p->info, &sf, err)))
+    if ((rc = tv__src_shard_open(j->src, s, &p->info, &sf, err)))
         return rc;
     if (!(hdr_copy = malloc((size_t)hdr_end))) {
         rc = tv__seterr(err, -ENOMEM, "out of memory for the %llu-byte header",
@@ -1101,8 +814,8 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
         /* Buffered: ask for the chunk after this one now, so the disk reads
          * it while this one is read, hashed and written. */
-        if (!sf.direct && off + n < canon)
-            (void)posix_fadvise(sf.fd, (off_t)(off + n), (off_t)chunk, POSIX_FADV_WILLNEED);
+        if (off + n < canon)
+            tv__src_shard_willneed(&sf, off + n, chunk);
         b->src = payload ? &sf : NULL;
         b->si = &p->info;
         b->src_off = off;
@@ -1135,9 +848,9 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         rc = prc;
     char sha_hex[65], hdr_hex[65];
     hashes_final(&h, &hh, sha_hex, hdr_hex);
-    if (rc || (rc = check_source(&sf, &p->info, err)))
+    if (rc || (rc = tv__src_shard_check(&sf, err)))
         goto out_hdr;
-    close_source(&sf);
+    tv__src_shard_close(&sf);
     /* What is published must describe the bytes written: re-parse the
      * header exactly as written and compare it with the validated one. */
     if ((rc = same_header(j->ck, s, hdr_copy, p, err)))
@@ -1153,7 +866,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
 out_hdr:
     free(hdr_copy);
 out_source:
-    close_source(&sf);
+    tv__src_shard_close(&sf);
     return rc;
 }
 
@@ -1396,6 +1109,7 @@ out:
     free(j->bufs);
     free(j->plans);
     tv_checkpoint_close(j->ck);
+    tv__src_free(j->src);
     free(j);
     return rc;
 }

@@ -65,6 +65,7 @@ typedef struct tv__import_opts {
     void *step_ctx;
     tv__import_cancel_fn cancelled; /* may be NULL */
     void *cancel_ctx;
+    const struct tv__src_http_opts *http; /* an http(s):// source: NULL = defaults */
 } tv__import_opts;
 
 typedef struct tv__import_result {
@@ -89,7 +90,8 @@ typedef struct tv__import_result {
 #define TV__NAME_MAX 128 /* bytes; NAME_RULE in import.c says it too */
 int tv__name_valid(const char *name, const char *what, tv_error *err);
 
-/* Imports src (a .safetensors file, an index, or a directory) as a new
+/* Imports src (a .safetensors file, an index, or a directory; or an
+ * http(s):// URL of one, see import/src_http.c) as a new
  * generation of model. st must be a writer store.
  * Returns 0 and *res (may be NULL); TV_E_NAME (model breaks the name rule,
  * checked before anything is read or written); the checkpoint errors (TV_E_ST_*,

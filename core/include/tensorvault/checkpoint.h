@@ -140,6 +140,28 @@ int tv_checkpoint_parse_shard(const void *buf, size_t buf_len, uint64_t file_len
 int tv_index_validate_buffer(const void *buf, size_t len, const tv_st_limits *lim, size_t *n_shards,
                              size_t *n_tensors, tv_error *err);
 
+/* Where tv_checkpoint_open_io reads files: a checkpoint that is not on a
+ * local filesystem (an HTTP origin). Names are as the checkpoint names them
+ * (the index's own name, the shard names it lists). stat sets *len to the
+ * file's length and writes what tv_shard_info.path (and the index path)
+ * should say into path (path_len bytes, e.g. a URL); read fills buf with
+ * exactly len bytes at off. Both return 0 or a negative code with err set. */
+typedef struct tv_checkpoint_io {
+    void *ctx;
+    int (*stat)(void *ctx, const char *name, uint64_t *len, char *path, size_t path_len,
+                tv_error *err);
+    int (*read)(void *ctx, const char *name, void *buf, size_t len, uint64_t off, tv_error *err);
+} tv_checkpoint_io;
+
+/* Opens the checkpoint named name through io: an index (is_index; its
+ * shards are read by the names it lists, which follow the index's
+ * shard-name rules) or one .safetensors shard. Reads only headers, with
+ * the validation of tv_checkpoint_open; shard stamps (dev_id ... ctime_ns)
+ * are 0. The index is at most lim->max_header_len bytes.
+ * Returns as tv_checkpoint_open, plus the io callbacks' codes. */
+int tv_checkpoint_open_io(const tv_checkpoint_io *io, const char *name, bool is_index,
+                          const tv_st_limits *lim, tv_checkpoint **out, tv_error *err);
+
 /* Safe on NULL and idempotent when the caller NULLs its pointer. */
 void tv_checkpoint_close(tv_checkpoint *ck);
 

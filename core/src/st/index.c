@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "st/st_internal.h"
+#include "util/endian.h"
 #include "util/sys.h"
 
 /* Lexical shard-name rules of the index. */
@@ -360,4 +361,100 @@ out:
     free(shards);
     json_decref(root);
     return rc;
+}
+
+/* ---- a checkpoint read through caller callbacks (tv_checkpoint_open_io) ---- */
+
+#define IO_PATH_MAX 4096
+
+/* One shard through io: its length, the 8-byte prefix, then the header. */
+static int parse_shard_io(tv_checkpoint *ck, const tv_checkpoint_io *io, const char *name,
+                          tv_error *err)
+{
+    char path[IO_PATH_MAX];
+    uint64_t file_len = 0;
+    unsigned char prefix[8];
+    char *hdr = NULL;
+    int rc;
+    path[0] = '\0';
+    if ((rc = io->stat(io->ctx, name, &file_len, path, sizeof(path), err)))
+        return rc;
+    if (file_len < 8)
+        return tv__seterr(err, TV_E_FILE_SHORT,
+                          "shard '%s': file is %llu bytes, shorter than the 8-byte length prefix",
+                          name, (unsigned long long)file_len);
+    if ((rc = io->read(io->ctx, name, prefix, 8, 0, err)))
+        return rc;
+    uint64_t n = tv__le64_get(prefix);
+    if (n == 0 || n > ck->max_header_len || n > file_len - 8)
+        return tv__st_parse_header(ck, NULL, n, file_len, name, path[0] ? path : NULL, err);
+    if (!(hdr = malloc((size_t)n)))
+        return tv__seterr(err, -ENOMEM, "shard '%s': out of memory for a %llu-byte header", name,
+                          (unsigned long long)n);
+    if (!(rc = io->read(io->ctx, name, hdr, (size_t)n, 8, err)))
+        rc = tv__st_parse_header(ck, hdr, n, file_len, name, path[0] ? path : NULL, err);
+    free(hdr);
+    return rc;
+}
+
+static int open_index_io(tv_checkpoint *ck, const tv_checkpoint_io *io, const char *name,
+                         tv_error *err)
+{
+    char path[IO_PATH_MAX];
+    uint64_t len = 0;
+    char *buf = NULL;
+    json_t *root = NULL;
+    const char **shards = NULL;
+    size_t n_shards = 0;
+    int rc;
+    path[0] = '\0';
+    if ((rc = io->stat(io->ctx, name, &len, path, sizeof(path), err)))
+        return rc;
+    if (len > ck->max_header_len)
+        return tv__seterr(err, TV_E_ST_HEADER_TOO_LARGE,
+                          "index %s is %llu bytes, over the limit %llu", path[0] ? path : name,
+                          (unsigned long long)len, (unsigned long long)ck->max_header_len);
+    if (!(ck->index_path = strdup(path[0] ? path : name)) ||
+        !(buf = malloc(len ? (size_t)len : 1))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = io->read(io->ctx, name, buf, (size_t)len, 0, err)) ||
+        (rc = load_index_json(buf, (size_t)len, &root, err)) ||
+        (rc = validate_index(root, ck->max_shards, &shards, &n_shards, NULL, err)))
+        goto out;
+    read_total_size(ck, root);
+    for (size_t i = 0; i < n_shards && !rc; i++)
+        rc = parse_shard_io(ck, io, shards[i], err);
+    if (!rc && !(rc = tv__st_finish(ck, err)))
+        rc = cross_check(ck, root, err);
+out:
+    free(shards);
+    free(buf);
+    json_decref(root);
+    return rc;
+}
+
+TV_API int tv_checkpoint_open_io(const tv_checkpoint_io *io, const char *name, bool is_index,
+                                 const tv_st_limits *lim, tv_checkpoint **out, tv_error *err)
+{
+    int rc;
+    if (!out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    if (!io || !io->stat || !io->read || !name)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    tv_checkpoint *ck = tv__checkpoint_new(lim);
+    if (!ck)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (is_index)
+        rc = open_index_io(ck, io, name, err);
+    else if (!(rc = parse_shard_io(ck, io, name, err)))
+        rc = tv__st_finish(ck, err);
+    if (rc) {
+        tv_checkpoint_close(ck);
+        return rc;
+    }
+    *out = ck;
+    return 0;
 }

@@ -1,0 +1,93 @@
+/* Where the importer reads a checkpoint from: a local path (src_file.c) or
+ * an HTTP(S) origin (src_http.c). One interface for both, so the pipeline
+ * of import.c reads a shard the same way wherever it lies:
+ *   tv__src_open        validates the checkpoint's headers (nothing else is
+ *                       read) and keeps what later reads are checked
+ *                       against (local: the fstat stamps; HTTP: length and
+ *                       ETag / Last-Modified of every file);
+ *   tv__src_shard_open  opens one shard for reading (local: checks it is
+ *                       still the validated file);
+ *   tv__src_shard_read  reads [off, off + len) into an aligned buffer; safe
+ *                       from several threads on one open shard;
+ *   tv__src_shard_check after the last read: nothing changed;
+ *   tv__src_shard_close.
+ * Any change of a shard under the importer is TV_E_SOURCE_CHANGED. */
+#ifndef TV_IMPORT_SOURCE_H
+#define TV_IMPORT_SOURCE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorvault/checkpoint.h"
+#include "util/internal.h"
+
+/* HTTP(S) origins (import.http_* in the daemon's config). */
+#define TV__SRC_HTTP_DEFAULT_RETRIES 4
+#define TV__SRC_HTTP_DEFAULT_TIMEOUT 60          /* seconds */
+#define TV__SRC_HTTP_DEFAULT_RANGE   (16u << 20) /* bytes per Range request */
+typedef struct tv__src_http_opts {
+    unsigned retries;   /* per range, after the first try; backoff 100 ms doubling */
+    unsigned timeout_s; /* connect, and no byte for this long (0: default) */
+    uint64_t range;     /* bytes per Range request (0: default) */
+} tv__src_http_opts;
+
+/* True when src names an http:// or https:// URL (then the importer reads
+ * it from the network, never from a path). */
+bool tv__src_is_url(const char *src);
+
+typedef struct tv__src tv__src;
+
+typedef struct tv__src_stamp {
+    uint64_t dev_id, inode, size;
+    int64_t mtime_ns, ctime_ns;
+} tv__src_stamp;
+
+/* One open shard. */
+typedef struct tv__src_shard {
+    tv__src *src;
+    const tv_shard_info *si;
+    size_t idx;
+    /* local file */
+    int fd;
+    bool leased;        /* holds a read lease: a writer's open is seen */
+    atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
+    tv__src_stamp st;
+} tv__src_shard;
+
+/* Opens src (a path: file, index or directory; or a URL, see src_http.c)
+ * and validates its checkpoint into *ck. real (real_len bytes) receives
+ * what the generation records as its source: the resolved path, or the
+ * URL. ho: HTTP options (NULL: defaults). Returns 0 or the checkpoint's,
+ * the filesystem's or the origin's errors. */
+int tv__src_open(const char *src, const tv__src_http_opts *ho, tv__src **out, tv_checkpoint **ck,
+                 char *real, size_t real_len, tv_error *err);
+void tv__src_free(tv__src *s);
+
+int tv__src_shard_open(tv__src *s, size_t idx, const tv_shard_info *si, tv__src_shard *sh,
+                       tv_error *err);
+/* Reads len bytes at off into buf (cap bytes, aligned for O_DIRECT). */
+int tv__src_shard_read(tv__src_shard *sh, uint8_t *buf, size_t len, size_t cap, uint64_t off,
+                       tv_error *err);
+int tv__src_shard_check(tv__src_shard *sh, tv_error *err);
+/* A hint: [off, off + len) is read next (local buffered reads). */
+void tv__src_shard_willneed(tv__src_shard *sh, uint64_t off, size_t len);
+void tv__src_shard_close(tv__src_shard *sh);
+
+/* ---- local files (src_file.c) ---- */
+int tv__src_file_open(const tv_shard_info *si, tv__src_shard *sh, tv_error *err);
+int tv__src_file_read(tv__src_shard *sh, uint8_t *buf, size_t len, size_t cap, uint64_t off,
+                      tv_error *err);
+int tv__src_file_check(const tv__src_shard *sh, tv_error *err);
+void tv__src_file_close(tv__src_shard *sh);
+
+/* ---- HTTP(S) origins (src_http.c) ---- */
+typedef struct tv__src_http tv__src_http;
+int tv__src_http_open(const char *url, const tv__src_http_opts *ho, tv__src_http **out,
+                      tv_checkpoint **ck, tv_error *err);
+void tv__src_http_free(tv__src_http *h);
+int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint8_t *buf,
+                      size_t len, uint64_t off, tv_error *err);
+
+#endif

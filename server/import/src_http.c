@@ -1,0 +1,556 @@
+/* Import sources on an HTTP(S) origin (source.h, url.h).
+ *
+ * A URL names a checkpoint three ways: ending in ".safetensors" (one
+ * shard), in ".index.json" (a Hugging Face index; its shards are fetched
+ * from the same directory URL, names percent-escaped), or in '/' (a
+ * directory: model.safetensors.index.json, else model.safetensors).
+ *
+ * Validation (import step 1) HEADs every file for its length and
+ * validators (ETag, else Last-Modified) and reads the index and each
+ * shard's 8-byte prefix and header with Range GETs; nothing is reserved or
+ * written before all of them parsed. Every later read is a Range GET
+ * checked three ways: status 206 with a Content-Range exactly the range
+ * asked and the validated length (a 200 only for a read of the whole file);
+ * a body of exactly that length; and the validated ETag (or Last-Modified)
+ * on the response (a strong ETag is also sent as If-Match, so an origin
+ * that checks it answers 412). A file whose validator or length changed,
+ * or that is gone (404, 410, 412), is TV_E_SOURCE_CHANGED: the importer
+ * never mixes bytes of two versions of a file.
+ *
+ * Each read is split into Range requests of at most opts.range bytes. The
+ * importer's two reader threads read two chunks at once, so two requests
+ * are in flight per import (each on its own pooled connection, kept alive
+ * between requests). A request that fails with a connection error, a
+ * timeout, a 5xx or 429, or a short body is tried again, opts.retries
+ * times, after 100 ms, 200 ms, 400 ms, ...; any other status fails at once
+ * with a message naming the URL and the status. Transfers time out when no
+ * byte arrived for opts.timeout_s seconds (CURLOPT_LOW_SPEED_*: slow but
+ * moving transfers live), connections after as long.
+ *
+ * Redirects are not followed (a 3xx fails, naming its Location): the
+ * origin check of import.origins is made on the URL given, and a redirect
+ * could leave it. Only http and https are spoken; no content encoding is
+ * asked for (bytes are hashed as served). */
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "import/source.h"
+#include "import/url.h"
+
+#define POOL_MAX 8
+
+typedef struct http_file {
+    char *name; /* as the checkpoint names it */
+    char *url;
+    uint64_t len;
+    char etag[256];    /* "" = the origin sent none */
+    char lastmod[128]; /* compared when there is no ETag */
+} http_file;
+
+struct tv__src_http {
+    tv__src_http_opts o;
+    char *base;             /* the URL up to its last '/' included */
+    const char *first_name; /* the file the URL named */
+    char *first_url;
+    http_file *files;
+    size_t n_files, cap_files;
+    pthread_mutex_t mu;
+    CURL *pool[POOL_MAX]; /* idle handles (their connections stay open) */
+    size_t n_pool;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- handles ---- */
+
+static CURL *handle_get(tv__src_http *h)
+{
+    CURL *c = NULL;
+    pthread_mutex_lock(&h->mu);
+    if (h->n_pool)
+        c = h->pool[--h->n_pool];
+    pthread_mutex_unlock(&h->mu);
+    if (c)
+        curl_easy_reset(c);
+    else
+        c = curl_easy_init();
+    return c;
+}
+
+static void handle_put(tv__src_http *h, CURL *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (h->n_pool < POOL_MAX) {
+        h->pool[h->n_pool++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (c)
+        curl_easy_cleanup(c);
+}
+
+/* ---- one request ---- */
+
+typedef struct resp {
+    uint8_t *buf; /* GET: the body lands here */
+    size_t cap, got;
+    bool overflow;
+    char etag[256], lastmod[128], crange[128], location[512];
+} resp;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg)
+{
+    resp *r = arg;
+    size_t len = sz * n;
+    if (!r->buf || len > r->cap - r->got) {
+        r->overflow = true;
+        return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+    }
+    memcpy(r->buf + r->got, p, len);
+    r->got += len;
+    return len;
+}
+
+/* Copies the value of header line p (len bytes) into out when its name is
+ * name; trims spaces and CRLF. */
+static void header_value(const char *p, size_t len, const char *name, char *out, size_t out_len)
+{
+    size_t nl = strlen(name);
+    if (len <= nl || strncasecmp(p, name, nl) != 0 || p[nl] != ':')
+        return;
+    p += nl + 1;
+    len -= nl + 1;
+    while (len && (*p == ' ' || *p == '\t'))
+        p++, len--;
+    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    snprintf(out, out_len, "%.*s", (int)len, p);
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *arg)
+{
+    resp *r = arg;
+    size_t len = sz * n;
+    /* A new status line (a 100 Continue before the answer) starts over. */
+    if (len >= 5 && strncmp(p, "HTTP/", 5) == 0)
+        r->etag[0] = r->lastmod[0] = r->crange[0] = r->location[0] = '\0';
+    header_value(p, len, "ETag", r->etag, sizeof(r->etag));
+    header_value(p, len, "Last-Modified", r->lastmod, sizeof(r->lastmod));
+    header_value(p, len, "Content-Range", r->crange, sizeof(r->crange));
+    header_value(p, len, "Location", r->location, sizeof(r->location));
+    return len;
+}
+
+/* What one try came to: 0 (done), or rc with err set and *retry saying
+ * whether another try may do better. */
+typedef struct attempt {
+    bool retry;
+    long status;
+} attempt;
+
+static bool retryable_status(long st)
+{
+    return st >= 500 || st == 429 || st == 408;
+}
+
+static void set_common(tv__src_http *h, CURL *c, const char *url, resp *r, char *errbuf)
+{
+    long t = (long)h->o.timeout_s;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "tensorvault-import");
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    errbuf[0] = '\0';
+}
+
+/* The validator check of a response against what validation saw. */
+static int same_file(const http_file *f, const resp *r, tv_error *err)
+{
+    if (f->etag[0] && strcmp(f->etag, r->etag) != 0)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "'%s' (%s) changed during import: ETag %s (was %s)", f->name, f->url,
+                          r->etag[0] ? r->etag : "(none)", f->etag);
+    if (!f->etag[0] && f->lastmod[0] && strcmp(f->lastmod, r->lastmod) != 0)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "'%s' (%s) changed during import: Last-Modified %s (was %s)", f->name,
+                          f->url, r->lastmod[0] ? r->lastmod : "(none)", f->lastmod);
+    return 0;
+}
+
+/* A status that is neither success nor worth another try. */
+static int status_error(const http_file *f, const char *what, long st, const resp *r, tv_error *err)
+{
+    if (st >= 300 && st < 400)
+        return tv__seterr(
+            err, -EPROTO,
+            "%s %s: the origin answered %ld (a redirect to '%.300s'); redirects are not followed",
+            what, f->url, st, r->location[0] ? r->location : "?");
+    if (st == 404 || st == 410 || st == 412)
+        return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                          "%s %s: the origin answered %ld: '%s' changed or went away during import",
+                          what, f->url, st, f->name);
+    return tv__seterr(err, -EIO, "%s %s: the origin answered %ld", what, f->url, st);
+}
+
+/* HEAD: length and validators into f. */
+static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
+{
+    char errbuf[CURL_ERROR_SIZE];
+    resp r = {0};
+    int rc = 0;
+    CURL *c = handle_get(h);
+    if (!c)
+        return tv__seterr(err, -ENOMEM, "libcurl: no handle");
+    set_common(h, c, f->url, &r, errbuf);
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    CURLcode cc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
+    curl_off_t cl = -1;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    if (cc != CURLE_OK) {
+        a->retry = true;
+        rc = tv__seterr(err, -EIO, "HEAD %s: %s", f->url,
+                        errbuf[0] ? errbuf : curl_easy_strerror(cc));
+    } else if (a->status != 200) {
+        a->retry = retryable_status(a->status);
+        rc = a->retry ? tv__seterr(err, -EIO, "HEAD %s: the origin answered %ld", f->url, a->status)
+             : a->status == 404 ? tv__seterr(err, TV_E_CKPT_NOT_FOUND,
+                                             "HEAD %s: the origin answered 404 (not found)", f->url)
+                                : status_error(f, "HEAD", a->status, &r, err);
+    } else if (cl < 0) {
+        rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin sent no Content-Length", f->url);
+    } else {
+        f->len = (uint64_t)cl;
+        snprintf(f->etag, sizeof(f->etag), "%s", r.etag);
+        snprintf(f->lastmod, sizeof(f->lastmod), "%s", r.lastmod);
+    }
+    handle_put(h, c);
+    return rc;
+}
+
+/* One Range GET of [off, off + len) into buf. */
+static int get_once(tv__src_http *h, const http_file *f, uint8_t *buf, size_t len, uint64_t off,
+                    attempt *a, tv_error *err)
+{
+    char errbuf[CURL_ERROR_SIZE], range[64], im[300];
+    resp r = {.buf = buf, .cap = len};
+    struct curl_slist *hdrs = NULL;
+    uint64_t first, last, total;
+    int rc = 0;
+    CURL *c = handle_get(h);
+    if (!c)
+        return tv__seterr(err, -ENOMEM, "libcurl: no handle");
+    set_common(h, c, f->url, &r, errbuf);
+    snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
+    curl_easy_setopt(c, CURLOPT_RANGE, range);
+    if (f->etag[0] == '"') { /* a strong ETag: an origin that checks it answers 412 */
+        snprintf(im, sizeof(im), "If-Match: %s", f->etag);
+        hdrs = curl_slist_append(NULL, im);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    }
+    CURLcode cc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
+    if (cc != CURLE_OK && r.overflow) {
+        rc = tv__seterr(err, -EPROTO,
+                        "GET %s bytes %s: the origin sent more than the %zu bytes asked", f->url,
+                        range, len);
+    } else if (cc != CURLE_OK) {
+        a->retry = true;
+        rc = tv__seterr(err, -EIO, "GET %s bytes %s: %s (%zu of %zu bytes arrived)", f->url, range,
+                        errbuf[0] ? errbuf : curl_easy_strerror(cc), r.got, len);
+    } else if (a->status != 206 && a->status != 200) {
+        a->retry = retryable_status(a->status);
+        rc = a->retry ? tv__seterr(err, -EIO, "GET %s bytes %s: the origin answered %ld", f->url,
+                                   range, a->status)
+                      : status_error(f, "GET", a->status, &r, err);
+    } else if ((rc = same_file(f, &r, err))) {
+        ;
+    } else if (a->status == 200 && (off != 0 || len != f->len)) {
+        rc = tv__seterr(
+            err, -EPROTO,
+            "GET %s bytes %s: the origin answered 200 (the whole file) to a Range request; it must answer 206",
+            f->url, range);
+    } else if (a->status == 206 && tv__content_range_parse(r.crange, &first, &last, &total)) {
+        rc = tv__seterr(err, -EPROTO,
+                        "GET %s bytes %s: 206 with Content-Range '%s', not bytes A-B/LENGTH",
+                        f->url, range, r.crange);
+    } else if (a->status == 206 && total != f->len) {
+        rc = tv__seterr(
+            err, TV_E_SOURCE_CHANGED,
+            "'%s' (%s) changed during import: Content-Range '%s' says %llu bytes (was %llu)",
+            f->name, f->url, r.crange, (unsigned long long)total, (unsigned long long)f->len);
+    } else if (a->status == 206 && (first != off || last != off + len - 1)) {
+        rc = tv__seterr(err, -EPROTO, "GET %s bytes %s: the origin answered Content-Range '%s'",
+                        f->url, range, r.crange);
+    } else if (r.got != len) {
+        a->retry = true;
+        rc = tv__seterr(err, -EIO, "GET %s bytes %s: a short body (%zu of %zu bytes)", f->url,
+                        range, r.got, len);
+    }
+    curl_slist_free_all(hdrs);
+    handle_put(h, c);
+    return rc;
+}
+
+static void backoff(unsigned attempt_no)
+{
+    uint64_t ms = 100ull << (attempt_no < 10 ? attempt_no : 10);
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* A HEAD (buf NULL) or a Range GET, tried again as the options allow. */
+static int request(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint64_t off,
+                   tv_error *err)
+{
+    int rc = 0;
+    for (unsigned i = 0;; i++) {
+        attempt a = {0};
+        rc = buf ? get_once(h, f, buf, len, off, &a, err) : head_once(h, f, &a, err);
+        if (!rc || !a.retry)
+            return rc;
+        if (i >= h->o.retries)
+            break;
+        tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", err ? err->msg : f->url, i + 1,
+                h->o.retries);
+        backoff(i);
+    }
+    if (err && h->o.retries) {
+        char msg[sizeof(err->msg)];
+        snprintf(msg, sizeof(msg), "%s", err->msg);
+        tv__seterr(err, rc, "%s (after %u tries)", msg, h->o.retries + 1);
+    }
+    return rc;
+}
+
+/* ---- files ---- */
+
+/* base + name with every byte outside [A-Za-z0-9._~/-] percent-escaped. */
+static char *url_of(const char *base, const char *name)
+{
+    size_t bl = strlen(base), nl = strlen(name);
+    char *u = malloc(bl + 3 * nl + 1);
+    if (!u)
+        return NULL;
+    memcpy(u, base, bl);
+    char *o = u + bl;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("._~/-", *p))
+            *o++ = (char)*p;
+        else
+            o += sprintf(o, "%%%02X", *p);
+    }
+    *o = '\0';
+    return u;
+}
+
+static http_file *file_find(tv__src_http *h, const char *name)
+{
+    for (size_t i = 0; i < h->n_files; i++)
+        if (strcmp(h->files[i].name, name) == 0)
+            return &h->files[i];
+    return NULL;
+}
+
+/* The file named name, HEADed when first seen (validation only: later
+ * lookups find it). */
+static int file_get(tv__src_http *h, const char *name, http_file **out, tv_error *err)
+{
+    int rc;
+    if ((*out = file_find(h, name)))
+        return 0;
+    if (h->n_files == h->cap_files) {
+        size_t cap = h->cap_files ? 2 * h->cap_files : 8;
+        http_file *nf = realloc(h->files, cap * sizeof(*nf));
+        if (!nf)
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        h->files = nf;
+        h->cap_files = cap;
+    }
+    http_file *f = &h->files[h->n_files];
+    memset(f, 0, sizeof(*f));
+    f->name = strdup(name);
+    f->url = strcmp(name, h->first_name) == 0 ? strdup(h->first_url) : url_of(h->base, name);
+    if (!f->name || !f->url) {
+        free(f->name);
+        free(f->url);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    if ((rc = request(h, f, NULL, 0, 0, err))) {
+        free(f->name);
+        free(f->url);
+        return rc;
+    }
+    h->n_files++;
+    *out = f;
+    return 0;
+}
+
+static int io_stat(void *ctx, const char *name, uint64_t *len, char *path, size_t path_len,
+                   tv_error *err)
+{
+    http_file *f;
+    int rc = file_get(ctx, name, &f, err);
+    if (rc)
+        return rc;
+    *len = f->len;
+    snprintf(path, path_len, "%s", f->url);
+    return 0;
+}
+
+/* Reads [off, off + len) of f in requests of at most o.range bytes. */
+static int read_file(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint64_t off,
+                     tv_error *err)
+{
+    uint64_t end;
+    if (tv__add_u64(off, len, &end) || end > f->len)
+        return tv__seterr(err, TV_E_INTERNAL, "read of %zu bytes at %llu past the %llu-byte %s",
+                          len, (unsigned long long)off, (unsigned long long)f->len, f->url);
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < h->o.range ? len - done : (size_t)h->o.range;
+        int rc = request(h, f, buf + done, n, off + done, err);
+        if (rc)
+            return rc;
+        done += n;
+    }
+    return 0;
+}
+
+static int io_read(void *ctx, const char *name, void *buf, size_t len, uint64_t off, tv_error *err)
+{
+    http_file *f;
+    int rc = file_get(ctx, name, &f, err);
+    return rc ? rc : len ? read_file(ctx, f, buf, len, off, err) : 0;
+}
+
+int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint8_t *buf,
+                      size_t len, uint64_t off, tv_error *err)
+{
+    (void)idx;
+    http_file *f = file_find(h, si->name);
+    if (!f)
+        return tv__seterr(err, TV_E_INTERNAL, "shard '%s' was not validated", si->name);
+    if (f->len != si->file_len)
+        return tv__seterr(err, TV_E_INTERNAL, "shard '%s': lengths disagree", si->name);
+    return read_file(h, f, buf, len, off, err);
+}
+
+void tv__src_http_free(tv__src_http *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; i < h->n_pool; i++)
+        curl_easy_cleanup(h->pool[i]);
+    for (size_t i = 0; i < h->n_files; i++) {
+        free(h->files[i].name);
+        free(h->files[i].url);
+    }
+    free(h->files);
+    free(h->base);
+    free(h->first_url);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+int tv__src_http_open(const char *url, const tv__src_http_opts *ho, tv__src_http **out,
+                      tv_checkpoint **ck, tv_error *err)
+{
+    tv__url u;
+    int rc;
+    *out = NULL;
+    *ck = NULL;
+    if ((rc = tv__url_parse(url, &u, err)))
+        return rc;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return tv__seterr(err, TV_E_INTERNAL, "libcurl does not initialise");
+    tv__src_http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    if (ho)
+        h->o = *ho;
+    else
+        h->o.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
+    if (!h->o.timeout_s)
+        h->o.timeout_s = TV__SRC_HTTP_DEFAULT_TIMEOUT;
+    if (!h->o.range)
+        h->o.range = TV__SRC_HTTP_DEFAULT_RANGE;
+    const char *slash = strrchr(url, '/'); /* the path has one: tv__url_parse */
+    size_t bl = (size_t)(slash - url) + 1;
+    if (!(h->base = strndup(url, bl))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    const tv_checkpoint_io io = {.ctx = h, .stat = io_stat, .read = io_read};
+    if (slash[1] == '\0') {
+        static const char *const names[] = {"model.safetensors.index.json", "model.safetensors"};
+        for (size_t i = 0; i < 2; i++) {
+            free(h->first_url);
+            h->first_name = names[i];
+            if (!(h->first_url = url_of(h->base, names[i]))) {
+                rc = tv__seterr(err, -ENOMEM, "out of memory");
+                goto fail;
+            }
+            rc = tv_checkpoint_open_io(&io, names[i], i == 0, NULL, ck, err);
+            if (rc != TV_E_CKPT_NOT_FOUND || file_find(h, names[i]))
+                break;
+        }
+        if (rc == TV_E_CKPT_NOT_FOUND && !file_find(h, "model.safetensors"))
+            tv__seterr(
+                err, rc,
+                "%s holds neither model.safetensors.index.json nor model.safetensors (both answered 404)",
+                url);
+    } else if (ends_with(u.path, ".safetensors") || ends_with(u.path, ".index.json")) {
+        if (!(h->first_url = strdup(url))) {
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        h->first_name = strrchr(h->first_url, '/') + 1;
+        rc = tv_checkpoint_open_io(&io, h->first_name, ends_with(u.path, ".index.json"), NULL, ck,
+                                   err);
+    } else {
+        rc = tv__seterr(
+            err, TV_E_BAD_REQUEST,
+            "source URL '%.300s' must end in .safetensors, .index.json or '/' (a directory)", url);
+    }
+    if (rc)
+        goto fail;
+    *out = h;
+    return 0;
+fail:
+    tv__src_http_free(h);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* http(s):// URLs of import sources: parsing, the import.origins check, and
+ * the Content-Range header of a 206. Pure functions (tests/unit/test_url.c).
+ *
+ * A source URL is scheme://host[:port]/path: scheme http or https (any
+ * case), host a DNS name or IPv4 address ([A-Za-z0-9.-]) or a bracketed
+ * IPv6 literal, port 1-65535. Refused (TV_E_BAD_REQUEST, the message says
+ * why): userinfo (user:password@, so no credential ever lands in a job row
+ * or a log), a query or fragment, a path without a leading '/', "." or ".."
+ * segments, percent-encoded '.', '/', '\' or NUL (an origin's path
+ * normalisation must not move a URL out of its origin's prefix), and bytes
+ * outside RFC 3986's path characters. At most TV__URL_MAX bytes. */
+#ifndef TV_IMPORT_URL_H
+#define TV_IMPORT_URL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensorvault/errors.h"
+
+#define TV__URL_MAX 2048
+
+typedef struct tv__url {
+    bool https;
+    char host[256];         /* lowercased; an IPv6 literal keeps its brackets */
+    unsigned port;          /* as given, else 80 / 443 */
+    char path[TV__URL_MAX]; /* from the first '/' */
+} tv__url;
+
+/* Parses s into *u. Returns 0 or TV_E_BAD_REQUEST. */
+int tv__url_parse(const char *s, tv__url *u, tv_error *err);
+
+/* Whether u lies under the origin prefix p: same scheme, host and port, and
+ * p's path is u's path, or a prefix of it that ends in '/' or is followed
+ * in u by '/'. */
+bool tv__url_under(const tv__url *u, const tv__url *p);
+
+/* The import.origins check: url parses and lies under one of the
+ * comma-separated prefixes in origins (spaces around them ignored).
+ * Returns 0; TV_E_BAD_REQUEST (url malformed); TV_E_OUTSIDE_ROOTS (origins
+ * NULL or empty, or no prefix matches: the message names import.origins);
+ * TV_E_INVALID_ARG (a prefix in origins does not parse). */
+int tv__url_origins_check(const char *url, const char *origins, tv_error *err);
+
+/* Checks that every prefix of import.origins parses. Returns 0 or
+ * TV_E_INVALID_ARG naming the prefix. */
+int tv__url_origins_validate(const char *origins, tv_error *err);
+
+/* "bytes FIRST-LAST/TOTAL" (TOTAL may not be '*' here: the importer always
+ * knows the length). Returns 0, or -1 when v is anything else. */
+int tv__content_range_parse(const char *v, uint64_t *first, uint64_t *last, uint64_t *total);
+
+#endif
