@@ -28,7 +28,7 @@
 #define TV__SRC_HTTP_DEFAULT_TIMEOUT 60          /* seconds */
 #define TV__SRC_HTTP_DEFAULT_RANGE   (16u << 20) /* bytes per Range request */
 typedef struct tv__src_http_opts {
-    unsigned retries;   /* per range, after the first try; backoff 100 ms doubling */
+    unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */
     uint64_t range;     /* bytes per Range request (0: default) */
 } tv__src_http_opts;

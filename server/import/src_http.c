@@ -22,7 +22,7 @@
  * are in flight per import (each on its own pooled connection, kept alive
  * between requests). A request that fails with a connection error, a
  * timeout, a 5xx or 429, or a short body is tried again, opts.retries
- * times, after 100 ms, 200 ms, 400 ms, ...; any other status fails at once
+ * times, after 100 ms, 200 ms, 400 ms, ... (at most 6.4 s); any other status fails at once
  * with a message naming the URL and the status. Transfers time out when no
  * byte arrived for opts.timeout_s seconds (CURLOPT_LOW_SPEED_*: slow but
  * moving transfers live), connections after as long.
@@ -318,7 +318,7 @@ static int get_once(tv__src_http *h, const http_file *f, uint8_t *buf, size_t le
 
 static void backoff(unsigned attempt_no)
 {
-    uint64_t ms = 100ull << (attempt_no < 10 ? attempt_no : 10);
+    uint64_t ms = 100ull << (attempt_no < 6 ? attempt_no : 6); /* 100 ms .. 6.4 s */
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
         ;

@@ -277,3 +277,24 @@ def test_origins_and_credentials(daemon, fresh, build_dir, tmp_path):
         assert r.status == 403 and "import.origins" in r.json()["error"]["message"], r
     finally:
         d2.stop()
+
+
+def test_redirects_and_missing_files_fail(daemon, fresh):
+    rel = "models/redir/model.safetensors"
+    put_single(fresh, rel, 50)
+    fresh.fail_next(1, 302, rel)
+    j = failed_job(daemon, "http/redir", fresh.url_of(rel))
+    assert "302" in j["error"]["message"] and "redirects are not followed" in \
+        j["error"]["message"], j["error"]
+    os.makedirs(os.path.join(fresh.root, "models/empty"), exist_ok=True)
+    j = failed_job(daemon, "http/empty", fresh.url + "/models/empty/")
+    assert j["error"]["code"] == "TV_E_CKPT_NOT_FOUND", j["error"]
+    assert "model.safetensors.index.json" in j["error"]["message"], j["error"]
+    # a shard the index names that is not there
+    d, shards = put_index(fresh, "models/hole", 51)
+    os.unlink(shards[1])
+    j = failed_job(daemon, "http/hole", fresh.url_of("models/hole/model.safetensors.index.json"))
+    assert "404" in j["error"]["message"], j["error"]
+    # a URL that names neither a file kind nor a directory
+    j = failed_job(daemon, "http/kind", fresh.url + "/models/hole/model.bin")
+    assert j["error"]["code"] == "TV_E_BAD_REQUEST", j["error"]
