@@ -17,13 +17,15 @@
  * or that is gone (404, 410, 412), is TV_E_SOURCE_CHANGED: the importer
  * never mixes bytes of two versions of a file.
  *
- * Each read is split into Range requests of at most opts.range bytes. The
- * importer's two reader threads read two chunks at once, so two requests
- * are in flight per import (each on its own pooled connection, kept alive
- * between requests). A request that fails with a connection error, a
- * timeout, a 5xx or 429, or a short body is tried again, opts.retries
- * times, after 100 ms, 200 ms, 400 ms, ... (at most 6.4 s); any other status fails at once
- * with a message naming the URL and the status. Transfers time out when no
+ * Each read (one chunk of the pipeline, straight into its aligned buffer)
+ * is split into Range requests of at most opts.range bytes, run up to
+ * GROUP_MAX at once on a curl multi handle; the importer's two reader
+ * threads read two chunks at once. Every request has its own pooled
+ * connection, kept alive between requests. A request that fails with a
+ * connection error, a timeout, a 5xx, 408 or 429, or a short body is tried
+ * again, opts.retries times, after 100 ms, 200 ms, 400 ms, ... (at most
+ * 6.4 s; the failed requests of a group together); any other status fails
+ * at once with a message naming the URL and the status. Transfers time out when no
  * byte arrived for opts.timeout_s seconds (CURLOPT_LOW_SPEED_*: slow but
  * moving transfers live), connections after as long.
  *
@@ -43,7 +45,7 @@
 #include "import/source.h"
 #include "import/url.h"
 
-#define POOL_MAX 8
+#define POOL_MAX 32 /* idle handles kept: 2 readers x GROUP_MAX, and more */
 
 typedef struct http_file {
     char *name; /* as the checkpoint names it */
@@ -251,68 +253,118 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     return rc;
 }
 
-/* One Range GET of [off, off + len) into buf. */
-static int get_once(tv__src_http *h, const http_file *f, uint8_t *buf, size_t len, uint64_t off,
-                    attempt *a, tv_error *err)
-{
+/* One Range GET of [off, off + len) into buf: get_begin sets up a handle,
+ * curl runs it (alone, or with others on a multi handle), get_end judges
+ * the answer and returns the handle to the pool. Lives at one address
+ * from get_begin to get_end (curl holds pointers into it). */
+typedef struct get_req {
+    const http_file *f;
+    uint8_t *buf;
+    size_t len;
+    uint64_t off;
+    CURL *c;
+    struct curl_slist *hdrs;
+    CURLcode cc;
+    resp r;
+    attempt a;
+    bool pending;
+    int rc;
+    tv_error err;
     char errbuf[CURL_ERROR_SIZE], range[64], im[300];
-    resp r = {.buf = buf, .cap = len};
-    struct curl_slist *hdrs = NULL;
-    uint64_t first, last, total;
-    int rc = 0;
-    CURL *c = handle_get(h);
-    if (!c)
+} get_req;
+
+static int get_begin(tv__src_http *h, get_req *q, tv_error *err)
+{
+    memset(&q->r, 0, sizeof(q->r));
+    q->r.buf = q->buf;
+    q->r.cap = q->len;
+    q->a = (attempt){0};
+    q->hdrs = NULL;
+    q->cc = CURLE_RECV_ERROR; /* until curl says how it ended */
+    if (!(q->c = handle_get(h)))
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
-    set_common(h, c, f->url, &r, errbuf);
-    snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)off,
-             (unsigned long long)(off + len - 1));
-    curl_easy_setopt(c, CURLOPT_RANGE, range);
-    if (f->etag[0] == '"') { /* a strong ETag: an origin that checks it answers 412 */
-        snprintf(im, sizeof(im), "If-Match: %s", f->etag);
-        hdrs = curl_slist_append(NULL, im);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    set_common(h, q->c, q->f->url, &q->r, q->errbuf);
+    snprintf(q->range, sizeof(q->range), "%llu-%llu", (unsigned long long)q->off,
+             (unsigned long long)(q->off + q->len - 1));
+    curl_easy_setopt(q->c, CURLOPT_RANGE, q->range);
+    if (q->f->etag[0] == '"') { /* a strong ETag: an origin that checks it answers 412 */
+        snprintf(q->im, sizeof(q->im), "If-Match: %s", q->f->etag);
+        q->hdrs = curl_slist_append(NULL, q->im);
+        curl_easy_setopt(q->c, CURLOPT_HTTPHEADER, q->hdrs);
     }
-    CURLcode cc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
-    if (cc != CURLE_OK && r.overflow) {
+    return 0;
+}
+
+static void get_release(tv__src_http *h, get_req *q)
+{
+    curl_slist_free_all(q->hdrs);
+    q->hdrs = NULL;
+    handle_put(h, q->c);
+    q->c = NULL;
+}
+
+static int get_end(tv__src_http *h, get_req *q, tv_error *err)
+{
+    const http_file *f = q->f;
+    const resp *r = &q->r;
+    const char *range = q->range;
+    attempt *a = &q->a;
+    size_t len = q->len;
+    uint64_t off = q->off, first, last, total;
+    int rc = 0;
+    CURLcode cc = q->cc;
+    curl_easy_getinfo(q->c, CURLINFO_RESPONSE_CODE, &a->status);
+    if (cc != CURLE_OK && r->overflow) {
         rc = tv__seterr(err, -EPROTO,
                         "GET %s bytes %s: the origin sent more than the %zu bytes asked", f->url,
                         range, len);
     } else if (cc != CURLE_OK) {
         a->retry = true;
         rc = tv__seterr(err, -EIO, "GET %s bytes %s: %s (%zu of %zu bytes arrived)", f->url, range,
-                        errbuf[0] ? errbuf : curl_easy_strerror(cc), r.got, len);
+                        q->errbuf[0] ? q->errbuf : curl_easy_strerror(cc), r->got, len);
     } else if (a->status != 206 && a->status != 200) {
         a->retry = retryable_status(a->status);
         rc = a->retry ? tv__seterr(err, -EIO, "GET %s bytes %s: the origin answered %ld", f->url,
                                    range, a->status)
-                      : status_error(f, "GET", a->status, &r, err);
-    } else if ((rc = same_file(f, &r, err))) {
+                      : status_error(f, "GET", a->status, r, err);
+    } else if ((rc = same_file(f, r, err))) {
         ;
     } else if (a->status == 200 && (off != 0 || len != f->len)) {
         rc = tv__seterr(
             err, -EPROTO,
             "GET %s bytes %s: the origin answered 200 (the whole file) to a Range request; it must answer 206",
             f->url, range);
-    } else if (a->status == 206 && tv__content_range_parse(r.crange, &first, &last, &total)) {
+    } else if (a->status == 206 && tv__content_range_parse(r->crange, &first, &last, &total)) {
         rc = tv__seterr(err, -EPROTO,
                         "GET %s bytes %s: 206 with Content-Range '%s', not bytes A-B/LENGTH",
-                        f->url, range, r.crange);
+                        f->url, range, r->crange);
     } else if (a->status == 206 && total != f->len) {
         rc = tv__seterr(
             err, TV_E_SOURCE_CHANGED,
             "'%s' (%s) changed during import: Content-Range '%s' says %llu bytes (was %llu)",
-            f->name, f->url, r.crange, (unsigned long long)total, (unsigned long long)f->len);
+            f->name, f->url, r->crange, (unsigned long long)total, (unsigned long long)f->len);
     } else if (a->status == 206 && (first != off || last != off + len - 1)) {
         rc = tv__seterr(err, -EPROTO, "GET %s bytes %s: the origin answered Content-Range '%s'",
-                        f->url, range, r.crange);
-    } else if (r.got != len) {
+                        f->url, range, r->crange);
+    } else if (r->got != len) {
         a->retry = true;
         rc = tv__seterr(err, -EIO, "GET %s bytes %s: a short body (%zu of %zu bytes)", f->url,
-                        range, r.got, len);
+                        range, r->got, len);
     }
-    curl_slist_free_all(hdrs);
-    handle_put(h, c);
+    get_release(h, q);
+    return rc;
+}
+
+static int get_once(tv__src_http *h, const http_file *f, uint8_t *buf, size_t len, uint64_t off,
+                    attempt *a, tv_error *err)
+{
+    get_req q = {.f = f, .buf = buf, .len = len, .off = off};
+    int rc = get_begin(h, &q, err);
+    if (rc)
+        return rc;
+    q.cc = curl_easy_perform(q.c);
+    rc = get_end(h, &q, err);
+    *a = q.a;
     return rc;
 }
 
@@ -424,20 +476,105 @@ static int io_stat(void *ctx, const char *name, uint64_t *len, char *path, size_
     return 0;
 }
 
-/* Reads [off, off + len) of f in requests of at most o.range bytes. */
+/* Runs the n requests of q at once on one multi handle, each tried again
+ * (all those that failed, together, after the backoff) as the options
+ * allow. Returns 0 when every one succeeded; else the first failure that
+ * no retry mends (or the last retryable one's, after the last round). */
+static int get_group(tv__src_http *h, get_req *q, size_t n, tv_error *err)
+{
+    int rc = 0;
+    CURLM *m = curl_multi_init();
+    if (!m)
+        return tv__seterr(err, -ENOMEM, "libcurl: no multi handle");
+    for (size_t i = 0; i < n; i++)
+        q[i].pending = true;
+    for (unsigned round = 0;; round++) {
+        size_t started = 0;
+        for (size_t i = 0; i < n && !rc; i++) {
+            if (!q[i].pending)
+                continue;
+            if (!(rc = get_begin(h, &q[i], err)) && curl_multi_add_handle(m, q[i].c) != CURLM_OK) {
+                get_release(h, &q[i]);
+                rc = tv__seterr(err, -ENOMEM, "libcurl: cannot add a transfer");
+            }
+            started += !rc;
+        }
+        int running = 1;
+        while (!rc && running) {
+            CURLMcode mc = curl_multi_perform(m, &running);
+            if (mc == CURLM_OK && running)
+                mc = curl_multi_poll(m, NULL, 0, 1000, NULL);
+            if (mc != CURLM_OK)
+                rc = tv__seterr(err, -EIO, "libcurl: %s", curl_multi_strerror(mc));
+        }
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left)))
+            for (size_t i = 0; msg->msg == CURLMSG_DONE && i < n; i++)
+                if (q[i].pending && q[i].c == msg->easy_handle)
+                    q[i].cc = msg->data.result;
+        /* Judge every transfer of this round (each frees its handle). */
+        int fatal = 0, retry_rc = 0;
+        tv_error retry_err = {0};
+        for (size_t i = 0; i < n && started; i++) {
+            if (!q[i].pending || !q[i].c)
+                continue;
+            curl_multi_remove_handle(m, q[i].c);
+            q[i].err = (tv_error){0};
+            q[i].rc = get_end(h, &q[i], &q[i].err);
+            if (!q[i].rc) {
+                q[i].pending = false;
+            } else if (!q[i].a.retry && !fatal) {
+                fatal = q[i].rc;
+                if (err)
+                    *err = q[i].err;
+            } else if (q[i].a.retry && !retry_rc) {
+                retry_rc = q[i].rc;
+                retry_err = q[i].err;
+            }
+        }
+        if (rc || (rc = fatal) || !(rc = retry_rc))
+            break;
+        if (err)
+            *err = retry_err;
+        if (round >= h->o.retries) {
+            if (h->o.retries)
+                tv__seterr(err, rc, "%s (after %u tries)", retry_err.msg, h->o.retries + 1);
+            break;
+        }
+        tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", retry_err.msg, round + 1,
+                h->o.retries);
+        rc = 0;
+        backoff(round);
+    }
+    curl_multi_cleanup(m);
+    return rc;
+}
+
+#define GROUP_MAX 8 /* Range requests of one read in flight at once */
+
+/* Reads [off, off + len) of f in requests of at most o.range bytes, up to
+ * GROUP_MAX of them at once. */
 static int read_file(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint64_t off,
                      tv_error *err)
 {
     uint64_t end;
+    get_req q[GROUP_MAX];
     if (tv__add_u64(off, len, &end) || end > f->len)
         return tv__seterr(err, TV_E_INTERNAL, "read of %zu bytes at %llu past the %llu-byte %s",
                           len, (unsigned long long)off, (unsigned long long)f->len, f->url);
+    if (len <= h->o.range) /* one request: no multi handle */
+        return request(h, f, buf, len, off, err);
     for (size_t done = 0; done < len;) {
-        size_t n = len - done < h->o.range ? len - done : (size_t)h->o.range;
-        int rc = request(h, f, buf + done, n, off + done, err);
+        size_t n = 0;
+        for (; n < GROUP_MAX && done < len; n++) {
+            size_t l = len - done < h->o.range ? len - done : (size_t)h->o.range;
+            q[n] = (get_req){.f = f, .buf = buf + done, .len = l, .off = off + done};
+            done += l;
+        }
+        int rc = get_group(h, q, n, err);
         if (rc)
             return rc;
-        done += n;
     }
     return 0;
 }

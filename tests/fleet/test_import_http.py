@@ -142,6 +142,12 @@ def test_single_file_rest(daemon, fresh):
     assert n <= fresh.bytes_served() <= 1.1 * n, (fresh.bytes_served(), n)
     gens = daemon.generations("http/one")
     assert gens[-1]["source"] == url
+    # a HEAD, then Range GETs of at most import.http_range bytes, all 206
+    reqs = [r for r in fresh.requests() if r[1] == "/models/one/model.safetensors"]
+    assert reqs[0][0] == "HEAD" and reqs[0][3] == 200, reqs
+    gets = [r for r in reqs if r[0] == "GET"]
+    assert all(r[2] and r[3] == 206 and r[4] <= RANGE for r in gets), gets
+    assert len(gets) >= n // RANGE, gets
 
 
 def test_index_and_directory_rest(daemon, fresh):
