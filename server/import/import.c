@@ -8,17 +8,12 @@
  * Data path: the calling thread posts a shard in chunk_len pieces to a ring
  * of aligned buffers (transparent huge pages where the kernel gives them:
  * each O_DIRECT transfer then pins a few pages, not thousands); two reader
- * threads read the pieces from the source file, so one read is always
- * queued behind the other; a hasher thread runs SHA-256 over each piece in
- * order while two writer threads issue the O_DIRECT pwrites to every
- * replica. Reading, hashing and writing overlap, and memory stays at
- * N_BUFS x chunk_len. A source not in the page cache is
- * read with O_DIRECT (chunk-sized reads, split by the kernel into many
- * requests in flight: the disk sees depth without read-ahead's small
- * windows, and the page cache is not filled with bytes read once); a mostly
- * cached one, a filesystem that refuses O_DIRECT, or a read it refuses, is
- * read buffered with sequential read-ahead advised. Every read goes through
- * tv__sys (so the fault tests see it). */
+ * threads read the pieces from the source (import/source.h: a local file,
+ * with O_DIRECT where it pays, or Range requests to an HTTP origin), so one
+ * read is always queued behind the other; a hasher thread runs SHA-256 over
+ * each piece in order while two writer threads issue the O_DIRECT pwrites
+ * to every replica. Reading, hashing and writing overlap, and memory stays
+ * at N_BUFS x chunk_len. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
