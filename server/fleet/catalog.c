@@ -158,9 +158,9 @@ static int with_retry(tv__catalog *cat, op_fn fn, void *ctx, tv_error *err)
     rc = fn(cat, ctx, err);
     if (rc == 0 || !dropped(cat))
         return rc;
-    tv_error first = err ? *err : (tv_error){0};
-    if ((rc = reconnect(cat, err)))
-        return tv__seterr(err, rc, "%s (then: %s)", first.msg, err ? err->msg : "reconnect failed");
+    tv_error first = err ? *err : (tv_error){0}, again = {0};
+    if ((rc = reconnect(cat, &again)))
+        return tv__seterr(err, rc, "%s (then %s)", first.msg, again.msg);
     return fn(cat, ctx, err);
 }
 
@@ -642,10 +642,10 @@ static int set_alias(tv__catalog *cat, void *p, tv_error *err)
                        "VALUES ($1, $2, $3, $4, 1) RETURNING version",
                 4, up, &res, "moving the alias", err))) {
         if (rc == TV_E_CONFLICT)
-            tv__seterr(err, TV_E_CONFLICT,
-                       "fleet catalog: alias '%s' of model '%s' was created by someone else "
-                       "meanwhile (expected version 0): read it again",
-                       c->alias, c->model);
+            tv__seterr(
+                err, TV_E_CONFLICT,
+                "fleet catalog: alias '%s' of model '%s' was created by someone else meanwhile (expected version 0): read it again",
+                c->alias, c->model);
         goto fail;
     }
     c->now = strtoll(PQgetvalue(res, 0, 0), NULL, 10);

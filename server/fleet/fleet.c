@@ -27,6 +27,7 @@ struct tv__fleet {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     bool stopping, kicked;
+    bool quiet; /* the catalog is away: said once, then debug lines until it is back */
     /* the thread's own */
     tv__catalog *cat;
     tv__reg *reg;
@@ -102,10 +103,11 @@ static int publish_pending(tv__fleet *f)
             } else if (rc == TV_E_STATE || rc == TV_E_NOT_FOUND) {
                 continue; /* retired or gone meanwhile: the next scan decides */
             } else {
-                tv__log(TV_LOG_WARN,
+                tv__log(f->quiet ? TV_LOG_DEBUG : TV_LOG_WARN,
                         "fleet: publishing model '%s' generation %" PRId64
-                        " failed (retrying in %u s): %s",
+                        " failed (retrying every %u s): %s",
                         g->model, g->number, f->retry_s, err.msg);
+                f->quiet = true;
                 retry = rc;
             }
         }
@@ -168,8 +170,13 @@ static void *fleet_main(void *p)
         }
         if (mono_s() - last_beat >= f->heartbeat_s) {
             if (tv__catalog_node_seen(f->cat, f->node, f->url, &err)) {
-                tv__log(TV_LOG_WARN, "fleet: %s", err.msg);
+                tv__log(f->quiet ? TV_LOG_DEBUG : TV_LOG_WARN, "fleet: %s", err.msg);
+                f->quiet = true;
+                pending = true; /* publish everything again once it is back */
             } else {
+                if (f->quiet)
+                    tv__log(TV_LOG_INFO, "fleet: catalog %s reachable again", f->where);
+                f->quiet = false;
                 last_beat = mono_s();
             }
         }

@@ -96,6 +96,8 @@ def test_two_daemons_migrate_once(build_dir, postgres, tmp_path):
         # the migration ran once: one of the two logs says so
         applied = [d for d in (a, b) if "applied migration fleet/0001_catalog.sql" in d.log_text()]
         assert len(applied) == 1
+        assert a.stop() == 0, a.log_text()
+        assert b.stop() == 0, b.log_text()
     finally:
         a.stop()
         b.stop()
@@ -133,13 +135,14 @@ def test_import_published_and_idempotent(build_dir, postgres, tmp_path):
         # restart: every ready generation published again = a no-op
         before = q(postgres, db, "SELECT count(*), max(created_at) FROM generations")
         ntens = q(postgres, db, "SELECT count(*) FROM tensors")
-        d.stop()
+        assert d.stop() == 0, d.log_text()
         d.start()
         wait_for(lambda: d.log_text().count("fleet: catalog host=") >= 2, what="reconnect")
         time.sleep(1.0)
         assert q(postgres, db, "SELECT count(*), max(created_at) FROM generations") == before
         assert q(postgres, db, "SELECT count(*) FROM tensors") == ntens
         assert "not published" not in d.log_text()
+        assert d.stop() == 0, d.log_text()
     finally:
         d.stop()
 
@@ -164,7 +167,20 @@ def test_postgres_restart_while_serving(build_dir, postgres, tmp_path):
         assert d.ok("GET", "/v1/models/m/generations/2")["state"] == "ready"
         d.import_ok("m", checkpoint(tmp_path / "r", "c", 5))
         wait_for(lambda: published(postgres, db, "m", 3), what="generation 3 published")
+        # the server ends the daemon's session: the next call finds it dropped
+        # and reconnects within that call (no retry round: nothing is logged
+        # as failed)
+        n_failed = d.log_text().count("failed (retrying")
+        killed = postgres.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               f"WHERE datname = '{db}' AND application_name = 'tensorvaultd'")
+        assert killed.strip() == "1"
+        d.import_ok("m", checkpoint(tmp_path / "r", "d", 8))
+        wait_for(lambda: published(postgres, db, "m", 4), timeout=10,
+                 what="generation 4 published after the session was terminated")
+        assert d.log_text().count("failed (retrying") == n_failed
+        assert "reconnected" in d.log_text()
         assert postgres.password not in d.log_text()
+        assert d.stop() == 0, d.log_text()
     finally:
         d.stop()
 
@@ -181,6 +197,7 @@ def test_unreachable_at_start_serves_standalone(build_dir, postgres, tmp_path):
         assert log.count("catalog not reachable") == 1
         assert postgres.password not in log
         assert "127.0.0.1" in log
+        assert d.stop() == 0, d.log_text()
     finally:
         d.stop()
 
@@ -194,6 +211,7 @@ def test_standalone_untouched(build_dir, postgres, tmp_path):
         assert "fleet:" not in d.log_text() and "fleet catalog" not in d.log_text()
         after = postgres.psql("SELECT count(*) FROM pg_stat_activity WHERE usename = 'tensorvault'")
         assert after == before
+        assert d.stop() == 0, d.log_text()
     finally:
         d.stop()
 
