@@ -222,7 +222,7 @@ def test_catalog_unit_against_postgres(build_dir, postgres):
     and the NOTIFY a listener receives."""
     exe = os.path.abspath(os.path.join(build_dir, "tests", "test_catalog"))
     assert os.path.exists(exe), f"{exe} not built"
-    _, dsn = fresh_db(postgres)
+    db, dsn = fresh_db(postgres)
     env = {**os.environ, "TV_TEST_PG_DSN": dsn, "CMOCKA_MESSAGE_OUTPUT": "STDOUT",
            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "detect_leaks=1")}
     r = subprocess.run([exe], capture_output=True, text=True, timeout=120, env=env,
@@ -232,3 +232,17 @@ def test_catalog_unit_against_postgres(build_dir, postgres):
     for name in ("migrate_once", "publish", "alias_cas_notify"):
         assert f"pg: ran {name}" in out, out
     assert "SKIPPED" not in out, out
+    # what the C test left: the alias moved 1 + 5 times, its placement array
+    # quoted right; 120k tensors of one generation by COPY, names with a tab
+    # and a backslash intact
+    assert q(postgres, db, "SELECT generation, version, placement FROM aliases "
+                           "WHERE model = 'unit-alias' AND alias = 'prod'") == \
+        '1|6|{node-a,"node \\"b\\""}'
+    assert q(postgres, db, "SELECT count(*) FROM tensors WHERE model = 'unit-pub'") == "120000"
+    assert q(postgres, db, "SELECT count(*) FROM tensors WHERE model = 'unit-pub' "
+                           "AND name = E'odd\\tname\\\\1'") == "1"
+    assert q(postgres, db, "SELECT dtype, array_to_string(shape, ','), shard, \"begin\", \"end\" "
+                           "FROM tensors WHERE model = 'unit-pub' AND name = 'layer.7.weight'") == \
+        "F16|4,7|1|56|64"
+    assert q(postgres, db, "SELECT array_length(shape, 1) IS NULL FROM tensors "
+                           "WHERE model = 'unit-pub' AND name = 'layer.0.weight'") == "t"
