@@ -179,6 +179,13 @@ def test_postgres_restart_while_serving(build_dir, postgres, tmp_path):
                  what="generation 4 published after the session was terminated")
         assert d.log_text().count("failed (retrying") == n_failed
         assert "reconnected" in d.log_text()
+        # a plain restart between two imports: reads go on, the next import
+        # is published over a new connection
+        postgres.restart()
+        assert d.ok("GET", "/v1/models/m/generations/4")["state"] == "ready"
+        d.import_ok("m", checkpoint(tmp_path / "r", "e", 9))
+        wait_for(lambda: published(postgres, db, "m", 5), timeout=30,
+                 what="generation 5 published after postgres.restart()")
         assert postgres.password not in d.log_text()
         assert d.stop() == 0, d.log_text()
     finally:
