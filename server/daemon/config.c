@@ -74,12 +74,14 @@ static const key_def keys[] = {
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
+    {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
+    {"fleet.node", K_STR, F(fleet_node), SZ(fleet_node), 1, 0},
 };
 #undef F
 #undef SZ
 
 static const char *const sections[] = {"http", "store",    "import", "log",
-                                       "demo", "fastpath", "access"};
+                                       "demo", "fastpath", "access", "fleet"};
 
 void tv__config_defaults(tv__config *c)
 {
@@ -116,6 +118,8 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_max_groups = 16;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;
+    if (gethostname(c->fleet_node, sizeof(c->fleet_node) - 1) != 0 || !c->fleet_node[0])
+        snprintf(c->fleet_node, sizeof(c->fleet_node), "localhost");
     snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u", (unsigned)getuid(),
              (unsigned)getgid());
 }
@@ -453,7 +457,7 @@ const char *tv__config_usage(void)
            "Every key has a default; a --config FILE (INI), then TENSORVAULT_<SECTION>_<KEY>\n"
            "environment variables, then flags override it (see deploy/tensorvaultd.ini).\n"
            "  --config FILE      INI file with [http] [store] [import] [log] [demo] [fastpath]\n"
-           "                     [access] sections\n"
+           "                     [access] [fleet] sections\n"
            "  --listen HOST:PORT http.listen (default 127.0.0.1:8470; port 0 = any free port)\n"
            "  --store DIR        store.dir (default ./var; the image defaults to DIR/store.img)\n"
            "  --demo PATH        demo.source: import PATH as model 'demo' when the store is empty\n"

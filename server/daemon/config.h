@@ -70,6 +70,9 @@ typedef struct tv__config {
         char model[256];
         char rules[TV__CFG_RULES_MAX];
     } access[TV__CFG_MAX_ACCESS]; /* a model set again replaces its entry */
+    /* [fleet] (server/fleet): the fleet catalog; "" = standalone */
+    char fleet_postgres[TV__CFG_STR_MAX]; /* libpq conninfo or URI */
+    char fleet_node[256];                 /* this node's name; default: the hostname */
 } tv__config;
 
 /* Fills c with the defaults (import.roots = the current directory). */
@@ -87,7 +90,7 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
 
 /* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
- * the sections http, store, import, log, demo, fastpath and access (the key
+ * the sections http, store, import, log, demo, fastpath, access and fleet (the key
  * lower-cased: TENSORVAULT_ACCESS_DEMO sets access.demo); other TENSORVAULT_*
  * variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the CLI) are not
  * the daemon's and are ignored. Returns 0 or TV_E_INVALID_ARG. */

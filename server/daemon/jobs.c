@@ -55,10 +55,12 @@ struct tv__jobs {
     bool stopping;
     unsigned n_workers, n_started;
     pthread_t *threads;
-    tv__store **wst;        /* one worker store per thread */
-    job_node **running;     /* slot per worker, NULL when idle */
-    bool default_strict;    /* import.strict */
-    tv__src_http_opts http; /* import.http_* */
+    tv__store **wst;              /* one worker store per thread */
+    job_node **running;           /* slot per worker, NULL when idle */
+    bool default_strict;          /* import.strict */
+    tv__src_http_opts http;       /* import.http_* */
+    void (*on_import)(void *ctx); /* an import succeeded (fleet: publish) */
+    void *on_import_ctx;
 };
 
 typedef struct worker_arg {
@@ -389,7 +391,10 @@ static void *worker_main(void *p)
         pthread_mutex_unlock(&j->lock);
         job_work(j->wst[w], n, &jr, &err);
         pthread_mutex_lock(&j->lock);
+        bool imported = n->kind == TV__JOB_IMPORT && jr.final == TV__JOB_SUCCEEDED;
         job_end(j->wst[w], n, &jr, &err);
+        if (imported && j->on_import)
+            j->on_import(j->on_import_ctx); /* must not block (tv__fleet_kick) */
         j->running[w] = NULL;
         j->n_running--;
         free(n);
@@ -397,6 +402,16 @@ static void *worker_main(void *p)
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
+}
+
+void tv__jobs_set_on_import(tv__jobs *j, void (*fn)(void *ctx), void *ctx)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->lock);
+    j->on_import = fn;
+    j->on_import_ctx = ctx;
+    pthread_mutex_unlock(&j->lock);
 }
 
 void tv__jobs_set_strict_default(tv__jobs *j, bool strict)

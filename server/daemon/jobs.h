@@ -71,6 +71,11 @@ typedef void (*tv__job_watch_fn)(void *ctx, const tv__reg_job *now);
 int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_fn watch, void *ctx,
                         int64_t *id, tv_error *err);
 
+/* fn(ctx) is called by the worker after each import that succeeded (the
+ * generation is ready in the registry), under the pool's lock: it must not
+ * block (the fleet thread's kick). fn NULL = none. */
+void tv__jobs_set_on_import(tv__jobs *j, void (*fn)(void *ctx), void *ctx);
+
 /* Imports run strict (read back and re-hash) even when the spec does not
  * ask for it (config import.strict). */
 void tv__jobs_set_strict_default(tv__jobs *j, bool strict);

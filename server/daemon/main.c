@@ -26,6 +26,7 @@
 
 #include "daemon/config.h"
 #include "daemon/jobs.h"
+#include "fleet/fleet.h"
 #include "daemon/openapi.h"
 #include "fastpath/access.h"
 #include "fastpath/fastpath.h"
@@ -230,6 +231,11 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
     return 0;
 }
 
+static void kick_fleet(void *f)
+{
+    tv__fleet_kick(f);
+}
+
 static int run(const tv__config *c)
 {
     int rc, exit_code = 1;
@@ -240,6 +246,7 @@ static int run(const tv__config *c)
     tv__http *http = NULL;
     tv__fp *fp = NULL;
     tv__fp_access *access = NULL;
+    tv__fleet *fleet = NULL;
     admit_ctx actx = {0};
     pthread_mutex_init(&actx.mu, NULL);
     snprintf(actx.reg_path, sizeof(actx.reg_path), "%s/registry.db", c->store_dir);
@@ -310,6 +317,19 @@ static int run(const tv__config *c)
     fflush(stdout);
     tv__log(TV_LOG_INFO, "listening on http://%s:%u, store %s, %u import workers", host,
             (unsigned)port, c->store_dir, c->import_workers);
+    if (c->fleet_postgres[0]) {
+        /* Fleet mode: a thread of its own connects in the background; the
+         * node serves standalone until (and whenever) the catalog is away. */
+        char url[300];
+        snprintf(url, sizeof(url), "http://%s:%u", host, (unsigned)port);
+        tv__fleet_opts fo = {.conninfo = c->fleet_postgres,
+                             .node = c->fleet_node,
+                             .url = url,
+                             .reg_path = actx.reg_path};
+        if ((rc = tv__fleet_start(&fo, &fleet, &err)))
+            goto fail;
+        tv__jobs_set_on_import(jobs, kick_fleet, fleet);
+    }
 
     sigset_t set;
     sigemptyset(&set);
@@ -343,6 +363,8 @@ out:
     tv__http_stop(http);
     tv__metrics_set_fastpath(NULL);
     tv__fp_stop(fp); /* sessions closed, leases released: before the store closes */
+    tv__jobs_set_on_import(jobs, NULL, NULL);
+    tv__fleet_stop(fleet);
     tv__jobs_stop(jobs);
     tv__api_close(api);
     tv__reg_close(actx.reg);

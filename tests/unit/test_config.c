@@ -397,6 +397,27 @@ static void test_flags(void **state)
     assert_non_null(strstr(tv__config_usage(), "--set"));
 }
 
+/* [fleet]: standalone by default, the node named after the host; the
+ * conninfo from the environment; an empty node name refused. */
+static void test_fleet_keys(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--set", "fleet.node=n1", NULL};
+    char *envp[] = {"TENSORVAULT_FLEET_POSTGRES=postgresql://u:pw@h/db", NULL};
+    char *none[] = {NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, none, &act, &err), 0);
+    assert_string_equal(c.fleet_postgres, "");
+    assert_true(c.fleet_node[0] != '\0');
+    assert_int_equal(tv__config_load(&c, 3, argv, envp, &act, &err), 0);
+    assert_string_equal(c.fleet_postgres, "postgresql://u:pw@h/db");
+    assert_string_equal(c.fleet_node, "n1");
+    assert_int_equal(tv__config_set(&c, "fleet.node", "", "--set", &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__config_set(&c, "fleet.postgres", "", "--set", &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_each_kind),
         cmocka_unit_test(test_env_bad_value_names_variable),
         cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_fleet_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -264,19 +264,29 @@ static void test_failed_migration_is_atomic(void **state)
     unlink(path);
 }
 
+/* A new database NAME in the fixture's dir with the first n_applied
+ * migrations applied (an older store), foreign keys on; its path in path. */
+static sqlite3 *db_at_version(fixture *f, const char *name, size_t n_applied, char *path,
+                              size_t path_len)
+{
+    snprintf(path, path_len, "%s/%s", f->dir, name);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
+    tv_error err = {0};
+    assert_true(tv__n_migrations > n_applied);
+    assert_int_equal(tv__migrate(db, tv__migrations, n_applied, NULL, &err), 0);
+    return db;
+}
+
 /* 0002 rebuilds import_jobs as jobs, copying the rows, and gives existing
  * tokens the admin scope. */
 static void test_migration_0002_keeps_rows(void **state)
 {
     fixture *f = *state;
-    char path[160];
-    snprintf(path, sizeof path, "%s/old.db", f->dir);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
     tv_error err = {0};
-    assert_true(tv__n_migrations >= 2);
-    assert_int_equal(tv__migrate(db, tv__migrations, 1, NULL, &err), 0);
+    char path[160];
+    sqlite3 *db = db_at_version(f, "old.db", 1, path, sizeof path);
     assert_int_equal(
         sqlite3_exec(
             db,
@@ -1899,14 +1909,9 @@ static void test_tokens(void **state)
 static void test_migration_0004_keeps_tokens(void **state)
 {
     fixture *f = *state;
-    char path[160];
-    snprintf(path, sizeof path, "%s/v3.db", f->dir);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL), SQLITE_OK);
     tv_error err = {0};
-    assert_true(tv__n_migrations >= 4);
-    assert_int_equal(tv__migrate(db, tv__migrations, 3, NULL, &err), 0);
+    char path[160];
+    sqlite3 *db = db_at_version(f, "v3.db", 3, path, sizeof path);
     assert_int_not_equal(
         sqlite3_exec(db,
                      "INSERT INTO api_tokens (name, sha256, scope) VALUES ('f', "

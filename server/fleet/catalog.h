@@ -1,0 +1,93 @@
+/* The fleet catalog on PostgreSQL (libpq): models, generations (shards with
+ * hashes, tensor metadata), aliases with their placement, and the nodes of
+ * the fleet (docs/fleet.md). Each node keeps its SQLite registry as the
+ * physical truth; the catalog is the logical truth the nodes reconcile with.
+ *
+ * Invariants:
+ *   - migrations/fleet/NNNN_*.sql are applied in order, each in one
+ *     transaction under pg_advisory_xact_lock(TV__CATALOG_LOCK) that also
+ *     advances tv_schema.version, so nodes starting together migrate once;
+ *   - a generation is published in one transaction (tensors by COPY); the
+ *     same (model, number) published again with the same shard hashes is a
+ *     no-op, with other hashes TV_E_CONFLICT naming both;
+ *   - an alias moves by compare-and-set on its version, and the move and its
+ *     NOTIFY tensorvault_catalog commit together;
+ *   - no message or log line carries the password of the conninfo;
+ *   - a connection found dropped (PQstatus) is reconnected once per call
+ *     before the call fails.
+ * A tv__catalog is one connection: use it from one thread at a time.
+ *
+ * Errors: -ECONNREFUSED when PostgreSQL cannot be reached (the message names
+ * host and database and libpq's reason); TV_E_REGISTRY for a failed
+ * statement (the message carries PostgreSQL's); TV_E_REGISTRY_TOO_NEW for a
+ * catalog migrated by a newer tensorvault; TV_E_CONFLICT (HTTP 409). */
+#ifndef TV_FLEET_CATALOG_H
+#define TV_FLEET_CATALOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "registry/migrate.h"
+#include "registry/registry.h"
+#include "tensorvault/errors.h"
+
+#define TV__CATALOG_LOCK    INT64_C(0x74767631) /* "tvv1": the migration advisory lock */
+#define TV__CATALOG_CHANNEL "tensorvault_catalog"
+
+typedef struct tv__catalog tv__catalog;
+
+/* The catalog migrations built into this binary (migrations/fleet/NNNN_description.sql). */
+extern const tv__migration tv__fleet_migrations[];
+extern const size_t tv__fleet_n_migrations;
+
+/* Writes conninfo (keyword=value or a postgresql:// URI) for logs:
+ * "host=H port=P dbname=D user=U" from what it names, never the password;
+ * "(unparsable conninfo)" when libpq cannot parse it. Always NUL-terminates
+ * (len > 0). Pure: no connection. */
+void tv__catalog_redact(const char *conninfo, char *out, size_t len);
+
+/* Connects (connect_timeout 5 s unless conninfo sets one) and applies the
+ * pending migrations. Returns 0 and *out; -ECONNREFUSED; TV_E_REGISTRY
+ * (a migration failed: the message names the file);
+ * TV_E_REGISTRY_TOO_NEW; TV_E_INVALID_ARG (empty or unparsable conninfo). */
+int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err);
+/* NULL-safe. */
+void tv__catalog_close(tv__catalog *cat);
+
+/* tv_schema.version (0 before the first migration). */
+int tv__catalog_version(tv__catalog *cat, int *version, tv_error *err);
+
+/* Inserts or refreshes this node's row (url, last_seen = now(), state 'up'). */
+int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err);
+
+/* Publishes a ready generation: m as loaded by tv__reg_tensors_list (its
+ * generation, shards and tensors), published_by = node (registered on the
+ * way when absent). One transaction. Returns 0 and *published (may be NULL:
+ * 1 = written, 0 = already there with the same shard hashes);
+ * TV_E_CONFLICT when (model, number) is there with other content (the
+ * message names the shard and both sha256s); TV_E_STATE (m not ready). */
+int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
+                                   int *published, tv_error *err);
+
+/* Moves (or creates, with expect_version 0) alias of model to generation,
+ * placement NULL = every node, else a NULL-terminated list of node names.
+ * Compare-and-set: the row's version must be expect_version; it becomes
+ * *new_version (may be NULL). NOTIFY tensorvault_catalog with
+ * {"kind":"alias","model":..,"alias":..,"generation":..,"version":..}
+ * in the same transaction. Returns 0; TV_E_CONFLICT (the version moved on,
+ * or the alias exists and expect_version is 0: the message names both
+ * versions); TV_E_NOT_FOUND (no such generation in the catalog). */
+int tv__catalog_set_alias(tv__catalog *cat, const char *model, const char *alias,
+                          int64_t generation, const char *const *placement, int64_t expect_version,
+                          int64_t *new_version, tv_error *err);
+
+/* LISTEN tensorvault_catalog on this connection (again after a reconnect). */
+int tv__catalog_listen(tv__catalog *cat, tv_error *err);
+
+/* Waits up to timeout_ms (-1 = no limit) for a notification on the listened
+ * channel and copies its payload (NUL-terminated, cut to len - 1 bytes).
+ * Returns 1 (payload filled), 0 (timed out), or an error (-ECONNREFUSED
+ * when the connection dropped and could not be made again). */
+int tv__catalog_wait(tv__catalog *cat, int timeout_ms, char *payload, size_t len, tv_error *err);
+
+#endif

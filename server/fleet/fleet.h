@@ -1,0 +1,44 @@
+/* The daemon's side of fleet mode (step 1: publishing): one small thread
+ * that owns the catalog connection (catalog.h) and a read-only registry
+ * connection of its own, so no HTTP, fast-path or job thread ever waits on
+ * PostgreSQL.
+ *
+ * Invariants:
+ *   - the daemon serves standalone until the catalog is reached: a failed
+ *     connect or migration is logged once (then at debug level) and retried
+ *     every retry_s seconds, never failing the start;
+ *   - every ready generation of the local registry is published once per
+ *     process (idempotent in the catalog): all of them after each
+ *     (re)connect, then those a kick announces; a failed publish is logged
+ *     and retried, and never touches the local generation; a conflict
+ *     (other content under the same number) is logged as an error and not
+ *     retried;
+ *   - the node's row is refreshed (last_seen) every heartbeat_s seconds. */
+#ifndef TV_FLEET_FLEET_H
+#define TV_FLEET_FLEET_H
+
+#include "tensorvault/errors.h"
+
+typedef struct tv__fleet tv__fleet;
+
+typedef struct tv__fleet_opts {
+    const char *conninfo; /* fleet.postgres, non-empty */
+    const char *node;     /* fleet.node */
+    const char *url;      /* this node's HTTP URL, for the nodes row */
+    const char *reg_path; /* the local registry.db */
+    unsigned retry_s;     /* 0 = 3 */
+    unsigned heartbeat_s; /* 0 = 10 */
+} tv__fleet_opts;
+
+/* Starts the fleet thread (it connects in the background). Returns 0 and
+ * *out; TV_E_INVALID_ARG; -ENOMEM; -errno of pthread_create. */
+int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err);
+
+/* A ready generation may have appeared: publish soon. NULL-safe, never
+ * blocks on PostgreSQL. */
+void tv__fleet_kick(tv__fleet *f);
+
+/* Stops and joins the thread, closes the connections. NULL-safe. */
+void tv__fleet_stop(tv__fleet *f);
+
+#endif
