@@ -77,6 +77,29 @@ static void one_line(const char *in, char *out, size_t len)
         out[--j] = '\0';
 }
 
+/* libpq's reason for an unparsable conninfo, without what it quotes: it
+ * quotes the offending token, which may be (part of) the password. */
+static void parse_reason(const char *in, char *out, size_t len)
+{
+    char line[400];
+    one_line(in, line, sizeof line);
+    size_t j = 0;
+    bool quoted = false;
+    for (size_t i = 0; line[i] && j + 1 < len; i++) {
+        if (line[i] == '"') {
+            quoted = !quoted;
+            if (quoted && j + 5 < len) {
+                memcpy(out + j, "\"...\"", 5);
+                j += 5;
+            }
+            continue;
+        }
+        if (!quoted)
+            out[j++] = line[i];
+    }
+    out[j] = '\0';
+}
+
 static int conn_err(tv__catalog *cat, tv_error *err, const char *what)
 {
     char msg[400];
@@ -257,7 +280,7 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
     PQconninfoOption *opts = PQconninfoParse(conninfo, &perr);
     if (!opts) {
         char msg[300];
-        one_line(perr, msg, sizeof msg);
+        parse_reason(perr, msg, sizeof msg);
         PQfreemem(perr);
         return tv__seterr(err, TV_E_INVALID_ARG, "fleet.postgres is not a libpq conninfo: %s", msg);
     }
