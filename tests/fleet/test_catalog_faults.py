@@ -1,0 +1,79 @@
+"""Faults of the fleet catalog around a daemon (server/fleet): a catalog
+that stops answering must never keep the daemon from stopping."""
+import os
+import signal
+import sys
+import time
+import uuid
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+from daemon import Daemon, make_checkpoint  # noqa: E402
+
+
+def build_dir():
+    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
+    assert os.path.exists(os.path.join(d, "tensorvaultd")), f"tensorvaultd not built in {d}"
+    return d
+
+
+def fresh_db(postgres):
+    name = "tvflt_" + uuid.uuid4().hex[:10]
+    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user}")
+    return name, postgres.dsn.rsplit("/", 1)[0] + "/" + name
+
+
+def wait_for(fn, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def checkpoint(tmp_path, name, seed):
+    rng = np.random.default_rng(seed)
+    tensors = {f"w.{i}": rng.standard_normal((4, i + 1)).astype(np.float16) for i in range(4)}
+    return make_checkpoint(tmp_path / name / "model.safetensors", tensors)
+
+
+def test_stop_while_the_catalog_hangs(postgres, tmp_path):
+    """The backend serving the daemon is SIGSTOPped (a hung server: TCP is
+    still acknowledged, so no keepalive notices) while the fleet thread
+    publishes: SIGTERM still stops the daemon, with exit status 0."""
+    db, dsn = fresh_db(postgres)
+    d = Daemon(build_dir(), tmp_path, name="h",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-h"})
+    d.start()
+    backend = None
+    try:
+        d.import_ok("hang", checkpoint(tmp_path, "a", 1))
+        wait_for(lambda: postgres.psql("SELECT count(*) FROM generations WHERE model = 'hang'",
+                                       as_app=True, dbname=db).strip() == "1",
+                 what="generation 1 published")
+        pids = postgres.psql("SELECT pid FROM pg_stat_activity WHERE datname = "
+                             f"'{db}' AND application_name = 'tensorvaultd'").split()
+        assert len(pids) == 1, pids
+        backend = int(pids[0])
+        os.kill(backend, signal.SIGSTOP)
+        # an import kicks the fleet thread: its BEGIN waits on the stopped backend
+        d.import_ok("hang", checkpoint(tmp_path, "b", 2))
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        rc = d.stop(timeout=30)
+        took = time.monotonic() - t0
+        assert rc == 0, d.log_text()
+        assert took < 15, f"stopping took {took:.1f} s\n{d.log_text()}"
+        assert "did not answer within" in d.log_text()
+        assert postgres.password not in d.log_text()
+    finally:
+        if backend:
+            os.kill(backend, signal.SIGCONT)
+        if d.alive():
+            d.kill9()
