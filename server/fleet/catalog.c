@@ -291,9 +291,13 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
         return tv__seterr(err, -ENOMEM, "fleet catalog: out of memory");
     }
     tv__catalog_redact(conninfo, cat->where, sizeof cat->where);
-    /* connect_timeout first: a value in conninfo (expanded at dbname) wins. */
-    const char *const keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-    const char *const vals[] = {"5", "tensorvaultd", conninfo, NULL};
+    /* connect_timeout first: a value in conninfo (expanded at dbname) wins.
+     * client_encoding last, so it always wins: the registry's names are
+     * UTF-8, and libpq's default is the database's encoding (a LATIN1
+     * catalog stored them as mojibake). */
+    const char *const keys[] = {"connect_timeout", "application_name", "dbname", "client_encoding",
+                                NULL};
+    const char *const vals[] = {"5", "tensorvaultd", conninfo, "UTF8", NULL};
     cat->conn = PQconnectdbParams(keys, vals, 1);
     int rc;
     if (!cat->conn) {

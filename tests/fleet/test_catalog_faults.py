@@ -77,3 +77,33 @@ def test_stop_while_the_catalog_hangs(postgres, tmp_path):
             os.kill(backend, signal.SIGCONT)
         if d.alive():
             d.kill9()
+
+
+def test_names_stay_utf8_in_a_latin1_catalog(postgres, tmp_path):
+    """The catalog's database is LATIN1: the daemon's names are UTF-8 (the
+    registry's), so they are sent as UTF-8 whatever the database's encoding
+    (libpq's default client_encoding is the database's), never stored as
+    mojibake."""
+    name = "tvl1_" + uuid.uuid4().hex[:10]
+    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user} ENCODING 'LATIN1' "
+                  "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    dsn = postgres.dsn.rsplit("/", 1)[0] + "/" + name
+    d = Daemon(build_dir(), tmp_path, name="l1",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-l1"})
+    d.start()
+    try:
+        src = make_checkpoint(tmp_path / "c" / "model.safetensors",
+                              {"poids.\u00e9": np.arange(8, dtype=np.float32),
+                               "plain": np.arange(4, dtype=np.float32)})
+        d.import_ok("m", src)
+        wait_for(lambda: postgres.psql("SELECT count(*) FROM generations WHERE model = 'm'",
+                                       as_app=True, dbname=name).strip() == "1",
+                 what="generation 1 published")
+        got = postgres.psql("SELECT count(*) FROM tensors WHERE model = 'm' "
+                            "AND name = U&'poids.\\00E9'", as_app=True, dbname=name).strip()
+        assert got == "1", postgres.psql("SELECT name, length(name) FROM tensors",
+                                         as_app=True, dbname=name)
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.alive():
+            d.kill9()
