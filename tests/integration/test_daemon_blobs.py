@@ -240,3 +240,23 @@ def test_dedup_and_gc(d, store, tokens):
     for h, path in store.items():
         if h != hexd:
             assert blob(d, h, tokens["fleet"]).body == open(path, "rb").read()
+
+
+def test_read_bytes_metric_counts_blob_bodies(d, store, tokens):
+    """tensorvault_read_bytes_total counts a blob's bytes whether the body
+    is sent whole or streamed (it counted only streamed ones)."""
+    route = 'tensorvault_read_bytes_total{route="GET /v1/blobs/{digest}"}'
+
+    def counted():
+        for line in d.get("/metrics").body.decode().splitlines():
+            if line.startswith(route + " "):
+                return int(float(line.split()[-1]))
+        return 0
+
+    hexd, path = next(iter(store.items()))
+    before = counted()
+    r = blob(d, hexd, tokens["fleet"])
+    assert r.status == 200
+    r = blob(d, hexd, tokens["fleet"], headers={"Range": "bytes=0-99"})
+    assert r.status == 206
+    assert counted() - before == os.path.getsize(path) + 100
