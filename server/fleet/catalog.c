@@ -294,10 +294,17 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
     /* connect_timeout first: a value in conninfo (expanded at dbname) wins.
      * client_encoding last, so it always wins: the registry's names are
      * UTF-8, and libpq's default is the database's encoding (a LATIN1
-     * catalog stored them as mojibake). */
-    const char *const keys[] = {"connect_timeout", "application_name", "dbname", "client_encoding",
-                                NULL};
-    const char *const vals[] = {"5", "tensorvaultd", conninfo, "UTF8", NULL};
+     * catalog stored them as mojibake). keepalives and tcp_user_timeout
+     * (defaults the conninfo may override): a server lost without a reset
+     * (a network gone) fails the call blocked on it within about 30 s, not
+     * the system's 2 h. */
+    const char *const keys[] = {"connect_timeout",     "application_name",
+                                "keepalives",          "keepalives_idle",
+                                "keepalives_interval", "keepalives_count",
+                                "tcp_user_timeout",    "dbname",
+                                "client_encoding",     NULL};
+    const char *const vals[] = {"5", "tensorvaultd", "1",      "10",   "5",
+                                "3", "30000",        conninfo, "UTF8", NULL};
     cat->conn = PQconnectdbParams(keys, vals, 1);
     int rc;
     if (!cat->conn) {

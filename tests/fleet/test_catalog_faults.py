@@ -107,3 +107,32 @@ def test_names_stay_utf8_in_a_latin1_catalog(postgres, tmp_path):
     finally:
         if d.alive():
             d.kill9()
+
+
+def test_connection_notices_a_vanished_server(postgres, tmp_path):
+    """A server that vanishes (a lost network: no RST) while the thread waits
+    on it is noticed by TCP keepalives within seconds, not the system's 2 h:
+    the daemon's catalog connection has a keepalive timer of at most 30 s."""
+    import re
+    import subprocess
+    db, dsn = fresh_db(postgres)
+    d = Daemon(build_dir(), tmp_path, name="k",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-k"})
+    d.start()
+    try:
+        wait_for(lambda: postgres.psql("SELECT count(*) FROM nodes", as_app=True,
+                                       dbname=db).strip() == "1", what="the node row")
+        out = subprocess.run(["ss", "-tnpo", "state", "established",
+                              f"( dport = :{postgres.port} )"],
+                             capture_output=True, text=True, check=True).stdout
+        mine = [ln for ln in out.splitlines() if f"pid={d.proc.pid}," in ln]
+        assert len(mine) == 1, out
+        m = re.search(r"timer:\(keepalive,([^,]+),", mine[0])
+        assert m, mine[0]  # e.g. "119min", "1min2sec", "9.8sec", "800ms"
+        unit = {"min": 60.0, "sec": 1.0, "ms": 0.001}
+        secs = sum(float(v) * unit[u] for v, u in re.findall(r"([\d.]+)(min|sec|ms)", m.group(1)))
+        assert secs <= 30, mine[0]
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.alive():
+            d.kill9()
