@@ -77,6 +77,29 @@ static void one_line(const char *in, char *out, size_t len)
         out[--j] = '\0';
 }
 
+/* libpq's reason for an unparsable conninfo, without what it quotes: it
+ * quotes the offending token, which may be (part of) the password. */
+static void parse_reason(const char *in, char *out, size_t len)
+{
+    char line[400];
+    one_line(in, line, sizeof line);
+    size_t j = 0;
+    bool quoted = false;
+    for (size_t i = 0; line[i] && j + 1 < len; i++) {
+        if (line[i] == '"') {
+            quoted = !quoted;
+            if (quoted && j + 5 < len) {
+                memcpy(out + j, "\"...\"", 5);
+                j += 5;
+            }
+            continue;
+        }
+        if (!quoted)
+            out[j++] = line[i];
+    }
+    out[j] = '\0';
+}
+
 static int conn_err(tv__catalog *cat, tv_error *err, const char *what)
 {
     char msg[400];
@@ -257,7 +280,7 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
     PQconninfoOption *opts = PQconninfoParse(conninfo, &perr);
     if (!opts) {
         char msg[300];
-        one_line(perr, msg, sizeof msg);
+        parse_reason(perr, msg, sizeof msg);
         PQfreemem(perr);
         return tv__seterr(err, TV_E_INVALID_ARG, "fleet.postgres is not a libpq conninfo: %s", msg);
     }
@@ -268,9 +291,20 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
         return tv__seterr(err, -ENOMEM, "fleet catalog: out of memory");
     }
     tv__catalog_redact(conninfo, cat->where, sizeof cat->where);
-    /* connect_timeout first: a value in conninfo (expanded at dbname) wins. */
-    const char *const keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-    const char *const vals[] = {"5", "tensorvaultd", conninfo, NULL};
+    /* connect_timeout first: a value in conninfo (expanded at dbname) wins.
+     * client_encoding last, so it always wins: the registry's names are
+     * UTF-8, and libpq's default is the database's encoding (a LATIN1
+     * catalog stored them as mojibake). keepalives and tcp_user_timeout
+     * (defaults the conninfo may override): a server lost without a reset
+     * (a network gone) fails the call blocked on it within about 30 s, not
+     * the system's 2 h. */
+    const char *const keys[] = {"connect_timeout",     "application_name",
+                                "keepalives",          "keepalives_idle",
+                                "keepalives_interval", "keepalives_count",
+                                "tcp_user_timeout",    "dbname",
+                                "client_encoding",     NULL};
+    const char *const vals[] = {"5", "tensorvaultd", "1",      "10",   "5",
+                                "3", "30000",        conninfo, "UTF8", NULL};
     cat->conn = PQconnectdbParams(keys, vals, 1);
     int rc;
     if (!cat->conn) {

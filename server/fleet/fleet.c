@@ -14,6 +14,10 @@
 #include "registry/registry.h"
 #include "util/internal.h"
 
+/* How long a stop waits for the thread: a libpq call on a catalog that
+ * stopped answering (a hung server, a lost network) has no timeout. */
+#define FLEET_STOP_WAIT_S 5
+
 typedef struct done_key {
     char model[TV__REG_NAME_MAX + 1];
     int64_t number;
@@ -57,6 +61,14 @@ static void mark_done(tv__fleet *f, const char *model, int64_t number)
     f->done[f->n_done++].number = number;
 }
 
+static bool stopping(tv__fleet *f)
+{
+    pthread_mutex_lock(&f->mu);
+    bool s = f->stopping;
+    pthread_mutex_unlock(&f->mu);
+    return s;
+}
+
 /* Publishes every ready generation not yet published by this process.
  * Returns 0, or the first error that is worth a retry. */
 static int publish_pending(tv__fleet *f)
@@ -73,7 +85,7 @@ static int publish_pending(tv__fleet *f)
         tv__log(TV_LOG_WARN, "fleet: cannot list local models: %s", err.msg);
         return rc;
     }
-    for (size_t i = 0; i < n_models && !retry; i++) {
+    for (size_t i = 0; i < n_models && !retry && !stopping(f); i++) {
         tv__reg_generation *gens = NULL;
         size_t n_gens = 0;
         if ((rc = tv__reg_generations_list(f->reg, models[i].name, &gens, &n_gens, &err))) {
@@ -81,7 +93,7 @@ static int publish_pending(tv__fleet *f)
                 retry = rc;
             continue;
         }
-        for (size_t k = 0; k < n_gens && !retry; k++) {
+        for (size_t k = 0; k < n_gens && !retry && !stopping(f); k++) {
             const tv__reg_generation *g = &gens[k];
             if (g->state != TV__GEN_READY || is_done(f, g->model, g->number))
                 continue;
@@ -180,7 +192,7 @@ static void *fleet_main(void *p)
                 last_beat = mono_s();
             }
         }
-        if (pending || kicked)
+        if ((pending || kicked) && !stopping(f))
             pending = publish_pending(f) != 0;
         unsigned wait = pending ? f->retry_s : f->heartbeat_s;
         if (wait_for(f, wait, &kicked))
@@ -257,6 +269,16 @@ void tv__fleet_stop(tv__fleet *f)
     f->stopping = true;
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->mu);
-    pthread_join(f->thread, NULL);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FLEET_STOP_WAIT_S;
+    if (pthread_timedjoin_np(f->thread, NULL, &until) == ETIMEDOUT) {
+        /* Blocked in libpq: the thread still uses f, left to the exit. */
+        tv__log(TV_LOG_WARN,
+                "fleet: catalog %s did not answer within %d s; stopping without waiting for it",
+                f->where, FLEET_STOP_WAIT_S);
+        pthread_detach(f->thread);
+        return;
+    }
     fleet_free(f);
 }

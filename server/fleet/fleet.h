@@ -38,7 +38,10 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err);
  * blocks on PostgreSQL. */
 void tv__fleet_kick(tv__fleet *f);
 
-/* Stops and joins the thread, closes the connections. NULL-safe. */
+/* Stops and joins the thread, closes the connections. NULL-safe. Waits at
+ * most 5 s: a thread blocked on a catalog that stopped answering (libpq
+ * calls have no timeout) is detached and left, with its memory, to the
+ * process's exit, which is the only caller's next step. */
 void tv__fleet_stop(tv__fleet *f);
 
 #endif

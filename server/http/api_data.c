@@ -11,7 +11,8 @@
  *   - one RFC 9110 byte range: "bytes=a-b", "a-", "-n"; several ranges are
  *     answered 200 with the whole body; an unsatisfiable or malformed range
  *     is 416 with Content-Range: bytes * /N; another unit is ignored (200);
- *     If-None-Match (the ETag, W/ allowed, or *) is checked first: 304;
+ *     If-None-Match (the ETag, W/ allowed, or *) is checked first: 304
+ *     (its Content-Length the 200's);
  *   - only the envelope of the asked bytes is read (tv_read_range), so a
  *     streamed piece of a large tensor costs about its own bytes. */
 #include <errno.h>
@@ -401,11 +402,14 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
     int rc = 0;
     tv__api_header(r, "ETag", "%s", etag);
     tv__api_header(r, "Accept-Ranges", "bytes");
-    if (inm_matches(c->req->if_none_match, etag)) {
-        r->status = 304;
-        goto out;
-    }
     uint64_t first = 0, len = n;
+    if (inm_matches(c->req->if_none_match, etag)) {
+        /* A stream of the 200's length, never read: MHD sends no body with
+         * a 304 but its Content-Length, which must be the 200's (RFC 9110
+         * 8.6), not 0. */
+        r->status = 304;
+        goto stream;
+    }
     enum range_kind rk = parse_range(c->req->range, n, &first, &len);
     if (rk == RANGE_BAD) {
         tv__api_header(r, "Content-Range", "bytes */%" PRIu64, n);
@@ -461,6 +465,7 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
         r->body_len = len;
         goto out;
     }
+stream:;
     bytes_stream *s = malloc(sizeof *s);
     if (!s) {
         rc = tv__seterr(&c->err, -ENOMEM, "out of memory");

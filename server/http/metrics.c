@@ -298,7 +298,7 @@ int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len)
             "tensorvault_imported_bytes_total %" PRIu64 "\n",
             atomic_load(&g_import_bytes));
 
-    fputs("# HELP tensorvault_read_bytes_total Tensor bytes sent, by route.\n"
+    fputs("# HELP tensorvault_read_bytes_total Tensor and blob bytes sent, by route.\n"
           "# TYPE tensorvault_read_bytes_total counter\n",
           f);
     size_t n = atomic_load_explicit(&g_read_bytes.n, memory_order_acquire);

@@ -116,10 +116,13 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-static bool is_data_route(const char *route)
+/* The byte-body routes (tensor data, blobs): their bytes count in
+ * tensorvault_read_bytes_total whether sent whole or streamed. */
+static bool is_bytes_route(const char *route)
 {
     size_t n = route ? strlen(route) : 0;
-    return n >= 5 && strcmp(route + n - 5, "/data") == 0;
+    return (n >= 5 && strcmp(route + n - 5, "/data") == 0) ||
+           (route && strcmp(route, "GET /v1/blobs/{digest}") == 0);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -302,7 +305,7 @@ static enum MHD_Result queue_api_resp(struct MHD_Connection *c, req_ctx *r, tv__
             mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!mr)
             free(body);
-        else if (is_data_route(r->route) && (resp->status == 200 || resp->status == 206))
+        else if (is_bytes_route(r->route) && (resp->status == 200 || resp->status == 206))
             tv__metrics_read_bytes(r->route, len);
     }
     if (!mr) {

@@ -121,6 +121,41 @@ def test_head(d, store, tokens):
         conn.close()
 
 
+def test_not_modified_length(d, store, tokens):
+    """A 304 (GET or HEAD) carries no Content-Length but the 200's (RFC 9110
+    8.6: never 0 for a blob that has bytes), here and on the data route."""
+    hexd, path = next(iter(store.items()))
+    tl = d.ok("GET", "/v1/models/m/generations/1/tensors?limit=1000")["tensors"]
+    t = next(x for x in tl if x["data_offsets"][1] > x["data_offsets"][0])
+    data_path = f"/v1/models/m/generations/1/tensors/{seg(t['name'])}/data"
+    cases = [(f"/v1/blobs/sha256:{hexd}", f'"sha256:{hexd}"', os.path.getsize(path), "fleet"),
+             (data_path, None, t["data_offsets"][1] - t["data_offsets"][0], "admin")]
+    for url, etag, n, who in cases:
+        for method in ("GET", "HEAD"):
+            conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30 * SLOW)
+            try:
+                auth = {"Authorization": f"Bearer {tokens[who]}"}
+                if etag is None:
+                    conn.request("HEAD", url, headers=auth)
+                    r0 = conn.getresponse()
+                    r0.read()
+                    etag = r0.getheader("ETag")
+                conn.request(method, url, headers={**auth, "If-None-Match": etag})
+                r = conn.getresponse()
+                assert r.status == 304, (url, method, r.status)
+                assert r.read() == b""
+                cl = r.getheader("Content-Length")
+                assert cl is None or cl == str(n), (url, method, cl, n)
+                assert r.getheader("ETag") == etag
+                # the connection still frames the next answer right
+                conn.request("HEAD", url, headers=auth)
+                r = conn.getresponse()
+                assert r.status == 200 and r.read() == b""
+                assert r.getheader("Content-Length") == str(n)
+            finally:
+                conn.close()
+
+
 def test_tokens(d, store, tokens):
     hexd = next(iter(store))
     for target in (f"/v1/blobs/sha256:{hexd}", "/v1/blobs"):
@@ -205,3 +240,23 @@ def test_dedup_and_gc(d, store, tokens):
     for h, path in store.items():
         if h != hexd:
             assert blob(d, h, tokens["fleet"]).body == open(path, "rb").read()
+
+
+def test_read_bytes_metric_counts_blob_bodies(d, store, tokens):
+    """tensorvault_read_bytes_total counts a blob's bytes whether the body
+    is sent whole or streamed (it counted only streamed ones)."""
+    route = 'tensorvault_read_bytes_total{route="GET /v1/blobs/{digest}"}'
+
+    def counted():
+        for line in d.get("/metrics").body.decode().splitlines():
+            if line.startswith(route + " "):
+                return int(float(line.split()[-1]))
+        return 0
+
+    hexd, path = next(iter(store.items()))
+    before = counted()
+    r = blob(d, hexd, tokens["fleet"])
+    assert r.status == 200
+    r = blob(d, hexd, tokens["fleet"], headers={"Range": "bytes=0-99"})
+    assert r.status == 206
+    assert counted() - before == os.path.getsize(path) + 100

@@ -763,6 +763,9 @@ static void test_data(void **state)
     assert_int_equal(data(&r, 0, "1", &x), 304);
     assert_null(r.body);
     assert_null(r.json);
+    /* the 200's length (the transport's Content-Length), never read */
+    assert_true(r.stream);
+    assert_int_equal(r.stream_len, 4000);
     tv__api_resp_free(&r);
     char list[256];
     snprintf(list, sizeof list, "\"other\", W/%s", etag);
@@ -1105,6 +1108,8 @@ static void test_blobs(void **state)
     snprintf(inm, sizeof inm, "\"sha256:%s\"", hex);
     a.inm = inm;
     assert_int_equal(call(&r, "GET", path, &a), 304);
+    assert_true(r.stream);
+    assert_int_equal(r.stream_len, flen);
     tv__api_resp_free(&r);
     a.inm = NULL;
     /* streamed (the whole-body limit lowered): same bytes, piece by piece */

@@ -98,6 +98,20 @@ static void test_open_refused(void **state)
     assert_null(strstr(err.msg, "topsecret"));
     assert_int_equal(tv__catalog_open("", &cat, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv__catalog_open("host='x", &cat, &err), TV_E_INVALID_ARG);
+    /* An unparsable conninfo: libpq's reason quotes the offending token,
+     * which may be the password (a bare '%' in a URI's password, an
+     * unquoted space in a keyword one): the message never carries it. */
+    const char *bad[] = {"postgresql://u:hunter%zz2@127.0.0.1:1/catdb",
+                         "postgresql://u:hunter%002@127.0.0.1:1/catdb",
+                         "host=127.0.0.1 password=hunter two dbname=catdb"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        err = (tv_error){0};
+        assert_int_equal(tv__catalog_open(bad[i], &cat, &err), TV_E_INVALID_ARG);
+        assert_null(cat);
+        assert_non_null(strstr(err.msg, "fleet.postgres"));
+        assert_null(strstr(err.msg, "hunter"));
+        assert_null(strstr(err.msg, "two"));
+    }
     tv__catalog_close(NULL);
 }
 

@@ -1,0 +1,160 @@
+"""Faults of the fleet catalog around a daemon (server/fleet): a catalog
+that stops answering must never keep the daemon from stopping."""
+import os
+import signal
+import sys
+import time
+import uuid
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+from daemon import Daemon, make_checkpoint  # noqa: E402
+
+
+def build_dir():
+    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
+    assert os.path.exists(os.path.join(d, "tensorvaultd")), f"tensorvaultd not built in {d}"
+    return d
+
+
+def fresh_db(postgres):
+    name = "tvflt_" + uuid.uuid4().hex[:10]
+    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user}")
+    return name, postgres.dsn.rsplit("/", 1)[0] + "/" + name
+
+
+def wait_for(fn, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def count(postgres, db, sql):
+    """The count sql answers; -1 while the daemon has not created the
+    catalog's tables yet."""
+    r = postgres.psql(sql, as_app=True, dbname=db, check=False)
+    return int(r.stdout.strip()) if r.returncode == 0 else -1
+
+
+def checkpoint(tmp_path, name, seed):
+    rng = np.random.default_rng(seed)
+    tensors = {f"w.{i}": rng.standard_normal((4, i + 1)).astype(np.float16) for i in range(4)}
+    return make_checkpoint(tmp_path / name / "model.safetensors", tensors)
+
+
+def test_stop_while_the_catalog_hangs(postgres, tmp_path):
+    """The backend serving the daemon is SIGSTOPped (a hung server: TCP is
+    still acknowledged, so no keepalive notices) while the fleet thread
+    publishes: SIGTERM still stops the daemon, with exit status 0."""
+    db, dsn = fresh_db(postgres)
+    d = Daemon(build_dir(), tmp_path, name="h",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-h"})
+    d.start()
+    backend = None
+    try:
+        d.import_ok("hang", checkpoint(tmp_path, "a", 1))
+        wait_for(lambda: count(postgres, db, "SELECT count(*) FROM generations "
+                                             "WHERE model = 'hang'") == 1,
+                 what="generation 1 published")
+        pids = postgres.psql("SELECT pid FROM pg_stat_activity WHERE datname = "
+                             f"'{db}' AND application_name = 'tensorvaultd'").split()
+        assert len(pids) == 1, pids
+        backend = int(pids[0])
+        os.kill(backend, signal.SIGSTOP)
+        # an import kicks the fleet thread: its BEGIN waits on the stopped backend
+        d.import_ok("hang", checkpoint(tmp_path, "b", 2))
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        rc = d.stop(timeout=30)
+        took = time.monotonic() - t0
+        assert rc == 0, d.log_text()
+        assert took < 15, f"stopping took {took:.1f} s\n{d.log_text()}"
+        assert "did not answer within" in d.log_text()
+        assert postgres.password not in d.log_text()
+    finally:
+        if backend:
+            os.kill(backend, signal.SIGCONT)
+        if d.alive():
+            d.kill9()
+
+
+def test_names_stay_utf8_in_a_latin1_catalog(postgres, tmp_path):
+    """The catalog's database is LATIN1: the daemon's names are UTF-8 (the
+    registry's), so they are sent as UTF-8 whatever the database's encoding
+    (libpq's default client_encoding is the database's), never stored as
+    mojibake."""
+    name = "tvl1_" + uuid.uuid4().hex[:10]
+    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user} ENCODING 'LATIN1' "
+                  "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    dsn = postgres.dsn.rsplit("/", 1)[0] + "/" + name
+    d = Daemon(build_dir(), tmp_path, name="l1",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-l1"})
+    d.start()
+    try:
+        src = make_checkpoint(tmp_path / "c" / "model.safetensors",
+                              {"poids.\u00e9": np.arange(8, dtype=np.float32),
+                               "plain": np.arange(4, dtype=np.float32)})
+        d.import_ok("m", src)
+        wait_for(lambda: count(postgres, name, "SELECT count(*) FROM generations "
+                                               "WHERE model = 'm'") == 1,
+                 what="generation 1 published")
+        got = postgres.psql("SELECT count(*) FROM tensors WHERE model = 'm' "
+                            "AND name = U&'poids.\\00E9'", as_app=True, dbname=name).strip()
+        assert got == "1", postgres.psql("SELECT name, length(name) FROM tensors",
+                                         as_app=True, dbname=name)
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.alive():
+            d.kill9()
+
+
+def keepalive_timers(pid, port):
+    """[(timer kind, seconds left)] of pid's established TCP connections to
+    port, from /proc/net/tcp (kind 2 = keepalive)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("socket:["):
+            inodes.add(t[8:-1])
+    out = []
+    with open("/proc/net/tcp") as f:
+        for line in f.read().splitlines()[1:]:
+            c = line.split()
+            if c[3] != "01" or int(c[2].split(":")[1], 16) != port or c[9] not in inodes:
+                continue
+            kind, when = c[5].split(":")
+            out.append((int(kind, 16), int(when, 16) / os.sysconf("SC_CLK_TCK")))
+    return out
+
+
+def test_connection_notices_a_vanished_server(postgres, tmp_path, dsn_suffix=""):
+    """A server that vanishes (a lost network: no RST) while the thread waits
+    on it is noticed by TCP keepalives within seconds, not the system's 2 h:
+    the daemon's catalog connection has a keepalive timer of at most 30 s."""
+    db, dsn = fresh_db(postgres)
+    d = Daemon(build_dir(), tmp_path, name="k",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn + dsn_suffix,
+                         "fleet.node": "node-k"})
+    d.start()
+    try:
+        wait_for(lambda: count(postgres, db, "SELECT count(*) FROM nodes") == 1,
+                 what="the node row")
+        timers = keepalive_timers(d.proc.pid, postgres.port)
+        assert len(timers) == 1, timers
+        kind, left = timers[0]
+        assert kind == 2 and left <= 30, timers
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.alive():
+            d.kill9()
