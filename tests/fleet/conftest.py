@@ -36,9 +36,38 @@ import xml.etree.ElementTree as ET
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))  # daemon.py
 
 from origin import Origin  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def build_dir():
+    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
+    if not os.path.exists(os.path.join(d, "tensorvaultd")):
+        pytest.fail(f"tensorvaultd not built in {d} (run scripts/build)")
+    return d
+
+
+def fresh_db(postgres, prefix="tvdb_"):
+    """A new empty database owned by the application role: (name, DSN)."""
+    import uuid
+    name = prefix + uuid.uuid4().hex[:10]
+    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user}")
+    return name, postgres.dsn.rsplit("/", 1)[0] + "/" + name
+
+
+def wait_for(fn, timeout=30, what="condition"):
+    """fn() until it is truthy (returned), polling every 0.1 s; fails after timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 _LOGS = {}  # name -> path of a server log, for failure reports
 

@@ -6,47 +6,17 @@ daemon without fleet.postgres untouched. Alias compare-and-set and NOTIFY
 database of its own (TV_TEST_PG_DSN)."""
 import os
 import subprocess
-import sys
 import time
-import uuid
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-
-from daemon import Daemon, make_checkpoint, seg  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def build_dir():
-    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
-    if not os.path.exists(os.path.join(d, "tensorvaultd")):
-        pytest.fail(f"tensorvaultd not built in {d} (run scripts/build)")
-    return d
-
-
-def fresh_db(postgres):
-    """A new empty database owned by the application role; its DSN."""
-    name = "tvcat_" + uuid.uuid4().hex[:10]
-    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user}")
-    return name, postgres.dsn.rsplit("/", 1)[0] + "/" + name
+from conftest import ROOT, fresh_db, wait_for
+from daemon import Daemon, make_checkpoint, seg
 
 
 def q(postgres, db, sql):
     return postgres.psql(sql, as_app=True, dbname=db).strip()
-
-
-def wait_for(fn, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def healthy(d):
@@ -77,7 +47,7 @@ def published(postgres, db, model, number):
 
 
 def test_two_daemons_migrate_once(build_dir, postgres, tmp_path):
-    db, dsn = fresh_db(postgres)
+    db, dsn = fresh_db(postgres, "tvcat_")
     a = fleet_daemon(build_dir, tmp_path / "a", dsn, "node-a")
     b = fleet_daemon(build_dir, tmp_path / "b", dsn, "node-b")
     a.spawn()
@@ -104,7 +74,7 @@ def test_two_daemons_migrate_once(build_dir, postgres, tmp_path):
 
 
 def test_import_published_and_idempotent(build_dir, postgres, tmp_path):
-    db, dsn = fresh_db(postgres)
+    db, dsn = fresh_db(postgres, "tvcat_")
     d = fleet_daemon(build_dir, tmp_path / "w", dsn, "node-pub")
     d.start()
     try:
@@ -148,7 +118,7 @@ def test_import_published_and_idempotent(build_dir, postgres, tmp_path):
 
 
 def test_postgres_restart_while_serving(build_dir, postgres, tmp_path):
-    db, dsn = fresh_db(postgres)
+    db, dsn = fresh_db(postgres, "tvcat_")
     d = fleet_daemon(build_dir, tmp_path / "r", dsn, "node-r")
     d.start()
     try:
@@ -229,7 +199,7 @@ def test_catalog_unit_against_postgres(build_dir, postgres):
     and the NOTIFY a listener receives."""
     exe = os.path.abspath(os.path.join(build_dir, "tests", "test_catalog"))
     assert os.path.exists(exe), f"{exe} not built"
-    db, dsn = fresh_db(postgres)
+    db, dsn = fresh_db(postgres, "tvcat_")
     env = {**os.environ, "TV_TEST_PG_DSN": dsn, "CMOCKA_MESSAGE_OUTPUT": "STDOUT",
            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "detect_leaks=1")}
     r = subprocess.run([exe], capture_output=True, text=True, timeout=120, env=env,

@@ -2,39 +2,13 @@
 that stops answering must never keep the daemon from stopping."""
 import os
 import signal
-import sys
 import time
 import uuid
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-
-from daemon import Daemon, make_checkpoint  # noqa: E402
-
-
-def build_dir():
-    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
-    assert os.path.exists(os.path.join(d, "tensorvaultd")), f"tensorvaultd not built in {d}"
-    return d
-
-
-def fresh_db(postgres):
-    name = "tvflt_" + uuid.uuid4().hex[:10]
-    postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user}")
-    return name, postgres.dsn.rsplit("/", 1)[0] + "/" + name
-
-
-def wait_for(fn, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+from conftest import fresh_db, wait_for
+from daemon import Daemon, make_checkpoint
 
 
 def count(postgres, db, sql):
@@ -50,12 +24,12 @@ def checkpoint(tmp_path, name, seed):
     return make_checkpoint(tmp_path / name / "model.safetensors", tensors)
 
 
-def test_stop_while_the_catalog_hangs(postgres, tmp_path):
+def test_stop_while_the_catalog_hangs(build_dir, postgres, tmp_path):
     """The backend serving the daemon is SIGSTOPped (a hung server: TCP is
     still acknowledged, so no keepalive notices) while the fleet thread
     publishes: SIGTERM still stops the daemon, with exit status 0."""
-    db, dsn = fresh_db(postgres)
-    d = Daemon(build_dir(), tmp_path, name="h",
+    db, dsn = fresh_db(postgres, "tvflt_")
+    d = Daemon(build_dir, tmp_path, name="h",
                settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-h"})
     d.start()
     backend = None
@@ -86,7 +60,7 @@ def test_stop_while_the_catalog_hangs(postgres, tmp_path):
             d.kill9()
 
 
-def test_names_stay_utf8_in_a_latin1_catalog(postgres, tmp_path):
+def test_names_stay_utf8_in_a_latin1_catalog(build_dir, postgres, tmp_path):
     """The catalog's database is LATIN1: the daemon's names are UTF-8 (the
     registry's), so they are sent as UTF-8 whatever the database's encoding
     (libpq's default client_encoding is the database's), never stored as
@@ -95,7 +69,7 @@ def test_names_stay_utf8_in_a_latin1_catalog(postgres, tmp_path):
     postgres.psql(f"CREATE DATABASE {name} OWNER {postgres.user} ENCODING 'LATIN1' "
                   "LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
     dsn = postgres.dsn.rsplit("/", 1)[0] + "/" + name
-    d = Daemon(build_dir(), tmp_path, name="l1",
+    d = Daemon(build_dir, tmp_path, name="l1",
                settings={"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": "node-l1"})
     d.start()
     try:
@@ -138,12 +112,12 @@ def keepalive_timers(pid, port):
     return out
 
 
-def test_connection_notices_a_vanished_server(postgres, tmp_path, dsn_suffix=""):
+def test_connection_notices_a_vanished_server(build_dir, postgres, tmp_path, dsn_suffix=""):
     """A server that vanishes (a lost network: no RST) while the thread waits
     on it is noticed by TCP keepalives within seconds, not the system's 2 h:
     the daemon's catalog connection has a keepalive timer of at most 30 s."""
-    db, dsn = fresh_db(postgres)
-    d = Daemon(build_dir(), tmp_path, name="k",
+    db, dsn = fresh_db(postgres, "tvflt_")
+    d = Daemon(build_dir, tmp_path, name="k",
                settings={"store.image_size": "256M", "fleet.postgres": dsn + dsn_suffix,
                          "fleet.node": "node-k"})
     d.start()

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 
@@ -16,21 +15,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-
-from daemon import Daemon, seg  # noqa: E402
+from daemon import Daemon, seg
 
 RANGE = 256 << 10  # import.http_range: several requests per shard
-
-
-@pytest.fixture(scope="module")
-def build_dir():
-    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
-    if not os.path.exists(os.path.join(d, "tensorvaultd")):
-        pytest.fail(f"tensorvaultd not built in {d} (run scripts/build)")
-    return d
 
 
 @pytest.fixture(scope="module")
