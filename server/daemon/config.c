@@ -61,6 +61,11 @@ static const key_def keys[] = {
     {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
     {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
     {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
+    {"s3.endpoint", K_STR, F(s3_endpoint), SZ(s3_endpoint), 0, 0},
+    {"s3.region", K_STR, F(s3_region), SZ(s3_region), 0, 0},
+    {"s3.access_key_id", K_STR, F(s3_access_key_id), SZ(s3_access_key_id), 0, 0},
+    {"s3.secret_access_key", K_STR, F(s3_secret_access_key), SZ(s3_secret_access_key), 0, 0},
+    {"s3.session_token", K_STR, F(s3_session_token), SZ(s3_session_token), 0, 0},
     {"log.level", K_LEVEL, F(log_level), 0, 0, 0},
     {"log.file", K_STR, F(log_file), SZ(log_file), 1, 0},
     {"demo.source", K_STR, F(demo_source), SZ(demo_source), 0, 0},
@@ -490,6 +495,50 @@ static bool is_flag(const char *a, const char *flag)
     return strncmp(a, flag, fl) == 0 && (a[fl] == '\0' || a[fl] == '=');
 }
 
+/* s3.* left empty take the AWS_* environment (read once, here). The key
+ * pair comes whole from one place: a config key id never pairs with an
+ * environment secret. */
+static const char *env_get(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+            return *envp + n + 1;
+    return NULL;
+}
+
+static int env_into(char *dst, size_t len, char *const *envp, const char *name, tv_error *err)
+{
+    const char *v = env_get(envp, name);
+    if (dst[0] || !v || !*v)
+        return 0;
+    if (strlen(v) >= len)
+        return tv__seterr(err, TV_E_INVALID_ARG, "$%s is longer than %zu bytes", name, len - 1);
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+static int s3_from_env(tv__config *c, char *const *envp, tv_error *err)
+{
+    int rc;
+    if ((rc = env_into(c->s3_endpoint, sizeof(c->s3_endpoint), envp, "AWS_ENDPOINT_URL", err)) ||
+        (rc = env_into(c->s3_region, sizeof(c->s3_region), envp, "AWS_REGION", err)) ||
+        (rc = env_into(c->s3_region, sizeof(c->s3_region), envp, "AWS_DEFAULT_REGION", err)))
+        return rc;
+    if (!c->s3_access_key_id[0] && !c->s3_secret_access_key[0] &&
+        ((rc = env_into(c->s3_access_key_id, sizeof(c->s3_access_key_id), envp, "AWS_ACCESS_KEY_ID",
+                        err)) ||
+         (rc = env_into(c->s3_secret_access_key, sizeof(c->s3_secret_access_key), envp,
+                        "AWS_SECRET_ACCESS_KEY", err)) ||
+         (rc = env_into(c->s3_session_token, sizeof(c->s3_session_token), envp, "AWS_SESSION_TOKEN",
+                        err))))
+        return rc;
+    if (!c->s3_access_key_id[0] != !c->s3_secret_access_key[0])
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "s3.access_key_id and s3.secret_access_key go together (one is empty)");
+    return 0;
+}
+
 int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
                     tv__config_action *action, tv_error *err)
 {
@@ -560,6 +609,8 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
             return rc;
     }
     if ((rc = tv__url_origins_validate(c->import_origins, err)))
+        return rc;
+    if ((rc = s3_from_env(c, envp, err)))
         return rc;
     /* The image follows the store directory unless it was given. */
     if (!c->store_image_set) {

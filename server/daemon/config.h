@@ -47,9 +47,14 @@ typedef struct tv__config {
     unsigned import_http_retries;         /* per Range request */
     unsigned import_http_timeout;         /* seconds without a byte */
     uint64_t import_http_range;           /* bytes per Range request */
-    int log_level;                        /* TV_LOG_* of util/internal.h */
-    char log_file[TV__CFG_STR_MAX];       /* "stderr" or a path (appended to) */
-    char demo_source[TV__CFG_STR_MAX];    /* "" = no demo import */
+    char s3_endpoint[TV__CFG_STR_MAX];    /* "" = $AWS_ENDPOINT_URL, else AWS */
+    char s3_region[64];                   /* "" = $AWS_REGION, else us-east-1 */
+    char s3_access_key_id[256];           /* "" = $AWS_ACCESS_KEY_ID */
+    char s3_secret_access_key[256];       /* never logged */
+    char s3_session_token[TV__CFG_STR_MAX];
+    int log_level;                     /* TV_LOG_* of util/internal.h */
+    char log_file[TV__CFG_STR_MAX];    /* "stderr" or a path (appended to) */
+    char demo_source[TV__CFG_STR_MAX]; /* "" = no demo import */
     /* [fastpath]: the local fast path's socket and limits (server/fastpath) */
     bool fastpath_enabled;
     char fastpath_socket[TV__CFG_STR_MAX]; /* default: store_dir + "/run/tensorvault.sock" */

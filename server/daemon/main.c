@@ -267,7 +267,12 @@ static int run(const tv__config *c)
     if ((rc = tv__jobs_start(st, c->import_workers, c->import_queue, &jobs, &err)))
         goto fail;
     tv__jobs_set_strict_default(jobs, c->import_strict);
-    tv__src_http_opts http_src = {.retries = c->import_http_retries,
+    tv__src_http_opts http_src = {.s3 = {.endpoint = c->s3_endpoint,
+                                         .region = c->s3_region,
+                                         .access_key_id = c->s3_access_key_id,
+                                         .secret_access_key = c->s3_secret_access_key,
+                                         .session_token = c->s3_session_token},
+                                  .retries = c->import_http_retries,
                                   .timeout_s = c->import_http_timeout,
                                   .range = c->import_http_range};
     tv__jobs_set_http(jobs, &http_src);

@@ -27,14 +27,24 @@
 #define TV__SRC_HTTP_DEFAULT_RETRIES 4
 #define TV__SRC_HTTP_DEFAULT_TIMEOUT 60          /* seconds */
 #define TV__SRC_HTTP_DEFAULT_RANGE   (16u << 20) /* bytes per Range request */
+/* S3-compatible object stores (s3.* in the daemon's config, else the
+ * AWS_* environment). The strings are the caller's and outlive the
+ * imports; NULL or "" = none (endpoint: https://s3.REGION.amazonaws.com;
+ * region: us-east-1). The secret is never logged nor put in a message. */
+typedef struct tv__src_s3_opts {
+    const char *endpoint, *region;
+    const char *access_key_id, *secret_access_key, *session_token;
+} tv__src_s3_opts;
+
 typedef struct tv__src_http_opts {
+    tv__src_s3_opts s3; /* s3:// sources */
     unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */
     uint64_t range;     /* bytes per Range request (0: default) */
 } tv__src_http_opts;
 
-/* True when src names an http:// or https:// URL (then the importer reads
- * it from the network, never from a path). */
+/* True when src names an http://, https:// or s3:// URL (then the importer
+ * reads it from the network, never from a path). */
 bool tv__src_is_url(const char *src);
 
 typedef struct tv__src tv__src;

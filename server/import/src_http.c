@@ -32,7 +32,15 @@
  * Redirects are not followed (a 3xx fails, naming its Location): the
  * origin check of import.origins is made on the URL given, and a redirect
  * could leave it. Only http and https are spoken; no content encoding is
- * asked for (bytes are hashed as served). */
+ * asked for (bytes are hashed as served).
+ *
+ * An s3://BUCKET/KEY source is the same reader on the path-style URL
+ * ENDPOINT/BUCKET/KEY (tv__s3_object_url), every request signed with AWS
+ * Signature V4 by libcurl (CURLOPT_AWS_SIGV4 "aws:amz:REGION:s3", the key
+ * pair as user and password), with x-amz-content-sha256: UNSIGNED-PAYLOAD
+ * and, with a session token, x-amz-security-token. Without a key pair the
+ * requests go unsigned (a public bucket). Virtual-host addressing and
+ * ListObjects are not used. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
@@ -57,6 +65,10 @@ typedef struct http_file {
 
 struct tv__src_http {
     tv__src_http_opts o;
+    bool s3;
+    char sigv4[128];   /* "aws:amz:REGION:s3" */
+    char s3_what[400]; /* "bucket 'B' key 'K'" for messages */
+    char *s3_token_hdr;
     char *base;             /* the URL up to its last '/' included */
     const char *first_name; /* the file the URL named */
     char *first_url;
@@ -186,6 +198,29 @@ static void set_common(tv__src_http *h, CURL *c, const char *url, resp *r, char 
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
     errbuf[0] = '\0';
+    if (h->s3 && h->o.s3.access_key_id && *h->o.s3.access_key_id) {
+        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, h->sigv4);
+        curl_easy_setopt(c, CURLOPT_USERNAME, h->o.s3.access_key_id);
+        curl_easy_setopt(c, CURLOPT_PASSWORD,
+                         h->o.s3.secret_access_key ? h->o.s3.secret_access_key : "");
+    }
+}
+
+/* The headers every S3 request carries (NULL for plain HTTP), then more. */
+static struct curl_slist *s3_headers(const tv__src_http *h)
+{
+    if (!h->s3)
+        return NULL;
+    struct curl_slist *l = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (l && h->s3_token_hdr) {
+        struct curl_slist *m = curl_slist_append(l, h->s3_token_hdr);
+        if (!m) {
+            curl_slist_free_all(l);
+            return NULL;
+        }
+        l = m;
+    }
+    return l;
 }
 
 /* The validator check of a response against what validation saw. */
@@ -203,8 +238,14 @@ static int same_file(const http_file *f, const resp *r, tv_error *err)
 }
 
 /* A status that is neither success nor worth another try. */
-static int status_error(const http_file *f, const char *what, long st, const resp *r, tv_error *err)
+static int status_error(const tv__src_http *h, const http_file *f, const char *what, long st,
+                        const resp *r, tv_error *err)
 {
+    if (h->s3 && (st == 401 || st == 403))
+        return tv__seterr(
+            err, TV_E_FORBIDDEN,
+            "%s %s: the object store answered %ld: access to %s is refused (check s3.access_key_id / s3.secret_access_key, their region and the bucket's policy)",
+            what, f->url, st, h->s3_what);
     if (st >= 300 && st < 400)
         return tv__seterr(
             err, -EPROTO,
@@ -228,6 +269,13 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
     set_common(h, c, f->url, &r, errbuf);
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    struct curl_slist *hdrs = s3_headers(h);
+    if (h->s3 && !hdrs) {
+        handle_put(h, c);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    if (hdrs)
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     CURLcode cc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
     curl_off_t cl = -1;
@@ -241,7 +289,7 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
         rc = a->retry ? tv__seterr(err, -EIO, "HEAD %s: the origin answered %ld", f->url, a->status)
              : a->status == 404 ? tv__seterr(err, TV_E_CKPT_NOT_FOUND,
                                              "HEAD %s: the origin answered 404 (not found)", f->url)
-                                : status_error(f, "HEAD", a->status, &r, err);
+                                : status_error(h, f, "HEAD", a->status, &r, err);
     } else if (cl < 0) {
         rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin sent no Content-Length", f->url);
     } else {
@@ -250,6 +298,7 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
         snprintf(f->lastmod, sizeof(f->lastmod), "%s", r.lastmod);
     }
     handle_put(h, c);
+    curl_slist_free_all(hdrs);
     return rc;
 }
 
@@ -273,6 +322,8 @@ typedef struct get_req {
     char errbuf[CURL_ERROR_SIZE], range[64], im[300];
 } get_req;
 
+static void get_release(tv__src_http *h, get_req *q);
+
 static int get_begin(tv__src_http *h, get_req *q, tv_error *err)
 {
     memset(&q->r, 0, sizeof(q->r));
@@ -287,12 +338,22 @@ static int get_begin(tv__src_http *h, get_req *q, tv_error *err)
     snprintf(q->range, sizeof(q->range), "%llu-%llu", (unsigned long long)q->off,
              (unsigned long long)(q->off + q->len - 1));
     curl_easy_setopt(q->c, CURLOPT_RANGE, q->range);
+    q->hdrs = s3_headers(h);
+    if (h->s3 && !q->hdrs)
+        goto nomem;
     if (q->f->etag[0] == '"') { /* a strong ETag: an origin that checks it answers 412 */
         snprintf(q->im, sizeof(q->im), "If-Match: %s", q->f->etag);
-        q->hdrs = curl_slist_append(NULL, q->im);
-        curl_easy_setopt(q->c, CURLOPT_HTTPHEADER, q->hdrs);
+        struct curl_slist *l = curl_slist_append(q->hdrs, q->im);
+        if (!l)
+            goto nomem;
+        q->hdrs = l;
     }
+    if (q->hdrs)
+        curl_easy_setopt(q->c, CURLOPT_HTTPHEADER, q->hdrs);
     return 0;
+nomem:
+    get_release(h, q);
+    return tv__seterr(err, -ENOMEM, "out of memory");
 }
 
 static void get_release(tv__src_http *h, get_req *q)
@@ -326,7 +387,7 @@ static int get_end(tv__src_http *h, get_req *q, tv_error *err)
         a->retry = retryable_status(a->status);
         rc = a->retry ? tv__seterr(err, -EIO, "GET %s bytes %s: the origin answered %ld", f->url,
                                    range, a->status)
-                      : status_error(f, "GET", a->status, r, err);
+                      : status_error(h, f, "GET", a->status, r, err);
     } else if ((rc = same_file(f, r, err))) {
         ;
     } else if (a->status == 200 && (off != 0 || len != f->len)) {
@@ -611,6 +672,7 @@ void tv__src_http_free(tv__src_http *h)
     free(h->files);
     free(h->base);
     free(h->first_url);
+    free(h->s3_token_hdr);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }
@@ -621,15 +683,25 @@ static bool ends_with(const char *s, const char *suf)
     return n >= m && strcmp(s + n - m, suf) == 0;
 }
 
-int tv__src_http_open(const char *url, const tv__src_http_opts *ho, tv__src_http **out,
+int tv__src_http_open(const char *src, const tv__src_http_opts *ho, tv__src_http **out,
                       tv_checkpoint **ck, tv_error *err)
 {
     tv__url u;
     int rc;
+    char s3_url[TV__URL_MAX + 1];
+    const char *url = src;
     *out = NULL;
     *ck = NULL;
-    if ((rc = tv__url_parse(url, &u, err)))
+    if ((rc = tv__url_parse(src, &u, err)))
         return rc;
+    if (u.s3) {
+        const tv__src_s3_opts *so = ho ? &ho->s3 : &(tv__src_s3_opts){0};
+        if ((rc = tv__s3_object_url(so->endpoint, so->region, &u, s3_url, sizeof(s3_url), err)))
+            return rc;
+        url = s3_url;
+        if ((rc = tv__url_parse(url, &u, err)))
+            return rc;
+    }
     pthread_once(&curl_once, curl_init);
     if (curl_init_rc != CURLE_OK)
         return tv__seterr(err, TV_E_INTERNAL, "libcurl does not initialise");
@@ -645,6 +717,21 @@ int tv__src_http_open(const char *url, const tv__src_http_opts *ho, tv__src_http
         h->o.timeout_s = TV__SRC_HTTP_DEFAULT_TIMEOUT;
     if (!h->o.range)
         h->o.range = TV__SRC_HTTP_DEFAULT_RANGE;
+    if (url != src) {
+        const char *region =
+            h->o.s3.region && *h->o.s3.region ? h->o.s3.region : TV__S3_DEFAULT_REGION;
+        const char *bk = src + 5, *key = strchr(bk, '/');
+        h->s3 = true;
+        snprintf(h->sigv4, sizeof(h->sigv4), "aws:amz:%.64s:s3", region);
+        snprintf(h->s3_what, sizeof(h->s3_what), "bucket '%.*s' key '%.300s'", (int)(key - bk), bk,
+                 key + 1);
+        if (h->o.s3.session_token && *h->o.s3.session_token &&
+            asprintf(&h->s3_token_hdr, "x-amz-security-token: %s", h->o.s3.session_token) < 0) {
+            h->s3_token_hdr = NULL;
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     const char *slash = strrchr(url, '/'); /* the path has one: tv__url_parse */
     size_t bl = (size_t)(slash - url) + 1;
     if (!(h->base = strndup(url, bl))) {

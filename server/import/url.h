@@ -8,7 +8,12 @@
  * or a log), a query or fragment, a path without a leading '/', "." or ".."
  * segments, percent-encoded '.', '/', '\' or NUL (an origin's path
  * normalisation must not move a URL out of its origin's prefix), and bytes
- * outside RFC 3986's path characters. At most TV__URL_MAX bytes. */
+ * outside RFC 3986's path characters. At most TV__URL_MAX bytes.
+ *
+ * An S3 source is s3://BUCKET/KEY: BUCKET 3-63 bytes of [a-z0-9.-] (starts
+ * and ends with a letter or digit; no port, no credentials), KEY checked as
+ * a path is above. import.origins may list s3://BUCKET/PREFIX/ prefixes:
+ * an s3:// URL lies only under an s3:// prefix of its bucket. */
 #ifndef TV_IMPORT_URL_H
 #define TV_IMPORT_URL_H
 
@@ -20,8 +25,11 @@
 
 #define TV__URL_MAX 2048
 
+#define TV__S3_DEFAULT_REGION "us-east-1"
+
 typedef struct tv__url {
     bool https;
+    bool s3;                /* s3://BUCKET/KEY: host is the bucket, port 0 */
     char host[256];         /* lowercased; an IPv6 literal keeps its brackets */
     unsigned port;          /* as given, else 80 / 443 */
     char path[TV__URL_MAX]; /* from the first '/' */
@@ -45,6 +53,14 @@ int tv__url_origins_check(const char *url, const char *origins, tv_error *err);
 /* Checks that every prefix of import.origins parses. Returns 0 or
  * TV_E_INVALID_ARG naming the prefix. */
 int tv__url_origins_validate(const char *origins, tv_error *err);
+
+/* The path-style HTTP URL of the S3 object u (s3://): ENDPOINT/BUCKET/KEY,
+ * ENDPOINT being endpoint (http(s)://HOST[:PORT], a trailing '/' dropped),
+ * or when endpoint is NULL or "" https://s3.REGION.amazonaws.com (region
+ * NULL or "": us-east-1). Returns 0; TV_E_INVALID_ARG (endpoint malformed);
+ * TV_E_BAD_REQUEST (too long). */
+int tv__s3_object_url(const char *endpoint, const char *region, const tv__url *u, char *out,
+                      size_t out_len, tv_error *err);
 
 /* "bytes FIRST-LAST/TOTAL" (TOTAL may not be '*' here: the importer always
  * knows the length). Returns 0, or -1 when v is anything else. */

@@ -53,9 +53,10 @@ class Resp:
 
 class Daemon:
     """One tensorvaultd. settings: {"section.key": value} written to the INI
-    file on top of the defaults below."""
+    file on top of the defaults below. env: variables added to (None as a
+    value: removed from) the environment it starts with."""
 
-    def __init__(self, build_dir, workdir, settings=None, store=None, name="d"):
+    def __init__(self, build_dir, workdir, settings=None, store=None, name="d", env=None):
         self.exe = os.path.abspath(os.path.join(build_dir, "tensorvaultd"))  # it runs in workdir
         self.workdir = str(workdir)
         self.store = str(store or os.path.join(self.workdir, "var"))
@@ -69,6 +70,7 @@ class Daemon:
             "log.level": "info",
         }
         self.settings.update(settings or {})
+        self.env = dict(env or {})
         self.proc = None
         self.port = None
         self._token = None
@@ -91,6 +93,11 @@ class Daemon:
         self.write_config()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+        for k, v in self.env.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         logf = open(self.log, "ab")
         self.proc = subprocess.Popen([self.exe, "--config", self.config, *extra_args],
                                      cwd=self.workdir, stdout=logf, stderr=subprocess.STDOUT,

@@ -418,6 +418,47 @@ static void test_fleet_keys(void **state)
     assert_int_equal(tv__config_set(&c, "fleet.postgres", "", "--set", &err), 0);
 }
 
+static void test_s3_keys_and_aws_env(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--set", "s3.region=eu-west-1", NULL};
+    char *none[] = {NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, none, &act, &err), 0);
+    assert_string_equal(c.s3_endpoint, "");
+    assert_string_equal(c.s3_region, "");
+    assert_string_equal(c.s3_access_key_id, "");
+    char *envp[] = {"AWS_ENDPOINT_URL=http://127.0.0.1:9000",
+                    "AWS_REGION=us-west-2",
+                    "AWS_DEFAULT_REGION=ap-south-1",
+                    "AWS_ACCESS_KEY_ID=AKENV",
+                    "AWS_SECRET_ACCESS_KEY=skenv",
+                    "AWS_SESSION_TOKEN=tok",
+                    NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, envp, &act, &err), 0);
+    assert_string_equal(c.s3_endpoint, "http://127.0.0.1:9000");
+    assert_string_equal(c.s3_region, "us-west-2");
+    assert_string_equal(c.s3_access_key_id, "AKENV");
+    assert_string_equal(c.s3_secret_access_key, "skenv");
+    assert_string_equal(c.s3_session_token, "tok");
+    /* the config wins; a key pair never mixes config and environment */
+    char *argv2[] = {"tensorvaultd",           "--set", "s3.region=eu-west-1",        "--set",
+                     "s3.access_key_id=AKCFG", "--set", "s3.secret_access_key=skcfg", NULL};
+    assert_int_equal(tv__config_load(&c, 7, argv2, envp, &act, &err), 0);
+    assert_string_equal(c.s3_region, "eu-west-1");
+    assert_string_equal(c.s3_access_key_id, "AKCFG");
+    assert_string_equal(c.s3_secret_access_key, "skcfg");
+    assert_string_equal(c.s3_session_token, "");
+    char *envp2[] = {"AWS_DEFAULT_REGION=ap-south-1", NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, envp2, &act, &err), 0);
+    assert_string_equal(c.s3_region, "ap-south-1");
+    char *argv3[] = {"tensorvaultd", "--set", "s3.access_key_id=AKCFG", NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv3, none, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "s3.secret_access_key"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_env_bad_value_names_variable),
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_fleet_keys),
+        cmocka_unit_test(test_s3_keys_and_aws_env),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

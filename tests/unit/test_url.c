@@ -111,6 +111,94 @@ static void test_origins(void **state)
     assert_int_equal(tv__url_origins_validate("ftp://a/", &e), TV_E_INVALID_ARG);
 }
 
+static void test_s3_parse(void **state)
+{
+    (void)state;
+    tv__url u;
+    assert_int_equal(tv__url_parse("s3://my-bucket.1/models/a.safetensors", &u, NULL), 0);
+    assert_true(u.s3);
+    assert_false(u.https);
+    assert_string_equal(u.host, "my-bucket.1");
+    assert_int_equal(u.port, 0);
+    assert_string_equal(u.path, "/models/a.safetensors");
+    assert_int_equal(tv__url_parse("S3://bkt/", &u, NULL), 0);
+    assert_string_equal(u.path, "/");
+    static const char *const bad[] = {
+        "s3://",
+        "s3://bkt",
+        "s3://ab/k",
+        "s3://Bkt/k",
+        "s3://bk_t/k",
+        "s3://-bkt/k",
+        "s3://bkt-/k",
+        "s3://bkt:9000/k",
+        "s3://u:p@bkt/k",
+        "s3://bkt/a/../b",
+        "s3://bkt/a?x=1",
+        "s3://bkt/a%2Fb",
+        "s3://bkt/a b",
+        "s3://[::1]/k",
+        "s3://a234567890123456789012345678901234567890123456789012345678901234/k",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tv_error e = {0};
+        if (tv__url_parse(bad[i], &u, &e) != TV_E_BAD_REQUEST)
+            fail_msg("accepted '%s'", bad[i]);
+        assert_null(strstr(e.msg, "u:p"));
+    }
+}
+
+static void test_s3_origins(void **state)
+{
+    (void)state;
+    const char *o = "s3://bkt/models/, http://127.0.0.1:9000/bkt/, s3://other/";
+    assert_int_equal(check("s3://bkt/models/a.safetensors", o), 0);
+    assert_int_equal(check("s3://bkt/models/x/", o), 0);
+    assert_int_equal(check("s3://bkt/modelsx/a.safetensors", o), TV_E_OUTSIDE_ROOTS);
+    assert_int_equal(check("s3://bkt/a.safetensors", o), TV_E_OUTSIDE_ROOTS);
+    assert_int_equal(check("s3://bkt2/models/a.safetensors", o), TV_E_OUTSIDE_ROOTS);
+    assert_int_equal(check("s3://other/any/thing.safetensors", o), 0); /* a whole bucket */
+    assert_int_equal(check("s3://othe/x.safetensors", o), TV_E_OUTSIDE_ROOTS);
+    /* An http prefix naming the same bytes path-style is not an s3 prefix. */
+    assert_int_equal(check("s3://bkt/x.safetensors", "http://127.0.0.1:9000/bkt/"),
+                     TV_E_OUTSIDE_ROOTS);
+    assert_int_equal(check("http://127.0.0.1:9000/bkt/x.safetensors", "s3://bkt/"),
+                     TV_E_OUTSIDE_ROOTS);
+    tv_error e = {0};
+    assert_int_equal(tv__url_origins_validate("s3://bkt/models/, https://h/", &e), 0);
+    assert_int_equal(tv__url_origins_validate("s3://BKT/", &e), TV_E_INVALID_ARG);
+}
+
+static void test_s3_object_url(void **state)
+{
+    (void)state;
+    tv__url u;
+    char out[TV__URL_MAX + 1];
+    tv_error e = {0};
+    assert_int_equal(tv__url_parse("s3://bkt/models/m/a%20b.safetensors", &u, NULL), 0);
+    assert_int_equal(
+        tv__s3_object_url("http://127.0.0.1:9000", "eu-west-1", &u, out, sizeof out, &e), 0);
+    assert_string_equal(out, "http://127.0.0.1:9000/bkt/models/m/a%20b.safetensors");
+    assert_int_equal(
+        tv__s3_object_url("https://minio.example:9000//", NULL, &u, out, sizeof out, &e), 0);
+    assert_string_equal(out, "https://minio.example:9000/bkt/models/m/a%20b.safetensors");
+    assert_int_equal(tv__s3_object_url("", "eu-west-1", &u, out, sizeof out, &e), 0);
+    assert_string_equal(out, "https://s3.eu-west-1.amazonaws.com/bkt/models/m/a%20b.safetensors");
+    assert_int_equal(tv__s3_object_url(NULL, "", &u, out, sizeof out, &e), 0);
+    assert_string_equal(out, "https://s3.us-east-1.amazonaws.com/bkt/models/m/a%20b.safetensors");
+    static const char *const bad_ep[] = {"127.0.0.1:9000", "http://h/base", "ftp://h",
+                                         "http://u:p@h",   "s3://bkt",      "http://h?x"};
+    for (size_t i = 0; i < sizeof bad_ep / sizeof *bad_ep; i++) {
+        if (tv__s3_object_url(bad_ep[i], NULL, &u, out, sizeof out, &e) != TV_E_INVALID_ARG)
+            fail_msg("accepted endpoint '%s'", bad_ep[i]);
+        assert_non_null(strstr(e.msg, "s3.endpoint"));
+    }
+    assert_int_equal(tv__s3_object_url("http://h", NULL, &u, out, 20, &e), TV_E_BAD_REQUEST);
+    tv__url h;
+    assert_int_equal(tv__url_parse("http://h/a", &h, NULL), 0);
+    assert_int_equal(tv__s3_object_url("http://h", NULL, &h, out, sizeof out, &e), TV_E_INTERNAL);
+}
+
 static void test_content_range(void **state)
 {
     (void)state;
@@ -289,6 +377,9 @@ int main(void)
         cmocka_unit_test(test_parse_refuses),
         cmocka_unit_test(test_credentials_refused_and_not_repeated),
         cmocka_unit_test(test_origins),
+        cmocka_unit_test(test_s3_parse),
+        cmocka_unit_test(test_s3_origins),
+        cmocka_unit_test(test_s3_object_url),
         cmocka_unit_test(test_content_range),
         cmocka_unit_test(test_open_io),
     };
