@@ -5,7 +5,9 @@
  * Input: lines "METHOD\nPATH\nQUERY\nRANGE\nIF-NONE-MATCH\nAUTHORIZATION\n"
  * then the body (the rest); a missing line is an absent header. The caller
  * is an untrusted loopback peer (anonymous reads allowed, mutations need a
- * token it cannot know), so the store is never changed.
+ * token it cannot know), so the store is never changed. An AUTHORIZATION
+ * line "Bearer FLEET" is replaced by a real fleet token, which reaches the
+ * blob routes (Range, ETag, digests) and cannot change anything either.
  * Invariants: every request gets a status in 200..599; a 4xx/5xx answer is
  * an error document {"error":{"code": string, "message": string, "errno":
  * integer}}; no 5xx for any input; a streamed body reads back exactly its
@@ -25,6 +27,7 @@
 
 static tv__api *g_api;
 static tv__store *g_st;
+static char g_fleet_auth[16 + TV__TOKEN_SECRET_LEN + 1];
 
 /* One safetensors file with three small tensors (names with '/', '%' and a
  * space: the decoding paths). */
@@ -69,6 +72,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         fprintf(stderr, "fuzz_api: setup: %s\n", err.msg);
         abort();
     }
+    char secret[TV__TOKEN_SECRET_LEN + 1];
+    tv__reg_token t;
+    if (tv__reg_token_create(g_st->reg, "fuzz-fleet", TV__SCOPE_FLEET, secret, &t, &err)) {
+        fprintf(stderr, "fuzz_api: fleet token: %s\n", err.msg);
+        abort();
+    }
+    snprintf(g_fleet_auth, sizeof g_fleet_auth, "Bearer %s", secret);
     tv__api_opts ao = {.store_dir = store, .anonymous_reads = TV__ANON_LOOPBACK};
     if (tv__api_open(&ao, g_st, &g_api, &err)) {
         fprintf(stderr, "fuzz_api: api open: %s\n", err.msg);
@@ -115,7 +125,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .query = f[2] && *f[2] ? f[2] : NULL,
         .range = f[3] && *f[3] ? f[3] : NULL,
         .if_none_match = f[4] && *f[4] ? f[4] : NULL,
-        .authorization = f[5] && *f[5] ? f[5] : NULL,
+        .authorization = !f[5] || !*f[5]                 ? NULL
+                         : !strcmp(f[5], "Bearer FLEET") ? g_fleet_auth
+                                                         : f[5],
         .body = (const char *)p,
         .body_len = (size_t)(end - p),
         .peer_loopback = true,
