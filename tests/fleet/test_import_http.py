@@ -11,11 +11,11 @@ import subprocess
 import time
 import urllib.parse
 
-import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from daemon import Daemon, seg
+from conftest import check_published, failed_job, sample_tensors
+from daemon import Daemon
 
 RANGE = 256 << 10  # import.http_range: several requests per shard
 
@@ -44,24 +44,17 @@ def fresh(origin):
         del origin._log
 
 
-def tensors(seed, n=4, per=300_000):
-    rng = np.random.default_rng(seed)
-    out = {f"layers.{i}.w": rng.standard_normal(per // 4, dtype=np.float32) for i in range(n)}
-    out["bias"] = rng.integers(0, 255, size=1234, dtype=np.uint8)
-    return out
-
-
 def put_single(origin, rel, seed):
     path = os.path.join(origin.root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    save_file(tensors(seed), path)
+    save_file(sample_tensors(seed), path)
     return path
 
 
 def put_index(origin, reldir, seed):
     d = os.path.join(origin.root, reldir)
     os.makedirs(d, exist_ok=True)
-    t = tensors(seed, n=6)
+    t = sample_tensors(seed, n=6)
     names = sorted(t)
     shards = {"model-00001-of-00002.safetensors": names[:3],
               "model-00002-of-00002.safetensors": names[3:]}
@@ -79,15 +72,6 @@ def expected(paths):
     for p in paths:
         out.update(load_file(p))
     return out
-
-
-def check_published(d, model, gen, paths):
-    want = expected(paths)
-    listed = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/tensors?limit=1000")
-    assert sorted(t["name"] for t in listed["tensors"]) == sorted(want)
-    for name, arr in want.items():
-        body = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/tensors/{seg(name)}/data")
-        assert body == arr.tobytes(), name
 
 
 def file_bytes(paths):
@@ -124,7 +108,7 @@ def test_single_file_rest(daemon, fresh):
     j = daemon.import_ok("http/one", url)
     assert j["source"] == url
     assert j["result"]["n_shards"] == 1
-    check_published(daemon, "http/one", j["generation"], [path])
+    check_published(daemon, "http/one", j["generation"], expected([path]))
     n = file_bytes([path])
     assert n <= fresh.bytes_served() <= 1.1 * n, (fresh.bytes_served(), n)
     gens = daemon.generations("http/one")
@@ -142,18 +126,18 @@ def test_index_and_directory_rest(daemon, fresh):
     url = fresh.url_of("models/two/model.safetensors.index.json")
     j = daemon.import_ok("http/two", url)
     assert j["result"]["n_shards"] == 2
-    check_published(daemon, "http/two", j["generation"], shards)
+    check_published(daemon, "http/two", j["generation"], expected(shards))
     n = file_bytes(shards) + os.path.getsize(os.path.join(d, "model.safetensors.index.json"))
     assert n <= fresh.bytes_served() <= 1.1 * n, (fresh.bytes_served(), n)
     # the directory form finds the index; the same bytes deduplicate
     fresh.reset_counters()
     j = daemon.import_ok("http/two", fresh.url + "/models/two/")
     assert j["result"]["n_shards"] == 2 and j["result"]["deduplicated_bytes"] > 0
-    check_published(daemon, "http/two", j["generation"], shards)
+    check_published(daemon, "http/two", j["generation"], expected(shards))
     # a directory with only model.safetensors
     path = put_single(fresh, "models/dir1/model.safetensors", 3)
     j = daemon.import_ok("http/dir1", fresh.url + "/models/dir1/")
-    check_published(daemon, "http/dir1", j["generation"], [path])
+    check_published(daemon, "http/dir1", j["generation"], expected([path]))
 
 
 def test_cli_import(daemon, fresh, build_dir):
@@ -167,7 +151,7 @@ def test_cli_import(daemon, fresh, build_dir):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     gen = doc.get("generation") or doc["result"]["generation"]
-    check_published(daemon, "http/cli", gen, [path])
+    check_published(daemon, "http/cli", gen, expected([path]))
 
 
 @pytest.mark.parametrize("fault", ["fail500", "truncate"])
@@ -181,18 +165,11 @@ def test_mid_shard_faults_are_retried(daemon, fresh, fault):
                                     lambda: fresh.truncate_next(1, after=1000, path=rel))
     j = daemon.import_ok(f"http/retry-{fault}", fresh.url_of(rel))
     assert fired
-    check_published(daemon, f"http/retry-{fault}", j["generation"], [path])
+    check_published(daemon, f"http/retry-{fault}", j["generation"], expected([path]))
     statuses = [r[3] for r in fresh.requests() if r[1] == "/" + rel]
     if fault == "fail500":
         assert statuses.count(500) == 2, statuses
     assert "trying again" in daemon.log_text()
-
-
-def failed_job(d, model, url):
-    j = d.wait_job(d.submit_import(model, url)["id"])
-    assert j["state"] == "failed", j
-    assert d.generations(model) == [] or all(g["state"] != "ready" for g in d.generations(model))
-    return j
 
 
 def test_persistent_failure_fails_the_job(daemon, fresh):
@@ -225,7 +202,7 @@ def test_replaced_mid_import_fails_changed(daemon, fresh):
     rel = "models/moving/model.safetensors"
     path = put_single(fresh, rel, 30)
     other = os.path.join(fresh.root, "models/moving/other")
-    save_file(tensors(31), other)  # same shapes, other bytes
+    save_file(sample_tensors(31), other)  # same shapes, other bytes
     assert os.path.getsize(other) == os.path.getsize(path)
     free0 = free_bytes(daemon)
 

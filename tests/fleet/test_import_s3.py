@@ -10,11 +10,11 @@ import os
 import subprocess
 import tempfile
 
-import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from daemon import Daemon, seg
+from conftest import check_published, failed_job, sample_tensors
+from daemon import Daemon
 
 BUCKET = "tv-import"
 AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
@@ -46,13 +46,6 @@ def daemon(build_dir, store, tmp_path_factory):
         d.stop()
 
 
-def tensors(seed, n=4, per=300_000):
-    rng = np.random.default_rng(seed)
-    out = {f"layers.{i}.w": rng.standard_normal(per // 4, dtype=np.float32) for i in range(n)}
-    out["bias"] = rng.integers(0, 255, size=1234, dtype=np.uint8)
-    return out
-
-
 def upload(s3, key, t):
     """Saves t with the official writer, uploads it as key; returns what the
     official loader reads back from the same bytes."""
@@ -65,11 +58,11 @@ def upload(s3, key, t):
 
 
 def put_single(s3, key, seed):
-    return upload(s3, key, tensors(seed))
+    return upload(s3, key, sample_tensors(seed))
 
 
 def put_index(s3, prefix, seed):
-    t = tensors(seed, n=6)
+    t = sample_tensors(seed, n=6)
     names = sorted(t)
     shards = {"model-00001-of-00002.safetensors": names[:3],
               "model-00002-of-00002.safetensors": names[3:]}
@@ -80,21 +73,6 @@ def put_index(s3, prefix, seed):
     s3.put(BUCKET, f"{prefix}/model.safetensors.index.json",
            json.dumps({"metadata": {}, "weight_map": wm}).encode())
     return want
-
-
-def check_published(d, model, gen, want):
-    listed = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/tensors?limit=1000")
-    assert sorted(t["name"] for t in listed["tensors"]) == sorted(want)
-    for name, arr in want.items():
-        body = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/tensors/{seg(name)}/data")
-        assert body == arr.tobytes(), name
-
-
-def failed_job(d, model, url):
-    j = d.wait_job(d.submit_import(model, url)["id"])
-    assert j["state"] == "failed", j
-    assert all(g["state"] != "ready" for g in d.generations(model))
-    return j
 
 
 def test_single_index_and_prefix_rest(daemon, store):
