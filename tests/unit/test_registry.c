@@ -2079,6 +2079,18 @@ static void test_object_users(void **state)
 
 /* A device's objects by base_off with their users (the extents map), and
  * the corruption checks on stored extents. */
+/* An object row on f's device inserted behind the schema's checks (the
+ * caller dropped objects_extent_insert): a corrupt extent for the tests. */
+static void insert_raw_object(fixture *f, int id, uint64_t base_off, uint64_t alloc_len)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
+             "VALUES (%d, %lld, %llu, %llu, 1000)",
+             id, (long long)f->dev, (unsigned long long)base_off, (unsigned long long)alloc_len);
+    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+}
+
 static void test_device_objects(void **state)
 {
     fixture *f = *state;
@@ -2158,12 +2170,7 @@ static void test_device_objects(void **state)
     assert_int_equal(
         sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
         SQLITE_OK);
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
-             "VALUES (900, %lld, %llu, %llu, 1000)",
-             (long long)f->dev, (unsigned long long)(lone.base_off + OA), (unsigned long long)OA);
-    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    insert_raw_object(f, 900, lone.base_off + OA, OA);
     assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
     assert_non_null(strstr(err.msg, "object 900"));
     assert_non_null(strstr(err.msg, "overlaps"));
@@ -2172,11 +2179,7 @@ static void test_device_objects(void **state)
     assert_int_equal(
         sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 900", NULL, NULL, NULL),
         SQLITE_OK);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
-             "VALUES (901, %lld, %llu, %llu, 1000)",
-             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
-    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    insert_raw_object(f, 901, 256 * MiB - OA, 2 * OA);
     assert_int_equal(tv__reg_device_objects_get(f->reg, f->dev, &m, &err), TV_E_REGISTRY);
     assert_non_null(strstr(err.msg, "object 901"));
     assert_non_null(strstr(err.msg, "outside the data region"));
@@ -2198,12 +2201,7 @@ static void test_alloc_on_corrupt_registry(void **state)
     assert_int_equal(
         sqlite3_exec(f->reg->db, "DROP TRIGGER objects_extent_insert", NULL, NULL, NULL),
         SQLITE_OK);
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
-             "VALUES (910, %lld, %llu, %llu, 1000)",
-             (long long)f->dev, (unsigned long long)(a.base_off + OA), (unsigned long long)OA);
-    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    insert_raw_object(f, 910, a.base_off + OA, OA);
     char want[160];
     snprintf(want, sizeof want, "overlaps object %lld", (long long)a.id);
 
@@ -2223,11 +2221,7 @@ static void test_alloc_on_corrupt_registry(void **state)
     assert_int_equal(
         sqlite3_exec(f->reg->db, "DELETE FROM objects WHERE id = 910", NULL, NULL, NULL),
         SQLITE_OK);
-    snprintf(sql, sizeof sql,
-             "INSERT INTO objects (id, device_id, base_off, alloc_len, canonical_len) "
-             "VALUES (911, %lld, %llu, %llu, 1000)",
-             (long long)f->dev, (unsigned long long)(256 * MiB - OA), (unsigned long long)(2 * OA));
-    assert_int_equal(sqlite3_exec(f->reg->db, sql, NULL, NULL, NULL), SQLITE_OK);
+    insert_raw_object(f, 911, 256 * MiB - OA, 2 * OA);
     assert_int_equal(tv__alloc_device_space(f->reg, f->dev, &sp, &err), TV_E_REGISTRY);
     assert_non_null(strstr(err.msg, "object 911"));
     assert_non_null(strstr(err.msg, "outside the data region"));
