@@ -1,0 +1,209 @@
+"""Uploads to the object store (issue 13, server/fleet/s3put.c, through
+tests/fleet/s3put_tool.c) against the `s3` (moto, checking SigV4) and
+`origin` fixtures: a 20 MiB source in 5 MiB parts (a 4-part multipart
+upload) and a 1 MiB one (one PUT) read back byte-exact, HEAD giving the
+length (and 404 -> exists false); a wrong secret -> TV_E_FORBIDDEN naming
+endpoint, bucket and key, never the secret; bytes that do not hash to the
+given sha256 -> TV_E_HASH_MISMATCH, no object and no multipart upload left
+(ListMultipartUploads); a part's GET failing once -> retried, the object
+exact; a source that moves under the copy -> TV_E_SOURCE_CHANGED; a
+tensorvaultd blob route behind a fleet token -> copied exactly (and without
+the token refused)."""
+import hashlib
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from daemon import Daemon, make_checkpoint
+
+BUCKET = "tv-upload"
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def store(s3):
+    s3.bucket(BUCKET)
+    return s3
+
+
+@pytest.fixture(scope="module")
+def tool(build_dir):
+    p = os.path.join(os.path.abspath(build_dir), "tests", "s3put_tool")
+    if not os.access(p, os.X_OK):
+        pytest.fail(f"{p} not built (run scripts/build)")
+    return p
+
+
+def run_tool(tool, s3, *args, secret=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_ENDPOINT_URL": s3.endpoint, "AWS_REGION": s3.region,
+                "AWS_ACCESS_KEY_ID": s3.access_key,
+                "AWS_SECRET_ACCESS_KEY": secret or s3.secret_key})
+    p = subprocess.run([tool, *map(str, args)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode in (0, 1), (p.returncode, p.stdout, p.stderr)
+    return p.returncode, p.stdout.strip(), p.stderr
+
+
+def ok(tool, s3, *args):
+    rc, out, err = run_tool(tool, s3, *args)
+    assert rc == 0, (out, err)
+    return json.loads(out)
+
+
+def source(origin, name, n, seed):
+    data = np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    path = os.path.join(origin.root, "up", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return data, origin.url_of("up/" + name), hashlib.sha256(data).hexdigest()
+
+
+def uploads_left(s3):
+    st, _, body = s3.request("GET", f"/{BUCKET}?uploads=")  # SigV4 canonical form (curl 7.88 signs the query as given)
+    assert st == 200, body
+    return body.count(b"<Upload>")
+
+
+def exists(tool, s3, key):
+    return ok(tool, s3, "head", f"s3://{BUCKET}/{key}")
+
+
+def test_multipart_and_single_put(tool, store, origin):
+    for name, n, key, want_puts in (("big.bin", 20 * MIB, "gen/big.bin", 4),
+                                    ("small.bin", 1 * MIB, "gen/small.bin", 0)):
+        data, url, sha = source(origin, name, n, n)
+        origin.reset_counters()
+        doc = ok(tool, store, "copy", url, n, sha, f"s3://{BUCKET}/{key}", "--part-len", 5 * MIB)
+        assert doc == {"copied": n}
+        assert store.get(BUCKET, key) == data
+        assert exists(tool, store, key) == {"exists": True, "length": n}
+        gets = [r for r in origin.requests() if r[0] == "GET"]
+        assert len(gets) == max(want_puts, 1), gets  # one Range GET per part
+        assert origin.bytes_served() == n
+    assert uploads_left(store) == 0
+    # without a digest: copied as served
+    data, url, _ = source(origin, "nodigest.bin", 7 * MIB + 3, 7)
+    ok(tool, store, "copy", url, len(data), "-", f"s3://{BUCKET}/gen/nodigest.bin", "--part-len",
+       5 * MIB)
+    assert store.get(BUCKET, "gen/nodigest.bin") == data
+    # an empty source is one empty PUT
+    data, url, sha = source(origin, "empty.bin", 0, 0)
+    ok(tool, store, "copy", url, 0, sha, f"s3://{BUCKET}/gen/empty.bin")
+    assert exists(tool, store, "gen/empty.bin") == {"exists": True, "length": 0}
+    # a key that is not there
+    assert exists(tool, store, "gen/none.bin") == {"exists": False, "length": 0}
+
+
+def test_wrong_secret_forbidden_without_the_secret(tool, store, origin):
+    wrong = "tv-wrong-secret-ZYXWVUTSRQPONMLKJIHGFEDCBA"
+    data, url, sha = source(origin, "sec.bin", 1 * MIB, 3)
+    for args in (("head", f"s3://{BUCKET}/gen/sec.bin"),
+                 ("copy", url, len(data), sha, f"s3://{BUCKET}/gen/sec.bin"),
+                 ("copy", url, len(data), sha, f"s3://{BUCKET}/gen/sec.bin", "--part-len",
+                  str(5 * MIB))):
+        rc, out, err = run_tool(tool, store, *args, secret=wrong)
+        assert rc == 1 and out.startswith("error TV_E_FORBIDDEN:"), out
+        assert "403" in out and f"bucket '{BUCKET}'" in out and "gen/sec.bin" in out, out
+        assert store.endpoint in out, out
+        assert wrong not in out + err and store.secret_key not in out + err
+    big, url, sha = source(origin, "sec-big.bin", 11 * MIB, 3)
+    rc, out, err = run_tool(tool, store, "copy", url, len(big), sha, f"s3://{BUCKET}/gen/sec-big.bin",
+                            "--part-len", 5 * MIB, secret=wrong)
+    assert rc == 1 and out.startswith("error TV_E_FORBIDDEN:"), out
+    assert wrong not in out + err
+    assert not exists(tool, store, "gen/sec.bin")["exists"]
+
+
+def test_hash_mismatch_leaves_nothing(tool, store, origin):
+    for name, n in (("mm-big.bin", 20 * MIB), ("mm-small.bin", 1 * MIB)):
+        data, url, _ = source(origin, name, n, 11)
+        other = hashlib.sha256(data[:-1] + bytes([data[-1] ^ 1])).hexdigest()
+        key = "gen/" + name
+        rc, out, _ = run_tool(tool, store, "copy", url, n, other, f"s3://{BUCKET}/{key}",
+                              "--part-len", 5 * MIB)
+        assert rc == 1 and out.startswith("error TV_E_HASH_MISMATCH:"), out
+        assert other in out and hashlib.sha256(data).hexdigest() in out, out
+        assert exists(tool, store, key) == {"exists": False, "length": 0}
+        assert uploads_left(store) == 0
+    # a malformed digest is refused before anything is sent
+    rc, out, _ = run_tool(tool, store, "copy", url, n, "abc", f"s3://{BUCKET}/gen/x.bin")
+    assert out.startswith("error TV_E_INVALID_ARG:"), out
+    # a part size below S3's minimum
+    rc, out, _ = run_tool(tool, store, "copy", url, n, "-", f"s3://{BUCKET}/gen/x.bin",
+                          "--part-len", 1 * MIB)
+    assert out.startswith("error TV_E_INVALID_ARG:") and "5 MiB" in out, out
+
+
+def test_failed_part_get_is_retried(tool, store, origin):
+    data, url, sha = source(origin, "retry.bin", 16 * MIB, 21)
+    origin.fail_next(1, 503, "up/retry.bin")
+    ok(tool, store, "copy", url, len(data), sha, f"s3://{BUCKET}/gen/retry.bin", "--part-len",
+       5 * MIB, "--retries", 2)
+    assert store.get(BUCKET, "gen/retry.bin") == data
+    # failing more often than the retries allow: the error names the URL and
+    # the status, and no parts are left
+    origin.fail_next(5, 503, "up/retry.bin")
+    rc, out, _ = run_tool(tool, store, "copy", url, len(data), sha, f"s3://{BUCKET}/gen/retry2.bin",
+                          "--part-len", 5 * MIB, "--retries", 1)
+    origin.clear_faults()
+    assert rc == 1 and out.startswith("error EIO:") and "503" in out and url in out, out
+    assert "after 2 tries" in out, out
+    assert uploads_left(store) == 0
+    assert not exists(tool, store, "gen/retry2.bin")["exists"]
+
+
+def test_source_changes(tool, store, origin):
+    data, url, sha = source(origin, "moved.bin", 6 * MIB, 5)
+    # the length the caller believes is not the source's
+    rc, out, _ = run_tool(tool, store, "copy", url, len(data) - 1, "-", f"s3://{BUCKET}/gen/moved.bin",
+                          "--part-len", 5 * MIB)
+    assert rc == 1 and out.startswith("error TV_E_SOURCE_CHANGED:"), out
+    # gone
+    rc, out, _ = run_tool(tool, store, "copy", origin.url_of("up/absent.bin"), 10, "-",
+                          f"s3://{BUCKET}/gen/absent.bin")
+    assert rc == 1 and out.startswith("error TV_E_SOURCE_CHANGED:") and "404" in out, out
+    assert uploads_left(store) == 0
+    # nothing listening
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc, out, _ = run_tool(tool, store, "copy", f"http://127.0.0.1:{port}/x.bin", 10, "-",
+                          f"s3://{BUCKET}/gen/refused.bin", "--retries", 1)
+    assert rc == 1 and out.startswith("error ECONNREFUSED:"), out
+
+
+def test_blob_route_with_fleet_token(tool, store, build_dir, tmp_path):
+    d = Daemon(os.path.abspath(build_dir), tmp_path, settings={"store.image_size": "256M"}).start()
+    try:
+        rng = np.random.default_rng(17)
+        path = make_checkpoint(os.path.join(d.workdir, "m", "model.safetensors"),
+                               {"w": rng.standard_normal(3 * MIB).astype(np.float32)})
+        d.import_ok("m", path)
+        shard = d.ok("GET", "/v1/models/m/generations/1")["shards"][0]
+        with open(path, "rb") as f:
+            data = f.read()
+        assert shard["file_bytes"] == len(data) > 10 * MIB
+        assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+        token = d.ok("POST", "/v1/tokens", status=201, body={"name": "up", "scope": "fleet"})["token"]
+        url = f"http://127.0.0.1:{d.port}/v1/blobs/sha256:{shard['sha256']}"
+        ok(tool, store, "copy", url, len(data), shard["sha256"], f"s3://{BUCKET}/blobs/m.bin",
+           "--bearer", token, "--part-len", 5 * MIB)
+        assert store.get(BUCKET, "blobs/m.bin") == data
+        ok(tool, store, "copy", url, len(data), shard["sha256"], f"s3://{BUCKET}/blobs/m1.bin",
+           "--bearer", token, "--part-len", 64 * MIB)
+        assert store.get(BUCKET, "blobs/m1.bin") == data
+        # without the token: refused by the source, nothing uploaded
+        rc, out, err = run_tool(tool, store, "copy", url, len(data), shard["sha256"],
+                                f"s3://{BUCKET}/blobs/m2.bin", "--part-len", 5 * MIB)
+        assert rc == 1 and out.startswith("error TV_E_FORBIDDEN:") and "401" in out, out
+        assert token not in out + err
+        assert not exists(tool, store, "blobs/m2.bin")["exists"]
+        assert uploads_left(store) == 0
+    finally:
+        d.stop()
