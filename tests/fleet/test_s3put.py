@@ -6,13 +6,17 @@ length (and 404 -> exists false); a wrong secret -> TV_E_FORBIDDEN naming
 endpoint, bucket and key, never the secret; bytes that do not hash to the
 given sha256 -> TV_E_HASH_MISMATCH, no object and no multipart upload left
 (ListMultipartUploads); a part's GET failing once -> retried, the object
-exact; a source that moves under the copy -> TV_E_SOURCE_CHANGED; a
+exact; a source whose length or ETag moves under the copy, or that is
+gone -> TV_E_SOURCE_CHANGED and no parts left; a
 tensorvaultd blob route behind a fleet token -> copied exactly (and without
 the token refused)."""
 import hashlib
+import http.server
 import json
 import os
+import re
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -176,6 +180,50 @@ def test_source_changes(tool, store, origin):
     rc, out, _ = run_tool(tool, store, "copy", f"http://127.0.0.1:{port}/x.bin", 10, "-",
                           f"s3://{BUCKET}/gen/refused.bin", "--retries", 1)
     assert rc == 1 and out.startswith("error ECONNREFUSED:"), out
+
+
+class _Moving(http.server.BaseHTTPRequestHandler):
+    """Serves DATA by Range with a strong ETag that changes after the first
+    answer (a file rewritten between two parts' reads)."""
+    protocol_version = "HTTP/1.1"
+    data = b""
+    served = 0
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        a, b = int(m.group(1)), int(m.group(2))
+        cls = type(self)
+        cls.served += 1
+        body = self.data[a:b + 1]
+        self.send_response(206)
+        self.send_header("ETag", '"v1"' if cls.served == 1 else '"v2"')
+        self.send_header("Content-Range", f"bytes {a}-{b}/{len(self.data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_etag_moving_under_the_copy(tool, store):
+    _Moving.data = os.urandom(11 * MIB)
+    _Moving.served = 0
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Moving)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/moving.bin"
+        rc, out, _ = run_tool(tool, store, "copy", url, len(_Moving.data), "-",
+                              f"s3://{BUCKET}/gen/moving.bin", "--part-len", 5 * MIB,
+                              "--parallel", 1)
+        assert rc == 1 and out.startswith("error TV_E_SOURCE_CHANGED:"), out
+        assert '"v2"' in out and '"v1"' in out, out
+        assert not exists(tool, store, "gen/moving.bin")["exists"]
+        assert uploads_left(store) == 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_blob_route_with_fleet_token(tool, store, build_dir, tmp_path):
