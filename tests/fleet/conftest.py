@@ -572,8 +572,8 @@ def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
     a fresh database (the same for all of one call) at the bridge's address
     and fleet.node nI. config: more INI keys (see _node_settings);
     per_node: {"n2": {key: value}} on top. The factory's .db is the last
-    database made. Every node is stopped at test end (SIGTERM, else SIGKILL)
-    and its link set up again; while the test runs, each node's log is
+    database made. At test end every node's link is set up again and the
+    node stopped (SIGTERM, else SIGKILL); while the test runs, each node's log is
     attached to a failing test's report."""
     from nodes import Node
     made = []
@@ -604,15 +604,15 @@ def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
         yield make
     finally:
         for node in made:
+            if node.ns:  # first, so that a node cut off stops as quickly as the others
+                try:
+                    node.link_up()
+                except Exception:  # noqa: BLE001 - the namespace may be gone already
+                    pass
             try:
                 node.stop(timeout=10)
             except AssertionError:
                 pass  # stop() SIGKILLed it
             finally:
                 node.kill()
-                if node.ns:
-                    try:
-                        node.link_up()
-                    except Exception:  # noqa: BLE001 - the namespace may be gone already
-                        pass
                 _LOGS.pop(f"node {node.name}", None)
