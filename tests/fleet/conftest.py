@@ -17,6 +17,10 @@ test's report).
   stores an empty object).
 - `origin`: tests/fleet/origin.py, a Range-capable HTTP origin over a
   directory with byte counters and fault switches.
+- `fleet_nodes` (a factory, over `fleet_net`, `fleet_pg`, `fleet_s3`):
+  tensorvaultd nodes, each in a network namespace of its own on a bridge
+  (tests/fleet/nodes.py), sharing a fresh catalog database; PostgreSQL and
+  moto then listen on the bridge's address too.
 
 What is missing (the PostgreSQL binaries, curl, moto) fails the test with
 the reason: scripts/deps installs them all."""
@@ -169,6 +173,7 @@ class Postgres:
         self.host = "127.0.0.1"
         self.port = free_port()
         self.running = False
+        self.also = []  # addresses listened on besides host (listen_also)
         self._runas = []
         os.chmod(base, 0o755)  # the socket is reachable by any user
         if os.geteuid() == 0:
@@ -180,6 +185,25 @@ class Postgres:
     def dsn(self):
         pw = urllib.parse.quote(self.password, safe="")
         return f"postgresql://{self.user}:{pw}@{self.host}:{self.port}/{self.dbname}"
+
+    def dsn_on(self, host, dbname=None):
+        """The DSN with another host (e.g. the fleet bridge's address)."""
+        pw = urllib.parse.quote(self.password, safe="")
+        return f"postgresql://{self.user}:{pw}@{host}:{self.port}/{dbname or self.dbname}"
+
+    def listen_also(self, addr, cidr):
+        """Listens on addr as well as 127.0.0.1 (scram-sha-256 for clients
+        in cidr): appended to the configuration, then a restart (same port,
+        same data). Once per address."""
+        if addr in self.also:
+            return
+        self.also.append(addr)
+        with open(os.path.join(self.datadir, "pg_hba.conf"), "a") as f:
+            f.write(f"\n# tests/fleet: the fleet network\nhost all all {cidr} scram-sha-256\n")
+        with open(os.path.join(self.datadir, "postgresql.conf"), "a") as f:
+            f.write(f"listen_addresses = '{','.join([self.host] + self.also)}'\n")
+        if self.running:
+            self.restart()
 
     def _bin(self, name):
         return os.path.join(self.bindir, name)
@@ -303,6 +327,7 @@ class S3:
     def __init__(self, base):
         self.base = base
         self.host = "127.0.0.1"
+        self.bind = self.host  # what moto listens on (bind_all: 0.0.0.0)
         self.port = free_port()
         self.logfile = os.path.join(base, "moto.log")
         self.proc = None
@@ -314,7 +339,7 @@ class S3:
     def start(self):
         log = open(self.logfile, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "moto_s3.py"), "--host", self.host,
+            [sys.executable, os.path.join(HERE, "moto_s3.py"), "--host", self.bind,
              "--port", str(self.port), "--access-key", self.access_key,
              "--secret-key", self.secret_key, "--region", self.region],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -359,6 +384,18 @@ class S3:
             self.bucket(b)
             for k, data in objs:
                 self.put(b, k, data)
+
+    def endpoint_on(self, host):
+        """The endpoint with another host (e.g. the fleet bridge's address)."""
+        return f"http://{host}:{self.port}"
+
+    def bind_all(self):
+        """Listens on every address (moto binds one; the nodes of the fleet
+        network reach it at the bridge's, the tests still at 127.0.0.1):
+        restart(keep=True) bound to 0.0.0.0. Once."""
+        if self.bind != "0.0.0.0":
+            self.bind = "0.0.0.0"
+            self.restart(keep=True)
 
     def request(self, method, path, data=None, headers=None, secret=None, access_key=None,
                 sign=True, payload_hash=None):
@@ -485,3 +522,97 @@ def origin():
     finally:
         o.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -------------------------------------------------------------- fleet nodes
+
+@pytest.fixture(scope="session")
+def fleet_net():
+    """The fleet network of this session (tests/fleet/nodes.py's Net): a
+    bridge and a namespace per node, removed at session end; without root
+    or `ip`, .available is False with the .reason (the nodes share
+    loopback)."""
+    import nodes
+    net = nodes.Net.create()
+    try:
+        yield net
+    finally:
+        net.close()
+
+
+@pytest.fixture(scope="session")
+def fleet_pg(postgres, fleet_net):
+    """`postgres`, also listening on the bridge's address (a restart, once):
+    .dsn_on(fleet_net.host_ip, db) is what the nodes connect with."""
+    if fleet_net.available:
+        postgres.listen_also(fleet_net.host_ip, fleet_net.cidr)
+    return postgres
+
+
+@pytest.fixture(scope="session")
+def fleet_s3(s3, fleet_net):
+    """`s3`, also reachable from the nodes (bound to 0.0.0.0, a restart that
+    keeps every object, once): .endpoint_on(fleet_net.host_ip)."""
+    if fleet_net.available:
+        s3.bind_all()
+    return s3
+
+
+def _node_settings(config):
+    """fleet_nodes' keyword arguments as INI keys: a key with a dot as is
+    ("fleet.token"), else its first "_" is the dot (fleet_token)."""
+    return {(k if "." in k else k.replace("_", ".", 1)): str(v) for k, v in config.items()}
+
+
+@pytest.fixture
+def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
+    """A factory: fleet_nodes(n=3, per_node=None, start=True, **config) ->
+    [Node] n1..nN (tests/fleet/nodes.py), started (all spawned, then each
+    waited for), each with its own store under tmp_path/nI, fleet.postgres
+    a fresh database (the same for all of one call) at the bridge's address
+    and fleet.node nI. config: more INI keys (see _node_settings);
+    per_node: {"n2": {key: value}} on top. The factory's .db is the last
+    database made. At test end every node's link is set up again and the
+    node stopped (SIGTERM, else SIGKILL); while the test runs, each node's log is
+    attached to a failing test's report."""
+    from nodes import Node
+    made = []
+
+    def make(n=3, per_node=None, start=True, **config):
+        db, _ = fresh_db(fleet_pg, "tvnodes_")
+        make.db = db
+        dsn = fleet_pg.dsn_on(fleet_net.host_ip, db)
+        out = []
+        for _ in range(n):
+            i = len(made) + 1
+            name = f"n{i}"
+            settings = {"fleet.postgres": dsn, "fleet.node": name, **_node_settings(config),
+                        **_node_settings((per_node or {}).get(name, {}))}
+            node = Node(fleet_net, i, build_dir, tmp_path / name, settings=settings, name=name)
+            made.append(node)
+            out.append(node)
+            _LOGS[f"node {name}"] = node.log
+        if start:
+            for node in out:
+                node.spawn()
+            for node in out:
+                node.wait_healthy()
+        return out
+
+    make.db = None
+    try:
+        yield make
+    finally:
+        for node in made:
+            if node.ns:  # first, so that a node cut off stops as quickly as the others
+                try:
+                    node.link_up()
+                except Exception:  # noqa: BLE001 - the namespace may be gone already
+                    pass
+            try:
+                node.stop(timeout=10)
+            except AssertionError:
+                pass  # stop() SIGKILLed it
+            finally:
+                node.kill()
+                _LOGS.pop(f"node {node.name}", None)
