@@ -236,10 +236,33 @@ int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, 
     return idx;
 }
 
+/* Whether a session other than reader has requests outstanding on a handle
+ * of g: members of a group loading together (tensor-parallel ranks) lag
+ * each other, and the free slots they still have to find cached must not
+ * be recycled for one member's read-ahead (DESIGN section 6: the device
+ * reads about one copy of the model). */
+static bool others_reading(const fp_group *g, uint64_t reader)
+{
+    if (g->n_handles < 2)
+        return false;
+    for (const fp_session *s = g->fp->s_head; s; s = s->next) {
+        if (s->id == reader || s->doomed || !s->n_reqs)
+            continue;
+        for (uint32_t i = 0; i < g->fp->o.max_handles; i++) {
+            const fp_handle *h = s->handles[i];
+            if (h && h->g == g && h->n_reqs)
+                return true;
+        }
+    }
+    return false;
+}
+
 void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t reader)
 {
     const fp_shard *sh = &g->shards[shard];
     uint64_t n = g->fp->o.readahead, end_k = sh->file_len / g->slot_len;
+    if (others_reading(g, reader))
+        return;
     if (n > g->n_slots / 4)
         n = g->n_slots / 4;
     if (sh->file_len % g->slot_len)
