@@ -279,8 +279,8 @@ void tv__fp_groups_reap(tv__fp *fp);
  * shard's object) that no slot holds or is reading, into free LRU slots
  * only, while the aio has room; reader = the session id. No wait, no
  * reference, no credit: once read they are cached free slots. None while
- * another session has requests outstanding on the group (its members lag
- * each other: read-ahead would recycle the slots they are about to use). */
+ * the group has more than one handle (its members lag each other:
+ * read-ahead would recycle the slots they are about to use). */
 void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t reader);
 /* A request uses slot idx: a slot read ahead counts as a readahead hit once. */
 void tv__fp_slot_used(fp_group *g, uint32_t idx);
