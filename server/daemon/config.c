@@ -81,6 +81,13 @@ static const key_def keys[] = {
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
     {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
     {"fleet.node", K_STR, F(fleet_node), SZ(fleet_node), 1, 0},
+    {"fleet.url", K_STR, F(fleet_url), SZ(fleet_url), 0, 0},
+    {"fleet.token", K_STR, F(fleet_token), SZ(fleet_token), 0, 0},
+    {"fleet.object_store", K_STR, F(fleet_object_store), SZ(fleet_object_store), 0, 0},
+    {"fleet.proxy", K_STR, F(fleet_proxy), SZ(fleet_proxy), 0, 0},
+    {"fleet.quorum", K_UINT, F(fleet_quorum), 0, 0, 4096},
+    {"fleet.rollout_timeout", K_UINT, F(fleet_rollout_timeout), 0, 1, 86400},
+    {"fleet.pull_attempts", K_UINT, F(fleet_pull_attempts), 0, 1, 100},
 };
 #undef F
 #undef SZ
@@ -123,6 +130,9 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_max_groups = 16;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;
+    c->fleet_quorum = 0; /* every node the placement names */
+    c->fleet_rollout_timeout = 600;
+    c->fleet_pull_attempts = 3;
     if (gethostname(c->fleet_node, sizeof(c->fleet_node) - 1) != 0 || !c->fleet_node[0])
         snprintf(c->fleet_node, sizeof(c->fleet_node), "localhost");
     snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u", (unsigned)getuid(),
@@ -378,6 +388,32 @@ static int ini_on_key(void *user, const char *section, const char *name, const c
     return x->rc == 0;
 }
 
+/* The fleet keys that have a shape: checked once every layer is applied. */
+static int fleet_validate(const tv__config *c, tv_error *err)
+{
+    size_t n = strlen(c->fleet_token);
+    for (size_t i = 0; i < n; i++)
+        if (c->fleet_token[i] <= ' ' || c->fleet_token[i] > '~')
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "fleet.token: printable characters without spaces only");
+    if (n && n < 16)
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fleet.token: at least 16 characters (tensorvault token create prints 43)");
+    size_t l = strlen(c->fleet_object_store);
+    if (l && (strncmp(c->fleet_object_store, "s3://", 5) || l < 7 ||
+              c->fleet_object_store[l - 1] != '/' || c->fleet_object_store[5] == '/'))
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fleet.object_store '%s' is not s3://BUCKET/ or s3://BUCKET/PREFIX/ (ending in '/')",
+            c->fleet_object_store);
+    if (c->fleet_url[0] && strncmp(c->fleet_url, "http://", 7) &&
+        strncmp(c->fleet_url, "https://", 8))
+        return tv__seterr(err, TV_E_INVALID_ARG, "fleet.url '%s' is not an http:// or https:// URL",
+                          c->fleet_url);
+    return 0;
+}
+
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err)
 {
     FILE *f = fopen(path, "r");
@@ -608,7 +644,7 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
         if (rc)
             return rc;
     }
-    if ((rc = tv__url_origins_validate(c->import_origins, err)))
+    if ((rc = tv__url_origins_validate(c->import_origins, err)) || (rc = fleet_validate(c, err)))
         return rc;
     if ((rc = s3_from_env(c, envp, err)))
         return rc;

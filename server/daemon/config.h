@@ -76,8 +76,15 @@ typedef struct tv__config {
         char rules[TV__CFG_RULES_MAX];
     } access[TV__CFG_MAX_ACCESS]; /* a model set again replaces its entry */
     /* [fleet] (server/fleet): the fleet catalog; "" = standalone */
-    char fleet_postgres[TV__CFG_STR_MAX]; /* libpq conninfo or URI */
-    char fleet_node[256];                 /* this node's name; default: the hostname */
+    char fleet_postgres[TV__CFG_STR_MAX];     /* libpq conninfo or URI */
+    char fleet_node[256];                     /* this node's name; default: the hostname */
+    char fleet_url[TV__CFG_STR_MAX];          /* how peers reach this node; default http://LISTEN */
+    char fleet_token[128];                    /* the fleet's shared peer token; "" = none */
+    char fleet_object_store[TV__CFG_STR_MAX]; /* s3://BUCKET/PREFIX/ for blobs; "" = none */
+    char fleet_proxy[TV__CFG_STR_MAX];        /* HTTP proxy for pulls; "" = libcurl's default */
+    unsigned fleet_quorum;                    /* default quorum of an alias move (0 = all) */
+    unsigned fleet_rollout_timeout;           /* seconds before a quorum may switch */
+    unsigned fleet_pull_attempts;             /* a pull's tries before it is failed */
 } tv__config;
 
 /* Fills c with the defaults (import.roots = the current directory). */

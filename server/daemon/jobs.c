@@ -40,9 +40,18 @@ typedef struct job_node {
     char alias[TV__ALIAS_MAX + 1];
     bool has_alias, activate, strict;
     int64_t device_id;
+    tv__src_pull *pull; /* a fleet pull (own copy), or NULL */
+    int64_t generation; /* import as this number; 0 = the next */
     atomic_bool cancel;
     struct job_node *next;
 } job_node;
+
+static void node_free(job_node *n)
+{
+    if (n)
+        tv__src_pull_free(n->pull);
+    free(n);
+}
 
 struct tv__jobs {
     tv__store *st; /* the writer, owned by the caller */
@@ -182,6 +191,8 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.cancelled = is_cancelled;
     o.cancel_ctx = r;
     o.http = r->http;
+    o.pull = n->pull;
+    o.generation = n->generation;
     tv__import_result res = {0};
     double t0 = mono_s();
     int rc = tv__import(st, n->model, n->source, &o, &res, err);
@@ -397,7 +408,7 @@ static void *worker_main(void *p)
             j->on_import(j->on_import_ctx); /* must not block (tv__fleet_kick) */
         j->running[w] = NULL;
         j->n_running--;
-        free(n);
+        node_free(n);
         pthread_cond_broadcast(&j->done_cond);
     }
     pthread_mutex_unlock(&j->lock);
@@ -520,6 +531,14 @@ static int node_from_spec(const tv__job_spec *spec, bool strict, job_node **out,
         }
         snprintf(n->model, sizeof(n->model), "%s", spec->model);
         snprintf(n->source, sizeof(n->source), "%s", spec->source);
+        if (spec->generation < 0) {
+            rc = tv__seterr(err, TV_E_INVALID_ARG, "generation %" PRId64 " is negative",
+                            spec->generation);
+            goto fail;
+        }
+        n->generation = spec->generation;
+        if (spec->pull && (rc = tv__src_pull_dup(spec->pull, &n->pull, err)))
+            goto fail;
         if (spec->alias && *spec->alias) {
             snprintf(n->alias, sizeof(n->alias), "%s", spec->alias);
             n->has_alias = true;
@@ -540,7 +559,7 @@ static int node_from_spec(const tv__job_spec *spec, bool strict, job_node **out,
     *out = n;
     return 0;
 fail:
-    free(n);
+    node_free(n);
     return rc;
 }
 
@@ -583,7 +602,7 @@ int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error
         goto fail;
     return 0;
 fail:
-    free(n);
+    node_free(n);
     return rc;
 }
 
@@ -605,7 +624,7 @@ int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err)
             j->tail = prev;
         j->n_queued--;
         rc = tv__reg_job_finish(j->reg, id, TV__JOB_CANCELLED, 0, NULL, 0, NULL, err);
-        free(n);
+        node_free(n);
         goto out;
     }
     for (unsigned w = 0; w < j->n_workers; w++) {
@@ -658,7 +677,7 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
     tv_error local = {0};
     rc = run_job(st, n, watch, ctx, err ? err : &local);
 out:
-    free(n);
+    node_free(n);
     return rc;
 }
 
@@ -714,7 +733,7 @@ void tv__jobs_stop(tv__jobs *j)
         tv_error e = {0};
         if (j->reg && tv__reg_job_finish(j->reg, n->id, TV__JOB_CANCELLED, 0, NULL, 0, NULL, &e))
             tv__log(TV_LOG_WARN, "job %" PRId64 ": not marked cancelled: %s", n->id, e.msg);
-        free(n);
+        node_free(n);
     }
     j->tail = NULL;
     j->n_queued = 0;

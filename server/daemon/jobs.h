@@ -39,6 +39,12 @@ typedef struct tv__job_spec {
     const char *model, *source, *alias; /* import: model and source; alias may be NULL */
     bool activate, strict;
     int64_t device_id; /* verify: 0 = every device */
+    /* import: a fleet pull (import/source.h; copied, the caller may free its
+     * own at once; its on_bad_file is called from the worker) read instead
+     * of source (still the row's source), and the generation number to
+     * publish as (0 = the next). */
+    const struct tv__src_pull *pull;
+    int64_t generation;
 } tv__job_spec;
 
 /* Starts n_workers (0 = TV__JOBS_DEFAULT_WORKERS) threads over writer store

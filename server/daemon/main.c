@@ -272,6 +272,7 @@ static int run(const tv__config *c)
                                          .access_key_id = c->s3_access_key_id,
                                          .secret_access_key = c->s3_secret_access_key,
                                          .session_token = c->s3_session_token},
+                                  .proxy = c->fleet_proxy,
                                   .retries = c->import_http_retries,
                                   .timeout_s = c->import_http_timeout,
                                   .range = c->import_http_range};
@@ -296,6 +297,8 @@ static int run(const tv__config *c)
         .openapi_yaml = tv__openapi_yaml,
         .openapi_len = tv__openapi_yaml_len,
         .fp = fp,
+        .fleet_token = c->fleet_token,
+        .fleet_conninfo = c->fleet_postgres,
     };
     if ((rc = tv__api_open(&ao, st, &api, &err)))
         goto fail;
@@ -325,15 +328,29 @@ static int run(const tv__config *c)
     if (c->fleet_postgres[0]) {
         /* Fleet mode: a thread of its own connects in the background; the
          * node serves standalone until (and whenever) the catalog is away. */
-        char url[300];
-        snprintf(url, sizeof(url), "http://%s:%u", host, (unsigned)port);
+        char url[TV__CFG_STR_MAX + 32];
+        if (c->fleet_url[0])
+            snprintf(url, sizeof(url), "%s", c->fleet_url);
+        else
+            snprintf(url, sizeof(url), "http://%s:%u", host, (unsigned)port);
+        size_t ul = strlen(url);
+        while (ul > 0 && url[ul - 1] == '/')
+            url[--ul] = '\0';
         tv__fleet_opts fo = {.conninfo = c->fleet_postgres,
                              .node = c->fleet_node,
                              .url = url,
-                             .reg_path = actx.reg_path};
+                             .reg_path = actx.reg_path,
+                             .jobs = jobs,
+                             .store = st,
+                             .token = c->fleet_token,
+                             .object_store = c->fleet_object_store,
+                             .proxy = c->fleet_proxy,
+                             .s3 = &http_src.s3,
+                             .pull_attempts = c->fleet_pull_attempts};
         if ((rc = tv__fleet_start(&fo, &fleet, &err)))
             goto fail;
         tv__jobs_set_on_import(jobs, kick_fleet, fleet);
+        tv__api_set_fleet(api, fleet);
     }
 
     sigset_t set;
@@ -369,8 +386,9 @@ out:
     tv__metrics_set_fastpath(NULL);
     tv__fp_stop(fp); /* sessions closed, leases released: before the store closes */
     tv__jobs_set_on_import(jobs, NULL, NULL);
-    tv__fleet_stop(fleet);
+    /* Jobs first: a pull's job calls back into the fleet's state. */
     tv__jobs_stop(jobs);
+    tv__fleet_stop(fleet);
     tv__api_close(api);
     tv__reg_close(actx.reg);
     tv__fp_access_free(access);

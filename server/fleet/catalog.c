@@ -600,6 +600,7 @@ typedef struct alias_ctx {
     int64_t generation;
     const char *const *placement;
     int64_t expect, now;
+    int quorum, timeout_s; /* 0: NULL (every placed node); 0: 600 */
 } alias_ctx;
 
 /* {"a","b"}: a text[] literal, every element quoted. NULL on ENOMEM. */
@@ -668,13 +669,17 @@ static int set_alias(tv__catalog *cat, void *p, tv_error *err)
                         c->alias, c->model, have, c->expect);
         goto fail;
     }
-    const char *up[] = {c->model, c->alias, num, place};
+    char quorum[16], timeout[16];
+    snprintf(quorum, sizeof quorum, "%d", c->quorum);
+    snprintf(timeout, sizeof timeout, "%d", c->timeout_s > 0 ? c->timeout_s : 600);
+    const char *up[] = {c->model, c->alias, num, place, c->quorum > 0 ? quorum : NULL, timeout};
     if ((rc = q(cat,
-                have ? "UPDATE aliases SET generation = $3, placement = $4, version = version + 1, "
+                have ? "UPDATE aliases SET generation = $3, placement = $4, quorum = $5, "
+                       "timeout_s = $6, version = version + 1, "
                        "updated_at = now() WHERE model = $1 AND alias = $2 RETURNING version"
-                     : "INSERT INTO aliases (model, alias, generation, placement, version) "
-                       "VALUES ($1, $2, $3, $4, 1) RETURNING version",
-                4, up, &res, "moving the alias", err))) {
+                     : "INSERT INTO aliases (model, alias, generation, placement, quorum, "
+                       "timeout_s, version) VALUES ($1, $2, $3, $4, $5, $6, 1) RETURNING version",
+                6, up, &res, "moving the alias", err))) {
         if (rc == TV_E_CONFLICT)
             tv__seterr(
                 err, TV_E_CONFLICT,
@@ -710,10 +715,73 @@ int tv__catalog_set_alias(tv__catalog *cat, const char *model, const char *alias
 {
     if (!model || !model[0] || !alias || !alias[0] || generation <= 0 || expect_version < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__catalog_set_alias: bad argument");
-    alias_ctx c = {model, alias, generation, placement, expect_version, 0};
+    tv__catalog_alias_move m = {.model = model,
+                                .alias = alias,
+                                .generation = generation,
+                                .placement = placement,
+                                .expect_version = expect_version};
+    return tv__catalog_move_alias(cat, &m, new_version, err);
+}
+
+int tv__catalog_move_alias(tv__catalog *cat, const tv__catalog_alias_move *m, int64_t *new_version,
+                           tv_error *err)
+{
+    if (!m || !m->model || !m->model[0] || !m->alias || !m->alias[0] || m->generation <= 0 ||
+        m->expect_version < 0 || m->quorum < 0 || m->timeout_s < 0)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__catalog_move_alias: bad argument");
+    alias_ctx c = {m->model,          m->alias, m->generation, m->placement,
+                   m->expect_version, 0,        m->quorum,     m->timeout_s};
     int rc = with_retry(cat, set_alias, &c, err);
     if (rc == 0 && new_version)
         *new_version = c.now;
+    return rc;
+}
+
+/* ---- generic statements (the fleet thread's reports and reads) ---------- */
+
+typedef struct stmt_ctx {
+    const char *sql, *what;
+    int n;
+    const char *const *params;
+    json_t *out; /* json: the document */
+    bool json;
+} stmt_ctx;
+
+static int stmt_op(tv__catalog *cat, void *p, tv_error *err)
+{
+    stmt_ctx *c = p;
+    PGresult *res = NULL;
+    int rc = q(cat, c->sql, c->n, c->params, c->json ? &res : NULL, c->what, err);
+    if (rc || !c->json)
+        return rc;
+    if (PQntuples(res) == 0 || PQnfields(res) < 1 || PQgetisnull(res, 0, 0)) {
+        c->out = json_null();
+    } else {
+        json_error_t je;
+        c->out = json_loads(PQgetvalue(res, 0, 0), JSON_DECODE_ANY, &je);
+        if (!c->out)
+            rc = tv__seterr(err, TV_E_REGISTRY, "fleet catalog (%s): %s: not JSON: %s", cat->where,
+                            c->what, je.text);
+    }
+    PQclear(res);
+    return rc;
+}
+
+int tv__catalog_exec(tv__catalog *cat, const char *sql, int n, const char *const *params,
+                     const char *what, tv_error *err)
+{
+    stmt_ctx c = {sql, what, n, params, NULL, false};
+    return with_retry(cat, stmt_op, &c, err);
+}
+
+int tv__catalog_json(tv__catalog *cat, const char *sql, int n, const char *const *params,
+                     const char *what, json_t **out, tv_error *err)
+{
+    stmt_ctx c = {sql, what, n, params, NULL, true};
+    *out = NULL;
+    int rc = with_retry(cat, stmt_op, &c, err);
+    if (rc == 0)
+        *out = c.out;
     return rc;
 }
 

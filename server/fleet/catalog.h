@@ -24,6 +24,7 @@
 #ifndef TV_FLEET_CATALOG_H
 #define TV_FLEET_CATALOG_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,6 +81,30 @@ int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv_
 int tv__catalog_set_alias(tv__catalog *cat, const char *model, const char *alias,
                           int64_t generation, const char *const *placement, int64_t expect_version,
                           int64_t *new_version, tv_error *err);
+
+/* tv__catalog_set_alias with the rest of an alias row: quorum 0 = every
+ * node the placement names must be ready before any switches (NULL in the
+ * row); N = N ready nodes may switch once timeout_s (0 = 600) passed since
+ * the move. Same returns. */
+typedef struct tv__catalog_alias_move {
+    const char *model, *alias;
+    int64_t generation;
+    const char *const *placement;
+    int64_t expect_version;
+    int quorum, timeout_s;
+} tv__catalog_alias_move;
+int tv__catalog_move_alias(tv__catalog *cat, const tv__catalog_alias_move *m, int64_t *new_version,
+                           tv_error *err);
+
+/* One statement with n text parameters (NULL = SQL NULL), retried once
+ * after a reconnect like every call here; what names it in messages.
+ * tv__catalog_json: the statement yields one row, one json column (NULL or
+ * no row: json null) parsed into *out (json_decref it). Returns 0,
+ * TV_E_CONFLICT (unique violation), TV_E_REGISTRY, -ECONNREFUSED. */
+int tv__catalog_exec(tv__catalog *cat, const char *sql, int n, const char *const *params,
+                     const char *what, tv_error *err);
+int tv__catalog_json(tv__catalog *cat, const char *sql, int n, const char *const *params,
+                     const char *what, json_t **out, tv_error *err);
 
 /* LISTEN tensorvault_catalog on this connection (again after a reconnect). */
 int tv__catalog_listen(tv__catalog *cat, tv_error *err);

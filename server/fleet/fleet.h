@@ -17,17 +17,29 @@
 #ifndef TV_FLEET_FLEET_H
 #define TV_FLEET_FLEET_H
 
+#include <jansson.h>
+
 #include "tensorvault/errors.h"
 
 typedef struct tv__fleet tv__fleet;
+struct tv__jobs;
+struct tv__src_s3_opts;
 
 typedef struct tv__fleet_opts {
     const char *conninfo; /* fleet.postgres, non-empty */
     const char *node;     /* fleet.node */
-    const char *url;      /* this node's HTTP URL, for the nodes row */
+    const char *url;      /* this node's HTTP URL, for the nodes row (peers pull from it) */
     const char *reg_path; /* the local registry.db */
     unsigned retry_s;     /* 0 = 3 */
     unsigned heartbeat_s; /* 0 = 10 */
+    /* rollout (NULL jobs: this node publishes only, never pulls) */
+    struct tv__jobs *jobs;            /* pulls run as import jobs of this pool */
+    const struct tv__store *store;    /* the writer store: aliases switch through a worker of it */
+    const char *token;                /* fleet.token: sent to peers' blob routes; "" = none */
+    const char *object_store;         /* fleet.object_store s3://BUCKET/PREFIX/; "" = none */
+    const char *proxy;                /* fleet.proxy */
+    const struct tv__src_s3_opts *s3; /* the object store's endpoint and keys */
+    unsigned pull_attempts;           /* 0 = 3: tries of one generation before it is failed */
 } tv__fleet_opts;
 
 /* Starts the fleet thread (it connects in the background). Returns 0 and
@@ -37,6 +49,12 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err);
 /* A ready generation may have appeared: publish soon. NULL-safe, never
  * blocks on PostgreSQL. */
 void tv__fleet_kick(tv__fleet *f);
+
+/* The fleet as this node last read it (GET /v1/fleet), a new reference:
+ * {"mode":"fleet","node","url","catalog":{"where","connected","error"},
+ *  "nodes":[...],"aliases":[...],"generations":[...]} (docs/fleet.md).
+ * NULL f: {"mode":"standalone",...}. NULL only on ENOMEM. */
+json_t *tv__fleet_status(tv__fleet *f);
 
 /* Stops and joins the thread, closes the connections. NULL-safe. Waits at
  * most 5 s: a thread blocked on a catalog that stopped answering (libpq

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <openssl/crypto.h>
 #include <time.h>
 
 #include "http/api_internal.h"
@@ -204,7 +205,10 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
             }
             api->roots[api->n_roots++] = r;
         }
-        if (!(api->origins = strdup(o->import_origins ? o->import_origins : ""))) {
+        if ((o->fleet_token && o->fleet_token[0] && !(api->fleet_token = strdup(o->fleet_token))) ||
+            (o->fleet_conninfo && o->fleet_conninfo[0] &&
+             !(api->fleet_conninfo = strdup(o->fleet_conninfo))) ||
+            !(api->origins = strdup(o->import_origins ? o->import_origins : ""))) {
             rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
             goto fail;
         }
@@ -243,6 +247,8 @@ void tv__api_close(tv__api *api)
         free(api->roots[i]);
     free(api->roots);
     free(api->origins);
+    free(api->fleet_token);
+    free(api->fleet_conninfo);
     pthread_mutex_destroy(&api->writer_mu);
     tv__api_bufs_free(api);
     pthread_mutex_destroy(&api->pool_mu);
@@ -400,6 +406,8 @@ static const route ROUTES[] = {
     R("GET", "/v1/tokens", ADMIN_, tv__api_h_tokens),
     R("POST", "/v1/tokens", ADMIN_, tv__api_h_token_create),
     R("DELETE", "/v1/tokens/{id}", ADMIN_, tv__api_h_token_revoke),
+    R("GET", "/v1/fleet", READ_, tv__api_h_fleet),
+    R("PUT", "/v1/fleet/aliases/{name}/{alias}", ADMIN_, tv__api_h_fleet_alias_put),
     R("GET", "/v1/blobs", FLEET_, tv__api_h_blobs),
     R("GET", "/v1/blobs/{digest}", FLEET_, tv__api_h_blob),
 };
@@ -495,6 +503,17 @@ static int authorize(tv__api_ctx *c, tv__scope need)
             return tv__seterr(&c->err, TV_E_UNAUTHORIZED, "invalid API token");
         memcpy(tok, a, l);
         tok[l] = '\0';
+        /* fleet.token: the fleet's shared peer token (config, not the
+         * registry), good for the blob routes only */
+        if (c->api->fleet_token && l == strlen(c->api->fleet_token) &&
+            CRYPTO_memcmp(tok, c->api->fleet_token, l) == 0) {
+            c->scope = TV__SCOPE_FLEET;
+            if (need == TV__SCOPE_FLEET)
+                return 0;
+            return tv__seterr(
+                &c->err, TV_E_FORBIDDEN,
+                "the fleet token (fleet.token) may call only the blob routes (/v1/blobs)");
+        }
         tv__reg *reg;
         int rc = tv__api_reader(c, &reg);
         if (rc)

@@ -65,6 +65,8 @@ typedef struct tv__api_opts {
     const char *openapi_yaml;
     size_t openapi_len;
     tv__fp *fp; /* the daemon's fast path (GET /v1/sessions); NULL = off (an empty list) */
+    const char *fleet_token;    /* fleet.token: a bearer with scope fleet; NULL/"" = none */
+    const char *fleet_conninfo; /* fleet.postgres; NULL/"" = standalone (fleet routes 409) */
 } tv__api_opts;
 
 /* Opens the service on o->store_dir. writer: the daemon's writer store (the
@@ -78,6 +80,11 @@ typedef struct tv__api_opts {
 int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_error *err);
 /* NULL-safe. Call when no request is in flight. */
 void tv__api_close(tv__api *api);
+
+/* The fleet thread GET /v1/fleet reads (NULL: standalone); it must outlive
+ * the requests (stop HTTP first). */
+struct tv__fleet;
+void tv__api_set_fleet(tv__api *api, struct tv__fleet *fleet);
 
 typedef struct tv__api_req {
     const char *method;

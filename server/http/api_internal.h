@@ -50,8 +50,11 @@ struct tv__api {
     size_t max_body_bytes;
     const char *openapi_yaml;
     size_t openapi_len;
-    int64_t started_at; /* CLOCK_MONOTONIC seconds */
-    tv__fp *fp;         /* the fast path (its sessions listing), or NULL */
+    int64_t started_at;   /* CLOCK_MONOTONIC seconds */
+    tv__fp *fp;           /* the fast path (its sessions listing), or NULL */
+    char *fleet_token;    /* fleet.token (scope fleet), or NULL */
+    char *fleet_conninfo; /* fleet.postgres: alias moves connect with it; NULL = standalone */
+    struct tv__fleet *_Atomic fleet; /* GET /v1/fleet; set once the thread runs */
 
     tv__store *writer; /* NULL: read-only api */
     bool own_writer;
@@ -222,6 +225,8 @@ int tv__api_h_job(tv__api_ctx *c);
 int tv__api_h_job_cancel(tv__api_ctx *c);
 int tv__api_h_sessions(tv__api_ctx *c);
 int tv__api_h_blobs(tv__api_ctx *c);
+int tv__api_h_fleet(tv__api_ctx *c);
+int tv__api_h_fleet_alias_put(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
 
 /* realpath(source) when it lies under an import root (any path when the

@@ -596,7 +596,10 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
     size_t n_all = 0;
     int rc;
 
-    if ((rc = tv__src_open(src, o->http, &j->src, &j->ck, j->real_src, sizeof(j->real_src), err)))
+    if ((rc = o->pull ? tv__src_open_pull(o->pull, o->http, &j->src, &j->ck, j->real_src,
+                                          sizeof(j->real_src), err)
+                      : tv__src_open(src, o->http, &j->src, &j->ck, j->real_src,
+                                     sizeof(j->real_src), err)))
         return rc;
     j->n_shards = tv_checkpoint_n_shards(j->ck);
     if (!(j->plans = calloc(j->n_shards ? j->n_shards : 1, sizeof(*j->plans))))
@@ -697,8 +700,11 @@ static int step_dedup(import_job *j, tv_error *err)
                 j->plans[s].candidate |= objs[k].canonical_len == j->plans[s].info.file_len;
         free(objs);
     }
-    for (size_t s = 0; s < j->n_shards; s++)
+    for (size_t s = 0; s < j->n_shards; s++) {
+        if (j->o->pull)
+            j->plans[s].candidate = false; /* a probe would fetch the shard twice */
         total += j->plans[s].candidate ? j->plans[s].info.file_len : 0;
+    }
     step_begin(j, "dedup", total);
     if ((rc = job_cancelled(j, err)))
         return rc;
@@ -855,6 +861,18 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
                         p->info.name);
         goto out_hdr;
     }
+    /* A pull knows every shard's hash from the catalog: bytes that differ
+     * (a peer serving bad data) fail here, before anything is published. */
+    size_t pf = j->o->pull ? tv__src_pull_find(j->o->pull, p->info.name) : SIZE_MAX;
+    const char *want = pf != SIZE_MAX ? j->o->pull->files[pf].sha256 : NULL;
+    if (want && strcmp(want, sha_hex) != 0) {
+        rc = tv__seterr(err, TV_E_HASH_MISMATCH,
+                        "shard '%s' from %s has sha256 %s; the catalog says %s", p->info.name,
+                        j->o->pull->files[pf].url ? j->o->pull->files[pf].url : "memory", sha_hex,
+                        want);
+        tv__src_pull_bad(j->o->pull, pf, rc);
+        goto out_hdr;
+    }
     memcpy(p->sha_hex, sha_hex, sizeof(sha_hex));
     memcpy(p->header_sha_hex, hdr_hex, sizeof(hdr_hex));
     p->have_sha = true;
@@ -982,8 +1000,8 @@ static int publish(import_job *j, tv_error *err)
     /* total_bytes is the canonical bytes (every shard file, headers included:
      * what the devices hold and the API's ImportResult.total_bytes), not the
      * tensor data alone. */
-    if ((rc = tv__reg_generation_create(st->reg, j->model, j->real_src, j->r.bytes_total, &gen,
-                                        err)))
+    if ((rc = tv__reg_generation_create_as(st->reg, j->model, j->real_src, j->r.bytes_total,
+                                           j->o->generation, &gen, err)))
         goto fail_tx;
     for (size_t s = 0; s < j->n_shards; s++) {
         tv__reg_shard_in in = {

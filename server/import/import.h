@@ -66,6 +66,14 @@ typedef struct tv__import_opts {
     tv__import_cancel_fn cancelled; /* may be NULL */
     void *cancel_ctx;
     const struct tv__src_http_opts *http; /* an http(s):// source: NULL = defaults */
+    /* A fleet pull (import/source.h): when set, src is ignored (may be
+     * NULL); every shard's SHA-256 must equal the pull's (else
+     * TV_E_HASH_MISMATCH before anything is published, and the pull's
+     * on_bad_file hears of it). */
+    const struct tv__src_pull *pull;
+    /* 0: the model's next number; N > 0: publish as generation N
+     * (TV_E_CONFLICT when the model has it already). */
+    int64_t generation;
 } tv__import_opts;
 
 typedef struct tv__import_result {

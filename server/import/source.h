@@ -38,10 +38,48 @@ typedef struct tv__src_s3_opts {
 
 typedef struct tv__src_http_opts {
     tv__src_s3_opts s3; /* s3:// sources */
+    const char *proxy;  /* CURLOPT_PROXY for every request; NULL or "" = libcurl's default */
     unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */
     uint64_t range;     /* bytes per Range request (0: default) */
 } tv__src_http_opts;
+
+/* A fleet pull (server/fleet): a checkpoint the catalog describes, each
+ * file at a URL of its own (a peer's blob route with a bearer token, the
+ * object store, the origin) or in memory (the index the fleet thread
+ * rebuilds from the catalog). import.origins does not apply: the fleet
+ * thread builds the URLs from the catalog. */
+typedef struct tv__src_pull_file {
+    const char *name;   /* the checkpoint's name for it (shard file name, or the index) */
+    const char *url;    /* http(s):// or s3:// URL; NULL: the bytes are data/data_len */
+    const char *bearer; /* sent as "Authorization: Bearer ..." (peers); NULL: none */
+    const void *data;   /* an in-memory file */
+    size_t data_len;
+    const char *sha256; /* 64 lowercase hex: the whole file's expected SHA-256; NULL: none */
+    uint64_t len;       /* expected length (ignored for in-memory files) */
+} tv__src_pull_file;
+
+typedef struct tv__src_pull {
+    const char *first;   /* the file tv_checkpoint_open_io starts from */
+    bool first_is_index; /* it is a model.safetensors.index.json */
+    const tv__src_pull_file *files;
+    size_t n_files;
+    const char *source; /* what the generation records as its source */
+    /* Called (from any import thread) for a file whose bytes hashed to
+     * something other than its sha256 or whose requests failed for good,
+     * before the import fails: the caller drops that source. May be NULL. */
+    void (*on_bad_file)(void *ctx, size_t file_idx, int rc);
+    void *bad_ctx;
+} tv__src_pull;
+
+/* Deep copy (data, strings and all; the callback and its ctx as they are)
+ * and free (NULL-safe). Returns 0 or -ENOMEM. */
+int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err);
+void tv__src_pull_free(tv__src_pull *p);
+/* The index of the file named name, or SIZE_MAX. */
+size_t tv__src_pull_find(const tv__src_pull *p, const char *name);
+/* Tells p's caller file idx is bad (rc: why); no-op without a callback. */
+void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 
 /* True when src names an http://, https:// or s3:// URL (then the importer
  * reads it from the network, never from a path). */
@@ -74,6 +112,10 @@ typedef struct tv__src_shard {
 int tv__src_open(const char *src, const tv__src_http_opts *ho, tv__src **out, tv_checkpoint **ck,
                  char *real, size_t real_len, tv_error *err);
 void tv__src_free(tv__src *s);
+/* tv__src_open for a pull (p must outlive the source): the checkpoint is
+ * validated from p->first; real receives p->source. */
+int tv__src_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src **out,
+                      tv_checkpoint **ck, char *real, size_t real_len, tv_error *err);
 
 int tv__src_shard_open(tv__src *s, size_t idx, const tv_shard_info *si, tv__src_shard *sh,
                        tv_error *err);
@@ -96,6 +138,8 @@ void tv__src_file_close(tv__src_shard *sh);
 typedef struct tv__src_http tv__src_http;
 int tv__src_http_open(const char *url, const tv__src_http_opts *ho, tv__src_http **out,
                       tv_checkpoint **ck, tv_error *err);
+int tv__src_http_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src_http **out,
+                           tv_checkpoint **ck, tv_error *err);
 void tv__src_http_free(tv__src_http *h);
 int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint8_t *buf,
                       size_t len, uint64_t off, tv_error *err);

@@ -342,6 +342,24 @@ fail:
     return rc;
 }
 
+int tv__src_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src **out,
+                      tv_checkpoint **ck, char *real, size_t real_len, tv_error *err)
+{
+    int rc;
+    *out = NULL;
+    *ck = NULL;
+    tv__src *s = calloc(1, sizeof(*s));
+    if (!s)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if ((rc = tv__src_http_open_pull(p, ho, &s->http, ck, err))) {
+        tv__src_free(s);
+        return rc;
+    }
+    snprintf(real, real_len, "%s", p->source && p->source[0] ? p->source : "fleet pull");
+    *out = s;
+    return 0;
+}
+
 void tv__src_free(tv__src *s)
 {
     if (!s)

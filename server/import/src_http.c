@@ -58,6 +58,10 @@
 typedef struct http_file {
     char *name; /* as the checkpoint names it */
     char *url;
+    bool s3;             /* signed: an s3:// file (of an s3:// source, or of a pull) */
+    char *auth_hdr;      /* "Authorization: Bearer ..." (a pull's peer), or NULL */
+    const uint8_t *data; /* a pull's in-memory file (no requests), or NULL */
+    size_t pull_idx;     /* its index in the pull's files; SIZE_MAX otherwise */
     uint64_t len;
     char etag[256];    /* "" = the origin sent none */
     char lastmod[128]; /* compared when there is no ETag */
@@ -77,6 +81,7 @@ struct tv__src_http {
     pthread_mutex_t mu;
     CURL *pool[POOL_MAX]; /* idle handles (their connections stay open) */
     size_t n_pool;
+    const tv__src_pull *pull; /* a fleet pull: every file's URL comes from it */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -181,8 +186,9 @@ static bool retryable_status(long st)
     return st >= 500 || st == 429 || st == 408;
 }
 
-static void set_common(tv__src_http *h, CURL *c, const char *url, resp *r, char *errbuf)
+static void set_common(tv__src_http *h, CURL *c, const http_file *f, resp *r, char *errbuf)
 {
+    const char *url = f->url;
     long t = (long)h->o.timeout_s;
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -198,7 +204,9 @@ static void set_common(tv__src_http *h, CURL *c, const char *url, resp *r, char 
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
     errbuf[0] = '\0';
-    if (h->s3 && h->o.s3.access_key_id && *h->o.s3.access_key_id) {
+    if (h->o.proxy && *h->o.proxy)
+        curl_easy_setopt(c, CURLOPT_PROXY, h->o.proxy);
+    if (f->s3 && h->o.s3.access_key_id && *h->o.s3.access_key_id) {
         curl_easy_setopt(c, CURLOPT_AWS_SIGV4, h->sigv4);
         curl_easy_setopt(c, CURLOPT_USERNAME, h->o.s3.access_key_id);
         curl_easy_setopt(c, CURLOPT_PASSWORD,
@@ -206,16 +214,25 @@ static void set_common(tv__src_http *h, CURL *c, const char *url, resp *r, char 
     }
 }
 
-/* The headers every S3 request carries (NULL for plain HTTP), then more. */
-static struct curl_slist *s3_headers(const tv__src_http *h)
+/* The headers every request of f carries: S3's, a peer's bearer (NULL
+ * when none; *nomem tells an allocation failure apart). */
+static struct curl_slist *s3_headers(const tv__src_http *h, const http_file *f, bool *nomem)
 {
-    if (!h->s3)
+    *nomem = false;
+    if (f->auth_hdr) {
+        struct curl_slist *l = curl_slist_append(NULL, f->auth_hdr);
+        *nomem = !l;
+        return l;
+    }
+    if (!f->s3)
         return NULL;
     struct curl_slist *l = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    *nomem = !l;
     if (l && h->s3_token_hdr) {
         struct curl_slist *m = curl_slist_append(l, h->s3_token_hdr);
         if (!m) {
             curl_slist_free_all(l);
+            *nomem = true;
             return NULL;
         }
         l = m;
@@ -241,11 +258,15 @@ static int same_file(const http_file *f, const resp *r, tv_error *err)
 static int status_error(const tv__src_http *h, const http_file *f, const char *what, long st,
                         const resp *r, tv_error *err)
 {
-    if (h->s3 && (st == 401 || st == 403))
+    if (f->auth_hdr && (st == 401 || st == 403))
+        return tv__seterr(err, TV_E_FORBIDDEN,
+                          "%s %s: the peer answered %ld: it does not take this node's fleet.token",
+                          what, f->url, st);
+    if (f->s3 && (st == 401 || st == 403))
         return tv__seterr(
             err, TV_E_FORBIDDEN,
             "%s %s: the object store answered %ld: access to %s is refused (check s3.access_key_id / s3.secret_access_key, their region and the bucket's policy)",
-            what, f->url, st, h->s3_what);
+            what, f->url, st, h->pull ? f->url : h->s3_what);
     if (st >= 300 && st < 400)
         return tv__seterr(
             err, -EPROTO,
@@ -267,10 +288,11 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     CURL *c = handle_get(h);
     if (!c)
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
-    set_common(h, c, f->url, &r, errbuf);
+    set_common(h, c, f, &r, errbuf);
     curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    struct curl_slist *hdrs = s3_headers(h);
-    if (h->s3 && !hdrs) {
+    bool nomem;
+    struct curl_slist *hdrs = s3_headers(h, f, &nomem);
+    if (nomem) {
         handle_put(h, c);
         return tv__seterr(err, -ENOMEM, "out of memory");
     }
@@ -334,12 +356,13 @@ static int get_begin(tv__src_http *h, get_req *q, tv_error *err)
     q->cc = CURLE_RECV_ERROR; /* until curl says how it ended */
     if (!(q->c = handle_get(h)))
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
-    set_common(h, q->c, q->f->url, &q->r, q->errbuf);
+    set_common(h, q->c, q->f, &q->r, q->errbuf);
     snprintf(q->range, sizeof(q->range), "%llu-%llu", (unsigned long long)q->off,
              (unsigned long long)(q->off + q->len - 1));
     curl_easy_setopt(q->c, CURLOPT_RANGE, q->range);
-    q->hdrs = s3_headers(h);
-    if (h->s3 && !q->hdrs)
+    bool nomem;
+    q->hdrs = s3_headers(h, q->f, &nomem);
+    if (nomem)
         goto nomem;
     if (q->f->etag[0] == '"') { /* a strong ETag: an origin that checks it answers 412 */
         snprintf(q->im, sizeof(q->im), "If-Match: %s", q->f->etag);
@@ -491,6 +514,68 @@ static http_file *file_find(tv__src_http *h, const char *name)
     return NULL;
 }
 
+/* A pull's file (f: the next free slot of h->files): its URL (an s3://
+ * one made path-style and signed), bearer or in-memory bytes, HEADed and
+ * its length checked against the catalog's. */
+static int pull_file_get(tv__src_http *h, const char *name, http_file *f, http_file **out,
+                         tv_error *err)
+{
+    int rc;
+    size_t idx = tv__src_pull_find(h->pull, name);
+    if (idx == SIZE_MAX)
+        return tv__seterr(err, TV_E_CKPT_NOT_FOUND, "'%s' is not a file of this pull", name);
+    const tv__src_pull_file *pf = &h->pull->files[idx];
+    f->pull_idx = idx;
+    if (!(f->name = strdup(name)))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (!pf->url) {
+        f->data = pf->data;
+        f->len = pf->data_len;
+        if (!(f->url = strdup("(in memory)"))) {
+            free(f->name);
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        }
+        h->n_files++;
+        *out = f;
+        return 0;
+    }
+    char s3_url[TV__URL_MAX + 1];
+    const char *url = pf->url;
+    tv__url u;
+    if ((rc = tv__url_parse(pf->url, &u, err)))
+        goto fail;
+    if (u.s3) {
+        if ((rc = tv__s3_object_url(h->o.s3.endpoint, h->o.s3.region, &u, s3_url, sizeof(s3_url),
+                                    err)))
+            goto fail;
+        url = s3_url;
+        f->s3 = true;
+    }
+    if (!(f->url = strdup(url)) ||
+        (pf->bearer && asprintf(&f->auth_hdr, "Authorization: Bearer %s", pf->bearer) < 0)) {
+        f->auth_hdr = NULL;
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = request(h, f, NULL, 0, 0, err)))
+        goto fail;
+    if (f->len != pf->len) {
+        rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "'%s' at %s is %llu bytes; the catalog says %llu",
+                        name, f->url, (unsigned long long)f->len, (unsigned long long)pf->len);
+        goto fail;
+    }
+    h->n_files++;
+    *out = f;
+    return 0;
+fail:
+    if (rc != -ENOMEM)
+        tv__src_pull_bad(h->pull, idx, rc);
+    free(f->name);
+    free(f->url);
+    free(f->auth_hdr);
+    return rc;
+}
+
 /* The file named name, HEADed when first seen (validation only: later
  * lookups find it). */
 static int file_get(tv__src_http *h, const char *name, http_file **out, tv_error *err)
@@ -508,6 +593,10 @@ static int file_get(tv__src_http *h, const char *name, http_file **out, tv_error
     }
     http_file *f = &h->files[h->n_files];
     memset(f, 0, sizeof(*f));
+    f->pull_idx = SIZE_MAX;
+    if (h->pull)
+        return pull_file_get(h, name, f, out, err);
+    f->s3 = h->s3;
     f->name = strdup(name);
     f->url = strcmp(name, h->first_name) == 0 ? strdup(h->first_url) : url_of(h->base, name);
     if (!f->name || !f->url) {
@@ -640,11 +729,32 @@ static int read_file(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, ui
     return 0;
 }
 
+/* A pull's file failed for good: its source is reported bad. */
+static int judged(tv__src_http *h, const http_file *f, int rc)
+{
+    if (rc && h->pull && f->pull_idx != SIZE_MAX && rc != -ENOMEM && rc != TV_E_INTERNAL)
+        tv__src_pull_bad(h->pull, f->pull_idx, rc);
+    return rc;
+}
+
+static int file_read(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint64_t off,
+                     tv_error *err)
+{
+    if (f->data) {
+        uint64_t end;
+        if (tv__add_u64(off, len, &end) || end > f->len)
+            return tv__seterr(err, TV_E_INTERNAL, "read past the end of in-memory '%s'", f->name);
+        memcpy(buf, f->data + off, len);
+        return 0;
+    }
+    return judged(h, f, read_file(h, f, buf, len, off, err));
+}
+
 static int io_read(void *ctx, const char *name, void *buf, size_t len, uint64_t off, tv_error *err)
 {
     http_file *f;
     int rc = file_get(ctx, name, &f, err);
-    return rc ? rc : len ? read_file(ctx, f, buf, len, off, err) : 0;
+    return rc ? rc : len ? file_read(ctx, f, buf, len, off, err) : 0;
 }
 
 int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint8_t *buf,
@@ -656,7 +766,7 @@ int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint
         return tv__seterr(err, TV_E_INTERNAL, "shard '%s' was not validated", si->name);
     if (f->len != si->file_len)
         return tv__seterr(err, TV_E_INTERNAL, "shard '%s': lengths disagree", si->name);
-    return read_file(h, f, buf, len, off, err);
+    return file_read(h, f, buf, len, off, err);
 }
 
 void tv__src_http_free(tv__src_http *h)
@@ -668,6 +778,7 @@ void tv__src_http_free(tv__src_http *h)
     for (size_t i = 0; i < h->n_files; i++) {
         free(h->files[i].name);
         free(h->files[i].url);
+        free(h->files[i].auth_hdr);
     }
     free(h->files);
     free(h->base);
@@ -681,6 +792,59 @@ static bool ends_with(const char *s, const char *suf)
 {
     size_t n = strlen(s), m = strlen(suf);
     return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+/* A reader with its options (defaults filled in) and no files yet. */
+static int http_new(const tv__src_http_opts *ho, tv__src_http **out, tv_error *err)
+{
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return tv__seterr(err, TV_E_INTERNAL, "libcurl does not initialise");
+    tv__src_http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    if (ho)
+        h->o = *ho;
+    else
+        h->o.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
+    if (!h->o.timeout_s)
+        h->o.timeout_s = TV__SRC_HTTP_DEFAULT_TIMEOUT;
+    if (!h->o.range)
+        h->o.range = TV__SRC_HTTP_DEFAULT_RANGE;
+    *out = h;
+    return 0;
+}
+
+int tv__src_http_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src_http **out,
+                           tv_checkpoint **ck, tv_error *err)
+{
+    int rc;
+    *out = NULL;
+    *ck = NULL;
+    if (!p || !p->first || !p->files || !p->n_files)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__src_http_open_pull: an empty pull");
+    tv__src_http *h;
+    if ((rc = http_new(ho, &h, err)))
+        return rc;
+    h->pull = p;
+    const char *region = h->o.s3.region && *h->o.s3.region ? h->o.s3.region : TV__S3_DEFAULT_REGION;
+    snprintf(h->sigv4, sizeof(h->sigv4), "aws:amz:%.64s:s3", region);
+    if (h->o.s3.session_token && *h->o.s3.session_token &&
+        asprintf(&h->s3_token_hdr, "x-amz-security-token: %s", h->o.s3.session_token) < 0) {
+        h->s3_token_hdr = NULL;
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    h->first_name = p->first;
+    const tv_checkpoint_io io = {.ctx = h, .stat = io_stat, .read = io_read};
+    if ((rc = tv_checkpoint_open_io(&io, p->first, p->first_is_index, NULL, ck, err)))
+        goto fail;
+    *out = h;
+    return 0;
+fail:
+    tv__src_http_free(h);
+    return rc;
 }
 
 int tv__src_http_open(const char *src, const tv__src_http_opts *ho, tv__src_http **out,
@@ -702,21 +866,9 @@ int tv__src_http_open(const char *src, const tv__src_http_opts *ho, tv__src_http
         if ((rc = tv__url_parse(url, &u, err)))
             return rc;
     }
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return tv__seterr(err, TV_E_INTERNAL, "libcurl does not initialise");
-    tv__src_http *h = calloc(1, sizeof(*h));
-    if (!h)
-        return tv__seterr(err, -ENOMEM, "out of memory");
-    pthread_mutex_init(&h->mu, NULL);
-    if (ho)
-        h->o = *ho;
-    else
-        h->o.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
-    if (!h->o.timeout_s)
-        h->o.timeout_s = TV__SRC_HTTP_DEFAULT_TIMEOUT;
-    if (!h->o.range)
-        h->o.range = TV__SRC_HTTP_DEFAULT_RANGE;
+    tv__src_http *h;
+    if ((rc = http_new(ho, &h, err)))
+        return rc;
     if (url != src) {
         const char *region =
             h->o.s3.region && *h->o.s3.region ? h->o.s3.region : TV__S3_DEFAULT_REGION;

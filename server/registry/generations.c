@@ -232,6 +232,13 @@ static int read_two_i64(sqlite3_stmt *st, void *record, tv_error *err)
 int tv__reg_generation_create(tv__reg *reg, const char *model, const char *source,
                               uint64_t total_bytes, tv__reg_generation *out, tv_error *err)
 {
+    return tv__reg_generation_create_as(reg, model, source, total_bytes, 0, out, err);
+}
+
+int tv__reg_generation_create_as(tv__reg *reg, const char *model, const char *source,
+                                 uint64_t total_bytes, int64_t number, tv__reg_generation *out,
+                                 tv_error *err)
+{
     if (!reg)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_generation_create: NULL registry");
     int rc;
@@ -249,10 +256,32 @@ int tv__reg_generation_create(tv__reg *reg, const char *model, const char *sourc
                            model)))
         goto done;
     /* RETURNING: the whole UPDATE runs in the first step. */
-    rc = tv__reg_query_one(reg, read_two_i64, ids, "numbering a generation", err,
-                           "UPDATE models SET last_generation = last_generation + 1 "
-                           "WHERE name = ?1 RETURNING id, last_generation",
-                           "t", model);
+    if (number > 0) {
+        /* A fleet generation keeps its catalog number on every node. */
+        int64_t have[2] = {0, 0};
+        rc = tv__reg_query_one(reg, read_two_i64, have, "reading a generation number", err,
+                               "SELECT count(*), 0 FROM generations g JOIN models m "
+                               "ON m.id = g.model_id WHERE m.name = ?1 AND g.number = ?2",
+                               "ti", model, number);
+        if (rc)
+            goto done;
+        if (have[0]) {
+            rc = tv__seterr(
+                err, TV_E_CONFLICT,
+                "model '%s' already has a generation %lld here (the catalog's generation %lld has other content, or is imported already)",
+                model, (long long)number, (long long)number);
+            goto done;
+        }
+        rc = tv__reg_query_one(reg, read_two_i64, ids, "numbering a generation", err,
+                               "UPDATE models SET last_generation = max(last_generation, ?2) "
+                               "WHERE name = ?1 RETURNING id, ?2",
+                               "ti", model, number);
+    } else {
+        rc = tv__reg_query_one(reg, read_two_i64, ids, "numbering a generation", err,
+                               "UPDATE models SET last_generation = last_generation + 1 "
+                               "WHERE name = ?1 RETURNING id, last_generation",
+                               "t", model);
+    }
     if (rc)
         goto done;
     if ((rc = tv__reg_exec(reg, "creating a generation", err,

@@ -286,6 +286,13 @@ typedef struct tv__reg_generation {
  * Returns 0 and *out. */
 int tv__reg_generation_create(tv__reg *reg, const char *model, const char *source,
                               uint64_t total_bytes, tv__reg_generation *out, tv_error *err);
+/* tv__reg_generation_create with the number given (a fleet pull keeps the
+ * catalog's): number 0 = the next one; N > 0 = exactly N, the model's next
+ * number afterwards max(last, N) + 1. Returns TV_E_CONFLICT when the model
+ * has a generation N already, else as tv__reg_generation_create. */
+int tv__reg_generation_create_as(tv__reg *reg, const char *model, const char *source,
+                                 uint64_t total_bytes, int64_t number, tv__reg_generation *out,
+                                 tv_error *err);
 
 /* number 0 means the active generation. Returns 0; TV_E_NOT_FOUND (no such
  * model, generation, or no active generation). */

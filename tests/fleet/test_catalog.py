@@ -56,7 +56,7 @@ def test_two_daemons_migrate_once(build_dir, postgres, tmp_path):
         for d in (a, b):
             wait_for(lambda d=d: healthy(d), what="healthz")
         wait_for(lambda: q(postgres, db, "SELECT count(*) FROM nodes") == "2", what="both nodes")
-        assert q(postgres, db, "SELECT version FROM tv_schema") == "1"
+        assert q(postgres, db, "SELECT version FROM tv_schema") == "2"
         assert q(postgres, db, "SELECT count(*) FROM tv_schema") == "1"
         rows = q(postgres, db, "SELECT name, url <> '', state FROM nodes ORDER BY name")
         assert rows.splitlines() == ["node-a|t|up", "node-b|t|up"]

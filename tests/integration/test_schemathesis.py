@@ -56,6 +56,8 @@ ROUTES = [
     ("get", "/v1/tokens", "A"),
     ("post", "/v1/tokens", "A"),
     ("delete", "/v1/tokens/{id}", "A"),
+    ("get", "/v1/fleet", "R"),
+    ("put", "/v1/fleet/aliases/{name}/{alias}", "A"),
     ("get", "/v1/blobs", "F"),
     ("get", "/v1/blobs/{digest}", "F"),
 ]

@@ -1,0 +1,284 @@
+"""Fleet rollout (issue 13, Build 4; docs/fleet.md "Rollout"): three
+daemons on loopback ports sharing one catalog. An import on one node, one
+alias move in the catalog (PUT /v1/fleet/aliases/...), and every placed
+node pulls the blobs (from a peer that holds them, else the object store),
+imports them under the same generation number, reports ready, and switches
+its local alias only when the placement is ready (or a quorum after the
+timeout). Two operators moving the same alias: one 200, one 409."""
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import check_published, fresh_db, sample_tensors, wait_for
+from daemon import Daemon, make_checkpoint, seg
+
+FLEET_TOKEN = "fleet-shared-secret-0123456789"
+
+
+def node(build_dir, tmp_path, dsn, name, **extra):
+    wd = tmp_path / name
+    wd.mkdir(exist_ok=True)
+    settings = {"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": name,
+                "fleet.token": FLEET_TOKEN, "import.roots": str(tmp_path)}
+    settings.update(extra)
+    d = Daemon(build_dir, wd, name=name, settings=settings)
+    d.node = name
+    return d
+
+
+@pytest.fixture
+def three(build_dir, postgres, tmp_path):
+    db, dsn = fresh_db(postgres, "tvroll_")
+    nodes = [node(build_dir, tmp_path, dsn, f"n{i}") for i in (1, 2, 3)]
+    for n in nodes:
+        n.start()
+    wait_for(lambda: all(len(fleet(n)["nodes"]) == 3 for n in nodes), what="three nodes listed")
+    yield nodes
+    for n in nodes:
+        n.stop()
+
+
+def fleet(d):
+    return d.ok("GET", "/v1/fleet")
+
+
+def move(d, model, alias, generation, expect, **kw):
+    body = {"generation": generation, "expect_version": expect, **kw}
+    return d.request("PUT", f"/v1/fleet/aliases/{seg(model)}/{alias}", body=body)
+
+
+def local_alias(d, model, alias):
+    r = d.request("GET", f"/v1/models/{seg(model)}/aliases")
+    if r.status != 200:
+        return None
+    for a in r.json()["aliases"]:
+        if a["alias"] == alias:
+            return a["generation"]
+    return None
+
+
+def sharded(tmp_path, name, seed):
+    """A two-shard checkpoint with an index; returns (dir, tensors)."""
+    t = sample_tensors(seed)
+    names = sorted(t)
+    d = tmp_path / name
+    a = {k: t[k] for k in names[:2]}
+    b = {k: t[k] for k in names[2:]}
+    make_checkpoint(d / "model-00001-of-00002.safetensors", a)
+    make_checkpoint(d / "model-00002-of-00002.safetensors", b)
+    wm = {k: "model-00001-of-00002.safetensors" for k in a}
+    wm.update({k: "model-00002-of-00002.safetensors" for k in b})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    return d, t
+
+
+def alias_state(d, model, alias):
+    for a in fleet(d)["aliases"]:
+        if a["model"] == model and a["alias"] == alias:
+            return a
+    return None
+
+
+def node_states(d, model, alias):
+    a = alias_state(d, model, alias)
+    return {x["node"]: x["state"] for x in a["nodes"]} if a else {}
+
+
+def test_rollout_to_every_node_from_a_peer(three, tmp_path):
+    n1, n2, n3 = three
+    src, want = sharded(tmp_path, "ckpt", 7)
+    job = n1.import_ok("roll", str(src))
+    gen = job["generation"]
+    wait_for(lambda: any(g["model"] == "roll" and g["holders"] == ["n1"]
+                         for g in fleet(n1)["generations"]), what="n1 holds it in the catalog")
+    r = move(n1, "roll", "prod", gen, 0)
+    assert r.status == 200, r
+    assert r.json()["version"] == 1
+    for n in three:
+        wait_for(lambda n=n: local_alias(n, "roll", "prod") == gen, timeout=60,
+                 what=f"{n.node} switched")
+    for n in three:
+        check_published(n, "roll", "prod", want)
+        # the official loader's view of each shard equals the node's tensors
+        for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+            for k, arr in load_file(str(src / shard)).items():
+                got = n.ok("GET", f"/v1/models/roll/generations/prod/tensors/{seg(k)}")
+                assert got["dtype"] == {"float32": "F32", "uint8": "U8"}[arr.dtype.name]
+                assert got["shape"] == list(arr.shape)
+    st = alias_state(n2, "roll", "prod")
+    assert st["version"] == 1 and st["placement"] is None
+    wait_for(lambda: all(x["state"] == "ready" and x["serving"] == gen
+                         for x in (alias_state(n2, "roll", "prod") or {"nodes": [None]})["nodes"]
+                         if x),
+             what="every node reports ready and serving")
+    # pulled as the same generation number, recorded with the catalog's source
+    for n in (n2, n3):
+        gens = n.generations("roll")
+        assert [g["generation"] for g in gens] == [gen]
+        jobs = n.ok("GET", "/v1/jobs")["jobs"]
+        assert any(j["model"] == "roll" and j["state"] == "succeeded" for j in jobs)
+    # the pulls were served by peers (no object store is configured here)
+    for n in (n2, n3):
+        assert "(2 shards, 2 from peers)" in n.log_text(), n.log_text()
+
+
+def test_two_operators_one_winner(three, tmp_path):
+    n1, n2, _ = three
+    src, _ = sharded(tmp_path, "ck2", 8)
+    gen = n1.import_ok("race", str(src))["generation"]
+    wait_for(lambda: any(g["model"] == "race" for g in fleet(n2)["generations"]),
+             what="published")
+    results = []
+
+    def go(d):
+        results.append(move(d, "race", "prod", gen, 0).status)
+
+    ts = [threading.Thread(target=go, args=(d,)) for d in (n1, n2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert sorted(results) == [200, 409], results
+    stale = move(n2, "race", "prod", gen, 0)
+    assert stale.status == 409
+    assert "version 1" in stale.json()["error"]["message"]
+    ok = move(n2, "race", "prod", gen, 1)
+    assert ok.status == 200 and ok.json()["version"] == 2
+
+
+def test_alias_move_refusals(three, build_dir, tmp_path):
+    n1 = three[0]
+    r = move(n1, "nope", "prod", 1, 0)
+    assert r.status == 404, r
+    assert "no generation 1" in r.json()["error"]["message"]
+    r = n1.request("PUT", "/v1/fleet/aliases/m/prod", body={"generation": 1})
+    assert r.status == 400 and "expect_version" in r.json()["error"]["message"]
+    r = n1.request("PUT", "/v1/fleet/aliases/m/prod", token=None,
+                   body={"generation": 1, "expect_version": 0})
+    assert r.status == 401
+    r = n1.request("PUT", "/v1/fleet/aliases/m/bad%20alias",
+                   body={"generation": 1, "expect_version": 0})
+    assert r.status == 400
+    # the shared fleet token reads blobs only
+    r = n1.request("GET", "/v1/fleet", token=FLEET_TOKEN)
+    assert r.status == 403
+    assert n1.request("GET", "/v1/blobs", token=FLEET_TOKEN).status == 200
+    # a standalone node
+    wd = tmp_path / "alone"
+    wd.mkdir()
+    d = Daemon(build_dir, wd, name="alone", settings={"store.image_size": "64M"})
+    d.start()
+    try:
+        assert d.ok("GET", "/v1/fleet")["mode"] == "standalone"
+        r = move(d, "m", "prod", 1, 0)
+        assert r.status == 409 and "standalone" in r.json()["error"]["message"]
+    finally:
+        d.stop()
+
+
+def test_two_phase_waits_for_every_placed_node(three, tmp_path):
+    n1, n2, n3 = three
+    src, want = sharded(tmp_path, "ck3", 9)
+    gen = n1.import_ok("late", str(src))["generation"]
+    wait_for(lambda: any(g["model"] == "late" for g in fleet(n1)["generations"]),
+             what="published")
+    assert n3.stop() == 0
+    assert move(n1, "late", "prod", gen, 0).status == 200
+    # n2 pulls and is ready, but n3 is placed (every node) and down: nobody switches
+    wait_for(lambda: node_states(n1, "late", "prod").get("n2") == "ready", timeout=60,
+             what="n2 ready")
+    time.sleep(2)
+    assert local_alias(n1, "late", "prod") is None
+    assert local_alias(n2, "late", "prod") is None
+    # n3 comes back, catches up, and all three switch
+    n3.start()
+    for n in three:
+        wait_for(lambda n=n: local_alias(n, "late", "prod") == gen, timeout=60,
+                 what=f"{n.node} switched")
+    check_published(n3, "late", "prod", want)
+
+
+def test_quorum_after_timeout(three, tmp_path):
+    n1, n2, n3 = three
+    src, _ = sharded(tmp_path, "ck4", 10)
+    gen = n1.import_ok("quo", str(src))["generation"]
+    wait_for(lambda: any(g["model"] == "quo" for g in fleet(n1)["generations"]),
+             what="published")
+    r = move(n1, "quo", "canary", gen, 0, placement=["n1", "n2", "ghost"], quorum=2,
+             timeout_s=3)
+    assert r.status == 200, r
+    t0 = time.monotonic()
+    for n in (n1, n2):
+        wait_for(lambda n=n: local_alias(n, "quo", "canary") == gen, timeout=60,
+                 what=f"{n.node} switched on the quorum")
+    assert time.monotonic() - t0 >= 2.5
+    # n3 is not placed: it neither pulls nor switches
+    assert local_alias(n3, "quo", "canary") is None
+    assert n3.generations("quo") == [] if n3.request(
+        "GET", "/v1/models/quo/generations").status == 200 else True
+    st = {x["node"]: x for x in alias_state(n1, "quo", "canary")["nodes"]}
+    assert sorted(st) == ["ghost", "n1", "n2"]
+    assert st["ghost"]["state"] == "missing" and st["ghost"]["up"] is False
+
+
+def test_object_store_copy_and_a_bad_peer_dropped(build_dir, postgres, s3, tmp_path):
+    """n1 imports from a local path: its shards are copied to the object
+    store (multipart reads of its own blob route) and recorded in `blobs`.
+    Then one of n1's objects is corrupted on its device: n2's pull gets bad
+    bytes from that peer, the hash says so, the peer is dropped, and the
+    next attempt takes the object store's copy. n2's bytes are exact."""
+    import uuid
+    db, dsn = fresh_db(postgres, "tvroll_")
+    bucket = "tvfleet" + uuid.uuid4().hex[:8]
+    s3.bucket(bucket)
+    conf = {"fleet.object_store": f"s3://{bucket}/fleet/", "s3.endpoint": s3.endpoint,
+            "s3.region": s3.region, "s3.access_key_id": s3.access_key,
+            "s3.secret_access_key": s3.secret_key, "import.http_timeout": "10",
+            "import.http_retries": "1"}
+    n1 = node(build_dir, tmp_path, dsn, "n1", **conf)
+    n2 = node(build_dir, tmp_path, dsn, "n2", **conf)
+    for n in (n1, n2):
+        n.start()
+    try:
+        src, want = sharded(tmp_path, "ck5", 11)
+        gen = n1.import_ok("bad", str(src))["generation"]
+
+        def blobs():
+            out = postgres.psql(f"SELECT sha256, bytes, url, uploaded_by FROM blobs ORDER BY url",
+                                as_app=True, dbname=db).strip()
+            return [r.split("|") for r in out.splitlines()] if out else []
+
+        wait_for(lambda: len(blobs()) == 2, timeout=60, what="two blobs in the object store")
+        shards = n1.ok("GET", f"/v1/models/bad/generations/{gen}")["shards"]
+        by_sha = {s["sha256"]: s for s in shards}
+        for sha, nbytes, url, by in blobs():
+            assert by == "n1" and url == f"s3://{bucket}/fleet/sha256/{sha}"
+            assert int(nbytes) == by_sha[sha]["file_bytes"]
+            body = s3.get(bucket, f"fleet/sha256/{sha}")
+            assert body == (src / by_sha[sha]["name"]).read_bytes()
+        # corrupt n1's copy of the first shard (bytes inside its tensor data)
+        victim = shards[0]
+        ex = n1.ok("GET", "/v1/devices/1/extents")["extents"]
+        off = next(e["offset"] for e in ex
+                   if e["kind"] == "object" and e["sha256"] == victim["sha256"])
+        with open(os.path.join(n1.store, "store.img"), "r+b") as f:
+            f.seek(off + victim["file_bytes"] - 64)
+            f.write(b"\xa5" * 64)
+            f.flush()
+            os.fsync(f.fileno())
+        r = move(n1, "bad", "prod", gen, 0, placement=["n2"])
+        assert r.status == 200, r
+        wait_for(lambda: local_alias(n2, "bad", "prod") == gen, timeout=90, what="n2 switched")
+        check_published(n2, "bad", "prod", want)
+        log = n2.log_text()
+        assert "TV_E_HASH_MISMATCH" in log and "dropping http://" in log, log
+        # n1 is not placed: it keeps its own alias-less state
+        assert local_alias(n1, "bad", "prod") is None
+    finally:
+        n1.stop()
+        n2.stop()
