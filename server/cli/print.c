@@ -245,8 +245,7 @@ static void fleet_doc(FILE *f, const json_t *doc)
     fprintf(f, "mode:    %s\n", S(doc, "mode"));
     if (strcmp(S(doc, "mode"), "fleet")) {
         if (!strcmp(S(doc, "mode"), "standalone"))
-            fprintf(f, "(standalone node: set fleet.postgres in the daemon's config to join a "
-                       "fleet)\n");
+            fputs("(standalone: set fleet.postgres to join a fleet)\n", f);
         return;
     }
     fprintf(f, "node:    %s (%s)\n", S(doc, "node"), S(doc, "url"));
