@@ -49,7 +49,8 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_alias_list, tv__cli_cmd_delete, tv__cli_cmd_gc, tv__cli_cmd_verify,
     tv__cli_cmd_jobs, tv__cli_cmd_job, tv__cli_cmd_cancel, tv__cli_cmd_token_create,
     tv__cli_cmd_token_list, tv__cli_cmd_token_revoke, tv__cli_cmd_status, tv__cli_cmd_version,
-    tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench, tv__cli_cmd_sessions;
+    tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench, tv__cli_cmd_sessions, tv__cli_cmd_fleet,
+    tv__cli_cmd_fleet_alias;
 
 /* verify on a local store dir, read-only (no job row, no lock: works on a
  * read-only mount and beside a writer); device_id 0 = every device. */
@@ -82,6 +83,8 @@ int tv__cli_jobs(const tv__cli_ctx *c);
 int tv__cli_job(const tv__cli_ctx *c);
 int tv__cli_cancel(const tv__cli_ctx *c);
 int tv__cli_sessions(const tv__cli_ctx *c);
+int tv__cli_fleet(const tv__cli_ctx *c);
+int tv__cli_fleet_alias(const tv__cli_ctx *c);
 int tv__cli_token_create(const tv__cli_ctx *c);
 int tv__cli_token_list(const tv__cli_ctx *c);
 int tv__cli_token_revoke(const tv__cli_ctx *c);

@@ -94,7 +94,9 @@ typedef enum tv__cli_doc {
     TV__DOC_ALIAS_REMOVED,
     TV__DOC_CANCELLED,
     TV__DOC_TOKEN_REVOKED,
-    TV__DOC_SESSIONS, /* GET /v1/sessions */
+    TV__DOC_SESSIONS,    /* GET /v1/sessions */
+    TV__DOC_FLEET,       /* GET /v1/fleet */
+    TV__DOC_FLEET_ALIAS, /* PUT /v1/fleet/aliases/{model}/{alias} */
 } tv__cli_doc;
 
 /* Prints doc: --json as the document itself (indented, ASCII), else its

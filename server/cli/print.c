@@ -235,6 +235,66 @@ static void sessions_table(FILE *f, const json_t *arr)
     }
 }
 
+/* GET /v1/fleet: the catalog line, the nodes, per alias its placed nodes. */
+static void fleet_doc(FILE *f, const json_t *doc)
+{
+    char a[32], b[32], d[32];
+    size_t i, k;
+    json_t *n, *al, *p;
+    const json_t *cat = json_object_get(doc, "catalog");
+    fprintf(f, "mode:    %s\n", S(doc, "mode"));
+    if (strcmp(S(doc, "mode"), "fleet")) {
+        if (!strcmp(S(doc, "mode"), "standalone"))
+            fputs("(standalone: set fleet.postgres to join a fleet)\n", f);
+        return;
+    }
+    fprintf(f, "node:    %s (%s)\n", S(doc, "node"), S(doc, "url"));
+    if (json_is_object(cat))
+        fprintf(f, "catalog: %s, %s%s%s\n", S(cat, "where"),
+                json_is_true(json_object_get(cat, "connected")) ? "connected" : "not connected",
+                json_is_string(json_object_get(cat, "error")) ? ": " : "",
+                json_is_string(json_object_get(cat, "error")) ? S(cat, "error") : "");
+    fprintf(f, "\n%-24s %-40s %-8s %-5s %8s\n", "NODE", "URL", "STATE", "UP", "AGE_S");
+    json_array_foreach(json_object_get(doc, "nodes"), i, n)
+    {
+        double age = json_number_value(json_object_get(n, "age_s"));
+        fprintf(f, "%-24s %-40s %-8s %-5s %8.1f\n", S(n, "name"), S(n, "url"), S(n, "state"),
+                age < 30 ? "up" : "down", age);
+    }
+    json_array_foreach(json_object_get(doc, "aliases"), i, al)
+    {
+        char pl[512];
+        const json_t *plj = json_object_get(al, "placement");
+        fprintf(f, "\n%s@%s -> generation %s (version %s, placement %s, quorum %s, timeout %s s)\n",
+                S(al, "model"), S(al, "alias"), I(al, "generation", a, sizeof a),
+                I(al, "version", b, sizeof b),
+                json_is_array(plj) ? list(plj, "", ",", "", pl, sizeof pl) : "every node",
+                I(al, "quorum", d, sizeof d), I(al, "timeout_s", (char[32]){0}, 32));
+        fprintf(f, "  %-24s %-8s %14s %14s %6s %9s %8s %-4s %s\n", "NODE", "STATE", "DONE", "TOTAL",
+                "%", "MB/S", "SERVING", "UP", "ERROR");
+        json_array_foreach(json_object_get(al, "nodes"), k, p)
+        {
+            json_int_t done = N(p, "bytes_done"), total = N(p, "bytes_total");
+            double pct = total > 0 ? 100.0 * (double)done / (double)total : 0.0;
+            fprintf(
+                f, "  %-24s %-8s %14s %14s %5.1f%% %9.1f %8s %-4s %s\n", S(p, "node"),
+                S(p, "state"), I(p, "bytes_done", a, sizeof a), I(p, "bytes_total", b, sizeof b),
+                pct, json_number_value(json_object_get(p, "rate_bps")) / 1e6,
+                I(p, "serving", d, sizeof d), json_is_true(json_object_get(p, "up")) ? "yes" : "no",
+                json_is_string(json_object_get(p, "error")) ? S(p, "error") : "-");
+        }
+    }
+    if (json_array_size(json_object_get(doc, "generations")))
+        fprintf(f, "\n%-32s %6s %14s %s\n", "MODEL", "GEN", "BYTES", "HOLDERS");
+    json_array_foreach(json_object_get(doc, "generations"), i, n)
+    {
+        char h[512];
+        fprintf(f, "%-32s %6s %14s %s\n", S(n, "model"), I(n, "number", a, sizeof a),
+                I(n, "total_bytes", b, sizeof b),
+                list(json_object_get(n, "holders"), "", ",", "", h, sizeof h));
+    }
+}
+
 static void job_one(FILE *f, const json_t *j)
 {
     char b[64];
@@ -345,6 +405,18 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
     case TV__DOC_SESSIONS:
         sessions_table(f, json_object_get(doc, "sessions"));
         break;
+    case TV__DOC_FLEET:
+        fleet_doc(f, doc);
+        break;
+    case TV__DOC_FLEET_ALIAS: {
+        char pl[512];
+        const json_t *plj = json_object_get(doc, "placement");
+        fprintf(f, "fleet alias %s@%s -> generation %s (version %s, placement %s)\n",
+                S(doc, "model"), S(doc, "alias"), I(doc, "generation", b, sizeof b),
+                I(doc, "version", c, sizeof c),
+                json_is_array(plj) ? list(plj, "", ",", "", pl, sizeof pl) : "every node");
+        break;
+    }
     case TV__DOC_JOB:
     case TV__DOC_CANCELLED:
         job_one(f, doc);

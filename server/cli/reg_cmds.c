@@ -801,6 +801,83 @@ int tv__cli_sessions(const tv__cli_ctx *c)
     return one(c, false, "GET", "/v1/sessions", NULL, NULL, TV__DOC_SESSIONS);
 }
 
+/* The fleet as the daemon's fleet thread last read it (GET /v1/fleet); a
+ * standalone node answers mode "standalone" with empty lists. */
+const tv__cli_cmd tv__cli_cmd_fleet = {
+    .name = "fleet",
+    .run = tv__cli_fleet,
+    .positionals = "",
+    .min_pos = 0,
+    .max_pos = 0,
+    .opts = {CLIENT_OPTS},
+};
+
+int tv__cli_fleet(const tv__cli_ctx *c)
+{
+    return one(c, false, "GET", "/v1/fleet", NULL, NULL, TV__DOC_FLEET);
+}
+
+/* Moves a fleet alias in the catalog (PUT /v1/fleet/aliases/MODEL/ALIAS):
+ * compare-and-set on --expect (0 for a new alias). */
+const tv__cli_cmd tv__cli_cmd_fleet_alias = {
+    .name = "fleet alias",
+    .run = tv__cli_fleet_alias,
+    .positionals = "MODEL ALIAS GENERATION",
+    .min_pos = 3,
+    .max_pos = 3,
+    .opts = {{"--expect", "V", NULL},
+             {"--placement", "N1,N2", NULL},
+             {"--quorum", "Q", NULL},
+             {"--timeout", "S", NULL},
+             CLIENT_OPTS},
+};
+
+int tv__cli_fleet_alias(const tv__cli_ctx *c)
+{
+    char path[3 * SEG_MAX];
+    tv_error err = {0};
+    int64_t gen = 0;
+    uint64_t expect = 0, quorum = 0, timeout = 0;
+    const char *pl = tv__cli_get(&c->a, "--placement");
+    int u;
+    if (tv__cli_parse_gen(c->a.pos[2], &gen))
+        return tv__cli_usage(c->cmd->name, "bad generation '%s': a number from 1, digits only",
+                             c->a.pos[2]);
+    if (!tv__cli_get(&c->a, "--expect"))
+        return tv__cli_usage(c->cmd->name,
+                             "--expect V is required (the alias's version; 0 for a new alias)");
+    if ((u = tv__cli_opt_uint(c->cmd->name, &c->a, "--expect", 0, INT64_MAX, &expect)) ||
+        (u = tv__cli_opt_uint(c->cmd->name, &c->a, "--quorum", 0, 4096, &quorum)) ||
+        (u = tv__cli_opt_uint(c->cmd->name, &c->a, "--timeout", 0, 86400, &timeout)))
+        return u;
+    json_t *placement = json_null();
+    if (pl) {
+        placement = json_array();
+        for (const char *p = pl;;) {
+            size_t n = strcspn(p, ",");
+            if (n == 0 || n > 255) {
+                json_decref(placement);
+                return tv__cli_usage(c->cmd->name,
+                                     "bad --placement '%s': node names (1..255 bytes) split by ','",
+                                     pl);
+            }
+            json_array_append_new(placement, json_stringn(p, n));
+            if (!p[n])
+                break;
+            p += n + 1;
+        }
+    }
+    if (path_of(path, sizeof path, &err, "v1", "fleet", "aliases", c->a.pos[0], c->a.pos[1],
+                NULL)) {
+        json_decref(placement);
+        return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    }
+    json_t *body = json_pack("{s:I,s:I,s:o,s:I,s:I}", "generation", (json_int_t)gen,
+                             "expect_version", (json_int_t)expect, "placement", placement, "quorum",
+                             (json_int_t)quorum, "timeout_s", (json_int_t)timeout);
+    return one(c, true, "PUT", path, NULL, body, TV__DOC_FLEET_ALIAS);
+}
+
 const tv__cli_cmd tv__cli_cmd_job = {
     .name = "job",
     .run = tv__cli_job,

@@ -426,6 +426,10 @@ static const char *const g_usage[][2] = {
     {"job", "job ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"cancel", "cancel ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"sessions", "sessions [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"fleet", "fleet [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"fleet alias", "fleet alias MODEL ALIAS GENERATION [--expect V] [--placement N1,N2] "
+                    "[--quorum Q] [--timeout S] [--store DIR] [--url URL] [--token-file FILE] "
+                    "[--json]"},
     {"token create",
      "token create NAME [--scope admin|read|fleet] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
