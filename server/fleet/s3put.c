@@ -158,28 +158,14 @@ static int on_seek(void *arg, curl_off_t off, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
-static void header_value(const char *p, size_t len, const char *name, char *out, size_t out_len)
-{
-    size_t nl = strlen(name);
-    if (len <= nl || strncasecmp(p, name, nl) != 0 || p[nl] != ':')
-        return;
-    p += nl + 1;
-    len -= nl + 1;
-    while (len && (*p == ' ' || *p == '\t'))
-        p++, len--;
-    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
-        len--;
-    snprintf(out, out_len, "%.*s", (int)len, p);
-}
-
 static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 {
     xfer *x = arg;
     size_t len = sz * n;
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) /* a 100 Continue before the answer */
         x->etag[0] = x->crange[0] = '\0';
-    header_value(p, len, "ETag", x->etag, sizeof(x->etag));
-    header_value(p, len, "Content-Range", x->crange, sizeof(x->crange));
+    tv__http_header_value(p, len, "ETag", x->etag, sizeof(x->etag));
+    tv__http_header_value(p, len, "Content-Range", x->crange, sizeof(x->crange));
     return len;
 }
 
@@ -422,14 +408,6 @@ static int x_end(ctx *k, xfer *x, tv_error *err)
     return rc;
 }
 
-static void backoff(unsigned attempt_no)
-{
-    uint64_t ms = 100ull << (attempt_no < 6 ? attempt_no : 6); /* 100 ms .. 6.4 s */
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
 /* Runs the n transfers of x at once on k's multi handle, each tried again
  * (all those that failed, together, after the backoff) as the options
  * allow. Returns 0 when every one succeeded; else the first failure no
@@ -499,7 +477,7 @@ static int run(ctx *k, xfer *x, size_t n, tv_error *err)
         tv__log(TV_LOG_WARN, "s3 upload: %s; trying again (%u of %u)", retry_err.msg, round + 1,
                 k->o.retries);
         rc = 0;
-        backoff(round);
+        tv__http_backoff(round);
     }
     return rc;
 }

@@ -144,22 +144,6 @@ static size_t on_body(char *p, size_t sz, size_t n, void *arg)
     return len;
 }
 
-/* Copies the value of header line p (len bytes) into out when its name is
- * name; trims spaces and CRLF. */
-static void header_value(const char *p, size_t len, const char *name, char *out, size_t out_len)
-{
-    size_t nl = strlen(name);
-    if (len <= nl || strncasecmp(p, name, nl) != 0 || p[nl] != ':')
-        return;
-    p += nl + 1;
-    len -= nl + 1;
-    while (len && (*p == ' ' || *p == '\t'))
-        p++, len--;
-    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
-        len--;
-    snprintf(out, out_len, "%.*s", (int)len, p);
-}
-
 static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 {
     resp *r = arg;
@@ -167,10 +151,10 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
     /* A new status line (a 100 Continue before the answer) starts over. */
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0)
         r->etag[0] = r->lastmod[0] = r->crange[0] = r->location[0] = '\0';
-    header_value(p, len, "ETag", r->etag, sizeof(r->etag));
-    header_value(p, len, "Last-Modified", r->lastmod, sizeof(r->lastmod));
-    header_value(p, len, "Content-Range", r->crange, sizeof(r->crange));
-    header_value(p, len, "Location", r->location, sizeof(r->location));
+    tv__http_header_value(p, len, "ETag", r->etag, sizeof(r->etag));
+    tv__http_header_value(p, len, "Last-Modified", r->lastmod, sizeof(r->lastmod));
+    tv__http_header_value(p, len, "Content-Range", r->crange, sizeof(r->crange));
+    tv__http_header_value(p, len, "Location", r->location, sizeof(r->location));
     return len;
 }
 
@@ -452,14 +436,6 @@ static int get_once(tv__src_http *h, const http_file *f, uint8_t *buf, size_t le
     return rc;
 }
 
-static void backoff(unsigned attempt_no)
-{
-    uint64_t ms = 100ull << (attempt_no < 6 ? attempt_no : 6); /* 100 ms .. 6.4 s */
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
-}
-
 /* A HEAD (buf NULL) or a Range GET, tried again as the options allow. */
 static int request(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint64_t off,
                    tv_error *err)
@@ -474,7 +450,7 @@ static int request(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint
             break;
         tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", err ? err->msg : f->url, i + 1,
                 h->o.retries);
-        backoff(i);
+        tv__http_backoff(i);
     }
     if (err && h->o.retries) {
         char msg[sizeof(err->msg)];
@@ -695,7 +671,7 @@ static int get_group(tv__src_http *h, get_req *q, size_t n, tv_error *err)
         tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", retry_err.msg, round + 1,
                 h->o.retries);
         rc = 0;
-        backoff(round);
+        tv__http_backoff(round);
     }
     curl_multi_cleanup(m);
     return rc;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "import/url.h"
 #include "util/internal.h"
@@ -257,4 +258,26 @@ int tv__content_range_parse(const char *v, uint64_t *first, uint64_t *last, uint
     if (*v || *first > *last || *last >= *total)
         return -1;
     return 0;
+}
+
+void tv__http_header_value(const char *p, size_t len, const char *name, char *out, size_t out_len)
+{
+    size_t nl = strlen(name);
+    if (len <= nl || strncasecmp(p, name, nl) != 0 || p[nl] != ':')
+        return;
+    p += nl + 1;
+    len -= nl + 1;
+    while (len && (*p == ' ' || *p == '\t'))
+        p++, len--;
+    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    snprintf(out, out_len, "%.*s", (int)len, p);
+}
+
+void tv__http_backoff(unsigned attempt_no)
+{
+    uint64_t ms = 100ull << (attempt_no < 6 ? attempt_no : 6); /* 100 ms .. 6.4 s */
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
 }

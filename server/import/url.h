@@ -66,4 +66,13 @@ int tv__s3_object_url(const char *endpoint, const char *region, const tv__url *u
  * knows the length). Returns 0, or -1 when v is anything else. */
 int tv__content_range_parse(const char *v, uint64_t *first, uint64_t *last, uint64_t *total);
 
+/* Copies the value of header line p (len bytes, as libcurl's header
+ * callback gets it) into out when its name is name (case-insensitive);
+ * trims spaces and CRLF. Leaves out as it is otherwise. */
+void tv__http_header_value(const char *p, size_t len, const char *name, char *out, size_t out_len);
+
+/* Sleeps before try attempt_no + 1 of a request: 100 ms doubling, at most
+ * 6.4 s (the importer's and the uploader's retries). */
+void tv__http_backoff(unsigned attempt_no);
+
 #endif
