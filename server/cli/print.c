@@ -316,19 +316,21 @@ static void import_line(FILE *f, const json_t *r)
     json_int_t written = N(r, "written_bytes");
     double secs = json_number_value(json_object_get(r, "seconds"));
     double mbs = secs > 0 ? (double)written / secs / 1e6 : 0;
-    char al[512];
+    char al[512], rb[32];
     const json_t *aliases = json_object_get(r, "aliases");
     fprintf(f,
             "imported %s generation %" JSON_INTEGER_FORMAT "%s%s%s: %" JSON_INTEGER_FORMAT
             " shards, %" JSON_INTEGER_FORMAT " tensors, %" JSON_INTEGER_FORMAT
             " bytes; %" JSON_INTEGER_FORMAT " written, %" JSON_INTEGER_FORMAT
-            " deduplicated, %.2f s (%.1f MB/s)\n",
+            " deduplicated%s%s%s, %.2f s (%.1f MB/s)\n",
             S(r, "model"), N(r, "generation"),
             json_is_true(json_object_get(r, "active")) ? " (active)" : "",
             json_array_size(aliases) ? " alias " : "",
             json_array_size(aliases) ? list(aliases, "", ",", "", al, sizeof al) : "",
             N(r, "n_shards"), N(r, "n_tensors"), N(r, "total_bytes"), written,
-            N(r, "deduplicated_bytes"), secs, mbs);
+            N(r, "deduplicated_bytes"), N(r, "resumed_bytes") ? ", " : "",
+            N(r, "resumed_bytes") ? I(r, "resumed_bytes", rb, sizeof rb) : "",
+            N(r, "resumed_bytes") ? " resumed" : "", secs, mbs);
 }
 
 static void tokens_table(FILE *f, const json_t *arr)

@@ -175,11 +175,12 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     if (alias)
         json_array_append_new(aliases, json_string(alias));
     json_t *doc =
-        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
+        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
                   (json_int_t)r.generation, "active", o.activate, "aliases", aliases, "n_shards",
                   (json_int_t)r.n_shards, "n_tensors", (json_int_t)r.n_tensors, "total_bytes",
                   (json_int_t)r.bytes_total, "written_bytes", (json_int_t)r.bytes_written,
-                  "deduplicated_bytes", (json_int_t)r.bytes_deduped, "seconds", r.seconds);
+                  "deduplicated_bytes", (json_int_t)r.bytes_deduped, "resumed_bytes",
+                  (json_int_t)r.bytes_resumed, "seconds", r.seconds);
     tv__cli_print(stdout, json, TV__DOC_IMPORT, doc);
     json_decref(doc);
     return TV__EXIT_OK;

@@ -169,15 +169,25 @@ static char *import_result_json(const job_node *n, const tv__import_result *res,
     json_t *aliases = json_array();
     if (n->has_alias)
         json_array_append_new(aliases, json_string(n->alias));
-    json_t *o = json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:f}", "model", n->model,
+    json_t *o = json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "model", n->model,
                           "generation", (json_int_t)res->generation, "active", n->activate,
                           "aliases", aliases, "n_shards", (json_int_t)res->n_shards, "n_tensors",
                           (json_int_t)res->n_tensors, "total_bytes", (json_int_t)res->bytes_total,
                           "written_bytes", (json_int_t)res->bytes_written, "deduplicated_bytes",
-                          (json_int_t)res->bytes_deduped, "seconds", seconds);
+                          (json_int_t)res->bytes_deduped, "resumed_bytes",
+                          (json_int_t)res->bytes_resumed, "seconds", seconds);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
+}
+
+/* The importer's resume record, into this job's row. */
+static void save_resume(void *ctx, const char *json)
+{
+    run_ctx *r = ctx;
+    tv_error e = {0};
+    if (tv__reg_job_set_resume(r->reg, r->id, json, &e))
+        tv__log(TV_LOG_WARN, "job %" PRId64 ": resume record not kept: %s", r->id, e.msg);
 }
 
 static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen, char **result,
@@ -193,9 +203,25 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.http = r->http;
     o.pull = n->pull;
     o.generation = n->generation;
+    /* A remote import takes over what an interrupted one of the same model
+     * and source left (import.h: resume). */
+    char *resume = NULL;
+    int64_t from = 0;
+    if (n->pull || tv__src_is_url(n->source)) {
+        tv_error e = {0};
+        if (tv__reg_job_take_resume(st->reg, n->id, n->model, n->source, &resume, &from, &e))
+            tv__log(TV_LOG_WARN, "job %" PRId64 ": not resuming: %s", n->id, e.msg);
+        else if (resume)
+            tv__log(TV_LOG_INFO, "job %" PRId64 ": resuming what job %" PRId64 " wrote", n->id,
+                    from);
+        o.resume = resume;
+        o.resume_save = save_resume;
+        o.resume_ctx = r;
+    }
     tv__import_result res = {0};
     double t0 = mono_s();
     int rc = tv__import(st, n->model, n->source, &o, &res, err);
+    free(resume);
     if (rc)
         return rc;
     *gen = res.generation;

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "import/alloc.h"
 #include "import/import.h"
 #include "import/source.h"
@@ -40,6 +42,9 @@
 #define N_BUFS     4
 #define BUF_ALIGN  65536      /* >= every device's io_align */
 #define HUGE_ALIGN (2u << 20) /* the ring's alignment: transparent huge pages fit */
+/* A resumable import flushes and records how far it got this often. */
+#define RESUME_EVERY_S   2.0
+#define RESUME_EVERY_LEN (1ull << 30)
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -50,8 +55,11 @@ typedef struct shard_plan {
     size_t n_obj;
     int64_t dev_id[TV__IMPORT_MAX_DEVICES];
     tv__reg_object obj[TV__IMPORT_MAX_DEVICES];
-    bool reused[TV__IMPORT_MAX_DEVICES]; /* bound to an existing committed object */
-    bool candidate;                      /* its length matches a committed object (dedup probe) */
+    bool reused[TV__IMPORT_MAX_DEVICES];   /* bound to an existing committed object */
+    bool candidate;                        /* its length matches a committed object (dedup probe) */
+    uint64_t done[TV__IMPORT_MAX_DEVICES]; /* bytes of obj[k] written and flushed (resume) */
+    uint64_t posted_end; /* bytes of the new objects handed to the pipeline so far */
+    bool resumed;        /* an interrupted import's bytes were taken over */
 } shard_plan;
 
 /* One import, passed from step to step. */
@@ -70,9 +78,14 @@ typedef struct import_job {
     char real_src[PATH_MAX]; /* the resolved path, or the URL */
     const char *step;        /* the running step, for progress and messages */
     uint64_t step_done, step_total;
-    uint64_t to_write; /* extents of the new objects (the write step's total) */
-    bool crashed_mid;  /* the "write" crash point fired */
-    bool published;    /* the generation is committed: keep its objects */
+    uint64_t to_write;   /* extents of the new objects (the write step's total) */
+    bool crashed_mid;    /* the "write" crash point fired */
+    bool published;      /* the generation is committed: keep its objects */
+    bool resumable;      /* a remote source with o->resume_save: records progress */
+    bool saved;          /* a record naming the reservations was handed to resume_save */
+    json_t *resume;      /* o->resume, parsed (entries taken over get "taken") */
+    double last_save;    /* now_s() of the last record */
+    uint64_t since_save; /* bytes posted since */
     tv__import_result r;
 } import_job;
 
@@ -581,6 +594,181 @@ static void release_reservations(tv__store *st, shard_plan *plans, size_t n)
     }
 }
 
+/* ---- resume (import.h: tv__import_opts.resume) ----------------------------
+ *
+ * A record names, per new object, the shard it holds and how far it is
+ * written and flushed ("done"). Records are only made after a drain of the
+ * pipeline and a flush of every target, so what a record says is on the
+ * device; it is taken over only by an import of the same shards (name,
+ * length, and the catalog's SHA-256 for a pull), which re-hashes the bytes
+ * below "done" from the device and fetches the rest. */
+
+static uint64_t new_bytes_on(const import_job *j, int64_t dev);
+
+/* The SHA-256 a pull expects for shard s, or NULL. */
+static const char *pull_sha(const import_job *j, size_t s)
+{
+    const tv__src_pull *pl = j->o->pull;
+    size_t f = pl ? tv__src_pull_find(pl, j->plans[s].info.name) : SIZE_MAX;
+    return f != SIZE_MAX ? pl->files[f].sha256 : NULL;
+}
+
+/* A failure a retry of the same import may cure: keep what was written. */
+static bool transient(int rc)
+{
+    return rc == -EIO || rc == -EPROTO || rc == -ETIMEDOUT || rc == -ECONNRESET ||
+           rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -EAGAIN ||
+           rc == -EPIPE;
+}
+
+/* What must match for a URL import's bytes to be taken over: the origin's
+ * validator of the shard (a pull has the catalog's SHA-256 instead). */
+static const char *shard_validator(const import_job *j, size_t s)
+{
+    return j->o->pull ? NULL : tv__src_validator(j->src, &j->plans[s].info);
+}
+
+/* Hands this import's record (keep) or NULL (nothing to keep) to resume_save. */
+static void resume_save(import_job *j, bool keep)
+{
+    if (!j->resumable)
+        return;
+    char *text = NULL;
+    if (keep) {
+        json_t *objs = json_array();
+        for (size_t s = 0; objs && s < j->n_shards; s++) {
+            const shard_plan *p = &j->plans[s];
+            const char *sha = pull_sha(j, s);
+            for (size_t k = 0; k < p->n_obj; k++)
+                if (!p->reused[k] && p->obj[k].id > 0)
+                    json_array_append_new(
+                        objs, json_pack("{s:s,s:I,s:s?,s:s?,s:I,s:I,s:I}", "shard", p->info.name,
+                                        "bytes", (json_int_t)p->info.file_len, "sha256", sha,
+                                        "validator", shard_validator(j, s), "device",
+                                        (json_int_t)p->dev_id[k], "object",
+                                        (json_int_t)p->obj[k].id, "done", (json_int_t)p->done[k]));
+        }
+        json_t *doc = objs ? json_pack("{s:s,s:I,s:o}", "source", j->real_src, "generation",
+                                       (json_int_t)j->o->generation, "objects", objs)
+                           : NULL;
+        text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        json_decref(doc);
+        if (!text) {
+            tv__log(TV_LOG_WARN, "import of model '%s': out of memory for its resume record",
+                    j->model);
+            return;
+        }
+    }
+    j->o->resume_save(j->o->resume_ctx, text);
+    j->saved = keep;
+    j->last_save = now_s();
+    j->since_save = 0;
+    free(text);
+}
+
+/* Takes over a reservation of the record for shard s on device dev: the
+ * object must still be 'writing' there with the shard's length. */
+static bool resume_take(import_job *j, size_t s, int64_t dev, tv__reg_object *obj, uint64_t *done)
+{
+    json_t *objs = j->resume ? json_object_get(j->resume, "objects") : NULL;
+    const shard_plan *p = &j->plans[s];
+    const char *want = pull_sha(j, s);
+    if (!objs || json_integer_value(json_object_get(j->resume, "generation")) != j->o->generation)
+        return false;
+    for (size_t i = 0; i < json_array_size(objs); i++) {
+        json_t *e = json_array_get(objs, i);
+        const char *name = json_string_value(json_object_get(e, "shard"));
+        const char *sha = json_string_value(json_object_get(e, "sha256"));
+        const char *val = json_string_value(json_object_get(e, "validator"));
+        const char *want_val = shard_validator(j, s);
+        json_int_t d = json_integer_value(json_object_get(e, "done"));
+        tv__reg_object o;
+        if (json_is_true(json_object_get(e, "taken")) || !name || strcmp(name, p->info.name) ||
+            json_integer_value(json_object_get(e, "bytes")) != (json_int_t)p->info.file_len ||
+            json_integer_value(json_object_get(e, "device")) != dev || (!want) != (!sha) ||
+            (want && strcmp(want, sha)) || (!want && !want_val) || !want_val != !val ||
+            (want_val && strcmp(want_val, val)) ||
+            tv__reg_object_get(j->st->reg, json_integer_value(json_object_get(e, "object")), &o,
+                               NULL) ||
+            o.state != TV__OBJ_WRITING || o.device_id != dev ||
+            o.canonical_len != p->info.file_len || d < 0 || (uint64_t)d > o.alloc_len ||
+            d % BUF_ALIGN)
+            continue;
+        json_object_set_new(e, "taken", json_true());
+        *obj = o;
+        *done = (uint64_t)d;
+        return true;
+    }
+    return false;
+}
+
+/* Deletes the record's reservations nobody took over. */
+static void resume_drop_rest(import_job *j)
+{
+    json_t *objs = j->resume ? json_object_get(j->resume, "objects") : NULL;
+    for (size_t i = 0; i < json_array_size(objs); i++) {
+        json_t *e = json_array_get(objs, i);
+        tv__reg_object o;
+        int64_t id = json_integer_value(json_object_get(e, "object"));
+        if (json_is_true(json_object_get(e, "taken")) ||
+            tv__reg_object_get(j->st->reg, id, &o, NULL) || o.state != TV__OBJ_WRITING)
+            continue;
+        tv_error e2;
+        if (tv__reg_object_delete(j->st->reg, id, &e2))
+            tv__log(TV_LOG_WARN, "releasing reservation %lld: %s", (long long)id, e2.msg);
+        json_object_set_new(e, "taken", json_true());
+    }
+}
+
+/* After a drain of the pipeline: flushes every target device and records
+ * how far each new object is written. */
+static int resume_checkpoint(import_job *j, pipeline *w, tv_error *err)
+{
+    int rc;
+    if ((rc = pipeline_wait(w, true, err)))
+        return rc;
+    for (size_t i = 0; i < j->n_devs; i++) {
+        tv__dev *d;
+        if (new_bytes_on(j, j->devs[i]) &&
+            ((rc = tv__store_device(j->st, j->devs[i], true, &d, err)) ||
+             (rc = tv__dev_flush(d, err))))
+            return rc;
+    }
+    for (size_t s = 0; s < j->n_shards; s++) {
+        shard_plan *p = &j->plans[s];
+        for (size_t k = 0; k < p->n_obj; k++)
+            if (!p->reused[k] && p->posted_end > p->done[k])
+                p->done[k] =
+                    p->posted_end < p->obj[k].alloc_len ? p->posted_end : p->obj[k].alloc_len;
+    }
+    resume_save(j, true);
+    return 0;
+}
+
+/* Re-hashes what an interrupted import wrote of shard s, [0, upto) of its
+ * first new object on dev, into h, hh and hdr_copy (the pipeline is idle). */
+static int resume_rehash(import_job *j, size_t s, tv__dev *dev, uint64_t base, uint64_t upto,
+                         tv__sha256 *h, tv__sha256 *hh, uint8_t *hdr_copy, tv_error *err)
+{
+    const shard_plan *p = &j->plans[s];
+    uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
+    int rc;
+    for (uint64_t off = 0; off < upto; off += j->chunk) {
+        size_t n = (size_t)(upto - off < j->chunk ? upto - off : j->chunk);
+        if ((rc = job_cancelled(j, err)) ||
+            (rc = tv__dev_pread_full(dev, j->bufs, n, base + off, err)))
+            return rc;
+        size_t payload = off >= canon ? 0 : (size_t)(canon - off < n ? canon - off : n);
+        tv__sha256_update(h, j->bufs, payload);
+        if (off < hdr_end) {
+            size_t hn = (size_t)(hdr_end - off < payload ? hdr_end - off : payload);
+            tv__sha256_update(hh, j->bufs, hn);
+            memcpy(hdr_copy + off, j->bufs, hn);
+        }
+    }
+    return 0;
+}
+
 /* ---- the steps -------------------------------------------------------------
  *
  * Each step function runs one step of import.h over the job, reports its
@@ -683,8 +871,64 @@ out:
     return rc;
 }
 
+/* A pull knows shard s's SHA-256 from the catalog: a committed object with
+ * that hash on a target device holds exactly its bytes, and is bound
+ * instead of fetched once its header, read from the device, is the
+ * validated one (the tensors published come from that header). Returns
+ * true when the shard's hashes are known (p->have_sha). */
+static bool pull_local(import_job *j, size_t s)
+{
+    shard_plan *p = &j->plans[s];
+    const char *want = pull_sha(j, s);
+    uint64_t hdr_end = p->info.data_off;
+    tv__reg_object obj;
+    tv__dev *d = NULL;
+    size_t i = 0;
+    for (; want && i < j->n_devs; i++)
+        if (tv__reg_object_find_committed(j->st->reg, j->devs[i], want, &obj, NULL) == 0 &&
+            obj.canonical_len == p->info.file_len)
+            break;
+    if (!want || i == j->n_devs || tv__store_device(j->st, j->devs[i], true, &d, NULL))
+        return false;
+    uint8_t *hdr = malloc((size_t)hdr_end);
+    tv__sha256 hh;
+    tv_error e = {0};
+    int rc = hdr ? tv__sha256_init(&hh) : -ENOMEM;
+    if (rc) {
+        free(hdr);
+        return false;
+    }
+    for (uint64_t off = 0; !rc && off < hdr_end; off += j->chunk) {
+        uint64_t left = hdr_end - off, n = left < j->chunk ? left : j->chunk;
+        uint64_t n_io = n;
+        if (tv__align_up_u64(n, BUF_ALIGN, &n_io) || n_io > j->chunk || off + n_io > obj.alloc_len)
+            rc = TV_E_OVERFLOW;
+        else if (!(rc = tv__dev_pread_full(d, j->bufs, (size_t)n_io, obj.base_off + off, &e)))
+            memcpy(hdr + off, j->bufs, (size_t)n);
+    }
+    if (!rc)
+        tv__sha256_update(&hh, hdr, (size_t)hdr_end);
+    uint8_t dig[32];
+    tv__sha256_final(&hh, dig);
+    if (!rc && (rc = same_header(j->ck, s, hdr, p, &e)) == 0) {
+        snprintf(p->sha_hex, sizeof p->sha_hex, "%s", want);
+        tv__hex_encode(dig, 32, false, p->header_sha_hex);
+        p->have_sha = true;
+        tv__log(
+            TV_LOG_INFO,
+            "import of model '%s': shard '%s' (sha256 %.12s...) is stored here already: bound, not fetched",
+            j->model, p->info.name, want);
+    } else if (rc) {
+        tv__log(TV_LOG_WARN, "import of model '%s': shard '%s': the local copy is not used: %s",
+                j->model, p->info.name, e.msg[0] ? e.msg : tv_strerror(rc));
+    }
+    free(hdr);
+    return p->have_sha;
+}
+
 /* Dedup probe: a shard whose length matches a committed object on a target
- * device is hashed first; an identical object on a device is reused. */
+ * device is hashed first; an identical object on a device is reused. A
+ * pull's shards are bound by the catalog's hash (pull_local), not probed. */
 static int step_dedup(import_job *j, tv_error *err)
 {
     tv__reg *reg = j->st->reg;
@@ -711,6 +955,8 @@ static int step_dedup(import_job *j, tv_error *err)
     for (size_t s = 0; s < j->n_shards; s++)
         if (j->plans[s].candidate && (rc = probe_shard(j, s, err)))
             return rc;
+    for (size_t s = 0; j->o->pull && s < j->n_shards; s++)
+        (void)pull_local(j, s);
     for (size_t i = 0; i < j->n_devs; i++) {
         for (size_t s = 0; s < j->n_shards; s++) {
             shard_plan *p = &j->plans[s];
@@ -754,8 +1000,12 @@ static int step_reserve(import_job *j, tv_error *err)
             if (!needs_copy(p, j->devs[i]))
                 continue;
             size_t k = p->n_obj;
-            if ((rc = job_cancelled(j, err)) ||
-                (rc = tv__alloc_reserve(j->st->reg, j->devs[i], p->info.file_len, &p->obj[k], err)))
+            if ((rc = job_cancelled(j, err)))
+                return rc;
+            if (resume_take(j, s, j->devs[i], &p->obj[k], &p->done[k]))
+                p->resumed = true;
+            else if ((rc = tv__alloc_reserve(j->st->reg, j->devs[i], p->info.file_len, &p->obj[k],
+                                             err)))
                 return rc;
             p->dev_id[k] = j->devs[i];
             p->n_obj++;
@@ -763,6 +1013,9 @@ static int step_reserve(import_job *j, tv_error *err)
             step_advance(j, s, p->info.file_len);
         }
     }
+    /* Every reservation is named by a record before a byte is written. */
+    resume_drop_rest(j);
+    resume_save(j, true);
     step_end(j);
     return job_cancelled(j, err);
 }
@@ -776,7 +1029,8 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     size_t n_new = 0, chunk = j->chunk;
     target tg[TV__IMPORT_MAX_DEVICES];
     uint64_t tg_alloc[TV__IMPORT_MAX_DEVICES];
-    uint64_t alloc = 0; /* the largest extent; replicas may differ in object_align */
+    uint64_t start = UINT64_MAX; /* written and flushed by an interrupted import, on every target */
+    uint64_t alloc = 0;          /* the largest extent; replicas may differ in object_align */
     uint64_t canon = p->info.file_len, hdr_end = p->info.data_off;
     tv__src_shard sf = {.fd = -1};
     uint8_t *hdr_copy = NULL;
@@ -789,6 +1043,8 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         tv__store_device(j->st, p->dev_id[k], true, &tg[n_new].dev, NULL);
         tg[n_new].off = p->obj[k].base_off;
         tg_alloc[n_new++] = p->obj[k].alloc_len;
+        if (p->done[k] < start)
+            start = p->done[k];
         if (p->obj[k].alloc_len > alloc)
             alloc = p->obj[k].alloc_len;
     }
@@ -803,7 +1059,21 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     }
     if ((rc = hashes_init(&h, &hh, err)))
         goto out_hdr;
-    for (uint64_t off = 0; off < alloc; off += chunk) {
+    /* The pipeline's buffers are free for the re-hash once it drained. */
+    if (start && !(rc = pipeline_wait(w, true, err)) &&
+        !(rc = resume_rehash(j, s, tg[0].dev, tg[0].off, start, &h, &hh, hdr_copy, err))) {
+        j->r.bytes_resumed += start < canon ? start : canon;
+        uint64_t sub = 0;
+        for (size_t k = 0; k < n_new; k++)
+            sub += start < tg_alloc[k] ? start : tg_alloc[k];
+        step_advance(j, s, sub);
+        p->posted_end = start;
+        tv__log(TV_LOG_INFO,
+                "import of model '%s': shard '%s': %llu of %llu bytes resumed from the device",
+                j->model, p->info.name, (unsigned long long)(start < canon ? start : canon),
+                (unsigned long long)canon);
+    }
+    for (uint64_t off = start; !rc && off < alloc; off += chunk) {
         if ((rc = job_cancelled(j, err)))
             break;
         wbuf *b = pipeline_acquire(w);
@@ -837,6 +1107,12 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         }
         pipeline_submit(w);
         step_advance(j, s, sub);
+        p->posted_end = off + n;
+        j->since_save += n;
+        if (j->resumable &&
+            (now_s() - j->last_save >= RESUME_EVERY_S || j->since_save >= RESUME_EVERY_LEN) &&
+            (rc = resume_checkpoint(j, w, err)))
+            break;
         if (!j->crashed_mid && j->step_done * 2 >= j->to_write) {
             j->crashed_mid = true;
             tv__crash_point("write");
@@ -870,7 +1146,8 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
                         "shard '%s' from %s has sha256 %s; the catalog says %s", p->info.name,
                         j->o->pull->files[pf].url ? j->o->pull->files[pf].url : "memory", sha_hex,
                         want);
-        tv__src_pull_bad(j->o->pull, pf, rc);
+        if (!p->resumed)
+            tv__src_pull_bad(j->o->pull, pf, rc); /* else the earlier source may be at fault */
         goto out_hdr;
     }
     memcpy(p->sha_hex, sha_hex, sizeof(sha_hex));
@@ -1097,9 +1374,28 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         goto out;
     }
     j->chunk = (size_t)chunk;
+    j->resumable = j->o->resume_save && (j->o->pull || tv__src_is_url(src));
+    j->last_save = now_s();
+    if (j->resumable && j->o->resume) {
+        json_error_t je;
+        j->resume = json_loads(j->o->resume, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(j->resume)) {
+            tv__log(TV_LOG_WARN,
+                    "import of model '%s': ignoring a resume record that is not a JSON object",
+                    j->model);
+            json_decref(j->resume);
+            j->resume = NULL;
+        }
+    }
 
-    if ((rc = step_resolve(j, src, err)) || (rc = step_dedup(j, err)))
+    if ((rc = step_resolve(j, src, err)) || (rc = step_dedup(j, err))) {
+        /* The record taken over stays for the next try only when one may help. */
+        if (!transient(rc)) {
+            resume_drop_rest(j);
+            resume_save(j, false);
+        }
         goto out;
+    }
     if ((rc = step_reserve(j, err)))
         goto fail_release;
     tv__crash_point("reserve");
@@ -1108,6 +1404,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     tv__crash_point("flush");
     if ((rc = step_verify(j, err)) || (rc = step_publish(j, err)))
         goto fail_release;
+    resume_save(j, false); /* published: nothing to resume */
     j->r.n_shards = j->n_shards;
     j->r.n_tensors = tv_checkpoint_n_tensors(j->ck);
     j->r.seconds = now_s() - t0;
@@ -1116,9 +1413,19 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     goto out;
 
 fail_release:
-    if (!j->published)
-        release_reservations(st, j->plans, j->plans ? j->n_shards : 0);
+    if (!j->published && j->resumable && j->saved && transient(rc)) {
+        tv__log(
+            TV_LOG_INFO,
+            "import of model '%s' stopped (%s): its reservations are kept, the same import again resumes where the last flush left it",
+            j->model, tv_err_name(rc));
+    } else {
+        if (!j->published)
+            release_reservations(st, j->plans, j->plans ? j->n_shards : 0);
+        resume_drop_rest(j);
+        resume_save(j, false);
+    }
 out:
+    json_decref(j->resume);
     free(j->bufs);
     free(j->plans);
     tv_checkpoint_close(j->ck);

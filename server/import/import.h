@@ -74,6 +74,21 @@ typedef struct tv__import_opts {
     /* 0: the model's next number; N > 0: publish as generation N
      * (TV_E_CONFLICT when the model has it already). */
     int64_t generation;
+    /* Resume, for a remote source (http(s)://, s3:// or a pull; ignored for
+     * a local path). resume: the record an interrupted import of the same
+     * model and source left (migrations/0005_job_resume.sql), or NULL; its
+     * reservations that still match (shard name and length, device, the
+     * pull's SHA-256, generation) are written on from where they were
+     * flushed, after re-hashing what the device holds; the others are
+     * deleted. resume_save (NULL: no resume) hears this import's record
+     * after the reservations and after a flush every few seconds of
+     * writing, and NULL once nothing is to be kept: published, or failed
+     * for a reason a retry does not cure. A failure a retry may cure (a
+     * network or I/O error, -EIO, -EPROTO, -ETIMEDOUT, ...) keeps the
+     * reservations the last record names. */
+    const char *resume;
+    void (*resume_save)(void *ctx, const char *json);
+    void *resume_ctx;
 } tv__import_opts;
 
 typedef struct tv__import_result {
@@ -83,6 +98,8 @@ typedef struct tv__import_result {
     uint64_t bytes_total;   /* canonical bytes of the checkpoint */
     uint64_t bytes_written; /* bytes written to devices (padding and replicas included) */
     uint64_t bytes_deduped; /* canonical bytes bound to already committed objects */
+    uint64_t
+        bytes_resumed; /* canonical bytes an interrupted import had written (not fetched again) */
     double seconds;
 } tv__import_result;
 

@@ -126,6 +126,10 @@ int tv__src_shard_check(tv__src_shard *sh, tv_error *err);
 /* A hint: [off, off + len) is read next (local buffered reads). */
 void tv__src_shard_willneed(tv__src_shard *sh, uint64_t off, size_t len);
 void tv__src_shard_close(tv__src_shard *sh);
+/* What identifies the version of shard si an origin served (its validated
+ * ETag, else Last-Modified), or NULL: a local file or an origin that sent
+ * neither. Valid while s is. */
+const char *tv__src_validator(tv__src *s, const tv_shard_info *si);
 
 /* ---- local files (src_file.c) ---- */
 int tv__src_file_open(const tv_shard_info *si, tv__src_shard *sh, tv_error *err);
@@ -143,5 +147,7 @@ int tv__src_http_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, t
 void tv__src_http_free(tv__src_http *h);
 int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint8_t *buf,
                       size_t len, uint64_t off, tv_error *err);
+/* The validated ETag (else Last-Modified) of file name, or NULL (none). */
+const char *tv__src_http_validator(tv__src_http *h, const char *name);
 
 #endif

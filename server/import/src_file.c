@@ -389,6 +389,11 @@ int tv__src_shard_read(tv__src_shard *sh, uint8_t *buf, size_t len, size_t cap, 
     return tv__src_file_read(sh, buf, len, cap, off, err);
 }
 
+const char *tv__src_validator(tv__src *s, const tv_shard_info *si)
+{
+    return s && s->http ? tv__src_http_validator(s->http, si->name) : NULL;
+}
+
 int tv__src_shard_check(tv__src_shard *sh, tv_error *err)
 {
     if (sh->src->http)

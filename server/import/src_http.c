@@ -745,6 +745,14 @@ int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint
     return file_read(h, f, buf, len, off, err);
 }
 
+const char *tv__src_http_validator(tv__src_http *h, const char *name)
+{
+    http_file *f = h ? file_find(h, name) : NULL;
+    if (!f)
+        return NULL;
+    return f->etag[0] ? f->etag : f->lastmod[0] ? f->lastmod : NULL;
+}
+
 void tv__src_http_free(tv__src_http *h)
 {
     if (!h)

@@ -340,6 +340,74 @@ done:
     return tv__reg_level_end(reg, rc, err);
 }
 
+/* ---- resume records (migrations/0005_job_resume.sql) ---------------------- */
+
+int tv__reg_job_set_resume(tv__reg *reg, int64_t id, const char *json, tv_error *err)
+{
+    if (!reg)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_job_set_resume: NULL registry");
+    int rc;
+    if (json && (rc = check_result(json, id, err)))
+        return rc;
+    return tv__reg_exec(reg, "recording an import's resume record", err,
+                        "UPDATE jobs SET resume = ?2 WHERE id = ?1", "it", id, json);
+}
+
+typedef struct resume_row {
+    int64_t id;
+    char *json;
+} resume_row;
+
+static int read_resume_row(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    resume_row *r = record;
+    r->id = sqlite3_column_int64(st, 0);
+    const unsigned char *t = sqlite3_column_text(st, 1);
+    if (t && !(r->json = strdup((const char *)t)))
+        return tv__seterr(err, -ENOMEM, "reading a resume record: out of memory");
+    return 0;
+}
+
+int tv__reg_job_take_resume(tv__reg *reg, int64_t id, const char *model, const char *source,
+                            char **json, int64_t *from, tv_error *err)
+{
+    if (!reg || !model || !source || !json)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_job_take_resume: NULL argument");
+    *json = NULL;
+    if (from)
+        *from = 0;
+    resume_row r = {0};
+    int rc = tv__reg_level_begin(reg, true, err);
+    if (rc)
+        return rc;
+    rc = tv__reg_query_one(reg, read_resume_row, &r, "looking for a resume record", err,
+                           "SELECT id, resume FROM jobs WHERE resume IS NOT NULL AND id <> ?1 "
+                           "AND kind = 'import' AND state IN ('failed', 'cancelled') "
+                           "AND model = ?2 AND source = ?3 ORDER BY id DESC LIMIT 1",
+                           "itt", id, model, source);
+    if (rc == TV_E_NOT_FOUND) {
+        rc = 0;
+        goto done;
+    }
+    if (rc || !r.json)
+        goto done;
+    if ((rc = tv__reg_exec(reg, "taking a resume record over", err,
+                           "UPDATE jobs SET resume = ?2 WHERE id = ?1", "it", id, r.json)) ||
+        (rc = tv__reg_exec(reg, "taking a resume record over", err,
+                           "UPDATE jobs SET resume = NULL WHERE id = ?1", "i", r.id)))
+        goto done;
+done:
+    rc = tv__reg_level_end(reg, rc, err);
+    if (rc == 0 && r.json) {
+        *json = r.json;
+        r.json = NULL;
+        if (from)
+            *from = r.id;
+    }
+    free(r.json);
+    return rc;
+}
+
 int tv__reg_jobs_page(tv__reg *reg, int state, int kind, int64_t before_id, size_t limit,
                       tv__reg_job **out, size_t *n, bool *more, tv_error *err)
 {

@@ -318,6 +318,20 @@ static int exec_count(tv__reg *reg, const char *sql, size_t *count, tv_error *er
     return 0;
 }
 
+/* 'writing' objects a job's resume record names are kept (reclaim). */
+#define RESUME_KEPT                                                                                \
+    "AND id NOT IN (SELECT json_extract(e.value, '$.object') FROM jobs, "                          \
+    "json_each(jobs.resume, '$.objects') AS e WHERE jobs.resume IS NOT NULL)"
+#define TV__STR_(x) #x
+#define TV__STR(x)  TV__STR_(x)
+
+static int read_count(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    (void)err;
+    *(size_t *)record = (size_t)sqlite3_column_int64(st, 0);
+    return 0;
+}
+
 int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
 {
     if (!reg)
@@ -326,13 +340,22 @@ int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
-    if ((rc = exec_count(reg, "UPDATE generations SET state = 'failed' WHERE state = 'importing'",
+    if ((rc = exec_count(reg,
+                         "UPDATE jobs SET resume = NULL WHERE resume IS NOT NULL "
+                         "AND state IN ('succeeded', 'failed', 'cancelled') "
+                         "AND coalesce(finished_at, updated_at) < "
+                         "CAST(strftime('%s', 'now') AS INTEGER) - " TV__STR(TV__RESUME_KEEP_S),
+                         &r.n_expired, err)) ||
+        (rc = exec_count(reg, "UPDATE generations SET state = 'failed' WHERE state = 'importing'",
                          &r.n_generations, err)) ||
         (rc = exec_count(reg,
                          "DELETE FROM shard_objects WHERE object_id IN "
                          "(SELECT id FROM objects WHERE state = 'writing')",
                          NULL, err)) ||
-        (rc = exec_count(reg, "DELETE FROM objects WHERE state = 'writing'", &r.n_objects, err)) ||
+        (rc = exec_count(reg, "DELETE FROM objects WHERE state = 'writing' " RESUME_KEPT,
+                         &r.n_objects, err)) ||
+        (rc = tv__reg_query_one(reg, read_count, &r.n_kept, "counting kept reservations", err,
+                                "SELECT count(*) FROM objects WHERE state = 'writing'", "")) ||
         (rc = exec_count(reg,
                          "UPDATE jobs SET state = 'failed', error_code = 'TV_E_INTERNAL', "
                          "error_errno = -1000, error = 'interrupted by a daemon restart', "
@@ -344,6 +367,11 @@ int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
 done:
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0) {
+        if (r.n_kept || r.n_expired)
+            tv__log(
+                tv__reg_log_level(reg, 0),
+                "registry: kept %zu reservations for interrupted imports to resume, dropped %zu resume records unused for a day",
+                r.n_kept, r.n_expired);
         if (r.n_objects || r.n_generations || r.n_jobs)
             tv__log(
                 tv__reg_log_level(reg, 0),

@@ -226,12 +226,18 @@ typedef struct tv__reg_reclaim {
     size_t n_objects;     /* 'writing' objects deleted */
     size_t n_generations; /* 'importing' generations marked failed */
     size_t n_jobs;        /* queued or running jobs marked failed */
+    size_t n_kept;        /* 'writing' objects kept for a job's resume record */
+    size_t n_expired;     /* resume records dropped (unused for TV__RESUME_KEEP_S) */
 } tv__reg_reclaim;
 
-/* Start-up recovery after a crash, in one transaction: deletes every
- * 'writing' object (and its bindings), marks every 'importing' generation
- * failed and every queued or running job failed ("interrupted by a daemon
- * restart", TV_E_INTERNAL).
+#define TV__RESUME_KEEP_S 86400 /* a resume record unused this long is dropped at start-up */
+
+/* Start-up recovery after a crash, in one transaction: drops resume records
+ * of jobs finished more than TV__RESUME_KEEP_S ago, deletes every 'writing'
+ * object (and its bindings) that no job's resume record names, marks every
+ * 'importing' generation failed and every queued or running job failed
+ * ("interrupted by a daemon restart", TV_E_INTERNAL; its resume record is
+ * kept, so the next import of the same model and source resumes).
  * Call only while no import runs (the daemon holds the store lock).
  * out may be NULL. Returns 0. */
 int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err);
@@ -657,6 +663,18 @@ int tv__reg_job_finish(tv__reg *reg, int64_t id, tv__job_state final, int code, 
 
 /* Returns 0, TV_E_NOT_FOUND. Free out->result_json. */
 int tv__reg_job_get(tv__reg *reg, int64_t id, tv__reg_job *out, tv_error *err);
+
+/* Resume records of remote imports (migrations/0005_job_resume.sql: what a
+ * job reserved and how far each reservation is written and flushed).
+ * set: records json (a JSON object) as job id's record, or clears it (NULL).
+ * Returns 0; TV_E_INVALID_ARG (not a JSON object). */
+int tv__reg_job_set_resume(tv__reg *reg, int64_t id, const char *json, tv_error *err);
+/* In one transaction, moves the record of the newest failed or cancelled
+ * import job of model from source to job id. Returns 0 with *json
+ * (malloc'd) and *from (may be NULL: the job it came from), or *json NULL
+ * and *from 0 when there is none. */
+int tv__reg_job_take_resume(tv__reg *reg, int64_t id, const char *model, const char *source,
+                            char **json, int64_t *from, tv_error *err);
 
 /* Jobs newest first, optionally one state and/or kind (-1 = any), with id
  * below before_id (0 = from the newest); at most limit (>= 1). Free with

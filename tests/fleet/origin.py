@@ -13,12 +13,17 @@ healthy again): `fail_next(n, status)` answers `status` with a short body;
 `truncate_next(n, after)` sends the full headers but closes the connection
 after `after` body bytes (default half of the body).
 
+throttle(rate) caps the body bytes of all responses together at rate bytes
+per second (None: no cap), so that a test can act while an import is
+half-way.
+
 bytes_served() counts body bytes handed to the socket (a client that
 disconnects early may not have read them all)."""
 import http.server
 import os
 import re
 import threading
+import time
 import urllib.parse
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -116,9 +121,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with open(fs, "rb") as f:
             f.seek(start)
             while sent < limit:
-                chunk = f.read(min(1 << 20, limit - sent))
+                chunk = f.read(min(origin._piece(), limit - sent))
                 if not chunk:
                     break
+                origin._pace(len(chunk))
                 origin._count(path, len(chunk))
                 try:
                     self.wfile.write(chunk)
@@ -150,6 +156,8 @@ class Origin:
         self._bytes = {}
         self._requests = []
         self._faults = []
+        self._rate = None
+        self._next_t = 0.0
         self._srv = None
         self._thread = None
 
@@ -219,6 +227,25 @@ class Origin:
     def clear_faults(self):
         with self._lock:
             self._faults.clear()
+
+    def throttle(self, rate):
+        """Caps all responses' body bytes together at rate bytes/s (None: off)."""
+        with self._lock:
+            self._rate = rate
+            self._next_t = time.monotonic()
+
+    def _piece(self):
+        return 1 << 20 if self._rate is None else 64 << 10
+
+    def _pace(self, n):
+        with self._lock:
+            if self._rate is None:
+                return
+            now = time.monotonic()
+            t = max(now, self._next_t)
+            self._next_t = t + n / self._rate
+        if t > now:
+            time.sleep(t - now)
 
     # internals
     @staticmethod

@@ -282,3 +282,35 @@ def test_object_store_copy_and_a_bad_peer_dropped(build_dir, postgres, s3, tmp_p
     finally:
         n1.stop()
         n2.stop()
+
+
+def test_pull_binds_shards_stored_already(three, tmp_path):
+    """Generation 2 shares its first shard with generation 1 (a fine-tune
+    that changed one shard): a node holding generation 1 binds that shard
+    by the catalog's SHA-256 and fetches only the other."""
+    n1, n2, _ = three
+    src, want1 = sharded(tmp_path, "ft1", 12)
+    g1 = n1.import_ok("ft", str(src))["generation"]
+    wait_for(lambda: any(g["model"] == "ft" for g in fleet(n1)["generations"]), what="published")
+    assert move(n1, "ft", "prod", g1, 0, placement=["n1", "n2"]).status == 200
+    wait_for(lambda: local_alias(n2, "ft", "prod") == g1, timeout=60, what="n2 on generation 1")
+    # generation 2: shard 2 changes, shard 1 stays byte for byte
+    shard1 = src / "model-00001-of-00002.safetensors"
+    t2 = {k: v + 1 for k, v in load_file(str(src / "model-00002-of-00002.safetensors")).items()}
+    from safetensors.numpy import save_file
+    save_file(t2, str(src / "model-00002-of-00002.safetensors"))
+    g2 = n1.import_ok("ft", str(src))["generation"]
+    wait_for(lambda: sum(g["model"] == "ft" for g in fleet(n1)["generations"]) == 2,
+             what="generation 2 published")
+    assert move(n1, "ft", "prod", g2, 1, placement=["n1", "n2"]).status == 200
+    wait_for(lambda: local_alias(n2, "ft", "prod") == g2, timeout=60, what="n2 on generation 2")
+    want2 = dict(load_file(str(shard1)))
+    want2.update(t2)
+    check_published(n2, "ft", g2, want2)
+    res = [j for j in n2.ok("GET", "/v1/jobs")["jobs"]
+           if j["model"] == "ft" and j["state"] == "succeeded"]
+    newest = max(res, key=lambda j: j["id"])["result"]
+    assert newest["generation"] == g2
+    assert newest["deduplicated_bytes"] == shard1.stat().st_size, newest
+    assert newest["written_bytes"] < newest["total_bytes"], newest
+    assert "is stored here already: bound, not fetched" in n2.log_text()

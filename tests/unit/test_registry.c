@@ -619,6 +619,85 @@ static void test_reclaim_writing(void **state)
     assert_int_equal(r.n_objects + r.n_generations + r.n_jobs, 0);
 }
 
+/* Resume records (0005_job_resume): the reclaim keeps the writing objects a
+ * record names (and the record), deletes the rest, drops records unused for
+ * a day; take moves the newest finished record of model + source to a job. */
+static void test_reclaim_keeps_resume_records(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    tv__reg_object kept, lost, old;
+    int64_t job, stale, next, other, from;
+    char rec[256], *json = NULL;
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &kept, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 2000, &lost, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 3000, &old, &err), 0);
+    const char *url = "http://origin/m/model.safetensors";
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("m", url, 100), &job, &err), 0);
+    assert_int_equal(tv__reg_job_progress(f->reg, job, "write", 10, 100, 0, 0, &err), 0);
+    snprintf(rec, sizeof rec, "{\"objects\":[{\"object\":%lld,\"done\":65536}]}",
+             (long long)kept.id);
+    assert_int_equal(tv__reg_job_set_resume(f->reg, job, rec, &err), 0);
+    assert_int_equal(tv__reg_job_set_resume(f->reg, job, "[1]", &err), TV_E_INVALID_ARG);
+    /* a record of a job that failed two days ago */
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("m", url, 100), &stale, &err), 0);
+    assert_int_equal(tv__reg_job_finish(f->reg, stale, TV__JOB_FAILED, -EIO, "x", 0, NULL, &err),
+                     0);
+    snprintf(rec, sizeof rec, "{\"objects\":[{\"object\":%lld,\"done\":0}]}", (long long)old.id);
+    assert_int_equal(tv__reg_job_set_resume(f->reg, stale, rec, &err), 0);
+    sqlite3 *db = tv__reg_sqlite(f->reg);
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "UPDATE jobs SET finished_at = CAST(strftime('%%s', 'now') AS INTEGER) - 172800 "
+             "WHERE id = %lld",
+             (long long)stale);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+
+    tv__reg_reclaim r;
+    assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
+    assert_int_equal(r.n_objects, 2);
+    assert_int_equal(r.n_kept, 1);
+    assert_int_equal(r.n_expired, 1);
+    assert_int_equal(r.n_jobs, 1);
+    tv__reg_object got;
+    assert_int_equal(tv__reg_object_get(f->reg, kept.id, &got, &err), 0);
+    assert_int_equal(got.state, TV__OBJ_WRITING);
+    assert_int_equal(tv__reg_object_get(f->reg, lost.id, &got, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_object_get(f->reg, old.id, &got, &err), TV_E_NOT_FOUND);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM jobs WHERE resume IS NOT NULL"), 1);
+
+    /* another model or source finds nothing; the same takes it over once */
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("m", url, 100), &next, &err), 0);
+    assert_int_equal(tv__reg_job_create(f->reg, import_spec("n", url, 100), &other, &err), 0);
+    assert_int_equal(tv__reg_job_take_resume(f->reg, other, "n", url, &json, &from, &err), 0);
+    assert_null(json);
+    assert_int_equal(from, 0);
+    assert_int_equal(tv__reg_job_take_resume(f->reg, next, "m", "http://x/", &json, &from, &err),
+                     0);
+    assert_null(json);
+    assert_int_equal(tv__reg_job_take_resume(f->reg, next, "m", url, &json, &from, &err), 0);
+    assert_non_null(json);
+    assert_int_equal(from, job);
+    assert_non_null(strstr(json, "65536"));
+    free(json);
+    json = NULL;
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE resume IS NOT NULL AND id = %lld",
+             (long long)next);
+    assert_int_equal(query_int(db, sql), 1);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM jobs WHERE resume IS NOT NULL"), 1);
+    /* a job that is not finished is never taken from */
+    assert_int_equal(tv__reg_job_take_resume(f->reg, other, "m", url, &json, &from, &err), 0);
+    assert_null(json);
+    /* the record moved with the object: a second reclaim keeps it still */
+    assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
+    assert_int_equal(r.n_kept, 1);
+    assert_int_equal(r.n_objects, 0);
+    assert_int_equal(tv__reg_job_set_resume(f->reg, next, NULL, &err), 0);
+    assert_int_equal(tv__reg_reclaim_writing(f->reg, &r, &err), 0);
+    assert_int_equal(r.n_kept, 0);
+    assert_int_equal(r.n_objects, 1);
+}
+
 /* ---- generations --------------------------------------------------------- */
 
 static void test_generation_numbering(void **state)
@@ -2336,6 +2415,7 @@ int main(void)
         T(test_object_reserve_commit_dedup),
         T(test_schema_refuses_bad_extents),
         T(test_reclaim_writing),
+        T(test_reclaim_keeps_resume_records),
         T(test_generation_numbering),
         T(test_generation_state_rules),
         T(test_activate_rollback_retire),

@@ -1,0 +1,153 @@
+"""Resumable remote imports (issue 13, Build 2; migrations/0005_job_resume.sql,
+import.h "Resume"): an import from an HTTP origin that is killed (SIGKILL)
+or loses its origin half-way keeps its reservations and, in its job row,
+how far each one is written and flushed; the same import again re-hashes
+those bytes from the device and fetches only the rest. The bytes published
+equal the official loader's; an origin whose file changed in between (a new
+ETag) is fetched whole and the stale reservations are released."""
+import json
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from conftest import check_published, wait_for
+from daemon import Daemon
+
+SHARD_MB = 24
+RATE = 12 << 20  # bytes/s the origin sends while the test wants the import half-way
+
+
+@pytest.fixture
+def daemon(build_dir, origin, tmp_path):
+    (tmp_path / "node").mkdir()
+    d = Daemon(os.path.abspath(build_dir), tmp_path / "node",
+               settings={"store.image_size": "512M", "import.origins": origin.url + "/models/",
+                         "import.http_retries": "1", "import.http_timeout": "10"})
+    d.start()
+    yield d
+    origin.throttle(None)
+    origin.clear_faults()
+    d.stop()
+
+
+def put_model(origin, name, seed):
+    """Two shards of SHARD_MB MiB of float32 plus an index; returns the URL
+    of the index and the tensors as the official loader reads them."""
+    d = os.path.join(origin.root, "models", name)
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    n = SHARD_MB * (1 << 20) // 4 // 2
+    wm, paths = {}, []
+    for i in (1, 2):
+        shard = f"model-0000{i}-of-00002.safetensors"
+        t = {f"s{i}.a": rng.standard_normal(n, dtype=np.float32),
+             f"s{i}.b": rng.standard_normal(n, dtype=np.float32).reshape(-1, 64)}
+        save_file(t, os.path.join(d, shard))
+        wm.update({k: shard for k in t})
+        paths.append(os.path.join(d, shard))
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": wm}, f)
+    want = {}
+    for p in paths:
+        want.update(load_file(p))
+    return origin.url_of(f"models/{name}/model.safetensors.index.json"), want, paths
+
+
+def registry(d):
+    con = sqlite3.connect(f"file:{os.path.join(d.store, 'registry.db')}?mode=ro", uri=True,
+                          timeout=10)
+    con.row_factory = sqlite3.Row
+    return con
+
+
+def resume_done(d, job_id):
+    """Bytes the job's resume record says are written and flushed (0: none)."""
+    with registry(d) as con:
+        row = con.execute("SELECT resume FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    if not row or not row["resume"]:
+        return 0
+    return sum(o["done"] for o in json.loads(row["resume"])["objects"])
+
+
+def writing_objects(d):
+    with registry(d) as con:
+        return con.execute("SELECT count(*) FROM objects WHERE state = 'writing'").fetchone()[0]
+
+
+def records(d):
+    with registry(d) as con:
+        return con.execute("SELECT count(*) FROM jobs WHERE resume IS NOT NULL").fetchone()[0]
+
+
+def half_way(d, origin, model, url):
+    """Starts the import throttled and returns its job id once a record
+    names at least one chunk written and flushed, well before the end."""
+    origin.throttle(RATE)
+    job = d.submit_import(model, url)["id"]
+    wait_for(lambda: resume_done(d, job) >= 8 << 20, timeout=60, what="a resume record")
+    assert d.job(job)["state"] == "running"
+    return job
+
+
+def test_killed_mid_import_resumes(daemon, origin, tmp_path):
+    url, want, paths = put_model(origin, "crash", 1)
+    total = sum(os.path.getsize(p) for p in paths)
+    first = half_way(daemon, origin, "crash", url)
+    daemon.kill9()
+    daemon.start()
+    assert "kept" in daemon.log_text() and "reservations for interrupted imports" in \
+        daemon.log_text(), daemon.log_text()
+    j = daemon.job(first)
+    assert j["state"] == "failed" and "interrupted" in j["error"]["message"], j
+    assert writing_objects(daemon) >= 1 and records(daemon) == 1
+    origin.throttle(None)
+    origin.reset_counters()
+    job = daemon.import_ok("crash", url)
+    res = job["result"]
+    assert res["resumed_bytes"] >= 8 << 20, res
+    assert res["resumed_bytes"] < total
+    # the origin sent the rest (and the headers again), not the whole model
+    served = origin.bytes_served()
+    assert served <= total - res["resumed_bytes"] + (1 << 20), (served, res)
+    check_published(daemon, "crash", res["generation"], want)
+    assert writing_objects(daemon) == 0 and records(daemon) == 0
+    assert "resumed from the device" in daemon.log_text()
+
+
+def test_origin_lost_mid_import_resumes(daemon, origin):
+    url, want, paths = put_model(origin, "lost", 2)
+    total = sum(os.path.getsize(p) for p in paths)
+    first = half_way(daemon, origin, "lost", url)
+    origin.fail_next(100000, 503)  # the origin is gone: every range fails
+    j = daemon.wait_job(first, timeout=120)
+    assert j["state"] == "failed" and j["error"]["code"] == "EIO", j
+    assert writing_objects(daemon) >= 1 and records(daemon) == 1
+    assert "the same import again resumes" in daemon.log_text()
+    origin.clear_faults()
+    origin.throttle(None)
+    origin.reset_counters()
+    res = daemon.import_ok("lost", url)["result"]
+    assert res["resumed_bytes"] >= 8 << 20, res
+    assert origin.bytes_served() <= total - res["resumed_bytes"] + (1 << 20)
+    check_published(daemon, "lost", res["generation"], want)
+    assert writing_objects(daemon) == 0 and records(daemon) == 0
+
+
+def test_changed_origin_is_fetched_whole(daemon, origin):
+    url, _, paths = put_model(origin, "changed", 3)
+    first = half_way(daemon, origin, "changed", url)
+    daemon.kill9()
+    daemon.start()
+    assert records(daemon) == 1
+    # the same names and lengths, other bytes: a new ETag on every shard
+    _, want, _ = put_model(origin, "changed", 4)
+    origin.throttle(None)
+    res = daemon.import_ok("changed", url)["result"]
+    assert res["resumed_bytes"] == 0, res
+    check_published(daemon, "changed", res["generation"], want)
+    # the interrupted import's reservations are gone with its record
+    assert writing_objects(daemon) == 0 and records(daemon) == 0
+    assert daemon.job(first)["state"] == "failed"
