@@ -6,7 +6,8 @@
 # fio, --fresh vs pre-faulted, CPU-s/GB); the cold import (bench/import.sh);
 # the daemon over HTTP (bench/http.sh: wrk req/s and p99 on /v1/models and a
 # tensor-metadata route, the tensor-bytes route vs the in-process reader); the
-# fast path (bench/fastpath.sh) and the Python package (bench/python.sh).
+# fast path (bench/fastpath.sh), the Python package (bench/python.sh) and the
+# fleet (bench/fleet.sh: S3 and peer pulls vs curl, a three-node rollout).
 # Each measurement holds flock /tmp/tv-bench.lock (TV_BENCH_LOCK), shared with
 # the other benchmark drivers. Run as root for cold-cache figures.
 # Usage: bench/all.sh [--repeat N]   (default 5 for the small figures, 3 for read.sh)
@@ -36,3 +37,5 @@ echo "== fast path (bench/fastpath.sh; takes the lock per measurement)"
 bench/fastpath.sh --repeat "$repeat"
 echo "== Python package (bench/python.sh; takes the lock per measurement)"
 bench/python.sh --repeat 3
+echo "== fleet: S3 and peer pulls vs curl, three-node rollout (bench/fleet.sh; takes the lock per measurement)"
+bench/fleet.sh --repeat 3
