@@ -8,10 +8,12 @@ a pull takes about 6.5 s), and one fault in the middle of the pull:
 2. n3 cut off mid-pull (link down): the others switch after the timeout, n1
    shows n3 'up' false once its heartbeat expired, n3's pull attempt fails
    (it keeps serving inside its namespace); after link up a new attempt
-   finishes and n3 switches;
-3. PostgreSQL restarted while n2 and n3 pull: every node keeps serving what
-   it holds and GET /v1/fleet answers (catalog not connected, the last
-   document kept); after the restart the heartbeats resume and the rollout
+   finishes and n3 switches, also when the peer it was pulling from is its
+   only source (that peer was dropped when the transfer stalled);
+3. PostgreSQL stopped while n2 and n3 pull: every node keeps serving what
+   it holds and GET /v1/fleet answers (catalog not connected, the reason,
+   the last document kept); the pulls finish without the catalog, nobody
+   switches; after the start the heartbeats resume and the rollout
    completes everywhere.
 
 Every node's bytes are compared with the official safetensors loader's."""
@@ -159,21 +161,30 @@ def test_node_killed_mid_pull_catches_up(fleet_nodes, tmp_path):
         assert_same_as_safetensors(n, "big@prod", src)
 
 
-def test_node_cut_off_mid_pull_finishes_after_link_up(fleet_nodes, tmp_path):
+@pytest.mark.parametrize("peers", ["two_peers", "one_peer"])
+def test_node_cut_off_mid_pull_finishes_after_link_up(fleet_nodes, tmp_path, peers):
+    """two_peers: placed on all three (quorum 2); one_peer: placed on n1 and
+    n3 only (quorum 1), so n1 is n3's only source: the peer whose transfer
+    stalled because n3 was cut off must not be lost as a source for good."""
     # a stalled transfer fails after 3 s without a byte, one retry
     nodes = fleet_nodes(3, fleet_token=TOKEN, import_http_timeout=3, import_http_retries=1)
     n1, n2, n3 = nodes
     src, _, gen = setup_big(nodes, tmp_path, 22)
     n3.shape(RATE)
+    placed = (n1, n2) if peers == "two_peers" else (n1,)
     t0 = time.monotonic()
-    r = move(n1, "big", "prod", gen, 0, quorum=2, timeout_s=TIMEOUT_S)
+    if peers == "two_peers":
+        r = move(n1, "big", "prod", gen, 0, quorum=2, timeout_s=TIMEOUT_S)
+    else:
+        r = move(n1, "big", "prod", gen, 0, placement=["n1", "n3"], quorum=1,
+                 timeout_s=TIMEOUT_S)
     assert r.status == 200, r
     wait_for(lambda: pulling(n1, "big", "prod", "n3"), timeout=30,
              what="n3 pulling with bytes > 0")
     t_cut = time.monotonic() - t0
     assert t_cut < TIMEOUT_S - 1, f"n3 reported bytes only {t_cut:.1f} s after the move"
     n3.link_down()
-    seen = switch_times(t0, (n1, n2), gen, 30)
+    seen = switch_times(t0, placed, gen, 30)
     for name, t in seen.items():
         assert t >= TIMEOUT_S - 0.3, f"{name} switched {t:.1f} s after the move, before the timeout"
     # n1's view of n3: its last report (pulling, bytes stuck), 'up' false
@@ -206,10 +217,16 @@ def test_node_cut_off_mid_pull_finishes_after_link_up(fleet_nodes, tmp_path):
     assert "failed (attempt 1 of 3)" in n3.log_text()
     wait_for(lambda: all(x["state"] == "ready" and x["serving"] == gen and x["up"]
                          for x in alias_state(n1, "big", "prod")["nodes"]), timeout=30,
-             what="every node up, ready and serving in the catalog")
+             what="every placed node up, ready and serving in the catalog")
     n3.unshape()
-    for n in nodes:
+    for n in placed + (n3,):
         assert_same_as_safetensors(n, "big@prod", src)
+    if peers == "one_peer":
+        assert local_alias(n2, "big", "prod") is None and n2.generations("big") == []
+        # n1 was dropped as a source when n3's transfer stalled, and was
+        # tried again once nothing else was left
+        log = n3.log_text()
+        assert "dropping http://" in log and "trying them again" in log, log
 
 
 def test_postgres_restart_during_rollout(fleet_nodes, fleet_pg, tmp_path):
@@ -245,7 +262,14 @@ def test_postgres_restart_during_rollout(fleet_nodes, fleet_pg, tmp_path):
             assert alias_state(n, "big", "prod")["generation"] == gen
             assert_same_as_safetensors(n, "tiny@prod", tiny)
             assert local_alias(n, "big", "prod") is None  # n2, n3 not ready in the catalog
+        # the pulls go on without the catalog (peers over HTTP) and finish
+        for n in (n2, n3):
+            wait_for(lambda n=n: [j["state"] for j in big_jobs(n)] == ["succeeded"], timeout=30,
+                     what=f"{n.name}'s pull to finish without the catalog")
+        # nobody switches: the catalog does not know they are ready
         time.sleep(max(0, 2 - (time.monotonic() - t_stop)))  # at least 2 s without it
+        for n in nodes:
+            assert local_alias(n, "big", "prod") is None, n.name
     finally:
         fleet_pg.start()
     print(f"PostgreSQL was down {time.monotonic() - t_stop:.1f} s")
