@@ -149,8 +149,10 @@ def test_node_killed_mid_pull_catches_up(fleet_nodes, tmp_path):
     fetched_after_restart = n3.rx_bytes() - rx0
     print(f"n3 fetched {fetched_after_restart} bytes after its restart; the model is "
           f"{model_bytes} bytes ({fetched_after_restart / model_bytes:.2f}x)")
-    # RESUME (the integrator's resume of a killed pull): enable then
-    # assert fetched_after_restart < model_bytes
+    # TODO(resume): once a killed pull resumes (the integrator's change),
+    # assert here:  assert fetched_after_restart < model_bytes
+    # (rx_bytes counts everything n3's link delivered: HTTP and catalog
+    # traffic too, about 1% today, when the whole model is fetched again)
     states = sorted(j["state"] for j in big_jobs(n3))
     assert states == ["failed", "succeeded"], states  # the killed job, the new one
     wait_for(lambda: all(x["state"] == "ready" and x["serving"] == gen
