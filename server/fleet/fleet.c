@@ -38,7 +38,8 @@ typedef struct pull {
     char error[TV__REG_ERROR_MAX];
     char **urls; /* this attempt's URL of each pull file (NULL: in memory) */
     size_t n_urls;
-    char **excluded; /* sources that served bad bytes or failed for good */
+    char **excluded;  /* sources that served bad bytes or failed for good */
+    int *excluded_rc; /* why each was excluded (the importer's code) */
     size_t n_excluded;
     struct tv__fleet *f;
 } pull;
@@ -246,6 +247,7 @@ static void pull_free(pull *p)
         return;
     strv_free(p->urls, p->n_urls);
     strv_free(p->excluded, p->n_excluded);
+    free(p->excluded_rc);
     free(p);
 }
 
@@ -267,18 +269,48 @@ static void on_bad_file(void *ctx, size_t file_idx, int rc)
     tv__fleet *f = p->f;
     pthread_mutex_lock(&f->mu);
     const char *url = file_idx < p->n_urls ? p->urls[file_idx] : NULL;
+    for (size_t i = 0; url && i < p->n_excluded; i++)
+        if (!strcmp(p->excluded[i], url))
+            url = NULL; /* another range of the same file: said already */
     if (url) {
         char **v = realloc(p->excluded, (p->n_excluded + 1) * sizeof(*v));
-        if (v) {
+        int *why = realloc(p->excluded_rc, (p->n_excluded + 1) * sizeof(*why));
+        if (v)
             p->excluded = v;
-            if ((v[p->n_excluded] = strdup(url)))
-                p->n_excluded++;
-        }
+        if (why)
+            p->excluded_rc = why;
+        if (v && why && (v[p->n_excluded] = strdup(url)))
+            why[p->n_excluded++] = rc;
         tv__log(TV_LOG_WARN,
                 "fleet: dropping %s as a source of model '%s' generation %" PRId64 " (%s)", url,
                 p->model, p->number, tv_err_name(rc));
     }
     pthread_mutex_unlock(&f->mu);
+}
+
+/* Forgets the sources excluded because their transfers failed: from the
+ * puller's side a peer that stopped answering and this node's own link
+ * lost look the same, so once a shard has no source left they are tried
+ * again (each failed attempt still counts against fleet.pull_attempts).
+ * Sources that served bad bytes stay excluded. Returns how many were
+ * forgotten. */
+static size_t pull_forgive(tv__fleet *f, pull *p)
+{
+    size_t kept = 0, n = 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < p->n_excluded; i++) {
+        int rc = p->excluded_rc[i];
+        if (rc == TV_E_HASH_MISMATCH || rc == TV_E_SOURCE_CHANGED) {
+            p->excluded[kept] = p->excluded[i];
+            p->excluded_rc[kept++] = rc;
+        } else {
+            free(p->excluded[i]);
+            n++;
+        }
+    }
+    p->n_excluded = kept;
+    pthread_mutex_unlock(&f->mu);
+    return n;
 }
 
 /* The URL of a shard next to a generation's http(s):// or s3:// source; NULL otherwise. */
@@ -374,6 +406,13 @@ static int pull_start(tv__fleet *f, pull *p, tv_error *err)
         json_t *sh = json_array_get(shards, i);
         bool peer = false;
         urls[fi] = pick_source(f, p, source, sh, &peer);
+        if (!urls[fi] && pull_forgive(f, p)) {
+            tv__log(TV_LOG_INFO,
+                    "fleet: no source of shard '%s' of model '%s' generation %" PRId64
+                    " left but ones that failed to transfer; trying them again",
+                    json_string_value(json_object_get(sh, "name")), p->model, p->number);
+            urls[fi] = pick_source(f, p, source, sh, &peer);
+        }
         if (!urls[fi]) {
             p->failed = true;
             snprintf(
@@ -506,8 +545,11 @@ static void rollout_alias(tv__fleet *f, json_t *a, bool *busy)
             if (pull_start(f, p, &err))
                 tv__log(TV_LOG_WARN, "fleet: cannot pull model '%s' generation %" PRId64 ": %s",
                         model, gen, err.msg);
-            else if (p->failed)
+            else if (p->failed) {
+                tv__log(TV_LOG_WARN, "fleet: pull of model '%s' generation %" PRId64 " failed: %s",
+                        model, gen, p->error);
                 report_gen(f, model, gen, "failed", 0, 0, 0, p->error);
+            }
         }
         *busy = true;
         return;

@@ -574,7 +574,8 @@ def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
     per_node: {"n2": {key: value}} on top. The factory's .db is the last
     database made. At test end every node's link is set up again and the
     node stopped (SIGTERM, else SIGKILL); while the test runs, each node's log is
-    attached to a failing test's report."""
+    attached to a failing test's report; a link shaped (Node.shape) is
+    unshaped."""
     from nodes import Node
     made = []
 
@@ -607,6 +608,7 @@ def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
             if node.ns:  # first, so that a node cut off stops as quickly as the others
                 try:
                     node.link_up()
+                    node.unshape()  # the namespaces outlive the test: the next one starts unthrottled
                 except Exception:  # noqa: BLE001 - the namespace may be gone already
                     pass
             try:

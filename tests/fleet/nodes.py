@@ -8,7 +8,9 @@ namespace tvf<pid>n<i> joined to the bridge by a veth pair (host side
 tvf<pid>h<i>, up; namespace side with 10.231.X.(10+i)/24, lo up). PostgreSQL
 and moto listen on the bridge address as well (Postgres.listen_also,
 S3.bind_all), so the nodes reach them, and each other, over the bridge.
-link_down() sets the host side of a node's veth down: the node keeps
+Node.shape(rate) throttles a node's link both ways with tc's token bucket
+(unshape() removes it; the fixture does at test end). link_down() sets the
+host side of a node's veth down: the node keeps
 running, cut off from PostgreSQL, S3, the other nodes and the tests (which
 reach it again from inside its namespace: Node.ns_http). Net.create removes
 what a killed earlier run left (same prefix, dead pid) before it makes its
@@ -174,14 +176,17 @@ class Net:
             _ip("addr", "add", f"{self.host_ip}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
 
+    def peer(self, i):
+        """The namespace side of node i's veth (its name inside the namespace)."""
+        return f"{PREFIX}{self.pid}p{i}"
+
     def namespace(self, i):
         """(namespace, veth host side) of node i, made on first use."""
         if not self.available:
             return None, None
         if i in self.namespaces:
             return self.namespaces[i]
-        ns, host, peer = f"{PREFIX}{self.pid}n{i}", f"{PREFIX}{self.pid}h{i}", \
-            f"{PREFIX}{self.pid}p{i}"
+        ns, host, peer = f"{PREFIX}{self.pid}n{i}", f"{PREFIX}{self.pid}h{i}", self.peer(i)
         self.namespaces[i] = (ns, host)  # close() removes it even if what follows fails
         _ip("netns", "add", ns)
         _ip("link", "add", host, "type", "veth", "peer", "name", peer)
@@ -258,6 +263,38 @@ class Node(Daemon):
         self._need_ns("link_up")
         _ip("link", "set", self.veth, "up")
 
+    def _tc(self, *args, ns=False, check=True):
+        argv = (["ip", "netns", "exec", self.ns] if ns else []) + ["tc", *args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def shape(self, rate="40mbit", burst="64kb", latency="500ms"):
+        """Throttles the node's link both ways with a token bucket (tc tbf):
+        what it receives on the host side of its veth, what it sends on the
+        namespace side. Again: the new rate. unshape() (the fixture does it
+        at test end) removes it."""
+        self._need_ns("shape")
+        if shutil.which("tc") is None:
+            pytest.skip("`tc` (iproute2) not found: cannot shape a node's link")
+        tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", latency]
+        self._tc("qdisc", "replace", "dev", self.veth, *tbf)
+        self._tc("qdisc", "replace", "dev", self.net.peer(self.index), *tbf, ns=True)
+
+    def unshape(self):
+        if not self.ns or shutil.which("tc") is None:
+            return
+        self._tc("qdisc", "del", "dev", self.veth, "root", check=False)
+        self._tc("qdisc", "del", "dev", self.net.peer(self.index), "root", ns=True, check=False)
+
+    def rx_bytes(self):
+        """Bytes the node's link has delivered to it so far (the host side
+        of its veth's tx counter: it lives across restarts of the node)."""
+        self._need_ns("rx_bytes")
+        with open(f"/sys/class/net/{self.veth}/statistics/tx_bytes") as f:
+            return int(f.read())
+
     def log_tail(self, n=60):
         return "".join(self.log_text().splitlines(True)[-n:])
 
@@ -269,12 +306,15 @@ class Node(Daemon):
         return subprocess.run(prefix + list(argv), capture_output=True, text=True,
                               timeout=timeout, **kw)
 
-    def ns_http(self, url, timeout=3):
-        """(status, body) of GET url with curl from inside the namespace;
-        status 0 when nothing answered within timeout s."""
+    def ns_http(self, url, timeout=3, token=None):
+        """(status, body) of GET url with curl from inside the namespace
+        (token: sent as a bearer token); status 0 when nothing answered
+        within timeout s."""
         self._need_ns("ns_http")
-        r = self.ns_run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "--connect-timeout",
-                         str(timeout), "--max-time", str(timeout), url], timeout=timeout + 10)
+        auth = ["-H", f"Authorization: Bearer {token}"] if token else []
+        r = self.ns_run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", *auth,
+                         "--connect-timeout", str(timeout), "--max-time", str(timeout), url],
+                        timeout=timeout + 10)
         body, _, code = r.stdout.rpartition("\n")
         return (int(code) if code.strip().isdigit() else 0), body
 
