@@ -6,9 +6,11 @@ the same run, every server on this machine over loopback:
      two shards + index, official writer) in a moto S3 server checking
      SigV4 (tests/fleet/moto_s3.py); `POST /v1/imports s3://BUCKET/PREFIX/`
      into a fresh daemon (its job's own seconds) vs one `curl --aws-sigv4`
-     downloading the same three objects to files on the same disk;
-     alternating curl, tv, curl, tv, ...; median of --repeat each; MB/s and
-     the ratio tv/curl (target >= 0.9).
+     downloading the same three objects to files on the same disk, and vs
+     curl making the importer's requests (import.http_range pieces, 4 at
+     once: moto's cost is per request, not per byte); alternating curl, tv,
+     curl, tv, ...; median of --repeat each; MB/s and the ratios tv/curl
+     (target >= 0.9).
   2. Peer pull: node n1 holds the model; n2 pulls it through a fleet alias
      move placed on n2 only (its pull job's own seconds; the shards come
      from n1's GET /v1/blobs/sha256:HEX with the fleet token) vs curl of the
@@ -57,7 +59,8 @@ from http_bench import make_model  # noqa: E402
 from origin import Origin  # noqa: E402
 
 MiB = 1 << 20
-HTTP_RANGE = 16 * MiB  # import.http_range's default: the importer's Range GETs
+HTTP_RANGE = 8 * MiB  # import.http_range's default: the importer's Range GETs
+IN_FLIGHT = 4  # the importer's requests in flight (2 readers x 16 MiB chunks / 8 MiB)
 FLEET_TOKEN = "fleet-bench-secret-0123456789"
 BUCKET = "tv-bench"
 TARGETS = {"s3": 0.9, "peer": 0.9, "origin": 1.2}
@@ -215,6 +218,10 @@ def node(build_dir, root, name, dsn, **extra):
     settings = {"store.image_size": "4G", "fleet.postgres": dsn, "fleet.node": name,
                 "fleet.token": FLEET_TOKEN, "import.roots": root, "log.level": "info"}
     settings.update(extra)
+    # TV_BENCH_FLEET_SET="import.http_range=4M,import.workers=2": settings to try
+    for kv in filter(None, os.environ.get("TV_BENCH_FLEET_SET", "").split(",")):
+        k, _, v = kv.partition("=")
+        settings[k.strip()] = v.strip()
     return Daemon(build_dir, wd, name=name, settings=settings, env=NO_AWS_ENV)
 
 
@@ -249,7 +256,7 @@ def bench_s3(a, s3, models, lock, root):
             ranges.append((os.path.join(out, f"{f}.{k}"), url,
                            f"{off}-{min(size, off + HTTP_RANGE) - 1}"))
     # -r is global to a URL set: one set per request (--next; the connection is kept)
-    argv_ranges = []
+    argv_ranges = ["--parallel", "--parallel-max", str(IN_FLIGHT)]
     for k, (o, url, r) in enumerate(ranges):
         argv_ranges += (["--next", "-sS", "-f", "--max-time", "300"] if k else []) + auth + \
             (["-r", r] if r else []) + ["-o", o, url]
@@ -460,15 +467,19 @@ def report(res, a, t_total):
     pr(f"  {'curl --aws-sigv4 (one command, to files, same disk)':<56}{s['bytes'] / c / 1e6:>8.1f} MB/s"
        f"{c:>8.2f} s")
     cr = med([r["seconds"] for r in s["rows"]["curl_ranges"]])
-    what = f"curl, the importer's {HTTP_RANGE // MiB} MiB Range GETs, one by one"
+    what = f"curl, the importer's {HTTP_RANGE // MiB} MiB Range GETs, {IN_FLIGHT} at once"
     pr(f"  {what:<56}{s['bytes'] / cr / 1e6:>8.1f} MB/s{cr:>8.2f} s")
     pr(f"  {'tensorvault import s3://... (daemon job, its seconds)':<56}{s['bytes'] / t / 1e6:>8.1f} MB/s"
        f"{t:>8.2f} s  (submit to succeeded {tw:.2f} s)")
     r1 = c / t
     pr(f"  ratio tv/curl {r1:.3f}  (target >= {TARGETS['s3']})  {'PASS' if r1 >= TARGETS['s3'] else 'BELOW'}")
-    pr(f"  ratio tv/curl with the same Range GETs {cr / t:.3f}  (informational)")
-    pr("  note: moto is a single Python process and the bottleneck of every row here: it answers a "
-       "Range GET at a fraction of its whole-object rate")
+    r2 = cr / t
+    pr(f"  ratio tv/curl making the same requests {r2:.3f}  (target >= {TARGETS['s3']})  "
+       f"{'PASS' if r2 >= TARGETS['s3'] else 'BELOW'}")
+    pr("  note: moto is a single Python process and the bottleneck of every row here: it spends "
+       "about 100 ms on a GET whatever its range (1 MiB of a 128 MiB object 101 ms, 16 MiB 109 ms, "
+       "the whole object 138 ms, measured with curl), so against moto a rate is set by the number "
+       "of requests")
     p = res["peer"]
     c, t = med([r["seconds"] for r in p["rows"]["curl"]]), med([r["seconds"] for r in p["rows"]["tv"]])
     tw = med([r["wall_move_to_switch"] for r in p["rows"]["tv"]])

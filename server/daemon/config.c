@@ -117,7 +117,7 @@ void tv__config_defaults(tv__config *c)
     c->import_origins[0] = '\0'; /* no remote imports */
     c->import_http_retries = 4;
     c->import_http_timeout = 60;
-    c->import_http_range = 16u << 20;
+    c->import_http_range = 8u << 20;
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");
     c->fastpath_enabled = true;

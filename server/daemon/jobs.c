@@ -101,7 +101,16 @@ typedef struct run_ctx {
     double step_start;
     uint64_t write_seen; /* bytes of the write step already counted in metrics */
     bool step_moved;     /* the step's first bytes were recorded */
+    /* The rate shown: bytes over the last window of >= RATE_WINDOW_S in
+     * this step (a step's first report counts bytes handed to the pipeline
+     * before they moved), or, once whole is set, the job's total over its
+     * time. */
+    double win_t0, rate;
+    uint64_t win_done0;
+    bool whole;
 } run_ctx;
+
+#define RATE_WINDOW_S 1.0
 
 static void watch_row(run_ctx *r)
 {
@@ -120,8 +129,23 @@ static void write_progress(run_ctx *r, bool force)
     bool moved = r->done != r->last_done || strcmp(r->step, r->last_step) != 0;
     if (!force && r->last_write != 0 && (now - r->last_write < PROGRESS_MIN_S || !moved))
         return;
-    double dt = now - r->step_start;
-    double rate = dt > 0 && r->done ? (double)r->done / dt : 0;
+    double dt = now - r->step_start, rate;
+    if (r->whole) {
+        rate = dt > 0 && r->done ? (double)r->done / dt : 0;
+    } else {
+        if (r->win_t0 == 0 || r->win_t0 < r->step_start) {
+            r->win_t0 = r->step_start;
+            r->win_done0 = 0;
+            r->rate = 0;
+        }
+        double wdt = now - r->win_t0;
+        if (wdt >= RATE_WINDOW_S && r->done >= r->win_done0) {
+            r->rate = (double)(r->done - r->win_done0) / wdt;
+            r->win_t0 = now;
+            r->win_done0 = r->done;
+        }
+        rate = r->rate;
+    }
     tv_error e = {0};
     if (tv__reg_job_progress(r->reg, r->id, r->step, r->done, r->total, rate, 0, &e))
         tv__log(TV_LOG_DEBUG, "job %" PRId64 ": progress not recorded: %s", r->id, e.msg);
@@ -362,6 +386,7 @@ static void job_work(tv__store *st, const job_node *n, job_run *jr, tv_error *er
         jr->final = TV__JOB_SUCCEEDED;
         r->done = r->total;
         r->step_start = jr->t0; /* the final rate: the whole job's */
+        r->whole = true;
         write_progress(r, true);
     } else if (rc == -ECANCELED || (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
         jr->final = TV__JOB_CANCELLED;

@@ -111,6 +111,22 @@ static double mono_s(void)
 
 /* ---- reports ------------------------------------------------------------ */
 
+/* Wakes every node's fleet thread (LISTEN) after a report that can let a
+ * switch happen: a generation ready or failed here, an alias switched. */
+static void notify_report(tv__fleet *f, const char *kind, const char *model, int64_t number,
+                          const char *what)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s}", "kind", kind, "node", f->node, "model",
+                          model, "generation", (json_int_t)number, "state", what);
+    char *payload = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    const char *pv[] = {TV__CATALOG_CHANNEL, payload ? payload : "{}"};
+    tv_error err = {0};
+    if (tv__catalog_exec(f->cat, "SELECT pg_notify($1, $2)", 2, pv, "notifying a report", &err))
+        tv__log(TV_LOG_DEBUG, "fleet: %s", err.msg);
+    free(payload);
+}
+
 static void report_gen(tv__fleet *f, const char *model, int64_t number, const char *state,
                        uint64_t done, uint64_t total, double rate, const char *error)
 {
@@ -130,6 +146,8 @@ static void report_gen(tv__fleet *f, const char *model, int64_t number, const ch
             "rate_bps = excluded.rate_bps, error = excluded.error, updated_at = now()",
             8, pv, "reporting a generation's state", &err))
         tv__log(TV_LOG_DEBUG, "fleet: %s", err.msg);
+    else if (!strcmp(state, "ready") || !strcmp(state, "failed"))
+        notify_report(f, "node_generation", model, number, state);
 }
 
 static void report_alias(tv__fleet *f, const char *model, const char *alias, int64_t number,
@@ -147,6 +165,8 @@ static void report_alias(tv__fleet *f, const char *model, const char *alias, int
                          "switched_at = now()",
                          5, pv, "reporting an alias", &err))
         tv__log(TV_LOG_DEBUG, "fleet: %s", err.msg);
+    else
+        notify_report(f, "node_alias", model, number, alias);
 }
 
 /* ---- the fleet document ------------------------------------------------- */

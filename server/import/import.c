@@ -58,8 +58,7 @@ typedef struct shard_plan {
     bool reused[TV__IMPORT_MAX_DEVICES];   /* bound to an existing committed object */
     bool candidate;                        /* its length matches a committed object (dedup probe) */
     uint64_t done[TV__IMPORT_MAX_DEVICES]; /* bytes of obj[k] written and flushed (resume) */
-    uint64_t posted_end; /* bytes of the new objects handed to the pipeline so far */
-    bool resumed;        /* an interrupted import's bytes were taken over */
+    bool resumed;                          /* an interrupted import's bytes were taken over */
 } shard_plan;
 
 /* One import, passed from step to step. */
@@ -227,6 +226,8 @@ typedef struct wbuf {
     tv__sha256 *hh; /* the header's hash (NULL: no header bytes in this buffer) */
     uint8_t *hdr;   /* where the hasher copies the hdr_n header bytes */
     size_t hdr_n;
+    size_t shard; /* which shard's object bytes [end - len, end) this is (resume marks) */
+    uint64_t end;
     size_t n_targets;
     target t[TV__IMPORT_MAX_DEVICES];
 } wbuf;
@@ -240,6 +241,11 @@ typedef struct pipeline {
     wbuf bufs[N_BUFS];
     size_t chunk;
     uint64_t posted, claimed, filled, hashed, wclaimed, written;
+    /* The last buffer of the `written` prefix: every byte of every shard
+     * before mark_shard, and of mark_shard below mark_end, is written. */
+    bool marked;
+    size_t mark_shard;
+    uint64_t mark_end;
     bool stop;
     int rc;
     tv_error err;
@@ -308,7 +314,11 @@ static void *writer_main(void *arg)
             w->bytes_written += b->t[i].len;
         b->write_done = true;
         while (w->written < w->wclaimed && w->bufs[w->written % N_BUFS].write_done) {
-            w->bufs[w->written % N_BUFS].write_done = false;
+            wbuf *d = &w->bufs[w->written % N_BUFS];
+            d->write_done = false;
+            w->marked = true;
+            w->mark_shard = d->shard;
+            w->mark_end = d->end;
             w->written++;
         }
         pthread_cond_broadcast(&w->cv);
@@ -720,13 +730,20 @@ static void resume_drop_rest(import_job *j)
     }
 }
 
-/* After a drain of the pipeline: flushes every target device and records
- * how far each new object is written. */
+/* Records how far each new object is written: takes the pipeline's mark
+ * (the written prefix; none once a stage failed), flushes every target
+ * device (the writes before the mark completed before the flush began),
+ * then hands the record on. The pipeline keeps running meanwhile. */
 static int resume_checkpoint(import_job *j, pipeline *w, tv_error *err)
 {
     int rc;
-    if ((rc = pipeline_wait(w, true, err)))
-        return rc;
+    pthread_mutex_lock(&w->mu);
+    bool marked = w->marked && !w->rc;
+    size_t ms = w->mark_shard;
+    uint64_t me = w->mark_end;
+    pthread_mutex_unlock(&w->mu);
+    if (!marked)
+        return 0;
     for (size_t i = 0; i < j->n_devs; i++) {
         tv__dev *d;
         if (new_bytes_on(j, j->devs[i]) &&
@@ -734,12 +751,13 @@ static int resume_checkpoint(import_job *j, pipeline *w, tv_error *err)
              (rc = tv__dev_flush(d, err))))
             return rc;
     }
-    for (size_t s = 0; s < j->n_shards; s++) {
+    for (size_t s = 0; s <= ms && s < j->n_shards; s++) {
         shard_plan *p = &j->plans[s];
-        for (size_t k = 0; k < p->n_obj; k++)
-            if (!p->reused[k] && p->posted_end > p->done[k])
-                p->done[k] =
-                    p->posted_end < p->obj[k].alloc_len ? p->posted_end : p->obj[k].alloc_len;
+        for (size_t k = 0; k < p->n_obj; k++) {
+            uint64_t upto = s < ms || me > p->obj[k].alloc_len ? p->obj[k].alloc_len : me;
+            if (!p->reused[k] && upto > p->done[k])
+                p->done[k] = upto;
+        }
     }
     resume_save(j, true);
     return 0;
@@ -1067,7 +1085,6 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         for (size_t k = 0; k < n_new; k++)
             sub += start < tg_alloc[k] ? start : tg_alloc[k];
         step_advance(j, s, sub);
-        p->posted_end = start;
         tv__log(TV_LOG_INFO,
                 "import of model '%s': shard '%s': %llu of %llu bytes resumed from the device",
                 j->model, p->info.name, (unsigned long long)(start < canon ? start : canon),
@@ -1096,6 +1113,8 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         b->hdr = hdr_copy + off;
         b->hdr_n = off < hdr_end ? (size_t)(hdr_end - off < payload ? hdr_end - off : payload) : 0;
         b->len = n;
+        b->shard = s;
+        b->end = off + n;
         b->n_targets = 0;
         uint64_t sub = 0;
         for (size_t k = 0; k < n_new; k++) {
@@ -1107,7 +1126,6 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         }
         pipeline_submit(w);
         step_advance(j, s, sub);
-        p->posted_end = off + n;
         j->since_save += n;
         if (j->resumable &&
             (now_s() - j->last_save >= RESUME_EVERY_S || j->since_save >= RESUME_EVERY_LEN) &&
@@ -1365,7 +1383,10 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     j->model = model;
     j->o = o ? o : &dflt;
     j->step = "resolve";
-    uint64_t chunk = j->o->chunk_len ? j->o->chunk_len : TV__IMPORT_DEFAULT_CHUNK;
+    bool remote = j->o->pull || tv__src_is_url(src);
+    uint64_t chunk = j->o->chunk_len ? j->o->chunk_len
+                     : remote        ? TV__IMPORT_REMOTE_CHUNK
+                                     : TV__IMPORT_DEFAULT_CHUNK;
     if (tv__align_up_u64(chunk, BUF_ALIGN, &chunk) || chunk > SIZE_MAX / N_BUFS) {
         rc = tv__seterr(
             err, TV_E_INVALID_ARG,
@@ -1374,7 +1395,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         goto out;
     }
     j->chunk = (size_t)chunk;
-    j->resumable = j->o->resume_save && (j->o->pull || tv__src_is_url(src));
+    j->resumable = j->o->resume_save && remote;
     j->last_save = now_s();
     if (j->resumable && j->o->resume) {
         json_error_t je;

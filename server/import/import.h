@@ -28,7 +28,10 @@
 #include "store/store.h"
 
 #define TV__IMPORT_DEFAULT_CHUNK (8u << 20)
-#define TV__IMPORT_MAX_DEVICES   16
+/* A remote source's chunk: with import.http_range's 8 MiB, the two reader
+ * threads keep 4 Range requests in flight (bench/fleet.sh). */
+#define TV__IMPORT_REMOTE_CHUNK (16u << 20)
+#define TV__IMPORT_MAX_DEVICES  16
 
 /* Bytes of the write step so far (done) of all it writes (total). */
 typedef void (*tv__import_progress_fn)(void *ctx, uint64_t done, uint64_t total);
@@ -58,7 +61,7 @@ typedef struct tv__import_opts {
     bool strict;            /* read every object back and re-hash */
     const int64_t *devices; /* replicas: one copy per device; NULL = first device */
     size_t n_devices;
-    size_t chunk_len; /* 0 = TV__IMPORT_DEFAULT_CHUNK */
+    size_t chunk_len; /* 0 = TV__IMPORT_DEFAULT_CHUNK (a remote source: TV__IMPORT_REMOTE_CHUNK) */
     tv__import_progress_fn progress;
     void *progress_ctx;
     tv__import_step_fn on_step; /* every step's progress; may be NULL */
