@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/jobs.h"
 #include "fleet/catalog.h"
@@ -45,6 +46,7 @@ typedef struct pull {
 } pull;
 
 struct tv__fleet {
+    unsigned seed; /* rand_r: which peer a pull tries first (fleet thread) */
     char *conninfo, *node, *url, *reg_path;
     char *token, *object_store, *proxy;
     tv__src_s3_opts s3;
@@ -353,7 +355,7 @@ static char *pick_source(tv__fleet *f, pull *p, const char *source, json_t *shar
     const char *name = json_string_value(json_object_get(shard, "name"));
     json_t *peers = json_object_get(shard, "peers");
     size_t n = json_array_size(peers);
-    size_t start = n ? (size_t)rand() % n : 0;
+    size_t start = n ? (size_t)rand_r(&f->seed) % n : 0;
     for (size_t k = 0; k < n; k++) {
         const char *base = json_string_value(json_array_get(peers, (start + k) % n));
         char *u = NULL;
@@ -395,7 +397,7 @@ static int pull_start(tv__fleet *f, pull *p, tv_error *err)
     size_t n_files = n_sh + (index ? 1 : 0);
     tv__src_pull_file *files = calloc(n_files ? n_files : 1, sizeof(*files));
     char **urls = calloc(n_files ? n_files : 1, sizeof(*urls));
-    char *index_text = NULL, *what = NULL;
+    char *index_text = NULL;
     if (!d || !json_is_object(d) || n_sh == 0) {
         rc = tv__seterr(err, TV_E_NOT_FOUND,
                         "model '%s' generation %" PRId64 " has no shards in the catalog", p->model,
@@ -483,7 +485,6 @@ out:
         strv_free(urls, n_files);
     free(files);
     free(index_text);
-    free(what);
     json_decref(d);
     return rc;
 }
@@ -744,6 +745,12 @@ static int publish_pending(tv__fleet *f)
             rc = tv__reg_tensors_list(f->reg, g->id, &m, &err);
             if (rc == 0)
                 rc = tv__catalog_publish_generation(f->cat, f->node, m, &published, &err);
+            /* Ready, a source for peers, once it is in the catalog; the
+             * object store's copy follows (a failed upload is retried, and
+             * reports ready again). */
+            if (rc == 0)
+                report_gen(f, g->model, g->number, "ready", g->total_bytes, g->total_bytes, 0,
+                           NULL);
             /* The object store gets what only this node could serve: a
              * generation imported from a local path (not a pull). */
             if (rc == 0 && f->object_store[0] && !tv__src_is_url(g->source) &&
@@ -755,8 +762,6 @@ static int publish_pending(tv__fleet *f)
                 continue;
             }
             if (rc == 0) {
-                report_gen(f, g->model, g->number, "ready", g->total_bytes, g->total_bytes, 0,
-                           NULL);
                 mark_done(f, g->model, g->number);
                 if (published)
                     tv__log(TV_LOG_INFO,
@@ -950,6 +955,10 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err)
     pthread_cond_init(&f->cond, &ca);
     pthread_condattr_destroy(&ca);
     f->conninfo = strdup(o->conninfo);
+    /* Nodes that start together must not all try the same peer first. */
+    f->seed = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
+    for (const char *c = o->node; *c; c++)
+        f->seed = f->seed * 31u + (unsigned char)*c;
     f->node = strdup(o->node);
     f->url = strdup(o->url ? o->url : "");
     f->reg_path = strdup(o->reg_path);

@@ -314,3 +314,37 @@ def test_pull_binds_shards_stored_already(three, tmp_path):
     assert newest["deduplicated_bytes"] == shard1.stat().st_size, newest
     assert newest["written_bytes"] < newest["total_bytes"], newest
     assert "is stored here already: bound, not fetched" in n2.log_text()
+
+
+def test_origin_read_about_once_for_three_nodes(build_dir, postgres, origin, tmp_path):
+    """n1 imports from an HTTP origin and the alias moves to all three: n2
+    and n3 pull from n1, so the origin sends about one copy of the model
+    (the issue's target: <= 1.2 x model bytes), not three."""
+    import shutil
+    db, dsn = fresh_db(postgres, "tvroll_")
+    extra = {"import.origins": origin.url + "/models/"}
+    nodes = [node(build_dir, tmp_path, dsn, f"n{i}", **extra) for i in (1, 2, 3)]
+    for n in nodes:
+        n.start()
+    try:
+        wait_for(lambda: all(len(fleet(n)["nodes"]) == 3 for n in nodes), what="three nodes")
+        src, want = sharded(tmp_path, "ck6", 13)
+        shutil.copytree(src, os.path.join(origin.root, "models", "ck6"))
+        model_bytes = sum(p.stat().st_size for p in src.glob("*.safetensors"))
+        origin.reset_counters()
+        url = origin.url_of("models/ck6/model.safetensors.index.json")
+        gen = nodes[0].import_ok("once", url)["generation"]
+        wait_for(lambda: any(g["model"] == "once" for g in fleet(nodes[0])["generations"]),
+                 what="published")
+        assert move(nodes[0], "once", "prod", gen, 0).status == 200
+        for n in nodes:
+            wait_for(lambda n=n: local_alias(n, "once", "prod") == gen, timeout=60,
+                     what=f"{n.node} switched")
+            check_published(n, "once", "prod", want)
+        served = origin.bytes_served()
+        assert model_bytes <= served <= 1.2 * model_bytes, (served, model_bytes)
+        for n in nodes[1:]:
+            assert "(2 shards, 2 from peers)" in n.log_text()
+    finally:
+        for n in nodes:
+            n.stop()
