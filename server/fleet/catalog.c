@@ -345,10 +345,28 @@ static int node_seen(tv__catalog *cat, void *p, tv_error *err)
 {
     node_ctx *c = p;
     const char *params[] = {c->node, c->url ? c->url : ""};
-    return q(cat,
-             "INSERT INTO nodes (name, url, last_seen, state) VALUES ($1, $2, now(), 'up') "
-             "ON CONFLICT (name) DO UPDATE SET url = excluded.url, last_seen = now(), state = 'up'",
-             2, params, NULL, "registering the node", err);
+    PGresult *res = NULL;
+    /* A name another daemon (another URL) used in the last 30 s is that
+     * daemon's: two nodes under one name would overwrite each other's
+     * reports. */
+    int rc = q(cat,
+               "WITH up AS (INSERT INTO nodes (name, url, last_seen, state) "
+               "VALUES ($1, $2, now(), 'up') ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
+               "last_seen = now(), state = 'up' WHERE nodes.url = excluded.url OR nodes.url = '' "
+               "OR nodes.last_seen < now() - interval '30 seconds' RETURNING 1) "
+               "SELECT (SELECT count(*) FROM up), n.url, "
+               "extract(epoch FROM now() - n.last_seen)::bigint FROM (SELECT 1) AS one "
+               "LEFT JOIN nodes n ON n.name = $1",
+               2, params, &res, "registering the node", err);
+    if (rc)
+        return rc;
+    if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0)
+        rc = tv__seterr(
+            err, TV_E_CONFLICT,
+            "fleet node name '%s' is in use by %s (seen %s s ago): give every node its own fleet.node",
+            c->node, PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+    PQclear(res);
+    return rc;
 }
 
 int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err)

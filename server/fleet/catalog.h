@@ -58,7 +58,9 @@ void tv__catalog_close(tv__catalog *cat);
 /* tv_schema.version (0 before the first migration). */
 int tv__catalog_version(tv__catalog *cat, int *version, tv_error *err);
 
-/* Inserts or refreshes this node's row (url, last_seen = now(), state 'up'). */
+/* Inserts or refreshes this node's row (url, last_seen = now(), state 'up').
+ * Returns 0; TV_E_CONFLICT when a daemon at another URL reported under this
+ * name in the last 30 s (the row is left to it); the catalog's errors. */
 int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err);
 
 /* Publishes a ready generation: m as loaded by tv__reg_tensors_list (its

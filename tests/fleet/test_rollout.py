@@ -348,3 +348,33 @@ def test_origin_read_about_once_for_three_nodes(build_dir, postgres, origin, tmp
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_two_daemons_under_one_node_name(build_dir, postgres, tmp_path):
+    """A second daemon (another URL) under a fleet.node the first one uses
+    does not take the name over: its heartbeat is refused with a message
+    naming the first one, it does not act in the fleet, and the first
+    keeps its row."""
+    db, dsn = fresh_db(postgres, "tvroll_")
+    a = node(build_dir, tmp_path, dsn, "same")
+    (tmp_path / "same2").mkdir()
+    b = Daemon(build_dir, tmp_path / "same2", name="same2",
+               settings={"store.image_size": "64M", "fleet.postgres": dsn,
+                         "fleet.node": "same", "fleet.token": FLEET_TOKEN})
+    a.start()
+    try:
+        wait_for(lambda: fleet(a)["catalog"]["connected"], what="the first connected")
+        b.start()
+        try:
+            wait_for(lambda: "is in use by" in (fleet(b)["catalog"].get("error") or ""),
+                     timeout=30, what="the second refused")
+            st, a_url = fleet(b)["catalog"], fleet(a)["url"]
+            assert st["connected"] is False and a_url in st["error"], st
+            assert "give every node its own fleet.node" in b.log_text()
+            rows = postgres.psql("SELECT name, url FROM nodes", as_app=True, dbname=db).split()
+            assert rows == [f"same|{a_url}"], rows
+            assert fleet(a)["catalog"]["connected"] is True
+        finally:
+            b.stop()
+    finally:
+        a.stop()
