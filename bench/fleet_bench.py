@@ -415,7 +415,7 @@ def bench_rollout(a, pg, s3, relay, origin, models, root):
         with Lock(a.lock):
             j = n1.import_ok("roll-local", src)
         gen = j["generation"]
-        t0 = time.monotonic()  # n1 reports it ready once its shards are in the object store
+        t0 = time.monotonic()  # ready at once; the uploader copies it to the object store
         published(n1, "roll-local", gen, ["n1"])
 
         def blobs():
@@ -508,7 +508,7 @@ def report(res, a, t_total):
        f"rollout the object store sent {b['object_store_bytes'] / 1e6:.1f} MB (relay count, headers "
        f"included), the nodes' blob routes {b['peer_bytes'] / 1e6:.1f} MB:")
     pr(f"     (n1 had uploaded {b['uploaded_bytes'] / 1e6:.1f} MB to the object store through the relay "
-       f"before the move; ready {b['upload_wait_seconds']:.1f} s after its import)")
+       f"before the move; in the object store {b['upload_wait_seconds']:.1f} s after its import)")
     pr(f"     ratio object-store bytes / model bytes {ratio_b:.3f}  (target <= {TARGETS['origin']})  "
        f"{'PASS' if ratio_b <= TARGETS['origin'] else 'ABOVE'}")
     pr(f"     move to all three serving {b['switch_seconds']:.2f} s vs n1's import {b['import_seconds']:.2f} s:"

@@ -67,6 +67,10 @@ struct tv__fleet {
     pthread_cond_t cond;
     bool stopping, kicked;
     bool quiet; /* the catalog is away: said once, then debug lines until it is back */
+    /* uploads to fleet.object_store, by a thread of their own (under mu) */
+    struct upload *uploads;
+    pthread_t up_thread;
+    bool up_started;
     /* the thread's own */
     tv__catalog *cat;
     tv__reg *reg;
@@ -658,16 +662,37 @@ json_t *tv__fleet_status(tv__fleet *f)
  * from this node's own blob route, and records them in the catalog's blobs
  * table. A blob already recorded, or already in the bucket with its length,
  * is not copied again. Failures are logged; the next pass retries. */
-static int upload_generation(tv__fleet *f, const tv__reg_manifest *m)
+/* One generation's shards to copy to the object store. */
+typedef struct upload {
+    char model[TV__REG_NAME_MAX + 1];
+    int64_t number;
+    size_t n_shards;
+    struct up_shard {
+        char name[TV__REG_NAME_MAX + 1];
+        char sha256[65];
+        uint64_t file_len;
+    } * shards;
+    double next_try; /* mono_s() */
+    struct upload *next;
+} upload;
+
+static void upload_free(upload *u)
+{
+    if (u)
+        free(u->shards);
+    free(u);
+}
+
+static int upload_generation(tv__fleet *f, tv__catalog *cat, const upload *u)
 {
     int rc = 0;
-    for (size_t i = 0; i < m->n_shards && !rc && !stopping(f); i++) {
-        const tv__reg_shard *sh = &m->shards[i];
+    for (size_t i = 0; i < u->n_shards && !rc && !stopping(f); i++) {
+        const struct up_shard *sh = &u->shards[i];
         const char *pv[] = {sh->sha256};
         json_t *have = NULL;
         tv_error err = {0};
-        if ((rc = tv__catalog_json(f->cat, "SELECT to_json(url) FROM blobs WHERE sha256 = $1", 1,
-                                   pv, "reading the blobs", &have, &err))) {
+        if ((rc = tv__catalog_json(cat, "SELECT to_json(url) FROM blobs WHERE sha256 = $1", 1, pv,
+                                   "reading the blobs", &have, &err))) {
             tv__log(TV_LOG_WARN, "fleet: %s", err.msg);
             break;
         }
@@ -694,14 +719,16 @@ static int upload_generation(tv__fleet *f, const tv__reg_manifest *m)
             char bytes[24];
             snprintf(bytes, sizeof bytes, "%" PRIu64, sh->file_len);
             const char *iv[] = {sh->sha256, bytes, dst, f->node};
-            rc = tv__catalog_exec(f->cat,
+            rc = tv__catalog_exec(cat,
                                   "INSERT INTO blobs (sha256, bytes, url, uploaded_by) VALUES "
                                   "($1, $2, $3, $4) ON CONFLICT (sha256) DO NOTHING",
                                   4, iv, "recording a blob", &err);
         }
         if (rc)
-            tv__log(TV_LOG_WARN, "fleet: uploading shard '%s' of model '%s' to %s failed: %s",
-                    sh->name, m->generation.model, dst, err.msg);
+            tv__log(
+                TV_LOG_WARN,
+                "fleet: uploading shard '%s' of model '%s' to %s failed (retrying every %u s): %s",
+                sh->name, u->model, dst, f->retry_s, err.msg);
         else
             tv__log(TV_LOG_INFO,
                     "fleet: shard '%s' (%" PRIu64 " bytes) in the object store as %s%s (%.1f s)",
@@ -710,6 +737,82 @@ static int upload_generation(tv__fleet *f, const tv__reg_manifest *m)
         free(src);
     }
     return rc;
+}
+
+/* Queues m's shards for the uploader (once per generation). Returns 0 or -ENOMEM. */
+static int upload_queue(tv__fleet *f, const tv__reg_manifest *m)
+{
+    upload *u = calloc(1, sizeof(*u));
+    if (!u || !(u->shards = calloc(m->n_shards ? m->n_shards : 1, sizeof(*u->shards)))) {
+        free(u);
+        return -ENOMEM;
+    }
+    snprintf(u->model, sizeof u->model, "%s", m->generation.model);
+    u->number = m->generation.number;
+    u->n_shards = m->n_shards;
+    for (size_t i = 0; i < m->n_shards; i++) {
+        snprintf(u->shards[i].name, sizeof u->shards[i].name, "%s", m->shards[i].name);
+        snprintf(u->shards[i].sha256, sizeof u->shards[i].sha256, "%s", m->shards[i].sha256);
+        u->shards[i].file_len = m->shards[i].file_len;
+    }
+    pthread_mutex_lock(&f->mu);
+    upload **tail = &f->uploads;
+    bool dup = false;
+    for (; *tail; tail = &(*tail)->next)
+        dup |= (*tail)->number == u->number && strcmp((*tail)->model, u->model) == 0;
+    if (!dup)
+        *tail = u;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mu);
+    if (dup)
+        upload_free(u);
+    return 0;
+}
+
+/* The uploader: copies queued generations to the object store with a
+ * catalog connection of its own, so that a long copy never holds up the
+ * fleet thread's rounds (switches, pulls, reports); a failed one is tried
+ * again every retry_s seconds. What is queued when the daemon stops is
+ * queued again by the next start's publish pass (recorded blobs are
+ * skipped). */
+static void *uploader_main(void *p)
+{
+    tv__fleet *f = p;
+    tv__catalog *cat = NULL;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stopping) {
+        upload *u = f->uploads;
+        double now = mono_s();
+        if (!u || u->next_try > now) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += 1;
+            pthread_cond_timedwait(&f->cond, &f->mu, &until);
+            continue;
+        }
+        f->uploads = u->next;
+        u->next = NULL;
+        pthread_mutex_unlock(&f->mu);
+        tv_error err = {0};
+        int rc = cat ? 0 : tv__catalog_open(f->conninfo, &cat, &err);
+        if (rc)
+            tv__log(TV_LOG_DEBUG, "fleet: uploader: %s", err.msg);
+        else
+            rc = upload_generation(f, cat, u);
+        pthread_mutex_lock(&f->mu);
+        if (rc) {
+            upload **tail = &f->uploads;
+            while (*tail)
+                tail = &(*tail)->next;
+            u->next_try = mono_s() + f->retry_s;
+            *tail = u;
+        } else {
+            upload_free(u);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    tv__catalog_close(cat);
+    return NULL;
 }
 
 /* Publishes every ready generation not yet published by this process.
@@ -754,7 +857,7 @@ static int publish_pending(tv__fleet *f)
             /* The object store gets what only this node could serve: a
              * generation imported from a local path (not a pull). */
             if (rc == 0 && f->object_store[0] && !tv__src_is_url(g->source) &&
-                !pull_find(f, g->model, g->number, false) && upload_generation(f, m))
+                !pull_find(f, g->model, g->number, false) && upload_queue(f, m))
                 rc = -EAGAIN;
             tv__reg_manifest_free(m);
             if (rc == -EAGAIN) {
@@ -912,12 +1015,17 @@ void tv__fleet_kick(tv__fleet *f)
         return;
     pthread_mutex_lock(&f->mu);
     f->kicked = true;
-    pthread_cond_signal(&f->cond);
+    pthread_cond_broadcast(&f->cond); /* the uploader waits on it too */
     pthread_mutex_unlock(&f->mu);
 }
 
 static void fleet_free(tv__fleet *f)
 {
+    while (f->uploads) {
+        upload *u = f->uploads;
+        f->uploads = u->next;
+        upload_free(u);
+    }
     tv__catalog_close(f->cat);
     tv__reg_close(f->reg);
     tv__store_close(f->st);
@@ -984,8 +1092,19 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err)
         fleet_free(f);
         return tv__seterr(err, -ENOMEM, "fleet: out of memory");
     }
-    int e = pthread_create(&f->thread, NULL, fleet_main, f);
+    int e = f->object_store[0] ? pthread_create(&f->up_thread, NULL, uploader_main, f) : 0;
     if (e) {
+        fleet_free(f);
+        return tv__seterr(err, -e, "fleet: cannot start its uploader thread: %s", strerror(e));
+    }
+    f->up_started = f->object_store[0] != '\0';
+    if ((e = pthread_create(&f->thread, NULL, fleet_main, f))) {
+        pthread_mutex_lock(&f->mu);
+        f->stopping = true;
+        pthread_cond_broadcast(&f->cond);
+        pthread_mutex_unlock(&f->mu);
+        if (f->up_started)
+            pthread_join(f->up_thread, NULL);
         fleet_free(f);
         return tv__seterr(err, -e, "fleet: cannot start its thread: %s", strerror(e));
     }
@@ -1001,17 +1120,23 @@ void tv__fleet_stop(tv__fleet *f)
         return;
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
-    pthread_cond_signal(&f->cond);
+    pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += FLEET_STOP_WAIT_S;
-    if (pthread_timedjoin_np(f->thread, NULL, &until) == ETIMEDOUT) {
-        /* Blocked in libpq: the thread still uses f, left to the exit. */
-        tv__log(TV_LOG_WARN,
-                "fleet: catalog %s did not answer within %d s; stopping without waiting for it",
-                f->where, FLEET_STOP_WAIT_S);
-        pthread_detach(f->thread);
+    bool fleet_gone = pthread_timedjoin_np(f->thread, NULL, &until) != ETIMEDOUT;
+    bool up_gone = !f->up_started || pthread_timedjoin_np(f->up_thread, NULL, &until) != ETIMEDOUT;
+    if (!fleet_gone || !up_gone) {
+        /* Blocked in libpq or an upload: the thread still uses f, left to the exit. */
+        tv__log(
+            TV_LOG_WARN,
+            "fleet: catalog %s or the object store did not answer within %d s; stopping without waiting for it",
+            f->where, FLEET_STOP_WAIT_S);
+        if (!fleet_gone)
+            pthread_detach(f->thread);
+        if (!up_gone)
+            pthread_detach(f->up_thread);
         return;
     }
     fleet_free(f);
