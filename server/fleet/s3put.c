@@ -206,22 +206,7 @@ static int x_begin(ctx *k, xfer *x, tv_error *err)
     if (!(x->c = curl_easy_init()))
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
     CURL *c = x->c;
-    curl_easy_setopt(c, CURLOPT_URL, x->url);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "tensorvault-fleet");
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
-    x->errbuf[0] = '\0';
-    if (k->o.proxy && *k->o.proxy)
-        curl_easy_setopt(c, CURLOPT_PROXY, k->o.proxy);
+    tv__http_setup(c, x->url, t, "tensorvault-fleet", k->o.proxy, on_header, on_body, x, x->errbuf);
     if (x->src) {
         snprintf(x->range, sizeof(x->range), "%llu-%llu", (unsigned long long)x->off,
                  (unsigned long long)(x->off + x->len - 1));
@@ -234,12 +219,8 @@ static int x_begin(ctx *k, xfer *x, tv_error *err)
                 goto nomem;
         }
     } else {
-        if (k->sign) {
-            curl_easy_setopt(c, CURLOPT_AWS_SIGV4, k->sigv4);
-            curl_easy_setopt(c, CURLOPT_USERNAME, k->o.s3.access_key_id);
-            curl_easy_setopt(c, CURLOPT_PASSWORD,
-                             k->o.s3.secret_access_key ? k->o.s3.secret_access_key : "");
-        }
+        if (k->sign)
+            tv__http_sigv4(c, k->sigv4, k->o.s3.access_key_id, k->o.s3.secret_access_key);
         snprintf(h, sizeof(h), "x-amz-content-sha256: %s", x->payload_sha);
         if (add_hdr(&x->hdrs, h) || (k->token_hdr && add_hdr(&x->hdrs, k->token_hdr)))
             goto nomem;

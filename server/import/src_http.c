@@ -172,30 +172,10 @@ static bool retryable_status(long st)
 
 static void set_common(tv__src_http *h, CURL *c, const http_file *f, resp *r, char *errbuf)
 {
-    const char *url = f->url;
-    long t = (long)h->o.timeout_s;
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "tensorvault-import");
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    errbuf[0] = '\0';
-    if (h->o.proxy && *h->o.proxy)
-        curl_easy_setopt(c, CURLOPT_PROXY, h->o.proxy);
-    if (f->s3 && h->o.s3.access_key_id && *h->o.s3.access_key_id) {
-        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, h->sigv4);
-        curl_easy_setopt(c, CURLOPT_USERNAME, h->o.s3.access_key_id);
-        curl_easy_setopt(c, CURLOPT_PASSWORD,
-                         h->o.s3.secret_access_key ? h->o.s3.secret_access_key : "");
-    }
+    tv__http_setup(c, f->url, (long)h->o.timeout_s, "tensorvault-import", h->o.proxy, on_header,
+                   on_body, r, errbuf);
+    if (f->s3)
+        tv__http_sigv4(c, h->sigv4, h->o.s3.access_key_id, h->o.s3.secret_access_key);
 }
 
 /* The headers every request of f carries: S3's, a peer's bearer (NULL

@@ -7,6 +7,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include <curl/curl.h>
+
 #include "import/url.h"
 #include "util/internal.h"
 
@@ -280,4 +282,34 @@ void tv__http_backoff(unsigned attempt_no)
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
         ;
+}
+
+void tv__http_setup(void *c, const char *url, long timeout_s, const char *agent, const char *proxy,
+                    tv__http_cb on_header, tv__http_cb on_body, void *ctx, char *errbuf)
+{
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, timeout_s);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, timeout_s);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, agent);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, ctx);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, ctx);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    errbuf[0] = '\0';
+    if (proxy && *proxy)
+        curl_easy_setopt(c, CURLOPT_PROXY, proxy);
+}
+
+void tv__http_sigv4(void *c, const char *sigv4, const char *key_id, const char *secret)
+{
+    if (!key_id || !*key_id)
+        return;
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
+    curl_easy_setopt(c, CURLOPT_USERNAME, key_id);
+    curl_easy_setopt(c, CURLOPT_PASSWORD, secret ? secret : "");
 }

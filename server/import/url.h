@@ -75,4 +75,18 @@ void tv__http_header_value(const char *p, size_t len, const char *name, char *ou
  * 6.4 s (the importer's and the uploader's retries). */
 void tv__http_backoff(unsigned attempt_no);
 
+/* What every libcurl request of tensorvault (the importer's, the
+ * uploader's) is set to: url; http and https only; no redirects (an origin
+ * check made on url must hold for every byte); no signals; connect timeout
+ * and "no byte for timeout_s" (a slow transfer that moves lives); agent;
+ * the header and body callbacks with their ctx; errbuf (cleared,
+ * CURL_ERROR_SIZE bytes); proxy (NULL or "": libcurl's default). c is a
+ * CURL * (void here: this header does not need curl.h). */
+typedef size_t (*tv__http_cb)(char *p, size_t sz, size_t n, void *ctx);
+void tv__http_setup(void *c, const char *url, long timeout_s, const char *agent, const char *proxy,
+                    tv__http_cb on_header, tv__http_cb on_body, void *ctx, char *errbuf);
+/* Signs c's requests with AWS Signature V4 (sigv4: "aws:amz:REGION:s3")
+ * with the key pair; no-op without an access key id. */
+void tv__http_sigv4(void *c, const char *sigv4, const char *key_id, const char *secret);
+
 #endif

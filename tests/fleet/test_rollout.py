@@ -62,6 +62,16 @@ def local_alias(d, model, alias):
     return None
 
 
+def publish(d, model, src, seen_by=None):
+    """Imports src as model on d and waits until the catalog (as seen_by,
+    default d, reads it) lists that generation; returns its number."""
+    gen = d.import_ok(model, str(src))["generation"]
+    wait_for(lambda: any(g["model"] == model and g["number"] == gen
+                         for g in fleet(seen_by or d)["generations"]),
+             what=f"{model} generation {gen} published")
+    return gen
+
+
 def sharded(tmp_path, name, seed):
     """A two-shard checkpoint with an index; returns (dir, tensors)."""
     t = sample_tensors(seed)
@@ -130,9 +140,7 @@ def test_rollout_to_every_node_from_a_peer(three, tmp_path):
 def test_two_operators_one_winner(three, tmp_path):
     n1, n2, _ = three
     src, _ = sharded(tmp_path, "ck2", 8)
-    gen = n1.import_ok("race", str(src))["generation"]
-    wait_for(lambda: any(g["model"] == "race" for g in fleet(n2)["generations"]),
-             what="published")
+    gen = publish(n1, "race", src, seen_by=n2)
     results = []
 
     def go(d):
@@ -184,9 +192,7 @@ def test_alias_move_refusals(three, build_dir, tmp_path):
 def test_two_phase_waits_for_every_placed_node(three, tmp_path):
     n1, n2, n3 = three
     src, want = sharded(tmp_path, "ck3", 9)
-    gen = n1.import_ok("late", str(src))["generation"]
-    wait_for(lambda: any(g["model"] == "late" for g in fleet(n1)["generations"]),
-             what="published")
+    gen = publish(n1, "late", src)
     assert n3.stop() == 0
     assert move(n1, "late", "prod", gen, 0).status == 200
     # n2 pulls and is ready, but n3 is placed (every node) and down: nobody switches
@@ -206,9 +212,7 @@ def test_two_phase_waits_for_every_placed_node(three, tmp_path):
 def test_quorum_after_timeout(three, tmp_path):
     n1, n2, n3 = three
     src, _ = sharded(tmp_path, "ck4", 10)
-    gen = n1.import_ok("quo", str(src))["generation"]
-    wait_for(lambda: any(g["model"] == "quo" for g in fleet(n1)["generations"]),
-             what="published")
+    gen = publish(n1, "quo", src)
     r = move(n1, "quo", "canary", gen, 0, placement=["n1", "n2", "ghost"], quorum=2,
              timeout_s=3)
     assert r.status == 200, r
@@ -290,8 +294,7 @@ def test_pull_binds_shards_stored_already(three, tmp_path):
     by the catalog's SHA-256 and fetches only the other."""
     n1, n2, _ = three
     src, want1 = sharded(tmp_path, "ft1", 12)
-    g1 = n1.import_ok("ft", str(src))["generation"]
-    wait_for(lambda: any(g["model"] == "ft" for g in fleet(n1)["generations"]), what="published")
+    g1 = publish(n1, "ft", src)
     assert move(n1, "ft", "prod", g1, 0, placement=["n1", "n2"]).status == 200
     wait_for(lambda: local_alias(n2, "ft", "prod") == g1, timeout=60, what="n2 on generation 1")
     # generation 2: shard 2 changes, shard 1 stays byte for byte
@@ -299,9 +302,7 @@ def test_pull_binds_shards_stored_already(three, tmp_path):
     t2 = {k: v + 1 for k, v in load_file(str(src / "model-00002-of-00002.safetensors")).items()}
     from safetensors.numpy import save_file
     save_file(t2, str(src / "model-00002-of-00002.safetensors"))
-    g2 = n1.import_ok("ft", str(src))["generation"]
-    wait_for(lambda: sum(g["model"] == "ft" for g in fleet(n1)["generations"]) == 2,
-             what="generation 2 published")
+    g2 = publish(n1, "ft", src)
     assert move(n1, "ft", "prod", g2, 1, placement=["n1", "n2"]).status == 200
     wait_for(lambda: local_alias(n2, "ft", "prod") == g2, timeout=60, what="n2 on generation 2")
     want2 = dict(load_file(str(shard1)))
@@ -333,9 +334,7 @@ def test_origin_read_about_once_for_three_nodes(build_dir, postgres, origin, tmp
         model_bytes = sum(p.stat().st_size for p in src.glob("*.safetensors"))
         origin.reset_counters()
         url = origin.url_of("models/ck6/model.safetensors.index.json")
-        gen = nodes[0].import_ok("once", url)["generation"]
-        wait_for(lambda: any(g["model"] == "once" for g in fleet(nodes[0])["generations"]),
-                 what="published")
+        gen = publish(nodes[0], "once", url)
         assert move(nodes[0], "once", "prod", gen, 0).status == 200
         for n in nodes:
             wait_for(lambda n=n: local_alias(n, "once", "prod") == gen, timeout=60,
