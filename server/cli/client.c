@@ -155,7 +155,6 @@ static int local_call(tv__cli_client *cl, const char *method, const char *path, 
     rq.body_len = body_len;
     rq.content_type = body ? "application/json" : NULL;
     rq.trusted = true;
-    rq.peer_loopback = true;
     tv__api_handle(cl->api, &rq, &rs);
     *status = rs.status;
     if (rs.json) {

@@ -49,6 +49,12 @@ static const key_def keys[] = {
     {"http.max_body_bytes", K_SIZE, F(http_max_body_bytes), 0, 1, 1u << 30},
     {"http.max_header_bytes", K_SIZE, F(http_max_header_bytes), 0, 256, 1u << 20},
     {"http.anonymous_reads", K_ANON, F(http_anonymous_reads), 0, 0, 0},
+    {"http.header_timeout_s", K_UINT, F(http_header_timeout_s), 0, 1, 3600},
+    {"http.per_uid_connections", K_UINT, F(http_per_uid_connections), 0, 1, 65536},
+    {"http.max_connections", K_UINT, F(http_max_connections), 0, 16, 1u << 20},
+    {"http.allowed_hosts", K_STR, F(http_allowed_hosts), SZ(http_allowed_hosts), 0, 0},
+    {"http.socket", K_STR, F(http_socket), SZ(http_socket), 0, 0},
+    {"http.socket_mode", K_MODE, F(http_socket_mode), 0, 1, 0777},
     {"store.dir", K_STR, F(store_dir), SZ(store_dir), 1, 0},
     {"store.image", K_STR, F(store_image), SZ(store_image), 0, 0},
     {"store.image_size", K_SIZE, F(store_image_size), 0, 16u << 20, UINT64_C(1) << 50},
@@ -106,6 +112,10 @@ void tv__config_defaults(tv__config *c)
     c->http_max_body_bytes = 64u << 10;
     c->http_max_header_bytes = 8u << 10;
     c->http_anonymous_reads = TV__CFG_ANON_LOOPBACK;
+    c->http_header_timeout_s = 10;
+    c->http_per_uid_connections = 256;
+    c->http_max_connections = 4096;
+    c->http_socket_mode = 0660;
     snprintf(c->store_dir, sizeof(c->store_dir), "./var");
     snprintf(c->store_image, sizeof(c->store_image), "./var/store.img");
     c->store_image_size = UINT64_C(16) << 30;
@@ -135,8 +145,8 @@ void tv__config_defaults(tv__config *c)
     c->fleet_pull_attempts = 3;
     if (gethostname(c->fleet_node, sizeof(c->fleet_node) - 1) != 0 || !c->fleet_node[0])
         snprintf(c->fleet_node, sizeof(c->fleet_node), "localhost");
-    snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u", (unsigned)getuid(),
-             (unsigned)getgid());
+    snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u token:*",
+             (unsigned)getuid(), (unsigned)getgid());
 }
 
 /* access.default or access.MODEL: the list checked now (syntax, names). */
@@ -280,6 +290,8 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
             c->store_image_set = true;
         if (k->off == offsetof(tv__config, fastpath_socket))
             c->fastpath_socket_set = true;
+        if (k->off == offsetof(tv__config, http_socket))
+            c->http_socket_set = true;
         return 0;
     }
     case K_MODE: {
@@ -665,6 +677,15 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
         if (n < 0 || (size_t)n >= sizeof(c->fastpath_socket))
             c->fastpath_socket[0] = '\0'; /* too long: the daemon says so */
     }
+    if (!c->http_socket_set) {
+        int n = snprintf(c->http_socket, sizeof(c->http_socket), "%s/run/http.sock", c->store_dir);
+        if (n < 0 || (size_t)n >= sizeof(c->http_socket) || n > TV__CFG_SOCKET_MAX)
+            c->http_socket[0] = '\0'; /* too long: the daemon says so */
+    }
+    if (c->http_socket_set && strlen(c->http_socket) > TV__CFG_SOCKET_MAX)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "http.socket '%s' is %zu bytes: a UNIX socket path is at most %d",
+                          c->http_socket, strlen(c->http_socket), TV__CFG_SOCKET_MAX);
     if (c->fastpath_socket_set && strlen(c->fastpath_socket) > TV__CFG_SOCKET_MAX)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "fastpath.socket '%s' is %zu bytes: a UNIX socket path is at most %d",

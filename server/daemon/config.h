@@ -33,7 +33,14 @@ typedef struct tv__config {
     uint64_t http_memory_limit; /* bytes per connection */
     uint64_t http_max_body_bytes;
     uint64_t http_max_header_bytes;
-    int http_anonymous_reads; /* TV__CFG_ANON_* */
+    int http_anonymous_reads;                 /* TV__CFG_ANON_* */
+    unsigned http_header_timeout_s;           /* a whole request must arrive within it */
+    unsigned http_per_uid_connections;        /* per local user */
+    unsigned http_max_connections;            /* over the TCP and UNIX listeners */
+    char http_allowed_hosts[TV__CFG_STR_MAX]; /* ','-separated host[:port]; "" = the default */
+    char http_socket[TV__CFG_STR_MAX];        /* default: store_dir + "/run/http.sock"; "" = none */
+    bool http_socket_set;                     /* http.socket given by a layer */
+    unsigned http_socket_mode;                /* its file mode */
     char store_dir[TV__CFG_STR_MAX];
     char store_image[TV__CFG_STR_MAX];  /* default: store_dir + "/store.img" */
     bool store_image_set;               /* store.image given by a layer */
@@ -69,7 +76,7 @@ typedef struct tv__config {
     unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h
      * syntax, checked when set): "default" and one key per model */
-    char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()>" */
+    char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()> token:*" */
     size_t n_access;
     struct tv__config_access {
         char model[256];

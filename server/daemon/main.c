@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -231,6 +232,39 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
     return 0;
 }
 
+/* The HOST[:PORT] of an http(s):// URL into out ("" when there is none):
+ * peers reach this node by fleet.url, so its name is one of the daemon's. */
+static void url_authority(const char *url, char *out, size_t len)
+{
+    const char *p = strstr(url, "://");
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += 3;
+    size_t n = strcspn(p, "/?#");
+    const char *at = memchr(p, '@', n);
+    if (at) {
+        n -= (size_t)(at + 1 - p);
+        p = at + 1;
+    }
+    if (n < len)
+        snprintf(out, len, "%.*s", (int)n, p);
+}
+
+/* The soft limit of open descriptors up to want (at most the hard limit):
+ * every HTTP connection and fast-path session holds one. */
+static void raise_nofile(rlim_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= want)
+        return;
+    rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    rl.rlim_cur = to;
+    if (setrlimit(RLIMIT_NOFILE, &rl))
+        tv__log(TV_LOG_WARN, "cannot raise the open-file limit to %llu: %s", (unsigned long long)to,
+                strerror(errno));
+}
+
 static void kick_fleet(void *f)
 {
     tv__fleet_kick(f);
@@ -299,20 +333,39 @@ static int run(const tv__config *c)
         .fp = fp,
         .fleet_token = c->fleet_token,
         .fleet_conninfo = c->fleet_postgres,
+        .access = access,
     };
     if ((rc = tv__api_open(&ao, st, &api, &err)))
         goto fail;
     maybe_demo(c, st, jobs);
+    char fleet_host[256] = "";
+    url_authority(c->fleet_url, fleet_host, sizeof fleet_host);
+    if (!c->http_socket[0])
+        tv__log(
+            c->http_socket_set ? TV_LOG_INFO : TV_LOG_WARN,
+            c->http_socket_set
+                ? "http: no UNIX socket (http.socket is empty)"
+                : "http: no UNIX socket: the path under store.dir %s is too long (set http.socket)",
+            c->store_dir);
     tv__http_opts ho = {
         .listen = c->http_listen,
         .threads = c->http_threads,
         .connection_timeout_s = c->http_connection_timeout_s,
+        .header_timeout_s = c->http_header_timeout_s,
         .per_ip_connections = c->http_per_ip_connections,
+        .per_uid_connections = c->http_per_uid_connections,
+        .max_connections = c->http_max_connections,
         .memory_limit = (size_t)c->http_memory_limit,
         .max_body_bytes = (size_t)c->http_max_body_bytes,
         .max_header_bytes = (size_t)c->http_max_header_bytes,
         .store_dir = c->store_dir,
+        .socket_path = c->http_socket,
+        .socket_mode = c->http_socket_mode,
+        .identify_loopback = c->http_anonymous_reads != TV__CFG_ANON_NEVER,
+        .allowed_hosts = c->http_allowed_hosts,
+        .extra_hosts = fleet_host,
     };
+    raise_nofile(c->http_max_connections + c->fastpath_max_sessions + 256u);
     uint16_t port = 0;
     if ((rc = tv__http_start(&ho, api, jobs, &http, &port, &err)))
         goto fail;

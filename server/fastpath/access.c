@@ -1,5 +1,6 @@
-/* The fast path's per-model access rules (see access.h): parsed once from
- * the configuration into id lists, checked per OPEN on the loop thread.
+/* The per-model access rules (see access.h): parsed once from the
+ * configuration into rule lists, checked per fast-path OPEN on its loop
+ * thread and per HTTP request on the HTTP threads.
  *
  * Invariants: every list keeps its normalized text beside the parsed
  * rules, so a refusal quotes exactly what is enforced; names were resolved
@@ -18,11 +19,12 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { R_UID, R_GID, R_ANY };
+enum { R_UID, R_GID, R_ANY, R_TOKEN, R_ANY_TOKEN, R_ANON };
 
 typedef struct rule {
     int kind;
     uint32_t id;
+    char *token; /* R_TOKEN: the token's name */
 } rule;
 
 typedef struct rule_list {
@@ -46,6 +48,8 @@ struct tv__fp_access {
 
 static void list_free(rule_list *l)
 {
+    for (size_t i = 0; l->v && i < l->n; i++)
+        free(l->v[i].token);
     free(l->v);
     free(l->text);
     l->v = NULL;
@@ -121,9 +125,24 @@ static int lookup_group(const char *name, uint32_t *gid, tv_error *err)
 /* One word into r. */
 static int parse_word(const char *w, rule *r, tv_error *err)
 {
+    r->id = 0;
+    r->token = NULL;
     if (!strcmp(w, "*")) {
         r->kind = R_ANY;
-        r->id = 0;
+        return 0;
+    }
+    if (!strcmp(w, "anonymous")) {
+        r->kind = R_ANON;
+        return 0;
+    }
+    if (!strcmp(w, "token:*")) {
+        r->kind = R_ANY_TOKEN;
+        return 0;
+    }
+    if (!strncmp(w, "token:", 6) && w[6]) {
+        r->kind = R_TOKEN;
+        if (!(r->token = strdup(w + 6)))
+            return tv__seterr(err, -ENOMEM, "out of memory");
         return 0;
     }
     if (!strncmp(w, "uid:", 4) || !strncmp(w, "gid:", 4)) {
@@ -142,8 +161,10 @@ static int parse_word(const char *w, rule *r, tv_error *err)
         r->kind = R_GID;
         return lookup_group(w + 6, &r->id, err);
     }
-    return tv__seterr(err, TV_E_INVALID_ARG,
-                      "access rule '%.64s': expected uid:N, gid:N, user:NAME, group:NAME or *", w);
+    return tv__seterr(
+        err, TV_E_INVALID_ARG,
+        "access rule '%.64s': expected uid:N, gid:N, user:NAME, group:NAME, *, token:NAME, token:* or anonymous",
+        w);
 }
 
 static int list_parse(const char *text, rule_list *out, tv_error *err)
@@ -163,7 +184,7 @@ static int list_parse(const char *text, rule_list *out, tv_error *err)
     for (char *w = strtok_r(copy, WORDS_SEP, &save); w; w = strtok_r(NULL, WORDS_SEP, &save)) {
         if ((rc = parse_word(w, &out->v[n], err)))
             goto fail;
-        n++;
+        out->n = ++n;
         size_t wl = strlen(w);
         if (at)
             out->text[at++] = ' ';
@@ -215,7 +236,7 @@ int tv__fp_access_create(const char *dflt, const char *const *models, const char
         return tv__seterr(err, TV_E_INVALID_ARG, "access rules: NULL argument");
     *out = NULL;
     if (!dflt) {
-        snprintf(own, sizeof own, "uid:%u gid:%u", (unsigned)getuid(), (unsigned)getgid());
+        snprintf(own, sizeof own, "uid:%u gid:%u token:*", (unsigned)getuid(), (unsigned)getgid());
         dflt = own;
     }
     if (!(a = calloc(1, sizeof(*a))) || (n && !(a->m = calloc(n, sizeof(*a->m))))) {
@@ -280,26 +301,89 @@ const char *tv__fp_access_rules(const tv__fp_access *a, const char *model)
     return rules_of(a, model)->text;
 }
 
+/* Whether rule r admits peer p. */
+static bool rule_admits(const rule *r, const tv__access_peer *p)
+{
+    switch (r->kind) {
+    case R_ANY:
+        return p->local;
+    case R_UID:
+        return p->local && r->id == (uint32_t)p->uid;
+    case R_GID:
+        for (size_t g = 0; p->local && g < p->n_gids; g++)
+            if (r->id == (uint32_t)p->gids[g])
+                return true;
+        return false;
+    case R_TOKEN:
+        return p->token && !strcmp(r->token, p->token);
+    case R_ANY_TOKEN:
+        return p->token != NULL;
+    case R_ANON:
+        return !p->local && !p->token;
+    default:
+        return false;
+    }
+}
+
+static bool list_admits(const rule_list *l, const tv__access_peer *p)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (rule_admits(&l->v[i], p))
+            return true;
+    return false;
+}
+
+bool tv__access_any(const tv__fp_access *a, const tv__access_peer *p)
+{
+    if (!a || !p)
+        return false;
+    if (list_admits(&a->dflt, p))
+        return true;
+    for (size_t i = 0; i < a->n_m; i++)
+        if (list_admits(&a->m[i].r, p))
+            return true;
+    return false;
+}
+
+/* The refusal: who, which model, what is allowed. */
+static int deny(const rule_list *l, const char *model, const tv__access_peer *p, const char *verb,
+                tv_error *err)
+{
+    const char *allowed = l->n ? l->text : "nobody";
+    if (p->token)
+        return tv__seterr(err, TV_E_PEER_DENIED,
+                          "token '%.128s' may not %s model '%.256s' (allowed: %s)", p->token, verb,
+                          model, allowed);
+    if (!p->local)
+        return tv__seterr(
+            err, TV_E_PEER_DENIED,
+            "an anonymous client (no token, not a local user) may not %s model '%.256s' (allowed: %s)",
+            verb, model, allowed);
+    char gid[32];
+    if (p->n_gids)
+        snprintf(gid, sizeof gid, "%u", (unsigned)p->gids[0]);
+    else
+        snprintf(gid, sizeof gid, "none");
+    return tv__seterr(err, TV_E_PEER_DENIED,
+                      "uid %u (gid %s) may not %s model '%.256s' (allowed: %s)", (unsigned)p->uid,
+                      gid, verb, model, allowed);
+}
+
+int tv__access_check_peer(const tv__fp_access *a, const char *model, const tv__access_peer *p,
+                          tv_error *err)
+{
+    if (!a || !model || !p || (p->n_gids && !p->gids))
+        return tv__seterr(err, TV_E_INVALID_ARG, "access check: NULL argument");
+    const rule_list *l = rules_of(a, model);
+    return list_admits(l, p) ? 0 : deny(l, model, p, "read", err);
+}
+
 int tv__fp_access_check(const tv__fp_access *a, const char *model, uid_t uid, const gid_t *gids,
                         size_t n, tv_error *err)
 {
     if (!a || !model || (n && !gids))
         return tv__seterr(err, TV_E_INVALID_ARG, "access check: NULL argument");
+    tv__access_peer p = {.local = true, .uid = uid, .gids = gids, .n_gids = n};
     const rule_list *l = rules_of(a, model);
-    for (size_t i = 0; i < l->n; i++) {
-        const rule *r = &l->v[i];
-        if (r->kind == R_ANY || (r->kind == R_UID && r->id == (uint32_t)uid))
-            return 0;
-        for (size_t g = 0; r->kind == R_GID && g < n; g++)
-            if (r->id == (uint32_t)gids[g])
-                return 0;
-    }
-    char gid[32];
-    if (n)
-        snprintf(gid, sizeof gid, "%u", (unsigned)gids[0]);
-    else
-        snprintf(gid, sizeof gid, "none");
-    return tv__seterr(err, TV_E_PEER_DENIED,
-                      "uid %u (gid %s) may not open model '%.256s' (allowed: %s)", (unsigned)uid,
-                      gid, model, l->n ? l->text : "nobody");
+    return list_admits(l, &p) ? 0 : deny(l, model, &p, "open", err);
 }

@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 #include <time.h>
 
+#include "fastpath/access.h"
 #include "http/api_internal.h"
 #include "util/hex.h"
 #include "util/internal.h"
@@ -51,6 +52,7 @@ int tv__api_http_status(int code)
         return 401;
     case TV_E_FORBIDDEN:
     case TV_E_OUTSIDE_ROOTS:
+    case TV_E_PEER_DENIED:
         return 403;
     case TV_E_NOT_FOUND:
     case TV_E_CKPT_NOT_FOUND:
@@ -186,6 +188,7 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
     api->watch = o->watch;
     api->watch_ctx = o->watch_ctx;
     api->anonymous_reads = o->anonymous_reads;
+    api->access = o->access;
     api->max_body_bytes = o->max_body_bytes ? o->max_body_bytes : TV__API_MAX_BODY_DEFAULT;
     api->openapi_yaml = o->openapi_yaml;
     api->openapi_len = o->openapi_len;
@@ -413,7 +416,8 @@ static const route ROUTES[] = {
 };
 #undef R
 
-#define MAX_SEGS 12
+#define MAX_SEGS    12
+#define MODEL_ROUTE "/v1/models/{name}" /* the routes of one model begin so */
 
 typedef struct segs {
     const char *s[MAX_SEGS];
@@ -519,13 +523,14 @@ static int authorize(tv__api_ctx *c, tv__scope need)
         if (rc)
             return rc;
         tv__scope got = TV__SCOPE_NONE;
-        int64_t id = 0;
-        rc = tv__reg_token_check(reg, tok, &got, &id, &c->err);
+        rc = tv__reg_token_check(reg, tok, &got, &c->token, &c->err);
         if (rc)
             return rc == TV_E_NOT_FOUND
                        ? tv__seterr(&c->err, TV_E_UNAUTHORIZED, "invalid API token")
                        : rc;
+        int64_t id = c->token.id;
         c->scope = got;
+        c->has_token = true;
         if (need == TV__SCOPE_FLEET) {
             if (got != TV__SCOPE_FLEET && got != TV__SCOPE_ADMIN)
                 return tv__seterr(&c->err, TV_E_FORBIDDEN,
@@ -545,18 +550,60 @@ static int authorize(tv__api_ctx *c, tv__scope need)
                               id);
         return 0;
     }
-    bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS ||
-                (c->api->anonymous_reads == TV__ANON_LOOPBACK && q->peer_loopback);
-    if (need == TV__SCOPE_READ && anon) {
+    /* No token: a local peer (the UNIX socket, or a loopback client whose
+     * uid the kernel named) reads as that user; anyone else is anonymous. */
+    bool local = q->peer && q->peer->local;
+    if (need == TV__SCOPE_READ && (local || c->api->anonymous_reads == TV__ANON_ALWAYS)) {
         c->scope = TV__SCOPE_READ;
         return 0;
     }
+    if (need == TV__SCOPE_READ && q->peer && q->peer->loopback &&
+        c->api->anonymous_reads == TV__ANON_LOOPBACK)
+        return tv__seterr(
+            &c->err, TV_E_UNAUTHORIZED,
+            "this call needs a token (Authorization: Bearer <token>): the local user of this connection could not be identified");
     return tv__seterr(
         &c->err, TV_E_UNAUTHORIZED,
         need == TV__SCOPE_ADMIN ? "this call needs an admin token (Authorization: Bearer <token>)"
         : need == TV__SCOPE_FLEET
             ? "the blob routes need a fleet or admin token (Authorization: Bearer <token>), from any address"
-            : "this call needs a token (Authorization: Bearer <token>): anonymous reads are not allowed from this address");
+            : "this call needs a token (Authorization: Bearer <token>): tokenless reads are allowed to local users only (http.anonymous_reads)");
+}
+
+/* ---- access ----------------------------------------------------------------- */
+
+bool tv__api_sees_all(const tv__api_ctx *c)
+{
+    return c->req->trusted || c->scope == TV__SCOPE_ADMIN;
+}
+
+int tv__api_may_read(tv__api_ctx *c, const char *model)
+{
+    const tv__api_req *q = c->req;
+    if (tv__api_sees_all(c))
+        return 0;
+    if (c->scope != TV__SCOPE_READ)
+        return tv__seterr(&c->err, TV_E_FORBIDDEN, "this token may not read model '%.256s'", model);
+    if (!c->api->access)
+        return 0;
+    tv__access_peer p = {0};
+    if (c->has_token) {
+        p.token = c->token.name;
+    } else if (q->peer && q->peer->local) {
+        p.local = true;
+        p.uid = q->peer->uid;
+        p.gids = q->peer->gids;
+        p.n_gids = q->peer->n_gids;
+    }
+    return tv__access_check_peer(c->api->access, model, &p, &c->err);
+}
+
+bool tv__api_can_read(tv__api_ctx *c, const char *model)
+{
+    tv_error keep = c->err;
+    bool ok = tv__api_may_read(c, model) == 0;
+    c->err = keep;
+    return ok;
 }
 
 /* ---- query ------------------------------------------------------------------ */
@@ -813,6 +860,12 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
     resp->route = hit->tmpl;
     if ((rc = authorize(&c, hit->scope)) || (rc = bind_params(&c, hit->path, &sg)) ||
         (rc = parse_query(&c)))
+        goto done;
+    /* Every route under a model shows its metadata or bytes: [access]
+     * decides before the registry is read, so a refused peer learns nothing
+     * of the model, not even whether it exists. */
+    if (hit->scope == TV__SCOPE_READ && !strncmp(hit->path, MODEL_ROUTE, strlen(MODEL_ROUTE)) &&
+        (rc = tv__api_may_read(&c, c.param[0])))
         goto done;
     rc = hit->fn(&c);
 done:

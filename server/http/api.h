@@ -31,17 +31,22 @@
 
 #include <jansson.h>
 
+#include "daemon/jobs.h"
+#include "http/peer.h"
 #include "registry/registry.h"
 #include "store/store.h"
-#include "daemon/jobs.h"
 
 typedef struct tv__fp tv__fp;
+typedef struct tv__fp_access tv__fp_access;
 struct tv__fp_session_info;
 
-/* Anonymous reads (config http.anonymous_reads). */
-#define TV__ANON_LOOPBACK 0 /* allowed when the peer is 127.0.0.0/8 or ::1 (default) */
-#define TV__ANON_ALWAYS   1
-#define TV__ANON_NEVER    2
+/* Tokenless reads (config http.anonymous_reads): who may call a read route
+ * without a token (what each may read is [access], fastpath/access.h). */
+#define TV__ANON_LOOPBACK                                                                          \
+    0                     /* local peers: the UNIX socket, and loopback TCP clients identified by  \
+                             uid (the default); anyone else needs a token */
+#define TV__ANON_ALWAYS 1 /* also unidentified peers, as "anonymous" */
+#define TV__ANON_NEVER  2 /* TCP needs a token; the UNIX socket still identifies its peers */
 
 #define TV__API_MAX_BODY_DEFAULT (64u * 1024u) /* request body bytes when max_body_bytes is 0 */
 #define TV__API_LIMIT_DEFAULT    100           /* ?limit= default */
@@ -67,6 +72,10 @@ typedef struct tv__api_opts {
     tv__fp *fp; /* the daemon's fast path (GET /v1/sessions); NULL = off (an empty list) */
     const char *fleet_token;    /* fleet.token: a bearer with scope fleet; NULL/"" = none */
     const char *fleet_conninfo; /* fleet.postgres; NULL/"" = standalone (fleet routes 409) */
+    /* [access]: which peer may read which model, on every route (must
+     * outlive the api); NULL = every peer that may read at all reads every
+     * model (the CLI's local mode, tests). */
+    const tv__fp_access *access;
 } tv__api_opts;
 
 /* Opens the service on o->store_dir. writer: the daemon's writer store (the
@@ -93,8 +102,11 @@ typedef struct tv__api_req {
     const char *body;
     size_t body_len;
     const char *authorization, *range, *if_none_match, *content_type; /* header values or NULL */
-    bool trusted;       /* local mode: admin without a token */
-    bool peer_loopback; /* the peer is 127.0.0.0/8 or ::1 */
+    bool trusted; /* local mode: admin without a token */
+    /* who sent it (http/peer.h), NULL for nobody known: without a token, a
+     * local peer reads what [access] allows it, any other peer is
+     * anonymous */
+    const tv__http_peer *peer;
 } tv__api_req;
 
 typedef struct tv__api_resp {

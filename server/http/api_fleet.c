@@ -39,6 +39,16 @@ int tv__api_h_fleet(tv__api_ctx *c)
     json_t *doc = tv__fleet_status(atomic_load(&c->api->fleet));
     if (!doc)
         return tv__seterr(&c->err, -ENOMEM, "out of memory");
+    /* the aliases and generations of models the peer may not read are left out */
+    static const char *const per_model[] = {"aliases", "generations"};
+    for (size_t k = 0; k < TV_ARRAY_LEN(per_model) && !tv__api_sees_all(c); k++) {
+        json_t *arr = json_object_get(doc, per_model[k]);
+        for (size_t i = json_array_size(arr); i-- > 0;) {
+            const char *m = json_string_value(json_object_get(json_array_get(arr, i), "model"));
+            if (!m || !tv__api_can_read(c, m))
+                json_array_remove(arr, i);
+        }
+    }
     if (!atomic_load(&c->api->fleet) && c->api->fleet_conninfo)
         json_object_set_new(doc, "mode", json_string("starting"));
     return tv__api_reply(c, 200, doc);

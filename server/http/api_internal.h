@@ -47,6 +47,7 @@ struct tv__api {
     char *origins; /* import.origins (with roots; NULL = any URL) */
     size_t n_roots;
     int anonymous_reads;
+    const tv__fp_access *access; /* NULL: no per-model rules */
     size_t max_body_bytes;
     const char *openapi_yaml;
     size_t openapi_len;
@@ -103,8 +104,20 @@ typedef struct tv__api_ctx {
     size_t n_query;
     tv__store *rd; /* reader store, taken on first use */
     tv__scope scope;
+    bool has_token; /* token: the bearer token the request carries */
+    tv__reg_token token;
     tv_error err;
 } tv__api_ctx;
+
+/* Whether the request's peer may read model ([access]: admin tokens and
+ * the CLI's local mode always may). Returns 0 or TV_E_PEER_DENIED (c->err
+ * names the peer, the model and the rules). */
+int tv__api_may_read(tv__api_ctx *c, const char *model);
+/* The same as a yes/no, c->err untouched (filtering a listing). */
+bool tv__api_can_read(tv__api_ctx *c, const char *model);
+/* Whether the request may see what every peer does (sessions of other
+ * users, every job): the CLI's local mode and admin tokens. */
+bool tv__api_sees_all(const tv__api_ctx *c);
 
 typedef int (*tv__api_handler)(tv__api_ctx *c);
 

@@ -85,12 +85,31 @@ static int job_id(tv__api_ctx *c, int64_t *id)
 }
 
 /* Answers status with the job row id (read from reg). */
+/* What a peer may see of a job: an import of a model it may read, or a
+ * verify job without its result (which names objects of every model);
+ * the CLI's local mode and admin tokens see every job whole. Returns
+ * whether j is visible (its result dropped when it must be). */
+static bool job_visible(tv__api_ctx *c, tv__reg_job *j)
+{
+    if (tv__api_sees_all(c))
+        return true;
+    if (j->kind == TV__JOB_IMPORT)
+        return tv__api_can_read(c, j->model);
+    free(j->result_json);
+    j->result_json = NULL;
+    return true;
+}
+
 static int job_reply(tv__api_ctx *c, tv__reg *reg, int64_t id, int status)
 {
     tv__reg_job j = {0};
     int rc = tv__reg_job_get(reg, id, &j, &c->err);
     if (rc)
         return rc;
+    if (!job_visible(c, &j)) {
+        free(j.result_json);
+        return tv__seterr(&c->err, TV_E_NOT_FOUND, "no job with id %" PRId64, id);
+    }
     rc = tv__api_reply(c, status, tv__api_job_json(&j));
     free(j.result_json);
     if (!rc && status == 202)
@@ -271,7 +290,7 @@ int tv__api_h_jobs(tv__api_ctx *c)
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, tv__api_job_json(&js[i])))
+        if (job_visible(c, &js[i]) && json_array_append_new(arr, tv__api_job_json(&js[i])))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     if (!rc) {
         json_t *next = json_null();

@@ -121,17 +121,38 @@ int tv__api_h_version(tv__api_ctx *c)
     return tv__api_reply(c, 200, tv__api_version_json());
 }
 
+/* Who the daemon took this request for (Status.peer). */
+static json_t *peer_json(const tv__api_ctx *c)
+{
+    const tv__api_req *q = c->req;
+    const char *kind = q->trusted                  ? "in-process"
+                       : c->has_token              ? "token"
+                       : q->peer && q->peer->local ? "local"
+                                                   : "anonymous";
+    const char *scope = tv__scope_name(c->scope);
+    bool uid = !c->has_token && !q->trusted && q->peer && q->peer->local;
+    return json_pack("{s:s,s:o,s:o,s:o,s:s}", "kind", kind, "uid",
+                     uid ? json_integer((json_int_t)q->peer->uid) : json_null(), "token",
+                     c->has_token ? tv__api_jstr(c->token.name) : json_null(), "transport",
+                     !q->peer             ? json_null()
+                     : q->peer->unix_sock ? json_string("unix")
+                                          : json_string("tcp"),
+                     "scope", scope ? scope : "none");
+}
+
 int tv__api_h_status(tv__api_ctx *c)
 {
     tv__reg *reg;
     tv__reg_model *ms = NULL;
     tv__reg_device *ds = NULL;
-    size_t nm = 0, nd = 0, queued = 0, running = 0;
+    size_t nm = 0, nd = 0, queued = 0, running = 0, readable = 0;
     int rc = tv__api_reader(c, &reg);
     if (!rc)
         rc = tv__reg_models_list(reg, &ms, &nm, &c->err);
     if (!rc)
         rc = tv__reg_device_list(reg, &ds, &nd, &c->err);
+    for (size_t i = 0; !rc && i < nm; i++)
+        readable += tv__api_can_read(c, ms[i].name);
     free(ms);
     free(ds);
     if (rc)
@@ -140,15 +161,14 @@ int tv__api_h_status(tv__api_ctx *c)
         tv__jobs_counts(c->api->jobs, &queued, &running);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS ||
-                (c->api->anonymous_reads == TV__ANON_LOOPBACK && c->req->peer_loopback);
-    return tv__api_reply(c, 200,
-                         json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b}", "version", tv_version(),
-                                   "store", tv__api_jstr(c->api->store_dir), "uptime_seconds",
-                                   (json_int_t)(ts.tv_sec - c->api->started_at), "n_models",
-                                   (json_int_t)nm, "n_devices", (json_int_t)nd, "jobs", "queued",
-                                   (json_int_t)queued, "running", (json_int_t)running,
-                                   "anonymous_reads", anon));
+    bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS || (c->req->peer && c->req->peer->local);
+    return tv__api_reply(
+        c, 200,
+        json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b,s:o}", "version", tv_version(), "store",
+                  tv__api_jstr(c->api->store_dir), "uptime_seconds",
+                  (json_int_t)(ts.tv_sec - c->api->started_at), "n_models", (json_int_t)readable,
+                  "n_devices", (json_int_t)nd, "jobs", "queued", (json_int_t)queued, "running",
+                  (json_int_t)running, "anonymous_reads", anon, "peer", peer_json(c)));
 }
 
 int tv__api_h_openapi(tv__api_ctx *c)
@@ -252,13 +272,20 @@ static json_t *plain_extent(uint64_t off, uint64_t bytes, const char *kind)
                      kind);
 }
 
-static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
+/* An object extent; users of models the peer may not read are left out,
+ * and so is the hash of an object none of whose users it may read. */
+static json_t *object_extent(tv__api_ctx *c, const tv__reg_device_objects *m, size_t i)
 {
     const tv__reg_object *o = &m->objects[i];
     json_t *users = json_array();
+    size_t hidden = 0;
     for (size_t u = m->first_user[i]; users && u < m->first_user[i + 1]; u++) {
         const tv__reg_object_user *w = &m->users[u];
         const char *state = tv__gen_state_name(w->state);
+        if (!tv__api_can_read(c, w->model)) {
+            hidden++;
+            continue;
+        }
         if (json_array_append_new(
                 users, json_pack("{s:o,s:I,s:o,s:s}", "model", tv__api_jstr(w->model), "generation",
                                  (json_int_t)w->generation, "shard", tv__api_jstr(w->shard),
@@ -270,11 +297,12 @@ static json_t *object_extent(const tv__reg_device_objects *m, size_t i)
     if (!users)
         return NULL;
     bool committed = o->state == TV__OBJ_COMMITTED;
+    bool show_hash = committed && !(hidden && json_array_size(users) == 0);
     return json_pack("{s:I,s:I,s:s,s:I,s:s,s:I,s:o,s:o}", "offset", (json_int_t)o->base_off,
                      "bytes", (json_int_t)o->alloc_len, "kind", "object", "object_id",
                      (json_int_t)o->id, "state", committed ? "committed" : "writing",
                      "canonical_bytes", (json_int_t)o->canonical_len, "sha256",
-                     committed ? tv__api_jstr(o->sha256) : json_null(), "users", users);
+                     show_hash ? tv__api_jstr(o->sha256) : json_null(), "users", users);
 }
 
 int tv__api_h_device_extents(tv__api_ctx *c)
@@ -300,7 +328,7 @@ int tv__api_h_device_extents(tv__api_ctx *c)
         if (o->base_off > pos &&
             (rc = extent_append(arr, plain_extent(pos, o->base_off - pos, "free"), &c->err)))
             break;
-        rc = extent_append(arr, object_extent(&m, i), &c->err);
+        rc = extent_append(arr, object_extent(c, &m, i), &c->err);
         pos = o->base_off + o->alloc_len;
     }
     if (!rc && end > pos)
@@ -351,6 +379,8 @@ int tv__api_h_models(tv__api_ctx *c)
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++) {
+        if (!tv__api_can_read(c, ms[i].name))
+            continue; /* a page may come out short: the cursor still moves on */
         json_t *j = model_doc(c, reg, &ms[i], &rc);
         if (!rc && json_array_append_new(arr, j))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
@@ -884,7 +914,22 @@ int tv__api_h_token_revoke(tv__api_ctx *c)
     return rc ? rc : tv__api_reply(c, 200, tv__api_token_json(&t));
 }
 
-/* GET /v1/sessions: the fast path's live sessions (none when it is off). */
+/* Sessions show pids, uids and models: a peer sees its own (same uid), a
+ * read token those whose every open model it may read, admin all. */
+static bool session_visible(tv__api_ctx *c, const tv__fp_session_info *s)
+{
+    if (tv__api_sees_all(c))
+        return true;
+    if (!c->has_token)
+        return c->req->peer && c->req->peer->local && c->req->peer->uid == s->uid;
+    for (size_t h = 0; h < s->n_handles; h++)
+        if (!tv__api_can_read(c, s->handles[h].model))
+            return false;
+    return s->n_handles > 0;
+}
+
+/* GET /v1/sessions: the fast path's live sessions (none when it is off),
+ * those the peer may see. */
 int tv__api_h_sessions(tv__api_ctx *c)
 {
     static const char *const q[] = {NULL};
@@ -899,7 +944,7 @@ int tv__api_h_sessions(tv__api_ctx *c)
     if (!(arr = json_array()))
         rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, tv__api_session_json(&ss[i])))
+        if (session_visible(c, &ss[i]) && json_array_append_new(arr, tv__api_session_json(&ss[i])))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
     tv__fp_sessions_free(ss, n);
     if (rc) {

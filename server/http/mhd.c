@@ -1,11 +1,15 @@
-/* libmicrohttpd transport for tv__api (see mhd.h). One req_ctx per request,
- * created by the URI-log callback (which also keeps the raw request target,
- * query included), filled while the body arrives, turned into a tv__api_req
- * on the last call, and freed by the request-completed callback, which also
- * feeds the request metrics. */
+/* libmicrohttpd transport for tv__api (see mhd.h). One conn_ctx per
+ * connection (the peer, its cap key, its request deadline), created by the
+ * connection-notify callback and kept in the daemon's connection list for
+ * the watchdog; one req_ctx per request, created by the URI-log callback
+ * (which also keeps the raw request target, query included), filled while
+ * the body arrives, turned into a tv__api_req on the last call, and freed
+ * by the request-completed callback, which also feeds the request metrics
+ * and starts the connection's next deadline. */
 #include "http/mhd.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -19,25 +23,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "http/api.h"
 #include "http/metrics.h"
+#include "http/peer.h"
 #include "http/static.h"
+#include "net/unixsock.h"
 #include "registry/registry.h"
 #include "util/internal.h"
 #include "util/sys.h"
 
-#define STREAM_BLOCK (256u << 10)
+#define STREAM_BLOCK       (256u << 10)
+#define WATCHDOG_MS        250
+#define MAX_HOSTS          32
+#define CUT_LOG_INTERVAL_S 10 /* connections cut are logged at most this often (a summary) */
+
+/* One name of allowed_hosts: NAME matches a Host of NAME, or NAME:<the
+ * bound port>; NAME:PORT matches that port only. */
+typedef struct host_rule {
+    char name[256]; /* lower case; an IPv6 address in brackets */
+    int port;       /* -1: none given */
+} host_rule;
+
+typedef struct listener listener;
+typedef struct conn_ctx conn_ctx;
 
 struct tv__http {
-    struct MHD_Daemon *d;
+    listener *tcp, *unx;
     tv__api *api;
     tv__jobs *jobs;
     size_t max_body, max_header;
+    unsigned header_timeout_ms, per_ip, per_uid;
+    bool identify_loopback;
+    uint16_t port;
+    host_rule hosts[MAX_HOSTS];
+    size_t n_hosts;
+    bool any_host;       /* allowed_hosts has "*" */
+    bool any_ip_literal; /* the default list of a wildcard listen address: any IP literal */
     char *registry_path;
+    char *socket_path;            /* unlinked at stop */
     pthread_mutex_t metrics_lock; /* guards metrics_reg */
     tv__reg *metrics_reg;
     /* Set by tv__http_quiesce: new connections are closed as they are
@@ -46,6 +74,31 @@ struct tv__http {
      * its connection limit, and libmicrohttpd 0.9.75 then aborts: "Failed to
      * remove listen FD from epoll set".) */
     atomic_bool quiesced;
+    /* the live connections (conns_mu): the watchdog's list, and the caps'
+     * counts; an entry leaves it before libmicrohttpd closes its socket, so
+     * a shutdown() under conns_mu never hits a reused descriptor */
+    pthread_mutex_t conns_mu;
+    pthread_cond_t wd_cond;
+    conn_ctx *conns;
+    bool wd_stop, wd_started;
+    pthread_t wd;
+    uint64_t n_cut_deadline, n_cut_cap; /* since the last summary line */
+    time_t cut_logged;
+};
+
+struct listener {
+    tv__http *h;
+    struct MHD_Daemon *d;
+    bool unix_sock;
+};
+
+struct conn_ctx {
+    int fd;
+    tv__http_peer peer;
+    char key[80];                /* the cap it counts against: "uid N" or "address A" */
+    _Atomic int64_t deadline_ms; /* CLOCK_MONOTONIC; 0 while a request is being served */
+    bool cut;                    /* shut down (conns_mu) */
+    conn_ctx *prev, *next;
 };
 
 typedef struct req_ctx {
@@ -69,6 +122,19 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t now_ms(void)
+{
+    return (int64_t)(now_ns() / 1000000u);
+}
+
+/* The connection's conn_ctx (NULL when it could not be allocated). */
+static conn_ctx *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
@@ -104,7 +170,12 @@ static void *uri_log(void *cls, const char *uri, struct MHD_Connection *c)
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    listener *l = cls;
+    (void)toe;
+    /* the next request of a kept-alive connection has the same time */
+    conn_ctx *cc = conn_of(c);
+    if (cc)
+        atomic_store(&cc->deadline_ms, now_ms() + l->h->header_timeout_ms);
     req_ctx *r = *con_cls;
     if (!r)
         return;
@@ -217,27 +288,6 @@ static int code_for_status(int status)
     default:
         return TV_E_INTERNAL;
     }
-}
-
-static bool peer_is_loopback(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr)
-        return false;
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
-        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    }
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
-        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
-            return true;
-        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-            return in6->sin6_addr.s6_addr[12] == 127;
-    }
-    return false;
 }
 
 static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -391,17 +441,186 @@ static enum MHD_Result serve_static(struct MHD_Connection *c, req_ctx *r, const 
     return ret;
 }
 
+/* ---- names the daemon answers to ---------------------------------------------- */
+
+/* Splits "name[:port]" (a bracketed IPv6 name keeps its brackets) of len
+ * bytes into a lower-case name and *port (-1: none). false when malformed. */
+static bool split_host(const char *s, size_t len, char name[256], int *port)
+{
+    size_t nl = len;
+    *port = -1;
+    if (len == 0)
+        return false;
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close)
+            return false;
+        nl = (size_t)(close - s) + 1;
+    } else {
+        const char *colon = memchr(s, ':', len);
+        if (colon)
+            nl = (size_t)(colon - s);
+    }
+    if (nl == 0 || nl >= 256)
+        return false;
+    if (nl < len) {
+        if (s[nl] != ':' || nl + 1 == len || len - nl - 1 > 5)
+            return false;
+        int p = 0;
+        for (size_t i = nl + 1; i < len; i++) {
+            if (!isdigit((unsigned char)s[i]))
+                return false;
+            p = p * 10 + (s[i] - '0');
+        }
+        if (p > 65535)
+            return false;
+        *port = p;
+    }
+    for (size_t i = 0; i < nl; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= ' ' || ch >= 0x7f || ch == '/' || ch == '@')
+            return false;
+        name[i] = (char)tolower(ch);
+    }
+    name[nl] = '\0';
+    return true;
+}
+
+/* Whether name is an IPv4 or a bracketed IPv6 literal. */
+static bool ip_literal(const char *name)
+{
+    unsigned char a[16];
+    char v6[64];
+    size_t n = strlen(name);
+    if (inet_pton(AF_INET, name, a) == 1)
+        return true;
+    if (n < 3 || name[0] != '[' || name[n - 1] != ']' || n - 2 >= sizeof v6)
+        return false;
+    memcpy(v6, name + 1, n - 2);
+    v6[n - 2] = '\0';
+    return inet_pton(AF_INET6, v6, a) == 1;
+}
+
+/* Whether a Host header value (or an Origin's authority) names this daemon. */
+static bool host_allowed(const tv__http *h, const char *host, size_t len)
+{
+    char name[256];
+    int port;
+    if (h->any_host)
+        return true;
+    if (!split_host(host, len, name, &port))
+        return false;
+    if (h->any_ip_literal && ip_literal(name) && (port < 0 || port == h->port))
+        return true;
+    for (size_t i = 0; i < h->n_hosts; i++) {
+        const host_rule *r = &h->hosts[i];
+        if (strcmp(r->name, name))
+            continue;
+        if (r->port >= 0 ? port == r->port : (port < 0 || port == h->port))
+            return true;
+    }
+    return false;
+}
+
+static int add_host(tv__http *h, const char *s, size_t len, tv_error *err)
+{
+    if (len == 1 && s[0] == '*') {
+        h->any_host = true;
+        return 0;
+    }
+    if (h->n_hosts == MAX_HOSTS)
+        return tv__seterr(err, TV_E_INVALID_ARG, "http.allowed_hosts: more than %d names",
+                          MAX_HOSTS);
+    host_rule *r = &h->hosts[h->n_hosts];
+    if (!split_host(s, len, r->name, &r->port))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "http.allowed_hosts: '%.*s' is not NAME, NAME:PORT, [IPV6][:PORT] or *",
+                          (int)(len > 200 ? 200 : len), s);
+    h->n_hosts++;
+    return 0;
+}
+
+static int add_hosts(tv__http *h, const char *list, tv_error *err)
+{
+    for (const char *p = list; p && *p;) {
+        while (*p == ',' || *p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, ", \t");
+        int rc = n ? add_host(h, p, n, err) : 0;
+        if (rc)
+            return rc;
+        p += n;
+    }
+    return 0;
+}
+
+/* The names of the daemon: allowed_hosts, or by default localhost,
+ * 127.0.0.1, [::1], the listen host and the extra names (any IP literal
+ * too when it listens on every address: a DNS-rebinding page always sends
+ * its own DNS name, never an address). */
+static int set_hosts(tv__http *h, const tv__http_opts *o, tv_error *err)
+{
+    if (o->allowed_hosts && o->allowed_hosts[0])
+        return add_hosts(h, o->allowed_hosts, err);
+    int rc = add_hosts(h, "localhost,127.0.0.1,[::1]", err);
+    const char *colon = strrchr(o->listen, ':');
+    size_t hl = colon ? (size_t)(colon - o->listen) : 0;
+    char host[256];
+    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : 0), o->listen);
+    if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "*") || !host[0])
+        h->any_ip_literal = true;
+    else if (!rc)
+        rc = add_host(h, host, strlen(host), err);
+    if (!rc && o->extra_hosts)
+        rc = add_hosts(h, o->extra_hosts, err);
+    return rc;
+}
+
+/* 421 for a Host that names someone else, 400 for none on HTTP/1.1, 403
+ * for a state-changing request from a page of another origin; NULL when
+ * the request may go on (the UNIX socket is not reachable from a page). */
+static const char *misdirected(const tv__http *h, struct MHD_Connection *c, const char *method,
+                               const char *version, int *status)
+{
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!host) {
+        *status = 400;
+        return strcmp(version, "HTTP/1.0") ? "the request has no Host header" : NULL;
+    }
+    if (!host_allowed(h, host, strlen(host))) {
+        *status = 421;
+        return "the Host of the request is not a name of this daemon (http.allowed_hosts)";
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        const char *auth = strstr(origin, "://");
+        if (!auth || strcmp(origin, "null") == 0 ||
+            !host_allowed(h, auth + 3, strcspn(auth + 3, "/"))) {
+            *status = 403;
+            return "a request from a page of another origin (Origin) may not change anything here";
+        }
+    }
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)url, (void)version;
-    tv__http *h = cls;
+    (void)url;
+    listener *l = cls;
+    tv__http *h = l->h;
     req_ctx *r = *con_cls;
+    conn_ctx *cc = conn_of(c);
     if (!r || !r->target)
         return queue_error(c, NULL, 500, -ENOMEM, "out of memory", true);
     if (!r->seen) {
         r->seen = true;
+        int status = 0;
+        const char *why = l->unix_sock ? NULL : misdirected(h, c, method, version, &status);
+        if (why)
+            return queue_error(c, r, status, status == 403 ? TV_E_FORBIDDEN : TV_E_BAD_REQUEST, why,
+                               true);
         size_t hsum = 0;
         MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hsum);
         if (hsum > h->max_header) {
@@ -446,6 +665,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->body[r->body_len] = '\0';
         return MHD_YES;
     }
+    if (cc) /* the request is whole: no deadline while it is served */
+        atomic_store(&cc->deadline_ms, 0);
     if (r->too_large) {
         char msg[128];
         snprintf(msg, sizeof(msg), "request body over %zu bytes", h->max_body);
@@ -465,7 +686,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         .if_none_match = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match"),
         .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
         .trusted = false,
-        .peer_loopback = peer_is_loopback(c),
+        .peer = cc ? &cc->peer : NULL,
     };
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
         const tv__static_file *f = tv__static_find(r->target);
@@ -515,13 +736,169 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, soc
 {
     (void)addr;
     (void)addrlen;
-    return atomic_load(&((tv__http *)cls)->quiesced) ? MHD_NO : MHD_YES;
+    return atomic_load(&((listener *)cls)->h->quiesced) ? MHD_NO : MHD_YES;
+}
+
+/* ---- connections: caps and deadlines ----------------------------------------- */
+
+/* Logs what was cut since the last summary, at most every CUT_LOG_INTERVAL_S
+ * (under conns_mu): a flood is one line, not one per connection. */
+static void cut_log(tv__http *h, const char *example)
+{
+    time_t now = time(NULL);
+    if (now - h->cut_logged < CUT_LOG_INTERVAL_S)
+        return;
+    h->cut_logged = now;
+    tv__log(
+        TV_LOG_WARN,
+        "http: closed %" PRIu64
+        " connections over their peer's cap (http.per_uid_connections, http.per_ip_connections) and %" PRIu64
+        " that sent no whole request within http.header_timeout_s; latest: %s",
+        h->n_cut_cap, h->n_cut_deadline, example);
+    h->n_cut_cap = h->n_cut_deadline = 0;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    listener *l = cls;
+    tv__http *h = l->h;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ctx *cc = *socket_context;
+        if (!cc)
+            return;
+        pthread_mutex_lock(&h->conns_mu);
+        if (cc->prev)
+            cc->prev->next = cc->next;
+        else
+            h->conns = cc->next;
+        if (cc->next)
+            cc->next->prev = cc->prev;
+        pthread_mutex_unlock(&h->conns_mu);
+        free(cc);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn_ctx *cc = ci ? calloc(1, sizeof *cc) : NULL;
+    *socket_context = cc;
+    if (!cc)
+        return;
+    cc->fd = ci->connect_fd;
+    tv__http_peer_identify(cc->fd, h->identify_loopback, &cc->peer);
+    unsigned cap;
+    if (cc->peer.local) {
+        snprintf(cc->key, sizeof cc->key, "uid %u", (unsigned)cc->peer.uid);
+        cap = h->per_uid;
+    } else {
+        snprintf(cc->key, sizeof cc->key, "address %s", cc->peer.addr);
+        cap = h->per_ip;
+    }
+    atomic_store(&cc->deadline_ms, now_ms() + h->header_timeout_ms);
+    pthread_mutex_lock(&h->conns_mu);
+    unsigned n = 0;
+    for (conn_ctx *o = h->conns; o; o = o->next)
+        n += !o->cut && !strcmp(o->key, cc->key);
+    cc->next = h->conns;
+    if (h->conns)
+        h->conns->prev = cc;
+    h->conns = cc;
+    if (n >= cap) {
+        /* libmicrohttpd reads end-of-file and closes it */
+        cc->cut = true;
+        shutdown(cc->fd, SHUT_RDWR);
+        h->n_cut_cap++;
+        char ex[160];
+        snprintf(ex, sizeof ex, "%s already had %u connections", cc->key, n);
+        cut_log(h, ex);
+    }
+    pthread_mutex_unlock(&h->conns_mu);
+}
+
+/* Every WATCHDOG_MS: connections past their request deadline are shut
+ * down (libmicrohttpd then sees end-of-file and closes them). */
+static void *watchdog_main(void *arg)
+{
+    tv__http *h = arg;
+    pthread_mutex_lock(&h->conns_mu);
+    while (!h->wd_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += WATCHDOG_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->wd_cond, &h->conns_mu, &until);
+        int64_t now = now_ms();
+        for (conn_ctx *cc = h->conns; cc && !h->wd_stop; cc = cc->next) {
+            int64_t dl = atomic_load(&cc->deadline_ms);
+            if (cc->cut || dl == 0 || dl > now)
+                continue;
+            cc->cut = true;
+            shutdown(cc->fd, SHUT_RDWR);
+            h->n_cut_deadline++;
+            char ex[160];
+            snprintf(ex, sizeof ex, "%s sent no whole request in %u ms", cc->key,
+                     h->header_timeout_ms);
+            cut_log(h, ex);
+        }
+    }
+    pthread_mutex_unlock(&h->conns_mu);
+    return NULL;
+}
+
+/* ---- start / stop --------------------------------------------------------------- */
+
+static int start_listener(tv__http *h, const tv__http_opts *o, bool unix_sock, int fd,
+                          const struct sockaddr_storage *ss, unsigned threads, listener **out,
+                          tv_error *err)
+{
+    listener *l = calloc(1, sizeof *l);
+    if (!l)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    l->h = h;
+    l->unix_sock = unix_sock;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (!unix_sock && ss->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    unsigned limit = o->max_connections ? o->max_connections : 4096u;
+    errno = 0;
+    l->d = MHD_start_daemon(
+        flags, 0, accept_policy, l, on_request, l, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        unix_sock ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
+        unix_sock ? (void *)(intptr_t)fd : (void *)ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, o->connection_timeout_s ? o->connection_timeout_s : 30u,
+        MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 0u,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->memory_limit ? o->memory_limit : (size_t)(64u << 10),
+        MHD_OPTION_UNESCAPE_CALLBACK, keep_raw, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_log, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, l, MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
+        MHD_OPTION_END);
+    if (!l->d) {
+        int e = errno ? errno : EADDRINUSE;
+        free(l);
+        return tv__seterr(err, -e, "cannot listen on %s: %s",
+                          unix_sock ? o->socket_path : o->listen, strerror(e));
+    }
+    *out = l;
+    return 0;
+}
+
+static void stop_listener(listener *l)
+{
+    if (!l)
+        return;
+    if (l->d)
+        MHD_stop_daemon(l->d);
+    free(l);
 }
 
 int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__http **out,
                    uint16_t *port, tv_error *err)
 {
-    int rc;
+    int rc, ufd = -1;
     if (!o || !o->listen || !api || !out || !o->store_dir)
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
     *out = NULL;
@@ -535,40 +912,60 @@ int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__htt
     h->jobs = jobs;
     h->max_body = o->max_body_bytes ? o->max_body_bytes : (64u << 10);
     h->max_header = o->max_header_bytes ? o->max_header_bytes : (8u << 10);
+    h->header_timeout_ms = 1000u * (o->header_timeout_s ? o->header_timeout_s : 10u);
+    h->per_ip = o->per_ip_connections ? o->per_ip_connections : 256u;
+    h->per_uid = o->per_uid_connections ? o->per_uid_connections : 256u;
+    h->identify_loopback = o->identify_loopback;
     pthread_mutex_init(&h->metrics_lock, NULL);
+    pthread_mutex_init(&h->conns_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->wd_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if ((rc = set_hosts(h, o, err)))
+        goto fail;
     size_t plen = strlen(o->store_dir) + sizeof("/registry.db");
     if (!(h->registry_path = malloc(plen))) {
         rc = tv__seterr(err, -ENOMEM, "out of memory");
         goto fail;
     }
     snprintf(h->registry_path, plen, "%s/registry.db", o->store_dir);
+    if ((rc = pthread_create(&h->wd, NULL, watchdog_main, h))) {
+        rc = tv__seterr(err, -rc, "http: starting the watchdog thread: %s", strerror(rc));
+        goto fail;
+    }
+    h->wd_started = true;
     unsigned threads = o->threads;
     if (!threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (unsigned)n : 1;
     }
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ss.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    errno = 0;
-    h->d = MHD_start_daemon(
-        flags, 0, accept_policy, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_TIMEOUT, o->connection_timeout_s ? o->connection_timeout_s : 30u,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->per_ip_connections ? o->per_ip_connections : 256u,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->memory_limit ? o->memory_limit : (size_t)(64u << 10),
-        MHD_OPTION_UNESCAPE_CALLBACK, keep_raw, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_log, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
-    if (!h->d) {
-        int e = errno ? errno : EADDRINUSE;
-        rc = tv__seterr(err, -e, "cannot listen on %s: %s", o->listen, strerror(e));
+    if ((rc = start_listener(h, o, false, -1, &ss, threads, &h->tcp, err)))
         goto fail;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->tcp->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : 0;
+    if (o->socket_path && o->socket_path[0]) {
+        ufd = tv__unix_listen(o->socket_path, SOCK_STREAM, o->socket_mode ? o->socket_mode : 0660,
+                              128, "http", err);
+        if (ufd < 0) {
+            rc = ufd;
+            goto fail;
+        }
+        if (!(h->socket_path = strdup(o->socket_path))) {
+            tv__sys.close(ufd);
+            tv__sys.unlink(o->socket_path);
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+        /* libmicrohttpd owns (and closes) the descriptor from here on */
+        if ((rc = start_listener(h, o, true, ufd, NULL, threads > 2 ? 2 : threads, &h->unx, err))) {
+            tv__sys.close(ufd);
+            goto fail;
+        }
     }
-    if (port) {
-        const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-        *port = di ? di->port : 0;
-    }
+    if (port)
+        *port = h->port;
     *out = h;
     return 0;
 fail:
@@ -586,10 +983,22 @@ void tv__http_stop(tv__http *h)
 {
     if (!h)
         return;
-    if (h->d)
-        MHD_stop_daemon(h->d);
+    stop_listener(h->unx);
+    stop_listener(h->tcp);
+    if (h->socket_path)
+        (void)tv__sys.unlink(h->socket_path);
+    if (h->wd_started) {
+        pthread_mutex_lock(&h->conns_mu);
+        h->wd_stop = true;
+        pthread_cond_signal(&h->wd_cond);
+        pthread_mutex_unlock(&h->conns_mu);
+        pthread_join(h->wd, NULL);
+    }
     tv__reg_close(h->metrics_reg);
+    pthread_cond_destroy(&h->wd_cond);
+    pthread_mutex_destroy(&h->conns_mu);
     pthread_mutex_destroy(&h->metrics_lock);
+    free(h->socket_path);
     free(h->registry_path);
     free(h);
 }

@@ -720,9 +720,9 @@ int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
                          tv_error *err);
 
 /* Looks a presented secret up by its SHA-256 (compared in constant time).
- * Returns 0, *scope and *token_id (may be NULL); TV_E_UNAUTHORIZED for a
- * malformed, unknown or revoked secret. */
-int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, int64_t *token_id,
+ * Returns 0, *scope and *tok (the token's row; may be NULL); TV_E_UNAUTHORIZED
+ * for a malformed, unknown or revoked secret. */
+int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, tv__reg_token *tok,
                         tv_error *err);
 
 /* Every token by id (revoked ones too). */

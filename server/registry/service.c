@@ -695,9 +695,8 @@ done:
 
 typedef struct token_hit {
     char sha256[TV__REG_SHA256_HEX_LEN + 1];
-    int64_t id;
+    tv__reg_token t;
     char scope[8];
-    int64_t revoked_at;
 } token_hit;
 
 static int read_token_hit(sqlite3_stmt *st, void *record, tv_error *err)
@@ -705,9 +704,11 @@ static int read_token_hit(sqlite3_stmt *st, void *record, tv_error *err)
     (void)err;
     token_hit *h = record;
     tv__reg_col_text(st, 0, h->sha256, sizeof h->sha256);
-    h->id = sqlite3_column_int64(st, 1);
+    h->t.id = sqlite3_column_int64(st, 1);
     tv__reg_col_text(st, 2, h->scope, sizeof h->scope);
-    h->revoked_at = sqlite3_column_int64(st, 3);
+    h->t.revoked_at = sqlite3_column_int64(st, 3);
+    tv__reg_col_text(st, 4, h->t.name, sizeof h->t.name);
+    h->t.created_at = sqlite3_column_int64(st, 5);
     return 0;
 }
 
@@ -721,7 +722,7 @@ static bool secret_shape_ok(const char *s)
     return true;
 }
 
-int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, int64_t *token_id,
+int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, tv__reg_token *tok,
                         tv_error *err)
 {
     if (!reg || !secret || !scope)
@@ -736,23 +737,25 @@ int tv__reg_token_check(tv__reg *reg, const char *secret, tv__scope *scope, int6
     int rc = secret_hash(secret, hash, err);
     if (rc)
         return rc;
-    rc = tv__reg_query_one(reg, read_token_hit, &h, "looking up a token", err,
-                           "SELECT sha256, id, scope, ifnull(revoked_at, 0) FROM api_tokens "
-                           "WHERE sha256 = ?1",
-                           "t", hash);
+    rc = tv__reg_query_one(
+        reg, read_token_hit, &h, "looking up a token", err,
+        "SELECT sha256, id, scope, ifnull(revoked_at, 0), name, created_at FROM api_tokens "
+        "WHERE sha256 = ?1",
+        "t", hash);
     if (rc == TV_E_NOT_FOUND ||
         (rc == 0 && CRYPTO_memcmp(h.sha256, hash, TV__REG_SHA256_HEX_LEN) != 0))
         return tv__seterr(err, TV_E_UNAUTHORIZED, "the bearer token is unknown");
     if (rc)
         return rc;
-    if (h.revoked_at)
-        return tv__seterr(err, TV_E_UNAUTHORIZED, "token %lld was revoked", (long long)h.id);
+    if (h.t.revoked_at)
+        return tv__seterr(err, TV_E_UNAUTHORIZED, "token %lld was revoked", (long long)h.t.id);
     tv__scope s = TV__SCOPE_NONE;
     if (tv__scope_parse(h.scope, &s))
-        return tv__seterr(err, TV_E_REGISTRY, "token %lld has an unknown scope", (long long)h.id);
+        return tv__seterr(err, TV_E_REGISTRY, "token %lld has an unknown scope", (long long)h.t.id);
     *scope = s;
-    if (token_id)
-        *token_id = h.id;
+    h.t.scope = s;
+    if (tok)
+        *tok = h.t;
     return 0;
 }
 

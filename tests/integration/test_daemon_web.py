@@ -123,9 +123,9 @@ def test_not_modified_framing(d):
     etag = fetch(d, "/ui/app.js")[1]["etag"]
     s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
     try:
-        s.sendall((f"GET /ui/app.js HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
-                   f"HEAD /ui/app.js HTTP/1.1\r\nHost: t\r\nIf-None-Match: W/{etag}\r\n\r\n"
-                   "GET /ui/favicon.svg HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").encode())
+        s.sendall((f"GET /ui/app.js HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: {etag}\r\n\r\n"
+                   f"HEAD /ui/app.js HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: W/{etag}\r\n\r\n"
+                   "GET /ui/favicon.svg HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").encode())
         data = b""
         while True:
             b = s.recv(65536)

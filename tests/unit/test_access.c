@@ -56,7 +56,10 @@ static void test_syntax(void **state)
         {"gid:1x", "a gid"},
         {"uid:4294967295", "below 4294967295"},
         {"uid:99999999999999999999", "uid:9999"},
-        {"root", "expected uid:N, gid:N, user:NAME, group:NAME or *"},
+        {"root",
+         "expected uid:N, gid:N, user:NAME, group:NAME, *, token:NAME, token:* or anonymous"},
+        {"token:", "token:"},
+        {"anonymous:1", "anonymous:1"},
         {"uid:1 bogus:2", "bogus:2"},
         {"user:", "user:"},
         {"user:no-such-user-tv", "no such user"},
@@ -84,7 +87,7 @@ static void test_default_is_the_daemon(void **state)
     tv_error err = {0};
     tv__fp_access *a = make(NULL, NULL, NULL, 0);
     char want[64];
-    snprintf(want, sizeof want, "uid:%u gid:%u", (unsigned)getuid(), (unsigned)getgid());
+    snprintf(want, sizeof want, "uid:%u gid:%u token:*", (unsigned)getuid(), (unsigned)getgid());
     assert_string_equal(tv__fp_access_rules(a, "demo"), want);
     gid_t mine = getgid(), other = 54321;
     assert_int_equal(tv__fp_access_check(a, "demo", getuid(), &other, 1, &err), 0);

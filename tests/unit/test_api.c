@@ -121,6 +121,14 @@ static int teardown(void **state)
 
 /* ---- request helpers ---------------------------------------------------------- */
 
+/* Peers as the transport identifies them: a local user (the UNIX socket or
+ * a loopback client the kernel named), a loopback client not identified,
+ * and a remote one. */
+static const tv__http_peer LOCAL = {
+    .local = true, .loopback = true, .uid = 4242, .n_gids = 1, .gids = {4242}, .addr = "127.0.0.1"};
+static const tv__http_peer UNKNOWN_LOOPBACK = {.loopback = true, .addr = "127.0.0.1"};
+static const tv__http_peer REMOTE = {.addr = "192.0.2.7"};
+
 typedef struct rq {
     const char *body, *auth, *range, *inm, *ctype;
     bool untrusted, remote;
@@ -147,7 +155,7 @@ static int call(tv__api_resp *r, const char *method, const char *target, const r
                        .if_none_match = x->inm,
                        .content_type = x->ctype,
                        .trusted = !x->untrusted,
-                       .peer_loopback = !x->remote};
+                       .peer = x->remote ? &REMOTE : &LOCAL};
     int st = tv__api_handle(g->api, &req, r);
     assert_int_equal(st, r->status);
     assert_non_null(r->route);
@@ -1748,7 +1756,7 @@ static void *hammer(void *arg)
         tv__api_req q = {.method = "GET",
                          .path = "/v1/models/acme%2Ftiny/generations/1/tensors/na%C3%AFve/data",
                          .range = "bytes=3-77",
-                         .peer_loopback = true};
+                         .peer = &LOCAL};
         if (tv__api_handle(g->api, &q, &r) != 206 || r.body_len != 75)
             return (void *)1;
         for (uint64_t k = 0; k < 75; k++)
@@ -1758,7 +1766,7 @@ static void *hammer(void *arg)
         q = (tv__api_req){.method = "GET",
                           .path = i % 2 ? "/v1/models/acme%2Ftiny/generations/2/tensors/big"
                                         : "/v1/models",
-                          .peer_loopback = true};
+                          .peer = &LOCAL};
         if (tv__api_handle(g->api, &q, &r) != 200 || !r.json)
             return (void *)3;
         tv__api_resp_free(&r);
@@ -1904,7 +1912,7 @@ static void test_garbage(void **state)
                          .authorization = rnd(4) ? NULL : query,
                          .content_type = rnd(4) ? NULL : "application/json; charset=utf-8",
                          .trusted = rnd(3) != 0,
-                         .peer_loopback = rnd(2)};
+                         .peer = rnd(2) ? &LOCAL : &REMOTE};
         q.body_len = q.body ? strlen(q.body) : 0;
         tv__api_resp r;
         int st = tv__api_handle(api, &q, &r);
@@ -1954,7 +1962,7 @@ static void test_open_args(void **state)
     q.path = "/v1/models/zeta/rollback";
     assert_int_equal(tv__api_handle(api, &q, &r), 409);
     tv__api_resp_free(&r);
-    q = (tv__api_req){.method = "GET", .path = "/v1/models", .peer_loopback = true};
+    q = (tv__api_req){.method = "GET", .path = "/v1/models", .peer = &UNKNOWN_LOOPBACK};
     assert_int_equal(tv__api_handle(api, &q, &r), 401);
     tv__api_resp_free(&r);
     tv__api_resp_free(&r); /* twice is safe */
@@ -1962,9 +1970,9 @@ static void test_open_args(void **state)
     tv__api_close(NULL);
 }
 
-/* One HTTP/1.0 GET /healthz on a new connection to 127.0.0.1:port: the
- * bytes of the reply (0 when the server closed the connection unanswered). */
-static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
+/* Sends req on a new connection to 127.0.0.1:port: the bytes of the reply
+ * (0 when the server closed the connection unanswered). */
+static size_t http_raw(uint16_t port, const char *req, char *buf, size_t cap)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -1974,7 +1982,6 @@ static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    const char *req = "GET /healthz HTTP/1.0\r\nHost: t\r\n\r\n";
     (void)send(fd, req, strlen(req), MSG_NOSIGNAL); /* may fail once refused */
     for (;;) {
         ssize_t n = recv(fd, buf + got, cap - 1 - got, 0);
@@ -1985,6 +1992,11 @@ static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
     buf[got] = '\0';
     close(fd); /* raw-syscall-ok: a test socket */
     return got;
+}
+
+static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
+{
+    return http_raw(port, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n", buf, cap);
 }
 
 /* tv__http_quiesce: connections accepted afterwards are closed unanswered,
@@ -2004,6 +2016,108 @@ static void test_http_quiesce(void **state)
     tv__http_quiesce(h);
     tv__http_quiesce(h); /* twice is fine */
     assert_int_equal(http_get_healthz(port, buf, sizeof buf), 0);
+    tv__http_stop(h);
+}
+
+/* The status line's code of the reply to req. */
+static int http_status(uint16_t port, const char *req)
+{
+    char buf[4096];
+    assert_true(http_raw(port, req, buf, sizeof buf) > 12);
+    return atoi(buf + 9);
+}
+
+/* DNS rebinding: a Host that is not one of the daemon's names is 421, none
+ * on HTTP/1.1 400; a state-changing request from another origin is 403. */
+static void test_http_hosts(void **state)
+{
+    (void)state;
+    tv__http_opts o = {.listen = "127.0.0.1:0",
+                       .threads = 1,
+                       .store_dir = g->store,
+                       .extra_hosts = "node-a.example:9000"};
+    tv__http *h = NULL;
+    uint16_t port = 0;
+    tv_error err = {0};
+    char req[512];
+    assert_int_equal(tv__http_start(&o, g->api, NULL, &h, &port, &err), 0);
+    static const struct {
+        const char *host; /* %u: the port */
+        int status;
+    } cases[] = {
+        {"localhost:%u", 200},      {"LocalHost:%u", 200},      {"127.0.0.1:%u", 200},
+        {"[::1]:%u", 200},          {"localhost", 200},         {"node-a.example:9000", 200},
+        {"evil.example:%u", 421},   {"localhost:1%u", 421},     {"127.0.0.2:%u", 421},
+        {"localhost.evil:%u", 421}, {"node-a.example:%u", 421}, {"localhost:%u/x", 421},
+        {"user@localhost:%u", 421}, {"[::1:%u", 421},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char host[128];
+        snprintf(host, sizeof host, cases[i].host, (unsigned)port);
+        snprintf(req, sizeof req, "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+                 host);
+        int st = http_status(port, req);
+        if (st != cases[i].status)
+            fail_msg("Host: %s -> %d, want %d", host, st, cases[i].status);
+    }
+    assert_int_equal(http_status(port, "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n"), 400);
+    assert_int_equal(http_status(port, "GET /healthz HTTP/1.0\r\n\r\n"), 200);
+    /* the dashboard's files too */
+    snprintf(req, sizeof req,
+             "GET / HTTP/1.1\r\nHost: evil.example:%u\r\nConnection: close\r\n\r\n",
+             (unsigned)port);
+    assert_int_equal(http_status(port, req), 421);
+    /* Origin: a page of another site may not change anything; reads pass */
+    snprintf(
+        req, sizeof req,
+        "POST /v1/gc HTTP/1.1\r\nHost: localhost:%u\r\nOrigin: http://evil.example\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        (unsigned)port);
+    assert_int_equal(http_status(port, req), 403);
+    snprintf(
+        req, sizeof req,
+        "POST /v1/gc HTTP/1.1\r\nHost: localhost:%u\r\nOrigin: http://localhost:%u\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        (unsigned)port, (unsigned)port);
+    assert_int_equal(http_status(port, req), 401); /* same origin: on to the api (no token) */
+    snprintf(
+        req, sizeof req,
+        "GET /healthz HTTP/1.1\r\nHost: localhost:%u\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n",
+        (unsigned)port);
+    assert_int_equal(http_status(port, req), 200);
+    tv__http_stop(h);
+
+    /* allowed_hosts replaces the list; "*" allows any; a malformed entry is refused */
+    tv__http_opts o2 = o;
+    o2.allowed_hosts = "models.example";
+    assert_int_equal(tv__http_start(&o2, g->api, NULL, &h, &port, &err), 0);
+    snprintf(req, sizeof req,
+             "GET /healthz HTTP/1.1\r\nHost: localhost:%u\r\nConnection: close\r\n\r\n",
+             (unsigned)port);
+    assert_int_equal(http_status(port, req), 421);
+    assert_int_equal(
+        http_status(port,
+                    "GET /healthz HTTP/1.1\r\nHost: models.example\r\nConnection: close\r\n\r\n"),
+        200);
+    tv__http_stop(h);
+    o2.allowed_hosts = "a.example, *";
+    assert_int_equal(tv__http_start(&o2, g->api, NULL, &h, &port, &err), 0);
+    assert_int_equal(
+        http_status(port, "GET /healthz HTTP/1.1\r\nHost: anything\r\nConnection: close\r\n\r\n"),
+        200);
+    tv__http_stop(h);
+    o2.allowed_hosts = "a.example:99999";
+    assert_int_equal(tv__http_start(&o2, g->api, NULL, &h, &port, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "http.allowed_hosts"));
+    /* a wildcard listen address: any IP literal with the port */
+    tv__http_opts o3 = {.listen = "0.0.0.0:0", .threads = 1, .store_dir = g->store};
+    assert_int_equal(tv__http_start(&o3, g->api, NULL, &h, &port, &err), 0);
+    snprintf(req, sizeof req,
+             "GET /healthz HTTP/1.1\r\nHost: 10.1.2.3:%u\r\nConnection: close\r\n\r\n",
+             (unsigned)port);
+    assert_int_equal(http_status(port, req), 200);
+    snprintf(req, sizeof req,
+             "GET /healthz HTTP/1.1\r\nHost: rebound.example:%u\r\nConnection: close\r\n\r\n",
+             (unsigned)port);
+    assert_int_equal(http_status(port, req), 421);
     tv__http_stop(h);
 }
 
@@ -2034,6 +2148,7 @@ int main(void)
         T(test_open_args),
         T(test_sessions_without_fastpath),
         T(test_http_quiesce),
+        T(test_http_hosts),
         cmocka_unit_test(test_session_json),
     };
     /* TV_TEST_FILTER=test_jobs_pool runs only the tests matching it (a

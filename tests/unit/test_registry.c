@@ -1918,10 +1918,12 @@ static void test_tokens(void **state)
     assert_int_equal(query_int(db, sql), 0);
 
     tv__scope scope = TV__SCOPE_NONE;
-    int64_t id = 0;
-    assert_int_equal(tv__reg_token_check(f->reg, admin, &scope, &id, &err), 0);
+    tv__reg_token hit;
+    assert_int_equal(tv__reg_token_check(f->reg, admin, &scope, &hit, &err), 0);
     assert_int_equal(scope, TV__SCOPE_ADMIN);
-    assert_int_equal(id, admin_id);
+    assert_int_equal(hit.id, admin_id);
+    assert_int_equal(hit.scope, TV__SCOPE_ADMIN);
+    assert_string_equal(hit.name, "ci");
     assert_int_equal(tv__reg_token_check(f->reg, reader, &scope, NULL, &err), 0);
     assert_int_equal(scope, TV__SCOPE_READ);
     /* unknown, malformed */
@@ -1966,9 +1968,10 @@ static void test_tokens(void **state)
     char peer[TV__TOKEN_SECRET_LEN + 1];
     assert_int_equal(tv__reg_token_create(f->reg, "peer", TV__SCOPE_FLEET, peer, &t, &err), 0);
     assert_int_equal(t.scope, TV__SCOPE_FLEET);
-    assert_int_equal(tv__reg_token_check(f->reg, peer, &scope, &id, &err), 0);
+    assert_int_equal(tv__reg_token_check(f->reg, peer, &scope, &hit, &err), 0);
     assert_int_equal(scope, TV__SCOPE_FLEET);
-    assert_int_equal(id, t.id);
+    assert_int_equal(hit.id, t.id);
+    assert_string_equal(hit.name, "peer");
     assert_int_equal(tv__reg_tokens_list(f->reg, &list, &n, &err), 0);
     assert_int_equal(n, 3);
     assert_int_equal(list[2].scope, TV__SCOPE_FLEET);
