@@ -89,7 +89,9 @@ class Daemon:
     def spawn(self, extra_args=(), port=None):
         """Starts the process without waiting for it to answer."""
         self.port = port or free_port()
-        self.settings["http.listen"] = f"127.0.0.1:{self.port}"
+        # a settings' http.listen chooses the host (0.0.0.0: every address); the port is ours
+        host = self.settings.get("http.listen", "127.0.0.1:0").rsplit(":", 1)[0]
+        self.settings["http.listen"] = f"{host}:{self.port}"
         self.write_config()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
