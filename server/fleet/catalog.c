@@ -124,7 +124,12 @@ static int res_err(tv__catalog *cat, PGresult *res, const char *what, tv_error *
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     char msg[400];
     one_line(res ? PQresultErrorMessage(res) : PQerrorMessage(cat->conn), msg, sizeof msg);
-    int code = state && strcmp(state, "23505") == 0 ? TV_E_CONFLICT : TV_E_REGISTRY;
+    /* unique_violation: a conflict; lock_not_available and query_canceled
+     * (a brief connection's lock_timeout, statement_timeout): busy, try again */
+    int code = !state                                                       ? TV_E_REGISTRY
+               : strcmp(state, "23505") == 0                                ? TV_E_CONFLICT
+               : strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0 ? TV_E_BUSY
+                                                                            : TV_E_REGISTRY;
     return tv__seterr(err, code, "fleet catalog (%s): %s: %s", cat->where, what, msg);
 }
 
@@ -269,7 +274,31 @@ int tv__catalog_version(tv__catalog *cat, int *version, tv_error *err)
 
 /* ---- open / close ------------------------------------------------------ */
 
+/* A connection that only serves requests: the schema must be there (the
+ * fleet thread migrates it); statements give up instead of waiting. */
+static int check_schema(tv__catalog *cat, void *ctx, tv_error *err)
+{
+    (void)ctx;
+    int version = 0;
+    int rc = tv__catalog_version(cat, &version, err);
+    if (rc)
+        return rc;
+    if ((size_t)version < tv__fleet_n_migrations)
+        return tv__seterr(
+            err, TV_E_BUSY,
+            "fleet catalog (%s): schema version %d, this daemon needs %zu (the fleet thread migrates it: try again)",
+            cat->where, version, tv__fleet_n_migrations);
+    if ((size_t)version > tv__fleet_n_migrations)
+        return too_new(cat, version, err);
+    return 0;
+}
+
 int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
+{
+    return tv__catalog_open_ex(conninfo, 0, out, err);
+}
+
+int tv__catalog_open_ex(const char *conninfo, unsigned flags, tv__catalog **out, tv_error *err)
 {
     if (!out)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__catalog_open: NULL argument");
@@ -298,13 +327,31 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
      * (defaults the conninfo may override): a server lost without a reset
      * (a network gone) fails the call blocked on it within about 30 s, not
      * the system's 2 h. */
-    const char *const keys[] = {"connect_timeout",     "application_name",
-                                "keepalives",          "keepalives_idle",
-                                "keepalives_interval", "keepalives_count",
-                                "tcp_user_timeout",    "dbname",
-                                "client_encoding",     NULL};
-    const char *const vals[] = {"5", "tensorvaultd", "1",      "10",   "5",
-                                "3", "30000",        conninfo, "UTF8", NULL};
+    bool brief = flags & TV__CATALOG_BRIEF;
+    /* a brief connection's timeouts are connection options, so a reconnect
+     * (PQreset) keeps them */
+    const char *const keys[] = {"connect_timeout",
+                                "application_name",
+                                "keepalives",
+                                "keepalives_idle",
+                                "keepalives_interval",
+                                "keepalives_count",
+                                "tcp_user_timeout",
+                                "options",
+                                "dbname",
+                                "client_encoding",
+                                NULL};
+    const char *const vals[] = {brief ? "2" : "5",
+                                brief ? "tensorvaultd (alias moves)" : "tensorvaultd",
+                                "1",
+                                "10",
+                                "5",
+                                "3",
+                                "30000",
+                                brief ? "-c lock_timeout=1000 -c statement_timeout=3000" : "",
+                                conninfo,
+                                "UTF8",
+                                NULL};
     cat->conn = PQconnectdbParams(keys, vals, 1);
     int rc;
     if (!cat->conn) {
@@ -316,7 +363,7 @@ int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err)
         goto fail;
     }
     PQclear(PQexec(cat->conn, "SET client_min_messages = warning"));
-    if ((rc = with_retry(cat, migrate, NULL, err)))
+    if ((rc = with_retry(cat, brief ? check_schema : migrate, NULL, err)))
         goto fail;
     *out = cat;
     return 0;

@@ -19,8 +19,10 @@
  *
  * Errors: -ECONNREFUSED when PostgreSQL cannot be reached (the message names
  * host and database and libpq's reason); TV_E_REGISTRY for a failed
- * statement (the message carries PostgreSQL's); TV_E_REGISTRY_TOO_NEW for a
- * catalog migrated by a newer tensorvault; TV_E_CONFLICT (HTTP 409). */
+ * statement (the message carries PostgreSQL's); TV_E_BUSY for one that gave
+ * up on a lock or ran out of time (lock_timeout, statement_timeout);
+ * TV_E_REGISTRY_TOO_NEW for a catalog migrated by a newer tensorvault;
+ * TV_E_CONFLICT (HTTP 409). */
 #ifndef TV_FLEET_CATALOG_H
 #define TV_FLEET_CATALOG_H
 
@@ -52,6 +54,14 @@ void tv__catalog_redact(const char *conninfo, char *out, size_t len);
  * (a migration failed: the message names the file);
  * TV_E_REGISTRY_TOO_NEW; TV_E_INVALID_ARG (empty or unparsable conninfo). */
 int tv__catalog_open(const char *conninfo, tv__catalog **out, tv_error *err);
+/* tv__catalog_open with flags: TV__CATALOG_BRIEF: a connection that serves
+ * requests (an alias move of the API) and must not wait: connect_timeout 2
+ * s unless conninfo sets one, lock_timeout 1 s, statement_timeout 3 s (a
+ * statement over them fails with TV_E_REGISTRY naming PostgreSQL's
+ * reason), and no migration: a catalog not migrated to this binary's
+ * schema yet is TV_E_BUSY. Same returns otherwise. */
+#define TV__CATALOG_BRIEF 1u
+int tv__catalog_open_ex(const char *conninfo, unsigned flags, tv__catalog **out, tv_error *err);
 /* NULL-safe. */
 void tv__catalog_close(tv__catalog *cat);
 

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "fastpath/access.h"
+#include "fleet/mover.h"
 #include "http/api_internal.h"
 #include "util/hex.h"
 #include "util/internal.h"
@@ -138,6 +139,8 @@ void tv__api_resp_free(tv__api_resp *resp)
 {
     if (!resp)
         return;
+    tv__api_later_abandon(resp->later);
+    resp->later = NULL;
     if (resp->body_release)
         resp->body_release(resp->body_owner);
     else
@@ -216,6 +219,8 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
             goto fail;
         }
     }
+    if (api->fleet_conninfo && (rc = tv__mover_start(api->fleet_conninfo, &api->mover, err)))
+        goto fail;
     if (writer) {
         api->writer = writer;
     } else if (o->writer) {
@@ -240,6 +245,7 @@ void tv__api_close(tv__api *api)
 {
     if (!api)
         return;
+    tv__mover_stop(api->mover);
     tv__api_models_close(api);
     tv__api_shards_forget(api);
     for (size_t i = 0; i < api->n_readers; i++)
@@ -868,6 +874,8 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
         (rc = tv__api_may_read(&c, c.param[0])))
         goto done;
     rc = hit->fn(&c);
+    if (!rc && resp->later && !req->async)
+        tv__api_later_wait(resp);
 done:
     if (rc) {
         if (!c.err.msg[0])

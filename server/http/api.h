@@ -107,10 +107,15 @@ typedef struct tv__api_req {
      * local peer reads what [access] allows it, any other peer is
      * anonymous */
     const tv__http_peer *peer;
+    /* the transport can park the request (resp->later); otherwise
+     * tv__api_handle waits for a later answer itself */
+    bool async;
 } tv__api_req;
 
+typedef struct tv__api_later tv__api_later;
+
 typedef struct tv__api_resp {
-    int status;
+    int status;        /* 0 while later is set */
     const char *route; /* template for metrics: "GET /v1/models/{name}"; "unmatched" for none */
     char *body;        /* malloc'd (or NULL), body_len bytes; or, when body_release is
                           set, memory that body_release(body_owner) gives back */
@@ -127,6 +132,11 @@ typedef struct tv__api_resp {
     uint64_t stream_len;
     void *stream_state;
     void (*stream_release)(void *state); /* frees stream_state (NULL: free()) */
+    /* An answer another thread gives later (a fleet alias move waits on
+     * PostgreSQL there, never here): only for a request with async set;
+     * the transport parks the request, watches the later and takes the
+     * answer once woken (tv__api_later_*). */
+    tv__api_later *later;
 } tv__api_resp;
 
 /* Handles one request. Always fills resp (free with tv__api_resp_free) and
@@ -136,8 +146,22 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp);
  * body, < stream_len) into buf. Returns the bytes copied (> 0 while pos <
  * stream_len, 0 at the end) or a negative code. */
 ssize_t tv__api_stream_read(tv__api_resp *resp, uint64_t pos, void *buf, size_t max);
-/* NULL-safe, safe twice. */
+/* NULL-safe, safe twice; gives up a later answer not taken. */
 void tv__api_resp_free(tv__api_resp *resp);
+
+/* The transport's side of a later answer (resp->later):
+ * tv__api_later_watch: wake(ctx) is called once, from whichever thread
+ * answers (at once when the answer is in already); tv__api_later_expire:
+ * answers 503 TV_E_BUSY when now_ms is past its deadline (or force, e.g.
+ * at stop) and the answer is not in; tv__api_later_take: moves the answer
+ * into resp (after wake; resp->later NULL again); tv__api_later_wait: the
+ * same for a caller that cannot park (blocks until the answer or the
+ * deadline). */
+void tv__api_later_watch(tv__api_later *l, void (*wake)(void *ctx), void *ctx);
+int64_t tv__api_later_deadline(const tv__api_later *l);
+void tv__api_later_expire(tv__api_later *l, int64_t now_ms, bool force);
+void tv__api_later_take(tv__api_resp *resp);
+void tv__api_later_wait(tv__api_resp *resp);
 
 /* The HTTP status for a return code (API9 "Status for a TV_E_* code"). */
 int tv__api_http_status(int code);

@@ -51,10 +51,11 @@ struct tv__api {
     size_t max_body_bytes;
     const char *openapi_yaml;
     size_t openapi_len;
-    int64_t started_at;   /* CLOCK_MONOTONIC seconds */
-    tv__fp *fp;           /* the fast path (its sessions listing), or NULL */
-    char *fleet_token;    /* fleet.token (scope fleet), or NULL */
-    char *fleet_conninfo; /* fleet.postgres: alias moves connect with it; NULL = standalone */
+    int64_t started_at;              /* CLOCK_MONOTONIC seconds */
+    tv__fp *fp;                      /* the fast path (its sessions listing), or NULL */
+    char *fleet_token;               /* fleet.token (scope fleet), or NULL */
+    char *fleet_conninfo;            /* fleet.postgres; NULL = standalone */
+    struct tv__mover *mover;         /* the alias-move thread (fleet.postgres set), else NULL */
     struct tv__fleet *_Atomic fleet; /* GET /v1/fleet; set once the thread runs */
 
     tv__store *writer; /* NULL: read-only api */
@@ -202,6 +203,22 @@ int tv__api_tensor_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_generation *g
                        json_t **out);
 /* Drops every cached entry (after rows were deleted: model delete, gc). */
 void tv__api_shards_forget(tv__api *api);
+
+/* A later answer (api_later.c): the handler makes one (resp->later; the
+ * deadline answers 503 with if_queued when the worker never claimed it,
+ * if_running when it did not finish), hands it to its worker and returns
+ * 0; when the hand-over fails it calls tv__api_later_discard and returns
+ * the error. The worker calls tv__api_later_claim when the work's turn
+ * comes (false: given up, do nothing and never touch it again), then
+ * tv__api_later_finish once: status and doc (stolen) for a success, or an
+ * error code (status from the table) and message. NULL on -ENOMEM. */
+tv__api_later *tv__api_later_new(tv__api_ctx *c, int64_t timeout_ms, const char *if_queued,
+                                 const char *if_running);
+void tv__api_later_discard(tv__api_ctx *c);
+bool tv__api_later_claim(tv__api_later *l);
+void tv__api_later_finish(tv__api_later *l, int status, json_t *doc, int code, const char *msg);
+/* Gives the transport's reference up without an answer (NULL-safe). */
+void tv__api_later_abandon(tv__api_later *l);
 
 /* Handlers. */
 int tv__api_h_healthz(tv__api_ctx *c);

@@ -81,6 +81,7 @@ struct tv__http {
     pthread_cond_t wd_cond;
     conn_ctx *conns;
     bool wd_stop, wd_started;
+    bool stopping; /* tv__http_stop began: nothing parks any more (conns_mu) */
     pthread_t wd;
     uint64_t n_cut_deadline, n_cut_cap; /* since the last summary line */
     time_t cut_logged;
@@ -98,6 +99,7 @@ struct conn_ctx {
     char key[80];                /* the cap it counts against: "uid N" or "address A" */
     _Atomic int64_t deadline_ms; /* CLOCK_MONOTONIC; 0 while a request is being served */
     bool cut;                    /* shut down (conns_mu) */
+    tv__api_later *later;        /* the parked request's later answer (conns_mu) */
     conn_ctx *prev, *next;
 };
 
@@ -110,6 +112,7 @@ typedef struct req_ctx {
     size_t body_len, body_cap;
     const char *route;
     int status;
+    tv__api_resp *parked; /* a request waiting for its later answer (suspended) */
 } req_ctx;
 
 typedef struct stream_ctx {
@@ -179,6 +182,15 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     req_ctx *r = *con_cls;
     if (!r)
         return;
+    if (r->parked) { /* never resumed: closed at stop */
+        if (cc) {
+            pthread_mutex_lock(&l->h->conns_mu);
+            cc->later = NULL;
+            pthread_mutex_unlock(&l->h->conns_mu);
+        }
+        tv__api_resp_free(r->parked);
+        free(r->parked);
+    }
     if (r->status)
         tv__metrics_request(r->route, r->status, now_ns() - r->t0_ns);
     free(r->target);
@@ -441,6 +453,33 @@ static enum MHD_Result serve_static(struct MHD_Connection *c, req_ctx *r, const 
     return ret;
 }
 
+/* ---- parked requests ------------------------------------------------------------- */
+
+static void resume_conn(void *ctx)
+{
+    MHD_resume_connection(ctx);
+}
+
+/* The answer comes later (tv__api_later): the connection is suspended (no
+ * thread waits) until the answer's wake resumes it; the watchdog answers
+ * 503 at the deadline, and tv__http_stop at once (a suspended connection
+ * must be resumed before libmicrohttpd stops). */
+static enum MHD_Result park(tv__http *h, struct MHD_Connection *c, conn_ctx *cc, req_ctx *r,
+                            tv__api_resp *resp)
+{
+    tv__api_later *l = resp->later;
+    r->parked = resp;
+    MHD_suspend_connection(c);
+    pthread_mutex_lock(&h->conns_mu);
+    cc->later = l;
+    bool stopping = h->stopping;
+    pthread_mutex_unlock(&h->conns_mu);
+    tv__api_later_watch(l, resume_conn, c);
+    if (stopping)
+        tv__api_later_expire(l, 0, true);
+    return MHD_YES;
+}
+
 /* ---- names the daemon answers to ---------------------------------------------- */
 
 /* Splits "name[:port]" (a bracketed IPv6 name keeps its brackets) of len
@@ -614,6 +653,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     conn_ctx *cc = conn_of(c);
     if (!r || !r->target)
         return queue_error(c, NULL, 500, -ENOMEM, "out of memory", true);
+    if (r->parked) { /* resumed: the later answer is in */
+        tv__api_resp *resp = r->parked;
+        r->parked = NULL;
+        if (cc) {
+            pthread_mutex_lock(&h->conns_mu);
+            cc->later = NULL;
+            pthread_mutex_unlock(&h->conns_mu);
+        }
+        tv__api_later_take(resp);
+        return queue_api_resp(c, r, resp);
+    }
     if (!r->seen) {
         r->seen = true;
         int status = 0;
@@ -687,6 +737,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
         .trusted = false,
         .peer = cc ? &cc->peer : NULL,
+        .async = cc != NULL, /* the watchdog keeps a parked request's deadline */
     };
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
         const tv__static_file *f = tv__static_find(r->target);
@@ -699,6 +750,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!resp)
         return queue_error(c, r, 500, -ENOMEM, "out of memory", true);
     tv__api_handle(h->api, &req, resp);
+    if (resp->later)
+        return park(h, c, cc, r, resp);
     return queue_api_resp(c, r, resp);
 }
 
@@ -833,6 +886,8 @@ static void *watchdog_main(void *arg)
         pthread_cond_timedwait(&h->wd_cond, &h->conns_mu, &until);
         int64_t now = now_ms();
         for (conn_ctx *cc = h->conns; cc && !h->wd_stop; cc = cc->next) {
+            if (cc->later)
+                tv__api_later_expire(cc->later, now, false);
             int64_t dl = atomic_load(&cc->deadline_ms);
             if (cc->cut || dl == 0 || dl > now)
                 continue;
@@ -860,8 +915,8 @@ static int start_listener(tv__http *h, const tv__http_opts *o, bool unix_sock, i
         return tv__seterr(err, -ENOMEM, "out of memory");
     l->h = h;
     l->unix_sock = unix_sock;
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (!unix_sock && ss->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     unsigned limit = o->max_connections ? o->max_connections : 4096u;
@@ -983,6 +1038,13 @@ void tv__http_stop(tv__http *h)
 {
     if (!h)
         return;
+    /* parked requests are answered (503) and resumed before libmicrohttpd stops */
+    pthread_mutex_lock(&h->conns_mu);
+    h->stopping = true;
+    for (conn_ctx *cc = h->conns; cc; cc = cc->next)
+        if (cc->later)
+            tv__api_later_expire(cc->later, 0, true);
+    pthread_mutex_unlock(&h->conns_mu);
     stop_listener(h->unx);
     stop_listener(h->tcp);
     if (h->socket_path)
