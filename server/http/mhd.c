@@ -9,7 +9,6 @@
 #include "http/mhd.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -29,6 +28,7 @@
 #include <unistd.h>
 
 #include "http/api.h"
+#include "http/hosts.h"
 #include "http/metrics.h"
 #include "http/peer.h"
 #include "http/static.h"
@@ -39,15 +39,7 @@
 
 #define STREAM_BLOCK       (256u << 10)
 #define WATCHDOG_MS        250
-#define MAX_HOSTS          32
 #define CUT_LOG_INTERVAL_S 10 /* connections cut are logged at most this often (a summary) */
-
-/* One name of allowed_hosts: NAME matches a Host of NAME, or NAME:<the
- * bound port>; NAME:PORT matches that port only. */
-typedef struct host_rule {
-    char name[256]; /* lower case; an IPv6 address in brackets */
-    int port;       /* -1: none given */
-} host_rule;
 
 typedef struct listener listener;
 typedef struct conn_ctx conn_ctx;
@@ -60,10 +52,7 @@ struct tv__http {
     unsigned header_timeout_ms, per_ip, per_uid;
     bool identify_loopback;
     uint16_t port;
-    host_rule hosts[MAX_HOSTS];
-    size_t n_hosts;
-    bool any_host;       /* allowed_hosts has "*" */
-    bool any_ip_literal; /* the default list of a wildcard listen address: any IP literal */
+    tv__http_hosts *hosts; /* the names it answers to */
     char *registry_path;
     char *socket_path;            /* unlinked at stop */
     pthread_mutex_t metrics_lock; /* guards metrics_reg */
@@ -480,141 +469,6 @@ static enum MHD_Result park(tv__http *h, struct MHD_Connection *c, conn_ctx *cc,
     return MHD_YES;
 }
 
-/* ---- names the daemon answers to ---------------------------------------------- */
-
-/* Splits "name[:port]" (a bracketed IPv6 name keeps its brackets) of len
- * bytes into a lower-case name and *port (-1: none). false when malformed. */
-static bool split_host(const char *s, size_t len, char name[256], int *port)
-{
-    size_t nl = len;
-    *port = -1;
-    if (len == 0)
-        return false;
-    if (s[0] == '[') {
-        const char *close = memchr(s, ']', len);
-        if (!close)
-            return false;
-        nl = (size_t)(close - s) + 1;
-    } else {
-        const char *colon = memchr(s, ':', len);
-        if (colon)
-            nl = (size_t)(colon - s);
-    }
-    if (nl == 0 || nl >= 256)
-        return false;
-    if (nl < len) {
-        if (s[nl] != ':' || nl + 1 == len || len - nl - 1 > 5)
-            return false;
-        int p = 0;
-        for (size_t i = nl + 1; i < len; i++) {
-            if (!isdigit((unsigned char)s[i]))
-                return false;
-            p = p * 10 + (s[i] - '0');
-        }
-        if (p > 65535)
-            return false;
-        *port = p;
-    }
-    for (size_t i = 0; i < nl; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch <= ' ' || ch >= 0x7f || ch == '/' || ch == '@')
-            return false;
-        name[i] = (char)tolower(ch);
-    }
-    name[nl] = '\0';
-    return true;
-}
-
-/* Whether name is an IPv4 or a bracketed IPv6 literal. */
-static bool ip_literal(const char *name)
-{
-    unsigned char a[16];
-    char v6[64];
-    size_t n = strlen(name);
-    if (inet_pton(AF_INET, name, a) == 1)
-        return true;
-    if (n < 3 || name[0] != '[' || name[n - 1] != ']' || n - 2 >= sizeof v6)
-        return false;
-    memcpy(v6, name + 1, n - 2);
-    v6[n - 2] = '\0';
-    return inet_pton(AF_INET6, v6, a) == 1;
-}
-
-/* Whether a Host header value (or an Origin's authority) names this daemon. */
-static bool host_allowed(const tv__http *h, const char *host, size_t len)
-{
-    char name[256];
-    int port;
-    if (h->any_host)
-        return true;
-    if (!split_host(host, len, name, &port))
-        return false;
-    if (h->any_ip_literal && ip_literal(name) && (port < 0 || port == h->port))
-        return true;
-    for (size_t i = 0; i < h->n_hosts; i++) {
-        const host_rule *r = &h->hosts[i];
-        if (strcmp(r->name, name))
-            continue;
-        if (r->port >= 0 ? port == r->port : (port < 0 || port == h->port))
-            return true;
-    }
-    return false;
-}
-
-static int add_host(tv__http *h, const char *s, size_t len, tv_error *err)
-{
-    if (len == 1 && s[0] == '*') {
-        h->any_host = true;
-        return 0;
-    }
-    if (h->n_hosts == MAX_HOSTS)
-        return tv__seterr(err, TV_E_INVALID_ARG, "http.allowed_hosts: more than %d names",
-                          MAX_HOSTS);
-    host_rule *r = &h->hosts[h->n_hosts];
-    if (!split_host(s, len, r->name, &r->port))
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "http.allowed_hosts: '%.*s' is not NAME, NAME:PORT, [IPV6][:PORT] or *",
-                          (int)(len > 200 ? 200 : len), s);
-    h->n_hosts++;
-    return 0;
-}
-
-static int add_hosts(tv__http *h, const char *list, tv_error *err)
-{
-    for (const char *p = list; p && *p;) {
-        while (*p == ',' || *p == ' ' || *p == '\t')
-            p++;
-        size_t n = strcspn(p, ", \t");
-        int rc = n ? add_host(h, p, n, err) : 0;
-        if (rc)
-            return rc;
-        p += n;
-    }
-    return 0;
-}
-
-/* The names of the daemon: allowed_hosts, or by default localhost,
- * 127.0.0.1, [::1], the listen host and the extra names (any IP literal
- * too when it listens on every address: a DNS-rebinding page always sends
- * its own DNS name, never an address). */
-static int set_hosts(tv__http *h, const tv__http_opts *o, tv_error *err)
-{
-    if (o->allowed_hosts && o->allowed_hosts[0])
-        return add_hosts(h, o->allowed_hosts, err);
-    int rc = add_hosts(h, "localhost,127.0.0.1,[::1]", err);
-    const char *colon = strrchr(o->listen, ':');
-    size_t hl = colon ? (size_t)(colon - o->listen) : 0;
-    char host[256];
-    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : 0), o->listen);
-    if (!strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") || !strcmp(host, "*") || !host[0])
-        h->any_ip_literal = true;
-    else if (!rc)
-        rc = add_host(h, host, strlen(host), err);
-    if (!rc && o->extra_hosts)
-        rc = add_hosts(h, o->extra_hosts, err);
-    return rc;
-}
-
 /* 421 for a Host that names someone else, 400 for none on HTTP/1.1, 403
  * for a state-changing request from a page of another origin; NULL when
  * the request may go on (the UNIX socket is not reachable from a page). */
@@ -626,7 +480,7 @@ static const char *misdirected(const tv__http *h, struct MHD_Connection *c, cons
         *status = 400;
         return strcmp(version, "HTTP/1.0") ? "the request has no Host header" : NULL;
     }
-    if (!host_allowed(h, host, strlen(host))) {
+    if (!tv__http_host_allowed(h->hosts, host, strlen(host), h->port)) {
         *status = 421;
         return "the Host of the request is not a name of this daemon (http.allowed_hosts)";
     }
@@ -634,7 +488,7 @@ static const char *misdirected(const tv__http *h, struct MHD_Connection *c, cons
     if (origin && strcmp(method, "GET") && strcmp(method, "HEAD")) {
         const char *auth = strstr(origin, "://");
         if (!auth || strcmp(origin, "null") == 0 ||
-            !host_allowed(h, auth + 3, strcspn(auth + 3, "/"))) {
+            !tv__http_host_allowed(h->hosts, auth + 3, strcspn(auth + 3, "/"), h->port)) {
             *status = 403;
             return "a request from a page of another origin (Origin) may not change anything here";
         }
@@ -978,7 +832,7 @@ int tv__http_start(const tv__http_opts *o, tv__api *api, tv__jobs *jobs, tv__htt
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&h->wd_cond, &ca);
     pthread_condattr_destroy(&ca);
-    if ((rc = set_hosts(h, o, err)))
+    if ((rc = tv__http_hosts_make(o->allowed_hosts, o->listen, o->extra_hosts, &h->hosts, err)))
         goto fail;
     size_t plen = strlen(o->store_dir) + sizeof("/registry.db");
     if (!(h->registry_path = malloc(plen))) {
@@ -1060,6 +914,7 @@ void tv__http_stop(tv__http *h)
     pthread_cond_destroy(&h->wd_cond);
     pthread_mutex_destroy(&h->conns_mu);
     pthread_mutex_destroy(&h->metrics_lock);
+    tv__http_hosts_free(h->hosts);
     free(h->socket_path);
     free(h->registry_path);
     free(h);

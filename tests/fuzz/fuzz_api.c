@@ -113,6 +113,9 @@ static void check_error_doc(const tv__api_resp *r)
         abort();
 }
 
+/* A local user, as the transport identifies a loopback client. */
+static const tv__http_peer g_local = {.local = true, .loopback = true, .addr = "127.0.0.1"};
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *p = data, *end = data + size;
@@ -130,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                                          : f[5],
         .body = (const char *)p,
         .body_len = (size_t)(end - p),
-        .peer_loopback = true,
+        .peer = &g_local,
     };
     tv__api_resp r;
     tv__api_handle(g_api, &q, &r);

@@ -2049,7 +2049,7 @@ static void test_http_hosts(void **state)
         {"[::1]:%u", 200},          {"localhost", 200},         {"node-a.example:9000", 200},
         {"evil.example:%u", 421},   {"localhost:1%u", 421},     {"127.0.0.2:%u", 421},
         {"localhost.evil:%u", 421}, {"node-a.example:%u", 421}, {"localhost:%u/x", 421},
-        {"user@localhost:%u", 421}, {"[::1:%u", 421},
+        {"user@localhost:%u", 421}, {"[::1:%u", 421},           {"localhost:0%u", 421},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char host[128];
