@@ -30,7 +30,6 @@
 #include "util/internal.h"
 
 #define PROGRESS_MIN_S 0.25 /* at most every 250 ms */
-#define CANCEL_WAIT_S  10   /* tv__jobs_cancel waits this long for a running job to stop */
 
 typedef struct job_node {
     int64_t id;
@@ -57,8 +56,7 @@ struct tv__jobs {
     tv__store *st; /* the writer, owned by the caller */
     tv__reg *reg;  /* the pool's connection: submit and cancel, under lock */
     pthread_mutex_t lock;
-    pthread_cond_t cond;      /* work queued, or stopping */
-    pthread_cond_t done_cond; /* a running job finished */
+    pthread_cond_t cond; /* work queued, or stopping */
     job_node *head, *tail;
     size_t n_queued, n_running, queue_len;
     bool stopping;
@@ -388,7 +386,8 @@ static void job_work(tv__store *st, const job_node *n, job_run *jr, tv_error *er
         r->step_start = jr->t0; /* the final rate: the whole job's */
         r->whole = true;
         write_progress(r, true);
-    } else if (rc == -ECANCELED || (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
+    } else if (rc == -ECANCELED || rc == TV_E_CANCELLED ||
+               (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
         jr->final = TV__JOB_CANCELLED;
         jr->code = 0;
     } else {
@@ -460,7 +459,6 @@ static void *worker_main(void *p)
         j->running[w] = NULL;
         j->n_running--;
         node_free(n);
-        pthread_cond_broadcast(&j->done_cond);
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
@@ -504,7 +502,6 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
         return tv__seterr(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
-    pthread_cond_init(&j->done_cond, NULL);
     j->st = st;
     j->http.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
     j->queue_len = queue_len;
@@ -680,15 +677,9 @@ int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err)
     }
     for (unsigned w = 0; w < j->n_workers; w++) {
         if (j->running[w] && j->running[w]->id == id) {
-            /* The importer polls between chunks: wait (bounded) for the
-             * worker to finish the row, so the caller sees it cancelled. */
+            /* Its worker hears it between chunks, or its transfer within a
+             * second, and finishes the row: no API thread waits on that. */
             atomic_store(&j->running[w]->cancel, true);
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += CANCEL_WAIT_S;
-            while (j->running[w] && j->running[w]->id == id &&
-                   pthread_cond_timedwait(&j->done_cond, &j->lock, &until) == 0)
-                ;
             goto out;
         }
     }
@@ -802,7 +793,6 @@ void tv__jobs_stop(tv__jobs *j)
     free(j->wst);
     free(j->running);
     pthread_cond_destroy(&j->cond);
-    pthread_cond_destroy(&j->done_cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
 }

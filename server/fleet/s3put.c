@@ -206,7 +206,8 @@ static int x_begin(ctx *k, xfer *x, tv_error *err)
     if (!(x->c = curl_easy_init()))
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
     CURL *c = x->c;
-    tv__http_setup(c, x->url, t, "tensorvault-fleet", k->o.proxy, on_header, on_body, x, x->errbuf);
+    tv__http_setup(c, x->url, t, "tensorvault-fleet", k->o.proxy, on_header, on_body, x, x->errbuf,
+                   NULL);
     if (x->src) {
         snprintf(x->range, sizeof(x->range), "%llu-%llu", (unsigned long long)x->off,
                  (unsigned long long)(x->off + x->len - 1));
@@ -458,7 +459,7 @@ static int run(ctx *k, xfer *x, size_t n, tv_error *err)
         tv__log(TV_LOG_WARN, "s3 upload: %s; trying again (%u of %u)", retry_err.msg, round + 1,
                 k->o.retries);
         rc = 0;
-        tv__http_backoff(round);
+        tv__http_backoff(round, NULL);
     }
     return rc;
 }

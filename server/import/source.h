@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "import/url.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
@@ -42,6 +43,10 @@ typedef struct tv__src_http_opts {
     unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */
     uint64_t range;     /* bytes per Range request (0: default) */
+    /* Ends every transfer within a second once it says stop (the import's
+     * cancel: tv__import sets it from tv__import_opts.cancelled); the
+     * reads then fail with TV_E_CANCELLED. */
+    tv__http_cancel cancel;
 } tv__src_http_opts;
 
 /* A fleet pull (server/fleet): a checkpoint the catalog describes, each
@@ -78,7 +83,8 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err);
 void tv__src_pull_free(tv__src_pull *p);
 /* The index of the file named name, or SIZE_MAX. */
 size_t tv__src_pull_find(const tv__src_pull *p, const char *name);
-/* Tells p's caller file idx is bad (rc: why); no-op without a callback. */
+/* Tells p's caller file idx is bad (rc: why); no-op without a callback,
+ * and for TV_E_CANCELLED (a cancelled transfer says nothing of its source). */
 void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 
 /* True when src names an http://, https:// or s3:// URL (then the importer
