@@ -6,9 +6,14 @@ retries):
     pull source, src_http.c over the peer's blob route) is stuck in its
     first request. POST /v1/jobs/{id}/cancel answers within 2 s and the
     job is cancelled within 3 s; the next attempt is stuck the same way and
-    SIGTERM makes n2 exit 0 within SIGTERM_BOUND_S."""
+    SIGTERM makes n2 exit 0 within SIGTERM_BOUND_S;
+  - an object store that takes the connection and never answers: the
+    uploader's first request (s3put.c) is stuck; SIGTERM makes the node
+    exit 0 within SIGTERM_BOUND_S."""
 import os
 import signal
+import socket
+import threading
 import time
 
 from conftest import fresh_db, wait_for
@@ -73,3 +78,51 @@ def test_a_stalled_peer(build_dir, postgres, tmp_path):
         for n in (n2, n1):
             if n.alive():
                 n.stop()
+
+
+class Silent:
+    """Takes connections and never answers (an object store that hung)."""
+
+    def __init__(self):
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(16)
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.srv.getsockname()[1]}"
+
+    def close(self):
+        self.srv.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_sigterm_with_a_stalled_object_store(build_dir, postgres, tmp_path):
+    db, dsn = fresh_db(postgres, "tvstall_")
+    store = Silent()
+    n1 = node(build_dir, tmp_path, dsn, "n1", **{
+        "fleet.object_store": "s3://tvstall/fleet/", "s3.endpoint": store.url,
+        "s3.region": "us-east-1", "s3.access_key_id": "AKIDSTALL",
+        "s3.secret_access_key": "stall-secret"})
+    n1.start()
+    try:
+        src, _ = sharded(tmp_path, "ck", 32)
+        n1.import_ok("up", str(src))
+        wait_for(lambda: store.conns, timeout=30, what="the uploader's first request")
+        time.sleep(0.5)
+        exits_within(n1, SIGTERM_BOUND_S)
+    finally:
+        if n1.alive():
+            n1.kill9()
+        store.close()
