@@ -39,16 +39,19 @@ typedef struct job_node {
     char alias[TV__ALIAS_MAX + 1];
     bool has_alias, activate, strict;
     int64_t device_id;
-    tv__src_pull *pull; /* a fleet pull (own copy), or NULL */
-    int64_t generation; /* import as this number; 0 = the next */
+    tv__src_pull *pull;   /* a fleet pull (own copy), or NULL */
+    tv__src_local *local; /* a local source held open (taken over), or NULL */
+    int64_t generation;   /* import as this number; 0 = the next */
     atomic_bool cancel;
     struct job_node *next;
 } job_node;
 
 static void node_free(job_node *n)
 {
-    if (n)
+    if (n) {
         tv__src_pull_free(n->pull);
+        tv__src_local_free(n->local);
+    }
     free(n);
 }
 
@@ -224,6 +227,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.cancel_ctx = r;
     o.http = r->http;
     o.pull = n->pull;
+    o.local = n->local;
     o.generation = n->generation;
     /* A remote import takes over what an interrupted one of the same model
      * and source left (import.h: resume). */
@@ -557,8 +561,11 @@ static int node_from_spec(const tv__job_spec *spec, bool strict, job_node **out,
     int rc;
     *out = NULL;
     job_node *n = calloc(1, sizeof(*n));
-    if (!n)
+    if (!n) {
+        tv__src_local_free(spec->local);
         return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    n->local = spec->local; /* taken over: node_free closes it */
     n->kind = spec->kind;
     n->activate = spec->activate;
     n->strict = strict;
@@ -614,8 +621,11 @@ fail:
 int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err)
 {
     int rc;
-    if (!j || !spec)
+    if (!j || !spec) {
+        if (spec)
+            tv__src_local_free(spec->local);
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    }
     tv__reg_job row;
     job_node *n = NULL;
     if ((rc = node_from_spec(spec, spec->strict || j->default_strict, &n, &row, err)))
@@ -701,8 +711,11 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
                         int64_t *id, tv_error *err)
 {
     int rc;
-    if (!st || !spec || st->lock_fd < 0)
+    if (!st || !spec || st->lock_fd < 0) {
+        if (spec)
+            tv__src_local_free(spec->local);
         return tv__seterr(err, TV_E_INVALID_ARG, "a job needs a writer store");
+    }
     tv__reg_job row;
     job_node *n = NULL;
     if ((rc = node_from_spec(spec, spec->strict, &n, &row, err)))

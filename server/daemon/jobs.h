@@ -48,6 +48,12 @@ typedef struct tv__job_spec {
      * publish as (0 = the next). */
     const struct tv__src_pull *pull;
     int64_t generation;
+    /* import: a local source opened when the request was checked
+     * (import/source.h), read instead of opening source by its path (still
+     * the row's source). tv__jobs_submit and tv__jobs_run_inline take it
+     * over whatever they return: it is closed when the job ends, is
+     * cancelled or is refused, so queued jobs hold at most queue_len of them. */
+    struct tv__src_local *local;
 } tv__job_spec;
 
 /* Starts n_workers (0 = TV__JOBS_DEFAULT_WORKERS) threads over writer store

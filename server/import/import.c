@@ -808,9 +808,11 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
     if (o->http)
         ho = *o->http;
     ho.cancel = (tv__http_cancel){.cancelled = o->cancelled, .ctx = o->cancel_ctx};
-    if ((rc = o->pull
-                  ? tv__src_open_pull(o->pull, &ho, &j->src, &j->ck, j->real_src,
-                                      sizeof(j->real_src), err)
+    if ((rc = o->pull ? tv__src_open_pull(o->pull, &ho, &j->src, &j->ck, j->real_src,
+                                          sizeof(j->real_src), err)
+              : o->local
+                  ? tv__src_open_local(o->local, &j->src, &j->ck, j->real_src, sizeof(j->real_src),
+                                       err)
                   : tv__src_open(src, &ho, &j->src, &j->ck, j->real_src, sizeof(j->real_src), err)))
         return rc;
     j->n_shards = tv_checkpoint_n_shards(j->ck);

@@ -76,6 +76,10 @@ typedef struct tv__import_opts {
      * TV_E_HASH_MISMATCH before anything is published, and the pull's
      * on_bad_file hears of it). */
     const struct tv__src_pull *pull;
+    /* A local source opened once, when the daemon checked the request
+     * (import/source.h: tv__src_local): when set, src is only what the job
+     * row says; every file is read through it. */
+    const struct tv__src_local *local;
     /* 0: the model's next number; N > 0: publish as generation N
      * (TV_E_CONFLICT when the model has it already). */
     int64_t generation;
