@@ -30,7 +30,6 @@
 #include "util/internal.h"
 
 #define PROGRESS_MIN_S 0.25 /* at most every 250 ms */
-#define CANCEL_WAIT_S  10   /* tv__jobs_cancel waits this long for a running job to stop */
 
 typedef struct job_node {
     int64_t id;
@@ -40,16 +39,19 @@ typedef struct job_node {
     char alias[TV__ALIAS_MAX + 1];
     bool has_alias, activate, strict;
     int64_t device_id;
-    tv__src_pull *pull; /* a fleet pull (own copy), or NULL */
-    int64_t generation; /* import as this number; 0 = the next */
+    tv__src_pull *pull;   /* a fleet pull (own copy), or NULL */
+    tv__src_local *local; /* a local source held open (taken over), or NULL */
+    int64_t generation;   /* import as this number; 0 = the next */
     atomic_bool cancel;
     struct job_node *next;
 } job_node;
 
 static void node_free(job_node *n)
 {
-    if (n)
+    if (n) {
         tv__src_pull_free(n->pull);
+        tv__src_local_free(n->local);
+    }
     free(n);
 }
 
@@ -57,8 +59,7 @@ struct tv__jobs {
     tv__store *st; /* the writer, owned by the caller */
     tv__reg *reg;  /* the pool's connection: submit and cancel, under lock */
     pthread_mutex_t lock;
-    pthread_cond_t cond;      /* work queued, or stopping */
-    pthread_cond_t done_cond; /* a running job finished */
+    pthread_cond_t cond; /* work queued, or stopping */
     job_node *head, *tail;
     size_t n_queued, n_running, queue_len;
     bool stopping;
@@ -226,6 +227,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.cancel_ctx = r;
     o.http = r->http;
     o.pull = n->pull;
+    o.local = n->local;
     o.generation = n->generation;
     /* A remote import takes over what an interrupted one of the same model
      * and source left (import.h: resume). */
@@ -388,7 +390,8 @@ static void job_work(tv__store *st, const job_node *n, job_run *jr, tv_error *er
         r->step_start = jr->t0; /* the final rate: the whole job's */
         r->whole = true;
         write_progress(r, true);
-    } else if (rc == -ECANCELED || (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
+    } else if (rc == -ECANCELED || rc == TV_E_CANCELLED ||
+               (r->cancel && atomic_load(r->cancel) && jr->gen == 0)) {
         jr->final = TV__JOB_CANCELLED;
         jr->code = 0;
     } else {
@@ -460,7 +463,6 @@ static void *worker_main(void *p)
         j->running[w] = NULL;
         j->n_running--;
         node_free(n);
-        pthread_cond_broadcast(&j->done_cond);
     }
     pthread_mutex_unlock(&j->lock);
     return NULL;
@@ -504,7 +506,6 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
         return tv__seterr(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
-    pthread_cond_init(&j->done_cond, NULL);
     j->st = st;
     j->http.retries = TV__SRC_HTTP_DEFAULT_RETRIES;
     j->queue_len = queue_len;
@@ -560,8 +561,11 @@ static int node_from_spec(const tv__job_spec *spec, bool strict, job_node **out,
     int rc;
     *out = NULL;
     job_node *n = calloc(1, sizeof(*n));
-    if (!n)
+    if (!n) {
+        tv__src_local_free(spec->local);
         return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    n->local = spec->local; /* taken over: node_free closes it */
     n->kind = spec->kind;
     n->activate = spec->activate;
     n->strict = strict;
@@ -617,8 +621,11 @@ fail:
 int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err)
 {
     int rc;
-    if (!j || !spec)
+    if (!j || !spec) {
+        if (spec)
+            tv__src_local_free(spec->local);
         return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    }
     tv__reg_job row;
     job_node *n = NULL;
     if ((rc = node_from_spec(spec, spec->strict || j->default_strict, &n, &row, err)))
@@ -680,15 +687,9 @@ int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err)
     }
     for (unsigned w = 0; w < j->n_workers; w++) {
         if (j->running[w] && j->running[w]->id == id) {
-            /* The importer polls between chunks: wait (bounded) for the
-             * worker to finish the row, so the caller sees it cancelled. */
+            /* Its worker hears it between chunks, or its transfer within a
+             * second, and finishes the row: no API thread waits on that. */
             atomic_store(&j->running[w]->cancel, true);
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += CANCEL_WAIT_S;
-            while (j->running[w] && j->running[w]->id == id &&
-                   pthread_cond_timedwait(&j->done_cond, &j->lock, &until) == 0)
-                ;
             goto out;
         }
     }
@@ -710,8 +711,11 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
                         int64_t *id, tv_error *err)
 {
     int rc;
-    if (!st || !spec || st->lock_fd < 0)
+    if (!st || !spec || st->lock_fd < 0) {
+        if (spec)
+            tv__src_local_free(spec->local);
         return tv__seterr(err, TV_E_INVALID_ARG, "a job needs a writer store");
+    }
     tv__reg_job row;
     job_node *n = NULL;
     if ((rc = node_from_spec(spec, spec->strict, &n, &row, err)))
@@ -802,7 +806,6 @@ void tv__jobs_stop(tv__jobs *j)
     free(j->wst);
     free(j->running);
     pthread_cond_destroy(&j->cond);
-    pthread_cond_destroy(&j->done_cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
 }

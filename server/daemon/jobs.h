@@ -11,14 +11,17 @@
  *     and at least every second while bytes move, and the row ends succeeded,
  *     failed (error code, errno, message) or cancelled;
  *   - the queue holds at most queue_len queued jobs (TV_E_BUSY beyond);
- *   - a cancel is a flag polled by the importer between chunks and steps:
- *     the import then publishes nothing and releases its reservations;
- *     tv__jobs_stop cancels every queued and running job and joins;
+ *   - a cancel is a flag polled by the importer between chunks and steps
+ *     and by every transfer of a remote source at least once a second (a
+ *     stalled one too): the import then publishes nothing and releases its
+ *     reservations; nobody waits for it (tv__jobs_cancel returns at once);
+ *     tv__jobs_stop cancels every queued and running job and joins, which
+ *     for a remote import takes about a second whatever the far end does;
  *   - a job left running by a crash is failed at the next start by
  *     tv__reg_reclaim_writing (tv__store_open as writer).
  * Results (tv__reg_job.result_json): ImportResult and VerifyResult of
- * API9.md, the same documents local-mode `tensorvault import/verify --json`
- * print (tv__jobs_run_inline). */
+ * docs/openapi.yaml, the same documents local-mode `tensorvault
+ * import/verify --json` print (tv__jobs_run_inline). */
 #ifndef TV_DAEMON_JOBS_H
 #define TV_DAEMON_JOBS_H
 
@@ -45,6 +48,12 @@ typedef struct tv__job_spec {
      * publish as (0 = the next). */
     const struct tv__src_pull *pull;
     int64_t generation;
+    /* import: a local source opened when the request was checked
+     * (import/source.h), read instead of opening source by its path (still
+     * the row's source). tv__jobs_submit and tv__jobs_run_inline take it
+     * over whatever they return: it is closed when the job ends, is
+     * cancelled or is refused, so queued jobs hold at most queue_len of them. */
+    struct tv__src_local *local;
 } tv__job_spec;
 
 /* Starts n_workers (0 = TV__JOBS_DEFAULT_WORKERS) threads over writer store
@@ -60,10 +69,11 @@ int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs
  * TV_E_STATE when the pool is stopping; the registry's errors. */
 int tv__jobs_submit(tv__jobs *j, const tv__job_spec *spec, int64_t *id, tv_error *err);
 
-/* Cancels a queued job at once (row cancelled) or asks a running one to stop
- * and waits (at most 10 s) until its worker has finished the row: cancelled,
- * or succeeded when the import had already published.
- * Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already finished). */
+/* Cancels a queued job at once (row cancelled) or asks a running one to
+ * stop and returns without waiting: its worker finishes the row soon after
+ * (within about a second: cancelled, or succeeded when the import had
+ * already published). Returns 0; TV_E_NOT_FOUND; TV_E_STATE (already
+ * finished). */
 int tv__jobs_cancel(tv__jobs *j, int64_t id, tv_error *err);
 
 /* Progress callback of tv__jobs_run_inline: the job row as just written. */

@@ -108,6 +108,12 @@ static bool stopping(tv__fleet *f)
     return s;
 }
 
+/* The uploads' cancel (s3put.h): the daemon is stopping. */
+static bool stop_asked(void *f)
+{
+    return stopping(f);
+}
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -706,7 +712,7 @@ static int upload_generation(tv__fleet *f, tv__catalog *cat, const upload *u)
             free(dst);
             return -ENOMEM;
         }
-        tv__s3put_opts so = {.proxy = f->proxy};
+        tv__s3put_opts so = {.proxy = f->proxy, .cancel = {.cancelled = stop_asked, .ctx = f}};
         so.s3 = f->s3;
         bool exists = false;
         uint64_t len = 0;

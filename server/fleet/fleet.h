@@ -56,10 +56,12 @@ void tv__fleet_kick(tv__fleet *f);
  * NULL f: {"mode":"standalone",...}. NULL only on ENOMEM. */
 json_t *tv__fleet_status(tv__fleet *f);
 
-/* Stops and joins the thread, closes the connections. NULL-safe. Waits at
- * most 5 s: a thread blocked on a catalog that stopped answering (libpq
- * calls have no timeout) is detached and left, with its memory, to the
- * process's exit, which is the only caller's next step. */
+/* Stops and joins the threads, closes the connections. NULL-safe. An
+ * upload in flight hears the stop within a second, whatever the object
+ * store does (s3put.h: cancel). Waits at most 5 s: a thread blocked on a
+ * catalog that stopped answering (libpq calls have no timeout) is detached
+ * and left, with its memory, to the process's exit, which is the only
+ * caller's next step. */
 void tv__fleet_stop(tv__fleet *f);
 
 #endif

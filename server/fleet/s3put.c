@@ -19,7 +19,8 @@
  * 400 ms ... (at most 6.4 s), on a connection error, a timeout, a 5xx, 408
  * or 429, or a short body (the failed requests of a batch together); any
  * other status fails at once naming the URL and the status. Redirects are
- * not followed.
+ * not followed. Every request hears opts.cancel within a second, a stalled
+ * one too (url.h: tv__http_cancel), and ends with TV_E_CANCELLED.
  *
  * Source reads are checked as the importer's (src_http.c): 206 with a
  * Content-Range of exactly the range asked and total len (a 200 only for a
@@ -206,7 +207,8 @@ static int x_begin(ctx *k, xfer *x, tv_error *err)
     if (!(x->c = curl_easy_init()))
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
     CURL *c = x->c;
-    tv__http_setup(c, x->url, t, "tensorvault-fleet", k->o.proxy, on_header, on_body, x, x->errbuf);
+    tv__http_setup(c, x->url, t, "tensorvault-fleet", k->o.proxy, on_header, on_body, x, x->errbuf,
+                   &k->o.cancel);
     if (x->src) {
         snprintf(x->range, sizeof(x->range), "%llu-%llu", (unsigned long long)x->off,
                  (unsigned long long)(x->off + x->len - 1));
@@ -374,7 +376,9 @@ static int x_end(ctx *k, xfer *x, tv_error *err)
     x->clen = -1;
     curl_easy_getinfo(x->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &x->clen);
     const char *m = x->src ? "GET" : x->method;
-    if (x->cc != CURLE_OK && x->overflow) {
+    if (tv__http_was_cancelled(x->cc, &k->o.cancel)) {
+        rc = tv__seterr(err, TV_E_CANCELLED, "%s %s: cancelled", m, x->url);
+    } else if (x->cc != CURLE_OK && x->overflow) {
         rc = tv__seterr(err, -EPROTO,
                         "GET %s bytes %s: the source sent more than the %zu bytes asked", x->url,
                         x->range, x->len);
@@ -413,9 +417,12 @@ static int run(ctx *k, xfer *x, size_t n, tv_error *err)
         while (!rc && running) {
             CURLMcode mc = curl_multi_perform(k->m, &running);
             if (mc == CURLM_OK && running)
-                mc = curl_multi_poll(k->m, NULL, 0, 1000, NULL);
+                mc = curl_multi_poll(k->m, NULL, 0, TV__HTTP_POLL_MS, NULL);
             if (mc != CURLM_OK)
                 rc = tv__seterr(err, -EIO, "libcurl: %s", curl_multi_strerror(mc));
+            else if (running && tv__http_cancelled(&k->o.cancel))
+                rc = tv__seterr(err, TV_E_CANCELLED, "%s %s: cancelled",
+                                x[0].src ? "GET" : x[0].method, x[0].url);
         }
         CURLMsg *msg;
         int left;
@@ -457,8 +464,12 @@ static int run(ctx *k, xfer *x, size_t n, tv_error *err)
         }
         tv__log(TV_LOG_WARN, "s3 upload: %s; trying again (%u of %u)", retry_err.msg, round + 1,
                 k->o.retries);
+        if (tv__http_backoff(round, &k->o.cancel)) {
+            rc = tv__seterr(err, TV_E_CANCELLED, "s3 upload: cancelled before try %u of %s",
+                            round + 2, k->what);
+            break;
+        }
         rc = 0;
-        tv__http_backoff(round);
     }
     return rc;
 }
@@ -608,13 +619,36 @@ fail_ctx:
     return rc;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The cancel of the abort after a cancelled copy: its deadline passed. */
+static bool past(void *deadline)
+{
+    return mono_s() > *(const double *)deadline;
+}
+
+#define ABORT_AFTER_CANCEL_S 1.0
+
 /* AbortMultipartUpload: after a failure, so that no parts are left. Its own
- * failure is logged (the copy's error stays the one reported). */
-static void abort_upload(ctx *k)
+ * failure is logged (the copy's error stays the one reported). After a
+ * cancel it is one try of at most ABORT_AFTER_CANCEL_S, so that a stop
+ * stays bounded (parts it could not delete are the bucket's lifecycle
+ * rule's to expire). */
+static void abort_upload(ctx *k, bool cancelled)
 {
     xfer x;
     tv_error e = {0};
     char q[sizeof(k->upload_id_q) + 16];
+    double deadline = mono_s() + ABORT_AFTER_CANCEL_S;
+    if (cancelled) {
+        k->o.cancel = (tv__http_cancel){.cancelled = past, .ctx = &deadline};
+        k->o.retries = 0;
+    }
     snprintf(q, sizeof(q), "?uploadId=%s", k->upload_id_q);
     store_req(k, &x, "DELETE", q, NULL, 0);
     if (run(k, &x, 1, &e))
@@ -803,7 +837,7 @@ int tv__s3_copy_from_url(const tv__s3put_opts *o, const char *src_url, const cha
     created = false; /* completed */
 fail:
     if (rc && created)
-        abort_upload(&k);
+        abort_upload(&k, rc == TV_E_CANCELLED);
     tv__sha256_free(&whole);
     if (xs)
         x_free(xs, nbuf);

@@ -1,5 +1,5 @@
 /* Copies bytes from an HTTP(S) source to an S3-compatible object store
- * (issue 13: publishing a generation in fleet mode uploads its shards). The
+ * (in fleet mode, publishing a generation uploads its shards). The
  * source is a Range-capable URL (in fleet mode the node's own blob route,
  * GET /v1/blobs/sha256:HEX with a fleet token); the store is spoken to
  * path-style (tv__s3_object_url), every request signed with SigV4 by
@@ -28,12 +28,16 @@ typedef struct tv__s3put_opts {
     unsigned retries;   /* per request after the first try (0 = 4), backoff 100 ms doubling */
     unsigned timeout_s; /* 0 = 60: connect, and no byte for this long */
     unsigned parallel;  /* parts in flight at once (0 = 4; at most 64) */
+    /* Ends every request within a second once it says stop (the daemon
+     * stopping): the call then returns TV_E_CANCELLED. */
+    tv__http_cancel cancel;
 } tv__s3put_opts;
 
 /* HEAD s3_url (s3://BUCKET/KEY): *exists and *len. 404 -> exists false, 0.
  * Returns 0; TV_E_INVALID_ARG / TV_E_BAD_REQUEST (a malformed URL or
  * endpoint); TV_E_FORBIDDEN (401/403: names endpoint, bucket and key, never
- * the secret); -ECONNREFUSED / -ETIMEDOUT / -EIO naming the URL. */
+ * the secret); TV_E_CANCELLED (o->cancel said stop); -ECONNREFUSED /
+ * -ETIMEDOUT / -EIO naming the URL. */
 int tv__s3_head(const tv__s3put_opts *o, const char *s3_url, bool *exists, uint64_t *len,
                 tv_error *err);
 
@@ -48,8 +52,10 @@ int tv__s3_head(const tv__s3put_opts *o, const char *s3_url, bool *exists, uint6
  * Returns 0; TV_E_INVALID_ARG (bad options, URLs or digest); TV_E_FORBIDDEN
  * (401/403 from the store: names endpoint, bucket and key, never the
  * secret; or from the source); TV_E_HASH_MISMATCH; TV_E_SOURCE_CHANGED
- * (the source's length or ETag moved, or it went away); -ECONNREFUSED /
- * -ETIMEDOUT / -EIO / -EPROTO with a message naming the URL and status. */
+ * (the source's length or ETag moved, or it went away); TV_E_CANCELLED
+ * (o->cancel said stop: nothing completed; a multipart upload is aborted,
+ * the abort given a second); -ECONNREFUSED / -ETIMEDOUT / -EIO / -EPROTO
+ * with a message naming the URL and status. */
 int tv__s3_copy_from_url(const tv__s3put_opts *o, const char *src_url, const char *src_bearer,
                          uint64_t len, const char *sha256, const char *s3_url, tv_error *err);
 

@@ -1,5 +1,5 @@
-/* The service layer behind every route of the REST API (API9.md), free of
- * any transport: the daemon (server/http/mhd.c) turns HTTP requests into
+/* The service layer behind every route of the REST API (docs/openapi.yaml),
+ * free of any transport: the daemon (server/http/mhd.c) turns HTTP requests into
  * tv__api_req and tv__api_resp back into HTTP; the CLI's local mode calls
  * tv__api_handle in-process. The JSON produced here is the one schema the
  * API and `tensorvault --json` share (docs/openapi.yaml).
@@ -17,8 +17,10 @@
  *     (a pool keyed by model and generation); its snapshot lease is dropped
  *     (idle handles closed) before gc and model delete, so the pool never
  *     keeps a retired generation's objects from being freed;
- *   - import sources are checked against the import roots by real path,
- *     whole path components, before anything is queued.
+ *   - a local import source is opened when the request is checked, before
+ *     anything is queued, and what was opened must lie under an import root
+ *     (its real path, whole path components); the job reads through that
+ *     descriptor, never the path again (import/source.h: tv__src_local).
  * Thread safety: tv__api_handle and tv__api_stream_read may be called
  * concurrently from any number of threads on one tv__api. */
 #ifndef TV_HTTP_API_H

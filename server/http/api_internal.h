@@ -259,13 +259,19 @@ int tv__api_h_fleet(tv__api_ctx *c);
 int tv__api_h_fleet_alias_put(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
 
-/* realpath(source) when it lies under an import root (any path when the
- * api has none): -ENOENT, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. An
- * http(s):// source is kept as given when it parses (import/url.h:
+/* With import roots, a local source is opened now (import/source.h:
+ * tv__src_local_open), and must be, as opened, under an import root:
+ * *held (NULL: closed at once) is what the job reads through, *real the
+ * real path of what was opened. Without roots (local mode) *real is
+ * realpath(source) and *held NULL: the job opens it by path. Errors:
+ * -ENOENT, TV_E_FORBIDDEN, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. An
+ * http(s):// or s3:// source is kept as given when it parses (import/url.h:
  * userinfo, a query, dot segments are 400) and lies under a prefix of
  * import.origins (else 403 TV_E_OUTSIDE_ROOTS; any URL when the api has no
  * roots). *real is malloc'd. */
-int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error *err);
+struct tv__src_local;
+int tv__api_source_check(tv__api *api, const char *source, char **real, struct tv__src_local **held,
+                         tv_error *err);
 
 /* The data route's model pool (api_data.c); closes every handle. */
 void tv__api_models_close(tv__api *api);

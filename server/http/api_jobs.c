@@ -1,12 +1,16 @@
 /* The job routes: POST /v1/imports and /v1/verify (queued on the daemon's
  * pool, or run inline in local mode, which waits), the jobs list, one job,
  * cancel; and the Job renderer.
- * Invariants: an import source is resolved with realpath and must lie
- * under an import root by whole path components (so "/data2" is not under
- * "/data" and a symlink cannot lead out), checked before anything is
- * queued; the job gets the resolved path; what can be refused before
- * queuing (name rules, missing source, roots, unknown device) is refused
- * with its own status, the rest is the job's error. */
+ * Invariants: with import roots, a local import source is opened when the
+ * request is checked, before anything is queued, and what was opened must
+ * lie under an import root by whole path components (so "/data2" is not
+ * under "/data" and a symlink cannot lead out); the job reads through that
+ * descriptor (import/source.h: tv__src_local), so no rename or symlink swap
+ * while it waits changes what it imports, and the row records the real
+ * path of what was opened; without roots (local mode) the job gets the
+ * resolved path. What can be refused before queuing (name rules, missing
+ * source, roots, unknown device) is refused with its own status, the rest
+ * is the job's error; the cancel route never waits on a job's work. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,7 +24,9 @@
 #include "import/url.h"
 #include "util/internal.h"
 
-#define CANCEL_WAIT_POLLS 300 /* x 10 ms */
+/* The cancel route looks at the row this long (x 10 ms) for the end state,
+ * then answers the row as it is: it never waits on the job's work. */
+#define CANCEL_WAIT_POLLS 50
 
 /* ---- the Job object -------------------------------------------------------------- */
 
@@ -117,57 +123,46 @@ static int job_reply(tv__api_ctx *c, tv__reg *reg, int64_t id, int status)
     return rc;
 }
 
-/* Whether the real path lies under a root: equal, or root + '/' + more. */
-static bool under(const char *real, const char *root)
+int tv__api_source_check(tv__api *api, const char *source, char **real, tv__src_local **held,
+                         tv_error *err)
 {
-    size_t n = strlen(root);
-    if (n == 1 && root[0] == '/')
-        return real[0] == '/';
-    return !strncmp(real, root, n) && (real[n] == '\0' || real[n] == '/');
-}
-
-int tv__api_source_check(tv__api *api, const char *source, char **real, tv_error *err)
-{
+    int rc;
     *real = NULL;
+    if (held)
+        *held = NULL;
     if (!source || !*source)
         return tv__seterr(err, TV_E_BAD_REQUEST, "field 'source' must be a non-empty path");
     if (tv__src_is_url(source)) {
         tv__url u;
-        int rc = api->roots ? tv__url_origins_check(source, api->origins, err)
-                            : tv__url_parse(source, &u, err);
-        if (rc)
+        if ((rc = api->roots ? tv__url_origins_check(source, api->origins, err)
+                             : tv__url_parse(source, &u, err)))
             return rc;
         if (!(*real = strdup(source)))
             return tv__seterr(err, -ENOMEM, "out of memory");
         return 0;
     }
-    char *r = realpath(source, NULL);
-    if (!r) {
-        int e = errno;
-        /* What a caller can get wrong is a 4xx: missing (404), unreadable
-         * (403), a malformed path (400); the rest is the server's. */
-        int code = (e == ENOENT || e == ENOTDIR)                      ? -ENOENT
-                   : (e == EACCES || e == EPERM)                      ? TV_E_FORBIDDEN
-                   : (e == ENAMETOOLONG || e == ELOOP || e == EINVAL) ? TV_E_BAD_REQUEST
-                                                                      : -e;
-        return tv__seterr(err, code, "import source '%s': %s", source, strerror(e));
+    if (!api->roots) { /* local mode: any path, opened by the job */
+        if (!(*real = realpath(source, NULL)))
+            return tv__src_path_error(source, errno, err);
+        return 0;
     }
-    bool ok = api->roots == NULL;
-    for (size_t i = 0; !ok && i < api->n_roots; i++)
-        ok = under(r, api->roots[i]);
-    if (!ok) {
-        int rc =
-            tv__seterr(err, TV_E_OUTSIDE_ROOTS,
-                       "import source '%s' resolves to '%s', outside the import roots", source, r);
-        free(r);
+    tv__src_local *l = NULL;
+    if ((rc = tv__src_local_open(source, (const char *const *)api->roots, api->n_roots, &l, err)))
         return rc;
+    if (!(*real = strdup(tv__src_local_real(l)))) {
+        tv__src_local_free(l);
+        return tv__seterr(err, -ENOMEM, "out of memory");
     }
-    *real = r;
+    if (held)
+        *held = l;
+    else
+        tv__src_local_free(l);
     return 0;
 }
 
 /* Queues spec on the pool, or runs it inline on the writer (local mode:
- * waits for the end), then answers 202 with the job. */
+ * waits for the end), then answers 202 with the job. spec->local is taken
+ * over in every case. */
 static int run_job(tv__api_ctx *c, const tv__job_spec *spec)
 {
     int64_t id = 0;
@@ -180,8 +175,10 @@ static int run_job(tv__api_ctx *c, const tv__job_spec *spec)
         return job_reply(c, reg, id, 202);
     }
     tv__store *st;
-    if ((rc = tv__api_writer_lock(c, &st)))
+    if ((rc = tv__api_writer_lock(c, &st))) {
+        tv__src_local_free(spec->local);
         return rc;
+    }
     tv_error jerr = {0};
     int jrc = tv__jobs_run_inline(st, spec, c->api->watch, c->api->watch_ctx, &id, &jerr);
     /* The job's own failure is in its row; only a job that never got a row
@@ -204,6 +201,7 @@ int tv__api_h_imports(tv__api_ctx *c)
     json_t *body = NULL;
     const char *model = NULL, *source = NULL, *alias = NULL;
     char *real = NULL;
+    tv__src_local *held = NULL;
     bool activate = false, strict = false;
     int rc;
     if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_body(c, fields, false, &body)) ||
@@ -214,15 +212,16 @@ int tv__api_h_imports(tv__api_ctx *c)
         (rc = tv__api_field_bool(c, body, "strict", &strict)) ||
         (rc = tv__name_valid(model, "model name", &c->err)) ||
         (alias && (rc = tv__alias_name_valid(alias, &c->err))) ||
-        (rc = tv__api_source_check(c->api, source, &real, &c->err)))
+        (rc = tv__api_source_check(c->api, source, &real, &held, &c->err)))
         goto out;
     tv__job_spec spec = {.kind = TV__JOB_IMPORT,
                          .model = model,
                          .source = real,
                          .alias = alias,
                          .activate = activate,
-                         .strict = strict};
-    rc = run_job(c, &spec);
+                         .strict = strict,
+                         .local = held};
+    rc = run_job(c, &spec); /* takes held over */
 out:
     free(real);
     json_decref(body);
@@ -347,8 +346,10 @@ int tv__api_h_job_cancel(tv__api_ctx *c)
     }
     if ((rc = tv__jobs_cancel(c->api->jobs, id, &c->err)) || (rc = tv__api_reader(c, &reg)))
         goto out;
-    /* A running job stops at its next chunk or step: wait a little for the
-     * row to say cancelled, so the answer usually shows the end state. */
+    /* A running job stops at its next chunk or step (a local import within
+     * milliseconds), a remote transfer within a second: look at the row for
+     * half a second, so the answer usually shows the end state, then answer
+     * it as it is (running: it reads cancelled about a second later). */
     for (int i = 0; i < CANCEL_WAIT_POLLS; i++) {
         tv__reg_job j = {0};
         if ((rc = tv__reg_job_get(reg, id, &j, &c->err)))

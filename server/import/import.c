@@ -802,10 +802,18 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
     size_t n_all = 0;
     int rc;
 
-    if ((rc = o->pull ? tv__src_open_pull(o->pull, o->http, &j->src, &j->ck, j->real_src,
+    /* Every transfer of a remote source hears the cancel too (within a
+     * second, stalled or not). */
+    tv__src_http_opts ho = {.retries = TV__SRC_HTTP_DEFAULT_RETRIES};
+    if (o->http)
+        ho = *o->http;
+    ho.cancel = (tv__http_cancel){.cancelled = o->cancelled, .ctx = o->cancel_ctx};
+    if ((rc = o->pull ? tv__src_open_pull(o->pull, &ho, &j->src, &j->ck, j->real_src,
                                           sizeof(j->real_src), err)
-                      : tv__src_open(src, o->http, &j->src, &j->ck, j->real_src,
-                                     sizeof(j->real_src), err)))
+              : o->local
+                  ? tv__src_open_local(o->local, &j->src, &j->ck, j->real_src, sizeof(j->real_src),
+                                       err)
+                  : tv__src_open(src, &ho, &j->src, &j->ck, j->real_src, sizeof(j->real_src), err)))
         return rc;
     j->n_shards = tv_checkpoint_n_shards(j->ck);
     if (!(j->plans = calloc(j->n_shards ? j->n_shards : 1, sizeof(*j->plans))))

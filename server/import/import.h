@@ -15,7 +15,8 @@
  *   6. one transaction commits the objects, the generation, its shards,
  *      bindings and tensors, and optionally activates it.
  * Any failure before 6, or a cancel (tv__import_opts.cancelled, polled
- * between chunks and steps), deletes the reservations; nothing is published
+ * between chunks and steps, and at least once a second by every transfer
+ * of a remote source), deletes the reservations; nothing is published
  * and the previously active generation is untouched. A shard whose SHA-256 is
  * already committed on a device is bound to that object, not written again. */
 #ifndef TV_IMPORT_IMPORT_H
@@ -53,7 +54,8 @@ typedef void (*tv__import_progress_fn)(void *ctx, uint64_t done, uint64_t total)
 #define TV__IMPORT_NO_SHARD SIZE_MAX
 typedef void (*tv__import_step_fn)(void *ctx, const char *step, size_t shard, uint64_t done,
                                    uint64_t total);
-/* Polled between steps and between chunks; true cancels the import. */
+/* Polled between steps and between chunks, and by every transfer of a
+ * remote source at least once a second; true cancels the import. */
 typedef bool (*tv__import_cancel_fn)(void *ctx);
 
 typedef struct tv__import_opts {
@@ -74,6 +76,10 @@ typedef struct tv__import_opts {
      * TV_E_HASH_MISMATCH before anything is published, and the pull's
      * on_bad_file hears of it). */
     const struct tv__src_pull *pull;
+    /* A local source opened once, when the daemon checked the request
+     * (import/source.h: tv__src_local): when set, src is only what the job
+     * row says; every file is read through it. */
+    const struct tv__src_local *local;
     /* 0: the model's next number; N > 0: publish as generation N
      * (TV_E_CONFLICT when the model has it already). */
     int64_t generation;
@@ -127,8 +133,9 @@ int tv__name_valid(const char *name, const char *what, tv_error *err);
  * resized, written or opened for writing after validation; see import.c for
  * what the checks can and cannot see); TV_E_HASH_MISMATCH (strict read-back);
  * TV_E_DEVICE_MISMATCH; -ECANCELED (o->cancelled said so before publish:
- * reservations released, nothing published); -EIO, -ENOSPC and other
- * -errno from the devices; the registry's errors. */
+ * reservations released, nothing published), or TV_E_CANCELLED (the same,
+ * heard by a transfer of a remote source, which it cut short); -EIO,
+ * -ENOSPC and other -errno from the devices; the registry's errors. */
 int tv__import(tv__store *st, const char *model, const char *src, const tv__import_opts *o,
                tv__import_result *res, tv_error *err);
 

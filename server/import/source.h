@@ -1,6 +1,7 @@
-/* Where the importer reads a checkpoint from: a local path (src_file.c) or
- * an HTTP(S) origin (src_http.c). One interface for both, so the pipeline
- * of import.c reads a shard the same way wherever it lies:
+/* Where the importer reads a checkpoint from: a local path (src_file.c), a
+ * local source opened once when the daemon checked the request
+ * (src_local.c), or an HTTP(S) origin (src_http.c). One interface for all,
+ * so the pipeline of import.c reads a shard the same way wherever it lies:
  *   tv__src_open        validates the checkpoint's headers (nothing else is
  *                       read) and keeps what later reads are checked
  *                       against (local: the fstat stamps; HTTP: length and
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "import/url.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
@@ -42,6 +44,10 @@ typedef struct tv__src_http_opts {
     unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */
     uint64_t range;     /* bytes per Range request (0: default) */
+    /* Ends every transfer within a second once it says stop (the import's
+     * cancel: tv__import sets it from tv__import_opts.cancelled); the
+     * reads then fail with TV_E_CANCELLED. */
+    tv__http_cancel cancel;
 } tv__src_http_opts;
 
 /* A fleet pull (server/fleet): a checkpoint the catalog describes, each
@@ -78,7 +84,8 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err);
 void tv__src_pull_free(tv__src_pull *p);
 /* The index of the file named name, or SIZE_MAX. */
 size_t tv__src_pull_find(const tv__src_pull *p, const char *name);
-/* Tells p's caller file idx is bad (rc: why); no-op without a callback. */
+/* Tells p's caller file idx is bad (rc: why); no-op without a callback,
+ * and for TV_E_CANCELLED (a cancelled transfer says nothing of its source). */
 void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 
 /* True when src names an http://, https:// or s3:// URL (then the importer
@@ -86,6 +93,7 @@ void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 bool tv__src_is_url(const char *src);
 
 typedef struct tv__src tv__src;
+typedef struct tv__src_local tv__src_local; /* src_local.c */
 
 typedef struct tv__src_stamp {
     uint64_t dev_id, inode, size;
@@ -99,6 +107,7 @@ typedef struct tv__src_shard {
     size_t idx;
     /* local file */
     int fd;
+    bool held;          /* reopened from a source held open: no path to look at again */
     bool leased;        /* holds a read lease: a writer's open is seen */
     atomic_bool direct; /* reads with O_DIRECT (reader threads may turn it off) */
     tv__src_stamp st;
@@ -112,6 +121,11 @@ typedef struct tv__src_shard {
 int tv__src_open(const char *src, const tv__src_http_opts *ho, tv__src **out, tv_checkpoint **ck,
                  char *real, size_t real_len, tv_error *err);
 void tv__src_free(tv__src *s);
+/* tv__src_open for a local source opened once (l must outlive the
+ * source): the checkpoint is validated from what l holds, every file read
+ * through it (src_local.c); real receives tv__src_local_real(l). */
+int tv__src_open_local(const tv__src_local *l, tv__src **out, tv_checkpoint **ck, char *real,
+                       size_t real_len, tv_error *err);
 /* tv__src_open for a pull (p must outlive the source): the checkpoint is
  * validated from p->first; real receives p->source. */
 int tv__src_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src **out,
@@ -137,6 +151,58 @@ int tv__src_file_read(tv__src_shard *sh, uint8_t *buf, size_t len, size_t cap, u
                       tv_error *err);
 int tv__src_file_check(const tv__src_shard *sh, tv_error *err);
 void tv__src_file_close(tv__src_shard *sh);
+
+/* The identity and change stamps of an fstat. */
+struct stat;
+void tv__src_stamp_of(const struct stat *sb, tv__src_stamp *s);
+/* Opens a shard whose descriptor fd (taken over, closed on failure) was
+ * opened from a source held open; want: the stamps taken when it was
+ * validated. As tv__src_file_open otherwise. */
+int tv__src_file_open_fd(int fd, const tv_shard_info *si, const tv__src_stamp *want,
+                         tv__src_shard *sh, tv_error *err);
+
+/* ---- local sources opened once (src_local.c) ---- */
+/* A local import source opened when the request is checked, before the job
+ * is queued, so that no rename or symlink swap between the check and the
+ * job can change what is imported: the file named (O_PATH, pinned) and the
+ * directory its checkpoint's files are named in (O_PATH), or the directory
+ * named. Every file the job reads is opened through these descriptors
+ * (openat), and what was actually opened must lie inside an import root
+ * (its real path, read from /proc/self/fd) and follow tv_checkpoint_open's
+ * rules for a directory's files (st/dirrules.h). A job's two descriptors
+ * are closed when it ends or is cancelled. */
+
+/* Whether real lies under root (both real paths): equal, or root + '/' +
+ * more, so "/data2" is not under "/data"; every absolute path is under "/". */
+bool tv__path_under(const char *real, const char *root);
+/* The error of an import source path that does not open or resolve (e, an
+ * errno): -ENOENT (missing), TV_E_FORBIDDEN (not readable),
+ * TV_E_BAD_REQUEST (too long, a loop), else -e; the message names it. */
+int tv__src_path_error(const char *path, int e, tv_error *err);
+
+/* Opens path (a .safetensors file, an index or a directory) and checks that
+ * what was opened lies under one of the n_roots import roots (real paths;
+ * roots NULL: no check). Returns 0 and *out; -ENOENT (missing),
+ * TV_E_FORBIDDEN (not readable), TV_E_BAD_REQUEST (a malformed path or a
+ * loop), TV_E_OUTSIDE_ROOTS, other -errno; each message names the source. */
+int tv__src_local_open(const char *path, const char *const *roots, size_t n_roots,
+                       tv__src_local **out, tv_error *err);
+/* The real path of what was opened, when it was. */
+const char *tv__src_local_real(const tv__src_local *l);
+/* NULL-safe. */
+void tv__src_local_free(tv__src_local *l);
+
+/* The files one import opened through l (the importer's side). */
+typedef struct tv__src_local_files tv__src_local_files;
+/* Validates l's checkpoint into *ck, opening its files through l. */
+int tv__src_local_validate(const tv__src_local *l, tv__src_local_files **out, tv_checkpoint **ck,
+                           tv_error *err);
+/* A new descriptor (own file description: own flags, own lease) on shard
+ * si, the file validation opened, and the stamps taken then. */
+int tv__src_local_reopen(tv__src_local_files *fs, const tv_shard_info *si, int *fd,
+                         tv__src_stamp *want, tv_error *err);
+/* NULL-safe: closes every file. */
+void tv__src_local_files_free(tv__src_local_files *fs);
 
 /* ---- HTTP(S) origins (src_http.c) ---- */
 typedef struct tv__src_http tv__src_http;

@@ -1,6 +1,7 @@
 /* The importer's sources (source.h): local files here, with the checks
  * that a shard does not change under the importer, and the dispatch
- * between them and HTTP(S) origins (src_http.c).
+ * between them (by path, or through a source held open: src_local.c) and
+ * HTTP(S) origins (src_http.c).
  *
  * A source not in the page cache is read with O_DIRECT (chunk-sized reads,
  * split by the kernel into many requests in flight: the disk sees depth
@@ -32,9 +33,11 @@
  * a mixture of old and new bytes with a hash that matches it. The importer
  * compares the file's identity and change stamps (st_dev, st_ino, size,
  * mtime and ctime in nanoseconds) from three fstat calls: the one taken when
- * the header was validated (core/src/st, tv_shard_info), one on the fd it
- * reads from, before the first read, and one after the last read; and after
- * the last read it checks that the path still names the inode it read.
+ * the header was validated (core/src/st, tv_shard_info; for a source held
+ * open, src_local.c's), one on the fd it reads from, before the first read,
+ * and one after the last read; and after the last read it checks that the
+ * path still names the inode it read (a source held open reads the inode
+ * it validated, never a path: renames do not matter to it).
  * Where the kernel allows it, it also holds a read lease (F_SETLEASE
  * F_RDLCK) while reading: any open for writing or truncate by another
  * process breaks it, which F_GETLEASE reports (checked after every chunk, so
@@ -61,7 +64,7 @@
  * the filesystem. STATX_CHANGE_COOKIE (the inode's i_version) would close
  * these, but Linux does not report it to user space. */
 
-static void stamp_of(const struct stat *sb, tv__src_stamp *s)
+void tv__src_stamp_of(const struct stat *sb, tv__src_stamp *s)
 {
     s->dev_id = (uint64_t)sb->st_dev;
     s->inode = (uint64_t)sb->st_ino;
@@ -77,7 +80,7 @@ static int fd_stamp(int fd, const tv_shard_info *si, struct stat *sb, tv__src_st
     if (tv__sys.fstat(fd, sb) < 0)
         return tv__seterr(err, -errno, "shard '%s': fstat %s: %s", si->name, si->path,
                           strerror(errno));
-    stamp_of(sb, s);
+    tv__src_stamp_of(sb, s);
     return 0;
 }
 
@@ -196,29 +199,21 @@ static bool mostly_cached(int fd, uint64_t file_len)
     return cached;
 }
 
-/* Opens a shard for reading and checks that it is still the file whose
- * header was validated. */
-int tv__src_file_open(const tv_shard_info *si, tv__src_shard *sf, tv_error *err)
+/* Takes fd (closed on failure) as shard si's descriptor and checks that it
+ * is still the file whose header was validated (want: its stamps then). */
+static int file_setup(int fd, const tv_shard_info *si, const tv__src_stamp *want, tv__src_shard *sf,
+                      tv_error *err)
 {
     struct stat sb;
-    tv__src_stamp want;
     char what[512];
     int rc;
-    sf->fd = -1;
-    sf->leased = false;
-    sf->direct = false;
-    int fd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-    if (fd < 0)
-        return tv__seterr(err, fd, "shard '%s': cannot open %s: %s", si->name, si->path,
-                          strerror(-fd));
     sf->fd = fd;
     /* Lease first, stamps second: a writer that came and went before the
      * lease left its mark in the stamps. */
     sf->leased = take_lease(fd);
     if ((rc = fd_stamp(fd, si, &sb, &sf->st, err)))
         goto fail;
-    stamp_of_info(si, &want);
-    if (!S_ISREG(sb.st_mode) || stamp_diff(&want, &sf->st, what, sizeof(what))) {
+    if (!S_ISREG(sb.st_mode) || stamp_diff(want, &sf->st, what, sizeof(what))) {
         rc = tv__seterr(err, TV_E_SOURCE_CHANGED,
                         "shard '%s' (%s) changed since it was validated: %s", si->name, si->path,
                         S_ISREG(sb.st_mode) ? what : "not a regular file");
@@ -236,24 +231,46 @@ fail:
     return rc;
 }
 
-/* After the last read: the lease still held, the path still naming the
- * inode read (a rename over it also moves the old inode's ctime: the
- * replacement is the better report), and the fd's stamps unchanged. */
-int tv__src_file_check(const tv__src_shard *sf, tv_error *err)
+/* Opens a shard by its path for reading and checks that it is still the
+ * file whose header was validated. */
+int tv__src_file_open(const tv_shard_info *si, tv__src_shard *sf, tv_error *err)
+{
+    tv__src_stamp want;
+    sf->fd = -1;
+    sf->held = false;
+    sf->leased = false;
+    sf->direct = false;
+    int fd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0)
+        return tv__seterr(err, fd, "shard '%s': cannot open %s: %s", si->name, si->path,
+                          strerror(-fd));
+    stamp_of_info(si, &want);
+    return file_setup(fd, si, &want, sf, err);
+}
+
+int tv__src_file_open_fd(int fd, const tv_shard_info *si, const tv__src_stamp *want,
+                         tv__src_shard *sf, tv_error *err)
+{
+    sf->held = true;
+    sf->leased = false;
+    sf->direct = false;
+    return file_setup(fd, si, want, sf, err);
+}
+
+/* The path still names the inode read (a rename over it also moves the old
+ * inode's ctime: the replacement is the better report). */
+static int same_path(const tv__src_shard *sf, tv_error *err)
 {
     const tv_shard_info *si = sf->si;
     struct stat sb;
     tv__src_stamp now;
     char what[512];
-    int rc;
-    if ((rc = check_lease(sf, si, err)))
-        return rc;
     int pfd = tv__sys_open(si->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
     if (pfd < 0)
         return tv__seterr(err, TV_E_SOURCE_CHANGED,
                           "shard '%s' (%s) was removed or renamed during import: %s", si->name,
                           si->path, strerror(-pfd));
-    rc = fd_stamp(pfd, si, &sb, &now, err);
+    int rc = fd_stamp(pfd, si, &sb, &now, err);
     tv__sys.close(pfd);
     if (rc)
         return rc;
@@ -263,6 +280,22 @@ int tv__src_file_check(const tv__src_shard *sf, tv_error *err)
                           "shard '%s' (%s) was replaced during import: the path now names %s",
                           si->name, si->path, what);
     }
+    return 0;
+}
+
+/* After the last read: the lease still held, the path still naming the
+ * inode read (not for a shard of a source held open: it was never read by
+ * its path, what its name says now does not matter), and the fd's stamps
+ * unchanged. */
+int tv__src_file_check(const tv__src_shard *sf, tv_error *err)
+{
+    const tv_shard_info *si = sf->si;
+    struct stat sb;
+    tv__src_stamp now;
+    char what[512];
+    int rc;
+    if ((rc = check_lease(sf, si, err)) || (!sf->held && (rc = same_path(sf, err))))
+        return rc;
     if ((rc = fd_stamp(sf->fd, si, &sb, &now, err)))
         return rc;
     if (stamp_diff(&sf->st, &now, what, sizeof(what)))
@@ -307,7 +340,8 @@ int tv__src_file_read(tv__src_shard *sf, uint8_t *buf, size_t len, size_t cap, u
 /* ---- dispatch ---------------------------------------------------------------- */
 
 struct tv__src {
-    tv__src_http *http; /* NULL: a local path */
+    tv__src_http *http;        /* an origin; NULL: local */
+    tv__src_local_files *held; /* a local source held open; NULL: a local path */
 };
 
 bool tv__src_is_url(const char *src)
@@ -342,6 +376,24 @@ fail:
     return rc;
 }
 
+int tv__src_open_local(const tv__src_local *l, tv__src **out, tv_checkpoint **ck, char *real,
+                       size_t real_len, tv_error *err)
+{
+    int rc;
+    *out = NULL;
+    *ck = NULL;
+    tv__src *s = calloc(1, sizeof(*s));
+    if (!s)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if ((rc = tv__src_local_validate(l, &s->held, ck, err))) {
+        tv__src_free(s);
+        return rc;
+    }
+    snprintf(real, real_len, "%s", tv__src_local_real(l));
+    *out = s;
+    return 0;
+}
+
 int tv__src_open_pull(const tv__src_pull *p, const tv__src_http_opts *ho, tv__src **out,
                       tv_checkpoint **ck, char *real, size_t real_len, tv_error *err)
 {
@@ -365,6 +417,7 @@ void tv__src_free(tv__src *s)
     if (!s)
         return;
     tv__src_http_free(s->http);
+    tv__src_local_files_free(s->held);
     free(s);
 }
 
@@ -378,6 +431,13 @@ int tv__src_shard_open(tv__src *s, size_t idx, const tv_shard_info *si, tv__src_
     sh->idx = idx;
     if (s->http)
         return 0; /* every read is checked against the validators */
+    if (s->held) {
+        int fd, rc;
+        tv__src_stamp want;
+        if ((rc = tv__src_local_reopen(s->held, si, &fd, &want, err)))
+            return rc;
+        return tv__src_file_open_fd(fd, si, &want, sh, err);
+    }
     return tv__src_file_open(si, sh, err);
 }
 

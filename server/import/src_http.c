@@ -27,7 +27,10 @@
  * 6.4 s; the failed requests of a group together); any other status fails
  * at once with a message naming the URL and the status. Transfers time out when no
  * byte arrived for opts.timeout_s seconds (CURLOPT_LOW_SPEED_*: slow but
- * moving transfers live), connections after as long.
+ * moving transfers live), connections after as long. Every transfer hears
+ * opts.cancel within a second, a stalled one too (tv__http_setup's progress
+ * callback, the multi loop's polls, the backoff's steps): it then ends with
+ * TV_E_CANCELLED and is not tried again.
  *
  * Redirects are not followed (a 3xx fails, naming its Location): the
  * origin check of import.origins is made on the URL given, and a redirect
@@ -173,7 +176,7 @@ static bool retryable_status(long st)
 static void set_common(tv__src_http *h, CURL *c, const http_file *f, resp *r, char *errbuf)
 {
     tv__http_setup(c, f->url, (long)h->o.timeout_s, "tensorvault-import", h->o.proxy, on_header,
-                   on_body, r, errbuf);
+                   on_body, r, errbuf, &h->o.cancel);
     if (f->s3)
         tv__http_sigv4(c, h->sigv4, h->o.s3.access_key_id, h->o.s3.secret_access_key);
 }
@@ -266,7 +269,9 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
     curl_off_t cl = -1;
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-    if (cc != CURLE_OK) {
+    if (tv__http_was_cancelled(cc, &h->o.cancel)) {
+        rc = tv__seterr(err, TV_E_CANCELLED, "HEAD %s: cancelled", f->url);
+    } else if (cc != CURLE_OK) {
         a->retry = true;
         rc = tv__seterr(err, -EIO, "HEAD %s: %s", f->url,
                         errbuf[0] ? errbuf : curl_easy_strerror(cc));
@@ -362,7 +367,11 @@ static int get_end(tv__src_http *h, get_req *q, tv_error *err)
     int rc = 0;
     CURLcode cc = q->cc;
     curl_easy_getinfo(q->c, CURLINFO_RESPONSE_CODE, &a->status);
-    if (cc != CURLE_OK && r->overflow) {
+    if (tv__http_was_cancelled(cc, &h->o.cancel)) {
+        rc =
+            tv__seterr(err, TV_E_CANCELLED, "GET %s bytes %s: cancelled (%zu of %zu bytes arrived)",
+                       f->url, range, r->got, len);
+    } else if (cc != CURLE_OK && r->overflow) {
         rc = tv__seterr(err, -EPROTO,
                         "GET %s bytes %s: the origin sent more than the %zu bytes asked", f->url,
                         range, len);
@@ -430,7 +439,9 @@ static int request(tv__src_http *h, http_file *f, uint8_t *buf, size_t len, uint
             break;
         tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", err ? err->msg : f->url, i + 1,
                 h->o.retries);
-        tv__http_backoff(i);
+        if (tv__http_backoff(i, &h->o.cancel))
+            return tv__seterr(err, TV_E_CANCELLED, "%s %s: cancelled before try %u",
+                              buf ? "GET" : "HEAD", f->url, i + 2);
     }
     if (err && h->o.retries) {
         char msg[sizeof(err->msg)];
@@ -609,9 +620,11 @@ static int get_group(tv__src_http *h, get_req *q, size_t n, tv_error *err)
         while (!rc && running) {
             CURLMcode mc = curl_multi_perform(m, &running);
             if (mc == CURLM_OK && running)
-                mc = curl_multi_poll(m, NULL, 0, 1000, NULL);
+                mc = curl_multi_poll(m, NULL, 0, TV__HTTP_POLL_MS, NULL);
             if (mc != CURLM_OK)
                 rc = tv__seterr(err, -EIO, "libcurl: %s", curl_multi_strerror(mc));
+            else if (running && tv__http_cancelled(&h->o.cancel))
+                rc = tv__seterr(err, TV_E_CANCELLED, "GET %s: cancelled", q[0].f->url);
         }
         CURLMsg *msg;
         int left;
@@ -650,8 +663,12 @@ static int get_group(tv__src_http *h, get_req *q, size_t n, tv_error *err)
         }
         tv__log(TV_LOG_WARN, "import: %s; trying again (%u of %u)", retry_err.msg, round + 1,
                 h->o.retries);
+        if (tv__http_backoff(round, &h->o.cancel)) {
+            rc = tv__seterr(err, TV_E_CANCELLED, "GET %s: cancelled before try %u", q[0].f->url,
+                            round + 2);
+            break;
+        }
         rc = 0;
-        tv__http_backoff(round);
     }
     curl_multi_cleanup(m);
     return rc;

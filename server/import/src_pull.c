@@ -87,6 +87,8 @@ size_t tv__src_pull_find(const tv__src_pull *p, const char *name)
 
 void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc)
 {
+    if (rc == TV_E_CANCELLED) /* the import was cancelled: says nothing of the source */
+        return;
     if (p && p->on_bad_file && idx < p->n_files)
         p->on_bad_file(p->bad_ctx, idx, rc);
 }

@@ -276,16 +276,36 @@ void tv__http_header_value(const char *p, size_t len, const char *name, char *ou
     snprintf(out, out_len, "%.*s", (int)len, p);
 }
 
-void tv__http_backoff(unsigned attempt_no)
+bool tv__http_cancelled(const tv__http_cancel *c)
+{
+    return c && c->cancelled && c->cancelled(c->ctx);
+}
+
+bool tv__http_backoff(unsigned attempt_no, const tv__http_cancel *cancel)
 {
     uint64_t ms = 100ull << (attempt_no < 6 ? attempt_no : 6); /* 100 ms .. 6.4 s */
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-        ;
+    for (uint64_t slept = 0; slept < ms; slept += 100) {
+        if (tv__http_cancelled(cancel))
+            return true;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    return tv__http_cancelled(cancel);
+}
+
+/* libcurl's progress callback: called while the transfer runs, about once
+ * a second when nothing moves; non-zero aborts it. */
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return tv__http_cancelled(ctx) ? 1 : 0;
 }
 
 void tv__http_setup(void *c, const char *url, long timeout_s, const char *agent, const char *proxy,
-                    tv__http_cb on_header, tv__http_cb on_body, void *ctx, char *errbuf)
+                    tv__http_cb on_header, tv__http_cb on_body, void *ctx, char *errbuf,
+                    const tv__http_cancel *cancel)
 {
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -303,6 +323,16 @@ void tv__http_setup(void *c, const char *url, long timeout_s, const char *agent,
     errbuf[0] = '\0';
     if (proxy && *proxy)
         curl_easy_setopt(c, CURLOPT_PROXY, proxy);
+    if (cancel && cancel->cancelled) {
+        curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)cancel);
+        curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    }
+}
+
+bool tv__http_was_cancelled(int cc, const tv__http_cancel *cancel)
+{
+    return cc == CURLE_ABORTED_BY_CALLBACK || (cc != CURLE_OK && tv__http_cancelled(cancel));
 }
 
 void tv__http_sigv4(void *c, const char *sigv4, const char *key_id, const char *secret)

@@ -1,27 +1,33 @@
-"""Uploads to the object store (issue 13, server/fleet/s3put.c, through
-tests/fleet/s3put_tool.c) against the `s3` (moto, checking SigV4) and
-`origin` fixtures: a 20 MiB source in 5 MiB parts (a 4-part multipart
-upload) and a 1 MiB one (one PUT) read back byte-exact, HEAD giving the
-length (and 404 -> exists false); a wrong secret -> TV_E_FORBIDDEN naming
-endpoint, bucket and key, never the secret; bytes that do not hash to the
-given sha256 -> TV_E_HASH_MISMATCH, no object and no multipart upload left
-(ListMultipartUploads); a part's GET failing once -> retried, the object
-exact; a source whose length or ETag moves under the copy, or that is
-gone -> TV_E_SOURCE_CHANGED and no parts left; a
-tensorvaultd blob route behind a fleet token -> copied exactly (and without
-the token refused)."""
+"""Uploads to the object store (fleet mode publishing a generation;
+server/fleet/s3put.c, through tests/fleet/s3put_tool.c) against the `s3`
+(moto, checking SigV4) and `origin` fixtures: a 20 MiB source in 5 MiB
+parts (a 4-part multipart upload) and a 1 MiB one (one PUT) read back
+byte-exact, HEAD giving the length (and 404 -> exists false); a wrong
+secret -> TV_E_FORBIDDEN naming endpoint, bucket and key, never the
+secret; bytes that do not hash to the given sha256 -> TV_E_HASH_MISMATCH,
+no object and no multipart upload left (ListMultipartUploads); a part's
+GET failing once -> retried, the object exact; a source whose length or
+ETag moves under the copy, or that is gone -> TV_E_SOURCE_CHANGED and no
+parts left; a tensorvaultd blob route behind a fleet token -> copied
+exactly (and without the token refused); a stop (the options' cancel)
+ends a copy whose source stalls, and a HEAD to a store that never
+answers, within a second or so, and leaves no parts."""
 import hashlib
 import http.server
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
+import time
+import types
 
 import numpy as np
 import pytest
 
 from daemon import Daemon, make_checkpoint
+from stall import StallOrigin
 
 BUCKET = "tv-upload"
 MIB = 1 << 20
@@ -255,3 +261,50 @@ def test_blob_route_with_fleet_token(tool, store, build_dir, tmp_path):
         assert uploads_left(store) == 0
     finally:
         d.stop()
+
+
+def timed_tool(tool, s3, *args):
+    t0 = time.monotonic()
+    rc, out, err = run_tool(tool, s3, *args)
+    return rc, out, time.monotonic() - t0
+
+
+def test_a_stop_ends_a_stalled_copy_within_a_second(tool, store, tmp_path):
+    """--cancel-after (what a stopping daemon does to its uploads) with a
+    source that sends headers and 10 bytes, then nothing (stall.py), and the
+    default 60 s timeout: the copy ends TV_E_CANCELLED within a second or
+    so of the stop, nothing is uploaded and the multipart upload is aborted
+    (no parts left)."""
+    src = StallOrigin(tmp_path / "stall", stall_from=6 * MIB).start()
+    try:
+        for name, n in (("stall-big.bin", 12 * MIB), ("stall-small.bin", 7 * MIB)):
+            data = np.random.default_rng(n).integers(0, 256, size=n, dtype=np.uint8).tobytes()
+            with open(os.path.join(src.root, name), "wb") as f:
+                f.write(data)
+            part = 5 * MIB if n > 10 * MIB else 8 * MIB  # 3 parts (2 stall), or one PUT
+            rc, out, took = timed_tool(tool, store, "copy", f"{src.url}/{name}", n,
+                                       hashlib.sha256(data).hexdigest(), f"s3://{BUCKET}/st/{name}",
+                                       "--part-len", part, "--cancel-after", 500)
+            assert rc == 1 and out.startswith("error TV_E_CANCELLED:"), out
+            assert took < 2.5, f"the copy ended {took:.1f}s after its start (stop at 0.5 s)"
+            assert not exists(tool, store, f"st/{name}")["exists"]
+            assert uploads_left(store) == 0
+        assert src.stalled() >= 2
+    finally:
+        src.stop()
+
+
+def test_a_stop_ends_a_request_to_a_silent_store(tool):
+    """An object store that takes the connection and never answers (a
+    listening socket nobody reads): HEAD ends TV_E_CANCELLED within a second
+    or so of the stop."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        silent = types.SimpleNamespace(endpoint=f"http://127.0.0.1:{srv.getsockname()[1]}",
+                                       region="us-east-1", access_key="AKIDSILENT",
+                                       secret_key="silent-secret")
+        rc, out, took = timed_tool(tool, silent, "head", f"s3://{BUCKET}/gen/x.bin",
+                                   "--cancel-after", 500)
+    assert rc == 1 and out.startswith("error TV_E_CANCELLED:"), out
+    assert took < 2.5, f"HEAD ended {took:.1f}s after its start (stop at 0.5 s)"

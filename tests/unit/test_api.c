@@ -1625,12 +1625,12 @@ static void test_import_roots(void **state)
     check_job(j, "import", "failed");
     tv__api_resp_free(&r);
     char *real = NULL;
-    assert_int_equal(tv__api_source_check(api, inside, &real, &err), 0);
+    assert_int_equal(tv__api_source_check(api, inside, &real, NULL, &err), 0);
     assert_non_null(strstr(real, "/root/ok.safetensors"));
     free(real);
-    assert_int_equal(tv__api_source_check(api, root, &real, &err), 0);
+    assert_int_equal(tv__api_source_check(api, root, &real, NULL, &err), 0);
     free(real);
-    assert_int_equal(tv__api_source_check(api, sib, &real, &err), TV_E_OUTSIDE_ROOTS);
+    assert_int_equal(tv__api_source_check(api, sib, &real, NULL, &err), TV_E_OUTSIDE_ROOTS);
     assert_null(real);
     g->api = saved;
     tv__api_close(api);

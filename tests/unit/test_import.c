@@ -6,7 +6,10 @@
  * bytes rewritten in place, truncated and restored, the path renamed over,
  * a writer's open seen through the read lease; a full region, a refused
  * publish, a corrupted strict read-back), deduplication, the model name
- * rule, step progress and cancel at every step, and the source read path:
+ * rule, step progress and cancel at every step, a local source opened
+ * once (outside the roots refused; renamed away and replaced: its own
+ * bytes; a shard swapped for a link out of the roots refused), and the
+ * source read path:
  * O_DIRECT for a source not in the page cache (the default here: every
  * checkpoint is written, synced and evicted), buffered for a cached one, and
  * the fallback when O_DIRECT is refused.
@@ -38,6 +41,7 @@
 
 #include "dev/dev.h"
 #include "import/import.h"
+#include "import/source.h"
 #include "tv_test.h"
 #include "store/store.h"
 #include "registry/registry.h"
@@ -1185,6 +1189,55 @@ static void test_cancel_every_step(void **state)
     assert_unchanged(f, 2, 3);
 }
 
+/* ---- local sources opened once (src_local.c) ------------------------------ */
+
+static int import_held(fixture *f, const tv__src_local *l, tv__import_result *r, tv_error *err)
+{
+    tv__import_opts o = {.activate = true, .strict = true, .chunk_len = CHUNK, .local = l};
+    return tv__import(f->st, MODEL, tv__src_local_real(l), &o, r, err);
+}
+
+/* A source opened with roots: outside them it does not open; a file named
+ * and then renamed away and replaced still imports its own bytes; a shard
+ * of an index replaced by a link out of the roots after the open is
+ * TV_E_OUTSIDE_ROOTS, with nothing reserved. */
+static void test_held_source(void **state)
+{
+    fixture *f = *state;
+    open_store(f, 0);
+    char root[256], moved[600], link_to[600];
+    snprintf(root, sizeof root, "%s/single", f->dir);
+    const char *roots[] = {root};
+    tv__src_local *l = NULL;
+    tv_error err = {0};
+    tv__import_result r;
+    assert_int_equal(tv__src_local_open(f->sharded, roots, 1, &l, &err), TV_E_OUTSIDE_ROOTS);
+    assert_null(l);
+    assert_non_null(strstr(err.msg, "outside the import roots"));
+    /* the file named, renamed away and replaced: its own bytes */
+    assert_int_equal(tv__src_local_open(f->single, roots, 1, &l, &err), 0);
+    assert_string_equal(tv__src_local_real(l), f->single);
+    snprintf(moved, sizeof moved, "%s.old", f->single);
+    assert_int_equal(rename(f->single, moved), 0);
+    write_shard(f->single, SHARD2, 1, 5);
+    int rc = import_held(f, l, &r, &err);
+    if (rc)
+        fail_msg("held import: %s", err.msg);
+    assert_int_equal(r.bytes_total, f->single_len);
+    assert_int_equal(r.n_tensors, 2);
+    tv__src_local_free(l);
+    /* a shard of an index swapped for a link out of the roots */
+    snprintf(root, sizeof root, "%s/ck", f->dir);
+    assert_int_equal(tv__src_local_open(f->sharded, roots, 1, &l, &err), 0);
+    snprintf(link_to, sizeof link_to, "%s/ck2/model-00001-of-00002.safetensors", f->dir);
+    assert_int_equal(unlink(f->shard1), 0);
+    assert_int_equal(symlink(link_to, f->shard1), 0);
+    assert_int_equal(import_held(f, l, &r, &err), TV_E_OUTSIDE_ROOTS);
+    assert_non_null(strstr(err.msg, "ck2/model-00001-of-00002.safetensors"));
+    tv__src_local_free(l);
+    assert_unchanged(f, 1, 1);
+}
+
 /* ---- the source read path -------------------------------------------------- */
 
 static atomic_int g_direct_reads, g_buffered_reads;
@@ -1390,6 +1443,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_keeps_active_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_name_rule, NULL, NULL),
+        cmocka_unit_test_setup_teardown(test_held_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_bad_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_import_chunk_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strict_corrupt_readback, setup, teardown),

@@ -1,7 +1,8 @@
 /* Unit tests of the HTTP import source's pure parts: source URL parsing
  * (server/import/url.c: what is refused and why), the import.origins
- * prefix match, Content-Range parsing; and tv_checkpoint_open_io (core:
- * a checkpoint validated through caller callbacks, as src_http.c does). */
+ * prefix match, Content-Range parsing, the backoff between tries and its
+ * cancel (url.h: tv__http_cancel); and tv_checkpoint_open_io (core: a
+ * checkpoint validated through caller callbacks, as src_http.c does). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
+#include <curl/curl.h>
 
 #include "import/url.h"
 #include "tensorvault/checkpoint.h"
@@ -370,6 +373,47 @@ static void test_open_io(void **state)
     mem_free(&fs);
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Says stop once its deadline (mono_s) passed. */
+static bool after_deadline(void *ctx)
+{
+    return mono_s() >= *(const double *)ctx;
+}
+
+/* The backoff sleeps its time without a cancel, and returns within 100 ms
+ * of a cancel (at once for one already said), true; a transfer cut short
+ * by the cancel is told apart from a network error. */
+static void test_backoff_and_cancel(void **state)
+{
+    (void)state;
+    double t0 = mono_s();
+    assert_false(tv__http_backoff(1, NULL)); /* 200 ms */
+    double took = mono_s() - t0;
+    assert_true(took >= 0.19 && took < 1.0);
+    double deadline = mono_s() + 0.15;
+    tv__http_cancel c = {.cancelled = after_deadline, .ctx = &deadline};
+    t0 = mono_s();
+    assert_true(tv__http_backoff(6, &c)); /* 6.4 s, cancelled after 150 ms */
+    took = mono_s() - t0;
+    assert_true(took >= 0.14 && took < 0.5);
+    t0 = mono_s();
+    assert_true(tv__http_backoff(6, &c)); /* already cancelled */
+    assert_true(mono_s() - t0 < 0.05);
+    assert_true(tv__http_cancelled(&c));
+    assert_false(tv__http_cancelled(NULL));
+    assert_false(tv__http_cancelled(&(tv__http_cancel){0}));
+    assert_true(tv__http_was_cancelled(CURLE_ABORTED_BY_CALLBACK, NULL));
+    assert_true(tv__http_was_cancelled(CURLE_RECV_ERROR, &c));
+    assert_false(tv__http_was_cancelled(CURLE_OK, &c));
+    assert_false(tv__http_was_cancelled(CURLE_RECV_ERROR, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_s3_origins),
         cmocka_unit_test(test_s3_object_url),
         cmocka_unit_test(test_content_range),
+        cmocka_unit_test(test_backoff_and_cancel),
         cmocka_unit_test(test_open_io),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

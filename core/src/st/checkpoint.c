@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "st/dirrules.h"
 #include "st/st_internal.h"
 #include "util/endian.h"
 #include "util/sys.h"
@@ -152,14 +153,8 @@ static bool ends_with(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Picks the checkpoint file inside a directory: model.safetensors.index.json,
- * else the only *.safetensors.index.json, else model.safetensors, else the
- * only *.safetensors. Writes the entry's name (NAME_MAX + 1 bytes). */
-static int pick_in_dir(const char *dir, char *out, tv_error *err)
+int tv__st_pick_in_dir(DIR *d, const char *dir, char *out, tv_error *err)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return tv__seterr(err, -errno, "%s: %s", dir, strerror(errno));
     char idx[NAME_MAX + 1] = "", st[NAME_MAX + 1] = "";
     int n_idx = 0, n_st = 0;
     bool model_idx = false, model_st = false;
@@ -177,7 +172,6 @@ static int pick_in_dir(const char *dir, char *out, tv_error *err)
             snprintf(st, sizeof(st), "%s", e->d_name);
         }
     }
-    closedir(d);
     const char *pick = NULL;
     if (model_idx)
         pick = "model.safetensors.index.json";
@@ -194,6 +188,17 @@ static int pick_in_dir(const char *dir, char *out, tv_error *err)
             dir, n_idx, n_st);
     snprintf(out, NAME_MAX + 1, "%s", pick);
     return 0;
+}
+
+/* The checkpoint file of directory dir (tv__st_pick_in_dir). */
+static int pick_in_dir(const char *dir, char *out, tv_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return tv__seterr(err, -errno, "%s: %s", dir, strerror(errno));
+    int rc = tv__st_pick_in_dir(d, dir, out, err);
+    closedir(d);
+    return rc;
 }
 
 /* Where path's checkpoint file is: the real path of its directory, its name

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "st/dirrules.h"
 #include "st/st_internal.h"
 #include "util/endian.h"
 #include "util/sys.h"
@@ -249,35 +250,44 @@ static bool hub_blobs_dir(const char *real_dir, char *blobs, size_t blobs_len)
     return false;
 }
 
-/* The hub cache's own indirection: path (real_dir/name) is itself a
- * symlink, its directory resolves inside real_dir, and it resolves to a
- * regular file directly in the repo's blobs directory (real is where it
- * resolved). Returns NULL if so, else why not. */
-static const char *hub_link_refusal(const char *real_dir, const char *path, const char *real)
+/* Why the hub cache's own indirection does not excuse an entry that left
+ * real_dir (to real), or NULL when it does (dirrules.h). */
+static const char *hub_link_refusal(const char *real_dir, const char *real, bool is_link,
+                                    const char *real_parent, bool is_reg)
 {
-    char blobs[PATH_MAX], parent[PATH_MAX], real_parent[PATH_MAX];
-    struct stat st;
+    char blobs[PATH_MAX];
     if (!hub_blobs_dir(real_dir, blobs, sizeof(blobs)))
         return "not in a Hugging Face cache snapshot";
-    if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
+    if (!is_link)
         return "not itself a link into the cache's blobs";
-    snprintf(parent, sizeof(parent), "%s", path);
-    *strrchr(parent, '/') = '\0';
-    if (!realpath(parent, real_parent) ||
-        (strcmp(real_parent, real_dir) != 0 && !path_inside(real_parent, real_dir)))
+    if (!real_parent || (strcmp(real_parent, real_dir) != 0 && !path_inside(real_parent, real_dir)))
         return "its directory leaves the snapshot";
     size_t blen = strlen(blobs);
     if (strncmp(real, blobs, blen) != 0 || real[blen] != '/' || strchr(real + blen + 1, '/'))
         return "the link leaves the repository's blobs directory";
-    if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
+    if (!is_reg)
         return "the blob is not a regular file";
     return NULL;
+}
+
+int tv__st_check_entry(const char *real_dir, const char *name, const char *what, const char *real,
+                       bool is_link, const char *real_parent, bool is_reg, tv_error *err)
+{
+    if (path_inside(real, real_dir))
+        return 0;
+    const char *why = hub_link_refusal(real_dir, real, is_link, real_parent, is_reg);
+    if (why)
+        return tv__seterr(err, TV_E_IDX_SHARD_ESCAPE,
+                          "%s '%s' resolves to %s, outside the directory %s (%s)", what, name, real,
+                          real_dir, why);
+    return 0;
 }
 
 int tv__st_resolve_in_dir(const char *real_dir, const char *name, const char *what, char *real,
                           tv_error *err)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], parent[PATH_MAX], real_parent[PATH_MAX];
+    struct stat st;
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", strcmp(real_dir, "/") == 0 ? "" : real_dir,
                          name) >= sizeof(path))
         return tv__seterr(err, -ENAMETOOLONG, "%s '%s': path too long", what, name);
@@ -285,12 +295,13 @@ int tv__st_resolve_in_dir(const char *real_dir, const char *name, const char *wh
         return tv__seterr(err, -errno, "%s '%s': %s", what, name, strerror(errno));
     if (path_inside(real, real_dir))
         return 0;
-    const char *why = hub_link_refusal(real_dir, path, real);
-    if (why)
-        return tv__seterr(err, TV_E_IDX_SHARD_ESCAPE,
-                          "%s '%s' resolves to %s, outside the directory %s (%s)", what, name, real,
-                          real_dir, why);
-    return 0;
+    bool is_link = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+    snprintf(parent, sizeof(parent), "%s", path);
+    *strrchr(parent, '/') = '\0';
+    bool parent_ok = realpath(parent, real_parent) != NULL;
+    bool is_reg = stat(real, &st) == 0 && S_ISREG(st.st_mode);
+    return tv__st_check_entry(real_dir, name, what, real, is_link, parent_ok ? real_parent : NULL,
+                              is_reg, err);
 }
 
 static int parse_index_shards(tv_checkpoint *ck, const char *real_dir, const char **shards,

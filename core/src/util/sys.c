@@ -16,6 +16,10 @@ static int real_open(const char *path, int flags, mode_t mode)
 {
     return open(path, flags, mode);
 }
+static int real_openat(int dir_fd, const char *path, int flags, mode_t mode)
+{
+    return openat(dir_fd, path, flags, mode);
+}
 static int real_ioctl(int fd, unsigned long req, void *arg)
 {
     return ioctl(fd, req, arg);
@@ -27,11 +31,11 @@ static int real_rename_noreplace(const char *from, const char *to)
 
 #define TV__SYS_REAL                                                                               \
     {                                                                                              \
-        .open = real_open, .close = close, .pread = pread, .pwrite = pwrite, .fsync = fsync,       \
-        .fdatasync = fdatasync, .ftruncate = ftruncate, .fstat = fstat, .ioctl = real_ioctl,       \
-        .flock = flock, .rename = rename, .rename_noreplace = real_rename_noreplace, .link = link, \
-        .unlink = unlink, .mkdir = mkdir, .mmap = mmap, .munmap = munmap, .lseek = lseek,          \
-        .sendmsg = sendmsg, .recvmsg = recvmsg,                                                    \
+        .open = real_open, .openat = real_openat, .close = close, .pread = pread,                  \
+        .pwrite = pwrite, .fsync = fsync, .fdatasync = fdatasync, .ftruncate = ftruncate,          \
+        .fstat = fstat, .ioctl = real_ioctl, .flock = flock, .rename = rename,                     \
+        .rename_noreplace = real_rename_noreplace, .link = link, .unlink = unlink, .mkdir = mkdir, \
+        .mmap = mmap, .munmap = munmap, .lseek = lseek, .sendmsg = sendmsg, .recvmsg = recvmsg,    \
     }
 
 static const tv__sys_ops g_real = TV__SYS_REAL;
@@ -47,6 +51,14 @@ int tv__sys_open(const char *path, int flags, mode_t mode)
 {
     int fd;
     while ((fd = tv__sys.open(path, flags, mode)) < 0 && errno == EINTR)
+        ;
+    return fd < 0 ? -errno : fd;
+}
+
+int tv__sys_openat(int dir_fd, const char *path, int flags, mode_t mode)
+{
+    int fd;
+    while ((fd = tv__sys.openat(dir_fd, path, flags, mode)) < 0 && errno == EINTR)
         ;
     return fd < 0 ? -errno : fd;
 }

@@ -1,6 +1,6 @@
 /* The one door to the OS: an overridable system-call table (SQLite's
  * aSyscall[] idea) plus the "transfer everything" helpers built on it.
- * Every open, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
+ * Every open, openat, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
  * flock, rename, link, unlink, mkdir, mmap, munmap and lseek on a device, shard,
  * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
  * of them without real hardware; so do sendmsg and recvmsg on the fast-path
@@ -22,6 +22,9 @@ struct msghdr; /* <sys/socket.h> */
 
 typedef struct tv__sys_ops {
     int (*open)(const char *path, int flags, mode_t mode);
+    /* openat(2): path relative to the directory open as dir_fd (an import
+     * source held open, server/import/src_local.c). */
+    int (*openat)(int dir_fd, const char *path, int flags, mode_t mode);
     int (*close)(int fd);
     ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
     ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
@@ -84,6 +87,8 @@ static inline void tv__crash_point(const char *point)
 
 /* open(2) through the table; returns fd >= 0 or -errno. */
 int tv__sys_open(const char *path, int flags, mode_t mode);
+/* openat(2) through the table; returns fd >= 0 or -errno. */
+int tv__sys_openat(int dir_fd, const char *path, int flags, mode_t mode);
 /* Reads up to len bytes at off, stopping only at EOF; *got_len (may be NULL)
  * receives the count. Returns 0 (check *got_len for a short file) or -errno. */
 int tv__sys_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got_len);
