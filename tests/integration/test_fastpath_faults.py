@@ -1,4 +1,4 @@
-"""The fast path's bad input and faults (issue 10), end to end against
+"""The fast path's bad input and faults, end to end against
 build/tensorvaultd through the Python codec and client (fpwire.py):
 
   - malformed (bad magic, reserved bytes, unknown types, a client sending
@@ -45,9 +45,9 @@ import pytest
 
 import fpwire as fp
 from daemon import SLOW, Daemon, set_args
-from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, SLOT_LEN,
-                           TIMEOUT, big_names, check_healthy, fastpath_checkpoint, reference,
-                           wait_sessions)
+from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, NOBODY,
+                           SLOT_LEN, TIMEOUT, big_names, check_healthy, fastpath_checkpoint,
+                           reference, run_as_nobody, wait_sessions)
 
 
 @pytest.fixture(scope="module")
@@ -477,60 +477,6 @@ def test_open_errors_are_not_fatal(d, ref, spec, codes, words):
 
 
 # -- a denied peer ---------------------------------------------------------------------------
-
-NOBODY = 65534
-
-
-def run_as_nobody(sock_path, spec):
-    """Forks a child that drops to uid/gid 65534 (no groups), connects,
-    opens spec and reads every tensor; returns its report (JSON over a pipe):
-    {"error": code, "text", "fatal", "eof"} or {"tensors": {name: sha256}}."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            out = {"uid": os.getuid()}
-            s = fp.Session(sock_path, timeout=TIMEOUT)
-            try:
-                h = s.open(spec)
-                out["generation"] = h.generation
-                out["tensors"] = {k: hashlib.sha256(v).hexdigest()
-                                  for k, v in s.read_tensors(h).items()}
-            except fp.FpError as e:
-                out.update(error=e.code, text=e.text, fatal=e.fatal)
-                # nothing else follows a refused OPEN: the session is alive and idle
-                try:
-                    m = s.recv(timeout=0.5)
-                    out["after"] = repr(m)
-                except TimeoutError:
-                    out["after"] = None
-            s.close()
-            os.write(wfd, json.dumps(out).encode())
-            code = 0
-        except BaseException as e:  # noqa: BLE001 - report anything to the parent
-            try:
-                os.write(wfd, json.dumps({"exception": repr(e)}).encode())
-            except OSError:
-                pass
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    data = b""
-    while True:
-        part = os.read(rfd, 1 << 16)
-        if not part:
-            break
-        data += part
-    os.close(rfd)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
-
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_denied_peer_then_allowed(build_dir, work, src, ref):
