@@ -12,7 +12,11 @@
  *     when something came free after the scheduling (fp->again) the next
  *     epoll_wait does not sleep;
  *   - connections over max_sessions get ERROR TV_E_BUSY (fatal) and are
- *     closed at once;
+ *     closed at once, before their HELLO is read;
+ *   - a client socket is closed only through tv__fp_hangup: shut down both
+ *     ways, what the client sent drained, then closed, so a fatal ERROR
+ *     sent just before stays readable by the client (a close with unread
+ *     datagrams makes Linux report a reset to the client first);
  *   - accept failing for want of descriptors (EMFILE, ENFILE, ENOBUFS,
  *     ENOMEM) takes the listening socket out of epoll and retries every
  *     FP_ACCEPT_RETRY_MS: the loop never spins on a connection it cannot
@@ -46,20 +50,37 @@ void tv__fp_session_arm(fp_session *s)
         s->ep_events = want;
 }
 
-static void refuse_busy(tv__fp *fp, int fd)
+/* Datagrams of a client read and dropped at most when its socket closes:
+ * after the shutdown nothing more can arrive, and what is queued is bounded
+ * by the client's socket buffer; past this the close resets it anyway. */
+#define FP_HANGUP_DRAIN 1024
+
+void tv__fp_hangup(tv__fp *fp, int fd)
 {
-    char msg[128];
+    /* No datagram can be queued to us once both directions are shut down;
+     * reading out what was (a HELLO the daemon never read, RELEASEs) makes
+     * the close an orderly EOF for the client, after what we sent. */
+    shutdown(fd, SHUT_RDWR);
+    for (int i = 0; i < FP_HANGUP_DRAIN; i++) {
+        ssize_t n = tv__fp_recv(fd, fp->rbuf, sizeof fp->rbuf, NULL, 0, NULL, NULL);
+        if (n <= 0 && n != TV_E_PROTOCOL) /* EOF, or nothing more: a cut datagram goes on */
+            break;
+    }
+    tv__sys.close(fd);
+}
+
+/* Answers a connection the daemon does not take: ERROR{code, FATAL} as the
+ * first message (the socket is new: the send does not wait), then hangs up
+ * without reading the HELLO. */
+static void refuse(tv__fp *fp, int fd, int code, const char *msg)
+{
     tv_error err = {0};
-    snprintf(msg, sizeof msg,
-             "tensorvaultd has %u fast-path sessions (max_sessions): try again later",
-             fp->n_sessions);
-    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV__FP_V1, TV_E_BUSY,
-                                     TV__FP_ERROR_FATAL, 0, 0, msg, strlen(msg));
+    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV__FP_V1, code, TV__FP_ERROR_FATAL,
+                                     0, 0, msg, strlen(msg));
     if (len)
         (void)tv__fp_send(fd, fp->sbuf, len, NULL, 0, &err);
     tv__log(TV_LOG_WARN, "fastpath: connection refused: %s", msg);
-    shutdown(fd, SHUT_RDWR);
-    tv__sys.close(fd);
+    tv__fp_hangup(fp, fd);
 }
 
 /* The listening socket in epoll (on) or out of it (accept is short of
@@ -109,7 +130,12 @@ static void on_accept(tv__fp *fp)
         if (fp->accept_paused)
             listen_arm(fp, true);
         if (fp->n_sessions >= fp->o.max_sessions) {
-            refuse_busy(fp, fd);
+            char msg[160];
+            snprintf(
+                msg, sizeof msg,
+                "tensorvaultd has %u fast-path sessions (fastpath.max_sessions = %u): try again later",
+                fp->n_sessions, fp->o.max_sessions);
+            refuse(fp, fd, TV_E_BUSY, msg);
             continue;
         }
         if (tv__fp_session_new(fp, fd, &s)) {

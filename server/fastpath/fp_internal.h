@@ -233,6 +233,9 @@ int64_t tv__fp_now_ms(void);
 /* Sets the epoll interest of a session (EPOLLIN, EPOLLOUT while its outbox
  * is non-empty). */
 void tv__fp_session_arm(fp_session *s);
+/* Closes a client socket so that what the daemon sent on it stays readable:
+ * shut down both ways, what the client sent read and dropped, closed. */
+void tv__fp_hangup(tv__fp *fp, int fd);
 
 /* ---- session.c ---- */
 int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out);

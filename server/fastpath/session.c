@@ -1020,9 +1020,8 @@ void tv__fp_session_destroy(fp_session *s)
             s->id, (int)s->pid, (unsigned)s->uid,
             s->fatal_code ? "closed by the daemon" : (s->why[0] ? s->why : "stopped"), bytes,
             s->requests_done);
-    shutdown(s->fd, SHUT_RDWR);
     epoll_ctl(fp->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
-    tv__sys.close(s->fd);
+    tv__fp_hangup(fp, s->fd); /* the fatal ERROR stays readable after what the client sent */
     DLIST_UNLINK(fp->s_head, fp->s_tail, s);
     fp->n_sessions--;
     atomic_fetch_sub(&fp->st_sessions, 1);
