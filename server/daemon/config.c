@@ -76,6 +76,7 @@ static const key_def keys[] = {
     {"fastpath.group_slots", K_UINT, F(fastpath_group_slots), 0, 2, 65536},
     {"fastpath.credit", K_UINT, F(fastpath_credit), 0, 1, 4096},
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
+    {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 1, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
@@ -126,7 +127,8 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_slot_len = 1u << 20;
     c->fastpath_group_slots = 128;
     c->fastpath_credit = 32;
-    c->fastpath_max_sessions = 64;
+    c->fastpath_max_sessions = 256;
+    c->fastpath_max_sessions_per_uid = 64;
     c->fastpath_max_groups = 16;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;

@@ -172,6 +172,16 @@ static int admit(void *ctx, const char *model, int64_t generation, pid_t pid, ui
     return tv__fp_access_check(a->access, model, uid, gids, n_gids, err);
 }
 
+/* At connect: a peer the access rules let open no model at all gets no
+ * session (it could only hold one that every other user then lacks). */
+static int admit_peer(void *ctx, pid_t pid, uid_t uid, const gid_t *gids, size_t n_gids,
+                      tv_error *err)
+{
+    const admit_ctx *a = ctx;
+    (void)pid;
+    return tv__fp_access_any(a->access, uid, gids, n_gids, err);
+}
+
 /* The access rules of the configuration ([access] default and models). */
 static int make_access(const tv__config *c, tv__fp_access **out, tv_error *err)
 {
@@ -209,10 +219,12 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .group_slots = c->fastpath_group_slots,
         .credit = c->fastpath_credit,
         .max_sessions = c->fastpath_max_sessions,
+        .max_sessions_per_uid = c->fastpath_max_sessions_per_uid,
         .max_groups = c->fastpath_max_groups,
         .max_requests = c->fastpath_max_requests,
         .readahead = c->fastpath_readahead,
         .admit = admit,
+        .peer = admit_peer,
         .admit_ctx = actx,
     };
     tv_error e = {0};
@@ -224,10 +236,17 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
     }
     if (rc)
         return tv__seterr(err, rc, "fast path on %s: %s", c->fastpath_socket, e.msg);
-    tv__log(TV_LOG_INFO,
-            "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model)",
-            c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
-            c->fastpath_group_slots, (unsigned long long)c->fastpath_slot_len);
+    if (c->fastpath_max_sessions_per_uid >= c->fastpath_max_sessions)
+        tv__log(
+            TV_LOG_WARN,
+            "fastpath.max_sessions_per_uid %u is not under fastpath.max_sessions %u: one uid may take every fast-path session",
+            c->fastpath_max_sessions_per_uid, c->fastpath_max_sessions);
+    tv__log(
+        TV_LOG_INFO,
+        "fast path on %s (mode %04o, %u sessions, %u per uid, credit %u, %u x %llu-byte slots per model)",
+        c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions,
+        c->fastpath_max_sessions_per_uid, c->fastpath_credit, c->fastpath_group_slots,
+        (unsigned long long)c->fastpath_slot_len);
     return 0;
 }
 

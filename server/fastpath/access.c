@@ -303,3 +303,33 @@ int tv__fp_access_check(const tv__fp_access *a, const char *model, uid_t uid, co
                       "uid %u (gid %s) may not open model '%.256s' (allowed: %s)", (unsigned)uid,
                       gid, model, l->n ? l->text : "nobody");
 }
+
+/* The peer may open some model when it passes the default list (every model
+ * without a list of its own) or any model's list. The match is
+ * tv__fp_access_check's, run over every list: a rule word added to that
+ * match belongs here too. */
+int tv__fp_access_any(const tv__fp_access *a, uid_t uid, const gid_t *gids, size_t n, tv_error *err)
+{
+    if (!a || (n && !gids))
+        return tv__seterr(err, TV_E_INVALID_ARG, "access check: NULL argument");
+    for (size_t i = 0; i <= a->n_m; i++) {
+        const rule_list *l = i < a->n_m ? &a->m[i].r : &a->dflt;
+        for (size_t j = 0; j < l->n; j++) {
+            const rule *r = &l->v[j];
+            if (r->kind == R_ANY || (r->kind == R_UID && r->id == (uint32_t)uid))
+                return 0;
+            for (size_t g = 0; r->kind == R_GID && g < n; g++)
+                if (r->id == (uint32_t)gids[g])
+                    return 0;
+        }
+    }
+    char gid[32];
+    if (n)
+        snprintf(gid, sizeof gid, "%u", (unsigned)gids[0]);
+    else
+        snprintf(gid, sizeof gid, "none");
+    return tv__seterr(
+        err, TV_E_PEER_DENIED,
+        "uid %u (gid %s) may open no model on this daemon (no [access] rule list allows it)",
+        (unsigned)uid, gid);
+}

@@ -1,7 +1,9 @@
 /* Who may OPEN a model through the fast path: the [access] rules of the
- * daemon's configuration (API10.md), checked against the peer's
- * credentials (SO_PEERCRED uid and gid, SO_PEERGROUPS) by the daemon's
- * admit callback.
+ * daemon's configuration (deploy/tensorvaultd.ini, docs/fastpath.md),
+ * checked against the peer's credentials (SO_PEERCRED uid and gid,
+ * SO_PEERGROUPS) by the daemon's admit callback, and at connect whether the
+ * peer passes any list at all (a peer that may open nothing gets no
+ * session).
  *
  * A rule list is space or comma separated words: uid:N, gid:N, user:NAME,
  * group:NAME (resolved to their ids when parsed: a name this system does
@@ -49,5 +51,12 @@ int tv__fp_access_check(const tv__fp_access *a, const char *model, uid_t uid, co
 /* The normalized rule list that applies to model (the default when it has
  * none); NULL for NULL arguments. Valid until tv__fp_access_free. */
 const char *tv__fp_access_rules(const tv__fp_access *a, const char *model);
+
+/* Whether the peer (as for tv__fp_access_check) passes some list: the
+ * default or any model's, i.e. may open at least one model. Returns 0;
+ * TV_E_PEER_DENIED "uid 65534 (gid 65534) may open no model on this daemon
+ * (no [access] rule list allows it)"; TV_E_INVALID_ARG for a NULL a. */
+int tv__fp_access_any(const tv__fp_access *a, uid_t uid, const gid_t *gids, size_t n,
+                      tv_error *err);
 
 #endif

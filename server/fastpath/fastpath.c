@@ -11,8 +11,11 @@
  *     read submission, batched replies sent, doomed sessions destroyed;
  *     when something came free after the scheduling (fp->again) the next
  *     epoll_wait does not sleep;
- *   - connections over max_sessions get ERROR TV_E_BUSY (fatal) and are
- *     closed at once, before their HELLO is read;
+ *   - a connection is checked before a session is made for it: a peer the
+ *     peer callback refuses gets ERROR TV_E_PEER_DENIED, one whose uid has
+ *     max_sessions_per_uid sessions, or over max_sessions, gets ERROR
+ *     TV_E_BUSY (fatal both), and each is closed at once, before its HELLO
+ *     is read: a refused peer holds no session;
  *   - a client socket is closed only through tv__fp_hangup: shut down both
  *     ways, what the client sent drained, then closed, so a fatal ERROR
  *     sent just before stays readable by the client (a close with unread
@@ -100,6 +103,61 @@ static void listen_arm(tv__fp *fp, bool on)
  * (the listening socket stays readable) instead of holding the loop. */
 #define FP_ACCEPT_PER_TURN 64
 
+/* Whether peer p may have a session at all: the peer callback, else (no
+ * admit callback either) the default admission's test, so that a peer
+ * every OPEN would refuse holds nothing. Returns 0 or the refusal (err:
+ * the message for the peer). */
+static int peer_check(tv__fp *fp, const fp_peer *p, tv_error *err)
+{
+    if (fp->o.peer)
+        return fp->o.peer(fp->o.admit_ctx, p->pid, p->uid, p->gids, p->n_gids, err);
+    if (fp->o.admit) /* it decides per OPEN only */
+        return 0;
+    if (p->uid == fp->uid)
+        return 0;
+    for (size_t i = 0; i < p->n_gids; i++)
+        if (p->gids[i] == fp->gid)
+            return 0;
+    return tv__seterr(err, TV_E_PEER_DENIED,
+                      "uid %u (gid %u) may open no model on this daemon (allowed: uid:%u gid:%u)",
+                      (unsigned)p->uid, (unsigned)p->gid, (unsigned)fp->uid, (unsigned)fp->gid);
+}
+
+/* Refuses the connection fd of peer p when the daemon does not take it
+ * (peer_check, then the session limits, the uid's first). Returns true
+ * when it was refused (fd closed). */
+static bool refused(tv__fp *fp, int fd, const fp_peer *p)
+{
+    char msg[TV__FP_MAX_TEXT + 1];
+    tv_error err = {0};
+    int rc = peer_check(fp, p, &err);
+    if (rc) {
+        snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : tv_strerror(rc));
+        refuse(fp, fd, rc, msg);
+        return true;
+    }
+    uint32_t mine = 0;
+    for (const fp_session *s = fp->s_head; s; s = s->next)
+        mine += s->uid == p->uid;
+    if (mine >= fp->o.max_sessions_per_uid) {
+        snprintf(
+            msg, sizeof msg,
+            "uid %u has %u fast-path sessions (fastpath.max_sessions_per_uid = %u): close one or try again later",
+            (unsigned)p->uid, mine, fp->o.max_sessions_per_uid);
+        refuse(fp, fd, TV_E_BUSY, msg);
+        return true;
+    }
+    if (fp->n_sessions >= fp->o.max_sessions) {
+        snprintf(
+            msg, sizeof msg,
+            "tensorvaultd has %u fast-path sessions (fastpath.max_sessions = %u): try again later",
+            fp->n_sessions, fp->o.max_sessions);
+        refuse(fp, fd, TV_E_BUSY, msg);
+        return true;
+    }
+    return false;
+}
+
 static void on_accept(tv__fp *fp)
 {
     for (int turn = 0; turn < FP_ACCEPT_PER_TURN; turn++) {
@@ -129,17 +187,19 @@ static void on_accept(tv__fp *fp)
         fp->accept_warned = false;
         if (fp->accept_paused)
             listen_arm(fp, true);
-        if (fp->n_sessions >= fp->o.max_sessions) {
-            char msg[160];
-            snprintf(
-                msg, sizeof msg,
-                "tensorvaultd has %u fast-path sessions (fastpath.max_sessions = %u): try again later",
-                fp->n_sessions, fp->o.max_sessions);
-            refuse(fp, fd, TV_E_BUSY, msg);
+        fp_peer p;
+        if (tv__fp_peer_read(fd, &p)) {
+            tv__log(TV_LOG_WARN, "fastpath: out of memory for a connection: closed");
+            tv__sys.close(fd);
             continue;
         }
-        if (tv__fp_session_new(fp, fd, &s)) {
+        if (refused(fp, fd, &p)) {
+            tv__fp_peer_free(&p);
+            continue;
+        }
+        if (tv__fp_session_new(fp, fd, &p, &s)) {
             tv__log(TV_LOG_WARN, "fastpath: out of memory for a session: connection closed");
+            tv__fp_peer_free(&p);
             tv__sys.close(fd);
             continue;
         }
@@ -379,6 +439,8 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
                                 : TV__FP_DEFAULT_GROUP_SLOTS;
     if (!fp->o.max_sessions)
         fp->o.max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
+    if (!fp->o.max_sessions_per_uid)
+        fp->o.max_sessions_per_uid = TV__FP_DEFAULT_MAX_SESSIONS_PER_UID;
     if (!fp->o.max_groups)
         fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
     if (!fp->o.max_requests)

@@ -238,7 +238,22 @@ void tv__fp_session_arm(fp_session *s);
 void tv__fp_hangup(tv__fp *fp, int fd);
 
 /* ---- session.c ---- */
-int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out);
+/* A connecting peer as the kernel knows it. */
+typedef struct fp_peer {
+    pid_t pid;
+    uid_t uid;   /* (uid_t)-1 when the kernel gave no credentials */
+    gid_t gid;   /* the primary gid, (gid_t)-1 likewise */
+    gid_t *gids; /* the primary gid first, then SO_PEERGROUPS (malloc'd) */
+    size_t n_gids;
+} fp_peer;
+/* Reads the credentials of fd's peer (SO_PEERCRED, SO_PEERGROUPS) into *p.
+ * Returns 0; -ENOMEM (*p holds nothing to free then). */
+int tv__fp_peer_read(int fd, fp_peer *p);
+/* Frees what tv__fp_peer_read allocated. NULL-safe. */
+void tv__fp_peer_free(fp_peer *p);
+/* A session on fd for peer p (its gids are taken: p holds none after).
+ * Returns 0 and *out; -ENOMEM (p untouched). */
+int tv__fp_session_new(tv__fp *fp, int fd, fp_peer *p, fp_session **out);
 /* Reads what the socket holds (at most a bounded number of messages) and
  * handles each. */
 void tv__fp_session_on_input(fp_session *s);

@@ -924,33 +924,18 @@ static void session_free(fp_session *s)
     free(s);
 }
 
-int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
+int tv__fp_peer_read(int fd, fp_peer *p)
 {
-    fp_session *s = calloc(1, sizeof(*s));
     struct ucred cred = {0};
     socklen_t cl = sizeof cred;
-    uint32_t buckets = 64;
-    if (!s)
-        return -ENOMEM;
-    while (buckets < fp->o.max_requests && buckets < (1u << 20))
-        buckets <<= 1;
-    s->fp = fp;
-    s->fd = fd;
-    s->version = TV__FP_V1;
-    s->ev.kind = FP_EV_SESSION;
-    s->ev.ptr = s;
-    s->hash_mask = buckets - 1;
-    s->hash = calloc(buckets, sizeof(*s->hash));
-    s->handles = calloc(fp->o.max_handles, sizeof(*s->handles));
-    s->pchunk = malloc(TV__FP_MAX_CHUNKS * sizeof(*s->pchunk));
-    s->pdone = malloc(TV__FP_MAX_DONES * sizeof(*s->pdone));
+    memset(p, 0, sizeof(*p));
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-        s->pid = cred.pid;
-        s->uid = cred.uid;
-        s->gid = cred.gid;
+        p->pid = cred.pid;
+        p->uid = cred.uid;
+        p->gid = cred.gid;
     } else {
-        s->uid = (uid_t)-1;
-        s->gid = (gid_t)-1;
+        p->uid = (uid_t)-1;
+        p->gid = (gid_t)-1;
     }
     /* primary gid first, then the supplementary groups */
     socklen_t gl = 64 * sizeof(gid_t);
@@ -970,18 +955,55 @@ int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
         }
     }
     size_t n_sup = sup ? gl / sizeof(gid_t) : 0;
-    s->gids = malloc((n_sup + 1) * sizeof(gid_t));
-    if (s->gids) {
-        s->gids[0] = s->gid;
+    p->gids = malloc((n_sup + 1) * sizeof(gid_t));
+    if (p->gids) {
+        p->gids[0] = p->gid;
         for (size_t i = 0; i < n_sup; i++)
-            s->gids[1 + i] = sup[i];
-        s->n_gids = n_sup + 1;
+            p->gids[1 + i] = sup[i];
+        p->n_gids = n_sup + 1;
     }
     free(sup);
-    if (!s->hash || !s->handles || !s->pchunk || !s->pdone || !s->gids) {
+    return p->gids ? 0 : -ENOMEM;
+}
+
+void tv__fp_peer_free(fp_peer *p)
+{
+    if (!p)
+        return;
+    free(p->gids);
+    p->gids = NULL;
+    p->n_gids = 0;
+}
+
+int tv__fp_session_new(tv__fp *fp, int fd, fp_peer *p, fp_session **out)
+{
+    fp_session *s = calloc(1, sizeof(*s));
+    uint32_t buckets = 64;
+    if (!s)
+        return -ENOMEM;
+    while (buckets < fp->o.max_requests && buckets < (1u << 20))
+        buckets <<= 1;
+    s->fp = fp;
+    s->fd = fd;
+    s->version = TV__FP_V1;
+    s->ev.kind = FP_EV_SESSION;
+    s->ev.ptr = s;
+    s->hash_mask = buckets - 1;
+    s->hash = calloc(buckets, sizeof(*s->hash));
+    s->handles = calloc(fp->o.max_handles, sizeof(*s->handles));
+    s->pchunk = malloc(TV__FP_MAX_CHUNKS * sizeof(*s->pchunk));
+    s->pdone = malloc(TV__FP_MAX_DONES * sizeof(*s->pdone));
+    if (!s->hash || !s->handles || !s->pchunk || !s->pdone) {
         session_free(s);
         return -ENOMEM;
     }
+    s->pid = p->pid;
+    s->uid = p->uid;
+    s->gid = p->gid;
+    s->gids = p->gids; /* taken */
+    s->n_gids = p->n_gids;
+    p->gids = NULL;
+    p->n_gids = 0;
     s->id = ++fp->next_session_id;
     s->connected_unix = (int64_t)time(NULL);
     s->connected_ms = tv__fp_now_ms();

@@ -170,12 +170,12 @@ def run_as_nobody(sock_path, spec):
     return json.loads(data)
 
 
-def connect_as_nobody(sock_path):
-    """A socket connected to sock_path by a child running as uid/gid 65534
-    (no groups) and handed to this process (SCM_RIGHTS): the daemon knows a
-    peer by the credentials of its connect (SO_PEERCRED, SO_PEERGROUPS), so
-    this process then speaks as uid 65534 on it (fp.Session(path, sock=...)).
-    Nothing is sent on it yet."""
+def connect_as_nobody(sock_path, n=1):
+    """n sockets connected to sock_path by a child running as uid/gid 65534
+    (no groups) and handed to this process (SCM_RIGHTS), in connection
+    order: the daemon knows a peer by the credentials of its connect
+    (SO_PEERCRED, SO_PEERGROUPS), so this process then speaks as uid 65534
+    on them (fp.Session(path, sock=...)). Nothing is sent on them yet."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:  # child
@@ -183,8 +183,8 @@ def connect_as_nobody(sock_path):
         try:
             parent.close()
             drop_to_nobody()
-            s = fp.connect(sock_path, TIMEOUT)
-            socket.send_fds(child, [b"ok"], [s.fileno()])
+            socks = [fp.connect(sock_path, TIMEOUT) for _ in range(n)]
+            socket.send_fds(child, [b"ok"], [x.fileno() for x in socks])
             code = 0
         except BaseException as e:  # noqa: BLE001 - report anything to the parent
             try:
@@ -196,9 +196,9 @@ def connect_as_nobody(sock_path):
     child.close()
     try:
         parent.settimeout(TIMEOUT)
-        msg, fds, _, _ = socket.recv_fds(parent, 4096, 1)
+        msg, fds, _, _ = socket.recv_fds(parent, 4096, n)
     finally:
         parent.close()
         _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and msg == b"ok" and len(fds) == 1, msg
-    return socket.socket(fileno=fds[0])
+    assert os.waitstatus_to_exitcode(status) == 0 and msg == b"ok" and len(fds) == n, msg
+    return [socket.socket(fileno=fd) for fd in fds]

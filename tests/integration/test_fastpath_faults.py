@@ -13,8 +13,10 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
   - per-request errors (tensor out of range, range past the tensor or
     overflowing) and OPEN errors (a model that does not exist, a bad spec,
     a retired generation): an ERROR, not fatal, and the session goes on;
-  - a denied peer (a client running as uid 65534) gets TV_E_PEER_DENIED and
-    nothing else; allowed after access.MODEL=uid:65534;
+  - a denied peer (a client running as uid 65534, allowed another model
+    only) gets TV_E_PEER_DENIED for the OPEN and nothing else; allowed after
+    access.MODEL=uid:65534 (a peer allowed no model at all is refused at
+    connect: test_fastpath_fairness.py);
   - a client that holds its whole credit and reads nothing from its socket
     while another reads the whole model: the other completes with the right
     bytes, the holder's held slots still hold its bytes afterwards, and the
@@ -481,12 +483,14 @@ def test_open_errors_are_not_fatal(d, ref, spec, codes, words):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_denied_peer_then_allowed(build_dir, work, src, ref):
     # The socket lives in a directory everyone may enter (the default's
-    # parent is 0750), mode 0666: the uid check is the daemon's own.
+    # parent is 0750), mode 0666: the uid check is the daemon's own. uid
+    # 65534 may open another model ("other", not imported): it gets a
+    # session, and its OPEN of m is what is refused.
     sockdir = tempfile.mkdtemp(prefix="tvfp-", dir="/tmp")
     os.chmod(sockdir, 0o755)
     sock = os.path.join(sockdir, "fp.sock")
     st = dict(FASTPATH_SETTINGS)
-    st.update({"fastpath.socket": sock, "fastpath.mode": "0666"})
+    st.update({"fastpath.socket": sock, "fastpath.mode": "0666", "access.other": f"uid:{NOBODY}"})
     dd = Daemon(build_dir, work, settings=st, store=str(work / "denied_store"), name="denied")
     try:
         dd.start()

@@ -79,7 +79,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_slot_len, 1u << 20);
     assert_int_equal(c.fastpath_group_slots, 128);
     assert_int_equal(c.fastpath_credit, 32);
-    assert_int_equal(c.fastpath_max_sessions, 64);
+    assert_int_equal(c.fastpath_max_sessions, 256);
+    assert_int_equal(c.fastpath_max_sessions_per_uid, 64);
     assert_int_equal(c.fastpath_max_groups, 16);
     assert_int_equal(c.fastpath_max_requests, 16384);
     assert_int_equal(c.fastpath_readahead, 16);
@@ -103,6 +104,7 @@ static void test_fastpath_and_access(void **state)
                                         "group_slots = 64\n"
                                         "credit = 8\n"
                                         "max_sessions = 5\n"
+                                        "max_sessions_per_uid = 3\n"
                                         "max_groups = 2\n"
                                         "max_requests = 100\n"
                                         "readahead = 0\n"
@@ -126,6 +128,7 @@ static void test_fastpath_and_access(void **state)
     assert_int_equal(c.fastpath_group_slots, 64);
     assert_int_equal(c.fastpath_credit, 8);
     assert_int_equal(c.fastpath_max_sessions, 5);
+    assert_int_equal(c.fastpath_max_sessions_per_uid, 3);
     assert_int_equal(c.fastpath_max_groups, 2);
     assert_int_equal(c.fastpath_max_requests, 100);
     assert_int_equal(c.fastpath_readahead, 0);
@@ -317,6 +320,8 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.group_slots", "1"},
         {"fastpath.credit", "0"},
         {"fastpath.max_sessions", "0"},
+        {"fastpath.max_sessions_per_uid", "0"},
+        {"fastpath.max_sessions_per_uid", "65537"},
         {"fastpath.max_groups", "2000"},
         {"fastpath.max_requests", "0"},
         {"fastpath.nope", "1"},

@@ -23,7 +23,9 @@
  * its request (ERROR naming model, tensor, device, offset, then DONE) and
  * nothing else; a handle keeps its generation when the active one moves;
  * max_groups / max_handles refuse that OPEN only; a client that never reads
- * is closed once its outbox passes the bound. Everything runs twice: with
+ * is closed once its outbox passes the bound; a peer the peer callback
+ * refuses, or one over max_sessions_per_uid, gets its fatal ERROR at
+ * connect and holds no session. Everything runs twice: with
  * the pread engine and with AUTO (io_uring where the kernel has it). */
 #include <dirent.h>
 #include <errno.h>
@@ -174,6 +176,7 @@ static tv__fp_opts base_opts(void)
                          .group_slots = NSLOTS,
                          .credit = CREDIT,
                          .max_sessions = 8,
+                         .max_sessions_per_uid = 8,
                          .max_requests = 256,
                          .max_handles = 4,
                          .readahead = 4}; /* NSLOTS / 4, the most it reads ahead */
@@ -1217,6 +1220,88 @@ static void test_busy_sessions(void **state)
     cl_expect_fatal(&b, TV_E_BUSY, NULL);
     cl_close(&b);
     cl_close(&a);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+static bool g_peer_allow;
+
+static int peer_gate(void *ctx, pid_t pid, uid_t uid, const gid_t *gids, size_t n_gids,
+                     tv_error *err)
+{
+    assert_ptr_equal(ctx, &g_admit_calls);
+    assert_int_equal(pid, getpid());
+    assert_int_equal(uid, getuid());
+    assert_true(n_gids >= 1 && gids[0] == getgid());
+    g_admit_calls++;
+    if (g_peer_allow)
+        return 0;
+    return tv__seterr(err, TV_E_PEER_DENIED, "uid %u (gid %u) may open no model on this daemon",
+                      (unsigned)uid, (unsigned)gids[0]);
+}
+
+/* A peer the peer callback refuses gets ERROR{TV_E_PEER_DENIED, FATAL} as
+ * the first message (no HELLO needed), then EOF, and holds nothing: more of
+ * them than max_sessions, all still connected, leave the sessions to a peer
+ * the callback lets in. */
+static void test_peer_refused_at_connect(void **state)
+{
+    (void)state;
+    cl x[3], ok;
+    tv__fp_opts o = base_opts();
+    o.peer = peer_gate;
+    o.admit_ctx = &g_admit_calls;
+    o.max_sessions = 2;
+    g_admit_calls = 0;
+    g_peer_allow = false;
+    fp_up(&o);
+    for (size_t i = 0; i < TV_ARRAY_LEN(x); i++) {
+        cl_connect(&x[i]);
+        cl_expect_fatal(&x[i], TV_E_PEER_DENIED, "may open no model on this daemon");
+    }
+    assert_int_equal(g_admit_calls, 3);
+    assert_int_equal(stats().sessions, 0);
+    assert_int_equal(stats().sessions_total, 0);
+    g_peer_allow = true;
+    cl_ready(&ok);
+    check_other_works(&ok, (uint32_t)tensor_index("b"));
+    assert_int_equal(stats().sessions, 1);
+    for (size_t i = 0; i < TV_ARRAY_LEN(x); i++)
+        cl_close(&x[i]);
+    cl_close(&ok);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* max_sessions_per_uid: a connection of a uid that has that many sessions
+ * gets ERROR{TV_E_BUSY, FATAL} naming the uid and the key, before its
+ * HELLO; the uid's sessions work on, and once one ended the uid connects
+ * again. */
+static void test_busy_per_uid(void **state)
+{
+    (void)state;
+    cl a, b, c, d;
+    char want[96];
+    tv__fp_opts o = base_opts();
+    o.max_sessions_per_uid = 2;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_connect(&c);
+    snprintf(want, sizeof want,
+             "uid %u has 2 fast-path sessions (fastpath.max_sessions_per_uid = 2)",
+             (unsigned)getuid());
+    cl_expect_fatal(&c, TV_E_BUSY, want);
+    check_other_works(&a, (uint32_t)tensor_index("b"));
+    cl_close(&b);
+    for (int i = 0; i < 500 && stats().sessions != 1; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 1);
+    cl_ready(&d);
+    check_other_works(&d, (uint32_t)tensor_index("b"));
+    cl_close(&a);
+    cl_close(&c);
+    cl_close(&d);
     tv__fp_stop(g_fp);
     g_fp = NULL;
 }
@@ -2285,6 +2370,8 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
+        cmocka_unit_test(test_peer_refused_at_connect),
+        cmocka_unit_test(test_busy_per_uid),
         cmocka_unit_test(test_socket_takeover),
         cmocka_unit_test(test_stop_with_sessions),
         cmocka_unit_test(test_hello_timeout),
