@@ -78,6 +78,7 @@ static const key_def keys[] = {
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
     {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 1, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
+    {"fastpath.hold_timeout_ms", K_UINT, F(fastpath_hold_timeout_ms), 0, 100, 86400000},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
     {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
@@ -130,6 +131,7 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_max_sessions = 256;
     c->fastpath_max_sessions_per_uid = 64;
     c->fastpath_max_groups = 16;
+    c->fastpath_hold_timeout_ms = 10000;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;
     c->fleet_quorum = 0; /* every node the placement names */

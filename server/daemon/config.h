@@ -65,6 +65,7 @@ typedef struct tv__config {
     unsigned fastpath_credit;
     unsigned fastpath_max_sessions;
     unsigned fastpath_max_sessions_per_uid; /* sessions of one uid */
+    unsigned fastpath_hold_timeout_ms;      /* slots held without a release while others wait */
     unsigned fastpath_max_groups;
     unsigned fastpath_max_requests;
     unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */

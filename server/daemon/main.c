@@ -222,6 +222,7 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .max_sessions_per_uid = c->fastpath_max_sessions_per_uid,
         .max_groups = c->fastpath_max_groups,
         .max_requests = c->fastpath_max_requests,
+        .hold_timeout_ms = c->fastpath_hold_timeout_ms,
         .readahead = c->fastpath_readahead,
         .admit = admit,
         .peer = admit_peer,

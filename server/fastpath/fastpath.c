@@ -8,9 +8,11 @@
  *   - the loop holds fp->mu while it works on a turn (never while it
  *     sleeps in epoll_wait), so tv__fp_sessions copies a consistent view;
  *   - a turn: events (accept, input, output, completions), then scheduling,
- *     read submission, batched replies sent, doomed sessions destroyed;
- *     when something came free after the scheduling (fp->again) the next
- *     epoll_wait does not sleep;
+ *     the hold sweep (sessions that stall a starved group closed), read
+ *     submission, batched replies sent, doomed sessions destroyed; when
+ *     something came free after the scheduling (fp->again) the next
+ *     epoll_wait does not sleep, else it wakes for the next deadline (a
+ *     HELLO, a hold timeout) at the latest;
  *   - a connection is checked before a session is made for it: a peer the
  *     peer callback refuses gets ERROR TV_E_PEER_DENIED, one whose uid has
  *     max_sessions_per_uid sessions, or over max_sessions, gets ERROR
@@ -251,9 +253,11 @@ static int hello_sweep(tv__fp *fp)
     return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
 }
 
-static void end_of_turn(tv__fp *fp)
+/* Returns the milliseconds until the next hold deadline, or -1. */
+static int end_of_turn(tv__fp *fp)
 {
     tv__fp_schedule(fp);
+    int hold_wait = tv__fp_hold_sweep(fp); /* its sessions go below: their slots return */
     tv__fp_groups_flush(fp);
     for (fp_session *s = fp->s_head; s; s = s->next) {
         if (s->doomed || !s->dirty)
@@ -270,6 +274,7 @@ static void end_of_turn(tv__fp *fp)
         s = nx;
     }
     tv__fp_groups_reap(fp); /* after the replies: CLOSED does not wait for a teardown */
+    return hold_wait;
 }
 
 static void *loop_main(void *arg)
@@ -277,10 +282,13 @@ static void *loop_main(void *arg)
     tv__fp *fp = arg;
     struct epoll_event evs[64];
     int hello_wait = -1; /* ms until a connection's HELLO deadline, -1: none */
+    int hold_wait = -1;  /* ms until a holder of a starved group's slots times out, -1: none */
     while (!atomic_load(&fp->stop)) {
         int wait = fp->again ? 0 : fp->accept_paused ? FP_ACCEPT_RETRY_MS : -1;
         if (hello_wait >= 0 && (wait < 0 || hello_wait < wait))
             wait = hello_wait;
+        if (hold_wait >= 0 && (wait < 0 || hold_wait < wait))
+            wait = hold_wait;
         int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs), wait);
         if (n < 0) {
             if (errno == EINTR)
@@ -327,7 +335,7 @@ static void *loop_main(void *arg)
         fp->evs = NULL;
         fp->n_evs = fp->ev_next = 0;
         hello_wait = hello_sweep(fp);
-        end_of_turn(fp);
+        hold_wait = end_of_turn(fp);
         pthread_mutex_unlock(&fp->mu);
     }
     return NULL;
@@ -449,6 +457,8 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
         fp->o.max_handles = TV__FP_DEFAULT_MAX_HANDLES;
     if (!fp->o.hello_timeout_ms)
         fp->o.hello_timeout_ms = 10000;
+    if (!fp->o.hold_timeout_ms)
+        fp->o.hold_timeout_ms = TV__FP_DEFAULT_HOLD_TIMEOUT_MS;
     if (fp->o.slot_len % 4096 || fp->o.slot_len > (256u << 20)) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",

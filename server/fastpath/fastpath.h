@@ -16,9 +16,13 @@
  *     the object's extent): the arena only ever holds bytes of the group's
  *     own objects, so a peer allowed that model sees nothing else;
  *   - a session holds at most `credit` slot references (delivered and not
- *     released, or awaited); the scheduler serves sessions round-robin, so
- *     a session that stops releasing only stalls itself; memory is bounded
- *     by max_groups x group_slots x slot_len plus fixed per-session state;
+ *     released, or awaited); the scheduler serves sessions round-robin; a
+ *     session of a group that waits for a free slot while other sessions
+ *     of that group hold references without releasing any for
+ *     hold_timeout_ms ends those sessions (ERROR TV_E_TIMEOUT, fatal) and
+ *     their slots return: so a client that stops releasing only stalls
+ *     itself (however many of them share the group); memory is bounded by
+ *     max_groups x group_slots x slot_len plus fixed per-session state;
  *   - a peer is checked (SO_PEERCRED / SO_PEERGROUPS) at connect by the
  *     peer callback, then per OPEN by the admit callback; a peer that may
  *     open no model at all is refused at connect (ERROR TV_E_PEER_DENIED,
@@ -79,6 +83,10 @@ typedef int (*tv__fp_peer_fn)(void *ctx, pid_t pid, uid_t uid, const gid_t *gids
 #define TV__FP_DEFAULT_MAX_REQUESTS         16384u
 #define TV__FP_DEFAULT_MAX_HANDLES          16u
 #define TV__FP_DEFAULT_READAHEAD            16u /* the daemon's [fastpath] readahead default */
+/* A client copies a chunk and releases it in micro- to milliseconds (a GPU
+ * copy and a stream sync included): 10 s without one while others wait is
+ * a stuck or hostile client, and a waiting loader loses at most that. */
+#define TV__FP_DEFAULT_HOLD_TIMEOUT_MS 10000u
 
 typedef struct tv__fp_opts {
     const char *socket_path; /* created (parent directory too, 0750), unlinked first if stale */
@@ -98,13 +106,17 @@ typedef struct tv__fp_opts {
     uint32_t max_handles;      /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
     uint32_t hello_timeout_ms; /* a connection that sends no HELLO this long is closed (so idle
                                   connections cannot hold every session); 0 = 10000 */
-    tv__fp_admit_fn admit;     /* NULL = admit the daemon's own uid, or a peer whose gid or a
-                                  supplementary group is the daemon's gid */
-    tv__fp_peer_fn peer;       /* NULL = take every connection when admit is set, else refuse
-                                  the peers that the default admission refuses */
-    void *admit_ctx;           /* of admit and peer */
-    uint32_t readahead;        /* chunks read ahead past a sequential request when its session has
-                                  nothing more queued (at most group_slots / 4); 0 = none */
+    /* a session that holds slot references of a group without releasing
+     * any this long, while another session of the group waits for a free
+     * slot, is closed (ERROR TV_E_TIMEOUT); 0 = default */
+    uint32_t hold_timeout_ms;
+    tv__fp_admit_fn admit; /* NULL = admit the daemon's own uid, or a peer whose gid or a
+                              supplementary group is the daemon's gid */
+    tv__fp_peer_fn peer;   /* NULL = take every connection when admit is set, else refuse
+                              the peers that the default admission refuses */
+    void *admit_ctx;       /* of admit and peer */
+    uint32_t readahead;    /* chunks read ahead past a sequential request when its session has
+                              nothing more queued (at most group_slots / 4); 0 = none */
 } tv__fp_opts;
 
 /* Binds the socket and starts the loop thread. Returns 0 and *out;

@@ -8,18 +8,26 @@ directory with mode 0666 (the uid checks are the daemon's own).
     TV_E_BUSY with the daemon's reason, not as a dropped connection;
   - sessions: a peer that may open no model is refused at connect and
     holds nothing, and one uid gets at most max_sessions_per_uid sessions,
-    so neither can lock out the allowed workers of other users.
+    so neither can lock out the allowed workers of other users;
+  - slots: sessions that take their credit of a group's slots and stop
+    releasing are closed (TV_E_TIMEOUT) once another session of the group
+    waits for a slot and they released nothing for fastpath.hold_timeout_ms;
+    a holder that blocks no one is left alone.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py)."""
 import os
+import time
 
 import pytest
 
 import fpwire as fp
-from daemon import Daemon, set_args
-from fastpath_util import (FASTPATH_SETTINGS, NOBODY, TIMEOUT, big_names, connect_as_nobody,
-                           fastpath_checkpoint, reference, shared_socket, wait_sessions)
+from daemon import SLOW, Daemon, set_args
+from fastpath_util import (CREDIT, FASTPATH_SETTINGS, NOBODY, SLOT_LEN, TIMEOUT, big_names,
+                           connect_as_nobody, fastpath_checkpoint, reference, shared_socket,
+                           wait_sessions)
+
+HOLD_MS = 1000  # fastpath.hold_timeout_ms of the slot tests: short, so they take seconds
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to run a peer as uid 65534")
@@ -201,3 +209,87 @@ def test_session_exhaustion(daemon, src, ref, tv):
     finally:
         for s, _ in nobody:
             s.close()
+
+
+# -- slots: sessions that stop releasing -----------------------------------------------------------
+
+
+def take_credit(d, name):
+    """A session that asks for tensor name of m (more chunks than its
+    credit: each reference it gets is on a slot of its own), takes its
+    credit of slot references and then releases nothing: (session, its
+    request)."""
+    s = fp.Session(d.socket_path, timeout=TIMEOUT, auto_release=False)
+    h = s.open("m")
+    t = h.snap.by_name[name]
+    assert t["nbytes"] > CREDIT * SLOT_LEN, t
+    reqs = s.submit(h, [(t["index"], 0, t["nbytes"])])
+    deadline = time.monotonic() + TIMEOUT
+    while len(s.held) < CREDIT:
+        assert time.monotonic() < deadline, f"the holder got {len(s.held)} of {CREDIT} slots"
+        s.pump(TIMEOUT)
+    return s, reqs
+
+
+def test_slot_starvation(daemon, src, ref):
+    """Protects a session of a model generation from the other sessions of
+    that generation: with group_slots = 2 x credit, two sessions that take
+    their credit and stop releasing hold every slot of the group. A third
+    session used to wait for a slot forever (credit bounds each session,
+    not their sum, and the wait had no deadline). Now, once it waits and
+    they released nothing for fastpath.hold_timeout_ms, both get
+    ERROR{TV_E_TIMEOUT, fatal} naming the model, the slots held and the
+    key, their slots return, and the third reads the whole model right."""
+    d = daemon({"fastpath.hold_timeout_ms": str(HOLD_MS)})
+    d.import_ok("m", src, activate=True)
+    # two tensors, so the holders' slots are distinct: 2 x 8 = every slot
+    holders = [take_credit(d, name)[0] for name in ("big.f32", "mid.u8")]
+    try:
+        assert sorted(x["slots_held"] for x in d.sessions()) == [CREDIT, CREDIT]
+        # both have held theirs longer than the hold timeout when the third
+        # comes: both are closed at once (one closed alone would free enough
+        # slots, and the other, harming no one then, would be left alone)
+        time.sleep(HOLD_MS / 1000 + 0.2)
+        t0 = time.monotonic()
+        # bounded: the hold timeout, then a generous margin for a loaded machine
+        with fp.Session(d.socket_path, timeout=HOLD_MS / 1000 + 10 * SLOW) as w:
+            got = w.read_tensors(w.open("m"))
+        print(f"the waiting session read the model in {time.monotonic() - t0:.2f} s")
+        assert got == ref
+        for h in holders:
+            with pytest.raises(fp.FpClosed):
+                while True:
+                    h.pump(TIMEOUT)
+            assert h.fatal is not None, h.log[-5:]
+            assert h.fatal.f["code"] == fp.TV_E_TIMEOUT, h.fatal
+            text = h.fatal.text.decode()
+            assert "model 'm' generation 1" in text and f"{CREDIT} slots" in text, text
+            assert "fastpath.hold_timeout_ms = 1000" in text, text
+    finally:
+        for h in holders:
+            h.close()
+    wait_sessions(d, lambda ls: ls == [])
+
+
+def test_holder_that_blocks_no_one_is_left_alone(daemon, src, ref):
+    """Protects a slow client from the hold timeout when it harms no one: a
+    session holds its credit (half the group's slots) without releasing for
+    several hold timeouts while another reads the model (never short of a
+    slot): the holder is not closed, and completes once it releases."""
+    d = daemon({"fastpath.hold_timeout_ms": str(HOLD_MS)})
+    d.import_ok("m", src, activate=True)
+    holder, reqs = take_credit(d, "big.f32")
+    try:
+        with fp.Session(d.socket_path, timeout=TIMEOUT) as other:
+            h = other.open("m")
+            for _ in range(2):
+                assert other.read_tensors(h) == ref
+        time.sleep(3 * HOLD_MS / 1000)
+        listing = {x["id"]: x for x in d.sessions()}
+        assert listing[holder.session_id]["slots_held"] == CREDIT, listing
+        holder.auto_release = True
+        holder.release_all()
+        holder.wait(reqs)
+        assert reqs[0].result == 0 and bytes(reqs[0].buf) == ref["big.f32"]
+    finally:
+        holder.close()

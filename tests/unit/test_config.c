@@ -82,6 +82,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_max_sessions, 256);
     assert_int_equal(c.fastpath_max_sessions_per_uid, 64);
     assert_int_equal(c.fastpath_max_groups, 16);
+    assert_int_equal(c.fastpath_hold_timeout_ms, 10000);
     assert_int_equal(c.fastpath_max_requests, 16384);
     assert_int_equal(c.fastpath_readahead, 16);
     char own[64];
@@ -106,6 +107,7 @@ static void test_fastpath_and_access(void **state)
                                         "max_sessions = 5\n"
                                         "max_sessions_per_uid = 3\n"
                                         "max_groups = 2\n"
+                                        "hold_timeout_ms = 2500\n"
                                         "max_requests = 100\n"
                                         "readahead = 0\n"
                                         "[access]\n"
@@ -130,6 +132,7 @@ static void test_fastpath_and_access(void **state)
     assert_int_equal(c.fastpath_max_sessions, 5);
     assert_int_equal(c.fastpath_max_sessions_per_uid, 3);
     assert_int_equal(c.fastpath_max_groups, 2);
+    assert_int_equal(c.fastpath_hold_timeout_ms, 2500);
     assert_int_equal(c.fastpath_max_requests, 100);
     assert_int_equal(c.fastpath_readahead, 0);
     assert_string_equal(c.access_default, "uid:0, gid:0");
@@ -322,6 +325,8 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.max_sessions", "0"},
         {"fastpath.max_sessions_per_uid", "0"},
         {"fastpath.max_sessions_per_uid", "65537"},
+        {"fastpath.hold_timeout_ms", "99"},
+        {"fastpath.hold_timeout_ms", "86400001"},
         {"fastpath.max_groups", "2000"},
         {"fastpath.max_requests", "0"},
         {"fastpath.nope", "1"},

@@ -25,7 +25,9 @@
  * max_groups / max_handles refuse that OPEN only; a client that never reads
  * is closed once its outbox passes the bound; a peer the peer callback
  * refuses, or one over max_sessions_per_uid, gets its fatal ERROR at
- * connect and holds no session. Everything runs twice: with
+ * connect and holds no session; sessions that hold every slot of a group
+ * without releasing are closed (TV_E_TIMEOUT) once another session waits
+ * for a slot longer than hold_timeout_ms. Everything runs twice: with
  * the pread engine and with AUTO (io_uring where the kernel has it). */
 #include <dirent.h>
 #include <errno.h>
@@ -1941,6 +1943,89 @@ static void test_fair_slot_handoff(void **state)
     cl_close(&c);
 }
 
+/* Credit 4, 8 slots, hold_timeout_ms 300: A and B take 4 slots each (all 8)
+ * and release nothing; C wants one chunk after they have held theirs for
+ * over 300 ms without a release: both get ERROR{TV_E_TIMEOUT, FATAL} naming
+ * the model, the slots and the key, their slots return and C's read
+ * completes. */
+static void test_hold_timeout(void **state)
+{
+    (void)state;
+    cl a, b, c;
+    uint32_t ta = (uint32_t)tensor_index("a"), td = (uint32_t)tensor_index("d"),
+             te = (uint32_t)tensor_index("e");
+    tv__fp_opts o = base_opts();
+    o.credit = 4;
+    o.group_slots = 8;
+    o.hold_timeout_ms = 300;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_ready(&c);
+    a.auto_release = b.auto_release = false;
+    read_spread(&a, ta, 0, 5); /* object chunks 0..4: 4 delivered, then at its credit */
+    pump_chunks(&a, 4);
+    read_spread(&b, td, 0, 5); /* chunks 10..14 */
+    pump_chunks(&b, 4);
+    sleep_ms(400);                        /* both past the hold timeout */
+    creq *r = cl_read(&c, te, 120000, 1); /* chunk 17: no free slot */
+    cl_wait_all(&c);
+    assert_int_equal(r->result, 0);
+    assert_int_equal(r->dest[0], g.ref[te][120000]);
+    cl_expect_fatal(&a, TV_E_TIMEOUT, "fastpath.hold_timeout_ms = 300");
+    cl_expect_fatal(&b, TV_E_TIMEOUT, "model 'fp/demo' generation 1: 4 slots held for");
+    check_other_works(&c, ta);
+    cl_close(&a);
+    cl_close(&b);
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* As above with hold_timeout_ms 1000, but B took its slots just before C
+ * asks: A (past the timeout) is closed, its slots let C complete, and B,
+ * which then stalls no one, is left alone and completes once it releases. */
+static void test_hold_timeout_closes_only_the_stale(void **state)
+{
+    (void)state;
+    cl a, b, c;
+    uint32_t ta = (uint32_t)tensor_index("a"), td = (uint32_t)tensor_index("d"),
+             te = (uint32_t)tensor_index("e");
+    tv__fp_opts o = base_opts();
+    o.credit = 4;
+    o.group_slots = 8;
+    o.hold_timeout_ms = 1000;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_ready(&c);
+    a.auto_release = b.auto_release = false;
+    read_spread(&a, ta, 0, 5);
+    pump_chunks(&a, 4);
+    sleep_ms(1200); /* A past the hold timeout, B not */
+    read_spread(&b, td, 0, 5);
+    pump_chunks(&b, 4);
+    creq *r = cl_read(&c, te, 120000, 1);
+    cl_wait_all(&c);
+    assert_int_equal(r->result, 0);
+    assert_int_equal(r->dest[0], g.ref[te][120000]);
+    cl_expect_fatal(&a, TV_E_TIMEOUT, "fastpath.hold_timeout_ms = 1000");
+    assert_int_equal(slots_held_settled(b.session, 4), 4); /* B lives on, at its credit */
+    b.auto_release = true;
+    cl_release(&b, b.held, b.n_held);
+    b.n_held = 0;
+    cl_wait_all(&b);
+    for (size_t i = 0; i < b.n_reqs; i++) {
+        assert_int_equal(b.reqs[i].result, 0);
+        assert_int_equal(b.reqs[i].dest[0], g.ref[td][i * SLOT]);
+    }
+    cl_close(&a);
+    cl_close(&b);
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
 /* A connection that sends no HELLO within hello_timeout_ms is closed; one
  * that did is not, however long it stays idle. */
 static void test_hello_timeout(void **state)
@@ -2375,6 +2460,8 @@ int main(void)
         cmocka_unit_test(test_socket_takeover),
         cmocka_unit_test(test_stop_with_sessions),
         cmocka_unit_test(test_hello_timeout),
+        cmocka_unit_test(test_hold_timeout),
+        cmocka_unit_test(test_hold_timeout_closes_only_the_stale),
     };
     /* both read engines behind the aio: the pread pool, then io_uring when
      * the kernel has it (else AUTO is the pread pool again) */
