@@ -76,7 +76,7 @@ static const key_def keys[] = {
     {"fastpath.group_slots", K_UINT, F(fastpath_group_slots), 0, 2, 65536},
     {"fastpath.credit", K_UINT, F(fastpath_credit), 0, 1, 4096},
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
-    {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 1, 65536},
+    {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 0, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
     {"fastpath.hold_timeout_ms", K_UINT, F(fastpath_hold_timeout_ms), 0, 100, 86400000},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
@@ -129,7 +129,7 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_group_slots = 128;
     c->fastpath_credit = 32;
     c->fastpath_max_sessions = 256;
-    c->fastpath_max_sessions_per_uid = 64;
+    c->fastpath_max_sessions_per_uid = 0; /* max_sessions / 4 */
     c->fastpath_max_groups = 16;
     c->fastpath_hold_timeout_ms = 10000;
     c->fastpath_max_requests = 16384;

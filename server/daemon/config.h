@@ -64,7 +64,7 @@ typedef struct tv__config {
     unsigned fastpath_group_slots;         /* at least 2 x fastpath_credit */
     unsigned fastpath_credit;
     unsigned fastpath_max_sessions;
-    unsigned fastpath_max_sessions_per_uid; /* sessions of one uid */
+    unsigned fastpath_max_sessions_per_uid; /* sessions of one uid; 0 = max_sessions / 4 */
     unsigned fastpath_hold_timeout_ms;      /* slots held without a release while others wait */
     unsigned fastpath_max_groups;
     unsigned fastpath_max_requests;

@@ -237,7 +237,7 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
     }
     if (rc)
         return tv__seterr(err, rc, "fast path on %s: %s", c->fastpath_socket, e.msg);
-    if (c->fastpath_max_sessions_per_uid >= c->fastpath_max_sessions)
+    if (c->fastpath_max_sessions_per_uid >= c->fastpath_max_sessions) /* given, not the default */
         tv__log(
             TV_LOG_WARN,
             "fastpath.max_sessions_per_uid %u is not under fastpath.max_sessions %u: one uid may take every fast-path session",

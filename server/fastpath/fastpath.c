@@ -448,7 +448,7 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     if (!fp->o.max_sessions)
         fp->o.max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
     if (!fp->o.max_sessions_per_uid)
-        fp->o.max_sessions_per_uid = TV__FP_DEFAULT_MAX_SESSIONS_PER_UID;
+        fp->o.max_sessions_per_uid = fp->o.max_sessions / 4 ? fp->o.max_sessions / 4 : 1;
     if (!fp->o.max_groups)
         fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
     if (!fp->o.max_requests)

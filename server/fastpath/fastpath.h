@@ -76,13 +76,10 @@ typedef int (*tv__fp_peer_fn)(void *ctx, pid_t pid, uid_t uid, const gid_t *gids
 #define TV__FP_DEFAULT_GROUP_SLOTS  128u
 #define TV__FP_DEFAULT_CREDIT       32u
 #define TV__FP_DEFAULT_MAX_SESSIONS 256u
-/* A quarter of the sessions: a job of 8 tensor-parallel ranks x a few
- * engines fits, and three other users still find room. */
-#define TV__FP_DEFAULT_MAX_SESSIONS_PER_UID 64u
-#define TV__FP_DEFAULT_MAX_GROUPS           16u
-#define TV__FP_DEFAULT_MAX_REQUESTS         16384u
-#define TV__FP_DEFAULT_MAX_HANDLES          16u
-#define TV__FP_DEFAULT_READAHEAD            16u /* the daemon's [fastpath] readahead default */
+#define TV__FP_DEFAULT_MAX_GROUPS   16u
+#define TV__FP_DEFAULT_MAX_REQUESTS 16384u
+#define TV__FP_DEFAULT_MAX_HANDLES  16u
+#define TV__FP_DEFAULT_READAHEAD    16u /* the daemon's [fastpath] readahead default */
 /* A client copies a chunk and releases it in micro- to milliseconds (a GPU
  * copy and a stream sync included): 10 s without one while others wait is
  * a stuck or hostile client, and a waiting loader loses at most that. */
@@ -99,7 +96,9 @@ typedef struct tv__fp_opts {
     uint32_t credit;         /* slot references per session; 0 = default */
     uint32_t max_sessions;   /* further connections are answered ERROR TV_E_BUSY and closed */
     /* sessions of one uid: its further connections are answered ERROR
-     * TV_E_BUSY and closed; 0 = default */
+     * TV_E_BUSY and closed; 0 = max_sessions / 4 (at least 1): 64 of the
+     * default 256, a job of 8 tensor-parallel ranks x a few engines, and
+     * three other users still find room */
     uint32_t max_sessions_per_uid;
     uint32_t max_groups;       /* distinct open model generations; further OPENs: TV_E_BUSY */
     uint32_t max_requests;     /* outstanding per session; more is a protocol error */

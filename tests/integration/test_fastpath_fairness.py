@@ -185,10 +185,9 @@ def test_session_exhaustion(daemon, src, ref, tv):
     assert "TV_E_PEER_DENIED" in p.stderr and "may open no model" in p.stderr, p.stderr
 
     # (2) uid 65534 allowed m: its share is 2 of the 8 sessions (the default
-    # max_sessions_per_uid is 64: set here to 2 so that it binds)
+    # max_sessions_per_uid: max_sessions / 4)
     assert d.stop() == 0, d.log_text()
-    d.start(extra_args=set_args({"access.m": f"uid:0 uid:{NOBODY}",
-                                 "fastpath.max_sessions_per_uid": "2"}))
+    d.start(extra_args=set_args({"access.m": f"uid:0 uid:{NOBODY}"}))
     d.wait_socket()
     wait_sessions(d, lambda ls: ls == [])
     nobody = nobody_sessions(d, 8)

@@ -763,9 +763,12 @@ def test_handle_limit_is_busy_not_fatal(d, ref):
 def test_session_and_group_limits(build_dir, work, src, ref):
     """max_sessions 2: a third connection gets ERROR{TV_E_BUSY, fatal} and
     EOF, and connects once one of the two left; max_groups 1: an OPEN of a
-    second generation while the first is open is TV_E_BUSY, not fatal."""
+    second generation while the first is open is TV_E_BUSY, not fatal. (The
+    sessions are all of one uid: max_sessions_per_uid, whose default would
+    be 2 / 4, is raised past max_sessions.)"""
     st = dict(FASTPATH_SETTINGS)
-    st.update({"fastpath.max_sessions": "2", "fastpath.max_groups": "1"})
+    st.update({"fastpath.max_sessions": "2", "fastpath.max_sessions_per_uid": "3",
+               "fastpath.max_groups": "1"})
     dd = Daemon(build_dir, work, settings=st, store=str(work / "limits_store"), name="limits")
     try:
         dd.start()
@@ -776,7 +779,7 @@ def test_session_and_group_limits(build_dir, work, src, ref):
         a = fp.Session(dd.socket_path, timeout=TIMEOUT)
         b = fp.Session(dd.socket_path, timeout=TIMEOUT)
         c = fp.Session(dd.socket_path, timeout=TIMEOUT, hello=False)  # refused at connect
-        assert "max_sessions" in c.expect_fatal(fp.TV_E_BUSY)
+        assert "fastpath.max_sessions = 2" in c.expect_fatal(fp.TV_E_BUSY)
         c.close()
         h = a.open("m@1")
         with pytest.raises(fp.FpError) as ei:

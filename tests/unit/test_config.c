@@ -80,7 +80,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_group_slots, 128);
     assert_int_equal(c.fastpath_credit, 32);
     assert_int_equal(c.fastpath_max_sessions, 256);
-    assert_int_equal(c.fastpath_max_sessions_per_uid, 64);
+    assert_int_equal(c.fastpath_max_sessions_per_uid, 0); /* max_sessions / 4 */
     assert_int_equal(c.fastpath_max_groups, 16);
     assert_int_equal(c.fastpath_hold_timeout_ms, 10000);
     assert_int_equal(c.fastpath_max_requests, 16384);
@@ -323,7 +323,6 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.group_slots", "1"},
         {"fastpath.credit", "0"},
         {"fastpath.max_sessions", "0"},
-        {"fastpath.max_sessions_per_uid", "0"},
         {"fastpath.max_sessions_per_uid", "65537"},
         {"fastpath.hold_timeout_ms", "99"},
         {"fastpath.hold_timeout_ms", "86400001"},
