@@ -78,6 +78,8 @@ static const key_def keys[] = {
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
     {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 0, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
+    {"fastpath.max_groups_per_uid", K_UINT, F(fastpath_max_groups_per_uid), 0, 0, 1024},
+    {"fastpath.max_groups_per_model", K_UINT, F(fastpath_max_groups_per_model), 0, 0, 1024},
     {"fastpath.hold_timeout_ms", K_UINT, F(fastpath_hold_timeout_ms), 0, 100, 86400000},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
@@ -131,6 +133,8 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_max_sessions = 256;
     c->fastpath_max_sessions_per_uid = 0; /* max_sessions / 4 */
     c->fastpath_max_groups = 16;
+    c->fastpath_max_groups_per_uid = 0;   /* max_groups / 2 */
+    c->fastpath_max_groups_per_model = 0; /* max_groups / 4 */
     c->fastpath_hold_timeout_ms = 10000;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;

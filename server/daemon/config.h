@@ -67,6 +67,8 @@ typedef struct tv__config {
     unsigned fastpath_max_sessions_per_uid; /* sessions of one uid; 0 = max_sessions / 4 */
     unsigned fastpath_hold_timeout_ms;      /* slots held without a release while others wait */
     unsigned fastpath_max_groups;
+    unsigned fastpath_max_groups_per_uid;   /* groups one uid has handles on; 0 = max_groups / 2 */
+    unsigned fastpath_max_groups_per_model; /* generations of one model open; 0 = max_groups / 4 */
     unsigned fastpath_max_requests;
     unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h

@@ -221,6 +221,8 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .max_sessions = c->fastpath_max_sessions,
         .max_sessions_per_uid = c->fastpath_max_sessions_per_uid,
         .max_groups = c->fastpath_max_groups,
+        .max_groups_per_uid = c->fastpath_max_groups_per_uid,
+        .max_groups_per_model = c->fastpath_max_groups_per_model,
         .max_requests = c->fastpath_max_requests,
         .hold_timeout_ms = c->fastpath_hold_timeout_ms,
         .readahead = c->fastpath_readahead,
@@ -242,12 +244,15 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
             TV_LOG_WARN,
             "fastpath.max_sessions_per_uid %u is not under fastpath.max_sessions %u: one uid may take every fast-path session",
             c->fastpath_max_sessions_per_uid, c->fastpath_max_sessions);
-    tv__log(
-        TV_LOG_INFO,
-        "fast path on %s (mode %04o, %u sessions, %u per uid, credit %u, %u x %llu-byte slots per model)",
-        c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions,
-        c->fastpath_max_sessions_per_uid, c->fastpath_credit, c->fastpath_group_slots,
-        (unsigned long long)c->fastpath_slot_len);
+    if (c->fastpath_max_groups_per_uid >= c->fastpath_max_groups) /* given, not the default */
+        tv__log(
+            TV_LOG_WARN,
+            "fastpath.max_groups_per_uid %u is not under fastpath.max_groups %u: one uid may take every read group",
+            c->fastpath_max_groups_per_uid, c->fastpath_max_groups);
+    tv__log(TV_LOG_INFO,
+            "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model)",
+            c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
+            c->fastpath_group_slots, (unsigned long long)c->fastpath_slot_len);
     return 0;
 }
 

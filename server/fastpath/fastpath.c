@@ -451,6 +451,12 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
         fp->o.max_sessions_per_uid = fp->o.max_sessions / 4 ? fp->o.max_sessions / 4 : 1;
     if (!fp->o.max_groups)
         fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
+    /* half the groups for one uid, a quarter for one model: one user's
+     * generations, or one model's, leave room for others */
+    if (!fp->o.max_groups_per_uid)
+        fp->o.max_groups_per_uid = fp->o.max_groups / 2 ? fp->o.max_groups / 2 : 1;
+    if (!fp->o.max_groups_per_model)
+        fp->o.max_groups_per_model = fp->o.max_groups / 4 ? fp->o.max_groups / 4 : 1;
     if (!fp->o.max_requests)
         fp->o.max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
     if (!fp->o.max_handles)
@@ -572,8 +578,10 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     fp->thread_started = true;
     tv__log(
         TV_LOG_INFO,
-        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most)",
-        fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions);
+        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most, %u per uid; %u model generations open at most, %u per uid, %u per model; hold timeout %u ms)",
+        fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions,
+        fp->o.max_sessions_per_uid, fp->o.max_groups, fp->o.max_groups_per_uid,
+        fp->o.max_groups_per_model, fp->o.hold_timeout_ms);
     *out = fp;
     return 0;
 fail:

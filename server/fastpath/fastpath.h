@@ -30,7 +30,11 @@
  *     refused OPEN gets an ERROR and nothing else;
  *   - no uid holds more than max_sessions_per_uid sessions: a connection
  *     over it, or over max_sessions, is refused at connect (ERROR
- *     TV_E_BUSY, fatal), so one user cannot take every session;
+ *     TV_E_BUSY, fatal), so one user cannot take every session; likewise
+ *     no uid has handles on more than max_groups_per_uid read groups and no
+ *     model has more than max_groups_per_model generations open (an OPEN
+ *     over either, or over max_groups, gets ERROR TV_E_BUSY, not fatal), so
+ *     one user, or one model, cannot take every group;
  *   - a protocol violation closes that session only (ERROR fatal, then
  *     close); its references and waits are dropped, its slots return;
  *   - a slot is reused only when no session references it and no read is
@@ -100,7 +104,13 @@ typedef struct tv__fp_opts {
      * default 256, a job of 8 tensor-parallel ranks x a few engines, and
      * three other users still find room */
     uint32_t max_sessions_per_uid;
-    uint32_t max_groups;       /* distinct open model generations; further OPENs: TV_E_BUSY */
+    uint32_t max_groups; /* distinct open model generations; further OPENs: TV_E_BUSY */
+    /* model generations one uid may have handles on at once; an OPEN that
+     * would make one more: ERROR TV_E_BUSY; 0 = max_groups / 2 (at least 1) */
+    uint32_t max_groups_per_uid;
+    /* generations of one model open at once; an OPEN of one more: ERROR
+     * TV_E_BUSY; 0 = max_groups / 4 (at least 1) */
+    uint32_t max_groups_per_model;
     uint32_t max_requests;     /* outstanding per session; more is a protocol error */
     uint32_t max_handles;      /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
     uint32_t hello_timeout_ms; /* a connection that sends no HELLO this long is closed (so idle

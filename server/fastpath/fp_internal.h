@@ -184,7 +184,8 @@ struct fp_group {
     tv__aio *aio;
     uint32_t queue_depth; /* min(n_slots, FP_MAX_QUEUE_DEPTH): reads in flight at most */
     bool flush_needed;
-    bool starved; /* this turn a session below its credit found no free slot here */
+    bool starved;  /* this turn a session below its credit found no free slot here */
+    uint64_t mark; /* == fp->mark: counted already (tv__fp_group_open's per-uid count) */
     uint32_t n_handles;
     bool dying; /* last handle closed: on fp->dying, freed at the end of the turn */
     fp_slot *slots;
@@ -220,6 +221,7 @@ struct tv__fp {
     uint64_t next_session_id;
     fp_group *g_head;
     uint32_t n_groups;
+    uint64_t mark;      /* the last per-uid group count's mark (fp_group.mark) */
     fp_group *dying;    /* groups whose last handle closed this turn (next-linked): freed by
                            tv__fp_groups_reap once the turn's replies went out */
     bool again;         /* a slot or credit came free after this turn's scheduling */

@@ -12,7 +12,10 @@ directory with mode 0666 (the uid checks are the daemon's own).
   - slots: sessions that take their credit of a group's slots and stop
     releasing are closed (TV_E_TIMEOUT) once another session of the group
     waits for a slot and they released nothing for fastpath.hold_timeout_ms;
-    a holder that blocks no one is left alone.
+    a holder that blocks no one is left alone;
+  - read groups: one uid may have handles on at most max_groups_per_uid
+    model generations, and one model at most max_groups_per_model
+    generations open, so a peer allowed one model cannot take every group.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py)."""
@@ -292,3 +295,65 @@ def test_holder_that_blocks_no_one_is_left_alone(daemon, src, ref):
         assert reqs[0].result == 0 and bytes(reqs[0].buf) == ref["big.f32"]
     finally:
         holder.close()
+
+
+# -- read groups: many generations of one model ------------------------------------------------------
+
+
+def nobody_opens(s, spec):
+    """OPEN spec on session s: the handle, or the FpError of its refusal."""
+    try:
+        return s.open(spec)
+    except fp.FpError as e:
+        assert not e.fatal, e
+        return e
+
+
+@needs_root
+def test_group_exhaustion(daemon, work, src, ref):
+    """Protects the read groups (max_groups model generations open at once,
+    each with its staging arena) from one peer: uid 65534, allowed model g
+    only, opened one generation of g after another until every group was
+    taken, and every other model's OPEN got TV_E_BUSY. Now a model has at
+    most fastpath.max_groups_per_model generations open and a uid handles on
+    at most fastpath.max_groups_per_uid generations (defaults: max_groups / 4
+    and / 2, here 1 and 2 of 4): further OPENs get ERROR{TV_E_BUSY} naming
+    the key, not fatal, and another peer's OPEN of another model works."""
+    d = daemon({"fastpath.max_groups": "4",
+                "access.g": f"uid:{NOBODY}", "access.h": f"uid:{NOBODY}",
+                "access.k": f"uid:{NOBODY}"})
+    small = {}
+    for gen in range(1, 5):
+        path = fastpath_checkpoint(work, f"ckpt_g{gen}", seed=300 + gen, n_tensors=3, shards=1)
+        d.import_ok("g", path)
+        small.setdefault("g", reference(path))
+    for name, seed in (("h", 310), ("k", 311)):
+        d.import_ok(name, fastpath_checkpoint(work, f"ckpt_{name}", seed=seed, n_tensors=3,
+                                              shards=1), activate=True)
+    d.import_ok("m", src, activate=True)
+    wait_sessions(d, lambda ls: ls == [])
+    (s, hello), = nobody_sessions(d, 1)
+    try:
+        assert hello.type == fp.HELLO_OK, hello
+        s.version, s.hello_ok = hello.f["version"], hello.f
+        # every generation of g: the first opens, the others are over g's share
+        got = [nobody_opens(s, f"g@{gen}") for gen in range(1, 5)]
+        # another peer, another model: a group is still there for it
+        root_reads(d, ref)
+        assert isinstance(got[0], fp.Handle), got[0]
+        assert s.read_tensors(got[0], ["odd.u8"]) == {"odd.u8": small["g"]["odd.u8"]}
+        for e in got[1:]:
+            assert isinstance(e, fp.FpError) and e.code == fp.TV_E_BUSY, e
+            assert "model 'g' has 1 generations open" in e.text, e.text
+            assert "fastpath.max_groups_per_model = 1" in e.text, e.text
+        # another model: the uid's second group; a third is over its share
+        assert isinstance(nobody_opens(s, "h"), fp.Handle)
+        e = nobody_opens(s, "k")
+        assert isinstance(e, fp.FpError) and e.code == fp.TV_E_BUSY, e
+        assert f"uid {NOBODY} has handles on 2 model generations" in e.text, e.text
+        assert "fastpath.max_groups_per_uid = 2" in e.text, e.text
+        # a generation it already has a handle on is no new group: it opens
+        assert isinstance(nobody_opens(s, "g@1"), fp.Handle)
+        root_reads(d, ref)
+    finally:
+        s.close()

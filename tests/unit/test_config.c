@@ -83,6 +83,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_max_sessions_per_uid, 0); /* max_sessions / 4 */
     assert_int_equal(c.fastpath_max_groups, 16);
     assert_int_equal(c.fastpath_hold_timeout_ms, 10000);
+    assert_int_equal(c.fastpath_max_groups_per_uid, 0);   /* max_groups / 2 */
+    assert_int_equal(c.fastpath_max_groups_per_model, 0); /* max_groups / 4 */
     assert_int_equal(c.fastpath_max_requests, 16384);
     assert_int_equal(c.fastpath_readahead, 16);
     char own[64];
@@ -108,6 +110,8 @@ static void test_fastpath_and_access(void **state)
                                         "max_sessions_per_uid = 3\n"
                                         "max_groups = 2\n"
                                         "hold_timeout_ms = 2500\n"
+                                        "max_groups_per_uid = 7\n"
+                                        "max_groups_per_model = 6\n"
                                         "max_requests = 100\n"
                                         "readahead = 0\n"
                                         "[access]\n"
@@ -133,6 +137,8 @@ static void test_fastpath_and_access(void **state)
     assert_int_equal(c.fastpath_max_sessions_per_uid, 3);
     assert_int_equal(c.fastpath_max_groups, 2);
     assert_int_equal(c.fastpath_hold_timeout_ms, 2500);
+    assert_int_equal(c.fastpath_max_groups_per_uid, 7);
+    assert_int_equal(c.fastpath_max_groups_per_model, 6);
     assert_int_equal(c.fastpath_max_requests, 100);
     assert_int_equal(c.fastpath_readahead, 0);
     assert_string_equal(c.access_default, "uid:0, gid:0");
@@ -326,6 +332,8 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.max_sessions_per_uid", "65537"},
         {"fastpath.hold_timeout_ms", "99"},
         {"fastpath.hold_timeout_ms", "86400001"},
+        {"fastpath.max_groups_per_uid", "1025"},
+        {"fastpath.max_groups_per_model", "-1"},
         {"fastpath.max_groups", "2000"},
         {"fastpath.max_requests", "0"},
         {"fastpath.nope", "1"},

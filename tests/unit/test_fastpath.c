@@ -22,7 +22,8 @@
  * is replaced by the other, and a chunk that fails on every replica fails
  * its request (ERROR naming model, tensor, device, offset, then DONE) and
  * nothing else; a handle keeps its generation when the active one moves;
- * max_groups / max_handles refuse that OPEN only; a client that never reads
+ * max_groups / max_groups_per_model / max_groups_per_uid / max_handles
+ * refuse that OPEN only; a client that never reads
  * is closed once its outbox passes the bound; a peer the peer callback
  * refuses, or one over max_sessions_per_uid, gets its fatal ERROR at
  * connect and holds no session; sessions that hold every slot of a group
@@ -1576,6 +1577,56 @@ static void test_limits(void **state)
     g_fp = NULL;
 }
 
+/* A model's generations past max_groups_per_model (default max_groups / 4),
+ * and a uid's groups past max_groups_per_uid (default max_groups / 2):
+ * TV_E_BUSY naming the key, for that OPEN only; a group the uid has a
+ * handle on already is no new one for it. */
+static void test_group_shares(void **state)
+{
+    (void)state;
+    cl c, d;
+    int rc;
+    char want[128];
+    tv__fp_opts o = base_opts();
+    o.max_groups = 4; /* 1 generation per model, 2 groups per uid */
+    fp_up(&o);
+    cl_connect(&c);
+    cl_hello(&c);
+    cl_open_drop(&c, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    cl_open_drop(&c, MODEL "@2", 2, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    assert_int_equal(c.err_open, 2);
+    assert_int_equal(c.err_flags, 0);
+    assert_non_null(strstr(
+        c.err_text, "model 'fp/demo' has 1 generations open (fastpath.max_groups_per_model = 1)"));
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+
+    o.max_groups_per_model = 2;
+    o.max_groups_per_uid = 1;
+    fp_up(&o);
+    cl_connect(&c);
+    cl_hello(&c);
+    cl_open_drop(&c, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    cl_open_drop(&c, MODEL "@2", 2, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    snprintf(want, sizeof want,
+             "uid %u has handles on 1 model generations (fastpath.max_groups_per_uid = 1)",
+             (unsigned)getuid());
+    assert_non_null(strstr(c.err_text, want));
+    cl_connect(&d); /* another session of the uid joins the uid's group */
+    cl_hello(&d);
+    cl_open_drop(&d, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(stats().groups, 1);
+    cl_close(&c);
+    cl_close(&d);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
 static void activate(int64_t gen)
 {
     tv__store *st = NULL;
@@ -2453,6 +2504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_readahead_fanout, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_closed_before_teardown, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_group_shares),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
         cmocka_unit_test(test_peer_refused_at_connect),
