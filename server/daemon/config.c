@@ -485,8 +485,14 @@ int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err)
         size_t sl = strlen(section);
         memcpy(key, section, sl);
         key[sl] = '.';
+        /* A key is lower-cased; an [access] model name is taken as written
+         * (model names are case-sensitive: lower-cased, a rule for model
+         * "Llama" would be one for "llama", and Llama would fall back to the
+         * default list), except the key default, in any case. */
+        bool dflt = name_len - sl - 1 == 7 && strncasecmp(name + sl + 1, "default", 7) == 0;
+        bool as_written = !strcmp(section, "access") && !dflt;
         for (size_t j = sl + 1; j < name_len; j++)
-            key[j] = (char)tolower((unsigned char)name[j]);
+            key[j] = as_written ? name[j] : (char)tolower((unsigned char)name[j]);
         key[name_len] = '\0';
         char where[300];
         snprintf(where, sizeof(where), "environment %.*s", (int)name_len + 12, e);

@@ -106,10 +106,16 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
 
 /* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
- * the sections http, store, import, log, demo, fastpath, access and fleet (the key
- * lower-cased: TENSORVAULT_ACCESS_DEMO sets access.demo); other TENSORVAULT_*
- * variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the CLI) are not
- * the daemon's and are ignored. Returns 0 or TV_E_INVALID_ARG. */
+ * the sections http, store, import, log, demo, fastpath, access and fleet.
+ * The section matches in any case; the key is lower-cased
+ * (TENSORVAULT_FASTPATH_MAX_SESSIONS sets fastpath.max_sessions), except
+ * that an [access] model name is taken exactly as written, model names
+ * being case-sensitive: TENSORVAULT_ACCESS_Llama sets access.Llama (and
+ * TENSORVAULT_ACCESS_LLAMA access.LLAMA, another model);
+ * TENSORVAULT_ACCESS_DEFAULT, in any case, sets access.default. Other
+ * TENSORVAULT_* variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the
+ * CLI) are not the daemon's and are ignored. Returns 0 or
+ * TV_E_INVALID_ARG. */
 int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
 
 /* What the command line asks for. */

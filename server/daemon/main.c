@@ -193,6 +193,35 @@ static int make_access(const tv__config *c, tv__fp_access **out, tv_error *err)
     return tv__fp_access_create(c->access_default, models, rules, c->n_access, out, err);
 }
 
+/* An [access] model key that names no model of the registry is a typo or
+ * the wrong case (model names are case-sensitive) until such a model is
+ * imported: that model's rule protects nothing while the model it meant
+ * follows the default list. Said once, at start. */
+static void warn_unknown_access(const tv__config *c, tv__store *st)
+{
+    tv__reg_model *m = NULL;
+    size_t n = 0;
+    tv_error err = {0};
+    if (!c->n_access)
+        return;
+    if (tv__reg_models_list(st->reg, &m, &n, &err)) {
+        tv__log(TV_LOG_WARN, "access rules: cannot list the registry's models to check them: %s",
+                err.msg);
+        return;
+    }
+    for (size_t i = 0; i < c->n_access; i++) {
+        size_t j = 0;
+        while (j < n && strcmp(m[j].name, c->access[i].model) != 0)
+            j++;
+        if (j == n)
+            tv__log(
+                TV_LOG_WARN,
+                "access rule for model '%s': no such model in the registry (model names are case-sensitive)",
+                c->access[i].model);
+    }
+    free(m);
+}
+
 /* Starts the fast path when enabled. A build without it (TV_E_NOT_SUPPORTED)
  * or a default socket path too long for a socket address is a warning: the
  * daemon serves HTTP anyway. Any other failure stops the start. */
@@ -305,6 +334,7 @@ static int run(const tv__config *c)
     if ((rc = make_access(c, &access, &err)))
         goto fail;
     actx.access = access;
+    warn_unknown_access(c, st);
     if ((rc = start_fastpath(c, &actx, &fp, &err)))
         goto fail;
     tv__metrics_set_fastpath(fp);

@@ -15,10 +15,14 @@ directory with mode 0666 (the uid checks are the daemon's own).
     a holder that blocks no one is left alone;
   - read groups: one uid may have handles on at most max_groups_per_uid
     model generations, and one model at most max_groups_per_model
-    generations open, so a peer allowed one model cannot take every group.
+    generations open, so a peer allowed one model cannot take every group;
+  - access rules from the environment: TENSORVAULT_ACCESS_<MODEL> names the
+    model exactly as written (a mixed-case model's rule is enforced), and a
+    rule naming no model of the registry is warned about at start.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
 (fastpath_util.py)."""
+import hashlib
 import os
 import time
 
@@ -27,8 +31,8 @@ import pytest
 import fpwire as fp
 from daemon import SLOW, Daemon, set_args
 from fastpath_util import (CREDIT, FASTPATH_SETTINGS, NOBODY, SLOT_LEN, TIMEOUT, big_names,
-                           connect_as_nobody, fastpath_checkpoint, reference, shared_socket,
-                           wait_sessions)
+                           connect_as_nobody, fastpath_checkpoint, reference, run_as_nobody,
+                           shared_socket, wait_sessions)
 
 HOLD_MS = 1000  # fastpath.hold_timeout_ms of the slot tests: short, so they take seconds
 
@@ -357,3 +361,31 @@ def test_group_exhaustion(daemon, work, src, ref):
         root_reads(d, ref)
     finally:
         s.close()
+
+
+# -- access rules from the environment -----------------------------------------------------------
+
+
+@needs_root
+def test_env_access_rule_of_a_mixed_case_model(daemon, src, ref):
+    """Protects the rules given in the environment: TENSORVAULT_ACCESS_Llama
+    used to set access.llama (the key lower-cased), so model 'Llama' silently
+    fell back to the default list and its rule was not enforced. The model
+    name after TENSORVAULT_ACCESS_ is now taken as written: uid 65534, which
+    only that rule allows, reads 'Llama'. A rule naming no model of the
+    registry (a typo, or the wrong case) is warned about at start."""
+    d = daemon({"access.ghost": "*"},
+               env={"TENSORVAULT_ACCESS_Llama": f"uid:0 uid:{NOBODY}"})
+    d.import_ok("Llama", src, activate=True)
+    # the start-up check sees the registry as it is at start: restart
+    assert d.stop() == 0, d.log_text()
+    mark = len(d.log_text())
+    d.start()
+    d.wait_socket()
+    out = run_as_nobody(d.socket_path, "Llama")
+    assert "error" not in out and "exception" not in out, out
+    assert out["tensors"] == {k: hashlib.sha256(v).hexdigest() for k, v in ref.items()}
+    log = d.log_text()[mark:]
+    assert ("access rule for model 'ghost': no such model in the registry "
+            "(model names are case-sensitive)") in log, log
+    assert "access rule for model 'Llama'" not in log, log
