@@ -82,7 +82,11 @@ static const key_def keys[] = {
     {"fastpath.group_slots", K_UINT, F(fastpath_group_slots), 0, 2, 65536},
     {"fastpath.credit", K_UINT, F(fastpath_credit), 0, 1, 4096},
     {"fastpath.max_sessions", K_UINT, F(fastpath_max_sessions), 0, 1, 65536},
+    {"fastpath.max_sessions_per_uid", K_UINT, F(fastpath_max_sessions_per_uid), 0, 0, 65536},
     {"fastpath.max_groups", K_UINT, F(fastpath_max_groups), 0, 1, 1024},
+    {"fastpath.max_groups_per_uid", K_UINT, F(fastpath_max_groups_per_uid), 0, 0, 1024},
+    {"fastpath.max_groups_per_model", K_UINT, F(fastpath_max_groups_per_model), 0, 0, 1024},
+    {"fastpath.hold_timeout_ms", K_UINT, F(fastpath_hold_timeout_ms), 0, 100, 86400000},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
     {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
@@ -136,8 +140,12 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_slot_len = 1u << 20;
     c->fastpath_group_slots = 128;
     c->fastpath_credit = 32;
-    c->fastpath_max_sessions = 64;
+    c->fastpath_max_sessions = 256;
+    c->fastpath_max_sessions_per_uid = 0; /* max_sessions / 4 */
     c->fastpath_max_groups = 16;
+    c->fastpath_max_groups_per_uid = 0;   /* max_groups / 2 */
+    c->fastpath_max_groups_per_model = 0; /* max_groups / 4 */
+    c->fastpath_hold_timeout_ms = 10000;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;
     c->fleet_quorum = 0; /* every node the placement names */
@@ -489,8 +497,14 @@ int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err)
         size_t sl = strlen(section);
         memcpy(key, section, sl);
         key[sl] = '.';
+        /* A key is lower-cased; an [access] model name is taken as written
+         * (model names are case-sensitive: lower-cased, a rule for model
+         * "Llama" would be one for "llama", and Llama would fall back to the
+         * default list), except the key default, in any case. */
+        bool dflt = name_len - sl - 1 == 7 && strncasecmp(name + sl + 1, "default", 7) == 0;
+        bool as_written = !strcmp(section, "access") && !dflt;
         for (size_t j = sl + 1; j < name_len; j++)
-            key[j] = (char)tolower((unsigned char)name[j]);
+            key[j] = as_written ? name[j] : (char)tolower((unsigned char)name[j]);
         key[name_len] = '\0';
         char where[300];
         snprintf(where, sizeof(where), "environment %.*s", (int)name_len + 12, e);

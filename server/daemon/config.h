@@ -71,7 +71,11 @@ typedef struct tv__config {
     unsigned fastpath_group_slots;         /* at least 2 x fastpath_credit */
     unsigned fastpath_credit;
     unsigned fastpath_max_sessions;
+    unsigned fastpath_max_sessions_per_uid; /* sessions of one uid; 0 = max_sessions / 4 */
+    unsigned fastpath_hold_timeout_ms;      /* slots held without a release while others wait */
     unsigned fastpath_max_groups;
+    unsigned fastpath_max_groups_per_uid;   /* groups one uid has handles on; 0 = max_groups / 2 */
+    unsigned fastpath_max_groups_per_model; /* generations of one model open; 0 = max_groups / 4 */
     unsigned fastpath_max_requests;
     unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h
@@ -109,10 +113,16 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
 
 /* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
- * the sections http, store, import, log, demo, fastpath, access and fleet (the key
- * lower-cased: TENSORVAULT_ACCESS_DEMO sets access.demo); other TENSORVAULT_*
- * variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the CLI) are not
- * the daemon's and are ignored. Returns 0 or TV_E_INVALID_ARG. */
+ * the sections http, store, import, log, demo, fastpath, access and fleet.
+ * The section matches in any case; the key is lower-cased
+ * (TENSORVAULT_FASTPATH_MAX_SESSIONS sets fastpath.max_sessions), except
+ * that an [access] model name is taken exactly as written, model names
+ * being case-sensitive: TENSORVAULT_ACCESS_Llama sets access.Llama (and
+ * TENSORVAULT_ACCESS_LLAMA access.LLAMA, another model);
+ * TENSORVAULT_ACCESS_DEFAULT, in any case, sets access.default. Other
+ * TENSORVAULT_* variables (TENSORVAULT_URL, TENSORVAULT_STORE, ... of the
+ * CLI) are not the daemon's and are ignored. Returns 0 or
+ * TV_E_INVALID_ARG. */
 int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
 
 /* What the command line asks for. */

@@ -177,6 +177,16 @@ static int admit(void *ctx, const char *model, int64_t generation, pid_t pid, ui
     return tv__fp_access_check(a->access, model, uid, gids, n_gids, err);
 }
 
+/* At connect: a peer the access rules let open no model at all gets no
+ * session (it could only hold one that every other user then lacks). */
+static int admit_peer(void *ctx, pid_t pid, uid_t uid, const gid_t *gids, size_t n_gids,
+                      tv_error *err)
+{
+    const admit_ctx *a = ctx;
+    (void)pid;
+    return tv__fp_access_any(a->access, uid, gids, n_gids, err);
+}
+
 /* The access rules of the configuration ([access] default and models). */
 static int make_access(const tv__config *c, tv__fp_access **out, tv_error *err)
 {
@@ -186,6 +196,35 @@ static int make_access(const tv__config *c, tv__fp_access **out, tv_error *err)
         rules[i] = c->access[i].rules;
     }
     return tv__fp_access_create(c->access_default, models, rules, c->n_access, out, err);
+}
+
+/* An [access] model key that names no model of the registry is a typo or
+ * the wrong case (model names are case-sensitive) until such a model is
+ * imported: that model's rule protects nothing while the model it meant
+ * follows the default list. Said once, at start. */
+static void warn_unknown_access(const tv__config *c, tv__store *st)
+{
+    tv__reg_model *m = NULL;
+    size_t n = 0;
+    tv_error err = {0};
+    if (!c->n_access)
+        return;
+    if (tv__reg_models_list(st->reg, &m, &n, &err)) {
+        tv__log(TV_LOG_WARN, "access rules: cannot list the registry's models to check them: %s",
+                err.msg);
+        return;
+    }
+    for (size_t i = 0; i < c->n_access; i++) {
+        size_t j = 0;
+        while (j < n && strcmp(m[j].name, c->access[i].model) != 0)
+            j++;
+        if (j == n)
+            tv__log(
+                TV_LOG_WARN,
+                "access rule for model '%s': no such model in the registry (model names are case-sensitive)",
+                c->access[i].model);
+    }
+    free(m);
 }
 
 /* Starts the fast path when enabled. A build without it (TV_E_NOT_SUPPORTED)
@@ -214,10 +253,15 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .group_slots = c->fastpath_group_slots,
         .credit = c->fastpath_credit,
         .max_sessions = c->fastpath_max_sessions,
+        .max_sessions_per_uid = c->fastpath_max_sessions_per_uid,
         .max_groups = c->fastpath_max_groups,
+        .max_groups_per_uid = c->fastpath_max_groups_per_uid,
+        .max_groups_per_model = c->fastpath_max_groups_per_model,
         .max_requests = c->fastpath_max_requests,
+        .hold_timeout_ms = c->fastpath_hold_timeout_ms,
         .readahead = c->fastpath_readahead,
         .admit = admit,
+        .peer = admit_peer,
         .admit_ctx = actx,
     };
     tv_error e = {0};
@@ -229,6 +273,16 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
     }
     if (rc)
         return tv__seterr(err, rc, "fast path on %s: %s", c->fastpath_socket, e.msg);
+    if (c->fastpath_max_sessions_per_uid >= c->fastpath_max_sessions) /* given, not the default */
+        tv__log(
+            TV_LOG_WARN,
+            "fastpath.max_sessions_per_uid %u is not under fastpath.max_sessions %u: one uid may take every fast-path session",
+            c->fastpath_max_sessions_per_uid, c->fastpath_max_sessions);
+    if (c->fastpath_max_groups_per_uid >= c->fastpath_max_groups) /* given, not the default */
+        tv__log(
+            TV_LOG_WARN,
+            "fastpath.max_groups_per_uid %u is not under fastpath.max_groups %u: one uid may take every read group",
+            c->fastpath_max_groups_per_uid, c->fastpath_max_groups);
     tv__log(TV_LOG_INFO,
             "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model)",
             c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
@@ -318,6 +372,7 @@ static int run(const tv__config *c)
     if ((rc = make_access(c, &access, &err)))
         goto fail;
     actx.access = access;
+    warn_unknown_access(c, st);
     if ((rc = start_fastpath(c, &actx, &fp, &err)))
         goto fail;
     tv__metrics_set_fastpath(fp);

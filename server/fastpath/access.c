@@ -333,18 +333,6 @@ static bool list_admits(const rule_list *l, const tv__access_peer *p)
     return false;
 }
 
-bool tv__access_any(const tv__fp_access *a, const tv__access_peer *p)
-{
-    if (!a || !p)
-        return false;
-    if (list_admits(&a->dflt, p))
-        return true;
-    for (size_t i = 0; i < a->n_m; i++)
-        if (list_admits(&a->m[i].r, p))
-            return true;
-    return false;
-}
-
 /* The refusal: who, which model, what is allowed. */
 static int deny(const rule_list *l, const char *model, const tv__access_peer *p, const char *verb,
                 tv_error *err)
@@ -386,4 +374,27 @@ int tv__fp_access_check(const tv__fp_access *a, const char *model, uid_t uid, co
     tv__access_peer p = {.local = true, .uid = uid, .gids = gids, .n_gids = n};
     const rule_list *l = rules_of(a, model);
     return list_admits(l, &p) ? 0 : deny(l, model, &p, "open", err);
+}
+
+/* The peer may open some model when it passes the default list (every model
+ * without a list of its own) or any model's list. */
+int tv__fp_access_any(const tv__fp_access *a, uid_t uid, const gid_t *gids, size_t n, tv_error *err)
+{
+    if (!a || (n && !gids))
+        return tv__seterr(err, TV_E_INVALID_ARG, "access check: NULL argument");
+    tv__access_peer p = {.local = true, .uid = uid, .gids = gids, .n_gids = n};
+    if (list_admits(&a->dflt, &p))
+        return 0;
+    for (size_t i = 0; i < a->n_m; i++)
+        if (list_admits(&a->m[i].r, &p))
+            return 0;
+    char gid[32];
+    if (n)
+        snprintf(gid, sizeof gid, "%u", (unsigned)gids[0]);
+    else
+        snprintf(gid, sizeof gid, "none");
+    return tv__seterr(
+        err, TV_E_PEER_DENIED,
+        "uid %u (gid %s) may open no model on this daemon (no [access] rule list allows it)",
+        (unsigned)uid, gid);
 }

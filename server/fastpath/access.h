@@ -1,9 +1,11 @@
 /* Who may read which model: the [access] rules of the daemon's
- * configuration, one policy that every route applies: the fast path checks
- * the peer's credentials (SO_PEERCRED uid and gid, SO_PEERGROUPS) per OPEN,
- * HTTP checks the peer it identified (http/peer.h: a local user by uid, a
- * token by name, or nobody) on every route that shows a model's bytes or
- * metadata (docs/security.md).
+ * configuration (deploy/tensorvaultd.ini), one policy that every route
+ * applies: the fast path checks the peer's credentials (SO_PEERCRED uid and
+ * gid, SO_PEERGROUPS) per OPEN and, at connect, whether the peer passes any
+ * list at all (a peer that may open nothing gets no session); HTTP checks
+ * the peer it identified (http/peer.h: a local user by uid, a token by
+ * name, or nobody) on every route that shows a model's bytes or metadata
+ * (docs/security.md).
  *
  * A rule list is space or comma separated words: uid:N, gid:N, user:NAME,
  * group:NAME (resolved to their ids when parsed: a name this system does
@@ -75,12 +77,15 @@ typedef struct tv__access_peer {
 int tv__access_check_peer(const tv__fp_access *a, const char *model, const tv__access_peer *p,
                           tv_error *err);
 
-/* Whether p passes some rule list: the default or any model's (a peer that
- * passes none may read nothing on this daemon). */
-bool tv__access_any(const tv__fp_access *a, const tv__access_peer *p);
-
 /* The normalized rule list that applies to model (the default when it has
  * none); NULL for NULL arguments. Valid until tv__fp_access_free. */
 const char *tv__fp_access_rules(const tv__fp_access *a, const char *model);
+
+/* Whether the peer (as for tv__fp_access_check) passes some list: the
+ * default or any model's, i.e. may open at least one model. Returns 0;
+ * TV_E_PEER_DENIED "uid 65534 (gid 65534) may open no model on this daemon
+ * (no [access] rule list allows it)"; TV_E_INVALID_ARG for a NULL a. */
+int tv__fp_access_any(const tv__fp_access *a, uid_t uid, const gid_t *gids, size_t n,
+                      tv_error *err);
 
 #endif

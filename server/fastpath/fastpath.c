@@ -8,11 +8,20 @@
  *   - the loop holds fp->mu while it works on a turn (never while it
  *     sleeps in epoll_wait), so tv__fp_sessions copies a consistent view;
  *   - a turn: events (accept, input, output, completions), then scheduling,
- *     read submission, batched replies sent, doomed sessions destroyed;
- *     when something came free after the scheduling (fp->again) the next
- *     epoll_wait does not sleep;
- *   - connections over max_sessions get ERROR TV_E_BUSY (fatal) and are
- *     closed at once;
+ *     the hold sweep (sessions that stall a starved group closed), read
+ *     submission, batched replies sent, doomed sessions destroyed; when
+ *     something came free after the scheduling (fp->again) the next
+ *     epoll_wait does not sleep, else it wakes for the next deadline (a
+ *     HELLO, a hold timeout) at the latest;
+ *   - a connection is checked before a session is made for it: a peer the
+ *     peer callback refuses gets ERROR TV_E_PEER_DENIED, one whose uid has
+ *     max_sessions_per_uid sessions, or over max_sessions, gets ERROR
+ *     TV_E_BUSY (fatal both), and each is closed at once, before its HELLO
+ *     is read: a refused peer holds no session;
+ *   - a client socket is closed only through tv__fp_hangup: shut down both
+ *     ways, what the client sent drained, then closed, so a fatal ERROR
+ *     sent just before stays readable by the client (a close with unread
+ *     datagrams makes Linux report a reset to the client first);
  *   - accept failing for want of descriptors (EMFILE, ENFILE, ENOBUFS,
  *     ENOMEM) takes the listening socket out of epoll and retries every
  *     FP_ACCEPT_RETRY_MS: the loop never spins on a connection it cannot
@@ -46,20 +55,37 @@ void tv__fp_session_arm(fp_session *s)
         s->ep_events = want;
 }
 
-static void refuse_busy(tv__fp *fp, int fd)
+/* Datagrams of a client read and dropped at most when its socket closes:
+ * after the shutdown nothing more can arrive, and what is queued is bounded
+ * by the client's socket buffer; past this the close resets it anyway. */
+#define FP_HANGUP_DRAIN 1024
+
+void tv__fp_hangup(tv__fp *fp, int fd)
 {
-    char msg[128];
+    /* No datagram can be queued to us once both directions are shut down;
+     * reading out what was (a HELLO the daemon never read, RELEASEs) makes
+     * the close an orderly EOF for the client, after what we sent. */
+    shutdown(fd, SHUT_RDWR);
+    for (int i = 0; i < FP_HANGUP_DRAIN; i++) {
+        ssize_t n = tv__fp_recv(fd, fp->rbuf, sizeof fp->rbuf, NULL, 0, NULL, NULL);
+        if (n <= 0 && n != TV_E_PROTOCOL) /* EOF, or nothing more: a cut datagram goes on */
+            break;
+    }
+    tv__sys.close(fd);
+}
+
+/* Answers a connection the daemon does not take: ERROR{code, FATAL} as the
+ * first message (the socket is new: the send does not wait), then hangs up
+ * without reading the HELLO. */
+static void refuse(tv__fp *fp, int fd, int code, const char *msg)
+{
     tv_error err = {0};
-    snprintf(msg, sizeof msg,
-             "tensorvaultd has %u fast-path sessions (max_sessions): try again later",
-             fp->n_sessions);
-    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV__FP_V1, TV_E_BUSY,
-                                     TV__FP_ERROR_FATAL, 0, 0, msg, strlen(msg));
+    size_t len = tv__fp_encode_error(fp->sbuf, sizeof fp->sbuf, TV__FP_V1, code, TV__FP_ERROR_FATAL,
+                                     0, 0, msg, strlen(msg));
     if (len)
         (void)tv__fp_send(fd, fp->sbuf, len, NULL, 0, &err);
     tv__log(TV_LOG_WARN, "fastpath: connection refused: %s", msg);
-    shutdown(fd, SHUT_RDWR);
-    tv__sys.close(fd);
+    tv__fp_hangup(fp, fd);
 }
 
 /* The listening socket in epoll (on) or out of it (accept is short of
@@ -78,6 +104,61 @@ static void listen_arm(tv__fp *fp, bool on)
 /* Connections accepted per loop turn: a connect storm waits in the backlog
  * (the listening socket stays readable) instead of holding the loop. */
 #define FP_ACCEPT_PER_TURN 64
+
+/* Whether peer p may have a session at all: the peer callback, else (no
+ * admit callback either) the default admission's test, so that a peer
+ * every OPEN would refuse holds nothing. Returns 0 or the refusal (err:
+ * the message for the peer). */
+static int peer_check(tv__fp *fp, const fp_peer *p, tv_error *err)
+{
+    if (fp->o.peer)
+        return fp->o.peer(fp->o.admit_ctx, p->pid, p->uid, p->gids, p->n_gids, err);
+    if (fp->o.admit) /* it decides per OPEN only */
+        return 0;
+    if (p->uid == fp->uid)
+        return 0;
+    for (size_t i = 0; i < p->n_gids; i++)
+        if (p->gids[i] == fp->gid)
+            return 0;
+    return tv__seterr(err, TV_E_PEER_DENIED,
+                      "uid %u (gid %u) may open no model on this daemon (allowed: uid:%u gid:%u)",
+                      (unsigned)p->uid, (unsigned)p->gid, (unsigned)fp->uid, (unsigned)fp->gid);
+}
+
+/* Refuses the connection fd of peer p when the daemon does not take it
+ * (peer_check, then the session limits, the uid's first). Returns true
+ * when it was refused (fd closed). */
+static bool refused(tv__fp *fp, int fd, const fp_peer *p)
+{
+    char msg[TV__FP_MAX_TEXT + 1];
+    tv_error err = {0};
+    int rc = peer_check(fp, p, &err);
+    if (rc) {
+        snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : tv_strerror(rc));
+        refuse(fp, fd, rc, msg);
+        return true;
+    }
+    uint32_t mine = 0;
+    for (const fp_session *s = fp->s_head; s; s = s->next)
+        mine += s->uid == p->uid;
+    if (mine >= fp->o.max_sessions_per_uid) {
+        snprintf(
+            msg, sizeof msg,
+            "uid %u has %u fast-path sessions (fastpath.max_sessions_per_uid = %u): close one or try again later",
+            (unsigned)p->uid, mine, fp->o.max_sessions_per_uid);
+        refuse(fp, fd, TV_E_BUSY, msg);
+        return true;
+    }
+    if (fp->n_sessions >= fp->o.max_sessions) {
+        snprintf(
+            msg, sizeof msg,
+            "tensorvaultd has %u fast-path sessions (fastpath.max_sessions = %u): try again later",
+            fp->n_sessions, fp->o.max_sessions);
+        refuse(fp, fd, TV_E_BUSY, msg);
+        return true;
+    }
+    return false;
+}
 
 static void on_accept(tv__fp *fp)
 {
@@ -108,12 +189,19 @@ static void on_accept(tv__fp *fp)
         fp->accept_warned = false;
         if (fp->accept_paused)
             listen_arm(fp, true);
-        if (fp->n_sessions >= fp->o.max_sessions) {
-            refuse_busy(fp, fd);
+        fp_peer p;
+        if (tv__fp_peer_read(fd, &p)) {
+            tv__log(TV_LOG_WARN, "fastpath: out of memory for a connection: closed");
+            tv__sys.close(fd);
             continue;
         }
-        if (tv__fp_session_new(fp, fd, &s)) {
+        if (refused(fp, fd, &p)) {
+            tv__fp_peer_free(&p);
+            continue;
+        }
+        if (tv__fp_session_new(fp, fd, &p, &s)) {
             tv__log(TV_LOG_WARN, "fastpath: out of memory for a session: connection closed");
+            tv__fp_peer_free(&p);
             tv__sys.close(fd);
             continue;
         }
@@ -165,9 +253,11 @@ static int hello_sweep(tv__fp *fp)
     return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
 }
 
-static void end_of_turn(tv__fp *fp)
+/* Returns the milliseconds until the next hold deadline, or -1. */
+static int end_of_turn(tv__fp *fp)
 {
     tv__fp_schedule(fp);
+    int hold_wait = tv__fp_hold_sweep(fp); /* its sessions go below: their slots return */
     tv__fp_groups_flush(fp);
     for (fp_session *s = fp->s_head; s; s = s->next) {
         if (s->doomed || !s->dirty)
@@ -184,6 +274,7 @@ static void end_of_turn(tv__fp *fp)
         s = nx;
     }
     tv__fp_groups_reap(fp); /* after the replies: CLOSED does not wait for a teardown */
+    return hold_wait;
 }
 
 static void *loop_main(void *arg)
@@ -191,10 +282,13 @@ static void *loop_main(void *arg)
     tv__fp *fp = arg;
     struct epoll_event evs[64];
     int hello_wait = -1; /* ms until a connection's HELLO deadline, -1: none */
+    int hold_wait = -1;  /* ms until a holder of a starved group's slots times out, -1: none */
     while (!atomic_load(&fp->stop)) {
         int wait = fp->again ? 0 : fp->accept_paused ? FP_ACCEPT_RETRY_MS : -1;
         if (hello_wait >= 0 && (wait < 0 || hello_wait < wait))
             wait = hello_wait;
+        if (hold_wait >= 0 && (wait < 0 || hold_wait < wait))
+            wait = hold_wait;
         int n = epoll_wait(fp->epoll_fd, evs, (int)TV_ARRAY_LEN(evs), wait);
         if (n < 0) {
             if (errno == EINTR)
@@ -241,7 +335,7 @@ static void *loop_main(void *arg)
         fp->evs = NULL;
         fp->n_evs = fp->ev_next = 0;
         hello_wait = hello_sweep(fp);
-        end_of_turn(fp);
+        hold_wait = end_of_turn(fp);
         pthread_mutex_unlock(&fp->mu);
     }
     return NULL;
@@ -353,14 +447,24 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
                                 : TV__FP_DEFAULT_GROUP_SLOTS;
     if (!fp->o.max_sessions)
         fp->o.max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
+    if (!fp->o.max_sessions_per_uid)
+        fp->o.max_sessions_per_uid = fp->o.max_sessions / 4 ? fp->o.max_sessions / 4 : 1;
     if (!fp->o.max_groups)
         fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
+    /* half the groups for one uid, a quarter for one model: one user's
+     * generations, or one model's, leave room for others */
+    if (!fp->o.max_groups_per_uid)
+        fp->o.max_groups_per_uid = fp->o.max_groups / 2 ? fp->o.max_groups / 2 : 1;
+    if (!fp->o.max_groups_per_model)
+        fp->o.max_groups_per_model = fp->o.max_groups / 4 ? fp->o.max_groups / 4 : 1;
     if (!fp->o.max_requests)
         fp->o.max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
     if (!fp->o.max_handles)
         fp->o.max_handles = TV__FP_DEFAULT_MAX_HANDLES;
     if (!fp->o.hello_timeout_ms)
         fp->o.hello_timeout_ms = 10000;
+    if (!fp->o.hold_timeout_ms)
+        fp->o.hold_timeout_ms = TV__FP_DEFAULT_HOLD_TIMEOUT_MS;
     if (fp->o.slot_len % 4096 || fp->o.slot_len > (256u << 20)) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",
@@ -474,8 +578,10 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     fp->thread_started = true;
     tv__log(
         TV_LOG_INFO,
-        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most)",
-        fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions);
+        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most, %u per uid; %u model generations open at most, %u per uid, %u per model; hold timeout %u ms)",
+        fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions,
+        fp->o.max_sessions_per_uid, fp->o.max_groups, fp->o.max_groups_per_uid,
+        fp->o.max_groups_per_model, fp->o.hold_timeout_ms);
     *out = fp;
     return 0;
 fail:

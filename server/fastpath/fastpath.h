@@ -16,11 +16,25 @@
  *     the object's extent): the arena only ever holds bytes of the group's
  *     own objects, so a peer allowed that model sees nothing else;
  *   - a session holds at most `credit` slot references (delivered and not
- *     released, or awaited); the scheduler serves sessions round-robin, so
- *     a session that stops releasing only stalls itself; memory is bounded
- *     by max_groups x group_slots x slot_len plus fixed per-session state;
- *   - a peer is admitted (SO_PEERCRED / SO_PEERGROUPS) per OPEN by the
- *     admit callback; a refused OPEN gets an ERROR and nothing else;
+ *     released, or awaited); the scheduler serves sessions round-robin; a
+ *     session of a group that waits for a free slot while other sessions
+ *     of that group hold references without releasing any for
+ *     hold_timeout_ms ends those sessions (ERROR TV_E_TIMEOUT, fatal) and
+ *     their slots return: so a client that stops releasing only stalls
+ *     itself (however many of them share the group); memory is bounded by
+ *     max_groups x group_slots x slot_len plus fixed per-session state;
+ *   - a peer is checked (SO_PEERCRED / SO_PEERGROUPS) at connect by the
+ *     peer callback, then per OPEN by the admit callback; a peer that may
+ *     open no model at all is refused at connect (ERROR TV_E_PEER_DENIED,
+ *     fatal) before a session exists for it, so it holds nothing; a
+ *     refused OPEN gets an ERROR and nothing else;
+ *   - no uid holds more than max_sessions_per_uid sessions: a connection
+ *     over it, or over max_sessions, is refused at connect (ERROR
+ *     TV_E_BUSY, fatal), so one user cannot take every session; likewise
+ *     no uid has handles on more than max_groups_per_uid read groups and no
+ *     model has more than max_groups_per_model generations open (an OPEN
+ *     over either, or over max_groups, gets ERROR TV_E_BUSY, not fatal), so
+ *     one user, or one model, cannot take every group;
  *   - a protocol violation closes that session only (ERROR fatal, then
  *     close); its references and waits are dropped, its slots return;
  *   - a slot is reused only when no session references it and no read is
@@ -53,35 +67,65 @@ typedef struct tv__fp tv__fp;
 typedef int (*tv__fp_admit_fn)(void *ctx, const char *model, int64_t generation, pid_t pid,
                                uid_t uid, const gid_t *gids, size_t n_gids, tv_error *err);
 
+/* Called on the loop thread (with admit_ctx) for every new connection,
+ * before a session is made for it: return 0 to take it, TV_E_PEER_DENIED
+ * (message naming the uid) to refuse it: the peer gets that ERROR (fatal)
+ * before its HELLO is read and the connection closes, holding nothing. The
+ * daemon refuses there a peer its access rules let open no model at all.
+ * gids as for admit. */
+typedef int (*tv__fp_peer_fn)(void *ctx, pid_t pid, uid_t uid, const gid_t *gids, size_t n_gids,
+                              tv_error *err);
+
 #define TV__FP_DEFAULT_SLOT_LEN     (1u << 20)
 #define TV__FP_DEFAULT_GROUP_SLOTS  128u
 #define TV__FP_DEFAULT_CREDIT       32u
-#define TV__FP_DEFAULT_MAX_SESSIONS 64u
+#define TV__FP_DEFAULT_MAX_SESSIONS 256u
 #define TV__FP_DEFAULT_MAX_GROUPS   16u
 #define TV__FP_DEFAULT_MAX_REQUESTS 16384u
 #define TV__FP_DEFAULT_MAX_HANDLES  16u
 #define TV__FP_DEFAULT_READAHEAD    16u /* the daemon's [fastpath] readahead default */
+/* A client copies a chunk and releases it in micro- to milliseconds (a GPU
+ * copy and a stream sync included): 10 s without one while others wait is
+ * a stuck or hostile client, and a waiting loader loses at most that. */
+#define TV__FP_DEFAULT_HOLD_TIMEOUT_MS 10000u
 
 typedef struct tv__fp_opts {
-    const char *socket_path;   /* created (parent directory too, 0750), unlinked first if stale */
-    unsigned socket_mode;      /* chmod after bind: 0660 by default (0 = 0660) */
-    const char *store_dir;     /* tv_model_open(store_dir, spec) per new group */
-    int engine;                /* TV_ENGINE_* for the groups' aio */
-    bool no_direct;            /* buffered reads (tests on tmpfs) */
-    uint32_t slot_len;         /* 0 = default; multiple of 4096 (raised to the devices' io_align) */
-    uint32_t group_slots;      /* slots per group arena; 0 = default; >= 2 x credit */
-    uint32_t credit;           /* slot references per session; 0 = default */
-    uint32_t max_sessions;     /* further connections are answered ERROR TV_E_BUSY and closed */
-    uint32_t max_groups;       /* distinct open model generations; further OPENs: TV_E_BUSY */
+    const char *socket_path; /* created (parent directory too, 0750), unlinked first if stale */
+    unsigned socket_mode;    /* chmod after bind: 0660 by default (0 = 0660) */
+    const char *store_dir;   /* tv_model_open(store_dir, spec) per new group */
+    int engine;              /* TV_ENGINE_* for the groups' aio */
+    bool no_direct;          /* buffered reads (tests on tmpfs) */
+    uint32_t slot_len;       /* 0 = default; multiple of 4096 (raised to the devices' io_align) */
+    uint32_t group_slots;    /* slots per group arena; 0 = default; >= 2 x credit */
+    uint32_t credit;         /* slot references per session; 0 = default */
+    uint32_t max_sessions;   /* further connections are answered ERROR TV_E_BUSY and closed */
+    /* sessions of one uid: its further connections are answered ERROR
+     * TV_E_BUSY and closed; 0 = max_sessions / 4 (at least 1): 64 of the
+     * default 256, a job of 8 tensor-parallel ranks x a few engines, and
+     * three other users still find room */
+    uint32_t max_sessions_per_uid;
+    uint32_t max_groups; /* distinct open model generations; further OPENs: TV_E_BUSY */
+    /* model generations one uid may have handles on at once; an OPEN that
+     * would make one more: ERROR TV_E_BUSY; 0 = max_groups / 2 (at least 1) */
+    uint32_t max_groups_per_uid;
+    /* generations of one model open at once; an OPEN of one more: ERROR
+     * TV_E_BUSY; 0 = max_groups / 4 (at least 1) */
+    uint32_t max_groups_per_model;
     uint32_t max_requests;     /* outstanding per session; more is a protocol error */
     uint32_t max_handles;      /* open handles per session; more: ERROR TV_E_BUSY for that OPEN */
     uint32_t hello_timeout_ms; /* a connection that sends no HELLO this long is closed (so idle
                                   connections cannot hold every session); 0 = 10000 */
-    tv__fp_admit_fn admit;     /* NULL = admit the daemon's own uid, or a peer whose gid or a
-                                  supplementary group is the daemon's gid */
-    void *admit_ctx;
-    uint32_t readahead; /* chunks read ahead past a sequential request when its session has
-                           nothing more queued (at most group_slots / 4); 0 = none */
+    /* a session that holds slot references of a group without releasing
+     * any this long, while another session of the group waits for a free
+     * slot, is closed (ERROR TV_E_TIMEOUT); 0 = default */
+    uint32_t hold_timeout_ms;
+    tv__fp_admit_fn admit; /* NULL = admit the daemon's own uid, or a peer whose gid or a
+                              supplementary group is the daemon's gid */
+    tv__fp_peer_fn peer;   /* NULL = take every connection when admit is set, else refuse
+                              the peers that the default admission refuses */
+    void *admit_ctx;       /* of admit and peer */
+    uint32_t readahead;    /* chunks read ahead past a sequential request when its session has
+                              nothing more queued (at most group_slots / 4); 0 = none */
 } tv__fp_opts;
 
 /* Binds the socket and starts the loop thread. Returns 0 and *out;

@@ -12,6 +12,12 @@
  *     refs it goes back to the LRU tail, still keyed);
  *   - a session's credit use = references it holds + waits it has queued on
  *     READING slots; the scheduler issues a chunk only below credit;
+ *   - a handle's held_since_ms is when it last released a reference, or
+ *     began to hold one (held 0 -> 1); a group is starved in a turn when a
+ *     session below its credit found no free slot in it (every slot
+ *     referenced or being read); handles holding references of a starved
+ *     group for hold_timeout_ms since then end their session
+ *     (TV_E_TIMEOUT, tv__fp_hold_sweep);
  *   - a request lives in its session's FIFO from READ to its DONE (or its
  *     handle's close); requests before s->issue have every chunk issued;
  *   - a session that broke the protocol (or whose peer left) is doomed: it
@@ -101,7 +107,9 @@ struct fp_handle {
     fp_session *s;
     fp_group *g;
     char spec[TV__FP_MAX_SPEC_COPY];
-    uint32_t *refs; /* per slot of the group's arena */
+    uint32_t *refs;        /* per slot of the group's arena */
+    uint32_t held;         /* the sum of refs */
+    int64_t held_since_ms; /* CLOCK_MONOTONIC: the last release, or held 0 -> 1 */
     uint32_t n_reqs;
     uint64_t bytes_delivered;
     bool seq_valid; /* last_shard / last_end hold the previous request's end */
@@ -176,6 +184,8 @@ struct fp_group {
     tv__aio *aio;
     uint32_t queue_depth; /* min(n_slots, FP_MAX_QUEUE_DEPTH): reads in flight at most */
     bool flush_needed;
+    bool starved;  /* this turn a session below its credit found no free slot here */
+    uint64_t mark; /* == fp->mark: counted already (tv__fp_group_open's per-uid count) */
     uint32_t n_handles;
     bool dying; /* last handle closed: on fp->dying, freed at the end of the turn */
     fp_slot *slots;
@@ -211,6 +221,7 @@ struct tv__fp {
     uint64_t next_session_id;
     fp_group *g_head;
     uint32_t n_groups;
+    uint64_t mark;      /* the last per-uid group count's mark (fp_group.mark) */
     fp_group *dying;    /* groups whose last handle closed this turn (next-linked): freed by
                            tv__fp_groups_reap once the turn's replies went out */
     bool again;         /* a slot or credit came free after this turn's scheduling */
@@ -233,9 +244,27 @@ int64_t tv__fp_now_ms(void);
 /* Sets the epoll interest of a session (EPOLLIN, EPOLLOUT while its outbox
  * is non-empty). */
 void tv__fp_session_arm(fp_session *s);
+/* Closes a client socket so that what the daemon sent on it stays readable:
+ * shut down both ways, what the client sent read and dropped, closed. */
+void tv__fp_hangup(tv__fp *fp, int fd);
 
 /* ---- session.c ---- */
-int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out);
+/* A connecting peer as the kernel knows it. */
+typedef struct fp_peer {
+    pid_t pid;
+    uid_t uid;   /* (uid_t)-1 when the kernel gave no credentials */
+    gid_t gid;   /* the primary gid, (gid_t)-1 likewise */
+    gid_t *gids; /* the primary gid first, then SO_PEERGROUPS (malloc'd) */
+    size_t n_gids;
+} fp_peer;
+/* Reads the credentials of fd's peer (SO_PEERCRED, SO_PEERGROUPS) into *p.
+ * Returns 0; -ENOMEM (*p holds nothing to free then). */
+int tv__fp_peer_read(int fd, fp_peer *p);
+/* Frees what tv__fp_peer_read allocated. NULL-safe. */
+void tv__fp_peer_free(fp_peer *p);
+/* A session on fd for peer p (its gids are taken: p holds none after).
+ * Returns 0 and *out; -ENOMEM (p untouched). */
+int tv__fp_session_new(tv__fp *fp, int fd, fp_peer *p, fp_session **out);
 /* Reads what the socket holds (at most a bounded number of messages) and
  * handles each. */
 void tv__fp_session_on_input(fp_session *s);
@@ -249,8 +278,14 @@ void tv__fp_session_drop(fp_session *s, const char *why);
  * socket closed, unlinked from fp. */
 void tv__fp_session_destroy(fp_session *s);
 /* One scheduling pass over every session; returns true when a chunk was
- * issued or delivered. */
+ * issued or delivered. Marks the groups it found starved. */
 bool tv__fp_schedule(tv__fp *fp);
+/* After tv__fp_schedule: fails (TV_E_TIMEOUT) every session whose handle
+ * on a starved group holds references without a release for
+ * hold_timeout_ms; their slots return when they are destroyed at the end of
+ * the turn. Returns the milliseconds until the next such deadline, or -1
+ * when no handle of a starved group holds anything. */
+int tv__fp_hold_sweep(tv__fp *fp);
 /* Encodes a session's pending CHUNK / DONE entries into its outbox. */
 void tv__fp_session_flush(fp_session *s);
 /* Slot idx of g became READY: wait w (the head of its waits) becomes a

@@ -13,6 +13,10 @@
  *     reference and no read in flight; a read that fails moves to the next
  *     usable replica (excluded devices are skipped), and only when every
  *     replica failed are its waiters' requests failed;
+ *   - a uid has handles on at most max_groups_per_uid groups and a model
+ *     at most max_groups_per_model groups (generations) open: an OPEN that
+ *     would pass either is refused TV_E_BUSY before a group is made or
+ *     joined (the global max_groups likewise, for a new group);
  *   - the group is destroyed after its last handle, at the end of that loop
  *     turn once the turn's replies (CLOSED) were sent: the aio first (it
  *     waits for the reads in flight), then the mapping, the memfds, the
@@ -697,6 +701,63 @@ static int default_admit(tv__fp *fp, const char *model, const fp_session *s, tv_
         (unsigned)s->uid, (unsigned)s->gid, model, (unsigned)fp->uid, (unsigned)fp->gid);
 }
 
+/* The groups the sessions of uid have handles on (counted once each), and
+ * whether g is one of them. */
+static uint32_t uid_groups(tv__fp *fp, uid_t uid, const fp_group *g, bool *in_g)
+{
+    uint32_t n = 0;
+    *in_g = false;
+    fp->mark++;
+    for (const fp_session *s = fp->s_head; s; s = s->next) {
+        if (s->uid != uid)
+            continue;
+        for (uint32_t i = 0; i < fp->o.max_handles; i++) {
+            fp_group *hg = s->handles[i] ? s->handles[i]->g : NULL;
+            if (!hg || hg->mark == fp->mark)
+                continue;
+            hg->mark = fp->mark;
+            n++;
+            *in_g |= hg == g;
+        }
+    }
+    return n;
+}
+
+/* The shares of the groups (an OPEN of generation gen of name by session
+ * s, joining group g or, NULL, making one): 0, or TV_E_BUSY naming the
+ * limit's key when the uid would pass max_groups_per_uid, the model
+ * max_groups_per_model, or the daemon max_groups. */
+static int group_limits(tv__fp *fp, const fp_session *s, const char *name, int64_t gen,
+                        const fp_group *g, tv_error *err)
+{
+    bool in_g = false;
+    uint32_t mine = uid_groups(fp, s->uid, g, &in_g);
+    if (!in_g && mine >= fp->o.max_groups_per_uid)
+        return tv__seterr(
+            err, TV_E_BUSY,
+            "fastpath: uid %u has handles on %u model generations (fastpath.max_groups_per_uid = %u): '%s' generation %" PRId64
+            " cannot be opened now",
+            (unsigned)s->uid, mine, fp->o.max_groups_per_uid, name, gen);
+    if (g)
+        return 0; /* joins an open group: no new one */
+    uint32_t of_model = 0;
+    for (const fp_group *x = fp->g_head; x; x = x->next)
+        of_model += strcmp(x->name, name) == 0;
+    if (of_model >= fp->o.max_groups_per_model)
+        return tv__seterr(
+            err, TV_E_BUSY,
+            "fastpath: model '%s' has %u generations open (fastpath.max_groups_per_model = %u): generation %" PRId64
+            " cannot be opened now",
+            name, of_model, fp->o.max_groups_per_model, gen);
+    if (fp->n_groups >= fp->o.max_groups)
+        return tv__seterr(
+            err, TV_E_BUSY,
+            "fastpath: %u model generations are open (fastpath.max_groups = %u): '%s' generation %" PRId64
+            " cannot be opened now",
+            fp->n_groups, fp->o.max_groups, name, gen);
+    return 0;
+}
+
 int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **out, bool *refused,
                       tv_error *err)
 {
@@ -745,33 +806,29 @@ int tv__fp_group_open(tv__fp *fp, fp_session *s, const char *spec, fp_group **ou
         tv_model_close(m);
         return rc;
     }
-    for (fp_group *g = fp->g_head; g; g = g->next) {
+    fp_group *join = NULL;
+    for (fp_group *g = fp->g_head; g && !join; g = g->next)
+        if (g->gen == gen && strcmp(g->name, name) == 0)
+            join = g;
+    rc = group_limits(fp, s, name, gen, join, err);
+    if (rc) {
+        tv_model_close(m);
+        return rc;
+    }
+    if (join) {
+        tv_model_close(m); /* the group's model holds the lease */
+        join->n_handles++;
+        *out = join;
+        return 0;
+    }
+    for (fp_group *g = fp->dying; g; g = g->next) {
         if (g->gen == gen && strcmp(g->name, name) == 0) {
-            tv_model_close(m); /* the group's model holds the lease */
-            g->n_handles++;
+            tv_model_close(m); /* its model still holds the lease */
+            group_revive(g);
+            g->n_handles = 1;
             *out = g;
             return 0;
         }
-    }
-    if (fp->n_groups < fp->o.max_groups) {
-        for (fp_group *g = fp->dying; g; g = g->next) {
-            if (g->gen == gen && strcmp(g->name, name) == 0) {
-                tv_model_close(m); /* its model still holds the lease */
-                group_revive(g);
-                g->n_handles = 1;
-                *out = g;
-                return 0;
-            }
-        }
-    }
-    if (fp->n_groups >= fp->o.max_groups) {
-        rc = tv__seterr(
-            err, TV_E_BUSY,
-            "fastpath: %u model generations are open (max_groups): '%s' generation %" PRId64
-            " cannot be opened now",
-            fp->n_groups, name, gen);
-        tv_model_close(m);
-        return rc;
     }
     rc = group_create(fp, m, out, err); /* takes m */
     if (rc == 0)

@@ -15,6 +15,10 @@
  *   - a request is issued one chunk per scheduling round while its session
  *     holds fewer than credit references + waits; a chunk in the table is
  *     never read again (a wait, or a reference on the ready slot);
+ *   - a session below its credit that finds no free slot marks the group
+ *     starved for the turn; the holders of that group's slots that
+ *     released nothing for hold_timeout_ms are then failed (TV_E_TIMEOUT):
+ *     the scheduler never waits on a client for longer than that;
  *   - every reference a session holds is counted per (handle, slot): a
  *     RELEASE of one not held is fatal, and a handle's close or the
  *     session's end gives every one back. */
@@ -323,6 +327,8 @@ void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w)
     s->held++;
     sl->refs++;
     h->refs[idx]++;
+    if (h->held++ == 0)
+        h->held_since_ms = tv__fp_now_ms();
     emit_chunk(r, w->k, idx, w->shared);
     free(w);
     req_maybe_done(r);
@@ -393,8 +399,13 @@ static bool issue_one(fp_session *s)
     tv_error err = {0};
     if (idx < 0) {
         idx = tv__fp_slot_start(g, r->shard, k, lo, hi, s->id, &err);
-        if (idx == -1)
+        if (idx == -1) {
+            /* no free slot at all (not only a full read queue): the holders
+             * of this group's slots stall us (tv__fp_hold_sweep) */
+            if (g->lru_head < 0 && g->n_fresh >= g->n_slots)
+                g->starved = true;
             return false;
+        }
         if (idx == -2) {
             tv__fp_req_fail(r, err.code, err.msg);
             return true;
@@ -423,6 +434,8 @@ static bool issue_one(fp_session *s)
     sl->state = FP_SLOT_READY;
     sl->refs++;
     h->refs[idx]++;
+    if (h->held++ == 0)
+        h->held_since_ms = tv__fp_now_ms();
     s->held++;
     emit_chunk(r, k, (uint32_t)idx, (cached && !own_ahead) || sl->reader != s->id);
     if (ahead)
@@ -452,6 +465,8 @@ bool tv__fp_schedule(tv__fp *fp)
 {
     bool any = false, progress;
     fp->again = false;
+    for (fp_group *g = fp->g_head; g; g = g->next)
+        g->starved = false;
     do {
         fp_session *s = fp->s_head, *last = fp->s_tail;
         progress = false;
@@ -466,6 +481,35 @@ bool tv__fp_schedule(tv__fp *fp)
         any |= progress;
     } while (progress);
     return any;
+}
+
+int tv__fp_hold_sweep(tv__fp *fp)
+{
+    int64_t now = tv__fp_now_ms(), next = -1, limit = fp->o.hold_timeout_ms;
+    bool starved = false;
+    for (const fp_group *g = fp->g_head; g && !starved; g = g->next)
+        starved = g->starved;
+    if (!starved)
+        return -1;
+    for (fp_session *s = fp->s_head; s; s = s->next) {
+        for (uint32_t i = 0; i < fp->o.max_handles && !s->doomed; i++) {
+            const fp_handle *h = s->handles[i];
+            if (!h || !h->held || !h->g->starved)
+                continue;
+            int64_t left = h->held_since_ms + limit - now;
+            if (left > 0) {
+                if (next < 0 || left < next)
+                    next = left;
+                continue;
+            }
+            tv__fp_session_fail(
+                s, TV_E_TIMEOUT,
+                "model '%s' generation %" PRId64 ": %u slots held for %" PRId64
+                " ms without a release while another session waits for a slot (fastpath.hold_timeout_ms = %u): the session is closed and its slots return",
+                h->g->name, h->g->gen, h->held, now - h->held_since_ms, fp->o.hold_timeout_ms);
+        }
+    }
+    return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
 }
 
 /* ---- handles ---- */
@@ -817,6 +861,7 @@ static void on_read(fp_session *s, const tv__fp_msg *m)
 static void on_release(fp_session *s, const tv__fp_msg *m)
 {
     fp_handle *h = handle_find(s, m->u.list.handle);
+    int64_t now = tv__fp_now_ms();
     tv_error err = {0};
     if (!h) {
         tv__fp_session_fail(s, TV_E_PROTOCOL, "RELEASE names handle %u, which is not open",
@@ -835,6 +880,8 @@ static void on_release(fp_session *s, const tv__fp_msg *m)
             return;
         }
         h->refs[slot]--;
+        h->held--;
+        h->held_since_ms = now; /* a release: the handle moves */
         s->held--;
         tv__fp_slot_unref(h->g, slot, 1);
         s->fp->again = true;
@@ -924,33 +971,18 @@ static void session_free(fp_session *s)
     free(s);
 }
 
-int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
+int tv__fp_peer_read(int fd, fp_peer *p)
 {
-    fp_session *s = calloc(1, sizeof(*s));
     struct ucred cred = {0};
     socklen_t cl = sizeof cred;
-    uint32_t buckets = 64;
-    if (!s)
-        return -ENOMEM;
-    while (buckets < fp->o.max_requests && buckets < (1u << 20))
-        buckets <<= 1;
-    s->fp = fp;
-    s->fd = fd;
-    s->version = TV__FP_V1;
-    s->ev.kind = FP_EV_SESSION;
-    s->ev.ptr = s;
-    s->hash_mask = buckets - 1;
-    s->hash = calloc(buckets, sizeof(*s->hash));
-    s->handles = calloc(fp->o.max_handles, sizeof(*s->handles));
-    s->pchunk = malloc(TV__FP_MAX_CHUNKS * sizeof(*s->pchunk));
-    s->pdone = malloc(TV__FP_MAX_DONES * sizeof(*s->pdone));
+    memset(p, 0, sizeof(*p));
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-        s->pid = cred.pid;
-        s->uid = cred.uid;
-        s->gid = cred.gid;
+        p->pid = cred.pid;
+        p->uid = cred.uid;
+        p->gid = cred.gid;
     } else {
-        s->uid = (uid_t)-1;
-        s->gid = (gid_t)-1;
+        p->uid = (uid_t)-1;
+        p->gid = (gid_t)-1;
     }
     /* primary gid first, then the supplementary groups */
     socklen_t gl = 64 * sizeof(gid_t);
@@ -970,18 +1002,55 @@ int tv__fp_session_new(tv__fp *fp, int fd, fp_session **out)
         }
     }
     size_t n_sup = sup ? gl / sizeof(gid_t) : 0;
-    s->gids = malloc((n_sup + 1) * sizeof(gid_t));
-    if (s->gids) {
-        s->gids[0] = s->gid;
+    p->gids = malloc((n_sup + 1) * sizeof(gid_t));
+    if (p->gids) {
+        p->gids[0] = p->gid;
         for (size_t i = 0; i < n_sup; i++)
-            s->gids[1 + i] = sup[i];
-        s->n_gids = n_sup + 1;
+            p->gids[1 + i] = sup[i];
+        p->n_gids = n_sup + 1;
     }
     free(sup);
-    if (!s->hash || !s->handles || !s->pchunk || !s->pdone || !s->gids) {
+    return p->gids ? 0 : -ENOMEM;
+}
+
+void tv__fp_peer_free(fp_peer *p)
+{
+    if (!p)
+        return;
+    free(p->gids);
+    p->gids = NULL;
+    p->n_gids = 0;
+}
+
+int tv__fp_session_new(tv__fp *fp, int fd, fp_peer *p, fp_session **out)
+{
+    fp_session *s = calloc(1, sizeof(*s));
+    uint32_t buckets = 64;
+    if (!s)
+        return -ENOMEM;
+    while (buckets < fp->o.max_requests && buckets < (1u << 20))
+        buckets <<= 1;
+    s->fp = fp;
+    s->fd = fd;
+    s->version = TV__FP_V1;
+    s->ev.kind = FP_EV_SESSION;
+    s->ev.ptr = s;
+    s->hash_mask = buckets - 1;
+    s->hash = calloc(buckets, sizeof(*s->hash));
+    s->handles = calloc(fp->o.max_handles, sizeof(*s->handles));
+    s->pchunk = malloc(TV__FP_MAX_CHUNKS * sizeof(*s->pchunk));
+    s->pdone = malloc(TV__FP_MAX_DONES * sizeof(*s->pdone));
+    if (!s->hash || !s->handles || !s->pchunk || !s->pdone) {
         session_free(s);
         return -ENOMEM;
     }
+    s->pid = p->pid;
+    s->uid = p->uid;
+    s->gid = p->gid;
+    s->gids = p->gids; /* taken */
+    s->n_gids = p->n_gids;
+    p->gids = NULL;
+    p->n_gids = 0;
     s->id = ++fp->next_session_id;
     s->connected_unix = (int64_t)time(NULL);
     s->connected_ms = tv__fp_now_ms();
@@ -1020,9 +1089,8 @@ void tv__fp_session_destroy(fp_session *s)
             s->id, (int)s->pid, (unsigned)s->uid,
             s->fatal_code ? "closed by the daemon" : (s->why[0] ? s->why : "stopped"), bytes,
             s->requests_done);
-    shutdown(s->fd, SHUT_RDWR);
     epoll_ctl(fp->epoll_fd, EPOLL_CTL_DEL, s->fd, NULL);
-    tv__sys.close(s->fd);
+    tv__fp_hangup(fp, s->fd); /* the fatal ERROR stays readable after what the client sent */
     DLIST_UNLINK(fp->s_head, fp->s_tail, s);
     fp->n_sessions--;
     atomic_fetch_sub(&fp->st_sessions, 1);

@@ -1,17 +1,26 @@
 """Shared helpers of the fast-path integration tests (test_fastpath_faults.py,
-test_fastpath_leases.py): checkpoints that span many arena slots, a daemon
-with a small staging arena, and the "still healthy" check every fault test
-ends with.
+test_fastpath_leases.py, test_fastpath_fairness.py): checkpoints that span
+many arena slots, a daemon with a small staging arena, the "still healthy"
+check every fault test ends with, and peers of another uid (65534): a
+socket directory other uids can reach, a child that reads as that uid, and
+a connection made by that uid that this process then speaks on.
 
 Invariant: every daemon here runs with 64 KiB slots, 16 slots per group and
 a credit of 8 (group_slots = 2 x credit, the smallest the daemon allows), so
 a model of a few MiB needs dozens of chunks: a client that holds its credit
 holds half of a group's slots, and rereads of the model miss the slot cache."""
+import contextlib
+import hashlib
+import json
 import os
+import shutil
+import socket
+import tempfile
 import time
 
 import numpy as np
 
+import fpwire as fp
 import gen_checkpoints as gen
 from daemon import SLOW
 from fpwire import Session
@@ -82,3 +91,114 @@ def wait_sessions(d, pred, timeout=TIMEOUT):
         assert time.monotonic() < deadline, f"GET /v1/sessions never matched: {ls}"
         time.sleep(0.05)
 
+
+
+# -- peers of another uid ------------------------------------------------------------------------
+
+NOBODY = 65534
+
+
+@contextlib.contextmanager
+def shared_socket():
+    """A fast-path socket path other uids can reach and the settings that put
+    the daemon's socket there: its directory is 0755 (the default's parent
+    is 0750) and the socket 0666, so the uid check is the daemon's own.
+    Yields (socket path, settings)."""
+    sockdir = tempfile.mkdtemp(prefix="tvfp-", dir="/tmp")
+    os.chmod(sockdir, 0o755)
+    sock = os.path.join(sockdir, "fp.sock")
+    try:
+        yield sock, {"fastpath.socket": sock, "fastpath.mode": "0666"}
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def drop_to_nobody():
+    """This process becomes uid and gid 65534 with no supplementary groups
+    (a forked child: there is no way back)."""
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
+def run_as_nobody(sock_path, spec):
+    """Forks a child that drops to uid/gid 65534 (no groups), connects,
+    opens spec and reads every tensor; returns its report (JSON over a pipe):
+    {"error": code, "text", "fatal", "eof"} or {"tensors": {name: sha256}}."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            os.close(rfd)
+            drop_to_nobody()
+            out = {"uid": os.getuid()}
+            s = fp.Session(sock_path, timeout=TIMEOUT)
+            try:
+                h = s.open(spec)
+                out["generation"] = h.generation
+                out["tensors"] = {k: hashlib.sha256(v).hexdigest()
+                                  for k, v in s.read_tensors(h).items()}
+            except fp.FpError as e:
+                out.update(error=e.code, text=e.text, fatal=e.fatal)
+                # nothing else follows a refused OPEN: the session is alive and idle
+                try:
+                    m = s.recv(timeout=0.5)
+                    out["after"] = repr(m)
+                except TimeoutError:
+                    out["after"] = None
+            s.close()
+            os.write(wfd, json.dumps(out).encode())
+            code = 0
+        except BaseException as e:  # noqa: BLE001 - report anything to the parent
+            try:
+                os.write(wfd, json.dumps({"exception": repr(e)}).encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    data = b""
+    while True:
+        part = os.read(rfd, 1 << 16)
+        if not part:
+            break
+        data += part
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, data
+    return json.loads(data)
+
+
+def connect_as_nobody(sock_path, n=1):
+    """n sockets connected to sock_path by a child running as uid/gid 65534
+    (no groups) and handed to this process (SCM_RIGHTS), in connection
+    order: the daemon knows a peer by the credentials of its connect
+    (SO_PEERCRED, SO_PEERGROUPS), so this process then speaks as uid 65534
+    on them (fp.Session(path, sock=...)). Nothing is sent on them yet."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 1
+        try:
+            parent.close()
+            drop_to_nobody()
+            socks = [fp.connect(sock_path, TIMEOUT) for _ in range(n)]
+            socket.send_fds(child, [b"ok"], [x.fileno() for x in socks])
+            code = 0
+        except BaseException as e:  # noqa: BLE001 - report anything to the parent
+            try:
+                child.sendall(repr(e).encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+    child.close()
+    try:
+        parent.settimeout(TIMEOUT)
+        msg, fds, _, _ = socket.recv_fds(parent, 4096, n)
+    finally:
+        parent.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and msg == b"ok" and len(fds) == n, msg
+    return [socket.socket(fileno=fd) for fd in fds]

@@ -1,5 +1,5 @@
 """A Python codec of the fast-path wire protocol (core/src/client/wire.h, the
-byte layout; docs/fastpath.md and API10.md, the semantics) and a small
+byte layout; docs/fastpath.md, the semantics) and a small
 pure-Python reading client for the integration tests and the benchmark.
 
 Invariants:
@@ -53,6 +53,7 @@ SERVER_TYPES = {HELLO_OK, OPENED, CLOSED, CHUNK, DONE, ERROR}
 # Error codes (core/include/tensorvault/errors.h) the tests name.
 TV_E_INVALID_ARG = -1003
 TV_E_NOT_FOUND = -1004
+TV_E_TIMEOUT = -1111
 TV_E_BUSY = -1203
 TV_E_PROTOCOL = -1300
 TV_E_VERSION = -1301
@@ -430,12 +431,18 @@ class Session:
     answer them and FpClosed when the daemon hangs up. `auto_release`
     False keeps every slot reference (a client that stops releasing)."""
 
-    def __init__(self, path, timeout=30.0, hello=True, auto_release=True, max_version=VERSION):
+    def __init__(self, path, timeout=30.0, hello=True, auto_release=True, max_version=VERSION,
+                 sock=None):
         """max_version: the HELLO offers [1, max_version] (VERSION: a version-1
-        client, as before version 2 existed; MAX_VERSION: header reads)."""
+        client, as before version 2 existed; MAX_VERSION: header reads).
+        sock: a socket already connected to path (say by another uid: the
+        daemon knows a peer by the credentials of its connect)."""
         self.path, self.timeout = path, timeout
         self.max_version = max_version
-        self.sock = connect(path, timeout)
+        if sock is None:
+            sock = connect(path, timeout)
+        sock.settimeout(timeout)
+        self.sock = sock
         self.version = 0  # 0 until HELLO_OK
         self.handles = {}
         self.used_handles = set()

@@ -1,4 +1,4 @@
-"""The fast path's bad input and faults (issue 10), end to end against
+"""The fast path's bad input and faults, end to end against
 build/tensorvaultd through the Python codec and client (fpwire.py):
 
   - malformed (bad magic, reserved bytes, unknown types, a client sending
@@ -13,8 +13,10 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
   - per-request errors (tensor out of range, range past the tensor or
     overflowing) and OPEN errors (a model that does not exist, a bad spec,
     a retired generation): an ERROR, not fatal, and the session goes on;
-  - a denied peer (a client running as uid 65534) gets TV_E_PEER_DENIED and
-    nothing else; allowed after access.MODEL=uid:65534;
+  - a denied peer (a client running as uid 65534, allowed another model
+    only) gets TV_E_PEER_DENIED for the OPEN and nothing else; allowed after
+    access.MODEL=uid:65534 (a peer allowed no model at all is refused at
+    connect: test_fastpath_fairness.py);
   - a client that holds its whole credit and reads nothing from its socket
     while another reads the whole model: the other completes with the right
     bytes, the holder's held slots still hold its bytes afterwards, and the
@@ -45,9 +47,9 @@ import pytest
 
 import fpwire as fp
 from daemon import SLOW, Daemon, set_args
-from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, SLOT_LEN,
-                           TIMEOUT, big_names, check_healthy, fastpath_checkpoint, reference,
-                           wait_sessions)
+from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, NOBODY,
+                           SLOT_LEN, TIMEOUT, big_names, check_healthy, fastpath_checkpoint,
+                           reference, run_as_nobody, wait_sessions)
 
 
 @pytest.fixture(scope="module")
@@ -478,69 +480,17 @@ def test_open_errors_are_not_fatal(d, ref, spec, codes, words):
 
 # -- a denied peer ---------------------------------------------------------------------------
 
-NOBODY = 65534
-
-
-def run_as_nobody(sock_path, spec):
-    """Forks a child that drops to uid/gid 65534 (no groups), connects,
-    opens spec and reads every tensor; returns its report (JSON over a pipe):
-    {"error": code, "text", "fatal", "eof"} or {"tensors": {name: sha256}}."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            os.close(rfd)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            out = {"uid": os.getuid()}
-            s = fp.Session(sock_path, timeout=TIMEOUT)
-            try:
-                h = s.open(spec)
-                out["generation"] = h.generation
-                out["tensors"] = {k: hashlib.sha256(v).hexdigest()
-                                  for k, v in s.read_tensors(h).items()}
-            except fp.FpError as e:
-                out.update(error=e.code, text=e.text, fatal=e.fatal)
-                # nothing else follows a refused OPEN: the session is alive and idle
-                try:
-                    m = s.recv(timeout=0.5)
-                    out["after"] = repr(m)
-                except TimeoutError:
-                    out["after"] = None
-            s.close()
-            os.write(wfd, json.dumps(out).encode())
-            code = 0
-        except BaseException as e:  # noqa: BLE001 - report anything to the parent
-            try:
-                os.write(wfd, json.dumps({"exception": repr(e)}).encode())
-            except OSError:
-                pass
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    data = b""
-    while True:
-        part = os.read(rfd, 1 << 16)
-        if not part:
-            break
-        data += part
-    os.close(rfd)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_denied_peer_then_allowed(build_dir, work, src, ref):
     # The socket lives in a directory everyone may enter (the default's
-    # parent is 0750), mode 0666: the uid check is the daemon's own.
+    # parent is 0750), mode 0666: the uid check is the daemon's own. uid
+    # 65534 may open another model ("other", not imported): it gets a
+    # session, and its OPEN of m is what is refused.
     sockdir = tempfile.mkdtemp(prefix="tvfp-", dir="/tmp")
     os.chmod(sockdir, 0o755)
     sock = os.path.join(sockdir, "fp.sock")
     st = dict(FASTPATH_SETTINGS)
-    st.update({"fastpath.socket": sock, "fastpath.mode": "0666"})
+    st.update({"fastpath.socket": sock, "fastpath.mode": "0666", "access.other": f"uid:{NOBODY}"})
     dd = Daemon(build_dir, work, settings=st, store=str(work / "denied_store"), name="denied")
     try:
         dd.start()
@@ -813,9 +763,12 @@ def test_handle_limit_is_busy_not_fatal(d, ref):
 def test_session_and_group_limits(build_dir, work, src, ref):
     """max_sessions 2: a third connection gets ERROR{TV_E_BUSY, fatal} and
     EOF, and connects once one of the two left; max_groups 1: an OPEN of a
-    second generation while the first is open is TV_E_BUSY, not fatal."""
+    second generation while the first is open is TV_E_BUSY, not fatal. (The
+    sessions are all of one uid: max_sessions_per_uid, whose default would
+    be 2 / 4, is raised past max_sessions.)"""
     st = dict(FASTPATH_SETTINGS)
-    st.update({"fastpath.max_sessions": "2", "fastpath.max_groups": "1"})
+    st.update({"fastpath.max_sessions": "2", "fastpath.max_sessions_per_uid": "3",
+               "fastpath.max_groups": "1"})
     dd = Daemon(build_dir, work, settings=st, store=str(work / "limits_store"), name="limits")
     try:
         dd.start()
@@ -826,7 +779,7 @@ def test_session_and_group_limits(build_dir, work, src, ref):
         a = fp.Session(dd.socket_path, timeout=TIMEOUT)
         b = fp.Session(dd.socket_path, timeout=TIMEOUT)
         c = fp.Session(dd.socket_path, timeout=TIMEOUT, hello=False)  # refused at connect
-        assert "max_sessions" in c.expect_fatal(fp.TV_E_BUSY)
+        assert "fastpath.max_sessions = 2" in c.expect_fatal(fp.TV_E_BUSY)
         c.close()
         h = a.open("m@1")
         with pytest.raises(fp.FpError) as ei:

@@ -2,7 +2,8 @@
  * the rule syntax (uid:N gid:N user:NAME group:NAME *, space or comma
  * separated), names resolved to ids, the daemon's own uid and gid as the
  * default, a model's list replacing the default, primary and supplementary
- * gids, and the refusal's code and message. */
+ * gids, the refusal's code and message, and whether a peer passes any list
+ * at all (a peer that passes none may open no model). */
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -183,6 +184,38 @@ static void test_create_errors(void **state)
     assert_int_equal(tv__fp_access_create(NULL, NULL, NULL, 0, NULL, &err), TV_E_INVALID_ARG);
 }
 
+/* tv__fp_access_any: the default list or any model's list lets the peer
+ * open something; none does: TV_E_PEER_DENIED naming the uid and gid. */
+static void test_any_list(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    const char *models[] = {"llama", "shut"};
+    const char *rules[] = {"uid:1000 gid:2000", ""};
+    tv__fp_access *a = make("uid:0", models, rules, 2);
+    gid_t g0 = 0, g2000 = 2000, g65534 = 65534, sup[] = {65534, 2000};
+    assert_int_equal(tv__fp_access_any(a, 0, &g65534, 1, &err), 0);    /* the default */
+    assert_int_equal(tv__fp_access_any(a, 1000, &g65534, 1, &err), 0); /* llama's uid */
+    assert_int_equal(tv__fp_access_any(a, 7, &g2000, 1, &err), 0);     /* llama's gid */
+    assert_int_equal(tv__fp_access_any(a, 7, sup, 2, &err), 0);        /* a supplementary one */
+    assert_int_equal(tv__fp_access_any(a, 65534, &g65534, 1, &err), TV_E_PEER_DENIED);
+    assert_string_equal(
+        err.msg,
+        "uid 65534 (gid 65534) may open no model on this daemon (no [access] rule list allows it)");
+    assert_int_equal(tv__fp_access_any(a, 65534, NULL, 0, &err), TV_E_PEER_DENIED);
+    assert_non_null(strstr(err.msg, "uid 65534 (gid none)"));
+    assert_int_equal(tv__fp_access_any(NULL, 0, &g0, 1, &err), TV_E_INVALID_ARG);
+    tv__fp_access_free(a);
+    /* a list with * lets anyone in; an empty default with no model lists nobody */
+    const char *star[] = {"*"};
+    a = make("", models, star, 1);
+    assert_int_equal(tv__fp_access_any(a, 65534, &g65534, 1, &err), 0);
+    tv__fp_access_free(a);
+    a = make("", NULL, NULL, 0);
+    assert_int_equal(tv__fp_access_any(a, 0, &g0, 1, &err), TV_E_PEER_DENIED);
+    tv__fp_access_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_model_replaces_default),
         cmocka_unit_test(test_names_resolved),
         cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_any_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
  * chunks of a known byte pattern on the protocol's chunk grid.
  *
  * Covered: connect (no daemon, a busy daemon, another version, a daemon that
- * never answers), open (metadata, a refused open, an unsealed memfd, a
+ * never answers, a daemon that refuses at accept and closes before or
+ * after the HELLO arrived), open (metadata, a refused open, an unsealed memfd, a
  * corrupted snapshot, another model's snapshot), every read call (into,
  * batch split at the session's max_requests, range, rows, f32, get_tensor)
  * with guard bytes around every destination, chunks out of order several to
@@ -19,6 +20,7 @@
  * daemon, or the client forced to offer 1: TV_E_NOT_SUPPORTED, nothing sent. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,6 +41,7 @@
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
 #include "tv_test.h"
+#include "util/sys.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -103,6 +106,11 @@ enum mode {
     M_FATAL,       /* a fatal ERROR instead of a READ's chunks */
     M_RANDOM,      /* one chunk in three mutated at random (seeded) */
     M_DONE_EMPTY,  /* DONE 0 at once, without a chunk */
+    /* refusals at accept, as tensorvaultd refuses a connection over its
+     * limits: a fatal ERROR first, then the socket closed unread */
+    M_BUSY_RESET,   /* TV_E_BUSY once the HELLO arrived: closed with it unread (a reset) */
+    M_DENIED_RESET, /* the same with TV_E_PEER_DENIED */
+    M_BUSY_EPIPE,   /* TV_E_BUSY and closed before the HELLO is sent (it fails: EPIPE) */
 };
 
 typedef struct fake {
@@ -395,9 +403,31 @@ static int serve_req(fake *f, int s, const tv__fp_read_ent *r)
     return send_done(f, s, r->req_id, 0);
 }
 
+/* A refusal at accept: the HELLO is never read. */
+static bool refuses_at_accept(const fake *f)
+{
+    return f->mode == M_BUSY_RESET || f->mode == M_DENIED_RESET || f->mode == M_BUSY_EPIPE;
+}
+
 static void serve(fake *f, int s)
 {
     tv__fp_msg m;
+    if (refuses_at_accept(f)) {
+        if (f->mode != M_BUSY_EPIPE) {
+            struct pollfd p = {.fd = s, .events = POLLIN};
+            if (poll(&p, 1, 5000) != 1)
+                fake_fail(f, "no HELLO came");
+        }
+        bool busy = f->mode != M_DENIED_RESET;
+        const char *txt = busy ? "tensorvaultd has 64 fast-path sessions (fastpath.max_sessions)"
+                               : "uid 65534 (gid 65534) may open no model on this daemon";
+        srv_send(s,
+                 tv__fp_encode_error(sbuf, sizeof(sbuf), TV__FP_V1,
+                                     busy ? TV_E_BUSY : TV_E_PEER_DENIED, TV__FP_ERROR_FATAL, 0, 0,
+                                     txt, strlen(txt)),
+                 NULL, 0);
+        return;
+    }
     if (f->mode == M_SILENT) {
         srv_recv(f, s, &m);
         srv_recv(f, s, &m); /* until the client gives up and closes */
@@ -494,7 +524,7 @@ static void *fake_main(void *arg)
     /* Until the client closes (it must, after a hostile reply), except
      * where the test is the daemon going away. */
     tv__fp_msg m;
-    while (f->mode != M_EOF && srv_recv(f, s, &m) == 0)
+    while (f->mode != M_EOF && !refuses_at_accept(f) && srv_recv(f, s, &m) == 0)
         ;
     shutdown(s, SHUT_RDWR);
     close(s);
@@ -796,6 +826,50 @@ static void test_refused_sessions(void **state)
         tv_error err = {0};
         tv_client_opts o = {.timeout_ms = 200};
         int rc = tv_client_connect(f->path, &o, &c, &err);
+        expect_case(&cases[i], i, rc, &err);
+        assert_null(c);
+        fake_stop(f, true);
+    }
+}
+
+/* The client's HELLO waits until the fake has closed its end (then it
+ * fails with EPIPE); other messages go out as usual. */
+static ssize_t hello_after_close(int sock, const struct msghdr *msg, int flags)
+{
+    const uint8_t *b = msg->msg_iov[0].iov_base;
+    if (msg->msg_iov[0].iov_len >= TV__FP_HDR_LEN && b[6] == TV__FP_HELLO && b[7] == 0) {
+        struct pollfd p = {.fd = sock, .events = POLLRDHUP};
+        (void)poll(&p, 1, 5000);
+    }
+    return sendmsg(sock, msg, flags);
+}
+
+/* A daemon over its limits refuses at accept: ERROR{code, FATAL} queued,
+ * then the socket closed, the HELLO unread (Linux reports a reset before
+ * the queued ERROR) or not yet sent (the HELLO fails with EPIPE). The
+ * client reports the ERROR's code and text, not TV_E_DISCONNECTED. */
+static void test_refused_at_accept(void **state)
+{
+    (void)state;
+    static const fake_case cases[] = {
+        {M_BUSY_RESET, TV_E_BUSY,
+         "refused the session: tensorvaultd has 64 fast-path sessions (fastpath.max_sessions)",
+         false},
+        {M_DENIED_RESET, TV_E_PEER_DENIED, "uid 65534 (gid 65534) may open no model on this daemon",
+         false},
+        {M_BUSY_EPIPE, TV_E_BUSY,
+         "refused the session: tensorvaultd has 64 fast-path sessions (fastpath.max_sessions)",
+         false},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        fake *f = fake_start(cases[i].mode);
+        tv_client *c = NULL;
+        tv_error err = {0};
+        tv_client_opts o = {.timeout_ms = 5000};
+        if (cases[i].mode == M_BUSY_EPIPE)
+            tv__sys.sendmsg = hello_after_close;
+        int rc = tv_client_connect(f->path, &o, &c, &err);
+        tv__sys_reset();
         expect_case(&cases[i], i, rc, &err);
         assert_null(c);
         fake_stop(f, true);
@@ -1320,6 +1394,7 @@ int main(void)
         cmocka_unit_test(test_shared_desc_rules),
         cmocka_unit_test(test_no_daemon),
         cmocka_unit_test(test_refused_sessions),
+        cmocka_unit_test(test_refused_at_accept),
         cmocka_unit_test(test_open_and_metadata),
         cmocka_unit_test(test_reads),
         cmocka_unit_test(test_reads_out_of_order),

@@ -79,8 +79,12 @@ static void test_defaults(void **state)
     assert_int_equal(c.fastpath_slot_len, 1u << 20);
     assert_int_equal(c.fastpath_group_slots, 128);
     assert_int_equal(c.fastpath_credit, 32);
-    assert_int_equal(c.fastpath_max_sessions, 64);
+    assert_int_equal(c.fastpath_max_sessions, 256);
+    assert_int_equal(c.fastpath_max_sessions_per_uid, 0); /* max_sessions / 4 */
     assert_int_equal(c.fastpath_max_groups, 16);
+    assert_int_equal(c.fastpath_hold_timeout_ms, 10000);
+    assert_int_equal(c.fastpath_max_groups_per_uid, 0);   /* max_groups / 2 */
+    assert_int_equal(c.fastpath_max_groups_per_model, 0); /* max_groups / 4 */
     assert_int_equal(c.fastpath_max_requests, 16384);
     assert_int_equal(c.fastpath_readahead, 16);
     char own[64];
@@ -103,7 +107,11 @@ static void test_fastpath_and_access(void **state)
                                         "group_slots = 64\n"
                                         "credit = 8\n"
                                         "max_sessions = 5\n"
+                                        "max_sessions_per_uid = 3\n"
                                         "max_groups = 2\n"
+                                        "hold_timeout_ms = 2500\n"
+                                        "max_groups_per_uid = 7\n"
+                                        "max_groups_per_model = 6\n"
                                         "max_requests = 100\n"
                                         "readahead = 0\n"
                                         "[access]\n"
@@ -115,7 +123,7 @@ static void test_fastpath_and_access(void **state)
     tv__config_action act;
     tv_error err = {0};
     char *argv[] = {"tensorvaultd", "--config", (char *)p, "--set", "access.demo=uid:7", NULL};
-    char *envp[] = {"TENSORVAULT_ACCESS_OTHER=gid:9", NULL};
+    char *envp[] = {"TENSORVAULT_ACCESS_Other=gid:9", NULL};
     int rc = tv__config_load(&c, 5, argv, envp, &act, &err);
     if (rc)
         fail_msg("%s", err.msg);
@@ -126,7 +134,11 @@ static void test_fastpath_and_access(void **state)
     assert_int_equal(c.fastpath_group_slots, 64);
     assert_int_equal(c.fastpath_credit, 8);
     assert_int_equal(c.fastpath_max_sessions, 5);
+    assert_int_equal(c.fastpath_max_sessions_per_uid, 3);
     assert_int_equal(c.fastpath_max_groups, 2);
+    assert_int_equal(c.fastpath_hold_timeout_ms, 2500);
+    assert_int_equal(c.fastpath_max_groups_per_uid, 7);
+    assert_int_equal(c.fastpath_max_groups_per_model, 6);
     assert_int_equal(c.fastpath_max_requests, 100);
     assert_int_equal(c.fastpath_readahead, 0);
     assert_string_equal(c.access_default, "uid:0, gid:0");
@@ -135,7 +147,7 @@ static void test_fastpath_and_access(void **state)
     assert_string_equal(c.access[0].rules, "uid:7"); /* --set over the file */
     assert_string_equal(c.access[1].model, "acme/tiny");
     assert_string_equal(c.access[1].rules, "uid:1000 gid:1000");
-    assert_string_equal(c.access[2].model, "other"); /* the environment, lower-cased */
+    assert_string_equal(c.access[2].model, "Other"); /* the environment, as written */
     assert_string_equal(c.access[2].rules, "gid:9");
 
     /* a given socket is kept, an environment one too */
@@ -317,6 +329,11 @@ static void test_bad_values_each_kind(void **state)
         {"fastpath.group_slots", "1"},
         {"fastpath.credit", "0"},
         {"fastpath.max_sessions", "0"},
+        {"fastpath.max_sessions_per_uid", "65537"},
+        {"fastpath.hold_timeout_ms", "99"},
+        {"fastpath.hold_timeout_ms", "86400001"},
+        {"fastpath.max_groups_per_uid", "1025"},
+        {"fastpath.max_groups_per_model", "-1"},
         {"fastpath.max_groups", "2000"},
         {"fastpath.max_requests", "0"},
         {"fastpath.nope", "1"},
@@ -363,6 +380,35 @@ static void test_env_bad_value_names_variable(void **state)
     char *envp3[] = {"TENSORVAULT_HTTP_CONNECTION_TIMEOUT_S=5", "TENSORVAULT_LOG=debug", NULL};
     assert_int_equal(tv__config_load_env(&c, envp3, &err), 0);
     assert_int_equal(c.http_connection_timeout_s, 5);
+}
+
+/* TENSORVAULT_ACCESS_<MODEL>: the section matches in any case, the model
+ * name after it is taken exactly as written (model names are
+ * case-sensitive: a lower-cased "llama" would leave model "Llama" to the
+ * default list); the key default in any case is access.default; the other
+ * sections' keys are lower-cased as before. */
+static void test_env_access_model_case(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv_error err = {0};
+    tv__config_defaults(&c);
+    char *envp[] = {"TENSORVAULT_ACCESS_Llama=uid:1000",   "TENSORVAULT_access_org/Model.V2=gid:7",
+                    "TENSORVAULT_Access_DEFAULT=uid:5",    "TENSORVAULT_ACCESS_llama=uid:1001",
+                    "TENSORVAULT_FASTPATH_MAX_SESSIONS=9", NULL};
+    assert_int_equal(tv__config_load_env(&c, envp, &err), 0);
+    assert_int_equal(c.n_access, 3);
+    assert_string_equal(c.access[0].model, "Llama");
+    assert_string_equal(c.access[0].rules, "uid:1000");
+    assert_string_equal(c.access[1].model, "org/Model.V2");
+    assert_string_equal(c.access[1].rules, "gid:7");
+    assert_string_equal(c.access[2].model, "llama"); /* another model */
+    assert_string_equal(c.access[2].rules, "uid:1001");
+    assert_string_equal(c.access_default, "uid:5");
+    assert_int_equal(c.fastpath_max_sessions, 9);
+    char *bad[] = {"TENSORVAULT_ACCESS_Llama=uid:x", NULL};
+    assert_int_equal(tv__config_load_env(&c, bad, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "environment TENSORVAULT_ACCESS_Llama: access.Llama:"));
 }
 
 static void test_flags(void **state)
@@ -469,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_bad_value_names_file_line_and_key),
         cmocka_unit_test(test_bad_values_each_kind),
         cmocka_unit_test(test_env_bad_value_names_variable),
+        cmocka_unit_test(test_env_access_model_case),
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_fleet_keys),
         cmocka_unit_test(test_s3_keys_and_aws_env),

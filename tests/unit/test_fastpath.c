@@ -22,8 +22,13 @@
  * is replaced by the other, and a chunk that fails on every replica fails
  * its request (ERROR naming model, tensor, device, offset, then DONE) and
  * nothing else; a handle keeps its generation when the active one moves;
- * max_groups / max_handles refuse that OPEN only; a client that never reads
- * is closed once its outbox passes the bound. Everything runs twice: with
+ * max_groups / max_groups_per_model / max_groups_per_uid / max_handles
+ * refuse that OPEN only; a client that never reads
+ * is closed once its outbox passes the bound; a peer the peer callback
+ * refuses, or one over max_sessions_per_uid, gets its fatal ERROR at
+ * connect and holds no session; sessions that hold every slot of a group
+ * without releasing are closed (TV_E_TIMEOUT) once another session waits
+ * for a slot longer than hold_timeout_ms. Everything runs twice: with
  * the pread engine and with AUTO (io_uring where the kernel has it). */
 #include <dirent.h>
 #include <errno.h>
@@ -174,6 +179,7 @@ static tv__fp_opts base_opts(void)
                          .group_slots = NSLOTS,
                          .credit = CREDIT,
                          .max_sessions = 8,
+                         .max_sessions_per_uid = 8,
                          .max_requests = 256,
                          .max_handles = 4,
                          .readahead = 4}; /* NSLOTS / 4, the most it reads ahead */
@@ -1221,6 +1227,88 @@ static void test_busy_sessions(void **state)
     g_fp = NULL;
 }
 
+static bool g_peer_allow;
+
+static int peer_gate(void *ctx, pid_t pid, uid_t uid, const gid_t *gids, size_t n_gids,
+                     tv_error *err)
+{
+    assert_ptr_equal(ctx, &g_admit_calls);
+    assert_int_equal(pid, getpid());
+    assert_int_equal(uid, getuid());
+    assert_true(n_gids >= 1 && gids[0] == getgid());
+    g_admit_calls++;
+    if (g_peer_allow)
+        return 0;
+    return tv__seterr(err, TV_E_PEER_DENIED, "uid %u (gid %u) may open no model on this daemon",
+                      (unsigned)uid, (unsigned)gids[0]);
+}
+
+/* A peer the peer callback refuses gets ERROR{TV_E_PEER_DENIED, FATAL} as
+ * the first message (no HELLO needed), then EOF, and holds nothing: more of
+ * them than max_sessions, all still connected, leave the sessions to a peer
+ * the callback lets in. */
+static void test_peer_refused_at_connect(void **state)
+{
+    (void)state;
+    cl x[3], ok;
+    tv__fp_opts o = base_opts();
+    o.peer = peer_gate;
+    o.admit_ctx = &g_admit_calls;
+    o.max_sessions = 2;
+    g_admit_calls = 0;
+    g_peer_allow = false;
+    fp_up(&o);
+    for (size_t i = 0; i < TV_ARRAY_LEN(x); i++) {
+        cl_connect(&x[i]);
+        cl_expect_fatal(&x[i], TV_E_PEER_DENIED, "may open no model on this daemon");
+    }
+    assert_int_equal(g_admit_calls, 3);
+    assert_int_equal(stats().sessions, 0);
+    assert_int_equal(stats().sessions_total, 0);
+    g_peer_allow = true;
+    cl_ready(&ok);
+    check_other_works(&ok, (uint32_t)tensor_index("b"));
+    assert_int_equal(stats().sessions, 1);
+    for (size_t i = 0; i < TV_ARRAY_LEN(x); i++)
+        cl_close(&x[i]);
+    cl_close(&ok);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* max_sessions_per_uid: a connection of a uid that has that many sessions
+ * gets ERROR{TV_E_BUSY, FATAL} naming the uid and the key, before its
+ * HELLO; the uid's sessions work on, and once one ended the uid connects
+ * again. */
+static void test_busy_per_uid(void **state)
+{
+    (void)state;
+    cl a, b, c, d;
+    char want[96];
+    tv__fp_opts o = base_opts();
+    o.max_sessions_per_uid = 2;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_connect(&c);
+    snprintf(want, sizeof want,
+             "uid %u has 2 fast-path sessions (fastpath.max_sessions_per_uid = 2)",
+             (unsigned)getuid());
+    cl_expect_fatal(&c, TV_E_BUSY, want);
+    check_other_works(&a, (uint32_t)tensor_index("b"));
+    cl_close(&b);
+    for (int i = 0; i < 500 && stats().sessions != 1; i++)
+        sleep_ms(10);
+    assert_int_equal(stats().sessions, 1);
+    cl_ready(&d);
+    check_other_works(&d, (uint32_t)tensor_index("b"));
+    cl_close(&a);
+    cl_close(&c);
+    cl_close(&d);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
 /* A live socket is refused (-EADDRINUSE); a stale one is replaced; stop
  * unlinks it. */
 static void test_socket_takeover(void **state)
@@ -1485,6 +1573,56 @@ static void test_limits(void **state)
     assert_string_equal(v[0].handles[0].spec, MODEL "@2");
     tv__fp_sessions_free(v, n);
     cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* A model's generations past max_groups_per_model (default max_groups / 4),
+ * and a uid's groups past max_groups_per_uid (default max_groups / 2):
+ * TV_E_BUSY naming the key, for that OPEN only; a group the uid has a
+ * handle on already is no new one for it. */
+static void test_group_shares(void **state)
+{
+    (void)state;
+    cl c, d;
+    int rc;
+    char want[128];
+    tv__fp_opts o = base_opts();
+    o.max_groups = 4; /* 1 generation per model, 2 groups per uid */
+    fp_up(&o);
+    cl_connect(&c);
+    cl_hello(&c);
+    cl_open_drop(&c, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    cl_open_drop(&c, MODEL "@2", 2, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    assert_int_equal(c.err_open, 2);
+    assert_int_equal(c.err_flags, 0);
+    assert_non_null(strstr(
+        c.err_text, "model 'fp/demo' has 1 generations open (fastpath.max_groups_per_model = 1)"));
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+
+    o.max_groups_per_model = 2;
+    o.max_groups_per_uid = 1;
+    fp_up(&o);
+    cl_connect(&c);
+    cl_hello(&c);
+    cl_open_drop(&c, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    cl_open_drop(&c, MODEL "@2", 2, &rc);
+    assert_int_equal(rc, TV_E_BUSY);
+    snprintf(want, sizeof want,
+             "uid %u has handles on 1 model generations (fastpath.max_groups_per_uid = 1)",
+             (unsigned)getuid());
+    assert_non_null(strstr(c.err_text, want));
+    cl_connect(&d); /* another session of the uid joins the uid's group */
+    cl_hello(&d);
+    cl_open_drop(&d, MODEL "@1", 1, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(stats().groups, 1);
+    cl_close(&c);
+    cl_close(&d);
     tv__fp_stop(g_fp);
     g_fp = NULL;
 }
@@ -1854,6 +1992,89 @@ static void test_fair_slot_handoff(void **state)
     cl_close(&a);
     cl_close(&b);
     cl_close(&c);
+}
+
+/* Credit 4, 8 slots, hold_timeout_ms 300: A and B take 4 slots each (all 8)
+ * and release nothing; C wants one chunk after they have held theirs for
+ * over 300 ms without a release: both get ERROR{TV_E_TIMEOUT, FATAL} naming
+ * the model, the slots and the key, their slots return and C's read
+ * completes. */
+static void test_hold_timeout(void **state)
+{
+    (void)state;
+    cl a, b, c;
+    uint32_t ta = (uint32_t)tensor_index("a"), td = (uint32_t)tensor_index("d"),
+             te = (uint32_t)tensor_index("e");
+    tv__fp_opts o = base_opts();
+    o.credit = 4;
+    o.group_slots = 8;
+    o.hold_timeout_ms = 300;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_ready(&c);
+    a.auto_release = b.auto_release = false;
+    read_spread(&a, ta, 0, 5); /* object chunks 0..4: 4 delivered, then at its credit */
+    pump_chunks(&a, 4);
+    read_spread(&b, td, 0, 5); /* chunks 10..14 */
+    pump_chunks(&b, 4);
+    sleep_ms(400);                        /* both past the hold timeout */
+    creq *r = cl_read(&c, te, 120000, 1); /* chunk 17: no free slot */
+    cl_wait_all(&c);
+    assert_int_equal(r->result, 0);
+    assert_int_equal(r->dest[0], g.ref[te][120000]);
+    cl_expect_fatal(&a, TV_E_TIMEOUT, "fastpath.hold_timeout_ms = 300");
+    cl_expect_fatal(&b, TV_E_TIMEOUT, "model 'fp/demo' generation 1: 4 slots held for");
+    check_other_works(&c, ta);
+    cl_close(&a);
+    cl_close(&b);
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
+}
+
+/* As above with hold_timeout_ms 1000, but B took its slots just before C
+ * asks: A (past the timeout) is closed, its slots let C complete, and B,
+ * which then stalls no one, is left alone and completes once it releases. */
+static void test_hold_timeout_closes_only_the_stale(void **state)
+{
+    (void)state;
+    cl a, b, c;
+    uint32_t ta = (uint32_t)tensor_index("a"), td = (uint32_t)tensor_index("d"),
+             te = (uint32_t)tensor_index("e");
+    tv__fp_opts o = base_opts();
+    o.credit = 4;
+    o.group_slots = 8;
+    o.hold_timeout_ms = 1000;
+    fp_up(&o);
+    cl_ready(&a);
+    cl_ready(&b);
+    cl_ready(&c);
+    a.auto_release = b.auto_release = false;
+    read_spread(&a, ta, 0, 5);
+    pump_chunks(&a, 4);
+    sleep_ms(1200); /* A past the hold timeout, B not */
+    read_spread(&b, td, 0, 5);
+    pump_chunks(&b, 4);
+    creq *r = cl_read(&c, te, 120000, 1);
+    cl_wait_all(&c);
+    assert_int_equal(r->result, 0);
+    assert_int_equal(r->dest[0], g.ref[te][120000]);
+    cl_expect_fatal(&a, TV_E_TIMEOUT, "fastpath.hold_timeout_ms = 1000");
+    assert_int_equal(slots_held_settled(b.session, 4), 4); /* B lives on, at its credit */
+    b.auto_release = true;
+    cl_release(&b, b.held, b.n_held);
+    b.n_held = 0;
+    cl_wait_all(&b);
+    for (size_t i = 0; i < b.n_reqs; i++) {
+        assert_int_equal(b.reqs[i].result, 0);
+        assert_int_equal(b.reqs[i].dest[0], g.ref[td][i * SLOT]);
+    }
+    cl_close(&a);
+    cl_close(&b);
+    cl_close(&c);
+    tv__fp_stop(g_fp);
+    g_fp = NULL;
 }
 
 /* A connection that sends no HELLO within hello_timeout_ms is closed; one
@@ -2283,11 +2504,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_readahead_fanout, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_closed_before_teardown, setup_fp, teardown_fp),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_group_shares),
         cmocka_unit_test(test_admit_refused),
         cmocka_unit_test(test_busy_sessions),
+        cmocka_unit_test(test_peer_refused_at_connect),
+        cmocka_unit_test(test_busy_per_uid),
         cmocka_unit_test(test_socket_takeover),
         cmocka_unit_test(test_stop_with_sessions),
         cmocka_unit_test(test_hello_timeout),
+        cmocka_unit_test(test_hold_timeout),
+        cmocka_unit_test(test_hold_timeout_closes_only_the_stale),
     };
     /* both read engines behind the aio: the pread pool, then io_uring when
      * the kernel has it (else AUTO is the pread pool again) */

@@ -14,6 +14,11 @@
  *     closes the session: TV_E_PROTOCOL, TV_E_DISCONNECTED at EOF,
  *     TV_E_TIMEOUT when no reply came within timeout_ms; a dead session
  *     answers every later call with TV_E_DISCONNECTED;
+ *   - a fatal ERROR the daemon sent before closing is reported with its own
+ *     code and text even when the connection failed first (a reset, EPIPE
+ *     on a send): a daemon over its limits refuses a connection with an
+ *     ERROR and closes it without reading the HELLO, so TV_E_BUSY or
+ *     TV_E_PEER_DENIED reach the caller, not TV_E_DISCONNECTED;
  *   - every slot reference a CHUNK entry lends is released as soon as the
  *     copies of its message are done (CUDA: after a stream sync), and a read
  *     returns only when all of them went back (or the session is closed);
@@ -181,11 +186,51 @@ static int wait_sock(tv_client *c, short events, short *revents, tv_error *err)
     }
 }
 
+/* A fatal ERROR closes the session with the daemon's code and text. */
+static int fatal_error(tv_client *c, const tv__fp_msg *m, tv_error *err)
+{
+    int code = m->u.error.code < 0 ? m->u.error.code : TV_E_PROTOCOL;
+    if (!c->version) /* before HELLO_OK: the daemon refused the connection */
+        return session_fail(c, err, code, "tensorvaultd on %s refused the session: %.*s", c->path,
+                            TEXT_PREC(m), m->text ? m->text : "");
+    return session_fail(c, err, code, "tensorvaultd on %s closed the session: %.*s", c->path,
+                        TEXT_PREC(m), m->text ? m->text : "");
+}
+
+/* Datagrams looked through for a fatal ERROR once a send failed: what the
+ * daemon queued before it closed (replies of the last turn, then ERROR). */
+#define QUEUED_SCAN 64
+
+/* The daemon closed the connection under a send (EPIPE; ECONNRESET when it
+ * closed with a message of ours unread): the fatal ERROR it sent before
+ * closing may still wait in the socket. Returns that ERROR's code (the
+ * session closed with its text), or 0 when none is queued. Never waits:
+ * the socket is non-blocking. */
+static int queued_fatal(tv_client *c, tv_error *err)
+{
+    for (int i = 0; i < QUEUED_SCAN; i++) {
+        tv_error e = {0};
+        tv__fp_msg m;
+        ssize_t n = tv__fp_recv(c->sock, c->rbuf, sizeof(c->rbuf), NULL, 0, NULL, &e);
+        if (n == -ECONNRESET)
+            continue; /* reported once, before the datagrams queued behind it */
+        if (n <= 0 || tv__fp_decode(c->rbuf, (size_t)n, c->version, &m, &e))
+            return 0;
+        if (m.type == TV__FP_ERROR && (m.u.error.flags & TV__FP_ERROR_FATAL))
+            return fatal_error(c, &m, err);
+    }
+    return 0;
+}
+
 static int send_failed(tv_client *c, int rc, const tv_error *e, tv_error *err)
 {
-    if (rc == -EPIPE || rc == -ECONNRESET)
+    if (rc == -EPIPE || rc == -ECONNRESET) {
+        int q = queued_fatal(c, err);
+        if (q)
+            return q;
         return session_fail(c, err, TV_E_DISCONNECTED, "tensorvaultd on %s closed the session",
                             c->path);
+    }
     return session_fail(c, err, rc, "send to tensorvaultd on %s: %s", c->path,
                         e->msg[0] ? e->msg : tv_strerror(rc));
 }
@@ -212,6 +257,7 @@ static int recv_msg(tv_client *c, tv__fp_msg *m, int *fds, size_t max_fds, size_
                     tv_error *err)
 {
     size_t nf = 0;
+    bool reset = false;
     if (n_fds)
         *n_fds = 0;
     for (;;) {
@@ -233,6 +279,13 @@ static int recv_msg(tv_client *c, tv__fp_msg *m, int *fds, size_t max_fds, size_
         if (n == 0)
             return session_fail(c, err, TV_E_DISCONNECTED, "tensorvaultd on %s closed the session",
                                 c->path);
+        if (n == -ECONNRESET && !reset) {
+            /* The daemon closed with a message of ours unread: Linux says
+             * so once, before the datagrams still queued here (the fatal
+             * ERROR it sent before closing): read on. */
+            reset = true;
+            continue;
+        }
         if (n == -ECONNRESET)
             return session_fail(c, err, TV_E_DISCONNECTED, "tensorvaultd on %s reset the session",
                                 c->path);
@@ -245,14 +298,6 @@ static int recv_msg(tv_client *c, tv__fp_msg *m, int *fds, size_t max_fds, size_
         if (rc)
             return rc;
     }
-}
-
-/* A fatal ERROR closes the session with the daemon's code and text. */
-static int fatal_error(tv_client *c, const tv__fp_msg *m, tv_error *err)
-{
-    int code = m->u.error.code < 0 ? m->u.error.code : TV_E_PROTOCOL;
-    return session_fail(c, err, code, "tensorvaultd on %s closed the session: %.*s", c->path,
-                        TEXT_PREC(m), m->text ? m->text : "");
 }
 
 static int unexpected(tv_client *c, const tv__fp_msg *m, const char *when, tv_error *err)
