@@ -84,8 +84,8 @@ def start(build_dir, work, sockdir, **settings):
 def nobody_fastpath(sock, spec):
     """Opens spec on the fast path as uid 65534 (fpwire); its error or tensors."""
     code = (f"import sys, json; sys.path.insert(0, {HERE!r}); import fpwire as fp\n"
-            f"s = fp.Session({sock!r}, timeout=30)\n"
             "try:\n"
+            f"    s = fp.Session({sock!r}, timeout=30)\n"
             f"    h = s.open({spec!r}); print(json.dumps({{'n': len(s.read_tensors(h))}}))\n"
             "except fp.FpError as e:\n"
             "    print(json.dumps({'error': e.code, 'text': e.text}))\n")
