@@ -1,4 +1,4 @@
--- 0002_service: what tensorvaultd needs (issue 9): aliases, the jobs table
+-- 0002_service: what the daemon (tensorvaultd) needs: aliases, the jobs table
 -- (import and verify jobs, rebuilt from import_jobs) and token scopes.
 --
 -- Invariants kept by the database (the C layer checks first, with precise

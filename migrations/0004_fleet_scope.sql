@@ -1,4 +1,4 @@
--- 0004_fleet_scope: a third token scope, 'fleet' (issue 13): a peer's
+-- 0004_fleet_scope: a third token scope for fleet mode, 'fleet': a peer's
 -- token, good only for the content-addressed blob routes (GET/HEAD
 -- /v1/blobs...), which need a fleet or admin token.
 --

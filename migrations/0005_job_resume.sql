@@ -1,6 +1,6 @@
 -- 0005_job_resume: a remote import (an http(s):// or s3:// source, or a
 -- fleet pull) interrupted by a crash, a kill or a lost network resumes
--- where it stopped (issue 13, Build 2). The job row keeps what it reserved
+-- where it stopped. The job row keeps what it reserved
 -- and how far each reservation is written and flushed:
 --   {"source": S, "generation": N, "objects": [{"shard": NAME,
 --    "bytes": FILE_LEN, "sha256": HEX or null, "device": ID,
