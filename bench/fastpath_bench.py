@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fast-path benchmark (issue 10): a generated checkpoint (>= 2 GiB, the same
+"""Fast-path benchmark: a generated checkpoint (>= 2 GiB, the same
 one bench/read.sh caches) imported into a tensorvaultd store on the real
 disk, then in one run, in interleaved rounds, each measurement from a
 dropped page cache:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fleet benchmark (issue 13), each figure beside its reference measured in
+"""Fleet benchmark: each figure beside its reference measured in
 the same run, every server on this machine over loopback:
 
   1. S3 pull: a model (TV_BENCH_FLEET_MB, default 256 MiB of random BF16,

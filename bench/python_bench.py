@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Python loading benchmark (issue 11): every tensor of a checkpoint into
+"""Python loading benchmark: every tensor of a checkpoint into
 host memory, in one run, in interleaved rounds, each measurement in its own
 process from a dropped page cache:
   (b)  the C in-process reader: `tensorvault bench --store S m` (the ceiling);
