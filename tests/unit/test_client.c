@@ -1,6 +1,6 @@
 /* Unit tests of the fast-path client (core/src/client/client.c) against a
  * fake daemon: a thread on a listening SOCK_SEQPACKET socket that speaks the
- * wire codec (client/wire.h), hands out its own sealed memfd snapshot (a
+ * wire codec (wire/wire.h), hands out its own sealed memfd snapshot (a
  * small tv__snap_build image) and staging arena, and answers READs with
  * chunks of a known byte pattern on the protocol's chunk grid.
  *
@@ -37,7 +37,7 @@
 #include <cmocka.h>
 
 #include "client/client_internal.h"
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
 #include "tv_test.h"

@@ -3,7 +3,7 @@
  * built here: a file image with one imported checkpoint of ~1.2 MiB (about
  * 19 chunks of the 64 KiB slots used here), served by tv__fp on a socket in
  * a temp directory with buffered reads, and spoken to from the test with
- * the wire codec (client/wire.h) over real SOCK_SEQPACKET sockets.
+ * the wire codec (wire/wire.h) over real SOCK_SEQPACKET sockets.
  *
  * Invariants checked: every tensor (and sub-ranges) read through the fast
  * path equals what the in-process reader returns; the snapshot memfd and
@@ -54,7 +54,7 @@
 #include <cmocka.h>
 
 #include "client/client_internal.h"
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "fastpath/fastpath.h"
 #include "import/import.h"
 #include "snap/snapfile.h"

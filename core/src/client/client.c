@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "client/client_internal.h"
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "reader/desc.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "reader/desc.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
