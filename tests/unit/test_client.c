@@ -1462,7 +1462,6 @@ static void tb_close(tv_model *m)
 }
 
 static const tv__model_ops TB_OPS = {
-    .kind = "test",
     .check = tb_check,
     .read_one = tb_read_one,
     .read = tb_read,

@@ -4,8 +4,9 @@
  * models are opened in it with tv_model_open_daemon and read with the same
  * functions as a model opened from a store directory (tensorvault.h).
  *
- *   tv_client *c;
+ *   tv_client *c = NULL;
  *   tv_model *m;
+ *   tv_error err;
  *   if (tv_client_connect(NULL, NULL, &c, &err) == 0 &&
  *       tv_model_open_daemon(c, "llama@prod", NULL, &m, &err) == 0) {
  *       tv_read_into(m, "lm_head.weight", buf, len, &err);

@@ -56,9 +56,10 @@
  *     short reads, EIO and timeouts are errors and never publish partial
  *     data as success; no byte is written into a destination after the call
  *     returned;
- *   - the generation is fixed for the handle's lifetime (a store model
- *     holds a shared flock on its snapshot file, a daemon model the
- *     daemon's lease: gc never frees leased objects);
+ *   - the generation is fixed for the handle's lifetime and leased (gc
+ *     never frees leased objects): a model of tv_model_open holds a shared
+ *     flock on its snapshot file, a daemon model the daemon's lease (a
+ *     model of tv_model_open_snapshot holds none);
  *   - (store) every device is validated (label, size, LBA size, identity)
  *     against the snapshot at open, before the first read; a device that is
  *     missing, resized or relabelled (label overwritten, or another

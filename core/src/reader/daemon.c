@@ -701,7 +701,6 @@ static int daemon_cuda_sink(tv_model *bm, void *stream, tv__cuda_sink **out, tv_
 }
 
 static const tv__model_ops daemon_ops = {
-    .kind = "daemon",
     .read_one = daemon_read_one,
     .read = daemon_read,
     .cuda_sink = daemon_cuda_sink,

@@ -65,7 +65,6 @@ typedef struct tv__mreq {
 /* The operations of a backend. Every function gets a model of its own
  * backend; every request passed the common checks. */
 typedef struct tv__model_ops {
-    const char *kind; /* "store" or "daemon" */
     /* Whether r can be read at all, asked for each request of a batch
      * before anything is read (so that a batch's first failure is its
      * lowest failed request): the store's TV_E_NO_REPLICA. NULL: always. */

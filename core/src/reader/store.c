@@ -617,7 +617,6 @@ static int store_device(const tv_model *bm, size_t i, tv_device_status *out)
 }
 
 static const tv__model_ops store_ops = {
-    .kind = "store",
     .check = store_check,
     .read_one = store_read_one,
     .read = store_read,
