@@ -45,6 +45,7 @@
 #include <cmocka.h>
 
 #include "reader/daemon.h"
+#include "reader/serve.h"
 #include "wire/wire.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
@@ -1269,6 +1270,13 @@ static void test_bad_opens(void **state)
     assert_int_equal(tv_model_open_daemon(c, "@3", NULL, &m, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv_model_open_daemon(c, "m@", NULL, &m, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv_model_open_daemon(c, "m@01", NULL, &m, &err), TV_E_INVALID_ARG);
+    /* the options are checked as tv_model_open checks them, before any OPEN */
+    tv_open_opts bad = {.engine = 7};
+    assert_int_equal(tv_model_open_daemon(c, MODEL, &bad, &m, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "unknown engine 7"));
+    bad = (tv_open_opts){.queue_depth = TV_READ_MAX_QUEUE_DEPTH + 1};
+    assert_int_equal(tv_model_open_daemon(c, MODEL, &bad, &m, &err), TV_E_INVALID_ARG);
+    assert_null(m);
     /* NAME@GEN must get that generation (the fake always sends 4). */
     assert_int_equal(tv_model_open_daemon(c, MODEL "@5", NULL, &m, &err), TV_E_SNAPSHOT);
     assert_non_null(strstr(err.msg, "generation"));
@@ -1667,6 +1675,15 @@ static void test_ops_closed_session(void **state)
     tv_tensor_desc td;
     assert_int_equal(tv_model_tensor(m, 1, &td), 0);
     assert_true(td.nbytes == 12294 && !strcmp(td.name, "b"));
+    /* what the fast-path server asks of a model: the snapshot, never a
+     * device (a daemon model has none) */
+    tv__model_dev md;
+    const void *img;
+    size_t img_len = 0;
+    assert_non_null(tv__model_snap(m));
+    assert_int_equal(tv__model_snap_image(m, &img, &img_len), 0);
+    assert_true(img_len > 0);
+    assert_int_equal(tv__model_dev_info(m, 0, &md), TV_E_INVALID_ARG);
     assert_int_equal(f->n_reads, 0);
     tv_model_close(m);
     assert_int_equal(f->n_closes, 1); /* nothing sent for m */

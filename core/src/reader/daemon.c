@@ -40,10 +40,9 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
-#define SNAP_SEALS   (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-#define ARENA_SEALS  (F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-#define NAME_PREC    TV__NAME_PREC
-#define TEXT_PREC(m) ((int)((m)->text_len > 400 ? 400 : (m)->text_len))
+#define SNAP_SEALS  (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define ARENA_SEALS (F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define NAME_PREC   TV__NAME_PREC
 /* tv_get_tensor's arena: the payload is copied to its start */
 #define ARENA_ALIGN 64u
 
@@ -228,7 +227,7 @@ static int send_open(tv_client *c, const char *spec, size_t spec_len, uint32_t o
                                 "tensorvaultd on %s: ERROR for open %u code %d answering open %u",
                                 c->path, msg.u.error.open_id, msg.u.error.code, open_id);
         return tv__seterr(err, msg.u.error.code, "open '%.300s' through %s: %.*s", spec, c->path,
-                          TEXT_PREC(&msg), msg.text ? msg.text : "");
+                          TV__FPC_TEXT_PREC(&msg), msg.text ? msg.text : "");
     }
     if (msg.type != TV__FP_OPENED) {
         tv__fpc_close_fds(fds, *n_fds);
@@ -563,9 +562,9 @@ static int on_error(run *s, const tv__fp_msg *msg, tv_error *err)
     size_t idx = (size_t)(q - s->r);
     /* The text names the tensor (the daemon's rule); else it is prefixed. */
     if (msg->text_len >= (size_t)nl && memmem(msg->text, msg->text_len, nm, (size_t)nl))
-        req_failed(s, idx, e->code, "%.*s", TEXT_PREC(msg), msg->text);
+        req_failed(s, idx, e->code, "%.*s", TV__FPC_TEXT_PREC(msg), msg->text);
     else
-        req_failed(s, idx, e->code, "%s '%.*s': %.*s", kind, nl, nm, TEXT_PREC(msg),
+        req_failed(s, idx, e->code, "%s '%.*s': %.*s", kind, nl, nm, TV__FPC_TEXT_PREC(msg),
                    msg->text ? msg->text : "");
     return 0;
 }

@@ -53,6 +53,11 @@ int tv__fpc_spans_add(tv__fpc_spans *s, uint64_t a, uint64_t len, uint64_t limit
  * a test sets TV__FP_V1 to act as a version-1 client. */
 extern uint16_t tv__fpc_max_version;
 
+/* printf precision for the text of a daemon's message (OPEN's spec,
+ * ERROR's text): at most 400 bytes of it, so that it fits a tv_error with
+ * the words around it. */
+#define TV__FPC_TEXT_PREC(m) ((int)((m)->text_len > 400 ? 400 : (m)->text_len))
+
 typedef struct tv__fpc_model tv__fpc_model;
 
 /* A model opened in a session (ops: the daemon backend). */

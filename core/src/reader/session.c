@@ -38,7 +38,6 @@
 #define DEFAULT_TIMEOUT_MS 60000u
 
 uint16_t tv__fpc_max_version = TV__FP_VERSION_MAX;
-#define TEXT_PREC(m) ((int)((m)->text_len > 400 ? 400 : (m)->text_len))
 
 /* ---- delivered spans ------------------------------------------------------ */
 
@@ -164,9 +163,9 @@ int tv__fpc_fatal(tv_client *c, const tv__fp_msg *m, tv_error *err)
     int code = m->u.error.code < 0 ? m->u.error.code : TV_E_PROTOCOL;
     if (!c->version) /* before HELLO_OK: the daemon refused the connection */
         return tv__fpc_fail(c, err, code, "tensorvaultd on %s refused the session: %.*s", c->path,
-                            TEXT_PREC(m), m->text ? m->text : "");
+                            TV__FPC_TEXT_PREC(m), m->text ? m->text : "");
     return tv__fpc_fail(c, err, code, "tensorvaultd on %s closed the session: %.*s", c->path,
-                        TEXT_PREC(m), m->text ? m->text : "");
+                        TV__FPC_TEXT_PREC(m), m->text ? m->text : "");
 }
 
 /* Datagrams looked through for a fatal ERROR once a send failed: what the
@@ -341,7 +340,7 @@ TV_API int tv_client_connect(const char *socket_path, const tv_client_opts *opts
     if (m.type == TV__FP_ERROR) {
         int code = m.u.error.code < 0 ? m.u.error.code : TV_E_PROTOCOL;
         rc = tv__fpc_fail(c, err, code, "tensorvaultd on %s refused the session: %.*s", path,
-                          TEXT_PREC(&m), m.text ? m.text : "");
+                          TV__FPC_TEXT_PREC(&m), m.text ? m.text : "");
         goto fail;
     }
     if (m.type != TV__FP_HELLO_OK) {
