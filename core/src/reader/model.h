@@ -39,15 +39,14 @@
 #include "tensorvault/tensorvault.h"
 #include "xfer/xfer.h"
 
-/* What a request reads (tv__mreq.flags). */
-#define TV__MREQ_SHARD_HEADER                                                                      \
-    0x1u /* index is a shard: [off, off + len) of its file's first                                 \
-            8 + header_len bytes */
-#define TV__MREQ_ENVELOPE                                                                          \
-    0x2u /* dest is an arena of tv_model.arena_align alignment with                                \
-            room for the read's envelope (tv_get_tensor): a backend                                \
-            with arena_envelope reads the envelope into it and sets                                \
-            skip; others read the payload at dest */
+/* What a request reads (tv__mreq.flags). SHARD_HEADER: index is a shard,
+ * and [off, off + len) lies in its file's first 8 + header_len bytes.
+ * ENVELOPE (tv_get_tensor): dest is an arena aligned to
+ * tv_model.arena_align with room for the read's envelope on either side;
+ * a backend with arena_envelope reads the aligned envelope into it and
+ * sets skip, the others read the payload at dest. */
+#define TV__MREQ_SHARD_HEADER 0x1u
+#define TV__MREQ_ENVELOPE     0x2u
 
 /* One checked request: bytes [off, off + len) of tensor `index` (t its
  * record), or of shard `index`'s header, into dest. */
