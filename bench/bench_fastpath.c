@@ -1,8 +1,8 @@
-/* Fast-path load and latency client for bench/fastpath_bench.py
- * (tensorvault/client.h), for what `tensorvault bench --fastpath` cannot
- * measure:
+/* Fast-path load and latency client for bench/fastpath_bench.py (a
+ * tv_model opened in a session of tensorvault/client.h), for what
+ * `tensorvault bench --fastpath` cannot measure:
  *   - load: every tensor of SPEC in file order, read with
- *     tv_client_read_batch in batches that fit one pre-faulted window
+ *     tv_read_batch in batches that fit one pre-faulted window
  *     (--window MiB, default 256, raised to the largest tensor), reused
  *     from batch to batch, so eight clients of a multi-GiB model fit in
  *     memory. Connect, open and pre-fault happen first; then, with
@@ -12,7 +12,7 @@
  *     with start/end in CLOCK_REALTIME seconds (comparable across
  *     processes) and late = how far past T setup finished (0 when on time);
  *   - --cold SUFFIX ROUNDS: latency of every tensor whose name ends with
- *     SUFFIX, one tv_client_read_into each, ROUNDS times, each round in a
+ *     SUFFIX, one tv_read_into each, ROUNDS times, each round in a
  *     newly opened model (a new read group when nothing else has SPEC
  *     open, so its slots hold nothing yet: every read goes to the device).
  *     Prints {"count", "bytes", "p50_us", "p99_us", "max_us"}.
@@ -60,12 +60,12 @@ static int cold(tv_client *c, const char *spec, const char *suffix, unsigned lon
     int rc = 0;
     tv_error err = {0};
     for (unsigned long r = 0; r < rounds && !rc; r++) {
-        tv_client_model *m = NULL;
-        if ((rc = tv_client_open(c, spec, &m, &err)))
+        tv_model *m = NULL;
+        if ((rc = tv_model_open_daemon(c, spec, NULL, &m, &err)))
             return fail("open", rc, &err);
-        for (size_t i = 0; i < tv_client_n_tensors(m) && !rc; i++) {
+        for (size_t i = 0; i < tv_model_n_tensors(m) && !rc; i++) {
             tv_tensor_desc d;
-            if ((rc = tv_client_tensor(m, i, &d)))
+            if ((rc = tv_model_tensor(m, i, &d)))
                 break;
             if (d.name_len < slen || memcmp(d.name + d.name_len - slen, suffix, slen))
                 continue;
@@ -88,11 +88,11 @@ static int cold(tv_client *c, const char *spec, const char *suffix, unsigned lon
                 us = grown;
             }
             double t0 = clock_s(CLOCK_MONOTONIC);
-            rc = tv_client_read_into(m, d.name, buf, (size_t)d.nbytes, &err);
+            rc = tv_read_into(m, d.name, buf, (size_t)d.nbytes, &err);
             us[n++] = (clock_s(CLOCK_MONOTONIC) - t0) * 1e6;
             bytes = d.nbytes;
         }
-        tv_client_model_close(m);
+        tv_model_close(m);
     }
     if (rc || !n) {
         free(us);
@@ -111,17 +111,17 @@ static int cold(tv_client *c, const char *spec, const char *suffix, unsigned lon
 
 static int load(tv_client *c, const char *spec, uint64_t window, double start_at)
 {
-    tv_client_model *m = NULL;
+    tv_model *m = NULL;
     tv_error err = {0};
-    int rc = tv_client_open(c, spec, &m, &err);
+    int rc = tv_model_open_daemon(c, spec, NULL, &m, &err);
     if (rc)
         return fail("open", rc, &err);
-    size_t n = tv_client_n_tensors(m);
+    size_t n = tv_model_n_tensors(m);
     tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
     uint64_t total = 0;
     for (size_t i = 0; reqs && i < n; i++) {
         tv_tensor_desc d;
-        tv_client_tensor(m, i, &d);
+        tv_model_tensor(m, i, &d);
         reqs[i].index = i;
         reqs[i].dest_len = (size_t)d.nbytes;
         total += d.nbytes;
@@ -131,7 +131,7 @@ static int load(tv_client *c, const char *spec, uint64_t window, double start_at
     uint8_t *win = NULL;
     if (!reqs || posix_memalign((void **)&win, 4096, (size_t)window)) {
         free(reqs);
-        tv_client_model_close(m);
+        tv_model_close(m);
         return fail("out of memory", -ENOMEM, NULL);
     }
     memset(win, 0, (size_t)window); /* pre-faulted: the timing is the load */
@@ -156,14 +156,14 @@ static int load(tv_client *c, const char *spec, uint64_t window, double start_at
             reqs[j].dest = win + at;
             at += (reqs[j].dest_len + 63) / 64 * 64; /* checked: <= window + 63 */
         }
-        rc = tv_client_read_batch(m, reqs + i, j - i, &err);
+        rc = tv_read_batch(m, reqs + i, j - i, &err);
         batches++;
         i = j;
     }
     double secs = clock_s(CLOCK_MONOTONIC) - t0, end = clock_s(CLOCK_REALTIME);
     free(win);
     free(reqs);
-    tv_client_model_close(m);
+    tv_model_close(m);
     if (rc)
         return fail("read", rc, &err);
     printf(

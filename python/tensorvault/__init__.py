@@ -7,4 +7,4 @@ from ._safe_open import safe_open
 from ._weights import weights_iterator
 
 __all__ = ["Error", "MissingTensorError", "safe_open", "weights_iterator"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

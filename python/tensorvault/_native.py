@@ -1,7 +1,9 @@
 """ctypes binding over libtensorvault (the shared library installed inside
-this package by `pip install ./python`): the structures and prototypes of
-every C function the package calls, and the exceptions built from a
-tv_error (code, its stable name from tv_err_name, the library's message).
+this package by `pip install ./python`, SONAME libtensorvault.so.1): the
+structures and prototypes of every C function the package calls, and the
+exceptions built from a tv_error (code, its stable name from tv_err_name,
+the library's message). A model opened from a store or through the daemon
+is one tv_model, read with the same functions.
 
 Invariant: every function used has argtypes and restype set here, so a
 wrong argument type fails in Python instead of corrupting memory."""
@@ -91,8 +93,13 @@ _CS = ctypes.c_char_p
 _PROTOS = {
     "tv_err_name": (ctypes.c_char_p, [_I]),
     "tv_dtype_name": (ctypes.c_char_p, [_I]),
-    # in-process reader (tensorvault.h)
+    # opening a model: in-process from a store directory, or through
+    # tensorvaultd's fast path in a session (tensorvault.h, client.h)
     "tv_model_open": (_I, [_CS, _CS, _P, _PP, _E]),
+    "tv_client_connect": (_I, [_CS, _P, _PP, _E]),
+    "tv_client_close": (None, [_P]),
+    "tv_model_open_daemon": (_I, [_P, _CS, _P, _PP, _E]),
+    # the one read API, whichever way the model was opened (tensorvault.h)
     "tv_model_close": (None, [_P]),
     "tv_model_generation": (ctypes.c_int64, [_P]),
     "tv_model_n_tensors": (_S, [_P]),
@@ -104,32 +111,14 @@ _PROTOS = {
     "tv_read_into_cuda": (_I, [_P, _CS, _P, _S, _P, _E]),
     "tv_read_batch_cuda": (_I, [_P, _R, _S, _P, _E]),
     "tv_cuda_available": (ctypes.c_bool, []),
-    # fast-path client (client.h)
-    "tv_client_connect": (_I, [_CS, _P, _PP, _E]),
-    "tv_client_close": (None, [_P]),
-    "tv_client_open": (_I, [_P, _CS, _PP, _E]),
-    "tv_client_model_close": (None, [_P]),
-    "tv_client_model_generation": (ctypes.c_int64, [_P]),
-    "tv_client_n_tensors": (_S, [_P]),
-    "tv_client_tensor": (_I, [_P, _S, _D]),
-    "tv_client_find": (_I, [_P, _CS, _S, ctypes.POINTER(_S)]),
-    "tv_client_read_into": (_I, [_P, _CS, _P, _S, _E]),
-    "tv_client_read_batch": (_I, [_P, _R, _S, _E]),
-    "tv_client_read_rows": (_I, [_P, _CS, _U64, _U64, _P, _S, _E]),
-    "tv_client_read_into_cuda": (_I, [_P, _CS, _P, _S, _P, _E]),
-    "tv_client_read_batch_cuda": (_I, [_P, _R, _S, _P, _E]),
 }
-# Shard headers (API11 section 1): resolved on first use by optional(), so a
-# library without them still loads (metadata() then raises
-# TV_E_NOT_SUPPORTED).
+# Shard headers: resolved on first use by optional(), so that a library
+# without them still loads (then metadata() raises TV_E_NOT_SUPPORTED).
 _SD = ctypes.POINTER(tv_shard_desc)
 _OPTIONAL_PROTOS = {
     "tv_model_n_shards": (_S, [_P]),
     "tv_model_shard": (_I, [_P, _S, _SD]),
     "tv_read_shard_header": (_I, [_P, _S, _P, _S, _E]),
-    "tv_client_n_shards": (_S, [_P]),
-    "tv_client_shard": (_I, [_P, _S, _SD]),
-    "tv_client_read_shard_header": (_I, [_P, _S, _P, _S, _E]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)

@@ -1,7 +1,7 @@
 """tensorvault.safe_open: safetensors 0.8's safe_open (framework="numpy" or
-"pt", device="cpu" or a CUDA device) over a tensorvault model, read
-in-process from a store directory (store=) or from tensorvaultd's fast path
-(its UNIX socket).
+"pt", device="cpu" or a CUDA device) over a tensorvault model, opened
+in-process from a store directory (store=) or through tensorvaultd's fast
+path (its UNIX socket): one tv_model either way, read by one code path.
 
 Invariants: get_tensor reads straight into a fresh array's buffer (numpy's,
 or the storage of torch.empty(...): no copy; on CUDA the library copies into
@@ -71,15 +71,29 @@ TORCH_DTYPES = {
 FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "pt": "pt", "torch": "pt", "pytorch": "pt"}
 
 
-class _Local:
-    """A tv_model opened in-process from a store directory."""
+class _Model:
+    """One tv_model: opened in-process from the store directory `store`, or
+    (store None) through tensorvaultd's fast path in a session of its own
+    to `socket` (None: the library's default). Read with the same functions
+    either way (instance attributes, so that one handle's calls can be
+    wrapped)."""
 
-    prefix = "tv_model_"
-
-    def __init__(self, store, spec):
+    def __init__(self, spec, store=None, socket=None):
         err = N.tv_error()
         h = ctypes.c_void_p()
-        rc = N.lib.tv_model_open(store.encode(), spec.encode(), None, ctypes.byref(h), err)
+        self.c = None
+        bspec = spec.encode()
+        if store is not None:
+            rc = N.lib.tv_model_open(store.encode(), bspec, None, ctypes.byref(h), err)
+        else:
+            c = ctypes.c_void_p()
+            bsock = socket.encode() if socket else None  # before connecting: may raise
+            N.raise_for(N.lib.tv_client_connect(bsock, None, ctypes.byref(c), err), err)
+            rc = N.lib.tv_model_open_daemon(c, bspec, None, ctypes.byref(h), err)
+            if rc < 0:
+                N.lib.tv_client_close(c)
+            else:
+                self.c = c
         N.raise_for(rc, err)
         self.h = h
         self.n_tensors = N.lib.tv_model_n_tensors
@@ -95,38 +109,8 @@ class _Local:
 
     def close(self):
         N.lib.tv_model_close(self.h)
-
-
-class _Remote:
-    """A tv_client session to tensorvaultd and one model opened in it."""
-
-    def __init__(self, socket, spec):
-        err = N.tv_error()
-        c = ctypes.c_void_p()
-        bsock = socket.encode() if socket else None  # before connecting: may raise
-        bspec = spec.encode()
-        rc = N.lib.tv_client_connect(bsock, None, ctypes.byref(c), err)
-        N.raise_for(rc, err)
-        h = ctypes.c_void_p()
-        rc = N.lib.tv_client_open(c, bspec, ctypes.byref(h), err)
-        if rc < 0:
-            N.lib.tv_client_close(c)
-            N.raise_for(rc, err)
-        self.c, self.h = c, h
-        self.n_tensors = N.lib.tv_client_n_tensors
-        self.tensor = N.lib.tv_client_tensor
-        self.find = N.lib.tv_client_find
-        self.read_into = N.lib.tv_client_read_into
-        self.read_batch = N.lib.tv_client_read_batch
-        self.read_rows = N.lib.tv_client_read_rows
-        self.read_into_cuda = N.lib.tv_client_read_into_cuda
-        self.read_batch_cuda = N.lib.tv_client_read_batch_cuda
-        self.shard_fns = ("tv_client_n_shards", "tv_client_shard", "tv_client_read_shard_header")
-        self.generation = N.lib.tv_client_model_generation(h)
-
-    def close(self):
-        N.lib.tv_client_model_close(self.h)
-        N.lib.tv_client_close(self.c)
+        if self.c is not None:
+            N.lib.tv_client_close(self.c)
 
 
 class _Info:
@@ -337,8 +321,8 @@ class safe_open:
         self._spec = spec
         self._lock = threading.Lock()
         self._meta = _UNREAD
-        self._src = _Local(str(store), spec) if store is not None else _Remote(
-            None if socket is None else str(socket), spec)
+        self._src = _Model(spec, store=None if store is None else str(store),
+                           socket=None if socket is None else str(socket))
         try:
             self._load_index()
         except BaseException:

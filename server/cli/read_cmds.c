@@ -1,10 +1,11 @@
 /* Reader subcommands: `get` (one tensor's exact bytes, rows, or float32 to
  * a file) and `bench` (load every tensor into host memory and report
  * bytes, seconds and GB/s). Both go through the public library API, exactly
- * as a loader would: in-process on --store (tensorvault.h), or with
- * --fastpath [SOCKET] through tensorvaultd's fast path (tensorvault/client.h).
- * Invariant: both paths print the same output from the same code; only the
- * source (struct src) differs. */
+ * as a loader would: one tv_model (tensorvault.h), opened in-process on
+ * --store, or with --fastpath [SOCKET] through tensorvaultd's fast path (a
+ * session of tensorvault/client.h).
+ * Invariant: both paths print the same output from the same calls; only
+ * the opening (src_open) differs. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -96,13 +97,12 @@ static int write_file(const char *path, const void *buf, size_t len, tv_error *e
     return 0;
 }
 
-/* Where get and bench read from: an in-process tv_model, or a fast-path
- * session and model (fp). */
+/* Where get and bench read from: a tv_model opened in-process, or in a
+ * fast-path session c (fp). */
 typedef struct src {
     bool fp;
-    tv_model *m;
     tv_client *c;
-    tv_client_model *cm;
+    tv_model *m;
 } src;
 
 /* --fastpath's SOCKET: "" when given alone (then the library's default:
@@ -125,65 +125,19 @@ static int src_open(src *s, const char *dir, const char *spec, const tv_open_opt
     s->fp = true;
     if ((rc = tv_client_connect(*fp_socket ? fp_socket : NULL, NULL, &s->c, err)))
         return rc;
-    return tv_client_open(s->c, spec, &s->cm, err);
+    return tv_model_open_daemon(s->c, spec, oo, &s->m, err);
 }
 
 static void src_close(src *s)
 {
-    tv_client_model_close(s->cm);
-    tv_client_close(s->c);
     tv_model_close(s->m);
+    tv_client_close(s->c);
     memset(s, 0, sizeof(*s));
 }
 
-static const char *src_name(const src *s)
+static int find(const tv_model *m, const char *name, size_t *idx)
 {
-    return s->fp ? tv_client_model_name(s->cm) : tv_model_name(s->m);
-}
-
-static int64_t src_generation(const src *s)
-{
-    return s->fp ? tv_client_model_generation(s->cm) : tv_model_generation(s->m);
-}
-
-static size_t src_n_tensors(const src *s)
-{
-    return s->fp ? tv_client_n_tensors(s->cm) : tv_model_n_tensors(s->m);
-}
-
-static int src_tensor(const src *s, size_t i, tv_tensor_desc *d)
-{
-    return s->fp ? tv_client_tensor(s->cm, i, d) : tv_model_tensor(s->m, i, d);
-}
-
-static int src_find(const src *s, const char *name, size_t *idx)
-{
-    return s->fp ? tv_client_find(s->cm, name, strlen(name), idx)
-                 : tv_model_find(s->m, name, strlen(name), idx);
-}
-
-static int src_read_into(src *s, const char *name, void *dest, size_t len, tv_error *err)
-{
-    return s->fp ? tv_client_read_into(s->cm, name, dest, len, err)
-                 : tv_read_into(s->m, name, dest, len, err);
-}
-
-static int src_read_rows(src *s, const char *name, uint64_t r0, uint64_t r1, void *dest, size_t len,
-                         tv_error *err)
-{
-    return s->fp ? tv_client_read_rows(s->cm, name, r0, r1, dest, len, err)
-                 : tv_read_rows(s->m, name, r0, r1, dest, len, err);
-}
-
-static int src_read_f32(src *s, const char *name, void *dest, size_t len, tv_error *err)
-{
-    return s->fp ? tv_client_read_f32(s->cm, name, dest, len, err)
-                 : tv_read_f32(s->m, name, dest, len, err);
-}
-
-static int src_read_batch(src *s, tv_read_req *reqs, size_t n, tv_error *err)
-{
-    return s->fp ? tv_client_read_batch(s->cm, reqs, n, err) : tv_read_batch(s->m, reqs, n, err);
+    return tv_model_find(m, name, strlen(name), idx);
 }
 
 /* Bytes `get` writes, checked before anything is allocated: rows [r0, r1)
@@ -267,12 +221,12 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
     int rc = src_open(&m, dir, a->pos[0], &oo, fastpath_socket(a), &err);
     if (rc)
         goto out;
-    if (src_find(&m, a->pos[1], &idx)) {
+    if (find(m.m, a->pos[1], &idx)) {
         rc = tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, a->pos[1],
-                        src_name(&m), src_generation(&m));
+                        tv_model_name(m.m), tv_model_generation(m.m));
         goto out;
     }
-    src_tensor(&m, idx, &d);
+    tv_model_tensor(m.m, idx, &d);
     if ((rc = output_len(&d, a->pos[1], rows != NULL, r0, r1, f32, &len, &err)))
         goto out;
     if (!(buf = malloc(len ? len : 1))) {
@@ -280,20 +234,20 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
         goto out;
     }
     if (rows)
-        rc = src_read_rows(&m, a->pos[1], r0, r1, buf, len, &err);
+        rc = tv_read_rows(m.m, a->pos[1], r0, r1, buf, len, &err);
     else if (f32)
-        rc = src_read_f32(&m, a->pos[1], buf, len, &err);
+        rc = tv_read_f32(m.m, a->pos[1], buf, len, &err);
     else
-        rc = src_read_into(&m, a->pos[1], buf, len, &err);
+        rc = tv_read_into(m.m, a->pos[1], buf, len, &err);
     if (!rc)
         rc = write_file(outp, buf, len, &err);
 out:
     if (rc)
         tv__cli_fail("get", json, rc, err.msg);
     else if (json) {
-        json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:I}", "model", src_name(&m), "generation",
-                              (json_int_t)src_generation(&m), "tensor", a->pos[1], "output", outp,
-                              "bytes", (json_int_t)len);
+        json_t *o = json_pack("{s:s,s:I,s:s,s:s,s:I}", "model", tv_model_name(m.m), "generation",
+                              (json_int_t)tv_model_generation(m.m), "tensor", a->pos[1], "output",
+                              outp, "bytes", (json_int_t)len);
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(o);
@@ -323,13 +277,13 @@ static int latency(src *m, const char *name, unsigned long count, bool json)
     tv_error err = {0};
     size_t idx;
     tv_tensor_desc d;
-    if (src_find(m, name, &idx)) {
-        tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, src_name(m),
-                   src_generation(m));
+    if (find(m->m, name, &idx)) {
+        tv__seterr(&err, TV_E_NOT_FOUND, "no tensor '%s' in %s@%" PRId64, name, tv_model_name(m->m),
+                   tv_model_generation(m->m));
         tv__cli_fail("bench", json, err.code, err.msg);
         return TV__EXIT_FAIL;
     }
-    src_tensor(m, idx, &d);
+    tv_model_tensor(m->m, idx, &d);
     void *buf = malloc(d.nbytes ? d.nbytes : 1);
     double *t = malloc(sizeof(double) * count);
     if (!buf || !t) {
@@ -340,10 +294,10 @@ static int latency(src *m, const char *name, unsigned long count, bool json)
     }
     int rc = 0;
     for (unsigned long i = 0; i < 10 && !rc; i++)
-        rc = src_read_into(m, name, buf, d.nbytes, &err);
+        rc = tv_read_into(m->m, name, buf, d.nbytes, &err);
     for (unsigned long i = 0; i < count && !rc; i++) {
         double t0 = now();
-        rc = src_read_into(m, name, buf, d.nbytes, &err);
+        rc = tv_read_into(m->m, name, buf, d.nbytes, &err);
         t[i] = (now() - t0) * 1e6;
     }
     if (rc) {
@@ -419,14 +373,14 @@ int tv__cli_bench(const tv__cli_ctx *c)
         src_close(m);
         return rc;
     }
-    size_t n = src_n_tensors(m);
+    size_t n = tv_model_n_tensors(m->m);
     uint64_t total = 0, arena_len = 0;
     tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
     bool ovf = false;
     for (size_t i = 0; reqs && i < n; i++) {
         tv_tensor_desc d;
         uint64_t padded;
-        src_tensor(m, i, &d);
+        tv_model_tensor(m->m, i, &d);
         reqs[i].index = i;
         reqs[i].dest_len = (size_t)d.nbytes;
         ovf |= tv__add_u64(total, d.nbytes, &total) || tv__align_up_u64(d.nbytes, 64, &padded) ||
@@ -473,7 +427,7 @@ int tv__cli_bench(const tv__cli_ctx *c)
     struct rusage ru0, ru;
     getrusage(RUSAGE_SELF, &ru0);
     double t0 = now();
-    rc = src_read_batch(m, reqs, n, &err);
+    rc = tv_read_batch(m->m, reqs, n, &err);
     double secs = now() - t0;
     getrusage(RUSAGE_SELF, &ru);
     /* user + system CPU of every thread of the process during the load */
@@ -487,13 +441,13 @@ int tv__cli_bench(const tv__cli_ctx *c)
     if (rc)
         tv__cli_fail("bench", json, rc, err.msg);
     else if (json) {
-        json_t *o =
-            json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:s}", "model", src_name(m),
-                      "generation", (json_int_t)src_generation(m), "tensors", (json_int_t)n,
-                      "bytes", (json_int_t)total, "seconds", secs, "gb_per_s",
-                      secs > 0 ? (double)total / secs / 1e9 : 0.0, "peak_rss_mib", rss_mib,
-                      "rss_beyond_buffers_mib", extra_mib, "cpu_seconds", cpu, "cpu_seconds_per_gb",
-                      cpu_per_gb, "fresh", fresh, "path", m->fp ? "fastpath" : "in-process");
+        json_t *o = json_pack(
+            "{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:s}", "model", tv_model_name(m->m),
+            "generation", (json_int_t)tv_model_generation(m->m), "tensors", (json_int_t)n, "bytes",
+            (json_int_t)total, "seconds", secs, "gb_per_s",
+            secs > 0 ? (double)total / secs / 1e9 : 0.0, "peak_rss_mib", rss_mib,
+            "rss_beyond_buffers_mib", extra_mib, "cpu_seconds", cpu, "cpu_seconds_per_gb",
+            cpu_per_gb, "fresh", fresh, "path", m->fp ? "fastpath" : "in-process");
         json_dumpf(o, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
         json_decref(o);
@@ -501,7 +455,7 @@ int tv__cli_bench(const tv__cli_ctx *c)
         printf(
             "%s@%" PRId64 ": %zu tensors, %" PRIu64
             " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
-            src_name(m), src_generation(m), n, total, secs,
+            tv_model_name(m->m), tv_model_generation(m->m), n, total, secs,
             secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
             fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
     }

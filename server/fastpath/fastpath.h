@@ -50,7 +50,7 @@
 
 #include "util/internal.h"
 
-#define TV__FP_MAX_SPEC_COPY 513 /* TV__FP_MAX_SPEC (client/wire.h) + NUL */
+#define TV__FP_MAX_SPEC_COPY 513 /* TV__FP_MAX_SPEC (wire/wire.h) + NUL */
 
 typedef struct tv__fp tv__fp;
 

@@ -33,7 +33,7 @@
 #include <sys/epoll.h>
 #include <sys/types.h>
 
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "fastpath/fastpath.h"
 #include "io/aio.h"
 #include "reader/serve.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "util/endian.h"
 
 static tv__fp_read_ent g_reads[TV__FP_MAX_READS];

@@ -1,25 +1,27 @@
-/* GPU check of the fast path's CUDA destination (libtensorvault's client,
- * core/include/tensorvault/client.h), driven by tests/gpu/run.sh against a
- * tensorvaultd it started on the store of the in-process checks:
+/* GPU check of the fast path's CUDA destination (a tv_model opened with
+ * tv_model_open_daemon in a session of core/include/tensorvault/client.h),
+ * driven by tests/gpu/run.sh against a tensorvaultd it started on the store
+ * of the in-process checks. The same read functions serve both models: the
+ * daemon's (x.m) and, with --store, the one opened in-process (x.ref).
  *
  *   gpu_client check SOCKET SPEC [--store STORE] [--register 0|1] [--bench] [--repeat N]
  *       connects (tv_client_opts.cuda_register as given, default 0), opens
- *       SPEC and reads every tensor with tv_client_read_into (host); with
- *       --store, the in-process tv_read_into of the same tensor must equal
- *       it. With a CUDA device, tv_client_read_into_cuda of every tensor
+ *       SPEC through the daemon and reads every tensor with tv_read_into
+ *       (host); with --store, tv_read_into of the same tensor of the model
+ *       opened in-process must equal it. With a CUDA device, tv_read_into_cuda of every tensor
  *       into a cudaMalloc'd buffer with guard bytes on both sides (odd
  *       offset; default stream and a created one, alternating) is copied
  *       back and compared with the host bytes. Then every tensor at once:
- *       tv_client_read_batch into a host arena (one gap byte between
+ *       tv_read_batch into a host arena (one gap byte between
  *       destinations; with --store equal to the in-process tv_read_batch),
- *       and tv_client_read_batch_cuda into the same layout on the GPU,
+ *       and tv_read_batch_cuda into the same layout on the GPU,
  *       copied back and compared byte for byte (gaps included); host and GPU
  *       GB/s of the best of N batches. --bench: batches only.
  *       Without a CUDA device the host part still runs; then exit 77.
  *   gpu_client refuse SOCKET SPEC [--store STORE]
  *       the CUDA calls refuse cleanly: without a GPU (or CUDA) they return
  *       TV_E_NOT_SUPPORTED, with one a host pointer is TV_E_INVALID_ARG;
- *       for tv_client_read_into_cuda and tv_client_read_batch_cuda (every
+ *       for tv_read_into_cuda and tv_read_batch_cuda (every
  *       request's result set), with cuda_register true and false: nothing
  *       is written into the buffer and the session still reads (host bytes
  *       equal the in-process reader's with --store). Needs no GPU.
@@ -58,7 +60,7 @@ static bool have_gpu(void)
 
 typedef struct ctx {
     tv_client *c;
-    tv_client_model *m;
+    tv_model *m;
     tv_model *ref; /* in-process reader of --store, or NULL */
     size_t n;
 } ctx;
@@ -70,33 +72,33 @@ static int ctx_open(ctx *x, const char *sock, const char *spec, const char *stor
     int rc = tv_client_connect(sock, &co, &x->c, &err);
     if (rc)
         return fail_tv("tv_client_connect", sock, rc, &err);
-    if ((rc = tv_client_open(x->c, spec, &x->m, &err)))
-        return fail_tv("tv_client_open", spec, rc, &err);
+    if ((rc = tv_model_open_daemon(x->c, spec, NULL, &x->m, &err)))
+        return fail_tv("tv_model_open_daemon", spec, rc, &err);
     if (store) {
         tv_open_opts o = {0};
         if ((rc = tv_model_open(store, spec, &o, &x->ref, &err)))
             return fail_tv("tv_model_open", spec, rc, &err);
-        if (tv_model_n_tensors(x->ref) != tv_client_n_tensors(x->m) ||
-            tv_model_generation(x->ref) != tv_client_model_generation(x->m)) {
+        if (tv_model_n_tensors(x->ref) != tv_model_n_tensors(x->m) ||
+            tv_model_generation(x->ref) != tv_model_generation(x->m)) {
             fprintf(stderr,
                     "gpu_client: '%s': the daemon's model (%zu tensors, generation %" PRId64
                     ") is not the store's (%zu tensors, generation %" PRId64 ")\n",
-                    spec, tv_client_n_tensors(x->m), tv_client_model_generation(x->m),
+                    spec, tv_model_n_tensors(x->m), tv_model_generation(x->m),
                     tv_model_n_tensors(x->ref), tv_model_generation(x->ref));
             return 1;
         }
     }
-    x->n = tv_client_n_tensors(x->m);
+    x->n = tv_model_n_tensors(x->m);
     printf("gpu_client: session %" PRIu64 ": %s generation %" PRId64 ", %zu tensors, "
            "cuda_register %s\n",
-           tv_client_session_id(x->c), tv_client_model_name(x->m), tv_client_model_generation(x->m),
-           x->n, reg ? "true" : "false");
+           tv_client_session_id(x->c), tv_model_name(x->m), tv_model_generation(x->m), x->n,
+           reg ? "true" : "false");
     return 0;
 }
 
 static void ctx_close(ctx *x)
 {
-    tv_client_model_close(x->m);
+    tv_model_close(x->m);
     tv_client_close(x->c);
     tv_model_close(x->ref);
 }
@@ -107,9 +109,9 @@ static int host_read(ctx *x, const tv_tensor_desc *d, uint8_t *host)
 {
     tv_error err = {0};
     size_t len = (size_t)d->nbytes;
-    int rc = tv_client_read_into(x->m, d->name, host, len, &err);
+    int rc = tv_read_into(x->m, d->name, host, len, &err);
     if (rc)
-        return fail_tv("tv_client_read_into", d->name, rc, &err);
+        return fail_tv("tv_read_into", d->name, rc, &err);
     if (x->ref) {
         uint8_t *want = xmalloc(len);
         if ((rc = tv_read_into(x->ref, d->name, want, len, &err))) {
@@ -130,7 +132,7 @@ static int per_tensor(ctx *x, bool gpu, cudaStream_t st)
     tv_error err = {0};
     for (size_t i = 0; i < x->n; i++) {
         tv_tensor_desc d;
-        tv_client_tensor(x->m, i, &d);
+        tv_model_tensor(x->m, i, &d);
         size_t len = (size_t)d.nbytes, total = len + 2 * GUARD + 1;
         uint8_t *host = xmalloc(len);
         int rc = host_read(x, &d, host);
@@ -144,11 +146,11 @@ static int per_tensor(ctx *x, bool gpu, cudaStream_t st)
         CU(cudaMalloc((void **)&dev, total));
         CU(cudaMemset(dev, PAT, total));
         void *stream = i % 2 ? (void *)st : NULL;
-        rc = tv_client_read_into_cuda(x->m, d.name, dev + GUARD + 1, len, stream, &err);
+        rc = tv_read_into_cuda(x->m, d.name, dev + GUARD + 1, len, stream, &err);
         if (rc)
-            return fail_tv("tv_client_read_into_cuda", d.name, rc, &err);
+            return fail_tv("tv_read_into_cuda", d.name, rc, &err);
         CU(cudaMemcpy(back, dev, total, cudaMemcpyDeviceToHost));
-        check_guarded(back, host, len, d.name, "tv_client_read_into_cuda");
+        check_guarded(back, host, len, d.name, "tv_read_into_cuda");
         CU(cudaFree(dev));
         free(host);
         free(back);
@@ -163,7 +165,7 @@ static void arena_mismatch(ctx *x, const uint64_t *at, uint64_t p, const char *w
     while (k + 1 < x->n && at[k + 1] <= p)
         k++;
     tv_tensor_desc d;
-    tv_client_tensor(x->m, k, &d);
+    tv_model_tensor(x->m, k, &d);
     char buf[128];
     snprintf(buf, sizeof(buf), "%s (%s)",
              p >= at[k] && p < at[k] + d.nbytes ? "payload" : "gap byte", what);
@@ -215,7 +217,7 @@ static int check(int argc, char **argv)
     uint64_t arena = 1, payload = 0;
     for (size_t i = 0; i < n; i++) {
         tv_tensor_desc d;
-        tv_client_tensor(x.m, i, &d);
+        tv_model_tensor(x.m, i, &d);
         at[i] = arena;
         arena += d.nbytes + 1;
         payload += d.nbytes;
@@ -229,10 +231,10 @@ static int check(int argc, char **argv)
         for (size_t i = 0; i < n; i++)
             rq[i] = (tv_read_req){.index = i, .dest = h + at[i], .dest_len = arena - at[i]};
         double t0 = now();
-        rc = tv_client_read_batch(x.m, rq, n, &err);
+        rc = tv_read_batch(x.m, rq, n, &err);
         double dt = now() - t0;
         if (rc)
-            return fail_tv("tv_client_read_batch", spec, rc, &err);
+            return fail_tv("tv_read_batch", spec, rc, &err);
         if (dt > 0 && (double)payload / dt > host_best)
             host_best = (double)payload / dt;
         if (r == 0 && x.ref) { /* the in-process batch, same layout */
@@ -243,7 +245,8 @@ static int check(int argc, char **argv)
                 return fail_tv("tv_read_batch", spec, rc, &err);
             size_t d0 = first_diff(h, back, arena);
             if (d0 < arena)
-                arena_mismatch(&x, at, d0, "tv_client_read_batch vs tv_read_batch");
+                arena_mismatch(&x, at, d0,
+                               "tv_read_batch: the daemon's model vs the in-process one");
         }
         if (!gpu)
             continue;
@@ -253,22 +256,22 @@ static int check(int argc, char **argv)
             rq[i] = (tv_read_req){.index = i, .dest = g + at[i], .dest_len = arena - at[i]};
         void *stream = r % 2 ? (void *)st : NULL;
         t0 = now();
-        rc = tv_client_read_batch_cuda(x.m, rq, n, stream, &err);
+        rc = tv_read_batch_cuda(x.m, rq, n, stream, &err);
         dt = now() - t0;
         if (rc)
-            return fail_tv("tv_client_read_batch_cuda", spec, rc, &err);
+            return fail_tv("tv_read_batch_cuda", spec, rc, &err);
         for (size_t i = 0; i < n; i++)
             if (rq[i].result) {
                 tv_tensor_desc d;
-                tv_client_tensor(x.m, i, &d);
-                return fail_tv("tv_client_read_batch_cuda request", d.name, rq[i].result, &err);
+                tv_model_tensor(x.m, i, &d);
+                return fail_tv("tv_read_batch_cuda request", d.name, rq[i].result, &err);
             }
         if (dt > 0 && (double)payload / dt > gpu_best)
             gpu_best = (double)payload / dt;
         CU(cudaMemcpy(back, g, arena, cudaMemcpyDeviceToHost));
         size_t d0 = first_diff(back, h, arena);
         if (d0 < arena)
-            arena_mismatch(&x, at, d0, "tv_client_read_batch_cuda");
+            arena_mismatch(&x, at, d0, "tv_read_batch_cuda");
     }
     char gbs[32] = "-";
     if (gpu)
@@ -358,19 +361,19 @@ static int refuse(int argc, char **argv)
         tv_tensor_desc d;
         uint64_t best = 0;
         for (size_t i = 0; i < x.n; i++) {
-            tv_client_tensor(x.m, i, &d);
+            tv_model_tensor(x.m, i, &d);
             if (d.nbytes > best && d.nbytes <= (64u << 20))
                 best = d.nbytes, big = i;
         }
-        tv_client_tensor(x.m, big, &d);
+        tv_model_tensor(x.m, big, &d);
         size_t len = (size_t)d.nbytes;
         uint8_t *buf = xmalloc(len + 1);
         memset(buf, PAT, len + 1);
         tv_error err = {0};
         char what[160];
-        snprintf(what, sizeof(what), "tv_client_read_into_cuda('%s', host buffer, register %d)",
-                 d.name, reg);
-        rc = tv_client_read_into_cuda(x.m, d.name, buf, len, NULL, &err);
+        snprintf(what, sizeof(what), "tv_read_into_cuda('%s', host buffer, register %d)", d.name,
+                 reg);
+        rc = tv_read_into_cuda(x.m, d.name, buf, len, NULL, &err);
         fails += expect_refusal(what, rc, want, &err, buf, len + 1);
         checked++;
 
@@ -378,22 +381,21 @@ static int refuse(int argc, char **argv)
         tv_read_req rq[3];
         uint64_t off = 0;
         for (size_t i = 0; i < nb; i++) {
-            tv_client_tensor(x.m, i, &d);
+            tv_model_tensor(x.m, i, &d);
             off += d.nbytes;
         }
         uint8_t *bb = xmalloc((size_t)off + 1);
         memset(bb, PAT, (size_t)off + 1);
         off = 0;
         for (size_t i = 0; i < nb; i++) {
-            tv_client_tensor(x.m, i, &d);
+            tv_model_tensor(x.m, i, &d);
             rq[i] = (tv_read_req){
                 .index = i, .dest = bb + off, .dest_len = (size_t)d.nbytes, .result = 12345};
             off += d.nbytes;
         }
         err = (tv_error){0};
-        snprintf(what, sizeof(what), "tv_client_read_batch_cuda(%zu requests, register %d)", nb,
-                 reg);
-        rc = tv_client_read_batch_cuda(x.m, rq, nb, NULL, &err);
+        snprintf(what, sizeof(what), "tv_read_batch_cuda(%zu requests, register %d)", nb, reg);
+        rc = tv_read_batch_cuda(x.m, rq, nb, NULL, &err);
         fails += expect_refusal(what, rc, want, &err, bb, (size_t)off + 1);
         for (size_t i = 0; i < nb; i++)
             if (rq[i].result != want) {
@@ -404,14 +406,14 @@ static int refuse(int argc, char **argv)
         checked++;
         if (!gpu) { /* even an empty batch: no CUDA, no call */
             err = (tv_error){0};
-            rc = tv_client_read_batch_cuda(x.m, NULL, 0, NULL, &err);
-            fails += expect_refusal("tv_client_read_batch_cuda(0 requests)", rc, want, &err, bb, 0);
+            rc = tv_read_batch_cuda(x.m, NULL, 0, NULL, &err);
+            fails += expect_refusal("tv_read_batch_cuda(0 requests)", rc, want, &err, bb, 0);
             checked++;
         }
         free(bb);
 
         /* The session still reads: the host bytes of that tensor. */
-        tv_client_tensor(x.m, big, &d);
+        tv_model_tensor(x.m, big, &d);
         if ((rc = host_read(&x, &d, buf)))
             return rc;
         bytes += d.nbytes;

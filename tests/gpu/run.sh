@@ -14,10 +14,10 @@
 # reads and times whole-model batches; then the fast path: start
 # tensorvaultd on that store (HTTP on a free loopback port, its fast-path
 # socket in the work directory) and run tests/gpu/gpu_client: the CUDA
-# calls refuse a host pointer cleanly, and every tensor through
-# tv_client_read_into_cuda and tv_client_read_batch_cuda (cuda_register
-# false and true), copied back, equals the client's host bytes and the
-# in-process reader's; whole-model fast-path batches are timed next to the
+# calls refuse a host pointer cleanly, and every tensor of the model opened
+# through the daemon (tv_model_open_daemon) read with tv_read_into_cuda and
+# tv_read_batch_cuda (cuda_register false and true), copied back, equals its
+# host bytes and those of the model opened in-process; whole-model fast-path batches are timed next to the
 # in-process row; the Python package (tests/gpu/py_cuda_cmp.py, from this
 # checkout via PYTHONPATH) on cuda:0 through store= and the fast path
 # against safetensors on cuda:0 when a Python with torch is found; the

@@ -1,4 +1,4 @@
-"""A Python codec of the fast-path wire protocol (core/src/client/wire.h, the
+"""A Python codec of the fast-path wire protocol (core/src/wire/wire.h, the
 byte layout; docs/fastpath.md, the semantics) and a small
 pure-Python reading client for the integration tests and the benchmark.
 

@@ -1,16 +1,16 @@
 """Differential tests of the fast path: every tensor of generated checkpoints
 (every dtype, unaligned offsets, zero-size and scalar tensors, a tensor over
 several 1 MiB slots; one two-shard checkpoint and one single file) read
-through tensorvaultd's socket with the C client (tests/tools/fp_dump: host,
-batch, rows, f32, get; 64 guard bytes around every destination) equals the
-in-process reader (tv_dump on the same store) and the official safetensors
-loader: bytes, dtype and shape; f32 equals numpy's conversion bit for bit.
+with the model opened through tensorvaultd's socket (tests/tools/tv_dump
+--fastpath: host, batch, rows, f32, get; guard bytes around every
+destination) equals the same read call on the model opened in-process
+(tv_dump on the same store, same mode) and the official safetensors loader:
+bytes, dtype and shape; f32 equals numpy's conversion bit for bit.
 Then the CLI: `tensorvault get --fastpath` and `bench --fastpath` in the
 README's daemon layout (run where the daemon runs: var/run/tensorvault.sock)
 and with an explicit SOCKET, and the errors (no daemon, unknown model)."""
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -40,14 +40,6 @@ def served(tmp_path_factory, build_dir, every_float_value):
                "ref": {"m": reference_tensors(sharded), "one": reference_tensors(single)}}
 
 
-def fp_dump(build_dir, sock, spec, mode, out):
-    os.makedirs(out, exist_ok=True)
-    p = subprocess.run([os.path.join(build_dir, "tests", "fp_dump"), sock, spec, str(out), mode],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return {t["name"]: t for t in map(json.loads, p.stdout.splitlines())}
-
-
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -58,8 +50,8 @@ def read(path):
 def test_every_tensor_equals_reader_and_official_loader(build_dir, f32_from, served, tmp_path,
                                                         model, mode):
     ref = served["ref"][model]
-    got = fp_dump(build_dir, served["sock"], model, mode, tmp_path / "fp")
-    inproc = tv_dump(build_dir, served["store"], model, "f32" if mode == "f32" else "into", tmp_path / "tv")
+    got = tv_dump(build_dir, None, model, mode, tmp_path / "fp", sock=served["sock"])
+    inproc = tv_dump(build_dir, served["store"], model, mode, tmp_path / "tv")
     if mode != "f32":
         assert set(got) == set(ref)
     checked = set()
@@ -67,9 +59,9 @@ def test_every_tensor_equals_reader_and_official_loader(build_dir, f32_from, ser
         if mode == "f32" and dtype not in f32_from:
             assert name not in got, name  # no conversion: skipped, no file
             continue
-        meta = got[name]
+        meta, path = got[name]
         assert meta["dtype"] == dtype and meta["shape"] == shape, name
-        mine = read(meta["file"])
+        mine = read(path)
         assert mine == read(inproc[name][1]), name  # the in-process reader
         if mode == "f32":
             want = np.frombuffer(data, dtype=f32_from[dtype]).astype(np.float32)

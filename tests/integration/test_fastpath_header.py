@@ -2,8 +2,8 @@
 READ_SHARD_HEADER): against build/tensorvaultd serving a three-shard
 checkpoint with __metadata__ and a single file without, every shard's
 header read through the Python codec (fpwire.py, a version-2 session) and
-through the C client (tests/tools/fp_dump headers, guard bytes around every
-destination) is the source file's first 8 + header_len bytes, byte for
+through the library (tests/tools/tv_dump --fastpath ... headers, guard bytes
+around every destination) is the source file's first 8 + header_len bytes, byte for
 byte; parts of a header read right; a bad shard index or a range past the
 header is that request's ERROR + DONE TV_E_INVALID_ARG (the session goes
 on); version negotiation picks the highest common version, and a version-1
@@ -97,12 +97,13 @@ def test_bad_shard_or_range_is_not_fatal(served):
         s.close_handle(h)
 
 
-def test_fp_dump_headers_c_client(build_dir, served, tmp_path):
+def test_tv_dump_headers_through_the_daemon(build_dir, served, tmp_path):
     for model in ("m", "one"):
         out = tmp_path / model
         os.makedirs(out)
-        p = subprocess.run([os.path.join(build_dir, "tests", "fp_dump"), served["sock"], model,
-                            str(out), "headers"], capture_output=True, text=True)
+        p = subprocess.run([os.path.join(build_dir, "tests", "tv_dump"), "--fastpath",
+                            served["sock"], model, "headers", str(out)],
+                           capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
         rows = [json.loads(x) for x in p.stdout.splitlines()]
         with fp.Session(served["sock"]) as s:

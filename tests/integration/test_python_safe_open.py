@@ -263,6 +263,27 @@ def test_slices_equal_numpy_and_official(served, backend):
         same(f.get_slice(scalar)[...], ref[scalar], scalar)
 
 
+def test_one_code_path_both_openings(served):
+    """store= and socket= differ only in how the model is opened: one
+    tv_model handle class, read with the same library functions, equal
+    results."""
+    ref = served["ref"]["m"][0]
+    with open_tv(served, "store") as a, open_tv(served, "socket") as b:
+        assert type(a._src) is type(b._src)
+        for fn in ("n_tensors", "tensor", "find", "read_into", "read_batch", "read_rows",
+                   "read_into_cuda", "read_batch_cuda"):
+            assert getattr(a._src, fn) is getattr(b._src, fn), fn
+        assert a._src.shard_fns == b._src.shard_fns
+        assert a._src.c is None and b._src.c is not None  # only the daemon has a session
+        assert a.offset_keys() == b.offset_keys() and a.generation == b.generation
+        for name in ("rows.f32", "big.f32"):
+            same(a.get_tensor(name), b.get_tensor(name), name)
+            same(b.get_tensor(name), ref[name], name)
+        got_a, got_b = a.get_tensors(), b.get_tensors()
+        for name in got_a:
+            same(got_a[name], got_b[name], name)
+
+
 def test_slice_reads_only_the_rows_it_needs(served, monkeypatch):
     """A slice asks the library for exactly the dim-0 rows it covers."""
     calls = []
@@ -328,8 +349,7 @@ def test_errors(served, backend, tmp_path, monkeypatch):
         assert e.value.name == "TV_E_NOT_SUPPORTED" and repr(fw) in e.value.message, fw
 
 
-SHARD_HEADER_FNS = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header",
-                    "tv_client_n_shards", "tv_client_shard", "tv_client_read_shard_header")
+SHARD_HEADER_FNS = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header")
 
 
 def official_metadata(ckpt):

@@ -1,8 +1,12 @@
-"""Differential tests of the read engine: every tensor of generated
-checkpoints read back through read_into, get_tensor and the batch API (both
-engines) equals the official loader's bytes, dtype and shape; row ranges
-equal numpy slicing; float32 conversion equals ml_dtypes/numpy bit for bit;
-`tensorvault get` writes the exact bytes; a changed device is refused."""
+"""Differential tests of the read API: every tensor of generated
+checkpoints read back through tv_read_into, tv_get_tensor, tv_read_batch and
+tv_read_rows equals the official loader's bytes, dtype and shape, with the
+model opened either way: in-process from the store (both engines) and
+through a tensorvaultd serving that same store (tv_model_open_daemon), the
+same calls (tests/tools/tv_dump); float32 conversion equals ml_dtypes/numpy
+bit for bit both ways; row ranges equal numpy slicing; `tensorvault get`
+writes the exact bytes; a changed device is refused."""
+import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +16,7 @@ import numpy as np
 import pytest
 
 import gen_checkpoints as gen
+from daemon import Daemon
 from storeutil import reference_tensors
 
 
@@ -33,23 +38,57 @@ def stored(tmp_path_factory, build_dir, every_float_value):
     return store, ck, reference_tensors(ck)
 
 
-def dump(build_dir, store, spec, mode, out, engine="auto"):
-    """Runs tests/tools/tv_dump (the in-process reader: every tensor of SPEC
-    with one read call, guard bytes checked) into OUT: returns
-    {name: (its index.json entry, the path of its bytes)}."""
+@contextlib.contextmanager
+def daemon_on(build_dir, workdir, store):
+    """tensorvaultd serving the store directory `store`; yields the path of
+    its fast-path socket once it accepts."""
+    d = Daemon(build_dir, workdir, store=store)
+    d.start()
+    try:
+        d.wait_socket()
+        yield d.socket_path
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def stored_sock(tmp_path_factory, build_dir, stored):
+    """The fast-path socket of a tensorvaultd serving `stored`'s store."""
+    with daemon_on(build_dir, tmp_path_factory.mktemp("readd"), stored[0]) as sock:
+        yield sock
+
+
+def dump(build_dir, store, spec, mode, out, engine="auto", sock=None):
+    """Runs tests/tools/tv_dump (every tensor of SPEC with one read call,
+    guard bytes checked) into OUT, the model opened in-process from store,
+    or through the daemon at sock when given: returns {name: (its
+    index.json entry, the path of its bytes)}."""
     os.makedirs(out, exist_ok=True)
-    p = subprocess.run([os.path.join(build_dir, "tests", "tv_dump"), store, spec, mode, str(out),
-                        engine], capture_output=True, text=True)
+    where = ["--fastpath", sock] if sock else [store]
+    p = subprocess.run([os.path.join(build_dir, "tests", "tv_dump"), *where, spec, mode, str(out),
+                        *([] if sock else [engine])], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(out, "index.json")) as f:
         return {t["name"]: (t, os.path.join(out, f"{t['index']}.bin")) for t in json.load(f)}
 
 
-@pytest.mark.parametrize("engine", ["uring", "pread"])
-@pytest.mark.parametrize("mode", ["into", "get", "batch"])
-def test_every_tensor_equals_official_loader(build_dir, stored, tmp_path, mode, engine):
-    store, _, ref = stored
-    got = dump(build_dir, store, "m", mode, tmp_path / "out", engine)
+# How a test opens the model: in-process from the store with an engine, or
+# through the daemon serving the same store.
+OPENINGS = ["store:uring", "store:pread", "daemon"]
+
+
+def dump_opened(build_dir, stored, stored_sock, opening, spec, mode, out):
+    if opening == "daemon":
+        return dump(build_dir, None, spec, mode, out, sock=stored_sock)
+    return dump(build_dir, stored[0], spec, mode, out, opening.split(":")[1])
+
+
+@pytest.mark.parametrize("opening", OPENINGS)
+@pytest.mark.parametrize("mode", ["into", "get", "batch", "rows"])
+def test_every_tensor_equals_official_loader(build_dir, stored, stored_sock, tmp_path, mode,
+                                             opening):
+    _, _, ref = stored
+    got = dump_opened(build_dir, stored, stored_sock, opening, "m", mode, tmp_path / "out")
     assert set(got) == set(ref)
     for name, (dtype, shape, data) in ref.items():
         meta, path = got[name]
@@ -58,9 +97,10 @@ def test_every_tensor_equals_official_loader(build_dir, stored, tmp_path, mode, 
             assert f.read() == data, name
 
 
-def test_float32_conversion_bit_exact(build_dir, f32_from, stored, tmp_path):
-    store, _, ref = stored
-    got = dump(build_dir, store, "m@1", "f32", tmp_path / "f32")
+@pytest.mark.parametrize("opening", ["store:uring", "daemon"])
+def test_float32_conversion_bit_exact(build_dir, f32_from, stored, stored_sock, tmp_path, opening):
+    _, _, ref = stored
+    got = dump_opened(build_dir, stored, stored_sock, opening, "m@1", "f32", tmp_path / "f32")
     checked = set()
     for name, (dtype, shape, data) in ref.items():
         if dtype not in f32_from:

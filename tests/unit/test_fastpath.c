@@ -3,7 +3,7 @@
  * built here: a file image with one imported checkpoint of ~1.2 MiB (about
  * 19 chunks of the 64 KiB slots used here), served by tv__fp on a socket in
  * a temp directory with buffered reads, and spoken to from the test with
- * the wire codec (client/wire.h) over real SOCK_SEQPACKET sockets.
+ * the wire codec (wire/wire.h) over real SOCK_SEQPACKET sockets.
  *
  * Invariants checked: every tensor (and sub-ranges) read through the fast
  * path equals what the in-process reader returns; the snapshot memfd and
@@ -53,8 +53,8 @@
 
 #include <cmocka.h>
 
-#include "client/client_internal.h"
-#include "client/wire.h"
+#include "reader/daemon.h"
+#include "wire/wire.h"
 #include "fastpath/fastpath.h"
 #include "import/import.h"
 #include "snap/snapfile.h"
@@ -2191,23 +2191,24 @@ static void test_shard_header(void **state)
     check_other_works(&c, (uint32_t)tensor_index("c"));
     cl_close(&c);
 
-    /* the library client */
+    /* the library: a model opened through the daemon */
     for (int v = 2; v >= 1; v--) {
         tv_client *lc = NULL;
-        tv_client_model *lm = NULL;
+        tv_model *lm = NULL;
         tv_error err = {0};
         tv__fpc_max_version = (uint16_t)v;
-        if (tv_client_connect(g.sock, NULL, &lc, &err) || tv_client_open(lc, MODEL, &lm, &err))
+        if (tv_client_connect(g.sock, NULL, &lc, &err) ||
+            tv_model_open_daemon(lc, MODEL, NULL, &lm, &err))
             fail_msg("client: %s", err.msg);
-        assert_int_equal(tv_client_n_shards(lm), 1);
+        assert_int_equal(tv_model_n_shards(lm), 1);
         tv_shard_desc sd;
-        assert_int_equal(tv_client_shard(lm, 0, &sd), 0);
+        assert_int_equal(tv_model_shard(lm, 0, &sd), 0);
         assert_int_equal(sd.header_len + 8, hlen);
         assert_int_equal(sd.file_len, g.file_len);
         uint8_t *d = malloc(hlen + 16);
         assert_non_null(d);
         memset(d, 0xA5, hlen + 16);
-        int rc = tv_client_read_shard_header(lm, 0, d, hlen + 16, &err);
+        int rc = tv_read_shard_header(lm, 0, d, hlen + 16, &err);
         if (v == 2) {
             if (rc)
                 fail_msg("header over the library: %s: %s", tv_err_name(rc), err.msg);
@@ -2220,14 +2221,14 @@ static void test_shard_header(void **state)
         }
         for (size_t i = hlen; i < hlen + 16; i++)
             assert_int_equal(d[i], 0xA5);
-        assert_int_equal(tv_client_read_shard_header(lm, 1, d, hlen, &err), TV_E_INVALID_ARG);
+        assert_int_equal(tv_read_shard_header(lm, 1, d, hlen, &err), TV_E_INVALID_ARG);
         uint8_t *td = malloc(g.ref_len[b]);
         assert_non_null(td);
-        assert_int_equal(tv_client_read_into(lm, g.names[b], td, g.ref_len[b], &err), 0);
+        assert_int_equal(tv_read_into(lm, g.names[b], td, g.ref_len[b], &err), 0);
         assert_memory_equal(td, g.ref[b], g.ref_len[b]);
         free(td);
         free(d);
-        tv_client_model_close(lm);
+        tv_model_close(lm);
         tv_client_close(lc);
     }
     tv__fpc_max_version = TV__FP_VERSION_MAX;

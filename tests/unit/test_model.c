@@ -1,8 +1,10 @@
-/* Unit tests of the reader API (core/src/reader/model.c, tensorvault.h) on a
- * store built here: a file image, a checkpoint written by the test (so the
- * source bytes are known), imported and published with the server's
- * importer, then read only through the public API with both engines
- * (io_uring and pread), chunk_len 64 KiB and queue depth 4.
+/* Unit tests of the reader API (tensorvault.h) on a model opened from a
+ * store (the common layer core/src/reader/model.c over the store backend,
+ * reader/store.c; the daemon backend is test_client's) built here: a file
+ * image, a checkpoint written by the test (so the source bytes are known),
+ * imported and published with the server's importer, then read only
+ * through the public API with both engines (io_uring and pread), chunk_len
+ * 64 KiB and queue depth 4.
  *
  * The checkpoint has a fixed header length (data section at file offset
  * 4008, unaligned), several dtypes, an odd-length U8 so later offsets are

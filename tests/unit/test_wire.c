@@ -1,4 +1,4 @@
-/* Unit tests of the fast-path wire codec (core/src/client/wire.c): every
+/* Unit tests of the fast-path wire codec (core/src/wire/wire.c): every
  * message type round-trips (also at its largest), the bytes sit at the
  * offsets docs/fastpath.md gives, every malformed message is rejected
  * naming the field, encoders refuse what does not fit or what the decoder
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "util/endian.h"
 #include "util/sys.h"
 

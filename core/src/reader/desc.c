@@ -1,5 +1,5 @@
-/* Tensor metadata and read-argument checks shared by the reader and the
- * fast-path client (desc.h). */
+/* Tensor metadata and read-argument checks of the read API, for a model of
+ * either backend (desc.h). */
 #include "reader/desc.h"
 
 #include <errno.h>

@@ -1,8 +1,7 @@
 /* Tensor metadata from a snapshot record, the argument checks of the read
- * API and the tv_tensor allocation: one implementation for the in-process
- * reader (reader/model.c, tensorvault.h) and the fast-path client
- * (client/client.c, tensorvault/client.h), so that both decode, check and
- * word their errors the same.
+ * API and the tv_tensor allocation, used by the common layer of tv_model
+ * (reader/model.c) for a model of either backend, so that every read
+ * decodes, checks and words its errors the same way.
  *
  * Invariants: a decoded tv__tdesc holds only what tv__snap_tensor validated
  * (dtype known, rank <= TV_ST_MAX_RANK, nbytes == n_elements x dtype bits /
@@ -54,8 +53,8 @@ int tv__tdesc_lookup(const tv__snap *s, const char *model, int64_t gen, const ch
  * TV_E_NOT_FOUND; TV_E_SNAPSHOT. */
 int tv__tdesc_batch_index(const tv__snap *s, const char *model, int64_t gen, const tv_read_req *rq,
                           size_t j, size_t *idx, tv_error *err);
-/* The answer of a batch (tv_read_batch, tv_client_read_batch): its first
- * failure, code and message (code 0: none yet). */
+/* The answer of a batch (tv_read_batch, and a backend's own run of
+ * requests): its first failure, code and message (code 0: none yet). */
 typedef struct tv__batch_err {
     int code;
     tv_error err;
@@ -80,7 +79,7 @@ static inline int tv__batch_answer(const tv__batch_err *b, tv_error *err)
     return b->code;
 }
 
-/* tv_model_find / tv_client_find: 0 or TV_E_NOT_FOUND, never a message. */
+/* tv_model_find: 0 or TV_E_NOT_FOUND, never a message. */
 int tv__tdesc_find(const tv__snap *s, const char *name, size_t name_len, size_t *index);
 
 /* The checks of a whole-tensor read into dest (tv_read_into): dest holds
@@ -109,12 +108,12 @@ int tv__tdesc_check_rows_dest(const char *name, uint64_t r0, uint64_t r1, uint64
 int tv__tdesc_check_f32(const tv__tdesc *d, const char *name, const void *dest, size_t dest_len,
                         tv_error *err);
 
-/* Shard i of s as tv_model_shard / tv_client_shard return it. Returns 0 or
+/* Shard i of s as tv_model_shard returns it. Returns 0 or
  * TV_E_INVALID_ARG (i out of range, or an invalid record: then *out is an
  * empty shard). */
 int tv__shard_public(const tv__snap *s, size_t i, tv_shard_desc *out);
-/* The checks of a shard header read of model MODEL@gen (tv_read_shard_header,
- * tv_client_read_shard_header): shard < n_shards, its record valid, dest
+/* The checks of a shard header read of model MODEL@gen
+ * (tv_read_shard_header): shard < n_shards, its record valid, dest
  * holds 8 + header_len bytes; *len gets 8 + header_len. Returns 0;
  * TV_E_INVALID_ARG; TV_E_SNAPSHOT (the record). Nothing is written to dest. */
 int tv__shard_check_header(const tv__snap *s, const char *model, int64_t gen, size_t shard,

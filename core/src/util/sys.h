@@ -4,7 +4,7 @@
  * flock, rename, link, unlink, mkdir, mmap, munmap and lseek on a device, shard,
  * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
  * of them without real hardware; so do sendmsg and recvmsg on the fast-path
- * socket (client/wire.c), so tests can fail a send or a receive.
+ * socket (wire/wire.c), so tests can fail a send or a receive.
  *
  * Invariants: production code never calls these syscalls directly on those
  * files (scripts/check-syscalls enforces it); tests restore the table with
@@ -46,7 +46,7 @@ typedef struct tv__sys_ops {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     off_t (*lseek)(int fd, off_t off, int whence); /* SEEK_DATA/SEEK_HOLE scans */
-    /* The fast-path socket (client/wire.c: one datagram, SCM_RIGHTS). */
+    /* The fast-path socket (wire/wire.c: one datagram, SCM_RIGHTS). */
     ssize_t (*sendmsg)(int sock, const struct msghdr *msg, int flags);
     ssize_t (*recvmsg)(int sock, struct msghdr *msg, int flags);
 } tv__sys_ops;

@@ -1,7 +1,7 @@
 /* The fast-path wire protocol (docs/fastpath.md): the messages a worker and
  * tensorvaultd exchange over the UNIX socket (SOCK_SEQPACKET: one message
- * per datagram), their encoder and their decoder. Shared by the client
- * library (client/) and the server (server/fastpath/).
+ * per datagram), their encoder and their decoder. Both ends use it: the
+ * library's fast-path client and the server (server/fastpath/).
  *
  * Invariants:
  *   - every message is a 16-byte header (magic "TVFP", version, type, total
@@ -22,8 +22,8 @@
  *   - every encoder checks its capacity and its counts and returns the
  *     number of bytes written, or 0 when they do not fit (nothing useful is
  *     left in buf then). */
-#ifndef TV_CLIENT_WIRE_H
-#define TV_CLIENT_WIRE_H
+#ifndef TV_WIRE_WIRE_H
+#define TV_WIRE_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "client/wire.h"
+#include "wire/wire.h"
 #include "util/endian.h"
 #include "util/sys.h"
 
@@ -349,13 +349,12 @@ static int check_error(int32_t code, uint32_t flags, size_t text_len, const char
 
 /* ---- decoding ---- */
 
-int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out, tv_error *err)
+/* The 16-byte header of a datagram of len bytes: magic, the version (any
+ * but 0 before the session negotiated one, else exactly `version`), the
+ * length (the datagram's), reserved 0 and a known type. */
+static int decode_header(const uint8_t *p, size_t len, uint16_t version, uint16_t *hver,
+                         uint16_t *type, tv_error *err)
 {
-    const uint8_t *p = buf;
-    int rc = 0;
-    if (!out || (!buf && len > 0))
-        return tv__seterr(err, TV_E_INVALID_ARG, "fast-path decode: NULL buffer or message");
-    memset(out, 0, sizeof *out);
     if (len < TV__FP_HDR_LEN)
         return tv__seterr(err, TV_E_PROTOCOL,
                           "message of %zu bytes is shorter than the %u-byte header", len,
@@ -364,75 +363,54 @@ int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out
         return tv__seterr(err, TV_E_PROTOCOL, "message of %zu bytes is over the limit %u", len,
                           TV__FP_MAX_MSG);
     uint32_t magic = tv__le32_get(p);
-    uint16_t hver = tv__le16_get(p + 4);
-    uint16_t type = tv__le16_get(p + 6);
     uint32_t hlen = tv__le32_get(p + 8);
     uint32_t reserved = tv__le32_get(p + 12);
+    *hver = tv__le16_get(p + 4);
+    *type = tv__le16_get(p + 6);
     if (magic != TV__FP_MAGIC)
         return tv__seterr(err, TV_E_PROTOCOL, "header magic 0x%08x is not 0x%08x (\"TVFP\")", magic,
                           TV__FP_MAGIC);
-    if (version == 0 && hver == 0)
+    if (version == 0 && *hver == 0)
         return tv__seterr(err, TV_E_PROTOCOL, "header version 0 is not a protocol version");
-    if (version != 0 && hver != version)
+    if (version != 0 && *hver != version)
         return tv__seterr(err, TV_E_VERSION, "header version %u, the session speaks version %u",
-                          hver, version);
+                          *hver, version);
     if (hlen != len)
         return tv__seterr(err, TV_E_PROTOCOL, "header length %u != datagram length %zu", hlen, len);
     if (reserved != 0)
         return tv__seterr(err, TV_E_PROTOCOL, "header reserved 0x%x must be 0", reserved);
-    if (type < TV__FP_HELLO || type > TV__FP_ERROR)
-        return tv__seterr(err, TV_E_PROTOCOL, "unknown message type %u", type);
+    if (*type < TV__FP_HELLO || *type > TV__FP_ERROR)
+        return tv__seterr(err, TV_E_PROTOCOL, "unknown message type %u", *type);
+    return 0;
+}
 
-    const uint8_t *b = p + TV__FP_HDR_LEN;
-    size_t body_len = len - TV__FP_HDR_LEN;
-    size_t want = 0; /* the body length the fixed part says */
-    out->version = hver;
-    out->type = type;
-    out->len = hlen;
-    switch (type) {
+/* The bodies of one fixed size (HELLO, HELLO_OK, OPENED, CLOSE, CLOSED):
+ * *want gets that size; the fields are decoded and checked only when the
+ * body has it (the caller reports a length mismatch). */
+static int decode_fixed(tv__fp_msg *out, const uint8_t *b, size_t body_len, size_t *want,
+                        tv_error *err)
+{
+    switch (out->type) {
     case TV__FP_HELLO:
-        want = TV__FP_HELLO_LEN;
-        if (body_len != want)
-            break;
+        if (body_len != (*want = TV__FP_HELLO_LEN))
+            return 0;
         out->u.hello.min_version = tv__le16_get(b);
         out->u.hello.max_version = tv__le16_get(b + 2);
         out->u.hello.reserved = tv__le32_get(b + 4);
-        rc = check_hello(&out->u.hello, err);
-        break;
+        return check_hello(&out->u.hello, err);
     case TV__FP_HELLO_OK:
-        want = TV__FP_HELLO_OK_LEN;
-        if (body_len != want)
-            break;
+        if (body_len != (*want = TV__FP_HELLO_OK_LEN))
+            return 0;
         out->u.hello_ok.version = tv__le16_get(b);
         out->u.hello_ok.reserved0 = tv__le16_get(b + 2);
         out->u.hello_ok.max_msg_len = tv__le32_get(b + 4);
         out->u.hello_ok.max_requests = tv__le32_get(b + 8);
         out->u.hello_ok.max_handles = tv__le32_get(b + 12);
         out->u.hello_ok.session_id = tv__le64_get(b + 16);
-        rc = check_hello_ok(&out->u.hello_ok, hver, err);
-        break;
-    case TV__FP_OPEN:
-        want = TV__FP_OPEN_LEN;
-        if (body_len < want)
-            break;
-        out->u.open.open_id = tv__le32_get(b);
-        out->u.open.spec_len = tv__le32_get(b + 4);
-        if (out->u.open.spec_len > TV__FP_MAX_SPEC) {
-            rc = tv__seterr(err, TV_E_PROTOCOL, "OPEN: spec_len %u is over the limit %u",
-                            out->u.open.spec_len, TV__FP_MAX_SPEC);
-            break;
-        }
-        want += out->u.open.spec_len;
-        if (body_len != want)
-            break;
-        out->text = (const char *)(b + TV__FP_OPEN_LEN);
-        out->text_len = out->u.open.spec_len;
-        rc = check_open(out->u.open.open_id, out->text, out->text_len, err);
-        break;
+        return check_hello_ok(&out->u.hello_ok, out->version, err);
     case TV__FP_OPENED:
-        want = TV__FP_OPENED_LEN;
-        if (body_len != want)
-            break;
+        if (body_len != (*want = TV__FP_OPENED_LEN))
+            return 0;
         out->u.opened.open_id = tv__le32_get(b);
         out->u.opened.handle = tv__le32_get(b + 4);
         out->u.opened.generation = (int64_t)tv__le64_get(b + 8);
@@ -442,59 +420,99 @@ int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out
         out->u.opened.n_slots = tv__le32_get(b + 36);
         out->u.opened.credit = tv__le32_get(b + 40);
         out->u.opened.reserved = tv__le32_get(b + 44);
-        rc = check_opened(&out->u.opened, err);
-        break;
-    case TV__FP_CLOSE:
-    case TV__FP_CLOSED:
-        want = TV__FP_CLOSE_LEN;
-        if (body_len != want)
-            break;
+        return check_opened(&out->u.opened, err);
+    default: /* TV__FP_CLOSE, TV__FP_CLOSED */
+        if (body_len != (*want = TV__FP_CLOSE_LEN))
+            return 0;
         out->u.close.handle = tv__le32_get(b);
         out->u.close.reserved = tv__le32_get(b + 4);
-        rc = check_close(type, &out->u.close, err);
-        break;
-    case TV__FP_READ:
-    case TV__FP_CHUNK:
-    case TV__FP_DONE:
-    case TV__FP_RELEASE: {
-        uint32_t max_n = 0;
-        size_t ent_len = list_ent_len(type, &max_n);
-        want = TV__FP_LIST_LEN;
-        if (body_len < want)
-            break;
-        out->u.list.handle = tv__le32_get(b);
-        out->u.list.n = tv__le32_get(b + 4);
-        rc = check_list(type, out->u.list.handle, out->u.list.n, err);
-        if (rc)
-            break;
-        want += (size_t)out->u.list.n * ent_len; /* n <= max_n: no overflow */
-        if (body_len != want)
-            break;
+        return check_close(out->type, &out->u.close, err);
+    }
+}
+
+/* OPEN: the fixed part, then spec_len bytes of spec (*want: both). */
+static int decode_open(tv__fp_msg *out, const uint8_t *b, size_t body_len, size_t *want,
+                       tv_error *err)
+{
+    if (body_len < (*want = TV__FP_OPEN_LEN))
+        return 0;
+    out->u.open.open_id = tv__le32_get(b);
+    out->u.open.spec_len = tv__le32_get(b + 4);
+    if (out->u.open.spec_len > TV__FP_MAX_SPEC)
+        return tv__seterr(err, TV_E_PROTOCOL, "OPEN: spec_len %u is over the limit %u",
+                          out->u.open.spec_len, TV__FP_MAX_SPEC);
+    if (body_len != (*want += out->u.open.spec_len))
+        return 0;
+    out->text = (const char *)(b + TV__FP_OPEN_LEN);
+    out->text_len = out->u.open.spec_len;
+    return check_open(out->u.open.open_id, out->text, out->text_len, err);
+}
+
+/* READ, CHUNK, DONE, RELEASE: the list body, then n entries of the type's
+ * size, left encoded (tv__fp_*_entry decodes them one at a time). */
+static int decode_list(tv__fp_msg *out, const uint8_t *b, size_t body_len, size_t *want,
+                       tv_error *err)
+{
+    uint32_t max_n = 0;
+    size_t ent_len = list_ent_len(out->type, &max_n);
+    int rc;
+    if (body_len < (*want = TV__FP_LIST_LEN))
+        return 0;
+    out->u.list.handle = tv__le32_get(b);
+    out->u.list.n = tv__le32_get(b + 4);
+    if ((rc = check_list(out->type, out->u.list.handle, out->u.list.n, err)))
+        return rc;
+    *want += (size_t)out->u.list.n * ent_len; /* n <= max_n: no overflow */
+    if (body_len == *want)
         out->entries = b + TV__FP_LIST_LEN;
-        break;
-    }
-    case TV__FP_ERROR:
-        want = TV__FP_ERROR_LEN;
-        if (body_len < want)
-            break;
-        out->u.error.code = (int32_t)tv__le32_get(b);
-        out->u.error.flags = tv__le32_get(b + 4);
-        out->u.error.req_id = tv__le64_get(b + 8);
-        out->u.error.open_id = tv__le32_get(b + 16);
-        out->u.error.text_len = tv__le32_get(b + 20);
-        if (out->u.error.text_len > TV__FP_MAX_TEXT) {
-            rc = tv__seterr(err, TV_E_PROTOCOL, "ERROR: text_len %u is over the limit %u",
-                            out->u.error.text_len, TV__FP_MAX_TEXT);
-            break;
-        }
-        want += out->u.error.text_len;
-        if (body_len != want)
-            break;
-        out->text = (const char *)(b + TV__FP_ERROR_LEN);
-        out->text_len = out->u.error.text_len;
-        rc = check_error(out->u.error.code, out->u.error.flags, out->text_len, out->text, err);
-        break;
-    }
+    return 0;
+}
+
+/* ERROR: the fixed part, then text_len bytes of text (*want: both). */
+static int decode_error(tv__fp_msg *out, const uint8_t *b, size_t body_len, size_t *want,
+                        tv_error *err)
+{
+    if (body_len < (*want = TV__FP_ERROR_LEN))
+        return 0;
+    out->u.error.code = (int32_t)tv__le32_get(b);
+    out->u.error.flags = tv__le32_get(b + 4);
+    out->u.error.req_id = tv__le64_get(b + 8);
+    out->u.error.open_id = tv__le32_get(b + 16);
+    out->u.error.text_len = tv__le32_get(b + 20);
+    if (out->u.error.text_len > TV__FP_MAX_TEXT)
+        return tv__seterr(err, TV_E_PROTOCOL, "ERROR: text_len %u is over the limit %u",
+                          out->u.error.text_len, TV__FP_MAX_TEXT);
+    if (body_len != (*want += out->u.error.text_len))
+        return 0;
+    out->text = (const char *)(b + TV__FP_ERROR_LEN);
+    out->text_len = out->u.error.text_len;
+    return check_error(out->u.error.code, out->u.error.flags, out->text_len, out->text, err);
+}
+
+int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out, tv_error *err)
+{
+    uint16_t hver = 0, type = 0;
+    size_t want = 0; /* the body length the fixed part says */
+    int rc;
+    if (!out || (!buf && len > 0))
+        return tv__seterr(err, TV_E_INVALID_ARG, "fast-path decode: NULL buffer or message");
+    memset(out, 0, sizeof *out);
+    if ((rc = decode_header(buf, len, version, &hver, &type, err)))
+        return rc;
+    const uint8_t *b = (const uint8_t *)buf + TV__FP_HDR_LEN;
+    size_t body_len = len - TV__FP_HDR_LEN;
+    out->version = hver;
+    out->type = type;
+    out->len = (uint32_t)len;
+    if (type == TV__FP_OPEN)
+        rc = decode_open(out, b, body_len, &want, err);
+    else if (type == TV__FP_ERROR)
+        rc = decode_error(out, b, body_len, &want, err);
+    else if (type == TV__FP_READ || type == TV__FP_CHUNK || type == TV__FP_DONE ||
+             type == TV__FP_RELEASE)
+        rc = decode_list(out, b, body_len, &want, err);
+    else
+        rc = decode_fixed(out, b, body_len, &want, err);
     if (rc == 0 && body_len != want)
         rc = tv__seterr(err, TV_E_PROTOCOL, "%s: body of %zu bytes, the message needs %zu",
                         tv__fp_type_name(type), body_len, want);
