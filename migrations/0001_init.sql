@@ -1,4 +1,4 @@
--- 0001_init: the registry schema (DESIGN sections 1 and 3).
+-- 0001_init: the registry schema (docs/architecture.md: the three mappings, the store).
 --
 -- Append-only: never edit an applied migration; add NNNN_description.sql.
 -- The runner applies each file in its own BEGIN IMMEDIATE transaction and
