@@ -11,7 +11,7 @@
  * (nothing half-imported is published; reservations are released), before
  * the store closes; the stop is bounded whatever the far end of a transfer
  * does (every import, pull and upload transfer hears it within a second,
- * import/url.h: tv__http_cancel), so the daemon exits within 5 s of
+ * httpc/httpc.h: tv__http_cancel), so the daemon exits within 5 s of
  * SIGTERM (plus the fleet catalog's own wait, fleet.h); an existing
  * admin.token file is never overwritten; the fast path's admit callback
  * runs on its loop thread with a registry connection of its own (never the

@@ -49,7 +49,7 @@ struct tv__fleet {
     unsigned seed; /* rand_r: which peer a pull tries first (fleet thread) */
     char *conninfo, *node, *url, *reg_path;
     char *token, *object_store, *proxy;
-    tv__src_s3_opts s3;
+    tv__s3_opts s3;
     char *s3_strings[5];
     tv__jobs *jobs;
     const tv__store *writer; /* the daemon's writer store: a worker handle of it switches aliases */
@@ -1087,8 +1087,8 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err)
                              o->s3->secret_access_key, o->s3->session_token};
         for (size_t i = 0; i < 5; i++)
             f->s3_strings[i] = strdup(in[i] ? in[i] : "");
-        f->s3 = (tv__src_s3_opts){f->s3_strings[0], f->s3_strings[1], f->s3_strings[2],
-                                  f->s3_strings[3], f->s3_strings[4]};
+        f->s3 = (tv__s3_opts){f->s3_strings[0], f->s3_strings[1], f->s3_strings[2],
+                              f->s3_strings[3], f->s3_strings[4]};
     }
     f->retry_s = o->retry_s ? o->retry_s : 3;
     f->heartbeat_s = o->heartbeat_s ? o->heartbeat_s : 10;

@@ -23,7 +23,7 @@
 
 typedef struct tv__fleet tv__fleet;
 struct tv__jobs;
-struct tv__src_s3_opts;
+struct tv__s3_opts;
 
 typedef struct tv__fleet_opts {
     const char *conninfo; /* fleet.postgres, non-empty */
@@ -33,13 +33,13 @@ typedef struct tv__fleet_opts {
     unsigned retry_s;     /* 0 = 3 */
     unsigned heartbeat_s; /* 0 = 10 */
     /* rollout (NULL jobs: this node publishes only, never pulls) */
-    struct tv__jobs *jobs;            /* pulls run as import jobs of this pool */
-    const struct tv__store *store;    /* the writer store: aliases switch through a worker of it */
-    const char *token;                /* fleet.token: sent to peers' blob routes; "" = none */
-    const char *object_store;         /* fleet.object_store s3://BUCKET/PREFIX/; "" = none */
-    const char *proxy;                /* fleet.proxy */
-    const struct tv__src_s3_opts *s3; /* the object store's endpoint and keys */
-    unsigned pull_attempts;           /* 0 = 3: tries of one generation before it is failed */
+    struct tv__jobs *jobs;         /* pulls run as import jobs of this pool */
+    const struct tv__store *store; /* the writer store: aliases switch through a worker of it */
+    const char *token;             /* fleet.token: sent to peers' blob routes; "" = none */
+    const char *object_store;      /* fleet.object_store s3://BUCKET/PREFIX/; "" = none */
+    const char *proxy;             /* fleet.proxy */
+    const struct tv__s3_opts *s3;  /* the object store's endpoint and keys */
+    unsigned pull_attempts;        /* 0 = 3: tries of one generation before it is failed */
 } tv__fleet_opts;
 
 /* Starts the fleet thread (it connects in the background). Returns 0 and

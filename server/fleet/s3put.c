@@ -20,7 +20,7 @@
  * or 429, or a short body (the failed requests of a batch together); any
  * other status fails at once naming the URL and the status. Redirects are
  * not followed. Every request hears opts.cancel within a second, a stalled
- * one too (url.h: tv__http_cancel), and ends with TV_E_CANCELLED.
+ * one too (httpc/httpc.h: tv__http_cancel), and ends with TV_E_CANCELLED.
  *
  * Source reads are checked as the importer's (src_http.c): 206 with a
  * Content-Range of exactly the range asked and total len (a 200 only for a
@@ -48,8 +48,10 @@
 #include <strings.h>
 #include <time.h>
 
-#include "import/url.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 #include "util/hex.h"
+#include "util/internal.h"
 #include "util/sha256.h"
 
 #define BODY_MAX  (64u << 10) /* bytes of a store's answer kept (XML) */

@@ -265,7 +265,7 @@ int tv__api_h_blob(tv__api_ctx *c);
  * real path of what was opened. Without roots (local mode) *real is
  * realpath(source) and *held NULL: the job opens it by path. Errors:
  * -ENOENT, TV_E_FORBIDDEN, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. An
- * http(s):// or s3:// source is kept as given when it parses (import/url.h:
+ * http(s):// or s3:// source is kept as given when it parses (httpc/url.h:
  * userinfo, a query, dot segments are 400) and lies under a prefix of
  * import.origins (else 403 TV_E_OUTSIDE_ROOTS; any URL when the api has no
  * roots). *real is malloc'd. */

@@ -21,7 +21,7 @@
 #include "http/api_internal.h"
 #include "import/import.h"
 #include "import/source.h"
-#include "import/url.h"
+#include "httpc/url.h"
 #include "util/internal.h"
 
 /* The cancel route looks at the row this long (x 10 ms) for the end state,
