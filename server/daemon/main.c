@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "fleet/fleet.h"
 #include "daemon/openapi.h"
 #include "fastpath/access.h"

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "fleet/catalog.h"
 #include "fleet/s3put.h"
 #include "import/source.h"

@@ -33,7 +33,7 @@
 
 #include <jansson.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "http/peer.h"
 #include "registry/registry.h"
 #include "store/store.h"
