@@ -188,7 +188,8 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                         const char *what);
 
 /* The renderers of api_render.c not in api.h. */
-json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+/* status: tv__store_device_status's word; message: why, when not "ok". */
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, const char *status,
                             const char *message);
 /* shard: the tensor's Shard object for the single-tensor form (file_offset,
  * replicas), NULL for the list form. */

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "dev/dev.h"
 #include "fastpath/fastpath.h"
 #include "http/api_internal.h"
 
@@ -94,18 +93,7 @@ static json_t *done(json_t *o, bool ok)
     return o;
 }
 
-static const char *device_status(int drc)
-{
-    if (drc == 0)
-        return "ok";
-    if (drc == -ENOENT)
-        return "missing";
-    if (drc == TV_E_DEVICE_MISMATCH)
-        return "mismatch";
-    return "error";
-}
-
-json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, const char *status,
                             const char *message)
 {
     json_t *o = json_object();
@@ -126,8 +114,8 @@ json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, 
         put(o, "largest_free_bytes", jint(sp->largest_free_len)) &&
         put(o, "n_objects", jint(sp->n_used)) &&
         put(o, "identity", ident ? ident : json_object()) &&
-        put(o, "status", tv__api_jstr(device_status(drc))) &&
-        put(o, "message", tv__api_jstr(drc && message ? message : ""));
+        put(o, "status", tv__api_jstr(status)) &&
+        put(o, "message", tv__api_jstr(strcmp(status, "ok") && message ? message : ""));
     return done(o, ok);
 }
 

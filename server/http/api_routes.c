@@ -196,10 +196,9 @@ static json_t *device_doc(tv__store *st, const tv__reg_device *d, tv_error *err,
     tv__alloc_space sp;
     if ((*rc = tv__alloc_device_space(st->reg, d->id, &sp, err)))
         return NULL;
-    tv__dev *dev;
     tv_error de = {0};
-    int drc = tv__store_device(st, d->id, false, &dev, &de);
-    json_t *j = tv__api_device_json(d, &sp, drc, de.msg);
+    const char *status = tv__store_device_status(st, d->id, &de);
+    json_t *j = tv__api_device_json(d, &sp, status, de.msg);
     if (!j)
         *rc = tv__seterr(err, -ENOMEM, "out of memory");
     return j;

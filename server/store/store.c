@@ -1,5 +1,5 @@
 /* Store directories: init, open with the writer lock, validated device
- * access. See store.h for the invariants. */
+ * access and a device's status. See store.h for the invariants. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -341,6 +341,19 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
     st->devs[st->n_devs++] = (tv__store_dev){.id = id, .dev = d, .writable = write};
     *out = d;
     return 0;
+}
+
+const char *tv__store_device_status(tv__store *st, int64_t id, tv_error *err)
+{
+    tv__dev *d;
+    int rc = tv__store_device(st, id, false, &d, err);
+    if (rc == 0)
+        return "ok";
+    if (rc == -ENOENT)
+        return "missing";
+    if (rc == TV_E_DEVICE_MISMATCH)
+        return "mismatch";
+    return "error";
 }
 
 int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err)
