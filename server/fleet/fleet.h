@@ -1,7 +1,11 @@
-/* The daemon's side of fleet mode (step 1: publishing): one small thread
- * that owns the catalog connection (catalog.h) and a read-only registry
- * connection of its own, so no HTTP, fast-path or job thread ever waits on
- * PostgreSQL.
+/* The daemon's side of fleet mode: one small thread that owns the catalog
+ * connection (catalog.h) and a read-only registry connection of its own, so
+ * no HTTP, fast-path or job thread ever waits on PostgreSQL. It publishes
+ * this node's ready generations (publish.c), pulls the generations of the
+ * aliases placed on this node as import jobs and switches those aliases
+ * (pull.c, rollout.c), and reports what this node holds and serves
+ * (report.c); a second thread copies generations imported here to the
+ * object store (upload.c). fleet_internal.h says which file does what.
  *
  * Invariants:
  *   - the daemon serves standalone until the catalog is reached: a failed
@@ -13,7 +17,11 @@
  *     and retried, and never touches the local generation; a conflict
  *     (other content under the same number) is logged as an error and not
  *     retried;
- *   - the node's row is refreshed (last_seen) every heartbeat_s seconds. */
+ *   - the node's row is refreshed (last_seen) every heartbeat_s seconds;
+ *   - an alias placed here switches only to a generation ready here, once
+ *     every placed node holds it ready (or a quorum after the alias's
+ *     timeout); a pull that failed fleet.pull_attempts times is reported
+ *     failed until the alias moves again. */
 #ifndef TV_FLEET_FLEET_H
 #define TV_FLEET_FLEET_H
 
