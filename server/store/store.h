@@ -1,6 +1,8 @@
 /* A store directory: the registry (registry.db), a writer lock file (lock)
  * and the devices it names. Opening a device through the store validates its
- * label, geometry and identity against the registry before any I/O.
+ * label, geometry and identity against the registry before any I/O; what
+ * the HTTP routes read or report of a device goes through here too (a
+ * device's status, a content-addressed blob's bytes: blob.c).
  *
  * Invariants: at most one writer per store directory (flock on DIR/lock,
  * taken without waiting: a second writer gets TV_E_LOCKED naming the holder's
