@@ -7,6 +7,7 @@
 #include <curl/curl.h>
 
 #include "cli/http.h"
+#include "httpc/httpc.h"
 #include "util/internal.h"
 
 #define TV__CLI_HTTP_MAX_BODY ((size_t)256 << 20)
@@ -105,7 +106,6 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
     hdrs = curl_slist_append(hdrs, "Expect:");
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : 60000L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
@@ -113,10 +113,10 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "tensorvault-cli");
     /* http(s) only (no file:// or other schemes from a URL typo), no
-     * redirects (the token would follow them), and loopback never through
-     * a proxy from the environment. */
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+     * redirects (the token would follow them), no signals: what every
+     * request of tensorvault sets; and loopback never through a proxy from
+     * the environment. */
+    tv__http_defaults(h);
     curl_easy_setopt(h, CURLOPT_NOPROXY, "localhost,127.0.0.1,::1");
     if (req->body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, req->body);

@@ -2,7 +2,7 @@
  * key, its type, its bounds and where it lives in tv__config, so the INI
  * file, the environment and --set all parse a key the same way. */
 #include "daemon/config.h"
-#include "import/url.h"
+#include "httpc/url.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
  * (nothing half-imported is published; reservations are released), before
  * the store closes; the stop is bounded whatever the far end of a transfer
  * does (every import, pull and upload transfer hears it within a second,
- * import/url.h: tv__http_cancel), so the daemon exits within 5 s of
+ * httpc/httpc.h: tv__http_cancel), so the daemon exits within 5 s of
  * SIGTERM (plus the fleet catalog's own wait, fleet.h); an existing
  * admin.token file is never overwritten; the fast path's admit callback
  * runs on its loop thread with a registry connection of its own (never the
@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "fleet/fleet.h"
 #include "daemon/openapi.h"
 #include "fastpath/access.h"
@@ -328,58 +328,85 @@ static void kick_fleet(void *f)
     tv__fleet_kick(f);
 }
 
-static int run(const tv__config *c)
-{
-    int rc, exit_code = 1;
-    tv_error err = {0};
-    tv__store *st = NULL;
-    tv__jobs *jobs = NULL;
-    tv__api *api = NULL;
-    tv__http *http = NULL;
-    tv__fp *fp = NULL;
-    tv__fp_access *access = NULL;
-    tv__fleet *fleet = NULL;
-    admit_ctx actx = {0};
-    pthread_mutex_init(&actx.mu, NULL);
-    snprintf(actx.reg_path, sizeof(actx.reg_path), "%s/registry.db", c->store_dir);
+/* What the daemon runs, in start order; stopped in reverse by tvd_stop
+ * (every field may still be NULL or unset there). */
+typedef struct tvd {
+    const tv__config *c;
+    tv__store *st;
+    tv__jobs *jobs;
+    tv__fp_access *access;
+    tv__fp *fp;
+    tv__api *api;
+    tv__http *http;
+    tv__fleet *fleet;
+    admit_ctx actx;
+    tv__src_http_opts http_src; /* the imports' (and the fleet's) http(s) and S3 settings */
     char token_path[TV__CFG_STR_MAX + 16];
+    char fleet_host[256]; /* HOST[:PORT] of fleet.url, one of the daemon's names */
+    char host[256];       /* of http.listen */
+    uint16_t port;
+} tvd;
+
+/* The store (created on first start), its writer lock, the admin token. */
+static int start_store(tvd *d, tv_error *err)
+{
+    const tv__config *c = d->c;
+    int rc;
+    if ((rc = ensure_store(c, err)) ||
+        (rc = tv__store_open(c->store_dir, TV__STORE_WRITE, &d->st, err)))
+        return rc;
+    if (d->st->reclaimed.n_jobs)
+        tv__log(TV_LOG_WARN, "%zu jobs interrupted by the last stop were marked failed",
+                d->st->reclaimed.n_jobs);
+    return ensure_admin_token(d->st, d->token_path, err);
+}
+
+/* The job pool, with the imports' settings. */
+static int start_jobs(tvd *d, tv_error *err)
+{
+    const tv__config *c = d->c;
+    int rc = tv__jobs_start(d->st, c->import_workers, c->import_queue, &d->jobs, err);
+    if (rc)
+        return rc;
+    tv__jobs_set_strict_default(d->jobs, c->import_strict);
+    d->http_src = (tv__src_http_opts){.s3 = {.endpoint = c->s3_endpoint,
+                                             .region = c->s3_region,
+                                             .access_key_id = c->s3_access_key_id,
+                                             .secret_access_key = c->s3_secret_access_key,
+                                             .session_token = c->s3_session_token},
+                                      .proxy = c->fleet_proxy,
+                                      .retries = c->import_http_retries,
+                                      .timeout_s = c->import_http_timeout,
+                                      .range = c->import_http_range};
+    tv__jobs_set_http(d->jobs, &d->http_src);
+    return 0;
+}
+
+/* The access rules, then the fast path that applies them. */
+static int start_access(tvd *d, tv_error *err)
+{
+    int rc;
+    if ((rc = make_access(d->c, &d->access, err)))
+        return rc;
+    d->actx.access = d->access;
+    warn_unknown_access(d->c, d->st);
+    if ((rc = start_fastpath(d->c, &d->actx, &d->fp, err)))
+        return rc;
+    tv__metrics_set_fastpath(d->fp);
+    return 0;
+}
+
+/* The api over the writer store; the demo import when asked for. */
+static int start_api(tvd *d, tv_error *err)
+{
+    const tv__config *c = d->c;
     char roots_buf[TV__CFG_STR_MAX];
     const char *roots[TV__CFG_MAX_ROOTS];
     size_t n_roots = tv__config_roots(c, roots_buf, roots);
-    snprintf(token_path, sizeof(token_path), "%s/%s", c->store_dir, TOKEN_FILE);
-
-    if ((rc = ensure_store(c, &err)) ||
-        (rc = tv__store_open(c->store_dir, TV__STORE_WRITE, &st, &err)))
-        goto fail;
-    if (st->reclaimed.n_jobs)
-        tv__log(TV_LOG_WARN, "%zu jobs interrupted by the last stop were marked failed",
-                st->reclaimed.n_jobs);
-    if ((rc = ensure_admin_token(st, token_path, &err)))
-        goto fail;
-    if ((rc = tv__jobs_start(st, c->import_workers, c->import_queue, &jobs, &err)))
-        goto fail;
-    tv__jobs_set_strict_default(jobs, c->import_strict);
-    tv__src_http_opts http_src = {.s3 = {.endpoint = c->s3_endpoint,
-                                         .region = c->s3_region,
-                                         .access_key_id = c->s3_access_key_id,
-                                         .secret_access_key = c->s3_secret_access_key,
-                                         .session_token = c->s3_session_token},
-                                  .proxy = c->fleet_proxy,
-                                  .retries = c->import_http_retries,
-                                  .timeout_s = c->import_http_timeout,
-                                  .range = c->import_http_range};
-    tv__jobs_set_http(jobs, &http_src);
-    if ((rc = make_access(c, &access, &err)))
-        goto fail;
-    actx.access = access;
-    warn_unknown_access(c, st);
-    if ((rc = start_fastpath(c, &actx, &fp, &err)))
-        goto fail;
-    tv__metrics_set_fastpath(fp);
     tv__api_opts ao = {
         .store_dir = c->store_dir,
         .writer = true,
-        .jobs = jobs,
+        .jobs = d->jobs,
         .import_roots = roots,
         .n_import_roots = n_roots,
         .import_origins = c->import_origins,
@@ -389,16 +416,23 @@ static int run(const tv__config *c)
         .max_body_bytes = (size_t)c->http_max_body_bytes,
         .openapi_yaml = tv__openapi_yaml,
         .openapi_len = tv__openapi_yaml_len,
-        .fp = fp,
+        .fp = d->fp,
         .fleet_token = c->fleet_token,
         .fleet_conninfo = c->fleet_postgres,
-        .access = access,
+        .access = d->access,
     };
-    if ((rc = tv__api_open(&ao, st, &api, &err)))
-        goto fail;
-    maybe_demo(c, st, jobs);
-    char fleet_host[256] = "";
-    url_authority(c->fleet_url, fleet_host, sizeof fleet_host);
+    int rc = tv__api_open(&ao, d->st, &d->api, err);
+    if (rc)
+        return rc;
+    maybe_demo(c, d->st, d->jobs);
+    return 0;
+}
+
+/* HTTP on http.listen and the UNIX socket; says where once it listens. */
+static int start_http(tvd *d, tv_error *err)
+{
+    const tv__config *c = d->c;
+    url_authority(c->fleet_url, d->fleet_host, sizeof d->fleet_host);
     if (!c->http_socket[0])
         tv__log(
             c->http_socket_set ? TV_LOG_INFO : TV_LOG_WARN,
@@ -422,49 +456,62 @@ static int run(const tv__config *c)
         .socket_mode = c->http_socket_mode,
         .identify_loopback = c->http_anonymous_reads != TV__CFG_ANON_NEVER,
         .allowed_hosts = c->http_allowed_hosts,
-        .extra_hosts = fleet_host,
+        .extra_hosts = d->fleet_host,
     };
     raise_nofile(c->http_max_connections + c->fastpath_max_sessions + 256u);
-    uint16_t port = 0;
-    if ((rc = tv__http_start(&ho, api, jobs, &http, &port, &err)))
-        goto fail;
-    char host[256];
+    int rc = tv__http_start(&ho, d->api, d->jobs, &d->http, &d->port, err);
+    if (rc)
+        return rc;
     const char *colon = strrchr(c->http_listen, ':');
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - c->http_listen), c->http_listen);
-    const char *shown = strncmp(token_path, "./", 2) == 0 ? token_path + 2 : token_path;
-    printf("tensorvaultd: listening on http://%s:%u (admin token in %s)\n", host, (unsigned)port,
-           shown);
+    snprintf(d->host, sizeof(d->host), "%.*s", (int)(colon - c->http_listen), c->http_listen);
+    const char *shown = strncmp(d->token_path, "./", 2) == 0 ? d->token_path + 2 : d->token_path;
+    printf("tensorvaultd: listening on http://%s:%u (admin token in %s)\n", d->host,
+           (unsigned)d->port, shown);
     fflush(stdout);
-    tv__log(TV_LOG_INFO, "listening on http://%s:%u, store %s, %u import workers", host,
-            (unsigned)port, c->store_dir, c->import_workers);
-    if (c->fleet_postgres[0]) {
-        /* Fleet mode: a thread of its own connects in the background; the
-         * node serves standalone until (and whenever) the catalog is away. */
-        char url[TV__CFG_STR_MAX + 32];
-        if (c->fleet_url[0])
-            snprintf(url, sizeof(url), "%s", c->fleet_url);
-        else
-            snprintf(url, sizeof(url), "http://%s:%u", host, (unsigned)port);
-        size_t ul = strlen(url);
-        while (ul > 0 && url[ul - 1] == '/')
-            url[--ul] = '\0';
-        tv__fleet_opts fo = {.conninfo = c->fleet_postgres,
-                             .node = c->fleet_node,
-                             .url = url,
-                             .reg_path = actx.reg_path,
-                             .jobs = jobs,
-                             .store = st,
-                             .token = c->fleet_token,
-                             .object_store = c->fleet_object_store,
-                             .proxy = c->fleet_proxy,
-                             .s3 = &http_src.s3,
-                             .pull_attempts = c->fleet_pull_attempts};
-        if ((rc = tv__fleet_start(&fo, &fleet, &err)))
-            goto fail;
-        tv__jobs_set_on_import(jobs, kick_fleet, fleet);
-        tv__api_set_fleet(api, fleet);
-    }
+    tv__log(TV_LOG_INFO, "listening on http://%s:%u, store %s, %u import workers", d->host,
+            (unsigned)d->port, c->store_dir, c->import_workers);
+    return 0;
+}
 
+/* Fleet mode (fleet.postgres set): a thread of its own connects in the
+ * background; the node serves standalone until (and whenever) the catalog
+ * is away. */
+static int start_fleet(tvd *d, tv_error *err)
+{
+    const tv__config *c = d->c;
+    if (!c->fleet_postgres[0])
+        return 0;
+    char url[TV__CFG_STR_MAX + 32];
+    if (c->fleet_url[0])
+        snprintf(url, sizeof(url), "%s", c->fleet_url);
+    else
+        snprintf(url, sizeof(url), "http://%s:%u", d->host, (unsigned)d->port);
+    size_t ul = strlen(url);
+    while (ul > 0 && url[ul - 1] == '/')
+        url[--ul] = '\0';
+    tv__fleet_opts fo = {.conninfo = c->fleet_postgres,
+                         .node = c->fleet_node,
+                         .url = url,
+                         .reg_path = d->actx.reg_path,
+                         .jobs = d->jobs,
+                         .store = d->st,
+                         .token = c->fleet_token,
+                         .object_store = c->fleet_object_store,
+                         .proxy = c->fleet_proxy,
+                         .s3 = &d->http_src.s3,
+                         .pull_attempts = c->fleet_pull_attempts};
+    int rc = tv__fleet_start(&fo, &d->fleet, err);
+    if (rc)
+        return rc;
+    tv__jobs_set_on_import(d->jobs, kick_fleet, d->fleet);
+    tv__api_set_fleet(d->api, d->fleet);
+    return 0;
+}
+
+/* Until SIGTERM or SIGINT (blocked in every thread, taken here); SIGHUP
+ * reopens the log. */
+static void wait_for_stop(const tv__config *c)
+{
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -486,26 +533,47 @@ static int run(const tv__config *c)
         }
         tv__log(TV_LOG_INFO, "%s: stopping (no new connections, cancelling running jobs)",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        break;
+        return;
     }
-    exit_code = 0;
-    goto out;
-fail:
-    fprintf(stderr, "tensorvaultd: %s\n", err.msg[0] ? err.msg : tv_strerror(rc));
-out:
-    tv__http_quiesce(http);
-    tv__http_stop(http);
+}
+
+/* Everything started, stopped in reverse order: HTTP first (no request can
+ * reach a freed part), the store last. */
+static void tvd_stop(tvd *d)
+{
+    tv__http_quiesce(d->http);
+    tv__http_stop(d->http);
     tv__metrics_set_fastpath(NULL);
-    tv__fp_stop(fp); /* sessions closed, leases released: before the store closes */
-    tv__jobs_set_on_import(jobs, NULL, NULL);
+    tv__fp_stop(d->fp); /* sessions closed, leases released: before the store closes */
+    tv__jobs_set_on_import(d->jobs, NULL, NULL);
     /* Jobs first: a pull's job calls back into the fleet's state. */
-    tv__jobs_stop(jobs);
-    tv__fleet_stop(fleet);
-    tv__api_close(api);
-    tv__reg_close(actx.reg);
-    tv__fp_access_free(access);
-    pthread_mutex_destroy(&actx.mu);
-    tv__store_close(st);
+    tv__jobs_stop(d->jobs);
+    tv__fleet_stop(d->fleet);
+    tv__api_close(d->api);
+    tv__reg_close(d->actx.reg);
+    tv__fp_access_free(d->access);
+    pthread_mutex_destroy(&d->actx.mu);
+    tv__store_close(d->st);
+}
+
+static int run(const tv__config *c)
+{
+    int rc, exit_code = 1;
+    tv_error err = {0};
+    tvd d = {.c = c};
+    pthread_mutex_init(&d.actx.mu, NULL);
+    snprintf(d.actx.reg_path, sizeof(d.actx.reg_path), "%s/registry.db", c->store_dir);
+    snprintf(d.token_path, sizeof(d.token_path), "%s/%s", c->store_dir, TOKEN_FILE);
+    if ((rc = start_store(&d, &err)) || (rc = start_jobs(&d, &err)) ||
+        (rc = start_access(&d, &err)) || (rc = start_api(&d, &err)) ||
+        (rc = start_http(&d, &err)) || (rc = start_fleet(&d, &err))) {
+        fprintf(stderr, "tensorvaultd: %s\n", err.msg[0] ? err.msg : tv_strerror(rc));
+        goto out;
+    }
+    wait_for_stop(c);
+    exit_code = 0;
+out:
+    tvd_stop(&d);
     if (exit_code == 0)
         tv__log(TV_LOG_INFO, "stopped");
     return exit_code;

@@ -1,8 +1,8 @@
 /* The fast-path server's socket and loop: binds the UNIX SOCK_SEQPACKET
- * socket (a stale one is replaced, a live one refused), runs one thread
- * that epolls the listening socket, every session, every read group's
- * completion eventfd and a wake eventfd (stop), and answers the HTTP
- * threads' listing and counter requests.
+ * socket (net/unixsock.h: a stale one is replaced, a live one refused),
+ * runs one thread that epolls the listening socket, every session, every
+ * read group's completion eventfd and a wake eventfd (stop), and answers
+ * the HTTP threads' listing and counter requests.
  *
  * Invariants:
  *   - the loop holds fp->mu while it works on a turn (never while it
@@ -36,11 +36,11 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "fastpath/fp_internal.h"
+#include "net/unixsock.h"
 #include "util/sys.h"
 
 #define FP_ACCEPT_RETRY_MS 100 /* accept retried this often while it has no descriptor */
@@ -341,63 +341,6 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-/* mkdir -p of the socket's directory (new ones 0750). */
-static int make_parent(const char *path, tv_error *err)
-{
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    char *slash;
-    snprintf(dir, sizeof dir, "%s", path);
-    slash = strrchr(dir, '/');
-    if (!slash || slash == dir)
-        return 0;
-    *slash = '\0';
-    for (char *p = dir + 1;; p++) {
-        bool last = *p == '\0';
-        if (*p != '/' && !last)
-            continue;
-        *p = '\0';
-        if (tv__sys.mkdir(dir, 0750) && errno != EEXIST)
-            return tv__seterr(err, -errno, "fastpath: creating directory %s for the socket: %s",
-                              dir, strerror(errno));
-        if (last)
-            break;
-        *p = '/';
-    }
-    return 0;
-}
-
-/* A socket file already at path: -EADDRINUSE when someone answers on it,
- * else unlinked (stale). */
-static int clear_stale(const char *path, const struct sockaddr_un *sa, tv_error *err)
-{
-    struct stat sb;
-    int c, rc = 0;
-    if (lstat(path, &sb)) {
-        if (errno == ENOENT)
-            return 0;
-        return tv__seterr(err, -errno, "fastpath: socket %s: %s", path, strerror(errno));
-    }
-    if (!S_ISSOCK(sb.st_mode))
-        return tv__seterr(err, -EEXIST, "fastpath: %s exists and is not a socket", path);
-    c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (c < 0)
-        return tv__seterr(err, -errno, "fastpath: socket(): %s", strerror(errno));
-    if (connect(c, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN ||
-        errno == EINPROGRESS) {
-        rc = tv__seterr(err, -EADDRINUSE, "fastpath: another tensorvaultd answers on %s", path);
-    } else if (errno == ECONNREFUSED || errno == ENOENT) {
-        if (tv__sys.unlink(path) && errno != ENOENT)
-            rc = tv__seterr(err, -errno, "fastpath: removing the stale socket %s: %s", path,
-                            strerror(errno));
-        else
-            tv__log(TV_LOG_INFO, "fastpath: removed the stale socket %s", path);
-    } else {
-        rc = tv__seterr(err, -errno, "fastpath: probing the socket %s: %s", path, strerror(errno));
-    }
-    tv__sys.close(c);
-    return rc;
-}
-
 static void fp_free(tv__fp *fp)
 {
     if (!fp)
@@ -414,10 +357,83 @@ static void fp_free(tv__fp *fp)
     free(fp);
 }
 
+/* The options' defaults: 0 means the default of each (fastpath.h). */
+static void opts_defaults(tv__fp_opts *o)
+{
+    if (!o->socket_mode)
+        o->socket_mode = 0660;
+    if (!o->slot_len)
+        o->slot_len = TV__FP_DEFAULT_SLOT_LEN;
+    if (!o->credit)
+        o->credit = TV__FP_DEFAULT_CREDIT;
+    if (!o->group_slots)
+        o->group_slots =
+            o->credit * 2 > TV__FP_DEFAULT_GROUP_SLOTS ? o->credit * 2 : TV__FP_DEFAULT_GROUP_SLOTS;
+    if (!o->max_sessions)
+        o->max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
+    if (!o->max_sessions_per_uid)
+        o->max_sessions_per_uid = o->max_sessions / 4 ? o->max_sessions / 4 : 1;
+    if (!o->max_groups)
+        o->max_groups = TV__FP_DEFAULT_MAX_GROUPS;
+    /* half the groups for one uid, a quarter for one model: one user's
+     * generations, or one model's, leave room for others */
+    if (!o->max_groups_per_uid)
+        o->max_groups_per_uid = o->max_groups / 2 ? o->max_groups / 2 : 1;
+    if (!o->max_groups_per_model)
+        o->max_groups_per_model = o->max_groups / 4 ? o->max_groups / 4 : 1;
+    if (!o->max_requests)
+        o->max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
+    if (!o->max_handles)
+        o->max_handles = TV__FP_DEFAULT_MAX_HANDLES;
+    if (!o->hello_timeout_ms)
+        o->hello_timeout_ms = 10000;
+    if (!o->hold_timeout_ms)
+        o->hold_timeout_ms = TV__FP_DEFAULT_HOLD_TIMEOUT_MS;
+}
+
+/* The options with their defaults in range. Returns 0 or TV_E_INVALID_ARG
+ * naming the option. */
+static int opts_check(const tv__fp_opts *o, tv_error *err)
+{
+    if (o->slot_len % 4096 || o->slot_len > (256u << 20))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",
+                          o->slot_len);
+    if (o->engine != TV_ENGINE_AUTO && o->engine != TV_ENGINE_URING && o->engine != TV_ENGINE_PREAD)
+        return tv__seterr(err, TV_E_INVALID_ARG, "fastpath: unknown read engine %d", o->engine);
+    if (o->credit > 65536 || o->group_slots > 65536 || (uint64_t)o->group_slots < 2ull * o->credit)
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fastpath: group_slots %u must be at least 2 x credit %u (both at most 65536)",
+            o->group_slots, o->credit);
+    if (o->max_requests > (1u << 20) || o->max_handles > 4096 || o->socket_mode > 0777)
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fastpath: max_requests %u (at most 1048576), max_handles %u (at most 4096) or socket mode %o out of range",
+            o->max_requests, o->max_handles, o->socket_mode);
+    return 0;
+}
+
+/* The loop's epoll set: the listening socket and the wake eventfd. */
+static int loop_setup(tv__fp *fp, tv_error *err)
+{
+    fp->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fp->epoll_fd < 0 || fp->wake_fd < 0)
+        return tv__seterr(err, -errno, "fastpath: epoll or eventfd: %s", strerror(errno));
+    fp->listen_ev = (fp_ev){.kind = FP_EV_LISTEN, .ptr = fp};
+    fp->wake_ev = (fp_ev){.kind = FP_EV_WAKE, .ptr = fp};
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &fp->listen_ev};
+    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &fp->wake_ev};
+    if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->listen_fd, &le) ||
+        epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->wake_fd, &we))
+        return tv__seterr(err, -errno, "fastpath: epoll_ctl: %s", strerror(errno));
+    return 0;
+}
+
 int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
 {
     tv__fp *fp = NULL;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     bool bound = false;
     int rc = 0;
     if (out)
@@ -425,72 +441,20 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     if (!opts || !out || !opts->socket_path || !opts->store_dir)
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "fastpath: socket path and store directory are required");
-    if (strlen(opts->socket_path) >= sizeof sa.sun_path || !opts->socket_path[0])
+    if (strlen(opts->socket_path) >= sizeof(((struct sockaddr_un *)0)->sun_path) ||
+        !opts->socket_path[0])
         return tv__seterr(err, TV_E_INVALID_ARG,
                           "fastpath: socket path '%s' is empty or over %zu bytes",
-                          opts->socket_path, sizeof sa.sun_path - 1);
+                          opts->socket_path, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
     fp = calloc(1, sizeof(*fp));
     if (!fp)
         return tv__seterr(err, -ENOMEM, "fastpath: out of memory");
     fp->listen_fd = fp->wake_fd = fp->epoll_fd = -1;
     pthread_mutex_init(&fp->mu, NULL);
     fp->o = *opts;
-    if (!fp->o.socket_mode)
-        fp->o.socket_mode = 0660;
-    if (!fp->o.slot_len)
-        fp->o.slot_len = TV__FP_DEFAULT_SLOT_LEN;
-    if (!fp->o.credit)
-        fp->o.credit = TV__FP_DEFAULT_CREDIT;
-    if (!fp->o.group_slots)
-        fp->o.group_slots = fp->o.credit * 2 > TV__FP_DEFAULT_GROUP_SLOTS
-                                ? fp->o.credit * 2
-                                : TV__FP_DEFAULT_GROUP_SLOTS;
-    if (!fp->o.max_sessions)
-        fp->o.max_sessions = TV__FP_DEFAULT_MAX_SESSIONS;
-    if (!fp->o.max_sessions_per_uid)
-        fp->o.max_sessions_per_uid = fp->o.max_sessions / 4 ? fp->o.max_sessions / 4 : 1;
-    if (!fp->o.max_groups)
-        fp->o.max_groups = TV__FP_DEFAULT_MAX_GROUPS;
-    /* half the groups for one uid, a quarter for one model: one user's
-     * generations, or one model's, leave room for others */
-    if (!fp->o.max_groups_per_uid)
-        fp->o.max_groups_per_uid = fp->o.max_groups / 2 ? fp->o.max_groups / 2 : 1;
-    if (!fp->o.max_groups_per_model)
-        fp->o.max_groups_per_model = fp->o.max_groups / 4 ? fp->o.max_groups / 4 : 1;
-    if (!fp->o.max_requests)
-        fp->o.max_requests = TV__FP_DEFAULT_MAX_REQUESTS;
-    if (!fp->o.max_handles)
-        fp->o.max_handles = TV__FP_DEFAULT_MAX_HANDLES;
-    if (!fp->o.hello_timeout_ms)
-        fp->o.hello_timeout_ms = 10000;
-    if (!fp->o.hold_timeout_ms)
-        fp->o.hold_timeout_ms = TV__FP_DEFAULT_HOLD_TIMEOUT_MS;
-    if (fp->o.slot_len % 4096 || fp->o.slot_len > (256u << 20)) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG,
-                        "fastpath: slot_len %u is not a multiple of 4096 up to 256 MiB",
-                        fp->o.slot_len);
+    opts_defaults(&fp->o);
+    if ((rc = opts_check(&fp->o, err)))
         goto fail;
-    }
-    if (fp->o.engine != TV_ENGINE_AUTO && fp->o.engine != TV_ENGINE_URING &&
-        fp->o.engine != TV_ENGINE_PREAD) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "fastpath: unknown read engine %d", fp->o.engine);
-        goto fail;
-    }
-    if (fp->o.credit > 65536 || fp->o.group_slots > 65536 ||
-        (uint64_t)fp->o.group_slots < 2ull * fp->o.credit) {
-        rc = tv__seterr(
-            err, TV_E_INVALID_ARG,
-            "fastpath: group_slots %u must be at least 2 x credit %u (both at most 65536)",
-            fp->o.group_slots, fp->o.credit);
-        goto fail;
-    }
-    if (fp->o.max_requests > (1u << 20) || fp->o.max_handles > 4096 || fp->o.socket_mode > 0777) {
-        rc = tv__seterr(
-            err, TV_E_INVALID_ARG,
-            "fastpath: max_requests %u (at most 1048576), max_handles %u (at most 4096) or socket mode %o out of range",
-            fp->o.max_requests, fp->o.max_handles, fp->o.socket_mode);
-        goto fail;
-    }
     fp->socket_path = strdup(opts->socket_path);
     fp->store_dir = strdup(opts->store_dir);
     if (!fp->socket_path || !fp->store_dir) {
@@ -501,75 +465,18 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     fp->o.store_dir = fp->store_dir;
     fp->uid = geteuid();
     fp->gid = getegid();
-    memcpy(sa.sun_path, fp->socket_path, strlen(fp->socket_path));
-    rc = make_parent(fp->socket_path, err);
-    if (rc)
-        goto fail;
-    rc = clear_stale(fp->socket_path, &sa, err);
-    if (rc)
-        goto fail;
-    fp->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    /* net/unixsock.h: never reachable with the umask's mode, a stale socket
+     * replaced, a live one refused (-EADDRINUSE) */
+    fp->listen_fd =
+        tv__unix_listen(fp->socket_path, SOCK_SEQPACKET, fp->o.socket_mode, 128, "fastpath", err);
     if (fp->listen_fd < 0) {
-        rc = tv__seterr(err, -errno, "fastpath: socket(): %s", strerror(errno));
+        rc = fp->listen_fd;
+        fp->listen_fd = -1;
         goto fail;
     }
-    /* Bound under a temporary name, given its mode, then renamed into place
-     * (never replacing a socket that appeared meanwhile): the socket is
-     * never reachable with the umask's mode, nor at a path swapped for a
-     * link between bind and chmod. A path with no room for the suffix is
-     * bound in place (its directory, 0750, is the protection then). */
-    struct sockaddr_un tmp = sa;
-    int tl =
-        snprintf(tmp.sun_path, sizeof tmp.sun_path, "%s.%ld.tmp", fp->socket_path, (long)getpid());
-    bool via_tmp = tl > 0 && (size_t)tl < sizeof tmp.sun_path;
-    if (!via_tmp)
-        tmp = sa;
-    (void)tv__sys.unlink(tmp.sun_path); /* a temporary left by a crash of this pid */
-    if (bind(fp->listen_fd, (struct sockaddr *)&tmp, sizeof tmp)) {
-        rc = tv__seterr(err, errno == EADDRINUSE ? -EADDRINUSE : -errno, "fastpath: bind %s: %s",
-                        tmp.sun_path, strerror(errno));
+    bound = true;
+    if ((rc = loop_setup(fp, err)))
         goto fail;
-    }
-    if (!via_tmp)
-        bound = true;
-    if (chmod(tmp.sun_path, fp->o.socket_mode)) {
-        rc = tv__seterr(err, -errno, "fastpath: chmod %o %s: %s", fp->o.socket_mode, tmp.sun_path,
-                        strerror(errno));
-        if (via_tmp)
-            (void)tv__sys.unlink(tmp.sun_path);
-        goto fail;
-    }
-    if (via_tmp) {
-        if (tv__sys.rename_noreplace(tmp.sun_path, fp->socket_path)) {
-            int e = errno;
-            (void)tv__sys.unlink(tmp.sun_path);
-            rc = tv__seterr(err, e == EEXIST ? -EADDRINUSE : -e, "fastpath: rename %s to %s: %s",
-                            tmp.sun_path, fp->socket_path,
-                            e == EEXIST ? "another socket appeared there" : strerror(e));
-            goto fail;
-        }
-        bound = true;
-    }
-    if (listen(fp->listen_fd, 128)) {
-        rc =
-            tv__seterr(err, -errno, "fastpath: listen on %s: %s", fp->socket_path, strerror(errno));
-        goto fail;
-    }
-    fp->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    fp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (fp->epoll_fd < 0 || fp->wake_fd < 0) {
-        rc = tv__seterr(err, -errno, "fastpath: epoll or eventfd: %s", strerror(errno));
-        goto fail;
-    }
-    fp->listen_ev = (fp_ev){.kind = FP_EV_LISTEN, .ptr = fp};
-    fp->wake_ev = (fp_ev){.kind = FP_EV_WAKE, .ptr = fp};
-    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &fp->listen_ev};
-    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &fp->wake_ev};
-    if (epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->listen_fd, &le) ||
-        epoll_ctl(fp->epoll_fd, EPOLL_CTL_ADD, fp->wake_fd, &we)) {
-        rc = tv__seterr(err, -errno, "fastpath: epoll_ctl: %s", strerror(errno));
-        goto fail;
-    }
     rc = pthread_create(&fp->thread, NULL, loop_main, fp);
     if (rc) {
         rc = tv__seterr(err, -rc, "fastpath: starting the loop thread: %s", strerror(rc));

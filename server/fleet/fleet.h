@@ -1,7 +1,11 @@
-/* The daemon's side of fleet mode (step 1: publishing): one small thread
- * that owns the catalog connection (catalog.h) and a read-only registry
- * connection of its own, so no HTTP, fast-path or job thread ever waits on
- * PostgreSQL.
+/* The daemon's side of fleet mode: one small thread that owns the catalog
+ * connection (catalog.h) and a read-only registry connection of its own, so
+ * no HTTP, fast-path or job thread ever waits on PostgreSQL. It publishes
+ * this node's ready generations (publish.c), pulls the generations of the
+ * aliases placed on this node as import jobs and switches those aliases
+ * (pull.c, rollout.c), and reports what this node holds and serves
+ * (report.c); a second thread copies generations imported here to the
+ * object store (upload.c). fleet_internal.h says which file does what.
  *
  * Invariants:
  *   - the daemon serves standalone until the catalog is reached: a failed
@@ -13,7 +17,11 @@
  *     and retried, and never touches the local generation; a conflict
  *     (other content under the same number) is logged as an error and not
  *     retried;
- *   - the node's row is refreshed (last_seen) every heartbeat_s seconds. */
+ *   - the node's row is refreshed (last_seen) every heartbeat_s seconds;
+ *   - an alias placed here switches only to a generation ready here, once
+ *     every placed node holds it ready (or a quorum after the alias's
+ *     timeout); a pull that failed fleet.pull_attempts times is reported
+ *     failed until the alias moves again. */
 #ifndef TV_FLEET_FLEET_H
 #define TV_FLEET_FLEET_H
 
@@ -23,7 +31,7 @@
 
 typedef struct tv__fleet tv__fleet;
 struct tv__jobs;
-struct tv__src_s3_opts;
+struct tv__s3_opts;
 
 typedef struct tv__fleet_opts {
     const char *conninfo; /* fleet.postgres, non-empty */
@@ -33,13 +41,13 @@ typedef struct tv__fleet_opts {
     unsigned retry_s;     /* 0 = 3 */
     unsigned heartbeat_s; /* 0 = 10 */
     /* rollout (NULL jobs: this node publishes only, never pulls) */
-    struct tv__jobs *jobs;            /* pulls run as import jobs of this pool */
-    const struct tv__store *store;    /* the writer store: aliases switch through a worker of it */
-    const char *token;                /* fleet.token: sent to peers' blob routes; "" = none */
-    const char *object_store;         /* fleet.object_store s3://BUCKET/PREFIX/; "" = none */
-    const char *proxy;                /* fleet.proxy */
-    const struct tv__src_s3_opts *s3; /* the object store's endpoint and keys */
-    unsigned pull_attempts;           /* 0 = 3: tries of one generation before it is failed */
+    struct tv__jobs *jobs;         /* pulls run as import jobs of this pool */
+    const struct tv__store *store; /* the writer store: aliases switch through a worker of it */
+    const char *token;             /* fleet.token: sent to peers' blob routes; "" = none */
+    const char *object_store;      /* fleet.object_store s3://BUCKET/PREFIX/; "" = none */
+    const char *proxy;             /* fleet.proxy */
+    const struct tv__s3_opts *s3;  /* the object store's endpoint and keys */
+    unsigned pull_attempts;        /* 0 = 3: tries of one generation before it is failed */
 } tv__fleet_opts;
 
 /* Starts the fleet thread (it connects in the background). Returns 0 and

@@ -20,7 +20,7 @@
  * or 429, or a short body (the failed requests of a batch together); any
  * other status fails at once naming the URL and the status. Redirects are
  * not followed. Every request hears opts.cancel within a second, a stalled
- * one too (url.h: tv__http_cancel), and ends with TV_E_CANCELLED.
+ * one too (httpc/httpc.h: tv__http_cancel), and ends with TV_E_CANCELLED.
  *
  * Source reads are checked as the importer's (src_http.c): 206 with a
  * Content-Range of exactly the range asked and total len (a 200 only for a
@@ -48,8 +48,10 @@
 #include <strings.h>
 #include <time.h>
 
-#include "import/url.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 #include "util/hex.h"
+#include "util/internal.h"
 #include "util/sha256.h"
 
 #define BODY_MAX  (64u << 10) /* bytes of a store's answer kept (XML) */
@@ -691,162 +693,200 @@ static char *complete_xml(char (*etags)[ETAG_MAX], uint64_t n)
     return s;
 }
 
-int tv__s3_copy_from_url(const tv__s3put_opts *o, const char *src_url, const char *src_bearer,
-                         uint64_t len, const char *sha256, const char *s3_url, tv_error *err)
-{
+/* One copy (tv__s3_copy_from_url): its requests' context, the buffers and
+ * transfers of a batch of parts, the parts' ETags and the hash of the
+ * source's bytes so far. */
+typedef struct copy {
     ctx k;
+    const char *src_url;
+    uint64_t len, part, nparts;
+    size_t nbuf; /* buffers and transfers: parts in flight at once */
+    uint8_t **bufs;
+    xfer *xs;
+    char (*etags)[ETAG_MAX];
+    tv__sha256 whole;
+    bool created; /* a multipart upload exists: complete it, or abort it */
+} copy;
+
+/* The options, URLs and digest checked (want: the digest, *check: one was
+ * given), the parts counted, the buffers allocated. */
+static int copy_prepare(copy *cp, const tv__s3put_opts *o, const char *src_url,
+                        const char *src_bearer, const char *sha256, const char *s3_url,
+                        uint8_t want[32], bool *check, tv_error *err)
+{
+    ctx *k = &cp->k;
     tv__url su;
     int rc;
-    uint8_t want[32], got[32];
-    bool check = false, created = false;
-    uint8_t **bufs = NULL;
-    xfer *xs = NULL;
-    char(*etags)[ETAG_MAX] = NULL;
-    char *xml = NULL;
-    size_t nbuf = 0;
-    tv__sha256 whole = {0};
-    char got_hex[65], q[sizeof(k.upload_id_q) + 64], id[UPLOAD_ID];
-
-    if ((rc = ctx_init(&k, o, s3_url, err)))
-        goto fail;
+    if ((rc = ctx_init(k, o, s3_url, err)))
+        return rc;
     if (sha256 && *sha256) {
-        if (strlen(sha256) != 64 || tv__hex_decode(sha256, 64, want, 32)) {
-            rc = tv__seterr(err, TV_E_INVALID_ARG,
-                            "s3 upload: '%.80s' is not a SHA-256 (64 hex digits)", sha256);
-            goto fail;
-        }
-        check = true;
+        if (strlen(sha256) != 64 || tv__hex_decode(sha256, 64, want, 32))
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "s3 upload: '%.80s' is not a SHA-256 (64 hex digits)", sha256);
+        *check = true;
     }
     if (!src_url || (rc = tv__url_parse(src_url, &su, err)) || su.s3) {
         if (!rc)
             rc = tv__seterr(err, TV_E_INVALID_ARG,
                             "s3 upload: the source must be an http(s) URL, not '%.300s'",
                             src_url ? src_url : "(null)");
-        goto fail;
+        return rc;
     }
-    k.src_url = src_url;
-    k.len = len;
+    k->src_url = src_url;
+    k->len = cp->len;
     if (src_bearer && *src_bearer &&
-        asprintf(&k.bearer_hdr, "Authorization: Bearer %s", src_bearer) < 0) {
-        k.bearer_hdr = NULL;
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto fail;
+        asprintf(&k->bearer_hdr, "Authorization: Bearer %s", src_bearer) < 0) {
+        k->bearer_hdr = NULL;
+        return tv__seterr(err, -ENOMEM, "out of memory");
     }
-    uint64_t part = k.o.part_len;
-    uint64_t nparts = len <= part ? 1 : len / part + (len % part != 0);
-    if (nparts > TV__S3PUT_MAX_PARTS) {
-        rc = tv__seterr(
+    uint64_t len = cp->len, part = cp->part = k->o.part_len;
+    cp->nparts = len <= part ? 1 : len / part + (len % part != 0);
+    if (cp->nparts > TV__S3PUT_MAX_PARTS)
+        return tv__seterr(
             err, TV_E_INVALID_ARG,
             "s3 upload: %llu bytes in parts of %llu make %llu parts (S3 allows %u): raise the part size",
-            (unsigned long long)len, (unsigned long long)part, (unsigned long long)nparts,
+            (unsigned long long)len, (unsigned long long)part, (unsigned long long)cp->nparts,
             TV__S3PUT_MAX_PARTS);
-        goto fail;
-    }
-    nbuf = nparts < k.o.parallel ? (size_t)nparts : k.o.parallel;
+    cp->nbuf = cp->nparts < k->o.parallel ? (size_t)cp->nparts : k->o.parallel;
     size_t blen = (size_t)(len < part ? len : part);
-    if (!(bufs = calloc(nbuf, sizeof(*bufs))) || !(xs = calloc(nbuf, sizeof(*xs)))) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < nbuf; i++)
-        if (!(bufs[i] = malloc(blen ? blen : 1))) {
-            rc = tv__seterr(err, -ENOMEM, "out of memory (%zu parts of %zu bytes)", nbuf, blen);
-            goto fail;
-        }
-    if (tv__sha256_init(&whole)) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
+    if (!(cp->bufs = calloc(cp->nbuf, sizeof(*cp->bufs))) ||
+        !(cp->xs = calloc(cp->nbuf, sizeof(*cp->xs))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < cp->nbuf; i++)
+        if (!(cp->bufs[i] = malloc(blen ? blen : 1)))
+            return tv__seterr(err, -ENOMEM, "out of memory (%zu parts of %zu bytes)", cp->nbuf,
+                              blen);
+    if (tv__sha256_init(&cp->whole))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    return 0;
+}
 
-    if (len <= part) { /* one PUT */
-        if (len) {
-            src_req(&k, &xs[0], bufs[0], (size_t)len, 0);
-            if ((rc = run(&k, &xs[0], 1, err)))
-                goto fail;
-            tv__sha256_update(&whole, bufs[0], (size_t)len);
-        }
-    } else {
-        store_req(&k, &xs[0], "POST", "?uploads=", NULL, 0);
-        if ((rc = run(&k, &xs[0], 1, err)))
-            goto fail;
-        xml_text(xs[0].body, "UploadId", id, sizeof(id));
-        if (!id[0]) {
-            rc = tv__seterr(err, -EPROTO, "POST %s: CreateMultipartUpload answered no UploadId",
-                            xs[0].url);
-            goto fail;
-        }
-        query_escape(id, k.upload_id_q, sizeof(k.upload_id_q));
-        created = true;
-        if (!(etags = calloc((size_t)nparts, sizeof(*etags)))) {
-            rc = tv__seterr(err, -ENOMEM, "out of memory");
-            goto fail;
-        }
-        for (uint64_t first = 0; first < nparts;) {
-            size_t nb = nparts - first < nbuf ? (size_t)(nparts - first) : nbuf;
-            x_free(xs, nbuf);
-            for (size_t i = 0; i < nb; i++) {
-                uint64_t off = (first + i) * part;
-                src_req(&k, &xs[i], bufs[i], (size_t)(len - off < part ? len - off : part), off);
-            }
-            if ((rc = run(&k, xs, nb, err)))
-                goto fail;
-            for (size_t i = 0; i < nb; i++)
-                tv__sha256_update(&whole, bufs[i], xs[i].len);
-            x_free(xs, nb);
-            for (size_t i = 0; i < nb; i++) {
-                uint64_t off = (first + i) * part;
-                snprintf(q, sizeof(q), "?partNumber=%llu&uploadId=%s",
-                         (unsigned long long)(first + i + 1), k.upload_id_q);
-                store_req(&k, &xs[i], "PUT", q, bufs[i],
-                          (size_t)(len - off < part ? len - off : part));
-            }
-            if ((rc = run(&k, xs, nb, err)))
-                goto fail;
-            for (size_t i = 0; i < nb; i++) {
-                if (!xs[i].etag[0]) {
-                    rc = tv__seterr(err, -EPROTO, "PUT %s: UploadPart answered no ETag", xs[i].url);
-                    goto fail;
-                }
-                snprintf(etags[first + i], ETAG_MAX, "%s", xs[i].etag);
-            }
-            first += nb;
-        }
+/* Bytes of part i (the last one may be short). */
+static size_t part_len(const copy *cp, uint64_t i)
+{
+    uint64_t off = i * cp->part;
+    return (size_t)(cp->len - off < cp->part ? cp->len - off : cp->part);
+}
+
+/* Parts [first, first + nb): their Range GETs at once, the bytes hashed in
+ * order, their UploadParts at once, their ETags kept. */
+static int copy_batch(copy *cp, uint64_t first, size_t nb, tv_error *err)
+{
+    ctx *k = &cp->k;
+    char q[sizeof(k->upload_id_q) + 64];
+    int rc;
+    x_free(cp->xs, cp->nbuf);
+    for (size_t i = 0; i < nb; i++)
+        src_req(k, &cp->xs[i], cp->bufs[i], part_len(cp, first + i), (first + i) * cp->part);
+    if ((rc = run(k, cp->xs, nb, err)))
+        return rc;
+    for (size_t i = 0; i < nb; i++)
+        tv__sha256_update(&cp->whole, cp->bufs[i], cp->xs[i].len);
+    x_free(cp->xs, nb);
+    for (size_t i = 0; i < nb; i++) {
+        snprintf(q, sizeof(q), "?partNumber=%llu&uploadId=%s", (unsigned long long)(first + i + 1),
+                 k->upload_id_q);
+        store_req(k, &cp->xs[i], "PUT", q, cp->bufs[i], part_len(cp, first + i));
     }
-    tv__sha256_final(&whole, got);
+    if ((rc = run(k, cp->xs, nb, err)))
+        return rc;
+    for (size_t i = 0; i < nb; i++) {
+        if (!cp->xs[i].etag[0])
+            return tv__seterr(err, -EPROTO, "PUT %s: UploadPart answered no ETag", cp->xs[i].url);
+        snprintf(cp->etags[first + i], ETAG_MAX, "%s", cp->xs[i].etag);
+    }
+    return 0;
+}
+
+/* CreateMultipartUpload, then every part in batches of nbuf. */
+static int copy_multipart(copy *cp, tv_error *err)
+{
+    ctx *k = &cp->k;
+    char id[UPLOAD_ID];
+    int rc;
+    store_req(k, &cp->xs[0], "POST", "?uploads=", NULL, 0);
+    if ((rc = run(k, &cp->xs[0], 1, err)))
+        return rc;
+    xml_text(cp->xs[0].body, "UploadId", id, sizeof(id));
+    if (!id[0])
+        return tv__seterr(err, -EPROTO, "POST %s: CreateMultipartUpload answered no UploadId",
+                          cp->xs[0].url);
+    query_escape(id, k->upload_id_q, sizeof(k->upload_id_q));
+    cp->created = true;
+    if (!(cp->etags = calloc((size_t)cp->nparts, sizeof(*cp->etags))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (uint64_t first = 0; first < cp->nparts;) {
+        size_t nb = cp->nparts - first < cp->nbuf ? (size_t)(cp->nparts - first) : cp->nbuf;
+        if ((rc = copy_batch(cp, first, nb, err)))
+            return rc;
+        first += nb;
+    }
+    return 0;
+}
+
+/* The whole hash checked against want (when check), then the one PUT or
+ * CompleteMultipartUpload: nothing becomes an object before. */
+static int copy_finish(copy *cp, const char *sha256, const uint8_t want[32], bool check,
+                       tv_error *err)
+{
+    ctx *k = &cp->k;
+    uint8_t got[32];
+    char got_hex[65], q[sizeof(k->upload_id_q) + 64];
+    char *xml = NULL;
+    int rc;
+    tv__sha256_final(&cp->whole, got);
     tv__hex_encode(got, 32, false, got_hex);
-    if (check && memcmp(got, want, 32) != 0) {
-        rc = tv__seterr(
+    if (check && memcmp(got, want, 32) != 0)
+        return tv__seterr(
             err, TV_E_HASH_MISMATCH,
             "GET %s: its %llu bytes hash to sha256:%s, not the expected sha256:%.64s; nothing was uploaded to %s",
-            src_url, (unsigned long long)len, got_hex, sha256, k.what);
-        goto fail;
-    }
-    x_free(xs, nbuf);
-    if (len <= part) {
-        store_req(&k, &xs[0], "PUT", "", bufs[0], (size_t)len);
+            cp->src_url, (unsigned long long)cp->len, got_hex, sha256, k->what);
+    x_free(cp->xs, cp->nbuf);
+    if (cp->len <= cp->part) {
+        store_req(k, &cp->xs[0], "PUT", "", cp->bufs[0], (size_t)cp->len);
     } else {
-        if (!(xml = complete_xml(etags, nparts))) {
-            rc = tv__seterr(err, -ENOMEM, "out of memory");
-            goto fail;
-        }
-        snprintf(q, sizeof(q), "?uploadId=%s", k.upload_id_q);
-        store_req(&k, &xs[0], "POST", q, (uint8_t *)xml, strlen(xml));
+        if (!(xml = complete_xml(cp->etags, cp->nparts)))
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        snprintf(q, sizeof(q), "?uploadId=%s", k->upload_id_q);
+        store_req(k, &cp->xs[0], "POST", q, (uint8_t *)xml, strlen(xml));
     }
-    if ((rc = run(&k, &xs[0], 1, err)))
-        goto fail;
-    created = false; /* completed */
-fail:
-    if (rc && created)
-        abort_upload(&k, rc == TV_E_CANCELLED);
-    tv__sha256_free(&whole);
-    if (xs)
-        x_free(xs, nbuf);
-    free(xs);
-    for (size_t i = 0; bufs && i < nbuf; i++)
-        free(bufs[i]);
-    free(bufs);
-    free(etags);
+    if (!(rc = run(k, &cp->xs[0], 1, err)))
+        cp->created = false; /* completed */
     free(xml);
-    ctx_free(&k);
+    return rc;
+}
+
+int tv__s3_copy_from_url(const tv__s3put_opts *o, const char *src_url, const char *src_bearer,
+                         uint64_t len, const char *sha256, const char *s3_url, tv_error *err)
+{
+    copy cp = {.src_url = src_url, .len = len};
+    uint8_t want[32];
+    bool check = false;
+    int rc;
+    if ((rc = copy_prepare(&cp, o, src_url, src_bearer, sha256, s3_url, want, &check, err)))
+        goto out;
+    if (len <= cp.part) { /* one PUT */
+        if (len) {
+            src_req(&cp.k, &cp.xs[0], cp.bufs[0], (size_t)len, 0);
+            if ((rc = run(&cp.k, &cp.xs[0], 1, err)))
+                goto out;
+            tv__sha256_update(&cp.whole, cp.bufs[0], (size_t)len);
+        }
+    } else if ((rc = copy_multipart(&cp, err))) {
+        goto out;
+    }
+    rc = copy_finish(&cp, sha256, want, check, err);
+out:
+    if (rc && cp.created)
+        abort_upload(&cp.k, rc == TV_E_CANCELLED);
+    tv__sha256_free(&cp.whole);
+    if (cp.xs)
+        x_free(cp.xs, cp.nbuf);
+    free(cp.xs);
+    for (size_t i = 0; cp.bufs && i < cp.nbuf; i++)
+        free(cp.bufs[i]);
+    free(cp.bufs);
+    free(cp.etags);
+    ctx_free(&cp.k);
     return rc;
 }

@@ -10,7 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "import/source.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 #include "tensorvault/errors.h"
 
 #define TV__S3PUT_DEFAULT_PART     (64ull << 20) /* bytes per part */
@@ -22,7 +23,7 @@
 #define TV__S3PUT_MAX_PARALLEL     64
 
 typedef struct tv__s3put_opts {
-    tv__src_s3_opts s3; /* import/source.h: endpoint, region, keys, token */
+    tv__s3_opts s3;     /* httpc/url.h: endpoint, region, keys, token */
     const char *proxy;  /* CURLOPT_PROXY; NULL/"" = libcurl's default */
     uint64_t part_len;  /* multipart part size; 0 = 64 MiB; >= 5 MiB (S3's minimum) */
     unsigned retries;   /* per request after the first try (0 = 4), backoff 100 ms doubling */

@@ -1,16 +1,17 @@
-/* The api's frame: open and close, the store pools, the router (raw path
- * split on '/', each segment percent-decoded, so an encoded '/' never
- * splits), authorisation, the status table, query and body parsing.
+/* The api's frame: open and close, the router (raw path split on '/', each
+ * segment percent-decoded, so an encoded '/' never splits; the query
+ * decoded the same way), authorisation, and the dispatch that turns a
+ * handler's result or error into the response. The routes live in one file
+ * per resource (api_models.c, api_generations.c, ...), the helpers they
+ * share in api_common.c (api_internal.h says which file is which and the
+ * order they call one another in).
  *
  * Invariants: every request leaves with a filled response and every pooled
  * handle it took returned; a decoded segment or query value never holds a
  * NUL (a %00 is refused), so it is a C string; authorisation runs before
  * any parameter is parsed or the registry is read for the route. */
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,10 @@
 #include <openssl/crypto.h>
 #include <time.h>
 
-#include "fastpath/access.h"
 #include "fleet/mover.h"
 #include "http/api_internal.h"
 #include "util/hex.h"
 #include "util/internal.h"
-
-uint64_t tv__api_whole_body_max = TV__API_WHOLE_DEFAULT;
 
 static int64_t mono_s(void)
 {
@@ -33,87 +31,10 @@ static int64_t mono_s(void)
     return (int64_t)ts.tv_sec;
 }
 
-/* ---- status table --------------------------------------------------------- */
-
-int tv__api_http_status(int code)
-{
-    /* The checkpoint parser's codes: TV_E_FILE_SHORT .. TV_E_ST_INT_RANGE and
-     * TV_E_IDX_JSON .. TV_E_IDX_TOO_MANY_SHARDS (an invalid checkpoint). */
-    if ((code <= TV_E_FILE_SHORT && code >= TV_E_ST_INT_RANGE) ||
-        (code <= TV_E_IDX_JSON && code >= TV_E_IDX_TOO_MANY_SHARDS))
-        return 422;
-    switch (code) {
-    case 0:
-        return 200;
-    case TV_E_BAD_REQUEST:
-    case TV_E_INVALID_ARG:
-    case TV_E_NAME:
-        return 400;
-    case TV_E_UNAUTHORIZED:
-        return 401;
-    case TV_E_FORBIDDEN:
-    case TV_E_OUTSIDE_ROOTS:
-    case TV_E_PEER_DENIED:
-        return 403;
-    case TV_E_NOT_FOUND:
-    case TV_E_CKPT_NOT_FOUND:
-    case -ENOENT:
-        return 404;
-    case TV_E_STATE:
-    case TV_E_CONFLICT:
-    case TV_E_LEASED:
-    case -EEXIST:
-        return 409;
-    case TV_E_TOO_LARGE:
-        return 413;
-    case TV_E_RANGE:
-        return 416;
-    case TV_E_BUSY:
-    case TV_E_LOCKED:
-        return 503;
-    case TV_E_NO_SPACE:
-        return 507;
-    default:
-        return 500;
-    }
-}
-
-json_t *tv__api_error_json(int code, const char *message)
-{
-    /* The message may quote request bytes that are not UTF-8. */
-    return json_pack("{s:{s:s,s:o,s:i}}", "error", "code", tv_err_name(code), "message",
-                     tv__api_jstr(message && *message ? message : tv_strerror(code)), "errno",
-                     code);
-}
-
 /* ---- responses ------------------------------------------------------------ */
 
-void tv__api_header(tv__api_resp *r, const char *name, const char *fmt, ...)
-{
-    size_t used = strlen(r->headers);
-    char value[384];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(value, sizeof value, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof value)
-        return;
-    int m = snprintf(r->headers + used, sizeof r->headers - used, "%s: %s\r\n", name, value);
-    if (m < 0 || (size_t)m >= sizeof r->headers - used)
-        r->headers[used] = '\0'; /* never a partial line */
-}
-
-int tv__api_reply(tv__api_ctx *c, int status, json_t *doc)
-{
-    if (!doc)
-        return tv__seterr(&c->err, -ENOMEM, "out of memory building the response");
-    json_decref(c->resp->json);
-    c->resp->json = doc;
-    c->resp->status = status;
-    c->resp->content_type = "application/json";
-    return 0;
-}
-
+/* The error document for code (status), replacing whatever the handler had
+ * put in the response. */
 static void reply_error(tv__api_ctx *c, int status, int code, const char *msg)
 {
     tv__api_resp *r = c->resp;
@@ -135,32 +56,7 @@ static void reply_error(tv__api_ctx *c, int status, int code, const char *msg)
         tv__api_header(r, "Retry-After", "1");
 }
 
-void tv__api_resp_free(tv__api_resp *resp)
-{
-    if (!resp)
-        return;
-    tv__api_later_abandon(resp->later);
-    resp->later = NULL;
-    if (resp->body_release)
-        resp->body_release(resp->body_owner);
-    else
-        free(resp->body);
-    resp->body = NULL;
-    resp->body_len = 0;
-    resp->body_release = NULL;
-    resp->body_owner = NULL;
-    json_decref(resp->json);
-    resp->json = NULL;
-    if (resp->stream_release)
-        resp->stream_release(resp->stream_state);
-    else
-        free(resp->stream_state);
-    resp->stream_state = NULL;
-    resp->stream_release = NULL;
-    resp->stream = false;
-}
-
-/* ---- open / close and the pools ------------------------------------------- */
+/* ---- open / close ----------------------------------------------------------- */
 
 int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_error *err)
 {
@@ -266,61 +162,11 @@ void tv__api_close(tv__api *api)
     free(api);
 }
 
-int tv__api_reader(tv__api_ctx *c, tv__reg **reg)
-{
-    tv__api *api = c->api;
-    if (!c->rd) {
-        pthread_mutex_lock(&api->pool_mu);
-        if (api->n_readers)
-            c->rd = api->readers[--api->n_readers];
-        pthread_mutex_unlock(&api->pool_mu);
-    }
-    if (!c->rd) {
-        int rc = tv__store_open(api->store_dir, 0, &c->rd, &c->err);
-        if (rc)
-            return rc;
-    }
-    *reg = c->rd->reg;
-    return 0;
-}
-
-void tv__api_reader_put(tv__api *api, tv__store *st)
-{
-    if (!st)
-        return;
-    /* A reader left inside a transaction by a failed call is not reused. */
-    if (tv__reg_tx_depth(st->reg) == 0) {
-        pthread_mutex_lock(&api->pool_mu);
-        if (api->n_readers < TV__API_READER_POOL) {
-            api->readers[api->n_readers++] = st;
-            st = NULL;
-        }
-        pthread_mutex_unlock(&api->pool_mu);
-    }
-    tv__store_close(st);
-}
-
+/* Gives the request's reader store back to the pool. */
 static void reader_release(tv__api_ctx *c)
 {
     tv__api_reader_put(c->api, c->rd);
     c->rd = NULL;
-}
-
-int tv__api_writer_lock(tv__api_ctx *c, tv__store **st)
-{
-    if (!c->api->writer)
-        return tv__seterr(
-            &c->err, TV_E_STATE,
-            "store %s is open read-only here: this call needs the writer (run it against tensorvaultd, or as a writer command)",
-            c->api->store_dir);
-    pthread_mutex_lock(&c->api->writer_mu);
-    *st = c->api->writer;
-    return 0;
-}
-
-void tv__api_writer_unlock(tv__api_ctx *c)
-{
-    pthread_mutex_unlock(&c->api->writer_mu);
 }
 
 /* ---- percent-decoding ----------------------------------------------------- */
@@ -576,43 +422,7 @@ static int authorize(tv__api_ctx *c, tv__scope need)
             : "this call needs a token (Authorization: Bearer <token>): tokenless reads are allowed to local users only (http.anonymous_reads)");
 }
 
-/* ---- access ----------------------------------------------------------------- */
-
-bool tv__api_sees_all(const tv__api_ctx *c)
-{
-    return c->req->trusted || c->scope == TV__SCOPE_ADMIN;
-}
-
-int tv__api_may_read(tv__api_ctx *c, const char *model)
-{
-    const tv__api_req *q = c->req;
-    if (tv__api_sees_all(c))
-        return 0;
-    if (c->scope != TV__SCOPE_READ)
-        return tv__seterr(&c->err, TV_E_FORBIDDEN, "this token may not read model '%.256s'", model);
-    if (!c->api->access)
-        return 0;
-    tv__access_peer p = {0};
-    if (c->has_token) {
-        p.token = c->token.name;
-    } else if (q->peer && q->peer->local) {
-        p.local = true;
-        p.uid = q->peer->uid;
-        p.gids = q->peer->gids;
-        p.n_gids = q->peer->n_gids;
-    }
-    return tv__access_check_peer(c->api->access, model, &p, &c->err);
-}
-
-bool tv__api_can_read(tv__api_ctx *c, const char *model)
-{
-    tv_error keep = c->err;
-    bool ok = tv__api_may_read(c, model) == 0;
-    c->err = keep;
-    return ok;
-}
-
-/* ---- query ------------------------------------------------------------------ */
+/* ---- query parsing ---------------------------------------------------------- */
 
 static int parse_query(tv__api_ctx *c)
 {
@@ -649,177 +459,6 @@ static int parse_query(tv__api_ctx *c)
             break;
         q = e + 1;
     }
-    return 0;
-}
-
-int tv__api_query_allow(tv__api_ctx *c, const char *const *allowed)
-{
-    for (size_t i = 0; i < c->n_query; i++) {
-        bool ok = false;
-        for (size_t j = 0; allowed && allowed[j]; j++)
-            ok = ok || !strcmp(allowed[j], c->qk[i]);
-        if (!ok)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "unknown query parameter '%.100s'",
-                              c->qk[i]);
-    }
-    return 0;
-}
-
-const char *tv__api_query(const tv__api_ctx *c, const char *name)
-{
-    for (size_t i = 0; i < c->n_query; i++)
-        if (!strcmp(c->qk[i], name))
-            return c->qv[i];
-    return NULL;
-}
-
-int tv__api_query_limit(tv__api_ctx *c, size_t *limit)
-{
-    const char *s = tv__api_query(c, "limit");
-    *limit = TV__API_LIMIT_DEFAULT;
-    if (!s)
-        return 0;
-    size_t v = 0, n = strlen(s);
-    bool ok = n >= 1 && n <= 4 && s[0] != '0';
-    for (size_t i = 0; ok && i < n; i++) {
-        ok = s[i] >= '0' && s[i] <= '9';
-        v = v * 10 + (size_t)(s[i] - '0');
-    }
-    if (!ok || v < 1 || v > TV__API_LIMIT_MAX)
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "bad limit '%.40s': an integer from 1 to %d",
-                          s, TV__API_LIMIT_MAX);
-    *limit = v;
-    return 0;
-}
-
-char *tv__api_cursor_make(char kind, const char *key, size_t key_len)
-{
-    char *s = malloc(2 * key_len + 2);
-    if (!s)
-        return NULL;
-    s[0] = kind;
-    tv__hex_encode((const uint8_t *)key, key_len, false, s + 1);
-    return s;
-}
-
-int tv__api_cursor_get(tv__api_ctx *c, char kind, char **key, size_t *key_len)
-{
-    const char *s = tv__api_query(c, "cursor");
-    *key = NULL;
-    *key_len = 0;
-    if (!s)
-        return 0;
-    size_t n = strlen(s);
-    if (n < 3 || n > TV__API_CURSOR_MAX || s[0] != kind || (n - 1) % 2)
-        goto bad;
-    size_t kl = (n - 1) / 2;
-    char *k = malloc(kl + 1);
-    if (!k)
-        return tv__seterr(&c->err, -ENOMEM, "out of memory");
-    if (tv__hex_decode(s + 1, n - 1, (uint8_t *)k, kl) || memchr(k, '\0', kl)) {
-        free(k);
-        goto bad;
-    }
-    k[kl] = '\0';
-    *key = k;
-    *key_len = kl;
-    return 0;
-bad:
-    return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                      "malformed cursor '%.60s' (pass next_cursor of the previous page as it is)",
-                      s);
-}
-
-/* ---- body ------------------------------------------------------------------- */
-
-int tv__api_body(tv__api_ctx *c, const char *const *allowed, bool empty_ok, json_t **obj)
-{
-    const tv__api_req *q = c->req;
-    *obj = NULL;
-    const char *ct = q->content_type;
-    if (ct && *ct) {
-        size_t l = strcspn(ct, ";");
-        while (l && (ct[l - 1] == ' ' || ct[l - 1] == '\t'))
-            l--;
-        while (l && (*ct == ' ' || *ct == '\t'))
-            ct++, l--;
-        if (l != strlen("application/json") || strncasecmp(ct, "application/json", l))
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                              "Content-Type '%.80s' is not application/json", q->content_type);
-    }
-    if (q->body_len > c->api->max_body_bytes)
-        return tv__seterr(&c->err, TV_E_TOO_LARGE,
-                          "request body of %zu bytes is over the limit of %zu bytes", q->body_len,
-                          c->api->max_body_bytes);
-    if (!q->body || q->body_len == 0) {
-        if (!empty_ok)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "this call needs a JSON object body");
-        *obj = json_object();
-        return *obj ? 0 : tv__seterr(&c->err, -ENOMEM, "out of memory");
-    }
-    json_error_t je;
-    json_t *o = json_loadb(q->body, q->body_len, JSON_REJECT_DUPLICATES, &je);
-    if (!o)
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                          "body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
-                          je.column);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "body must be a JSON object");
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v)
-    {
-        bool ok = false;
-        for (size_t j = 0; allowed && allowed[j]; j++)
-            ok = ok || !strcmp(allowed[j], k);
-        if (!ok) {
-            int rc = tv__seterr(&c->err, TV_E_BAD_REQUEST, "unknown field '%.100s' in the body", k);
-            json_decref(o);
-            return rc;
-        }
-    }
-    *obj = o;
-    return 0;
-}
-
-int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required, const char **out)
-{
-    json_t *v = json_object_get(o, name);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
-        return 0;
-    }
-    if (!json_is_string(v))
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a string", name);
-    *out = json_string_value(v);
-    return 0;
-}
-
-int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out)
-{
-    json_t *v = json_object_get(o, name);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a boolean", name);
-    *out = json_is_true(v);
-    return 0;
-}
-
-int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out)
-{
-    json_t *v = json_object_get(o, name);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
-        return 0;
-    }
-    if (!json_is_integer(v))
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be an integer", name);
-    *out = (int64_t)json_integer_value(v);
     return 0;
 }
 

@@ -33,7 +33,7 @@
 
 #include <jansson.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "http/peer.h"
 #include "registry/registry.h"
 #include "store/store.h"
@@ -165,10 +165,12 @@ void tv__api_later_expire(tv__api_later *l, int64_t now_ms, bool force);
 void tv__api_later_take(tv__api_resp *resp);
 void tv__api_later_wait(tv__api_resp *resp);
 
-/* The HTTP status for a return code (API9 "Status for a TV_E_* code"). */
+/* The HTTP status for a return code (docs/openapi.yaml: 400 for a bad
+ * request, 404 not found, 409 a state conflict, 503 busy, ...). */
 int tv__api_http_status(int code);
 
-/* The schema renderers (API9 "Objects"), also used by the CLI printers.
+/* The schema renderers (the objects of docs/openapi.yaml, api_render.c),
+ * also used by the CLI printers.
  * Each returns a new reference, NULL only on -ENOMEM. */
 json_t *tv__api_error_json(int code, const char *message);
 /* A JSON string of s; bytes that are not UTF-8 become U+FFFD. NULL s is null. */

@@ -1,7 +1,18 @@
-/* Internals shared by the api's files (api.c: open, pools, router, auth,
- * parsing; api_render.c: the schema renderers; api_routes.c: the registry
- * routes; api_data.c: tensor bytes and the shared byte bodies; api_blobs.c:
- * content-addressed blobs; api_jobs.c: imports, verify and jobs).
+/* Internals shared by the api's files. They call one another one way
+ * (scripts/check, the rooms rule), bottom first:
+ *   api_render.c   the schema renderers, the status table, the error document
+ *   api_later.c    answers given later by another thread
+ *   api_common.c   what every route shares: reply and headers, the pooled
+ *                  reader store and the writer lock, access, query, cursors,
+ *                  body fields, path ids, generation specs
+ *   api_cache.c    Shard and single-tensor documents of ready generations
+ *   api_bytes.c    byte bodies: ETag, Range, whole or streamed
+ *   api_handles.c  the data route's pool of open tv_model handles
+ *   api_<resource>.c  the routes, one file per resource (system, devices,
+ *                  models, generations, aliases, tensors, jobs, tokens,
+ *                  sessions, blobs, fleet): each calls only the files above,
+ *                  never another route's file
+ *   api.c          open and close, the router, authorisation, the dispatch
  * Invariant: a handler either returns 0 with the response document set
  * (tv__api_reply) or returns an error code with c->err filled; the
  * dispatcher renders errors, so no handler builds an error document. */
@@ -160,6 +171,21 @@ int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required
 int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out);
 int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out);
 
+/* A request that takes no body: nothing, or an empty JSON object. */
+int tv__api_no_body(tv__api_ctx *c);
+/* Path parameter i as an id from 1; TV_E_BAD_REQUEST naming what (a
+ * "device id", a "token id"). */
+int tv__api_path_id(tv__api_ctx *c, size_t i, const char *what, int64_t *id);
+/* next_cursor of a page: the cursor of key (tv__api_cursor_make) when more
+ * follow, else null. NULL on -ENOMEM. */
+json_t *tv__api_cursor_json(bool more, char kind, const char *key, size_t key_len);
+
+/* The active generation of model as readers open it (tv__store_settled_active:
+ * an activation interrupted after its pointer rename counts as done), or
+ * registry_active when no reader store is held or the api has a writer
+ * (whose registry is settled: its open completed any interrupted
+ * activation and every later one goes through this process). */
+int tv__api_settled(tv__api_ctx *c, const char *model, int64_t registry_active, int64_t *active);
 /* A generation spec from a path ("3", "prod", "active") -> number. */
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number);
 /* The generation row of a spec ("3", "prod", "active"). */
@@ -169,12 +195,18 @@ int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char 
 int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_alias **out,
                     size_t *n);
 
+/* Reads [off, off + len) of tensor name of (model, gen) into dest through
+ * the handle pool (api_handles.c). TV_E_NOT_FOUND (no such tensor);
+ * TV_E_RANGE (past its end); tv_model_open's and the read's errors. */
+int tv__api_model_read(tv__api *api, const char *model, int64_t gen, const char *name, uint64_t off,
+                       uint64_t len, uint8_t *dest, tv_error *err);
+
 /* Reads [off, off + len) of a byte body's source into dest: 0 or an error
  * with err filled. */
 typedef int (*tv__api_bytes_read_fn)(void *src, uint64_t off, uint64_t len, uint8_t *dest,
                                      tv_error *err);
-/* Answers n bytes read by read_fn(src, ...) (api_data.c; the tensor data and
- * blob routes): ETag etag (quoted) and Accept-Ranges; If-None-Match that
+/* Answers n bytes read by read_fn(src, ...) (api_bytes.c; the tensor data
+ * and blob routes): ETag etag (quoted) and Accept-Ranges; If-None-Match that
  * matches -> 304; one satisfiable Range -> 206 with Content-Range;
  * unsatisfiable or malformed -> TV_E_RANGE (416, Content-Range: bytes * /n);
  * several ranges or another unit -> 200 whole. The body is read now (whole
@@ -188,7 +220,8 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                         const char *what);
 
 /* The renderers of api_render.c not in api.h. */
-json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+/* status: tv__store_device_status's word; message: why, when not "ok". */
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, const char *status,
                             const char *message);
 /* shard: the tensor's Shard object for the single-tensor form (file_offset,
  * replicas), NULL for the list form. */
@@ -265,7 +298,7 @@ int tv__api_h_blob(tv__api_ctx *c);
  * real path of what was opened. Without roots (local mode) *real is
  * realpath(source) and *held NULL: the job opens it by path. Errors:
  * -ENOENT, TV_E_FORBIDDEN, TV_E_OUTSIDE_ROOTS, TV_E_BAD_REQUEST. An
- * http(s):// or s3:// source is kept as given when it parses (import/url.h:
+ * http(s):// or s3:// source is kept as given when it parses (httpc/url.h:
  * userinfo, a query, dot segments are 400) and lies under a prefix of
  * import.origins (else 403 TV_E_OUTSIDE_ROOTS; any URL when the api has no
  * roots). *real is malloc'd. */
@@ -273,7 +306,7 @@ struct tv__src_local;
 int tv__api_source_check(tv__api *api, const char *source, char **real, struct tv__src_local **held,
                          tv_error *err);
 
-/* The data route's model pool (api_data.c); closes every handle. */
+/* The data route's model pool (api_handles.c); closes every handle. */
 void tv__api_models_close(tv__api *api);
 /* Closes the idle pooled handles of model (NULL = every model): each holds
  * a reader lease on its generation's snapshot, which would keep gc from

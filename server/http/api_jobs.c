@@ -1,6 +1,6 @@
 /* The job routes: POST /v1/imports and /v1/verify (queued on the daemon's
  * pool, or run inline in local mode, which waits), the jobs list, one job,
- * cancel; and the Job renderer.
+ * cancel (the Job document is api_render.c's).
  * Invariants: with import roots, a local import source is opened when the
  * request is checked, before anything is queued, and what was opened must
  * lie under an import root by whole path components (so "/data2" is not
@@ -21,64 +21,12 @@
 #include "http/api_internal.h"
 #include "import/import.h"
 #include "import/source.h"
-#include "import/url.h"
+#include "httpc/url.h"
 #include "util/internal.h"
 
 /* The cancel route looks at the row this long (x 10 ms) for the end state,
  * then answers the row as it is: it never waits on the job's work. */
 #define CANCEL_WAIT_POLLS 50
-
-/* ---- the Job object -------------------------------------------------------------- */
-
-static json_t *str_or_null(const char *s)
-{
-    return s && *s ? tv__api_jstr(s) : json_null();
-}
-
-static json_t *int_or_null(int64_t v)
-{
-    return v ? json_integer(v) : json_null();
-}
-
-json_t *tv__api_job_json(const tv__reg_job *j)
-{
-    const char *state = tv__job_state_name(j->state), *kind = tv__job_kind_name(j->kind);
-    json_t *err = json_null(), *result = json_null(), *eta = json_null();
-    if (j->error_errno || j->error_code[0])
-        err = json_pack("{s:s,s:o,s:i}", "code",
-                        j->error_code[0] ? j->error_code : tv_err_name(j->error_errno), "message",
-                        tv__api_jstr(j->error[0] ? j->error : tv_strerror(j->error_errno)), "errno",
-                        j->error_errno);
-    if (j->result_json) {
-        json_error_t je;
-        json_t *r = json_loads(j->result_json, 0, &je);
-        if (r && json_is_object(r)) {
-            json_decref(result);
-            result = r;
-        } else {
-            json_decref(r);
-        }
-    }
-    if (j->state == TV__JOB_RUNNING && j->rate_bytes_per_s > 0 && j->bytes_total >= j->bytes_done)
-        eta = json_real((double)(j->bytes_total - j->bytes_done) / j->rate_bytes_per_s);
-    if (!err || !eta)
-        goto fail;
-    json_t *o = json_pack(
-        "{s:I,s:s,s:s,s:o,s:o,s:b,s:o,s:b,s:o,s:I,s:I,s:f,s:o,s:o,s:o,s:I,s:o,s:o,s:o}", "id",
-        (json_int_t)j->id, "kind", kind ? kind : "import", "state", state ? state : "failed",
-        "model", str_or_null(j->model), "source", str_or_null(j->source), "activate", j->activate,
-        "alias", str_or_null(j->alias), "strict", j->strict, "step", str_or_null(j->step),
-        "bytes_done", (json_int_t)j->bytes_done, "bytes_total", (json_int_t)j->bytes_total,
-        "rate_bytes_per_s", j->rate_bytes_per_s, "eta_seconds", eta, "error", err, "generation",
-        int_or_null(j->generation), "created_at", (json_int_t)j->created_at, "started_at",
-        int_or_null(j->started_at), "finished_at", int_or_null(j->finished_at), "result", result);
-    return o; /* json_pack's "o" steals err, eta and result even on failure */
-fail:
-    json_decref(err);
-    json_decref(eta);
-    json_decref(result);
-    return NULL;
-}
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
@@ -90,7 +38,6 @@ static int job_id(tv__api_ctx *c, int64_t *id)
     return 0;
 }
 
-/* Answers status with the job row id (read from reg). */
 /* What a peer may see of a job: an import of a model it may read, or a
  * verify job without its result (which names objects of every model);
  * the CLI's local mode and admin tokens see every job whole. Returns
@@ -106,6 +53,7 @@ static bool job_visible(tv__api_ctx *c, tv__reg_job *j)
     return true;
 }
 
+/* Answers status with the job row id (read from reg). */
 static int job_reply(tv__api_ctx *c, tv__reg *reg, int64_t id, int status)
 {
     tv__reg_job j = {0};

@@ -45,7 +45,10 @@ static void unref(tv__api_later *l)
     pthread_mutex_unlock(&l->mu);
     if (!last)
         return;
-    tv__api_resp_free(&l->resp);
+    /* An answer is a status, headers and a JSON document (answer()), never
+     * a body, a stream or a later of its own: its document is all there is
+     * to free. */
+    json_decref(l->resp.json);
     pthread_cond_destroy(&l->cond);
     pthread_mutex_destroy(&l->mu);
     free(l);

@@ -1,20 +1,76 @@
-/* The schema renderers: one function per API9.md object, used by every
- * route and by the CLI's printers, so that a field has one name, one type
- * and one shape everywhere (docs/openapi.yaml).
+/* The schema renderers: one function per object of docs/openapi.yaml, used
+ * by every route and by the CLI's printers, so that a field has one name,
+ * one type and one shape everywhere; and the status table with the error
+ * document, the one form of every failure.
  * Invariants: "none" is JSON null (never 0 or ""); byte quantities come
- * from uint64_t values the registry keeps at most INT64_MAX. */
+ * from uint64_t values the registry keeps at most INT64_MAX; every return
+ * code has one HTTP status (tv__api_http_status). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "dev/dev.h"
 #include "fastpath/fastpath.h"
 #include "http/api_internal.h"
 
 #ifndef TV__BUILD_GIT /* set by server/CMakeLists.txt: git describe at configure time */
 #define TV__BUILD_GIT "unknown"
 #endif
+
+/* ---- errors -------------------------------------------------------------- */
+
+int tv__api_http_status(int code)
+{
+    /* The checkpoint parser's codes: TV_E_FILE_SHORT .. TV_E_ST_INT_RANGE and
+     * TV_E_IDX_JSON .. TV_E_IDX_TOO_MANY_SHARDS (an invalid checkpoint). */
+    if ((code <= TV_E_FILE_SHORT && code >= TV_E_ST_INT_RANGE) ||
+        (code <= TV_E_IDX_JSON && code >= TV_E_IDX_TOO_MANY_SHARDS))
+        return 422;
+    switch (code) {
+    case 0:
+        return 200;
+    case TV_E_BAD_REQUEST:
+    case TV_E_INVALID_ARG:
+    case TV_E_NAME:
+        return 400;
+    case TV_E_UNAUTHORIZED:
+        return 401;
+    case TV_E_FORBIDDEN:
+    case TV_E_OUTSIDE_ROOTS:
+    case TV_E_PEER_DENIED:
+        return 403;
+    case TV_E_NOT_FOUND:
+    case TV_E_CKPT_NOT_FOUND:
+    case -ENOENT:
+        return 404;
+    case TV_E_STATE:
+    case TV_E_CONFLICT:
+    case TV_E_LEASED:
+    case -EEXIST:
+        return 409;
+    case TV_E_TOO_LARGE:
+        return 413;
+    case TV_E_RANGE:
+        return 416;
+    case TV_E_BUSY:
+    case TV_E_LOCKED:
+        return 503;
+    case TV_E_NO_SPACE:
+        return 507;
+    default:
+        return 500;
+    }
+}
+
+json_t *tv__api_error_json(int code, const char *message)
+{
+    /* The message may quote request bytes that are not UTF-8. */
+    return json_pack("{s:{s:s,s:o,s:i}}", "error", "code", tv_err_name(code), "message",
+                     tv__api_jstr(message && *message ? message : tv_strerror(code)), "errno",
+                     code);
+}
+
+/* ---- objects ------------------------------------------------------------- */
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
@@ -94,18 +150,7 @@ static json_t *done(json_t *o, bool ok)
     return o;
 }
 
-static const char *device_status(int drc)
-{
-    if (drc == 0)
-        return "ok";
-    if (drc == -ENOENT)
-        return "missing";
-    if (drc == TV_E_DEVICE_MISMATCH)
-        return "mismatch";
-    return "error";
-}
-
-json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, int drc,
+json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, const char *status,
                             const char *message)
 {
     json_t *o = json_object();
@@ -126,8 +171,8 @@ json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, 
         put(o, "largest_free_bytes", jint(sp->largest_free_len)) &&
         put(o, "n_objects", jint(sp->n_used)) &&
         put(o, "identity", ident ? ident : json_object()) &&
-        put(o, "status", tv__api_jstr(device_status(drc))) &&
-        put(o, "message", tv__api_jstr(drc && message ? message : ""));
+        put(o, "status", tv__api_jstr(status)) &&
+        put(o, "message", tv__api_jstr(strcmp(status, "ok") && message ? message : ""));
     return done(o, ok);
 }
 
@@ -315,4 +360,54 @@ json_t *tv__api_session_json(const tv__fp_session_info *s)
          put(o, "requests_done", jint(s->requests_done)) &&
          put(o, "slots_held", jint(s->slots_held)) && put(o, "handles", hs);
     return done(o, ok);
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s && *s ? tv__api_jstr(s) : json_null();
+}
+
+static json_t *int_or_null(int64_t v)
+{
+    return v ? json_integer(v) : json_null();
+}
+
+json_t *tv__api_job_json(const tv__reg_job *j)
+{
+    const char *state = tv__job_state_name(j->state), *kind = tv__job_kind_name(j->kind);
+    json_t *err = json_null(), *result = json_null(), *eta = json_null();
+    if (j->error_errno || j->error_code[0])
+        err = json_pack("{s:s,s:o,s:i}", "code",
+                        j->error_code[0] ? j->error_code : tv_err_name(j->error_errno), "message",
+                        tv__api_jstr(j->error[0] ? j->error : tv_strerror(j->error_errno)), "errno",
+                        j->error_errno);
+    if (j->result_json) {
+        json_error_t je;
+        json_t *r = json_loads(j->result_json, 0, &je);
+        if (r && json_is_object(r)) {
+            json_decref(result);
+            result = r;
+        } else {
+            json_decref(r);
+        }
+    }
+    if (j->state == TV__JOB_RUNNING && j->rate_bytes_per_s > 0 && j->bytes_total >= j->bytes_done)
+        eta = json_real((double)(j->bytes_total - j->bytes_done) / j->rate_bytes_per_s);
+    if (!err || !eta)
+        goto fail;
+    json_t *o = json_pack(
+        "{s:I,s:s,s:s,s:o,s:o,s:b,s:o,s:b,s:o,s:I,s:I,s:f,s:o,s:o,s:o,s:I,s:o,s:o,s:o}", "id",
+        (json_int_t)j->id, "kind", kind ? kind : "import", "state", state ? state : "failed",
+        "model", str_or_null(j->model), "source", str_or_null(j->source), "activate", j->activate,
+        "alias", str_or_null(j->alias), "strict", j->strict, "step", str_or_null(j->step),
+        "bytes_done", (json_int_t)j->bytes_done, "bytes_total", (json_int_t)j->bytes_total,
+        "rate_bytes_per_s", j->rate_bytes_per_s, "eta_seconds", eta, "error", err, "generation",
+        int_or_null(j->generation), "created_at", (json_int_t)j->created_at, "started_at",
+        int_or_null(j->started_at), "finished_at", int_or_null(j->finished_at), "result", result);
+    return o; /* json_pack's "o" steals err, eta and result even on failure */
+fail:
+    json_decref(err);
+    json_decref(eta);
+    json_decref(result);
+    return NULL;
 }

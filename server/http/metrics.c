@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "fastpath/fastpath.h"
 #include "tensorvault/version.h"
 #include "util/internal.h"
@@ -35,7 +35,6 @@ typedef struct table {
 
 static table g_requests = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static table g_read_bytes = {.lock = PTHREAD_MUTEX_INITIALIZER};
-static _Atomic uint64_t g_import_bytes;
 static _Atomic(const tv__fp *) g_fp; /* the daemon's fast path, or NULL */
 
 /* Read latency histogram (seconds). */
@@ -110,11 +109,6 @@ void tv__metrics_read_bytes(const char *route, uint64_t n)
         atomic_fetch_add_explicit(&s->value, n, memory_order_relaxed);
 }
 
-void tv__metrics_import_bytes(uint64_t n)
-{
-    atomic_fetch_add_explicit(&g_import_bytes, n, memory_order_relaxed);
-}
-
 void tv__metrics_reset(void)
 {
     table *ts[] = {&g_requests, &g_read_bytes};
@@ -124,7 +118,6 @@ void tv__metrics_reset(void)
         memset(ts[t]->s, 0, sizeof(ts[t]->s));
         pthread_mutex_unlock(&ts[t]->lock);
     }
-    atomic_store(&g_import_bytes, 0);
     for (size_t b = 0; b <= N_BOUNDS; b++)
         atomic_store(&g_hist[b], 0);
     atomic_store(&g_hist_sum_ns, 0);
@@ -296,7 +289,7 @@ int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len)
             "# HELP tensorvault_imported_bytes_total Bytes written to devices by imports.\n"
             "# TYPE tensorvault_imported_bytes_total counter\n"
             "tensorvault_imported_bytes_total %" PRIu64 "\n",
-            atomic_load(&g_import_bytes));
+            tv__jobs_imported_bytes(jobs));
 
     fputs("# HELP tensorvault_read_bytes_total Tensor and blob bytes sent, by route.\n"
           "# TYPE tensorvault_read_bytes_total counter\n",

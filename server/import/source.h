@@ -21,7 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "import/url.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 
@@ -29,17 +30,8 @@
 #define TV__SRC_HTTP_DEFAULT_RETRIES 4
 #define TV__SRC_HTTP_DEFAULT_TIMEOUT 60          /* seconds */
 #define TV__SRC_HTTP_DEFAULT_RANGE   (16u << 20) /* bytes per Range request */
-/* S3-compatible object stores (s3.* in the daemon's config, else the
- * AWS_* environment). The strings are the caller's and outlive the
- * imports; NULL or "" = none (endpoint: https://s3.REGION.amazonaws.com;
- * region: us-east-1). The secret is never logged nor put in a message. */
-typedef struct tv__src_s3_opts {
-    const char *endpoint, *region;
-    const char *access_key_id, *secret_access_key, *session_token;
-} tv__src_s3_opts;
-
 typedef struct tv__src_http_opts {
-    tv__src_s3_opts s3; /* s3:// sources */
+    tv__s3_opts s3;     /* s3:// sources (httpc/url.h) */
     const char *proxy;  /* CURLOPT_PROXY for every request; NULL or "" = libcurl's default */
     unsigned retries;   /* per range, after the first try; backoff 100 ms doubling, <= 6.4 s */
     unsigned timeout_s; /* connect, and no byte for this long (0: default) */

@@ -1,4 +1,4 @@
-/* Import sources on an HTTP(S) origin (source.h, url.h).
+/* Import sources on an HTTP(S) origin (source.h; httpc/url.h, httpc/httpc.h).
  *
  * A URL names a checkpoint three ways: ending in ".safetensors" (one
  * shard), in ".index.json" (a Hugging Face index; its shards are fetched
@@ -54,7 +54,8 @@
 #include <time.h>
 
 #include "import/source.h"
-#include "import/url.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 
 #define POOL_MAX 32 /* idle handles kept: 2 readers x GROUP_MAX, and more */
 
@@ -840,7 +841,7 @@ int tv__src_http_open(const char *src, const tv__src_http_opts *ho, tv__src_http
     if ((rc = tv__url_parse(src, &u, err)))
         return rc;
     if (u.s3) {
-        const tv__src_s3_opts *so = ho ? &ho->s3 : &(tv__src_s3_opts){0};
+        const tv__s3_opts *so = ho ? &ho->s3 : &(tv__s3_opts){0};
         if ((rc = tv__s3_object_url(so->endpoint, so->region, &u, s3_url, sizeof(s3_url), err)))
             return rc;
         url = s3_url;

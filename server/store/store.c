@@ -1,5 +1,5 @@
 /* Store directories: init, open with the writer lock, validated device
- * access. See store.h for the invariants. */
+ * access and a device's status. See store.h for the invariants. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -343,6 +343,19 @@ int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_er
     return 0;
 }
 
+const char *tv__store_device_status(tv__store *st, int64_t id, tv_error *err)
+{
+    tv__dev *d;
+    int rc = tv__store_device(st, id, false, &d, err);
+    if (rc == 0)
+        return "ok";
+    if (rc == -ENOENT)
+        return "missing";
+    if (rc == TV_E_DEVICE_MISMATCH)
+        return "mismatch";
+    return "error";
+}
+
 int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err)
 {
     tv__reg_device *devs = NULL;
@@ -443,19 +456,21 @@ static int check_unclaimed(const tv__dev *d, const tv__dev_scan *s, uint64_t rof
                       d->path, what, (unsigned long long)roff, (unsigned long long)(roff + rlen));
 }
 
-int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id, tv_error *err)
+/* What tv__store_init created, removed again when it fails (never what
+ * was there before). */
+typedef struct init_made {
+    bool dir, reg, lock, image;
+} init_made;
+
+/* The store directory: created 0700 when missing (m->dir), else checked.
+ * *new_store: it has no registry yet. A directory with snapshots/ or a lock
+ * but no registry is a store that lost its registry: never start a new one
+ * over it. A failure here has created nothing (the lost-registry check
+ * runs only on a directory that was there): nothing is left to undo. */
+static int init_dir(const char *dir, const char *reg_path, init_made *m, bool *new_store,
+                    tv_error *err)
 {
-    int rc;
-    tv__store *st = NULL;
-    tv__dev *d = NULL;
-    bool created_dir = false, created_reg = false, created_lock = false, created_image = false;
-    char real[4096], reg_path[4096];
     struct stat sb;
-    if (!dir || !o || (!o->image == !o->device))
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "store init needs exactly one of --image or --device");
-    if ((rc = path_join(reg_path, sizeof(reg_path), dir, REGISTRY_FILE, err)))
-        return rc;
     if (stat(dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode))
             return tv__seterr(err, -ENOTDIR, "store %s is not a directory", dir);
@@ -467,127 +482,127 @@ int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *devic
         return tv__seterr(err, -errno, "store %s: %s", dir, strerror(errno));
     } else {
         if (tv__sys.mkdir(dir, 0700) != 0) {
-            rc = -errno;
+            int rc = -errno;
             return tv__seterr(err, rc, "mkdir %s: %s%s", dir, strerror(-rc), full_hint(rc));
         }
-        created_dir = true;
+        m->dir = true;
     }
-    bool new_store = lstat(reg_path, &sb) != 0;
-    if (new_store && !created_dir) {
-        /* A directory with snapshots/ or a lock but no registry is a store
-         * that lost its registry: never start a new one over it. */
+    *new_store = lstat(reg_path, &sb) != 0;
+    if (*new_store && !m->dir) {
         char p[4096];
         if ((!path_join(p, sizeof(p), dir, "snapshots", NULL) && lstat(p, &sb) == 0) ||
             (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL) && lstat(p, &sb) == 0))
             return no_registry(dir, reg_path, err);
     }
-    created_reg = new_store;
-    if ((rc = open_common(dir, TV__STORE_WRITE, new_store, &created_lock, &st, err))) {
-        if (rc == TV_E_LOCKED) /* another init holds it: its files are not ours */
-            created_reg = false;
-        goto fail;
-    }
+    return 0;
+}
+
+/* Opens the device or image of o (the image created first when missing:
+ * m->image) for writing, and its real path into real. An existing image is
+ * used as it is, under the same claim rules as a device, when it has the
+ * size asked. */
+static int init_open_device(const tv__store_init_opts *o, init_made *m, tv__dev **d,
+                            char real[4096], tv_error *err)
+{
     const char *path = o->device;
     unsigned dflags = TV__DEV_O_RDWR;
+    int rc;
     if (o->image) {
         path = o->image;
         dflags |= TV__DEV_O_NOFOLLOW;
         rc = tv__dev_create_image(o->image, o->image_size_bytes, err);
         if (rc == 0)
-            created_image = true;
+            m->image = true;
         else if (rc != -EEXIST)
-            goto fail;
-        /* An existing image is used as it is, under the same claim rules as
-         * a device. */
+            return rc;
     }
-    if ((rc = tv__dev_open(path, dflags, &d, err)))
-        goto fail;
-    if (o->image && !created_image && d->size_bytes != o->image_size_bytes) {
-        rc = tv__seterr(err, -EEXIST, "image %s exists with %llu bytes, not the %llu asked", path,
-                        (unsigned long long)d->size_bytes, (unsigned long long)o->image_size_bytes);
-        goto fail;
-    }
-    if (!realpath(path, real)) {
-        rc = tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
-    uint64_t roff = o->region_off ? o->region_off : (1u << 20);
+    if ((rc = tv__dev_open(path, dflags, d, err)))
+        return rc;
+    if (o->image && !m->image && (*d)->size_bytes != o->image_size_bytes)
+        return tv__seterr(err, -EEXIST, "image %s exists with %llu bytes, not the %llu asked", path,
+                          (unsigned long long)(*d)->size_bytes,
+                          (unsigned long long)o->image_size_bytes);
+    if (!realpath(path, real))
+        return tv__seterr(err, -errno, "%s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The region of d the store gets ([*roff, *roff + *rlen): o's, or from 1 MiB
+ * to the end), and the claim: d's identity keys into *claim; d must be
+ * neither a device of this store (refused even with force: its objects are
+ * in the registry) nor, without o->force, hold a label or data in the
+ * region (a fresh image is all holes: nothing to look at). */
+static int init_claim(tv__store *st, const tv__store_init_opts *o, tv__dev *d, const char *real,
+                      bool fresh, uint64_t *roff, uint64_t *rlen, tv__dev_claim *claim,
+                      tv_error *err)
+{
+    int rc;
+    *roff = o->region_off ? o->region_off : (1u << 20);
     /* An explicit offset is used as given or refused, never rounded. */
-    if (o->region_off && o->region_off % d->io_align) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG,
-                        "region offset %llu is not a multiple of the io alignment %llu of %s",
-                        (unsigned long long)o->region_off, (unsigned long long)d->io_align, real);
-        goto fail;
-    }
-    if (tv__align_up_u64(roff, d->io_align, &roff)) {
-        rc = tv__seterr(err, TV_E_OVERFLOW, "region offset overflows");
-        goto fail;
-    }
-    uint64_t rlen = o->region_len;
-    if (!rlen)
-        rlen = d->size_bytes > roff ? d->size_bytes - roff : 0;
-    if ((rc = tv__region_validate(d, roff, rlen, err)))
-        goto fail;
-    tv__dev_claim claim;
+    if (o->region_off && o->region_off % d->io_align)
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "region offset %llu is not a multiple of the io alignment %llu of %s",
+                          (unsigned long long)o->region_off, (unsigned long long)d->io_align, real);
+    if (tv__align_up_u64(*roff, d->io_align, roff))
+        return tv__seterr(err, TV_E_OVERFLOW, "region offset overflows");
+    *rlen = o->region_len;
+    if (!*rlen)
+        *rlen = d->size_bytes > *roff ? d->size_bytes - *roff : 0;
+    if ((rc = tv__region_validate(d, *roff, *rlen, err)))
+        return rc;
     tv__dev_scan scan;
     memset(&scan, 0, sizeof(scan));
-    if ((rc = tv__dev_claim_keys(d, &claim, err)))
-        goto fail;
-    /* A fresh image is all holes: nothing to look at. */
-    if (!created_image && (rc = tv__dev_claim_scan(d, roff, rlen, &scan, err)))
-        goto fail;
-    /* Our own devices are refused even with --force: their objects are in
-     * the registry. */
-    if ((rc = check_not_registered(st, d, real, &claim, &scan, created_image, err)) ||
-        (rc = check_unclaimed(d, &scan, roff, rlen, o->force, err)))
-        goto fail;
+    if ((rc = tv__dev_claim_keys(d, claim, err)) ||
+        (!fresh && (rc = tv__dev_claim_scan(d, *roff, *rlen, &scan, err))))
+        return rc;
+    if ((rc = check_not_registered(st, d, real, claim, &scan, fresh, err)) ||
+        (rc = check_unclaimed(d, &scan, *roff, *rlen, o->force, err)))
+        return rc;
+    return 0;
+}
+
+/* Labels d (a new store UUID) and registers it: the label first, the
+ * registry row last, so a crash in between leaves a labelled but
+ * unregistered device, which a retry refuses without --force (it cannot
+ * tell it from another store's). *row: the row as registered. */
+static int init_register(tv__store *st, tv__dev *d, const char *real, const tv__dev_claim *claim,
+                         uint64_t roff, uint64_t rlen, tv__reg_device *row, tv_error *err)
+{
     uint8_t uuid[16];
     tv__label l;
+    int rc;
     if ((rc = tv__uuid_random(uuid, err)) || (rc = tv__label_init(&l, d, uuid, roff, rlen, err)))
-        goto fail;
-    tv__reg_device row;
-    memset(&row, 0, sizeof(row));
-    tv__uuid_format(uuid, row.uuid);
-    snprintf(row.kind, sizeof(row.kind), "%s", tv__dev_kind_name(d->kind));
-    if (strlen(real) >= sizeof(row.path)) {
-        rc = tv__seterr(err, -ENAMETOOLONG, "%s: path too long", real);
-        goto fail;
-    }
-    strcpy(row.path, real);
-    if ((rc = identity_json(d, &claim, row.identity, sizeof(row.identity)))) {
-        tv__seterr(err, rc, "device identity does not fit");
-        goto fail;
-    }
-    row.lba_size = d->lba_size;
-    row.io_align = d->io_align;
-    row.object_align = d->object_align;
-    row.size_bytes = d->size_bytes;
-    row.region_off = l.region_off;
-    row.region_len = l.region_len;
-    row.data_off = tv__region_data_off(&l);
-    /* Label first, registry row last: a crash in between leaves a labelled
-     * but unregistered device, which a retry refuses without --force (it
-     * cannot tell it from another store's). */
-    if ((rc = tv__label_write(d, &l, err)))
-        goto fail;
+        return rc;
+    memset(row, 0, sizeof(*row));
+    tv__uuid_format(uuid, row->uuid);
+    snprintf(row->kind, sizeof(row->kind), "%s", tv__dev_kind_name(d->kind));
+    if (strlen(real) >= sizeof(row->path))
+        return tv__seterr(err, -ENAMETOOLONG, "%s: path too long", real);
+    strcpy(row->path, real);
+    if ((rc = identity_json(d, claim, row->identity, sizeof(row->identity))))
+        return tv__seterr(err, rc, "device identity does not fit");
+    row->lba_size = d->lba_size;
+    row->io_align = d->io_align;
+    row->object_align = d->object_align;
+    row->size_bytes = d->size_bytes;
+    row->region_off = l.region_off;
+    row->region_len = l.region_len;
+    row->data_off = tv__region_data_off(&l);
     int64_t id = 0;
-    if ((rc = tv__reg_device_add(st->reg, &row, &id, err)))
-        goto fail;
-    row.id = id;
-    if (device_id)
-        *device_id = id;
-    if (o->row_out)
-        *o->row_out = row;
-    tv__dev_close(d);
-    tv__store_close(st);
+    if ((rc = tv__label_write(d, &l, err)) || (rc = tv__reg_device_add(st->reg, row, &id, err)))
+        return rc;
+    row->id = id;
     return 0;
-fail:
-    /* Remove what this call created, never what was there before. */
-    tv__dev_close(d);
-    tv__store_close(st);
-    if (created_image)
+}
+
+/* Removes what a failed tv__store_init created, never what was there
+ * before. */
+static void init_undo(const char *dir, const char *reg_path, const tv__store_init_opts *o,
+                      const init_made *m)
+{
+    if (m->image)
         tv__sys.unlink(o->image);
-    if (created_reg) {
+    if (m->reg) {
         static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
         for (size_t i = 0; i < TV_ARRAY_LEN(sfx); i++) {
             char p[4200];
@@ -595,12 +610,52 @@ fail:
                 tv__sys.unlink(p);
         }
     }
-    if (created_lock) {
+    if (m->lock) {
         char p[4096];
         if (!path_join(p, sizeof(p), dir, LOCK_FILE, NULL))
             tv__sys.unlink(p);
     }
-    if (created_dir)
+    if (m->dir)
         rmdir(dir);
+}
+
+int tv__store_init(const char *dir, const tv__store_init_opts *o, int64_t *device_id, tv_error *err)
+{
+    int rc;
+    tv__store *st = NULL;
+    tv__dev *d = NULL;
+    init_made m = {0};
+    bool new_store = false;
+    char real[4096], reg_path[4096];
+    uint64_t roff = 0, rlen = 0;
+    tv__dev_claim claim;
+    tv__reg_device row;
+    if (!dir || !o || (!o->image == !o->device))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "store init needs exactly one of --image or --device");
+    if ((rc = path_join(reg_path, sizeof(reg_path), dir, REGISTRY_FILE, err)) ||
+        (rc = init_dir(dir, reg_path, &m, &new_store, err)))
+        return rc;
+    m.reg = new_store;
+    if ((rc = open_common(dir, TV__STORE_WRITE, new_store, &m.lock, &st, err))) {
+        if (rc == TV_E_LOCKED) /* another init holds it: its files are not ours */
+            m.reg = false;
+        goto fail;
+    }
+    if ((rc = init_open_device(o, &m, &d, real, err)) ||
+        (rc = init_claim(st, o, d, real, m.image, &roff, &rlen, &claim, err)) ||
+        (rc = init_register(st, d, real, &claim, roff, rlen, &row, err)))
+        goto fail;
+    if (device_id)
+        *device_id = row.id;
+    if (o->row_out)
+        *o->row_out = row;
+    tv__dev_close(d);
+    tv__store_close(st);
+    return 0;
+fail:
+    tv__dev_close(d);
+    tv__store_close(st);
+    init_undo(dir, reg_path, o, &m);
     return rc;
 }

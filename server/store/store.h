@@ -1,6 +1,8 @@
 /* A store directory: the registry (registry.db), a writer lock file (lock)
  * and the devices it names. Opening a device through the store validates its
- * label, geometry and identity against the registry before any I/O.
+ * label, geometry and identity against the registry before any I/O; what
+ * the HTTP routes read or report of a device goes through here too (a
+ * device's status, a content-addressed blob's bytes: blob.c).
  *
  * Invariants: at most one writer per store directory (flock on DIR/lock,
  * taken without waiting: a second writer gets TV_E_LOCKED naming the holder's
@@ -94,8 +96,40 @@ void tv__store_close(tv__store *st);
  * message names the device id and path); the errors of tv__dev_open. */
 int tv__store_device(tv__store *st, int64_t id, bool write, tv__dev **out, tv_error *err);
 
+/* What device id is now, opening it through tv__store_device (a fresh
+ * store sees a device that went missing since): "ok" when it opens and
+ * validates, "missing" (-ENOENT), "mismatch" (TV_E_DEVICE_MISMATCH: label,
+ * geometry or identity), "error" for anything else; err says why whenever
+ * it is not "ok". */
+const char *tv__store_device_status(tv__store *st, int64_t id, tv_error *err);
+
 /* Resolves a device given by id, path or uuid. Returns 0 or TV_E_NOT_FOUND. */
 int tv__store_find_device(tv__store *st, const char *spec, int64_t *id, tv_error *err);
+
+/* ---- content-addressed blobs (blob.c); any store ------------------------ */
+
+/* The canonical bytes of the committed object(s) holding one SHA-256: every
+ * replica on a device that validates is a source, the first read, the
+ * others taking over on an error; a read counts only when every object
+ * read is still committed, unmoved, afterwards (gc may free one meanwhile).
+ * A blob reads through its store (which must outlive it) from one thread
+ * at a time. */
+typedef struct tv__store_blob tv__store_blob;
+
+/* Opens blob sha256 (64 lower-case hex digits) on st. Returns 0, *out and
+ * *len (canonical bytes); TV_E_NOT_FOUND ("no committed object holds blob
+ * sha256:HEX here"); when no replica's device validates (each is logged),
+ * the first one's error; TV_E_INVALID_ARG (a malformed hash); -ENOMEM; the
+ * registry's and the read engine's errors. */
+int tv__store_blob_open(tv__store *st, const char *sha256, tv__store_blob **out, uint64_t *len,
+                        tv_error *err);
+/* Reads [off, off + len) of the blob into dest. Returns 0; TV_E_RANGE (past
+ * the end); TV_E_STATE (an object was freed or moved while it was read:
+ * the bytes must not be used); the read engine's and registry's errors. */
+int tv__store_blob_read(tv__store_blob *b, uint64_t off, uint64_t len, uint8_t *dest,
+                        tv_error *err);
+/* NULL-safe. */
+void tv__store_blob_close(tv__store_blob *b);
 
 /* ---- service operations (ops.c); writer stores (or worker handles) only -- */
 

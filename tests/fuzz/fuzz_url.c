@@ -1,5 +1,5 @@
 /* libFuzzer target: the import source URL rules and the Content-Range of a
- * 206 (server/import/url.c) on arbitrary bytes: a URL comes from a REST
+ * 206 (server/httpc/url.c) on arbitrary bytes: a URL comes from a REST
  * body or the CLI, a Content-Range from a remote server.
  * Input: the first line is parsed as a URL and as an import.origins list,
  * the rest (cut at its first NUL) as a Content-Range value.
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import/url.h"
+#include "httpc/url.h"
 
 static void check_url(const char *s)
 {

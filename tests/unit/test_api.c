@@ -31,7 +31,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "fastpath/fastpath.h"
 #include "http/api.h"
 #include "http/api_internal.h"

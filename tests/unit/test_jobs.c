@@ -1,4 +1,4 @@
-/* Unit tests of the job pool (server/daemon/jobs.c) on a temp store: an
+/* Unit tests of the job pool (server/jobs/jobs.c) on a temp store: an
  * import job to its ImportResult, a full queue (TV_E_BUSY), cancel of a
  * queued, a running (mid-write: nothing published, free space back) and a
  * finished job, two imports running at once, stop with work in flight
@@ -19,7 +19,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "daemon/jobs.h"
+#include "jobs/jobs.h"
 #include "import/import.h"
 #include "store/store.h"
 #include "tv_test.h"

@@ -1,7 +1,7 @@
 /* Unit tests of the HTTP import source's pure parts: source URL parsing
- * (server/import/url.c: what is refused and why), the import.origins
+ * (server/httpc/url.c: what is refused and why), the import.origins
  * prefix match, Content-Range parsing, the backoff between tries and its
- * cancel (url.h: tv__http_cancel); and tv_checkpoint_open_io (core: a
+ * cancel (httpc/httpc.h: tv__http_cancel); and tv_checkpoint_open_io (core: a
  * checkpoint validated through caller callbacks, as src_http.c does). */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,7 +16,8 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "import/url.h"
+#include "httpc/httpc.h"
+#include "httpc/url.h"
 #include "tensorvault/checkpoint.h"
 #include "util/internal.h"
 

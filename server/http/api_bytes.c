@@ -1,23 +1,22 @@
-/* The tensor-bytes route (GET .../tensors/{tensor}/data) and its pool of
- * open tv_model handles.
+/* Byte bodies, the shared answer of the tensor data and blob routes:
+ * ETag and If-None-Match, one byte range, and the body read whole into a
+ * pooled buffer, read now when small, or streamed by the transport.
  *
  * Invariants:
- *   - a pooled tv_model is used by one thread at a time (slot.busy, under
- *     pool_mu); when every slot is busy the request opens a handle of its
- *     own and closes it after;
- *   - a slot is keyed by (model, generation number) and never changes
- *     generation: a generation's bytes never change, so a handle stays valid
- *     (its snapshot lease keeps the objects even once retired);
  *   - one RFC 9110 byte range: "bytes=a-b", "a-", "-n"; several ranges are
  *     answered 200 with the whole body; an unsatisfiable or malformed range
  *     is 416 with Content-Range: bytes * /N; another unit is ignored (200);
  *     If-None-Match (the ETag, W/ allowed, or *) is checked first: 304
  *     (its Content-Length the 200's);
- *   - only the envelope of the asked bytes is read (tv_read_range), so a
- *     streamed piece of a large tensor costs about its own bytes. */
+ *   - whole bodies held at once by all requests stay under
+ *     TV__API_WHOLE_INFLIGHT bytes (a body that would pass it is streamed),
+ *     and the buffers kept for reuse under TV__API_BUF_KEEP;
+ *   - a streamed body is read on the transport's thread, one piece of at
+ *     most TV__API_STREAM_PIECE at a time, and a failing read ends the
+ *     connection, never a short body that looks complete. */
 #include <errno.h>
-#include <stdatomic.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,14 +25,7 @@
 #include "http/api_internal.h"
 #include "util/internal.h"
 
-/* The source of a tensor's bytes (a body's src): a pooled handle on
- * (model, generation) reads them. */
-typedef struct data_src {
-    tv__api *api;
-    int64_t generation;
-    char *model, *name;
-    char mem[]; /* model NUL name NUL */
-} data_src;
+uint64_t tv__api_whole_body_max = TV__API_WHOLE_DEFAULT;
 
 /* A streamed body: its source and where the body starts in it. */
 typedef struct bytes_stream {
@@ -44,171 +36,7 @@ typedef struct bytes_stream {
     char what[160];
 } bytes_stream;
 
-/* ---- the model pool ----------------------------------------------------------- */
-
-void tv__api_models_close(tv__api *api)
-{
-    for (size_t i = 0; i < TV__API_MODEL_POOL; i++) {
-        tv_model_close(api->models[i].m);
-        free(api->models[i].model);
-        api->models[i] = (tv__api_model_slot){0};
-    }
-}
-
-void tv__api_models_release(tv__api *api, const char *model)
-{
-    tv_model *drop[TV__API_MODEL_POOL];
-    char *names[TV__API_MODEL_POOL];
-    size_t n = 0;
-    pthread_mutex_lock(&api->pool_mu);
-    for (size_t i = 0; i < TV__API_MODEL_POOL; i++) {
-        tv__api_model_slot *s = &api->models[i];
-        if (s->busy || !s->model || (model && strcmp(s->model, model)))
-            continue;
-        drop[n] = s->m;
-        names[n++] = s->model;
-        s->m = NULL;
-        s->model = NULL;
-        s->generation = 0;
-    }
-    pthread_mutex_unlock(&api->pool_mu);
-    for (size_t i = 0; i < n; i++) {
-        tv_model_close(drop[i]);
-        free(names[i]);
-    }
-}
-
-static int model_open(tv__api *api, const char *model, int64_t gen, tv_model **m, tv_error *err)
-{
-    char spec[TV__REG_NAME_MAX + 32];
-    int n = snprintf(spec, sizeof spec, "%s@%" PRId64, model, gen);
-    if (n < 0 || (size_t)n >= sizeof spec)
-        return tv__seterr(err, TV_E_INVALID_ARG, "model name '%.60s...' too long", model);
-    /* 16 x 1 MiB of staging per handle (16 pooled handles: 256 MiB at most)
-     * and the default copy threads: one large tensor alone reads at depth. */
-    tv_open_opts o = {.queue_depth = 16, .chunk_len = 1u << 20, .copy_threads = 0};
-    return tv_model_open(api->store_dir, spec, &o, m, err);
-}
-
-/* A handle on (model, gen): *slot is its pool index, or -1 for a private
- * handle (every slot busy). */
-static int model_get(tv__api *api, const char *model, int64_t gen, tv_model **m, int *slot,
-                     tv_error *err)
-{
-    int rc = 0, pick = -1;
-    *m = NULL;
-    *slot = -1;
-    pthread_mutex_lock(&api->pool_mu);
-    uint64_t oldest = UINT64_MAX;
-    int empty = -1, lru = -1;
-    for (int i = 0; i < TV__API_MODEL_POOL; i++) {
-        tv__api_model_slot *s = &api->models[i];
-        if (s->busy)
-            continue;
-        if (s->model && s->generation == gen && !strcmp(s->model, model)) {
-            pick = i;
-            break;
-        }
-        if (!s->model && empty < 0)
-            empty = i;
-        if (s->model && s->last_use < oldest) {
-            oldest = s->last_use;
-            lru = i;
-        }
-    }
-    tv_model *evicted = NULL;
-    char *evicted_name = NULL;
-    if (pick < 0 && (empty >= 0 || lru >= 0)) {
-        pick = empty >= 0 ? empty : lru;
-        tv__api_model_slot *s = &api->models[pick];
-        evicted = s->m;
-        evicted_name = s->model;
-        s->m = NULL;
-        s->model = NULL;
-    }
-    if (pick >= 0) {
-        api->models[pick].busy = true;
-        api->models[pick].last_use = ++api->model_clock;
-        *m = api->models[pick].m;
-    }
-    pthread_mutex_unlock(&api->pool_mu);
-    tv_model_close(evicted);
-    free(evicted_name);
-    *slot = pick;
-    if (*m)
-        return 0;
-    if ((rc = model_open(api, model, gen, m, err))) {
-        if (pick >= 0) {
-            pthread_mutex_lock(&api->pool_mu);
-            api->models[pick].busy = false;
-            pthread_mutex_unlock(&api->pool_mu);
-        }
-        *slot = -1;
-        return rc;
-    }
-    if (pick >= 0) {
-        char *dup = strdup(model);
-        pthread_mutex_lock(&api->pool_mu);
-        api->models[pick].m = dup ? *m : NULL;
-        api->models[pick].model = dup;
-        api->models[pick].generation = gen;
-        if (!dup) {
-            api->models[pick].busy = false;
-            *slot = -1; /* keep it private: closed by model_put */
-        }
-        pthread_mutex_unlock(&api->pool_mu);
-    }
-    return 0;
-}
-
-static void model_put(tv__api *api, tv_model *m, int slot)
-{
-    if (slot < 0) {
-        tv_model_close(m);
-        return;
-    }
-    pthread_mutex_lock(&api->pool_mu);
-    api->models[slot].busy = false;
-    pthread_mutex_unlock(&api->pool_mu);
-}
-
-/* ---- reading a byte range ------------------------------------------------------- */
-
-/* Bytes [off, off + len) of tensor d (off + len <= nbytes) into dest: only
- * the alignment envelope of those bytes is read. */
-static int read_range(tv_model *m, const tv_tensor_desc *d, uint64_t off, uint64_t len,
-                      uint8_t *dest, tv_error *err)
-{
-    if (len == 0)
-        return 0;
-    if (off == 0 && len == d->nbytes)
-        return tv_read_into(m, d->name, dest, len, err);
-    return tv_read_range(m, d->name, off, len, dest, len, err);
-}
-
-/* Reads [off, off + len) of tensor name of (model, gen) through the pool. */
-static int pooled_read(tv__api *api, const char *model, int64_t gen, const char *name, uint64_t off,
-                       uint64_t len, uint8_t *dest, tv_error *err)
-{
-    tv_model *m;
-    int slot, rc;
-    size_t idx;
-    tv_tensor_desc d;
-    if ((rc = model_get(api, model, gen, &m, &slot, err)))
-        return rc;
-    if (tv_model_find(m, name, strlen(name), &idx) || tv_model_tensor(m, idx, &d))
-        rc = tv__seterr(err, TV_E_NOT_FOUND, "tensor '%s' not found in %s@%" PRId64, name, model,
-                        gen);
-    else if (off > d.nbytes || len > d.nbytes - off)
-        rc = tv__seterr(err, TV_E_RANGE,
-                        "bytes %" PRIu64 "+%" PRIu64 " past the end of tensor '%s' (%" PRIu64
-                        " bytes)",
-                        off, len, name, d.nbytes);
-    else
-        rc = read_range(m, &d, off, len, dest, err);
-    model_put(api, m, slot);
-    return rc;
-}
+/* ---- whole-body buffers -------------------------------------------------- */
 
 /* A whole body: its buffer (from the api's pool) and the in-flight bytes
  * it holds. */
@@ -284,7 +112,7 @@ static bool whole_reserve(tv__api *api, uint64_t len)
     return false;
 }
 
-/* ---- Range and If-None-Match ----------------------------------------------------- */
+/* ---- Range and If-None-Match --------------------------------------------- */
 
 /* Parses a decimal number; saturates at UINT64_MAX. false: not digits. */
 static bool num(const char **p, uint64_t *v)
@@ -376,13 +204,7 @@ static bool inm_matches(const char *h, const char *etag)
     return false;
 }
 
-/* ---- byte bodies: the shared answer of the data and blob routes ---------------- */
-
-static int data_read(void *src, uint64_t off, uint64_t len, uint8_t *dest, tv_error *err)
-{
-    data_src *d = src;
-    return pooled_read(d->api, d->model, d->generation, d->name, off, len, dest, err);
-}
+/* ---- the body ------------------------------------------------------------ */
 
 static void stream_release(void *state)
 {
@@ -481,59 +303,6 @@ stream:;
 out:
     if (src && src_free)
         src_free(src);
-    return rc;
-}
-
-/* ---- the route -------------------------------------------------------------------- */
-
-int tv__api_h_data(tv__api_ctx *c)
-{
-    static const char *const none[] = {NULL};
-    tv__reg *reg;
-    tv__reg_generation g;
-    tv__reg_tensor_row row = {0};
-    json_t *shards = NULL;
-    const char *model = c->param[0], *name = c->param[2];
-    int rc;
-    if ((rc = tv__api_query_allow(c, none)) || (rc = tv__api_reader(c, &reg)) ||
-        (rc = tv__api_gen_row(c, reg, model, c->param[1], &g)) ||
-        (rc = tv__reg_tensor_get(reg, g.id, name, &row, &c->err)))
-        goto out;
-    if (g.state != TV__GEN_READY && g.state != TV__GEN_RETIRED) {
-        rc = tv__seterr(&c->err, TV_E_STATE,
-                        "generation %" PRId64 " of '%s' is %s: it has no bytes to read", g.number,
-                        model, tv__gen_state_name(g.state));
-        goto out;
-    }
-    if ((rc = tv__api_shards(c, reg, &g, &shards)))
-        goto out;
-    const char *sha =
-        json_string_value(json_object_get(json_array_get(shards, row.shard_idx), "sha256"));
-    if (!sha) {
-        rc = tv__seterr(&c->err, TV_E_REGISTRY, "tensor '%s' names shard %u of %zu", name,
-                        row.shard_idx, json_array_size(shards));
-        goto out;
-    }
-    char etag[TV__REG_SHA256_HEX_LEN + 48];
-    snprintf(etag, sizeof etag, "\"%s:%" PRIu64 "-%" PRIu64 "\"", sha, row.begin_off, row.end_off);
-    size_t ml = strlen(model), nl = strlen(name);
-    data_src *d = malloc(sizeof *d + ml + nl + 2);
-    if (!d) {
-        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    d->api = c->api;
-    d->generation = g.number;
-    d->model = d->mem;
-    memcpy(d->model, model, ml + 1);
-    d->name = d->mem + ml + 1;
-    memcpy(d->name, name, nl + 1);
-    char what[TV__REG_NAME_MAX + 64];
-    snprintf(what, sizeof what, "tensor '%.*s'", TV__REG_NAME_MAX, name);
-    rc = tv__api_bytes_reply(c, etag, row.end_off - row.begin_off, d, data_read, free, what);
-out:
-    free(row.name);
-    json_decref(shards);
     return rc;
 }
 

@@ -22,8 +22,8 @@
  * Results (tv__reg_job.result_json): ImportResult and VerifyResult of
  * docs/openapi.yaml, the same documents local-mode `tensorvault
  * import/verify --json` print (tv__jobs_run_inline). */
-#ifndef TV_DAEMON_JOBS_H
-#define TV_DAEMON_JOBS_H
+#ifndef TV_JOBS_JOBS_H
+#define TV_JOBS_JOBS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -104,6 +104,10 @@ void tv__jobs_set_http(tv__jobs *j, const struct tv__src_http_opts *o);
  * one step with the rows' states: after a job's row reads running
  * (finished), a later call counts it running (no longer). */
 void tv__jobs_counts(tv__jobs *j, size_t *queued, size_t *running);
+
+/* Bytes written to devices by the imports this pool ran, since it started
+ * (0 for NULL): tensorvault_imported_bytes_total of /metrics. Any thread. */
+uint64_t tv__jobs_imported_bytes(tv__jobs *j);
 
 /* Jobs by state from the registry: counts[tv__job_state] for the five
  * states. Returns 0 or the registry's errors (counts then undefined). */

@@ -11,8 +11,10 @@
  * final) are written under the lock together with the counters
  * (n_queued, n_running), so the counters never lag a row a client has
  * already seen (GET /v1/status and /metrics against GET /v1/jobs/{id});
- * the work between them runs unlocked. */
-#include "daemon/jobs.h"
+ * the work between them runs unlocked. The pool counts the bytes its
+ * imports write (an atomic, read by /metrics through
+ * tv__jobs_imported_bytes): nothing here knows of HTTP. */
+#include "jobs/jobs.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,7 +26,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "http/metrics.h"
 #include "import/import.h"
 #include "import/source.h"
 #include "util/internal.h"
@@ -71,6 +72,7 @@ struct tv__jobs {
     tv__src_http_opts http;       /* import.http_* */
     void (*on_import)(void *ctx); /* an import succeeded (fleet: publish) */
     void *on_import_ctx;
+    _Atomic uint64_t imported_bytes; /* written by this pool's imports */
 };
 
 typedef struct worker_arg {
@@ -100,8 +102,9 @@ typedef struct run_ctx {
     const char *step;
     uint64_t done, total;
     double step_start;
-    uint64_t write_seen; /* bytes of the write step already counted in metrics */
-    bool step_moved;     /* the step's first bytes were recorded */
+    _Atomic uint64_t *imported; /* the pool's count (NULL: inline jobs count nothing) */
+    uint64_t write_seen;        /* bytes of the write step already counted */
+    bool step_moved;            /* the step's first bytes were recorded */
     /* The rate shown: bytes over the last window of >= RATE_WINDOW_S in
      * this step (a step's first report counts bytes handed to the pipeline
      * before they moved), or, once whole is set, the job's total over its
@@ -175,7 +178,8 @@ static void on_step(void *ctx, const char *step, size_t shard, uint64_t done, ui
         force = true;
     }
     if (strcmp(step, "write") == 0 && done > r->write_seen) {
-        tv__metrics_import_bytes(done - r->write_seen);
+        if (r->imported)
+            atomic_fetch_add_explicit(r->imported, done - r->write_seen, memory_order_relaxed);
         r->write_seen = done;
     }
     r->done = done;
@@ -450,6 +454,7 @@ static void *worker_main(void *p)
         tv_error err = {0};
         job_begin(j->wst[w], n, &n->cancel, NULL, NULL, &jr);
         jr.r.http = &j->http;
+        jr.r.imported = &j->imported_bytes;
         j->n_queued--;
         j->running[w] = n;
         j->n_running++;
@@ -734,6 +739,11 @@ int tv__jobs_run_inline(tv__store *st, const tv__job_spec *spec, tv__job_watch_f
 out:
     node_free(n);
     return rc;
+}
+
+uint64_t tv__jobs_imported_bytes(tv__jobs *j)
+{
+    return j ? atomic_load_explicit(&j->imported_bytes, memory_order_relaxed) : 0;
 }
 
 void tv__jobs_counts(tv__jobs *j, size_t *queued, size_t *running)

@@ -1,0 +1,326 @@
+/* Pulling a generation onto this node for an alias placed here: its
+ * shards' sources from the catalog (peers that are up and hold the blob,
+ * from a random one on; the object store's copy; the generation's own
+ * origin), one import job of the daemon's pool reading them (a fleet pull,
+ * import/source.h), its progress reported, and retries.
+ * Invariants: a source that served bad bytes (a hash mismatch, a changed
+ * source) is never tried again for this pull; one whose transfer failed is
+ * tried again only once a shard has no other source left (a peer that
+ * stopped answering and this node's own link lost look the same); after
+ * fleet.pull_attempts failed jobs the pull is failed and reported, until
+ * the alias moves again. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fleet/fleet_internal.h"
+#include "import/source.h"
+#include "util/internal.h"
+
+/* What a pull needs: the shards with their sources (peers that are up and
+ * hold the blob, the object store's copy) and, for several shards, the
+ * index's weight map. $1 model, $2 number, $3 this node. */
+static const char PULL_SQL[] =
+    "SELECT json_build_object('source', g.source, 'total_bytes', g.total_bytes, "
+    "'shards', (SELECT coalesce(json_agg(json_build_object('idx', s.idx, 'name', s.name, "
+    "'sha256', s.sha256, 'bytes', s.file_bytes, "
+    "'peers', (SELECT coalesce(json_agg(DISTINCT n.url), '[]'::json) FROM shards s2 "
+    "JOIN node_generations ng ON ng.model = s2.model AND ng.number = s2.number "
+    "AND ng.state = 'ready' JOIN nodes n ON n.name = ng.node WHERE s2.sha256 = s.sha256 "
+    "AND n.name <> $3 AND n.url <> '' AND n.last_seen > now() - interval '30 seconds'), "
+    "'blob', (SELECT b.url FROM blobs b WHERE b.sha256 = s.sha256)) ORDER BY s.idx), "
+    "'[]'::json) FROM shards s WHERE s.model = g.model AND s.number = g.number), "
+    "'weight_map', CASE WHEN g.n_shards > 1 THEN (SELECT json_object_agg(t.name, s.name) "
+    "FROM tensors t JOIN shards s ON s.model = t.model AND s.number = t.number "
+    "AND s.idx = t.shard WHERE t.model = g.model AND t.number = g.number) END) "
+    "FROM generations g WHERE g.model = $1 AND g.number = $2";
+
+pull *tv__fleet_pull_find(tv__fleet *f, const char *model, int64_t number, bool create)
+{
+    for (size_t i = 0; i < f->n_pulls; i++)
+        if (f->pulls[i]->number == number && !strcmp(f->pulls[i]->model, model))
+            return f->pulls[i];
+    if (!create)
+        return NULL;
+    pull **v = realloc(f->pulls, (f->n_pulls + 1) * sizeof(*v));
+    pull *p = calloc(1, sizeof(*p));
+    if (!v || !p) {
+        free(p);
+        if (v)
+            f->pulls = v;
+        return NULL;
+    }
+    f->pulls = v;
+    snprintf(p->model, sizeof p->model, "%s", model);
+    p->number = number;
+    p->f = f;
+    f->pulls[f->n_pulls++] = p;
+    return p;
+}
+
+static void strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void tv__fleet_pull_free(pull *p)
+{
+    if (!p)
+        return;
+    strv_free(p->urls, p->n_urls);
+    strv_free(p->excluded, p->n_excluded);
+    free(p->excluded_rc);
+    free(p);
+}
+
+static bool pull_excluded(tv__fleet *f, pull *p, const char *url)
+{
+    pthread_mutex_lock(&f->mu);
+    bool x = false;
+    for (size_t i = 0; i < p->n_excluded && !x; i++)
+        x = !strcmp(p->excluded[i], url);
+    pthread_mutex_unlock(&f->mu);
+    return x;
+}
+
+/* The importer's word that a source served bad bytes or failed for good
+ * (an import thread): that source is not tried again for this pull. */
+static void on_bad_file(void *ctx, size_t file_idx, int rc)
+{
+    pull *p = ctx;
+    tv__fleet *f = p->f;
+    pthread_mutex_lock(&f->mu);
+    const char *url = file_idx < p->n_urls ? p->urls[file_idx] : NULL;
+    for (size_t i = 0; url && i < p->n_excluded; i++)
+        if (!strcmp(p->excluded[i], url))
+            url = NULL; /* another range of the same file: said already */
+    if (url) {
+        char **v = realloc(p->excluded, (p->n_excluded + 1) * sizeof(*v));
+        int *why = realloc(p->excluded_rc, (p->n_excluded + 1) * sizeof(*why));
+        if (v)
+            p->excluded = v;
+        if (why)
+            p->excluded_rc = why;
+        if (v && why && (v[p->n_excluded] = strdup(url)))
+            why[p->n_excluded++] = rc;
+        tv__log(TV_LOG_WARN,
+                "fleet: dropping %s as a source of model '%s' generation %" PRId64 " (%s)", url,
+                p->model, p->number, tv_err_name(rc));
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Forgets the sources excluded because their transfers failed: from the
+ * puller's side a peer that stopped answering and this node's own link
+ * lost look the same, so once a shard has no source left they are tried
+ * again (each failed attempt still counts against fleet.pull_attempts).
+ * Sources that served bad bytes stay excluded. Returns how many were
+ * forgotten. */
+static size_t pull_forgive(tv__fleet *f, pull *p)
+{
+    size_t kept = 0, n = 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < p->n_excluded; i++) {
+        int rc = p->excluded_rc[i];
+        if (rc == TV_E_HASH_MISMATCH || rc == TV_E_SOURCE_CHANGED) {
+            p->excluded[kept] = p->excluded[i];
+            p->excluded_rc[kept++] = rc;
+        } else {
+            free(p->excluded[i]);
+            n++;
+        }
+    }
+    p->n_excluded = kept;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+/* The URL of a shard next to a generation's http(s):// or s3:// source; NULL otherwise. */
+static char *source_url(const char *source, const char *name)
+{
+    if (!tv__src_is_url(source))
+        return NULL;
+    const char *slash = strrchr(source, '/');
+    char *u = NULL;
+    if (asprintf(&u, "%.*s%s", (int)(slash - source + 1), source, name) < 0)
+        return NULL;
+    return u;
+}
+
+/* The first source of one shard that is not excluded: peers (from a
+ * random one on), the object store, the generation's own origin. */
+static char *pick_source(tv__fleet *f, pull *p, const char *source, json_t *shard, bool *peer)
+{
+    const char *sha = json_string_value(json_object_get(shard, "sha256"));
+    const char *name = json_string_value(json_object_get(shard, "name"));
+    json_t *peers = json_object_get(shard, "peers");
+    size_t n = json_array_size(peers);
+    size_t start = n ? (size_t)rand_r(&f->seed) % n : 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *base = json_string_value(json_array_get(peers, (start + k) % n));
+        char *u = NULL;
+        if (!base || asprintf(&u, "%s/v1/blobs/sha256:%s", base, sha) < 0)
+            continue;
+        if (!pull_excluded(f, p, u)) {
+            *peer = true;
+            return u;
+        }
+        free(u);
+    }
+    *peer = false;
+    const char *blob = json_string_value(json_object_get(shard, "blob"));
+    if (blob && !pull_excluded(f, p, blob))
+        return strdup(blob);
+    char *u = source ? source_url(source, name) : NULL;
+    if (u && !pull_excluded(f, p, u))
+        return u;
+    free(u);
+    return NULL;
+}
+
+/* Starts one import job for p from the catalog's description. Returns 0
+ * (p->job set, or p->failed with the reason when no source is left). */
+int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
+{
+    char num[24];
+    snprintf(num, sizeof num, "%" PRId64, p->number);
+    const char *pv[] = {p->model, num, f->node};
+    json_t *d = NULL;
+    int rc = tv__catalog_json(f->cat, PULL_SQL, 3, pv, "reading a generation to pull", &d, err);
+    if (rc)
+        return rc;
+    json_t *shards = json_object_get(d, "shards");
+    size_t n_sh = json_array_size(shards);
+    const char *source = json_string_value(json_object_get(d, "source"));
+    json_t *wm = json_object_get(d, "weight_map");
+    bool index = n_sh > 1;
+    size_t n_files = n_sh + (index ? 1 : 0);
+    tv__src_pull_file *files = calloc(n_files ? n_files : 1, sizeof(*files));
+    char **urls = calloc(n_files ? n_files : 1, sizeof(*urls));
+    char *index_text = NULL;
+    if (!d || !json_is_object(d) || n_sh == 0) {
+        rc = tv__seterr(err, TV_E_NOT_FOUND,
+                        "model '%s' generation %" PRId64 " has no shards in the catalog", p->model,
+                        p->number);
+        goto out;
+    }
+    if (!files || !urls) {
+        rc = tv__seterr(err, -ENOMEM, "fleet: out of memory");
+        goto out;
+    }
+    size_t fi = 0;
+    if (index) {
+        json_t *doc = json_pack("{s:{}, s:o}", "metadata", "weight_map",
+                                wm ? json_incref(wm) : json_object());
+        index_text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        json_decref(doc);
+        if (!index_text) {
+            rc = tv__seterr(err, -ENOMEM, "fleet: out of memory");
+            goto out;
+        }
+        files[fi].name = "model.safetensors.index.json";
+        files[fi].data = index_text;
+        files[fi].data_len = strlen(index_text);
+        fi++;
+    }
+    size_t n_peer = 0;
+    for (size_t i = 0; i < n_sh; i++, fi++) {
+        json_t *sh = json_array_get(shards, i);
+        bool peer = false;
+        urls[fi] = pick_source(f, p, source, sh, &peer);
+        if (!urls[fi] && pull_forgive(f, p)) {
+            tv__log(TV_LOG_INFO,
+                    "fleet: no source of shard '%s' of model '%s' generation %" PRId64
+                    " left but ones that failed to transfer; trying them again",
+                    json_string_value(json_object_get(sh, "name")), p->model, p->number);
+            urls[fi] = pick_source(f, p, source, sh, &peer);
+        }
+        if (!urls[fi]) {
+            p->failed = true;
+            snprintf(
+                p->error, sizeof p->error,
+                "no source left for shard '%s' (sha256 %.12s...): no peer holds it, and neither the object store nor the origin served it",
+                json_string_value(json_object_get(sh, "name")),
+                json_string_value(json_object_get(sh, "sha256")));
+            rc = 0;
+            goto out;
+        }
+        n_peer += peer;
+        files[fi].name = json_string_value(json_object_get(sh, "name"));
+        files[fi].url = urls[fi];
+        files[fi].bearer = peer && f->token[0] ? f->token : NULL;
+        files[fi].sha256 = json_string_value(json_object_get(sh, "sha256"));
+        files[fi].len = (uint64_t)json_integer_value(json_object_get(sh, "bytes"));
+    }
+    tv__src_pull pl = {.first = files[0].name,
+                       .first_is_index = index,
+                       .files = files,
+                       .n_files = n_files,
+                       .source = source && source[0] ? source : "fleet",
+                       .on_bad_file = on_bad_file,
+                       .bad_ctx = p};
+    tv__job_spec spec = {.kind = TV__JOB_IMPORT,
+                         .model = p->model,
+                         .source = pl.source,
+                         .pull = &pl,
+                         .generation = p->number};
+    pthread_mutex_lock(&f->mu);
+    strv_free(p->urls, p->n_urls);
+    p->urls = urls;
+    p->n_urls = n_files;
+    urls = NULL;
+    pthread_mutex_unlock(&f->mu);
+    int64_t id = 0;
+    if ((rc = tv__jobs_submit(f->jobs, &spec, &id, err)))
+        goto out;
+    p->job = id;
+    tv__log(TV_LOG_INFO,
+            "fleet: pulling model '%s' generation %" PRId64
+            " (%zu shards, %zu from peers): job %" PRId64,
+            p->model, p->number, n_sh, n_peer, id);
+    tv__fleet_report_gen(f, p->model, p->number, "pulling", 0,
+                         (uint64_t)json_integer_value(json_object_get(d, "total_bytes")), 0, NULL);
+out:
+    if (urls)
+        strv_free(urls, n_files);
+    free(files);
+    free(index_text);
+    json_decref(d);
+    return rc;
+}
+
+/* Follows p's job: progress to the catalog, a retry after a failure, the
+ * failure reported after the last attempt. */
+void tv__fleet_pull_poll(tv__fleet *f, pull *p)
+{
+    tv__reg_job j;
+    tv_error err = {0};
+    if (tv__reg_job_get(f->reg, p->job, &j, &err)) {
+        p->job = 0;
+        return;
+    }
+    free(j.result_json);
+    if (j.state == TV__JOB_QUEUED || j.state == TV__JOB_RUNNING) {
+        tv__fleet_report_gen(f, p->model, p->number, "pulling", j.bytes_done, j.bytes_total,
+                             j.rate_bytes_per_s, NULL);
+        return;
+    }
+    p->job = 0;
+    if (j.state == TV__JOB_SUCCEEDED)
+        return; /* ready: the publish pass reports it */
+    p->attempts++;
+    snprintf(p->error, sizeof p->error, "%s: %.400s", j.error_code[0] ? j.error_code : "cancelled",
+             j.error);
+    tv__log(TV_LOG_WARN,
+            "fleet: pull of model '%s' generation %" PRId64 " failed (attempt %u of %u): %s",
+            p->model, p->number, p->attempts, f->pull_attempts, p->error);
+    if (p->attempts >= f->pull_attempts) {
+        p->failed = true;
+        tv__fleet_report_gen(f, p->model, p->number, "failed", j.bytes_done, j.bytes_total, 0,
+                             p->error);
+    }
+}
