@@ -1,4 +1,4 @@
-/* The CLI as a client of the one API (API9.md): mode selection (local
+/* The CLI as a client of the one API (docs/openapi.yaml): mode selection (local
  * in-process api on --store, or a tensorvaultd over HTTP), token discovery,
  * one request/answer call, the text printer of the API's JSON documents
  * and the import/verify progress bar.

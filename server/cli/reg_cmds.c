@@ -1,5 +1,5 @@
 /* The registry commands of the tensorvault CLI as clients of the one API
- * (API9.md): each builds a request (method, path, query, body), sends it
+ * (docs/openapi.yaml): each builds a request (method, path, query, body), sends it
  * through tv__cli_call (in-process api on --store, or a tensorvaultd) and
  * prints the answer with tv__cli_print. models, generations, generation,
  * tensors, tensor, devices, import, activate, rollback, retire, alias

@@ -243,8 +243,8 @@ int32_t tv__fp_slot_start(fp_group *g, uint32_t shard, uint64_t k, uint32_t lo, 
 /* Whether read-ahead must stay off for g: a group with several handles
  * (tensor-parallel ranks loading together) lags member to member, and the
  * free slots the laggards still have to find cached must not be recycled
- * for one member's read-ahead (DESIGN section 6: the device reads about one
- * copy of the model). Checking only members with requests outstanding is
+ * for one member's read-ahead (the device should read about one copy of
+ * the model however many members load it). Checking only members with requests outstanding is
  * not enough: a laggard's READs may still sit in its socket. */
 static bool others_reading(const fp_group *g, uint64_t reader)
 {

@@ -1,7 +1,7 @@
 /* The importer: a validated safetensors checkpoint becomes immutable,
  * verified objects on the store's devices and, last, a published generation.
  *
- * Invariants (DESIGN section 3, "Import, in this order"):
+ * Invariants (the import, in this order; docs/architecture.md):
  *   1. every shard header and the index are validated before any byte is
  *      written;
  *   2. extents are reserved as 'writing' rows (non-overlapping, aligned);

@@ -1,5 +1,6 @@
 /* The registry: SQLite store of devices, objects, models, generations,
- * shards, tensors, leases and import jobs (DESIGN sections 1, 3 and 7).
+ * shards, tensors, leases and import jobs (docs/architecture.md: the
+ * mappings it records, the store, the one connection per thread).
  *
  * Threads: a tv__reg handle is one SQLite connection. Use it from one thread
  * at a time and open one handle per thread (WAL lets readers run beside the
@@ -194,7 +195,7 @@ int tv__reg_object_find_committed(tv__reg *reg, int64_t device_id, const char *s
 int tv__reg_objects_list_committed(tv__reg *reg, int64_t device_id, tv__reg_object **out, size_t *n,
                                    tv_error *err);
 
-/* Content-addressed blobs (issue 13): the committed objects holding
+/* Content-addressed blobs (fleet mode): the committed objects holding
  * sha256_hex (64 lower-case hex digits), by device id then object id (one
  * per device: the replicas). Returns 0 (*n may be 0: no such blob);
  * TV_E_INVALID_ARG for a malformed hash. */
