@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+from harness.store import reference_tensors
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,14 @@ import time
 import numpy as np
 import pytest
 
-from daemon import SLOW, Daemon, make_checkpoint, seg
+import harness.wire as fp
+from harness import python_env
+from harness.daemon import SLOW, Daemon, make_checkpoint, seg
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="needs root to run clients as uid 65534")
 
 NOBODY = 65534
-HERE = os.path.dirname(os.path.abspath(__file__))
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
@@ -82,15 +83,16 @@ def start(build_dir, work, sockdir, **settings):
 
 
 def nobody_fastpath(sock, spec):
-    """Opens spec on the fast path as uid 65534 (fpwire); its error or tensors."""
-    code = (f"import sys, json; sys.path.insert(0, {HERE!r}); import fpwire as fp\n"
+    """Opens spec on the fast path as uid 65534 (harness.wire); its error or
+    tensors."""
+    code = ("import json\nimport harness.wire as fp\n"
             "try:\n"
             f"    s = fp.Session({sock!r}, timeout=30)\n"
             f"    h = s.open({spec!r}); print(json.dumps({{'n': len(s.read_tensors(h))}}))\n"
             "except fp.FpError as e:\n"
             "    print(json.dumps({'error': e.code, 'text': e.text}))\n")
     p = subprocess.run(AS_NOBODY + [sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, env=python_env())
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -155,8 +157,6 @@ def test_denied_user_gets_nothing_of_any_model_by_any_route(build_dir, tmp_path,
 
         # sessions: a root worker holds the model open on the fast path; uid
         # 65534 sees no session (not its own), root sees it
-        sys.path.insert(0, HERE)
-        import fpwire as fp
         with fp.Session(os.path.join(sockdir, "fp.sock"), timeout=30) as s:
             s.open("m")
             assert len(d.ok("GET", "/v1/sessions", token=None)["sessions"]) == 1
