@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Fleet benchmark (issue 13), each figure beside its reference measured in
-the same run, every server on this machine over loopback:
+"""Fleet benchmark (several nodes, the catalog, the object store), each
+figure beside its reference measured in the same run, every server on this
+machine over loopback:
 
   1. S3 pull: a model (TV_BENCH_FLEET_MB, default 256 MiB of random BF16,
      two shards + index, official writer) in a moto S3 server checking
