@@ -53,7 +53,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the test harness package
 import read_bench as rb  # noqa: E402  (checkpoint, fio, cold-cache runs)
 from benchutil import Lock, interleaved  # noqa: E402
 
@@ -224,7 +224,7 @@ def main():
             sys.exit(f"fastpath_bench: no {b} in {a.build_dir} (scripts/build plain)")
     if not shutil.which("fio"):
         sys.exit("fastpath_bench: fio is not installed (apt-get install fio)")
-    from daemon import Daemon  # noqa: E402 (numpy comes with it: after the checks)
+    from harness.daemon import Daemon  # noqa: E402 (numpy comes with it: after the checks)
 
     root = os.path.abspath(a.dir)
     os.makedirs(root, exist_ok=True)

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Fleet benchmark: each figure beside its reference measured in
-the same run, every server on this machine over loopback:
+"""Fleet benchmark (several nodes, the catalog, the object store), each
+figure beside its reference measured in the same run, every server on this
+machine over loopback:
 
   1. S3 pull: a model (TV_BENCH_FLEET_MB, default 256 MiB of random BF16,
      two shards + index, official writer) in a moto S3 server checking
-     SigV4 (tests/fleet/moto_s3.py); `POST /v1/imports s3://BUCKET/PREFIX/`
+     SigV4 (tests/harness/s3.py); `POST /v1/imports s3://BUCKET/PREFIX/`
      into a fresh daemon (its job's own seconds) vs one `curl --aws-sigv4`
      downloading the same three objects to files on the same disk, and vs
      curl making the importer's requests (import.http_range pieces, 4 at
@@ -17,7 +18,7 @@ the same run, every server on this machine over loopback:
      same blob URLs with the same bearer token; one distinct model per round
      (a pull of bytes n2 already holds would skip the writes); ratio.
   3. Three-node rollout (n1..n3, fleet.object_store on the moto bucket):
-     a. n1 imports from the HTTP origin (tests/fleet/origin.py, which counts
+     a. n1 imports from the HTTP origin (tests/harness/origin.py, which counts
         the body bytes it sends), the alias is moved to every node: bytes the
         origin sent during the import and the rollout / model bytes (target
         <= 1.2);
@@ -30,8 +31,8 @@ the same run, every server on this machine over loopback:
      nodes serve the alias locally, against n1's import time of that model.
 
 PostgreSQL (initdb in a temp dir), moto and the origin are started with the
-fleet tests' own helpers (tests/fleet/conftest.py's Postgres and S3,
-tests/fleet/origin.py's Origin, tests/integration/daemon.py's Daemon). Every
+fleet tests' own helpers (tests/harness: postgres's Postgres, s3's S3,
+origin's Origin, daemon's Daemon). Every
 measurement holds flock LOCK (TV_BENCH_LOCK), shared with the other
 benchmark drivers.
 Usage: fleet_bench.py [--build-dir DIR] [--dir DIR] [--mb N] [--repeat N] [--json]
@@ -50,13 +51,13 @@ import time
 import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "fleet"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the test harness package
 from benchutil import Lock  # noqa: E402
-from conftest import S3, Postgres, _pg_bindir, fresh_db  # noqa: E402
-from daemon import Daemon, seg  # noqa: E402
+from harness.daemon import Daemon, seg  # noqa: E402
+from harness.origin import Origin  # noqa: E402
+from harness.postgres import Postgres, fresh_db, pg_bindir  # noqa: E402
+from harness.s3 import S3  # noqa: E402
 from http_bench import make_model  # noqa: E402
-from origin import Origin  # noqa: E402
 
 MiB = 1 << 20
 HTTP_RANGE = 8 * MiB  # import.http_range's default: the importer's Range GETs
@@ -533,7 +534,7 @@ def main():
     for tool in ("curl",):
         if shutil.which(tool) is None:
             raise SystemExit(f"fleet_bench.py: {tool} is not installed")
-    bindir = _pg_bindir()
+    bindir = pg_bindir()
     if bindir is None:
         raise SystemExit("fleet_bench.py: PostgreSQL server binaries not found under "
                          "/usr/lib/postgresql/*/bin (scripts/deps installs them)")

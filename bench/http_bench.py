@@ -37,8 +37,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-from daemon import Daemon, seg  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the test harness package
+from harness.daemon import Daemon, seg  # noqa: E402
 from benchutil import Lock  # noqa: E402
 
 MiB = 1 << 20

@@ -48,7 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the test harness package
 import read_bench as rb  # noqa: E402  (checkpoint, cold-cache runs)
 import fastpath_bench as fb  # noqa: E402  (the small checkpoint)
 from benchutil import Lock, interleaved  # noqa: E402
@@ -218,7 +218,7 @@ def main():
     for b in ("tensorvault", "tensorvaultd"):
         if not os.access(os.path.join(a.build_dir, b), os.X_OK):
             sys.exit(f"python_bench: no {b} in {a.build_dir} (scripts/build plain)")
-    from daemon import Daemon  # noqa: E402
+    from harness.daemon import Daemon  # noqa: E402
 
     os.makedirs(root, exist_ok=True)
     t_start = time.monotonic()

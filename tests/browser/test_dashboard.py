@@ -1,4 +1,4 @@
-"""The dashboard served by tensorvaultd at / (issue 12), Overview page, in
+"""The dashboard served by tensorvaultd at /, Overview page, in
 Chromium: it loads with no console error and no failed request, its device
 bars and counts equal what the API answers, the throughput chart exists,
 a failed API call shows its status and the API's message, keyboard focus is
@@ -12,7 +12,8 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, open_page, shoot
+from harness import ROOT
+from harness.browser import open_page, shoot
 
 def open_overview(browser, base_url, scheme="light", size="wide", route=None):
     return open_page(browser, base_url, "#overview", scheme=scheme, size=size, route=route)

@@ -1,25 +1,17 @@
 """The dashboard's Fleet page (#fleet, web/fleet.js) in Chromium: a
 standalone daemon says it is standalone and how to enable fleet mode
 (fleet.postgres); a fleet node (fleet.postgres on the PostgreSQL that
-tests/fleet/conftest.py starts) lists itself, an alias moved through the
+the `postgres` fixture starts) lists itself, an alias moved through the
 Move alias dialog shows version 1 and the node's state, and a move that
 expects a version that moved shows the API's 409 message and re-reads.
 Screenshots light/dark x wide/narrow of the fleet node's page."""
-import importlib.util
 import os
 
 import pytest
 
-from conftest import ROOT, demo_checkpoint, open_page, shoot
-
-# The fleet suite's PostgreSQL fixture and helpers, loaded under another name
-# (both files are called conftest.py).
-_spec = importlib.util.spec_from_file_location(
-    "fleet_conftest", os.path.join(ROOT, "tests", "fleet", "conftest.py"))
-fleet_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fleet_conftest)
-postgres = fleet_conftest.postgres  # the session fixture, usable here
-fresh_db, wait_for = fleet_conftest.fresh_db, fleet_conftest.wait_for
+from harness.browser import demo_checkpoint, open_page, shoot
+from harness.postgres import fresh_db
+from harness.wait import wait_for
 
 
 def test_standalone(browser, daemon_factory):

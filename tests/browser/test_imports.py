@@ -15,8 +15,8 @@ import struct
 
 import pytest
 
-from conftest import demo_checkpoint, open_page, shoot
-from daemon import big_checkpoint
+from harness.browser import demo_checkpoint, open_page, shoot
+from harness.daemon import big_checkpoint
 
 PlaywrightTimeout = pytest.importorskip("playwright.sync_api").TimeoutError
 

@@ -1,4 +1,4 @@
-"""The dashboard's Models page (issue 12) in Chromium: #models lists every
+"""The dashboard's Models page in Chromium: #models lists every
 model as the API does, #models/demo shows its generations (state, active
 and alias badges, sizes, shards with sha256 and replicas) as the API does;
 its actions (activate, point an alias, rollback, retire, remove an alias)
@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from conftest import demo_checkpoint, open_page, shoot
-from daemon import seg
+from harness.browser import demo_checkpoint, open_page, shoot
+from harness.daemon import seg
 
 
 OTHER = "team/other.v2"  # a name with a "/" (percent-encoded in paths and the hash)

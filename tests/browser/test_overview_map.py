@@ -1,4 +1,4 @@
-"""The Overview page's LBA map (issue 12, API12.md): a daemon with models
+"""The Overview page's LBA map (GET /v1/devices/{id}/extents): a daemon with models
 alpha (generations 1 and 3), beta and gamma, alpha@2 retired and gc'd so a
 hole lies between objects. The map's segments equal GET
 /v1/devices/1/extents (kind, offset, bytes, model and generation, in
@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from conftest import SIZES, demo_checkpoint, open_page, shoot
+from harness.browser import SIZES, demo_checkpoint, open_page, shoot
 
 SEGS_JS = """() => Array.from(document.querySelectorAll('#devices .device .lba-seg')).map(s => [
     s.dataset.kind, Number(s.dataset.offset), Number(s.dataset.bytes),

@@ -6,14 +6,14 @@ so neither the dashboard nor the model list nor a tensor's bytes reach
 that page, while the same daemon under 127.0.0.1 and localhost works."""
 import pytest
 
-from conftest import _chromium_path
+from harness.browser import chromium_path
 
 
 @pytest.fixture(scope="module")
 def rebinding_browser(browser):
     """A second Chromium of the same Playwright, resolving rebind.test to
     127.0.0.1."""
-    exe = _chromium_path()
+    exe = chromium_path()
     try:
         b = browser.browser_type.launch(executable_path=exe, args=[
             "--no-sandbox", "--host-resolver-rules=MAP rebind.test 127.0.0.1"])

@@ -1,4 +1,4 @@
-"""The dashboard shell under attack and misuse (issue 12), in Chromium:
+"""The dashboard shell under attack and misuse, in Chromium:
 malformed or hostile hashes still land on a page, the router never
 refreshes a page before its show resolved nor two refreshes at once, a
 page's failure message goes once it works again, non-JSON / HTML / empty
@@ -11,7 +11,7 @@ wraps at 390 px instead of widening the page."""
 import os
 import time
 
-from conftest import Watch, demo_checkpoint, open_page
+from harness.browser import Watch, demo_checkpoint, open_page
 
 
 def wait_route(page, name):

@@ -10,7 +10,7 @@ import os
 import pytest
 import tensorvault  # installed into .venv by scripts/deps
 
-from conftest import open_page, shoot
+from harness.browser import open_page, shoot
 
 
 def open_sessions(browser, base_url, scheme="light", size="wide"):

@@ -1,4 +1,4 @@
-"""The dashboard's Tensors page (issue 12) in Chromium, against a daemon
+"""The dashboard's Tensors page in Chromium, against a daemon
 holding "demo", "odd" (tensor names with '/', ' ', 'é', '%2F') and "wide":
 ONE shard of 120,000 small tensors whose header this file writes itself.
 The table equals the API's pages in every order (name / size / file, from
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from conftest import demo_checkpoint, make_checkpoint, open_page, shoot
-from daemon import seg
+from harness.browser import demo_checkpoint, open_page, shoot
+from harness.daemon import make_checkpoint, seg
 
 PAGE = 200
 N_WIDE = 120_000

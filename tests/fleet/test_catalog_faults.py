@@ -7,8 +7,9 @@ import uuid
 
 import numpy as np
 
-from conftest import fresh_db, wait_for
-from daemon import Daemon, make_checkpoint
+from harness.daemon import Daemon, make_checkpoint
+from harness.postgres import fresh_db
+from harness.wait import wait_for
 
 
 def count(postgres, db, sql):

@@ -11,8 +11,9 @@ import subprocess
 import threading
 import time
 
-from conftest import fresh_db, wait_for
-from daemon import Daemon, make_checkpoint, seg
+from harness.daemon import Daemon, make_checkpoint, seg
+from harness.postgres import fresh_db
+from harness.wait import wait_for
 
 MIGRATION_LOCK = 0x74767631  # TV__CATALOG_LOCK
 

@@ -7,9 +7,10 @@ import json
 import os
 import subprocess
 
-from conftest import fresh_db, wait_for
-from daemon import Daemon
-from test_catalog import checkpoint, fleet_daemon, published
+from harness.daemon import Daemon
+from harness.postgres import fresh_db
+from harness.wait import wait_for
+from .test_catalog import checkpoint, fleet_daemon, published
 
 
 def cli(build_dir, d, *args):

@@ -1,4 +1,4 @@
-"""Rollout faults on the netns harness (issue 13, Build 5; docs/fleet.md
+"""Rollout faults on the netns harness (docs/fleet.md
 "Faults"): three nodes in namespaces of their own, a 32 MB two-shard
 checkpoint imported on n1, the pulling nodes' links throttled with tc (5 MB/s:
 a pull takes about 6.5 s), and one fault in the middle of the pull:
@@ -25,10 +25,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import wait_for
-from daemon import make_checkpoint
-from nodes import assert_same_as_safetensors
-from test_rollout import alias_state, fleet, local_alias, move
+from harness.daemon import make_checkpoint
+from harness.nodes import assert_same_as_safetensors
+from harness.wait import wait_for
+from .test_rollout import alias_state, fleet, local_alias, move
 
 TOKEN = "fleet-faults-secret-0123456789"
 RATE = "40mbit"  # 5 MB/s: a pull of the 32 MB model takes about 6.5 s

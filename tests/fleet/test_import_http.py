@@ -1,4 +1,4 @@
-"""Imports from an HTTP origin (issue 13, server/import/src_http.c): a single
+"""Imports from an HTTP origin (server/import/src_http.c): a single
 file, a two-shard index and a directory URL, through REST and the CLI; the
 bytes published equal the official safetensors loader's; the origin serves
 about one copy; faults mid-shard are retried; persistent failures, a bad
@@ -14,8 +14,8 @@ import urllib.parse
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import check_published, failed_job, sample_tensors
-from daemon import Daemon
+from harness.daemon import Daemon
+from harness.fleet import check_published, failed_job, sample_tensors
 
 RANGE = 256 << 10  # import.http_range: several requests per shard
 

@@ -1,4 +1,4 @@
-"""Imports from an S3-compatible object store (issue 13, s3:// sources of
+"""Imports from an S3-compatible object store (s3:// sources of
 server/import/src_http.c) against the `s3` fixture (moto, checking SigV4):
 a single file, a two-shard index and a directory prefix through REST and
 the CLI, the bytes equal the official safetensors loader's; a wrong secret
@@ -13,8 +13,8 @@ import tempfile
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import check_published, failed_job, sample_tensors
-from daemon import Daemon
+from harness.daemon import Daemon
+from harness.fleet import check_published, failed_job, sample_tensors
 
 BUCKET = "tv-import"
 AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",

@@ -1,4 +1,4 @@
-"""The three-node harness (tests/fleet/nodes.py, conftest's fleet_nodes):
+"""The three-node harness (harness.nodes, the fleet conftest's fleet_nodes):
 three daemons with stores of their own in network namespaces on a bridge,
 registered in one catalog; what one imports is published; the nodes reach
 each other and PostgreSQL over the bridge; a node cut off (link down) keeps
@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from conftest import wait_for
-from daemon import make_checkpoint
-from nodes import assert_same_as_safetensors, read_all
+from harness.daemon import make_checkpoint
+from harness.nodes import assert_same_as_safetensors, read_all
+from harness.wait import wait_for
 
 
 def q(pg, db, sql):

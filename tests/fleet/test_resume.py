@@ -1,4 +1,4 @@
-"""Resumable remote imports (issue 13, Build 2; migrations/0005_job_resume.sql,
+"""Resumable remote imports (migrations/0005_job_resume.sql,
 import.h "Resume"): an import from an HTTP origin that is killed (SIGKILL)
 or loses its origin half-way keeps its reservations and, in its job row,
 how far each one is written and flushed; the same import again re-hashes
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import check_published, wait_for
-from daemon import Daemon
+from harness.daemon import Daemon
+from harness.fleet import check_published
+from harness.wait import wait_for
 
 SHARD_MB = 24
 RATE = 4 << 20  # bytes/s the origin sends while the test wants the import half-way

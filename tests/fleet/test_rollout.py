@@ -1,4 +1,4 @@
-"""Fleet rollout (issue 13, Build 4; docs/fleet.md "Rollout"): three
+"""Fleet rollout (docs/fleet.md "Rollout"): three
 daemons on loopback ports sharing one catalog. An import on one node, one
 alias move in the catalog (PUT /v1/fleet/aliases/...), and every placed
 node pulls the blobs (from a peer that holds them, else the object store),
@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import check_published, fresh_db, sample_tensors, wait_for
-from daemon import Daemon, make_checkpoint, seg
+from harness.daemon import Daemon, make_checkpoint, seg
+from harness.fleet import check_published, sample_tensors
+from harness.postgres import fresh_db
+from harness.wait import wait_for
 
 FLEET_TOKEN = "fleet-shared-secret-0123456789"
 

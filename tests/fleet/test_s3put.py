@@ -26,8 +26,8 @@ import types
 import numpy as np
 import pytest
 
-from daemon import Daemon, make_checkpoint
-from stall import StallOrigin
+from harness.daemon import Daemon, make_checkpoint
+from harness.stall import StallOrigin
 
 BUCKET = "tv-upload"
 MIB = 1 << 20
@@ -271,7 +271,7 @@ def timed_tool(tool, s3, *args):
 
 def test_a_stop_ends_a_stalled_copy_within_a_second(tool, store, tmp_path):
     """--cancel-after (what a stopping daemon does to its uploads) with a
-    source that sends headers and 10 bytes, then nothing (stall.py), and the
+    source that sends headers and 10 bytes, then nothing (harness.stall), and the
     default 60 s timeout: the copy ends TV_E_CANCELLED within a second or
     so of the stop, nothing is uploaded and the multipart upload is aborted
     (no parts left)."""

@@ -16,8 +16,9 @@ import socket
 import threading
 import time
 
-from conftest import fresh_db, wait_for
-from test_rollout import fleet, move, node, publish, sharded
+from harness.postgres import fresh_db
+from harness.wait import wait_for
+from .test_rollout import fleet, move, node, publish, sharded
 
 SIGTERM_BOUND_S = 5  # README: tensorvaultd exits within 5 s of SIGTERM
 

@@ -6,7 +6,7 @@
 #
 # Steps: configure and build with -DTV_CUDA=ON (Release) into build-gpu;
 # probe the GPU (no device: exit 77); run test_model (its CUDA checks take
-# the GPU branch there); write checkpoints (tests/data/gen_checkpoints.py
+# the GPU branch there); write checkpoints (tests/harness/checkpoints.py
 # when numpy + safetensors + ml_dtypes import, else C-written ones) and a
 # >= 2 GiB C-written one; import them into a store on a file image under
 # $TMPDIR (default /tmp); run tests/gpu/gpu_read, which compares every
@@ -175,8 +175,8 @@ fi
 # ---- checkpoints and store -------------------------------------------------------
 log "checkpoints"
 if [ -n "$PY" ]; then
-    step gen 120 "$PY" tests/data/gen_checkpoints.py random "$WORK/ck-small" --seed 11 \
-        --tensors 80 --shards 3 --big-bytes $(((5 << 20) + 12)) || die "gen_checkpoints.py"
+    step gen 120 "$PY" tests/harness/checkpoints.py random "$WORK/ck-small" --seed 11 \
+        --tensors 80 --shards 3 --big-bytes $(((5 << 20) + 12)) || die "checkpoints.py"
     SMALL=$(tail -1 "$WORK/gen.log")
 else
     mkdir -p "$WORK/ck-small"

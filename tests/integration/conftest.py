@@ -1,45 +1,18 @@
-"""Shared pytest fixtures: where the built binaries are and how to run them,
-and what the differential read tests (test_read, test_fastpath_diff) share:
-the float32 reference conversions and the tensors that hold every value of
+"""Fixtures of the integration tests (tests/integration; build_dir and tv are
+tests/conftest.py's): the test-only CLI build with its crash hook, and what
+the differential read tests (test_read, test_fastpath_diff) share: the
+float32 reference conversions and the tensors that hold every value of
 every float format."""
 import os
 import subprocess
-import sys
 
 import pytest
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-
-
-@pytest.fixture(scope="session")
-def build_dir():
-    d = os.environ.get("TV_BUILD_DIR", os.path.join(ROOT, "build"))
-    if not os.path.exists(os.path.join(d, "tensorvault")):
-        pytest.fail(f"tensorvault binary not built in {d} (run scripts/build)")
-    return d
-
-
-@pytest.fixture(scope="session")
-def tv(build_dir):
-    """Runs the CLI (an absolute path: a test may run it in another
-    directory, e.g. the README's daemon layout)."""
-    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
-
-    def run(*args, check=False, **kw):
-        p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
-        if check and p.returncode != 0:
-            raise AssertionError(f"tensorvault {' '.join(map(str, args))} failed "
-                                 f"({p.returncode}): {p.stderr}")
-        return p
-
-    return run
 
 
 @pytest.fixture(scope="session")
 def f32_from():
     """dtype code -> the numpy dtype whose astype(np.float32) is the
-    reference of the float32 read (tv_read_f32, tv_client_read_f32)."""
+    reference of the float32 read (tv_read_f32, a model opened either way)."""
     import ml_dtypes
     import numpy as np
     return {
@@ -57,7 +30,7 @@ def every_float_value():
     """Tensors holding every float format the converter knows with all their
     bit patterns (all 256 byte values of the 8-bit ones, NaNs and subnormals
     included; all 65536 of F16 and BF16): added to a generated checkpoint."""
-    import gen_checkpoints as gen
+    import harness.checkpoints as gen
     import ml_dtypes
     import numpy as np
     t = {}

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
+import harness.checkpoints as gen
 
 GEN_BAD = ["+1", " 1", "1 ", "01", "0", "-1", "", "1x", "9223372036854775808",
            "99999999999999999999"]
@@ -376,7 +376,7 @@ def test_every_command_answers_help(tv):
     assert p.returncode == 2 and p.stderr.count("usage: tensorvault alias ") == 3
 
 
-# ---- issue 9: the registry commands through the in-process API -------------
+# ---- the registry commands through the in-process API ----------------------
 
 def test_registry_commands_local(tv, tmp_path):
     """alias set/list/rm, generation, tensor, activate by alias, rollback,

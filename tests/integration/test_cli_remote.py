@@ -10,8 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import Daemon
+import harness.checkpoints as gen
+from harness.daemon import Daemon
 
 NAMES = {"a/b": np.arange(6, dtype=np.float32).reshape(2, 3), "p%20 q": np.ones(3, np.float32),
          "\u00e9t\u00e9.w": np.zeros(2, np.float32)}

@@ -1,4 +1,4 @@
-"""tensorvaultd end to end over HTTP (issue 9's test list, API9.md): import ->
+"""tensorvaultd end to end over HTTP (docs/openapi.yaml): import ->
 list -> tensors (pagination, prefix, order) -> tensor bytes equal the official
 loader (Range at unaligned offsets, a-, -n, 416, multi-range, ETag/304) ->
 activate -> alias set/move -> rollback -> retire (409 active/aliased) -> gc;
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-import gen_checkpoints as gen
-from daemon import SLOW, Daemon, make_checkpoint, seg
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+from harness.daemon import SLOW, Daemon, make_checkpoint, seg
+from harness.store import reference_tensors
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -1,4 +1,4 @@
-"""Content-addressed blobs end to end (issue 13, item 1): a daemon with a
+"""Content-addressed blobs (GET /v1/blobs/sha256:HEX) end to end: a daemon with a
 2-shard checkpoint "m" (generation 1) and a single file "solo" imported
 twice (generations 1 and 2: one object, deduplicated). Every shard's sha256
 (GET generation detail) is served at /v1/blobs/sha256:HEX byte-identical to
@@ -15,8 +15,8 @@ import os
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import SLOW, Daemon, make_checkpoint, seg
+import harness.checkpoints as gen
+from harness.daemon import SLOW, Daemon, make_checkpoint, seg
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import http.client
 
 import pytest
 
-from daemon import Daemon
+from harness.daemon import Daemon
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ answer) and then be deleted; read tokens and anonymous callers are refused."""
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import Daemon, seg
+import harness.checkpoints as gen
+from harness.daemon import Daemon, seg
 
 
 @pytest.fixture(scope="module")

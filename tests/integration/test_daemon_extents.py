@@ -1,4 +1,4 @@
-"""GET /v1/devices/{id}/extents end to end (API12.md): a daemon with model
+"""GET /v1/devices/{id}/extents end to end (docs/openapi.yaml): a daemon with model
 "alpha" (generations 1, 2 and 3, 3 importing the same file as 1, so one
 object has two users) and a 2-shard model "beta"; generation 2 retired and
 gc'd leaves a hole. The extents tile the region exactly, in offset order
@@ -13,8 +13,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import Daemon, make_checkpoint
+import harness.checkpoints as gen
+from harness.daemon import Daemon, make_checkpoint
 
 PATH = "/v1/devices/1/extents"
 

@@ -1,4 +1,4 @@
-"""tensorvaultd's import jobs under stress (issue 9): concurrent imports;
+"""tensorvaultd's import jobs under stress: concurrent imports;
 cancel mid-import (nothing published, free space back to what it was);
 cancel of a queued job and of a finished one; a full queue answers 503;
 kill -9 of the daemon mid-import, then restart (job failed, nothing
@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import SLOW, Daemon, big_checkpoint, seg
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+from harness.daemon import SLOW, Daemon, big_checkpoint, seg
+from harness.store import reference_tensors
 
 # Under ASan+UBSan the importer hashes ~10x slower: a quarter is as long.
 BIG = (64 << 20) if SLOW > 1 else (256 << 20)

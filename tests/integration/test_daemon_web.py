@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from daemon import Daemon
+from harness.daemon import Daemon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHART = "/usr/share/javascript/chart.js/chart.min.js"

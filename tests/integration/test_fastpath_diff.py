@@ -15,10 +15,10 @@ import os
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import serving
-from storeutil import reference_tensors
-from test_read import dump as tv_dump
+import harness.checkpoints as gen
+from harness.daemon import serving
+from harness.store import reference_tensors
+from .test_read import dump as tv_dump
 
 MODES = ["host", "batch", "rows", "f32", "get"]
 

@@ -1,7 +1,7 @@
 """The fast path on a host shared by several users: what one local peer can
 take from the others, end to end against build/tensorvaultd. Peers of
 another uid are uid 65534 (a child connects as that uid and hands the
-socket back, fastpath_util.connect_as_nobody), on a socket in a 0755
+socket back, harness.fastpath.connect_as_nobody), on a socket in a 0755
 directory with mode 0666 (the uid checks are the daemon's own).
 
   - a refused connection (sessions full) reaches a real client program as
@@ -21,18 +21,18 @@ directory with mode 0666 (the uid checks are the daemon's own).
     rule naming no model of the registry is warned about at start.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
-(fastpath_util.py)."""
+(harness.fastpath)."""
 import hashlib
 import os
 import time
 
 import pytest
 
-import fpwire as fp
-from daemon import SLOW, Daemon, set_args
-from fastpath_util import (CREDIT, FASTPATH_SETTINGS, NOBODY, SLOT_LEN, TIMEOUT, big_names,
-                           connect_as_nobody, fastpath_checkpoint, reference, run_as_nobody,
-                           shared_socket, wait_sessions)
+import harness.wire as fp
+from harness.daemon import SLOW, Daemon, set_args
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, NOBODY, SLOT_LEN, TIMEOUT, big_names,
+                              connect_as_nobody, fastpath_checkpoint, reference, run_as_nobody,
+                              shared_socket, wait_sessions)
 
 HOLD_MS = 1000  # fastpath.hold_timeout_ms of the slot tests: short, so they take seconds
 

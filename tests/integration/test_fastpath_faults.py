@@ -1,5 +1,5 @@
 """The fast path's bad input and faults, end to end against
-build/tensorvaultd through the Python codec and client (fpwire.py):
+build/tensorvaultd through the Python codec and client (harness.wire):
 
   - malformed (bad magic, reserved bytes, unknown types, a client sending
     server types), truncated (shorter than a header, header only, body
@@ -33,7 +33,7 @@ build/tensorvaultd through the Python codec and client (fpwire.py):
     max_groups) answer TV_E_BUSY; the metrics count the protocol errors.
 
 Every daemon runs with a 16-slot arena of 64 KiB slots and credit 8
-(fastpath_util.py) so the models here span dozens of chunks."""
+(harness.fastpath) so the models here span dozens of chunks."""
 import hashlib
 import json
 import os
@@ -45,11 +45,11 @@ import time
 
 import pytest
 
-import fpwire as fp
-from daemon import SLOW, Daemon, set_args
-from fastpath_util import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, NOBODY,
-                           SLOT_LEN, TIMEOUT, big_names, check_healthy, fastpath_checkpoint,
-                           reference, run_as_nobody, wait_sessions)
+import harness.wire as fp
+from harness.daemon import SLOW, Daemon, set_args
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, GROUP_SLOTS, MAX_REQUESTS, NOBODY,
+                              SLOT_LEN, TIMEOUT, big_names, check_healthy, fastpath_checkpoint,
+                              reference, run_as_nobody, wait_sessions)
 
 
 @pytest.fixture(scope="module")

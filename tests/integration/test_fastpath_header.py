@@ -16,10 +16,10 @@ import subprocess
 import numpy as np
 import pytest
 
-import fpwire as fp
-import gen_checkpoints as gen
-from daemon import serving
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+import harness.wire as fp
+from harness.daemon import serving
+from harness.store import reference_tensors
 
 META = {"format": "pt", "note": "tensorvault shard headers"}
 

@@ -1,5 +1,5 @@
-"""Fast-path leases (issue 10, API10.md "Leases"), end to end against
-build/tensorvaultd through the Python client (fpwire.py):
+"""Fast-path leases (docs/fastpath.md), end to end against
+build/tensorvaultd through the Python client (harness.wire):
 
   - a session opens m (active generation 1), m@prod and m@1; then
     generation 2 is activated and the alias moved: the open handles still
@@ -23,9 +23,10 @@ import time
 
 import pytest
 
-import fpwire as fp
-from daemon import Daemon
-from fastpath_util import (FASTPATH_SETTINGS, TIMEOUT, fastpath_checkpoint, reference, wait_sessions)
+import harness.wire as fp
+from harness.daemon import Daemon
+from harness.fastpath import (FASTPATH_SETTINGS, TIMEOUT, fastpath_checkpoint, reference,
+                              wait_sessions)
 
 
 @pytest.fixture(scope="module")

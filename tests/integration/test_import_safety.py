@@ -4,7 +4,7 @@ import.roots while the job waits in the queue never makes it import a
 file outside the roots.
 
 With import.workers = 1 and a first import stuck on a stalling origin
-(stall.py) keeping the worker busy, imports of paths under the roots are
+(harness.stall) keeping the worker busy, imports of paths under the roots are
 queued; then, before the worker is released (the first job cancelled):
   - ROOTS/x.safetensors is renamed away and replaced by a symlink to a
     checkpoint outside the roots;
@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from daemon import SLOW, Daemon, seg
-from stall import StallOrigin
+from harness.daemon import SLOW, Daemon, seg
+from harness.stall import StallOrigin
 
 _started = []
 

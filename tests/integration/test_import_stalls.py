@@ -1,5 +1,5 @@
 """Remote imports against an origin that stops sending (tests/integration/
-stall.py: the response headers and 10 bytes, then nothing), from an
+harness.stall: the response headers and 10 bytes, then nothing), from an
 http:// URL and from an s3:// URL whose s3.endpoint stalls. The transfer
 is stuck in the write step with the default import.http_timeout (60 s)
 and retries; still:
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from daemon import SLOW, Daemon
-from stall import StallOrigin
+from harness.daemon import SLOW, Daemon
+from harness.stall import StallOrigin
 
 SIGTERM_BOUND_S = 5  # README: tensorvaultd exits within 5 s of SIGTERM
 BUCKET = "tvstall"

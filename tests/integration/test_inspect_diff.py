@@ -11,7 +11,7 @@ import pytest
 import safetensors
 from safetensors import safe_open
 
-import gen_checkpoints as gen
+import harness.checkpoints as gen
 
 SEEDS = range(12)
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import safetensors
 
-import gen_checkpoints as gen
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+from harness.store import reference_tensors
 
 ACCEPTED = sorted(k for k, v in gen.AGREEMENT.items() if v[3] is None)
 REFUSED = sorted(k for k, v in gen.AGREEMENT.items() if v[3] is not None)

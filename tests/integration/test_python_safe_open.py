@@ -21,11 +21,11 @@ import pytest
 from safetensors import safe_open as official_open
 from safetensors.numpy import save_file
 
-import gen_checkpoints as gen
+import harness.checkpoints as gen
 import tensorvault
 from tensorvault import _native, _safe_open
-from daemon import serving
-from storeutil import reference_tensors
+from harness.daemon import serving
+from harness.store import reference_tensors
 
 BACKENDS = ["store", "socket"]
 # device= values every framework refuses (TV_E_INVALID_ARG, nothing opened).

@@ -18,13 +18,13 @@ import torch
 from safetensors import safe_open as official_open
 from safetensors.torch import load_file as official_load_file
 
-import gen_checkpoints as gen
+import harness.checkpoints as gen
 import tensorvault
 import tensorvault.torch
-from daemon import serving
+from harness.daemon import serving
 from tensorvault import _native, _safe_open
-from test_python_safe_open import (BAD_DEVICES, metadata_checkpoints, official_accepts,
-                                   official_metadata, same_file_order, shard_files, slice_table)
+from .test_python_safe_open import (BAD_DEVICES, metadata_checkpoints, official_accepts,
+                                    official_metadata, same_file_order, shard_files, slice_table)
 
 BACKENDS = ["store", "socket"]
 

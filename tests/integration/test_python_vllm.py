@@ -25,13 +25,13 @@ import pytest
 import torch
 from safetensors import safe_open as official_open
 
-import gen_checkpoints as gen
+import harness.checkpoints as gen
 import tensorvault
 import tensorvault._safe_open
 from tensorvault import _native
 import tensorvault.vllm as tvllm
-from daemon import serving
-from storeutil import reference_tensors
+from harness.daemon import serving
+from harness.store import reference_tensors
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BACKENDS = ["store", "socket"]

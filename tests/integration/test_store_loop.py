@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 
-import gen_checkpoints as gen
-from storeutil import assert_store_matches
+import harness.checkpoints as gen
+from harness.store import assert_store_matches
 
 IMAGE_SIZE = 512 << 20
 
@@ -217,7 +217,7 @@ def test_loop_sector_size_change_is_refused(tv, store, loop, ckpt, ckpt_b):
     assert js(tv("verify", "--store", store, "--json"))["n_failed"] == 0
 
 
-# ---- issue 7: a loop device is recognised by its backing file ---------------
+# ---- a loop device is recognised by its backing file ------------------------
 
 def test_loop_over_registered_image_is_refused(tv, tmp_path):
     """A store on a file image; a loop device over that same file is the same

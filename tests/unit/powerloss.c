@@ -12,7 +12,6 @@
  * operations are undone newest first, so each finds the names it made. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -27,6 +26,7 @@
 #include <sqlite3.h>
 
 #include "powerloss.h"
+#include "tv_test.h"
 #include "util/sys.h"
 
 #define PL_MAX_FILES 256
@@ -185,12 +185,6 @@ static void commit(pl_file *f)
 }
 
 /* The power cut: every file back to its last synced state, then gone. */
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
 static void revert_entries(int *n)
 {
     /* Metadata reaches the disk in order (a journal): some prefix survives. */
@@ -212,7 +206,7 @@ static void revert_entries(int *n)
             rc = o->stash[0] ? rename(o->stash, o->path) : 0;
             break;
         case OP_MKDIR: /* with whatever was made durable inside it */
-            rc = nftw(o->path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            rc = tv_test_rmtree(o->path);
             break;
         }
         if (rc < 0)

@@ -55,11 +55,8 @@ static uint8_t *g_region;
 static int group_setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
     tv_error err = {0};
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-aio-XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
+    tv_test_tmpdir_at(g_dir, sizeof g_dir, "aio", "/var/tmp");
     snprintf(g_img, sizeof g_img, "%s/image", g_dir);
     if (tv_test_write_pat_image(g_img, IMG_LEN) ||
         tv__dev_open(g_img, TV__DEV_O_RDONLY, &g_dev, &err)) {
@@ -81,8 +78,7 @@ static int group_teardown(void **state)
     (void)state;
     tv__dev_close(g_dev);
     g_dev = NULL;
-    unlink(g_img);
-    rmdir(g_dir);
+    tv_test_rmtree(g_dir);
     free(g_region);
     g_region = NULL;
     return 0;

@@ -3,7 +3,7 @@
  * generations (the second active) whose tensor names hold '/', '%', a space
  * and non-ASCII bytes, and model "zeta" for pagination.
  *
- * Invariants checked: every route answers the API9.md shapes (field names
+ * Invariants checked: every route answers the shapes of docs/openapi.yaml (field names
  * and JSON types); errors are {"error":{code,message,errno}} with the
  * status of the table (400/401/403/404/405/409/413/416); path segments are
  * percent-decoded after the split (so %2F stays inside a name) and %00 or a
@@ -38,7 +38,7 @@
 #include "http/mhd.h"
 #include "import/import.h"
 #include "store/store.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 #include "io/engine.h"
 #include "util/sha256.h"
 
@@ -55,8 +55,8 @@ static const tv_test_tensor TENSORS[] = {
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
 
 typedef struct fx {
-    char dir[128], store[256], image[256], ck[2][256], ckz[256];
-    tv__store *st;
+    tv_test_store s; /* one 16 MiB image, the writer open */
+    char ck[2][256], ckz[256];
     tv__api *api;
 } fx;
 
@@ -70,39 +70,24 @@ static uint64_t tensor_begin(size_t i)
     return off;
 }
 
-static void import(fx *f, const char *model, const char *ck)
-{
-    tv_error err = {0};
-    tv__import_opts o = {.activate = true};
-    if (tv__import(f->st, model, ck, &o, NULL, &err))
-        fail_msg("import %s: %s", ck, err.msg);
-}
-
 static int setup(void **state)
 {
     (void)state;
     fx *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    tv_test_tmpdir(f->dir, sizeof f->dir, "api");
-    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
-    snprintf(f->image, sizeof f->image, "%s/image", f->dir);
+    tv_test_store_setup(&f->s, "api", NULL);
     for (int i = 0; i < 2; i++) {
-        snprintf(f->ck[i], sizeof f->ck[i], "%s/ck%d.safetensors", f->dir, i + 1);
+        tv_test_path(f->ck[i], sizeof f->ck[i], "%s/ck%d.safetensors", f->s.dir, i + 1);
         tv_test_write_shard(f->ck[i], TENSORS, N_TENSORS, (unsigned)i + 1);
     }
-    snprintf(f->ckz, sizeof f->ckz, "%s/z.safetensors", f->dir);
+    tv_test_path(f->ckz, sizeof f->ckz, "%s/z.safetensors", f->s.dir);
     tv_test_write_shard(f->ckz, TENSORS, 1, 3);
+    tv_test_store_import(&f->s, MODEL, f->ck[0], NULL);
+    tv_test_store_import(&f->s, MODEL, f->ck[1], NULL);
+    tv_test_store_import(&f->s, "zeta", f->ckz, NULL);
     tv_error err = {0};
-    tv__store_init_opts o = {.image = f->image, .image_size_bytes = 16 * MiB};
-    if (tv__store_init(f->store, &o, NULL, &err))
-        fail_msg("store init: %s", err.msg);
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
-        fail_msg("store open: %s", err.msg);
-    import(f, MODEL, f->ck[0]);
-    import(f, MODEL, f->ck[1]);
-    import(f, "zeta", f->ckz);
-    tv__api_opts ao = {.store_dir = f->store, .anonymous_reads = TV__ANON_LOOPBACK};
-    if (tv__api_open(&ao, f->st, &f->api, &err))
+    tv__api_opts ao = {.store_dir = f->s.store, .anonymous_reads = TV__ANON_LOOPBACK};
+    if (tv__api_open(&ao, f->s.st, &f->api, &err))
         fail_msg("api open: %s", err.msg);
     g = f;
     return 0;
@@ -112,8 +97,7 @@ static int teardown(void **state)
 {
     (void)state;
     tv__api_close(g->api);
-    tv__store_close(g->st);
-    tv_test_rmtree(g->dir);
+    tv_test_store_teardown(&g->s);
     free(g);
     g = NULL;
     return 0;
@@ -279,7 +263,7 @@ static void test_router(void **state)
     tv__api_resp_free(&r);
     j = ok_json(&r, "GET", "/v1/status", NULL);
     expect_field(j, "version", JSON_STRING);
-    assert_string_equal(json_string_value(json_object_get(j, "store")), g->store);
+    assert_string_equal(json_string_value(json_object_get(j, "store")), g->s.store);
     expect_field(j, "uptime_seconds", JSON_INTEGER);
     assert_int_equal(json_integer_value(json_object_get(j, "n_models")), 2);
     assert_int_equal(json_integer_value(json_object_get(j, "n_devices")), 1);
@@ -1011,13 +995,13 @@ static void test_blobs(void **state)
     tv_error err = {0};
     tv__reg_object *objs = NULL;
     size_t n = 0;
-    assert_int_equal(tv__reg_objects_list_committed(g->st->reg, 0, &objs, &n, &err), 0);
+    assert_int_equal(tv__reg_objects_list_committed(g->s.st->reg, 0, &objs, &n, &err), 0);
     assert_int_equal(n, 3);
     char tok[3][TV__TOKEN_SECRET_LEN + 1], auth[3][256];
     const tv__scope scopes[3] = {TV__SCOPE_READ, TV__SCOPE_FLEET, TV__SCOPE_ADMIN};
     for (int i = 0; i < 3; i++) {
         tv__reg_token t;
-        assert_int_equal(tv__reg_token_create(g->st->reg, "t", scopes[i], tok[i], &t, &err), 0);
+        assert_int_equal(tv__reg_token_create(g->s.st->reg, "t", scopes[i], tok[i], &t, &err), 0);
         assert_int_equal(t.scope, scopes[i]);
         snprintf(auth[i], sizeof auth[i], "Bearer %s", tok[i]);
     }
@@ -1366,7 +1350,7 @@ static void test_jobs_inline(void **state)
     tv__api_resp_free(&r);
     /* an invalid checkpoint is the job's failure (a 422-class code in the row) */
     char bad[300];
-    snprintf(bad, sizeof bad, "%s/bad.safetensors", g->dir);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", g->s.dir);
     tv_test_write_text(bad, "xyz");
     snprintf(body, sizeof body, "{\"model\":\"jobm\",\"source\":\"%s\"}", bad);
     j = post_job(&r, "/v1/imports", body);
@@ -1438,11 +1422,11 @@ static void test_jobs_pool(void **state)
     (void)state;
     tv__jobs *jobs = NULL;
     tv_error err = {0};
-    if (tv__jobs_start(g->st, 1, 4, &jobs, &err))
+    if (tv__jobs_start(g->s.st, 1, 4, &jobs, &err))
         fail_msg("jobs start: %s", err.msg);
-    tv__api_opts o = {.store_dir = g->store, .anonymous_reads = TV__ANON_LOOPBACK, .jobs = jobs};
+    tv__api_opts o = {.store_dir = g->s.store, .anonymous_reads = TV__ANON_LOOPBACK, .jobs = jobs};
     tv__api *api = NULL;
-    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    assert_int_equal(tv__api_open(&o, g->s.st, &api, &err), 0);
     tv__api *saved = g->api;
     g->api = api;
     tv__api_resp r;
@@ -1506,7 +1490,7 @@ static void test_jobs_refused(void **state)
     expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
     snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\",\"bogus\":1}", g->ckz);
     expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
-    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s/missing\"}", g->dir);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s/missing\"}", g->s.dir);
     expect_error("POST", "/v1/imports", &(rq){.body = body}, 404, "ENOENT");
     expect_error("POST", "/v1/imports", &(rq){.body = "{\"model\":\"m\"}"}, 400,
                  "TV_E_BAD_REQUEST");
@@ -1519,7 +1503,7 @@ static void test_jobs_refused(void **state)
     expect_error("POST", "/v1/imports", &(rq){.body = longp}, 400, "TV_E_BAD_REQUEST");
     free(longp);
     char loop[300];
-    snprintf(loop, sizeof loop, "%s/loop", g->dir);
+    snprintf(loop, sizeof loop, "%s/loop", g->s.dir);
     assert_int_equal(symlink(loop, loop), 0);
     snprintf(body, sizeof body, "{\"model\":\"m\",\"source\":\"%s\"}", loop);
     expect_error("POST", "/v1/imports", &(rq){.body = body}, 400, "TV_E_BAD_REQUEST");
@@ -1546,7 +1530,7 @@ static void test_jobs_refused(void **state)
     /* a model without an active generation can be deleted; with one, not */
     tv_error err = {0};
     tv__import_opts io = {.activate = false};
-    if (tv__import(g->st, "jobm", g->ckz, &io, NULL, &err))
+    if (tv__import(g->s.st, "jobm", g->ckz, &io, NULL, &err))
         fail_msg("import: %s", err.msg);
     expect_error("DELETE", "/v1/models/zeta", NULL, 409, "TV_E_STATE");
     j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
@@ -1561,7 +1545,7 @@ static void test_jobs_refused(void **state)
     expect_error("DELETE", "/v1/models/jobm", NULL, 404, "TV_E_NOT_FOUND");
     /* the same name again, another checkpoint (and maybe the same row ids):
      * the cached documents were dropped with the model */
-    if (tv__import(g->st, "jobm", g->ck[0], &io, NULL, &err))
+    if (tv__import(g->s.st, "jobm", g->ck[0], &io, NULL, &err))
         fail_msg("import: %s", err.msg);
     j = ok_json(&r, "GET", "/v1/models/jobm/generations/1/tensors/model.embed%2Fweight", NULL);
     assert_string_equal(json_string_value(json_object_get(j, "shard")), "ck1.safetensors");
@@ -1585,8 +1569,8 @@ static void test_import_roots(void **state)
 {
     (void)state;
     char root[300], sib[300], link[400], dotdot[400], inside[400];
-    snprintf(root, sizeof root, "%s/root", g->dir);
-    snprintf(sib, sizeof sib, "%s/root2", g->dir);
+    snprintf(root, sizeof root, "%s/root", g->s.dir);
+    snprintf(sib, sizeof sib, "%s/root2", g->s.dir);
     assert_int_equal(mkdir(root, 0700), 0);
     assert_int_equal(mkdir(sib, 0700), 0);
     snprintf(inside, sizeof inside, "%s/ok.safetensors", root);
@@ -1600,11 +1584,11 @@ static void test_import_roots(void **state)
     tv__api *api = NULL;
     tv_error err = {0};
     const char *roots[] = {root};
-    tv__api_opts o = {.store_dir = g->store,
+    tv__api_opts o = {.store_dir = g->s.store,
                       .anonymous_reads = TV__ANON_LOOPBACK,
                       .import_roots = roots,
                       .n_import_roots = 1};
-    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    assert_int_equal(tv__api_open(&o, g->s.st, &api, &err), 0);
     tv__api *saved = g->api;
     g->api = api;
     const char *out[] = {link, dotdot, sibf, g->ckz, "/"};
@@ -1888,16 +1872,16 @@ static void test_garbage(void **state)
                                          "bytes=18446744073709551615-",
                                          "bytes=-18446744073709551616"};
     char root[300];
-    snprintf(root, sizeof root, "%s/emptyroot", g->dir);
+    snprintf(root, sizeof root, "%s/emptyroot", g->s.dir);
     assert_int_equal(mkdir(root, 0700), 0);
     const char *roots[] = {root};
-    tv__api_opts o = {.store_dir = g->store,
+    tv__api_opts o = {.store_dir = g->s.store,
                       .anonymous_reads = TV__ANON_LOOPBACK,
                       .import_roots = roots,
                       .n_import_roots = 1};
     tv__api *api = NULL;
     tv_error err = {0};
-    assert_int_equal(tv__api_open(&o, g->st, &api, &err), 0);
+    assert_int_equal(tv__api_open(&o, g->s.st, &api, &err), 0);
     char path[512], query[256], body[512];
     for (int i = 0; i < 4000; i++) {
         rnd_text(path, sizeof path, words, sizeof words / sizeof words[0]);
@@ -1936,7 +1920,7 @@ static void test_open_args(void **state)
     (void)state;
     tv__api *api = NULL;
     tv_error err = {0};
-    tv__api_opts o = {.store_dir = g->store, .anonymous_reads = 7};
+    tv__api_opts o = {.store_dir = g->s.store, .anonymous_reads = 7};
     assert_int_equal(tv__api_open(&o, NULL, &api, &err), TV_E_INVALID_ARG);
     assert_null(api);
     o.anonymous_reads = TV__ANON_NEVER;
@@ -1947,12 +1931,12 @@ static void test_open_args(void **state)
     assert_non_null(strstr(err.msg, "/nonexistent/root"));
     o.import_roots = NULL;
     char nostore[300];
-    snprintf(nostore, sizeof nostore, "%s/none", g->dir);
+    snprintf(nostore, sizeof nostore, "%s/none", g->s.dir);
     o.store_dir = nostore;
     assert_int_equal(tv__api_open(&o, NULL, &api, &err), TV_E_NOT_FOUND);
     /* a read-only api: reads work, mutations are a conflict; never
      * anonymous */
-    o.store_dir = g->store;
+    o.store_dir = g->s.store;
     assert_int_equal(tv__api_open(&o, NULL, &api, &err), 0);
     tv__api_req q = {.method = "GET", .path = "/v1/models", .trusted = true};
     tv__api_resp r;
@@ -2004,7 +1988,7 @@ static size_t http_get_healthz(uint16_t port, char *buf, size_t cap)
 static void test_http_quiesce(void **state)
 {
     (void)state;
-    tv__http_opts o = {.listen = "127.0.0.1:0", .threads = 2, .store_dir = g->store};
+    tv__http_opts o = {.listen = "127.0.0.1:0", .threads = 2, .store_dir = g->s.store};
     tv__http *h = NULL;
     uint16_t port = 0;
     char buf[4096];
@@ -2034,7 +2018,7 @@ static void test_http_hosts(void **state)
     (void)state;
     tv__http_opts o = {.listen = "127.0.0.1:0",
                        .threads = 1,
-                       .store_dir = g->store,
+                       .store_dir = g->s.store,
                        .extra_hosts = "node-a.example:9000"};
     tv__http *h = NULL;
     uint16_t port = 0;
@@ -2108,7 +2092,7 @@ static void test_http_hosts(void **state)
     assert_int_equal(tv__http_start(&o2, g->api, NULL, &h, &port, &err), TV_E_INVALID_ARG);
     assert_non_null(strstr(err.msg, "http.allowed_hosts"));
     /* a wildcard listen address: any IP literal with the port */
-    tv__http_opts o3 = {.listen = "0.0.0.0:0", .threads = 1, .store_dir = g->store};
+    tv__http_opts o3 = {.listen = "0.0.0.0:0", .threads = 1, .store_dir = g->s.store};
     assert_int_equal(tv__http_start(&o3, g->api, NULL, &h, &port, &err), 0);
     snprintf(req, sizeof req,
              "GET /healthz HTTP/1.1\r\nHost: 10.1.2.3:%u\r\nConnection: close\r\n\r\n",

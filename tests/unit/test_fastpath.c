@@ -65,7 +65,7 @@
 #include "tensorvault/tensorvault.h"
 #include "util/endian.h"
 #include "util/sys.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 
 #define MODEL   "fp/demo"
 #define SLOT    (64u * 1024u)
@@ -81,7 +81,8 @@ static const tv_test_tensor_nd g_spec[] = {
 };
 
 static struct {
-    char dir[128], store[192], image[2][192], ck[192], ck2[192], sock[192];
+    tv_test_store s; /* two 16 MiB images; the writer closed after the imports */
+    char ck[192], ck2[192];
     size_t n_tensors;
     char names[MAXT][16];
     uint8_t *ref[MAXT];
@@ -100,35 +101,22 @@ static int g_run_engine; /* the read engine of this run of the group */
 static int group_setup(void **state)
 {
     tv_error err = {0};
-    tv__store *st = NULL;
     tv_model *m = NULL;
-    int64_t ids[2];
     (void)state;
     g.engine = g_run_engine;
-    tv_test_tmpdir(g.dir, sizeof g.dir, "fp");
-    tv_test_path(g.store, sizeof g.store, "%s/store", g.dir);
-    tv_test_path(g.ck, sizeof g.ck, "%s/ck.safetensors", g.dir);
-    tv_test_path(g.ck2, sizeof g.ck2, "%s/ck2.safetensors", g.dir);
-    tv_test_path(g.sock, sizeof g.sock, "%s/run/tv.sock", g.dir);
+    tv_test_store_dir(&g.s, "fp");
+    tv_test_path(g.ck, sizeof g.ck, "%s/ck.safetensors", g.s.dir);
+    tv_test_path(g.ck2, sizeof g.ck2, "%s/ck2.safetensors", g.s.dir);
     g.file_len = tv_test_write_shard_nd(g.ck, g_spec, TV_ARRAY_LEN(g_spec), 3);
     tv_test_write_shard_nd(g.ck2, g_spec, TV_ARRAY_LEN(g_spec), 4);
-    for (int i = 0; i < 2; i++) {
-        tv_test_path(g.image[i], sizeof g.image[i], "%s/image%d", g.dir, i);
-        tv__store_init_opts o = {.image = g.image[i], .image_size_bytes = 16u << 20};
-        if (tv__store_init(g.store, &o, &ids[i], &err))
-            fail_msg("store init: %s", err.msg);
-    }
-    if (tv__store_open(g.store, TV__STORE_WRITE, &st, &err))
-        fail_msg("store open: %s", err.msg);
-    tv__import_opts io = {.activate = true, .strict = true, .devices = ids, .n_devices = 2};
-    if (tv__import(st, MODEL, g.ck, &io, NULL, &err))
-        fail_msg("import: %s", err.msg);
+    tv_test_store_create(&g.s, &(tv_test_store_opts){.n_images = 2});
+    tv__import_opts io = {.activate = true, .strict = true, .devices = g.s.dev, .n_devices = 2};
+    tv_test_store_import(&g.s, MODEL, g.ck, &io);
     tv__import_opts io2 = {.strict = true};
-    if (tv__import(st, MODEL, g.ck2, &io2, NULL, &err))
-        fail_msg("import 2: %s", err.msg);
-    tv__store_close(st);
+    tv_test_store_import(&g.s, MODEL, g.ck2, &io2);
+    tv_test_store_close_writer(&g.s);
     tv_open_opts oo = {.no_direct = true};
-    if (tv_model_open(g.store, MODEL, &oo, &m, &err))
+    if (tv_model_open(g.s.store, MODEL, &oo, &m, &err))
         fail_msg("model open: %s", err.msg);
     assert_int_equal(tv_model_generation(m), 1);
     assert_int_equal(tv_model_n_devices(m), 2);
@@ -153,7 +141,7 @@ static int group_teardown(void **state)
     (void)state;
     for (size_t i = 0; i < g.n_tensors; i++)
         free(g.ref[i]);
-    tv_test_rmtree(g.dir);
+    tv_test_store_teardown(&g.s);
     memset(&g, 0, sizeof g);
     return 0;
 }
@@ -171,8 +159,8 @@ static size_t tensor_index(const char *name)
 
 static tv__fp_opts base_opts(void)
 {
-    return (tv__fp_opts){.socket_path = g.sock,
-                         .store_dir = g.store,
+    return (tv__fp_opts){.socket_path = g.s.sock,
+                         .store_dir = g.s.store,
                          .no_direct = true,
                          .engine = g.engine,
                          .slot_len = SLOT,
@@ -187,10 +175,7 @@ static tv__fp_opts base_opts(void)
 
 static void fp_up(const tv__fp_opts *o)
 {
-    tv_error err = {0};
-    int rc = tv__fp_start(o, &g_fp, &err);
-    if (rc)
-        fail_msg("tv__fp_start: %s (%d)", err.msg, rc);
+    g_fp = tv_test_store_fp_start(&g.s, o);
 }
 
 static int setup_fp(void **state)
@@ -269,9 +254,9 @@ static uint16_t cl_ver(const cl *c)
 
 static void sock_addr(struct sockaddr_un *sa)
 {
-    size_t n = strlen(g.sock);
+    size_t n = strlen(g.s.sock);
     assert_true(n < sizeof sa->sun_path);
-    memcpy(sa->sun_path, g.sock, n + 1);
+    memcpy(sa->sun_path, g.s.sock, n + 1);
 }
 
 static void cl_connect(cl *c)
@@ -589,7 +574,7 @@ static bool leased(void)
 {
     bool l = false;
     tv_error err = {0};
-    assert_int_equal(tv__snapfile_try_exclusive(g.store, MODEL, 1, &l, &err), 0);
+    assert_int_equal(tv__snapfile_try_exclusive(g.s.store, MODEL, 1, &l, &err), 0);
     return l;
 }
 
@@ -1319,25 +1304,25 @@ static void test_socket_takeover(void **state)
     struct stat sb;
     tv__fp_opts o = base_opts();
     fp_up(&o);
-    assert_int_equal(stat(g.sock, &sb), 0);
+    assert_int_equal(stat(g.s.sock, &sb), 0);
     assert_true(S_ISSOCK(sb.st_mode));
     assert_int_equal(sb.st_mode & 0777, 0660);
     /* bound under a temporary name, then renamed: none is left */
     char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", g.sock, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", g.s.sock, (long)getpid());
     assert_int_not_equal(stat(tmp, &sb), 0);
     assert_int_equal(tv__fp_start(&o, &second, &err), -EADDRINUSE);
     assert_null(second);
     tv__fp_stop(g_fp);
     g_fp = NULL;
-    assert_int_not_equal(stat(g.sock, &sb), 0);
+    assert_int_not_equal(stat(g.s.sock, &sb), 0);
     /* a stale socket file: bound, never listened, closed */
     int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     sock_addr(&sa);
     assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
     close(s);
-    assert_int_equal(stat(g.sock, &sb), 0);
+    assert_int_equal(stat(g.s.sock, &sb), 0);
     fp_up(&o);
     cl c;
     cl_ready(&c);
@@ -1631,7 +1616,7 @@ static void activate(int64_t gen)
 {
     tv__store *st = NULL;
     tv_error err = {0};
-    if (tv__store_open(g.store, TV__STORE_WRITE, &st, &err))
+    if (tv__store_open(g.s.store, TV__STORE_WRITE, &st, &err))
         fail_msg("store open: %s", err.msg);
     if (tv__store_activate(st, MODEL, gen, &err))
         fail_msg("activate %lld: %s", (long long)gen, err.msg);
@@ -2197,7 +2182,7 @@ static void test_shard_header(void **state)
         tv_model *lm = NULL;
         tv_error err = {0};
         tv__fpc_max_version = (uint16_t)v;
-        if (tv_client_connect(g.sock, NULL, &lc, &err) ||
+        if (tv_client_connect(g.s.sock, NULL, &lc, &err) ||
             tv_model_open_daemon(lc, MODEL, NULL, &lm, &err))
             fail_msg("client: %s", err.msg);
         assert_int_equal(tv_model_n_shards(lm), 1);

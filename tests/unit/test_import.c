@@ -21,7 +21,6 @@
  * directory; the syscall table is restored after each case. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -42,7 +41,7 @@
 #include "dev/dev.h"
 #include "import/import.h"
 #include "import/source.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 #include "store/store.h"
 #include "registry/registry.h"
 #include "util/sys.h"
@@ -54,16 +53,12 @@
 #define MODEL "m"
 
 typedef struct fixture {
-    char dir[128];
-    char store[512];
-    char image[512];
+    tv_test_store s;    /* created per test by open_store */
     char sharded[512];  /* model.safetensors.index.json of a 2-shard checkpoint */
     char sharded2[512]; /* same shard 2 as sharded, different shard 1 */
     char single[512];   /* one-file checkpoint, 3 chunks */
     char shard1[512], shard2[512];
     uint64_t shard1_len, shard2_len, single_len;
-    tv__store *st;
-    int64_t dev;
 } fixture;
 
 /* ---- checkpoint writer ---------------------------------------------------- */
@@ -108,7 +103,7 @@ static void make_sharded(fixture *f, const char *sub, unsigned seed1, char *inde
                          size_t index_len)
 {
     char d[256], p[384], idx[512];
-    snprintf(d, sizeof d, "%s/%s", f->dir, sub);
+    snprintf(d, sizeof d, "%s/%s", f->s.dir, sub);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", d);
     f->shard1_len = write_shard(p, SHARD1, 2, seed1);
@@ -354,26 +349,15 @@ static ssize_t pread_flip_device(int fd, void *buf, size_t len, off_t off)
 
 /* ---- fixture ----------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%s/tv-test-import-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
-    snprintf(f->image, sizeof f->image, "%s/image", f->dir);
+    tv_test_store_dir(&f->s, "import");
     make_sharded(f, "ck2", 3, f->sharded2, sizeof f->sharded2);
     make_sharded(f, "ck", 1, f->sharded, sizeof f->sharded);
     char d[256];
-    snprintf(d, sizeof d, "%s/single", f->dir);
+    snprintf(d, sizeof d, "%s/single", f->s.dir);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(f->single, sizeof f->single, "%s/model.safetensors", d);
     f->single_len = write_shard(f->single, SINGLE, 2, 9);
@@ -387,8 +371,7 @@ static int teardown(void **state)
     fixture *f = *state;
     hooks_reset();
     g_dev_fd = -1;
-    tv__store_close(f->st);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_store_teardown(&f->s);
     free(f);
     return 0;
 }
@@ -400,23 +383,16 @@ static int teardown(void **state)
 static void open_store(fixture *f, uint64_t region_len)
 {
     tv_error err = {0};
-    tv__store_init_opts o = {
-        .image = f->image, .image_size_bytes = 16 * MiB, .region_len = region_len};
-    int rc = tv__store_init(f->store, &o, &f->dev, &err);
-    if (rc)
-        fail_msg("store init: %s", err.msg);
-    rc = tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err);
-    if (rc)
-        fail_msg("store open: %s", err.msg);
+    tv_test_store_create(&f->s, &(tv_test_store_opts){.region_len = region_len});
     tv__dev *d;
-    assert_int_equal(tv__store_device(f->st, f->dev, true, &d, &err), 0);
+    assert_int_equal(tv__store_device(f->s.st, f->s.dev[0], true, &d, &err), 0);
     g_dev_fd = d->fd;
 }
 
 static int import(fixture *f, const char *src, bool strict, tv__import_result *res, tv_error *err)
 {
     tv__import_opts o = {.activate = true, .strict = strict, .chunk_len = CHUNK};
-    return tv__import(f->st, MODEL, src, &o, res, err);
+    return tv__import(f->s.st, MODEL, src, &o, res, err);
 }
 
 static uint64_t alloc_of(uint64_t len)
@@ -432,7 +408,7 @@ static void assert_unchanged(fixture *f, int64_t active_gen, size_t n_objects)
     tv_error err = {0};
     tv__reg_model *models = NULL;
     size_t n = 99;
-    assert_int_equal(tv__reg_models_list(f->st->reg, &models, &n, &err), 0);
+    assert_int_equal(tv__reg_models_list(f->s.st->reg, &models, &n, &err), 0);
     if (active_gen == 0) {
         assert_int_equal(n, 0);
     } else {
@@ -443,11 +419,11 @@ static void assert_unchanged(fixture *f, int64_t active_gen, size_t n_objects)
     }
     free(models);
     tv__reg_object *objs = NULL;
-    assert_int_equal(tv__reg_objects_on_device(f->st->reg, f->dev, &objs, &n, &err), 0);
+    assert_int_equal(tv__reg_objects_on_device(f->s.st->reg, f->s.dev[0], &objs, &n, &err), 0);
     assert_int_equal(n, n_objects);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(objs[i].state, TV__OBJ_COMMITTED);
-        assert_int_equal(tv__verify_object(f->st, &objs[i], &err), 0);
+        assert_int_equal(tv__verify_object(f->s.st, &objs[i], &err), 0);
     }
     free(objs);
 }
@@ -463,7 +439,7 @@ static void assert_clean_import(fixture *f, const char *src, int64_t want_gen)
         fail_msg("clean import of %s: %s (%s)", src, err.msg, tv_err_name(rc));
     assert_int_equal(r.generation, want_gen);
     int64_t active = 0;
-    assert_int_equal(tv__reg_active_generation(f->st->reg, MODEL, &active, &err), 0);
+    assert_int_equal(tv__reg_active_generation(f->s.st->reg, MODEL, &active, &err), 0);
     assert_int_equal(active, want_gen);
 }
 
@@ -508,12 +484,12 @@ static void test_clean_sharded(void **state)
     /* Byte-for-byte: each shard at its object's base, zero padding after. */
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
-    assert_int_equal(tv__reg_generation_get(f->st->reg, MODEL, 0, &g, &err), 0);
-    assert_int_equal(tv__reg_tensors_list(f->st->reg, g.id, &m, &err), 0);
+    assert_int_equal(tv__reg_generation_get(f->s.st->reg, MODEL, 0, &g, &err), 0);
+    assert_int_equal(tv__reg_tensors_list(f->s.st->reg, g.id, &m, &err), 0);
     assert_int_equal(m->n_shards, 2);
     assert_int_equal(m->n_tensors, 3);
     tv__dev *d;
-    assert_int_equal(tv__store_device(f->st, f->dev, false, &d, &err), 0);
+    assert_int_equal(tv__store_device(f->s.st, f->s.dev[0], false, &d, &err), 0);
     const char *paths[2] = {f->shard1, f->shard2};
     for (size_t s = 0; s < 2; s++) {
         const tv__reg_shard *sh = &m->shards[s];
@@ -655,7 +631,7 @@ static void test_dedup_source_header_rewritten(void **state)
     open_store(f, 0);
     assert_clean_import(f, f->sharded, 1);
     char d[256];
-    snprintf(d, sizeof d, "%s/lookalike", f->dir);
+    snprintf(d, sizeof d, "%s/lookalike", f->s.dir);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(g_src, sizeof g_src, "%s/model.safetensors", d);
     static const tdesc LOOKALIKE[] = {{"head.q", "BF16", 5000, 2}};
@@ -698,8 +674,8 @@ static void expect_source_changed(fixture *f, const char *src, const char *shard
 
 #define SHARD1_NAME "model-00001-of-00002.safetensors"
 
-/* The defect of issue 7 item 2: data bytes rewritten in place mid-import
- * (same size, same header) were published as a mixture with a matching
+/* Data bytes rewritten in place mid-import (same size, same header) must
+ * not be published as a mixture of old and new bytes with a matching
  * hash. */
 static void test_source_data_rewritten(void **state)
 {
@@ -773,7 +749,7 @@ static void test_dedup_source_data_rewritten(void **state)
     open_store(f, 0);
     assert_clean_import(f, f->sharded, 1);
     char p[600];
-    snprintf(p, sizeof p, "%s/ck2/" SHARD1_NAME, f->dir);
+    snprintf(p, sizeof p, "%s/ck2/" SHARD1_NAME, f->s.dir);
     open_writer(p);
     tv__sys.pread = pread_rewrite_data;
     expect_source_changed(f, f->sharded2, SHARD1_NAME, "changed during import", 1, 2);
@@ -819,10 +795,10 @@ static void test_failure_keeps_active_generation(void **state)
     /* Reading is untouched too: the manifest of generation 1 is whole. */
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
-    assert_int_equal(tv__reg_generation_get(f->st->reg, MODEL, 0, &g, &err), 0);
+    assert_int_equal(tv__reg_generation_get(f->s.st->reg, MODEL, 0, &g, &err), 0);
     assert_int_equal(g.number, 1);
     assert_int_equal(g.state, TV__GEN_READY);
-    assert_int_equal(tv__reg_tensors_list(f->st->reg, g.id, &m, &err), 0);
+    assert_int_equal(tv__reg_tensors_list(f->s.st->reg, g.id, &m, &err), 0);
     assert_int_equal(m->n_shards, 2);
     tv__reg_manifest_free(m);
 
@@ -843,7 +819,7 @@ static void test_publish_failure(void **state)
 {
     fixture *f = *state;
     open_store(f, 0);
-    sqlite3 *db = tv__reg_sqlite(f->st->reg);
+    sqlite3 *db = tv__reg_sqlite(f->s.st->reg);
     assert_int_equal(sqlite3_exec(db,
                                   "CREATE TEMP TRIGGER tv_test_refuse BEFORE INSERT ON "
                                   "main.generations BEGIN SELECT RAISE(ABORT, 'refused by the "
@@ -853,7 +829,7 @@ static void test_publish_failure(void **state)
     tv__import_opts o = {.activate = true, .chunk_len = CHUNK};
     tv_error err = {0};
     tv__import_result r = {0};
-    int rc = tv__import(f->st, MODEL, f->sharded, &o, &r, &err);
+    int rc = tv__import(f->s.st, MODEL, f->sharded, &o, &r, &err);
     assert_int_equal(sqlite3_exec(db, "DROP TRIGGER temp.tv_test_refuse", NULL, NULL, NULL),
                      SQLITE_OK);
     if (rc != TV_E_REGISTRY)
@@ -862,7 +838,7 @@ static void test_publish_failure(void **state)
     assert_clean_import(f, f->sharded, 1);
 }
 
-/* The name rule (issue 7 item 10): one table of names a registry user
+/* The name rule: one table of names a registry user
  * expects to work and of names that would collide with NAME@GEN /
  * NAME@ALIAS, paths, options or terminals. */
 static void test_name_rule(void **state)
@@ -922,7 +898,7 @@ static void test_import_bad_name(void **state)
     open_store(f, 0);
     tv__sys.pwrite = pwrite_fail_nth; /* counts device writes; never fails */
     tv_error err = {0};
-    int rc = tv__import(f->st, "llama@1", f->sharded, NULL, NULL, &err);
+    int rc = tv__import(f->s.st, "llama@1", f->sharded, NULL, NULL, &err);
     int writes = atomic_load(&g_calls);
     hooks_reset();
     assert_int_equal(rc, TV_E_NAME);
@@ -941,7 +917,7 @@ static void test_import_chunk_overflow(void **state)
     tv__sys.pwrite = pwrite_fail_nth; /* counts device writes; never fails */
     tv__import_opts o = {.activate = true, .chunk_len = SIZE_MAX - 10};
     tv_error err = {0};
-    int rc = tv__import(f->st, MODEL, f->sharded, &o, NULL, &err);
+    int rc = tv__import(f->s.st, MODEL, f->sharded, &o, NULL, &err);
     int writes = atomic_load(&g_calls);
     hooks_reset();
     assert_int_equal(rc, TV_E_INVALID_ARG);
@@ -1058,7 +1034,7 @@ static int import_logged(fixture *f, const char *src, step_log *l, tv__import_re
     l->n = 0;
     l->n_old = 0;
     l->cur = -1;
-    return tv__import(f->st, MODEL, src, &o, r, err);
+    return tv__import(f->s.st, MODEL, src, &o, r, err);
 }
 
 /* Every step reported, in order, each as one run of calls with a fixed
@@ -1194,7 +1170,7 @@ static void test_cancel_every_step(void **state)
 static int import_held(fixture *f, const tv__src_local *l, tv__import_result *r, tv_error *err)
 {
     tv__import_opts o = {.activate = true, .strict = true, .chunk_len = CHUNK, .local = l};
-    return tv__import(f->st, MODEL, tv__src_local_real(l), &o, r, err);
+    return tv__import(f->s.st, MODEL, tv__src_local_real(l), &o, r, err);
 }
 
 /* A source opened with roots: outside them it does not open; a file named
@@ -1206,7 +1182,7 @@ static void test_held_source(void **state)
     fixture *f = *state;
     open_store(f, 0);
     char root[256], moved[600], link_to[600];
-    snprintf(root, sizeof root, "%s/single", f->dir);
+    snprintf(root, sizeof root, "%s/single", f->s.dir);
     const char *roots[] = {root};
     tv__src_local *l = NULL;
     tv_error err = {0};
@@ -1227,9 +1203,9 @@ static void test_held_source(void **state)
     assert_int_equal(r.n_tensors, 2);
     tv__src_local_free(l);
     /* a shard of an index swapped for a link out of the roots */
-    snprintf(root, sizeof root, "%s/ck", f->dir);
+    snprintf(root, sizeof root, "%s/ck", f->s.dir);
     assert_int_equal(tv__src_local_open(f->sharded, roots, 1, &l, &err), 0);
-    snprintf(link_to, sizeof link_to, "%s/ck2/model-00001-of-00002.safetensors", f->dir);
+    snprintf(link_to, sizeof link_to, "%s/ck2/model-00001-of-00002.safetensors", f->s.dir);
     assert_int_equal(unlink(f->shard1), 0);
     assert_int_equal(symlink(link_to, f->shard1), 0);
     assert_int_equal(import_held(f, l, &r, &err), TV_E_OUTSIDE_ROOTS);
@@ -1391,7 +1367,7 @@ static void test_source_direct_refused(void **state)
     fixture *f = *state;
     open_store(f, 0);
     if (!dir_takes_direct(f)) {
-        print_message("O_DIRECT not taken in %s: nothing to refuse\n", f->dir);
+        print_message("O_DIRECT not taken in %s: nothing to refuse\n", f->s.dir);
         skip();
     }
     atomic_store(&g_ref_set, false);

@@ -66,11 +66,8 @@ static uint64_t rnd(void)
 static int group_setup(void **state)
 {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
     tv_error err = {0};
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-io-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir))
-        return -1;
+    tv_test_tmpdir_at(g_dir, sizeof g_dir, "io", "/tmp");
     for (int i = 0; i < 2; i++) {
         snprintf(g_img[i], sizeof g_img[i], "%s/image%d", g_dir, i);
         if (tv_test_write_pat_image(g_img[i], IMG_LEN) ||
@@ -93,9 +90,8 @@ static int group_teardown(void **state)
     for (int i = 0; i < 2; i++) {
         tv__dev_close(g_dev[i]);
         g_dev[i] = NULL;
-        unlink(g_img[i]);
     }
-    rmdir(g_dir);
+    tv_test_rmtree(g_dir);
     return 0;
 }
 

@@ -22,17 +22,14 @@
 #include "jobs/jobs.h"
 #include "import/import.h"
 #include "store/store.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 
 #define MiB (1024u * 1024u)
 
 typedef struct fixture {
-    char dir[512];
-    char store[600];
-    char image[600];
+    tv_test_store s; /* one 64 MiB image, the writer open */
     char ckpt[600];
     char ckpt2[600];
-    tv__store *st;
     tv__reg *reg; /* the test's own connection */
 } fixture;
 
@@ -119,20 +116,14 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
     tv_error err = {0};
-    tv_test_tmpdir(f->dir, sizeof(f->dir), "jobs");
-    tv_test_path(f->store, sizeof(f->store), "%s/store", f->dir);
-    tv_test_path(f->image, sizeof(f->image), "%s/store.img", f->dir);
-    tv_test_path(f->ckpt, sizeof(f->ckpt), "%s/a.safetensors", f->dir);
-    tv_test_path(f->ckpt2, sizeof(f->ckpt2), "%s/b.safetensors", f->dir);
+    tv_test_store_dir(&f->s, "jobs");
+    tv_test_path(f->ckpt, sizeof(f->ckpt), "%s/a.safetensors", f->s.dir);
+    tv_test_path(f->ckpt2, sizeof(f->ckpt2), "%s/b.safetensors", f->s.dir);
     write_ckpt(f->ckpt, 1);
     write_ckpt(f->ckpt2, 2);
-    tv__store_init_opts o = {.image = f->image, .image_size_bytes = 64 * MiB};
-    if (tv__store_init(f->store, &o, NULL, &err))
-        fail_msg("store init: %s", err.msg);
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
-        fail_msg("store open: %s", err.msg);
+    tv_test_store_create(&f->s, &(tv_test_store_opts){.image_size = 64 * MiB});
     char reg[700];
-    tv_test_path(reg, sizeof(reg), "%s/registry.db", f->store);
+    tv_test_path(reg, sizeof(reg), "%s/registry.db", f->s.store);
     if (tv__reg_open_ex(reg, 0, &f->reg, &err))
         fail_msg("registry: %s", err.msg);
     *state = f;
@@ -145,8 +136,7 @@ static int teardown(void **state)
     gate_open();
     tv__sys_reset();
     tv__reg_close(f->reg);
-    tv__store_close(f->st);
-    tv_test_rmtree(f->dir);
+    tv_test_store_teardown(&f->s);
     free(f);
     return 0;
 }
@@ -210,7 +200,7 @@ static void test_import_job_result(void **state)
     fixture *f = *state;
     tv_error err = {0};
     tv__jobs *j = NULL;
-    assert_int_equal(tv__jobs_start(f->st, 2, 4, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 2, 4, &j, &err), 0);
     tv__job_spec s = import_spec("org/model", f->ckpt);
     s.activate = true;
     s.alias = "prod";
@@ -250,7 +240,7 @@ static void test_import_job_result(void **state)
     assert_int_equal(gen, 1);
     /* A bad checkpoint fails the job with the parser's code. */
     char bad[700];
-    tv_test_path(bad, sizeof(bad), "%s/bad.safetensors", f->dir);
+    tv_test_path(bad, sizeof(bad), "%s/bad.safetensors", f->s.dir);
     tv_test_write_text(bad, "not a checkpoint at all");
     s = import_spec("m2", bad);
     assert_int_equal(tv__jobs_submit(j, &s, &id, &err), 0);
@@ -274,7 +264,7 @@ static void test_queue_full_busy(void **state)
     fixture *f = *state;
     tv_error err = {0};
     tv__jobs *j = NULL;
-    assert_int_equal(tv__jobs_start(f->st, 1, 1, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 1, 1, &j, &err), 0);
     gate_close();
     tv__job_spec s = import_spec("m", f->ckpt);
     int64_t a = 0, b = 0, c = 0;
@@ -308,7 +298,7 @@ static void test_cancel_running_queued_finished(void **state)
     tv_error err = {0};
     tv__jobs *j = NULL;
     uint64_t before = used_bytes(f);
-    assert_int_equal(tv__jobs_start(f->st, 1, 4, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 1, 4, &j, &err), 0);
     gate_close();
     tv__job_spec s = import_spec("m", f->ckpt);
     int64_t a = 0, b = 0;
@@ -349,7 +339,7 @@ static void test_two_imports_at_once(void **state)
     fixture *f = *state;
     tv_error err = {0};
     tv__jobs *j = NULL;
-    assert_int_equal(tv__jobs_start(f->st, 2, 4, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 2, 4, &j, &err), 0);
     gate_close();
     tv__job_spec s1 = import_spec("one", f->ckpt);
     tv__job_spec s2 = import_spec("two", f->ckpt2);
@@ -386,7 +376,7 @@ static void test_stop_cancels_everything(void **state)
     tv_error err = {0};
     tv__jobs *j = NULL;
     uint64_t before = used_bytes(f);
-    assert_int_equal(tv__jobs_start(f->st, 1, 4, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 1, 4, &j, &err), 0);
     gate_close();
     tv__job_spec s = import_spec("m", f->ckpt);
     int64_t a = 0, b = 0;
@@ -416,10 +406,10 @@ static void test_verify_job(void **state)
     fixture *f = *state;
     tv_error err = {0};
     tv__import_opts io = {0};
-    if (tv__import(f->st, "v", f->ckpt, &io, NULL, &err))
+    if (tv__import(f->s.st, "v", f->ckpt, &io, NULL, &err))
         fail_msg("import: %s", err.msg);
     tv__jobs *j = NULL;
-    assert_int_equal(tv__jobs_start(f->st, 1, 4, &j, &err), 0);
+    assert_int_equal(tv__jobs_start(f->s.st, 1, 4, &j, &err), 0);
     tv__job_spec s = {.kind = TV__JOB_VERIFY};
     int64_t id = 0;
     assert_int_equal(tv__jobs_submit(j, &s, &id, &err), 0);
@@ -471,7 +461,7 @@ static void test_run_inline(void **state)
     tv__job_spec s = import_spec("inline", f->ckpt);
     s.activate = true;
     int64_t id = 0;
-    assert_int_equal(tv__jobs_run_inline(f->st, &s, watch, &w, &id, &err), 0);
+    assert_int_equal(tv__jobs_run_inline(f->s.st, &s, watch, &w, &id, &err), 0);
     assert_true(id > 0);
     assert_true(w.calls >= 2);
     assert_true(w.saw_running);
@@ -483,7 +473,7 @@ static void test_run_inline(void **state)
     free(row.result_json);
     /* A failing job returns its code and records it. */
     s = import_spec("inline", "/nonexistent/ckpt");
-    int rc = tv__jobs_run_inline(f->st, &s, NULL, NULL, &id, &err);
+    int rc = tv__jobs_run_inline(f->s.st, &s, NULL, NULL, &id, &err);
     assert_true(rc != 0);
     assert_int_equal(tv__reg_job_get(f->reg, id, &row, &err), 0);
     assert_int_equal(row.state, TV__JOB_FAILED);
@@ -491,7 +481,7 @@ static void test_run_inline(void **state)
     free(row.result_json);
     /* A reader store is refused. */
     tv__store *ro = NULL;
-    assert_int_equal(tv__store_open(f->store, 0, &ro, &err), 0);
+    assert_int_equal(tv__store_open(f->s.store, 0, &ro, &err), 0);
     assert_int_equal(tv__jobs_run_inline(ro, &s, NULL, NULL, &id, &err), TV_E_INVALID_ARG);
     tv__jobs *j = NULL;
     assert_int_equal(tv__jobs_start(ro, 1, 1, &j, &err), TV_E_INVALID_ARG);

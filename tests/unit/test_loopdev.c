@@ -23,6 +23,7 @@
 
 #include "dev/dev.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MIB     (1024u * 1024u)
 #define IMG_LEN (64 * MIB)
@@ -77,12 +78,9 @@ static void detach(void)
             fprintf(stderr, "warning: losetup --detach %s failed: %s\n", g_loop, out);
         g_attached = false;
     }
-    if (g_img[0]) {
-        unlink(g_img);
-        g_img[0] = '\0';
-    }
+    g_img[0] = '\0';
     if (g_dir[0]) {
-        rmdir(g_dir);
+        tv_test_rmtree(g_dir);
         g_dir[0] = '\0';
     }
 }
@@ -329,39 +327,25 @@ int main(void)
 {
     char out[1024];
 
-    if (geteuid() != 0) {
-        printf("SKIP: loop-device test needs root (losetup); running as uid %u\n",
-               (unsigned)geteuid());
-        return 77;
-    }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/tv-test-loop-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        printf("SKIP: mkdtemp %s: %s\n", g_dir, strerror(errno));
-        g_dir[0] = '\0';
-        return 77;
-    }
+    if (geteuid() != 0)
+        tv_test_skip("loop-device test needs root (losetup); running as uid %u",
+                     (unsigned)geteuid());
+    tv_test_tmpdir(g_dir, sizeof g_dir, "loop");
     atexit(detach);
     snprintf(g_img, sizeof g_img, "%s/image", g_dir);
     tv_error err = {0};
-    if (tv__dev_create_image(g_img, IMG_LEN, &err) != 0) {
-        printf("SKIP: create image: %s\n", err.msg);
-        return 77;
-    }
+    if (tv__dev_create_image(g_img, IMG_LEN, &err) != 0)
+        tv_test_skip("create image: %s", err.msg);
     char *argv[] = {"losetup", "--find", "--show", "--sector-size", "4096", g_img, NULL};
     int rc = run(argv, out, sizeof out);
-    if (rc != 0 || strncmp(out, "/dev/", 5) != 0) {
-        printf("SKIP: losetup --find --show --sector-size 4096 failed (status %d): %s\n", rc, out);
-        return 77;
-    }
+    if (rc != 0 || strncmp(out, "/dev/", 5) != 0)
+        tv_test_skip("losetup --find --show --sector-size 4096 failed (status %d): %s", rc, out);
     out[strcspn(out, "\n")] = '\0';
     snprintf(g_loop, sizeof g_loop, "%s", out);
     g_attached = true;
     struct stat st;
-    if (stat(g_loop, &st) != 0 || !S_ISBLK(st.st_mode)) {
-        printf("SKIP: %s attached but no block device node (no devtmpfs?)\n", g_loop);
-        return 77;
-    }
+    if (stat(g_loop, &st) != 0 || !S_ISBLK(st.st_mode))
+        tv_test_skip("%s attached but no block device node (no devtmpfs?)", g_loop);
     printf("testing on %s (backing %s)\n", g_loop, g_img);
 
     const struct CMUnitTest tests[] = {

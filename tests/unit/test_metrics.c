@@ -15,9 +15,7 @@
 #include <cmocka.h>
 
 #include "http/metrics.h"
-#include "import/import.h"
-#include "store/store.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 
 static char *render(tv__reg *reg)
 {
@@ -90,30 +88,25 @@ static void test_series_bound(void **state)
 static void test_registry_gauges(void **state)
 {
     (void)state;
-    char dir[512], store[600], image[600], ckpt[600], reg_path[700];
+    char ckpt[600], reg_path[700];
     tv_error err = {0};
-    tv_test_tmpdir(dir, sizeof(dir), "metrics");
-    tv_test_path(store, sizeof(store), "%s/store", dir);
-    tv_test_path(image, sizeof(image), "%s/store.img", dir);
-    tv_test_path(ckpt, sizeof(ckpt), "%s/m.safetensors", dir);
+    tv_test_store s;
+    tv_test_store_setup(&s, "metrics", &(tv_test_store_opts){.image_size = 64u << 20});
+    const char *image = s.image[0];
+    tv_test_path(ckpt, sizeof(ckpt), "%s/m.safetensors", s.dir);
     tv_test_tensor t[] = {{"w", "U8", 100000, 1}};
     tv_test_write_shard(ckpt, t, 1, 3);
-    tv__store_init_opts o = {.image = image, .image_size_bytes = 64u << 20};
-    assert_int_equal(tv__store_init(store, &o, NULL, &err), 0);
-    tv__store *st = NULL;
-    assert_int_equal(tv__store_open(store, TV__STORE_WRITE, &st, &err), 0);
-    tv__import_opts io = {.activate = true};
-    if (tv__import(st, "m", ckpt, &io, NULL, &err))
-        fail_msg("import: %s", err.msg);
+    tv_test_store_import(&s, "m", ckpt, NULL);
     tv__reg_job spec;
     memset(&spec, 0, sizeof(spec));
     spec.kind = TV__JOB_VERIFY;
     int64_t id = 0;
-    assert_int_equal(tv__reg_job_create(st->reg, &spec, &id, &err), 0);
+    assert_int_equal(tv__reg_job_create(s.st->reg, &spec, &id, &err), 0);
     assert_int_equal(
-        tv__reg_job_finish(st->reg, id, TV__JOB_FAILED, TV_E_HASH_MISMATCH, "x", 0, NULL, &err), 0);
-    tv__store_close(st);
-    tv_test_path(reg_path, sizeof(reg_path), "%s/registry.db", store);
+        tv__reg_job_finish(s.st->reg, id, TV__JOB_FAILED, TV_E_HASH_MISMATCH, "x", 0, NULL, &err),
+        0);
+    tv_test_store_close_writer(&s);
+    tv_test_path(reg_path, sizeof(reg_path), "%s/registry.db", s.store);
     tv__reg *reg = NULL;
     assert_int_equal(tv__reg_open_ex(reg_path, TV__REG_READONLY, &reg, &err), 0);
     tv__metrics_reset();
@@ -136,7 +129,7 @@ static void test_registry_gauges(void **state)
     assert_true(u >= 100000); /* the one object, padded to object_align */
     free(text);
     tv__reg_close(reg);
-    tv_test_rmtree(dir);
+    tv_test_store_teardown(&s);
 }
 
 /* Without a fast path (disabled, or before tv__fp_start) every

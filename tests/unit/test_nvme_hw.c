@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "dev/dev.h"
+#include "tv_test.h"
 
 static char g_name[256]; /* nvme0n1 */
 static char g_path[300]; /* /dev/nvme0n1 */
@@ -158,17 +159,13 @@ static void test_direct_read(void **state)
 
 int main(void)
 {
-    if (!find_namespace()) {
-        printf("SKIP: no NVMe namespace on this machine (/sys/block/nvme*n* is empty); set "
-               "TV_TEST_NVME=/dev/nvmeXnY to choose one\n");
-        return 77;
-    }
+    if (!find_namespace())
+        tv_test_skip("no NVMe namespace on this machine (/sys/block/nvme*n* is empty); set "
+                     "TV_TEST_NVME=/dev/nvmeXnY to choose one");
     int fd = open(g_path, O_RDONLY);
-    if (fd < 0) {
-        printf("SKIP: cannot open %s: %s (needs read access, usually root)\n", g_path,
-               strerror(errno));
-        return 77;
-    }
+    if (fd < 0)
+        tv_test_skip("cannot open %s: %s (needs read access, usually root)", g_path,
+                     strerror(errno));
     close(fd);
     printf("testing NVMe namespace %s (read-only)\n", g_path);
     const struct CMUnitTest tests[] = {

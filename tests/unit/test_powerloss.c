@@ -1,9 +1,8 @@
-/* Power loss at every sync point of every writer command (issue 7, "Fault
- * injection at every system call"), with the harness of powerloss.h: the
- * writes since each file's last successful sync and the directory entries
- * since their directory's last fsync are dropped, SQLite test6.c-style, and
- * the command dies on the spot. (Alias moves do not exist yet; when they
- * do, they get a sweep like activate's.)
+/* Power loss at every sync point of every writer command, with the harness
+ * of powerloss.h: the writes since each file's last successful sync and the
+ * directory entries since their directory's last fsync are dropped, SQLite
+ * test6.c-style, and the command dies on the spot. (Alias moves do not
+ * exist yet; when they do, they get a sweep like activate's.)
  *
  * For each command (import of a 2-shard checkpoint with and without
  * --activate, into an empty store, and one whose shards are all already
@@ -40,7 +39,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,18 +152,6 @@ static struct {
         }                                                                                          \
     } while (0)
 
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Copies a file, leaving all-zero 64 KiB blocks as holes. */
 static void copy_file(const char *from, const char *to, mode_t mode)
 {
@@ -213,7 +199,7 @@ static void copy_tree(const char *from, const char *to)
 static void save_state(int s)
 {
     char p[600];
-    rm_tree(F.saved[s]);
+    tv_test_rmtree(F.saved[s]);
     assert_int_equal(mkdir(F.saved[s], 0700), 0);
     snprintf(p, sizeof p, "%s/store", F.saved[s]);
     copy_tree(F.store, p);
@@ -226,7 +212,7 @@ static void save_state(int s)
 static void restore_state(int s)
 {
     char p[600];
-    rm_tree(F.store);
+    tv_test_rmtree(F.store);
     snprintf(p, sizeof p, "%s/store", F.saved[s]);
     copy_tree(p, F.store);
     snprintf(p, sizeof p, "%s/image", F.saved[s]);
@@ -750,10 +736,7 @@ static int group_setup(void **state)
 {
     (void)state;
     tv__log_set_level(TV_LOG_ERROR);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(F.dir, sizeof F.dir, "%s/tv-test-powerloss-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(F.dir))
-        return -1;
+    tv_test_tmpdir(F.dir, sizeof F.dir, "powerloss");
     snprintf(F.store, sizeof F.store, "%s/store", F.dir);
     snprintf(F.image, sizeof F.image, "%s/image", F.dir);
     for (int s = 0; s < N_STATES; s++)
@@ -795,7 +778,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    rm_tree(F.dir);
+    tv_test_rmtree(F.dir);
     for (int c = 0; c < 2; c++)
         for (size_t i = 0; i < F.ck[c].n; i++)
             free(F.ck[c].data[i]);

@@ -24,12 +24,13 @@
 #include "registry/migrate.h"
 #include "registry/reg_internal.h"
 #include "registry/registry.h"
+#include "tv_test.h"
 
 #define MiB (1024ull * 1024ull)
 #define OA  65536ull /* object_align of the test device */
 
 typedef struct fixture {
-    char dir[64];
+    char dir[96];
     char path[128];
     tv__reg *reg;
     int64_t dev;
@@ -70,8 +71,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/tv_test_registry_XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
+    tv_test_tmpdir(f->dir, sizeof f->dir, "registry");
     snprintf(f->path, sizeof f->path, "%s/registry.db", f->dir);
     tv_error err = {0};
     int rc = tv__reg_open(f->path, &f->reg, &err);
@@ -89,13 +89,7 @@ static int teardown(void **state)
 {
     fixture *f = *state;
     tv__reg_close(f->reg);
-    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        char p[160];
-        snprintf(p, sizeof p, "%s%s", f->path, sfx[i]);
-        unlink(p);
-    }
-    rmdir(f->dir);
+    tv_test_rmtree(f->dir);
     free(f);
     return 0;
 }
@@ -2113,7 +2107,7 @@ static void test_concurrent_reservations_never_overlap(void **state)
     free(all);
 }
 
-/* tv__reg_object_users (issue 7 item 11): every model, generation and
+/* tv__reg_object_users: every model, generation and
  * shard that binds an object, in order; none for an unbound one; an
  * unknown id is TV_E_NOT_FOUND. */
 static void test_object_users(void **state)

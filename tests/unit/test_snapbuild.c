@@ -46,19 +46,15 @@
 #include "util/endian.h"
 #include "util/sha256.h"
 #include "util/sys.h"
-#include "tv_test.h"
+#include "tv_test_store.h"
 
 #define MiB   (1024ull * 1024ull)
 #define MODEL "org/tiny-model"
 
 typedef struct fixture {
-    char dir[128];
-    char store[256];
-    char image[2][256];
-    char ck_a[512]; /* index of the two-shard checkpoint */
-    char ck_b[512]; /* a single-file checkpoint with other bytes */
-    tv__store *st;
-    int64_t dev[2];
+    tv_test_store s; /* two 16 MiB images, the writer open */
+    char ck_a[512];  /* index of the two-shard checkpoint */
+    char ck_b[512];  /* a single-file checkpoint with other bytes */
 } fixture;
 
 /* ---- checkpoints (tv_test_write_shard) ---------------------------------------- */
@@ -84,10 +80,9 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    tv_test_tmpdir(f->dir, sizeof f->dir, "snapbuild");
-    snprintf(f->store, sizeof f->store, "%s/store", f->dir);
+    tv_test_store_dir(&f->s, "snapbuild");
     char d[256], p[384];
-    snprintf(d, sizeof d, "%s/ck", f->dir);
+    snprintf(d, sizeof d, "%s/ck", f->s.dir);
     assert_int_equal(mkdir(d, 0700), 0);
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", d);
     tv_test_write_shard_nd(p, SHARD1, TV_ARRAY_LEN(SHARD1), 1);
@@ -95,18 +90,10 @@ static int setup(void **state)
     tv_test_write_shard_nd(p, SHARD2, TV_ARRAY_LEN(SHARD2), 2);
     snprintf(f->ck_a, sizeof f->ck_a, "%s/model.safetensors.index.json", d);
     tv_test_write_text(f->ck_a, INDEX);
-    snprintf(f->ck_b, sizeof f->ck_b, "%s/single.safetensors", f->dir);
+    snprintf(f->ck_b, sizeof f->ck_b, "%s/single.safetensors", f->s.dir);
     tv_test_write_shard_nd(f->ck_b, SINGLE, TV_ARRAY_LEN(SINGLE), 5);
 
-    tv_error err = {0};
-    for (int i = 0; i < 2; i++) {
-        snprintf(f->image[i], sizeof f->image[i], "%s/image%d", f->dir, i);
-        tv__store_init_opts o = {.image = f->image[i], .image_size_bytes = 16 * MiB};
-        if (tv__store_init(f->store, &o, &f->dev[i], &err))
-            fail_msg("store init: %s", err.msg);
-    }
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
-        fail_msg("store open: %s", err.msg);
+    tv_test_store_create(&f->s, &(tv_test_store_opts){.n_images = 2});
     *state = f;
     return 0;
 }
@@ -116,18 +103,17 @@ static int teardown(void **state)
     fixture *f = *state;
     tv__sys_reset();
     tv__sys_crash_hook = NULL;
-    tv__store_close(f->st);
-    tv_test_rmtree(f->dir);
+    tv_test_store_teardown(&f->s);
     free(f);
     return 0;
 }
 
 static int64_t import(fixture *f, const char *src)
 {
-    tv__import_opts o = {.activate = true, .strict = true, .devices = f->dev, .n_devices = 2};
+    tv__import_opts o = {.activate = true, .strict = true, .devices = f->s.dev, .n_devices = 2};
     tv__import_result res;
     tv_error err = {0};
-    if (tv__import(f->st, MODEL, src, &o, &res, &err))
+    if (tv__import(f->s.st, MODEL, src, &o, &res, &err))
         fail_msg("import %s: %s", src, err.msg);
     return res.generation;
 }
@@ -135,16 +121,16 @@ static int64_t import(fixture *f, const char *src)
 static void write_snapshot(fixture *f, int64_t gen)
 {
     tv_error err = {0};
-    if (tv__store_write_snapshot(f->st, MODEL, gen, &err))
+    if (tv__store_write_snapshot(f->s.st, MODEL, gen, &err))
         fail_msg("write snapshot %lld: %s", (long long)gen, err.msg);
-    if (tv__store_write_active(f->st, MODEL, &err))
+    if (tv__store_write_active(f->s.st, MODEL, &err))
         fail_msg("write active: %s", err.msg);
 }
 
 static bool snap_exists(fixture *f, const char *model, int64_t gen)
 {
     bool ex = false;
-    assert_int_equal(tv__snapfile_exists(f->store, model, gen, &ex, NULL), 0);
+    assert_int_equal(tv__snapfile_exists(f->s.store, model, gen, &ex, NULL), 0);
     return ex;
 }
 
@@ -168,20 +154,20 @@ static void test_matches_registry(void **state)
     write_snapshot(f, 0);
 
     int64_t active = 0;
-    assert_int_equal(tv__snapfile_read_active(f->store, MODEL, &active, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(f->s.store, MODEL, &active, &err), 0);
     assert_int_equal(active, 1);
     int fd = -1;
     void *buf = NULL;
     size_t len = 0;
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 0, &fd, &buf, &len, &err), 0);
     tv__snap s;
     if (tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err))
         fail_msg("snap open: %s", err.msg);
 
     tv__reg_generation g;
     tv__reg_manifest *m = NULL;
-    assert_int_equal(tv__reg_generation_get(f->st->reg, MODEL, 1, &g, &err), 0);
-    assert_int_equal(tv__reg_tensors_list(f->st->reg, g.id, &m, &err), 0);
+    assert_int_equal(tv__reg_generation_get(f->s.st->reg, MODEL, 1, &g, &err), 0);
+    assert_int_equal(tv__reg_tensors_list(f->s.st->reg, g.id, &m, &err), 0);
 
     const char *name;
     size_t name_len;
@@ -222,7 +208,7 @@ static void test_matches_registry(void **state)
             assert_int_equal(rp.base_off, mr->base_off);
             assert_int_equal(rp.alloc_len, mr->alloc_len);
             assert_int_equal(tv__snap_device(&s, rp.device, &d, &err), 0);
-            assert_int_equal(tv__reg_device_get(f->st->reg, mr->device_id, &row, &err), 0);
+            assert_int_equal(tv__reg_device_get(f->s.st->reg, mr->device_id, &row, &err), 0);
             tv__uuid_format(d.uuid, uuid);
             assert_string_equal(uuid, row.uuid);
             assert_int_equal(d.path_len, strlen(row.path));
@@ -265,7 +251,7 @@ static void test_matches_registry(void **state)
         tv__snap_shard_info sh;
         assert_int_equal(tv__snap_shard(&s, t.shard, &sh, &err), 0);
         char src[512];
-        snprintf(src, sizeof src, "%s/ck/%.*s", f->dir, (int)sh.name_len, sh.name);
+        snprintf(src, sizeof src, "%s/ck/%.*s", f->s.dir, (int)sh.name_len, sh.name);
         uint8_t want[1024], got[1024];
         assert_true(t.nbytes <= sizeof want);
         if (t.nbytes)
@@ -294,7 +280,7 @@ static void test_matches_registry(void **state)
     /* The in-memory build gives the same manifest. */
     void *b2 = NULL;
     size_t l2 = 0;
-    assert_int_equal(tv__store_build_snapshot(f->st, MODEL, 1, &b2, &l2, &err), 0);
+    assert_int_equal(tv__store_build_snapshot(f->s.st, MODEL, 1, &b2, &l2, &err), 0);
     assert_int_equal(l2, len);
     free(b2);
 
@@ -310,7 +296,7 @@ static void *file_bytes(fixture *f, int64_t gen, size_t *len)
     int fd = -1;
     void *buf = NULL;
     tv_error err = {0};
-    if (tv__snapfile_open(f->store, MODEL, gen, &fd, &buf, len, &err))
+    if (tv__snapfile_open(f->s.store, MODEL, gen, &fd, &buf, len, &err))
         fail_msg("open: %s", err.msg);
     close(fd);
     void *copy = malloc(*len); /* a copy: corrupt() rewrites the file in place */
@@ -323,7 +309,7 @@ static void *file_bytes(fixture *f, int64_t gen, size_t *len)
 static void corrupt(fixture *f, int64_t gen)
 {
     char p[TV__SNAPFILE_PATH_MAX];
-    assert_int_equal(tv__snapfile_path(f->store, MODEL, gen, p, sizeof p, NULL), 0);
+    assert_int_equal(tv__snapfile_path(f->s.store, MODEL, gen, p, sizeof p, NULL), 0);
     int fd = open(p, O_WRONLY | O_CLOEXEC);
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, "garbage", 7, 300), 7);
@@ -339,7 +325,7 @@ static void test_existing_file(void **state)
     write_snapshot(f, 1);
     void *a = file_bytes(f, 1, &la);
     /* Valid and equal: kept as is. */
-    assert_int_equal(tv__store_write_snapshot(f->st, MODEL, 1, &err), 0);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, MODEL, 1, &err), 0);
     void *b = file_bytes(f, 1, &lb);
     assert_int_equal(la, lb);
     assert_memory_equal(a, b, la);
@@ -347,7 +333,7 @@ static void test_existing_file(void **state)
 
     /* Corrupt: replaced by a valid one (with a new hash seed). */
     corrupt(f, 1);
-    assert_int_equal(tv__store_write_snapshot(f->st, MODEL, 1, &err), 0);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, MODEL, 1, &err), 0);
     b = file_bytes(f, 1, &lb);
     assert_int_equal(la, lb);
     assert_memory_not_equal(a, b, la);
@@ -357,32 +343,32 @@ static void test_existing_file(void **state)
     void *buf;
     size_t len;
     tv__snap s;
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 1, &fd, &buf, &len, &err), 0);
     assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), 0);
     tv__snapfile_unmap(buf, len);
 
     /* Corrupt while a reader holds it: left alone, TV_E_LEASED. */
     corrupt(f, 1);
-    assert_int_equal(tv__store_write_snapshot(f->st, MODEL, 1, &err), TV_E_LEASED);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, MODEL, 1, &err), TV_E_LEASED);
     close(fd);
-    assert_int_equal(tv__store_write_snapshot(f->st, MODEL, 1, &err), 0);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, MODEL, 1, &err), 0);
 
     /* Generations without snapshots. */
     void *img = NULL;
-    assert_int_equal(tv__store_build_snapshot(f->st, "no-such-model", 0, &img, &len, &err),
+    assert_int_equal(tv__store_build_snapshot(f->s.st, "no-such-model", 0, &img, &len, &err),
                      TV_E_NOT_FOUND);
-    assert_int_equal(tv__store_build_snapshot(f->st, MODEL, 9, &img, &len, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_build_snapshot(f->s.st, MODEL, 9, &img, &len, &err), TV_E_NOT_FOUND);
     tv__reg_generation g;
-    assert_int_equal(tv__reg_generation_create(f->st->reg, "other", "/nowhere", 0, &g, &err), 0);
-    assert_int_equal(tv__store_build_snapshot(f->st, "other", g.number, &img, &len, &err),
+    assert_int_equal(tv__reg_generation_create(f->s.st->reg, "other", "/nowhere", 0, &g, &err), 0);
+    assert_int_equal(tv__store_build_snapshot(f->s.st, "other", g.number, &img, &len, &err),
                      TV_E_STATE);
-    assert_int_equal(tv__store_write_snapshot(f->st, "other", g.number, &err), TV_E_STATE);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, "other", g.number, &err), TV_E_STATE);
     assert_false(snap_exists(f, "other", g.number));
     /* No active generation: no pointer (and none for an unknown model). */
-    assert_int_equal(tv__store_write_active(f->st, "other", &err), 0);
+    assert_int_equal(tv__store_write_active(f->s.st, "other", &err), 0);
     int64_t active;
-    assert_int_equal(tv__snapfile_read_active(f->store, "other", &active, &err), TV_E_NOT_FOUND);
-    assert_int_equal(tv__store_write_active(f->st, "ghost", &err), 0);
+    assert_int_equal(tv__snapfile_read_active(f->s.store, "other", &active, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_write_active(f->s.st, "ghost", &err), 0);
 }
 
 /* A snapshot file of another format version (version 1: SHA-256 checksum)
@@ -408,23 +394,23 @@ static void test_old_version_rebuilt(void **state)
     tv__sha256_update(&h, a, la);
     tv__sha256_final(&h, sum);
     memcpy(a + TV__SNAP_CHECKSUM_OFF, sum, 32);
-    assert_int_equal(tv__snapfile_path(f->store, MODEL, 1, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_path(f->s.store, MODEL, 1, p, sizeof p, &err), 0);
     assert_int_equal(unlink(p), 0);
-    assert_int_equal(tv__snapfile_write(f->store, MODEL, 1, a, la, &err), 0);
+    assert_int_equal(tv__snapfile_write(f->s.store, MODEL, 1, a, la, &err), 0);
 
     /* Readers refuse it with the version error. */
     int fd = -1;
     void *buf = NULL;
     size_t len = 0;
     tv__snap s;
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 0, &fd, &buf, &len, &err), 0);
     assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &s, &err), TV_E_SNAPSHOT);
     assert_non_null(strstr(err.msg, "version 1"));
     tv__snapfile_unmap(buf, len);
     close(fd);
 
     /* The writer's repair rebuilds it in the current version. */
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     uint8_t *b = file_bytes(f, 1, &lb);
     assert_int_equal(lb, la);
     assert_int_equal(tv__le32_get(b + 8), TV__SNAP_VERSION);
@@ -433,7 +419,7 @@ static void test_old_version_rebuilt(void **state)
     free(b);
     /* Readable files are left alone: a second sync keeps the bytes. */
     b = file_bytes(f, 1, &lb);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     uint8_t *c = file_bytes(f, 1, &la);
     assert_int_equal(la, lb);
     assert_memory_equal(b, c, lb);
@@ -452,59 +438,59 @@ static void test_active_gc_sync(void **state)
     write_snapshot(f, 1);
     assert_int_equal(import(f, f->ck_b), 2);
     write_snapshot(f, 2);
-    assert_int_equal(tv__snapfile_read_active(f->store, MODEL, &active, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(f->s.store, MODEL, &active, &err), 0);
     assert_int_equal(active, 2);
 
     /* Rollback: the pointer follows the registry. */
-    assert_int_equal(tv__reg_generation_activate(f->st->reg, MODEL, 1, &err), 0);
-    assert_int_equal(tv__store_write_active(f->st, MODEL, &err), 0);
-    assert_int_equal(tv__snapfile_read_active(f->store, MODEL, &active, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->s.st->reg, MODEL, 1, &err), 0);
+    assert_int_equal(tv__store_write_active(f->s.st, MODEL, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(f->s.store, MODEL, &active, &err), 0);
     assert_int_equal(active, 1);
-    assert_int_equal(tv__reg_generation_activate(f->st->reg, MODEL, 2, &err), 0);
-    assert_int_equal(tv__store_write_active(f->st, MODEL, &err), 0);
-    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    assert_int_equal(tv__reg_generation_activate(f->s.st->reg, MODEL, 2, &err), 0);
+    assert_int_equal(tv__store_write_active(f->s.st, MODEL, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->s.st->reg, MODEL, 1, &err), 0);
 
     /* gc: a reader of generation 1 keeps its snapshot. */
     int fd;
     void *buf;
     size_t len;
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 1, &fd, &buf, &len, &err), 0);
     tv__snapfile_unmap(buf, len);
-    assert_int_equal(tv__store_snapshot_leased(f->st, MODEL, 1, &leased, &err), 0);
+    assert_int_equal(tv__store_snapshot_leased(f->s.st, MODEL, 1, &leased, &err), 0);
     assert_true(leased);
-    assert_int_equal(tv__store_remove_snapshot(f->st, MODEL, 1, &err), TV_E_LEASED);
+    assert_int_equal(tv__store_remove_snapshot(f->s.st, MODEL, 1, &err), TV_E_LEASED);
     assert_true(snap_exists(f, MODEL, 1));
     close(fd);
-    assert_int_equal(tv__store_snapshot_leased(f->st, MODEL, 1, &leased, &err), 0);
+    assert_int_equal(tv__store_snapshot_leased(f->s.st, MODEL, 1, &leased, &err), 0);
     assert_false(leased);
-    assert_int_equal(tv__store_snapshot_leased(f->st, MODEL, 2, &leased, &err), 0);
+    assert_int_equal(tv__store_snapshot_leased(f->s.st, MODEL, 2, &leased, &err), 0);
     assert_false(leased);
 
     /* Crash repair: missing files and pointer come back, temporaries go. */
     char p[TV__SNAPFILE_PATH_MAX], md[TV__SNAPFILE_PATH_MAX], tmp[TV__SNAPFILE_PATH_MAX + 32];
-    assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_path(f->s.store, MODEL, 2, p, sizeof p, &err), 0);
     assert_int_equal(unlink(p), 0);
-    assert_int_equal(tv__snapfile_write_active(f->store, MODEL, 0, &err), 0);
-    assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, md, sizeof md, &err), 0);
+    assert_int_equal(tv__snapfile_write_active(f->s.store, MODEL, 0, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->s.store, MODEL, md, sizeof md, &err), 0);
     snprintf(tmp, sizeof tmp, "%s/.tmp-2-999-0", md);
     tv_test_write_text(tmp, "partial");
-    if (tv__store_sync_snapshots(f->st, &err))
+    if (tv__store_sync_snapshots(f->s.st, &err))
         fail_msg("sync: %s", err.msg);
     assert_true(snap_exists(f, MODEL, 2));
     assert_true(snap_exists(f, MODEL, 1)); /* retired: kept as it was (never rebuilt) */
     assert_false(access(tmp, F_OK) == 0);
-    assert_int_equal(tv__snapfile_read_active(f->store, MODEL, &active, &err), 0);
+    assert_int_equal(tv__snapfile_read_active(f->s.store, MODEL, &active, &err), 0);
     assert_int_equal(active, 2);
 
     /* gc proper: a reader of generation 1 keeps all its objects... */
     tv__reg_object *objs = NULL;
     size_t n = 0;
     bool keep[8] = {false};
-    assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &objs, &n, &err), 0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->s.st->reg, &objs, &n, &err), 0);
     assert_int_equal(n, 4); /* 2 shards x 2 replicas of generation 1 */
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 1, &fd, &buf, &len, &err), 0);
     tv__snapfile_unmap(buf, len);
-    assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, keep, &err), 0);
+    assert_int_equal(tv__store_gc_snapshots(f->s.st, objs, n, keep, &err), 0);
     for (size_t i = 0; i < n; i++)
         assert_true(keep[i]);
     assert_true(snap_exists(f, MODEL, 1));
@@ -512,19 +498,19 @@ static void test_active_gc_sync(void **state)
     /* ...and once it is gone the snapshot goes first, then the objects;
      * sync no longer brings generation 1 back. */
     memset(keep, 0, sizeof keep);
-    assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, keep, &err), 0);
+    assert_int_equal(tv__store_gc_snapshots(f->s.st, objs, n, keep, &err), 0);
     for (size_t i = 0; i < n; i++)
         assert_false(keep[i]);
     assert_false(snap_exists(f, MODEL, 1));
     assert_true(snap_exists(f, MODEL, 2));
     for (size_t i = 0; i < n; i++)
-        assert_int_equal(tv__reg_object_delete(f->st->reg, objs[i].id, &err), 0);
+        assert_int_equal(tv__reg_object_delete(f->s.st->reg, objs[i].id, &err), 0);
     free(objs);
-    assert_int_equal(tv__store_gc_snapshots(f->st, NULL, 0, NULL, &err), 0);
-    if (tv__store_sync_snapshots(f->st, &err))
+    assert_int_equal(tv__store_gc_snapshots(f->s.st, NULL, 0, NULL, &err), 0);
+    if (tv__store_sync_snapshots(f->s.st, &err))
         fail_msg("sync: %s", err.msg);
     assert_false(snap_exists(f, MODEL, 1));
-    assert_int_equal(tv__store_write_snapshot(f->st, MODEL, 1, &err), TV_E_STATE);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, MODEL, 1, &err), TV_E_STATE);
     assert_true(snap_exists(f, MODEL, 2));
 }
 
@@ -538,17 +524,17 @@ static void test_gc_shared_objects(void **state)
     write_snapshot(f, 1);
     assert_int_equal(import(f, f->ck_a), 2); /* deduplicated: the same objects */
     write_snapshot(f, 2);
-    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->s.st->reg, MODEL, 1, &err), 0);
     tv__reg_object *objs = NULL;
     size_t n = 9;
-    assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &objs, &n, &err), 0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->s.st->reg, &objs, &n, &err), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, NULL, &err), 0);
+    assert_int_equal(tv__store_gc_snapshots(f->s.st, objs, n, NULL, &err), 0);
     assert_true(snap_exists(f, MODEL, 1));
     free(objs);
 }
 
-/* ---- registry and pointer agree (issue 7 item 3), cost (item 12) ------------ */
+/* ---- registry and pointer agree, and what a write costs ---------------------- */
 
 /* Injected failure of the k-th call (1-based) among pwrite, fdatasync,
  * fsync, rename and rename_noreplace; counts every call. */
@@ -617,12 +603,12 @@ static int64_t agreed_active(fixture *f, const char *model)
 {
     tv_error err = {0};
     int64_t reg = 0, ptr = 0;
-    int rc = tv__reg_active_generation(f->st->reg, model, &reg, &err);
+    int rc = tv__reg_active_generation(f->s.st->reg, model, &reg, &err);
     if (rc == TV_E_NOT_FOUND)
         reg = 0;
     else if (rc)
         fail_msg("registry: %s", err.msg);
-    rc = tv__snapfile_read_active(f->store, model, &ptr, &err);
+    rc = tv__snapfile_read_active(f->s.store, model, &ptr, &err);
     if (rc == TV_E_NOT_FOUND)
         ptr = 0;
     else if (rc)
@@ -648,10 +634,10 @@ static void test_activate_faults(void **state)
     int k, n_failed = 0;
     for (k = 1; k < 100; k++) {
         int64_t before = agreed_active(f, MODEL), target = before == 1 ? 2 : 1;
-        assert_int_equal(tv__snapfile_path(f->store, MODEL, target, p, sizeof p, &err), 0);
+        assert_int_equal(tv__snapfile_path(f->s.store, MODEL, target, p, sizeof p, &err), 0);
         assert_true(unlink(p) == 0 || errno == ENOENT); /* absent after a failed write */
         faults_on(k);
-        int rc = tv__store_activate(f->st, MODEL, target, &err);
+        int rc = tv__store_activate(f->s.st, MODEL, target, &err);
         int calls = g_calls;
         tv__sys_reset();
         int64_t now = agreed_active(f, MODEL);
@@ -667,8 +653,8 @@ static void test_activate_faults(void **state)
         void *buf;
         size_t len;
         int64_t opened = 0;
-        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err),
-                         0);
+        assert_int_equal(
+            tv__snapfile_open_gen(f->s.store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
         assert_int_equal(opened, now);
         tv__snapfile_unmap(buf, len);
         close(fd);
@@ -682,12 +668,12 @@ static void test_activate_faults(void **state)
     /* Activating the active generation writes nothing. */
     int64_t cur = agreed_active(f, MODEL);
     faults_on(0);
-    assert_int_equal(tv__store_activate(f->st, MODEL, cur, &err), 0);
+    assert_int_equal(tv__store_activate(f->s.st, MODEL, cur, &err), 0);
     assert_int_equal(g_calls, 0);
     tv__sys_reset();
     /* Retire under every fault: registry only, the pointer stays agreed. */
     faults_on(1);
-    if (tv__reg_generation_retire(f->st->reg, MODEL, cur == 1 ? 2 : 1, &err))
+    if (tv__reg_generation_retire(f->s.st->reg, MODEL, cur == 1 ? 2 : 1, &err))
         fail_msg("retire: %s", err.msg);
     tv__sys_reset();
     assert_int_equal(agreed_active(f, MODEL), cur);
@@ -703,11 +689,11 @@ static void test_import_faults(void **state)
     int k;
     for (k = 1; k < 400; k++) {
         int64_t before = agreed_active(f, MODEL);
-        tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+        tv__import_opts o = {.activate = true, .devices = f->s.dev, .n_devices = 2};
         tv__import_result res = {0};
         tv_error err = {0};
         faults_on(k);
-        int rc = tv__import(f->st, MODEL, f->ck_b, &o, &res, &err);
+        int rc = tv__import(f->s.st, MODEL, f->ck_b, &o, &res, &err);
         int calls = g_calls;
         tv__sys_reset();
         int64_t now = agreed_active(f, MODEL);
@@ -737,20 +723,20 @@ static void crash_hook(const char *point)
 
 static void crash_child(fixture *f, const char *point, int64_t target, bool via_import)
 {
-    tv__store_close(f->st);
-    f->st = NULL;
+    tv__store_close(f->s.st);
+    f->s.st = NULL;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         tv__store *st;
         tv_error err = {0};
-        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+        if (tv__store_open(f->s.store, TV__STORE_WRITE, &st, &err))
             _exit(3);
         g_crash_at = point;
         tv__sys_crash_hook = crash_hook;
         int rc;
         if (via_import) {
-            tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+            tv__import_opts o = {.activate = true, .devices = f->s.dev, .n_devices = 2};
             rc = tv__import(st, MODEL, f->ck_b, &o, NULL, &err);
         } else {
             rc = tv__store_activate(st, MODEL, target, &err);
@@ -782,11 +768,11 @@ static void test_activate_crash_points(void **state)
         void *buf;
         size_t len;
         int64_t seen = 0;
-        assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &seen, &fd, &buf, &len, &err),
+        assert_int_equal(tv__snapfile_open_gen(f->s.store, MODEL, 0, &seen, &fd, &buf, &len, &err),
                          0);
         tv__snapfile_unmap(buf, len);
         close(fd);
-        if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        if (tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err))
             fail_msg("reopen: %s", err.msg);
         int64_t now = agreed_active(f, MODEL);
         if (now != (cases[i].lands ? target : before))
@@ -797,7 +783,7 @@ static void test_activate_crash_points(void **state)
     /* import --activate killed between its pointer and its commit */
     int64_t before = agreed_active(f, MODEL);
     crash_child(f, "activate.pointer", 0, true);
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+    if (tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err))
         fail_msg("reopen: %s", err.msg);
     int64_t now = agreed_active(f, MODEL);
     assert_true(now > before && now > 2);
@@ -812,25 +798,25 @@ static void test_stale_pointer_repaired(void **state)
     tv_error err = {0};
     assert_int_equal(import(f, f->ck_a), 1);
     assert_int_equal(import(f, f->ck_b), 2);
-    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, -1, &err), 0);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__snapfile_write_pointer(f->s.store, MODEL, 1, -1, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
-    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, 7, &err), 0);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__snapfile_write_pointer(f->s.store, MODEL, 1, 7, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
     /* garbage, or a FIFO in the pointer's place */
     char p[TV__SNAPFILE_PATH_MAX];
-    assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_active_path(f->s.store, MODEL, p, sizeof p, &err), 0);
     tv_test_write_text(p, "junk");
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
     assert_int_equal(unlink(p), 0);
     assert_int_equal(mkfifo(p, 0600), 0);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 2);
     /* a FIFO, then a symbolic link, in place of the active snapshot: the
      * entry is replaced by the real file */
-    assert_int_equal(tv__snapfile_path(f->store, MODEL, 2, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_path(f->s.store, MODEL, 2, p, sizeof p, &err), 0);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(unlink(p), 0);
         if (i == 0)
@@ -838,14 +824,14 @@ static void test_stale_pointer_repaired(void **state)
         else
             assert_int_equal(symlink("1.tvsnap", p), 0);
         assert_false(snap_exists(f, MODEL, 2));
-        if (tv__store_sync_snapshots(f->st, &err))
+        if (tv__store_sync_snapshots(f->s.st, &err))
             fail_msg("sync: %s", err.msg);
         assert_true(snap_exists(f, MODEL, 2));
         int fd;
         void *buf;
         size_t len;
         tv__snap sn;
-        assert_int_equal(tv__snapfile_open(f->store, MODEL, 0, &fd, &buf, &len, &err), 0);
+        assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 0, &fd, &buf, &len, &err), 0);
         assert_int_equal(tv__snap_open(buf, len, TV__SNAP_VERIFY_CHECKSUM, &sn, &err), 0);
         assert_int_equal(sn.generation, 2);
         tv__snapfile_unmap(buf, len);
@@ -862,26 +848,26 @@ static void test_writer_cost(void **state)
     fixture *f = *state;
     tv_error err = {0};
     enum { N_OTHER = 50, N_RETIRED = 10 };
-    tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+    tv__import_opts o = {.activate = true, .devices = f->s.dev, .n_devices = 2};
     for (int i = 0; i < N_OTHER; i++) {
         char name[32];
         snprintf(name, sizeof name, "other-%02d", i);
-        if (tv__import(f->st, name, f->ck_b, &o, NULL, &err))
+        if (tv__import(f->s.st, name, f->ck_b, &o, NULL, &err))
             fail_msg("import %s: %s", name, err.msg);
     }
     for (int i = 0; i < N_RETIRED + 2; i++) /* 1..10 retired, 11 ready, 12 active */
         import(f, f->ck_a);
     for (int64_t g = 1; g <= N_RETIRED; g++) {
-        assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, g, &err), 0);
-        assert_int_equal(tv__store_remove_snapshot(f->st, MODEL, g, &err), 0);
+        assert_int_equal(tv__reg_generation_retire(f->s.st->reg, MODEL, g, &err), 0);
+        assert_int_equal(tv__store_remove_snapshot(f->s.st, MODEL, g, &err), 0);
     }
-    tv__store_close(f->st);
-    f->st = NULL;
+    tv__store_close(f->s.st);
+    f->s.st = NULL;
 
     struct timespec t0, t1;
     faults_on(0);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+    if (tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err))
         fail_msg("open: %s", err.msg);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     int open_writes = g_n_pwrite + g_n_sync + g_n_rename;
@@ -897,7 +883,7 @@ static void test_writer_cost(void **state)
     int64_t cur = agreed_active(f, MODEL);
     faults_on(0);
     assert_int_equal(cur, N_RETIRED + 2);
-    assert_int_equal(tv__store_activate(f->st, MODEL, cur - 1, &err), 0);
+    assert_int_equal(tv__store_activate(f->s.st, MODEL, cur - 1, &err), 0);
     printf("# activate: %d pwrite, %d syncs, %d renames\n", g_n_pwrite, g_n_sync, g_n_rename);
     assert_true(g_n_pwrite == 1 && g_n_sync == 2 && g_n_rename == 1);
 
@@ -906,9 +892,9 @@ static void test_writer_cost(void **state)
     size_t n = 0;
     bool keep[64] = {false};
     faults_on(0);
-    assert_int_equal(tv__reg_objects_unreferenced(f->st->reg, &objs, &n, &err), 0);
+    assert_int_equal(tv__reg_objects_unreferenced(f->s.st->reg, &objs, &n, &err), 0);
     assert_true(n <= 64);
-    assert_int_equal(tv__store_gc_snapshots(f->st, objs, n, keep, &err), 0);
+    assert_int_equal(tv__store_gc_snapshots(f->s.st, objs, n, keep, &err), 0);
     free(objs);
     printf("# gc snapshots: %d pwrite, %d syncs, %d renames\n", g_n_pwrite, g_n_sync, g_n_rename);
     assert_int_equal(g_n_pwrite + g_n_rename, 0);
@@ -928,12 +914,12 @@ static int64_t agreed_alias(fixture *f, const char *model, const char *alias)
 {
     tv_error err = {0};
     int64_t reg = 0, ptr = 0;
-    int rc = tv__reg_alias_get(f->st->reg, model, alias, &reg, &err);
+    int rc = tv__reg_alias_get(f->s.st->reg, model, alias, &reg, &err);
     if (rc == TV_E_NOT_FOUND)
         reg = 0;
     else if (rc)
         fail_msg("registry: %s", err.msg);
-    rc = tv__snapfile_read_alias(f->store, model, alias, &ptr, &err);
+    rc = tv__snapfile_read_alias(f->s.store, model, alias, &ptr, &err);
     if (rc == TV_E_NOT_FOUND)
         ptr = 0;
     else if (rc)
@@ -959,13 +945,13 @@ static void test_alias_faults(void **state)
         /* none -> 1 -> 2 -> removed -> 1 ... */
         int64_t target = before == 0 ? 1 : before == 1 ? 2 : 0;
         if (target == 1) { /* its snapshot missing: its write is exercised too */
-            assert_int_equal(tv__snapfile_path(f->store, MODEL, 1, p, sizeof p, &err), 0);
+            assert_int_equal(tv__snapfile_path(f->s.store, MODEL, 1, p, sizeof p, &err), 0);
             assert_true(unlink(p) == 0 || errno == ENOENT);
         }
         faults_on(k);
         int64_t removed = -1;
-        int rc = target ? tv__store_alias_set(f->st, MODEL, "prod", target, &err)
-                        : tv__store_alias_remove(f->st, MODEL, "prod", &removed, &err);
+        int rc = target ? tv__store_alias_set(f->s.st, MODEL, "prod", target, &err)
+                        : tv__store_alias_remove(f->s.st, MODEL, "prod", &removed, &err);
         int calls = g_calls;
         tv__sys_reset();
         int64_t now = agreed_alias(f, MODEL, "prod");
@@ -988,17 +974,17 @@ static void test_alias_faults(void **state)
     assert_int_equal(n_moves, 4);
     assert_true(n_failed >= 10);
     /* errors */
-    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 9, &err), TV_E_NOT_FOUND);
-    assert_int_equal(tv__store_alias_set(f->st, MODEL, "9x", 1, &err), TV_E_NAME);
-    assert_int_equal(tv__store_alias_remove(f->st, MODEL, "active", NULL, &err), TV_E_NAME);
-    assert_int_equal(tv__store_alias_remove(f->st, MODEL, "nope", NULL, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_alias_set(f->s.st, MODEL, "prod", 9, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_alias_set(f->s.st, MODEL, "9x", 1, &err), TV_E_NAME);
+    assert_int_equal(tv__store_alias_remove(f->s.st, MODEL, "active", NULL, &err), TV_E_NAME);
+    assert_int_equal(tv__store_alias_remove(f->s.st, MODEL, "nope", NULL, &err), TV_E_NOT_FOUND);
     /* "active" activates */
-    assert_int_equal(tv__store_alias_set(f->st, MODEL, "active", 1, &err), 0);
+    assert_int_equal(tv__store_alias_set(f->s.st, MODEL, "active", 1, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 1);
     /* an aliased generation cannot be retired */
     assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
-    assert_int_equal(tv__store_alias_set(f->st, MODEL, "canary", 2, &err), 0);
-    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 2, &err), TV_E_STATE);
+    assert_int_equal(tv__store_alias_set(f->s.st, MODEL, "canary", 2, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->s.st->reg, MODEL, 2, &err), TV_E_STATE);
     assert_non_null(strstr(err.msg, "'canary'"));
 }
 
@@ -1006,14 +992,14 @@ static void test_alias_faults(void **state)
  * the pointer on what the registry says. */
 static void alias_crash_child(fixture *f, const char *point, int64_t target)
 {
-    tv__store_close(f->st);
-    f->st = NULL;
+    tv__store_close(f->s.st);
+    f->s.st = NULL;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         tv__store *st;
         tv_error err = {0};
-        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+        if (tv__store_open(f->s.store, TV__STORE_WRITE, &st, &err))
             _exit(3);
         g_crash_at = point;
         tv__sys_crash_hook = crash_hook;
@@ -1026,7 +1012,7 @@ static void alias_crash_child(fixture *f, const char *point, int64_t target)
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 42);
     tv_error err = {0};
-    if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+    if (tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err))
         fail_msg("reopen: %s", err.msg);
 }
 
@@ -1036,7 +1022,7 @@ static void test_alias_crash_points(void **state)
     tv_error err = {0};
     assert_int_equal(import(f, f->ck_a), 1);
     assert_int_equal(import(f, f->ck_b), 2);
-    assert_int_equal(tv__store_alias_set(f->st, MODEL, "prod", 1, &err), 0);
+    assert_int_equal(tv__store_alias_set(f->s.st, MODEL, "prod", 1, &err), 0);
     static const struct {
         const char *point;
         int64_t target; /* 0: remove */
@@ -1053,13 +1039,13 @@ static void test_alias_crash_points(void **state)
                      (long long)cases[i].target, (long long)now, (long long)cases[i].after);
     }
     /* an orphan pointer (no row) is removed, a garbage one rewritten */
-    assert_int_equal(tv__snapfile_write_alias(f->store, MODEL, "ghost", 1, &err), 0);
+    assert_int_equal(tv__snapfile_write_alias(f->s.store, MODEL, "ghost", 1, &err), 0);
     char p[TV__SNAPFILE_PATH_MAX];
-    assert_int_equal(tv__snapfile_alias_path(f->store, MODEL, "prod", p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_alias_path(f->s.store, MODEL, "prod", p, sizeof p, &err), 0);
     tv_test_write_text(p, "junk");
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     int64_t g = 0;
-    assert_int_equal(tv__snapfile_read_alias(f->store, MODEL, "ghost", &g, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__snapfile_read_alias(f->s.store, MODEL, "ghost", &g, &err), TV_E_NOT_FOUND);
     assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
     assert_int_equal(agreed_active(f, MODEL), 2);
 }
@@ -1085,7 +1071,7 @@ static bool moved_pointer_exists(fixture *f, const char *model)
 {
     char md[TV__SNAPFILE_PATH_MAX], p[TV__SNAPFILE_PATH_MAX + 32];
     struct stat sb;
-    assert_int_equal(tv__snapfile_model_dir(f->store, model, md, sizeof md, NULL), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->s.store, model, md, sizeof md, NULL), 0);
     snprintf(p, sizeof p, "%s/%s", md, TV__SNAPFILE_DEACTIVATED);
     return lstat(p, &sb) == 0;
 }
@@ -1093,7 +1079,7 @@ static bool moved_pointer_exists(fixture *f, const char *model)
 static int open_spec(fixture *f, const char *spec, tv_model **m, tv_error *err)
 {
     tv_open_opts o = {.engine = TV_ENGINE_PREAD, .no_direct = true};
-    return tv_model_open(f->store, spec, &o, m, err);
+    return tv_model_open(f->s.store, spec, &o, m, err);
 }
 
 /* What the active generation is once settled, as a read-only store says. */
@@ -1102,7 +1088,7 @@ static int64_t settled_active(fixture *f, const char *model)
     tv__store *rd = NULL;
     tv_error err = {0};
     int64_t g = -1;
-    if (tv__store_open(f->store, 0, &rd, &err) || tv__store_settled_active(rd, model, &g, &err))
+    if (tv__store_open(f->s.store, 0, &rd, &err) || tv__store_settled_active(rd, model, &g, &err))
         fail_msg("settled active: %s", err.msg);
     tv__store_close(rd);
     return g;
@@ -1117,21 +1103,21 @@ static void test_deactivate(void **state)
     tv_error err = {0};
     assert_int_equal(import(f, f->ck_a), 1);
     assert_int_equal(import(f, f->ck_b), 2);
-    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_STATE);
+    assert_int_equal(tv__store_model_delete(f->s.st, MODEL, NULL, NULL, &err), TV_E_STATE);
     tv_model *before = NULL, *m = NULL;
     if (open_spec(f, MODEL, &before, &err))
         fail_msg("open %s: %s", MODEL, err.msg);
     assert_int_equal(tv_model_generation(before), 2);
 
     int64_t was = -1;
-    if (tv__store_deactivate(f->st, MODEL, &was, &err))
+    if (tv__store_deactivate(f->s.st, MODEL, &was, &err))
         fail_msg("deactivate: %s", err.msg);
     assert_int_equal(was, 2);
     assert_int_equal(agreed_active(f, MODEL), 0);
     assert_false(moved_pointer_exists(f, MODEL));
     assert_int_equal(settled_active(f, MODEL), 0);
     tv__reg_generation g;
-    assert_int_equal(tv__reg_generation_get(f->st->reg, MODEL, 2, &g, &err), 0);
+    assert_int_equal(tv__reg_generation_get(f->s.st->reg, MODEL, 2, &g, &err), 0);
     assert_int_equal(g.state, TV__GEN_READY);
     assert_false(g.active);
     /* readers: NAME is not found, NAME@GEN opens, the old reader reads on */
@@ -1153,46 +1139,46 @@ static void test_deactivate(void **state)
     /* no active generation: a no-op that writes nothing */
     was = -1;
     faults_on_all(0);
-    assert_int_equal(tv__store_deactivate(f->st, MODEL, &was, &err), 0);
+    assert_int_equal(tv__store_deactivate(f->s.st, MODEL, &was, &err), 0);
     assert_int_equal(g_calls, 0);
     tv__sys_reset();
     assert_int_equal(was, 0);
     /* ... and removes a stray pointer (the registry is the source of truth) */
-    assert_int_equal(tv__snapfile_write_pointer(f->store, MODEL, 1, -1, &err), 0);
-    assert_int_equal(tv__store_deactivate(f->st, MODEL, NULL, &err), 0);
+    assert_int_equal(tv__snapfile_write_pointer(f->s.store, MODEL, 1, -1, &err), 0);
+    assert_int_equal(tv__store_deactivate(f->s.st, MODEL, NULL, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 0);
     /* errors */
-    assert_int_equal(tv__store_deactivate(f->st, "nope", &was, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_deactivate(f->s.st, "nope", &was, &err), TV_E_NOT_FOUND);
     assert_non_null(strstr(err.msg, "'nope'"));
-    assert_int_equal(tv__store_deactivate(f->st, NULL, &was, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__store_deactivate(f->s.st, NULL, &was, &err), TV_E_INVALID_ARG);
     tv__store *rd = NULL;
-    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_open(f->s.store, 0, &rd, &err), 0);
     assert_int_equal(tv__store_deactivate(rd, MODEL, &was, &err), TV_E_INVALID_ARG);
     tv__store_close(rd);
-    assert_int_equal(tv__reg_tx_depth(f->st->reg), 0);
+    assert_int_equal(tv__reg_tx_depth(f->s.st->reg), 0);
 
     /* activation works again afterwards */
-    assert_int_equal(tv__store_activate(f->st, MODEL, 1, &err), 0);
+    assert_int_equal(tv__store_activate(f->s.st, MODEL, 1, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), 1);
-    assert_int_equal(tv__store_deactivate(f->st, MODEL, &was, &err), 0);
+    assert_int_equal(tv__store_deactivate(f->s.st, MODEL, &was, &err), 0);
     assert_int_equal(was, 1);
 
     /* model delete: refused while the old reader holds generation 2, then
      * done, a leftover moved pointer included */
-    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_LEASED);
+    assert_int_equal(tv__store_model_delete(f->s.st, MODEL, NULL, NULL, &err), TV_E_LEASED);
     tv_model_close(before);
     char md[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX + 32];
-    assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, md, sizeof md, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->s.store, MODEL, md, sizeof md, &err), 0);
     snprintf(d, sizeof d, "%s/%s", md, TV__SNAPFILE_DEACTIVATED);
     tv_test_write_text(d, "1\n");
     size_t n_ret = 0;
     uint64_t freed = 0;
-    if (tv__store_model_delete(f->st, MODEL, &n_ret, &freed, &err))
+    if (tv__store_model_delete(f->s.st, MODEL, &n_ret, &freed, &err))
         fail_msg("model delete: %s", err.msg);
     assert_int_equal(n_ret, 2);
     assert_true(freed > 0);
     tv__reg_model rm;
-    assert_int_equal(tv__reg_model_get(f->st->reg, MODEL, &rm, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_model_get(f->s.st->reg, MODEL, &rm, &err), TV_E_NOT_FOUND);
     assert_int_equal(open_spec(f, MODEL "@2", &m, &err), TV_E_NOT_FOUND);
     struct stat sb;
     assert_int_equal(lstat(md, &sb), -1); /* the directory went, moved pointer and all */
@@ -1213,10 +1199,10 @@ static void test_deactivate_faults(void **state)
     for (k = 1; k < 100 && n_moves < 2; k++) {
         int64_t before = agreed_active(f, MODEL), from_before = -9, g = 0, from = -9;
         assert_true(before > 0);
-        assert_int_equal(tv__snapfile_read_pointer(f->store, MODEL, &g, &from_before, &err), 0);
+        assert_int_equal(tv__snapfile_read_pointer(f->s.store, MODEL, &g, &from_before, &err), 0);
         faults_on_all(k);
         int64_t was = -1;
-        int rc = tv__store_deactivate(f->st, MODEL, &was, &err);
+        int rc = tv__store_deactivate(f->s.st, MODEL, &was, &err);
         int calls = g_calls;
         tv__sys_reset();
         int64_t now = agreed_active(f, MODEL);
@@ -1224,7 +1210,7 @@ static void test_deactivate_faults(void **state)
             n_failed++;
             assert_int_equal(now, before); /* an error changes neither */
             assert_non_null(strstr(err.msg, "Input/output error"));
-            assert_int_equal(tv__snapfile_read_pointer(f->store, MODEL, &g, &from, &err), 0);
+            assert_int_equal(tv__snapfile_read_pointer(f->s.store, MODEL, &g, &from, &err), 0);
             assert_int_equal(from, from_before);
             assert_false(moved_pointer_exists(f, MODEL));
             int fd;
@@ -1232,7 +1218,7 @@ static void test_deactivate_faults(void **state)
             size_t len;
             int64_t opened = 0;
             assert_int_equal(
-                tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
+                tv__snapfile_open_gen(f->s.store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
             assert_int_equal(opened, before);
             tv__snapfile_unmap(buf, len);
             close(fd);
@@ -1241,12 +1227,12 @@ static void test_deactivate_faults(void **state)
             assert_int_equal(was, before);
             if (moved_pointer_exists(f, MODEL)) { /* its unlink or fsync failed: logged */
                 n_left++;
-                assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+                assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
                 assert_false(moved_pointer_exists(f, MODEL));
                 assert_int_equal(agreed_active(f, MODEL), 0);
             }
             /* back to an active generation for the next run */
-            assert_int_equal(tv__store_activate(f->st, MODEL, before == 1 ? 2 : 1, &err), 0);
+            assert_int_equal(tv__store_activate(f->s.st, MODEL, before == 1 ? 2 : 1, &err), 0);
         }
         if (calls < k) { /* no call left to fail: this deactivation is done */
             assert_int_equal(rc, 0);
@@ -1266,14 +1252,14 @@ static void test_deactivate_faults(void **state)
  * leftover pointers around deactivation. */
 static void deactivate_crash_child(fixture *f, const char *point)
 {
-    tv__store_close(f->st);
-    f->st = NULL;
+    tv__store_close(f->s.st);
+    f->s.st = NULL;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         tv__store *st;
         tv_error err = {0};
-        if (tv__store_open(f->store, TV__STORE_WRITE, &st, &err))
+        if (tv__store_open(f->s.store, TV__STORE_WRITE, &st, &err))
             _exit(3);
         g_crash_at = point;
         tv__sys_crash_hook = crash_hook;
@@ -1302,27 +1288,27 @@ static void test_deactivate_crash_points(void **state)
         tv_model *m = NULL;
         assert_int_equal(open_spec(f, MODEL, &m, &err), TV_E_NOT_FOUND);
         assert_int_equal(settled_active(f, MODEL), 0);
-        if (tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err))
+        if (tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err))
             fail_msg("reopen: %s", err.msg);
         if (agreed_active(f, MODEL) != 0)
             fail_msg("crash at %s: still active", points[i]);
         assert_false(moved_pointer_exists(f, MODEL));
-        assert_int_equal(tv__store_activate(f->st, MODEL, before == 1 ? 2 : 1, &err), 0);
+        assert_int_equal(tv__store_activate(f->s.st, MODEL, before == 1 ? 2 : 1, &err), 0);
     }
     int64_t cur = agreed_active(f, MODEL);
     char p[TV__SNAPFILE_PATH_MAX], d[TV__SNAPFILE_PATH_MAX + 32];
-    assert_int_equal(tv__snapfile_active_path(f->store, MODEL, p, sizeof p, &err), 0);
-    assert_int_equal(tv__snapfile_model_dir(f->store, MODEL, d, sizeof d, &err), 0);
+    assert_int_equal(tv__snapfile_active_path(f->s.store, MODEL, p, sizeof p, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->s.store, MODEL, d, sizeof d, &err), 0);
     strcat(d, "/" TV__SNAPFILE_DEACTIVATED);
     /* a lost pointer (no moved one): the registry wins, the pointer is back */
     assert_int_equal(unlink(p), 0);
     assert_int_equal(settled_active(f, MODEL), cur);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_int_equal(agreed_active(f, MODEL), cur);
     /* a leftover moved pointer next to the pointer: removed, nothing else */
     tv_test_write_text(d, cur == 1 ? "1\n" : "2\n");
     assert_int_equal(settled_active(f, MODEL), cur);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_false(moved_pointer_exists(f, MODEL));
     assert_int_equal(agreed_active(f, MODEL), cur);
     /* no pointer, and a moved one naming another generation (or garbage):
@@ -1332,18 +1318,18 @@ static void test_deactivate_crash_points(void **state)
         assert_int_equal(unlink(p), 0);
         tv_test_write_text(d, junk[i] ? junk[i] : cur == 1 ? "2\nfrom 1\n" : "1\nfrom 2\n");
         assert_int_equal(settled_active(f, MODEL), cur);
-        assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+        assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
         assert_false(moved_pointer_exists(f, MODEL));
         assert_int_equal(agreed_active(f, MODEL), cur);
     }
     /* the same as the crash leaves it, made by hand: completed */
     assert_int_equal(rename(p, d), 0);
     assert_int_equal(settled_active(f, MODEL), 0);
-    assert_int_equal(tv__store_sync_snapshots(f->st, &err), 0);
+    assert_int_equal(tv__store_sync_snapshots(f->s.st, &err), 0);
     assert_false(moved_pointer_exists(f, MODEL));
     assert_int_equal(agreed_active(f, MODEL), 0);
     /* and then the model can be deleted */
-    if (tv__store_model_delete(f->st, MODEL, NULL, NULL, &err))
+    if (tv__store_model_delete(f->s.st, MODEL, NULL, NULL, &err))
         fail_msg("model delete: %s", err.msg);
 }
 
@@ -1355,27 +1341,27 @@ static void test_store_gc(void **state)
     assert_int_equal(import(f, f->ck_b), 2);
     size_t n = 9;
     uint64_t bytes = 9;
-    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(tv__store_gc(f->s.st, &n, &bytes, &err), 0);
     assert_int_equal(n, 0);
     assert_int_equal(bytes, 0);
-    assert_int_equal(tv__reg_generation_retire(f->st->reg, MODEL, 1, &err), 0);
+    assert_int_equal(tv__reg_generation_retire(f->s.st->reg, MODEL, 1, &err), 0);
     /* a reader of generation 1 keeps its objects */
     int fd;
     void *buf;
     size_t len;
-    assert_int_equal(tv__snapfile_open(f->store, MODEL, 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, MODEL, 1, &fd, &buf, &len, &err), 0);
     tv__snapfile_unmap(buf, len);
-    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(tv__store_gc(f->s.st, &n, &bytes, &err), 0);
     assert_int_equal(n, 0);
     assert_true(snap_exists(f, MODEL, 1));
     close(fd);
-    assert_int_equal(tv__store_gc(f->st, &n, &bytes, &err), 0);
+    assert_int_equal(tv__store_gc(f->s.st, &n, &bytes, &err), 0);
     assert_int_equal(n, 4); /* 2 shards x 2 replicas */
     assert_true(bytes >= 4 * 65536);
     assert_false(snap_exists(f, MODEL, 1));
     /* a reader store cannot gc */
     tv__store *rd = NULL;
-    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_open(f->s.store, 0, &rd, &err), 0);
     assert_int_equal(tv__store_gc(rd, &n, &bytes, &err), TV_E_INVALID_ARG);
     tv__store_close(rd);
 }
@@ -1384,49 +1370,50 @@ static void test_store_model_delete(void **state)
 {
     fixture *f = *state;
     tv_error err = {0};
-    tv__import_opts o = {.activate = false, .devices = f->dev, .n_devices = 2};
+    tv__import_opts o = {.activate = false, .devices = f->s.dev, .n_devices = 2};
     tv__import_result res;
-    assert_int_equal(tv__import(f->st, "doomed", f->ck_a, &o, &res, &err), 0);
-    assert_int_equal(tv__import(f->st, "doomed", f->ck_b, &o, &res, &err), 0);
+    assert_int_equal(tv__import(f->s.st, "doomed", f->ck_a, &o, &res, &err), 0);
+    assert_int_equal(tv__import(f->s.st, "doomed", f->ck_b, &o, &res, &err), 0);
     assert_int_equal(import(f, f->ck_b), 1); /* MODEL shares ck_b's objects (dedup) */
-    assert_int_equal(tv__store_write_snapshot(f->st, "doomed", 1, &err), 0);
-    assert_int_equal(tv__store_alias_set(f->st, "doomed", "prod", 2, &err), 0);
+    assert_int_equal(tv__store_write_snapshot(f->s.st, "doomed", 1, &err), 0);
+    assert_int_equal(tv__store_alias_set(f->s.st, "doomed", "prod", 2, &err), 0);
     size_t n_ret = 0;
     uint64_t freed = 0;
     /* aliased: refused, nothing changed */
-    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), TV_E_STATE);
+    assert_int_equal(tv__store_model_delete(f->s.st, "doomed", &n_ret, &freed, &err), TV_E_STATE);
     assert_true(snap_exists(f, "doomed", 1));
-    assert_int_equal(tv__store_alias_remove(f->st, "doomed", "prod", NULL, &err), 0);
+    assert_int_equal(tv__store_alias_remove(f->s.st, "doomed", "prod", NULL, &err), 0);
     /* a reader holds a snapshot: refused, nothing changed */
     int fd;
     void *buf;
     size_t len;
-    assert_int_equal(tv__snapfile_open(f->store, "doomed", 1, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open(f->s.store, "doomed", 1, &fd, &buf, &len, &err), 0);
     tv__snapfile_unmap(buf, len);
-    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), TV_E_LEASED);
+    assert_int_equal(tv__store_model_delete(f->s.st, "doomed", &n_ret, &freed, &err), TV_E_LEASED);
     assert_true(snap_exists(f, "doomed", 1));
     close(fd);
-    assert_int_equal(tv__store_model_delete(f->st, "doomed", &n_ret, &freed, &err), 0);
+    assert_int_equal(tv__store_model_delete(f->s.st, "doomed", &n_ret, &freed, &err), 0);
     assert_int_equal(n_ret, 2);
     assert_true(freed >= 4 * 65536); /* ck_a's two shards on two devices; ck_b's stay */
     tv__reg_model m;
-    assert_int_equal(tv__reg_model_get(f->st->reg, "doomed", &m, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__reg_model_get(f->s.st->reg, "doomed", &m, &err), TV_E_NOT_FOUND);
     char md[TV__SNAPFILE_PATH_MAX];
     struct stat sb;
-    assert_int_equal(tv__snapfile_model_dir(f->store, "doomed", md, sizeof md, &err), 0);
+    assert_int_equal(tv__snapfile_model_dir(f->s.store, "doomed", md, sizeof md, &err), 0);
     assert_int_equal(lstat(md, &sb), -1);
     assert_int_equal(errno, ENOENT);
-    assert_int_equal(tv__store_model_delete(f->st, "doomed", NULL, NULL, &err), TV_E_NOT_FOUND);
+    assert_int_equal(tv__store_model_delete(f->s.st, "doomed", NULL, NULL, &err), TV_E_NOT_FOUND);
     /* the other model is intact; the active one cannot be deleted */
     assert_int_equal(agreed_active(f, MODEL), 1);
-    assert_int_equal(tv__store_model_delete(f->st, MODEL, NULL, NULL, &err), TV_E_STATE);
+    assert_int_equal(tv__store_model_delete(f->s.st, MODEL, NULL, NULL, &err), TV_E_STATE);
     int64_t opened = 0;
-    assert_int_equal(tv__snapfile_open_gen(f->store, MODEL, 0, &opened, &fd, &buf, &len, &err), 0);
+    assert_int_equal(tv__snapfile_open_gen(f->s.store, MODEL, 0, &opened, &fd, &buf, &len, &err),
+                     0);
     tv__snapfile_unmap(buf, len);
     close(fd);
     assert_int_equal(opened, 1);
     /* the name can be used again, from generation 1 */
-    assert_int_equal(tv__import(f->st, "doomed", f->ck_a, &o, &res, &err), 0);
+    assert_int_equal(tv__import(f->s.st, "doomed", f->ck_a, &o, &res, &err), 0);
     assert_int_equal(res.generation, 1);
 }
 
@@ -1435,11 +1422,11 @@ static void test_store_worker(void **state)
     fixture *f = *state;
     tv_error err = {0};
     tv__store *w1 = NULL, *w2 = NULL, *rd = NULL;
-    assert_int_equal(tv__store_open_worker(f->st, &w1, &err), 0);
-    assert_int_equal(tv__store_open_worker(f->st, &w2, &err), 0);
-    assert_ptr_not_equal(w1->reg, f->st->reg);
+    assert_int_equal(tv__store_open_worker(f->s.st, &w1, &err), 0);
+    assert_int_equal(tv__store_open_worker(f->s.st, &w2, &err), 0);
+    assert_ptr_not_equal(w1->reg, f->s.st->reg);
     /* a worker imports and activates like the writer */
-    tv__import_opts o = {.activate = true, .devices = f->dev, .n_devices = 2};
+    tv__import_opts o = {.activate = true, .devices = f->s.dev, .n_devices = 2};
     tv__import_result res;
     if (tv__import(w1, MODEL, f->ck_a, &o, &res, &err))
         fail_msg("import through a worker: %s", err.msg);
@@ -1451,21 +1438,21 @@ static void test_store_worker(void **state)
     /* closing a worker leaves the writer's lock */
     tv__store_close(w1);
     tv__store *second = NULL;
-    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
+    assert_int_equal(tv__store_open(f->s.store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
     assert_null(second);
     assert_int_equal(tv__store_alias_set(w2, MODEL, "prod", 1, &err), 0);
     assert_int_equal(agreed_alias(f, MODEL, "prod"), 1);
     tv__store_close(w2);
-    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
+    assert_int_equal(tv__store_open(f->s.store, TV__STORE_WRITE, &second, &err), TV_E_LOCKED);
     /* a reader store has no workers */
-    assert_int_equal(tv__store_open(f->store, 0, &rd, &err), 0);
+    assert_int_equal(tv__store_open(f->s.store, 0, &rd, &err), 0);
     assert_int_equal(tv__store_open_worker(rd, &w1, &err), TV_E_INVALID_ARG);
     assert_null(w1);
     tv__store_close(rd);
     /* once the writer closes, the lock is free */
-    tv__store_close(f->st);
-    f->st = NULL;
-    assert_int_equal(tv__store_open(f->store, TV__STORE_WRITE, &f->st, &err), 0);
+    tv__store_close(f->s.st);
+    f->s.st = NULL;
+    assert_int_equal(tv__store_open(f->s.store, TV__STORE_WRITE, &f->s.st, &err), 0);
 }
 
 /* Two workers moving the active generation and an alias at the same time:
@@ -1499,7 +1486,7 @@ static void test_workers_concurrent(void **state)
     worker_arg a[2] = {{NULL, 0, 0}, {NULL, 1, 0}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
-        assert_int_equal(tv__store_open_worker(f->st, &a[i].st, &err), 0);
+        assert_int_equal(tv__store_open_worker(f->s.st, &a[i].st, &err), 0);
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, worker_loop, &a[i]), 0);
     for (int i = 0; i < 2; i++) {

@@ -8,7 +8,6 @@
  * tv__sys). The syscall table is restored after each case. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +27,7 @@
 #include "tensorvault/tensorvault.h"
 #include "registry/registry.h"
 #include "util/sys.h"
+#include "tv_test.h"
 
 #define MiB (1024ull * 1024ull)
 
@@ -36,19 +36,11 @@ typedef struct fixture {
     char store[256], image[256], other_store[256], other_image[256];
 } fixture;
 
-static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%s/tv-test-store-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(f->dir))
-        return -1;
+    assert_non_null(f);
+    tv_test_tmpdir(f->dir, sizeof f->dir, "store");
     snprintf(f->store, sizeof f->store, "%s/s", f->dir);
     snprintf(f->image, sizeof f->image, "%s/s.img", f->dir);
     snprintf(f->other_store, sizeof f->other_store, "%s/o", f->dir);
@@ -61,7 +53,7 @@ static int teardown(void **state)
 {
     fixture *f = *state;
     tv__sys_reset();
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tv_test_rmtree(f->dir);
     free(f);
     return 0;
 }

@@ -2,8 +2,9 @@
  * inline, every piece of state lives in a function-local static, so a test
  * that includes this header and uses none of it compiles warning-free).
  *
- * What is here: the skip exit (77), temporary directories and files, a tiny
- * safetensors shard writer, and the fault-injection layer: a wrapper table
+ * What is here: the skip exit (77), the temp-dir fixture (tv_test_tmpdir,
+ * tv_test_rmtree), temporary files, a tiny safetensors shard writer, and
+ * the fault-injection layer: a wrapper table
  * installed over tv__sys (and the read engines' tv__io_fault hook) that
  * counts every call per kind and can fail the Nth call of one kind (or of
  * any kind) with a chosen errno, or make a pread/pwrite short.
@@ -14,7 +15,9 @@
  * and clears every counter and planned fault. The counters are atomics: the
  * importer and the pread engine call the table from worker threads.
  * Helpers that fail print the reason and abort the test (cmocka's fail_msg
- * when cmocka.h was included first, else abort()). */
+ * when cmocka.h was included first, else abort()). The server tests' store
+ * fixtures (a store on images, imports, a fast-path server) are in
+ * tv_test_store.h; docs/testing.md describes both. */
 #ifndef TV_TEST_H
 #define TV_TEST_H
 
@@ -52,38 +55,67 @@
 
 #define TV_TEST_SKIP 77 /* ctest's SKIP_RETURN_CODE */
 
-/* Prints "SKIP: reason" and exits 77 (the test needs absent hardware). */
-static inline void tv_test_skip(const char *reason)
+/* Prints "SKIP: " and the reason (printf format) and exits 77: the test
+ * needs something this machine lacks (hardware, root, a kernel feature).
+ * Exiting runs the atexit handlers, as a return from main would. */
+__attribute__((format(printf, 1, 2), noreturn)) static inline void tv_test_skip(const char *fmt,
+                                                                                ...)
 {
-    printf("SKIP: %s\n", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("SKIP: ", stdout);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
     fflush(stdout);
     exit(TV_TEST_SKIP);
 }
 
 /* ---- temporary directories and files ------------------------------------- */
 
-/* Creates a fresh directory $TMPDIR/tv-test-TAG-XXXXXX (0700) into out. */
-static inline void tv_test_tmpdir(char *out, size_t len, const char *tag)
+/* Creates a fresh directory $TMPDIR/tv-test-TAG-XXXXXX (0700) into out;
+ * base instead of $TMPDIR when that is unset or empty (e.g. "/var/tmp" for
+ * a test that needs a disk, not tmpfs). Fails the test when it cannot. */
+static inline void tv_test_tmpdir_at(char *out, size_t len, const char *tag, const char *base)
 {
     const char *tmp = getenv("TMPDIR");
-    int n = snprintf(out, len, "%s/tv-test-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+    int n = snprintf(out, len, "%s/tv-test-%s-XXXXXX", tmp && *tmp ? tmp : base, tag);
     TV_TEST_CHECK(n > 0 && (size_t)n < len);
     TV_TEST_CHECK(mkdtemp(out) != NULL);
+}
+
+/* The same under $TMPDIR, else /tmp: the temp dir of most tests. */
+static inline void tv_test_tmpdir(char *out, size_t len, const char *tag)
+{
+    tv_test_tmpdir_at(out, len, tag, "/tmp");
+}
+
+static inline int *tv_test__rm_failed(void)
+{
+    static int failed;
+    return &failed;
 }
 
 static inline int tv_test__rm_entry(const char *path, const struct stat *sb, int type,
                                     struct FTW *ftw)
 {
     (void)sb, (void)type, (void)ftw;
-    remove(path);
+    if (remove(path) != 0)
+        *tv_test__rm_failed() = 1;
     return 0;
 }
 
-/* Removes dir and everything below it (never follows symlinks); NULL-safe. */
-static inline void tv_test_rmtree(const char *dir)
+/* Removes dir and everything below it with the real syscalls (never follows
+ * symlinks); NULL or "" is a no-op. Returns 0 when everything is gone, -1
+ * when dir could not be walked or an entry could not be removed (the walk
+ * goes on past it). */
+static inline int tv_test_rmtree(const char *dir)
 {
-    if (dir && *dir)
-        nftw(dir, tv_test__rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!dir || !*dir)
+        return 0;
+    *tv_test__rm_failed() = 0;
+    int rc = nftw(dir, tv_test__rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc != 0 || *tv_test__rm_failed() ? -1 : 0;
 }
 
 /* Formats a path into out (aborts when it does not fit); returns out. */

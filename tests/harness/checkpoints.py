@@ -7,10 +7,10 @@ Invariant: every valid checkpoint here is produced by the official writer, so
 whatever tensorvault reads back is compared against the reference format, not
 against our own understanding of it.
 
-Usage:
-  gen_checkpoints.py random OUT_DIR [--seed N] [--tensors N] [--shards N]
-  gen_checkpoints.py demo OUT_DIR
-  gen_checkpoints.py malformed OUT_DIR     (one file per named error)
+Usage (a program too; it imports nothing of the harness):
+  tests/harness/checkpoints.py random OUT_DIR [--seed N] [--tensors N] [--shards N]
+  tests/harness/checkpoints.py demo OUT_DIR
+  tests/harness/checkpoints.py malformed OUT_DIR     (one file per named error)
 """
 import argparse
 import json

@@ -1,6 +1,6 @@
 """Several tensorvaultd nodes on one machine, for the fleet tests
 (tests/fleet/conftest.py's fixtures `fleet_net`, `fleet_pg`, `fleet_s3` and
-`fleet_nodes` use it).
+`fleet_nodes` use it, and the fleet benchmark).
 
 The network (Net): as root with `ip`, a bridge tvfbr<pid> holding
 10.231.X.1/24 (X free on this machine, chosen under a lock) and, per node, a
@@ -21,7 +21,7 @@ TV_FLEET_NO_NETNS=1 in the environment, Net.available is
 False with the reason, the nodes listen on free 127.0.0.1 ports, and
 link_down()/link_up()/ns_http() skip the test with that reason.
 
-Node: one tensorvaultd (tests/integration/daemon.py's Daemon, so import_ok,
+Node: one tensorvaultd (harness.daemon's Daemon, so import_ok,
 wait_job, generations, ok, ... work) with its own store and INI config,
 started in its namespace on ADDRESS:8470."""
 import fcntl
@@ -31,18 +31,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-for _p in (os.path.join(ROOT, "tests", "integration"), os.path.join(ROOT, "tests", "data")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-from daemon import ADMIN, SLOW, Daemon, Resp, free_port, seg  # noqa: E402
+from harness.daemon import ADMIN, SLOW, Daemon, Resp, seg
+from harness.net import free_port
 
 PREFIX = "tvf"
 NODE_PORT = 8470  # every node has a network stack of its own: one port for all
@@ -413,7 +407,7 @@ def read_all(node, model_ref):
     as node serves it through GET .../tensors/{t}/data, with the listing's
     dtype and shape (dtypes numpy lacks: the raw bytes as uint8)."""
     import numpy as np
-    from gen_checkpoints import DTYPES
+    from harness.checkpoints import DTYPES
     name, gen = _split_ref(model_ref)
     base = f"/v1/models/{seg(name)}/generations/{seg(gen)}/tensors"
     tensors, cursor = [], None

@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 
-import fpwire as fp
-import gen_checkpoints as gen
-from daemon import SLOW
-from fpwire import Session
-from storeutil import reference_tensors
+import harness.checkpoints as gen
+import harness.wire as fp
+from harness.daemon import SLOW
+from harness.store import reference_tensors
+from harness.wire import Session
 
 SLOT_LEN = 65536
 GROUP_SLOTS = 16
@@ -42,7 +42,7 @@ TIMEOUT = 30 * SLOW
 
 
 def fastpath_checkpoint(root, name, seed, n_tensors=30, shards=2):
-    """A checkpoint under root/name: gen_checkpoints' every-dtype tensors
+    """A checkpoint under root/name: harness.checkpoints' every-dtype tensors
     (rank 0, zero-size, odd lengths: unaligned offsets) plus three tensors
     over several 64 KiB chunks (one of odd length). About 3 MiB. Returns the
     path to import."""

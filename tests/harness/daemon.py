@@ -1,5 +1,5 @@
 """Helpers for the daemon tests: start build/tensorvaultd ($TV_BUILD_DIR, like
-conftest.py's other binaries) on a free loopback port with a temp store dir
+the build_dir fixture's other binaries) on a free loopback port with a temp store dir
 and a config file, the import root being the test's directory; read its
 admin token; talk HTTP to it (raw, percent-encoded paths); stop it with
 SIGTERM or kill -9 it; write checkpoints with the official writer.
@@ -19,6 +19,8 @@ import urllib.parse
 import numpy as np
 from safetensors.numpy import save_file
 
+from harness.net import free_port  # noqa: F401 - part of this module's interface
+
 ADMIN = object()  # token= sentinel: the daemon's admin token
 
 # Slower under ASan+UBSan: every wait scales with this.
@@ -30,12 +32,6 @@ def seg(name):
     if isinstance(name, int):
         name = str(name)
     return urllib.parse.quote(name.encode("utf-8") if isinstance(name, str) else name, safe="")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Resp:
@@ -159,7 +155,7 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    # -- fast path (issue 10) -------------------------------------------------
+    # -- fast path ----------------------------------------------------------
 
     @property
     def socket_path(self):

@@ -1,0 +1,1 @@
+"""The browser tests: the dashboard in Chromium (Playwright) against a real tensorvaultd."""
