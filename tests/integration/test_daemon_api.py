@@ -493,7 +493,7 @@ def test_model_delete(d, work):
 
 
 def test_cli_json_is_the_api_document(d, work, build_dir):
-    """DESIGN section 6, "one schema": tensorvault --json prints the API's
+    """One schema (docs/openapi.yaml): tensorvault --json prints the API's
     document, remote (--url, against this daemon) and local (--store, the
     read commands beside the daemon) alike."""
     src = ckpt_dir(work, "schema", seed=21, n_tensors=6, shards=2)

@@ -499,7 +499,7 @@ static void test_null_args(void **state)
     tv__dev_close(d);
 }
 
-/* ---- opens that must not block or follow (issue 7) ---------------------- */
+/* ---- opens that must not block or follow --------------------------------- */
 
 static void test_open_fifo_does_not_block(void **state)
 {

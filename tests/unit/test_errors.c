@@ -107,7 +107,7 @@ static void test_every_table_entry(void **state)
     }
 }
 
-/* The fast-path codes of issue 10: fixed values (the wire carries them),
+/* The fast-path codes: fixed values (the wire carries them),
  * their names and texts. */
 static void test_fastpath_codes(void **state)
 {

@@ -1,5 +1,5 @@
 /* Unit tests of the importer (server/import/import.c) on a file image: a
- * clean sharded import, then every failure of DESIGN section 3 injected
+ * clean sharded import, then a failure at every step of the import injected
  * through the tv__sys table (device pwrite EIO / ENOSPC / short write,
  * fdatasync EIO / ENOSPC, source pread EIO, a source truncated, grown or
  * rewritten after validation, on the write and on the dedup path; data
