@@ -400,11 +400,14 @@ enum { FP_GOT_RESIDENT, FP_GOT_READING, FP_GOT_STARTED, FP_GOT_BLOCKED, FP_GOT_F
  * RESIDENT (they are), READING (a read in flight will bring them: wait on
  * it), STARTED (a read of [lo, hi) started now: lo, hi multiples of
  * io_align, hi clipped to the chunk; 0 and UINT32_MAX: the whole chunk),
- * BLOCKED (not now: no staging (g->starved set), no room in the tier
- * (g->throttled set), or the read queue full), FAILED (no replica could be
- * read: err set). reader = the session id. */
+ * BLOCKED (not now: no staging, or a partly read chunk another session
+ * references (g->starved set); no room in the tier (g->throttled set); the
+ * read queue full; a partly read chunk the asking handle references),
+ * FAILED (no replica could be read: err set). reader = the session id,
+ * member its handle's member bit (-1: none), own_refs the references the
+ * handle holds on chunk idx. */
 int tv__fp_chunk_get(fp_group *g, uint32_t idx, uint32_t need_lo, uint32_t need_hi, uint32_t lo,
-                     uint32_t hi, uint64_t reader, tv_error *err);
+                     uint32_t hi, uint64_t reader, int member, uint32_t own_refs, tv_error *err);
 /* The chunk index of chunk k of shard. */
 uint32_t tv__fp_chunk_index(const fp_group *g, uint32_t shard, uint64_t k);
 /* Legacy slots: the one holding (or filling with) a copy of chunk-relative

@@ -289,10 +289,12 @@ static int chunk_submit(fp_group *g, uint32_t idx, tv_error *err)
 }
 
 /* Starts the read of chunk idx's [lo, hi) (hi clipped to the chunk): the
- * tier makes room first. Returns FP_GOT_STARTED, FP_GOT_BLOCKED (no room:
- * throttled) or FP_GOT_FAILED (err). */
+ * tier makes room first; when it has none, the debts of the member asking
+ * (member, -1: none) stop counting and it tries once more: what is kept for
+ * a member never blocks that member itself. Returns FP_GOT_STARTED,
+ * FP_GOT_BLOCKED (no room: throttled) or FP_GOT_FAILED (err). */
 static int chunk_start(fp_group *g, uint32_t idx, uint32_t lo, uint32_t hi, uint64_t reader,
-                       tv_error *err)
+                       int member, tv_error *err)
 {
     fp_chunk *ch = &g->chunks[idx];
     uint32_t full = chunk_full_len(g, idx);
@@ -309,8 +311,12 @@ static int chunk_start(fp_group *g, uint32_t idx, uint32_t lo, uint32_t hi, uint
         return FP_GOT_FAILED;
     }
     if (tv__tier_reserve(g->tg, idx, lo, hi)) {
-        g->throttled = true;
-        return FP_GOT_BLOCKED;
+        /* its debts come back with its next take (tv__tier_member_active) */
+        if (member < 0 || !tv__tier_member_owed(g->tg, member) ||
+            (tv__tier_member_active(g->tg, member, false), tv__tier_reserve(g->tg, idx, lo, hi))) {
+            g->throttled = true;
+            return FP_GOT_BLOCKED;
+        }
     }
     ch->tried = 0;
     ch->last_err = 0;
@@ -324,7 +330,7 @@ static int chunk_start(fp_group *g, uint32_t idx, uint32_t lo, uint32_t hi, uint
 }
 
 int tv__fp_chunk_get(fp_group *g, uint32_t idx, uint32_t need_lo, uint32_t need_hi, uint32_t lo,
-                     uint32_t hi, uint64_t reader, tv_error *err)
+                     uint32_t hi, uint64_t reader, int member, uint32_t own_refs, tv_error *err)
 {
     const tv__tier_chunk *tc = &g->tg->c[idx];
     bool covers = tc->lo <= need_lo && need_hi <= tc->hi;
@@ -333,9 +339,12 @@ int tv__fp_chunk_get(fp_group *g, uint32_t idx, uint32_t need_lo, uint32_t need_
     if (tc->state == TV__TIER_READING)
         return covers ? FP_GOT_READING : FP_GOT_BLOCKED; /* other bytes in flight: next turn */
     if (tc->state == TV__TIER_RESIDENT) {
-        /* read more of it, whole: only when no client holds its bytes */
+        /* read more of it, whole: only when no client holds its bytes (a
+         * failed read must not touch them); another session's references
+         * stall us (tv__fp_hold_sweep), our own only ourselves */
         if (tc->refs || tc->vrefs) {
-            g->starved = true;
+            if (own_refs < tc->refs + tc->vrefs)
+                g->starved = true;
             return FP_GOT_BLOCKED;
         }
         lo = 0;
@@ -347,7 +356,7 @@ int tv__fp_chunk_get(fp_group *g, uint32_t idx, uint32_t need_lo, uint32_t need_
     }
     if (g->in_flight >= g->queue_depth)
         return FP_GOT_BLOCKED;
-    return chunk_start(g, idx, lo, hi, reader, err);
+    return chunk_start(g, idx, lo, hi, reader, member, err);
 }
 
 void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t reader)
@@ -365,8 +374,9 @@ void tv__fp_readahead(fp_group *g, uint32_t shard, uint64_t from_k, uint64_t rea
             continue; /* resident, or read now: never read twice */
         if (g->tg->n_inuse >= g->staging / 2 || g->in_flight >= g->queue_depth)
             break; /* staging for the requests first */
-        if (chunk_start(g, idx, 0, UINT32_MAX, reader, &err) != FP_GOT_STARTED) {
-            g->throttled = false; /* no room for a read ahead is no one's wait */
+        bool was = g->throttled;
+        if (chunk_start(g, idx, 0, UINT32_MAX, reader, -1, &err) != FP_GOT_STARTED) {
+            g->throttled = was; /* no room for a read ahead is no one's wait */
             break;
         }
         g->chunks[idx].ahead = g->chunks[idx].ahead_read = true;

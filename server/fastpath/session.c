@@ -324,14 +324,13 @@ static void count_tier(tv__fp *fp, bool hit, uint64_t len)
     atomic_fetch_add(hit ? &fp->st_tier_hit_bytes : &fp->st_tier_miss_bytes, len);
 }
 
-/* Member h took chunk idx: its debt is paid, and it is active again. */
+/* Member h took chunk idx: its debt is paid, and it is active again (after
+ * a stall, or after its debts stopped counting when it found no room). */
 static void took(fp_handle *h, uint32_t idx)
 {
     h->last_take_ms = tv__fp_now_ms();
-    if (h->stalled) {
-        h->stalled = false;
-        tv__tier_member_active(h->g->tg, h->member, true);
-    }
+    h->stalled = false;
+    tv__tier_member_active(h->g->tg, h->member, true);
     tv__tier_member_take(h->g->tg, h->member, idx);
 }
 
@@ -509,7 +508,7 @@ static bool issue_legacy(fp_session *s, fp_req *r, uint32_t idx, uint64_t k, uin
             g->starved = true; /* no free slot: their holders stall us */
             return false;
         }
-        got = tv__fp_chunk_get(g, idx, need_lo, need_hi, lo, hi, s->id, &err);
+        got = tv__fp_chunk_get(g, idx, need_lo, need_hi, lo, hi, s->id, h->member, 0, &err);
         if (got == FP_GOT_BLOCKED)
             return false;
         if (got == FP_GOT_FAILED) {
@@ -563,7 +562,9 @@ static bool issue_direct(fp_session *s, fp_req *r, uint32_t idx, uint64_t k, uin
         g->starved = true;
         return false;
     }
-    int got = tv__fp_chunk_get(g, idx, need_lo, need_hi, lo, hi, s->id, &err);
+    int got = tv__fp_chunk_get(
+        g, idx, need_lo, need_hi, lo, hi, s->id, h->member,
+        tv__fp_refmap_get(&h->crefs, idx) + tv__fp_refmap_get(&h->vrefs, idx), &err);
     if (got == FP_GOT_BLOCKED)
         return false;
     if (got == FP_GOT_FAILED) {
