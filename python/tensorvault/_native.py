@@ -62,6 +62,15 @@ class tv_read_req(ctypes.Structure):
     ]
 
 
+class tv_view_req(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("index", ctypes.c_size_t),
+        ("view", ctypes.c_void_p),
+        ("result", ctypes.c_int),
+    ]
+
+
 class tv_shard_desc(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_void_p),
@@ -119,6 +128,14 @@ _OPTIONAL_PROTOS = {
     "tv_model_n_shards": (_S, [_P]),
     "tv_model_shard": (_I, [_P, _S, _SD]),
     "tv_read_shard_header": (_I, [_P, _S, _P, _S, _E]),
+    # read-only views of the daemon's memory tier (tensorvault.h): a model
+    # opened through a daemon of fast-path protocol version 3; a library
+    # without them still loads (views() then answers None)
+    "tv_tensor_view": (_I, [_P, _CS, _PP, _E]),
+    "tv_tensor_view_batch": (_I, [_P, ctypes.POINTER(tv_view_req), _S, _E]),
+    "tv_view_data": (ctypes.c_void_p, [_P]),
+    "tv_view_nbytes": (_U64, [_P]),
+    "tv_view_release": (None, [_P]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)
@@ -157,3 +174,76 @@ def raise_for(rc, err):
     if rc < 0:
         msg = err.msg.decode("utf-8", "replace") if err is not None else ""
         raise Error(rc, err_name(rc), msg or err_name(rc))
+
+
+class View:
+    """One read-only view (tv_view) of a tensor in the daemon's memory tier:
+    .nbytes and .buffer(), a read-only memoryview of the bytes in place (no
+    copy). The daemon keeps the bytes pinned until release() (also called
+    when the object is collected); a buffer taken from a released view must
+    not be used. The view keeps `owner` (the model object it came from)
+    alive, so the model is not closed under it. Release views from the
+    thread that reads the model (a release talks to its session)."""
+
+    __slots__ = ("_v", "nbytes", "_addr", "owner", "__weakref__")
+
+    def __init__(self, handle, owner=None):
+        self._v = handle
+        self.owner = owner
+        self.nbytes = lib.tv_view_nbytes(handle)
+        self._addr = lib.tv_view_data(handle)
+
+    def buffer(self):
+        """The view's bytes as a read-only memoryview (format 'B'); zero
+        bytes: an empty one."""
+        if self._v is None:
+            raise ValueError("the view was released")
+        if not self.nbytes:
+            return memoryview(b"")
+        arr = (ctypes.c_ubyte * self.nbytes).from_address(self._addr)
+        return memoryview(arr).cast("B").toreadonly()
+
+    def release(self):
+        if self._v is not None:
+            lib.tv_view_release(self._v)
+            self._v = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the process frees all
+            pass
+
+
+def views(model, names, owner=None):
+    """Views of the tensors `names` (str names, or int indexes) of the
+    tv_model `model`, in one batch: a list with a View, or the Error of that
+    tensor, per name; None when this library lends no views. A model that
+    cannot lend views (opened from a store, an older daemon) gives
+    TV_E_NOT_SUPPORTED for every name: copy instead (tv_read_batch)."""
+    f = optional("tv_tensor_view_batch")
+    if f is None:
+        return None
+    n = len(names)
+    reqs = (tv_view_req * max(n, 1))()
+    keep = []
+    for i, nm in enumerate(names):
+        if isinstance(nm, int):
+            reqs[i].index = nm
+        else:
+            b = nm.encode() if isinstance(nm, str) else nm
+            keep.append(b)
+            reqs[i].name = b
+    err = tv_error()
+    f(model, reqs, n, ctypes.byref(err))
+    for name in ("tv_view_data", "tv_view_nbytes", "tv_view_release"):
+        optional(name)
+    out = []
+    for i in range(n):
+        if reqs[i].result == 0 and reqs[i].view:
+            out.append(View(reqs[i].view, owner))
+        else:
+            rc = reqs[i].result or TV_E_INVALID_ARG
+            msg = err.msg.decode("utf-8", "replace") if rc == err.code else err_name(rc)
+            out.append(Error(rc, err_name(rc), msg))
+    return out

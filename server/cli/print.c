@@ -344,6 +344,33 @@ static void tokens_table(FILE *f, const json_t *arr)
                 S(t, "scope"), I(t, "created_at", c, sizeof c), I(t, "revoked_at", r, sizeof r));
 }
 
+/* The memory tier's lines of `tensorvault status` (a daemon that reports
+ * none prints none). */
+static void tier_lines(FILE *f, const json_t *t)
+{
+    char a[32], b[32], c[32], d[32];
+    if (!json_is_object(t))
+        return;
+    if (!json_is_true(json_object_get(t, "enabled"))) {
+        fprintf(f, "memory tier:     off (the fast path is not running)\n");
+        return;
+    }
+    uint64_t hits = (uint64_t)json_integer_value(json_object_get(t, "hits"));
+    uint64_t misses = (uint64_t)json_integer_value(json_object_get(t, "misses"));
+    fprintf(f, "memory tier:     %s of %s bytes resident (budget %s), %s generations, %s pages\n",
+            I(t, "resident_bytes", a, sizeof a), I(t, "bound_bytes", b, sizeof b),
+            I(t, "budget_bytes", c, sizeof c), I(t, "generations", d, sizeof d), S(t, "pages"));
+    fprintf(f,
+            "tier hits:       %s of %" PRIu64
+            " chunks (%.1f%%), %s bytes; %s bytes read from devices\n",
+            I(t, "hits", a, sizeof a), hits + misses,
+            hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0,
+            I(t, "hit_bytes", b, sizeof b), I(t, "device_read_bytes", c, sizeof c));
+    fprintf(f, "tier evictions:  %s (%s bytes); views pin %s bytes\n",
+            I(t, "evictions", a, sizeof a), I(t, "evicted_bytes", b, sizeof b),
+            I(t, "view_bytes", c, sizeof c));
+}
+
 void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
 {
     char b[64], c[64];
@@ -483,6 +510,7 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         fprintf(f, "jobs:            %s queued, %s running\n", I(j, "queued", b, sizeof b),
                 I(j, "running", c, sizeof c));
         fprintf(f, "anonymous_reads: %s\n", I(doc, "anonymous_reads", b, sizeof b));
+        tier_lines(f, json_object_get(doc, "tier"));
         break;
     }
     }

@@ -1,7 +1,9 @@
 /* Reader subcommands: `get` (one tensor's exact bytes, rows, or float32 to
- * a file) and `bench` (load every tensor into host memory and report
- * bytes, seconds and GB/s). Both go through the public library API, exactly
- * as a loader would: one tv_model (tensorvault.h), opened in-process on
+ * a file) and `bench` (load every tensor into host memory, or take a view
+ * of each in the daemon's memory tier, and report bytes, seconds and GB/s;
+ * through the daemon, with --url or $TENSORVAULT_URL, also what the daemon
+ * read from its devices and served from its memory tier meanwhile). Both go through the public
+ * library API, exactly as a loader would: one tv_model (tensorvault.h), opened in-process on
  * --store, or with --fastpath [SOCKET] through tensorvaultd's fast path (a
  * session of tensorvault/client.h).
  * Invariant: both paths print the same output from the same calls; only
@@ -20,6 +22,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/client.h"
 #include "store/store.h"
 #include "tensorvault/client.h"
 #include "tensorvault/tensorvault.h"
@@ -340,18 +343,211 @@ const tv__cli_cmd tv__cli_cmd_bench = {
              {"--chunk", "SIZE", NULL},
              {"--no-direct", NULL, NULL},
              {"--fastpath", "[SOCKET]", NULL},
+             {"--views", NULL, NULL},
+             {"--url", "URL", NULL},
+             {"--token-file", "FILE", NULL},
              {"--json", NULL, NULL}},
 };
+
+/* What the daemon's memory tier reports (GET /v1/status, its "tier"). */
+typedef struct tier_figs {
+    bool ok;
+    uint64_t device_read, hit_bytes, miss_bytes;
+} tier_figs;
+
+/* The daemon's tier figures, when bench reads through the daemon and its
+ * HTTP address is known (--url or $TENSORVAULT_URL): nothing is asked of
+ * the default address, which may be another daemon's. */
+static tier_figs daemon_tier(const tv__cli_ctx *c, bool fp)
+{
+    tier_figs t = {0};
+    tv__cli_client cl;
+    tv_error err = {0};
+    json_t *doc = NULL;
+    const char *env = getenv("TENSORVAULT_URL");
+    if (!fp || (!tv__cli_get(&c->a, "--url") && !(env && *env)))
+        return t;
+    tv__cli_ctx rc = *c; /* remote only: --store is the bench's, not the daemon's */
+    for (size_t i = 0; i < rc.a.n_opts; i++)
+        if (!strcmp(rc.a.opts[i].name, "--store"))
+            rc.a.values[i] = NULL;
+    if (tv__cli_client_open(&rc, false, &cl, &err) == 0 && !cl.local &&
+        tv__cli_call(&cl, "GET", "/v1/status", NULL, NULL, &doc, NULL, &err) == 0) {
+        json_t *tier = json_object_get(doc, "tier");
+        t.ok = json_is_object(tier);
+        t.device_read = (uint64_t)json_integer_value(json_object_get(tier, "device_read_bytes"));
+        t.hit_bytes = (uint64_t)json_integer_value(json_object_get(tier, "hit_bytes"));
+        t.miss_bytes = (uint64_t)json_integer_value(json_object_get(tier, "miss_bytes"));
+    }
+    json_decref(doc);
+    tv__cli_client_close(&cl);
+    return t;
+}
+
+/* A view of every tensor of m (one batch), then each released: the
+ * seconds the views took. */
+static int bench_views(tv_model *m, size_t n, double *secs, tv_error *err)
+{
+    tv_view_req *v = calloc(n ? n : 1, sizeof(*v));
+    if (!v)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        v[i].index = i;
+    double t0 = now();
+    int rc = tv_tensor_view_batch(m, v, n, err);
+    *secs = now() - t0;
+    for (size_t i = 0; i < n; i++)
+        tv_view_release(v[i].view);
+    free(v);
+    return rc;
+}
+
+/* What one bench run measured. */
+typedef struct bench_res {
+    size_t n;
+    uint64_t total;
+    double open_secs, secs, cpu, rss_mib, extra_mib;
+    bool fresh, views;
+    tier_figs t0, t1; /* the daemon's tier before and after (t0.ok && t1.ok: both known) */
+} bench_res;
+
+static void bench_print(const src *m, const bench_res *r, bool json)
+{
+    double cpu_per_gb = r->total ? r->cpu / ((double)r->total / 1e9) : 0.0;
+    double gbs = r->secs > 0 ? (double)r->total / r->secs / 1e9 : 0.0;
+    bool daemon = r->t0.ok && r->t1.ok;
+    uint64_t dev = daemon ? r->t1.device_read - r->t0.device_read : 0;
+    uint64_t hit = daemon ? r->t1.hit_bytes - r->t0.hit_bytes : 0;
+    uint64_t miss = daemon ? r->t1.miss_bytes - r->t0.miss_bytes : 0;
+    if (json) {
+        json_t *o =
+            json_pack("{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:b,s:s}", "model",
+                      tv_model_name(m->m), "generation", (json_int_t)tv_model_generation(m->m),
+                      "tensors", (json_int_t)r->n, "bytes", (json_int_t)r->total, "open_seconds",
+                      r->open_secs, "seconds", r->secs, "gb_per_s", gbs, "peak_rss_mib", r->rss_mib,
+                      "rss_beyond_buffers_mib", r->extra_mib, "cpu_seconds", r->cpu,
+                      "cpu_seconds_per_gb", cpu_per_gb, "fresh", r->fresh, "views", r->views,
+                      "path", m->fp ? "fastpath" : "in-process");
+        if (daemon)
+            json_object_set_new(o, "daemon",
+                                json_pack("{s:I,s:I,s:I}", "device_read_bytes", (json_int_t)dev,
+                                          "tier_hit_bytes", (json_int_t)hit, "tier_miss_bytes",
+                                          (json_int_t)miss));
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(o);
+        return;
+    }
+    if (r->views)
+        printf("%s@%" PRId64 ": views of %zu tensors (%" PRIu64
+               " bytes) in %.4f s after an open of %.4f s\n",
+               tv_model_name(m->m), tv_model_generation(m->m), r->n, r->total, r->secs,
+               r->open_secs);
+    else
+        printf(
+            "%s@%" PRId64 ": %zu tensors, %" PRIu64
+            " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers; open %.4f s)\n",
+            tv_model_name(m->m), tv_model_generation(m->m), r->n, r->total, r->secs, gbs,
+            cpu_per_gb, r->fresh ? "fresh" : "pre-faulted", r->rss_mib, r->extra_mib, r->open_secs);
+    if (daemon)
+        printf("daemon: %" PRIu64 " bytes read from devices (%.3f x the bytes loaded), %" PRIu64
+               " bytes served from the memory tier, %" PRIu64
+               " after a device read (every session of the daemon meanwhile)\n",
+               dev, r->total ? (double)dev / (double)r->total : 0.0, hit, miss);
+}
+
+/* The destinations of a copying bench: one pre-faulted arena, or (fresh)
+ * a malloc per tensor never touched before the load, as a real caller's
+ * buffers (numpy.empty, torch.empty) are. Returns 0 or -ENOMEM (nothing
+ * left allocated). */
+static int bench_dests(tv_read_req *reqs, size_t n, uint64_t arena_len, bool fresh, uint8_t **arena)
+{
+    *arena = NULL;
+    if (!fresh) {
+        if (posix_memalign((void **)arena, 4096, arena_len ? arena_len : 4096))
+            return -ENOMEM;
+        memset(*arena, 0, arena_len);
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fresh) {
+            if (!(reqs[i].dest = malloc(reqs[i].dest_len ? reqs[i].dest_len : 1))) {
+                for (size_t j = 0; j < i; j++)
+                    free(reqs[j].dest);
+                return -ENOMEM;
+            }
+            continue;
+        }
+        reqs[i].dest = *arena + at;
+        uint64_t padded = 0; /* cannot fail: arena_len summed the same values */
+        (void)tv__align_up_u64(reqs[i].dest_len, 64, &padded);
+        at += padded;
+    }
+    return 0;
+}
+
+/* Loads every tensor of m (copies into destinations, or views with
+ * r->views), timing it into r. Returns 0 or the error (err). */
+static int bench_load(src *m, bench_res *r, tv_error *err)
+{
+    size_t n = r->n;
+    uint64_t arena_len = 0;
+    tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
+    bool ovf = false;
+    for (size_t i = 0; reqs && i < n; i++) {
+        tv_tensor_desc d;
+        uint64_t padded;
+        tv_model_tensor(m->m, i, &d);
+        reqs[i].index = i;
+        reqs[i].dest_len = (size_t)d.nbytes;
+        ovf |= tv__add_u64(r->total, d.nbytes, &r->total) ||
+               tv__align_up_u64(d.nbytes, 64, &padded) ||
+               tv__add_u64(arena_len, padded, &arena_len) || arena_len > SIZE_MAX;
+    }
+    if (!reqs || ovf) {
+        free(reqs);
+        return tv__seterr(err, reqs ? TV_E_OVERFLOW : -ENOMEM,
+                          "the destination buffers overflow the address space");
+    }
+    uint8_t *arena = NULL;
+    if (!r->views && bench_dests(reqs, n, arena_len, r->fresh, &arena)) {
+        free(reqs);
+        return tv__seterr(err, -ENOMEM, "out of memory for the destination buffers");
+    }
+    struct rusage ru0, ru;
+    getrusage(RUSAGE_SELF, &ru0);
+    double t0 = now();
+    int rc = r->views ? bench_views(m->m, n, &r->secs, err) : tv_read_batch(m->m, reqs, n, err);
+    if (!r->views)
+        r->secs = now() - t0;
+    getrusage(RUSAGE_SELF, &ru);
+    /* user + system CPU of every thread of the process during the load */
+    r->cpu = (double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+             (double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+             (double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) * 1e-6 +
+             (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
+    r->rss_mib = (double)ru.ru_maxrss / 1024.0;
+    r->extra_mib = r->rss_mib - (double)(r->views   ? 0
+                                         : r->fresh ? r->total
+                                                    : arena_len) /
+                                    1048576.0;
+    for (size_t i = 0; r->fresh && !r->views && i < n; i++)
+        free(reqs[i].dest);
+    free(arena);
+    free(reqs);
+    return rc;
+}
 
 int tv__cli_bench(const tv__cli_ctx *c)
 {
     const tv__cli_args *a = &c->a;
     bool json = c->json;
-    const char *dir = c->store;
     uint64_t count = 2000, copy_threads = 0;
-    bool fresh = tv__cli_flag(a, "--fresh");
+    bench_res r = {.fresh = tv__cli_flag(a, "--fresh"), .views = tv__cli_flag(a, "--views")};
     if (tv__cli_get(a, "--count") && !tv__cli_get(a, "--latency"))
         return tv__cli_usage("bench", "--count needs --latency TENSOR");
+    if (r.views && !fastpath_socket(a))
+        return tv__cli_usage("bench", "--views needs --fastpath: views are the daemon's");
     tv_open_opts oo;
     int u;
     if ((u = read_opts("bench", a, &oo)) ||
@@ -362,7 +558,10 @@ int tv__cli_bench(const tv__cli_ctx *c)
     oo.copy_threads = (uint32_t)copy_threads;
     tv_error err = {0};
     src ms, *m = &ms;
-    int rc = src_open(m, dir, a->pos[0], &oo, fastpath_socket(a), &err);
+    r.t0 = daemon_tier(c, fastpath_socket(a) != NULL);
+    double t0 = now();
+    int rc = src_open(m, c->store, a->pos[0], &oo, fastpath_socket(a), &err);
+    r.open_secs = now() - t0;
     if (rc) {
         tv__cli_fail("bench", json, rc, err.msg);
         src_close(m);
@@ -373,96 +572,15 @@ int tv__cli_bench(const tv__cli_ctx *c)
         src_close(m);
         return rc;
     }
-    size_t n = tv_model_n_tensors(m->m);
-    uint64_t total = 0, arena_len = 0;
-    tv_read_req *reqs = calloc(n ? n : 1, sizeof(*reqs));
-    bool ovf = false;
-    for (size_t i = 0; reqs && i < n; i++) {
-        tv_tensor_desc d;
-        uint64_t padded;
-        tv_model_tensor(m->m, i, &d);
-        reqs[i].index = i;
-        reqs[i].dest_len = (size_t)d.nbytes;
-        ovf |= tv__add_u64(total, d.nbytes, &total) || tv__align_up_u64(d.nbytes, 64, &padded) ||
-               tv__add_u64(arena_len, padded, &arena_len) || arena_len > SIZE_MAX;
-    }
-    if (ovf) {
-        free(reqs);
-        src_close(m);
-        tv__cli_fail("bench", json, TV_E_OVERFLOW,
-                     "the destination buffers overflow the address space");
-        return TV__EXIT_FAIL;
-    }
-    /* Destinations are one pre-faulted arena so the timing is the load, not
-     * page faults; its size is subtracted from the reported peak RSS. With
-     * --fresh each tensor gets its own malloc, never touched before the
-     * load, as a real caller's buffers (numpy.empty, torch.empty) are. */
-    uint8_t *arena = NULL;
-    bool nomem = !reqs;
-    if (!nomem && !fresh) {
-        nomem = posix_memalign((void **)&arena, 4096, arena_len ? arena_len : 4096) != 0;
-        if (!nomem)
-            memset(arena, 0, arena_len);
-    }
-    uint64_t at = 0;
-    for (size_t i = 0; !nomem && i < n; i++) {
-        if (fresh) {
-            nomem = !(reqs[i].dest = malloc(reqs[i].dest_len ? reqs[i].dest_len : 1));
-            continue;
-        }
-        reqs[i].dest = arena + at;
-        uint64_t padded = 0; /* cannot fail: arena_len summed the same values above */
-        (void)tv__align_up_u64(reqs[i].dest_len, 64, &padded);
-        at += padded;
-    }
-    if (nomem) {
-        for (size_t i = 0; fresh && reqs && i < n; i++)
-            free(reqs[i].dest);
-        free(arena);
-        free(reqs);
-        src_close(m);
-        tv__cli_fail("bench", json, -ENOMEM, "out of memory for the destination buffers");
-        return TV__EXIT_FAIL;
-    }
-    struct rusage ru0, ru;
-    getrusage(RUSAGE_SELF, &ru0);
-    double t0 = now();
-    rc = tv_read_batch(m->m, reqs, n, &err);
-    double secs = now() - t0;
-    getrusage(RUSAGE_SELF, &ru);
-    /* user + system CPU of every thread of the process during the load */
-    double cpu = (double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
-                 (double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
-                 (double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec) * 1e-6 +
-                 (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) * 1e-6;
-    double cpu_per_gb = total ? cpu / ((double)total / 1e9) : 0.0;
-    double rss_mib = (double)ru.ru_maxrss / 1024.0;
-    double extra_mib = rss_mib - (double)(fresh ? total : arena_len) / 1048576.0;
-    if (rc)
+    r.n = tv_model_n_tensors(m->m);
+    rc = bench_load(m, &r, &err);
+    if (rc) {
         tv__cli_fail("bench", json, rc, err.msg);
-    else if (json) {
-        json_t *o = json_pack(
-            "{s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:s}", "model", tv_model_name(m->m),
-            "generation", (json_int_t)tv_model_generation(m->m), "tensors", (json_int_t)n, "bytes",
-            (json_int_t)total, "seconds", secs, "gb_per_s",
-            secs > 0 ? (double)total / secs / 1e9 : 0.0, "peak_rss_mib", rss_mib,
-            "rss_beyond_buffers_mib", extra_mib, "cpu_seconds", cpu, "cpu_seconds_per_gb",
-            cpu_per_gb, "fresh", fresh, "path", m->fp ? "fastpath" : "in-process");
-        json_dumpf(o, stdout, JSON_INDENT(2));
-        fputc('\n', stdout);
-        json_decref(o);
     } else {
-        printf(
-            "%s@%" PRId64 ": %zu tensors, %" PRIu64
-            " bytes in %.3f s: %.2f GB/s, %.3f CPU-s/GB (%s destinations; peak RSS %.1f MiB, %.1f MiB beyond the destination buffers)\n",
-            tv_model_name(m->m), tv_model_generation(m->m), n, total, secs,
-            secs > 0 ? (double)total / secs / 1e9 : 0.0, cpu_per_gb,
-            fresh ? "fresh" : "pre-faulted", rss_mib, extra_mib);
+        if (r.t0.ok)
+            r.t1 = daemon_tier(c, true);
+        bench_print(m, &r, json);
     }
-    for (size_t i = 0; fresh && i < n; i++)
-        free(reqs[i].dest);
-    free(arena);
-    free(reqs);
     src_close(m);
     return rc ? TV__EXIT_FAIL : TV__EXIT_OK;
 }

@@ -89,6 +89,9 @@ static const key_def keys[] = {
     {"fastpath.hold_timeout_ms", K_UINT, F(fastpath_hold_timeout_ms), 0, 100, 86400000},
     {"fastpath.max_requests", K_UINT, F(fastpath_max_requests), 0, 1, 1u << 20},
     {"fastpath.readahead", K_UINT, F(fastpath_readahead), 0, 0, 65536},
+    {"fastpath.share_wait_ms", K_UINT, F(fastpath_share_wait_ms), 0, 10, 86400000},
+    {"cache.bytes", K_SIZE, F(cache_bytes), 0, 0, UINT64_C(1) << 50},
+    {"cache.view_bytes_per_uid", K_SIZE, F(cache_view_bytes_per_uid), 0, 0, UINT64_C(1) << 50},
     {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
     {"fleet.node", K_STR, F(fleet_node), SZ(fleet_node), 1, 0},
     {"fleet.url", K_STR, F(fleet_url), SZ(fleet_url), 0, 0},
@@ -102,8 +105,8 @@ static const key_def keys[] = {
 #undef F
 #undef SZ
 
-static const char *const sections[] = {"http", "store",    "import", "log",
-                                       "demo", "fastpath", "access", "fleet"};
+static const char *const sections[] = {"http",     "store",  "import", "log",  "demo",
+                                       "fastpath", "access", "fleet",  "cache"};
 
 void tv__config_defaults(tv__config *c)
 {
@@ -148,7 +151,12 @@ void tv__config_defaults(tv__config *c)
     c->fastpath_hold_timeout_ms = 10000;
     c->fastpath_max_requests = 16384;
     c->fastpath_readahead = 16;
-    c->fleet_quorum = 0; /* every node the placement names */
+    c->fastpath_share_wait_ms = 2000;
+    /* the memory tier: an eighth of the physical memory */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    c->cache_bytes = pages > 0 && page > 0 ? (uint64_t)pages / 8u * (uint64_t)page : 1ull << 30;
+    c->cache_view_bytes_per_uid = 0; /* cache.bytes */
+    c->fleet_quorum = 0;             /* every node the placement names */
     c->fleet_rollout_timeout = 600;
     c->fleet_pull_attempts = 3;
     if (gethostname(c->fleet_node, sizeof(c->fleet_node) - 1) != 0 || !c->fleet_node[0])
@@ -524,7 +532,7 @@ const char *tv__config_usage(void)
            "Every key has a default; a --config FILE (INI), then TENSORVAULT_<SECTION>_<KEY>\n"
            "environment variables, then flags override it (see deploy/tensorvaultd.ini).\n"
            "  --config FILE      INI file with [http] [store] [import] [log] [demo] [fastpath]\n"
-           "                     [access] [fleet] sections\n"
+           "                     [access] [fleet] [cache] sections\n"
            "  --listen HOST:PORT http.listen (default 127.0.0.1:8470; port 0 = any free port)\n"
            "  --store DIR        store.dir (default ./var; the image defaults to DIR/store.img)\n"
            "  --demo PATH        demo.source: import PATH as model 'demo' when the store is empty\n"

@@ -77,7 +77,13 @@ typedef struct tv__config {
     unsigned fastpath_max_groups_per_uid;   /* groups one uid has handles on; 0 = max_groups / 2 */
     unsigned fastpath_max_groups_per_model; /* generations of one model open; 0 = max_groups / 4 */
     unsigned fastpath_max_requests;
-    unsigned fastpath_readahead; /* chunks read ahead of a sequential reader (0: none) */
+    unsigned fastpath_readahead;     /* chunks read ahead of a sequential reader (0: none) */
+    unsigned fastpath_share_wait_ms; /* a group member taking no chunk this long while the
+                                        memory kept for it is needed is left behind */
+    /* [cache]: the fast path's memory tier (server/fastpath/tier.h) */
+    uint64_t cache_bytes;              /* bytes kept resident beyond the groups' staging;
+                                          default 1/8 of the physical memory; 0 = none */
+    uint64_t cache_view_bytes_per_uid; /* bytes one uid's views may pin; 0 = cache_bytes */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h
      * syntax, checked when set): "default" and one key per model */
     char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()> token:*" */
@@ -113,7 +119,7 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
 int tv__config_load_file(tv__config *c, const char *path, tv_error *err);
 
 /* Applies the TENSORVAULT_<SECTION>_<KEY> variables of envp (NULL-ended) for
- * the sections http, store, import, log, demo, fastpath, access and fleet.
+ * the sections http, store, import, log, demo, fastpath, access, fleet and cache.
  * The section matches in any case; the key is lower-cased
  * (TENSORVAULT_FASTPATH_MAX_SESSIONS sets fastpath.max_sessions), except
  * that an [access] model name is taken exactly as written, model names

@@ -260,6 +260,9 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .max_requests = c->fastpath_max_requests,
         .hold_timeout_ms = c->fastpath_hold_timeout_ms,
         .readahead = c->fastpath_readahead,
+        .cache_len = c->cache_bytes ? (int64_t)c->cache_bytes : -1, /* 0: no tier */
+        .share_wait_ms = c->fastpath_share_wait_ms,
+        .view_len_per_uid = c->cache_view_bytes_per_uid,
         .admit = admit,
         .peer = admit_peer,
         .admit_ctx = actx,
@@ -283,10 +286,12 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
             TV_LOG_WARN,
             "fastpath.max_groups_per_uid %u is not under fastpath.max_groups %u: one uid may take every read group",
             c->fastpath_max_groups_per_uid, c->fastpath_max_groups);
-    tv__log(TV_LOG_INFO,
-            "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model)",
-            c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
-            c->fastpath_group_slots, (unsigned long long)c->fastpath_slot_len);
+    tv__log(
+        TV_LOG_INFO,
+        "fast path on %s (mode %04o, %u sessions, credit %u, %u x %llu-byte slots per model, memory tier of %llu bytes (cache.bytes))",
+        c->fastpath_socket, c->fastpath_mode, c->fastpath_max_sessions, c->fastpath_credit,
+        c->fastpath_group_slots, (unsigned long long)c->fastpath_slot_len,
+        (unsigned long long)c->cache_bytes);
     return 0;
 }
 

@@ -253,11 +253,45 @@ static int hello_sweep(tv__fp *fp)
     return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
 }
 
-/* Returns the milliseconds until the next hold deadline, or -1. */
+/* How often the open groups' tier memfds are checked for stray pages. */
+#define FP_SCRUB_MS 1000
+
+/* Every FP_SCRUB_MS: the pages clients made the kernel allocate in holes
+ * of the open generations' memfds are punched (tv__tier_scrub). Returns
+ * the milliseconds until the next pass. */
+static int scrub(tv__fp *fp)
+{
+    int64_t now = tv__fp_now_ms();
+    if (now < fp->scrub_ms)
+        return (int)(fp->scrub_ms - now);
+    fp->scrub_ms = now + FP_SCRUB_MS;
+    for (fp_group *g = fp->g_head; g; g = g->next) {
+        uint64_t n = tv__tier_scrub(g->tg);
+        if (n)
+            tv__log(
+                TV_LOG_WARN,
+                "fastpath: model '%s' generation %" PRId64 ": %" PRIu64
+                " bytes of pages outside the resident chunks (a client read a hole of its mapping) punched",
+                g->name, g->gen, n);
+    }
+    return FP_SCRUB_MS;
+}
+
+/* The smaller of two waits in milliseconds (-1: none). */
+static int min_wait(int a, int b)
+{
+    return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+}
+
+/* Returns the milliseconds until the next deadline (hold timeout, share
+ * wait, scrub), or -1. */
 static int end_of_turn(tv__fp *fp)
 {
     tv__fp_schedule(fp);
     int hold_wait = tv__fp_hold_sweep(fp); /* its sessions go below: their slots return */
+    hold_wait = min_wait(hold_wait, tv__fp_share_sweep(fp));
+    if (fp->g_head)
+        hold_wait = min_wait(hold_wait, scrub(fp));
     tv__fp_groups_flush(fp);
     for (fp_session *s = fp->s_head; s; s = s->next) {
         if (s->doomed || !s->dirty)
@@ -274,6 +308,8 @@ static int end_of_turn(tv__fp *fp)
         s = nx;
     }
     tv__fp_groups_reap(fp); /* after the replies: CLOSED does not wait for a teardown */
+    if (fp->again)          /* a stalled member's memory, released after the scheduling */
+        return 0;
     return hold_wait;
 }
 
@@ -351,6 +387,7 @@ static void fp_free(tv__fp *fp)
         tv__sys.close(fp->wake_fd);
     if (fp->epoll_fd >= 0)
         tv__sys.close(fp->epoll_fd);
+    tv__tier_destroy(fp->tier);
     pthread_mutex_destroy(&fp->mu);
     free(fp->socket_path);
     free(fp->store_dir);
@@ -389,6 +426,13 @@ static void opts_defaults(tv__fp_opts *o)
         o->hello_timeout_ms = 10000;
     if (!o->hold_timeout_ms)
         o->hold_timeout_ms = TV__FP_DEFAULT_HOLD_TIMEOUT_MS;
+    if (!o->share_wait_ms)
+        o->share_wait_ms = TV__FP_DEFAULT_SHARE_WAIT_MS;
+    if (!o->cache_len) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        o->cache_len = pages > 0 && page > 0 ? (int64_t)((uint64_t)pages / 8u * (uint64_t)page)
+                                             : (int64_t)(1ull << 30);
+    }
 }
 
 /* The options with their defaults in range. Returns 0 or TV_E_INVALID_ARG
@@ -477,6 +521,8 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     bound = true;
     if ((rc = loop_setup(fp, err)))
         goto fail;
+    if ((rc = tv__tier_create(fp->o.cache_len > 0 ? (uint64_t)fp->o.cache_len : 0, &fp->tier, err)))
+        goto fail;
     rc = pthread_create(&fp->thread, NULL, loop_main, fp);
     if (rc) {
         rc = tv__seterr(err, -rc, "fastpath: starting the loop thread: %s", strerror(rc));
@@ -485,10 +531,12 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     fp->thread_started = true;
     tv__log(
         TV_LOG_INFO,
-        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most, %u per uid; %u model generations open at most, %u per uid, %u per model; hold timeout %u ms)",
+        "fastpath: listening on %s (slot %u bytes, %u slots per model, credit %u, %u sessions at most, %u per uid; %u model generations open at most, %u per uid, %u per model; hold timeout %u ms; memory tier %" PRId64
+        " bytes, share wait %u ms)",
         fp->socket_path, fp->o.slot_len, fp->o.group_slots, fp->o.credit, fp->o.max_sessions,
         fp->o.max_sessions_per_uid, fp->o.max_groups, fp->o.max_groups_per_uid,
-        fp->o.max_groups_per_model, fp->o.hold_timeout_ms);
+        fp->o.max_groups_per_model, fp->o.hold_timeout_ms,
+        fp->o.cache_len > 0 ? fp->o.cache_len : 0, fp->o.share_wait_ms);
     *out = fp;
     return 0;
 fail:
@@ -515,6 +563,8 @@ void tv__fp_stop(tv__fp *fp)
     while (fp->s_head)
         tv__fp_session_destroy(fp->s_head);
     tv__fp_groups_reap(fp);
+    tv__tier_destroy(fp->tier);
+    fp->tier = NULL;
     pthread_mutex_unlock(&fp->mu);
     if (fp->listen_fd >= 0) {
         tv__sys.close(fp->listen_fd);
@@ -561,6 +611,7 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
         d->connected_unix = s->connected_unix;
         d->requests_done = s->requests_done;
         d->slots_held = s->held;
+        d->version = s->hello ? s->version : 0;
         if (!s->n_handles)
             continue;
         d->handles = calloc(s->n_handles, sizeof(*d->handles));
@@ -581,7 +632,11 @@ int tv__fp_sessions(tv__fp *fp, tv__fp_session_info **out, size_t *n)
             snprintf(hi->spec, sizeof hi->spec, "%s", h->spec);
             hi->generation = h->g->gen;
             hi->bytes_delivered = h->bytes_delivered;
+            hi->view_bytes = h->view_len;
+            hi->legacy = h->legacy;
+            hi->stalled = h->stalled;
             d->bytes_delivered += h->bytes_delivered;
+            d->view_bytes += h->view_len;
         }
     }
     if (count > 1)
@@ -619,4 +674,23 @@ void tv__fp_get_stats(const tv__fp *fp, tv__fp_stats *out)
     out->readahead_bytes = atomic_load(&f->st_readahead);
     out->readahead_hit_bytes = atomic_load(&f->st_readahead_hit);
     out->slots_used = atomic_load(&f->st_slots_used);
+    out->tier_hits = atomic_load(&f->st_tier_hits);
+    out->tier_hit_bytes = atomic_load(&f->st_tier_hit_bytes);
+    out->tier_misses = atomic_load(&f->st_tier_misses);
+    out->tier_miss_bytes = atomic_load(&f->st_tier_miss_bytes);
+    out->views = atomic_load(&f->st_views);
+    out->views_refused = atomic_load(&f->st_view_refused);
+    out->member_stalls = atomic_load(&f->st_stalls);
+    tv__tier_stats ts;
+    tv__tier_get_stats(f->tier, &ts);
+    out->tier_budget_bytes = ts.budget_len;
+    out->tier_bound_bytes = ts.bound_len;
+    out->tier_resident_bytes = ts.resident_len;
+    out->tier_view_bytes = ts.vpinned_len;
+    out->tier_generations = ts.generations;
+    out->tier_evictions = ts.evictions;
+    out->tier_evicted_bytes = ts.evicted_len;
+    out->tier_scrubbed_bytes = ts.scrubbed_len;
+    out->tier_page_bytes = ts.page_len;
+    out->tier_pages = ts.pages;
 }

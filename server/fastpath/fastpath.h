@@ -88,6 +88,10 @@ typedef int (*tv__fp_peer_fn)(void *ctx, pid_t pid, uid_t uid, const gid_t *gids
  * copy and a stream sync included): 10 s without one while others wait is
  * a stuck or hostile client, and a waiting loader loses at most that. */
 #define TV__FP_DEFAULT_HOLD_TIMEOUT_MS 10000u
+/* Ranks of one job start within a few seconds of each other and read at
+ * their own pace: 2 s without taking a chunk, while the memory kept for
+ * it is needed, is a rank that stopped (or reads another subset). */
+#define TV__FP_DEFAULT_SHARE_WAIT_MS 2000u
 
 typedef struct tv__fp_opts {
     const char *socket_path; /* created (parent directory too, 0750), unlinked first if stale */
@@ -126,6 +130,19 @@ typedef struct tv__fp_opts {
     void *admit_ctx;       /* of admit and peer */
     uint32_t readahead;    /* chunks read ahead past a sequential request when its session has
                               nothing more queued (at most group_slots / 4); 0 = none */
+    /* the memory tier's budget (cache.bytes): bytes kept resident beyond the
+     * open groups' staging, least recently used generation chunks evicted
+     * first; also the most bytes views may pin. 0 = default (1/8 of the
+     * physical memory), < 0 = none (chunks stay only while their group is
+     * open and within its staging; no view is granted) */
+    int64_t cache_len;
+    /* a member of a group that takes no chunk this long while the chunks
+     * owed to it keep the tier full is declared stalled: the others stop
+     * keeping memory for it; 0 = default */
+    uint32_t share_wait_ms;
+    /* bytes the views of one uid's sessions may pin (summed over its
+     * handles); 0 = the tier's budget */
+    uint64_t view_len_per_uid;
 } tv__fp_opts;
 
 /* Binds the socket and starts the loop thread. Returns 0 and *out;
@@ -143,6 +160,9 @@ typedef struct tv__fp_handle_info {
     char spec[TV__FP_MAX_SPEC_COPY];
     int64_t generation;
     uint64_t bytes_delivered;
+    uint64_t view_bytes; /* bytes of the chunks its views pin */
+    bool legacy;         /* a version 1 or 2 handle: copies out of the legacy arena */
+    bool stalled;        /* declared stalled: the others keep no memory for it */
 } tv__fp_handle_info;
 
 typedef struct tv__fp_session_info {
@@ -153,7 +173,9 @@ typedef struct tv__fp_session_info {
     int64_t connected_unix;   /* seconds */
     uint64_t bytes_delivered; /* sum over the open handles (handles[i].bytes_delivered) */
     uint64_t requests_done;   /* DONE entries sent over the session's life */
-    uint32_t slots_held;      /* references held now (CHUNK entries not released) */
+    uint32_t slots_held;      /* copy references held now (CHUNK entries not released) */
+    uint64_t view_bytes;      /* bytes of the chunks its views pin (summed over handles) */
+    uint16_t version;         /* the protocol version negotiated (0 before HELLO) */
     size_t n_handles;
     tv__fp_handle_info *handles;
 } tv__fp_session_info;
@@ -174,7 +196,25 @@ typedef struct tv__fp_stats {
     uint64_t protocol_errors;     /* sessions closed for a protocol violation */
     uint64_t readahead_bytes;     /* device bytes read ahead (also in device_read_bytes) */
     uint64_t readahead_hit_bytes; /* of those, bytes of chunks a request then used */
-    uint64_t slots_used;          /* arena slots the open groups ever used (their pages exist) */
+    uint64_t slots_used;          /* legacy arena slots the open groups ever used */
+    /* the memory tier (tier.h) */
+    uint64_t tier_hits;           /* chunks a request found resident (no read, no wait) */
+    uint64_t tier_hit_bytes;      /* the bytes delivered from them */
+    uint64_t tier_misses;         /* chunks a request had to wait a device read for */
+    uint64_t tier_miss_bytes;     /* the bytes delivered from them */
+    uint64_t tier_budget_bytes;   /* cache.bytes (0: none) */
+    uint64_t tier_bound_bytes;    /* budget + the open groups' staging */
+    uint64_t tier_resident_bytes; /* bytes resident or being read, every generation */
+    uint64_t tier_view_bytes;     /* bytes pinned by views */
+    uint64_t tier_generations;    /* generations with memory (open or dormant) */
+    uint64_t tier_evictions;      /* chunks evicted (holes punched) */
+    uint64_t tier_evicted_bytes;  /* their bytes */
+    uint64_t tier_scrubbed_bytes; /* stray pages punched (a client touched a hole) */
+    uint64_t tier_page_bytes;     /* the tier's page size: 4096 or a huge page's */
+    uint32_t tier_pages;          /* TV__TIER_PAGES_*: 0 small, 1 THP, 2 hugetlb */
+    uint64_t views;               /* view requests served */
+    uint64_t views_refused;       /* view requests refused (TV_E_BUSY: pins over the budget) */
+    uint64_t member_stalls;       /* members declared stalled */
 } tv__fp_stats;
 
 /* Counters (atomics: any thread). NULL fp gives zeros. */

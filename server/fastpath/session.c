@@ -217,13 +217,20 @@ static fp_req *req_find(const fp_session *s, uint64_t id)
     return NULL;
 }
 
-/* Unlinks wait w from the waits of slot sl. */
-static void slot_unlink_wait(fp_slot *sl, fp_wait *w)
+/* The list wait w is on: its legacy slot's, or (version 3) its chunk's. */
+static fp_wait **wait_head(const fp_wait *w)
+{
+    fp_group *g = w->req->h->g;
+    return w->req->h->legacy ? &g->slots[w->slot].waits : &g->chunks[w->slot].waits;
+}
+
+/* Unlinks wait w from its slot's or chunk's list. */
+static void unlink_wait(fp_wait *w)
 {
     if (w->sprev)
         w->sprev->snext = w->snext;
     else
-        sl->waits = w->snext;
+        *wait_head(w) = w->snext;
     if (w->snext)
         w->snext->sprev = w->sprev;
 }
@@ -233,11 +240,10 @@ static void req_remove(fp_req *r)
 {
     fp_handle *h = r->h;
     fp_session *s = h->s;
-    fp_group *g = h->g;
     fp_wait *w = r->waits;
     while (w) {
         fp_wait *nx = w->rnext;
-        slot_unlink_wait(&g->slots[w->slot], w);
+        unlink_wait(w);
         s->waits--;
         free(w);
         w = nx;
@@ -283,13 +289,14 @@ void tv__fp_req_fail(fp_req *r, int code, const char *msg)
     req_remove(r);
 }
 
-/* The CHUNK entry of request r for chunk k, now in slot idx. */
-static void emit_chunk(fp_req *r, uint64_t k, uint32_t idx, bool shared)
+/* The CHUNK entry of request r for chunk k (of its shard), now in slot idx
+ * (a legacy slot, or the chunk's index in the tier). Returns its bytes. */
+static uint64_t emit_chunk(fp_req *r, uint64_t k, uint32_t idx, bool shared)
 {
     fp_handle *h = r->h;
     fp_session *s = h->s;
     tv__fp *fp = s->fp;
-    uint64_t L = h->g->slot_len, kL = k * L; /* k < end_k: inside E, checked at READ */
+    uint64_t L = h->g->chunk_len, kL = k * L; /* k < end_k: inside E, checked at READ */
     uint64_t b = r->P > kL ? r->P : kL;
     uint64_t e = r->E < kL + L ? r->E : kL + L;
     uint64_t len = e - b;
@@ -307,15 +314,123 @@ static void emit_chunk(fp_req *r, uint64_t k, uint32_t idx, bool shared)
     atomic_fetch_add(&fp->st_delivered, len);
     if (shared)
         atomic_fetch_add(&fp->st_shared, len);
+    return len;
+}
+
+/* Counts a chunk of a request served from memory (hit) or after a read. */
+static void count_tier(tv__fp *fp, bool hit, uint64_t len)
+{
+    atomic_fetch_add(hit ? &fp->st_tier_hits : &fp->st_tier_misses, 1);
+    atomic_fetch_add(hit ? &fp->st_tier_hit_bytes : &fp->st_tier_miss_bytes, len);
+}
+
+/* Member h took chunk idx: its debt is paid, and it is active again (after
+ * a stall, or after its debts stopped counting when it found no room). */
+static void took(fp_handle *h, uint32_t idx)
+{
+    h->last_take_ms = tv__fp_now_ms();
+    h->stalled = false;
+    tv__tier_member_active(h->g->tg, h->member, true);
+    tv__tier_member_take(h->g->tg, h->member, idx);
+}
+
+/* A legacy slot reference of h on slot idx (credit use unchanged when it
+ * was a wait). */
+static void hold_slot(fp_handle *h, uint32_t idx)
+{
+    fp_slot *sl = &h->g->slots[idx];
+    sl->refs++;
+    h->refs[idx]++;
+    if (h->held++ == 0)
+        h->held_since_ms = tv__fp_now_ms();
+    h->s->held++;
+    took(h, sl->chunk);
+}
+
+/* Why a view of chunk idx is refused for h (a budget), or NULL. */
+static const char *view_refusal(fp_handle *h, uint32_t idx, char *buf, size_t cap)
+{
+    tv__fp *fp = h->s->fp;
+    fp_group *g = h->g;
+    const tv__tier_chunk *tc = &g->tg->c[idx];
+    uint64_t len = tc->hi - tc->lo, mine = 0;
+    if (fp->o.cache_len < 0) {
+        snprintf(buf, cap,
+                 "model '%s' generation %" PRId64
+                 ": no view: the daemon keeps no memory tier (cache.bytes = 0)",
+                 g->name, g->gen);
+        return buf;
+    }
+    if (fp->o.view_len_per_uid == 0 || tv__fp_refmap_get(&h->vrefs, idx))
+        return NULL;
+    for (const fp_session *o = fp->s_head; o; o = o->next)
+        for (uint32_t i = 0; o->uid == h->s->uid && i < fp->o.max_handles; i++)
+            mine += o->handles[i] ? o->handles[i]->view_len : 0;
+    if (mine + len <= fp->o.view_len_per_uid)
+        return NULL;
+    snprintf(buf, cap,
+             "model '%s' generation %" PRId64 ": no view: uid %u pins %" PRIu64
+             " bytes with views (cache.view_bytes_per_uid = %" PRIu64 ")",
+             g->name, g->gen, (unsigned)h->s->uid, mine, fp->o.view_len_per_uid);
+    return buf;
+}
+
+/* Request r of a version-3 handle takes resident chunk idx: a view
+ * reference (a view request) or a copy reference, and its CHUNK entry.
+ * Returns the entry's bytes, or 0 when r failed (its view refused: r is
+ * freed then) or the session did (out of memory). */
+static uint64_t take_chunk(fp_req *r, uint32_t idx, uint64_t k, bool shared)
+{
+    fp_handle *h = r->h;
+    fp_session *s = h->s;
+    fp_group *g = h->g;
+    char msg[TV__FP_MAX_TEXT + 1];
+    if (r->view) {
+        const char *why = view_refusal(h, idx, msg, sizeof msg);
+        if (!why && tv__tier_vref(g->tg, idx)) {
+            tv__tier_stats ts;
+            tv__tier_get_stats(s->fp->tier, &ts);
+            snprintf(msg, sizeof msg,
+                     "model '%s' generation %" PRId64 ": no view: views pin %" PRIu64
+                     " bytes of the memory tier's %" PRIu64 " (cache.bytes)",
+                     g->name, g->gen, ts.vpinned_len, ts.budget_len);
+            why = msg;
+        }
+        if (why) {
+            atomic_fetch_add(&s->fp->st_view_refused, 1);
+            tv__fp_req_fail(r, TV_E_BUSY, why);
+            return 0;
+        }
+        if (!tv__fp_refmap_get(&h->vrefs, idx))
+            h->view_len += g->tg->c[idx].hi - g->tg->c[idx].lo;
+        if (tv__fp_refmap_add(&h->vrefs, idx, 1)) {
+            tv__tier_vunref(g->tg, idx, 1);
+            tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a view reference");
+            return 0;
+        }
+    } else {
+        if (tv__fp_refmap_add(&h->crefs, idx, 1)) {
+            tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a reference");
+            return 0;
+        }
+        tv__tier_ref(g->tg, idx);
+        if (h->held++ == 0)
+            h->held_since_ms = tv__fp_now_ms();
+        s->held++;
+    }
+    took(h, idx);
+    return emit_chunk(r, k, idx, shared);
 }
 
 void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w)
 {
-    fp_slot *sl = &g->slots[idx];
     fp_req *r = w->req;
     fp_handle *h = r->h;
     fp_session *s = h->s;
-    slot_unlink_wait(sl, w);
+    uint64_t k = w->k, len;
+    bool shared = w->shared;
+    (void)g;
+    unlink_wait(w);
     if (w->rprev)
         w->rprev->rnext = w->rnext;
     else
@@ -323,21 +438,21 @@ void tv__fp_wait_deliver(fp_group *g, uint32_t idx, fp_wait *w)
     if (w->rnext)
         w->rnext->rprev = w->rprev;
     r->n_waits--;
-    s->waits--; /* the wait becomes a reference: credit use unchanged */
-    s->held++;
-    sl->refs++;
-    h->refs[idx]++;
-    if (h->held++ == 0)
-        h->held_since_ms = tv__fp_now_ms();
-    emit_chunk(r, w->k, idx, w->shared);
+    s->waits--; /* the wait becomes a reference: credit use unchanged (views: freed) */
     free(w);
+    if (h->legacy) {
+        hold_slot(h, idx);
+        len = emit_chunk(r, k, idx, shared);
+    } else if (!(len = take_chunk(r, idx, k, shared))) {
+        return; /* r failed (a view refused), or the session */
+    }
+    count_tier(s->fp, false, len);
     req_maybe_done(r);
 }
 
 static bool add_wait(fp_req *r, uint32_t idx, uint64_t k, bool shared)
 {
     fp_session *s = r->h->s;
-    fp_slot *sl = &r->h->g->slots[idx];
     fp_wait *w = calloc(1, sizeof(*w));
     if (!w) {
         tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a chunk wait");
@@ -347,10 +462,11 @@ static bool add_wait(fp_req *r, uint32_t idx, uint64_t k, bool shared)
     w->slot = idx;
     w->k = k;
     w->shared = shared;
-    w->snext = sl->waits;
-    if (sl->waits)
-        sl->waits->sprev = w;
-    sl->waits = w;
+    fp_wait **head = wait_head(w);
+    w->snext = *head;
+    if (*head)
+        (*head)->sprev = w;
+    *head = w;
     w->rnext = r->waits;
     if (r->waits)
         r->waits->rprev = w;
@@ -371,77 +487,132 @@ static void issued_last(fp_session *s, fp_req *r, bool *ahead)
     *ahead = !r->small && !r->next && s->fp->o.readahead > 0;
 }
 
+/* A legacy (version 1 or 2) request's chunk k = chunk idx: a copy in a
+ * legacy slot (found, made now from the resident chunk, or filling once its
+ * read lands). Returns false when it has to wait (no free slot: starved;
+ * the chunk blocked). */
+static bool issue_legacy(fp_session *s, fp_req *r, uint32_t idx, uint64_t k, uint32_t need_lo,
+                         uint32_t need_hi, uint32_t lo, uint32_t hi)
+{
+    fp_handle *h = r->h;
+    fp_group *g = h->g;
+    fp_chunk *ch = &g->chunks[idx];
+    uint32_t shard = r->shard;
+    uint64_t end_k = r->end_k;
+    bool ahead = false;
+    tv_error err = {0};
+    int32_t sl = tv__fp_slot_find(g, idx, need_lo, need_hi);
+    int got = FP_GOT_RESIDENT;
+    if (sl < 0) {
+        if (g->lru_head < 0 && g->n_fresh >= g->n_slots) {
+            g->starved = true; /* no free slot: their holders stall us */
+            return false;
+        }
+        got = tv__fp_chunk_get(g, idx, need_lo, need_hi, lo, hi, s->id, h->member, 0, &err);
+        if (got == FP_GOT_BLOCKED)
+            return false;
+        if (got == FP_GOT_FAILED) {
+            tv__fp_req_fail(r, err.code, err.msg);
+            return true;
+        }
+        sl = tv__fp_slot_take_free(g, idx, got != FP_GOT_RESIDENT); /* one is free: above */
+    }
+    fp_slot *slot = &g->slots[sl];
+    bool own_ahead = ch->ahead && ch->reader == s->id; /* read ahead for this session */
+    tv__fp_chunk_used(g, idx);
+    r->next_k++;
+    if (r->next_k == r->end_k)
+        issued_last(s, r, &ahead);
+    if (slot->state == FP_SLOT_FILLING) {
+        if (add_wait(r, (uint32_t)sl, k, got == FP_GOT_STARTED ? false : ch->reader != s->id) &&
+            ahead)
+            tv__fp_readahead(g, shard, end_k, s->id);
+        return true;
+    }
+    bool cached = slot->in_lru || got == FP_GOT_RESIDENT;
+    if (slot->in_lru)
+        tv__fp_slot_take(g, (uint32_t)sl);
+    slot->state = FP_SLOT_READY;
+    hold_slot(h, (uint32_t)sl);
+    count_tier(s->fp, true,
+               emit_chunk(r, k, (uint32_t)sl, (cached && !own_ahead) || ch->reader != s->id));
+    if (ahead)
+        tv__fp_readahead(g, shard, end_k, s->id);
+    req_maybe_done(r);
+    return true;
+}
+
+/* A version-3 request's chunk k = chunk idx of the tier: a reference on
+ * the chunk itself (a view, or a copy). Returns false when it has to wait
+ * (no staging: starved; no room in the tier: throttled; the read queue). */
+static bool issue_direct(fp_session *s, fp_req *r, uint32_t idx, uint64_t k, uint32_t need_lo,
+                         uint32_t need_hi, uint32_t lo, uint32_t hi)
+{
+    fp_handle *h = r->h;
+    fp_group *g = h->g;
+    fp_chunk *ch = &g->chunks[idx];
+    const tv__tier_chunk *tc = &g->tg->c[idx];
+    uint32_t shard = r->shard;
+    uint64_t end_k = r->end_k;
+    bool ahead = false, idle = tc->state == TV__TIER_RESIDENT && !tc->refs && !tc->vrefs;
+    tv_error err = {0};
+    /* a copy reference puts an idle chunk in use: staging first */
+    if (!r->view && idle && tc->lo <= need_lo && need_hi <= tc->hi &&
+        g->tg->n_inuse >= g->staging) {
+        g->starved = true;
+        return false;
+    }
+    int got = tv__fp_chunk_get(
+        g, idx, need_lo, need_hi, lo, hi, s->id, h->member,
+        tv__fp_refmap_get(&h->crefs, idx) + tv__fp_refmap_get(&h->vrefs, idx), &err);
+    if (got == FP_GOT_BLOCKED)
+        return false;
+    if (got == FP_GOT_FAILED) {
+        tv__fp_req_fail(r, err.code, err.msg);
+        return true;
+    }
+    bool own_ahead = ch->ahead && ch->reader == s->id;
+    tv__fp_chunk_used(g, idx);
+    r->next_k++;
+    if (r->next_k == r->end_k)
+        issued_last(s, r, &ahead);
+    if (got != FP_GOT_RESIDENT) {
+        if (add_wait(r, idx, k, got == FP_GOT_READING && ch->reader != s->id) && ahead)
+            tv__fp_readahead(g, shard, end_k, s->id);
+        return true;
+    }
+    uint64_t len = take_chunk(r, idx, k, (idle && !own_ahead) || ch->reader != s->id);
+    if (!len)
+        return true; /* r failed (a view refused), or the session */
+    count_tier(s->fp, true, len);
+    if (ahead)
+        tv__fp_readahead(g, shard, end_k, s->id);
+    req_maybe_done(r);
+    return true;
+}
+
 /* Issues the next chunk of the session's first unissued request. Returns
- * false when it has to wait for a free slot. */
+ * false when it has to wait. */
 static bool issue_one(fp_session *s)
 {
     fp_req *r = s->issue;
-    fp_handle *h = r->h;
-    fp_group *g = h->g;
+    fp_group *g = r->h->g;
     uint64_t k = r->next_k;
     /* the chunk-relative bytes this request needs of chunk k (k * L fits: checked at READ) */
-    uint64_t kL = k * g->slot_len;
+    uint64_t kL = k * g->chunk_len;
     uint32_t need_lo = (uint32_t)(r->P > kL ? r->P - kL : 0);
-    uint32_t need_hi = (uint32_t)(r->E - kL < g->slot_len ? r->E - kL : g->slot_len);
+    uint32_t need_hi = (uint32_t)(r->E - kL < g->chunk_len ? r->E - kL : g->chunk_len);
     /* a new read: the whole chunk, or a small random read's envelope only */
     uint32_t lo = 0, hi = UINT32_MAX;
     if (r->small) {
         uint64_t up = need_hi;
         lo = need_lo & ~(g->io_align - 1);
-        (void)tv__align_up_u64(up, g->io_align, &up); /* <= slot_len, a multiple of io_align */
+        (void)tv__align_up_u64(up, g->io_align, &up); /* <= chunk_len, a multiple of io_align */
         hi = (uint32_t)up;
     }
-    /* any slot that holds (or is reading) every byte needed will do */
-    int32_t idx = tv__fp_slot_find(g, r->shard, k, need_lo, need_hi);
-    uint32_t shard = r->shard;
-    uint64_t end_k = r->end_k;
-    bool ahead = false;
-    tv_error err = {0};
-    if (idx < 0) {
-        idx = tv__fp_slot_start(g, r->shard, k, lo, hi, s->id, &err);
-        if (idx == -1) {
-            /* no free slot at all (not only a full read queue): the holders
-             * of this group's slots stall us (tv__fp_hold_sweep) */
-            if (g->lru_head < 0 && g->n_fresh >= g->n_slots)
-                g->starved = true;
-            return false;
-        }
-        if (idx == -2) {
-            tv__fp_req_fail(r, err.code, err.msg);
-            return true;
-        }
-        r->next_k++;
-        if (r->next_k == r->end_k)
-            issued_last(s, r, &ahead);
-        if (add_wait(r, (uint32_t)idx, k, false) && ahead)
-            tv__fp_readahead(g, shard, end_k, s->id);
-        return true;
-    }
-    fp_slot *sl = &g->slots[idx];
-    bool own_ahead = sl->ahead && sl->reader == s->id; /* read ahead for this session */
-    tv__fp_slot_used(g, (uint32_t)idx);
-    r->next_k++;
-    if (r->next_k == r->end_k)
-        issued_last(s, r, &ahead);
-    if (sl->state == FP_SLOT_READING) {
-        if (add_wait(r, (uint32_t)idx, k, sl->reader != s->id) && ahead)
-            tv__fp_readahead(g, shard, end_k, s->id);
-        return true;
-    }
-    bool cached = sl->in_lru;
-    if (cached)
-        tv__fp_slot_take(g, (uint32_t)idx);
-    sl->state = FP_SLOT_READY;
-    sl->refs++;
-    h->refs[idx]++;
-    if (h->held++ == 0)
-        h->held_since_ms = tv__fp_now_ms();
-    s->held++;
-    emit_chunk(r, k, (uint32_t)idx, (cached && !own_ahead) || sl->reader != s->id);
-    if (ahead)
-        tv__fp_readahead(g, shard, end_k, s->id);
-    req_maybe_done(r);
-    return true;
+    uint32_t idx = tv__fp_chunk_index(g, r->shard, k);
+    return r->h->legacy ? issue_legacy(s, r, idx, k, need_lo, need_hi, lo, hi)
+                        : issue_direct(s, r, idx, k, need_lo, need_hi, lo, hi);
 }
 
 /* Moves s to the tail of the session list: the sessions served go last, so
@@ -466,7 +637,7 @@ bool tv__fp_schedule(tv__fp *fp)
     bool any = false, progress;
     fp->again = false;
     for (fp_group *g = fp->g_head; g; g = g->next)
-        g->starved = false;
+        g->starved = g->throttled = false;
     do {
         fp_session *s = fp->s_head, *last = fp->s_tail;
         progress = false;
@@ -512,6 +683,43 @@ int tv__fp_hold_sweep(tv__fp *fp)
     return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
 }
 
+int tv__fp_share_sweep(tv__fp *fp)
+{
+    int64_t now = tv__fp_now_ms(), next = -1, limit = fp->o.share_wait_ms;
+    bool throttled = false;
+    for (const fp_group *g = fp->g_head; g && !throttled; g = g->next)
+        throttled = g->throttled;
+    if (!throttled)
+        return -1;
+    for (fp_session *s = fp->s_head; s; s = s->next) {
+        for (uint32_t i = 0; i < fp->o.max_handles && !s->doomed; i++) {
+            fp_handle *h = s->handles[i];
+            if (!h || !h->g->throttled || h->stalled || h->member < 0 ||
+                !tv__tier_member_owed(h->g->tg, h->member))
+                continue;
+            int64_t left = h->last_take_ms + limit - now;
+            if (left > 0) {
+                if (next < 0 || left < next)
+                    next = left;
+                continue;
+            }
+            h->stalled = true;
+            tv__tier_member_active(h->g->tg, h->member, false);
+            atomic_fetch_add(&fp->st_stalls, 1);
+            fp->again = true;
+            tv__log(
+                TV_LOG_INFO,
+                "fastpath: session %" PRIu64
+                " (pid %d uid %u): handle %u of model '%s' generation %" PRId64
+                " took no chunk for %" PRId64
+                " ms while the memory kept for it is needed (fastpath.share_wait_ms = %u): the others stop keeping chunks for it",
+                s->id, (int)s->pid, (unsigned)s->uid, h->id, h->g->name, h->g->gen,
+                now - h->last_take_ms, fp->o.share_wait_ms);
+        }
+    }
+    return next < 0 ? -1 : (int)(next > 60000 ? 60000 : next);
+}
+
 /* ---- handles ---- */
 
 static fp_handle *handle_find(const fp_session *s, uint32_t id)
@@ -547,12 +755,24 @@ static void handle_close(fp_session *s, fp_handle *h, bool notify)
     for (uint32_t i = 0; i < s->n_pdone; i++) /* their requests end cancelled too */
         if (s->pdone[i].handle == id && s->pdone[i].result == 0)
             s->pdone[i].result = TV_E_CANCELLED;
-    for (uint32_t i = 0; i < g->n_slots; i++) {
+    for (uint32_t i = 0; h->refs && i < g->n_slots; i++) {
         if (!h->refs[i])
             continue;
         s->held -= h->refs[i];
         tv__fp_slot_unref(g, i, h->refs[i]);
     }
+    for (uint32_t i = 0; i < h->crefs.cap; i++) {
+        if (h->crefs.key[i] == UINT32_MAX)
+            continue;
+        s->held -= h->crefs.val[i];
+        tv__tier_unref(g->tg, h->crefs.key[i], h->crefs.val[i]);
+    }
+    for (uint32_t i = 0; i < h->vrefs.cap; i++)
+        if (h->vrefs.key[i] != UINT32_MAX)
+            tv__tier_vunref(g->tg, h->vrefs.key[i], h->vrefs.val[i]);
+    tv__fp_refmap_free(&h->crefs);
+    tv__fp_refmap_free(&h->vrefs);
+    tv__tier_member_leave(g->tg, h->member);
     for (uint32_t i = 0; i < s->fp->o.max_handles; i++)
         if (s->handles[i] == h)
             s->handles[i] = NULL;
@@ -649,12 +869,18 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
         send_error(s, rc, 0, open_id, err.msg[0] ? err.msg : tv_strerror(rc));
         return;
     }
+    bool legacy = s->version < TV__FP_V3;
+    if (legacy && (rc = tv__fp_group_legacy(g, &err))) {
+        send_error(s, rc, 0, open_id, err.msg);
+        tv__fp_group_unref(g);
+        return;
+    }
     h = calloc(1, sizeof(*h));
-    if (h)
+    if (h && legacy)
         h->refs = calloc(g->n_slots, sizeof(*h->refs));
     fds[0] = fcntl(g->snap_fd, F_DUPFD_CLOEXEC, 3);
-    fds[1] = fcntl(g->arena_fd, F_DUPFD_CLOEXEC, 3);
-    if (!h || !h->refs || fds[0] < 0 || fds[1] < 0) {
+    fds[1] = fcntl(legacy ? g->arena_fd : g->tier_ro_fd, F_DUPFD_CLOEXEC, 3);
+    if (!h || (legacy && !h->refs) || fds[0] < 0 || fds[1] < 0) {
         if (h)
             free(h->refs);
         free(h);
@@ -663,6 +889,9 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
         tv__fp_group_unref(g);
         return;
     }
+    h->legacy = legacy;
+    h->member = tv__tier_member_join(g->tg); /* what is resident now is owed to it */
+    h->last_take_ms = tv__fp_now_ms();
     while (s->handles[at])
         at++;
     h->id = ++s->next_handle;
@@ -675,10 +904,11 @@ static void on_open(fp_session *s, const tv__fp_msg *m)
                        .handle = h->id,
                        .generation = g->gen,
                        .snap_len = g->snap_len,
-                       .arena_len = g->arena_len,
-                       .slot_len = g->slot_len,
-                       .n_slots = g->n_slots,
-                       .credit = fp->o.credit};
+                       .arena_len = legacy ? g->arena_len : g->tg->len,
+                       .slot_len = g->chunk_len,
+                       .n_slots = legacy ? g->n_slots : g->n_chunks,
+                       .credit = fp->o.credit,
+                       .flags = legacy ? 0u : TV__FP_OPENED_TIER};
     size_t len = tv__fp_encode_opened(fp->sbuf, sizeof fp->sbuf, s->version, &o);
     out_control(s, len, fds, 2);
     tv__log(TV_LOG_INFO,
@@ -708,7 +938,7 @@ static void req_refuse(fp_session *s, fp_handle *h, uint64_t req_id, int code, c
 /* Queues request req_id of handle h for the object bytes [P, E) of shard
  * (E > P; len = E - P). Returns 0, or -ENOMEM with the session failed. */
 static int queue_req(fp_session *s, fp_handle *h, uint64_t req_id, uint32_t tensor, uint32_t shard,
-                     bool header, uint64_t P, uint64_t E, uint64_t len)
+                     bool header, bool view, uint64_t P, uint64_t E, uint64_t len)
 {
     fp_group *g = h->g;
     fp_req *r = calloc(1, sizeof(*r));
@@ -723,14 +953,17 @@ static int queue_req(fp_session *s, fp_handle *h, uint64_t req_id, uint32_t tens
     r->header = header;
     r->P = P;
     r->E = E;
-    r->next_k = P / g->slot_len;
-    r->end_k = (E - 1) / g->slot_len + 1;
+    r->next_k = P / g->chunk_len;
+    r->end_k = (E - 1) / g->chunk_len + 1;
     /* A small read far from the handle's previous one (a random access) reads
      * its envelope only; one that follows it (a model load, tensor after
      * tensor) reads whole chunks, which its neighbours then share. */
-    r->small = len <= FP_SMALL_READ && len <= g->slot_len / 16 &&
-               !(h->seq_valid && h->last_shard == shard && P + g->slot_len >= h->last_end &&
-                 P <= h->last_end + g->slot_len);
+    r->small = len <= FP_SMALL_READ && len <= g->chunk_len / 16 && !view &&
+               !(h->seq_valid && h->last_shard == shard && P + g->chunk_len >= h->last_end &&
+                 P <= h->last_end + g->chunk_len);
+    r->view = view;
+    if (view)
+        atomic_fetch_add(&s->fp->st_views, 1);
     h->seq_valid = true;
     h->last_shard = shard;
     h->last_end = E;
@@ -780,7 +1013,8 @@ static int header_request(fp_session *s, fp_handle *h, const tv__fp_read_ent *e)
         push_done(s, e->req_id, 0, h->id);
         return 0;
     }
-    return queue_req(s, h, e->req_id, 0, e->tensor, true, e->off, end, e->len);
+    return queue_req(s, h, e->req_id, 0, e->tensor, true, (e->flags & TV__FP_READ_VIEW) != 0,
+                     e->off, end, e->len);
 }
 
 static void on_read(fp_session *s, const tv__fp_msg *m)
@@ -853,19 +1087,53 @@ static void on_read(fp_session *s, const tv__fp_msg *m)
             req_refuse(s, h, e.req_id, TV_E_SNAPSHOT, msg);
             continue;
         }
-        if (queue_req(s, h, e.req_id, e.tensor, ti.shard, false, P, E, e.len))
+        if (queue_req(s, h, e.req_id, e.tensor, ti.shard, false, (e.flags & TV__FP_READ_VIEW) != 0,
+                      P, E, e.len))
             return;
     }
+}
+
+/* Gives back one reference of h on slot (RELEASE: a copy reference of a
+ * legacy slot or of a chunk; RELEASE_VIEW: a view reference of a chunk).
+ * Returns false when h holds none there (the caller fails the session). */
+static bool release_one(fp_handle *h, uint32_t slot, bool view, int64_t now)
+{
+    fp_group *g = h->g;
+    fp_session *s = h->s;
+    if (view) {
+        if (h->legacy || slot >= g->n_chunks || !tv__fp_refmap_dec(&h->vrefs, slot))
+            return false;
+        if (!tv__fp_refmap_get(&h->vrefs, slot))
+            h->view_len -= g->tg->c[slot].hi - g->tg->c[slot].lo;
+        tv__tier_vunref(g->tg, slot, 1);
+    } else if (h->legacy) {
+        if (slot >= g->n_slots || h->refs[slot] == 0)
+            return false;
+        h->refs[slot]--;
+        tv__fp_slot_unref(g, slot, 1);
+    } else {
+        if (slot >= g->n_chunks || !tv__fp_refmap_dec(&h->crefs, slot))
+            return false;
+        tv__tier_unref(g->tg, slot, 1);
+    }
+    if (!view) {
+        h->held--;
+        h->held_since_ms = now; /* a release: the handle moves */
+        s->held--;
+    }
+    s->fp->again = true;
+    return true;
 }
 
 static void on_release(fp_session *s, const tv__fp_msg *m)
 {
     fp_handle *h = handle_find(s, m->u.list.handle);
+    bool view = m->type == TV__FP_RELEASE_VIEW;
     int64_t now = tv__fp_now_ms();
     tv_error err = {0};
     if (!h) {
-        tv__fp_session_fail(s, TV_E_PROTOCOL, "RELEASE names handle %u, which is not open",
-                            m->u.list.handle);
+        tv__fp_session_fail(s, TV_E_PROTOCOL, "%s names handle %u, which is not open",
+                            tv__fp_type_name(m->type), m->u.list.handle);
         return;
     }
     for (uint32_t i = 0; i < m->u.list.n; i++) {
@@ -874,17 +1142,11 @@ static void on_release(fp_session *s, const tv__fp_msg *m)
             tv__fp_session_fail(s, TV_E_PROTOCOL, "%s", err.msg);
             return;
         }
-        if (slot >= h->g->n_slots || h->refs[slot] == 0) {
-            tv__fp_session_fail(s, TV_E_PROTOCOL, "slot %u of handle %u released but not held",
-                                slot, h->id);
+        if (!release_one(h, slot, view, now)) {
+            tv__fp_session_fail(s, TV_E_PROTOCOL, "%s %u of handle %u released but not held",
+                                view ? "view of slot" : "slot", slot, h->id);
             return;
         }
-        h->refs[slot]--;
-        h->held--;
-        h->held_since_ms = now; /* a release: the handle moves */
-        s->held--;
-        tv__fp_slot_unref(h->g, slot, 1);
-        s->fp->again = true;
     }
 }
 
@@ -913,6 +1175,7 @@ static void on_message(fp_session *s, const uint8_t *buf, size_t len)
         on_read(s, &m);
         break;
     case TV__FP_RELEASE:
+    case TV__FP_RELEASE_VIEW:
         on_release(s, &m);
         break;
     case TV__FP_HELLO:
@@ -956,6 +1219,92 @@ void tv__fp_session_on_input(fp_session *s)
         tv__fp_session_flush(s);
         tv__fp_session_on_output(s);
     }
+}
+
+/* ---- reference maps ---- */
+
+static uint32_t refmap_slot(const fp_refmap *m, uint32_t key)
+{
+    uint32_t i = (uint32_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 32) & (m->cap - 1);
+    while (m->key[i] != UINT32_MAX && m->key[i] != key)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static int refmap_grow(fp_refmap *m)
+{
+    uint32_t cap = m->cap ? m->cap * 2 : 16;
+    fp_refmap n = {.key = malloc((size_t)cap * sizeof(uint32_t)),
+                   .val = malloc((size_t)cap * sizeof(uint32_t)),
+                   .cap = cap};
+    if (!n.key || !n.val || cap < m->cap) {
+        free(n.key);
+        free(n.val);
+        return -ENOMEM;
+    }
+    memset(n.key, 0xff, (size_t)cap * sizeof(uint32_t));
+    for (uint32_t i = 0; i < m->cap; i++) {
+        if (m->key[i] == UINT32_MAX)
+            continue;
+        uint32_t j = refmap_slot(&n, m->key[i]);
+        n.key[j] = m->key[i];
+        n.val[j] = m->val[i];
+        n.n++;
+    }
+    tv__fp_refmap_free(m);
+    *m = n;
+    return 0;
+}
+
+int tv__fp_refmap_add(fp_refmap *m, uint32_t key, uint32_t n)
+{
+    if ((m->n + 1) * 4 > m->cap * 3 && refmap_grow(m)) /* at most 3/4 full */
+        return -ENOMEM;
+    uint32_t i = refmap_slot(m, key);
+    if (m->key[i] == UINT32_MAX) {
+        m->key[i] = key;
+        m->val[i] = 0;
+        m->n++;
+    }
+    m->val[i] += n;
+    return 0;
+}
+
+uint32_t tv__fp_refmap_get(const fp_refmap *m, uint32_t key)
+{
+    if (!m->cap)
+        return 0;
+    uint32_t i = refmap_slot(m, key);
+    return m->key[i] == key ? m->val[i] : 0;
+}
+
+bool tv__fp_refmap_dec(fp_refmap *m, uint32_t key)
+{
+    if (!m->cap)
+        return false;
+    uint32_t i = refmap_slot(m, key);
+    if (m->key[i] != key)
+        return false;
+    if (--m->val[i])
+        return true;
+    /* remove, then re-place the run after it (linear probing, no tombstones) */
+    m->key[i] = UINT32_MAX;
+    m->n--;
+    for (uint32_t j = (i + 1) & (m->cap - 1); m->key[j] != UINT32_MAX; j = (j + 1) & (m->cap - 1)) {
+        uint32_t k = m->key[j], v = m->val[j];
+        m->key[j] = UINT32_MAX;
+        uint32_t t = refmap_slot(m, k);
+        m->key[t] = k;
+        m->val[t] = v;
+    }
+    return true;
+}
+
+void tv__fp_refmap_free(fp_refmap *m)
+{
+    free(m->key);
+    free(m->val);
+    memset(m, 0, sizeof(*m));
 }
 
 /* ---- life ---- */

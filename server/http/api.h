@@ -41,6 +41,7 @@
 typedef struct tv__fp tv__fp;
 typedef struct tv__fp_access tv__fp_access;
 struct tv__fp_session_info;
+struct tv__fp_stats;
 
 /* Tokenless reads (config http.anonymous_reads): who may call a read route
  * without a token (what each may read is [access], fastpath/access.h). */
@@ -186,5 +187,8 @@ json_t *tv__api_version_json(void);
 json_t *tv__api_job_json(const tv__reg_job *j);
 /* A fast-path session (tv__fp_sessions) with its open handles. */
 json_t *tv__api_session_json(const struct tv__fp_session_info *s);
+/* The fast path's memory tier and sharing figures (enabled: the fast path
+ * runs). */
+json_t *tv__api_tier_json(const struct tv__fp_stats *st, bool enabled);
 
 #endif

@@ -345,7 +345,10 @@ json_t *tv__api_session_json(const tv__fp_session_info *s)
         ok = put(ho, "handle", jint(h->handle)) && put(ho, "model", tv__api_jstr(h->model)) &&
              put(ho, "spec", tv__api_jstr(h->spec)) &&
              put(ho, "generation", json_integer(h->generation)) &&
-             put(ho, "bytes_delivered", jint(h->bytes_delivered));
+             put(ho, "bytes_delivered", jint(h->bytes_delivered)) &&
+             put(ho, "view_bytes", jint(h->view_bytes)) &&
+             put(ho, "legacy", json_boolean(h->legacy)) &&
+             put(ho, "stalled", json_boolean(h->stalled));
         if (!ok || json_array_append_new(hs, ho)) {
             json_decref(ok ? NULL : ho);
             ok = false;
@@ -358,7 +361,32 @@ json_t *tv__api_session_json(const tv__fp_session_info *s)
          put(o, "connected", utc_time(s->connected_unix)) &&
          put(o, "bytes_delivered", jint(s->bytes_delivered)) &&
          put(o, "requests_done", jint(s->requests_done)) &&
-         put(o, "slots_held", jint(s->slots_held)) && put(o, "handles", hs);
+         put(o, "slots_held", jint(s->slots_held)) && put(o, "view_bytes", jint(s->view_bytes)) &&
+         put(o, "protocol_version", jint(s->version)) && put(o, "handles", hs);
+    return done(o, ok);
+}
+
+json_t *tv__api_tier_json(const tv__fp_stats *st, bool enabled)
+{
+    static const char *const kinds[] = {"small", "thp", "hugetlb"};
+    json_t *o = json_object();
+    bool ok =
+        put(o, "enabled", json_boolean(enabled)) &&
+        put(o, "budget_bytes", jint(st->tier_budget_bytes)) &&
+        put(o, "bound_bytes", jint(st->tier_bound_bytes)) &&
+        put(o, "resident_bytes", jint(st->tier_resident_bytes)) &&
+        put(o, "view_bytes", jint(st->tier_view_bytes)) &&
+        put(o, "generations", jint(st->tier_generations)) && put(o, "hits", jint(st->tier_hits)) &&
+        put(o, "hit_bytes", jint(st->tier_hit_bytes)) && put(o, "misses", jint(st->tier_misses)) &&
+        put(o, "miss_bytes", jint(st->tier_miss_bytes)) &&
+        put(o, "evictions", jint(st->tier_evictions)) &&
+        put(o, "evicted_bytes", jint(st->tier_evicted_bytes)) &&
+        put(o, "device_read_bytes", jint(st->device_read_bytes)) &&
+        put(o, "delivered_bytes", jint(st->delivered_bytes)) &&
+        put(o, "shared_bytes", jint(st->shared_bytes)) && put(o, "views", jint(st->views)) &&
+        put(o, "member_stalls", jint(st->member_stalls)) &&
+        put(o, "pages", json_string(kinds[st->tier_pages < 3 ? st->tier_pages : 0])) &&
+        put(o, "page_bytes", jint(st->tier_page_bytes));
     return done(o, ok);
 }
 

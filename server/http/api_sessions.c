@@ -1,4 +1,5 @@
-/* GET /v1/sessions: the fast path's live sessions with their open handles.
+/* GET /v1/sessions: the fast path's live sessions with their open handles,
+ * and the memory tier's figures (aggregates: no model named).
  * Invariant: sessions show pids, uids and models, so a peer sees only its
  * own (same uid), a read token those whose every open model it may read,
  * admin all. */
@@ -47,5 +48,9 @@ int tv__api_h_sessions(tv__api_ctx *c)
         json_decref(arr);
         return rc;
     }
-    return tv__api_reply(c, 200, json_pack("{s:o}", "sessions", arr));
+    tv__fp_stats st;
+    tv__fp_get_stats(c->api->fp, &st);
+    return tv__api_reply(c, 200,
+                         json_pack("{s:o,s:o}", "sessions", arr, "tier",
+                                   tv__api_tier_json(&st, c->api->fp != NULL)));
 }

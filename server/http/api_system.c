@@ -1,6 +1,6 @@
 /* The routes of the daemon and its store as a whole: health and readiness,
- * version, status (with who the request was taken for), the OpenAPI
- * document, and gc.
+ * version, status (with who the request was taken for, and the fast path's
+ * memory tier), the OpenAPI document, and gc.
  * Invariants: health answers without touching the registry; readiness and
  * status read it through the request's pooled reader; gc runs on the
  * writer under its mutex, after the data route's idle handles and the
@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fastpath/fastpath.h"
 #include "http/api_internal.h"
 #include "util/internal.h"
 
@@ -81,13 +82,16 @@ int tv__api_h_status(tv__api_ctx *c)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     bool anon = c->api->anonymous_reads == TV__ANON_ALWAYS || (c->req->peer && c->req->peer->local);
+    tv__fp_stats st;
+    tv__fp_get_stats(c->api->fp, &st);
     return tv__api_reply(
         c, 200,
-        json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b,s:o}", "version", tv_version(), "store",
+        json_pack("{s:s,s:o,s:I,s:I,s:I,s:{s:I,s:I},s:b,s:o,s:o}", "version", tv_version(), "store",
                   tv__api_jstr(c->api->store_dir), "uptime_seconds",
                   (json_int_t)(ts.tv_sec - c->api->started_at), "n_models", (json_int_t)readable,
                   "n_devices", (json_int_t)nd, "jobs", "queued", (json_int_t)queued, "running",
-                  (json_int_t)running, "anonymous_reads", anon, "peer", peer_json(c)));
+                  (json_int_t)running, "anonymous_reads", anon, "peer", peer_json(c), "tier",
+                  tv__api_tier_json(&st, c->api->fp != NULL)));
 }
 
 int tv__api_h_openapi(tv__api_ctx *c)

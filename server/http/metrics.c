@@ -264,6 +264,49 @@ static void render_fastpath(FILE *f)
         {"tensorvault_fastpath_protocol_errors_total", "counter",
          "Fast-path sessions closed for a protocol violation.",
          offsetof(tv__fp_stats, protocol_errors)},
+        {"tensorvault_fastpath_views_total", "counter",
+         "Fast-path view requests (read-only views of the memory tier).",
+         offsetof(tv__fp_stats, views)},
+        {"tensorvault_fastpath_views_refused_total", "counter",
+         "Fast-path view requests refused (the views' budget, cache.bytes).",
+         offsetof(tv__fp_stats, views_refused)},
+        {"tensorvault_fastpath_member_stalls_total", "counter",
+         "Read-group members left behind (no chunk taken for fastpath.share_wait_ms while the memory kept for them was needed).",
+         offsetof(tv__fp_stats, member_stalls)},
+        {"tensorvault_tier_hits_total", "counter",
+         "Chunks a fast-path request found resident in the memory tier (no device read, no wait).",
+         offsetof(tv__fp_stats, tier_hits)},
+        {"tensorvault_tier_hit_bytes_total", "counter",
+         "Bytes delivered from chunks found resident in the memory tier.",
+         offsetof(tv__fp_stats, tier_hit_bytes)},
+        {"tensorvault_tier_misses_total", "counter",
+         "Chunks a fast-path request had to wait a device read for.",
+         offsetof(tv__fp_stats, tier_misses)},
+        {"tensorvault_tier_miss_bytes_total", "counter",
+         "Bytes delivered from chunks a request waited a device read for.",
+         offsetof(tv__fp_stats, tier_miss_bytes)},
+        {"tensorvault_tier_budget_bytes", "gauge",
+         "The memory tier's budget (cache.bytes; 0: no tier).",
+         offsetof(tv__fp_stats, tier_budget_bytes)},
+        {"tensorvault_tier_bound_bytes", "gauge",
+         "The most bytes the tier keeps resident now: the budget plus the open groups' staging.",
+         offsetof(tv__fp_stats, tier_bound_bytes)},
+        {"tensorvault_tier_resident_bytes", "gauge",
+         "Bytes resident (or being read) in the memory tier, every generation.",
+         offsetof(tv__fp_stats, tier_resident_bytes)},
+        {"tensorvault_tier_view_bytes", "gauge", "Bytes of the memory tier pinned by views.",
+         offsetof(tv__fp_stats, tier_view_bytes)},
+        {"tensorvault_tier_generations", "gauge",
+         "Model generations with memory in the tier (open or kept after their last handle).",
+         offsetof(tv__fp_stats, tier_generations)},
+        {"tensorvault_tier_evictions_total", "counter",
+         "Chunks evicted from the memory tier (their holes punched).",
+         offsetof(tv__fp_stats, tier_evictions)},
+        {"tensorvault_tier_evicted_bytes_total", "counter", "Bytes evicted from the memory tier.",
+         offsetof(tv__fp_stats, tier_evicted_bytes)},
+        {"tensorvault_tier_scrubbed_bytes_total", "counter",
+         "Stray pages punched from the tier (a client touched a hole of its mapping).",
+         offsetof(tv__fp_stats, tier_scrubbed_bytes)},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(m); i++) {
         uint64_t v;
@@ -271,6 +314,13 @@ static void render_fastpath(FILE *f)
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", m[i].name, m[i].help, m[i].name,
                 m[i].type, m[i].name, v);
     }
+    static const char *const kinds[] = {"small", "thp", "hugetlb"};
+    fprintf(
+        f,
+        "# HELP tensorvault_tier_page_bytes The memory tier's page size, by kind (small, thp, hugetlb).\n"
+        "# TYPE tensorvault_tier_page_bytes gauge\n"
+        "tensorvault_tier_page_bytes{kind=\"%s\"} %" PRIu64 "\n",
+        kinds[st.tier_pages < 3 ? st.tier_pages : 0], st.tier_page_bytes);
 }
 
 int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len)

@@ -26,13 +26,22 @@ import time
 
 MAGIC = 0x50465654  # "TVFP" as little-endian bytes
 VERSION = 1      # the base version: what a Session asks for unless told otherwise
-MAX_VERSION = 2  # version 2 = 1 + the READ flag READ_SHARD_HEADER
+MAX_VERSION = 3  # 2 = 1 + READ_SHARD_HEADER; 3 = 2 + the memory tier (OPENED_TIER, views)
 READ_SHARD_HEADER = 0x1  # READ entry flag (version 2): tensor = shard index, off/len in its header
+READ_VIEW = 0x2          # READ entry flag (version 3): view references, given back by RELEASE_VIEW
+OPENED_TIER = 0x1        # OPENED flag (version 3): the arena is the generation's memory tier
 
 
 def read_flags(version):
     """The READ entry flags a version defines."""
+    if 3 <= version <= MAX_VERSION:
+        return READ_SHARD_HEADER | READ_VIEW
     return READ_SHARD_HEADER if 2 <= version <= MAX_VERSION else 0
+
+
+def opened_flags(version):
+    """The OPENED flags a version defines (the field is reserved before 3)."""
+    return OPENED_TIER if 3 <= version <= MAX_VERSION else 0
 
 MAX_MSG = 65536
 MAX_SPEC = 512
@@ -44,10 +53,11 @@ MAX_RELEASE = 16378
 ERROR_FATAL = 0x1
 
 HELLO, HELLO_OK, OPEN, OPENED, CLOSE, CLOSED, READ, CHUNK, DONE, RELEASE, ERROR = range(1, 12)
+RELEASE_VIEW = 12  # version 3
 TYPE_NAMES = {HELLO: "HELLO", HELLO_OK: "HELLO_OK", OPEN: "OPEN", OPENED: "OPENED",
               CLOSE: "CLOSE", CLOSED: "CLOSED", READ: "READ", CHUNK: "CHUNK", DONE: "DONE",
-              RELEASE: "RELEASE", ERROR: "ERROR"}
-CLIENT_TYPES = {HELLO, OPEN, CLOSE, READ, RELEASE}
+              RELEASE: "RELEASE", ERROR: "ERROR", RELEASE_VIEW: "RELEASE_VIEW"}
+CLIENT_TYPES = {HELLO, OPEN, CLOSE, READ, RELEASE, RELEASE_VIEW}
 SERVER_TYPES = {HELLO_OK, OPENED, CLOSED, CHUNK, DONE, ERROR}
 
 # Error codes (core/include/tensorvault/errors.h) the tests name.
@@ -65,7 +75,7 @@ HDR = struct.Struct("<IHHII")          # magic, version, type, len, reserved
 HELLO_B = struct.Struct("<HHI")        # min_version, max_version, reserved
 HELLO_OK_B = struct.Struct("<HHIIIQ")  # version, reserved0, max_msg_len, max_requests, max_handles, session_id
 OPEN_B = struct.Struct("<II")          # open_id, spec_len
-OPENED_B = struct.Struct("<IIqQQIIII")  # open_id, handle, generation, snap_len, arena_len, slot_len, n_slots, credit, reserved
+OPENED_B = struct.Struct("<IIqQQIIII")  # open_id, handle, generation, snap_len, arena_len, slot_len, n_slots, credit, flags (reserved before 3)
 CLOSE_B = struct.Struct("<II")         # handle, reserved (CLOSE and CLOSED)
 LIST_B = struct.Struct("<II")          # handle, n (READ, CHUNK, DONE, RELEASE)
 READ_E = struct.Struct("<QIIQQ")       # req_id, tensor, flags, off, len
@@ -80,7 +90,7 @@ for _s, _n in ((HDR, 16), (HELLO_B, 8), (HELLO_OK_B, 24), (OPEN_B, 8), (OPENED_B
     assert _s.size == _n, (_s.format, _s.size, _n)
 
 LIST_ENTRY = {READ: (READ_E, MAX_READS), CHUNK: (CHUNK_E, MAX_CHUNKS), DONE: (DONE_E, MAX_DONES),
-              RELEASE: (REL_E, MAX_RELEASE)}
+              RELEASE: (REL_E, MAX_RELEASE), RELEASE_VIEW: (REL_E, MAX_RELEASE)}
 
 
 class FpProtocolError(AssertionError):
@@ -125,9 +135,9 @@ def enc_open(open_id, spec, spec_len=None, **kw):
 
 
 def enc_opened(open_id=1, handle=1, generation=1, snap_len=0, arena_len=0, slot_len=4096,
-               n_slots=1, credit=1, **kw):
+               n_slots=1, credit=1, flags=0, **kw):
     return message(OPENED, OPENED_B.pack(open_id, handle, generation, snap_len, arena_len,
-                                         slot_len, n_slots, credit, 0), **kw)
+                                         slot_len, n_slots, credit, flags), **kw)
 
 
 def enc_close(handle, mtype=CLOSE, reserved=0, **kw):
@@ -151,6 +161,10 @@ def enc_read(handle, entries, n=None, **kw):
 
 def enc_release(handle, slots, n=None, **kw):
     return _list(RELEASE, handle, [REL_E.pack(s) for s in slots], n, **kw)
+
+
+def enc_release_view(handle, slots, n=None, **kw):
+    return _list(RELEASE_VIEW, handle, [REL_E.pack(s) for s in slots], n, **kw)
 
 
 def enc_chunk(entries, **kw):
@@ -211,6 +225,8 @@ def decode(buf, version=VERSION):
         raise FpProtocolError(f"datagram of {len(buf)} bytes > {MAX_MSG}")
     if res:
         raise FpProtocolError("header reserved field not 0")
+    if mtype == RELEASE_VIEW and ver < 3:
+        raise FpProtocolError(f"unknown message type {mtype} in version {ver}")
     body = memoryview(buf)[HDR.size:]
 
     def fixed(st, names):
@@ -227,8 +243,10 @@ def decode(buf, version=VERSION):
         rest = len(body) - HELLO_OK_B.size
     elif mtype == OPENED:
         f = fixed(OPENED_B, ("open_id", "handle", "generation", "snap_len", "arena_len",
-                             "slot_len", "n_slots", "credit", "reserved"))
+                             "slot_len", "n_slots", "credit", "flags"))
         rest = len(body) - OPENED_B.size
+        if f["flags"] & ~opened_flags(ver):
+            raise FpProtocolError(f"OPENED flags {f['flags']:#x} in version {ver}")
     elif mtype in (CLOSE, CLOSED):
         f = fixed(CLOSE_B, ("handle", "reserved"))
         rest = len(body) - CLOSE_B.size
@@ -351,7 +369,8 @@ class Snapshot:
 class Request:
     def __init__(self, req_id, handle, tensor, off, length, flags=0):
         self.req_id, self.handle, self.tensor, self.off, self.len = req_id, handle, tensor, off, length
-        self.flags = flags  # READ_SHARD_HEADER: tensor is a shard index
+        self.flags = flags  # READ_SHARD_HEADER: tensor is a shard index; READ_VIEW: a view
+        self.view_at = None  # a view: where its bytes start in the arena
         # a range no tensor has (a test of the daemon's refusal) gets no buffer
         self.buf = bytearray(length) if length <= 1 << 36 else None
         self.covered = 0
@@ -372,6 +391,7 @@ class Handle:
         self.session, self.handle, self.generation = session, f["handle"], f["generation"]
         self.snap_len, self.arena_len = f["snap_len"], f["arena_len"]
         self.slot_len, self.n_slots, self.credit = f["slot_len"], f["n_slots"], f["credit"]
+        self.tier = bool(f["flags"] & OPENED_TIER)  # chunk i of the generation is slot i
         if len(msg.fds) != 2:
             raise FpProtocolError(f"OPENED with {len(msg.fds)} descriptors (2 expected)")
         self.snap_fd, self.arena_fd = msg.fds
@@ -449,6 +469,7 @@ class Session:
         self.bytes_delivered = 0  # CHUNK bytes over every handle, closed ones too
         self.reqs = {}      # req_id -> Request (outstanding and done)
         self.held = []      # [(handle, slot)] references not released
+        self.vheld = []     # [(handle, slot)] view references (version 3) not released
         self.auto_release = auto_release
         self.next_req = 1
         self.next_open = 1
@@ -600,6 +621,12 @@ class Session:
             r.covered += e["len"]
             h.bytes_delivered += e["len"]
             self.bytes_delivered += e["len"]
+            if r.flags & READ_VIEW:  # a view: contiguous in the tier, kept until released
+                if not h.tier or (r.view_at is not None and r.view_at != b - e["dest_off"]):
+                    raise FpProtocolError(f"CHUNK {e} of a view not where its other bytes are")
+                r.view_at = b - e["dest_off"]
+                self.vheld.append((e["handle"], e["slot"]))
+                continue
             self.held.append((e["handle"], e["slot"]))
             if len(self.held) > h.credit:
                 raise FpProtocolError(f"{len(self.held)} slot references held > credit {h.credit}")
@@ -614,6 +641,14 @@ class Session:
             self.send(enc_release(handle, part, version=self.version or VERSION))
             for s in part:
                 self.held.remove((handle, s))
+
+    def release_views(self, handle, slots):
+        """RELEASE_VIEW of view references (version 3)."""
+        for i in range(0, len(slots), MAX_RELEASE):
+            part = slots[i:i + MAX_RELEASE]
+            self.send(enc_release_view(handle, part, version=self.version))
+            for s in part:
+                self.vheld.remove((handle, s))
 
     def release_all(self):
         by = {}
@@ -775,6 +810,7 @@ class Session:
             if not r.done:
                 raise FpProtocolError(f"CLOSED before the DONE of request {r.req_id}")
         self.held = [x for x in self.held if x[0] != hd]
+        self.vheld = [x for x in self.vheld if x[0] != hd]
         h = self.handles.pop(hd, None)
         if h is not None:
             h.unmap()

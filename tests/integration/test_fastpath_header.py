@@ -51,7 +51,7 @@ def source_headers(served, model, snap):
 
 @pytest.mark.parametrize("model", ["m", "one"])
 def test_every_shard_header_over_fpwire_v2(served, model):
-    with fp.Session(served["sock"], max_version=fp.MAX_VERSION) as s:
+    with fp.Session(served["sock"], max_version=2) as s:
         assert s.version == 2
         h = s.open(model)
         want = source_headers(served, model, h.snap)
@@ -118,8 +118,8 @@ def test_tv_dump_headers_through_the_daemon(build_dir, served, tmp_path):
                 assert f.read() == want[r["shard"]], r
 
 
-@pytest.mark.parametrize("lo,hi,want", [(1, 1, 1), (1, 2, 2), (2, 2, 2), (1, 0xffff, 2),
-                                        (2, 9, 2)])
+@pytest.mark.parametrize("lo,hi,want", [(1, 1, 1), (1, 2, 2), (2, 2, 2), (1, 0xffff, 3),
+                                        (2, 9, 3), (3, 3, 3)])
 def test_negotiation_picks_the_highest_common_version(served, lo, hi, want):
     with fp.Session(served["sock"], hello=False) as s:
         s.send(fp.enc_hello(lo, hi))

@@ -1221,7 +1221,11 @@ static void test_sessions_without_fastpath(void **state)
     assert_string_equal(r.route, "GET /v1/sessions");
     assert_true(json_is_array(json_object_get(j, "sessions")));
     assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
-    assert_int_equal(json_object_size(j), 1);
+    /* and the memory tier's figures: off, zeros */
+    json_t *tier = json_object_get(j, "tier");
+    assert_true(json_is_false(json_object_get(tier, "enabled")));
+    assert_int_equal(json_integer_value(json_object_get(tier, "resident_bytes")), 0);
+    assert_int_equal(json_object_size(j), 2);
     tv__api_resp_free(&r);
     j = ok_json(&r, "GET", "/v1/sessions", &(rq){.untrusted = true});
     assert_int_equal(json_array_size(json_object_get(j, "sessions")), 0);
@@ -1242,7 +1246,9 @@ static void test_session_json(void **state)
          .model = "demo",
          .spec = "demo@prod",
          .generation = 2,
-         .bytes_delivered = 123},
+         .bytes_delivered = 123,
+         .view_bytes = 65536,
+         .stalled = true},
         {.handle = 3, .model = "acme/tiny", .spec = "acme/tiny", .generation = 7}};
     tv__fp_session_info s = {.id = 3,
                              .pid = 1234,
@@ -1252,6 +1258,8 @@ static void test_session_json(void **state)
                              .bytes_delivered = 123,
                              .requests_done = 9,
                              .slots_held = 2,
+                             .view_bytes = 65536,
+                             .version = 3,
                              .n_handles = 2,
                              .handles = h};
     json_t *j = tv__api_session_json(&s);
@@ -1259,10 +1267,12 @@ static void test_session_json(void **state)
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(
         text, "{\"bytes_delivered\":123,\"connected\":\"2026-12-01T13:00:00Z\",\"gid\":1001,"
-              "\"handles\":[{\"bytes_delivered\":123,\"generation\":2,\"handle\":1,\"model\":"
-              "\"demo\",\"spec\":\"demo@prod\"},{\"bytes_delivered\":0,\"generation\":7,"
-              "\"handle\":3,\"model\":\"acme/tiny\",\"spec\":\"acme/tiny\"}],\"id\":3,"
-              "\"pid\":1234,\"requests_done\":9,\"slots_held\":2,\"uid\":1000}");
+              "\"handles\":[{\"bytes_delivered\":123,\"generation\":2,\"handle\":1,\"legacy\":"
+              "false,\"model\":\"demo\",\"spec\":\"demo@prod\",\"stalled\":true,\"view_bytes\":"
+              "65536},{\"bytes_delivered\":0,\"generation\":7,\"handle\":3,\"legacy\":false,"
+              "\"model\":\"acme/tiny\",\"spec\":\"acme/tiny\",\"stalled\":false,\"view_bytes\":0}],"
+              "\"id\":3,\"pid\":1234,\"protocol_version\":3,\"requests_done\":9,\"slots_held\":2,"
+              "\"uid\":1000,\"view_bytes\":65536}");
     free(text);
     json_decref(j);
     s.n_handles = 0;

@@ -108,7 +108,7 @@ enum mode {
     M_OTHER_MODEL, /* the snapshot of another model */
     M_OPEN_DENIED, /* OPEN answered ERROR TV_E_PEER_DENIED */
     M_BUSY,        /* fatal ERROR TV_E_BUSY instead of HELLO_OK */
-    M_VERSION,     /* HELLO_OK with version 3 (the client offers 1..2) */
+    M_VERSION,     /* HELLO_OK with version 4 (the client offers 1..3) */
     M_SILENT,      /* never answers HELLO */
     M_MANY,        /* max_requests 5000 (a batch over several READs of 2047) */
     M_STALL,       /* never answers a READ */
@@ -446,7 +446,8 @@ static void serve(fake *f, int s)
         fake_fail(f, "expected HELLO");
         return;
     }
-    if (m.u.hello.min_version != 1 || m.u.hello.max_version < 1 || m.u.hello.max_version > 2)
+    if (m.u.hello.min_version != 1 || m.u.hello.max_version < 1 ||
+        m.u.hello.max_version > TV__FP_VERSION_MAX)
         fake_fail(f, "HELLO %u..%u", m.u.hello.min_version, m.u.hello.max_version);
     f->hello_max = m.u.hello.max_version;
     f->version = m.u.hello.max_version < f->max_version ? m.u.hello.max_version : f->max_version;
@@ -459,7 +460,8 @@ static void serve(fake *f, int s)
         return;
     }
     if (f->mode == M_VERSION)
-        f->version = 3; /* past what the client offered (the codec is the test's) */
+        f->version =
+            TV__FP_VERSION_MAX + 1; /* past what the client offered (the codec is the test's) */
     tv__fp_hello_ok h = {.version = f->version,
                          .max_msg_len = TV__FP_MAX_MSG,
                          .max_requests = f->max_requests,
@@ -823,7 +825,7 @@ static void test_refused_sessions(void **state)
     (void)state;
     static const fake_case cases[] = {
         {M_BUSY, TV_E_BUSY, "max_sessions", false},
-        {M_VERSION, TV_E_VERSION, "version 3", false},
+        {M_VERSION, TV_E_VERSION, "version 4", false},
         {M_SILENT, TV_E_TIMEOUT, "within 200 ms", false},
     };
     for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
@@ -1126,7 +1128,7 @@ static void test_shard_header(void **state)
     tv_shard_desc sd;
     fake *f = fake_start(M_OK);
     tv_client *c = connect_ok(f);
-    assert_int_equal(f->hello_max, 2);
+    assert_int_equal(f->hello_max, TV__FP_VERSION_MAX);
     tv_model *m = open_ok(c);
     assert_int_equal(tv_model_n_shards(m), 1);
     assert_int_equal(tv_model_n_shards(NULL), 0);
@@ -1176,7 +1178,7 @@ static void test_shard_header(void **state)
         else
             tv__fpc_max_version = TV__FP_V1;
         c = connect_ok(f);
-        assert_int_equal(f->hello_max, k == 0 ? 2 : 1);
+        assert_int_equal(f->hello_max, k == 0 ? TV__FP_VERSION_MAX : 1);
         assert_int_equal(f->version, 1);
         m = open_ok(c);
         memset(d, GUARD_VAL, DATA_OFF);

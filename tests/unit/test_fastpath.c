@@ -92,7 +92,9 @@ static struct {
 } g;
 
 static tv__fp *g_fp;
-static int g_run_engine; /* the read engine of this run of the group */
+static int g_run_engine;      /* the read engine of this run of the group */
+static uint16_t g_cl_version; /* what cl_hello negotiates in this run: 1 (the legacy arena of
+                                 copies) or 3 (the memory tier itself) */
 
 /* ---- the store ---------------------------------------------------------- */
 
@@ -301,20 +303,22 @@ static ssize_t cl_recv(cl *c, int *fds, size_t *n_fds, int timeout_ms)
     return n;
 }
 
+/* HELLO 1..g_cl_version: the daemon picks g_cl_version. */
 static void cl_hello(cl *c)
 {
     tv__fp_msg m;
     tv_error err = {0};
-    cl_send(c, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1));
+    uint16_t v = g_cl_version ? g_cl_version : (uint16_t)TV__FP_V1;
+    cl_send(c, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, v));
     ssize_t n = cl_recv(c, NULL, NULL, WAIT_MS);
     assert_true(n > 0);
     assert_int_equal(tv__fp_decode(g_buf, (size_t)n, 0, &m, &err), 0);
     assert_int_equal(m.type, TV__FP_HELLO_OK);
-    assert_int_equal(m.u.hello_ok.version, 1);
+    assert_int_equal(m.u.hello_ok.version, v);
     assert_int_equal(m.u.hello_ok.max_msg_len, TV__FP_MAX_MSG);
     assert_true(m.u.hello_ok.session_id >= 1);
     c->session = m.u.hello_ok.session_id;
-    c->version = 1;
+    c->version = v;
 }
 
 /* HELLO 1..2: the daemon picks version 2 (the header's too). */
@@ -509,7 +513,7 @@ static void cl_read_all(cl *c)
     }
     cl_send(
         c, g_buf,
-        tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, c->handle, e, (uint32_t)g.n_tensors));
+        tv__fp_encode_read(g_buf, sizeof g_buf, cl_ver(c), c->handle, e, (uint32_t)g.n_tensors));
 }
 
 static bool cl_all_done(const cl *c)
@@ -627,6 +631,8 @@ static uint32_t slots_held_settled(uint64_t id, uint32_t want)
 
 /* ---- tests -------------------------------------------------------------- */
 
+static uint64_t one_copy_bytes(void);
+
 static void test_read_every_tensor(void **state)
 {
     (void)state;
@@ -636,9 +642,16 @@ static void test_read_every_tensor(void **state)
     assert_int_equal(c.handle, 1);
     assert_int_equal(c.op.generation, 1);
     assert_int_equal(c.op.slot_len, SLOT);
-    assert_int_equal(c.op.n_slots, NSLOTS);
+    if (c.version >= TV__FP_V3) { /* the tier: one slot per chunk of the generation */
+        assert_int_equal(c.op.flags, TV__FP_OPENED_TIER);
+        assert_int_equal(c.op.n_slots, one_copy_bytes() / SLOT);
+        assert_int_equal(c.op.arena_len, (uint64_t)c.op.n_slots * SLOT);
+    } else {
+        assert_int_equal(c.op.flags, 0);
+        assert_int_equal(c.op.n_slots, NSLOTS);
+        assert_true(c.op.arena_len >= (uint64_t)NSLOTS * SLOT);
+    }
     assert_int_equal(c.op.credit, CREDIT);
-    assert_true(c.op.arena_len >= (uint64_t)NSLOTS * SLOT);
 
     /* the snapshot memfd: sealed, exactly the image of this generation */
     struct stat sb;
@@ -665,8 +678,17 @@ static void test_read_every_tensor(void **state)
     assert_int_equal(fstat(c.arena_fd, &sb), 0);
     assert_int_equal((uint64_t)sb.st_size, c.op.arena_len);
     seals = fcntl(c.arena_fd, F_GET_SEALS);
-    assert_true(seals & F_SEAL_FUTURE_WRITE);
-    assert_true(seals & F_SEAL_SEAL);
+    if (c.version >= TV__FP_V3) {
+        /* the tier punches holes: no write seal, a read-only descriptor
+         * whose inode may not be reopened writable by another uid */
+        assert_int_equal(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+        assert_int_equal(fcntl(c.arena_fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+        assert_int_equal(sb.st_mode & 0777, 0400);
+    } else {
+        assert_true(seals & F_SEAL_FUTURE_WRITE);
+        assert_true(seals & F_SEAL_SEAL);
+    }
     assert_true(mmap(NULL, c.op.arena_len, PROT_READ | PROT_WRITE, MAP_SHARED, c.arena_fd, 0) ==
                 MAP_FAILED);
     assert_int_not_equal(ftruncate(c.arena_fd, 0), 0);
@@ -910,7 +932,7 @@ static void act_release_not_held(cl *x)
 static void act_unknown_handle(cl *x)
 {
     tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
-    cl_send(x, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, 99, &e, 1));
+    cl_send(x, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, cl_ver(x), 99, &e, 1));
 }
 
 static void act_before_hello(cl *x)
@@ -920,7 +942,7 @@ static void act_before_hello(cl *x)
 
 static void act_bad_version(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 3, 5));
+    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, TV__FP_VERSION_MAX + 1, 9));
 }
 
 static void act_send_fd(cl *x)
@@ -935,25 +957,26 @@ static void act_send_fd(cl *x)
 
 static void act_truncated(cl *x)
 {
-    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 1, MODEL, strlen(MODEL));
+    size_t len = tv__fp_encode_open(g_buf, sizeof g_buf, cl_ver(x), 1, MODEL, strlen(MODEL));
     cl_send(x, g_buf, len - 3);
 }
 
 static void act_server_type(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSED, 1));
+    cl_send(x, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(x), TV__FP_CLOSED, 1));
 }
 
 static void act_second_hello(cl *x)
 {
-    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, 1, 1));
+    /* its header says the session's version (a HELLO's is its min_version) */
+    cl_send(x, g_buf, tv__fp_encode_hello(g_buf, sizeof g_buf, cl_ver(x), cl_ver(x)));
 }
 
 static void act_header_version(cl *x)
 {
     uint32_t slot = 0;
-    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, TV__FP_V1, x->handle, &slot, 1);
-    g_buf[4] = 2; /* header version 2 after version 1 was chosen */
+    size_t len = tv__fp_encode_release(g_buf, sizeof g_buf, cl_ver(x), x->handle, &slot, 1);
+    g_buf[4] = cl_ver(x) == 2 ? 1 : 2; /* another header version than the one chosen */
     cl_send(x, g_buf, len);
 }
 
@@ -1031,7 +1054,8 @@ static void test_close_cancels(void **state)
     cl_read_all(&a);
     while (a.n_chunks < CREDIT)
         assert_true(cl_pump(&a, WAIT_MS) > 0);
-    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
+    cl_send(&a, g_buf,
+            tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&a), TV__FP_CLOSE, a.handle));
     while (!a.closed) {
         int t = cl_pump(&a, WAIT_MS);
         assert_true(t == TV__FP_DONE || t == TV__FP_CLOSED);
@@ -1071,7 +1095,7 @@ static void test_close_cancels(void **state)
     cl_wait_all(&a);
     cl_check_all(&a);
     tv__fp_read_ent e = {.req_id = 5, .tensor = 0, .len = 4};
-    cl_send(&a, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, h1, &e, 1));
+    cl_send(&a, g_buf, tv__fp_encode_read(g_buf, sizeof g_buf, cl_ver(&a), h1, &e, 1));
     cl_expect_fatal(&a, TV_E_PROTOCOL, "handle 1");
     cl_close(&a);
 }
@@ -1119,7 +1143,8 @@ static void test_lease(void **state)
     assert_false(leased());
     cl_ready(&a);
     assert_true(leased());
-    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
+    cl_send(&a, g_buf,
+            tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&a), TV__FP_CLOSE, a.handle));
     assert_int_equal(cl_pump(&a, WAIT_MS), TV__FP_CLOSED);
     assert_false(leased_settled(false)); /* released right after CLOSED went out */
     assert_int_equal(cl_open(&a, MODEL, 2), 0);
@@ -1390,7 +1415,7 @@ static void test_outbox_bound(void **state)
         for (uint32_t j = 0; j < TV__FP_MAX_READS; j++)
             e[j] = (tv__fp_read_ent){.req_id = id++, .tensor = 0, .len = 0};
         size_t len =
-            tv__fp_encode_read(g_buf, sizeof g_buf, TV__FP_V1, x.handle, e, TV__FP_MAX_READS);
+            tv__fp_encode_read(g_buf, sizeof g_buf, cl_ver(&x), x.handle, e, TV__FP_MAX_READS);
         assert_true(len > 0);
         if (tv__fp_send(x.fd, g_buf, len, NULL, 0, &err))
             closed = true;
@@ -1533,11 +1558,11 @@ static void test_limits(void **state)
     cl_open_drop(&c, MODEL, 5, &rc);
     assert_int_equal(rc, TV_E_BUSY);
     assert_non_null(strstr(c.err_text, "max_handles"));
-    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, h1));
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&c), TV__FP_CLOSE, h1));
     assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
     assert_int_equal(c.closed, h1);
     assert_int_equal(stats().groups, 1); /* h2 keeps it */
-    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, h2));
+    cl_send(&c, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&c), TV__FP_CLOSE, h2));
     assert_int_equal(cl_pump(&c, WAIT_MS), TV__FP_CLOSED);
     assert_int_equal(stats().groups, 0);
     /* generation 2 (not active) by number: its own bytes */
@@ -1833,9 +1858,9 @@ static void test_outbox_fds_bounded(void **state)
     bool closed = false;
     for (uint32_t i = 0; i < 3000 && !closed; i++) {
         size_t len =
-            tv__fp_encode_open(g_buf, sizeof g_buf, TV__FP_V1, 2 + i, MODEL, strlen(MODEL));
+            tv__fp_encode_open(g_buf, sizeof g_buf, cl_ver(&x), 2 + i, MODEL, strlen(MODEL));
         closed = tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
-        len = tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, 2 + i);
+        len = tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&x), TV__FP_CLOSE, 2 + i);
         closed = closed || tv__fp_send(x.fd, g_buf, len, NULL, 0, &err) != 0;
         if (i % 50 == 0) {
             int n = fd_count();
@@ -2232,7 +2257,10 @@ static void act_header_flag_v1(cl *x)
 static void test_fatal_header_flag_v1(void **state)
 {
     (void)state;
+    uint16_t v = g_cl_version;
+    g_cl_version = TV__FP_V1;
     fatal_case(act_header_flag_v1, TV_E_PROTOCOL, "READ: entry 0 flags 0x1 must be 0", true);
+    g_cl_version = v;
 }
 
 /* Version 2: any other flag bit stays fatal. */
@@ -2311,8 +2339,13 @@ static void test_readahead_sequential(void **state)
      * most CREDIT slots, plus those read ahead; the model is larger than
      * the arena, so reusing free slots last would have used all of them. */
     assert_true(one_copy_bytes() / SLOT > NSLOTS);
-    assert_true(st.slots_used >= 1);
-    assert_true(st.slots_used <= CREDIT + 4);
+    if (c.version < TV__FP_V3) { /* the legacy arena's slots */
+        assert_true(st.slots_used >= 1);
+        assert_true(st.slots_used <= CREDIT + 4);
+    } else { /* the tier keeps what was read: once */
+        assert_int_equal(st.slots_used, 0);
+        assert_true(st.tier_resident_bytes <= one_copy_bytes());
+    }
     cl_close(&c);
 }
 
@@ -2340,9 +2373,10 @@ static void test_readahead_off(void **state)
 }
 
 /* A session holds credit's worth of slots it has not copied yet while
- * another reads tensor after tensor: with two handles on the group nothing
- * is read ahead (the laggard's chunks must not be recycled), the held slots
- * are never overwritten, both get the source's bytes. */
+ * another reads tensor after tensor with read-ahead on: the read ahead
+ * never takes a held slot nor a chunk the laggard is owed (the held slots
+ * are never overwritten, both get the source's bytes) and reads no chunk
+ * twice (device bytes at most one copy). */
 static void test_readahead_spares_held_slots(void **state)
 {
     (void)state;
@@ -2354,9 +2388,7 @@ static void test_readahead_spares_held_slots(void **state)
     while (a.n_chunks < CREDIT)
         assert_true(cl_pump(&a, WAIT_MS) > 0);
     assert_int_equal(slots_held_settled(a.session, CREDIT), CREDIT);
-    uint64_t ahead0 = stats_settled().readahead_bytes;
     read_one_by_one(&b);
-    assert_int_equal(stats_settled().readahead_bytes, ahead0);
     cl_check_all(&b);
     while (!cl_all_done(&a)) {
         cl_copy_later(&a, true);
@@ -2364,6 +2396,7 @@ static void test_readahead_spares_held_slots(void **state)
     }
     cl_copy_later(&a, true);
     cl_check_all(&a);
+    assert_true(stats_settled().device_read_bytes <= one_copy_bytes());
     cl_close(&a);
     cl_close(&b);
 }
@@ -2412,14 +2445,25 @@ static void test_readahead_fanout(void **state)
 }
 
 /* CLOSE of the last handle: CLOSED comes before the group's teardown (the
- * arena's munmap is held until the client has its CLOSED), then the lease
- * goes. */
+ * arena's munmap is held until the client has its CLOSED: version 1's
+ * legacy arena; version 3's tier generation, freed at the teardown with no
+ * tier to keep it), then the lease goes. */
 static atomic_bool g_hold_unmap, g_unmap_held, g_unmap_go;
+static size_t g_hold_len;
 static int (*g_real_munmap)(void *, size_t);
+
+static int setup_fp_no_cache(void **state)
+{
+    (void)state;
+    tv__fp_opts o = base_opts();
+    o.cache_len = -1;
+    fp_up(&o);
+    return 0;
+}
 
 static int hold_munmap(void *addr, size_t len)
 {
-    if (len == (size_t)SLOT * NSLOTS && atomic_load(&g_hold_unmap)) {
+    if (len == g_hold_len && atomic_load(&g_hold_unmap)) {
         atomic_store(&g_unmap_held, true);
         for (int i = 0; i < 2000 && !atomic_load(&g_unmap_go); i++)
             sleep_ms(5);
@@ -2435,11 +2479,13 @@ static void test_closed_before_teardown(void **state)
     check_other_works(&a, (uint32_t)tensor_index("c"));
     assert_true(leased());
     g_real_munmap = tv__sys.munmap;
+    g_hold_len = a.version >= TV__FP_V3 ? (size_t)one_copy_bytes() : (size_t)SLOT * NSLOTS;
     atomic_store(&g_unmap_go, false);
     atomic_store(&g_unmap_held, false);
     atomic_store(&g_hold_unmap, true);
     tv__sys.munmap = hold_munmap;
-    cl_send(&a, g_buf, tv__fp_encode_close(g_buf, sizeof g_buf, TV__FP_V1, TV__FP_CLOSE, a.handle));
+    cl_send(&a, g_buf,
+            tv__fp_encode_close(g_buf, sizeof g_buf, cl_ver(&a), TV__FP_CLOSE, a.handle));
     int t = cl_pump(&a, 5000); /* the old order: munmap held, no CLOSED: times out */
     bool leased_at_closed = leased();
     atomic_store(&g_unmap_go, true);
@@ -2488,7 +2534,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_readahead_off, setup_fp_no_readahead, teardown_fp),
         cmocka_unit_test_setup_teardown(test_readahead_spares_held_slots, setup_fp, teardown_fp),
         cmocka_unit_test_setup_teardown(test_readahead_fanout, setup_fp, teardown_fp),
-        cmocka_unit_test_setup_teardown(test_closed_before_teardown, setup_fp, teardown_fp),
+        cmocka_unit_test_setup_teardown(test_closed_before_teardown, setup_fp_no_cache,
+                                        teardown_fp),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_group_shares),
         cmocka_unit_test(test_admit_refused),
@@ -2501,13 +2548,15 @@ int main(void)
         cmocka_unit_test(test_hold_timeout),
         cmocka_unit_test(test_hold_timeout_closes_only_the_stale),
     };
-    /* both read engines behind the aio: the pread pool, then io_uring when
-     * the kernel has it (else AUTO is the pread pool again) */
-    g_run_engine = TV_ENGINE_PREAD;
-    int rc = _cmocka_run_group_tests("fastpath_pread", tests, TV_ARRAY_LEN(tests), group_setup,
-                                     group_teardown);
+    /* both arenas a client may get: version 1's legacy arena of copies,
+     * then version 3's memory tier itself (the reads use the aio's pread
+     * pool either way: group.c) */
     g_run_engine = TV_ENGINE_AUTO;
-    rc |= _cmocka_run_group_tests("fastpath_auto", tests, TV_ARRAY_LEN(tests), group_setup,
+    g_cl_version = TV__FP_V1;
+    int rc = _cmocka_run_group_tests("fastpath_v1", tests, TV_ARRAY_LEN(tests), group_setup,
+                                     group_teardown);
+    g_cl_version = TV__FP_V3;
+    rc |= _cmocka_run_group_tests("fastpath_v3", tests, TV_ARRAY_LEN(tests), group_setup,
                                   group_teardown);
     return rc;
 }

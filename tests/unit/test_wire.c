@@ -367,7 +367,8 @@ static void test_type_names(void **state)
                                         "CLOSED",  "READ",  "CHUNK",    "DONE", "RELEASE", "ERROR"};
     for (uint16_t t = 0; t < TV_ARRAY_LEN(names); t++)
         assert_string_equal(tv__fp_type_name(t), names[t]);
-    assert_string_equal(tv__fp_type_name(12), "UNKNOWN");
+    assert_string_equal(tv__fp_type_name(12), "RELEASE_VIEW");
+    assert_string_equal(tv__fp_type_name(13), "UNKNOWN");
     assert_string_equal(tv__fp_type_name(0xffff), "UNKNOWN");
 }
 
@@ -510,7 +511,7 @@ static void test_reject_fixed_bodies(void **state)
         tv_error err = {0};
         if (tv__fp_decode(c, len, 1, &m, &err) == TV_E_PROTOCOL) {
             tv__fp_opened oo = o;
-            oo.reserved = bad[i].off == 60 ? bad[i].v : 0;
+            oo.flags = bad[i].off == 60 ? bad[i].v : 0;
             oo.open_id = bad[i].off == 16 ? bad[i].v : o.open_id;
             oo.handle = bad[i].off == 20 ? bad[i].v : o.handle;
             oo.slot_len = bad[i].off == 48 ? bad[i].v : o.slot_len;

@@ -353,6 +353,64 @@ int tv_get_tensor(tv_model *m, const char *name, tv_tensor **out, tv_error *err)
 /* Frees a tensor of tv_get_tensor. NULL-safe. */
 void tv_tensor_free(tv_tensor *t);
 
+/* Read-only views: a tensor's bytes where they already are, in the memory
+ * tier of the tensorvaultd that serves the model (docs/fastpath.md 8.12),
+ * no copy. The daemon pins the tensor's chunks (never evicted nor
+ * rewritten) until the view is released, so the bytes stay valid and
+ * contiguous for the view's life; a tensor already in the tier is a view
+ * in one round trip, whatever its size. The memory is mapped read-only:
+ * writing through a view's data faults.
+ *
+ * Only a model opened through the daemon (tv_model_open_daemon) whose
+ * daemon speaks fast-path protocol version 3 lends views; a model opened
+ * from a store, or through an older daemon, answers TV_E_NOT_SUPPORTED
+ * (nothing is read: use tv_read_into or tv_get_tensor, which copy). The
+ * daemon refuses a view (TV_E_BUSY: its message names the budget) when
+ * pinning it would take the bytes pinned by views past its tier's budget
+ * (cache.bytes) or the uid's share of it; it grants none when it keeps no
+ * tier (cache.bytes = 0).
+ *
+ * A view talks to the model's session when it is released: the rule of
+ * the model's reads applies (one thread at a time per session). Release
+ * every view before tv_client_close; a model may be closed before its
+ * views: its handle at the daemon then stays open (the pins with it) until
+ * the last view is released. A view that outlives its session (the session
+ * closed, the daemon restarted) stays mapped, but its bytes are pinned no
+ * more: the daemon may evict them (the view then reads zeros, never other
+ * bytes). */
+typedef struct tv_view tv_view;
+
+/* A view of tensor `name` (NUL-terminated). Returns 0 and *out (release
+ * with tv_view_release); TV_E_INVALID_ARG (NULL model, name or out);
+ * TV_E_NOT_SUPPORTED (not a daemon model, or its daemon speaks a version
+ * before 3); TV_E_NOT_FOUND; TV_E_SNAPSHOT; TV_E_BUSY (the daemon's view
+ * budget); -ENOMEM; the read errors. *out is NULL on failure. */
+int tv_tensor_view(tv_model *m, const char *name, tv_view **out, tv_error *err);
+
+typedef struct tv_view_req {
+    const char *name; /* or NULL to use index */
+    size_t index;
+    tv_view *view; /* out: the view (tv_view_release), NULL when result is not 0 */
+    int result;    /* out: 0 or the error of this tensor */
+} tv_view_req;
+
+/* Views of the n tensors of reqs at once (as few READ messages as the
+ * session allows, one round trip when the tensors are resident): each
+ * request is checked first, then the others are viewed, each getting its
+ * own result and view. Returns 0 when all succeeded, else the lowest failed
+ * request's error (err describes it); TV_E_INVALID_ARG (NULL reqs with n >
+ * 0: no result is set); TV_E_NOT_SUPPORTED (every request carries it); the
+ * errors of tv_tensor_view. */
+int tv_tensor_view_batch(tv_model *m, tv_view_req *reqs, size_t n, tv_error *err);
+/* The view's first byte (read-only; valid until tv_view_release; NULL for
+ * NULL) and its length in bytes (the tensor's nbytes; 0 for NULL). */
+const void *tv_view_data(const tv_view *v);
+uint64_t tv_view_nbytes(const tv_view *v);
+/* Gives the view's pins back to the daemon (when its session lives) and
+ * frees it; with the model closed and this its last view, closes the
+ * model's handle at the daemon too. NULL-safe. */
+void tv_view_release(tv_view *v);
+
 /* Reads a tensor into CUDA device memory with cudaMemcpyAsync on stream (a
  * cudaStream_t, NULL = the default stream): a store model through a pinned
  * staging ring (device reads overlap the copies), a daemon model straight

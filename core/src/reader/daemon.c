@@ -42,7 +42,10 @@
 
 #define SNAP_SEALS  (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define ARENA_SEALS (F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-#define NAME_PREC   TV__NAME_PREC
+/* The tier (version 3) punches holes, so it cannot carry a write seal: it
+ * must not shrink under the mapping (a SIGBUS) nor grow. */
+#define TIER_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define NAME_PREC  TV__NAME_PREC
 /* tv_get_tensor's arena: the payload is copied to its start */
 #define ARENA_ALIGN 64u
 
@@ -71,31 +74,59 @@ static int close_handle(tv_client *c, uint32_t handle, tv_error *err)
     return 0;
 }
 
+/* Unmaps what a hold maps and frees it. NULL-safe. */
+static void hold_free(tv__fpc_hold *h)
+{
+    if (!h)
+        return;
+    if (h->pinned)
+        tv__cuda_unpin((void *)h->arena);
+    if (h->arena)
+        tv__sys.munmap((void *)h->arena, h->arena_len);
+    free(h);
+}
+
 /* Gives the handle back (the daemon's CLOSE releases its lease) when the
- * session lives, and unmaps what the model mapped. */
+ * session lives: CLOSE and its CLOSED. */
+static void hold_close_handle(tv__fpc_hold *h, const char *name, int64_t gen)
+{
+    tv_client *c = h->c;
+    if (!c)
+        return;
+    if (c->n_handles)
+        c->n_handles--;
+    if (c->sock >= 0) {
+        tv_error e = {0};
+        if (close_handle(c, h->handle, &e))
+            tv__log(TV_LOG_WARN, "fast-path model %s@%lld: close: %s", name, (long long)gen, e.msg);
+    }
+}
+
+/* Gives the handle back and unmaps what the model mapped; with views of it
+ * alive, the hold (handle, arena) stays on the session's orphan list until
+ * the last view is released. */
 static void daemon_close(tv_model *bm)
 {
     tv__fpc_model *m = daemon_of(bm);
     tv_client *c = m->c;
+    tv__fpc_hold *h = m->hold;
     if (c) {
         for (tv__fpc_model **p = &c->models; *p; p = &(*p)->next)
             if (*p == m) {
                 *p = m->next;
                 break;
             }
-        if (c->n_handles)
-            c->n_handles--;
-        if (c->sock >= 0) {
-            tv_error e = {0};
-            if (close_handle(c, m->handle, &e))
-                tv__log(TV_LOG_WARN, "fast-path model %s@%lld: close: %s", m->m.name,
-                        (long long)m->m.snap.generation, e.msg);
-        }
     }
-    if (m->pinned)
-        tv__cuda_unpin((void *)m->arena);
-    if (m->arena)
-        tv__sys.munmap((void *)m->arena, m->arena_len);
+    if (h && h->n_views) {
+        h->model_closed = true;
+        if (h->c) {
+            h->next = h->c->orphans;
+            h->c->orphans = h;
+        }
+    } else if (h) {
+        hold_close_handle(h, m->m.name, m->m.snap.generation);
+        hold_free(h);
+    }
     if (m->snap_map)
         tv__sys.munmap(m->snap_map, m->snap_len);
 }
@@ -107,6 +138,14 @@ void tv__fpc_detach_models(tv_client *c)
         c->models = m->next;
         m->next = NULL;
         m->c = NULL;
+        if (m->hold)
+            m->hold->c = NULL;
+    }
+    while (c->orphans) {
+        tv__fpc_hold *h = c->orphans;
+        c->orphans = h->next;
+        h->next = NULL;
+        h->c = NULL;
     }
     c->n_handles = 0;
 }
@@ -168,6 +207,8 @@ static int check_opened(tv_client *c, const char *spec, uint32_t open_id, const 
     bool handle_used = false;
     for (tv__fpc_model *p = c->models; p; p = p->next)
         handle_used |= p->handle == o->handle;
+    for (tv__fpc_hold *p = c->orphans; p; p = p->next)
+        handle_used |= p->handle == o->handle;
     if (o->open_id != open_id || n_fds != TV__FP_N_FDS_OPENED || o->handle == 0 || handle_used ||
         o->slot_len == 0 || o->slot_len % 4096 || o->n_slots == 0 || o->credit == 0 ||
         tv__mul_u64(o->slot_len, o->n_slots, &slots_len) || slots_len > o->arena_len ||
@@ -182,10 +223,15 @@ static int check_opened(tv_client *c, const char *spec, uint32_t open_id, const 
     return 0;
 }
 
-/* Maps the snapshot (fds[0]) and the arena (fds[1]) of OPENED o into m. */
+/* Maps the snapshot (fds[0]) and the arena (fds[1]) of OPENED o into m
+ * (the arena into its hold). */
 static int map_model(tv__fpc_model *m, const char *spec, const tv__fp_opened *o, const int *fds,
                      tv_error *err)
 {
+    if (!(m->hold = calloc(1, sizeof(*m->hold))))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    m->hold->handle = o->handle;
+    m->tier = (o->flags & TV__FP_OPENED_TIER) != 0;
     m->handle = o->handle;
     m->slot_len = o->slot_len;
     m->n_slots = o->n_slots;
@@ -202,6 +248,8 @@ static int map_model(tv__fpc_model *m, const char *spec, const tv__fp_opened *o,
         return tv__seterr(err, -errno, "open '%s': mmap of the staging arena: %s", spec,
                           strerror(errno));
     m->arena = p;
+    m->hold->arena = p;
+    m->hold->arena_len = m->arena_len;
     return 0;
 }
 
@@ -268,7 +316,9 @@ TV_API int tv_model_open_daemon(tv_client *c, const char *spec, const tv_open_op
     if ((rc = check_opened(c, spec, open_id, &o, n_fds, err)))
         goto fail;
     if ((rc = check_memfd(c, fds[0], o.snap_len, SNAP_SEALS, "snapshot", spec, err)) ||
-        (rc = check_memfd(c, fds[1], o.arena_len, ARENA_SEALS, "arena", spec, err)))
+        (rc = check_memfd(c, fds[1], o.arena_len,
+                          (o.flags & TV__FP_OPENED_TIER) ? TIER_SEALS : ARENA_SEALS, "arena", spec,
+                          err)))
         goto fail;
     if (!(m = calloc(1, sizeof(*m)))) {
         rc = tv__seterr(err, -ENOMEM, "out of memory");
@@ -281,15 +331,21 @@ TV_API int tv_model_open_daemon(tv_client *c, const char *spec, const tv_open_op
     tv__fpc_close_fds(fds, n_fds);
     if ((rc = check_snapshot(m, spec, nl, want_gen, o.generation, err)))
         goto fail_close_handle;
-    if (c->cuda_register && tv__cuda_available()) {
+    /* The tier is not pinned: pinning it whole would make the kernel fill
+     * its holes (the daemon's memory), and a page the daemon evicts later
+     * would leave the pin on a page the memfd no longer has. Its chunks
+     * are copied to the GPU pageable (or pin a view's range yourself,
+     * docs/fastpath.md 8.12). */
+    if (c->cuda_register && !m->tier && tv__cuda_available()) {
         tv_error pe = {0};
         if (tv__cuda_pin_readonly((void *)m->arena, m->arena_len, &pe) == 0)
-            m->pinned = true;
+            m->hold->pinned = true;
         else
             tv__log(TV_LOG_INFO, "fast-path %s: arena not pinned (%s): pageable GPU copies", spec,
                     pe.msg);
     }
     m->c = c;
+    m->hold->c = c;
     m->next = c->models;
     c->models = m;
     c->n_handles++;
@@ -318,11 +374,17 @@ typedef struct creq {
     uint64_t off, len;
     uint8_t *dest;
     uint32_t tensor;    /* a shard index with TV__FP_READ_SHARD_HEADER */
-    uint32_t flags;     /* READ entry flags: 0 or TV__FP_READ_SHARD_HEADER */
+    uint32_t flags;     /* READ entry flags: TV__FP_READ_SHARD_HEADER, TV__FP_READ_VIEW */
     const tv__tdesc *t; /* the tensor's record (NULL for a shard header) */
     uint8_t state;
     int result;
     tv__fpc_spans sp;
+    /* a view: the slots its CHUNK entries referenced (to give back), and
+     * where its bytes start in the arena (every entry must agree) */
+    uint32_t *vslots;
+    uint32_t n_vslots, cap_vslots;
+    uint64_t vbase;
+    bool vbase_set;
 } creq;
 
 /* The state of one run of requests. */
@@ -447,6 +509,33 @@ static int send_reads(run *s, tv_error *err)
     return rc;
 }
 
+/* A CHUNK entry of view request q: its bytes stay in the arena, where
+ * every entry of the view must say they start (a contiguous range: the
+ * tier's layout); the slot is kept to give back when the view is released. */
+static int view_entry(run *s, creq *q, const tv__fp_chunk_ent *e, const char *kind, int nl,
+                      const char *nm, tv_error *err)
+{
+    tv_client *c = s->c;
+    uint64_t at = (uint64_t)e->slot * s->m->slot_len + e->slot_off; /* < arena_len: checked */
+    if (at < e->dest_off || (q->vbase_set && at - e->dest_off != q->vbase))
+        return tv__fpc_fail(
+            c, err, TV_E_PROTOCOL,
+            "tensorvaultd on %s: CHUNK of a view of %s '%.*s': bytes [%llu, +%u) are not where the view's other bytes are",
+            c->path, kind, nl, nm, (unsigned long long)e->dest_off, e->len);
+    q->vbase = at - e->dest_off;
+    q->vbase_set = true;
+    if (q->n_vslots == q->cap_vslots) {
+        uint32_t cap = q->cap_vslots ? q->cap_vslots * 2 : 8;
+        uint32_t *v = cap > q->cap_vslots ? realloc(q->vslots, (size_t)cap * sizeof(*v)) : NULL;
+        if (!v)
+            return tv__fpc_fail(c, err, -ENOMEM, "out of memory");
+        q->vslots = v;
+        q->cap_vslots = cap;
+    }
+    q->vslots[q->n_vslots++] = e->slot;
+    return 0;
+}
+
 static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
 {
     tv_client *c = s->c;
@@ -485,6 +574,11 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
                 c->path, kind, nl, nm, (unsigned long long)e.dest_off, e.len);
         if (rc)
             return tv__fpc_fail(c, err, rc, "out of memory");
+        if (q->flags & TV__FP_READ_VIEW) {
+            if ((rc = view_entry(s, q, &e, kind, nl, nm, err)))
+                return rc;
+            continue;
+        }
         const uint8_t *src = m->arena + (size_t)e.slot * m->slot_len + e.slot_off;
         if (!s->sink) {
             memcpy(q->dest + e.dest_off, src, e.len);
@@ -697,6 +791,193 @@ static int daemon_cuda_sink(tv_model *bm, void *stream, tv__cuda_sink **out, tv_
 {
     (void)bm;
     return tv__cuda_sink_create(stream, 1, out, err);
+}
+
+/* ---- views ------------------------------------------------------------------ */
+
+struct tv_view {
+    tv__fpc_hold *hold;
+    const uint8_t *data;
+    uint64_t nbytes;
+    uint32_t *slots; /* the view references to give back (RELEASE_VIEW), one per CHUNK entry */
+    uint32_t n_slots;
+};
+
+/* Gives back n view references of hold h (RELEASE_VIEW) when its session
+ * lives; a failed send closes the session (its references go with it). */
+static void release_views(tv__fpc_hold *h, const uint32_t *slots, uint32_t n)
+{
+    tv_client *c = h->c;
+    while (c && c->sock >= 0 && n) {
+        tv_error e = {0};
+        uint32_t k = n > TV__FP_MAX_RELEASE ? TV__FP_MAX_RELEASE : n;
+        size_t len =
+            tv__fp_encode_release_view(c->sbuf, sizeof(c->sbuf), c->version, h->handle, slots, k);
+        if (!len || tv__fpc_send(c, c->sbuf, len, true, &e))
+            break;
+        slots += k;
+        n -= k;
+    }
+}
+
+TV_API const void *tv_view_data(const tv_view *v)
+{
+    return v ? v->data : NULL;
+}
+
+TV_API uint64_t tv_view_nbytes(const tv_view *v)
+{
+    return v ? v->nbytes : 0;
+}
+
+TV_API void tv_view_release(tv_view *v)
+{
+    if (!v)
+        return;
+    tv__fpc_hold *h = v->hold;
+    release_views(h, v->slots, v->n_slots);
+    free(v->slots);
+    free(v);
+    if (--h->n_views || !h->model_closed)
+        return;
+    /* the model is gone and this was its last view: its handle goes too */
+    if (h->c)
+        for (tv__fpc_hold **p = &h->c->orphans; *p; p = &(*p)->next)
+            if (*p == h) {
+                *p = h->next;
+                break;
+            }
+    hold_close_handle(h, "(closed)", 0);
+    hold_free(h);
+}
+
+/* Whether m can lend views: a daemon model whose arena is the tier.
+ * Returns 0 or TV_E_NOT_SUPPORTED naming why. */
+static int views_possible(const tv_model *bm, tv_error *err)
+{
+    if (!bm)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    if (bm->ops != &daemon_ops)
+        return tv__seterr(
+            err, TV_E_NOT_SUPPORTED,
+            "%s@%lld: views are lent by tensorvaultd's memory tier: open the model with tv_model_open_daemon",
+            bm->name, (long long)bm->snap.generation);
+    const tv__fpc_model *m = daemon_of(bm);
+    if (!m->tier)
+        return tv__seterr(
+            err, TV_E_NOT_SUPPORTED,
+            "%s@%lld: tensorvaultd on %s speaks fast-path protocol version %u; views need version 3",
+            bm->name, (long long)bm->snap.generation, m->c ? m->c->path : "(closed)",
+            m->c ? m->c->version : 0);
+    return 0;
+}
+
+/* The views of q[0, n) (checked requests with TV__FP_READ_VIEW) through
+ * the daemon: out[j] gets request j's view, or NULL with q[j].result set;
+ * a failed view's references are given back at once. Returns as run_reqs. */
+static int run_views(tv__fpc_model *m, creq *q, size_t n, tv_view **out, tv_error *err)
+{
+    int rc = run_reqs(m, q, n, NULL, err);
+    for (size_t j = 0; j < n; j++) {
+        out[j] = NULL;
+        if (!q[j].result && q[j].vbase + q[j].len > m->arena_len)
+            q[j].result = TV_E_PROTOCOL; /* cannot be: every entry was inside */
+        if (!q[j].result && !(out[j] = calloc(1, sizeof(**out))))
+            q[j].result = -ENOMEM;
+        if (q[j].result) {
+            release_views(m->hold, q[j].vslots, q[j].n_vslots);
+            free(q[j].vslots);
+            if (!rc) {
+                rc = q[j].result;
+                tv__seterr(err, rc, "view %zu: %s", j, tv_strerror(rc));
+            }
+            continue;
+        }
+        *out[j] = (tv_view){.hold = m->hold,
+                            .data = m->arena + q[j].vbase,
+                            .nbytes = q[j].len,
+                            .slots = q[j].vslots,
+                            .n_slots = q[j].n_vslots};
+        m->hold->n_views++;
+    }
+    return rc;
+}
+
+/* One checked view request of tensor i (record t). */
+static creq view_req(uint32_t i, const tv__tdesc *t)
+{
+    creq q = {.len = t->nbytes, .tensor = i, .flags = TV__FP_READ_VIEW, .t = t};
+    tv__fpc_spans_init(&q.sp);
+    return q;
+}
+
+TV_API int tv_tensor_view(tv_model *bm, const char *name, tv_view **out, tv_error *err)
+{
+    uint32_t i = 0;
+    const tv__tdesc *t = NULL;
+    int rc;
+    if (!out)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    if ((rc = views_possible(bm, err)))
+        return rc;
+    if (!name)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    if ((rc = tv__tdesc_lookup(&bm->snap, bm->name, bm->snap.generation, name, &i, err)) ||
+        (rc = tv__model_tensor(bm, i, &t, err)))
+        return rc;
+    creq q = view_req(i, t);
+    rc = run_views(daemon_of(bm), &q, 1, out, err);
+    tv__fpc_spans_free(&q.sp);
+    return rc;
+}
+
+TV_API int tv_tensor_view_batch(tv_model *bm, tv_view_req *reqs, size_t n, tv_error *err)
+{
+    tv__batch_err first = {0};
+    tv_error e = {0};
+    int rc;
+    if (!reqs && n)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    for (size_t j = 0; j < n; j++)
+        reqs[j].view = NULL;
+    if ((rc = views_possible(bm, err))) {
+        for (size_t j = 0; j < n; j++)
+            reqs[j].result = rc;
+        return rc;
+    }
+    creq *q = calloc(n ? n : 1, sizeof(*q));
+    tv_view **v = calloc(n ? n : 1, sizeof(*v));
+    size_t *map = calloc(n ? n : 1, sizeof(*map)), k = 0;
+    if (!q || !v || !map) {
+        free(q);
+        free(v);
+        free(map);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; j < n; j++) {
+        size_t i = 0;
+        const tv__tdesc *t = NULL;
+        tv_read_req rq = {.name = reqs[j].name, .index = reqs[j].index};
+        rc = tv__tdesc_batch_index(&bm->snap, bm->name, bm->snap.generation, &rq, j, &i, &e);
+        if (!rc)
+            rc = tv__model_tensor(bm, i, &t, &e);
+        if ((reqs[j].result = tv__batch_note(&first, rc, &e)) == 0) {
+            q[k] = view_req((uint32_t)i, t);
+            map[k++] = j;
+        }
+    }
+    if (k)
+        tv__batch_note(&first, run_views(daemon_of(bm), q, k, v, &e), &e);
+    for (size_t x = 0; x < k; x++) {
+        reqs[map[x]].result = q[x].result;
+        reqs[map[x]].view = v[x];
+        tv__fpc_spans_free(&q[x].sp);
+    }
+    free(q);
+    free(v);
+    free(map);
+    return tv__batch_answer(&first, err);
 }
 
 static const tv__model_ops daemon_ops = {

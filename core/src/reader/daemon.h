@@ -14,7 +14,12 @@
  * shapes) stay valid after the session died or was closed. A request's
  * delivered ranges (spans) are disjoint, sorted and inside [0, len): a
  * chunk overlapping one of them, or reaching past len, is refused before a
- * byte of it is copied. */
+ * byte of it is copied. A model's handle at the daemon and its arena
+ * mapping belong to its hold, which the views taken of it share: a model
+ * closed while views of it live leaves its hold on the session's orphan
+ * list (the handle stays open, its pins with it) until the last view is
+ * released, so a view's bytes stay mapped and pinned for as long as the
+ * view lives (or, once the session is gone, mapped). */
 #ifndef TV_READER_DAEMON_H
 #define TV_READER_DAEMON_H
 
@@ -59,19 +64,35 @@ extern uint16_t tv__fpc_max_version;
 #define TV__FPC_TEXT_PREC(m) ((int)((m)->text_len > 400 ? 400 : (m)->text_len))
 
 typedef struct tv__fpc_model tv__fpc_model;
+typedef struct tv__fpc_hold tv__fpc_hold;
+
+/* A handle at the daemon and the arena mapping it lends from: the model's,
+ * and its views' (they may outlive the model). */
+struct tv__fpc_hold {
+    tv_client *c; /* NULL once the session was closed */
+    uint32_t handle;
+    const uint8_t *arena;
+    size_t arena_len;
+    bool pinned;        /* cudaHostRegister'ed */
+    uint32_t n_views;   /* live views */
+    bool model_closed;  /* the model is gone: the last view closes the handle */
+    tv__fpc_hold *next; /* on the session's orphan list once model_closed */
+};
 
 /* A model opened in a session (ops: the daemon backend). */
 struct tv__fpc_model {
     tv_model m;   /* first: a tv_model * of the daemon backend is a tv__fpc_model * */
     tv_client *c; /* NULL once the session was closed */
     tv__fpc_model *next;
+    tv__fpc_hold *hold;
     uint32_t handle;
     void *snap_map;
     size_t snap_len;
-    const uint8_t *arena;
+    const uint8_t *arena; /* = hold->arena */
     size_t arena_len;
     uint32_t slot_len, n_slots, credit;
-    bool pinned; /* cudaHostRegister'ed */
+    bool tier; /* the arena is the daemon's memory tier (version 3, OPENED TIER flag):
+                  a request's bytes are contiguous there, so it can be viewed */
 };
 
 struct tv_client {
@@ -87,6 +108,7 @@ struct tv_client {
     uint32_t next_open_id;
     uint64_t next_req_id;
     tv__fpc_model *models; /* open in this session */
+    tv__fpc_hold *orphans; /* holds of closed models whose views live */
     uint8_t rbuf[TV__FP_MAX_MSG];
     uint8_t sbuf[TV__FP_MAX_MSG];
     /* a read's scratch, here so that a small read allocates nothing */

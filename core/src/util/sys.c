@@ -35,7 +35,8 @@ static int real_rename_noreplace(const char *from, const char *to)
         .pwrite = pwrite, .fsync = fsync, .fdatasync = fdatasync, .ftruncate = ftruncate,          \
         .fstat = fstat, .ioctl = real_ioctl, .flock = flock, .rename = rename,                     \
         .rename_noreplace = real_rename_noreplace, .link = link, .unlink = unlink, .mkdir = mkdir, \
-        .mmap = mmap, .munmap = munmap, .lseek = lseek, .sendmsg = sendmsg, .recvmsg = recvmsg,    \
+        .mmap = mmap, .munmap = munmap, .lseek = lseek, .fallocate = fallocate,                    \
+        .madvise = madvise, .sendmsg = sendmsg, .recvmsg = recvmsg,                                \
     }
 
 static const tv__sys_ops g_real = TV__SYS_REAL;

@@ -1,10 +1,10 @@
 /* The one door to the OS: an overridable system-call table (SQLite's
  * aSyscall[] idea) plus the "transfer everything" helpers built on it.
  * Every open, openat, pread, pwrite, fsync, fdatasync, ftruncate, fstat, ioctl,
- * flock, rename, link, unlink, mkdir, mmap, munmap and lseek on a device, shard,
- * snapshot or store file goes through tv__sys, so tests can fail, shorten or crash any
- * of them without real hardware; so do sendmsg and recvmsg on the fast-path
- * socket (wire/wire.c), so tests can fail a send or a receive.
+ * flock, rename, link, unlink, mkdir, mmap, munmap, lseek, fallocate and madvise on a
+ * device, shard, snapshot, store file or the fast path's memory tier goes through tv__sys, so tests
+ * can fail, shorten or crash any of them without real hardware; so do sendmsg and recvmsg on the
+ * fast-path socket (wire/wire.c), so tests can fail a send or a receive.
  *
  * Invariants: production code never calls these syscalls directly on those
  * files (scripts/check-syscalls enforces it); tests restore the table with
@@ -46,6 +46,12 @@ typedef struct tv__sys_ops {
     void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
     int (*munmap)(void *addr, size_t len);
     off_t (*lseek)(int fd, off_t off, int whence); /* SEEK_DATA/SEEK_HOLE scans */
+    /* fallocate(2): the fast path's memory tier punches the holes of the
+     * chunks it evicts (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). */
+    int (*fallocate)(int fd, int mode, off_t off, off_t len);
+    /* madvise(2) of a mapping (the tier's MADV_HUGEPAGE, the fast-path
+     * client's MADV_POPULATE_READ of the chunks it copies). */
+    int (*madvise)(void *addr, size_t len, int advice);
     /* The fast-path socket (wire/wire.c: one datagram, SCM_RIGHTS). */
     ssize_t (*sendmsg)(int sock, const struct msghdr *msg, int flags);
     ssize_t (*recvmsg)(int sock, struct msghdr *msg, int flags);

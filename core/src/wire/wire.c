@@ -58,7 +58,7 @@ TV__FP_ASSERT_AT(tv__fp_opened, arena_len, 24);
 TV__FP_ASSERT_AT(tv__fp_opened, slot_len, 32);
 TV__FP_ASSERT_AT(tv__fp_opened, n_slots, 36);
 TV__FP_ASSERT_AT(tv__fp_opened, credit, 40);
-TV__FP_ASSERT_AT(tv__fp_opened, reserved, 44);
+TV__FP_ASSERT_AT(tv__fp_opened, flags, 44);
 
 _Static_assert(sizeof(tv__fp_close) == TV__FP_CLOSE_LEN, "CLOSE body is 8 bytes");
 TV__FP_ASSERT_AT(tv__fp_close, handle, 0);
@@ -147,6 +147,8 @@ const char *tv__fp_type_name(uint16_t type)
         return "RELEASE";
     case TV__FP_ERROR:
         return "ERROR";
+    case TV__FP_RELEASE_VIEW:
+        return "RELEASE_VIEW";
     default:
         return "UNKNOWN";
     }
@@ -166,6 +168,7 @@ static size_t list_ent_len(uint16_t type, uint32_t *max_n)
         *max_n = TV__FP_MAX_DONES;
         return TV__FP_DONE_ENT_LEN;
     case TV__FP_RELEASE:
+    case TV__FP_RELEASE_VIEW:
         *max_n = TV__FP_MAX_RELEASE;
         return TV__FP_REL_ENT_LEN;
     default:
@@ -228,11 +231,17 @@ static int check_open(uint32_t open_id, const char *spec, size_t spec_len, tv_er
     return check_no_nul("OPEN", "spec", spec, spec_len, err);
 }
 
-static int check_opened(const tv__fp_opened *o, tv_error *err)
+static int check_opened(uint16_t version, const tv__fp_opened *o, tv_error *err)
 {
     uint64_t slots_len = 0;
-    if (o->reserved != 0)
-        return tv__seterr(err, TV_E_PROTOCOL, "OPENED: reserved 0x%x must be 0", o->reserved);
+    uint32_t known = TV__FP_OPENED_FLAGS(version);
+    if (o->flags & ~known) {
+        if (known == 0)
+            return tv__seterr(err, TV_E_PROTOCOL, "OPENED: reserved 0x%x must be 0", o->flags);
+        return tv__seterr(err, TV_E_PROTOCOL,
+                          "OPENED: flags 0x%x has reserved bits set (version %u defines 0x%x)",
+                          o->flags, version, known);
+    }
     if (o->open_id == 0)
         return tv__seterr(err, TV_E_PROTOCOL, "OPENED: open_id must be >= 1");
     if (o->handle == 0)
@@ -269,7 +278,7 @@ static int check_list(uint16_t type, uint32_t handle, uint32_t n, tv_error *err)
     uint32_t max_n = 0;
     list_ent_len(type, &max_n);
     const char *name = tv__fp_type_name(type);
-    if (type == TV__FP_READ || type == TV__FP_RELEASE) {
+    if (type == TV__FP_READ || type == TV__FP_RELEASE || type == TV__FP_RELEASE_VIEW) {
         if (handle == 0)
             return tv__seterr(err, TV_E_PROTOCOL, "%s: handle must be >= 1", name);
     } else if (handle != 0) {
@@ -379,7 +388,7 @@ static int decode_header(const uint8_t *p, size_t len, uint16_t version, uint16_
         return tv__seterr(err, TV_E_PROTOCOL, "header length %u != datagram length %zu", hlen, len);
     if (reserved != 0)
         return tv__seterr(err, TV_E_PROTOCOL, "header reserved 0x%x must be 0", reserved);
-    if (*type < TV__FP_HELLO || *type > TV__FP_ERROR)
+    if (*type < TV__FP_HELLO || *type > TV__FP_MAX_TYPE(*hver))
         return tv__seterr(err, TV_E_PROTOCOL, "unknown message type %u", *type);
     return 0;
 }
@@ -419,8 +428,8 @@ static int decode_fixed(tv__fp_msg *out, const uint8_t *b, size_t body_len, size
         out->u.opened.slot_len = tv__le32_get(b + 32);
         out->u.opened.n_slots = tv__le32_get(b + 36);
         out->u.opened.credit = tv__le32_get(b + 40);
-        out->u.opened.reserved = tv__le32_get(b + 44);
-        return check_opened(&out->u.opened, err);
+        out->u.opened.flags = tv__le32_get(b + 44);
+        return check_opened(out->version, &out->u.opened, err);
     default: /* TV__FP_CLOSE, TV__FP_CLOSED */
         if (body_len != (*want = TV__FP_CLOSE_LEN))
             return 0;
@@ -509,7 +518,7 @@ int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out
     else if (type == TV__FP_ERROR)
         rc = decode_error(out, b, body_len, &want, err);
     else if (type == TV__FP_READ || type == TV__FP_CHUNK || type == TV__FP_DONE ||
-             type == TV__FP_RELEASE)
+             type == TV__FP_RELEASE || type == TV__FP_RELEASE_VIEW)
         rc = decode_list(out, b, body_len, &want, err);
     else
         rc = decode_fixed(out, b, body_len, &want, err);
@@ -586,7 +595,8 @@ int tv__fp_done_entry(const tv__fp_msg *m, uint32_t i, tv__fp_done_ent *out, tv_
 
 int tv__fp_release_entry(const tv__fp_msg *m, uint32_t i, uint32_t *slot, tv_error *err)
 {
-    const uint8_t *e = entry_at(m, TV__FP_RELEASE, i, err);
+    const uint8_t *e = entry_at(
+        m, m && m->type == TV__FP_RELEASE_VIEW ? TV__FP_RELEASE_VIEW : TV__FP_RELEASE, i, err);
     if (!e)
         return TV_E_INVALID_ARG;
     if (!slot)
@@ -667,7 +677,7 @@ size_t tv__fp_encode_open(void *buf, size_t cap, uint16_t version, uint32_t open
 size_t tv__fp_encode_opened(void *buf, size_t cap, uint16_t version, const tv__fp_opened *m)
 {
     size_t len = fit(buf, cap, TV__FP_OPENED_LEN);
-    if (!len || !version_ok(version) || !m || check_opened(m, NULL))
+    if (!len || !version_ok(version) || !m || check_opened(version, m, NULL))
         return 0;
     uint8_t *p = buf;
     put_hdr(p, version, TV__FP_OPENED, len);
@@ -679,7 +689,7 @@ size_t tv__fp_encode_opened(void *buf, size_t cap, uint16_t version, const tv__f
     tv__le32_put(p + 48, m->slot_len);
     tv__le32_put(p + 52, m->n_slots);
     tv__le32_put(p + 56, m->credit);
-    tv__le32_put(p + 60, 0);
+    tv__le32_put(p + 60, m->flags);
     return len;
 }
 
@@ -771,6 +781,18 @@ size_t tv__fp_encode_release(void *buf, size_t cap, uint16_t version, uint32_t h
                              const uint32_t *slots, uint32_t n)
 {
     size_t len = put_list(buf, cap, version, TV__FP_RELEASE, handle, slots, n);
+    uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
+    for (uint32_t i = 0; len && i < n; i++, p += TV__FP_REL_ENT_LEN)
+        tv__le32_put(p, slots[i]);
+    return len;
+}
+
+size_t tv__fp_encode_release_view(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                                  const uint32_t *slots, uint32_t n)
+{
+    if (version < TV__FP_V3)
+        return 0;
+    size_t len = put_list(buf, cap, version, TV__FP_RELEASE_VIEW, handle, slots, n);
     uint8_t *p = (uint8_t *)buf + TV__FP_HDR_LEN + TV__FP_LIST_LEN;
     for (uint32_t i = 0; len && i < n; i++, p += TV__FP_REL_ENT_LEN)
         tv__le32_put(p, slots[i]);

@@ -32,11 +32,14 @@
 
 #include "util/internal.h"
 
-#define TV__FP_MAGIC        0x50465654u /* "TVFP" as little-endian bytes */
-#define TV__FP_V1           1u          /* version 1: the base protocol */
-#define TV__FP_V2           2u          /* version 2: + READ flag TV__FP_READ_SHARD_HEADER */
-#define TV__FP_VERSION_MIN  1u          /* this build speaks versions MIN..MAX */
-#define TV__FP_VERSION_MAX  2u
+#define TV__FP_MAGIC 0x50465654u /* "TVFP" as little-endian bytes */
+#define TV__FP_V1    1u          /* version 1: the base protocol */
+#define TV__FP_V2    2u          /* version 2: + READ flag TV__FP_READ_SHARD_HEADER */
+#define TV__FP_V3                                                                                  \
+    3u                         /* version 3: + the memory tier: OPENED flags, READ flag VIEW,      \
+                                  RELEASE_VIEW */
+#define TV__FP_VERSION_MIN  1u /* this build speaks versions MIN..MAX */
+#define TV__FP_VERSION_MAX  3u
 #define TV__FP_HDR_LEN      16u
 #define TV__FP_MAX_MSG      65536u /* largest datagram either side sends or accepts */
 #define TV__FP_MAX_SPEC     512u   /* OPEN's model spec, bytes (no NUL inside) */
@@ -59,7 +62,10 @@ enum tv__fp_type {
     TV__FP_DONE = 9,     /* S->C  n requests finished (0: every byte was sent in CHUNKs before) */
     TV__FP_RELEASE = 10, /* C->S  n slot references of one handle given back */
     TV__FP_ERROR = 11,   /* S->C  an error: of a request, of an OPEN, or fatal (session closes) */
+    TV__FP_RELEASE_VIEW = 12, /* C->S  (version 3) n view references of one handle given back */
 };
+/* The highest message type version v defines. */
+#define TV__FP_MAX_TYPE(v) ((v) >= TV__FP_V3 ? TV__FP_RELEASE_VIEW : TV__FP_ERROR)
 
 #define TV__FP_ERROR_FATAL 0x1u /* ERROR.flags: the daemon closes the session after it */
 
@@ -67,8 +73,23 @@ enum tv__fp_type {
  * entry's tensor field is a shard index and [off, off + len) is relative to
  * the start of the shard's object, inside its first 8 + header_len bytes. */
 #define TV__FP_READ_SHARD_HEADER 0x1u
+/* READ entry flag (version 3): a view. The request's CHUNK entries are view
+ * references (not copies): the client keeps the bytes where they are, in
+ * the arena, until it gives each back with RELEASE_VIEW; they count
+ * against neither its credit nor the hold timeout (docs/fastpath.md 8.12). */
+#define TV__FP_READ_VIEW 0x2u
 /* The READ entry flags version v defines (0 for unknown versions). */
-#define TV__FP_READ_FLAGS(v) ((v) >= TV__FP_V2 && (v) <= TV__FP_VERSION_MAX ? 0x1u : 0x0u)
+#define TV__FP_READ_FLAGS(v)                                                                       \
+    ((v) >= TV__FP_V3 && (v) <= TV__FP_VERSION_MAX   ? 0x3u                                        \
+     : (v) >= TV__FP_V2 && (v) <= TV__FP_VERSION_MAX ? 0x1u                                        \
+                                                     : 0x0u)
+/* OPENED flags (version 3; the field is reserved before): the arena is the
+ * generation's memory tier, laid out like its objects (docs/fastpath.md
+ * 8.2): slot i is chunk i of the generation, so the bytes of one request
+ * are contiguous in it. */
+#define TV__FP_OPENED_TIER 0x1u
+/* The OPENED flags version v defines. */
+#define TV__FP_OPENED_FLAGS(v) ((v) >= TV__FP_V3 && (v) <= TV__FP_VERSION_MAX ? 0x1u : 0x0u)
 
 /* ---- the layout of every message part (little-endian on the wire) ---- */
 
@@ -108,9 +129,9 @@ typedef struct tv__fp_opened {
                            the client: F_SEAL_FUTURE_WRITE, shrink, grow) */
     uint32_t slot_len;  /* bytes per slot, a multiple of 4096 */
     uint32_t n_slots;
-    uint32_t credit;   /* slot references the session may hold at once (all its handles of
-                          this arena): the daemon never sends more */
-    uint32_t reserved; /* 0 */
+    uint32_t credit; /* slot references the session may hold at once (all its handles of
+                        this arena): the daemon never sends more */
+    uint32_t flags;  /* version 3: TV__FP_OPENED_TIER; before: reserved, 0 */
 } tv__fp_opened;
 
 typedef struct tv__fp_close {
@@ -127,7 +148,8 @@ typedef struct tv__fp_read_ent {
     uint64_t req_id; /* the client's, unique among its outstanding requests */
     uint32_t tensor; /* index in the snapshot (file order); a shard index with
                         TV__FP_READ_SHARD_HEADER */
-    uint32_t flags;  /* 0, or (version 2) TV__FP_READ_SHARD_HEADER */
+    uint32_t flags;  /* 0, or (version 2) TV__FP_READ_SHARD_HEADER, (version 3) also
+                        TV__FP_READ_VIEW */
     uint64_t off;    /* byte range [off, off + len) of the tensor's data (of the shard's
                         object with the flag); len 0 is valid */
     uint64_t len;
@@ -187,7 +209,7 @@ typedef struct tv__fp_msg {
         tv__fp_open open;
         tv__fp_opened opened;
         tv__fp_close close; /* CLOSE, CLOSED */
-        tv__fp_list list;   /* READ, CHUNK, DONE, RELEASE */
+        tv__fp_list list;   /* READ, CHUNK, DONE, RELEASE, RELEASE_VIEW */
         tv__fp_error error;
     } u;
     const char *text; /* OPEN's spec, ERROR's text (not NUL-terminated), else NULL */
@@ -224,6 +246,7 @@ int tv__fp_decode(const void *buf, size_t len, uint16_t version, tv__fp_msg *out
 int tv__fp_read_entry(const tv__fp_msg *m, uint32_t i, tv__fp_read_ent *out, tv_error *err);
 int tv__fp_chunk_entry(const tv__fp_msg *m, uint32_t i, tv__fp_chunk_ent *out, tv_error *err);
 int tv__fp_done_entry(const tv__fp_msg *m, uint32_t i, tv__fp_done_ent *out, tv_error *err);
+/* RELEASE and RELEASE_VIEW entries alike. */
 int tv__fp_release_entry(const tv__fp_msg *m, uint32_t i, uint32_t *slot, tv_error *err);
 
 /* ---- encoding (return bytes written, 0 when cap is too small or a count
@@ -250,6 +273,9 @@ size_t tv__fp_encode_done(void *buf, size_t cap, uint16_t version, const tv__fp_
                           uint32_t n);
 size_t tv__fp_encode_release(void *buf, size_t cap, uint16_t version, uint32_t handle,
                              const uint32_t *slots, uint32_t n);
+/* version >= 3 only (0 otherwise) */
+size_t tv__fp_encode_release_view(void *buf, size_t cap, uint16_t version, uint32_t handle,
+                                  const uint32_t *slots, uint32_t n);
 /* text is cut to TV__FP_MAX_TEXT bytes (at a UTF-8 boundary); NUL bytes in
  * it are replaced by '?'. */
 size_t tv__fp_encode_error(void *buf, size_t cap, uint16_t version, int32_t code, uint32_t flags,

@@ -1,0 +1,478 @@
+"""The fast path's memory tier and the sharing rules of a read group (the
+sessions of one model generation), end to end against build/tensorvaultd
+through the Python codec (harness.wire: version-1 sessions copy out of a
+legacy arena, version-3 sessions read the tier itself) and the C library
+(tensorvault._native: tv_read_batch, and views):
+
+  - members that start 0..500 ms apart (4, at random, of either version)
+    cost the device about one copy of the model (<= 1.1 x its objects, from
+    the metrics), every byte right;
+  - a member that joins after the others are done, and a worker restarted
+    in a new process, read no device byte: every chunk comes from memory
+    (tensorvault_tier_hits_total grows, the device counter does not);
+  - views (tv_tensor_view_batch) equal the official safetensors loader,
+    are read-only, pin their bytes (tensorvault_tier_view_bytes) until
+    released, and outlive the model they came from;
+  - specs naming one generation (NAME, NAME@GEN, NAME@ALIAS) share one
+    group and one memfd;
+  - under a tiny cache.bytes: a member that takes nothing while the memory
+    kept for it is needed is left behind after fastpath.share_wait_ms (the
+    others finish; it gets its bytes when it goes on); chunks a session
+    references (copies not released, views) are never evicted nor
+    rewritten while other models are loaded through the tier, whose
+    resident bytes stay within its bound; a view past the budget is refused
+    (TV_E_BUSY naming cache.bytes);
+  - a member killed with SIGKILL while holding views gives its pins back.
+
+Every daemon runs with the fast path's test settings (harness.fastpath: 64
+KiB slots, 16-slot staging, credit 8); the checkpoints are about 3 MiB, so a
+model spans dozens of chunks."""
+import ctypes
+import hashlib
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import harness.wire as fp
+from harness.daemon import SLOW, Daemon
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, fastpath_checkpoint,
+                              reference, wait_sessions)
+
+SHARE_WAIT_MS = 300
+TINY_CACHE = 512 << 10  # cache.bytes of the tiny daemon: a sixth of a model
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("fastpath_tier")
+
+
+@pytest.fixture(scope="module")
+def src(work):
+    return fastpath_checkpoint(work, "ckpt1", seed=301)
+
+
+@pytest.fixture(scope="module")
+def src2(work):
+    return fastpath_checkpoint(work, "ckpt2", seed=302)
+
+
+@pytest.fixture(scope="module")
+def ref(src):
+    return reference(src)
+
+
+@pytest.fixture(scope="module")
+def ref2(src2):
+    return reference(src2)
+
+
+@pytest.fixture(scope="module")
+def d(build_dir, work):
+    dm = Daemon(build_dir, work, settings=dict(FASTPATH_SETTINGS), name="d").start()
+    dm.wait_socket()
+    yield dm
+    rc = dm.stop()
+    assert rc == 0, dm.log_text()
+
+
+@pytest.fixture(scope="module")
+def tiny(build_dir, work):
+    """A daemon whose tier keeps at most TINY_CACHE bytes beyond the open
+    groups' staging, and leaves a member behind after SHARE_WAIT_MS."""
+    st = {**FASTPATH_SETTINGS, "cache.bytes": str(TINY_CACHE),
+          "fastpath.share_wait_ms": str(SHARE_WAIT_MS)}
+    dm = Daemon(build_dir, work, settings=st, store=str(work / "tiny_store"), name="tiny").start()
+    dm.wait_socket()
+    yield dm
+    rc = dm.stop()
+    assert rc == 0, dm.log_text()
+
+
+_fresh = iter(range(1, 1 << 30))
+
+
+def fresh_model(d, src):
+    """A model name of its own holding checkpoint src (a new import: no chunk
+    of it is in the tier yet); (name, its objects' bytes)."""
+    name = f"t{next(_fresh)}"
+    d.import_ok(name, src, activate=True)
+    gen = d.ok("GET", f"/v1/models/{name}/generations/1")
+    return name, sum(-(-sh["file_bytes"] // 65536) * 65536 for sh in gen["shards"])
+
+
+def delta(d, m0, key):
+    return d.metrics()[key] - m0[key]
+
+
+DEV = "tensorvault_fastpath_device_read_bytes_total"
+
+
+def load(sock, spec, version, delay=0.0, names=None):
+    """A worker: waits delay seconds, connects with protocol version
+    `version`, reads every tensor (or names) of spec; {name: bytes}."""
+    time.sleep(delay)
+    with fp.Session(sock, timeout=TIMEOUT, max_version=version) as s:
+        assert s.version == version
+        h = s.open(spec)
+        got = s.read_tensors(h, names)
+        s.close_handle(h)
+    return got
+
+
+def in_threads(fns):
+    """Runs the callables together; returns their results (raises the
+    first exception)."""
+    out, errs = [None] * len(fns), []
+
+    def run(i, f):
+        try:
+            out[i] = f()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(i, f)) for i, f in enumerate(fns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(TIMEOUT * 2)
+    if errs:
+        raise errs[0]
+    return out
+
+
+# -- sharing that survives skew ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("versions", [(1, 1, 1, 1), (3, 3, 3, 3), (1, 3, 1, 3)],
+                         ids=["v1", "v3", "mixed"])
+def test_skewed_start_reads_the_model_once(d, src, ref, versions):
+    """Four workers of one model generation start 0..500 ms apart (at
+    random) and each reads the whole model: every byte right, and the device
+    reads about one copy of the model (the late ones find the chunks in
+    memory), never four."""
+    name, objects = fresh_model(d, src)
+    rng = random.Random(hash(versions) & 0xffff)
+    delays = sorted(rng.uniform(0, 0.5) for _ in versions)
+    m0 = d.metrics()
+    got = in_threads([lambda v=v, t=t: load(d.socket_path, name, v, t)
+                      for v, t in zip(versions, delays)])
+    for g in got:
+        assert g == ref
+    wait_sessions(d, lambda ls: ls == [])
+    dev = delta(d, m0, DEV)
+    print(f"delays {['%.3f' % t for t in delays]}: device {dev} bytes, {dev / objects:.3f} x")
+    assert 0 < dev <= 1.1 * objects, (dev, objects)
+
+
+def test_late_member_is_served_from_memory(d, src, ref):
+    """A member that opens the generation after another read it (the other
+    still open, then closed): no device byte, every chunk a tier hit."""
+    name, objects = fresh_model(d, src)
+    with fp.Session(d.socket_path, timeout=TIMEOUT, max_version=3) as first:
+        h = first.open(name)
+        assert first.read_tensors(h) == ref
+        m0 = d.metrics()
+        assert load(d.socket_path, name, 3) == ref  # joins while `first` is open
+        assert load(d.socket_path, name, 1) == ref  # a version-1 copy of the same memory
+        assert delta(d, m0, DEV) == 0
+        assert delta(d, m0, "tensorvault_tier_hits_total") > 0
+        assert delta(d, m0, "tensorvault_tier_misses_total") == 0
+    wait_sessions(d, lambda ls: ls == [])
+    m0 = d.metrics()
+    assert load(d.socket_path, name, 3) == ref  # the generation stayed after its last handle
+    assert delta(d, m0, DEV) == 0
+
+
+WORKER = r"""
+import ctypes, hashlib, json, sys, time
+import tensorvault._native as N
+sock, spec, mode = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
+err = N.tv_error()
+c, h = ctypes.c_void_p(), ctypes.c_void_p()
+t0 = time.perf_counter()
+N.raise_for(N.lib.tv_client_connect(sock.encode(), None, ctypes.byref(c), err), err)
+N.raise_for(N.lib.tv_model_open_daemon(c, spec, None, ctypes.byref(h), err), err)
+n = N.lib.tv_model_n_tensors(h)
+names, out = [], {}
+for i in range(n):
+    d = N.tv_tensor_desc()
+    N.lib.tv_model_tensor(h, i, ctypes.byref(d))
+    names.append((ctypes.string_at(d.name, d.name_len).decode(), d.nbytes))
+if mode == "views":
+    vs = N.views(h, list(range(n)))
+    t1 = time.perf_counter()
+    for (nm, _), v in zip(names, vs):
+        if isinstance(v, Exception):
+            raise v
+        out[nm] = hashlib.sha256(v.buffer()).hexdigest()
+    if len(sys.argv) > 4:  # hold the views: report, then wait to be killed
+        print(json.dumps({"held": True}), flush=True)
+        time.sleep(3600)
+    for v in vs:
+        v.release()
+else:
+    bufs = [ctypes.create_string_buffer(max(nb, 1)) for _, nb in names]
+    reqs = (N.tv_read_req * max(n, 1))()
+    for i, ((nm, nb), b) in enumerate(zip(names, bufs)):
+        reqs[i].index, reqs[i].dest, reqs[i].dest_len = i, ctypes.cast(b, ctypes.c_void_p), nb
+    N.raise_for(N.lib.tv_read_batch(h, reqs, n, err), err)
+    t1 = time.perf_counter()
+    for (nm, nb), b in zip(names, bufs):
+        out[nm] = hashlib.sha256(b.raw[:nb]).hexdigest()
+N.lib.tv_model_close(h)
+N.lib.tv_client_close(c)
+print(json.dumps({"seconds": t1 - t0, "sha": out}))
+"""
+
+
+def worker(sock, spec, mode="copy"):
+    """A new process that connects, opens spec and loads every tensor with
+    the C library (tv_read_batch, or views): {"seconds", "sha": {name: hex}}."""
+    p = subprocess.run([sys.executable, "-c", WORKER, sock, spec, mode], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def sha(ref):
+    return {k: hashlib.sha256(v).hexdigest() for k, v in ref.items()}
+
+
+def test_restarted_worker_reads_no_device_byte(d, src, ref):
+    """A worker loads the model, exits, and is started again (a new process,
+    a new session, open, every tensor): the second load reads no device
+    byte; copies and views both equal the official loader's bytes."""
+    name, objects = fresh_model(d, src)
+    m0 = d.metrics()
+    first = worker(d.socket_path, name)
+    assert first["sha"] == sha(ref)
+    assert 0 < delta(d, m0, DEV) <= 1.1 * objects
+    m1 = d.metrics()
+    again = worker(d.socket_path, name)
+    views = worker(d.socket_path, name, "views")
+    assert again["sha"] == sha(ref) and views["sha"] == sha(ref)
+    assert delta(d, m1, DEV) == 0
+    print(f"first load {first['seconds']:.4f} s, restarted {again['seconds']:.4f} s, "
+          f"restarted with views {views['seconds']:.4f} s")
+
+
+# -- views ------------------------------------------------------------------------
+
+
+class Model:
+    """A model opened through the daemon with the C library (in-process)."""
+
+    def __init__(self, sock, spec):
+        import tensorvault._native as N
+        self.N = N
+        self.err = N.tv_error()
+        self.c, self.h = ctypes.c_void_p(), ctypes.c_void_p()
+        N.raise_for(N.lib.tv_client_connect(sock.encode(), None, ctypes.byref(self.c), self.err),
+                    self.err)
+        N.raise_for(N.lib.tv_model_open_daemon(self.c, spec.encode(), None, ctypes.byref(self.h),
+                                               self.err), self.err)
+
+    def close_model(self):
+        if self.h:
+            self.N.lib.tv_model_close(self.h)
+            self.h = None
+
+    def close(self):
+        self.close_model()
+        if self.c:
+            self.N.lib.tv_client_close(self.c)
+            self.c = None
+
+
+def test_views_equal_the_official_loader(d, src, ref):
+    """Views of every tensor: the official loader's bytes, read-only, pinned
+    (tier view bytes) until released, alive after their model is closed
+    (its handle stays open at the daemon until the last view goes)."""
+    name, _ = fresh_model(d, src)
+    m = Model(d.socket_path, name)
+    try:
+        names = list(ref)
+        vs = m.N.views(m.h, names)
+        for n, v in zip(names, vs):
+            assert not isinstance(v, Exception), (n, v)
+            assert bytes(v.buffer()) == ref[n], n
+        big = max(zip(names, vs), key=lambda x: x[1].nbytes)[1]
+        with pytest.raises(TypeError):
+            big.buffer()[0:1] = b"x"
+        assert d.metrics()["tensorvault_tier_view_bytes"] > 0
+        m.close_model()  # views outlive their model
+        for n, v in zip(names, vs):
+            assert bytes(v.buffer()) == ref[n], n
+        listing = [x for x in d.sessions() if x["view_bytes"]]
+        assert len(listing) == 1 and listing[0]["handles"][0]["view_bytes"] > 0, listing
+        for v in vs:
+            v.release()
+        assert d.metrics()["tensorvault_tier_view_bytes"] == 0
+        wait_sessions(d, lambda ls: all(not x["handles"] for x in ls))
+    finally:
+        m.close()
+
+
+def test_views_need_version_3(d, src, ref):
+    """Views of a model opened in-process (a store) or through a version-2
+    session: TV_E_NOT_SUPPORTED, nothing read."""
+    name, _ = fresh_model(d, src)
+    from harness.daemon import SLOW as _  # noqa: F401 - the same harness as above
+    import tensorvault._native as N
+    err = N.tv_error()
+    h = ctypes.c_void_p()
+    N.raise_for(N.lib.tv_model_open(d.store.encode(), name.encode(), None, ctypes.byref(h), err),
+                err)
+    try:
+        v = N.views(h, [next(iter(ref))])
+        assert isinstance(v[0], N.Error) and v[0].code == N.TV_E_NOT_SUPPORTED, v
+        assert "tv_model_open_daemon" in v[0].message
+    finally:
+        N.lib.tv_model_close(h)
+
+
+def test_one_group_for_every_spec_of_a_generation(d, src, ref):
+    """NAME, NAME@1 and NAME@ALIAS opened in three sessions at once: one read
+    group (the same memfd), one copy of the model read."""
+    name, objects = fresh_model(d, src)
+    d.ok("PUT", f"/v1/models/{name}/aliases/prod", body={"generation": 1})
+    m0 = d.metrics()
+    ss = [fp.Session(d.socket_path, timeout=TIMEOUT, max_version=3) for _ in range(3)]
+    try:
+        hs = [s.open(spec) for s, spec in zip(ss, (name, f"{name}@1", f"{name}@prod"))]
+        assert len({os.fstat(h.arena_fd).st_ino for h in hs}) == 1
+        assert d.metrics()["tensorvault_fastpath_groups"] - m0["tensorvault_fastpath_groups"] == 1
+        got = in_threads([lambda s=s, h=h: s.read_tensors(h) for s, h in zip(ss, hs)])
+        assert all(g == ref for g in got)
+    finally:
+        for s in ss:
+            s.close()
+    wait_sessions(d, lambda ls: ls == [])
+    assert 0 < delta(d, m0, DEV) <= 1.1 * objects
+
+
+# -- a member that stalls, or dies ---------------------------------------------------------
+
+
+def test_member_that_stalls_is_left_behind(tiny, src, ref):
+    """The tier keeps a sixth of the model: a member that opened the
+    generation and then takes nothing has every chunk read since owed to
+    it, and those fill the tier; after fastpath.share_wait_ms the daemon
+    stops keeping memory for it (a member stall), the other member finishes
+    with every byte right, and the stalled one, going on, gets its bytes."""
+    name, _ = fresh_model(tiny, src)
+    m0 = tiny.metrics()
+    with fp.Session(tiny.socket_path, timeout=TIMEOUT, max_version=3) as slow:
+        hs = slow.open(name)
+        first = [min((n for n in ref if ref[n]), key=lambda n: len(ref[n]))]
+        assert slow.read_tensors(hs, first) == {k: ref[k] for k in first}
+        t0 = time.monotonic()
+        assert load(tiny.socket_path, name, 3) == ref
+        took = time.monotonic() - t0
+        assert delta(tiny, m0, "tensorvault_fastpath_member_stalls_total") >= 1
+        listing = {x["id"]: x for x in tiny.sessions()}
+        assert listing[slow.session_id]["handles"][0]["stalled"] is True
+        print(f"the other member read the model in {took:.2f} s")
+        assert slow.read_tensors(hs) == ref  # it goes on, rereading what it missed
+        listing = {x["id"]: x for x in tiny.sessions()}
+        assert listing[slow.session_id]["handles"][0]["stalled"] is False
+    wait_sessions(tiny, lambda ls: ls == [])
+    t = tiny.get("/v1/status").json()["tier"]
+    assert t["resident_bytes"] <= TINY_CACHE + (1 << 20), t  # no group open: the budget
+
+
+def test_member_that_dies_gives_its_pins_back(d, src, ref):
+    """A worker holding views of every tensor is killed (SIGKILL): its
+    session ends, its pins go (tier view bytes back to what they were), and
+    a new worker reads the model right."""
+    name, _ = fresh_model(d, src)
+    before = d.metrics()["tensorvault_tier_view_bytes"]
+    p = subprocess.Popen([sys.executable, "-c", WORKER, d.socket_path, name, "views", "hold"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        r, _, _ = select.select([p.stdout], [], [], TIMEOUT)
+        assert r and json.loads(p.stdout.readline()) == {"held": True}
+        assert d.metrics()["tensorvault_tier_view_bytes"] > before
+        assert any(x["pid"] == p.pid and x["view_bytes"] > 0 for x in d.sessions())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    wait_sessions(d, lambda ls: all(x["pid"] != p.pid for x in ls))
+    assert d.metrics()["tensorvault_tier_view_bytes"] == before
+    assert worker(d.socket_path, name)["sha"] == sha(ref)
+
+
+# -- eviction under a tiny budget ----------------------------------------------------------
+
+
+def object_bytes(srcdir, snap, chunk, slot_len):
+    """The bytes of chunk `chunk` of a generation as the tier lays it out
+    (shard by shard, each cut in slot_len chunks): (offset in the tier,
+    the shard file's bytes there)."""
+    first = 0
+    for sh in snap.shards:
+        n = -(-sh["file_len"] // slot_len)
+        if chunk < first + n:
+            off = (chunk - first) * slot_len
+            with open(os.path.join(srcdir, sh["name"]), "rb") as f:
+                f.seek(off)
+                return chunk * slot_len, f.read(min(slot_len, sh["file_len"] - off))
+        first += n
+    raise AssertionError(f"no chunk {chunk}")
+
+
+def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
+    """Under a tiny cache.bytes: a session holds its credit of copy
+    references (not released) and another holds a view, both of model A,
+    while model B is read whole twice through the same tier (evicting):
+    the referenced chunks still hold A's bytes (never evicted nor
+    rewritten), evictions happened, the tier stayed within its bound, and
+    a view larger than the budget is refused (TV_E_BUSY naming cache.bytes)."""
+    a, _ = fresh_model(tiny, src)
+    b, _ = fresh_model(tiny, src2)
+    srcdir = os.path.dirname(src)
+    m0 = tiny.metrics()
+    holder = fp.Session(tiny.socket_path, timeout=TIMEOUT, max_version=3, auto_release=False)
+    m = Model(tiny.socket_path, a)
+    try:
+        ha = holder.open(a)
+        holder.submit(ha, [(t["index"], 0, t["nbytes"]) for t in ha.tensors
+                           if t["nbytes"] >= SLOT_LEN])
+        deadline = time.monotonic() + TIMEOUT
+        while len(holder.held) < CREDIT and time.monotonic() < deadline:
+            holder.pump(TIMEOUT)
+        held = sorted({s for _, s in holder.held})
+        assert held
+        small = min((n for n in ref if 0 < len(ref[n]) <= SLOT_LEN), key=lambda n: -len(ref[n]))
+        [v] = m.N.views(m.h, [small])
+        assert not isinstance(v, Exception), v
+        [big] = m.N.views(m.h, [max(ref, key=lambda n: len(ref[n]))])
+        assert isinstance(big, m.N.Error) and big.code == -1203, big  # TV_E_BUSY
+        assert "cache.bytes" in big.message, big.message
+        for _ in range(2):
+            assert load(tiny.socket_path, b, 3) == ref2
+            assert load(tiny.socket_path, b, 1) == ref2
+        t = tiny.get("/v1/status").json()["tier"]
+        assert t["resident_bytes"] <= t["bound_bytes"], t
+        assert delta(tiny, m0, "tensorvault_tier_evictions_total") > 0
+        assert bytes(v.buffer()) == ref[small]
+        for c in held:
+            at, want = object_bytes(srcdir, ha.snap, c, ha.slot_len)
+            assert bytes(ha.view[at:at + len(want)]) == want, c
+        v.release()
+        holder.auto_release = True
+        holder.release_all()
+    finally:
+        holder.close()
+        m.close()
+    wait_sessions(tiny, lambda ls: ls == [])
+    assert load(tiny.socket_path, a, 3) == ref
