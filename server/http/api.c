@@ -125,9 +125,15 @@ int tv__api_open(const tv__api_opts *o, tv__store *writer, tv__api **out, tv_err
         api->own_writer = true;
     } else {
         /* A read-only api still checks the store now, as a writer would. */
-        tv__store *probe = NULL;
-        if ((rc = tv__store_open(o->store_dir, 0, &probe, err)))
+        tv__api_rd *probe = calloc(1, sizeof *probe);
+        if (!probe) {
+            rc = tv__seterr(err, -ENOMEM, "api open: out of memory");
             goto fail;
+        }
+        if ((rc = tv__store_open(o->store_dir, 0, &probe->st, err))) {
+            free(probe);
+            goto fail;
+        }
         api->readers[api->n_readers++] = probe;
     }
     *out = api;
@@ -145,7 +151,7 @@ void tv__api_close(tv__api *api)
     tv__api_models_close(api);
     tv__api_shards_forget(api);
     for (size_t i = 0; i < api->n_readers; i++)
-        tv__store_close(api->readers[i]);
+        tv__api_reader_free(api->readers[i]);
     if (api->own_writer)
         tv__store_close(api->writer);
     for (size_t i = 0; i < api->n_roots; i++)
@@ -165,7 +171,8 @@ void tv__api_close(tv__api *api)
 /* Gives the request's reader store back to the pool. */
 static void reader_release(tv__api_ctx *c)
 {
-    tv__api_reader_put(c->api, c->rd);
+    tv__api_reader_put(c->api, c->rdw);
+    c->rdw = NULL;
     c->rd = NULL;
 }
 

@@ -27,7 +27,7 @@
  * body is read) and the store's blob on it. */
 typedef struct blob_src {
     tv__api *api;
-    tv__store *st;
+    tv__api_rd *rd;
     tv__store_blob *blob;
 } blob_src;
 
@@ -37,7 +37,7 @@ static void blob_free(void *src)
     if (!b)
         return;
     tv__store_blob_close(b->blob);
-    tv__api_reader_put(b->api, b->st);
+    tv__api_reader_put(b->api, b->rd);
     free(b);
 }
 
@@ -93,7 +93,8 @@ int tv__api_h_blob(tv__api_ctx *c)
     b->api = c->api;
     b->blob = blob;
     blob = NULL;
-    b->st = c->rd; /* the body may be streamed after the request: it keeps the store */
+    b->rd = c->rdw; /* the body may be streamed after the request: it keeps the store */
+    c->rdw = NULL;
     c->rd = NULL;
     char etag[TV__REG_SHA256_HEX_LEN + 16], what[TV__REG_SHA256_HEX_LEN + 16];
     snprintf(etag, sizeof etag, "\"" DIGEST_PREFIX "%s\"", hex);

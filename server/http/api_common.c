@@ -6,9 +6,11 @@
  *
  * Invariants: a handler takes at most one reader store per request
  * (c->rd), given back by the dispatcher or, when a body outlives the
- * request, by whoever keeps it; the writer store is only ever used under
- * its mutex; a cursor is the hex of the last key of a page behind a
- * one-letter kind, and a malformed one is 400, never a wrong page. */
+ * request, by whoever keeps it; a generation row kept with a reader was
+ * read through that reader's connection under the data version it carries,
+ * and is answered only while the connection still reports that version; the writer store is only
+ * ever used under its mutex; a cursor is the hex of the last key of a page behind a one-letter
+ * kind, and a malformed one is 400, never a wrong page. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -81,35 +83,92 @@ void tv__api_resp_free(tv__api_resp *resp)
 int tv__api_reader(tv__api_ctx *c, tv__reg **reg)
 {
     tv__api *api = c->api;
-    if (!c->rd) {
+    if (!c->rdw) {
         pthread_mutex_lock(&api->pool_mu);
         if (api->n_readers)
-            c->rd = api->readers[--api->n_readers];
+            c->rdw = api->readers[--api->n_readers];
         pthread_mutex_unlock(&api->pool_mu);
     }
-    if (!c->rd) {
-        int rc = tv__store_open(api->store_dir, 0, &c->rd, &c->err);
-        if (rc)
+    if (!c->rdw) {
+        tv__api_rd *rd = calloc(1, sizeof *rd);
+        if (!rd)
+            return tv__seterr(&c->err, -ENOMEM, "out of memory");
+        int rc = tv__store_open(api->store_dir, 0, &rd->st, &c->err);
+        if (rc) {
+            free(rd);
             return rc;
+        }
+        c->rdw = rd;
     }
+    c->rd = c->rdw->st;
     *reg = c->rd->reg;
     return 0;
 }
 
-void tv__api_reader_put(tv__api *api, tv__store *st)
+void tv__api_reader_free(tv__api_rd *rd)
 {
-    if (!st)
+    if (!rd)
+        return;
+    tv__store_close(rd->st);
+    free(rd);
+}
+
+void tv__api_reader_put(tv__api *api, tv__api_rd *rd)
+{
+    if (!rd)
         return;
     /* A reader left inside a transaction by a failed call is not reused. */
-    if (tv__reg_tx_depth(st->reg) == 0) {
+    if (tv__reg_tx_depth(rd->st->reg) == 0) {
         pthread_mutex_lock(&api->pool_mu);
         if (api->n_readers < TV__API_READER_POOL) {
-            api->readers[api->n_readers++] = st;
-            st = NULL;
+            api->readers[api->n_readers++] = rd;
+            rd = NULL;
         }
         pthread_mutex_unlock(&api->pool_mu);
     }
-    tv__store_close(st);
+    tv__api_reader_free(rd);
+}
+
+/* The generation row of (model, number), number 0 the active one: from the
+ * reader's entries when its connection's data version is the one they were
+ * read under (no commit since: the registry would answer the same), else
+ * from the registry, kept for the next request on this reader. A failing
+ * data version read only skips the cache. */
+static int gen_cached(tv__api_ctx *c, tv__reg *reg, const char *model, int64_t number,
+                      tv__reg_generation *g)
+{
+    tv__api_rd *rd = c->rdw;
+    int64_t v = 0;
+    tv_error e = {0};
+    int rc;
+    if (!rd || rd->st->reg != reg || tv__reg_data_version(reg, &v, &e))
+        return tv__reg_generation_get(reg, model, number, g, &c->err);
+    if (rd->n_gen && v != rd->version)
+        rd->n_gen = 0;
+    rd->version = v;
+    for (size_t i = 0; i < rd->n_gen; i++) {
+        struct tv__api_gen_entry *x = &rd->gen[i];
+        if (x->number == number && !strcmp(x->g.model, model)) {
+            x->last_use = ++rd->clock;
+            *g = x->g;
+            return 0;
+        }
+    }
+    if ((rc = tv__reg_generation_get(reg, model, number, g, &c->err)))
+        return rc;
+    size_t pick = rd->n_gen;
+    if (pick == TV__API_GEN_CACHE) {
+        pick = 0;
+        for (size_t i = 1; i < TV__API_GEN_CACHE; i++)
+            if (rd->gen[i].last_use < rd->gen[pick].last_use)
+                pick = i;
+    } else {
+        rd->n_gen++;
+    }
+    rd->gen[pick].number = number;
+    rd->gen[pick].last_use = ++rd->clock;
+    rd->gen[pick].g = *g;
+    return 0;
 }
 
 int tv__api_writer_lock(tv__api_ctx *c, tv__store **st)
@@ -387,7 +446,7 @@ int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char 
     if ((strcmp(spec, "active") || !c->api->writer) &&
         (rc = tv__api_gen(c, reg, model, spec, &number)))
         return rc;
-    return tv__reg_generation_get(reg, model, number, g, &c->err);
+    return gen_cached(c, reg, model, number, g);
 }
 
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number)

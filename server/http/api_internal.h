@@ -41,6 +41,25 @@
 #define TV__API_BUF_POOL       16           /* whole-body buffers kept for reuse */
 #define TV__API_BUF_KEEP       (512u << 20) /* bytes of them at most */
 
+/* Generation rows kept per pooled reader (api_cache.c). */
+#define TV__API_GEN_CACHE 8
+
+/* A pooled reader store and the generation rows read through it, kept
+ * while its connection's data version (tv__reg_data_version) stays the
+ * same: no commit by any connection since they were read, so they are
+ * what the registry would answer now (api_cache.c). */
+typedef struct tv__api_rd {
+    tv__store *st;
+    int64_t version; /* the data version gen[] was read under (n_gen > 0) */
+    size_t n_gen;
+    uint64_t clock;
+    struct tv__api_gen_entry {
+        int64_t number; /* as asked: 0 = the active one */
+        uint64_t last_use;
+        tv__reg_generation g;
+    } gen[TV__API_GEN_CACHE];
+} tv__api_rd;
+
 typedef struct tv__api_model_slot {
     char *model;
     int64_t generation;
@@ -74,7 +93,7 @@ struct tv__api {
     pthread_mutex_t writer_mu;
 
     pthread_mutex_t pool_mu; /* readers[] and models[] */
-    tv__store *readers[TV__API_READER_POOL];
+    tv__api_rd *readers[TV__API_READER_POOL];
     size_t n_readers;
     tv__api_model_slot models[TV__API_MODEL_POOL];
     uint64_t model_clock;
@@ -114,7 +133,8 @@ typedef struct tv__api_ctx {
     char *qk[TV__API_MAX_QUERY], *qv[TV__API_MAX_QUERY]; /* decoded query */
     size_t qv_len[TV__API_MAX_QUERY];
     size_t n_query;
-    tv__store *rd; /* reader store, taken on first use */
+    tv__store *rd;   /* reader store, taken on first use (rdw->st) */
+    tv__api_rd *rdw; /* its pool entry */
     tv__scope scope;
     bool has_token; /* token: the bearer token the request carries */
     tv__reg_token token;
@@ -142,11 +162,13 @@ void tv__api_header(tv__api_resp *r, const char *name, const char *fmt, ...)
 
 /* The reader store for this request (a pooled read-only handle). */
 int tv__api_reader(tv__api_ctx *c, tv__reg **reg);
-/* Gives a reader store back to the pool (closed when the pool is full or
- * it was left inside a transaction). NULL-safe. A handler that keeps the
- * request's reader past the request (a stream) takes c->rd, sets it NULL
- * and puts it back here when done. */
-void tv__api_reader_put(tv__api *api, tv__store *st);
+/* Gives a reader store back to the pool (closed and freed when the pool is
+ * full or it was left inside a transaction). NULL-safe. A handler that
+ * keeps the request's reader past the request (a stream) takes c->rdw,
+ * sets c->rdw and c->rd NULL and puts it back here when done. */
+void tv__api_reader_put(tv__api *api, tv__api_rd *rd);
+/* Closes a reader store and frees its entry (NULL-safe). */
+void tv__api_reader_free(tv__api_rd *rd);
 /* The writer store under its mutex; TV_E_STATE for a read-only api. Every
  * successful tv__api_writer_lock needs one tv__api_writer_unlock. */
 int tv__api_writer_lock(tv__api_ctx *c, tv__store **st);
@@ -188,7 +210,9 @@ json_t *tv__api_cursor_json(bool more, char kind, const char *key, size_t key_le
 int tv__api_settled(tv__api_ctx *c, const char *model, int64_t registry_active, int64_t *active);
 /* A generation spec from a path ("3", "prod", "active") -> number. */
 int tv__api_gen(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec, int64_t *number);
-/* The generation row of a spec ("3", "prod", "active"). */
+/* The generation row of a spec ("3", "prod", "active"): the row of a
+ * number or of the active generation is kept with the request's reader
+ * (tv__api_rd) and answered from there while the registry is unchanged. */
 int tv__api_gen_row(tv__api_ctx *c, tv__reg *reg, const char *model, const char *spec,
                     tv__reg_generation *g);
 /* Aliases of model (sorted), and the subset pointing at generation. */

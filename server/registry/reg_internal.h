@@ -27,6 +27,7 @@ int tv__reg_generations_query(tv__reg *reg, tv__reg_vec *v, const char *model, i
 struct tv__reg {
     sqlite3 *db;
     int depth;
+    sqlite3_stmt *data_version; /* PRAGMA data_version, prepared on first use, finalized at close */
 };
 
 /* Maps an SQLite failure to TV_E_LOCKED (busy past the timeout) or

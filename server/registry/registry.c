@@ -681,8 +681,31 @@ void tv__reg_close(tv__reg *reg)
         return;
     if (reg->db && !sqlite3_get_autocommit(reg->db))
         sqlite3_exec(reg->db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_finalize(reg->data_version);
     sqlite3_close_v2(reg->db);
     free(reg);
+}
+
+int tv__reg_data_version(tv__reg *reg, int64_t *version, tv_error *err)
+{
+    int rc;
+    if (!reg || !version)
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_data_version: NULL argument");
+    /* Prepared once: this runs on every cached lookup, where preparing a
+     * statement would cost what the cache saves. */
+    if (!reg->data_version &&
+        (rc = sqlite3_prepare_v3(reg->db, "PRAGMA data_version", -1, SQLITE_PREPARE_PERSISTENT,
+                                 &reg->data_version, NULL)) != SQLITE_OK) {
+        reg->data_version = NULL;
+        return tv__sqlerr(reg->db, err, rc, "preparing PRAGMA data_version");
+    }
+    rc = sqlite3_step(reg->data_version);
+    if (rc == SQLITE_ROW)
+        *version = sqlite3_column_int64(reg->data_version, 0);
+    int rrc = sqlite3_reset(reg->data_version);
+    if (rc != SQLITE_ROW)
+        return tv__sqlerr(reg->db, err, rrc != SQLITE_OK ? rrc : rc, "reading PRAGMA data_version");
+    return 0;
 }
 
 sqlite3 *tv__reg_sqlite(tv__reg *reg)

@@ -88,6 +88,15 @@ void tv__reg_close(tv__reg *reg);
 /* The underlying connection, for diagnostics and tests only. */
 struct sqlite3 *tv__reg_sqlite(tv__reg *reg);
 
+/* The connection's data version (PRAGMA data_version, from a statement
+ * prepared once per connection): a value that changes whenever another
+ * connection, in this process or another, commits a change to the
+ * registry (never for this connection's own writes), so a reader can keep
+ * rows it read while the value stays the same. Outside a transaction each
+ * call is its own read transaction. Returns 0 and *version; TV_E_INVALID_ARG
+ * for NULL; TV_E_REGISTRY or TV_E_LOCKED from SQLite. */
+int tv__reg_data_version(tv__reg *reg, int64_t *version, tv_error *err);
+
 /* Schema version (PRAGMA user_version) and the newest this binary knows. */
 int tv__reg_schema_version(tv__reg *reg, int *version, tv_error *err);
 int tv__reg_schema_latest(void);

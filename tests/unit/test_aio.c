@@ -378,12 +378,13 @@ static void test_short_read_resubmitted(void **state)
     assert_true(atomic_load(&g_calls) >= 2); /* the rest was read again */
     check_bytes(0, 3 * MIB, 256 * KIB);
     if (g_engine == TV_ENGINE_URING) {
-        /* the first read registered piece 0; the rest was re-sent fixed too */
+        /* plain reads by default: no table, the rest re-sent plain too */
         tv__aio_stats st;
         tv__aio_get_stats(a, &st);
-        assert_int_equal(st.n_registered, 1);
-        assert_true(st.n_fixed_reads >= 2);
-        assert_int_equal(st.n_plain_reads, 0);
+        assert_int_equal(st.n_pieces, 0);
+        assert_int_equal(st.n_registered, 0);
+        assert_int_equal(st.n_fixed_reads, 0);
+        assert_true(st.n_plain_reads >= 2);
     }
 
     /* EINTR is re-sent */
@@ -677,7 +678,8 @@ static void test_no_memlock(void **state)
                           .queue_depth = 4,
                           .region = g_region,
                           .region_len = REGION_LEN,
-                          .piece_len = 512 * KIB};
+                          .piece_len = 512 * KIB,
+                          .fixed_buffers = true};
         tv__aio *a = NULL;
         tv_error err = {0};
         tv__aio_stats st;
@@ -841,7 +843,11 @@ static void test_no_sparse_table(void **state)
     (void)state;
     const size_t len = 8 * MIB;
     uint8_t *r = map_shm(len);
-    tv__aio_opts o = {.engine = g_engine, .queue_depth = 4, .region = r, .region_len = len};
+    tv__aio_opts o = {.engine = g_engine,
+                      .queue_depth = 4,
+                      .region = r,
+                      .region_len = len,
+                      .fixed_buffers = true};
     tv__aio *a = NULL;
     tv_error err = {0};
     tv__aio_stats st;
@@ -878,7 +884,11 @@ static void test_lazy_registration(void **state)
     (void)state;
     uint8_t *big = map_shm(BIG_LEN);
     long pin0 = vm_pin_kib();
-    tv__aio_opts o = {.engine = g_engine, .queue_depth = 8, .region = big, .region_len = BIG_LEN};
+    tv__aio_opts o = {.engine = g_engine,
+                      .queue_depth = 8,
+                      .region = big,
+                      .region_len = BIG_LEN,
+                      .fixed_buffers = true};
     tv__aio *a = NULL;
     tv_error err = {0};
     tv__aio_stats st;
@@ -953,12 +963,61 @@ static void test_lazy_registration(void **state)
     print_timing(t1 - t0);
 }
 
+/* Without fixed_buffers (the default): no table, nothing pinned, every read
+ * plain (whole pieces, pieces spanned, resubmissions), bytes identical to
+ * the same reads with fixed buffers. */
+static void test_plain_default(void **state)
+{
+    (void)state;
+    uint8_t *big = map_shm(BIG_LEN);
+    long pin0 = vm_pin_kib();
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        tv__aio_opts o = {.engine = g_engine,
+                          .queue_depth = 8,
+                          .region = big,
+                          .region_len = BIG_LEN,
+                          .fixed_buffers = fixed};
+        tv__aio *a = NULL;
+        tv_error err = {0};
+        tv__aio_stats st;
+        int rc = tv__aio_create(&o, &a, &err);
+        if (rc == TV_E_NOT_SUPPORTED) {
+            munmap(big, BIG_LEN);
+            skip();
+        }
+        if (rc)
+            fail_msg("tv__aio_create: %s", err.msg);
+        memset(big, 0, 12 * MIB);
+        assert_int_equal(read_into(a, big, 1 * MIB, 0, 1 * MIB), 0);
+        assert_int_equal(read_into(a, big, 3 * MIB, 2 * MIB - 64 * KIB, 128 * KIB), 0);
+        assert_int_equal(read_into(a, big, 4 * MIB + 4096, 7 * MIB, 3 * MIB), 0);
+        tv__aio_get_stats(a, &st);
+        if (g_engine == TV_ENGINE_URING && !fixed) {
+            assert_int_equal(st.n_pieces, 0);
+            assert_int_equal(st.n_registered, 0);
+            assert_int_equal(st.n_fixed_reads, 0);
+            assert_int_equal(st.n_plain_reads, 3);
+            if (pin0 >= 0)
+                assert_int_equal(vm_pin_kib(), pin0);
+        } else if (g_engine == TV_ENGINE_URING) {
+            assert_true(st.n_pieces > 0);
+            assert_int_equal(st.n_fixed_reads + st.n_plain_reads, 3);
+        }
+        tv__aio_destroy(a);
+    }
+    munmap(big, BIG_LEN);
+}
+
 /* piece_len: checked, raised to fit the table, a shorter last piece */
 static void test_piece_len(void **state)
 {
     (void)state;
     uint8_t *big = map_shm(BIG_LEN);
-    tv__aio_opts o = {.engine = g_engine, .queue_depth = 4, .region = big, .region_len = BIG_LEN};
+    tv__aio_opts o = {.engine = g_engine,
+                      .queue_depth = 4,
+                      .region = big,
+                      .region_len = BIG_LEN,
+                      .fixed_buffers = true};
     tv__aio *a = NULL;
     tv_error err = {0};
     tv__aio_stats st;
@@ -1036,6 +1095,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lazy_registration, teardown),
         cmocka_unit_test_teardown(test_no_sparse_table, teardown),
         cmocka_unit_test_teardown(test_piece_len, teardown),
+        cmocka_unit_test_teardown(test_plain_default, teardown),
     };
     return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

@@ -806,6 +806,25 @@ static int64_t active_gen(void)
     return a;
 }
 
+/* The generation a route under .../generations/active reads: the tensor
+ * routes take its row through the reader pool's cache, which must follow
+ * every change the writer commits (asked twice, so the second answer comes
+ * from the cache). */
+static int64_t active_route_gen(void)
+{
+    int64_t n = 0;
+    for (int i = 0; i < 2; i++) {
+        tv__api_resp r;
+        json_t *j =
+            ok_json(&r, "GET", "/v1/models/acme%2Ftiny/generations/active/tensors?limit=1", NULL);
+        int64_t k = json_integer_value(json_object_get(j, "generation"));
+        assert_true(i == 0 || k == n);
+        n = k;
+        tv__api_resp_free(&r);
+    }
+    return n;
+}
+
 static void test_generation_changes(void **state)
 {
     (void)state;
@@ -814,14 +833,17 @@ static void test_generation_changes(void **state)
     check_generation(j, 1, true);
     tv__api_resp_free(&r);
     assert_int_equal(active_gen(), 1);
+    assert_int_equal(active_route_gen(), 1);
     expect_error("POST", "/v1/models/acme%2Ftiny/rollback", NULL, 409, "TV_E_CONFLICT");
     j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/generations/2/activate", &(rq){.body = "{}"});
     check_generation(j, 2, true);
     tv__api_resp_free(&r);
+    assert_int_equal(active_route_gen(), 2);
     j = ok_json(&r, "POST", "/v1/models/acme%2Ftiny/rollback", NULL);
     check_generation(j, 1, true);
     tv__api_resp_free(&r);
     assert_int_equal(active_gen(), 1);
+    assert_int_equal(active_route_gen(), 1);
     /* "active" as an alias PUT activates; removing it is refused */
     j = ok_json(&r, "PUT", "/v1/models/acme%2Ftiny/aliases/active",
                 &(rq){.body = "{\"generation\":2}"});
@@ -830,6 +852,7 @@ static void test_generation_changes(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "generation")), 2);
     tv__api_resp_free(&r);
     assert_int_equal(active_gen(), 2);
+    assert_int_equal(active_route_gen(), 2);
     expect_error("DELETE", "/v1/models/acme%2Ftiny/aliases/active", NULL, 400, "TV_E_BAD_REQUEST");
     expect_error("PUT", "/v1/models/acme%2Ftiny/aliases/9bad", &(rq){.body = "{\"generation\":1}"},
                  400, "TV_E_NAME");

@@ -1329,12 +1329,20 @@ static void test_option_bounds(void **state)
     assert_int_equal(tv__io_chunk_len(NULL), 0);
 }
 
-/* The staging ring is registered (pinned) only by a batch that stages at
- * least the whole ring: a first small read does not pay for pinning it. */
+/* With fixed_buffers, the staging ring is registered (pinned) only by a
+ * batch that stages at least the whole ring: a first small read does not
+ * pay for pinning it. Without, it never is. */
 static void test_lazy_registration(void **state)
 {
     (void)state;
-    tv__io *io = make_io(1); /* 8 x 64 KiB ring */
+    tv__io_dev d = iodev(0);
+    tv__io_opts o = {.engine = g_engine, .queue_depth = 8, .chunk_len = CHUNK, .n_threads = 4};
+    tv__io *plain = create_io(&d, 1, &o);
+    read_checked(plain, 4095, 2 * MIB + 3, 3);
+    assert_null(plain->reg_base);
+    tv__io_destroy(plain);
+    o.fixed_buffers = true;
+    tv__io *io = create_io(&d, 1, &o); /* 8 x 64 KiB ring */
     read_checked(io, 4096 * 3 + 5, 100, 1);
     read_checked(io, 100, 200 * KIB, 1); /* staged, less than the ring */
     assert_null(io->reg_base);
@@ -1345,6 +1353,41 @@ static void test_lazy_registration(void **state)
         assert_null(io->reg_base);
     read_checked(io, 4096 * 3 + 5, 100, 1); /* registered staging stays */
     tv__io_destroy(io);
+}
+
+/* The staging ring starts on 4 KiB pages for a batch that stages less than
+ * the ring and is replaced, once, by a 2 MiB-aligned ring advised onto huge
+ * pages by the first batch that stages the whole ring; reads before, across
+ * and after the replacement deliver the same bytes, with and without fixed
+ * buffers. */
+static void test_huge_staging(void **state)
+{
+    (void)state;
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        tv__io_dev d = iodev(0);
+        tv__io_opts o = {.engine = g_engine,
+                         .queue_depth = 4,
+                         .chunk_len = MIB,
+                         .n_threads = 4,
+                         .fixed_buffers = fixed};
+        tv__io *io = create_io(&d, 1, &o); /* 4 x 1 MiB ring */
+        read_checked(io, 4096 * 5 + 3, 300, 1);
+        assert_non_null(io->own_staging);
+        assert_false(io->own_huge);
+        assert_null(io->reg_base);
+        read_checked(io, 12345, 6 * MIB + 7, 5); /* stages more than the ring */
+        assert_true(io->own_huge);
+        assert_int_equal((uintptr_t)io->own_staging % TV__IO_HUGE_PAGE, 0);
+        uint8_t *ring = io->own_staging;
+        if (fixed && g_engine == TV_ENGINE_URING)
+            assert_true(io->reg_base == io->own_staging || io->own_refused);
+        else
+            assert_null(io->reg_base);
+        read_checked(io, 77, 1000, 3);
+        read_checked(io, 4096, 5 * MIB + 4096, 4097);
+        assert_ptr_equal(io->own_staging, ring); /* replaced once, then kept */
+        tv__io_destroy(io);
+    }
 }
 
 /* ---- copy-out pool ------------------------------------------------------ */
@@ -1537,6 +1580,7 @@ int main(void)
         cmocka_unit_test_teardown(test_option_bounds, teardown),
         cmocka_unit_test_teardown(test_copy_pool, teardown),
         cmocka_unit_test_teardown(test_lazy_registration, teardown),
+        cmocka_unit_test_teardown(test_huge_staging, teardown),
     };
     return TV_TEST_RUN_PER_ENGINE(g_engine, tests, group_setup, group_teardown);
 }

@@ -96,14 +96,15 @@ typedef struct tv_client tv_client;
 
 enum tv_engine {
     TV_ENGINE_AUTO = 0,  /* io_uring, else the pread thread pool */
-    TV_ENGINE_URING = 1, /* io_uring with registered buffers; TV_E_NOT_SUPPORTED if absent */
+    TV_ENGINE_URING = 1, /* io_uring; TV_E_NOT_SUPPORTED if absent */
     TV_ENGINE_PREAD = 2, /* pread worker threads: identical results */
 };
 
 /* Limits of the read options (TV_E_INVALID_ARG beyond them, naming the
  * values). The staging memory of a handle is queue_depth x chunk_len
  * (chunk_len after rounding up to the devices' io alignment): at most
- * TV_READ_MAX_STAGING bytes, pinned (io_uring registered buffers, CUDA). */
+ * TV_READ_MAX_STAGING bytes, on transparent huge pages once a batch fills
+ * it (pinned host memory for CUDA reads). */
 #define TV_READ_MAX_QUEUE_DEPTH      4096u        /* io_uring ring entries per handle */
 #define TV_READ_MAX_CHUNK            (1ull << 30) /* io_uring's limit for one registered buffer */
 #define TV_READ_MAX_STAGING          (1ull << 30) /* queue_depth x chunk_len: 1 GiB */

@@ -1,8 +1,8 @@
-/* Asynchronous single reads for an event loop (io/aio.h): io_uring with the
- * region registered lazily as fixed buffers (a sparse table of pieces, each
- * pinned by the first read into it) and a linked timeout per read, or a
- * pread worker pool with the same results; completions are announced on an
- * eventfd and handed out by tv__aio_reap.
+/* Asynchronous single reads for an event loop (io/aio.h): io_uring with a
+ * linked timeout per read (plain reads, or with fixed_buffers the region
+ * registered lazily as fixed buffers: a sparse table of pieces, each pinned
+ * by the first read into it), or a pread worker pool with the same results;
+ * completions are announced on an eventfd and handed out by tv__aio_reap.
  *
  * Invariants:
  *   - an op is in exactly one state: free, queued (submitted, not flushed),
@@ -15,7 +15,8 @@
  *     always fit; the kernel reads the timeout's timespec (in the op) at
  *     submission; a read CQE of a busy op is the only thing that advances
  *     it, and a short read's rest is re-sent from reap (the loop thread);
- *   - io_uring pieces: piece p is [p x piece_len, (p + 1) x piece_len) of
+ *   - io_uring pieces (fixed_buffers only; else no table, n_pieces 0, every
+ *     op's piece -1 and every read plain): piece p is [p x piece_len, (p + 1) x piece_len) of
  *     the region, clipped to its end; its state is UNREG (table entry
  *     empty), REG (entry p holds exactly that range) or REFUSED (never
  *     tried again); states change only in the loop thread (flush), before
@@ -350,10 +351,7 @@ static int uring_flush(tv__aio *a)
 
 static int uring_init(tv__aio *a)
 {
-    struct io_uring_params p = {0};
-    p.flags = IORING_SETUP_CQSIZE;
-    p.cq_entries = 4 * a->qd;
-    int rc = io_uring_queue_init_params(2 * a->qd, &a->ring, &p);
+    int rc = tv__io_ring_init(2 * a->qd, &a->ring, 4 * a->qd);
     if (rc < 0)
         return rc;
     a->ring_ok = true;
@@ -630,7 +628,7 @@ int tv__aio_create(const tv__aio_opts *opts, tv__aio **out, tv_error *err)
             goto fail;
         }
         a->efd_registered = true;
-        if ((rc = uring_table(a, (uint32_t)n_pieces))) {
+        if (o.fixed_buffers && (rc = uring_table(a, (uint32_t)n_pieces))) {
             rc = tv__seterr(err, rc, "out of memory");
             goto fail;
         }

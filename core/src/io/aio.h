@@ -7,17 +7,24 @@
  *     the region given at create; off, len and buf must be multiples of the
  *     read's io_align (the caller plans envelopes; tv__io_envelope): checked,
  *     TV_E_INVALID_ARG, nothing submitted;
- *   - io_uring with fixed buffers (IORING_OP_READ_FIXED) when available,
- *     else a pread worker pool; identical results. Registration is lazy:
- *     create registers a sparse buffer table of one entry per piece (the
- *     region cut in piece_len pieces, the last one shorter) and pins
- *     nothing; the first read into a piece registers (pins) that piece
- *     alone, at flush. A read inside one registered piece is READ_FIXED; a
- *     read spanning two pieces, or into a piece whose registration was
- *     refused (RLIMIT_MEMLOCK), or with no table (refused, kernel < 5.19)
- *     is a plain IORING_OP_READ (refusals logged once per process). A
- *     refused piece is not tried again; after a few refusals the aio stops
- *     registering;
+ *   - io_uring when available, else a pread worker pool; identical
+ *     results. Reads are plain IORING_OP_READ by default: the kernel cuts
+ *     a read into one segment per physically contiguous piece of its
+ *     buffer and merges neighbouring pages, while a registered buffer of
+ *     4 KiB pages stays one segment per page, so a 1 MiB read into it
+ *     passes a virtio disk's 254-segment limit and is split (measured on
+ *     the fast path: 1107 splits and 2.6 x the device requests for a 1 GiB
+ *     load, 0.84 of the plain reads' rate; bench/README.md);
+ *   - with fixed_buffers, io_uring fixed buffers (IORING_OP_READ_FIXED),
+ *     registered lazily: create registers a sparse buffer table of one
+ *     entry per piece (the region cut in piece_len pieces, the last one
+ *     shorter) and pins nothing; the first read into a piece registers
+ *     (pins) that piece alone, at flush. A read inside one registered piece
+ *     is READ_FIXED; a read spanning two pieces, or into a piece whose
+ *     registration was refused (RLIMIT_MEMLOCK), or with no table (refused,
+ *     kernel < 5.19) is a plain IORING_OP_READ (refusals logged once per
+ *     process). A refused piece is not tried again; after a few refusals
+ *     the aio stops registering;
  *   - a completion is reported once per submitted read, with result 0 only
  *     when all len bytes arrived: a short read is resubmitted for the rest
  *     (inside aio) and fails with TV_E_SHORT_IO when a resubmission returns
@@ -51,13 +58,17 @@ typedef struct tv__aio_opts {
     size_t piece_len;     /* io_uring fixed-buffer piece: a multiple of 4096 up to 1 GiB
                              (0 = 1 MiB), raised to its smallest multiple that cuts the
                              region in at most 16384 pieces; the fast path passes its
-                             slot_len, so that a slot lies inside one piece */
+                             slot_len, so that a slot lies inside one piece; checked
+                             whether or not fixed_buffers is set */
+    bool fixed_buffers;   /* io_uring: register the region's pieces as fixed buffers (pays
+                             where pinning per read costs more than splitting: huge-page
+                             regions, many small reads); off: plain reads, no table */
 } tv__aio_opts;
 
 /* What the fixed-buffer registration did so far (for tests and logs). */
 typedef struct tv__aio_stats {
     size_t piece_len;       /* as chosen at create (0 for the pread pool) */
-    uint32_t n_pieces;      /* entries of the sparse table (0: none, plain reads) */
+    uint32_t n_pieces;      /* entries of the sparse table (0: none, plain reads: the default) */
     uint32_t n_registered;  /* pieces registered (pinned) so far */
     uint32_t n_refused;     /* piece registrations refused (those pieces read plain) */
     uint64_t n_fixed_reads; /* read SQEs sent as READ_FIXED (resubmissions included) */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "io/io_internal.h"
@@ -214,6 +215,7 @@ int tv__io_create(const tv__io_dev *devs, size_t n_devs, const tv__io_opts *opts
     io->timeout_ms = o.timeout_ms;
     io->n_threads = o.n_threads;
     io->cp_want = o.copy_threads;
+    io->fixed = o.fixed_buffers;
     io->devs = calloc(n_devs, sizeof(*io->devs));
     io->bw = calloc(n_devs, sizeof(*io->bw));
     io->n_bw = calloc(n_devs, sizeof(*io->n_bw));
@@ -862,15 +864,52 @@ static void on_timeout(batch *b)
     }
 }
 
+/* Gives the engine its own staging of total bytes: 4 KiB pages for a batch
+ * that stages less than the ring (only the slots it uses are faulted in),
+ * else transparent huge pages, replacing a small-batch ring (nothing is in
+ * flight between batches; the old ring goes first, so two never coexist).
+ * Huge pages make each read's buffer physically contiguous, one segment
+ * for the device instead of one per 4 KiB page (engine.h). The advice is
+ * only advice: where THP is off the ring has 4 KiB pages and the kernel
+ * still merges the pages that happen to be contiguous. */
+static int own_staging(tv__io *io, size_t total, bool big)
+{
+    void *p = NULL;
+    size_t al = io->max_align > 4096 ? io->max_align : 4096;
+    bool huge = big && total >= TV__IO_HUGE_PAGE;
+    if (io->own_staging && (io->own_huge || !huge))
+        return 0;
+    if (huge && al < TV__IO_HUGE_PAGE)
+        al = TV__IO_HUGE_PAGE;
+    if (io->own_staging) {
+        if (io->reg_base == io->own_staging)
+            tv__io_uring_unregister(io);
+        free(io->own_staging);
+        io->own_staging = NULL;
+        io->own_refused = false;
+    }
+    if (posix_memalign(&p, al, total))
+        return -ENOMEM;
+    if (huge)
+        (void)madvise(p, total, MADV_HUGEPAGE);
+    io->own_staging = p;
+    io->own_huge = huge;
+    return 0;
+}
+
 /* Points io->staging at this batch's staging: the sink's when it provides
- * one, else the engine's own (allocated once, registered once and kept). */
+ * one, else the engine's own (own_staging). With fixed_buffers, io_uring
+ * registers it once a batch stages at least the whole ring. */
 static int ensure_staging(batch *b)
 {
     tv__io *io = b->io;
     size_t total = (size_t)io->qd * io->chunk_len;
+    uint64_t staged = 0;
     int rc;
     if (b->staging_ready)
         return 0;
+    for (size_t k = 0; k < b->n_st && staged < total; k++)
+        staged += b->st[k].ee - b->st[k].eb;
     if (b->sink && b->sink->alloc_staging) {
         b->sink_staging = b->sink->alloc_staging(b->sink->ctx, total, io->max_align);
         if (b->sink_staging && ((uintptr_t)b->sink_staging % io->max_align)) {
@@ -881,25 +920,17 @@ static int ensure_staging(batch *b)
             b->sink_staging = NULL;
         }
     }
-    if (!b->sink_staging && !io->own_staging) {
-        void *p = NULL;
-        size_t al = io->max_align > 4096 ? io->max_align : 4096;
-        if (posix_memalign(&p, al, total))
-            return -ENOMEM;
-        io->own_staging = p;
-    }
+    if (!b->sink_staging && (rc = own_staging(io, total, staged >= total)))
+        return rc;
     io->staging = b->sink_staging ? b->sink_staging : io->own_staging;
     b->staging_ready = true;
-    if (io->engine != TV_ENGINE_URING || io->reg_base == io->staging ||
+    if (io->engine != TV_ENGINE_URING || !io->fixed || io->reg_base == io->staging ||
         (io->staging == io->own_staging && io->own_refused))
         return 0;
     /* Registering pins (and so faults in) the whole ring, milliseconds for
      * the default 32 MiB: a batch that stages less than the ring holds (a
      * first small tensor, a latency probe) reads into the unregistered ring,
      * touching only the pages it uses. Own staging, once registered, stays. */
-    uint64_t staged = 0;
-    for (size_t k = 0; k < b->n_st && staged < total; k++)
-        staged += b->st[k].ee - b->st[k].eb;
     if (staged < total && io->staging == io->own_staging)
         return 0;
     if ((rc = tv__io_uring_register(io))) {

@@ -1,5 +1,5 @@
 /* The read engine: executes batches of payload reads on O_DIRECT devices
- * with io_uring (registered staging buffers, configurable queue depth and
+ * with io_uring (a staging ring on huge pages, configurable queue depth and
  * chunk size) or, identically, with a pool of pread worker threads.
  *
  * Invariants:
@@ -23,7 +23,8 @@
  *     reads, seeded equal);
  *   - the engine never mmaps a device; memory is the staging ring
  *     (queue_depth x chunk_len, at most TV__IO_MAX_STAGING, checked at
- *     create) plus a small fixed record per request and per chunk-sized
+ *     create; replaced at most once, by its huge-page form, the old one
+ *     freed first) plus a small fixed record per request and per chunk-sized
  *     piece, whatever the batch size, and the copy-out pool's piece list
  *     (at most 2 x chunk_len / 64 KiB + 2 records);
  *   - staged bytes bound for host memory are copied by copy_threads threads
@@ -134,17 +135,31 @@ typedef struct tv__io_opts {
                               TV__IO_DEFAULT_COPY_THREADS); 1 = inline; at most
                               TV__IO_MAX_COPY_THREADS. Workers start on the first copy of
                               at least 128 KiB; sinks with their own copy never use them */
+    bool fixed_buffers;    /* io_uring: register the staging ring as fixed buffers and read
+                              into it with READ_FIXED (off by default: see below) */
 } tv__io_opts;
 
 /* Creates an engine over n_devs devices (copied; the fds stay the caller's);
  * excluded devices keep their index but are never read (at least one device
  * must not be excluded).
  * AUTO uses io_uring when io_uring_queue_init works, else the pread pool
- * (logged). Staging is allocated on the first batch that needs it and, for
- * io_uring, registered (fixed buffers) by the first batch that stages at
- * least the whole ring (registering pins every page: a first small read
- * does not pay for it); when registration is refused (RLIMIT_MEMLOCK) plain
- * reads are used, with identical results.
+ * (logged). Staging is allocated on the first batch that needs it: with
+ * 4 KiB pages for a batch that stages less than the whole ring (a first
+ * small read faults in only what it uses), on transparent huge pages
+ * (2 MiB-aligned, MADV_HUGEPAGE) from the first batch that stages at least
+ * the whole ring (the small staging is replaced then). Why: a device read
+ * is cut into one segment per physically contiguous piece of its buffer;
+ * a 1 MiB read into 4 KiB pages scattered in memory has 256 segments, more
+ * than a virtio disk takes in one request (254 here), so every read was
+ * split in two and the disk served more, smaller requests (measured: 1023
+ * splits for 1024 reads of a 1 GiB load, 0.6-0.8 of the rate of reads into
+ * huge pages; bench/README.md). Reads are plain IORING_OP_READ, for which
+ * the kernel merges contiguous pages into one segment; with fixed_buffers
+ * the ring is registered by the first batch that stages at least the whole
+ * ring and read with READ_FIXED (registered 4 KiB pages are never merged,
+ * so this only pays where pinning per read costs more than splitting);
+ * when registration is refused (RLIMIT_MEMLOCK) plain reads are used, with
+ * identical results.
  * Returns 0 and *out; TV_E_NOT_SUPPORTED (TV_ENGINE_URING asked and
  * io_uring unavailable: ENOSYS, EPERM, EACCES, EOPNOTSUPP); TV_E_INVALID_ARG
  * (NULL out, no devices or every device excluded, a negative fd, an

@@ -23,6 +23,10 @@
 
 #include "io/engine.h"
 
+/* The staging ring's alignment when it is advised onto transparent huge
+ * pages (the PMD size of x86-64 and 4 KiB-page arm64). */
+#define TV__IO_HUGE_PAGE (2u << 20)
+
 /* -EAGAIN / -EINTR completions re-issued at most this many times per op. */
 #define TV__IO_MAX_AGAIN 64u
 
@@ -71,6 +75,8 @@ struct tv__io {
     uint64_t *n_bw;       /* per device: samples taken (0: bw is only the seed) */
     tv__io_op *ops;       /* qd */
     uint8_t *own_staging; /* qd x chunk_len, allocated on first need */
+    bool own_huge;        /* own_staging is 2 MiB-aligned and advised MADV_HUGEPAGE */
+    bool fixed;           /* opts.fixed_buffers */
     uint8_t *staging;     /* this batch's staging (own or the sink's) */
     bool broken;          /* the ring failed in a way that left reads unaccounted */
 
@@ -141,6 +147,11 @@ int tv__io_op_step(tv__io_op *op, int64_t res);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t tv__io_now_ns(void);
+
+/* io_uring_queue_init_params for entries SQ entries (and cq_entries CQ
+ * entries, 0 = the kernel's default) with IORING_SETUP_COOP_TASKRUN, or
+ * without it where the kernel refuses it. Returns 0 or -errno. */
+int tv__io_ring_init(unsigned entries, struct io_uring *ring, unsigned cq_entries);
 
 /* io_uring backend (uring.c). init returns 0 or -errno. register returns 0
  * or -errno (then plain reads are used). reap returns 0 and the index of a

@@ -1,6 +1,8 @@
-/* io_uring backend of the read engine: one ring of queue_depth entries, the
- * staging ring registered as queue_depth fixed buffers (read_fixed), plain
- * reads for direct-to-destination ops or when registration is refused.
+/* io_uring backend of the read engine: one ring of queue_depth entries
+ * (COOP_TASKRUN where the kernel has it), plain reads; with fixed_buffers
+ * the staging ring registered as queue_depth fixed buffers (read_fixed) for
+ * staged ops, plain reads for direct-to-destination ops or when
+ * registration is refused.
  *
  * Invariants: user_data is the op index (cancel requests carry
  * TV__URING_CANCEL_BIT and are never reported); the fault hook sees every
@@ -17,9 +19,28 @@
 
 #define TV__URING_CANCEL_BIT (1ull << 63)
 
+/* A ring whose completions wait for the thread's next io_uring_enter
+ * (COOP_TASKRUN) instead of interrupting it: the thread running tv__io_run
+ * copies staged bytes between its waits and enters the kernel for every
+ * completion anyway. Kernels before 5.19 refuse the flag: a plain ring. */
+int tv__io_ring_init(unsigned entries, struct io_uring *ring, unsigned cq_entries)
+{
+    struct io_uring_params p = {0};
+    p.flags = IORING_SETUP_COOP_TASKRUN | (cq_entries ? IORING_SETUP_CQSIZE : 0);
+    p.cq_entries = cq_entries;
+    int rc = io_uring_queue_init_params(entries, ring, &p);
+    if (rc == -EINVAL) {
+        memset(&p, 0, sizeof(p));
+        p.flags = cq_entries ? IORING_SETUP_CQSIZE : 0;
+        p.cq_entries = cq_entries;
+        rc = io_uring_queue_init_params(entries, ring, &p);
+    }
+    return rc;
+}
+
 int tv__io_uring_init(tv__io *io)
 {
-    int rc = io_uring_queue_init(io->qd, &io->ring, 0);
+    int rc = tv__io_ring_init(io->qd, &io->ring, 0);
     if (rc < 0)
         return rc;
     io->ring_ok = true;
