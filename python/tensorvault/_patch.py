@@ -57,8 +57,11 @@ def _modules():
 
 
 def _swap(old, new):
-    """Every module attribute that is old becomes new."""
+    """Every module attribute that is old becomes new (tensorvault's own
+    modules keep theirs: the official class stays reachable)."""
     for mod in _modules():
+        if getattr(mod, "__name__", "").split(".")[0] == "tensorvault":
+            continue
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict):
             continue
