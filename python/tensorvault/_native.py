@@ -2,8 +2,9 @@
 this package by `pip install ./python`, SONAME libtensorvault.so.1): the
 structures and prototypes of every C function the package calls, and the
 exceptions built from a tv_error (code, its stable name from tv_err_name,
-the library's message). A model opened from a store or through the daemon
-is one tv_model, read with the same functions.
+the library's message; each an instance of safetensors.SafetensorError).
+A model opened from a store or through the daemon is one tv_model, read
+with the same functions.
 
 Invariant: every function used has argtypes and restype set here, so a
 wrong argument type fails in Python instead of corrupting memory."""
@@ -15,24 +16,45 @@ TV_E_INVALID_ARG = -1003
 TV_E_NOT_FOUND = -1004
 
 
-class Error(Exception):
-    """A libtensorvault error: .code (the TV_E_* or -errno value), .name
-    (its symbolic name, e.g. "TV_E_NOT_FOUND") and .message."""
+try:  # the official exception class, when safetensors is installed
+    from safetensors import SafetensorError
+except ImportError:
+    class SafetensorError(Exception):
+        """safetensors' exception class, standing in when the safetensors
+        package is not installed."""
 
-    def __init__(self, code, name, message):
-        super().__init__(code, name, message)
+
+class Error(SafetensorError):
+    """A tensorvault error, an instance of safetensors.SafetensorError (of
+    its stand-in without safetensors): .code (the TV_E_* or -errno value),
+    .name (its symbolic name, e.g. "TV_E_NOT_FOUND") and .message. str() is
+    "NAME: message", except for the errors whose text is the official
+    package's (plain: str() is the message alone, as clients match it)."""
+
+    def __init__(self, code, name, message, plain=False):
+        super().__init__(message)
         self.code = code
         self.name = name
         self.message = message
+        self.plain = plain
 
     def __str__(self):
-        return f"{self.name}: {self.message}"
+        return self.message if self.plain else f"{self.name}: {self.message}"
 
 
-class MissingTensorError(Error, KeyError):
-    """A tensor name that the model does not have (also a KeyError)."""
+class MissingTensorError(Error):
+    """A tensor name that the model or file does not have (the official
+    "File does not contain tensor NAME")."""
 
-    __str__ = Error.__str__
+
+class NotFoundError(Error, FileNotFoundError):
+    """A model, generation or alias that does not exist: also a
+    FileNotFoundError, what the official raises for a missing file."""
+
+
+class DtypeError(Error, AttributeError):
+    """A dtype numpy has no array type for (F4): also an AttributeError, what
+    the official numpy path raises there."""
 
 
 class tv_error(ctypes.Structure):
@@ -165,15 +187,21 @@ def dtype_name(dt):
     return lib.tv_dtype_name(dt).decode()
 
 
-def make_error(code, message, cls=Error):
-    return cls(code, err_name(code), message)
+def make_error(code, message, cls=Error, plain=False):
+    return cls(code, err_name(code), message, plain)
+
+
+def official(message, code=TV_E_INVALID_ARG, cls=Error):
+    """The Error of a case the official package raises SafetensorError for,
+    with its text (plain)."""
+    return cls(code, err_name(code), message, True)
 
 
 def raise_for(rc, err):
     """Raises the Error of a failed call (rc < 0) from its tv_error."""
     if rc < 0:
         msg = err.msg.decode("utf-8", "replace") if err is not None else ""
-        raise Error(rc, err_name(rc), msg or err_name(rc))
+        raise (NotFoundError if rc == TV_E_NOT_FOUND else Error)(rc, err_name(rc), msg or err_name(rc))
 
 
 class View:

@@ -1,26 +1,46 @@
-"""tensorvault.safe_open: safetensors 0.8's safe_open (framework="numpy" or
-"pt", device="cpu" or a CUDA device) over a tensorvault model, opened
-in-process from a store directory (store=) or through tensorvaultd's fast
-path (its UNIX socket): one tv_model either way, read by one code path.
+"""tensorvault.safe_open: safetensors 0.8's safe_open over a tensorvault
+model, opened in-process from a store directory (store=) or through
+tensorvaultd's fast path (its UNIX socket): one tv_model either way, read by
+one code path.
 
-Invariants: get_tensor reads straight into a fresh array's buffer (numpy's,
-or the storage of torch.empty(...): no copy; on CUDA the library copies into
-the device tensor on the current stream of that device, synchronized before
-returning); get_tensors is one batched read; a slice reads only the rows of
-dimension 0 it needs (tv_read_rows), the rest is numpy or torch indexing of
-that block; a name the model lacks raises MissingTensorError (a KeyError).
-torch is imported only when framework="pt" is used."""
+safe_open(filename, framework, device="cpu", *, backend="mmap", ...) takes
+a model name (a generation with generation= or alias=), or a file: a
+path-like object, or a str naming an existing file. A file is served from
+the generation that holds it (tensorvault._files.lookup: its size, header
+and recorded identity, never its whole bytes), only that shard's tensors;
+a file no generation holds, or one asked for with a framework or device
+tensorvault does not serve, is opened by the official safe_open.
+
+Invariants: arguments, errors and closed-handle rules are the official's
+(its exception classes, its texts where clients match them: "File is
+closed", "File does not contain tensor NAME", the slicing errors of
+_index.py); get_tensor reads straight into a fresh array's buffer (numpy's,
+or the storage of torch.empty(...): no copy; on CUDA the library copies
+into the device tensor on the current stream of that device, synchronized
+before returning); get_tensors is one batched read; a slice reads only the
+rows of dimension 0 it needs (tv_read_rows) and stays readable after its
+handle is closed (the model is closed when the last handle or slice on it
+is gone); torch is imported only when framework="pt" is used."""
 import ctypes
 import json
+import os
 import re
 import threading
+import weakref
 
 import ml_dtypes
 import numpy as np
 
+from . import _index
 from . import _native as N
 
-# safetensors dtype name -> numpy dtype (the byte-addressable ones).
+try:
+    from safetensors import safe_open as OFFICIAL
+except ImportError:  # tensorvault works without it: no fallback for files then
+    OFFICIAL = None
+
+# safetensors dtype name -> numpy dtype (the byte-addressable ones; the
+# official numpy path has none for BF16 and F8: tensorvault's are ml_dtypes').
 NUMPY_DTYPES = {
     "BOOL": np.dtype(np.bool_),
     "U8": np.dtype(np.uint8),
@@ -43,9 +63,10 @@ NUMPY_DTYPES = {
     "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 
-# safetensors dtype name -> name of the torch dtype: the table of
-# safetensors 0.8's torch backend (safe_open(framework="pt") also maps
-# F8_E8M0 to float8_e8m0fnu). A dtype this torch lacks is TV_E_NOT_SUPPORTED.
+# safetensors dtype name -> name of the torch dtype, as safetensors 0.8's
+# safe_open(framework="pt") maps them. F4 is torch's float4_e2m1fn_x2: two
+# values a byte, the last dimension halved. A dtype this torch lacks is
+# TV_E_NOT_SUPPORTED.
 TORCH_DTYPES = {
     "BOOL": "bool",
     "U8": "uint8",
@@ -66,22 +87,158 @@ TORCH_DTYPES = {
     "F8_E4M3FNUZ": "float8_e4m3fnuz",
     "F8_E5M2FNUZ": "float8_e5m2fnuz",
     "F8_E8M0": "float8_e8m0fnu",
+    "F4": "float4_e2m1fn_x2",
 }
 
-FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "pt": "pt", "torch": "pt", "pytorch": "pt"}
+# Bits of one element of each safetensors dtype.
+BITS = {**{k: 8 * v.itemsize for k, v in NUMPY_DTYPES.items()},
+        "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+UNDERSTOOD = set(BITS) - {"F6_E2M3", "F6_E3M2"}  # the official reads no F6
+
+# framework -> what tensorvault serves it as ("other": the official's only).
+FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "numpy", "numpy": "numpy",
+              "tf": "other", "tensorflow": "other", "jax": "other", "flax": "other",
+              "mlx": "other", "paddle": "other"}
+ACCELERATORS = ("npu", "xpu", "xla", "mlu", "hpu")
+BACKENDS = ("mmap", "pread")
+
+
+def _not_str(arg, v):
+    what = "'None'" if v is None else f"'{type(v).__name__}' object"
+    return TypeError(f"argument '{arg}': {what} is not an instance of 'str'")
+
+
+def parse_framework(framework):
+    """"pt", "numpy" or "other" (a framework only the official serves);
+    the official's TypeError or SafetensorError for anything else."""
+    if not isinstance(framework, str):
+        raise _not_str("framework", framework)
+    fw = FRAMEWORKS.get(framework)
+    if fw is None:
+        raise N.official(f"framework {framework} is invalid")
+    return fw
+
+
+def _usize_text(s):
+    """A device index as the official parses "cuda:N" (decimal digits, an
+    optional '+', below 2^64)."""
+    digits = s[1:] if s.startswith("+") else s
+    if not s:
+        raise ValueError("cannot parse integer from empty string")
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        raise ValueError("invalid digit found in string")
+    v = int(digits)
+    if v >= 1 << 64:
+        raise ValueError("number too large to fit in target type")
+    return v
+
+
+class Device:
+    """A parsed device= value: kind "cpu", "cuda" (index) or "other" (an
+    accelerator only the official serves); shown as the official's error
+    texts show it."""
+
+    __slots__ = ("kind", "index", "shown")
+
+    def __init__(self, kind, index=None, shown="cpu"):
+        self.kind, self.index, self.shown = kind, index, shown
+
+
+def parse_device(device):
+    """device= as the official parses it (None, "cpu", "cuda", "cuda:N", an
+    int N >= 0 (torch's accelerator N), "mps", "npu[:N]", ...; its errors),
+    and a torch.device of type cpu or cuda (the official refuses those).
+    Needs no torch (a torch.device is recognised by type)."""
+    t = type(device)
+    if t.__module__ == "torch" and t.__name__ == "device":
+        if device.type == "cpu":
+            return Device("cpu")
+        index = 0 if device.index is None else int(device.index)
+        if device.type == "cuda":
+            return Device("cuda", index, f"cuda:{index}")
+        return Device("other", index, str(device))
+    if device is None:
+        return Device("cpu")
+    if isinstance(device, str):
+        if device == "cpu":
+            return Device("cpu")
+        if device == "cuda":
+            return Device("cuda", 0, "cuda:0")
+        if device in ("mps", "mps:0"):
+            return Device("other", 0, "mps")
+        if device in ACCELERATORS:
+            return Device("other", 0, f"{device}:0")
+        kind = device.split(":", 1)[0]
+        if kind in ("cuda",) + ACCELERATORS and device.startswith(kind + ":"):
+            tokens = device.split(":")
+            if len(tokens) != 2:
+                raise N.official(f"device {device} is invalid")
+            index = _usize_text(tokens[1])
+            return Device("cuda" if kind == "cuda" else "other", index, f"{kind}:{index}")
+        if device.startswith("mps:"):
+            raise N.official(f"device {device} is invalid: only mps or mps:0 is supported")
+        raise N.official(f"device {device} is invalid")
+    try:
+        index = device.__index__()
+    except Exception:
+        index = None
+    if isinstance(index, int) and 0 <= index < 1 << 64:
+        return Device("cuda", index, str(index))
+    raise N.official(f"device {device} is invalid")
+
+
+def check_backend(backend):
+    """The official's TypeError or SafetensorError for a backend= that is not
+    "mmap" or "pread" (both read the same bytes here)."""
+    if not isinstance(backend, str):
+        raise _not_str("backend", backend)
+    if backend not in BACKENDS:
+        shown = '"' + backend.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        raise N.official(f'backend {shown} is invalid (expected one of: "mmap", "pread")')
+
+
+class _Info:
+    __slots__ = ("name", "index", "dtype", "shape", "nbytes", "shard")
+
+    def __init__(self, name, index, dtype, shape, nbytes, shard):
+        self.name, self.index, self.dtype, self.shape = name, index, dtype, shape
+        self.nbytes, self.shard = nbytes, shard
 
 
 class _Model:
     """One tv_model: opened in-process from the store directory `store`, or
     (store None) through tensorvaultd's fast path in a session of its own
-    to `socket` (None: the library's default). Read with the same functions
-    either way (instance attributes, so that one handle's calls can be
-    wrapped)."""
+    to `socket` (None: the library's default), with its tensors' index;
+    shared by every handle and slice on that generation (closed when the
+    last is gone). Reads on it hold its lock (the library wants reads on
+    one model serialized). Read with the same functions either way
+    (instance attributes, so that one model's calls can be wrapped)."""
+
+    _cache = weakref.WeakValueDictionary()  # (store, socket, "model@N") -> _Model
+    _cache_lock = threading.Lock()
+
+    @classmethod
+    def get(cls, spec, store, socket, pinned):
+        """The open model of spec, shared when spec names a generation
+        number (pinned): one that names the active generation or an alias
+        is opened afresh, as it may have moved."""
+        if not pinned:
+            return cls(spec, store, socket)
+        key = (store, socket, spec)
+        with cls._cache_lock:
+            m = cls._cache.get(key)
+            if m is None:
+                m = cls(spec, store, socket)
+                cls._cache[key] = m
+            return m
 
     def __init__(self, spec, store=None, socket=None):
         err = N.tv_error()
         h = ctypes.c_void_p()
+        self.h = None
         self.c = None
+        self.lock = threading.Lock()
+        self.spec = spec
         bspec = spec.encode()
         if store is not None:
             rc = N.lib.tv_model_open(store.encode(), bspec, None, ctypes.byref(h), err)
@@ -106,18 +263,40 @@ class _Model:
         self.read_batch_cuda = N.lib.tv_read_batch_cuda
         self.shard_fns = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header")
         self.generation = N.lib.tv_model_generation(h)
+        try:
+            self._load_index()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load_index(self):
+        n = self.n_tensors(self.h)
+        self.order = []
+        self.by_name = {}
+        d = N.tv_tensor_desc()
+        for i in range(n):
+            rc = self.tensor(self.h, i, ctypes.byref(d))
+            if rc < 0:
+                raise N.make_error(rc, f"tensor {i} of model {self.spec!r}: invalid record")
+            name = ctypes.string_at(d.name, d.name_len).decode("utf-8")
+            info = _Info(name, i, N.dtype_name(d.dtype), tuple(d.shape[k] for k in range(d.rank)),
+                         d.nbytes, d.shard)
+            self.order.append(info)
+            self.by_name[name] = info
 
     def close(self):
-        N.lib.tv_model_close(self.h)
-        if self.c is not None:
-            N.lib.tv_client_close(self.c)
+        h, self.h = self.h, None
+        if h is not None:
+            N.lib.tv_model_close(h)
+        c, self.c = self.c, None
+        if c is not None:
+            N.lib.tv_client_close(c)
 
-
-class _Info:
-    __slots__ = ("name", "index", "dtype", "shape", "nbytes")
-
-    def __init__(self, name, index, dtype, shape, nbytes):
-        self.name, self.index, self.dtype, self.shape, self.nbytes = name, index, dtype, shape, nbytes
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 def _spec(model, generation, alias):
@@ -128,36 +307,6 @@ def _spec(model, generation, alias):
     if alias is not None:
         return f"{model}@{alias}"
     return model
-
-
-DEVICE_FORMS = "\"cpu\", \"cuda\", \"cuda:N\", an int N >= 0 or a torch.device of type cpu or cuda"
-
-
-def parse_device(device):
-    """None for the CPU, else the CUDA device index N; TV_E_INVALID_ARG for
-    anything else. Needs no torch (a torch.device is recognised by type)."""
-    bad = N.make_error(N.TV_E_INVALID_ARG, f"device {device!r} is invalid: {DEVICE_FORMS}")
-    t = type(device)
-    if t.__module__ == "torch" and t.__name__ == "device":
-        if device.type == "cpu":
-            return None
-        if device.type == "cuda":
-            return 0 if device.index is None else int(device.index)
-        raise bad
-    if isinstance(device, bool):
-        raise bad
-    if isinstance(device, (int, np.integer)):
-        if device < 0:
-            raise bad
-        return int(device)
-    if isinstance(device, str):
-        if device == "cpu":
-            return None
-        if device == "cuda":
-            return 0
-        if re.fullmatch(r"cuda:[0-9]+", device):
-            return int(device[5:])
-    raise bad
 
 
 def _numpy_hugepage_switch():
@@ -193,6 +342,10 @@ def empty_array(shape, dtype):
             _SET_HUGEPAGE(was)
 
 
+def _not_understood(info):
+    return N.official(f"Dtype not understood: {info.dtype}", N.TV_E_NOT_SUPPORTED)
+
+
 class _Numpy:
     """framework="numpy": numpy arrays (BF16 and F8 through ml_dtypes)."""
 
@@ -201,13 +354,18 @@ class _Numpy:
     @staticmethod
     def dtype(info):
         dt = NUMPY_DTYPES.get(info.dtype)
-        if dt is None:
-            raise N.make_error(N.TV_E_NOT_SUPPORTED,
-                               f"tensor {info.name!r}: dtype {info.dtype} has no numpy equivalent")
-        return dt
+        if dt is not None:
+            return dt
+        if info.dtype == "F4":
+            raise N.DtypeError(
+                N.TV_E_NOT_SUPPORTED, N.err_name(N.TV_E_NOT_SUPPORTED),
+                "module 'numpy' has no attribute 'float4_e2m1fn_x2'", True)
+        raise _not_understood(info)
 
     def empty(self, info, shape, on_device=True):
         return empty_array(shape, self.dtype(info))
+
+    storage_shape = staticmethod(lambda info: info.shape)
 
     @staticmethod
     def ptr(a):
@@ -217,12 +375,13 @@ class _Numpy:
     def to_device(a):
         return a
 
-    @staticmethod
-    def result(x):
-        """An indexing result as the official returns it: an array (0-d for
-        integer indices only), C-contiguous (copied only when it is not)."""
-        if not isinstance(x, np.ndarray):
-            return np.asarray(x)
+    def index(self, f, info, key):
+        """get_slice(name)[key] with safetensors' own rules (_index.py)."""
+        plan = _index.numpy_plan(key, info.shape, BITS[info.dtype])
+        self.dtype(info)  # the official checks the dtype after the key
+        if plan.whole:
+            return f.read_tensor(info)
+        x = f.read_rows(info, plan.r0, plan.r1)[plan.local]
         return x if x.flags.c_contiguous else x.copy()
 
 
@@ -244,12 +403,26 @@ class _Torch:
         self.cuda = None if cuda is None else self.torch.device("cuda", cuda)
 
     def dtype(self, info):
+        if info.dtype not in UNDERSTOOD:
+            raise _not_understood(info)
         dt = getattr(self.torch, TORCH_DTYPES.get(info.dtype, "-"), None)
         if not isinstance(dt, self.torch.dtype):
             raise N.make_error(
                 N.TV_E_NOT_SUPPORTED,
                 f"tensor {info.name!r}: dtype {info.dtype} has no equivalent in torch {self.torch.__version__}")
         return dt
+
+    @staticmethod
+    def storage_shape(info):
+        """The torch shape of a tensor: F4 holds two values a byte, so its
+        last dimension is halved (which must then be even)."""
+        shape = info.shape
+        if info.dtype != "F4":
+            return shape
+        if not shape or shape[-1] % 2:
+            raise N.official(
+                f"f4_x2 dtype requires that the last dim be divisible by 2 in torch: got {list(shape)}")
+        return shape[:-1] + (shape[-1] // 2,)
 
     def check_cuda(self):
         """TV_E_NOT_SUPPORTED / TV_E_INVALID_ARG when torch cannot reach the
@@ -276,9 +449,28 @@ class _Torch:
     def to_device(self, t):
         return t if self.cuda is None else t.to(self.cuda)
 
-    @staticmethod
-    def result(x):
-        return x  # torch indexing as the official: views, 0-d for integer indices only
+    def index(self, f, info, key):
+        """get_slice(name)[key]: torch indexing of the whole tensor, as the
+        official does it (_index.py), reading only the rows needed."""
+        torch = self.torch
+        dt = self.dtype(info)
+        shape = info.shape
+        if info.dtype == "F4":  # the official reshapes the packed bytes to the header's shape
+            n = info.nbytes
+            if n != np.prod(shape, dtype=np.int64):
+                raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {n}")
+            return self.to_device(torch.empty(shape, dtype=dt))[key]
+        if key is Ellipsis or (type(key) is tuple and not key):
+            return f.read_tensor(info)
+        items = _index.torch_basic(key, int(np.prod(shape, dtype=np.int64)))
+        if items is None or not shape:
+            return f.read_tensor(info)[key]
+        stand_in = torch.empty((1,) * len(shape), dtype=dt).expand(shape)
+        stand_in[items]  # torch's own errors, before anything is read
+        plan = _index.torch_plan(items, shape)
+        if plan.whole:
+            return f.read_tensor(info)[items]
+        return f.read_rows(info, plan.r0, plan.r1)[plan.local]
 
     def on_stream(self, call):
         """call(stream) with the current stream of the CUDA device (under
@@ -293,188 +485,48 @@ class _Torch:
                 stream.synchronize()
 
 
-_UNREAD = object()
+class _Reader:
+    """The reads of one framework on one model: what a handle and its
+    slices share (a slice keeps it, so it reads after its handle closed)."""
 
+    __slots__ = ("m", "fw")
 
-class safe_open:
-    """safe_open(model, framework="numpy", device="cpu", *, generation=None,
-    alias=None, socket=None, store=None): a context manager over one
-    generation of a model. framework: "numpy"/"np" or "pt" ("torch",
-    "pytorch"); device: "cpu", "cuda", "cuda:N", an int N or a torch.device
-    (CUDA only with "pt"). store=DIR reads in-process; otherwise through the
-    daemon at socket=, else $TENSORVAULT_SOCKET, else
-    ./var/run/tensorvault.sock."""
+    def __init__(self, m, fw):
+        self.m, self.fw = m, fw
 
-    def __init__(self, model, framework="numpy", device="cpu", *, generation=None, alias=None,
-                 socket=None, store=None):
-        self._closed = True
-        fw = FRAMEWORKS.get(str(framework))
-        if fw is None:
-            raise N.make_error(N.TV_E_NOT_SUPPORTED,
-                               f"framework {str(framework)!r} is not supported (numpy, np or pt)")
-        cuda = parse_device(device)
-        if fw == "numpy" and cuda is not None:
-            raise N.make_error(N.TV_E_INVALID_ARG,
-                               f"device cuda:{cuda} is not supported for framework numpy (use framework=\"pt\")")
-        self._fw = _Numpy() if fw == "numpy" else _Torch(cuda)
-        spec = _spec(model, generation, alias)
-        self._spec = spec
-        self._lock = threading.Lock()
-        self._meta = _UNREAD
-        self._src = _Model(spec, store=None if store is None else str(store),
-                           socket=None if socket is None else str(socket))
-        try:
-            self._load_index()
-        except BaseException:
-            self._src.close()
-            raise
-        self._closed = False
-
-    def _load_index(self):
-        src = self._src
-        n = src.n_tensors(src.h)
-        self._order = []
-        self._by_name = {}
-        d = N.tv_tensor_desc()
-        for i in range(n):
-            rc = src.tensor(src.h, i, ctypes.byref(d))
-            if rc < 0:
-                raise N.make_error(rc, f"tensor {i} of model {self._src_name()}: invalid record")
-            name = ctypes.string_at(d.name, d.name_len).decode("utf-8")
-            info = _Info(name, i, N.dtype_name(d.dtype), tuple(d.shape[k] for k in range(d.rank)),
-                         d.nbytes)
-            self._order.append(info)
-            self._by_name[name] = info
-
-    def _src_name(self):
-        return f"{self._spec!r} (generation {self._src.generation})"
-
-    # -- context manager -----------------------------------------------------
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def close(self):
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            return
-        with lock:
-            if not self._closed:
-                self._closed = True
-                self._src.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    # -- metadata ------------------------------------------------------------
-
-    def keys(self):
-        """Tensor names, sorted (as safetensors' keys())."""
-        return sorted(self._by_name)
-
-    def offset_keys(self):
-        """Tensor names in file order (shard by shard, by offset)."""
-        return [t.name for t in self._order]
-
-    @property
-    def generation(self):
-        return self._src.generation
-
-    def metadata(self):
-        """The shards' __metadata__ merged in shard order (a key keeps its
-        first value), or None when no shard has one; read once (the shard
-        headers, tv_read_shard_header), then cached."""
-        with self._lock:
-            self._check_open()
-            if self._meta is _UNREAD:
-                self._meta = self._read_metadata()
-            meta = self._meta
-        return None if meta is None else dict(meta)
-
-    def _read_metadata(self):
-        return merge_metadata(self._shard_headers())
-
-    def _shard_headers(self):
-        """Yields each shard's JSON header (parsed), in shard order."""
-        src = self._src
-        fns = [N.optional(f) for f in src.shard_fns]
-        if None in fns:
-            raise N.make_error(
-                N.TV_E_NOT_SUPPORTED,
-                f"metadata() of model {self._src_name()}: this libtensorvault has no shard header reads ({', '.join(src.shard_fns)})")
-        n_shards, shard, read_header = fns
-        for i in range(n_shards(src.h)):
-            d = N.tv_shard_desc()
-            rc = shard(src.h, i, ctypes.byref(d))
-            if rc < 0:
-                raise N.make_error(rc, f"shard {i} of model {self._src_name()}: no record")
-            n = 8 + d.header_len
-            buf = ctypes.create_string_buffer(n)
-            err = N.tv_error()
-            N.raise_for(read_header(src.h, i, buf, n, err), err)
-            try:
-                header = json.loads(buf.raw[8:n].decode("utf-8"))
-            except ValueError as e:
-                shard_name = ctypes.string_at(d.name, d.name_len).decode("utf-8", "replace")
-                raise N.make_error(
-                    N.TV_E_INVALID_ARG,
-                    f"shard {shard_name!r} of model {self._src_name()}: header is not JSON ({e})") from None
-            yield header
-
-    def _info(self, name):
-        info = self._by_name.get(name)
-        if info is None:
-            raise N.make_error(N.TV_E_NOT_FOUND,
-                               f"no tensor {name!r} in generation {self._src.generation}",
-                               N.MissingTensorError)
-        return info
-
-    def _check_open(self):
-        if self._closed:
-            raise N.make_error(N.TV_E_INVALID_ARG, "safe_open: the handle is closed")
-
-    # -- reads ---------------------------------------------------------------
-
-    def _call(self, host, cuda):
+    def call(self, host, cuda):
         """host() or, on a CUDA handle, cuda(stream) on the device's current
-        stream; under the lock, on an open handle. Returns the rc."""
-        with self._lock:
-            self._check_open()
-            if self._fw.cuda is None:
+        stream; under the model's lock. Returns the rc."""
+        with self.m.lock:
+            if self.m.h is None:
+                raise N.official("File is closed")
+            if self.fw.cuda is None:
                 return host()
-            return self._fw.on_stream(cuda)
+            return self.fw.on_stream(cuda)
 
-    def get_tensor(self, name):
-        info = self._info(name)
-        fw, src = self._fw, self._src
-        t = fw.empty(info, info.shape)
+    def read_tensor(self, info):
+        fw, m = self.fw, self.m
+        t = fw.empty(info, fw.storage_shape(info))
         if info.nbytes:
             err = N.tv_error()
-            ptr, n, cname = fw.ptr(t), info.nbytes, name.encode()
-            rc = self._call(lambda: src.read_into(src.h, cname, ptr, n, err),
-                            lambda s: src.read_into_cuda(src.h, cname, ptr, n, s, err))
+            ptr, n, cname = fw.ptr(t), info.nbytes, info.name.encode()
+            rc = self.call(lambda: m.read_into(m.h, cname, ptr, n, err),
+                           lambda s: m.read_into_cuda(m.h, cname, ptr, n, s, err))
             N.raise_for(rc, err)
         return t
 
-    def get_tensors(self, names=None):
-        """{name: tensor} for names (default: every tensor, in file order),
-        read as one batch (adjacent tensors coalesced)."""
-        if names is None:
-            infos = self._order
-        else:  # a name given twice is read once (the result is a dict)
-            infos = [self._info(n) for n in dict.fromkeys(names)]
-        fw, src = self._fw, self._src
+    def read_tensors(self, infos):
+        """{name: tensor} of infos, read as one batch (adjacent tensors
+        coalesced); every dtype is checked before anything is read."""
+        fw, m = self.fw, self.m
+        shapes = []
+        for info in infos:  # the official's order: tensor by tensor, dtype then shape
+            fw.dtype(info)
+            shapes.append(fw.storage_shape(info))
         out = {}
         reqs = []  # each holds its tensor: no destination is freed before the read
-        for info in infos:
-            t = fw.empty(info, info.shape)
+        for info, shape in zip(infos, shapes):
+            t = fw.empty(info, shape)
             out[info.name] = t
             if info.nbytes:
                 reqs.append((info.index, t, info.nbytes))
@@ -486,30 +538,225 @@ class safe_open:
                 r.dest = fw.ptr(t)
                 r.dest_len = n
             err = N.tv_error()
-            rc = self._call(lambda: src.read_batch(src.h, arr, len(reqs), err),
-                            lambda s: src.read_batch_cuda(src.h, arr, len(reqs), s, err))
+            rc = self.call(lambda: m.read_batch(m.h, arr, len(reqs), err),
+                           lambda s: m.read_batch_cuda(m.h, arr, len(reqs), s, err))
             N.raise_for(rc, err)
         return out
 
-    def _read_rows(self, info, r0, r1):
+    def read_rows(self, info, r0, r1):
         """Rows [r0, r1) of dimension 0, on the handle's device (read into
         host memory, then moved to a CUDA device)."""
-        fw = self._fw
+        fw, m = self.fw, self.m
         if fw.cuda is not None:
             fw.check_cuda()
         block = fw.empty(info, (r1 - r0,) + tuple(info.shape[1:]), on_device=False)
         n = block.nbytes
         if n:
             err = N.tv_error()
-            with self._lock:
-                self._check_open()
-                rc = self._src.read_rows(self._src.h, info.name.encode(), r0, r1, fw.ptr(block), n,
-                                         err)
+            with m.lock:
+                if m.h is None:
+                    raise N.official("File is closed")
+                rc = m.read_rows(m.h, info.name.encode(), r0, r1, fw.ptr(block), n, err)
             N.raise_for(rc, err)
         return fw.to_device(block)
 
+
+def _file_path(filename):
+    """filename as a path when it names a file: a path-like object always,
+    a str when a file of that name exists; else None (a model name)."""
+    if isinstance(filename, os.PathLike):
+        return os.fspath(filename)
+    if isinstance(filename, str) and os.path.isfile(filename):
+        return filename
+    return None
+
+
+class safe_open:
+    """safe_open(filename, framework, device="cpu", *, backend="mmap",
+    generation=None, alias=None, socket=None, store=None): safetensors 0.8's
+    safe_open over tensorvault, a context manager over one generation of a
+    model (filename: the model's name; generation= or alias=, else the
+    active one) or over one file the registry holds (filename: a path;
+    see the module's docstring). framework: "numpy"/"np" or "pt"/"torch"/
+    "pytorch"; device: "cpu", "cuda", "cuda:N", an int N or a torch.device
+    (CUDA only with "pt"); backend: "mmap" or "pread" (checked, the same
+    reads either way). store=DIR reads in-process; otherwise through the
+    daemon at socket=, else $TENSORVAULT_SOCKET, else
+    ./var/run/tensorvault.sock (its HTTP socket answers the file lookups:
+    _files.py)."""
+
+    def __new__(cls, filename, framework, device="cpu", *, backend="mmap", generation=None,
+                alias=None, socket=None, store=None):
+        path = _file_path(filename)
+        if path is not None:
+            if generation is not None or alias is not None:
+                raise ValueError("safe_open: generation= and alias= choose a model's generation; "
+                                 f"{path!r} is a file")
+            from . import _files
+            return _files.open_file(filename, framework, device, backend,
+                                    socket=socket, store=store)
+        if not isinstance(filename, str):
+            raise _not_str("filename", filename)
+        fw, dev = parse_framework(framework), parse_device(device)
+        check_backend(backend)
+        if fw == "other":
+            raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                               f"framework {framework} is not served by tensorvault: numpy (np) or pt (torch, pytorch)")
+        if dev.kind == "other":
+            raise N.make_error(N.TV_E_NOT_SUPPORTED,
+                               f"device {dev.shown} is not served by tensorvault: cpu or cuda")
+        spec = _spec(filename, generation, alias)
+        m = _Model.get(spec, None if store is None else str(store),
+                       None if socket is None else str(socket), generation is not None)
+        return cls._make(m, fw, dev, spec)
+
+    def __init__(self, *args, **kwargs):
+        pass  # __new__ opened it
+
+    @classmethod
+    def _make(cls, m, fw, dev, spec, shard=None, header=None):
+        """A handle on model m (all of it, or only shard `shard`, whose 8 +
+        N header bytes are header)."""
+        if fw == "numpy" and dev.kind != "cpu":
+            raise N.official(f"Device {dev.shown} is not supported for framework numpy")
+        self = object.__new__(cls)
+        self._closed = True
+        self._spec = spec
+        self._reader = _Reader(m, _Numpy() if fw == "numpy" else _Torch(dev.index))
+        if shard is None:
+            self._order, self._by_name = m.order, m.by_name
+        else:
+            self._order = [t for t in m.order if t.shard == shard]
+            self._by_name = {t.name: t for t in self._order}
+        self._shard = shard
+        self._header = header
+        self._meta = _UNREAD
+        self._meta_lock = threading.Lock()
+        self._closed = False
+        return self
+
+    # -- context manager -----------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        """Closes the handle (what __exit__ does): its methods then raise
+        "File is closed"; slices taken before still read."""
+        self._closed = True
+        self.__dict__.pop("_reader", None)
+
+    @property
+    def _fw(self):
+        return self._reader.fw
+
+    @property
+    def _src(self):
+        return self._reader.m
+
+    # -- metadata ------------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise N.official("File is closed")
+
+    def keys(self):
+        """Tensor names, sorted (as safetensors' keys())."""
+        self._check_open()
+        return sorted(self._by_name)
+
+    def offset_keys(self):
+        """Tensor names in file order (shard by shard, by offset)."""
+        self._check_open()
+        return [t.name for t in self._order]
+
+    @property
+    def generation(self):
+        self._check_open()
+        return self._src.generation
+
+    def metadata(self):
+        """The file's __metadata__ (a dict) or None; for a model, its
+        shards' merged in shard order (a key keeps its first value). Read
+        once, then cached (a copy each call)."""
+        self._check_open()
+        with self._meta_lock:
+            if self._meta is _UNREAD:
+                if self._header is not None:
+                    self._meta = merge_metadata([_parse_header(self._header, self._spec)])
+                else:
+                    self._meta = merge_metadata(self._shard_headers())
+            meta = self._meta
+        return None if meta is None else dict(meta)
+
+    def _shard_headers(self):
+        """Yields each shard's JSON header (parsed), in shard order (only
+        the handle's shard when it has one)."""
+        src = self._src
+        fns = [N.optional(f) for f in src.shard_fns]
+        if None in fns:
+            raise N.make_error(
+                N.TV_E_NOT_SUPPORTED,
+                f"metadata() of model {self._spec!r}: this libtensorvault has no shard header reads ({', '.join(src.shard_fns)})")
+        n_shards, shard, read_header = fns
+        for i in range(n_shards(src.h)):
+            if self._shard is not None and i != self._shard:
+                continue
+            d = N.tv_shard_desc()
+            rc = shard(src.h, i, ctypes.byref(d))
+            if rc < 0:
+                raise N.make_error(rc, f"shard {i} of model {self._spec!r}: no record")
+            n = 8 + d.header_len
+            buf = ctypes.create_string_buffer(n)
+            err = N.tv_error()
+            with src.lock:
+                N.raise_for(read_header(src.h, i, buf, n, err), err)
+            shard_name = ctypes.string_at(d.name, d.name_len).decode("utf-8", "replace")
+            yield _parse_header(buf.raw, f"{self._spec!r}, shard {shard_name!r}")
+
+    def _info(self, name):
+        if not isinstance(name, str):
+            raise _not_str("name", name)
+        self._check_open()
+        info = self._by_name.get(name)
+        if info is None:
+            raise N.official(f"File does not contain tensor {name}", N.TV_E_NOT_FOUND,
+                             N.MissingTensorError)
+        return info
+
+    # -- reads ---------------------------------------------------------------
+
+    def get_tensor(self, name):
+        info = self._info(name)
+        return self._reader.read_tensor(info)
+
+    def get_tensors(self, names=None):
+        """{name: tensor} for names (default: every tensor, in file order),
+        read as one batch (adjacent tensors coalesced)."""
+        self._check_open()
+        if names is None:
+            infos = self._order
+        else:  # a name given twice is read once (the result is a dict)
+            infos = [self._info(n) for n in dict.fromkeys(names)]
+        return self._reader.read_tensors(infos)
+
     def get_slice(self, name):
-        return Slice(self, self._info(name))
+        info = self._info(name)
+        return Slice(self._reader, info)
+
+
+def _parse_header(raw, what):
+    try:
+        return json.loads(raw[8:].decode("utf-8"))
+    except ValueError as e:
+        raise N.make_error(N.TV_E_INVALID_ARG, f"{what}: header is not JSON ({e})") from None
+
+
+_UNREAD = object()
 
 
 def merge_metadata(headers):
@@ -526,51 +773,15 @@ def merge_metadata(headers):
     return merged
 
 
-def _index(k):
-    return int(k) if isinstance(k, np.integer) else k
-
-
-def _expand(key, rank):
-    """key (one index or a tuple) as a tuple of ints and slices (Python
-    ints) of length <= rank, with one Ellipsis expanded."""
-    if not isinstance(key, tuple):
-        key = (key,)
-    n_ell = sum(1 for k in key if k is Ellipsis)
-    if n_ell > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    out = []
-    for k in key:
-        if k is Ellipsis:
-            out.append(k)
-        elif isinstance(k, slice):
-            for v in (k.start, k.stop, k.step):
-                if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool)):
-                    raise TypeError(f"slice bounds must be integers, got {v!r}")
-            if k.step is not None and k.step <= 0:
-                raise ValueError("slice step must be positive")
-            out.append(slice(_index(k.start), _index(k.stop), _index(k.step)))
-        elif not isinstance(k, (int, np.integer)) or isinstance(k, bool):
-            raise TypeError(f"unsupported index {k!r}: integers, slices and one '...'")
-        else:
-            out.append(int(k))
-    key = tuple(out)
-    if n_ell:
-        i = key.index(Ellipsis)
-        fill = rank - (len(key) - 1)
-        if fill < 0:
-            raise IndexError(f"too many indices for a tensor of rank {rank}")
-        key = key[:i] + (slice(None),) * fill + key[i + 1:]
-    if len(key) > rank:
-        raise IndexError(f"too many indices for a tensor of rank {rank}: {len(key)}")
-    return key
-
-
 class Slice:
     """safetensors' PySafeSlice: get_shape(), get_dtype() and __getitem__
-    reading only the dimension-0 rows it needs."""
+    (_index.py's rules for the framework), reading only the dimension-0
+    rows it needs; it keeps its model, so it reads after its handle closed."""
 
-    def __init__(self, f, info):
-        self._f = f
+    __slots__ = ("_reader", "_info")
+
+    def __init__(self, reader, info):
+        self._reader = reader
         self._info = info
 
     def get_shape(self):
@@ -580,28 +791,4 @@ class Slice:
         return self._info.dtype
 
     def __getitem__(self, key):
-        info = self._info
-        shape = info.shape
-        result = self._f._fw.result
-        key = _expand(key, len(shape))
-        if not key or len(shape) == 0:
-            return result(self._f.get_tensor(info.name)[key])
-        n0 = shape[0]
-        k0 = key[0]
-        if isinstance(k0, slice):
-            start, stop, step = k0.indices(n0)
-            if stop <= start:
-                r0 = r1 = min(start, n0)
-            else:
-                r0 = start
-                r1 = start + ((stop - start - 1) // step) * step + 1
-            local = slice(0, r1 - r0, step)
-        else:
-            i = k0
-            if i < -n0 or i >= n0:
-                raise IndexError(f"index {i} is out of bounds for dimension 0 with size {n0}")
-            r0 = i + n0 if i < 0 else i
-            r1 = r0 + 1
-            local = 0
-        block = self._f._read_rows(info, r0, r1)
-        return result(block[(local,) + key[1:]])
+        return self._reader.fw.index(self._reader, self._info, key)

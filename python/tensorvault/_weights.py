@@ -44,7 +44,7 @@ def weights_iterator(model, device="cpu", *, framework="pt", generation=None, al
         raise ValueError("weights_iterator: give generation= or alias=, not both")
     if skip is not None and not callable(skip):
         raise ValueError(f"weights_iterator: skip must be callable, got {skip!r}")
-    return _iterate(dict(model=model, framework=framework, device=device, generation=generation,
+    return _iterate(dict(filename=model, framework=framework, device=device, generation=generation,
                          alias=alias, socket=socket, store=store), batch_bytes, skip)
 
 

@@ -161,7 +161,7 @@ def _make_loader_class():
                     what += f"@{src['generation']}"
                 elif src["alias"] is not None:
                     what += f"@{src['alias']}"
-                raise N.Error(e.code, e.name, f"tensorvault model {what!r} is not available from {_where(src['socket'], src['store'])}: {e.message}") from e
+                raise type(e)(e.code, e.name, f"tensorvault model {what!r} is not available from {_where(src['socket'], src['store'])}: {e.message}") from e
 
         def load_weights(self, model, model_config):
             """model.load_weights(weights_iterator(...)) on the device of

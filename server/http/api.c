@@ -265,6 +265,7 @@ static const route ROUTES[] = {
     R("GET", "/v1/jobs/{id}", READ_, tv__api_h_job),
     R("POST", "/v1/jobs/{id}/cancel", ADMIN_, tv__api_h_job_cancel),
     R("GET", "/v1/sessions", READ_, tv__api_h_sessions),
+    R("GET", "/v1/shards", READ_, tv__api_h_shards),
     R("GET", "/v1/tokens", ADMIN_, tv__api_h_tokens),
     R("POST", "/v1/tokens", ADMIN_, tv__api_h_token_create),
     R("DELETE", "/v1/tokens/{id}", ADMIN_, tv__api_h_token_revoke),

@@ -10,7 +10,7 @@
  *   api_handles.c  the data route's pool of open tv_model handles
  *   api_<resource>.c  the routes, one file per resource (system, devices,
  *                  models, generations, aliases, tensors, jobs, tokens,
- *                  sessions, blobs, fleet): each calls only the files above,
+ *                  sessions, shards, blobs, fleet): each calls only the files above,
  *                  never another route's file
  *   api.c          open and close, the router, authorisation, the dispatch
  * Invariant: a handler either returns 0 with the response document set
@@ -311,6 +311,7 @@ int tv__api_h_jobs(tv__api_ctx *c);
 int tv__api_h_job(tv__api_ctx *c);
 int tv__api_h_job_cancel(tv__api_ctx *c);
 int tv__api_h_sessions(tv__api_ctx *c);
+int tv__api_h_shards(tv__api_ctx *c);
 int tv__api_h_blobs(tv__api_ctx *c);
 int tv__api_h_fleet(tv__api_ctx *c);
 int tv__api_h_fleet_alias_put(tv__api_ctx *c);

@@ -59,6 +59,8 @@ typedef struct shard_plan {
     bool candidate;                        /* its length matches a committed object (dedup probe) */
     uint64_t done[TV__IMPORT_MAX_DEVICES]; /* bytes of obj[k] written and flushed (resume) */
     bool resumed;                          /* an interrupted import's bytes were taken over */
+    bool read_local;                       /* read and hashed from a local file: */
+    tv__src_stamp file_st;                 /* its stamps, unchanged over the reads */
 } shard_plan;
 
 /* One import, passed from step to step. */
@@ -85,6 +87,7 @@ typedef struct import_job {
     json_t *resume;      /* o->resume, parsed (entries taken over get "taken") */
     double last_save;    /* now_s() of the last record */
     uint64_t since_save; /* bytes posted since */
+    int64_t started_ns;  /* CLOCK_REALTIME before the source was opened */
     tv__import_result r;
 } import_job;
 
@@ -128,6 +131,44 @@ static int job_cancelled(const import_job *j, tv_error *err)
         return 0;
     return tv__seterr(err, -ECANCELED, "import of model '%s' cancelled in step %s", j->model,
                       j->step);
+}
+
+/* A shard's file is recorded (shard_files) only when its last change lies
+ * this long before the import started: a change within one timestamp tick
+ * of the file system (up to 2 s on some) could otherwise leave the stamps
+ * as they were. */
+#define FILE_SETTLED_NS 2000000000LL
+
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Notes the stamps of the local file shard s was just read and hashed from
+ * (checked unchanged over the reads: tv__src_shard_check). */
+static void note_file(import_job *j, size_t s, const tv__src_shard *sf)
+{
+    if (sf->fd < 0) /* an origin's bytes: no file here */
+        return;
+    j->plans[s].read_local = true;
+    j->plans[s].file_st = sf->st;
+}
+
+/* Records the local file shard s was read from (shard_id's shard_files
+ * row) when it may identify the shard: see FILE_SETTLED_NS. */
+static int record_file(import_job *j, size_t s, int64_t shard_id, tv_error *err)
+{
+    const shard_plan *p = &j->plans[s];
+    if (!p->read_local || p->file_st.ctime_ns > j->started_ns - FILE_SETTLED_NS)
+        return 0;
+    tv__reg_file_stamp f = {.dev = p->file_st.dev_id,
+                            .ino = p->file_st.inode,
+                            .size = p->file_st.size,
+                            .mtime_ns = p->file_st.mtime_ns,
+                            .ctime_ns = p->file_st.ctime_ns};
+    return tv__reg_shard_file_add(j->st->reg, shard_id, &f, err);
 }
 
 static double now_s(void)
@@ -884,6 +925,8 @@ static int probe_shard(import_job *j, size_t s, tv_error *err)
         goto out;
     rc = hash_source(j, s, &sf, &p->info, j->bufs, j->chunk, hdr, p->sha_hex, p->header_sha_hex,
                      err);
+    if (!rc)
+        note_file(j, s, &sf);
     tv__src_shard_close(&sf);
     /* A reused object is bound without reading the source again, so the
      * header it holds must be the validated one, or the published tensors
@@ -1153,6 +1196,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     hashes_final(&h, &hh, sha_hex, hdr_hex);
     if (rc || (rc = tv__src_shard_check(&sf, err)))
         goto out_hdr;
+    note_file(j, s, &sf);
     tv__src_shard_close(&sf);
     /* What is published must describe the bytes written: re-parse the
      * header exactly as written and compare it with the validated one. */
@@ -1316,7 +1360,8 @@ static int publish(import_job *j, tv_error *err)
             .header_sha256_hex = plans[s].header_sha_hex,
         };
         int64_t shard_id;
-        if ((rc = tv__reg_shard_add(st->reg, gen.id, &in, &shard_id, err)))
+        if ((rc = tv__reg_shard_add(st->reg, gen.id, &in, &shard_id, err)) ||
+            (rc = record_file(j, s, shard_id, err)))
             goto fail_tx;
         for (size_t k = 0; k < plans[s].n_obj; k++)
             if ((rc = tv__reg_shard_bind(st->reg, shard_id, plans[s].obj[k].id, err)))
@@ -1404,6 +1449,7 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     }
     j->chunk = (size_t)chunk;
     j->resumable = j->o->resume_save && remote;
+    j->started_ns = wall_ns();
     j->last_save = now_s();
     if (j->resumable && j->o->resume) {
         json_error_t je;

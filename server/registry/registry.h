@@ -345,6 +345,49 @@ int tv__reg_shard_add(tv__reg *reg, int64_t generation_id, const tv__reg_shard_i
  * -EEXIST (the shard already has an object on that device). */
 int tv__reg_shard_bind(tv__reg *reg, int64_t shard_id, int64_t object_id, tv_error *err);
 
+/* The local file a shard was imported from: its fstat identity and change
+ * stamps (migrations/0006_shard_files.sql says when they are recorded). */
+typedef struct tv__reg_file_stamp {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} tv__reg_file_stamp;
+
+/* Records the file shard_id (of an importing generation) was read from.
+ * Returns 0; TV_E_NOT_FOUND (shard); TV_E_STATE (generation not
+ * importing); TV_E_INVALID_ARG (size differs from the shard's file_len);
+ * -EEXIST (already recorded). */
+int tv__reg_shard_file_add(tv__reg *reg, int64_t shard_id, const tv__reg_file_stamp *f,
+                           tv_error *err);
+
+/* A file to find among the shards of ready generations: its size and the
+ * SHA-256 of its 8 + N header bytes, and at least one identity: the SHA-256
+ * of the whole file (sha256_hex, e.g. a Hugging Face cache blob's name) or
+ * its fstat stamps (has_stamp). */
+typedef struct tv__reg_shard_query {
+    uint64_t file_len;
+    const char *header_sha256_hex;
+    const char *sha256_hex; /* NULL: not known */
+    bool has_stamp;
+    tv__reg_file_stamp stamp;
+} tv__reg_shard_query;
+
+typedef struct tv__reg_shard_hit {
+    char model[TV__REG_NAME_MAX + 1];
+    int64_t generation;
+    bool active;  /* the model's active generation */
+    uint32_t idx; /* the shard's position in its generation */
+    char name[TV__REG_PATH_MAX];
+    char sha256[TV__REG_SHA256_HEX_LEN + 1];
+} tv__reg_shard_hit;
+
+/* The shards of ready generations that are that file: same size and header
+ * hash, and the same whole-file hash or the stamps recorded at its import;
+ * active generations first, then the newest, then by model name. *out is
+ * malloc'd (NULL when none). Returns 0; TV_E_INVALID_ARG (no identity, a
+ * malformed hash). */
+int tv__reg_shards_lookup(tv__reg *reg, const tv__reg_shard_query *q, tv__reg_shard_hit **out,
+                          size_t *n, tv_error *err);
+
 /* Bulk insert of a generation's tensors with one prepared statement (run it
  * inside the publish transaction; 120k tensors take well under a second).
  * t[i].shard is the shard idx given to tv__reg_shard_add; begin_off/end_off

@@ -4,9 +4,8 @@ framework="pt", safetensors.torch.load_file) on generated checkpoints
 (every byte-addressable dtype, two shards and a single file, unaligned
 offsets, zero-size and rank-0 tensors), in-process (store=) and through a
 daemon: keys, offset_keys, metadata, every tensor's bytes, dtype and shape;
-the generated table of slice expressions against torch indexing of the
-official tensor and, where the official accepts it, the official slice
-(same strides too); get_tensors equals
+the generated table of slice expressions against the official slice (the
+same values and strides, or the same error); get_tensors equals
 per-tensor reads; zero-copy reads; device= handling; and, on this GPU-less
 machine, CUDA devices failing cleanly with a tensorvault.Error (the CUDA
 comparison itself is tests/gpu/py_cuda_cmp.py)."""
@@ -15,6 +14,7 @@ import ctypes
 import numpy as np
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors import safe_open as official_open
 from safetensors.torch import load_file as official_load_file
 
@@ -23,8 +23,9 @@ import tensorvault
 import tensorvault.torch
 from harness.daemon import serving
 from tensorvault import _native, _safe_open
-from .test_python_safe_open import (BAD_DEVICES, metadata_checkpoints, official_accepts,
-                                    official_metadata, same_file_order, shard_files, slice_table)
+from .test_python_dropin import outcome, same_outcome
+from .test_python_safe_open import (BAD_DEVICES, metadata_checkpoints, official_metadata,
+                                    same_file_order, shard_files, slice_table)
 
 BACKENDS = ["store", "socket"]
 
@@ -90,7 +91,8 @@ def same(a, b, what):
 def test_every_tensor_equals_official(served, backend, model):
     ref, keys, offset_keys, dtypes = served["ref"][model]
     assert any(v.dim() == 0 for v in ref.values()) and any(v.numel() == 0 for v in ref.values())
-    assert {v.dtype for v in ref.values()} == {getattr(torch, n) for n in _safe_open.TORCH_DTYPES.values()}
+    assert {v.dtype for v in ref.values()} == {getattr(torch, n) for k, n in
+                                               _safe_open.TORCH_DTYPES.items() if k != "F4"}
     for framework in ("pt", "torch", "pytorch"):
         with open_tv(served, backend, model, framework=framework) as f:
             assert f.keys() == keys
@@ -148,6 +150,9 @@ def test_reads_land_in_the_tensor_storage(served):
 
 
 def test_slices_equal_torch_and_official(served):
+    """slice_table's expressions give the official slice (values, dtype,
+    shape, strides, contiguity) or its error (class and text), through the
+    store and the daemon."""
     ref, _, _, dtypes = served["ref"]["m"]
     shard_of = {}
     for p in shard_files(served["ckpt"]["m"]):
@@ -155,51 +160,31 @@ def test_slices_equal_torch_and_official(served):
             shard_of.update({k: p for k in o.keys()})
     names = ["rows.f32", "rows.bf16", "rows.u16", "rows.e8m0", "big.f32"] + sorted(
         k for k, v in ref.items() if v.dim() >= 1 and v.shape[0] >= 3 and v.numel())
-    n_checked = n_official = n_rejected = 0
+    n_ok = n_err = 0
     for backend in BACKENDS:
         with open_tv(served, backend) as f:
             for name in names:
-                want_full = ref[name]
                 sl = f.get_slice(name)
                 with official_open(shard_of[name], framework="pt") as o:
                     osl = o.get_slice(name)
-                    for expr in slice_table(tuple(want_full.shape)):
-                        what = f"{backend}: {name}{tuple(want_full.shape)}[{expr}]"
-                        try:
-                            want = want_full[expr]
-                        except IndexError:
-                            with pytest.raises(IndexError):
-                                sl[expr]
-                            continue
-                        got = sl[expr]
-                        same(got, want, what)
-                        try:
-                            off = osl[expr]
-                        except Exception:
-                            # numpy's rule (negative bounds, past the end) is
-                            # the most the official may refuse
-                            assert not official_accepts(expr, tuple(want_full.shape)), what
-                            n_rejected += 1
-                        else:
-                            same(got, off, what + " (official)")
-                            assert got.is_contiguous() == off.is_contiguous(), what
-                            if got.numel() > 1:
-                                assert got.stride() == off.stride(), what
-                            n_official += 1
-                        n_checked += 1
-    assert n_checked > 400 and n_official > 300, (n_checked, n_official, n_rejected)
+                    for expr in slice_table(tuple(ref[name].shape)):
+                        want = outcome(lambda: osl[expr])
+                        same_outcome(outcome(lambda: sl[expr]), want, f"{backend}: {name}[{expr}]")
+                        n_ok += want[0]
+                        n_err += not want[0]
+    assert n_ok > 400 and n_err > 20, (n_ok, n_err)
     with open_tv(served, "store") as f:
         sl = f.get_slice("rows.f32")
         assert sl[3, 2, 1].shape == () and sl[3, 2, 1].item() == 3 * 15 + 2 * 3 + 1
         assert sl[np.int64(2), np.int32(1)].shape == (3,)
+        # what torch indexing of the whole tensor does, as the official
+        same(sl[[0, 1]], ref["rows.f32"][[0, 1]], "a list")
+        same(sl[..., ...], ref["rows.f32"], "two Ellipses")
+        same(sl[None, 1], ref["rows.f32"][None, 1], "None")
         with pytest.raises(ValueError):
             sl[::-1]
         with pytest.raises(IndexError):
             sl[7]
-        with pytest.raises(IndexError):
-            sl[..., ...]
-        with pytest.raises(TypeError):
-            sl[[0, 1]]
         scalar = next(k for k, v in ref.items() if v.dim() == 0)
         same(f.get_slice(scalar)[...], ref[scalar], scalar)
         same(f.get_slice(scalar)[()], ref[scalar], scalar)
@@ -218,7 +203,7 @@ def test_slice_reads_only_the_rows_it_needs(served):
         f._src.read_rows = spy
         n = ref["big.f32"].shape[0]
         same(f.get_slice("big.f32")[1000:2001:10], ref["big.f32"][1000:2001:10], "strided")
-        same(f.get_slice("big.f32")[-5:], ref["big.f32"][-5:], "negative")
+        same(f.get_slice("big.f32")[-5:], ref["big.f32"][-5:], "negative (torch's rules)")
         same(f.get_slice("rows.u16")[-1, 1:], ref["rows.u16"][-1, 1:], "int")
         same(f.get_slice("rows.f32")[4:2], ref["rows.f32"][4:2], "empty")
     assert calls == [(b"big.f32", 1000, 2001), (b"big.f32", n - 5, n), (b"rows.u16", 5, 6)]
@@ -251,13 +236,19 @@ def test_device_arguments(served):
                        (np.int64(1), 1), (torch.device("cuda"), 0), (torch.device("cuda:2"), 2)):
         with open_tv(served, "store", device=dev) as f:  # opens; reads need the GPU
             assert f._fw.cuda == torch.device("cuda", index), dev
-    for dev in BAD_DEVICES + [torch.device("meta"), torch.device("cpu").type + ":0"]:
+    for dev in BAD_DEVICES + ["cpu:0"]:  # as the official refuses them
+        with pytest.raises((SafetensorError, ValueError)) as e:
+            open_tv(served, "store", device=dev)
+        with pytest.raises(Exception) as o:
+            official_open(served["ckpt"]["one"], framework="pt", device=dev)
+        assert isinstance(e.value, type(o.value)) and str(e.value) == str(o.value), dev
+    for dev in (torch.device("meta"), "mps", "npu:1"):  # the official's only
         with pytest.raises(tensorvault.Error) as e:
             open_tv(served, "store", device=dev)
-        assert e.value.name == "TV_E_INVALID_ARG" and "is invalid" in e.value.message, dev
+        assert e.value.name == "TV_E_NOT_SUPPORTED" and "not served by tensorvault" in e.value.message
     with pytest.raises(tensorvault.Error) as e:
         open_tv(served, "store", framework="numpy", device=torch.device("cuda:1"))
-    assert e.value.name == "TV_E_INVALID_ARG" and "cuda:1" in e.value.message
+    assert str(e.value) == "Device cuda:1 is not supported for framework numpy"
 
 
 def test_dtype_torch_lacks(served, monkeypatch):
@@ -322,7 +313,7 @@ def test_cuda_branch_plumbing(served, monkeypatch):
             monkeypatch.setattr(fw, "to_device", lambda t: calls.append("to_device") or t)
 
             def on_stream(call):
-                assert f._lock.locked()
+                assert f._src.lock.locked()
                 calls.append("stream")
                 return call(ctypes.c_void_p(0xC0DA))
 

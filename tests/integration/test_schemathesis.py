@@ -53,6 +53,7 @@ ROUTES = [
     ("get", "/v1/jobs/{id}", "R"),
     ("post", "/v1/jobs/{id}/cancel", "A"),
     ("get", "/v1/sessions", "R"),
+    ("get", "/v1/shards", "R"),
     ("get", "/v1/tokens", "A"),
     ("post", "/v1/tokens", "A"),
     ("delete", "/v1/tokens/{id}", "A"),

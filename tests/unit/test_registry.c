@@ -2396,6 +2396,123 @@ static void test_query_helpers(void **state)
     assert_int_equal(tv__reg_tx_depth(f->reg), 0);
 }
 
+/* shard_files and tv__reg_shards_lookup (0006_shard_files): a file matches
+ * a shard of a ready generation by size and header hash plus its whole-file
+ * hash or the stamps recorded when it was imported, never by size and
+ * header alone; the active generation comes first. */
+static void test_shard_files_lookup(void **state)
+{
+    fixture *f = *state;
+    tv_error err = {0};
+    char sha7[65], sha8[65], hdr[65], other[65];
+    sha_of(7, sha7);
+    sha_of(8, sha8);
+    sha_of(1000007, hdr); /* make_ready's header hash for k = 7 */
+    sha_of(99, other);
+    assert_int_equal(make_ready(f, "m", 7, NULL), 1);
+    tv__reg_shard_hit *hits = NULL;
+    size_t n = 0;
+    tv__reg_shard_query q = {.file_len = 1000, .header_sha256_hex = hdr, .sha256_hex = sha7};
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(hits[0].model, "m");
+    assert_true(hits[0].generation == 1 && !hits[0].active && hits[0].idx == 0);
+    assert_string_equal(hits[0].name, "model.safetensors");
+    assert_string_equal(hits[0].sha256, sha7);
+    free(hits);
+    /* the same size and header, other bytes: nothing */
+    q.sha256_hex = other;
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_true(n == 0 && hits == NULL);
+    q.sha256_hex = sha7;
+    q.file_len = 999;
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 0);
+    q.file_len = 1000;
+    /* size and header alone name no file; malformed hashes */
+    q.sha256_hex = NULL;
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), TV_E_INVALID_ARG);
+    q.sha256_hex = "ABC";
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), TV_E_INVALID_ARG);
+
+    /* "m2": the same architecture (size, header) with other weights, its
+     * file's stamps recorded while importing */
+    tv__reg_generation g;
+    tv__reg_object o;
+    int64_t shard;
+    tv__reg_file_stamp st = {.dev = UINT64_MAX - 1,
+                             .ino = 42,
+                             .size = 1000,
+                             .mtime_ns = 1700000000123456789,
+                             .ctime_ns = 1700000000223456789};
+    assert_int_equal(tv__reg_begin(f->reg, &err), 0);
+    assert_int_equal(tv__reg_generation_create(f->reg, "m2", "/imports/m2", 892, &g, &err), 0);
+    assert_int_equal(tv__alloc_reserve(f->reg, f->dev, 1000, &o, &err), 0);
+    assert_int_equal(tv__reg_object_commit(f->reg, o.id, sha8, &err), 0);
+    tv__reg_shard_in in = {.idx = 0,
+                           .name = "model.safetensors",
+                           .file_len = 1000,
+                           .header_len = 100,
+                           .sha256_hex = sha8,
+                           .header_sha256_hex = hdr};
+    assert_int_equal(tv__reg_shard_add(f->reg, g.id, &in, &shard, &err), 0);
+    assert_int_equal(tv__reg_shard_bind(f->reg, shard, o.id, &err), 0);
+    tv__reg_file_stamp bad = st;
+    bad.size = 1001;
+    assert_int_equal(tv__reg_shard_file_add(f->reg, shard, &bad, &err), TV_E_INVALID_ARG);
+    assert_int_equal(tv__reg_shard_file_add(f->reg, shard, &st, &err), 0);
+    assert_int_equal(tv__reg_shard_file_add(f->reg, shard, &st, &err), -EEXIST);
+    assert_int_equal(tv__reg_generation_set_state(f->reg, g.id, TV__GEN_READY, &err), 0);
+    assert_int_equal(tv__reg_commit(f->reg, &err), 0);
+    /* recorded only while importing */
+    assert_int_equal(tv__reg_shard_file_add(f->reg, shard, &st, &err), TV_E_STATE);
+    q.sha256_hex = NULL;
+    q.has_stamp = true;
+    q.stamp = st;
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(hits[0].model, "m2");
+    assert_string_equal(hits[0].sha256, sha8);
+    free(hits);
+    for (int k = 0; k < 4; k++) { /* any stamp that differs: nothing */
+        q.stamp = st;
+        if (k == 0)
+            q.stamp.dev--;
+        else if (k == 1)
+            q.stamp.ino++;
+        else if (k == 2)
+            q.stamp.mtime_ns++;
+        else
+            q.stamp.ctime_ns++;
+        assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+        assert_int_equal(n, 0);
+    }
+    /* the stamps or the hash: m's file by its hash, m2's by its stamps */
+    q.stamp = st;
+    q.sha256_hex = sha7;
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 2);
+    free(hits);
+
+    /* the same file in two generations of "m3" and in "m": active first,
+     * then the newest */
+    q.has_stamp = false;
+    assert_int_equal(make_ready(f, "m3", 7, NULL), 1);
+    assert_int_equal(make_ready(f, "m3", 7, NULL), 2);
+    assert_int_equal(tv__reg_generation_activate(f->reg, "m3", 1, &err), 0);
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_true(!strcmp(hits[0].model, "m3") && hits[0].generation == 1 && hits[0].active);
+    assert_true(!strcmp(hits[1].model, "m3") && hits[1].generation == 2 && !hits[1].active);
+    assert_true(!strcmp(hits[2].model, "m") && hits[2].generation == 1);
+    free(hits);
+    /* a generation no longer ready is not a match */
+    assert_int_equal(tv__reg_generation_retire(f->reg, "m3", 2, &err), 0);
+    assert_int_equal(tv__reg_shards_lookup(f->reg, &q, &hits, &n, &err), 0);
+    assert_int_equal(n, 2);
+    free(hits);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -2433,6 +2550,7 @@ int main(void)
         T(test_device_objects),
         T(test_alloc_on_corrupt_registry),
         T(test_query_helpers),
+        T(test_shard_files_lookup),
     };
 #undef T
     const char *filter = getenv("TV_TEST_FILTER"); /* e.g. "*bulk*" */

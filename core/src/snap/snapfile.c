@@ -458,9 +458,12 @@ int tv__snapfile_read_pointer(const char *dir, const char *model, int64_t *gen, 
     if ((rc = tv__snapfile_active_path(dir, model, p, sizeof p, err)))
         return rc;
     rc = read_pointer_at(dir, model, p, gen, from, err);
-    if (rc == -ENOENT)
-        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
-    return rc;
+    if (rc != -ENOENT)
+        return rc;
+    /* No directory: no generation of it was ever published here. */
+    if (check_dirs(dir, model, NULL) == -ENOENT)
+        return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' does not exist", model);
+    return tv__seterr(err, TV_E_NOT_FOUND, "model '%s' has no active generation", model);
 }
 
 /* ---- the moved pointer of a deactivation --------------------------------- */
