@@ -55,6 +55,15 @@
     return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
   }
 
+  /* The memory tier's hit line (GET /v1/status or /v1/sessions "tier"):
+   * "hits 96.0% of 250 MiB · 0 evictions" ("no reads yet" before any). */
+  function tierHits(t) {
+    var hit = t.hit_bytes || 0, miss = t.miss_bytes || 0;
+    if (hit + miss === 0) return "no reads yet";
+    return "hits " + (100 * hit / (hit + miss)).toFixed(1) + "% of " + fmtBytes(hit + miss) +
+      " \u00b7 " + t.evictions + " evictions";
+  }
+
   /* Unix seconds (or an ISO string) -> "2026-12-01 13:00:00 UTC". */
   function fmtTime(t) {
     if (t === null || t === undefined) return "\u2013";
@@ -440,6 +449,7 @@
     POLL_MS: 2000,
     $: $, el: el, clear: clear, seg: seg,
     fmtBytes: fmtBytes, fmtRate: fmtRate, fmtDuration: fmtDuration, fmtTime: fmtTime,
+    tierHits: tierHits,
     get: get, getAll: getAll, send: send, request: request, track: track,
     setError: setError, notify: notify,
     confirm: confirmAction, askToken: askToken,

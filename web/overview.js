@@ -306,6 +306,29 @@
     var up = Math.floor(s.uptime_seconds);
     $("meta").textContent = "v" + s.version + " \u00b7 " + s.store + " \u00b7 up " +
       Math.floor(up / 3600) + "h " + Math.floor((up % 3600) / 60) + "m";
+    renderTier(s.tier);
+  }
+
+  /* The memory tier card: resident bytes of the budget, and how often a
+   * fast-path request found its chunk in memory. */
+  function renderTier(t) {
+    var v = $("tier-resident"), d = $("tier-detail");
+    if (!t || !t.enabled) {
+      v.textContent = "off";
+      d.textContent = "no fast path";
+      return;
+    }
+    v.dataset.residentBytes = String(t.resident_bytes);
+    v.dataset.budgetBytes = String(t.budget_bytes);
+    v.dataset.hits = String(t.hits);
+    v.dataset.misses = String(t.misses);
+    if (!t.budget_bytes) {
+      v.textContent = "off";
+      d.textContent = "cache.bytes = 0";
+      return;
+    }
+    v.textContent = fmtBytes(t.resident_bytes) + " / " + fmtBytes(t.budget_bytes);
+    d.textContent = TV.tierHits(t);
   }
 
   function modelBytes(name) {

@@ -3,7 +3,10 @@
  * each: id, peer pid/uid/gid, when it connected, bytes delivered, requests
  * done, staging slots held, and its open handles (the spec it opened, the
  * generation that resolved to, bytes delivered; the model links to
- * #models/NAME). A row is rebuilt only when its session changed. */
+ * #models/NAME). A row is rebuilt only when its session changed. Above
+ * the table, the memory tier the sessions share (its "tier" object):
+ * resident of the budget, hits, device and shared bytes, evictions,
+ * views, members left behind. */
 "use strict";
 
 (function () {
@@ -63,7 +66,30 @@
     h.appendChild(handleList(s));
   }
 
+  function renderTier(t) {
+    var box = TV.clear(ui.tier);
+    if (!t || !t.enabled) { box.hidden = true; return; }
+    box.hidden = false;
+    ["resident_bytes", "budget_bytes", "hits", "misses", "device_read_bytes", "shared_bytes",
+     "evictions", "views", "member_stalls"].forEach(function (k) {
+      box.dataset[k.replace(/_([a-z])/g, function (m, c) { return c.toUpperCase(); })] = String(t[k]);
+    });
+    box.appendChild(TV.el("strong", null, "Memory tier "));
+    if (!t.budget_bytes) {
+      box.appendChild(TV.el("span", "muted", "off (cache.bytes = 0): chunks are kept only while read"));
+      return;
+    }
+    var parts = [TV.fmtBytes(t.resident_bytes) + " of " + TV.fmtBytes(t.budget_bytes) + " resident (" +
+                 t.generations + " generations, " + t.pages + " pages)",
+                 TV.tierHits(t),
+                 "device " + TV.fmtBytes(t.device_read_bytes) + ", shared " + TV.fmtBytes(t.shared_bytes),
+                 t.views + " views (" + TV.fmtBytes(t.view_bytes) + " pinned)",
+                 t.member_stalls + " members left behind"];
+    box.appendChild(TV.el("span", "tier-figures", parts.join(" \u00b7 ")));
+  }
+
   function render(doc) {
+    renderTier(doc.tier);
     var list = doc.sessions || [];
     var seen = {};
     list.forEach(function (s, i) {
@@ -99,6 +125,11 @@
       p.appendChild(TV.el("p", "muted small intro",
         "Co-located workers reading tensors through the daemon's fast-path socket (tensorvault.safe_open " +
         "and the vLLM loader), in connection order, with the models they have open."));
+
+      ui.tier = TV.el("p", "tier small");
+      ui.tier.id = "sessions-tier";
+      ui.tier.hidden = true;
+      p.appendChild(ui.tier);
 
       ui.empty = TV.el("div", "empty");
       ui.empty.id = "sessions-empty";

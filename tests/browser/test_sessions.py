@@ -93,3 +93,35 @@ def test_screenshots(browser, base_url, daemon, artifacts_dir, scheme, size):
         assert watch.problems == []
     finally:
         ctx.close()
+
+
+def test_memory_tier_shown(browser, base_url, daemon):
+    """The memory tier's figures on the Sessions page and the Overview card
+    are the API's: after a read, its resident bytes, budget, hits and
+    misses; its hit line says what share of the bytes came from memory."""
+    with reading(daemon) as (f, t, s):
+        f.get_tensor("embed.weight")  # the second read of it: a hit
+        tier = daemon.ok("GET", "/v1/sessions")["tier"]
+        assert tier["enabled"] and tier["budget_bytes"] > 0, tier
+        assert tier["resident_bytes"] >= t.nbytes and tier["hits"] >= 1, tier
+        ctx, page, watch = open_sessions(browser, base_url)
+        try:
+            sel = (f"#sessions-tier[data-resident-bytes='{tier['resident_bytes']}']"
+                   f"[data-budget-bytes='{tier['budget_bytes']}'][data-hits='{tier['hits']}']")
+            page.wait_for_selector(sel, timeout=15000)
+            text = page.text_content("#sessions-tier")
+            budget = page.evaluate("n => TV.fmtBytes(n)", tier["budget_bytes"])
+            assert f"of {budget} resident" in text, text
+            assert page.evaluate("t => TV.tierHits(t)", tier) in text, text
+            assert "hits " in text and "% of " in text, text
+
+            page.goto(base_url + "/#overview")
+            page.wait_for_selector(f"#tier-resident[data-budget-bytes='{tier['budget_bytes']}']",
+                                   timeout=15000)
+            status = daemon.ok("GET", "/v1/status")["tier"]
+            assert status["budget_bytes"] == tier["budget_bytes"], status
+            assert page.text_content("#tier-resident").endswith(" / " + budget)
+            assert "hits " in page.text_content("#tier-detail")
+            assert watch.problems == []
+        finally:
+            ctx.close()
