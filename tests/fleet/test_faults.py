@@ -88,7 +88,7 @@ def pulling(d, model, alias, node):
 
 def flushed(node, model):
     """Bytes the resume record of node's newest import of model names as
-    written and flushed (README "Resuming"; 0: none yet)."""
+    written and flushed (its jobs.resume record; 0: none yet)."""
     try:
         con = sqlite3.connect(f"file:{os.path.join(node.store, 'registry.db')}?mode=ro",
                               uri=True, timeout=5)

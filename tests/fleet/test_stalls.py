@@ -20,7 +20,7 @@ from harness.postgres import fresh_db
 from harness.wait import wait_for
 from .test_rollout import fleet, move, node, publish, sharded
 
-SIGTERM_BOUND_S = 5  # README: tensorvaultd exits within 5 s of SIGTERM
+SIGTERM_BOUND_S = 5  # docs/security.md: tensorvaultd exits within 5 s of SIGTERM
 
 
 def exits_within(d, bound):

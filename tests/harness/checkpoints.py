@@ -123,8 +123,8 @@ W = "'w':{'dtype':'U8','shape':[3],'data_offsets':[0,3]}"
 # Cases where tensorvault and the official parser (safetensors.deserialize /
 # safe_open) must be compared: {file: (header, data, official accepts?,
 # tensorvault's error or None)}. An entry the official parser accepts and
-# tensorvault refuses is a deliberate difference (README, "What is
-# validated"); every other entry must agree.
+# tensorvault refuses is a deliberate difference (docs/formats.md, "Deliberate
+# differences from the official parser"); every other entry must agree.
 AGREEMENT = {
     # Element count overflows before the zero: the official product is
     # checked in shape order.

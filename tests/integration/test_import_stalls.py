@@ -7,7 +7,7 @@ and retries; still:
     `cancelled` within 3 s of the cancel: nothing published, the space
     reserved for it free again;
   - SIGTERM makes tensorvaultd exit 0 within SIGTERM_BOUND_S (the bound
-    the README states), and the job is cancelled with nothing published.
+    docs/security.md states), and the job is cancelled with nothing published.
 The http:// daemon reads in 64 KiB Range requests (several at once on a
 curl multi handle); the s3:// one in the default 16 MiB (one request)."""
 import os
@@ -21,7 +21,7 @@ from safetensors.numpy import save_file
 from harness.daemon import SLOW, Daemon
 from harness.stall import StallOrigin
 
-SIGTERM_BOUND_S = 5  # README: tensorvaultd exits within 5 s of SIGTERM
+SIGTERM_BOUND_S = 5  # docs/security.md: tensorvaultd exits within 5 s of SIGTERM
 BUCKET = "tvstall"
 
 

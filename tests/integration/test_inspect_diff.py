@@ -154,11 +154,11 @@ def official_accepts(path):
     return True
 
 
-def readme_differences():
-    """The error codes named in README's "Deliberate differences from the
-    official parser" list."""
+def documented_differences():
+    """The error codes named in docs/formats.md's "Deliberate differences
+    from the official parser" list."""
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "..", "README.md")) as f:
+    with open(os.path.join(here, "..", "..", "docs", "formats.md")) as f:
         text = f.read()
     part = text.split("Deliberate differences from the official parser", 1)[1]
     part = part.split("\n#", 1)[0]
@@ -186,14 +186,14 @@ def test_agreement_case(tv, agreement_dir, case):
     assert p.returncode == 1 and json.loads(p.stdout)["error"]["code"] == err, p.stderr
     if official:
         # Accepted by the official parser, refused here: a documented difference.
-        assert err in readme_differences(), f"{case}: {err} missing from the README's list"
+        assert err in documented_differences(), f"{case}: {err} missing from docs/formats.md's list"
 
 
-def test_readme_differences_are_tested():
-    """The README's list holds exactly the codes of the cases the official
+def test_documented_differences_are_tested():
+    """docs/formats.md's list holds exactly the codes of the cases the official
     parser accepts and tensorvault refuses."""
     refused = {err for _, _, official, err in gen.AGREEMENT.values() if official and err}
-    assert readme_differences() == refused
+    assert documented_differences() == refused
 
 
 @pytest.mark.parametrize("case", ["idx_total_size_above_int64_max", "idx_total_size_above_u64_max",

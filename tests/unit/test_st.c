@@ -662,7 +662,7 @@ static void test_element_overflow(void **state)
     tv_checkpoint_close(ck);
 }
 
-/* ---- agreement with the official parser (README: deliberate differences) ---- */
+/* ---- agreement with the official parser (docs/formats.md: deliberate differences) ---- */
 
 static void test_negative_zero(void **state)
 {
