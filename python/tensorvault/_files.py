@@ -225,7 +225,7 @@ def _official(filename, framework, device, backend, why):
 
 
 def open_file(filename, framework, device="cpu", backend="mmap", socket=None, store=None,
-              http=None):
+              http=None, views=False):
     """safe_open of a file: a handle on the shard of the generation that
     holds it, else (arguments only the official serves, a file no readable
     generation holds, a failure to open that generation) the official
@@ -254,7 +254,8 @@ def open_file(filename, framework, device="cpu", backend="mmap", socket=None, st
     try:
         m = S._Model.get(spec, None if store is None else str(store),
                          None if socket is None else str(socket), True)
-        return S.safe_open._make(m, fw, dev, spec, shard=hit.shard, header=fid.header)
+        return S.safe_open._make(m, fw, dev, spec, shard=hit.shard, header=fid.header,
+                                 views=views)
     except N.Error as e:
         return _official(filename, framework, device, backend,
                          f"its generation {spec} does not open ({e})")

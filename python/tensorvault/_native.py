@@ -232,9 +232,16 @@ class View:
         return memoryview(arr).cast("B").toreadonly()
 
     def release(self):
-        if self._v is not None:
-            lib.tv_view_release(self._v)
-            self._v = None
+        """Gives the view back (under its owner's lock when it has one: a
+        release talks to the model's session)."""
+        v, self._v = self._v, None
+        if v is not None:
+            lock = getattr(self.owner, "lock", None)
+            if lock is None:
+                lib.tv_view_release(v)
+            else:
+                with lock:
+                    lib.tv_view_release(v)
 
     def __del__(self):
         try:

@@ -237,7 +237,7 @@ class _Model:
         h = ctypes.c_void_p()
         self.h = None
         self.c = None
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a view's release may come in a read's thread
         self.spec = spec
         bspec = spec.encode()
         if store is not None:
@@ -485,14 +485,53 @@ class _Torch:
                 stream.synchronize()
 
 
+def _view_array(v, dtype, shape):
+    """A read-only numpy array over view v's bytes, in place. The array
+    keeps the view (and so its pins at the daemon) alive: the view is
+    released when the last array over it is collected."""
+    if not v.nbytes:
+        v.release()
+        a = np.empty(shape, dtype=dtype)
+        a.flags.writeable = False
+        return a
+    raw = (ctypes.c_ubyte * v.nbytes).from_address(v._addr)
+    raw._tv_view = v  # the memoryview below keeps raw, raw keeps the view
+    return np.frombuffer(memoryview(raw).toreadonly(), dtype=dtype).reshape(shape)
+
+
 class _Reader:
     """The reads of one framework on one model: what a handle and its
-    slices share (a slice keeps it, so it reads after its handle closed)."""
+    slices share (a slice keeps it, so it reads after its handle closed).
+    views: whole tensors are lent as read-only numpy arrays over the
+    daemon's memory tier where the model can lend them (else copied)."""
 
-    __slots__ = ("m", "fw")
+    __slots__ = ("m", "fw", "views")
 
-    def __init__(self, m, fw):
-        self.m, self.fw = m, fw
+    def __init__(self, m, fw, views=False):
+        self.m, self.fw, self.views = m, fw, views
+
+    def lend(self, infos):
+        """{name: read-only array} of infos as views of the daemon's memory
+        tier, or None when this model lends none (opened from a store, a
+        daemon before protocol version 3, a library without views): the
+        caller copies then."""
+        m = self.m
+        shapes = [(info, self.fw.dtype(info), self.fw.storage_shape(info)) for info in infos]
+        with m.lock:
+            if m.h is None:
+                raise N.official("File is closed")
+            got = N.views(m.h, [info.index for info in infos], owner=m)
+        if got is None:
+            return None
+        errs = [x for x in got if isinstance(x, N.Error)]
+        if errs:
+            for x in got:
+                if isinstance(x, N.View):
+                    x.release()
+            if all(e.code == N.TV_E_NOT_SUPPORTED for e in errs):
+                return None
+            raise errs[0]
+        return {info.name: _view_array(v, dt, shape) for (info, dt, shape), v in zip(shapes, got)}
 
     def call(self, host, cuda):
         """host() or, on a CUDA handle, cuda(stream) on the device's current
@@ -506,6 +545,10 @@ class _Reader:
 
     def read_tensor(self, info):
         fw, m = self.fw, self.m
+        if self.views:
+            lent = self.lend([info])
+            if lent is not None:
+                return lent[info.name]
         t = fw.empty(info, fw.storage_shape(info))
         if info.nbytes:
             err = N.tv_error()
@@ -519,6 +562,10 @@ class _Reader:
         """{name: tensor} of infos, read as one batch (adjacent tensors
         coalesced); every dtype is checked before anything is read."""
         fw, m = self.fw, self.m
+        if self.views and infos:
+            lent = self.lend(infos)
+            if lent is not None:
+                return lent
         shapes = []
         for info in infos:  # the official's order: tensor by tensor, dtype then shape
             fw.dtype(info)
@@ -573,7 +620,8 @@ def _file_path(filename):
 
 class safe_open:
     """safe_open(filename, framework, device="cpu", *, backend="mmap",
-    generation=None, alias=None, socket=None, store=None): safetensors 0.8's
+    generation=None, alias=None, socket=None, store=None, views=False):
+    safetensors 0.8's
     safe_open over tensorvault, a context manager over one generation of a
     model (filename: the model's name; generation= or alias=, else the
     active one) or over one file the registry holds (filename: a path;
@@ -583,18 +631,26 @@ class safe_open:
     reads either way). store=DIR reads in-process; otherwise through the
     daemon at socket=, else $TENSORVAULT_SOCKET, else
     ./var/run/tensorvault.sock (its HTTP socket answers the file lookups:
-    _files.py)."""
+    _files.py). views=True (framework "np" only; tensorvault's own): whole
+    tensors are read-only numpy arrays over the daemon's memory tier, no
+    copy, pinned there while an array over them lives (a model opened from
+    a store, or through a daemon before fast-path protocol version 3,
+    copies instead)."""
 
     def __new__(cls, filename, framework, device="cpu", *, backend="mmap", generation=None,
-                alias=None, socket=None, store=None):
+                alias=None, socket=None, store=None, views=False):
         path = _file_path(filename)
+        if views and parse_framework(framework) != "numpy":
+            raise N.make_error(
+                N.TV_E_INVALID_ARG,
+                f"views=True lends read-only numpy arrays (framework=\"np\"); framework {framework} gets copies: torch has no read-only tensor")
         if path is not None:
             if generation is not None or alias is not None:
                 raise ValueError("safe_open: generation= and alias= choose a model's generation; "
                                  f"{path!r} is a file")
             from . import _files
             return _files.open_file(filename, framework, device, backend,
-                                    socket=socket, store=store)
+                                    socket=socket, store=store, views=bool(views))
         if not isinstance(filename, str):
             raise _not_str("filename", filename)
         fw, dev = parse_framework(framework), parse_device(device)
@@ -608,13 +664,13 @@ class safe_open:
         spec = _spec(filename, generation, alias)
         m = _Model.get(spec, None if store is None else str(store),
                        None if socket is None else str(socket), generation is not None)
-        return cls._make(m, fw, dev, spec)
+        return cls._make(m, fw, dev, spec, views=bool(views))
 
     def __init__(self, *args, **kwargs):
         pass  # __new__ opened it
 
     @classmethod
-    def _make(cls, m, fw, dev, spec, shard=None, header=None):
+    def _make(cls, m, fw, dev, spec, shard=None, header=None, views=False):
         """A handle on model m (all of it, or only shard `shard`, whose 8 +
         N header bytes are header)."""
         if fw == "numpy" and dev.kind != "cpu":
@@ -622,7 +678,7 @@ class safe_open:
         self = object.__new__(cls)
         self._closed = True
         self._spec = spec
-        self._reader = _Reader(m, _Numpy() if fw == "numpy" else _Torch(dev.index))
+        self._reader = _Reader(m, _Numpy() if fw == "numpy" else _Torch(dev.index), views)
         if shard is None:
             self._order, self._by_name = m.order, m.by_name
         else:

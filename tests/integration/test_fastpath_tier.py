@@ -22,7 +22,9 @@ legacy arena, version-3 sessions read the tier itself) and the C library
     rewritten while other models are loaded through the tier, whose
     resident bytes stay within its bound; a view past the budget is refused
     (TV_E_BUSY naming cache.bytes);
-  - a member killed with SIGKILL while holding views gives its pins back.
+  - a member killed with SIGKILL while holding views gives its pins back;
+  - tensorvault.safe_open(..., views=True): read-only numpy arrays over the
+    tier, pinned while an array lives; a store copies; torch refuses it.
 
 Every daemon runs with the fast path's test settings (harness.fastpath: 64
 KiB slots, 16-slot staging, credit 8); the checkpoints are about 3 MiB, so a
@@ -476,3 +478,50 @@ def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
         m.close()
     wait_sessions(tiny, lambda ls: ls == [])
     assert load(tiny.socket_path, a, 3) == ref
+
+
+def test_safe_open_views_are_read_only_arrays_of_the_tier(d, src, ref):
+    """tensorvault.safe_open(..., views=True) on the numpy framework: every
+    tensor is a read-only array over the daemon's memory tier, equal to the
+    official loader's bytes, pinned (tier view bytes) while an array over it
+    lives and given back when the last one is collected; the same keyword on
+    a store (no tier) copies, and torch (no read-only tensor) refuses it."""
+    import gc
+
+    import numpy as np
+    import tensorvault
+
+    name, _ = fresh_model(d, src)
+    with tensorvault.safe_open(name, "np", socket=d.socket_path, views=True) as f:
+        got = f.get_tensors()
+        one = f.get_tensor(next(iter(ref)))
+    assert set(got) == set(ref)
+    for n, a in got.items():
+        assert a.tobytes() == ref[n], n
+        assert not a.flags.writeable, n
+        if a.size:
+            with pytest.raises(ValueError):
+                a.reshape(-1)[0] = a.reshape(-1)[0]
+            with pytest.raises(ValueError):
+                a.flags.writeable = True
+    assert one.tobytes() == ref[next(iter(ref))] and not one.flags.writeable
+    assert d.metrics()["tensorvault_tier_view_bytes"] > 0
+    keep = got[max(got, key=lambda n: got[n].nbytes)]
+    del got, one, f, a
+    gc.collect()
+    assert d.metrics()["tensorvault_tier_view_bytes"] > 0  # the array kept still pins its view
+    snapshot = keep.copy()
+    del keep
+    gc.collect()
+    assert d.metrics()["tensorvault_tier_view_bytes"] == 0
+    assert snapshot.tobytes() in ref.values()
+
+    with tensorvault.safe_open(name, "np", store=d.store, views=True) as f:
+        copies = f.get_tensors()
+    assert {n: a.tobytes() for n, a in copies.items()} == ref
+    assert all(a.flags.writeable for a in copies.values())
+    assert isinstance(copies[next(iter(ref))], np.ndarray)
+
+    with pytest.raises(tensorvault.Error) as e:
+        tensorvault.safe_open(name, "pt", socket=d.socket_path, views=True)
+    assert e.value.name == "TV_E_INVALID_ARG" and "read-only" in e.value.message
