@@ -138,10 +138,11 @@ def child(kind, args):
         import tensorvault
         src = {"store": args[0]} if kind == "tv_store" else {"socket": args[0]}
         extra = {}
-        if kind == "tv_views":
-            extra = {views_param(tensorvault): True}
+        fw = "pt"
+        if kind == "tv_views":  # read-only arrays: numpy's (torch has no read-only tensor)
+            extra, fw = {views_param(tensorvault): True}, "np"
         t0 = time.monotonic()
-        with tensorvault.safe_open(args[1], framework="pt", **src, **extra) as f:
+        with tensorvault.safe_open(args[1], framework=fw, **src, **extra) as f:
             out = f.get_tensors()
             touch_all(out)
             secs = time.monotonic() - t0
@@ -758,17 +759,17 @@ def main():
         work = os.path.join(a.dir, f"store-{size}")
         daemon = Daemon(R.build, st["store"], work)
         if only & {"engine", "python"}:
-            section_engine_python(R, T, size, st, files, daemon, "engine" in only,
-                                  "python" in only, rounds)
+            guarded(R, f"{size} engine/python", section_engine_python, R, T, size, st, files,
+                    daemon, "engine" in only, "python" in only, rounds)
     big = "1g" if "1g" in stores else sizes[-1]
     st, files = stores[big]
     daemon = Daemon(R.build, st["store"], os.path.join(a.dir, f"store-{big}"))
     if "clients" in only:
-        section_clients(R, T, st, daemon, rounds, counts)
+        guarded(R, "clients", section_clients, R, T, st, daemon, rounds, counts)
     if "warm" in only:
-        section_warm(R, T, st, files, daemon, rounds)
+        guarded(R, "warm", section_warm, R, T, st, files, daemon, rounds)
     if "http" in only:
-        section_http(R, T, st, daemon, 5 if a.quick else 10)
+        guarded(R, "http", section_http, R, T, st, daemon, 5 if a.quick else 10)
     print(f"# sizes: " + ", ".join(f"{s} {stores[s][0]['model_bytes'] / 1e6:.0f} MB" for s in stores)
           + f"; medians of {rounds} alternating round(s); cold unless marked warm")
     T.print()
@@ -778,6 +779,16 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(T.rows, f, indent=1)
+
+
+def guarded(R, what, fn, *args):
+    """Runs one section; a failure is a note (its rows stay missing) and the
+    table still prints the other sections' figures."""
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - reported in the table's notes
+        print(f"== section {what} failed: {e}", flush=True)
+        R.notes.add(f"section {what} failed: {str(e).splitlines()[-1] if str(e) else type(e).__name__}")
 
 
 if __name__ == "__main__":

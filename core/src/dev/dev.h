@@ -151,7 +151,7 @@ int tv__dev_claim_keys(const tv__dev *d, tv__dev_claim *out, tv_error *err);
 /* True when a and b share a key (the same storage). */
 bool tv__dev_claim_same(const tv__dev_claim *a, const tv__dev_claim *b);
 
-/* Bounds of the in-use scan (documented in the README, "The store"). */
+/* Bounds of the in-use scan (docs/store.md, "Claiming a device"). */
 #define TV__DEV_SCAN_HEAD    (64ull << 20) /* device start searched for labels */
 #define TV__DEV_SCAN_EDGE    (16ull << 20) /* region start and end read in full */
 #define TV__DEV_SCAN_SAMPLES 64u           /* evenly spaced windows in between */
