@@ -46,6 +46,10 @@
  * must not shrink under the mapping (a SIGBUS) nor grow. */
 #define TIER_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define NAME_PREC  TV__NAME_PREC
+/* copies from this size on fault their pages in with one call (populate) */
+#define POPULATE_MIN (64u << 10)
+
+static void populate(const uint8_t *src, size_t len, uint8_t *dst);
 /* tv_get_tensor's arena: the payload is copied to its start */
 #define ARENA_ALIGN 64u
 
@@ -581,6 +585,7 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
         }
         const uint8_t *src = m->arena + (size_t)e.slot * m->slot_len + e.slot_off;
         if (!s->sink) {
+            populate(src, e.len, q->dest + e.dest_off);
             memcpy(q->dest + e.dest_off, src, e.len);
         } else if ((rc =
                         s->sink->copy(s->sink->ctx, q->dest, e.dest_off, src, e.len, UINT32_MAX))) {
@@ -594,6 +599,32 @@ static int on_chunk(run *s, const tv__fp_msg *msg, tv_error *err)
         s->xfer_rc = rc;
     rc = flush_release(s, false, err);
     return rc == -EAGAIN ? 0 : rc;
+}
+
+/* Faults in, in one call each, the arena pages of a chunk about to be
+ * copied and the destination pages it lands in: page by page, the copy's
+ * faults (a tier mapped with small pages, a fresh destination) cost more
+ * than the copy itself. The arena's pages are whole pages of bytes the
+ * daemon said are resident (its reads are page-aligned), so populating
+ * them allocates nothing there. Advice only: a kernel without
+ * MADV_POPULATE_* (before 5.14) faults as before. */
+static void populate(const uint8_t *src, size_t len, uint8_t *dst)
+{
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+    if (len < POPULATE_MIN)
+        return;
+    uintptr_t a = (uintptr_t)src & ~(uintptr_t)4095,
+              b = ((uintptr_t)src + len + 4095) & ~(uintptr_t)4095;
+    (void)tv__sys.madvise((void *)a, b - a, MADV_POPULATE_READ);
+    /* only whole pages of the destination: a page it shares with other
+     * memory is left to the copy */
+    uintptr_t c = ((uintptr_t)dst + 4095) & ~(uintptr_t)4095,
+              d = ((uintptr_t)dst + len) & ~(uintptr_t)4095;
+    if (d > c)
+        (void)tv__sys.madvise((void *)c, d - c, MADV_POPULATE_WRITE);
+#else
+    (void)src, (void)len, (void)dst;
+#endif
 }
 
 static int on_done(run *s, const tv__fp_msg *msg, tv_error *err)
