@@ -613,13 +613,16 @@ static void populate(const uint8_t *src, size_t len, uint8_t *dst)
 #if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
     if (len < POPULATE_MIN)
         return;
-    uintptr_t a = (uintptr_t)src & ~(uintptr_t)4095,
-              b = ((uintptr_t)src + len + 4095) & ~(uintptr_t)4095;
+    /* [src, src + len) lies in the arena's mapping and [dst, dst + len) in
+     * the caller's buffer: neither end, nor its page, wraps */
+    const uintptr_t page = 4095;
+    uintptr_t a = (uintptr_t)src & ~page;
+    uintptr_t b = ((uintptr_t)src + len + page) & ~page; /* checked: inside a mapping */
     (void)tv__sys.madvise((void *)a, b - a, MADV_POPULATE_READ);
     /* only whole pages of the destination: a page it shares with other
      * memory is left to the copy */
-    uintptr_t c = ((uintptr_t)dst + 4095) & ~(uintptr_t)4095,
-              d = ((uintptr_t)dst + len) & ~(uintptr_t)4095;
+    uintptr_t c = ((uintptr_t)dst + page) & ~page; /* checked: inside a mapping */
+    uintptr_t d = ((uintptr_t)dst + len) & ~page;  /* checked: inside a mapping */
     if (d > c)
         (void)tv__sys.madvise((void *)c, d - c, MADV_POPULATE_WRITE);
 #else
