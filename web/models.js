@@ -254,6 +254,7 @@
       aliasPairs(m).forEach(function (p) {
         td.appendChild(badge("alias", p[0] + "\u2192" + p[1], "alias " + p[0] + " is generation " + p[1]));
       });
+      if (!td.firstChild) td.appendChild(el("span", "muted", "none"));
       tr.appendChild(td);
       tr.appendChild(el("td", "num n-gens", String(m.n_generations)));
       tr.appendChild(el("td", "created", fmtTime(m.created_at)));
