@@ -348,6 +348,9 @@
       var on = a.dataset.page === name;
       a.classList.toggle("active", on);
       if (on) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+      // A phone's nav scrolls sideways: keep the current section in sight.
+      var nav = $("nav");
+      if (on && nav.scrollWidth > nav.clientWidth) nav.scrollLeft = Math.max(0, a.offsetLeft - nav.offsetLeft - 12);
     });
   }
 
@@ -421,12 +424,19 @@
     });
   }
 
+  /* The header's version line; also the brand's title, since phones hide
+   * the line to keep the header short. */
+  function setMeta(text) {
+    $("meta").textContent = text;
+    document.querySelector(".top .brand").title = text;
+  }
+
   /* The header's "vVERSION · STORE" (again after a token was entered or the
    * daemon answers again, when it could not be read before). */
   function loadMeta() {
     metaLoaded = true;
     track("status", get("/v1/status")).then(function (st) {
-      if (st) $("meta").textContent = "v" + st.version + " \u00b7 " + st.store;
+      if (st) setMeta("v" + st.version + " \u00b7 " + st.store);
       else metaLoaded = false;
     });
   }
@@ -451,7 +461,7 @@
     fmtBytes: fmtBytes, fmtRate: fmtRate, fmtDuration: fmtDuration, fmtTime: fmtTime,
     tierHits: tierHits,
     get: get, getAll: getAll, send: send, request: request, track: track,
-    setError: setError, notify: notify,
+    setError: setError, notify: notify, setMeta: setMeta,
     confirm: confirmAction, askToken: askToken,
     token: { get: tokenGet, set: tokenSet, clear: tokenClear },
     register: register, go: go, href: href,

@@ -1,7 +1,8 @@
 /* tensorvault dashboard, the Models page: #models lists every model (its
  * active generation, aliases, generation count); #models/NAME shows one
  * model's generations (state, active and alias badges, sizes, shards with
- * their sha256 and replicas when expanded) and its actions: activate,
+ * their sha256 and replicas when expanded; a model the daemon does not
+ * have says so, with a link back) and its actions: activate,
  * retire, rollback, deactivate, point / remove an alias. Every action asks
  * for confirmation (TV.confirm), is sent with TV.send (token dialog, the
  * daemon's refusal in the error box) and the page is then re-read from the
@@ -13,12 +14,14 @@
   var SRC_LOAD = "models", SRC_ACT = "models action";
   var GEN_COLS = [["Generation"], ["State"], ["Size", "num"], ["Tensors", "num"], ["Shards", "num"], ["Source"],
                   ["Created"], ["Actions"]];
+  var LIST_COLS = [["Model"], ["Active"], ["Aliases"], ["Generations", "num"], ["Created"]];
 
   var sec = null;
   var view = {};      // DOM built once in init
   var mode = null;    // "list" | "model"
   var name = null;    // the model shown (mode "model")
   var model = null;   // GET /v1/models/NAME
+  var missing = false; // the daemon said 404 to it
   var gens = [];      // its generations, newest first
   var details = {};   // generation -> GenerationDetail (the shards), when expanded
   var expanded = {};  // generation -> true
@@ -99,7 +102,7 @@
     t.appendChild(cap);
     var head = el("thead");
     var hr = el("tr");
-    [["Model"], ["Active"], ["Aliases"], ["Generations", "num"], ["Created"]].forEach(function (h) {
+    LIST_COLS.forEach(function (h) {
       var th = el("th", h[1] || null, h[0]);
       th.scope = "col";
       hr.appendChild(th);
@@ -215,7 +218,9 @@
     view.aliasGen = sel;
     view.aliasSet = go;
     view.model = box;
-    view.missing = el("p", "muted", "");
+    view.aliasPanel = ap;
+    view.gensPanel = gp;
+    view.missing = el("p", "missing-model", "");
     view.missing.id = "model-missing";
     view.missing.hidden = true;
     head.appendChild(view.missing);
@@ -249,9 +254,11 @@
       aliasPairs(m).forEach(function (p) {
         td.appendChild(badge("alias", p[0] + "\u2192" + p[1], "alias " + p[0] + " is generation " + p[1]));
       });
+      if (!td.firstChild) td.appendChild(el("span", "muted", "none"));
       tr.appendChild(td);
       tr.appendChild(el("td", "num n-gens", String(m.n_generations)));
       tr.appendChild(el("td", "created", fmtTime(m.created_at)));
+      Array.prototype.forEach.call(tr.children, function (c, i) { c.dataset.label = LIST_COLS[i][0]; });
       body.appendChild(tr);
     });
     view.count.textContent = models.length === shown.length ? models.length + " models"
@@ -279,20 +286,28 @@
   }
 
   function renderModel(force) {
-    var sig = JSON.stringify(["model", name, model, gens, details, expanded]);
+    var sig = JSON.stringify(["model", name, model, missing, gens, details, expanded]);
     if (!force && sig === lastSig) return;
     lastSig = sig;
     var key = focusedKey();
     view.title.textContent = "";
     view.title.appendChild(document.createTextNode("Model "));
     view.title.appendChild(el("span", "mono model-name", name));
+    view.aliasPanel.hidden = view.gensPanel.hidden = !model;
     if (!model) {
+      // Nothing to act on: no alias form, no empty table; a way back.
       view.facts.textContent = "";
       TV.clear(view.actions);
       TV.clear(view.aliasList);
       TV.clear(view.gensBody);
       view.missing.hidden = false;
-      view.missing.textContent = "no model named \u201c" + name + "\u201d (see the error above)";
+      view.missing.dataset.reason = missing ? "not-found" : "unreadable";
+      TV.clear(view.missing).appendChild(document.createTextNode(missing
+        ? "No such model: the registry has no model named \u201c" + name + "\u201d. "
+        : "Model \u201c" + name + "\u201d could not be read (see the error above). "));
+      var back = el("a", "missing-back", "See every model on the models list");
+      back.href = TV.href("models");
+      view.missing.appendChild(back);
       return;
     }
     view.missing.hidden = true;
@@ -402,7 +417,15 @@
     if (g.state === "ready") {
       var r = button("Retire", "retire:" + n);
       r.setAttribute("aria-label", "retire generation " + n);
-      if (g.active || (g.aliases || []).length) r.title = "the daemon refuses to retire an active or aliased generation";
+      if ((g.aliases || []).length) {
+        // The daemon refuses it (409): not offered, and the title says why.
+        r.dataset.off = "1";
+        r.disabled = true;
+        r.title = "aliases point at generation " + n + " (" + g.aliases.join(", ") +
+          "): it can't be retired until they move to another generation or are removed";
+      } else if (g.active) {
+        r.title = "the daemon refuses to retire the active generation (activate another one first)";
+      }
       r.addEventListener("click", function () { retire(g); });
       cell.appendChild(r);
     }
@@ -465,9 +488,12 @@
 
   function loadModel() {
     var seq = ++loadSeq, n = name;
-    var p = Promise.all([TV.get(mpath(n)), TV.getAll(mpath(n) + "/generations", "generations")]);
+    var nf = false;
+    var p = Promise.all([TV.get(mpath(n)), TV.getAll(mpath(n) + "/generations", "generations")])
+      .then(null, function (e) { nf = e.status === 404; throw e; });
     return TV.track(SRC_LOAD, p).then(function (r) {
       if (seq !== loadSeq || mode !== "model" || n !== name) return null;
+      missing = nf;
       if (!r) {
         model = null;
         gens = [];
@@ -638,7 +664,7 @@
       var newMode = n === null ? "list" : "model";
       if (newMode !== mode || n !== name) {
         lastSig = null;
-        if (n !== name) { model = null; gens = []; details = {}; expanded = {}; }
+        if (n !== name) { model = null; missing = false; gens = []; details = {}; expanded = {}; }
       }
       mode = newMode;
       name = n;

@@ -1,12 +1,14 @@
 /* tensorvault dashboard, the Overview page: counts, devices with capacity
  * bars and LBA maps (GET /v1/devices/{id}/extents: every object coloured
  * by model, free gaps, the label; drawn to scale or by objects), the
- * read/import throughput chart (from /metrics) and the models table. Built
+ * read/import throughput chart (from /metrics, and on entering the page the
+ * daemon's recent samples, GET /v1/metrics/history, so it never starts
+ * empty) and the models table. Built
  * on the shell in app.js (window.TV). */
 "use strict";
 
 (function () {
-  var CHART_POINTS = 60;
+  var CHART_POINTS = 300; // 10 minutes at 2 s: what GET /v1/metrics/history keeps
   var lastCounters = null;
   var chart = null;
   var bytesCache = {}; // model name -> {key, bytes}
@@ -304,8 +306,8 @@
     $("count-jobs").dataset.queued = String(s.jobs.queued);
     $("count-jobs").dataset.running = String(s.jobs.running);
     var up = Math.floor(s.uptime_seconds);
-    $("meta").textContent = "v" + s.version + " \u00b7 " + s.store + " \u00b7 up " +
-      Math.floor(up / 3600) + "h " + Math.floor((up % 3600) / 60) + "m";
+    TV.setMeta("v" + s.version + " \u00b7 " + s.store + " \u00b7 up " +
+               Math.floor(up / 3600) + "h " + Math.floor((up % 3600) / 60) + "m");
     renderTier(s.tier);
   }
 
@@ -458,6 +460,28 @@
     });
   }
 
+  /* The chart from the daemon's recent samples (cumulative counters, oldest
+   * first): one point per pair of neighbours. The 2 s polls go on from it. */
+  function preloadChart() {
+    if (!chart) return Promise.resolve();
+    return track("history", get("/v1/metrics/history")).then(function (doc) {
+      if (!doc || !chart) return;
+      var s = doc.samples || [], labels = [], read = [], imp = [];
+      for (var i = 1; i < s.length; i++) {
+        var dt = (s[i].time_ms - s[i - 1].time_ms) / 1000;
+        if (!(dt > 0)) continue;
+        labels.push("");
+        read.push(Math.max(0, (s[i].read_bytes - s[i - 1].read_bytes) / dt / 1e6));
+        imp.push(Math.max(0, (s[i].import_bytes - s[i - 1].import_bytes) / dt / 1e6));
+      }
+      var k = Math.max(0, labels.length - CHART_POINTS);
+      chart.data.labels = labels.slice(k);
+      chart.data.datasets[0].data = read.slice(k);
+      chart.data.datasets[1].data = imp.slice(k);
+      chart.update();
+    });
+  }
+
   function listModels() { return TV.getAll("/v1/models", "models"); }
 
   function refresh() {
@@ -474,7 +498,7 @@
 
   TV.register("overview", {
     init: function () { initChart(); },
-    show: function () { lastCounters = null; },
+    show: function () { lastCounters = null; return preloadChart(); },
     refresh: refresh
   });
 })();

@@ -1,6 +1,7 @@
 /* tensorvault dashboard, the Tensors page: one generation's tensors,
- * searched by name prefix and sorted by the daemon (GET .../tensors?prefix=
- * &order=file|name|size, pages of PAGE rows through next_cursor, so a
+ * searched by a part of the name (anywhere in it, case-sensitive) and
+ * sorted by the daemon (GET .../tensors?contains=&order=file|name|size,
+ * pages of PAGE rows through next_cursor, so a
  * generation of 120,000 tensors costs one page at a time and the table
  * holds only the pages loaded), with each tensor's file and device offsets
  * computed from the generation's shards (file offset = 8 + header_bytes +
@@ -8,15 +9,17 @@
  * offset), and one tensor's detail with a download link to its bytes.
  *
  * Routes: #tensors (pick a model and generation), #tensors/MODEL/GEN
- * ?prefix=P&order=file|name|size (the list), #tensors/MODEL/GEN/TENSOR
- * (the detail; its query is the list's, for the way back). The search box
+ * ?contains=S&order=file|name|size (the list; an older link's ?prefix=P
+ * is searched the same way), #tensors/MODEL/GEN/TENSOR (the detail; its
+ * query is the list's, for the way back). The search box's placeholder is
+ * a part of the generation's own first tensor name. The search box
  * and the sort controls put their query into the hash with
  * history.replaceState (no hashchange, so the box is never rebuilt while
  * the user types). Generations are immutable: refresh does nothing. */
 "use strict";
 
 (function () {
-  var PAGE = 200, DEBOUNCE_MS = 150, SRC = "tensors";
+  var PAGE = 200, DEBOUNCE_MS = 150, SRC = "tensors", PLACEHOLDER = "part of a name";
   var ORDERS = { file: "file offset", name: "name", size: "size, largest first" };
   var COLS = [
     { key: "name", label: "Name", order: "name" },
@@ -30,7 +33,7 @@
   ];
   var el = TV.el, seg = TV.seg;
   var ui = {};
-  var view = null; // the list: {model, gen, prefix, order, genDoc, cursor, rows}
+  var view = null; // the list: {model, gen, text, order, genDoc, cursor, rows}
   var seq = 0;     // bumped by every new listing; an older listing's answer is dropped
   var dseq = 0;    // the same for the detail
   var typing = null;
@@ -38,7 +41,16 @@
   function genPath(m, g) { return "/v1/models/" + seg(m) + "/generations/" + seg(g); }
   function tensorPath(m, g, t) { return genPath(m, g) + "/tensors/" + seg(t); }
   function orderOf(q) { return q && ORDERS.hasOwnProperty(q.order) ? q.order : "file"; }
-  function listQuery(prefix, order) { return { prefix: prefix || "", order: order === "file" ? "" : order }; }
+  function listQuery(text, order) { return { contains: text || "", order: order === "file" ? "" : order }; }
+  function searchOf(q) { return (q && (q.contains || q.prefix)) || ""; }
+
+  /* A search that finds something in this generation: its first tensor
+   * name up to the second dot ("h.0." of "h.0.attn.c_attn.weight"), or
+   * the whole name. */
+  function hint(name) {
+    var parts = name.split(".");
+    return parts.length >= 3 ? parts.slice(0, 2).join(".") + "." : name;
+  }
   function num(n) { return typeof n === "number" ? String(n) : "\u2013"; }
 
   function field(labelText, control) {
@@ -152,7 +164,7 @@
     name.dataset.col = "name";
     name.dataset.value = t.name;
     var a = el("a", null, t.name);
-    a.href = TV.href("tensors", [v.model, v.gen, t.name], listQuery(v.prefix, v.order));
+    a.href = TV.href("tensors", [v.model, v.gen, t.name], listQuery(v.text, v.order));
     name.appendChild(a);
     tr.appendChild(name);
     cell(tr, COLS[1], t.dtype, t.dtype);
@@ -172,9 +184,9 @@
     c.dataset.rows = String(v.rows);
     c.dataset.more = v.cursor ? "1" : "0";
     var s = "showing " + v.rows.toLocaleString("en-US");
-    if (v.cursor) s += v.prefix ? " (more\u2026)" : " of " + (total || 0).toLocaleString("en-US") + " (more\u2026)";
-    else if (v.prefix) s += v.rows === 1 ? " tensor whose name starts with \u201c" + v.prefix + "\u201d" :
-      " tensors whose names start with \u201c" + v.prefix + "\u201d";
+    if (v.cursor) s += v.text ? " (more\u2026)" : " of " + (total || 0).toLocaleString("en-US") + " (more\u2026)";
+    else if (v.text) s += v.rows === 1 ? " tensor whose name contains \u201c" + v.text + "\u201d" :
+      " tensors whose names contain \u201c" + v.text + "\u201d";
     else s += v.rows === 1 ? " tensor" : " tensors";
     c.textContent = s;
     ui.more.hidden = !v.cursor;
@@ -209,7 +221,7 @@
   function replaceHash() {
     var v = view;
     try {
-      history.replaceState(history.state, "", TV.href("tensors", [v.model, v.gen], listQuery(v.prefix, v.order)));
+      history.replaceState(history.state, "", TV.href("tensors", [v.model, v.gen], listQuery(v.text, v.order)));
     } catch (e) { /* a sandboxed document: the hash simply stays */ }
   }
 
@@ -219,7 +231,7 @@
     if (!reset && (!v.cursor || v.loading)) return Promise.resolve();
     var my = reset ? ++seq : seq;
     var q = "?limit=" + PAGE + "&order=" + v.order;
-    if (v.prefix) q += "&prefix=" + encodeURIComponent(v.prefix);
+    if (v.text) q += "&contains=" + encodeURIComponent(v.text);
     if (!reset) q += "&cursor=" + encodeURIComponent(v.cursor);
     v.loading = true;
     if (!reset) renderCount();
@@ -230,11 +242,12 @@
       if (reset) { TV.clear(body); v.rows = 0; }
       var frag = document.createDocumentFragment();
       (doc.tensors || []).forEach(function (t) { frag.appendChild(row(t)); });
+      if (reset && !v.text && doc.tensors && doc.tensors.length) ui.search.placeholder = hint(doc.tensors[0].name);
       body.appendChild(frag);
       v.rows += (doc.tensors || []).length;
       v.cursor = doc.next_cursor || null;
       v.loading = false;
-      ui.list.dataset.query = JSON.stringify([v.prefix, v.order]);
+      ui.list.dataset.query = JSON.stringify([v.text, v.order]);
       ui.list.dataset.loaded = String(v.rows);
       renderCount();
       ok();
@@ -249,19 +262,19 @@
   }
 
   /* A new listing of the same generation (search or sort): the box's
-   * prefix (typed or not yet debounced) in order. */
+   * text (typed or not yet debounced) in order. */
   function relist(order) {
-    var v = view, prefix = ui.search.value;
+    var v = view, text = ui.search.value;
     if (typing) { clearTimeout(typing); typing = null; }
     if (!v) return Promise.resolve();
     renderSort(order);
     if (!v.genDoc) { // the generation is still loading: showList lists this query
-      v.prefix = prefix;
+      v.text = text;
       v.order = order;
       replaceHash();
       return Promise.resolve();
     }
-    view = { model: v.model, gen: v.gen, genDoc: v.genDoc, prefix: prefix, order: order, cursor: null, rows: 0 };
+    view = { model: v.model, gen: v.gen, genDoc: v.genDoc, text: text, order: order, cursor: null, rows: 0 };
     replaceHash();
     return fetchPage(true);
   }
@@ -275,19 +288,20 @@
     }, DEBOUNCE_MS);
   }
 
-  function showList(m, g, prefix, order) {
+  function showList(m, g, text, order) {
     ui.list.hidden = false;
     ui.detail.hidden = true;
-    if (ui.search.value !== prefix && !typing) ui.search.value = prefix;
+    if (ui.search.value !== text && !typing) ui.search.value = text;
     renderSort(order);
     var v = view;
-    if (v && v.model === m && v.gen === g && v.genDoc && v.prefix === prefix && v.order === order && !v.loading) {
+    if (v && v.model === m && v.gen === g && v.genDoc && v.text === text && v.order === order && !v.loading) {
       return Promise.resolve(); // back from a detail: the loaded pages stay
     }
     var same = v && v.model === m && v.gen === g && v.genDoc;
-    view = { model: m, gen: g, genDoc: same ? v.genDoc : null, prefix: prefix, order: order, cursor: null, rows: 0 };
+    view = { model: m, gen: g, genDoc: same ? v.genDoc : null, text: text, order: order, cursor: null, rows: 0 };
     var mine = view;
     if (!same) {
+      ui.search.placeholder = PLACEHOLDER;
       TV.clear(ui.rows);
       ui.title.textContent = m + " \u00b7 generation " + g;
       TV.clear(ui.info);
@@ -323,7 +337,7 @@
   function showDetail(m, g, t, query) {
     ui.list.hidden = true;
     ui.detail.hidden = false;
-    ui.back.href = TV.href("tensors", [m, g], listQuery(query.prefix, orderOf(query)));
+    ui.back.href = TV.href("tensors", [m, g], listQuery(searchOf(query), orderOf(query)));
     ui.dname.textContent = t;
     TV.clear(ui.fields);
     TV.clear(ui.reps);
@@ -446,9 +460,9 @@
     ui.search.id = "tensors-search";
     ui.search.autocomplete = "off";
     ui.search.spellcheck = false;
-    ui.search.placeholder = "model.layers.0.";
+    ui.search.placeholder = PLACEHOLDER;
     ui.search.addEventListener("input", onInput);
-    var sf = field("Name starts with", ui.search);
+    var sf = field("Name contains", ui.search);
     sf.classList.add("search-field");
     tools.appendChild(sf);
     ui.order = el("select");
@@ -552,7 +566,7 @@
         ui.list.hidden = ui.detail.hidden = true;
         return picker;
       }
-      var main = t !== null ? showDetail(m, g, t, query) : showList(m, g, query.prefix || "", orderOf(query));
+      var main = t !== null ? showDetail(m, g, t, query) : showList(m, g, searchOf(query), orderOf(query));
       return Promise.all([picker, main]);
     },
     refresh: function () { /* generations are immutable */ },

@@ -36,6 +36,7 @@
 #include "fastpath/access.h"
 #include "fastpath/fastpath.h"
 #include "http/api.h"
+#include "http/history.h"
 #include "http/metrics.h"
 #include "http/mhd.h"
 #include "import/import.h"
@@ -341,6 +342,7 @@ typedef struct tvd {
     tv__jobs *jobs;
     tv__fp_access *access;
     tv__fp *fp;
+    tv__history_sampler *history; /* the dashboard chart's samples */
     tv__api *api;
     tv__http *http;
     tv__fleet *fleet;
@@ -387,7 +389,8 @@ static int start_jobs(tvd *d, tv_error *err)
     return 0;
 }
 
-/* The access rules, then the fast path that applies them. */
+/* The access rules, the fast path that applies them, and the throughput
+ * history (it reads the fast path's counters and the jobs'). */
 static int start_access(tvd *d, tv_error *err)
 {
     int rc;
@@ -398,6 +401,8 @@ static int start_access(tvd *d, tv_error *err)
     if ((rc = start_fastpath(d->c, &d->actx, &d->fp, err)))
         return rc;
     tv__metrics_set_fastpath(d->fp);
+    if ((rc = tv__history_start(d->jobs, TV__HISTORY_INTERVAL_MS, &d->history)))
+        return tv__seterr(err, rc, "cannot start the throughput history: %s", strerror(-rc));
     return 0;
 }
 
@@ -548,6 +553,7 @@ static void tvd_stop(tvd *d)
 {
     tv__http_quiesce(d->http);
     tv__http_stop(d->http);
+    tv__history_stop(d->history);
     tv__metrics_set_fastpath(NULL);
     tv__fp_stop(d->fp); /* sessions closed, leases released: before the store closes */
     tv__jobs_set_on_import(d->jobs, NULL, NULL);

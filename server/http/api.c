@@ -21,6 +21,7 @@
 
 #include "fleet/mover.h"
 #include "http/api_internal.h"
+#include "http/history.h"
 #include "util/hex.h"
 #include "util/internal.h"
 
@@ -239,6 +240,7 @@ static const route ROUTES[] = {
     R("GET", "/readyz", NONE_, tv__api_h_readyz),
     R("GET", "/v1/version", READ_, tv__api_h_version),
     R("GET", "/v1/status", READ_, tv__api_h_status),
+    R("GET", "/v1/metrics/history", READ_, tv__api_h_metrics_history),
     R("GET", "/v1/openapi.yaml", NONE_, tv__api_h_openapi),
     R("GET", "/v1/devices", READ_, tv__api_h_devices),
     R("GET", "/v1/devices/{id}", READ_, tv__api_h_device),

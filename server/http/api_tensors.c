@@ -1,5 +1,5 @@
 /* The tensor routes of a generation: the list (by file order, name or
- * size, with a prefix), one tensor's document (file offset, replicas), and
+ * size, with a prefix and a substring), one tensor's document (file offset, replicas), and
  * its bytes (GET/HEAD .../tensors/{tensor}/data).
  * Invariants: documents of ready generations come from the cache
  * (api_cache.c); bytes are read only from a ready or retired generation,
@@ -39,7 +39,7 @@ bad:
 
 int tv__api_h_tensors(tv__api_ctx *c)
 {
-    static const char *const q[] = {"limit", "cursor", "prefix", "order", NULL};
+    static const char *const q[] = {"limit", "cursor", "prefix", "contains", "order", NULL};
     static const char kinds[] = {
         [TV__REG_TENSORS_FILE] = 'f', [TV__REG_TENSORS_NAME] = 'n', [TV__REG_TENSORS_SIZE] = 's'};
     tv__reg *reg;
@@ -78,10 +78,11 @@ int tv__api_h_tensors(tv__api_ctx *c)
         (rc = size_cursor_parse(c, after, &after_nbytes, &after_name)))
         goto out;
     const char *prefix = tv__api_query(c, "prefix");
+    const char *contains = tv__api_query(c, "contains");
     if ((rc = tv__api_reader(c, &reg)) ||
         (rc = tv__api_gen_row(c, reg, c->param[0], c->param[1], &g)) ||
-        (rc = tv__reg_tensors_page(reg, g.id, prefix, ord, after_id, after_nbytes, after_name,
-                                   limit, &rows, &n, &more, &c->err)))
+        (rc = tv__reg_tensors_search(reg, g.id, prefix, contains, ord, after_id, after_nbytes,
+                                     after_name, limit, &rows, &n, &more, &c->err)))
         goto out;
     arr = json_array();
     for (size_t i = 0; !rc && i < n; i++)

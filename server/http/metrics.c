@@ -109,6 +109,17 @@ void tv__metrics_read_bytes(const char *route, uint64_t n)
         atomic_fetch_add_explicit(&s->value, n, memory_order_relaxed);
 }
 
+uint64_t tv__metrics_read_bytes_sum(void)
+{
+    tv__fp_stats st;
+    uint64_t sum = 0;
+    size_t n = atomic_load_explicit(&g_read_bytes.n, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        sum += atomic_load(&g_read_bytes.s[i].value);
+    tv__fp_get_stats(atomic_load(&g_fp), &st);
+    return sum + st.delivered_bytes;
+}
+
 void tv__metrics_reset(void)
 {
     table *ts[] = {&g_requests, &g_read_bytes};

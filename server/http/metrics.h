@@ -40,6 +40,10 @@ void tv__metrics_set_fastpath(const tv__fp *fp);
  * still rendered: a scrape never fails because of the registry). */
 int tv__metrics_render(tv__reg *reg, tv__jobs *jobs, char **text, size_t *len);
 
+/* Tensor bytes sent by the read routes plus the fast path's delivered bytes,
+ * summed (the throughput history's read counter, http/history.h). */
+uint64_t tv__metrics_read_bytes_sum(void);
+
 /* Zeroes every counter (tests only). */
 void tv__metrics_reset(void);
 

@@ -586,6 +586,12 @@ int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix
                          tv__reg_tensor_order order, int64_t after_row_id, uint64_t after_nbytes,
                          const char *after_name, size_t limit, tv__reg_tensor_row **out, size_t *n,
                          bool *more, tv_error *err);
+/* The same, of the tensors whose names also hold the bytes of contains
+ * anywhere (NULL or "" = no such condition; case-sensitive). */
+int tv__reg_tensors_search(tv__reg *reg, int64_t generation_id, const char *prefix,
+                           const char *contains, tv__reg_tensor_order order, int64_t after_row_id,
+                           uint64_t after_nbytes, const char *after_name, size_t limit,
+                           tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err);
 /* NULL-safe. */
 void tv__reg_tensor_rows_free(tv__reg_tensor_row *rows, size_t n);
 

@@ -286,13 +286,27 @@ static int generation_exists(tv__reg *reg, int64_t generation_id, tv_error *err)
     "t.generation_id = ?1 AND t.name >= ?2 "                                                       \
     "AND substr(CAST(t.name AS BLOB), 1, length(CAST(?2 AS BLOB))) = CAST(?2 AS BLOB) "
 
+/* Rows whose name holds the bytes of ?5 (?6) anywhere ('' = every row):
+ * instr on blobs compares bytes, so the match is case-sensitive. */
+#define CONTAINS_WHERE_5 "AND (?5 = '' OR instr(CAST(t.name AS BLOB), CAST(?5 AS BLOB)) > 0) "
+#define CONTAINS_WHERE_6 "AND (?6 = '' OR instr(CAST(t.name AS BLOB), CAST(?6 AS BLOB)) > 0) "
+
 int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix,
                          tv__reg_tensor_order order, int64_t after_row_id, uint64_t after_nbytes,
                          const char *after_name, size_t limit, tv__reg_tensor_row **out, size_t *n,
                          bool *more, tv_error *err)
 {
+    return tv__reg_tensors_search(reg, generation_id, prefix, NULL, order, after_row_id,
+                                  after_nbytes, after_name, limit, out, n, more, err);
+}
+
+int tv__reg_tensors_search(tv__reg *reg, int64_t generation_id, const char *prefix,
+                           const char *contains, tv__reg_tensor_order order, int64_t after_row_id,
+                           uint64_t after_nbytes, const char *after_name, size_t limit,
+                           tv__reg_tensor_row **out, size_t *n, bool *more, tv_error *err)
+{
     if (!reg || !out || !n || !more)
-        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_page: NULL argument");
+        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_search: NULL argument");
     *out = NULL;
     *n = 0;
     *more = false;
@@ -307,27 +321,29 @@ int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix
                           (long long)after_row_id);
     tensor_collect c = {{.size = sizeof(tv__reg_tensor_row)}};
     const char *p = prefix ? prefix : "";
+    const char *sub = contains ? contains : "";
     if ((rc = tv__reg_level_begin(reg, false, err)))
         return rc;
     if ((rc = generation_exists(reg, generation_id, err)))
         goto done;
     if (order == TV__REG_TENSORS_NAME) {
-        rc = tv__reg_query_each(
-            reg, collect_tensor, &c, "listing tensors", err,
-            TENSOR_SELECT "WHERE " PREFIX_WHERE "AND t.name > ?3 ORDER BY t.name LIMIT ?4", "itti",
-            generation_id, p, after_name ? after_name : "", (int64_t)limit + 1);
+        rc = tv__reg_query_each(reg, collect_tensor, &c, "listing tensors", err,
+                                TENSOR_SELECT "WHERE " PREFIX_WHERE CONTAINS_WHERE_5
+                                              "AND t.name > ?3 ORDER BY t.name LIMIT ?4",
+                                "ittit", generation_id, p, after_name ? after_name : "",
+                                (int64_t)limit + 1, sub);
         goto done;
     }
     if (order == TV__REG_TENSORS_SIZE) {
         /* Keyset on (nbytes desc, name): the rows after the cursor's key. */
         rc = tv__reg_query_each(reg, collect_tensor, &c, "listing tensors", err,
-                                TENSOR_SELECT "WHERE " PREFIX_WHERE
+                                TENSOR_SELECT "WHERE " PREFIX_WHERE CONTAINS_WHERE_6
                                               "AND (?3 = '' OR t.end_off - t.begin_off < ?4 "
                                               "OR (t.end_off - t.begin_off = ?4 AND t.name > ?3)) "
                                               "ORDER BY t.end_off - t.begin_off DESC, t.name "
                                               "LIMIT ?5",
-                                "ittui", generation_id, p, after_name ? after_name : "",
-                                after_nbytes, "tensor cursor size", (int64_t)limit + 1);
+                                "ittuit", generation_id, p, after_name ? after_name : "",
+                                after_nbytes, "tensor cursor size", (int64_t)limit + 1, sub);
         goto done;
     }
     if (after_row_id) {
@@ -343,11 +359,12 @@ int tv__reg_tensors_page(tv__reg *reg, int64_t generation_id, const char *prefix
     }
     rc = tv__reg_query_each(reg, collect_tensor, &c, "listing tensors", err,
                             TENSOR_SELECT
-                            "WHERE " PREFIX_WHERE "AND (?3 = 0 OR (s.idx, t.begin_off, t.id) > "
+                            "WHERE " PREFIX_WHERE CONTAINS_WHERE_5
+                            "AND (?3 = 0 OR (s.idx, t.begin_off, t.id) > "
                             "(SELECT s2.idx, t2.begin_off, t2.id FROM tensors t2 "
                             " JOIN shards s2 ON s2.id = t2.shard_id WHERE t2.id = ?3)) "
                             "ORDER BY s.idx, t.begin_off, t.id LIMIT ?4",
-                            "itii", generation_id, p, after_row_id, (int64_t)limit + 1);
+                            "itiit", generation_id, p, after_row_id, (int64_t)limit + 1, sub);
 done:
     rc = tv__reg_level_end(reg, rc, err);
     if (rc) {

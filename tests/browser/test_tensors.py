@@ -3,7 +3,7 @@ holding "demo", "odd" (tensor names with '/', ' ', 'é', '%2F') and "wide":
 ONE shard of 120,000 small tensors whose header this file writes itself.
 The table equals the API's pages in every order (name / size / file, from
 the column headers and the select), Load more appends the next page, the
-prefix search (typed into the box) finds one tensor among 120,000 — the
+search (a part of the name, typed into the box) finds one tensor among 120,000 — the
 time from the last keystroke to the row is printed and written to
 artifacts/tensor-search.json — while the page never holds more rows than
 the pages loaded; reload and back keep the query; the detail equals
@@ -118,12 +118,12 @@ def expected_rows(d, model, gen, tensors):
     return out
 
 
-def wait_query(page, prefix, order, rows=None):
+def wait_query(page, text, order, rows=None):
     page.wait_for_function(
         "([q, n]) => { const l = document.getElementById('tensors-list');"
         " return l.dataset.query === q && (n === null || document.querySelectorAll('#tensors-rows tr').length === n)"
         " && !document.getElementById('tensors-table').hasAttribute('aria-busy'); }",
-        arg=[json.dumps([prefix, order], separators=(",", ":")), rows], timeout=15000)
+        arg=[json.dumps([text, order], separators=(",", ":")), rows], timeout=15000)
 
 
 def test_table_equals_api_pages_in_every_order(browser, env):
@@ -208,7 +208,7 @@ def watch_rows(page, target):
 def test_search_finds_one_among_120000(browser, env, artifacts_dir):
     d = env.d
     target = wide_name(TARGET)
-    assert api_page(d, "wide", 1, "prefix=" + seg(target))["tensors"][0]["name"] == target
+    assert api_page(d, "wide", 1, "contains=" + seg(target))["tensors"][0]["name"] == target
     ctx, page, watch = open_page(browser, env.base, "#tensors/wide/1")
     try:
         # in the page: the time of the last input event, the time the
@@ -228,9 +228,9 @@ def test_search_finds_one_among_120000(browser, env, artifacts_dir):
             json.dump({"n_tensors": N_WIDE, "search_ms": round(search_ms, 1),
                        "search_ms_from_test": round(outside_ms, 1), "import_s": round(env.import_s, 2)}, f)
         assert t["maxRows"] <= PAGE
-        assert table(page) == expected_rows(d, "wide", 1, api_page(d, "wide", 1, "prefix=" + seg(target))["tensors"])
+        assert table(page) == expected_rows(d, "wide", 1, api_page(d, "wide", 1, "contains=" + seg(target))["tensors"])
         assert page.get_attribute("#tensors-count", "data-more") == "0"
-        assert page.evaluate("location.hash") == "#tensors/wide/1?prefix=" + seg(target)
+        assert page.evaluate("location.hash") == "#tensors/wide/1?contains=" + seg(target)
 
         # reload keeps the query; so does the way back from a detail
         page.reload()
@@ -244,13 +244,13 @@ def test_search_finds_one_among_120000(browser, env, artifacts_dir):
         page.wait_for_selector("#tensors-list:not([hidden])")
         wait_query(page, target, "file", 1)
         assert page.input_value("#tensors-search") == target
-        # a prefix with many matches, in size order, and clearing the box
+        # a search with many matches, in size order, and clearing the box
         page.fill("#tensors-search", "model.layers.82.")
         page.select_option("#tensors-order", "size")
         wait_query(page, "model.layers.82.", "size", PAGE)
         assert table(page) == expected_rows(d, "wide", 1, api_page(
-            d, "wide", 1, "order=size&prefix=" + seg("model.layers.82."))["tensors"])
-        assert page.evaluate("location.hash") == "#tensors/wide/1?prefix=model.layers.82.&order=size"
+            d, "wide", 1, "order=size&contains=" + seg("model.layers.82."))["tensors"])
+        assert page.evaluate("location.hash") == "#tensors/wide/1?contains=model.layers.82.&order=size"
         assert "(more\u2026)" in page.text_content("#tensors-count")
         page.fill("#tensors-search", "")
         wait_query(page, "", "size", PAGE)
@@ -263,7 +263,7 @@ def test_search_finds_one_among_120000(browser, env, artifacts_dir):
 def test_detail_and_download(browser, env):
     d = env.d
     name = wide_name(TARGET)
-    ctx, page, watch = open_page(browser, env.base, f"#tensors/wide/1/{seg(name)}?prefix=model.layers.8")
+    ctx, page, watch = open_page(browser, env.base, f"#tensors/wide/1/{seg(name)}?contains=model.layers.8")
     try:
         page.wait_for_selector(f"#tensors-detail[data-name='{name}']")
         det = d.ok("GET", f"/v1/models/wide/generations/1/tensors/{seg(name)}")
@@ -291,7 +291,7 @@ def test_detail_and_download(browser, env):
             assert f.read() == body
         assert dl.value.suggested_filename == name + ".bin"
         # back keeps the list's query
-        assert page.get_attribute("#tensors-back", "href") == "#tensors/wide/1?prefix=model.layers.8"
+        assert page.get_attribute("#tensors-back", "href") == "#tensors/wide/1?contains=model.layers.8"
         page.click("#tensors-back")
         wait_query(page, "model.layers.8", "file", PAGE)
         assert page.input_value("#tensors-search") == "model.layers.8"
@@ -325,7 +325,7 @@ def test_odd_names_round_trip(browser, env):
         page.fill("#tensors-search", "%2")
         wait_query(page, "%2", "name", 1)
         assert table(page)[0]["name"] == "%2F"
-        assert page.evaluate("location.hash") == "#tensors/odd/1?prefix=%252&order=name"
+        assert page.evaluate("location.hash") == "#tensors/odd/1?contains=%252&order=name"
         assert watch.problems == []
     finally:
         ctx.close()
@@ -421,7 +421,7 @@ def test_reads_behind_a_token(browser, daemon_factory, env):
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("size", ["wide", "narrow"])
 def test_screenshots(browser, env, artifacts_dir, scheme, size):
-    ctx, page, watch = open_page(browser, env.base, "#tensors/wide/1?prefix=model.layers.82.mlp.experts.1",
+    ctx, page, watch = open_page(browser, env.base, "#tensors/wide/1?contains=model.layers.82.mlp.experts.1",
                                  scheme=scheme, size=size)
     try:
         if size == "narrow":

@@ -27,6 +27,7 @@ ROUTES = [
     ("get", "/metrics", "R"),
     ("get", "/v1/version", "R"),
     ("get", "/v1/status", "R"),
+    ("get", "/v1/metrics/history", "R"),
     ("get", "/v1/openapi.yaml", "-"),
     ("get", "/v1/devices", "R"),
     ("get", "/v1/devices/{id}", "R"),

@@ -1758,6 +1758,50 @@ static void test_tensor_pages(void **state)
                                           &rows, &n, &more, &err),
                      0);
     assert_int_equal(n, 0);
+    /* a substring anywhere in the name, case-sensitive, in every order and
+     * with a prefix too; "%" literal */
+    assert_int_equal(tv__reg_tensors_search(f->reg, gid, NULL, "layers.1", TV__REG_TENSORS_FILE, 0,
+                                            0, NULL, 100, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_string_equal(rows[0].name, "model.layers.1.w");
+    assert_string_equal(rows[1].name, "model.layers.10.w");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_search(f->reg, gid, "", ".w", TV__REG_TENSORS_NAME, 0, 0, NULL,
+                                            2, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_true(more);
+    assert_string_equal(rows[0].name, "model.layers.0.w");
+    assert_string_equal(rows[1].name, "model.layers.1.w");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_search(f->reg, gid, NULL, ".w", TV__REG_TENSORS_NAME, 0, 0,
+                                            "model.layers.1.w", 100, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_false(more);
+    assert_string_equal(rows[0].name, "model.layers.10.w");
+    assert_string_equal(rows[1].name, "model.layers.2.w");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_search(f->reg, gid, NULL, "norm", TV__REG_TENSORS_SIZE, 0, 0,
+                                            NULL, 100, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].name, "model.norm");
+    tv__reg_tensor_rows_free(rows, n);
+    assert_int_equal(tv__reg_tensors_search(f->reg, gid, "lm", "head", TV__REG_TENSORS_FILE, 0, 0,
+                                            NULL, 100, &rows, &n, &more, &err),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(rows[0].name, "lm_head");
+    tv__reg_tensor_rows_free(rows, n);
+    const char *const none[] = {"NORM", "%", "model.x", "lm_head.", NULL};
+    for (size_t i = 0; none[i]; i++) {
+        assert_int_equal(tv__reg_tensors_search(f->reg, gid, NULL, none[i], TV__REG_TENSORS_FILE, 0,
+                                                0, NULL, 100, &rows, &n, &more, &err),
+                         0);
+        assert_int_equal(n, 0);
+    }
     /* bad cursor, unknown generation */
     assert_int_equal(tv__reg_tensors_page(f->reg, gid, NULL, TV__REG_TENSORS_FILE, 999999, 0, NULL,
                                           2, &rows, &n, &more, &err),
