@@ -313,7 +313,8 @@ def test_cuda_branch_plumbing(served, monkeypatch):
             monkeypatch.setattr(fw, "to_device", lambda t: calls.append("to_device") or t)
 
             def on_stream(call):
-                assert f._src.lock.locked()
+                lock = f._src.lock  # an RLock: held by this thread
+                assert lock._is_owned() if hasattr(lock, "_is_owned") else lock.locked()
                 calls.append("stream")
                 return call(ctypes.c_void_p(0xC0DA))
 
