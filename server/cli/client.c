@@ -202,9 +202,7 @@ out:
     if (rc == TV_E_NO_DAEMON && !cl->local)
         tv__cli_where_fail(
             err, &cl->http,
-            cl->url_given
-                ? "check --url (or use --store DIR for a store in this process)"
-                : "set TENSORVAULT_URL (or --url) to the daemon's http://HOST:PORT or HTTP socket, start it (systemctl start tensorvaultd; ./scripts/run in a source tree), or use --store DIR");
+            "set TENSORVAULT_URL (or --url) to the daemon's http://HOST:PORT or HTTP socket, start it (systemctl start tensorvaultd; ./scripts/run in a source tree), or use --store DIR");
     if (status)
         *status = st;
     free(text);

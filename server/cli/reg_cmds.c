@@ -420,10 +420,16 @@ static int activation(const tv__cli_ctx *c, const char *model, const char *path)
     if (!rc && !c->json && !path_of(mpath, sizeof mpath, &err, "v1", "models", model, NULL)) {
         tv_error e2 = {0};
         json_t *m = NULL;
-        if (tv__cli_call(&cl, "GET", mpath, NULL, NULL, &m, NULL, &e2) == 0) {
+        int st = 0, grc = tv__cli_call(&cl, "GET", mpath, NULL, NULL, &m, &st, &e2);
+        if (!grc) {
             json_t *a = json_object_get(m, "active_generation");
             was = json_is_integer(a) ? (int64_t)json_integer_value(a) : json_is_null(a) ? 0 : -1;
-        }
+        } else if (!st || st >= 500) {
+            /* no answer (no daemon, the store did not open) or a failure of
+             * its own: that is the error, nothing is activated */
+            rc = grc;
+            err = e2;
+        } /* a refusal (404, 403): the activation itself says what is wrong */
         json_decref(m);
     }
     json_t *body = json_object();
