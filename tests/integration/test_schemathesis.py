@@ -14,7 +14,7 @@ import pytest
 import yaml
 from schemathesis.specs.openapi import definitions
 
-from harness.daemon import Daemon, make_checkpoint
+from harness.daemon import SLOW, Daemon, make_checkpoint
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SPEC = os.path.join(ROOT, "docs", "openapi.yaml")
@@ -249,7 +249,8 @@ def schemathesis_run(d, tmp_path, tag, extra=(), config="", examples=25, timeout
             # by test_daemon_deactivate.py instead)
             "--exclude-operation-id", "deactivateModel", *extra]
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * SLOW,
+                       cwd=str(tmp_path))
     out = p.stdout + p.stderr
     assert p.returncode == 0, f"schemathesis ({tag}) failed:\n{out[-12000:]}\n" \
                               f"daemon log:\n{d.log_text()[-3000:]}"
