@@ -2,7 +2,11 @@
  * generation numbers, NAME[@GEN] specs, --rows ranges, sizes with every
  * suffix in every case and every refused form, comma lists (--replicas),
  * plain counts, and the option parser's strictness (twice, unknown,
- * missing or empty value, "--"). */
+ * missing or empty value, "--"); the command tables (usage lines, --help
+ * text for every command and option); the text output (IEC sizes, local
+ * times, durations, the printer of each document); and where the daemon,
+ * its sockets and its token are found (server/cli/where.c: the order, what
+ * each place held, the failure text). */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
