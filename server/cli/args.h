@@ -34,7 +34,8 @@
 
 /* One option of a command's table. The usage line shows it as usage, or
  * (usage NULL) as "[NAME METAVAR]" / "[NAME]"; usage "" shows nothing (an
- * alias, or an option that a neighbour's usage text shows). */
+ * alias, or an option that a neighbour's usage text shows). help is the
+ * option's line in the command's --help. */
 typedef struct tv__cli_opt {
     const char *name;    /* "--store" */
     const char *metavar; /* "DIR" for an option with a value; NULL for a flag; "[SOCKET]"
@@ -42,6 +43,7 @@ typedef struct tv__cli_opt {
                             argument only when that names an existing UNIX socket, else
                             the option's value is "" (--opt=VALUE always gives one) */
     const char *usage;
+    const char *help; /* what it does: "read every object back and re-hash it" */
 } tv__cli_opt;
 
 #define TV__CLI_MAX_OPTS 24

@@ -20,7 +20,7 @@
 #define TV__EXIT_USAGE 2
 
 /* What the prologue does for a command (tv__cli_cmd.flags). */
-#define TV__CLI_STORE 1u /* --store DIR or $TENSORVAULT_STORE is required */
+#define TV__CLI_STORE 1u /* --store DIR or $TENSORVAULT_STORE is required (store init) */
 #define TV__CLI_SPEC  2u /* pos[0] is NAME[@GEN] */
 #define TV__CLI_GEN   4u /* pos[1] is GEN */
 
@@ -36,6 +36,8 @@ typedef struct tv__cli_cmd {
     unsigned flags;                     /* TV__CLI_* */
     size_t spec_len;                    /* TV__CLI_SPEC: NAME's buffer (0: TV__CLI_SPEC_MAX) */
     tv__cli_opt opts[TV__CLI_MAX_OPTS]; /* ends at the first without a name */
+    const char *about;                  /* --help: what it does, what the positionals are */
+    const char *example;                /* --help: example command lines, one per line */
 } tv__cli_cmd;
 
 /* Every command, in the order `tensorvault --help` lists them. */
@@ -99,6 +101,11 @@ int tv__cli_main(int argc, char **argv);
 
 /* A command's usage line (after "tensorvault "), from its table. */
 const char *tv__cli_cmd_usage(const tv__cli_cmd *cmd, char *buf, size_t len);
+
+/* `tensorvault CMD --help`: the usage line, what the command does, every
+ * option with what it means, an example, and the rules that apply to it
+ * (value grammars, where the daemon is found, exit codes). */
+void tv__cli_cmd_help(FILE *f, const tv__cli_cmd *cmd);
 
 /* What the prologue found. */
 struct tv__cli_ctx {

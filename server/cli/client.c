@@ -23,78 +23,38 @@ int tv__cli_seg(const char *s, char *out, size_t out_len, tv_error *err)
     return 0;
 }
 
-/* The first line of path, without surrounding white space, into tok.
- * missing_ok: a missing file leaves tok empty. */
-static int read_token(const char *path, bool missing_ok, char *tok, size_t len, tv_error *err)
-{
-    int rc = 0;
-    tok[0] = '\0';
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        if (missing_ok && errno == ENOENT)
-            return 0;
-        return tv__seterr(err, -errno, "token file '%s': %s", path, strerror(errno));
-    }
-    char line[TV__CLI_TOKEN_MAX + 2];
-    if (!fgets(line, sizeof(line), f)) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "token file '%s' is empty", path);
-        goto out;
-    }
-    size_t n = strcspn(line, "\r\n");
-    if (n > TV__CLI_TOKEN_MAX || n >= len) {
-        rc = tv__seterr(err, TV_E_INVALID_ARG, "token file '%s': the token is longer than %d bytes",
-                        path, TV__CLI_TOKEN_MAX);
-        goto out;
-    }
-    line[n] = '\0';
-    char *p = line;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    n = strlen(p);
-    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-        p[--n] = '\0';
-    memcpy(tok, p, n + 1);
-out:
-    fclose(f);
-    return rc;
-}
-
 int tv__cli_client_open(const tv__cli_ctx *c, bool writer, tv__cli_client *cl, tv_error *err)
 {
+    int rc;
     memset(cl, 0, sizeof(*cl));
     cl->writer = writer;
     const char *store = tv__cli_get(&c->a, "--store");
     const char *url = tv__cli_get(&c->a, "--url");
+    const char *env_url = getenv("TENSORVAULT_URL");
     if (store) {
         cl->local = true;
         cl->store = store;
         return 0;
     }
     cl->url_given = url != NULL;
-    if (!url)
-        url = getenv("TENSORVAULT_URL");
-    if (!url || !*url)
-        url = TV__CLI_DEFAULT_URL;
-    if (strlen(url) >= sizeof(cl->url))
-        return tv__seterr(err, TV_E_INVALID_ARG, "URL '%.64s...' is too long", url);
-    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
-        return tv__seterr(err, TV_E_INVALID_ARG, "URL '%s' is not http:// or https://", url);
-    memcpy(cl->url, url, strlen(url) + 1);
     cl->store = getenv("TENSORVAULT_STORE");
     if (cl->store && !*cl->store)
         cl->store = NULL;
-    const char *tf = tv__cli_get(&c->a, "--token-file");
-    if (tf)
-        return read_token(tf, false, cl->token, sizeof(cl->token), err);
-    const char *env = getenv("TENSORVAULT_TOKEN");
-    if (env && *env) {
-        if (strlen(env) > TV__CLI_TOKEN_MAX)
-            return tv__seterr(err, TV_E_INVALID_ARG, "$TENSORVAULT_TOKEN is longer than %d bytes",
-                              TV__CLI_TOKEN_MAX);
-        memcpy(cl->token, env, strlen(env) + 1);
+    /* An explicit store in the environment comes before the daemons at the
+     * default places (but after an explicit daemon URL, which falls back to
+     * it when nobody answers). */
+    if (!url && !(env_url && *env_url) && cl->store) {
+        cl->local = true;
         return 0;
     }
-    return read_token(TV__CLI_TOKEN_FILE, true, cl->token, sizeof(cl->token), err);
+    if ((rc = tv__cli_find_http(url, &tv__cli_http_defaults, &cl->http, err)))
+        return rc;
+    if (cl->http.is_unix)
+        snprintf(cl->url, sizeof cl->url, "http://localhost");
+    else
+        snprintf(cl->url, sizeof cl->url, "%s", cl->http.value);
+    return tv__cli_find_token(tv__cli_get(&c->a, "--token-file"), &tv__cli_token_defaults,
+                              &cl->token, cl->secret, sizeof cl->secret, err);
 }
 
 void tv__cli_client_close(tv__cli_client *cl)
@@ -173,7 +133,8 @@ static int remote_call(tv__cli_client *cl, const char *method, const char *path,
     tv__cli_http_req rq = {0};
     tv__cli_http_resp rs;
     rq.base_url = cl->url;
-    rq.token = cl->token;
+    rq.unix_path = cl->http.is_unix ? cl->http.value : NULL;
+    rq.token = cl->secret;
     rq.method = method;
     rq.path = path;
     rq.query = query;
@@ -187,6 +148,23 @@ static int remote_call(tv__cli_client *cl, const char *method, const char *path,
     *doc = rs.body_len ? json_loadb(rs.body, rs.body_len, 0, &je) : NULL;
     free(rs.body);
     return 0;
+}
+
+/* A 401: which token was sent (or that none was found, and where it was
+ * looked for). */
+static void unauthorized(const tv__cli_client *cl, tv_error *err)
+{
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    if (cl->token.found && !strcmp(cl->token.from, cl->token.value))
+        tv__seterr(err, err->code, "%s (the token sent came from %s)", msg, cl->token.from);
+    else if (cl->token.found)
+        tv__seterr(err, err->code, "%s (the token sent came from %s: %s)", msg, cl->token.from,
+                   cl->token.value);
+    else
+        tv__cli_where_fail(
+            err, &cl->token,
+            "no token was found to send: set TENSORVAULT_TOKEN_FILE (or --token-file FILE) to the daemon's admin.token (in its store directory)");
 }
 
 int tv__cli_call(tv__cli_client *cl, const char *method, const char *path, const char *query,
@@ -216,9 +194,15 @@ int tv__cli_call(tv__cli_client *cl, const char *method, const char *path, const
     cl->n_sent++;
     if (st < 200 || st > 299) {
         rc = tv__cli_doc_error(*doc, st, err);
+        if (rc == TV_E_UNAUTHORIZED && !cl->local)
+            unauthorized(cl, err);
         goto out;
     }
 out:
+    if (rc == TV_E_NO_DAEMON && !cl->local)
+        tv__cli_where_fail(
+            err, &cl->http,
+            "set TENSORVAULT_URL (or --url) to the daemon's http://HOST:PORT or HTTP socket, start it (systemctl start tensorvaultd; ./scripts/run in a source tree), or use --store DIR");
     if (status)
         *status = st;
     free(text);

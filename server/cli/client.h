@@ -18,10 +18,10 @@
 #include "http/api.h"
 #include "cli/cli.h"
 #include "cli/http.h"
+#include "cli/where.h"
 
-#define TV__CLI_TOKEN_FILE "var/admin.token"
-#define TV__CLI_TOKEN_MAX  256
-#define TV__CLI_PATH_MAX   4096
+#define TV__CLI_TOKEN_MAX TV__CLI_SECRET_MAX
+#define TV__CLI_PATH_MAX  4096
 
 /* The progress bar's state (stderr, on a terminal only). */
 typedef struct tv__cli_progress {
@@ -36,20 +36,26 @@ typedef struct tv__cli_client {
     bool url_given; /* --url on the command line: no fallback to local */
     bool writer;    /* local: open the store as writer */
     const char *store;
-    char url[1024];
-    char token[TV__CLI_TOKEN_MAX + 1];
+    tv__cli_where http;  /* the daemon's HTTP API: URL or UNIX socket, and where it came from */
+    tv__cli_where token; /* the token file (or variable) and where it came from */
+    char url[TV__CLI_WHERE_MAX];
+    char secret[TV__CLI_TOKEN_MAX + 1];
     unsigned n_sent;
     tv__api *api;
     tv__cli_progress *progress; /* local imports: the watch callback's bar */
 } tv__cli_client;
 
-/* Chooses the mode for the command of c (see README "Using it"): --store
- * DIR -> local; else --url, $TENSORVAULT_URL or TV__CLI_DEFAULT_URL ->
+/* Chooses the mode for the command of c (docs/cli.md "Finding the
+ * daemon"): --store DIR -> local; --url URL -> remote; $TENSORVAULT_URL ->
  * remote, falling back to local on $TENSORVAULT_STORE when no daemon
- * answers (and --url was not given). The token: --token-file FILE,
- * $TENSORVAULT_TOKEN, or ./var/admin.token when it exists. writer: the
- * command mutates (local mode opens the store as writer). Returns 0, or
- * -errno naming the token file that cannot be read. */
+ * answers; $TENSORVAULT_STORE -> local; else remote at the first of
+ * /run/tensorvault/http.sock, ./var/run/http.sock (UNIX sockets that
+ * exist) and TV__CLI_DEFAULT_URL. The token: --token-file FILE,
+ * $TENSORVAULT_TOKEN, $TENSORVAULT_TOKEN_FILE, /var/lib/tensorvault/
+ * admin.token, ./var/admin.token (where.h). writer: the command mutates
+ * (local mode opens the store as writer). Returns 0; TV_E_INVALID_ARG for
+ * a URL that is neither http(s) nor a socket path; -errno or
+ * TV_E_INVALID_ARG naming a given token file that cannot be read. */
 int tv__cli_client_open(const tv__cli_ctx *c, bool writer, tv__cli_client *cl, tv_error *err);
 void tv__cli_client_close(tv__cli_client *cl);
 
@@ -58,7 +64,9 @@ void tv__cli_client_close(tv__cli_client *cl);
  * document (owned; NULL when the answer is not JSON). Returns 0 for a 2xx
  * answer; else the code of the answer's error object (err has its
  * message), or the transport's error. *status (may be NULL) gets the HTTP
- * status (0 when none came). */
+ * status (0 when none came). A refused connection (TV_E_NO_DAEMON) and a
+ * 401 (TV_E_UNAUTHORIZED) name the places looked at for the daemon or the
+ * token and the variable to set. */
 int tv__cli_call(tv__cli_client *cl, const char *method, const char *path, const char *query,
                  json_t *body, json_t **doc, int *status, tv_error *err);
 
@@ -102,6 +110,20 @@ typedef enum tv__cli_doc {
 /* Prints doc: --json as the document itself (indented, ASCII), else its
  * text rendering. Never fails on a missing field (prints "-"). */
 void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc);
+
+/* The text of an activation (activate, rollback): "activated generation 3
+ * of m (was 2)"; was 0: "(was none)", < 0: unknown, not said. */
+void tv__cli_print_activated(FILE *f, const json_t *doc, int64_t was);
+
+/* 237.4 MiB: n bytes in IEC units ("512 B" below 1 KiB, one decimal
+ * above, up to EiB). Returns buf. */
+const char *tv__cli_fmt_bytes(uint64_t n, char *buf, size_t len);
+/* "2026-12-06 07:31:02": unix seconds in local time ("-" when it cannot
+ * be shown). Returns buf. */
+const char *tv__cli_fmt_time(int64_t unix_s, char *buf, size_t len);
+/* "4.2 s" below a minute, then "3m07s", "2h05m", "1d03h"; "-" for a
+ * negative or unknown one. Returns buf. */
+const char *tv__cli_fmt_duration(double secs, char *buf, size_t len);
 
 /* "[#######.......]  42.0%  105.0 / 250.0 MiB   45.6 MB/s  ETA 3s  write"
  * into buf; rate in bytes/s (0 unknown), eta in seconds (< 0 unknown),

@@ -105,6 +105,8 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
     hdrs = curl_slist_append(hdrs, "Expect:");
     curl_easy_setopt(h, CURLOPT_URL, url);
+    if (req->unix_path)
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, req->unix_path);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, req->timeout_ms > 0 ? req->timeout_ms : 60000L);
@@ -137,11 +139,14 @@ int tv__cli_http(const tv__cli_http_req *req, tv__cli_http_resp *resp, tv_error 
         s.len = 0;
         cc = curl_easy_perform(h);
     }
+    if ((cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) && req->unix_path) {
+        rc = tv__seterr(err, TV_E_NO_DAEMON, "no tensorvaultd answers on the socket %s (%s)",
+                        req->unix_path, curl_easy_strerror(cc));
+        goto out;
+    }
     if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
-        rc = tv__seterr(
-            err, TV_E_NO_DAEMON,
-            "no tensorvaultd answers at %.*s (%s): start one with ./scripts/run, or use --store DIR for a local store",
-            (int)bl, req->base_url, curl_easy_strerror(cc));
+        rc = tv__seterr(err, TV_E_NO_DAEMON, "no tensorvaultd answers at %.*s (%s)", (int)bl,
+                        req->base_url, curl_easy_strerror(cc));
         goto out;
     }
     if (cc == CURLE_OPERATION_TIMEDOUT) {

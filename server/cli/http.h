@@ -1,9 +1,10 @@
 /* The CLI's HTTP client (libcurl easy API) to a tensorvaultd, and the
  * percent-encoding of path segments.
  * Invariants: one request per call, bounded by explicit timeouts; a refused
- * or unreachable connection is TV_E_NO_DAEMON naming the URL (nothing was
- * sent, so the caller may fall back to local mode); any HTTP status is a
- * success of the transport (the caller reads the error document). */
+ * or unreachable connection (TCP or the daemon's HTTP UNIX socket) is
+ * TV_E_NO_DAEMON naming the URL or socket (nothing was sent, so the caller
+ * may fall back to local mode); any HTTP status is a success of the
+ * transport (the caller reads the error document). */
 #ifndef TV_CLI_HTTP_H
 #define TV_CLI_HTTP_H
 
@@ -12,15 +13,15 @@
 
 #include "tensorvault/errors.h"
 
-#define TV__CLI_DEFAULT_URL "http://127.0.0.1:8470"
-
 typedef struct tv__cli_http_req {
-    const char *base_url; /* "http://127.0.0.1:8470" (a trailing '/' is dropped) */
-    const char *token;    /* bearer secret, or NULL */
-    const char *method;   /* "GET", "POST", "PUT", "DELETE" */
-    const char *path;     /* already encoded: "/v1/models/a%2Fb" */
-    const char *query;    /* already encoded, without '?', or NULL */
-    const char *body;     /* JSON text, or NULL */
+    const char *base_url;  /* "http://127.0.0.1:8470" (a trailing '/' is dropped) */
+    const char *unix_path; /* the daemon's HTTP UNIX socket, or NULL (base_url then
+                              only gives the Host: "http://localhost") */
+    const char *token;     /* bearer secret, or NULL */
+    const char *method;    /* "GET", "POST", "PUT", "DELETE" */
+    const char *path;      /* already encoded: "/v1/models/a%2Fb" */
+    const char *query;     /* already encoded, without '?', or NULL */
+    const char *body;      /* JSON text, or NULL */
     size_t body_len;
     long timeout_ms; /* whole request; 0 = 60 s */
 } tv__cli_http_req;

@@ -12,6 +12,7 @@
 #include "http/api.h"
 #include "cli/cli.h"
 #include "cli/client.h"
+#include "cli/where.h"
 #include "util/internal.h"
 #include "tensorvault/errors.h"
 #include "tensorvault/version.h"
@@ -56,8 +57,7 @@ int tv__cli_begin(const tv__cli_cmd *cmd, int argc, char **argv, tv__cli_ctx *c)
     if ((u = tv__cli_parse(cmd->name, argc, argv, &c->a)))
         return u;
     c->json = tv__cli_flag(&c->a, "--json");
-    /* get/bench --fastpath read through the daemon: no store needed. */
-    if ((cmd->flags & TV__CLI_STORE) && !tv__cli_get(&c->a, "--fastpath")) {
+    if (cmd->flags & TV__CLI_STORE) {
         c->store = tv__cli_get(&c->a, "--store");
         if (!c->store)
             c->store = getenv("TENSORVAULT_STORE");
@@ -114,7 +114,9 @@ const tv__cli_cmd tv__cli_cmd_version = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {{"--json", NULL, NULL}},
+    .opts = {{"--json", NULL, NULL, "as JSON (the API's Version)"}},
+    .about = "Print this tensorvault's version, git revision, API version and build features.",
+    .example = "tensorvault version --json",
 };
 
 int tv__cli_version(const tv__cli_ctx *c)
@@ -125,29 +127,128 @@ int tv__cli_version(const tv__cli_ctx *c)
     return TV__EXIT_OK;
 }
 
-/* The value grammars every command shares (args.h has the parsers). */
-static void notes(FILE *f)
+/* What a command's table says it takes: which rules its --help states. */
+static bool has_opt(const tv__cli_cmd *cmd, const char *name)
 {
-    fputs("\nEvery command takes --json. Registry commands run in-process on --store DIR,\n", f);
-    fputs("  else against tensorvaultd at --url URL, $TENSORVAULT_URL or " TV__CLI_DEFAULT_URL "\n",
-          f);
-    fputs("  (no daemon there and $TENSORVAULT_STORE set: in-process on that store);\n", f);
-    fputs("  token: --token-file FILE, $TENSORVAULT_TOKEN or ./" TV__CLI_TOKEN_FILE ".\n", f);
-    fputs("get, bench, inspect and store init are local: --store defaults to $TENSORVAULT_STORE.\n",
-          f);
-    fputs("Options: each at most once; --opt VALUE or --opt=VALUE; -- ends the options.\n", f);
+    for (size_t k = 0; k < TV__CLI_MAX_OPTS && cmd->opts[k].name; k++)
+        if (!strcmp(cmd->opts[k].name, name))
+            return true;
+    return false;
+}
+
+static bool has_size(const tv__cli_cmd *cmd)
+{
+    for (size_t k = 0; k < TV__CLI_MAX_OPTS && cmd->opts[k].name; k++)
+        if (cmd->opts[k].metavar && !strcmp(cmd->opts[k].metavar, "SIZE"))
+            return true;
+    return false;
+}
+
+static void note_size(FILE *f)
+{
     fputs("SIZE: bytes, or digits with a binary suffix K, M, G, T or\n", f);
     fputs("  KiB, MiB, GiB, TiB in any case (all powers of 1024: 64K = 64kib = 65536);\n", f);
     fputs("  1GB, 1B, 1.5G, 1 G, signs and sizes above 2^64-1 are refused.\n", f);
+}
+
+static void note_gen(FILE *f)
+{
     fputs("GEN: a generation number from 1, digits only (no sign, spaces, leading zeros).\n", f);
-    fputs("NAME@GEN|@ALIAS: a generation, an alias ([A-Za-z][A-Za-z0-9._-]*) or @active.\n", f);
-    fputs("R0:R1 (get --rows): rows [R0, R1) of dimension 0, decimal,\n", f);
+    fputs("NAME@GEN|@ALIAS: a generation, an alias ([A-Za-z][A-Za-z0-9._-]*) or @active;\n", f);
+    fputs("  NAME alone is the active generation.\n", f);
+}
+
+static void note_rows(FILE *f)
+{
+    fputs("R0:R1 (--rows): rows [R0, R1) of dimension 0, decimal,\n", f);
     fputs("  0 <= R0 <= R1 <= dim 0; R0 == R1 writes nothing (numpy's a[r:r] is empty).\n", f);
-    fputs("get, bench: --qd 1..4096 (default 32), --chunk 4K..1G (default 1M, rounded\n", f);
-    fputs("  up to the device's io alignment), --qd x --chunk at most 1G.\n", f);
-    fputs("import: --chunk 4K..256M (default 8M; 4 chunks in flight).\n", f);
+}
+
+static void note_read(FILE *f)
+{
+    fputs("--qd 1..4096 (default 32), --chunk 4K..1G (default 1M, rounded up to the\n", f);
+    fputs("  device's io alignment), --qd x --chunk at most 1G; in-process reads only\n", f);
+    fputs("  (through the daemon the device options are the daemon's).\n", f);
+}
+
+static void note_daemon(FILE *f)
+{
+    fputs("Finding the daemon (the first that exists): --store DIR runs in this process;\n", f);
+    fputs("  else --url, $TENSORVAULT_URL, $TENSORVAULT_STORE (in this process),\n", f);
+    fputs("  " TV__CLI_INSTALLED_HTTP ", ./" TV__CLI_DEV_HTTP ", " TV__CLI_DEFAULT_URL ".\n", f);
+    fputs("  The token: --token-file, $TENSORVAULT_TOKEN (the secret itself),\n", f);
+    fputs("  $TENSORVAULT_TOKEN_FILE, " TV__CLI_INSTALLED_TOKEN ", ./" TV__CLI_DEV_TOKEN ".\n", f);
+}
+
+static void note_socket(FILE *f)
+{
+    fputs("Reading (the first that exists): --store DIR in this process; --socket PATH or\n", f);
+    fputs("  --fastpath [SOCKET] through the daemon; $TENSORVAULT_SOCKET; $TENSORVAULT_STORE\n", f);
+    fputs("  (in this process); " TV__CLI_INSTALLED_SOCKET "; ./" TV__CLI_DEV_SOCKET ".\n", f);
+}
+
+static void note_common(FILE *f)
+{
+    fputs("Each option at most once; --opt VALUE or --opt=VALUE; -- ends the options.\n", f);
+    fputs("Exit status: 0 success, 1 failure (one line on stderr: tensorvault: CMD: CODE:\n", f);
+    fputs("  message; with --json also {\"error\": ...} on stdout), 2 usage error.\n", f);
+}
+
+/* The top-level --help's notes: every rule, once. */
+static void notes(FILE *f)
+{
+    fputs("\n`tensorvault COMMAND --help` says what a command does, with its options and an\n", f);
+    fputs("example; docs/cli.md has all of it.\n", f);
+    note_daemon(f);
+    note_socket(f);
+    note_size(f);
+    note_gen(f);
+    note_rows(f);
+    note_read(f);
+    fputs("import --chunk: 4K..256M (default 8M; 4 chunks in flight).\n", f);
     fputs("store init: --region-offset is a multiple of the device's io alignment.\n", f);
-    fputs("Exit status: 0 success, 1 failure, 2 usage error.\n", f);
+    note_common(f);
+}
+
+void tv__cli_cmd_help(FILE *f, const tv__cli_cmd *cmd)
+{
+    char line[1024];
+    fprintf(f, "usage: tensorvault %s\n\n", tv__cli_cmd_usage(cmd, line, sizeof(line)));
+    if (cmd->about)
+        fprintf(f, "%s\n", cmd->about);
+    fputs("\nOptions:\n", f);
+    for (size_t k = 0; k < TV__CLI_MAX_OPTS && cmd->opts[k].name; k++) {
+        const tv__cli_opt *o = &cmd->opts[k];
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, "%s%s%s", o->name, o->metavar ? " " : "",
+                 o->metavar ? o->metavar : "");
+        if (strlen(lhs) > 20)
+            fprintf(f, "  %s\n  %-20s %s\n", lhs, "", o->help ? o->help : "");
+        else
+            fprintf(f, "  %-20s %s\n", lhs, o->help ? o->help : "");
+    }
+    if (cmd->example) {
+        fputs("\nExample:\n", f);
+        for (const char *p = cmd->example; *p;) {
+            size_t n = strcspn(p, "\n");
+            fprintf(f, "  %.*s\n", (int)n, p);
+            p += n + (p[n] == '\n');
+        }
+    }
+    fputc('\n', f);
+    if (has_opt(cmd, "--url"))
+        note_daemon(f);
+    if (has_opt(cmd, "--socket"))
+        note_socket(f);
+    if (has_size(cmd))
+        note_size(f);
+    if (strstr(cmd->positionals, "GEN") || strstr(cmd->positionals, "@"))
+        note_gen(f);
+    if (has_opt(cmd, "--rows"))
+        note_rows(f);
+    if (has_opt(cmd, "--qd"))
+        note_read(f);
+    note_common(f);
 }
 
 static void usage(FILE *f)
@@ -214,9 +315,7 @@ int tv__cli_main(int argc, char **argv)
             skip = 2;
         }
         if (wants_help(argc - skip + 1, argv + skip - 1)) {
-            char line[1024];
-            printf("usage: tensorvault %s\n", tv__cli_cmd_usage(cmd, line, sizeof(line)));
-            notes(stdout);
+            tv__cli_cmd_help(stdout, cmd);
             return TV__EXIT_OK;
         }
         tv__cli_ctx c;
@@ -234,11 +333,13 @@ int tv__cli_main(int argc, char **argv)
             char line[1024];
             size_t wl = strcspn(tv__cli_cmds[i]->name, " ");
             if (strlen(argv[1]) == wl && !strncmp(argv[1], tv__cli_cmds[i]->name, wl))
-                fprintf(f, "usage: tensorvault %s\n",
-                        tv__cli_cmd_usage(tv__cli_cmds[i], line, sizeof(line)));
+                fprintf(f, "usage: tensorvault %s\n%s%s",
+                        tv__cli_cmd_usage(tv__cli_cmds[i], line, sizeof(line)),
+                        help && tv__cli_cmds[i]->about ? tv__cli_cmds[i]->about : "",
+                        help ? "\n\n" : "");
         }
         if (help)
-            notes(stdout);
+            fprintf(stdout, "`tensorvault %s SUBCOMMAND --help` says more of each.\n", argv[1]);
         return help ? TV__EXIT_OK : TV__EXIT_USAGE;
     }
     fprintf(stderr, "tensorvault: unknown command '%s'\n", argv[1]);

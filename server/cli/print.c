@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/client.h"
@@ -36,6 +37,86 @@ static const char *I(const json_t *o, const char *k, char *buf, size_t len)
 static json_int_t N(const json_t *o, const char *k)
 {
     return json_integer_value(json_object_get(o, k));
+}
+
+const char *tv__cli_fmt_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (n < 1024) {
+        snprintf(buf, len, "%" PRIu64 " B", n);
+        return buf;
+    }
+    size_t u = 0;
+    double v = (double)n / 1024.0;
+    /* 1023.96 KiB would print as "1024.0 KiB": that is 1.0 MiB */
+    while (u + 1 < TV_ARRAY_LEN(units) && v >= 1023.95) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+const char *tv__cli_fmt_time(int64_t unix_s, char *buf, size_t len)
+{
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    if ((int64_t)t != unix_s || !localtime_r(&t, &tm) ||
+        !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+const char *tv__cli_fmt_duration(double secs, char *buf, size_t len)
+{
+    if (!(secs >= 0) || secs > 1e12) { /* NaN, negative, absurd */
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    if (secs < 60) {
+        snprintf(buf, len, "%.1f s", secs);
+        return buf;
+    }
+    uint64_t s = (uint64_t)(secs + 0.5);
+    if (s < 3600)
+        snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
+    else
+        snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
+    return buf;
+}
+
+/* A byte-count field in IEC units ("-" for null or absent). */
+static const char *B(const json_t *o, const char *k, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        return tv__cli_fmt_bytes((uint64_t)json_integer_value(v), buf, len);
+    snprintf(buf, len, "-");
+    return buf;
+}
+
+/* A unix-seconds field as local time ("-" for null or absent). */
+static const char *T(const json_t *o, const char *k, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_integer(v))
+        return tv__cli_fmt_time((int64_t)json_integer_value(v), buf, len);
+    snprintf(buf, len, "-");
+    return buf;
+}
+
+/* How long a job ran: started_at to finished_at, or to now while it runs. */
+static const char *job_duration(const json_t *j, char *buf, size_t len)
+{
+    json_t *st = json_object_get(j, "started_at"), *fi = json_object_get(j, "finished_at");
+    if (!json_is_integer(st)) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    double end = json_is_integer(fi) ? (double)json_integer_value(fi) : (double)time(NULL);
+    return tv__cli_fmt_duration(end - (double)json_integer_value(st), buf, len);
 }
 
 /* [a,b,c] of integers, or a,b of strings (sep), into buf. */
@@ -97,16 +178,17 @@ static void models_table(FILE *f, const json_t *arr)
 
 static void gens_table(FILE *f, const json_t *arr)
 {
-    char n[32], sh[32], t[32], b[32], al[512];
+    char n[32], sh[32], t[32], b[32], ca[32], al[512];
     size_t i;
     json_t *g;
-    fprintf(f, "%4s %-9s %6s %7s %9s %14s  %-16s %s\n", "GEN", "STATE", "ACTIVE", "SHARDS",
-            "TENSORS", "BYTES", "ALIASES", "SOURCE");
-    json_array_foreach(arr, i, g) fprintf(
-        f, "%4s %-9s %6s %7s %9s %14s  %-16s %s\n", I(g, "generation", n, sizeof n), S(g, "state"),
-        json_is_true(json_object_get(g, "active")) ? "*" : "", I(g, "n_shards", sh, sizeof sh),
-        I(g, "n_tensors", t, sizeof t), I(g, "total_bytes", b, sizeof b),
-        list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al), S(g, "source"));
+    fprintf(f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s\n", "GEN", "STATE", "ACTIVE", "SHARDS",
+            "TENSORS", "SIZE", "CREATED", "ALIASES", "SOURCE");
+    json_array_foreach(arr, i, g)
+        fprintf(f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s\n", I(g, "generation", n, sizeof n),
+                S(g, "state"), json_is_true(json_object_get(g, "active")) ? "*" : "",
+                I(g, "n_shards", sh, sizeof sh), I(g, "n_tensors", t, sizeof t),
+                B(g, "total_bytes", b, sizeof b), T(g, "created_at", ca, sizeof ca),
+                list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al), S(g, "source"));
 }
 
 static void replicas_line(FILE *f, const json_t *reps)
@@ -135,34 +217,33 @@ static void generation_one(FILE *f, const json_t *g)
             list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al));
     fprintf(f, "shards:      %s\n", I(g, "n_shards", b, sizeof b));
     fprintf(f, "tensors:     %s\n", I(g, "n_tensors", b, sizeof b));
-    fprintf(f, "total_bytes: %s\n", I(g, "total_bytes", b, sizeof b));
+    fprintf(f, "size:        %s (%s bytes)\n", B(g, "total_bytes", al, sizeof al),
+            I(g, "total_bytes", b, sizeof b));
     fprintf(f, "source:      %s\n", S(g, "source"));
-    fprintf(f, "created_at:  %s\n", I(g, "created_at", b, sizeof b));
+    fprintf(f, "created:     %s\n", T(g, "created_at", b, sizeof b));
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(g, "shards"), i, s)
     {
         char x[32], y[32];
-        fprintf(f, "shard %s: %s  %s bytes  sha256 %s\n", I(s, "index", x, sizeof x), S(s, "name"),
-                I(s, "file_bytes", y, sizeof y), S(s, "sha256"));
+        fprintf(f, "shard %s: %s  %s  sha256 %s\n", I(s, "index", x, sizeof x), S(s, "name"),
+                B(s, "file_bytes", y, sizeof y), S(s, "sha256"));
         replicas_line(f, json_object_get(s, "replicas"));
     }
 }
 
+/* The shard by its file name (the index is in --json and `tensor`). */
 static void tensors_table(FILE *f, const json_t *arr, bool header)
 {
-    char shp[128], sh[32], off[64], nb[32];
+    char shp[128], nb[32];
     size_t i;
     json_t *t;
     if (header)
-        fprintf(f, "%-48s %-6s %-18s %5s %26s %12s\n", "TENSOR", "DTYPE", "SHAPE", "SHARD",
-                "DATA_OFFSETS", "NBYTES");
+        fprintf(f, "%-48s %-6s %-18s %11s  %s\n", "TENSOR", "DTYPE", "SHAPE", "SIZE", "SHARD");
     json_array_foreach(arr, i, t)
-        fprintf(f, "%-48s %-6s %-18s %5s %26s %12s\n", S(t, "name"), S(t, "dtype"),
+        fprintf(f, "%-48s %-6s %-18s %11s  %s\n", S(t, "name"), S(t, "dtype"),
                 list(json_object_get(t, "shape"), "[", ",", "]", shp, sizeof shp),
-                I(t, "shard_index", sh, sizeof sh),
-                list(json_object_get(t, "data_offsets"), "[", ",", "]", off, sizeof off),
-                I(t, "nbytes", nb, sizeof nb));
+                B(t, "nbytes", nb, sizeof nb), S(t, "shard"));
 }
 
 static void tensor_one(FILE *f, const json_t *t)
@@ -175,7 +256,8 @@ static void tensor_one(FILE *f, const json_t *t)
             I(t, "shard_index", (char[32]){0}, 32));
     fprintf(f, "data_offsets: %s\n",
             list(json_object_get(t, "data_offsets"), "[", ",", "]", b, sizeof b));
-    fprintf(f, "nbytes:       %s\n", I(t, "nbytes", b, sizeof b));
+    fprintf(f, "nbytes:       %s (%s)\n", I(t, "nbytes", b, sizeof b),
+            B(t, "nbytes", (char[32]){0}, 32));
     fprintf(f, "file_offset:  %s\n", I(t, "file_offset", b, sizeof b));
     replicas_line(f, json_object_get(t, "replicas"));
 }
@@ -186,31 +268,33 @@ static void devices_table(FILE *f, const json_t *arr, bool header)
     size_t i;
     json_t *d;
     if (header)
-        fprintf(f, "%3s %-6s %-36s %6s %14s %14s %14s  %s\n", "ID", "KIND", "PATH", "LBA", "REGION",
+        fprintf(f, "%3s %-6s %-36s %6s %11s %11s %11s  %s\n", "ID", "KIND", "PATH", "LBA", "REGION",
                 "USED", "FREE", "STATUS");
     json_array_foreach(arr, i, d)
     {
         const char *msg = S(d, "message");
         bool has_msg = strcmp(msg, "-") && *msg;
-        fprintf(f, "%3s %-6s %-36s %6s %14s %14s %14s  %s%s%s\n", I(d, "id", id, sizeof id),
+        fprintf(f, "%3s %-6s %-36s %6s %11s %11s %11s  %s%s%s\n", I(d, "id", id, sizeof id),
                 S(d, "kind"), S(d, "path"), I(d, "lba_size", lba, sizeof lba),
-                I(d, "region_bytes", rg, sizeof rg), I(d, "used_bytes", u, sizeof u),
-                I(d, "free_bytes", fr, sizeof fr), S(d, "status"), has_msg ? ": " : "",
+                B(d, "region_bytes", rg, sizeof rg), B(d, "used_bytes", u, sizeof u),
+                B(d, "free_bytes", fr, sizeof fr), S(d, "status"), has_msg ? ": " : "",
                 has_msg ? msg : "");
     }
 }
 
+/* Each job with its start (local time) and how long it ran or runs. */
 static void jobs_table(FILE *f, const json_t *arr)
 {
-    char id[32], d[32], t[32], g[32];
+    char id[32], d[32], t[32], g[32], st[32], du[32];
     size_t i;
     json_t *j;
-    fprintf(f, "%6s %-6s %-9s %-32s %-8s %14s %14s %4s\n", "ID", "KIND", "STATE", "MODEL", "STEP",
-            "DONE", "TOTAL", "GEN");
+    fprintf(f, "%6s %-6s %-9s %-32s %-8s %11s %11s %4s  %-19s %9s\n", "ID", "KIND", "STATE",
+            "MODEL", "STEP", "DONE", "TOTAL", "GEN", "STARTED", "DURATION");
     json_array_foreach(arr, i, j) fprintf(
-        f, "%6s %-6s %-9s %-32s %-8s %14s %14s %4s\n", I(j, "id", id, sizeof id), S(j, "kind"),
-        S(j, "state"), S(j, "model"), S(j, "step"), I(j, "bytes_done", d, sizeof d),
-        I(j, "bytes_total", t, sizeof t), I(j, "generation", g, sizeof g));
+        f, "%6s %-6s %-9s %-32s %-8s %11s %11s %4s  %-19s %9s\n", I(j, "id", id, sizeof id),
+        S(j, "kind"), S(j, "state"), S(j, "model"), S(j, "step"), B(j, "bytes_done", d, sizeof d),
+        B(j, "bytes_total", t, sizeof t), I(j, "generation", g, sizeof g),
+        T(j, "started_at", st, sizeof st), job_duration(j, du, sizeof du));
 }
 
 /* One line per open handle; a session without handles shows "-". */
@@ -219,7 +303,7 @@ static void sessions_table(FILE *f, const json_t *arr)
     char id[32], pid[32], uid[32], gen[32], dl[32];
     size_t i, k;
     json_t *s, *h;
-    fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", "ID", "PID", "UID", "MODEL", "GEN", "DELIVERED");
+    fprintf(f, "%6s %8s %8s %-32s %4s %11s\n", "ID", "PID", "UID", "MODEL", "GEN", "DELIVERED");
     json_array_foreach(arr, i, s)
     {
         I(s, "id", id, sizeof id);
@@ -227,11 +311,11 @@ static void sessions_table(FILE *f, const json_t *arr)
         I(s, "uid", uid, sizeof uid);
         const json_t *hs = json_object_get(s, "handles");
         if (json_array_size(hs) == 0)
-            fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", id, pid, uid, "-", "-",
-                    I(s, "bytes_delivered", dl, sizeof dl));
+            fprintf(f, "%6s %8s %8s %-32s %4s %11s\n", id, pid, uid, "-", "-",
+                    B(s, "bytes_delivered", dl, sizeof dl));
         json_array_foreach(hs, k, h)
-            fprintf(f, "%6s %8s %8s %-32s %4s %14s\n", id, pid, uid, S(h, "model"),
-                    I(h, "generation", gen, sizeof gen), I(h, "bytes_delivered", dl, sizeof dl));
+            fprintf(f, "%6s %8s %8s %-32s %4s %11s\n", id, pid, uid, S(h, "model"),
+                    I(h, "generation", gen, sizeof gen), B(h, "bytes_delivered", dl, sizeof dl));
     }
 }
 
@@ -270,27 +354,27 @@ static void fleet_doc(FILE *f, const json_t *doc)
                 I(al, "version", b, sizeof b),
                 json_is_array(plj) ? list(plj, "", ",", "", pl, sizeof pl) : "every node",
                 I(al, "quorum", d, sizeof d), I(al, "timeout_s", (char[32]){0}, 32));
-        fprintf(f, "  %-24s %-8s %14s %14s %6s %9s %8s %-4s %s\n", "NODE", "STATE", "DONE", "TOTAL",
-                "%", "MB/S", "SERVING", "UP", "ERROR");
+        fprintf(f, "  %-24s %-8s %11s %11s %6s %9s %8s %-4s %s\n", "NODE", "STATE", "DONE", "TOTAL",
+                "%", "MIB/S", "SERVING", "UP", "ERROR");
         json_array_foreach(json_object_get(al, "nodes"), k, p)
         {
             json_int_t done = N(p, "bytes_done"), total = N(p, "bytes_total");
             double pct = total > 0 ? 100.0 * (double)done / (double)total : 0.0;
             fprintf(
-                f, "  %-24s %-8s %14s %14s %5.1f%% %9.1f %8s %-4s %s\n", S(p, "node"),
-                S(p, "state"), I(p, "bytes_done", a, sizeof a), I(p, "bytes_total", b, sizeof b),
-                pct, json_number_value(json_object_get(p, "rate_bps")) / 1e6,
+                f, "  %-24s %-8s %11s %11s %5.1f%% %9.1f %8s %-4s %s\n", S(p, "node"),
+                S(p, "state"), B(p, "bytes_done", a, sizeof a), B(p, "bytes_total", b, sizeof b),
+                pct, json_number_value(json_object_get(p, "rate_bps")) / 1048576.0,
                 I(p, "serving", d, sizeof d), json_is_true(json_object_get(p, "up")) ? "yes" : "no",
                 json_is_string(json_object_get(p, "error")) ? S(p, "error") : "-");
         }
     }
     if (json_array_size(json_object_get(doc, "generations")))
-        fprintf(f, "\n%-32s %6s %14s %s\n", "MODEL", "GEN", "BYTES", "HOLDERS");
+        fprintf(f, "\n%-32s %6s %11s %s\n", "MODEL", "GEN", "SIZE", "HOLDERS");
     json_array_foreach(json_object_get(doc, "generations"), i, n)
     {
         char h[512];
-        fprintf(f, "%-32s %6s %14s %s\n", S(n, "model"), I(n, "number", a, sizeof a),
-                I(n, "total_bytes", b, sizeof b),
+        fprintf(f, "%-32s %6s %11s %s\n", S(n, "model"), I(n, "number", a, sizeof a),
+                B(n, "total_bytes", b, sizeof b),
                 list(json_object_get(n, "holders"), "", ",", "", h, sizeof h));
     }
 }
@@ -303,9 +387,13 @@ static void job_one(FILE *f, const json_t *j)
     fprintf(f, "model:      %s\n", S(j, "model"));
     fprintf(f, "source:     %s\n", S(j, "source"));
     fprintf(f, "step:       %s\n", S(j, "step"));
-    fprintf(f, "bytes_done: %s of %s\n", I(j, "bytes_done", b, sizeof b),
-            I(j, "bytes_total", (char[32]){0}, 32));
+    fprintf(f, "done:       %s of %s\n", B(j, "bytes_done", b, sizeof b),
+            B(j, "bytes_total", (char[32]){0}, 32));
     fprintf(f, "generation: %s\n", I(j, "generation", b, sizeof b));
+    fprintf(f, "created:    %s\n", T(j, "created_at", b, sizeof b));
+    fprintf(f, "started:    %s\n", T(j, "started_at", b, sizeof b));
+    fprintf(f, "finished:   %s\n", T(j, "finished_at", b, sizeof b));
+    fprintf(f, "duration:   %s\n", job_duration(j, b, sizeof b));
     json_t *e = json_object_get(j, "error");
     if (json_is_object(e))
         fprintf(f, "error:      %s: %s\n", S(e, "code"), S(e, "message"));
@@ -315,22 +403,23 @@ static void import_line(FILE *f, const json_t *r)
 {
     json_int_t written = N(r, "written_bytes");
     double secs = json_number_value(json_object_get(r, "seconds"));
-    double mbs = secs > 0 ? (double)written / secs / 1e6 : 0;
-    char al[512], rb[32];
+    char al[512], tb[32], wb[32], db[32], rb[32], rate[32], du[32];
     const json_t *aliases = json_object_get(r, "aliases");
-    fprintf(f,
-            "imported %s generation %" JSON_INTEGER_FORMAT "%s%s%s: %" JSON_INTEGER_FORMAT
-            " shards, %" JSON_INTEGER_FORMAT " tensors, %" JSON_INTEGER_FORMAT
-            " bytes; %" JSON_INTEGER_FORMAT " written, %" JSON_INTEGER_FORMAT
-            " deduplicated%s%s%s, %.2f s (%.1f MB/s)\n",
-            S(r, "model"), N(r, "generation"),
-            json_is_true(json_object_get(r, "active")) ? " (active)" : "",
-            json_array_size(aliases) ? " alias " : "",
-            json_array_size(aliases) ? list(aliases, "", ",", "", al, sizeof al) : "",
-            N(r, "n_shards"), N(r, "n_tensors"), N(r, "total_bytes"), written,
-            N(r, "deduplicated_bytes"), N(r, "resumed_bytes") ? ", " : "",
-            N(r, "resumed_bytes") ? I(r, "resumed_bytes", rb, sizeof rb) : "",
-            N(r, "resumed_bytes") ? " resumed" : "", secs, mbs);
+    tv__cli_fmt_bytes(secs > 0 && written > 0 ? (uint64_t)((double)written / secs) : 0, rate,
+                      sizeof rate);
+    fprintf(
+        f,
+        "imported %s generation %" JSON_INTEGER_FORMAT "%s%s%s: %" JSON_INTEGER_FORMAT
+        " shards, %" JSON_INTEGER_FORMAT
+        " tensors, %s; %s written, %s deduplicated%s%s%s in %s (%s/s)\n",
+        S(r, "model"), N(r, "generation"),
+        json_is_true(json_object_get(r, "active")) ? " (active)" : "",
+        json_array_size(aliases) ? " alias " : "",
+        json_array_size(aliases) ? list(aliases, "", ",", "", al, sizeof al) : "", N(r, "n_shards"),
+        N(r, "n_tensors"), B(r, "total_bytes", tb, sizeof tb), B(r, "written_bytes", wb, sizeof wb),
+        B(r, "deduplicated_bytes", db, sizeof db), N(r, "resumed_bytes") ? ", " : "",
+        N(r, "resumed_bytes") ? B(r, "resumed_bytes", rb, sizeof rb) : "",
+        N(r, "resumed_bytes") ? " resumed" : "", tv__cli_fmt_duration(secs, du, sizeof du), rate);
 }
 
 static void tokens_table(FILE *f, const json_t *arr)
@@ -338,10 +427,10 @@ static void tokens_table(FILE *f, const json_t *arr)
     char id[32], c[32], r[32];
     size_t i;
     json_t *t;
-    fprintf(f, "%4s %-32s %-6s %12s %12s\n", "ID", "NAME", "SCOPE", "CREATED_AT", "REVOKED_AT");
+    fprintf(f, "%4s %-32s %-6s %-19s  %s\n", "ID", "NAME", "SCOPE", "CREATED", "REVOKED");
     json_array_foreach(arr, i, t)
-        fprintf(f, "%4s %-32s %-6s %12s %12s\n", I(t, "id", id, sizeof id), S(t, "name"),
-                S(t, "scope"), I(t, "created_at", c, sizeof c), I(t, "revoked_at", r, sizeof r));
+        fprintf(f, "%4s %-32s %-6s %-19s  %s\n", I(t, "id", id, sizeof id), S(t, "name"),
+                S(t, "scope"), T(t, "created_at", c, sizeof c), T(t, "revoked_at", r, sizeof r));
 }
 
 /* The memory tier's lines of `tensorvault status` (a daemon that reports
@@ -357,18 +446,15 @@ static void tier_lines(FILE *f, const json_t *t)
     }
     uint64_t hits = (uint64_t)json_integer_value(json_object_get(t, "hits"));
     uint64_t misses = (uint64_t)json_integer_value(json_object_get(t, "misses"));
-    fprintf(f, "memory tier:     %s of %s bytes resident (budget %s), %s generations, %s pages\n",
-            I(t, "resident_bytes", a, sizeof a), I(t, "bound_bytes", b, sizeof b),
-            I(t, "budget_bytes", c, sizeof c), I(t, "generations", d, sizeof d), S(t, "pages"));
-    fprintf(f,
-            "tier hits:       %s of %" PRIu64
-            " chunks (%.1f%%), %s bytes; %s bytes read from devices\n",
+    fprintf(f, "memory tier:     %s of %s resident (budget %s), %s generations, %s pages\n",
+            B(t, "resident_bytes", a, sizeof a), B(t, "bound_bytes", b, sizeof b),
+            B(t, "budget_bytes", c, sizeof c), I(t, "generations", d, sizeof d), S(t, "pages"));
+    fprintf(f, "tier hits:       %s of %" PRIu64 " chunks (%.1f%%), %s; %s read from devices\n",
             I(t, "hits", a, sizeof a), hits + misses,
             hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0.0,
-            I(t, "hit_bytes", b, sizeof b), I(t, "device_read_bytes", c, sizeof c));
-    fprintf(f, "tier evictions:  %s (%s bytes); views pin %s bytes\n",
-            I(t, "evictions", a, sizeof a), I(t, "evicted_bytes", b, sizeof b),
-            I(t, "view_bytes", c, sizeof c));
+            B(t, "hit_bytes", b, sizeof b), B(t, "device_read_bytes", c, sizeof c));
+    fprintf(f, "tier evictions:  %s (%s); views pin %s\n", I(t, "evictions", a, sizeof a),
+            B(t, "evicted_bytes", b, sizeof b), B(t, "view_bytes", c, sizeof c));
 }
 
 void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
@@ -454,16 +540,16 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         import_line(f, doc);
         break;
     case TV__DOC_VERIFY:
-        fprintf(f, "verify: %s objects, %s bytes, %s failed\n", I(doc, "n_objects", b, sizeof b),
-                I(doc, "verified_bytes", c, sizeof c), I(doc, "n_failed", (char[32]){0}, 32));
+        fprintf(f, "verify: %s objects, %s, %s failed\n", I(doc, "n_objects", b, sizeof b),
+                B(doc, "verified_bytes", c, sizeof c), I(doc, "n_failed", (char[32]){0}, 32));
         break;
     case TV__DOC_GC:
-        fprintf(f, "gc: freed %s objects, %s bytes\n", I(doc, "n_objects_freed", b, sizeof b),
-                I(doc, "freed_bytes", c, sizeof c));
+        fprintf(f, "gc: freed %s objects, %s\n", I(doc, "n_objects_freed", b, sizeof b),
+                B(doc, "freed_bytes", c, sizeof c));
         break;
     case TV__DOC_DELETED:
-        fprintf(f, "deleted model %s: %s generations retired, %s bytes freed\n", S(doc, "model"),
-                I(doc, "n_generations_retired", b, sizeof b), I(doc, "freed_bytes", c, sizeof c));
+        fprintf(f, "deleted model %s: %s generations retired, %s freed\n", S(doc, "model"),
+                I(doc, "n_generations_retired", b, sizeof b), B(doc, "freed_bytes", c, sizeof c));
         break;
     case TV__DOC_DEACTIVATED:
         fprintf(f, "model %s has no active generation\n", S(doc, "name"));
@@ -504,7 +590,9 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         json_t *j = json_object_get(doc, "jobs");
         fprintf(f, "version:         %s\n", S(doc, "version"));
         fprintf(f, "store:           %s\n", S(doc, "store"));
-        fprintf(f, "uptime_seconds:  %s\n", I(doc, "uptime_seconds", b, sizeof b));
+        fprintf(f, "uptime:          %s\n",
+                tv__cli_fmt_duration(json_number_value(json_object_get(doc, "uptime_seconds")), b,
+                                     sizeof b));
         fprintf(f, "models:          %s\n", I(doc, "n_models", b, sizeof b));
         fprintf(f, "devices:         %s\n", I(doc, "n_devices", b, sizeof b));
         fprintf(f, "jobs:            %s queued, %s running\n", I(j, "queued", b, sizeof b),
@@ -514,6 +602,16 @@ void tv__cli_print(FILE *f, bool json, tv__cli_doc kind, const json_t *doc)
         break;
     }
     }
+}
+
+void tv__cli_print_activated(FILE *f, const json_t *doc, int64_t was)
+{
+    char b[32];
+    fprintf(f, "activated generation %s of %s", I(doc, "generation", b, sizeof b), S(doc, "model"));
+    if (was > 0)
+        fprintf(f, " (was %" PRId64 ")\n", was);
+    else
+        fprintf(f, was == 0 ? " (was none)\n" : "\n");
 }
 
 const char *tv__cli_progress_format(char *buf, size_t len, uint64_t done, uint64_t total,

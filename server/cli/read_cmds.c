@@ -1,11 +1,12 @@
 /* Reader subcommands: `get` (one tensor's exact bytes, rows, or float32 to
  * a file) and `bench` (load every tensor into host memory, or take a view
  * of each in the daemon's memory tier, and report bytes, seconds and GB/s;
- * through the daemon, with --url or $TENSORVAULT_URL, also what the daemon
- * read from its devices and served from its memory tier meanwhile). Both go through the public
- * library API, exactly as a loader would: one tv_model (tensorvault.h), opened in-process on
- * --store, or with --fastpath [SOCKET] through tensorvaultd's fast path (a
- * session of tensorvault/client.h).
+ * through the daemon whose HTTP API is known, also what the daemon read
+ * from its devices and served from its memory tier meanwhile). Both go
+ * through the public library API, exactly as a loader would: one tv_model
+ * (tensorvault.h), opened in-process on --store DIR, or through
+ * tensorvaultd's fast path (a session of tensorvault/client.h) on the
+ * socket found as cli/where.h says.
  * Invariant: both paths print the same output from the same calls; only
  * the opening (src_open) differs. */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,32 +103,60 @@ static int write_file(const char *path, const void *buf, size_t len, tv_error *e
 }
 
 /* Where get and bench read from: a tv_model opened in-process, or in a
- * fast-path session c (fp). */
+ * fast-path session c (fp) on the socket found in where. */
 typedef struct src {
     bool fp;
     tv_client *c;
     tv_model *m;
+    tv__cli_where where;
 } src;
 
-/* --fastpath's SOCKET: "" when given alone (then the library's default:
- * $TENSORVAULT_SOCKET, else TV_CLIENT_DEFAULT_SOCKET); NULL without it. */
-static const char *fastpath_socket(const tv__cli_args *a)
+#define SOCKET_HINT                                                                                \
+    "set TENSORVAULT_SOCKET (or --socket PATH) to the daemon's fast-path socket, or read a store in this process with --store DIR (or TENSORVAULT_STORE)"
+
+/* --store and the fast-path flags exclude one another: a usage error. */
+static int src_usage(const char *cmd, const tv__cli_args *a)
 {
-    return tv__cli_get(a, "--fastpath");
+    if (tv__cli_get(a, "--store") && (tv__cli_get(a, "--fastpath") || tv__cli_get(a, "--socket")))
+        return tv__cli_usage(
+            cmd,
+            "--store DIR reads in this process; --socket and --fastpath read through the daemon: give one of them");
+    if (tv__cli_get(a, "--fastpath") && tv__cli_get(a, "--socket"))
+        return tv__cli_usage(cmd,
+                             "--fastpath SOCKET and --socket PATH name the same thing: give one");
+    return 0;
 }
 
-static int src_open(src *s, const char *dir, const char *spec, const tv_open_opts *oo,
-                    const char *fp_socket, tv_error *err)
+/* The first of: --store DIR (in-process); --socket PATH or --fastpath
+ * [SOCKET] (the daemon); $TENSORVAULT_SOCKET; $TENSORVAULT_STORE; the
+ * installed socket; ./var's socket (cli/where.h). */
+static int src_open(src *s, const tv__cli_args *a, const char *spec, const tv_open_opts *oo,
+                    tv_error *err)
 {
     int rc;
     memset(s, 0, sizeof(*s));
-    if (!fp_socket) {
-        if ((rc = tv__store_check_dir(dir, err)))
+    const char *store = tv__cli_get(a, "--store");
+    const char *fp = tv__cli_get(a, "--fastpath"), *sock = tv__cli_get(a, "--socket");
+    const char *env_sock = getenv("TENSORVAULT_SOCKET"), *env_store = getenv("TENSORVAULT_STORE");
+    if (!store && !fp && !sock && !(env_sock && *env_sock) && env_store && *env_store)
+        store = env_store;
+    if (store) {
+        if ((rc = tv__store_check_dir(store, err)))
             return rc;
-        return tv_model_open(dir, spec, oo, &s->m, err);
+        return tv_model_open(store, spec, oo, &s->m, err);
+    }
+    const char *flag = sock ? sock : fp && *fp ? fp : NULL;
+    tv__cli_find_socket(flag, sock ? "--socket" : "--fastpath", &tv__cli_socket_defaults,
+                        &s->where);
+    if (!s->where.found) {
+        tv__seterr(err, TV_E_NO_DAEMON, "no tensorvaultd fast-path socket was found");
+        return tv__cli_where_fail(err, &s->where, SOCKET_HINT);
     }
     s->fp = true;
-    if ((rc = tv_client_connect(*fp_socket ? fp_socket : NULL, NULL, &s->c, err)))
+    rc = tv_client_connect(s->where.value, NULL, &s->c, err);
+    if (rc == TV_E_NO_DAEMON)
+        return tv__cli_where_fail(err, &s->where, SOCKET_HINT);
+    if (rc)
         return rc;
     return tv_model_open_daemon(s->c, spec, oo, &s->m, err);
 }
@@ -176,25 +206,35 @@ const tv__cli_cmd tv__cli_cmd_get = {
     .positionals = "NAME[@GEN|@ALIAS] TENSOR",
     .min_pos = 2,
     .max_pos = 2,
-    .flags = TV__CLI_STORE | TV__CLI_SPEC,
-    .opts = {{"--store", "DIR", NULL},
-             {"-o", "FILE|-", "-o FILE|-"},
-             {"--output", "FILE", ""},
-             {"--rows", "R0:R1", "[--rows R0:R1 | --f32]"},
-             {"--f32", NULL, ""},
-             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
-             {"--qd", "N", NULL},
-             {"--chunk", "SIZE", NULL},
-             {"--no-direct", NULL, NULL},
-             {"--fastpath", "[SOCKET]", NULL},
-             {"--json", NULL, NULL}},
+    .flags = TV__CLI_SPEC,
+    .opts = {{"-o", "FILE|-", "-o FILE|-", "where the bytes go; - is standard output"},
+             {"--output", "FILE", "", "the same as -o"},
+             {"--rows", "R0:R1", "[--rows R0:R1 | --f32]", "only rows [R0, R1) of dimension 0"},
+             {"--f32", NULL, "", "the tensor's values converted to float32"},
+             {"--engine", "auto|uring|pread", NULL,
+              "in-process reads: io_uring, a pread pool, or the best there is"},
+             {"--qd", "N", NULL, "in-process reads in flight, 1..4096 (default 32)"},
+             {"--chunk", "SIZE", NULL, "bytes per device read, 4K..1G (default 1M)"},
+             {"--no-direct", NULL, NULL, "buffered reads, for filesystems without O_DIRECT"},
+             {"--store", "DIR", NULL,
+              "read the store in DIR in this process, not through tensorvaultd"},
+             {"--socket", "PATH", NULL, "the daemon's fast-path socket (default: see below)"},
+             {"--fastpath", "[SOCKET]", NULL,
+              "through the daemon's fast path (SOCKET: as --socket)"},
+             {"--json", NULL, NULL,
+              "print what was written (model, generation, tensor, bytes) as JSON"}},
+    .about = "Write the exact bytes of one tensor (as the official safetensors loader reads\n"
+             "them), some of its rows, or its values as float32, to a file. Through the\n"
+             "daemon's fast path when one is found (no store needed), else from --store DIR.",
+    .example = "tensorvault get llama model.embed_tokens.weight -o emb.bin\n"
+               "tensorvault get llama@2 experts.w1 --rows 8:16 -o rows.bin\n"
+               "tensorvault get --store /srv/tv llama model.norm.weight --f32 -o - | xxd | head",
 };
 
 int tv__cli_get_tensor(const tv__cli_ctx *c)
 {
     const tv__cli_args *a = &c->a;
     bool json = c->json;
-    const char *dir = c->store;
     const char *outp = tv__cli_get(a, "-o") ? tv__cli_get(a, "-o") : tv__cli_get(a, "--output");
     const char *rows = tv__cli_get(a, "--rows");
     bool f32 = tv__cli_flag(a, "--f32");
@@ -214,14 +254,14 @@ int tv__cli_get_tensor(const tv__cli_ctx *c)
                              : u == -EDOM ? "R0 is above R1"
                                           : "R0:R1 is two decimal numbers (digits only)");
     tv_open_opts oo;
-    if ((u = read_opts("get", a, &oo)))
+    if ((u = read_opts("get", a, &oo)) || (u = src_usage("get", a)))
         return u;
     tv_error err = {0};
     src m;
     size_t idx, len = 0;
     tv_tensor_desc d;
     void *buf = NULL;
-    int rc = src_open(&m, dir, a->pos[0], &oo, fastpath_socket(a), &err);
+    int rc = src_open(&m, a, a->pos[0], &oo, &err);
     if (rc)
         goto out;
     if (find(m.m, a->pos[1], &idx)) {
@@ -332,21 +372,37 @@ const tv__cli_cmd tv__cli_cmd_bench = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .flags = TV__CLI_STORE | TV__CLI_SPEC,
-    .opts = {{"--store", "DIR", NULL},
-             {"--latency", "TENSOR", "[--latency TENSOR [--count N]]"},
-             {"--count", "N", ""},
-             {"--fresh", NULL, NULL},
-             {"--copy-threads", "N", NULL},
-             {"--engine", "auto|uring|pread", NULL}, /* read_opts() reads these four */
-             {"--qd", "N", NULL},
-             {"--chunk", "SIZE", NULL},
-             {"--no-direct", NULL, NULL},
-             {"--fastpath", "[SOCKET]", NULL},
-             {"--views", NULL, NULL},
-             {"--url", "URL", NULL},
-             {"--token-file", "FILE", NULL},
-             {"--json", NULL, NULL}},
+    .flags = TV__CLI_SPEC,
+    .opts = {{"--latency", "TENSOR", "[--latency TENSOR [--count N]]",
+              "time N reads of TENSOR: p50, p99, max"},
+             {"--count", "N", "", "reads for --latency, 1..10000000 (default 2000)"},
+             {"--fresh", NULL, NULL,
+              "into newly malloc'ed buffers (as a loader's), not a pre-faulted arena"},
+             {"--copy-threads", "N", NULL,
+              "threads copying into the destinations, 1..64 (default min(4, CPUs))"},
+             {"--engine", "auto|uring|pread", NULL,
+              "in-process reads: io_uring, a pread pool, or the best there is"},
+             {"--qd", "N", NULL, "in-process reads in flight, 1..4096 (default 32)"},
+             {"--chunk", "SIZE", NULL, "bytes per device read, 4K..1G (default 1M)"},
+             {"--no-direct", NULL, NULL, "buffered reads, for filesystems without O_DIRECT"},
+             {"--store", "DIR", NULL,
+              "read the store in DIR in this process, not through tensorvaultd"},
+             {"--socket", "PATH", NULL, "the daemon's fast-path socket (default: see below)"},
+             {"--fastpath", "[SOCKET]", NULL,
+              "through the daemon's fast path (SOCKET: as --socket)"},
+             {"--views", NULL, NULL,
+              "take a view of each tensor in the daemon's memory tier instead of copies"},
+             {"--url", "URL", NULL,
+              "the daemon's HTTP API, to report its device reads and tier hits"},
+             {"--token-file", "FILE", NULL, "the API token for --url"},
+             {"--json", NULL, NULL, "print the figures as JSON"}},
+    .about = "Load every tensor of a generation into host memory (or views of them) and\n"
+             "print bytes, seconds, GB/s and CPU seconds per GB; through the daemon, also what\n"
+             "it read from its devices and served from its memory tier meanwhile. Reads go\n"
+             "through the daemon's fast path when one is found, else --store DIR.",
+    .example = "tensorvault bench llama\n"
+               "tensorvault bench --store /srv/tv llama --fresh\n"
+               "tensorvault bench llama --latency model.norm.weight --count 2000",
 };
 
 /* What the daemon's memory tier reports (GET /v1/status, its "tier"). */
@@ -356,21 +412,35 @@ typedef struct tier_figs {
 } tier_figs;
 
 /* The daemon's tier figures, when bench reads through the daemon and its
- * HTTP address is known (--url or $TENSORVAULT_URL): nothing is asked of
- * the default address, which may be another daemon's. */
-static tier_figs daemon_tier(const tv__cli_ctx *c, bool fp)
+ * HTTP API is known: --url or $TENSORVAULT_URL, else the HTTP socket beside
+ * the fast-path socket used (the daemon's defaults put both in one
+ * directory). Nothing is asked of the default TCP address, which may be
+ * another daemon's. */
+static tier_figs daemon_tier(const tv__cli_ctx *c, const src *m)
 {
     tier_figs t = {0};
     tv__cli_client cl;
     tv_error err = {0};
     json_t *doc = NULL;
+    char beside[TV__CLI_WHERE_MAX];
+    struct stat sb;
     const char *env = getenv("TENSORVAULT_URL");
-    if (!fp || (!tv__cli_get(&c->a, "--url") && !(env && *env)))
+    bool url = tv__cli_get(&c->a, "--url") || (env && *env);
+    if (!m->fp)
         return t;
-    tv__cli_ctx rc = *c; /* remote only: --store is the bench's, not the daemon's */
-    for (size_t i = 0; i < rc.a.n_opts; i++)
+    snprintf(beside, sizeof beside, "%s", m->where.value);
+    char *slash = strrchr(beside, '/');
+    snprintf(slash ? slash + 1 : beside, sizeof beside - (size_t)(slash ? slash + 1 - beside : 0),
+             "http.sock");
+    if (!url && (stat(beside, &sb) != 0 || !S_ISSOCK(sb.st_mode)))
+        return t;
+    tv__cli_ctx rc = *c; /* remote only: --store is not the daemon's */
+    for (size_t i = 0; i < rc.a.n_opts; i++) {
         if (!strcmp(rc.a.opts[i].name, "--store"))
             rc.a.values[i] = NULL;
+        if (!url && !strcmp(rc.a.opts[i].name, "--url"))
+            rc.a.values[i] = beside;
+    }
     if (tv__cli_client_open(&rc, false, &cl, &err) == 0 && !cl.local &&
         tv__cli_call(&cl, "GET", "/v1/status", NULL, NULL, &doc, NULL, &err) == 0) {
         json_t *tier = json_object_get(doc, "tier");
@@ -546,11 +616,12 @@ int tv__cli_bench(const tv__cli_ctx *c)
     bench_res r = {.fresh = tv__cli_flag(a, "--fresh"), .views = tv__cli_flag(a, "--views")};
     if (tv__cli_get(a, "--count") && !tv__cli_get(a, "--latency"))
         return tv__cli_usage("bench", "--count needs --latency TENSOR");
-    if (r.views && !fastpath_socket(a))
-        return tv__cli_usage("bench", "--views needs --fastpath: views are the daemon's");
+    if (r.views && tv__cli_get(a, "--store"))
+        return tv__cli_usage("bench",
+                             "--views takes views of the daemon's memory tier: not with --store");
     tv_open_opts oo;
     int u;
-    if ((u = read_opts("bench", a, &oo)) ||
+    if ((u = read_opts("bench", a, &oo)) || (u = src_usage("bench", a)) ||
         (u = tv__cli_opt_uint("bench", a, "--count", 1, TV__CLI_MAX_COUNT, &count)) ||
         (u = tv__cli_opt_uint("bench", a, "--copy-threads", 1, TV_READ_MAX_COPY_THREADS,
                               &copy_threads)))
@@ -558,10 +629,14 @@ int tv__cli_bench(const tv__cli_ctx *c)
     oo.copy_threads = (uint32_t)copy_threads;
     tv_error err = {0};
     src ms, *m = &ms;
-    r.t0 = daemon_tier(c, fastpath_socket(a) != NULL);
     double t0 = now();
-    int rc = src_open(m, c->store, a->pos[0], &oo, fastpath_socket(a), &err);
+    int rc = src_open(m, a, a->pos[0], &oo, &err);
     r.open_secs = now() - t0;
+    if (!rc && r.views && !m->fp)
+        rc = tv__seterr(
+            &err, TV_E_INVALID_ARG,
+            "--views takes views of the daemon's memory tier, and this reads the store %s in this process ($TENSORVAULT_STORE)",
+            getenv("TENSORVAULT_STORE"));
     if (rc) {
         tv__cli_fail("bench", json, rc, err.msg);
         src_close(m);
@@ -573,12 +648,13 @@ int tv__cli_bench(const tv__cli_ctx *c)
         return rc;
     }
     r.n = tv_model_n_tensors(m->m);
+    r.t0 = daemon_tier(c, m);
     rc = bench_load(m, &r, &err);
     if (rc) {
         tv__cli_fail("bench", json, rc, err.msg);
     } else {
         if (r.t0.ok)
-            r.t1 = daemon_tier(c, true);
+            r.t1 = daemon_tier(c, m);
         bench_print(m, &r, json);
     }
     src_close(m);

@@ -29,9 +29,12 @@
 #endif
 
 #define CLIENT_OPTS                                                                                \
-    {"--store", "DIR", NULL}, {"--url", "URL", NULL}, {"--token-file", "FILE", NULL},              \
+    {"--store", "DIR", NULL, "run in this process on the store in DIR, not through tensorvaultd"}, \
+        {"--url", "URL", NULL,                                                                     \
+         "tensorvaultd's HTTP API: http(s)://HOST:PORT, or its UNIX socket (unix:PATH, /PATH)"},   \
+        {"--token-file", "FILE", NULL, "the file holding the API token to send"},                  \
     {                                                                                              \
-        "--json", NULL, NULL                                                                       \
+        "--json", NULL, NULL, "print the API's JSON document (docs/openapi.yaml) instead of text"  \
     }
 
 #define SEG_MAX 1024 /* an encoded path segment (a 255-byte name is at most 765) */
@@ -206,6 +209,10 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .min_pos = 0,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "List the models of the registry, or show one: its active generation, how many\n"
+             "generations it has and its aliases (alias=generation).",
+    .example = "tensorvault models\n"
+               "tensorvault models meta-llama/Llama-3-8B --json",
 };
 
 int tv__cli_models(const tv__cli_ctx *c)
@@ -226,6 +233,10 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "List the generations of model NAME, by number: state (importing, ready, failed,\n"
+             "retired), whether it is active (*), shards, tensors, size, creation time,\n"
+             "aliases and the source it was imported from.",
+    .example = "tensorvault generations llama",
 };
 
 int tv__cli_generations(const tv__cli_ctx *c)
@@ -244,6 +255,10 @@ const tv__cli_cmd tv__cli_cmd_generation = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Show one generation (NAME alone: the active one) with its shards: file name,\n"
+             "size, SHA-256, and where each replica lies on which device.",
+    .example = "tensorvault generation llama@2\n"
+               "tensorvault generation llama@prod --json",
 };
 
 int tv__cli_generation(const tv__cli_ctx *c)
@@ -264,10 +279,15 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {{"--prefix", "P", NULL},
-             {"--order", "file|name|size", NULL},
-             {"--limit", "N", NULL},
+    .opts = {{"--prefix", "P", NULL, "only the tensors whose name starts with P"},
+             {"--order", "file|name|size", NULL, "file order (default), by name, or largest first"},
+             {"--limit", "N", NULL,
+              "at most N tensors (1..1000); without it every page is fetched"},
              CLIENT_OPTS},
+    .about = "List the tensors of a generation (NAME alone: the active one): name, dtype,\n"
+             "shape, size and the shard file holding it.",
+    .example = "tensorvault tensors llama --prefix model.layers.0. --order name\n"
+               "tensorvault tensors llama@2 --order size --limit 10",
 };
 
 int tv__cli_tensors(const tv__cli_ctx *c)
@@ -304,6 +324,10 @@ const tv__cli_cmd tv__cli_cmd_tensor = {
     .min_pos = 2,
     .max_pos = 2,
     .opts = {CLIENT_OPTS},
+    .about = "Show one tensor: dtype, shape, shard, its data offsets in the safetensors\n"
+             "header, its offset in the shard file, and where its first byte lies on each\n"
+             "device holding a replica.",
+    .example = "tensorvault tensor llama@prod model.norm.weight",
 };
 
 int tv__cli_tensor(const tv__cli_ctx *c)
@@ -326,6 +350,9 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "List the store's devices: kind, path, LBA size, region, space used and free,\n"
+             "and whether its label and identity still match (exit 1 when one does not).",
+    .example = "tensorvault devices",
 };
 
 int tv__cli_devices(const tv__cli_ctx *c)
@@ -357,6 +384,12 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .min_pos = 2,
     .max_pos = 2,
     .opts = {CLIENT_OPTS},
+    .about = "Make a ready generation of model NAME the active one (what NAME and NAME@active\n"
+             "open from now on; readers keep the generation they opened). GEN is a number,\n"
+             "or an alias: the generation it points at. Says which generation was active\n"
+             "before.",
+    .example = "tensorvault activate llama 3\n"
+               "tensorvault activate llama prod",
 };
 
 const tv__cli_cmd tv__cli_cmd_retire = {
@@ -367,7 +400,54 @@ const tv__cli_cmd tv__cli_cmd_retire = {
     .max_pos = 2,
     .flags = TV__CLI_GEN,
     .opts = {CLIENT_OPTS},
+    .about = "Retire generation GEN of model NAME: it is no longer opened, and `gc` frees its\n"
+             "objects once no reader holds it. The active generation and an aliased one\n"
+             "cannot be retired (move the alias or activate another first).",
+    .example = "tensorvault retire llama 2 && tensorvault gc",
 };
+
+/* POST path, an activation of model (activate, rollback): the text says
+ * from which generation to which, read from the model just before (not in
+ * --json, whose document is the API's Generation as it is). */
+static int activation(const tv__cli_ctx *c, const char *model, const char *path)
+{
+    tv_error err = {0};
+    tv__cli_client cl;
+    json_t *doc = NULL;
+    int64_t was = -1;
+    char mpath[SEG_MAX + 16];
+    int rc = tv__cli_client_open(c, true, &cl, &err);
+    if (!rc && !c->json && !path_of(mpath, sizeof mpath, &err, "v1", "models", model, NULL)) {
+        tv_error e2 = {0};
+        json_t *m = NULL;
+        int st = 0, grc = tv__cli_call(&cl, "GET", mpath, NULL, NULL, &m, &st, &e2);
+        if (!grc) {
+            json_t *a = json_object_get(m, "active_generation");
+            was = json_is_integer(a) ? (int64_t)json_integer_value(a) : json_is_null(a) ? 0 : -1;
+        } else if (!st || st >= 500) {
+            /* no answer (no daemon, the store did not open) or a failure of
+             * its own: that is the error, nothing is activated */
+            rc = grc;
+            err = e2;
+        } /* a refusal (404, 403): the activation itself says what is wrong */
+        json_decref(m);
+    }
+    json_t *body = json_object();
+    if (!rc)
+        rc = tv__cli_call(&cl, "POST", path, NULL, body, &doc, NULL, &err);
+    tv__cli_client_close(&cl);
+    json_decref(body);
+    if (rc) {
+        json_decref(doc);
+        return tv__cli_failed(c, rc, &err);
+    }
+    if (c->json)
+        tv__cli_print(stdout, true, TV__DOC_ACTIVATED, doc);
+    else
+        tv__cli_print_activated(stdout, doc, was);
+    json_decref(doc);
+    return TV__EXIT_OK;
+}
 
 static int gen_post(const tv__cli_ctx *c, const char *verb, bool alias_ok, tv__cli_doc kind)
 {
@@ -381,6 +461,8 @@ static int gen_post(const tv__cli_ctx *c, const char *verb, bool alias_ok, tv__c
     if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "generations", gen, verb,
                 NULL))
         return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
+    if (kind == TV__DOC_ACTIVATED)
+        return activation(c, c->a.pos[0], path);
     return one(c, true, "POST", path, NULL, json_object(), kind);
 }
 
@@ -401,6 +483,9 @@ const tv__cli_cmd tv__cli_cmd_rollback = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Activate the highest ready generation below the active one of model NAME (409\n"
+             "when there is none), and say from which generation to which.",
+    .example = "tensorvault rollback llama",
 };
 
 int tv__cli_rollback(const tv__cli_ctx *c)
@@ -409,7 +494,7 @@ int tv__cli_rollback(const tv__cli_ctx *c)
     tv_error err = {0};
     if (path_of(path, sizeof path, &err, "v1", "models", c->a.pos[0], "rollback", NULL))
         return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
-    return one(c, true, "POST", path, NULL, json_object(), TV__DOC_ACTIVATED);
+    return activation(c, c->a.pos[0], path);
 }
 
 const tv__cli_cmd tv__cli_cmd_deactivate = {
@@ -419,6 +504,10 @@ const tv__cli_cmd tv__cli_cmd_deactivate = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Leave model NAME without an active generation: NAME no longer opens (NAME@GEN\n"
+             "and NAME@ALIAS still do), so that the model can be deleted. A no-op when none\n"
+             "is active.",
+    .example = "tensorvault deactivate llama && tensorvault delete llama",
 };
 
 int tv__cli_deactivate(const tv__cli_ctx *c)
@@ -437,6 +526,9 @@ const tv__cli_cmd tv__cli_cmd_delete = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Delete model NAME: every generation is retired and its objects freed. Refused\n"
+             "while a generation is active or aliased (deactivate it, remove the aliases).",
+    .example = "tensorvault delete llama",
 };
 
 int tv__cli_delete(const tv__cli_ctx *c)
@@ -457,6 +549,11 @@ const tv__cli_cmd tv__cli_cmd_alias_set = {
     .min_pos = 3,
     .max_pos = 3,
     .opts = {CLIENT_OPTS},
+    .about = "Point alias ALIAS of model NAME at ready generation GEN, atomically (readers\n"
+             "that opened NAME@ALIAS keep the generation they opened). ALIAS is a letter,\n"
+             "then up to 63 letters, digits, '.', '_' or '-'; \"active\" activates GEN.",
+    .example = "tensorvault alias set llama prod 3\n"
+               "tensorvault get llama@prod model.norm.weight -o w.bin",
 };
 
 const tv__cli_cmd tv__cli_cmd_alias_rm = {
@@ -466,6 +563,9 @@ const tv__cli_cmd tv__cli_cmd_alias_rm = {
     .min_pos = 2,
     .max_pos = 2,
     .opts = {CLIENT_OPTS},
+    .about = "Remove alias ALIAS of model NAME (the generation stays). \"active\" cannot be\n"
+             "removed: activate another generation, or deactivate the model.",
+    .example = "tensorvault alias rm llama canary",
 };
 
 const tv__cli_cmd tv__cli_cmd_alias_list = {
@@ -475,6 +575,8 @@ const tv__cli_cmd tv__cli_cmd_alias_list = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "List the aliases of model NAME and the generation each points at.",
+    .example = "tensorvault alias list llama",
 };
 
 static int alias_path(const tv__cli_ctx *c, char *path, size_t len, const char *alias)
@@ -635,13 +737,25 @@ const tv__cli_cmd tv__cli_cmd_import = {
     .positionals = "NAME SRC",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {{"--activate", NULL, NULL},
-             {"--alias", "A", NULL},
-             {"--strict", NULL, NULL},
-             {"--wait", NULL, NULL},
-             {"--replicas", "DEV,...", NULL},
-             {"--chunk", "SIZE", NULL},
+    .opts = {{"--activate", NULL, NULL, "make the new generation active once it is ready"},
+             {"--alias", "A", NULL, "point alias A at the new generation once it is ready"},
+             {"--strict", NULL, NULL,
+              "read every written object back and re-hash it before publishing"},
+             {"--wait", NULL, NULL,
+              "follow the job to its end off a terminal too (exit 1 if it fails)"},
+             {"--replicas", "DEV,...", NULL,
+              "a copy on each named device (id, path or UUID; needs --store)"},
+             {"--chunk", "SIZE", NULL, "bytes per write, 4K..256M (default 8M; needs --store)"},
              CLIENT_OPTS},
+    .about = "Import a safetensors checkpoint as a new generation of model NAME. SRC is a\n"
+             ".safetensors file, a model.safetensors.index.json, a directory holding one, or\n"
+             "an http(s):// or s3:// URL. The daemon takes local sources only under its\n"
+             "import roots (import.roots in its config, --set import.roots=DIR1:DIR2, or\n"
+             "$TENSORVAULT_IMPORT_ROOTS) and URLs only under import.origins. The import is a\n"
+             "job: on a terminal (or with --wait) a progress bar follows it and the result is\n"
+             "printed; otherwise the queued job is printed (follow it with `job ID`).",
+    .example = "tensorvault import llama ./Llama-3-8B --activate --alias prod --wait\n"
+               "tensorvault import --store /srv/tv llama ./ckpt --replicas 1,2",
 };
 
 int tv__cli_import(const tv__cli_ctx *c)
@@ -676,7 +790,13 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {{"--device", "ID", NULL}, CLIENT_OPTS},
+    .opts = {{"--device", "ID", NULL, "only the objects on device ID"}, CLIENT_OPTS},
+    .about = "Re-hash every stored object (or those on one device) against the registry's\n"
+             "SHA-256 and wait for the result. Each failed object is named on stderr with the\n"
+             "models, generations and shards using it; exit 1 when one failed. On a local\n"
+             "store (--store) it runs here, read-only.",
+    .example = "tensorvault verify\n"
+               "tensorvault verify --device 2 --json",
 };
 
 int tv__cli_verify(const tv__cli_ctx *c)
@@ -750,6 +870,9 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "Free the objects no ready or importing generation uses (retired generations',\n"
+             "once no reader holds them) and say how much space came back.",
+    .example = "tensorvault retire llama 1 && tensorvault gc",
 };
 
 int tv__cli_gc(const tv__cli_ctx *c)
@@ -763,7 +886,13 @@ const tv__cli_cmd tv__cli_cmd_jobs = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {{"--state", "S", NULL}, {"--kind", "K", NULL}, CLIENT_OPTS},
+    .opts = {{"--state", "S", NULL,
+              "only jobs in state S: queued, running, succeeded, failed, cancelled"},
+             {"--kind", "K", NULL, "only jobs of kind K: import or verify"},
+             CLIENT_OPTS},
+    .about = "List import and verify jobs, newest first: state, model, step, bytes done of\n"
+             "the total, the generation made, when it started and how long it ran (or runs).",
+    .example = "tensorvault jobs --state running",
 };
 
 int tv__cli_jobs(const tv__cli_ctx *c)
@@ -794,6 +923,9 @@ const tv__cli_cmd tv__cli_cmd_sessions = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "List the workers connected to the daemon's fast path, one line per open model\n"
+             "handle: session, pid, uid, model, generation, bytes delivered.",
+    .example = "tensorvault sessions",
 };
 
 int tv__cli_sessions(const tv__cli_ctx *c)
@@ -810,6 +942,9 @@ const tv__cli_cmd tv__cli_cmd_fleet = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "Show the fleet as this node last read it from the catalog: nodes, fleet\n"
+             "aliases with each placed node's pull state, and the catalog's generations.",
+    .example = "tensorvault fleet",
 };
 
 int tv__cli_fleet(const tv__cli_ctx *c)
@@ -825,11 +960,17 @@ const tv__cli_cmd tv__cli_cmd_fleet_alias = {
     .positionals = "MODEL ALIAS GENERATION",
     .min_pos = 3,
     .max_pos = 3,
-    .opts = {{"--expect", "V", NULL},
-             {"--placement", "N1,N2", NULL},
-             {"--quorum", "Q", NULL},
-             {"--timeout", "S", NULL},
+    .opts = {{"--expect", "V", NULL,
+              "the alias's version as read (0 for a new alias): compare-and-set"},
+             {"--placement", "N1,N2", NULL, "the nodes that hold it (default: every node)"},
+             {"--quorum", "Q", NULL,
+              "0: every placed node ready before any switches; N: N ready nodes"},
+             {"--timeout", "S", NULL, "seconds before a quorum switch (0 = 600)"},
              CLIENT_OPTS},
+    .about = "Move (or create) fleet alias ALIAS of MODEL to GENERATION in the catalog:\n"
+             "every placed node pulls the generation, then switches. 409 when the alias's\n"
+             "version moved since it was read (--expect).",
+    .example = "tensorvault fleet alias llama prod 2 --expect 1 --placement n1,n2 --quorum 1",
 };
 
 int tv__cli_fleet_alias(const tv__cli_ctx *c)
@@ -885,6 +1026,8 @@ const tv__cli_cmd tv__cli_cmd_job = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Show job ID: state, step, progress, times, and its error if it failed.",
+    .example = "tensorvault job 7",
 };
 
 const tv__cli_cmd tv__cli_cmd_cancel = {
@@ -894,6 +1037,10 @@ const tv__cli_cmd tv__cli_cmd_cancel = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Cancel queued or running job ID: nothing is published and its reservations are\n"
+             "released. Answers at once with the job as it is (a running job stops within\n"
+             "about a second).",
+    .example = "tensorvault cancel 7",
 };
 
 /* An ID positional: 1..INT64_MAX. */
@@ -934,7 +1081,12 @@ const tv__cli_cmd tv__cli_cmd_token_create = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {{"--scope", "admin|read|fleet", NULL}, CLIENT_OPTS},
+    .opts = {{"--scope", "admin|read|fleet", NULL,
+              "admin: every route; read (default): the read routes; fleet: a peer's blob routes"},
+             CLIENT_OPTS},
+    .about = "Create API token NAME and print its secret, once (the registry keeps only its\n"
+             "hash). Give it to a client with --token-file or $TENSORVAULT_TOKEN_FILE.",
+    .example = "tensorvault token create ci --scope read > ci.token",
 };
 
 const tv__cli_cmd tv__cli_cmd_token_list = {
@@ -944,6 +1096,8 @@ const tv__cli_cmd tv__cli_cmd_token_list = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "List the API tokens (never their secrets): scope, created, revoked.",
+    .example = "tensorvault token list",
 };
 
 const tv__cli_cmd tv__cli_cmd_token_revoke = {
@@ -953,6 +1107,8 @@ const tv__cli_cmd tv__cli_cmd_token_revoke = {
     .min_pos = 1,
     .max_pos = 1,
     .opts = {CLIENT_OPTS},
+    .about = "Revoke token ID (revoking twice is a no-op).",
+    .example = "tensorvault token revoke 3",
 };
 
 int tv__cli_token_create(const tv__cli_ctx *c)
@@ -989,6 +1145,9 @@ const tv__cli_cmd tv__cli_cmd_status = {
     .min_pos = 0,
     .max_pos = 0,
     .opts = {CLIENT_OPTS},
+    .about = "Show the daemon's status: version, store, uptime, models, devices, jobs,\n"
+             "whether this client may read without a token, and the memory tier.",
+    .example = "tensorvault status",
 };
 
 int tv__cli_status(const tv__cli_ctx *c)
@@ -1004,7 +1163,14 @@ const tv__cli_cmd tv__cli_cmd_demo = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {{"--layers", "N", NULL}, {"--dir", "D", NULL}, CLIENT_OPTS},
+    .opts = {{"--layers", "N", NULL,
+              "transformer layers, 1..96 (default 12: GPT-2 small, about 250 MB)"},
+             {"--dir", "D", NULL, "where the checkpoint is written (default var/demo)"},
+             CLIENT_OPTS},
+    .about = "Generate a GPT-2-shaped BF16 checkpoint (scripts/gen_demo.py of the source\n"
+             "tree, with its .venv python or $TENSORVAULT_PYTHON) and import it as model\n"
+             "\"demo\", activated.",
+    .example = "tensorvault demo --layers 2",
 };
 
 /* The venv python of the source tree (or $TENSORVAULT_PYTHON). */

@@ -48,14 +48,22 @@ const tv__cli_cmd tv__cli_cmd_store = {
     .min_pos = 0,
     .max_pos = 0,
     .flags = TV__CLI_STORE,
-    .opts = {{"--store", "DIR", NULL},
-             {"--image", "FILE", "(--image FILE --size SIZE | --device PATH)"},
-             {"--size", "SIZE", ""},
-             {"--device", "PATH", ""},
-             {"--region-offset", "SIZE", NULL},
-             {"--region-size", "SIZE", NULL},
-             {"--force", NULL, NULL},
-             {"--json", NULL, NULL}},
+    .opts = {{"--store", "DIR", NULL, "the store directory (created 0700), or $TENSORVAULT_STORE"},
+             {"--image", "FILE", "(--image FILE --size SIZE | --device PATH)",
+              "a sparse file image as the device"},
+             {"--size", "SIZE", "", "the image's size"},
+             {"--device", "PATH", "",
+              "a block device or NVMe namespace (its data is refused unless --force)"},
+             {"--region-offset", "SIZE", NULL,
+              "where the store's region starts (default 1M; never at 0)"},
+             {"--region-size", "SIZE", NULL,
+              "the region's length (default: to the end of the device)"},
+             {"--force", NULL, NULL, "claim a device that holds data or another store's label"},
+             {"--json", NULL, NULL, "print the new device's row as JSON"}},
+    .about = "Create a store in DIR on a file image or a block device, or add a device to an\n"
+             "existing store: a label, a reserved region, and the registry (SQLite).",
+    .example = "tensorvault store init --store /srv/tv --image /srv/tv.img --size 64G\n"
+               "tensorvault store init --store /srv/tv --device /dev/nvme1n1",
 };
 
 int tv__cli_store(const tv__cli_ctx *c)

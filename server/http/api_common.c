@@ -281,7 +281,7 @@ int tv__api_cursor_get(tv__api_ctx *c, char kind, char **key, size_t *key_len)
     const char *s = tv__api_query(c, "cursor");
     *key = NULL;
     *key_len = 0;
-    if (!s)
+    if (!s || !*s) /* "cursor=": from the start, as a client that has no cursor yet sends it */
         return 0;
     size_t n = strlen(s);
     if (n < 3 || n > TV__API_CURSOR_MAX || s[0] != kind || (n - 1) % 2)
@@ -358,14 +358,23 @@ int tv__api_body(tv__api_ctx *c, const char *const *allowed, bool empty_ok, json
     return 0;
 }
 
+/* An absent field: an error when required. A present null is a wrong
+ * type (docs/openapi.yaml declares no nullable request field but
+ * placement, which its route reads itself). */
+static int absent(tv__api_ctx *c, json_t *v, const char *name, bool required, const char *type)
+{
+    if (v && json_is_null(v))
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be %s, not null", name, type);
+    if (required)
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
+    return 0;
+}
+
 int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required, const char **out)
 {
     json_t *v = json_object_get(o, name);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
-        return 0;
-    }
+    if (!v || json_is_null(v))
+        return absent(c, v, name, required, "a string");
     if (!json_is_string(v))
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a string", name);
     *out = json_string_value(v);
@@ -376,7 +385,7 @@ int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out)
 {
     json_t *v = json_object_get(o, name);
     if (!v || json_is_null(v))
-        return 0;
+        return absent(c, v, name, false, "a boolean");
     if (!json_is_boolean(v))
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be a boolean", name);
     *out = json_is_true(v);
@@ -386,14 +395,18 @@ int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out)
 int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out)
 {
     json_t *v = json_object_get(o, name);
-    if (!v || json_is_null(v)) {
-        if (required)
-            return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' is required", name);
+    if (!v || json_is_null(v))
+        return absent(c, v, name, required, "an integer");
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
         return 0;
     }
-    if (!json_is_integer(v))
+    /* JSON Schema's integer is a number without a fraction: 3.0 is 3. The
+     * bounds are the doubles -2^63 (exact) and 2^63 (exact, excluded). */
+    double d = json_is_real(v) ? json_real_value(v) : 0.5; /* 0.5: not a number at all */
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) || (double)(int64_t)d != d)
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "field '%s' must be an integer", name);
-    *out = (int64_t)json_integer_value(v);
+    *out = (int64_t)d;
     return 0;
 }
 

@@ -180,15 +180,17 @@ const char *tv__api_query(const tv__api_ctx *c, const char *name); /* NULL when 
 int tv__api_query_limit(tv__api_ctx *c, size_t *limit);
 /* Cursors are the hex of the key text, with a one-letter kind prefix. */
 char *tv__api_cursor_make(char kind, const char *key, size_t key_len);
-/* Decodes the query's cursor of kind: *key NULL when absent (malloc'd,
+/* Decodes the query's cursor of kind: *key NULL when absent or empty (malloc'd,
  * NUL-terminated otherwise). TV_E_BAD_REQUEST when malformed. */
 int tv__api_cursor_get(tv__api_ctx *c, char kind, char **key, size_t *key_len);
 /* Parses the body as a JSON object with only the allowed fields
  * (NULL-terminated); an absent body is {} when empty_ok. *obj owned by the
  * caller. TV_E_TOO_LARGE, TV_E_BAD_REQUEST. */
 int tv__api_body(tv__api_ctx *c, const char *const *allowed, bool empty_ok, json_t **obj);
-/* Typed body fields: absent leaves *out as is; wrong type is TV_E_BAD_REQUEST
- * naming the field. */
+/* Typed body fields: absent leaves *out as is; wrong type (null included:
+ * no request field is nullable) is TV_E_BAD_REQUEST naming the field. An
+ * integer may be written as a number without a fraction (3.0), as JSON
+ * Schema's integer allows, within int64. */
 int tv__api_field_str(tv__api_ctx *c, json_t *o, const char *name, bool required, const char **out);
 int tv__api_field_bool(tv__api_ctx *c, json_t *o, const char *name, bool *out);
 int tv__api_field_int(tv__api_ctx *c, json_t *o, const char *name, bool required, int64_t *out);

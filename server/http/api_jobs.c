@@ -71,6 +71,23 @@ static int job_reply(tv__api_ctx *c, tv__reg *reg, int64_t id, int status)
     return rc;
 }
 
+/* An import source outside the roots: which roots there are, and how an
+ * operator adds one. */
+static void roots_hint(const tv__api *api, tv_error *err)
+{
+    char roots[256] = "", msg[sizeof err->msg];
+    size_t off = 0;
+    for (size_t i = 0; i < api->n_roots && off < sizeof roots; i++) {
+        int w = snprintf(roots + off, sizeof roots - off, "%s%s", i ? ":" : "", api->roots[i]);
+        off = w < 0 ? sizeof roots : off + (size_t)w;
+    }
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    tv__seterr(
+        err, TV_E_OUTSIDE_ROOTS,
+        "%s; add its directory to import.roots in the daemon's config (':'-separated; or start it with --set import.roots=DIR1:DIR2 or TENSORVAULT_IMPORT_ROOTS=DIR1:DIR2); the roots are %.200s",
+        msg, roots[0] ? roots : "none");
+}
+
 int tv__api_source_check(tv__api *api, const char *source, char **real, tv__src_local **held,
                          tv_error *err)
 {
@@ -95,8 +112,11 @@ int tv__api_source_check(tv__api *api, const char *source, char **real, tv__src_
         return 0;
     }
     tv__src_local *l = NULL;
-    if ((rc = tv__src_local_open(source, (const char *const *)api->roots, api->n_roots, &l, err)))
+    if ((rc = tv__src_local_open(source, (const char *const *)api->roots, api->n_roots, &l, err))) {
+        if (rc == TV_E_OUTSIDE_ROOTS)
+            roots_hint(api, err);
         return rc;
+    }
     if (!(*real = strdup(tv__src_local_real(l)))) {
         tv__src_local_free(l);
         return tv__seterr(err, -ENOMEM, "out of memory");

@@ -9,7 +9,8 @@
  *
  * Invariants: only models the peer may read are listed ([access]: a file of
  * a model it may not read is answered like a file no generation holds, an
- * empty list); a file never matches by size and header alone. */
+ * empty list); a file never matches by size and header alone (nor with
+ * only some of the four stamps): those name no file, an empty list. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -91,19 +92,16 @@ int tv__api_h_shards(tv__api_ctx *c)
     int n_stamp = set[1] + set[2] + set[3] + set[4];
     if (!set[0] || !q.header_sha256_hex)
         return tv__seterr(&c->err, TV_E_BAD_REQUEST, "file_len and header_sha256 are required");
-    if (n_stamp != 0 && n_stamp != 4)
-        return tv__seterr(&c->err, TV_E_BAD_REQUEST,
-                          "dev, ino, mtime_ns and ctime_ns come together");
-    if (!q.sha256_hex && !n_stamp)
-        return tv__seterr(
-            &c->err, TV_E_BAD_REQUEST,
-            "give sha256, or dev, ino, mtime_ns and ctime_ns: size and header alone name no file");
     if (!tv__reg_sha256_valid(q.header_sha256_hex) ||
         (q.sha256_hex && !tv__reg_sha256_valid(q.sha256_hex)))
         return tv__seterr(&c->err, TV_E_BAD_REQUEST,
                           "header_sha256 and sha256 are 64 lower-case hex digits");
     q.stamp.size = q.file_len;
     q.has_stamp = n_stamp == 4;
+    /* Size and header alone, or some of the four stamps, name no file:
+     * no shard is that file (an empty list, not an error). */
+    if (!q.sha256_hex && !q.has_stamp)
+        return tv__api_reply(c, 200, json_pack("{s:[]}", "shards"));
     tv__reg *reg;
     tv__reg_shard_hit *hits = NULL;
     size_t n = 0;

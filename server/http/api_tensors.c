@@ -65,6 +65,13 @@ int tv__api_h_tensors(tv__api_ctx *c)
         ord = TV__REG_TENSORS_NAME;
     else if (order && !strcmp(order, "size"))
         ord = TV__REG_TENSORS_SIZE;
+    /* A cursor continues the listing it was made for: its kind is its
+     * order, whatever order says (as prefix, which it does not record
+     * either, is the request's). */
+    const char *cur = tv__api_query(c, "cursor");
+    for (size_t k = 0; cur && k < sizeof kinds; k++)
+        if (cur[0] == kinds[k])
+            ord = (tv__reg_tensor_order)k;
     if ((rc = tv__api_cursor_get(c, kinds[ord], &after, &kl)))
         goto out;
     if (after && ord == TV__REG_TENSORS_FILE && !tv__parse_pos_i64(after, &after_id)) {

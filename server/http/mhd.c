@@ -496,6 +496,40 @@ static const char *misdirected(const tv__http *h, struct MHD_Connection *c, cons
     return NULL;
 }
 
+/* The paths this transport serves itself, GET (and HEAD) only: the
+ * dashboard ("/", "/ui/NAME") and /metrics. */
+static bool own_page(const char *target)
+{
+    return !strcmp(target, "/") || !strcmp(target, "/metrics") ||
+           (!strncmp(target, "/ui/", 4) && target[4]);
+}
+
+/* Another method on one of those paths: 405 with Allow, as the API's
+ * routes answer. */
+static enum MHD_Result queue_405(struct MHD_Connection *c, req_ctx *r, const char *method)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "method %.16s is not allowed on '%.100s' (allowed: GET)", method,
+             r->target);
+    json_t *o = json_pack("{s:{s:s,s:s,s:i}}", "error", "code", tv_err_name(TV_E_BAD_REQUEST),
+                          "message", msg, "errno", TV_E_BAD_REQUEST);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    struct MHD_Response *mr =
+        s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!mr) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, "GET");
+    r->status = 405;
+    r->route = "unmatched"; /* as the API's own 405s */
+    enum MHD_Result ret = MHD_queue_response(c, 405, mr);
+    MHD_destroy_response(mr);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -593,13 +627,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         .peer = cc ? &cc->peer : NULL,
         .async = cc != NULL, /* the watchdog keeps a parked request's deadline */
     };
-    if (!strcmp(method, "GET") || !strcmp(method, "HEAD")) {
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (get) {
         const tv__static_file *f = tv__static_find(r->target);
         if (f)
             return serve_static(c, r, f);
     }
-    if (strcmp(r->target, "/metrics") == 0 && strcmp(method, "GET") == 0)
+    if (strcmp(r->target, "/metrics") == 0 && get)
         return serve_metrics(h, c, r, &req);
+    if (!get && own_page(r->target))
+        return queue_405(c, r, method);
     tv__api_resp *resp = calloc(1, sizeof(*resp));
     if (!resp)
         return queue_error(c, r, 500, -ENOMEM, "out of memory", true);

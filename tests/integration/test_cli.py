@@ -147,11 +147,18 @@ def test_size_suffixes_are_binary(tv, tmp_path):
 
 
 def test_help_states_the_grammars(tv):
-    for args in (["--help"], ["store", "--help"], ["get", "--help"], ["bench", "-h"],
-                 ["import", "--help"]):
+    """The top --help states every grammar; a command's --help those of
+    the values it takes."""
+    size = ("KiB, MiB, GiB, TiB", "any case", "powers of 1024", "1GB")
+    for args, words in ((["--help"], size + ("GEN:", "R0:R1")),
+                        (["store", "init", "--help"], size),
+                        (["get", "--help"], size + ("GEN:", "R0:R1")),
+                        (["bench", "-h"], size + ("GEN:",)),
+                        (["import", "--help"], size),
+                        (["retire", "--help"], ("GEN:",))):
         p = tv(*args)
         assert p.returncode == 0, args
-        for word in ("KiB, MiB, GiB, TiB", "any case", "powers of 1024", "1GB", "GEN:", "R0:R1"):
+        for word in words:
             assert word in p.stdout, (args, word)
 
 

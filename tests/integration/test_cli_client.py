@@ -179,6 +179,17 @@ def test_mutations_send_their_bodies(tv, fake, env, tmp_path):
             (200, {"model": "m", "generation": 3, "active": True}))
     p = tv("activate", "--url", fake.url, "m", "canary", env=env, cwd=tmp_path)
     assert p.returncode == 0 and p.stdout == "activated generation 3 of m\n", p.stderr
+    # The text says which generation was active before (read just before);
+    # --json is the API's Generation as it is, with no extra request.
+    fake.on("GET", "/v1/models/m", (200, model("m", 2)))
+    p = tv("activate", "--url", fake.url, "m", "canary", env=env, cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout == "activated generation 3 of m (was 2)\n", p.stderr
+    assert [s[:2] for s in fake.seen[-2:]] == [("GET", "/v1/models/m"),
+                                               ("POST", "/v1/models/m/generations/canary/activate")]
+    n = len(fake.seen)
+    p = tv("activate", "--url", fake.url, "m", "canary", "--json", env=env, cwd=tmp_path)
+    assert p.returncode == 0 and json.loads(p.stdout)["generation"] == 3
+    assert len(fake.seen) == n + 1
     # Usage errors are found before anything is sent.
     n = len(fake.seen)
     for args in (["alias", "set", "m", "prod", "0"], ["activate", "m", "_x"],
@@ -249,7 +260,7 @@ def test_verify_waits_and_reports_failures(tv, fake, env, tmp_path):
     fake.on("GET", "/v1/jobs/7", (200, job("succeeded", kind="verify", result=res)))
     p = tv("verify", "--url", fake.url, "--device", "1", env=env, cwd=tmp_path)
     assert p.returncode == 1
-    assert p.stdout == "verify: 2 objects, 10 bytes, 1 failed\n"
+    assert p.stdout == "verify: 2 objects, 10 B, 1 failed\n"
     assert "object 5 on device 1" in p.stderr and "model 'm' generation 1 (active)" in p.stderr
     assert "object 6" not in p.stderr
     # A daemon is asked first (any answer will do), then the job is posted.

@@ -217,10 +217,17 @@ def test_flow_import_list_tensors_bytes_activate_alias_rollback_retire_gc(d, wor
     name_cursor = d.ok("GET", "/v1/models/flow/generations/1/tensors?order=name&limit=1")["next_cursor"]
     bad_size = ["s" + k.encode().hex() for k in ["abc", "01:x", "-1:x", "5:", ":x", "99999999999999999999:x"]]
     for q in ["limit=0", "limit=1001", "limit=x", "cursor=%25%25bad", "order=bogus", "order=SIZE",
-              "order=size&cursor=" + seg(name_cursor), "order=name&cursor=" + seg(first["next_cursor"]),
-              "cursor=" + seg(first["next_cursor"])] + [f"order=size&cursor={c}" for c in bad_size]:
+              "cursor=m61"] + [f"order=size&cursor={c}" for c in bad_size]:
         r = d.get(f"/v1/models/flow/generations/1/tensors?{q}")
         assert r.status == 400 and r.json()["error"]["code"] == "TV_E_BAD_REQUEST", (q, r)
+    # A cursor continues the order it was made for, whatever order says.
+    base = "/v1/models/flow/generations/1/tensors?limit=3"
+    for cursor, own in ((name_cursor, "name"), (first["next_cursor"], "size")):
+        want = d.ok("GET", f"{base}&order={own}&cursor={seg(cursor)}")
+        for other in ("", "&order=file", "&order=name", "&order=size"):
+            assert d.ok("GET", f"{base}{other}&cursor={seg(cursor)}") == want, (own, other)
+    # An empty cursor is the first page.
+    assert d.ok("GET", f"{base}&order=size&cursor=") == first
 
     # bytes, dtype, shape of every tensor equal the official loader's
     check_bytes(d, "flow", 1, src1)

@@ -2,8 +2,13 @@
  * generation numbers, NAME[@GEN] specs, --rows ranges, sizes with every
  * suffix in every case and every refused form, comma lists (--replicas),
  * plain counts, and the option parser's strictness (twice, unknown,
- * missing or empty value, "--"). */
+ * missing or empty value, "--"); the command tables (usage lines, --help
+ * text for every command and option); the text output (IEC sizes, local
+ * times, durations, the printer of each document); and where the daemon,
+ * its sockets and its token are found (server/cli/where.c: the order, what
+ * each place held, the failure text). */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -21,6 +28,8 @@
 #include "cli/cli.h"
 #include "cli/client.h"
 #include "cli/http.h"
+#include "cli/where.h"
+#include "tv_test.h"
 #include "util/internal.h"
 
 static void test_gen_accepts(void **state)
@@ -294,7 +303,8 @@ static int parse(const tv__cli_opt *opts, size_t n_opts, tv__cli_args *a, const 
 }
 
 #define OPTS                                                                                       \
-    tv__cli_opt opts[] = {{"--store", "DIR", NULL}, {"--json", NULL, NULL}, {"-o", "FILE", NULL}}; \
+    tv__cli_opt opts[] = {                                                                         \
+        {"--store", "DIR", NULL, NULL}, {"--json", NULL, NULL, NULL}, {"-o", "FILE", NULL, NULL}}; \
     tv__cli_args a
 
 static void test_parse_ok(void **state)
@@ -363,7 +373,7 @@ static void test_parse_refuses(void **state)
 static void test_opt_size_bounds(void **state)
 {
     (void)state;
-    tv__cli_opt opts[] = {{"--chunk", "SIZE", NULL}};
+    tv__cli_opt opts[] = {{"--chunk", "SIZE", NULL, NULL}};
     tv__cli_args a;
     uint64_t v = 77;
     const char *none[] = {NULL};
@@ -382,7 +392,7 @@ static void test_opt_size_bounds(void **state)
         assert_int_equal(tv__cli_opt_size("cmd", &a, "--chunk", 4096, 1 << 30, &v), 2);
         assert_true(v == 77);
     }
-    tv__cli_opt qopts[] = {{"--qd", "N", NULL}};
+    tv__cli_opt qopts[] = {{"--qd", "N", NULL, NULL}};
     static const char *bad_qd[] = {"0", "4097", "-1", "+1", "1K", "18446744073709551616"};
     for (size_t i = 0; i < TV_ARRAY_LEN(bad_qd); i++) {
         const char *args[] = {"--qd", bad_qd[i], NULL};
@@ -437,10 +447,9 @@ static const char *const g_usage[][2] = {
     {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"version", "version [--json]"},
     {"demo", "demo [--layers N] [--dir D] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
-    {"get",
-     "get --store DIR NAME[@GEN|@ALIAS] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
-     "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--fastpath [SOCKET]] "
-     "[--json]"},
+    {"get", "get NAME[@GEN|@ALIAS] TENSOR -o FILE|- [--rows R0:R1 | --f32] "
+            "[--engine auto|uring|pread] [--qd N] [--chunk SIZE] [--no-direct] [--store DIR] "
+            "[--socket PATH] [--fastpath [SOCKET]] [--json]"},
 };
 
 static void test_usage_from_tables(void **state)
@@ -457,10 +466,17 @@ static void test_usage_from_tables(void **state)
                 seen++;
             }
         /* Every option but an alias appears in the line, as itself and
-         * followed by its value's name; --json is everywhere. */
+         * followed by its value's name; --json is everywhere. Every
+         * command says what it does, with an example, and every option
+         * what it means (its --help). */
         bool json = false;
+        if (!cmd->about || strlen(cmd->about) < 40 || !cmd->example ||
+            strncmp(cmd->example, "tensorvault ", 12))
+            fail_msg("%s: no about text or example for --help", cmd->name);
         for (size_t k = 0; k < TV__CLI_MAX_OPTS && cmd->opts[k].name; k++) {
             const tv__cli_opt *o = &cmd->opts[k];
+            if (!o->help || strlen(o->help) < 8)
+                fail_msg("%s: option %s has no help text", cmd->name, o->name);
             json |= !strcmp(o->name, "--json");
             if (!strcmp(o->name, "--output"))
                 continue; /* the alias of -o */
@@ -497,7 +513,7 @@ static void test_prologue(void **state)
     unsetenv("TENSORVAULT_STORE");
     const char *spec[] = {"--store", "S", "org/m@12", "w", "-o", "-", "--json", NULL};
     assert_int_equal(begin(&tv__cli_cmd_get, &c, spec), 0);
-    assert_string_equal(c.store, "S");
+    assert_string_equal(tv__cli_get(&c.a, "--store"), "S");
     assert_string_equal(c.model, "org/m");
     assert_true(c.gen == 12);
     assert_true(c.json);
@@ -511,16 +527,20 @@ static void test_prologue(void **state)
     const char *gen[] = {"--store", "S", "m", "7", NULL};
     assert_int_equal(begin(&tv__cli_cmd_retire, &c, gen), 0);
     assert_true(c.gen == 7);
-    /* A local command's store comes from $TENSORVAULT_STORE when --store
-     * is absent; a registry command needs none (it may talk to a daemon). */
-    const char *none[] = {"m", NULL};
-    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
+    /* store init's store comes from $TENSORVAULT_STORE when --store is
+     * absent; get, bench and the registry commands need none (they may
+     * read through a daemon). */
+    const char *init[] = {"--image", "i", "--size", "1M", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_store, &c, init), 2);
     setenv("TENSORVAULT_STORE", "E", 1);
-    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 0);
+    assert_int_equal(begin(&tv__cli_cmd_store, &c, init), 0);
     assert_string_equal(c.store, "E");
     setenv("TENSORVAULT_STORE", "", 1);
-    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
+    assert_int_equal(begin(&tv__cli_cmd_store, &c, init), 2);
     unsetenv("TENSORVAULT_STORE");
+    const char *none[] = {"m", NULL};
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 0);
+    assert_null(c.store);
     assert_int_equal(begin(&tv__cli_cmd_models, &c, none), 0);
     assert_null(c.store);
     /* Usage errors: positionals, NAME[@GEN], GEN; inspect needs no store. */
@@ -559,7 +579,7 @@ static void test_prologue(void **state)
 }
 
 /* get/bench --fastpath [SOCKET]: the value is taken only when the next
- * argument names an existing socket; the store is not needed then. */
+ * argument names an existing socket. */
 static void test_fastpath_option(void **state)
 {
     (void)state;
@@ -599,9 +619,9 @@ static void test_fastpath_option(void **state)
     assert_int_equal(begin(&tv__cli_cmd_bench, &c, empty), 2);
     const char *twice[] = {"m", "--fastpath", "--fastpath", NULL};
     assert_int_equal(begin(&tv__cli_cmd_bench, &c, twice), 2);
-    /* Without --fastpath the store is still required. */
+    /* Without --fastpath nothing is required: the socket is looked for. */
     const char *none[] = {"m", NULL};
-    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 2);
+    assert_int_equal(begin(&tv__cli_cmd_bench, &c, none), 0);
     close(s);
     unlink(sock);
 }
@@ -670,6 +690,8 @@ static void expect_print(tv__cli_doc kind, const char *doc, const char *want)
 static void test_print_text(void **state)
 {
     (void)state;
+    setenv("TZ", "UTC0", 1); /* local times are UTC here */
+    tzset();
     expect_print(TV__DOC_MODELS,
                  "{\"models\":[{\"name\":\"m\",\"active_generation\":2,\"aliases\":{\"prod\":1,"
                  "\"canary\":2},\"n_generations\":3,\"created_at\":1},{\"name\":\"n\","
@@ -678,39 +700,38 @@ static void test_print_text(void **state)
                  "MODEL                                      ACTIVE  GENERATIONS  ALIASES\n"
                  "m                                               2            3  prod=1,canary=2\n"
                  "n                                               -            1  -\n");
-    expect_print(TV__DOC_GENERATIONS,
-                 "{\"model\":\"m\",\"generations\":[{\"generation\":1,\"state\":\"ready\","
-                 "\"active\":true,\"aliases\":[\"prod\"],\"n_shards\":2,\"n_tensors\":5,"
-                 "\"total_bytes\":1024,\"source\":\"/ck\"}]}",
-                 " GEN STATE     ACTIVE  SHARDS   TENSORS          BYTES  ALIASES          SOURCE\n"
-                 "   1 ready          *       2         5           1024  prod             /ck\n");
-    expect_print(TV__DOC_TENSORS,
-                 "{\"tensors\":[{\"name\":\"h.0.w\",\"dtype\":\"BF16\",\"shape\":[2,3],"
-                 "\"shard\":\"a.safetensors\",\"shard_index\":0,\"data_offsets\":[0,12],"
-                 "\"nbytes\":12}]}",
-                 "TENSOR                                           DTYPE  SHAPE              SHARD "
-                 "              DATA_OFFSETS       NBYTES\n"
-                 "h.0.w                                            BF16   [2,3]                  0 "
-                 "                    [0,12]           12\n");
-    expect_print(TV__DOC_DEVICES,
-                 "{\"devices\":[{\"id\":1,\"kind\":\"file\",\"path\":\"/i\",\"lba_size\":512,"
-                 "\"region_bytes\":4096,\"used_bytes\":0,\"free_bytes\":4096,\"status\":"
-                 "\"missing\",\"message\":\"label unreadable\"}]}",
-                 " ID KIND   PATH                                    LBA         REGION       "
-                 "    USED           FREE  STATUS\n"
-                 "  1 file   /i                                      512           4096       "
-                 "       0           4096  missing: label unreadable\n");
+    expect_print(
+        TV__DOC_GENERATIONS,
+        "{\"model\":\"m\",\"generations\":[{\"generation\":1,\"state\":\"ready\","
+        "\"active\":true,\"aliases\":[\"prod\"],\"n_shards\":2,\"n_tensors\":5,"
+        "\"total_bytes\":1024,\"source\":\"/ck\",\"created_at\":1796542262}]}",
+        " GEN STATE     ACTIVE  SHARDS   TENSORS        SIZE  CREATED              ALIASES          SOURCE\n"
+        "   1 ready          *       2         5     1.0 KiB  2026-12-06 07:31:02  prod             /ck\n");
+    expect_print(
+        TV__DOC_TENSORS,
+        "{\"tensors\":[{\"name\":\"h.0.w\",\"dtype\":\"BF16\",\"shape\":[2,3],"
+        "\"shard\":\"a.safetensors\",\"shard_index\":0,\"data_offsets\":[0,12],"
+        "\"nbytes\":12}]}",
+        "TENSOR                                           DTYPE  SHAPE                     SIZE  SHARD\n"
+        "h.0.w                                            BF16   [2,3]                     12 B  a.safetensors\n");
+    expect_print(
+        TV__DOC_DEVICES,
+        "{\"devices\":[{\"id\":1,\"kind\":\"file\",\"path\":\"/i\",\"lba_size\":512,"
+        "\"region_bytes\":4096,\"used_bytes\":0,\"free_bytes\":4096,\"status\":"
+        "\"missing\",\"message\":\"label unreadable\"}]}",
+        " ID KIND   PATH                                    LBA      REGION        USED        FREE  STATUS\n"
+        "  1 file   /i                                      512     4.0 KiB         0 B     4.0 KiB  missing: label unreadable\n");
     expect_print(TV__DOC_IMPORT,
                  "{\"model\":\"m\",\"generation\":3,\"active\":true,\"aliases\":[\"prod\"],"
                  "\"n_shards\":2,\"n_tensors\":5,\"total_bytes\":2000000,\"written_bytes\":"
                  "1000000,\"deduplicated_bytes\":1000000,\"seconds\":0.5}",
-                 "imported m generation 3 (active) alias prod: 2 shards, 5 tensors, 2000000 bytes; "
-                 "1000000 written, 1000000 deduplicated, 0.50 s (2.0 MB/s)\n");
+                 "imported m generation 3 (active) alias prod: 2 shards, 5 tensors, 1.9 MiB; "
+                 "976.6 KiB written, 976.6 KiB deduplicated in 0.5 s (1.9 MiB/s)\n");
     expect_print(TV__DOC_VERIFY,
                  "{\"n_objects\":4,\"n_failed\":1,\"verified_bytes\":100,\"objects\":[]}",
-                 "verify: 4 objects, 100 bytes, 1 failed\n");
+                 "verify: 4 objects, 100 B, 1 failed\n");
     expect_print(TV__DOC_GC, "{\"n_objects_freed\":2,\"freed_bytes\":8192}",
-                 "gc: freed 2 objects, 8192 bytes\n");
+                 "gc: freed 2 objects, 8.0 KiB\n");
     expect_print(TV__DOC_ALIAS, "{\"model\":\"m\",\"alias\":\"prod\",\"generation\":4}",
                  "m@prod -> generation 4\n");
     expect_print(TV__DOC_TOKEN,
@@ -719,16 +740,270 @@ static void test_print_text(void **state)
                  "token ci (id 3, scope read); the secret is shown once:\ntvk_ab\n");
     expect_print(TV__DOC_ACTIVATED, "{\"model\":\"m\",\"generation\":2,\"active\":true}",
                  "activated generation 2 of m\n");
+    /* Jobs: sizes, when each started and how long it ran. */
+    expect_print(
+        TV__DOC_JOBS,
+        "{\"jobs\":[{\"id\":7,\"kind\":\"import\",\"state\":\"succeeded\",\"model\":\"m\","
+        "\"step\":null,\"bytes_done\":248928051,\"bytes_total\":248928051,\"generation\":2,"
+        "\"created_at\":1796542200,\"started_at\":1796542262,\"finished_at\":1796542449}]}",
+        "    ID KIND   STATE     MODEL                            STEP            DONE       TOTAL  GEN  STARTED              DURATION\n"
+        "     7 import succeeded m                                -          237.4 MiB   237.4 MiB    2  2026-12-06 07:31:02     3m07s\n");
+    /* Tokens: times, "-" for never. */
+    expect_print(TV__DOC_TOKENS,
+                 "{\"tokens\":[{\"id\":3,\"name\":\"ci\",\"scope\":\"read\",\"created_at\":5,"
+                 "\"revoked_at\":null}]}",
+                 "  ID NAME                             SCOPE  CREATED              REVOKED\n"
+                 "   3 ci                               read   1970-01-01 00:00:05  -\n");
+    /* One generation: exact bytes beside the IEC size, shards by name. */
+    char *gen =
+        printed(false, TV__DOC_GENERATION,
+                "{\"model\":\"m\",\"generation\":2,\"state\":\"ready\",\"active\":true,"
+                "\"aliases\":[],\"n_shards\":1,\"n_tensors\":3,\"total_bytes\":248928051,"
+                "\"source\":\"/ck\",\"created_at\":1796542262,\"shards\":[{\"index\":0,\"name\":"
+                "\"model-00001-of-00001.safetensors\",\"file_bytes\":248928051,\"sha256\":\"ab\","
+                "\"replicas\":[]}]}");
+    assert_non_null(strstr(gen, "size:        237.4 MiB (248928051 bytes)\n"));
+    assert_non_null(strstr(gen, "created:     2026-12-06 07:31:02\n"));
+    assert_non_null(
+        strstr(gen, "shard 0: model-00001-of-00001.safetensors  237.4 MiB  sha256 ab\n"));
+    free(gen);
+    /* An activation says which generation it replaced. */
+    json_error_t je;
+    json_t *act = json_loads("{\"model\":\"m\",\"generation\":3,\"active\":true}", 0, &je);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tv__cli_print_activated(f, act, 2);
+    tv__cli_print_activated(f, act, 0);
+    tv__cli_print_activated(f, act, -1);
+    fclose(f);
+    assert_string_equal(buf, "activated generation 3 of m (was 2)\n"
+                             "activated generation 3 of m (was none)\n"
+                             "activated generation 3 of m\n");
+    free(buf);
+    json_decref(act);
     /* Missing fields print "-", never crash. */
-    expect_print(TV__DOC_JOBS, "{\"jobs\":[{}]}",
-                 "    ID KIND   STATE     MODEL                            STEP               "
-                 "DONE          TOTAL  GEN\n"
-                 "     - -      -         -                                -                     "
-                 "-              -    -\n");
+    expect_print(
+        TV__DOC_JOBS, "{\"jobs\":[{}]}",
+        "    ID KIND   STATE     MODEL                            STEP            DONE       TOTAL  GEN  STARTED              DURATION\n"
+        "     - -      -         -                                -                  -           -    -  -                           -\n");
     /* --json prints the document itself. */
     char *j = printed(true, TV__DOC_GC, "{\"n_objects_freed\":2,\"freed_bytes\":8192}");
     assert_string_equal(j, "{\n  \"n_objects_freed\": 2,\n  \"freed_bytes\": 8192\n}\n");
     free(j);
+}
+
+/* ---- the formatting of the text output -------------------------------------- */
+
+static void test_fmt_bytes(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t n;
+        const char *want;
+    } cases[] = {
+        {0, "0 B"},
+        {1, "1 B"},
+        {1023, "1023 B"},
+        {1024, "1.0 KiB"},
+        {1536, "1.5 KiB"},
+        {248928051, "237.4 MiB"},
+        {1048575, "1.0 MiB"}, /* 1023.999 KiB rounds up to the next unit, not "1024.0 KiB" */
+        {1048576, "1.0 MiB"},
+        {(uint64_t)16 << 30, "16.0 GiB"},
+        {(uint64_t)3 << 40, "3.0 TiB"},
+        {(uint64_t)5 << 50, "5.0 PiB"},
+        {UINT64_MAX, "16.0 EiB"},
+    };
+    char b[32];
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        tv__cli_fmt_bytes(cases[i].n, b, sizeof b);
+        if (strcmp(b, cases[i].want))
+            fail_msg("%llu bytes: '%s', wanted '%s'", (unsigned long long)cases[i].n, b,
+                     cases[i].want);
+    }
+    /* A short buffer truncates, never overflows. */
+    char small[4];
+    assert_string_equal(tv__cli_fmt_bytes(248928051, small, sizeof small), "237");
+}
+
+static void test_fmt_time(void **state)
+{
+    (void)state;
+    char b[32];
+    const char *tz = getenv("TZ");
+    char *saved = tz ? strdup(tz) : NULL;
+    setenv("TZ", "UTC0", 1);
+    tzset();
+    assert_string_equal(tv__cli_fmt_time(0, b, sizeof b), "1970-01-01 00:00:00");
+    assert_string_equal(tv__cli_fmt_time(1796542262, b, sizeof b), "2026-12-06 07:31:02");
+    /* Local time: a zone two hours east of UTC (POSIX TZ: "<+02>-2"). */
+    setenv("TZ", "<+02>-2", 1);
+    tzset();
+    assert_string_equal(tv__cli_fmt_time(1796542262, b, sizeof b), "2026-12-06 09:31:02");
+    if (saved)
+        setenv("TZ", saved, 1);
+    else
+        unsetenv("TZ");
+    tzset();
+    free(saved);
+}
+
+static void test_fmt_duration(void **state)
+{
+    (void)state;
+    static const struct {
+        double s;
+        const char *want;
+    } cases[] = {{0, "0.0 s"},     {4.24, "4.2 s"},    {59.94, "59.9 s"}, {60, "1m00s"},
+                 {187, "3m07s"},   {3599.4, "59m59s"}, {3600, "1h00m"},   {7500, "2h05m"},
+                 {97200, "1d03h"}, {-1, "-"},          {1e300, "-"}};
+    char b[32];
+    for (size_t i = 0; i < TV_ARRAY_LEN(cases); i++) {
+        tv__cli_fmt_duration(cases[i].s, b, sizeof b);
+        if (strcmp(b, cases[i].want))
+            fail_msg("%g s: '%s', wanted '%s'", cases[i].s, b, cases[i].want);
+    }
+    tv__cli_fmt_duration(NAN, b, sizeof b);
+    assert_string_equal(b, "-");
+}
+
+/* ---- where the daemon is found (cli/where.h) --------------------------------- */
+
+/* A temp dir with a listening UNIX socket at dir/NAME; returns its fd. */
+static int listen_at(const char *path)
+{
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    assert_true(s >= 0 && strlen(path) < sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path));
+    assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(s, 1), 0);
+    return s;
+}
+
+static void test_where_order(void **state)
+{
+    (void)state;
+    char dir[256], inst[300], dev[300], tok[300], devtok[300], secret[64];
+    tv_test_tmpdir(dir, sizeof dir, "where");
+    snprintf(inst, sizeof inst, "%s/inst.sock", dir);
+    snprintf(dev, sizeof dev, "%s/dev.sock", dir);
+    snprintf(tok, sizeof tok, "%s/inst.token", dir);
+    snprintf(devtok, sizeof devtok, "%s/dev.token", dir);
+    tv__cli_defaults d = {inst, dev}, dt = {tok, devtok};
+    tv__cli_where w;
+    tv_error err = {0};
+    unsetenv("TENSORVAULT_SOCKET");
+    unsetenv("TENSORVAULT_URL");
+    unsetenv("TENSORVAULT_TOKEN");
+    unsetenv("TENSORVAULT_TOKEN_FILE");
+
+    /* Nothing exists: not found, and the list names each place. */
+    tv__cli_find_socket(NULL, "--socket", &d, &w);
+    assert_false(w.found);
+    assert_non_null(strstr(w.looked, "$TENSORVAULT_SOCKET (unset)"));
+    assert_non_null(strstr(w.looked, inst));
+    assert_non_null(strstr(w.looked, dev));
+    assert_non_null(strstr(w.looked, "absent"));
+    /* ./var's socket; then the installed one wins over it. */
+    int s_dev = listen_at(dev);
+    tv__cli_find_socket(NULL, "--socket", &d, &w);
+    assert_true(w.found);
+    assert_string_equal(w.value, dev);
+    assert_string_equal(w.from, "./var");
+    int s_inst = listen_at(inst);
+    tv__cli_find_socket(NULL, "--socket", &d, &w);
+    assert_string_equal(w.value, inst);
+    /* The variable beats the defaults, the flag beats the variable; both
+     * are taken as given, even when nothing is there. */
+    setenv("TENSORVAULT_SOCKET", "/nonexistent/e.sock", 1);
+    tv__cli_find_socket(NULL, "--socket", &d, &w);
+    assert_string_equal(w.value, "/nonexistent/e.sock");
+    assert_string_equal(w.from, "$TENSORVAULT_SOCKET");
+    tv__cli_find_socket("/nonexistent/f.sock", "--socket", &d, &w);
+    assert_string_equal(w.value, "/nonexistent/f.sock");
+    assert_string_equal(w.from, "--socket");
+    unsetenv("TENSORVAULT_SOCKET");
+    /* A regular file where a socket should be is not a socket. */
+    close(s_inst);
+    unlink(inst);
+    tv_test_write_text(inst, "x");
+    tv__cli_find_socket(NULL, "--socket", &d, &w);
+    assert_string_equal(w.value, dev);
+    assert_non_null(strstr(w.looked, "not a socket"));
+
+    /* HTTP: the sockets, then the built-in URL; URLs and socket paths. */
+    assert_int_equal(tv__cli_find_http(NULL, &d, &w, &err), 0);
+    assert_true(w.is_unix);
+    assert_string_equal(w.value, dev);
+    close(s_dev);
+    unlink(dev);
+    assert_int_equal(tv__cli_find_http(NULL, &d, &w, &err), 0);
+    assert_false(w.is_unix);
+    assert_string_equal(w.value, TV__CLI_DEFAULT_URL);
+    assert_non_null(strstr(w.looked, "$TENSORVAULT_URL (unset)"));
+    setenv("TENSORVAULT_URL", "unix:/run/x/http.sock", 1);
+    assert_int_equal(tv__cli_find_http(NULL, &d, &w, &err), 0);
+    assert_true(w.is_unix);
+    assert_string_equal(w.value, "/run/x/http.sock");
+    assert_int_equal(tv__cli_find_http("https://h:1", &d, &w, &err), 0);
+    assert_false(w.is_unix);
+    assert_string_equal(w.from, "--url");
+    assert_int_equal(tv__cli_find_http("./var/run/http.sock", &d, &w, &err), 0);
+    assert_true(w.is_unix);
+    static const char *bad[] = {"file:///etc/passwd", "ftp://h:1", "127.0.0.1:8470",
+                                "unix:", "./x://y"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++)
+        if (tv__cli_find_http(bad[i], &d, &w, &err) != TV_E_INVALID_ARG)
+            fail_msg("URL '%s' was accepted", bad[i]);
+    unsetenv("TENSORVAULT_URL");
+
+    /* Tokens: --token-file, $TENSORVAULT_TOKEN, $TENSORVAULT_TOKEN_FILE,
+     * then the default files that can be read. */
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_false(w.found);
+    assert_string_equal(secret, "");
+    assert_non_null(strstr(w.looked, "$TENSORVAULT_TOKEN_FILE (unset)"));
+    assert_non_null(strstr(w.looked, devtok));
+    tv_test_write_text(devtok, "  tvk_dev \n");
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_string_equal(secret, "tvk_dev");
+    assert_string_equal(w.from, "./var");
+    tv_test_write_text(tok, "tvk_inst\n");
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_string_equal(secret, "tvk_inst");
+    if (geteuid() != 0) { /* root reads a 0000 file: nothing to pass over */
+        chmod(tok, 0);
+        assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+        assert_string_equal(secret, "tvk_dev");
+        assert_non_null(strstr(w.looked, "Permission denied"));
+        chmod(tok, 0600);
+    }
+    setenv("TENSORVAULT_TOKEN_FILE", devtok, 1);
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_string_equal(secret, "tvk_dev");
+    assert_string_equal(w.from, "$TENSORVAULT_TOKEN_FILE");
+    setenv("TENSORVAULT_TOKEN_FILE", "/nonexistent/t", 1);
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "/nonexistent/t"));
+    assert_non_null(strstr(err.msg, "$TENSORVAULT_TOKEN_FILE"));
+    setenv("TENSORVAULT_TOKEN", "tvk_env", 1);
+    assert_int_equal(tv__cli_find_token(NULL, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_string_equal(secret, "tvk_env");
+    assert_int_equal(tv__cli_find_token(tok, &dt, &w, secret, sizeof secret, &err), 0);
+    assert_string_equal(secret, "tvk_inst");
+    assert_string_equal(w.from, "--token-file");
+    unsetenv("TENSORVAULT_TOKEN");
+    unsetenv("TENSORVAULT_TOKEN_FILE");
+
+    /* The failure text: the message, the hint, then every place. */
+    tv__cli_find_socket(NULL, "--socket", &(tv__cli_defaults){"/nonexistent/a", NULL}, &w);
+    tv__seterr(&err, TV_E_NO_DAEMON, "no socket");
+    assert_int_equal(tv__cli_where_fail(&err, &w, "set TENSORVAULT_SOCKET"), TV_E_NO_DAEMON);
+    assert_string_equal(err.msg, "no socket; set TENSORVAULT_SOCKET; looked at: "
+                                 "$TENSORVAULT_SOCKET (unset), /nonexistent/a (absent)");
+    assert_int_equal(tv_test_rmtree(dir), 0);
 }
 
 static void test_doc_error(void **state)
@@ -769,6 +1044,10 @@ int main(void)
         cmocka_unit_test(test_progress_format),
         cmocka_unit_test(test_print_text),
         cmocka_unit_test(test_doc_error),
+        cmocka_unit_test(test_fmt_bytes),
+        cmocka_unit_test(test_fmt_time),
+        cmocka_unit_test(test_fmt_duration),
+        cmocka_unit_test(test_where_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
