@@ -18,7 +18,8 @@ ctime, which nothing sets back), so a file matches only the shard whose
 bytes it had when they were imported.
 
 The lookup asks the daemon (GET /v1/shards over its HTTP UNIX socket
-http.socket, or loopback TCP: the daemon names the peer, no token, and
+http.socket, found as _paths.py says, or loopback TCP: the daemon names
+the peer, no token, and
 leaves out models the peer may not read under [access]) or, with store=,
 the store's registry in-process (read-only SQLite, the same query as
 server/registry/shard_files.c). Any failure of the lookup, and a file no
@@ -34,11 +35,11 @@ import stat
 import urllib.parse
 
 from . import _native as N
+from . import _paths
 from . import _safe_open as S
 
 HEADER_MAX = 100_000_000  # the official reader's limit on N
 TIMEOUT_S = 5.0
-DEFAULT_SOCKET = "./var/run/tensorvault.sock"
 
 
 class FileId:
@@ -103,21 +104,6 @@ class Hit:
 
     def __init__(self, model, generation, shard, name):
         self.model, self.generation, self.shard, self.name = model, generation, shard, name
-
-
-def http_endpoint(http=None, socket=None):
-    """Where the daemon's HTTP API is: http= (a UNIX socket path, or
-    http://HOST:PORT), else $TENSORVAULT_HTTP, else http.sock beside the
-    fast-path socket (socket=, else $TENSORVAULT_SOCKET, else
-    ./var/run/tensorvault.sock: the daemon's defaults put both in
-    STORE/run/)."""
-    if http:
-        return str(http)
-    env = os.environ.get("TENSORVAULT_HTTP")
-    if env:
-        return env
-    fast = str(socket) if socket else os.environ.get("TENSORVAULT_SOCKET") or DEFAULT_SOCKET
-    return os.path.join(os.path.dirname(fast) or ".", "http.sock")
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -201,7 +187,7 @@ def lookup(path, socket=None, store=None, http=None):
         return None
     try:
         hit = lookup_store(fid, store) if store is not None else lookup_daemon(
-            fid, http_endpoint(http, socket))
+            fid, _paths.http_endpoint(http, socket))
     except (OSError, ValueError, KeyError, TypeError, sqlite3.Error, http.client.HTTPException):
         return None
     return None if hit is None else (hit, fid)

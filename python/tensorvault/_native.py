@@ -14,6 +14,7 @@ import os
 TV_E_NOT_SUPPORTED = -1002
 TV_E_INVALID_ARG = -1003
 TV_E_NOT_FOUND = -1004
+TV_E_NO_DAEMON = -1208
 
 
 try:  # the official exception class, when safetensors is installed
@@ -103,13 +104,29 @@ class tv_shard_desc(ctypes.Structure):
 
 
 def _find_library():
+    """$TENSORVAULT_LIBRARY, else the library inside this package (the
+    wheel's, or pip install ./python's), else the system's
+    libtensorvault.so.1 (the Debian package's, found by the dynamic
+    linker)."""
     path = os.environ.get("TENSORVAULT_LIBRARY")
     if path:
         return path
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtensorvault.so")
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtensorvault.so")
+    return packaged if os.path.exists(packaged) else "libtensorvault.so.1"
 
 
-lib = ctypes.CDLL(_find_library())
+def _load():
+    path = _find_library()
+    try:
+        return ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            f"tensorvault: cannot load libtensorvault ({path}: {e}); it is looked for in "
+            "$TENSORVAULT_LIBRARY, inside the package, then as the system's "
+            "libtensorvault.so.1") from e
+
+
+lib = _load()
 
 _P = ctypes.c_void_p
 _PP = ctypes.POINTER(ctypes.c_void_p)

@@ -99,7 +99,8 @@ def _push(cfg, replace):
 def patch(*, socket=None, store=None, http=None):
     """Switches safetensors' file loading to tensorvault: see the module's
     docstring. socket= (the fast-path socket, default $TENSORVAULT_SOCKET,
-    else ./var/run/tensorvault.sock) and http= (the daemon's HTTP API for
+    else /run/tensorvault/tensorvault.sock when it exists, else
+    ./var/run/tensorvault.sock) and http= (the daemon's HTTP API for
     the lookups: a UNIX socket path or http://127.0.0.1:PORT; default
     $TENSORVAULT_HTTP, else http.sock beside the fast-path socket), or
     store= (a store directory, read in-process). A second patch() replaces

@@ -33,6 +33,7 @@ import numpy as np
 
 from . import _index
 from . import _native as N
+from . import _paths
 
 try:
     from safetensors import safe_open as OFFICIAL
@@ -208,7 +209,7 @@ class _Info:
 class _Model:
     """One tv_model: opened in-process from the store directory `store`, or
     (store None) through tensorvaultd's fast path in a session of its own
-    to `socket` (None: the library's default), with its tensors' index;
+    to `socket` (None: the first of _paths.py's places), with its tensors' index;
     shared by every handle and slice on that generation (closed when the
     last is gone). Reads on it hold its lock (the library wants reads on
     one model serialized). Read with the same functions either way
@@ -222,9 +223,11 @@ class _Model:
         """The open model of spec, shared when spec names a generation
         number (pinned): one that names the active generation or an alias
         is opened afresh, as it may have moved."""
+        if store is None:  # the socket now, so that the key names one daemon
+            socket = _paths.fast_socket(socket)
         if not pinned:
             return cls(spec, store, socket)
-        key = (store, socket, spec)
+        key = (store, None if store is not None else socket.path, spec)
         with cls._cache_lock:
             m = cls._cache.get(key)
             if m is None:
@@ -233,6 +236,7 @@ class _Model:
             return m
 
     def __init__(self, spec, store=None, socket=None):
+        """socket: a path, a _paths.Where, or None (_paths.fast_socket)."""
         err = N.tv_error()
         h = ctypes.c_void_p()
         self.h = None
@@ -244,8 +248,13 @@ class _Model:
             rc = N.lib.tv_model_open(store.encode(), bspec, None, ctypes.byref(h), err)
         else:
             c = ctypes.c_void_p()
-            bsock = socket.encode() if socket else None  # before connecting: may raise
-            N.raise_for(N.lib.tv_client_connect(bsock, None, ctypes.byref(c), err), err)
+            where = socket if isinstance(socket, _paths.Where) else _paths.fast_socket(socket)
+            bsock = where.path.encode()  # before connecting: may raise
+            rc = N.lib.tv_client_connect(bsock, None, ctypes.byref(c), err)
+            if rc == N.TV_E_NO_DAEMON:
+                raise N.make_error(rc, _paths.no_daemon_message(
+                    where, err.msg.decode("utf-8", "replace")))
+            N.raise_for(rc, err)
             rc = N.lib.tv_model_open_daemon(c, bspec, None, ctypes.byref(h), err)
             if rc < 0:
                 N.lib.tv_client_close(c)
@@ -630,12 +639,13 @@ class safe_open:
     (CUDA only with "pt"); backend: "mmap" or "pread" (checked, the same
     reads either way). store=DIR reads in-process; otherwise through the
     daemon at socket=, else $TENSORVAULT_SOCKET, else
-    ./var/run/tensorvault.sock (its HTTP socket answers the file lookups:
-    _files.py). views=True (framework "np" only; tensorvault's own): whole
-    tensors are read-only numpy arrays over the daemon's memory tier, no
-    copy, pinned there while an array over them lives (a model opened from
-    a store, or through a daemon before fast-path protocol version 3,
-    copies instead)."""
+    /run/tensorvault/tensorvault.sock when it exists (the installed
+    daemon's), else ./var/run/tensorvault.sock (_paths.py; its HTTP socket
+    answers the file lookups: _files.py). views=True (framework "np" only;
+    tensorvault's own): whole tensors are read-only numpy arrays over the
+    daemon's memory tier, no copy, pinned there while an array over them
+    lives (a model opened from a store, or through a daemon before
+    fast-path protocol version 3, copies instead)."""
 
     def __new__(cls, filename, framework, device="cpu", *, backend="mmap", generation=None,
                 alias=None, socket=None, store=None, views=False):

@@ -60,7 +60,8 @@ def _where(socket, store):
         return f"store {store}"
     if socket is not None:
         return f"socket {socket}"
-    return "the default socket ($TENSORVAULT_SOCKET, else ./var/run/tensorvault.sock)"
+    return ("the default socket ($TENSORVAULT_SOCKET, else /run/tensorvault/tensorvault.sock "
+            "when it exists, else ./var/run/tensorvault.sock)")
 
 
 def _check_extra(extra):

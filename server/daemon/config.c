@@ -59,6 +59,8 @@ static const key_def keys[] = {
     {"store.image", K_STR, F(store_image), SZ(store_image), 0, 0},
     {"store.image_size", K_SIZE, F(store_image_size), 0, 16u << 20, UINT64_C(1) << 50},
     {"store.device", K_STR, F(store_device), SZ(store_device), 0, 0},
+    {"store.admin_token", K_STR, F(store_admin_token), SZ(store_admin_token), 1, 0},
+    {"store.admin_token_mode", K_MODE, F(store_admin_token_mode), 0, 1, 0777},
     {"import.roots", K_STR, F(import_roots), SZ(import_roots), 0, 0},
     {"import.workers", K_UINT, F(import_workers), 0, 1, 64},
     {"import.queue", K_UINT, F(import_queue), 0, 1, 4096},
@@ -126,6 +128,8 @@ void tv__config_defaults(tv__config *c)
     snprintf(c->store_dir, sizeof(c->store_dir), "./var");
     snprintf(c->store_image, sizeof(c->store_image), "./var/store.img");
     c->store_image_size = UINT64_C(16) << 30;
+    snprintf(c->store_admin_token, sizeof(c->store_admin_token), "./var/admin.token");
+    c->store_admin_token_mode = 0600;
     if (!getcwd(c->import_roots, sizeof(c->import_roots)))
         snprintf(c->import_roots, sizeof(c->import_roots), ".");
     c->import_workers = 2;
@@ -304,6 +308,8 @@ int tv__config_set(tv__config *c, const char *key, const char *value, const char
         memcpy(base, value, n + 1);
         if (k->off == offsetof(tv__config, store_image))
             c->store_image_set = true;
+        if (k->off == offsetof(tv__config, store_admin_token))
+            c->store_admin_token_set = true;
         if (k->off == offsetof(tv__config, fastpath_socket))
             c->fastpath_socket_set = true;
         if (k->off == offsetof(tv__config, http_socket))
@@ -690,6 +696,22 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
                               "store.dir '%s' is too long for the default store.image",
                               c->store_dir);
     }
+    /* The admin token file too. */
+    if (!c->store_admin_token_set) {
+        int n = snprintf(c->store_admin_token, sizeof(c->store_admin_token), "%s/admin.token",
+                         c->store_dir);
+        if (n < 0 || (size_t)n >= sizeof(c->store_admin_token))
+            return tv__seterr(err, TV_E_INVALID_ARG,
+                              "store.dir '%s' is too long for the default store.admin_token",
+                              c->store_dir);
+    }
+    /* An admin token is the whole store: its owner may read and write it,
+     * its group read it, no one else anything. */
+    if ((c->store_admin_token_mode & 0137) || !(c->store_admin_token_mode & 0400))
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "store.admin_token_mode %04o: the owner reads the admin token file, the group may read it, no one else has any access (0600, 0640, 0400 or 0440)",
+            c->store_admin_token_mode);
     /* The fast path's socket too; a default that does not fit a socket
      * address is left for the daemon to report (it runs without the fast
      * path), one that was given is refused here. */

@@ -42,11 +42,14 @@ typedef struct tv__config {
     bool http_socket_set;                     /* http.socket given by a layer */
     unsigned http_socket_mode;                /* its file mode */
     char store_dir[TV__CFG_STR_MAX];
-    char store_image[TV__CFG_STR_MAX];  /* default: store_dir + "/store.img" */
-    bool store_image_set;               /* store.image given by a layer */
-    uint64_t store_image_size;          /* bytes (sparse) */
-    char store_device[TV__CFG_STR_MAX]; /* "" = use store_image */
-    char import_roots[TV__CFG_STR_MAX]; /* ':'-separated, as given */
+    char store_image[TV__CFG_STR_MAX];       /* default: store_dir + "/store.img" */
+    bool store_image_set;                    /* store.image given by a layer */
+    uint64_t store_image_size;               /* bytes (sparse) */
+    char store_device[TV__CFG_STR_MAX];      /* "" = use store_image */
+    char store_admin_token[TV__CFG_STR_MAX]; /* default: store_dir + "/admin.token" */
+    bool store_admin_token_set;              /* store.admin_token given by a layer */
+    unsigned store_admin_token_mode;         /* its file mode: owner and group bits only */
+    char import_roots[TV__CFG_STR_MAX];      /* ':'-separated, as given */
     unsigned import_workers;
     unsigned import_queue;
     bool import_strict;
@@ -135,11 +138,13 @@ int tv__config_load_env(tv__config *c, char *const *envp, tv_error *err);
 typedef enum { TV__CFG_RUN = 0, TV__CFG_HELP, TV__CFG_VERSION } tv__config_action;
 
 /* The whole chain: defaults, the --config file, envp, then the flags of
- * argv; then store.image and fastpath.socket follow store.dir unless they
- * were given. Returns 0 and *action; TV_E_INVALID_ARG for an unknown flag, a
- * flag missing its value, fastpath.group_slots under 2 x fastpath.credit, a
- * fastpath.socket given longer than TV__CFG_SOCKET_MAX, or any error of the
- * layers above. */
+ * argv; then store.image, store.admin_token and fastpath.socket follow
+ * store.dir unless they were given. Returns 0 and *action; TV_E_INVALID_ARG
+ * for an unknown flag, a flag missing its value, fastpath.group_slots under
+ * 2 x fastpath.credit, a fastpath.socket given longer than
+ * TV__CFG_SOCKET_MAX, a store.admin_token_mode that lets others read the
+ * token (or anyone but its owner write it, or execute it), or any error of
+ * the layers above. */
 int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
                     tv__config_action *action, tv_error *err);
 

@@ -13,9 +13,9 @@
  * does (every import, pull and upload transfer hears it within a second,
  * httpc/httpc.h: tv__http_cancel), so the daemon exits within 5 s of
  * SIGTERM (plus the fleet catalog's own wait, fleet.h); an existing
- * admin.token file is never overwritten; the fast path's admit callback
- * runs on its loop thread with a registry connection of its own (never the
- * writer's). */
+ * admin token file (store.admin_token) is never overwritten; the fast
+ * path's admit callback runs on its loop thread with a registry connection
+ * of its own (never the writer's). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -49,8 +49,6 @@
 
 extern char **environ;
 
-#define TOKEN_FILE "admin.token"
-
 static int reopen_log(const tv__config *c)
 {
     if (strcmp(c->log_file, "stderr") == 0)
@@ -82,18 +80,46 @@ static int ensure_store(const tv__config *c, tv_error *err)
     return 0;
 }
 
-/* DIR/admin.token: created exclusively (0600), then an admin token is made
- * and written into it; an existing file is left as it is. */
-static int ensure_admin_token(tv__store *st, const char *path, tv_error *err)
+/* Gives the admin token file fd its mode (fchmod: the umask, the unit's
+ * 0077, narrows the mode open() asks for); an existing file (!created) of
+ * another owner is left as it is. */
+static int token_file_mode(int fd, const char *path, unsigned mode, bool created, tv_error *err)
+{
+    struct stat sb;
+    int rc = tv__sys.fstat(fd, &sb) ? -errno : 0;
+    if (rc)
+        return tv__seterr(err, rc, "cannot stat %s: %s", path, strerror(-rc));
+    if ((sb.st_mode & 07777) == mode || (!created && sb.st_uid != geteuid()))
+        return 0;
+    if (fchmod(fd, (mode_t)mode))
+        return tv__seterr(err, -errno, "cannot chmod %04o %s: %s", mode, path, strerror(errno));
+    if (!created)
+        tv__log(TV_LOG_INFO, "admin token file %s: mode %04o (store.admin_token_mode)", path, mode);
+    return 0;
+}
+
+/* store.admin_token (default DIR/admin.token): created exclusively, then
+ * an admin token is made and written into it; an existing file keeps its
+ * bytes. Either way the file ends with store.admin_token_mode (0600, or
+ * 0640 for the daemon's group). */
+static int ensure_admin_token(tv__store *st, const char *path, unsigned mode, tv_error *err)
 {
     int fd = tv__sys_open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd == -EEXIST)
-        return 0;
+    if (fd == -EEXIST) {
+        fd = tv__sys_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+        if (fd < 0)
+            return tv__seterr(err, fd, "cannot open %s: %s", path, strerror(-fd));
+        int rc = token_file_mode(fd, path, mode, false, err);
+        tv__sys.close(fd);
+        return rc;
+    }
     if (fd < 0)
         return tv__seterr(err, fd, "cannot create %s: %s", path, strerror(-fd));
     char secret[TV__TOKEN_SECRET_LEN + 2];
     tv__reg_token tok;
-    int rc = tv__reg_token_create(st->reg, "admin", TV__SCOPE_ADMIN, secret, &tok, err);
+    int rc = token_file_mode(fd, path, mode, true, err);
+    if (!rc)
+        rc = tv__reg_token_create(st->reg, "admin", TV__SCOPE_ADMIN, secret, &tok, err);
     if (!rc) {
         size_t n = strlen(secret);
         secret[n++] = '\n';
@@ -106,7 +132,7 @@ static int ensure_admin_token(tv__store *st, const char *path, tv_error *err)
         tv__sys.unlink(path); /* the next start tries again */
         return rc;
     }
-    tv__log(TV_LOG_INFO, "wrote admin token %" PRId64 " to %s", tok.id, path);
+    tv__log(TV_LOG_INFO, "wrote admin token %" PRId64 " to %s (mode %04o)", tok.id, path, mode);
     return 0;
 }
 
@@ -365,7 +391,7 @@ static int start_store(tvd *d, tv_error *err)
     if (d->st->reclaimed.n_jobs)
         tv__log(TV_LOG_WARN, "%zu jobs interrupted by the last stop were marked failed",
                 d->st->reclaimed.n_jobs);
-    return ensure_admin_token(d->st, d->token_path, err);
+    return ensure_admin_token(d->st, d->token_path, c->store_admin_token_mode, err);
 }
 
 /* The job pool, with the imports' settings. */
@@ -574,7 +600,7 @@ static int run(const tv__config *c)
     tvd d = {.c = c};
     pthread_mutex_init(&d.actx.mu, NULL);
     snprintf(d.actx.reg_path, sizeof(d.actx.reg_path), "%s/registry.db", c->store_dir);
-    snprintf(d.token_path, sizeof(d.token_path), "%s/%s", c->store_dir, TOKEN_FILE);
+    snprintf(d.token_path, sizeof(d.token_path), "%s", c->store_admin_token);
     if ((rc = start_store(&d, &err)) || (rc = start_jobs(&d, &err)) ||
         (rc = start_access(&d, &err)) || (rc = start_api(&d, &err)) ||
         (rc = start_http(&d, &err)) || (rc = start_fleet(&d, &err))) {

@@ -27,7 +27,7 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
-        pytest.skip(f"playwright is not installed ({e}): pip install -r requirements.txt")
+        pytest.skip(f"playwright is not installed ({e}): pip install -r requirements/test.txt")
     exe = chromium_path()
     with sync_playwright() as p:
         try:

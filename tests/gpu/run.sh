@@ -161,7 +161,7 @@ if [ -z "$PY" ] && [ -n "${TV_WHEELS:-}" ] && command -v python3 >/dev/null; the
     log "venv from local wheels in $TV_WHEELS (no network)"
     if step venv 180 python3 -m venv --system-site-packages "$BUILD/venv" &&
         step pip 180 "$BUILD/venv/bin/python" -m pip install -q --no-index \
-            --find-links "$TV_WHEELS" -r requirements.txt; then
+            --find-links "$TV_WHEELS" -r requirements/run.txt; then
         PY=$BUILD/venv/bin/python
         [ -n "$TORCH_PY" ] || ! has_mods "$PY" "torch, safetensors" || TORCH_PY=$PY
     fi

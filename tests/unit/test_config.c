@@ -64,6 +64,8 @@ static void test_defaults(void **state)
     assert_string_equal(c.store_image, "./var/store.img");
     assert_true(c.store_image_size == (UINT64_C(16) << 30));
     assert_string_equal(c.store_device, "");
+    assert_string_equal(c.store_admin_token, "./var/admin.token");
+    assert_int_equal(c.store_admin_token_mode, 0600);
     char cwd[TV__CFG_STR_MAX];
     assert_non_null(getcwd(cwd, sizeof(cwd)));
     assert_string_equal(c.import_roots, cwd);
@@ -229,7 +231,8 @@ static void test_file_sets_every_kind(void **state)
     assert_int_equal(c.http_max_body_bytes, 128u << 10);
     assert_int_equal(c.http_anonymous_reads, TV__CFG_ANON_NEVER);
     assert_string_equal(c.store_dir, "/srv/tv");
-    assert_string_equal(c.store_image, "/srv/tv/store.img"); /* follows the directory */
+    assert_string_equal(c.store_image, "/srv/tv/store.img");         /* follows the directory */
+    assert_string_equal(c.store_admin_token, "/srv/tv/admin.token"); /* so does the token */
     assert_true(c.store_image_size == (UINT64_C(1) << 30));
     assert_true(c.import_strict);
     assert_int_equal(c.import_workers, 4);
@@ -505,6 +508,51 @@ static void test_s3_keys_and_aws_env(void **state)
     assert_non_null(strstr(err.msg, "s3.secret_access_key"));
 }
 
+/* store.admin_token and its mode: the installed layout puts the token
+ * beside the store directory, readable by the daemon's group; a mode that
+ * lets others in (or anyone but the owner write, or execute) is refused. */
+static void test_admin_token_file(void **state)
+{
+    (void)state;
+    const char *p = write_ini("token.ini", "[store]\n"
+                                           "dir = /var/lib/tensorvault/store\n"
+                                           "admin_token = /var/lib/tensorvault/admin.token\n"
+                                           "admin_token_mode = 0640\n");
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *argv[] = {"tensorvaultd", "--config", (char *)p, NULL};
+    char *envp[] = {NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv, envp, &act, &err), 0);
+    assert_string_equal(c.store_admin_token, "/var/lib/tensorvault/admin.token");
+    assert_int_equal(c.store_admin_token_mode, 0640);
+    /* given: it stays where it was put when store.dir moves */
+    char *argv2[] = {"tensorvaultd", "--config", (char *)p, "--store", "/elsewhere", NULL};
+    assert_int_equal(tv__config_load(&c, 5, argv2, envp, &act, &err), 0);
+    assert_string_equal(c.store_admin_token, "/var/lib/tensorvault/admin.token");
+    assert_string_equal(c.store_image, "/elsewhere/store.img");
+    static const char *const ok[] = {"0600", "0640", "0400", "0440"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(ok); i++) {
+        char set[64];
+        snprintf(set, sizeof set, "store.admin_token_mode=%s", ok[i]);
+        char *a[] = {"tensorvaultd", "--set", set, NULL};
+        assert_int_equal(tv__config_load(&c, 3, a, envp, &act, &err), 0);
+    }
+    static const char *const bad[] = {"0644", "0660", "0700", "0604", "0200", "0641"};
+    for (size_t i = 0; i < TV_ARRAY_LEN(bad); i++) {
+        char set[64];
+        snprintf(set, sizeof set, "store.admin_token_mode=%s", bad[i]);
+        char *a[] = {"tensorvaultd", "--set", set, NULL};
+        memset(&err, 0, sizeof err);
+        assert_int_equal(tv__config_load(&c, 3, a, envp, &act, &err), TV_E_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "store.admin_token_mode"));
+        assert_non_null(strstr(err.msg, bad[i]));
+    }
+    char *empty[] = {"tensorvaultd", "--set", "store.admin_token=", NULL};
+    assert_int_equal(tv__config_load(&c, 3, empty, envp, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "store.admin_token"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -519,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_fleet_keys),
         cmocka_unit_test(test_s3_keys_and_aws_env),
+        cmocka_unit_test(test_admin_token_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
