@@ -102,7 +102,8 @@ def patch(*, socket=None, store=None, http=None):
     else /run/tensorvault/tensorvault.sock when it exists, else
     ./var/run/tensorvault.sock) and http= (the daemon's HTTP API for
     the lookups: a UNIX socket path or http://127.0.0.1:PORT; default
-    $TENSORVAULT_HTTP, else http.sock beside the fast-path socket), or
+    $TENSORVAULT_URL, else $TENSORVAULT_HTTP, else http.sock beside the
+    fast-path socket), or
     store= (a store directory, read in-process). A second patch() replaces
     the configuration. Needs the safetensors package."""
     _need_official("patch()")

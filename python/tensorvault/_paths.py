@@ -4,8 +4,9 @@ argument, then $TENSORVAULT_SOCKET, then the installed default
 deploy/tensorvaultd.ini) when it exists, then ./var/run/tensorvault.sock
 (the embedded default of a daemon started in the current directory, as
 scripts/run does). The HTTP API the file lookups ask (_files.py): http=,
-then $TENSORVAULT_HTTP, then http.sock beside the fast-path socket found
-(both defaults put it there).
+then $TENSORVAULT_URL (the CLI's: http://HOST:PORT, unix:PATH or a socket
+path), then $TENSORVAULT_HTTP (the same forms), then http.sock beside the
+fast-path socket found (both defaults put it there).
 
 Invariant: a daemon that cannot be reached at a socket found here is a
 TV_E_NO_DAEMON error whose message names every place looked (and what was
@@ -14,6 +15,7 @@ import os
 import stat
 
 ENV_SOCKET = "TENSORVAULT_SOCKET"
+ENV_URL = "TENSORVAULT_URL"
 ENV_HTTP = "TENSORVAULT_HTTP"
 INSTALLED_SOCKET = "/run/tensorvault/tensorvault.sock"
 LOCAL_SOCKET = "./var/run/tensorvault.sock"
@@ -47,12 +49,18 @@ def fast_socket(socket=None):
 def http_endpoint(http=None, socket=None):
     """The daemon's HTTP API: a UNIX socket path, or http://HOST:PORT."""
     if http:
-        return str(http)
-    env = os.environ.get(ENV_HTTP)
-    if env:
-        return env
+        return _endpoint(str(http))
+    for name in (ENV_URL, ENV_HTTP):
+        env = os.environ.get(name)
+        if env:
+            return _endpoint(env)
     fast = fast_socket(socket).path
     return os.path.join(os.path.dirname(fast) or ".", "http.sock")
+
+
+def _endpoint(v):
+    """An http:// URL as it is; unix:PATH as PATH; a path as it is."""
+    return v[len("unix:"):] if v.startswith("unix:") else v
 
 
 def _state(path):
