@@ -24,7 +24,7 @@ from ._weights import weights_iterator
 
 __all__ = ["Error", "MissingTensorError", "NotFoundError", "SafetensorError", "safe_open",
            "patch", "patched", "unpatch", "is_patched", "weights_iterator"]
-__version__ = "0.3.0"
+__version__ = "0.2.0"
 
 _OFFICIAL_NAMES = ("serialize", "serialize_file", "deserialize", "TensorSpec")
 

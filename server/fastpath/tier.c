@@ -253,6 +253,8 @@ static void read_knob(const char *path, char *buf, size_t cap)
     if (tv__sys_pread_full(fd, buf, cap - 1, 0, &got) == 0)
         buf[got] = '\0';
     tv__sys.close(fd);
+    for (size_t n = strlen(buf); n && (buf[n - 1] == '\n' || buf[n - 1] == ' '); n--)
+        buf[n - 1] = '\0'; /* a sysfs value's newline stays out of the log line */
 }
 
 static void choose_pages(tv__tier *t)
