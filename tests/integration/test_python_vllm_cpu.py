@@ -16,6 +16,7 @@ entry point), never installed there."""
 import glob
 import json
 import os
+import signal
 import shutil
 import subprocess
 
@@ -76,7 +77,12 @@ def test_engine_embeddings_equal_official_loader(engine_python, build_dir, tmp_p
     finally:
         d_.stop()
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert p.returncode == 0 and lines, p.stderr[-6000:]
+    # vLLM's own teardown at exit sometimes aborts after every result was
+    # printed (a C++ thread left joinable): that exit, and only that one, is
+    # not the loader's failure
+    torn_down = (p.returncode == -signal.SIGABRT
+                 and "terminate called without an active exception" in p.stderr)
+    assert (p.returncode == 0 or torn_down) and lines, p.stderr[-6000:]
     got = json.loads(lines[0][len("RESULT "):])
     want, ours = got["safetensors"], got["tensorvault"]
     assert len(want) == 3 and all(len(e) == 384 for e in want)
