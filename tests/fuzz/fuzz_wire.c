@@ -118,6 +118,12 @@ static void check(const uint8_t *buf, size_t size, uint16_t version)
         n = tv__fp_encode_release(g_again, sizeof g_again, ev, m.u.list.handle, g_slots,
                                   m.u.list.n);
         break;
+    case TV__FP_RELEASE_VIEW: /* version 3: RELEASE's layout */
+        all_ok = walk(&m);
+        CHECK(all_ok);
+        n = tv__fp_encode_release_view(g_again, sizeof g_again, ev, m.u.list.handle, g_slots,
+                                       m.u.list.n);
+        break;
     case TV__FP_ERROR:
         n = tv__fp_encode_error(g_again, sizeof g_again, ev, m.u.error.code, m.u.error.flags,
                                 m.u.error.req_id, m.u.error.open_id, m.text, m.text_len);
