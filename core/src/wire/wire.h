@@ -64,8 +64,11 @@ enum tv__fp_type {
     TV__FP_ERROR = 11,   /* S->C  an error: of a request, of an OPEN, or fatal (session closes) */
     TV__FP_RELEASE_VIEW = 12, /* C->S  (version 3) n view references of one handle given back */
 };
-/* The highest message type version v defines. */
-#define TV__FP_MAX_TYPE(v) ((v) >= TV__FP_V3 ? TV__FP_RELEASE_VIEW : TV__FP_ERROR)
+/* The highest message type version v defines (a version this build does
+ * not speak, seen before negotiation, is read as version 1's, as its READ
+ * flags are). */
+#define TV__FP_MAX_TYPE(v)                                                                         \
+    ((v) >= TV__FP_V3 && (v) <= TV__FP_VERSION_MAX ? TV__FP_RELEASE_VIEW : TV__FP_ERROR)
 
 #define TV__FP_ERROR_FATAL 0x1u /* ERROR.flags: the daemon closes the session after it */
 
