@@ -97,6 +97,14 @@ int tv__api_source_check(tv__api *api, const char *source, char **real, tv__src_
         *held = NULL;
     if (!source || !*source)
         return tv__seterr(err, TV_E_BAD_REQUEST, "field 'source' must be a non-empty path");
+    if (tv__src_is_hub(source)) { /* the Hub's endpoint is the daemon's (import.hf_endpoint) */
+        tv__hub_ref ref;
+        if ((rc = tv__hub_parse(source, &ref, err)))
+            return rc;
+        if (!(*real = strdup(source)))
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        return 0;
+    }
     if (tv__src_is_url(source)) {
         tv__url u;
         if ((rc = api->roots ? tv__url_origins_check(source, api->origins, err)

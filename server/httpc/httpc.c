@@ -8,7 +8,10 @@
 #include <strings.h>
 #include <time.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+
+#include "util/internal.h"
 
 void tv__http_header_value(const char *p, size_t len, const char *name, char *out, size_t out_len)
 {
@@ -95,4 +98,120 @@ void tv__http_sigv4(void *c, const char *sigv4, const char *key_id, const char *
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
     curl_easy_setopt(c, CURLOPT_USERNAME, key_id);
     curl_easy_setopt(c, CURLOPT_PASSWORD, secret ? secret : "");
+}
+
+/* ---- redirects ---- */
+
+/* The parts of an absolute http(s) URL libcurl's parser sees. */
+typedef struct url_parts {
+    char scheme[8], host[256], port[8];
+    bool creds;
+} url_parts;
+
+static int url_split(const char *url, url_parts *p)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL, *pw = NULL;
+    int rc = -1;
+    memset(p, 0, sizeof(*p));
+    if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK)
+        goto out;
+    p->creds = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+               curl_url_get(u, CURLUPART_PASSWORD, &pw, 0) == CURLUE_OK;
+    if ((strcasecmp(scheme, "http") && strcasecmp(scheme, "https")) ||
+        strlen(host) >= sizeof(p->host) || strlen(port) >= sizeof(p->port))
+        goto out;
+    snprintf(p->scheme, sizeof(p->scheme), "%s", scheme);
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    snprintf(p->port, sizeof(p->port), "%s", port);
+    for (char *c = p->scheme; *c; c++)
+        *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    for (char *c = p->host; *c; c++)
+        *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    rc = 0;
+out:
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_free(user);
+    curl_free(pw);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+int tv__http_origin(const char *url, char *out, size_t out_len)
+{
+    url_parts p;
+    if (!url || url_split(url, &p))
+        return -1;
+    int n = snprintf(out, out_len, "%s://%s:%s", p.scheme, p.host, p.port);
+    return n < 0 || (size_t)n >= out_len ? -1 : 0;
+}
+
+int tv__http_redirect_check(const tv__http_redirects *p, const char *first, const char *to,
+                            tv_error *err)
+{
+    url_parts a, b;
+    if (!to || url_split(to, &b))
+        return tv__seterr(err, TV_E_FORBIDDEN,
+                          "a redirect to '%.300s' is refused: not an absolute http(s) URL",
+                          to ? to : "(none)");
+    if (b.creds)
+        return tv__seterr(err, TV_E_FORBIDDEN,
+                          "a redirect to %s://%s is refused: the URL carries credentials",
+                          b.scheme, b.host);
+    bool same = first && !url_split(first, &a) && !strcmp(a.scheme, b.scheme) &&
+                !strcmp(a.host, b.host) && !strcmp(a.port, b.port);
+    if (!same && strcmp(b.scheme, "https") && !(p && p->allow_http))
+        return tv__seterr(
+            err, TV_E_FORBIDDEN,
+            "a redirect to '%.300s' is refused: only https:// redirects are followed (import.hf_redirect_http allows http://)",
+            to);
+    return 0;
+}
+
+bool tv__http_addr_private(const char *ip)
+{
+    unsigned char a[16];
+    if (!ip)
+        return true;
+    if (inet_pton(AF_INET6, ip, a) == 1) {
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const unsigned char zero[16] = {0};
+        static const unsigned char one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+        if (!memcmp(a, mapped, 12)) {
+            char v4[INET_ADDRSTRLEN];
+            return !inet_ntop(AF_INET, a + 12, v4, sizeof(v4)) || tv__http_addr_private(v4);
+        }
+        return !memcmp(a, zero, 16) || !memcmp(a, one, 16) || (a[0] & 0xfe) == 0xfc ||
+               (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) || a[0] == 0xff;
+    }
+    if (inet_pton(AF_INET, ip, a) != 1)
+        return true;
+    return a[0] == 0 || a[0] == 10 || a[0] == 127 || (a[0] == 100 && (a[1] & 0xc0) == 64) ||
+           (a[0] == 169 && a[1] == 254) || (a[0] == 172 && (a[1] & 0xf0) == 16) ||
+           (a[0] == 192 && a[1] == 168) || a[0] >= 224;
+}
+
+static int on_prereq(void *ctx, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
+{
+    tv__http_refusal *r = ctx;
+    (void)local_ip, (void)primary_port, (void)local_port;
+    if (!tv__http_addr_private(primary_ip))
+        return CURL_PREREQFUNC_OK;
+    r->refused = true;
+    snprintf(r->ip, sizeof(r->ip), "%s", primary_ip ? primary_ip : "?");
+    return CURL_PREREQFUNC_ABORT;
+}
+
+void tv__http_refuse_private(void *c, tv__http_refusal *r)
+{
+    r->refused = false;
+    r->ip[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(c, CURLOPT_PREREQDATA, r);
 }

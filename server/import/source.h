@@ -40,6 +40,7 @@ typedef struct tv__src_http_opts {
      * cancel: tv__import sets it from tv__import_opts.cancelled); the
      * reads then fail with TV_E_CANCELLED. */
     tv__http_cancel cancel;
+    const struct tv__src_hub_opts *hub; /* hf:// sources (src_hub.c); NULL: defaults */
 } tv__src_http_opts;
 
 /* A fleet pull (server/fleet): a checkpoint the catalog describes, each
@@ -55,6 +56,7 @@ typedef struct tv__src_pull_file {
     size_t data_len;
     const char *sha256; /* 64 lowercase hex: the whole file's expected SHA-256; NULL: none */
     uint64_t len;       /* expected length (ignored for in-memory files) */
+    bool sidecar; /* a non-weight file kept with the generation, fetched whole into memory and checked against sha256 */
 } tv__src_pull_file;
 
 typedef struct tv__src_pull {
@@ -68,6 +70,14 @@ typedef struct tv__src_pull {
      * before the import fails: the caller drops that source. May be NULL. */
     void (*on_bad_file)(void *ctx, size_t file_idx, int rc);
     void *bad_ctx;
+    /* Redirects followed (max 0, fleet pulls: none) and how (httpc.h): a
+     * file's bearer goes only to its url's own origin, never to a hop
+     * elsewhere. hub: a Hugging Face Hub import (import/src_hub.c): its
+     * 401/403/404 answers are explained as the Hub's (X-Error-Code), a
+     * resolve answer's X-Linked-Size and X-Linked-Etag must equal the
+     * file's len and sha256. */
+    tv__http_redirects redirects;
+    bool hub;
 } tv__src_pull;
 
 /* Deep copy (data, strings and all; the callback and its ctx as they are)
@@ -80,8 +90,9 @@ size_t tv__src_pull_find(const tv__src_pull *p, const char *name);
  * and for TV_E_CANCELLED (a cancelled transfer says nothing of its source). */
 void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 
-/* True when src names an http://, https:// or s3:// URL (then the importer
- * reads it from the network, never from a path). */
+/* True when src names an http://, https://, s3:// or hf:// URL (then the
+ * importer reads it from the network, never from a path; an hf:// one is
+ * resolved into a pull first, tv__src_hub_resolve). */
 bool tv__src_is_url(const char *src);
 
 typedef struct tv__src tv__src;
@@ -207,5 +218,80 @@ int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint
                       size_t len, uint64_t off, tv_error *err);
 /* The validated ETag (else Last-Modified) of file name, or NULL (none). */
 const char *tv__src_http_validator(tv__src_http *h, const char *name);
+
+/* ---- the Hugging Face Hub (src_hub.c) ----
+ *
+ * hf://REPO[@REVISION]: REPO is ORG/NAME (or a bare NAME), each part 1-96
+ * bytes of [A-Za-z0-9._-], not starting or ending with '-' or '.', with no
+ * "--" or ".."; REVISION (default main) a branch or tag (1-255 bytes of
+ * [A-Za-z0-9._/+-] without "..", "//", or a leading or trailing '/') or a
+ * 40-hex commit. The job resolves it through the Hub's HTTP API (the
+ * revision to a commit and its files), then imports it as a pull whose
+ * files are ENDPOINT/REPO/resolve/COMMIT/PATH: the weights streamed with
+ * their LFS SHA-256, the index and the sidecars (small non-weight files)
+ * fetched whole and checked against their git blob SHA-1 (or LFS SHA-256). */
+#define TV__HUB_DEFAULT_ENDPOINT "https://huggingface.co"
+#define TV__HUB_REPO_MAX         194          /* ORG/NAME: 96 + 1 + 96 + NUL */
+#define TV__HUB_REV_MAX          256          /* bytes, NUL included */
+#define TV__HUB_SIDECAR_MAX      (16u << 20)  /* bytes of one sidecar file */
+#define TV__HUB_LISTING_MAX      (32u << 20)  /* bytes of the revision's JSON */
+
+/* Where the Hub is and how the daemon talks to it (import.hf_* in the
+ * daemon's config, HF_ENDPOINT / HF_TOKEN in its environment). */
+typedef struct tv__src_hub_opts {
+    const char *endpoint;         /* NULL or "": TV__HUB_DEFAULT_ENDPOINT */
+    const char *token;            /* HF_TOKEN, sent as a bearer to the endpoint only; NULL: none */
+    tv__http_redirects redirects; /* max 0: TV__HTTP_DEFAULT_REDIRECTS */
+} tv__src_hub_opts;
+
+typedef struct tv__hub_ref {
+    char repo[TV__HUB_REPO_MAX];
+    char rev[TV__HUB_REV_MAX];
+    bool is_commit; /* rev is 40 lowercase hex */
+} tv__hub_ref;
+
+/* True when src starts with hf:// (any case of the scheme). */
+bool tv__src_is_hub(const char *src);
+/* Parses hf://REPO[@REVISION] into *out. Returns 0 or TV_E_BAD_REQUEST
+ * naming the part at fault. */
+int tv__hub_parse(const char *src, tv__hub_ref *out, tv_error *err);
+
+/* One file of a revision's listing. */
+typedef struct tv__hub_file {
+    char *path;       /* rfilename */
+    uint64_t size;    /* bytes (the LFS size for an LFS file) */
+    char blob[41];    /* git blob SHA-1 (blobId), "" unknown */
+    char sha256[65];  /* the LFS SHA-256, "" for a file in git */
+} tv__hub_file;
+
+typedef struct tv__hub_listing {
+    char commit[41];
+    tv__hub_file *files;
+    size_t n_files;
+} tv__hub_listing;
+
+/* Parses GET /api/models/REPO/revision/REV?blobs=true (len bytes): sha, a
+ * 40-hex commit, and siblings[] of {rfilename, size, blobId, lfs: {sha256,
+ * size}}. Returns 0 and *out (tv__hub_listing_free); TV_E_BAD_REQUEST
+ * naming what is malformed; -ENOMEM. */
+int tv__hub_listing_parse(const char *json, size_t len, tv__hub_listing **out, tv_error *err);
+void tv__hub_listing_free(tv__hub_listing *l);
+
+/* The git blob SHA-1 of len bytes: sha1("blob LEN\0" + bytes), 40 hex. */
+void tv__hub_git_blob_sha1(const void *p, size_t len, char hex[41]);
+
+/* Resolves src (hf://...) through the Hub: its revision to a commit and
+ * the files of that commit, the index and the sidecars fetched and checked
+ * (no weight byte is read), into a pull for tv__import (*out:
+ * tv__src_pull_free). ho: the HTTP settings (ho->hub: the Hub's; NULL: the
+ * CLI's local mode, HF_ENDPOINT and HF_TOKEN from its environment).
+ * Returns 0; TV_E_BAD_REQUEST (src); TV_E_FORBIDDEN (401/403: a gated or
+ * private repository, the message says which and how to give the daemon a
+ * token; a redirect the policy refuses); TV_E_NOT_FOUND (no such
+ * repository, revision or file); TV_E_CKPT_NOT_FOUND (no safetensors
+ * weights); TV_E_HASH_MISMATCH (a fetched file's bytes); TV_E_CANCELLED;
+ * -EIO, -EPROTO after the retries. */
+int tv__src_hub_resolve(const char *src, const tv__src_http_opts *ho, tv__src_pull **out,
+                        tv_error *err);
 
 #endif

@@ -61,7 +61,10 @@
 
 typedef struct http_file {
     char *name; /* as the checkpoint names it */
-    char *url;
+    char *url;  /* a pull's file whose HEAD was redirected: where the last hop led */
+    char *next; /* the redirect the last HEAD answered (a pull with redirects), or NULL */
+    bool hop;   /* url is a redirect's target: no bearer, and private addresses are refused
+                   unless the pull's policy allows them */
     bool s3;             /* signed: an s3:// file (of an s3:// source, or of a pull) */
     char *auth_hdr;      /* "Authorization: Bearer ..." (a pull's peer), or NULL */
     const uint8_t *data; /* a pull's in-memory file (no requests), or NULL */
@@ -133,6 +136,10 @@ typedef struct resp {
     size_t cap, got;
     bool overflow;
     char etag[256], lastmod[128], crange[128], location[512];
+    /* the Hub's (a pull with hub set): X-Linked-Etag, X-Linked-Size,
+     * X-Error-Code, X-Error-Message */
+    char linked_etag[128], linked_size[32], xerr[64], xmsg[256];
+    tv__http_refusal refusal; /* a hop's connection to a private address */
 } resp;
 
 static size_t on_body(char *p, size_t sz, size_t n, void *arg)
@@ -154,8 +161,13 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
     size_t len = sz * n;
     /* A new status line (a 100 Continue before the answer) starts over. */
     if (len >= 5 && strncmp(p, "HTTP/", 5) == 0)
-        r->etag[0] = r->lastmod[0] = r->crange[0] = r->location[0] = '\0';
+        r->etag[0] = r->lastmod[0] = r->crange[0] = r->location[0] = r->linked_etag[0] =
+            r->linked_size[0] = r->xerr[0] = r->xmsg[0] = '\0';
     tv__http_header_value(p, len, "ETag", r->etag, sizeof(r->etag));
+    tv__http_header_value(p, len, "X-Linked-Etag", r->linked_etag, sizeof(r->linked_etag));
+    tv__http_header_value(p, len, "X-Linked-Size", r->linked_size, sizeof(r->linked_size));
+    tv__http_header_value(p, len, "X-Error-Code", r->xerr, sizeof(r->xerr));
+    tv__http_header_value(p, len, "X-Error-Message", r->xmsg, sizeof(r->xmsg));
     tv__http_header_value(p, len, "Last-Modified", r->lastmod, sizeof(r->lastmod));
     tv__http_header_value(p, len, "Content-Range", r->crange, sizeof(r->crange));
     tv__http_header_value(p, len, "Location", r->location, sizeof(r->location));
@@ -180,6 +192,22 @@ static void set_common(tv__src_http *h, CURL *c, const http_file *f, resp *r, ch
                    on_body, r, errbuf, &h->o.cancel);
     if (f->s3)
         tv__http_sigv4(c, h->sigv4, h->o.s3.access_key_id, h->o.s3.secret_access_key);
+    if (f->hop && !h->pull->redirects.allow_private)
+        tv__http_refuse_private(c, &r->refusal);
+}
+
+/* A hop's connection reached a private address (set_common). */
+static int refused(const http_file *f, const char *what, const resp *r, tv_error *err)
+{
+    return tv__seterr(
+        err, TV_E_FORBIDDEN,
+        "%s %s: the redirect for '%s' leads to %s, a loopback, private or link-local address (import.hf_redirect_private allows it)",
+        what, f->url, f->name, r->refusal.ip);
+}
+
+static bool is_redirect(long st)
+{
+    return st == 301 || st == 302 || st == 303 || st == 307 || st == 308;
 }
 
 /* The headers every request of f carries: S3's, a peer's bearer (NULL
@@ -226,6 +254,16 @@ static int same_file(const http_file *f, const resp *r, tv_error *err)
 static int status_error(const tv__src_http *h, const http_file *f, const char *what, long st,
                         const resp *r, tv_error *err)
 {
+    if (h->pull && h->pull->hub && (st == 401 || st == 403))
+        return tv__seterr(
+            err, TV_E_FORBIDDEN,
+            "%s: '%s': the Hub answered %ld (%s: %.200s): a gated or private repository needs a token of an account that was granted access, given to the daemon (HF_TOKEN in its environment, or import.hf_token_file)",
+            h->pull->source, f->name, st, r->xerr[0] ? r->xerr : "no X-Error-Code",
+            r->xmsg[0] ? r->xmsg : "no message");
+    if (h->pull && h->pull->hub && st == 404)
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s: '%s': the Hub answered 404 (%s: %.200s)",
+                          h->pull->source, f->name, r->xerr[0] ? r->xerr : "no X-Error-Code",
+                          r->xmsg[0] ? r->xmsg : "not found");
     if (f->auth_hdr && (st == 401 || st == 403))
         return tv__seterr(err, TV_E_FORBIDDEN,
                           "%s %s: the peer answered %ld: it does not take this node's fleet.token",
@@ -245,6 +283,40 @@ static int status_error(const tv__src_http *h, const http_file *f, const char *w
                           "%s %s: the origin answered %ld: '%s' changed or went away during import",
                           what, f->url, st, f->name);
     return tv__seterr(err, -EIO, "%s %s: the origin answered %ld", what, f->url, st);
+}
+
+/* What a Hub resolve answer announces (X-Linked-Size, X-Linked-Etag: an
+ * LFS file's length and SHA-256) must be what the listing said. */
+static int hub_linked(const tv__src_http *h, const http_file *f, const resp *r, tv_error *err)
+{
+    if (!h->pull || !h->pull->hub || f->pull_idx == SIZE_MAX)
+        return 0;
+    const tv__src_pull_file *pf = &h->pull->files[f->pull_idx];
+    char want[80], got[80];
+    if (r->linked_size[0]) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(r->linked_size, &end, 10);
+        if (errno || *end || v != pf->len)
+            return tv__seterr(err, TV_E_SOURCE_CHANGED,
+                              "%s: '%s': the Hub announces X-Linked-Size %s; its listing said %llu",
+                              h->pull->source, f->name, r->linked_size,
+                              (unsigned long long)pf->len);
+    }
+    if (r->linked_etag[0] && pf->sha256) {
+        /* a quoted (maybe weak) entity tag around the SHA-256 */
+        const char *e = r->linked_etag;
+        if (!strncmp(e, "W/", 2))
+            e += 2;
+        snprintf(got, sizeof(got), "%.*s", (int)strcspn(e + (*e == '"'), "\""), e + (*e == '"'));
+        snprintf(want, sizeof(want), "%s", pf->sha256);
+        if (strcasecmp(got, want) != 0)
+            return tv__seterr(
+                err, TV_E_HASH_MISMATCH,
+                "%s: '%s': the Hub announces sha256 %s (X-Linked-Etag); its listing said %s",
+                h->pull->source, f->name, got, want);
+    }
+    return 0;
 }
 
 /* HEAD: length and validators into f. */
@@ -270,8 +342,20 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
     curl_off_t cl = -1;
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-    if (tv__http_was_cancelled(cc, &h->o.cancel)) {
+    if (r.refusal.refused) {
+        rc = refused(f, "HEAD", &r, err);
+    } else if (tv__http_was_cancelled(cc, &h->o.cancel)) {
         rc = tv__seterr(err, TV_E_CANCELLED, "HEAD %s: cancelled", f->url);
+    } else if (cc == CURLE_OK && is_redirect(a->status) && h->pull && h->pull->redirects.max) {
+        char *loc = NULL;
+        curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc);
+        if (!loc)
+            rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin answered %ld without a Location",
+                            f->url, a->status);
+        else if (!(f->next = strdup(loc)))
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+        else
+            rc = hub_linked(h, f, &r, err);
     } else if (cc != CURLE_OK) {
         a->retry = true;
         rc = tv__seterr(err, -EIO, "HEAD %s: %s", f->url,
@@ -279,12 +363,13 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     } else if (a->status != 200) {
         a->retry = retryable_status(a->status);
         rc = a->retry ? tv__seterr(err, -EIO, "HEAD %s: the origin answered %ld", f->url, a->status)
-             : a->status == 404 ? tv__seterr(err, TV_E_CKPT_NOT_FOUND,
+             : a->status == 404 && !(h->pull && h->pull->hub)
+                 ? tv__seterr(err, TV_E_CKPT_NOT_FOUND,
                                              "HEAD %s: the origin answered 404 (not found)", f->url)
                                 : status_error(h, f, "HEAD", a->status, &r, err);
     } else if (cl < 0) {
         rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin sent no Content-Length", f->url);
-    } else {
+    } else if (!(rc = hub_linked(h, f, &r, err))) {
         f->len = (uint64_t)cl;
         snprintf(f->etag, sizeof(f->etag), "%s", r.etag);
         snprintf(f->lastmod, sizeof(f->lastmod), "%s", r.lastmod);
@@ -368,7 +453,9 @@ static int get_end(tv__src_http *h, get_req *q, tv_error *err)
     int rc = 0;
     CURLcode cc = q->cc;
     curl_easy_getinfo(q->c, CURLINFO_RESPONSE_CODE, &a->status);
-    if (tv__http_was_cancelled(cc, &h->o.cancel)) {
+    if (r->refusal.refused) {
+        rc = refused(f, "GET", r, err);
+    } else if (tv__http_was_cancelled(cc, &h->o.cancel)) {
         rc =
             tv__seterr(err, TV_E_CANCELLED, "GET %s bytes %s: cancelled (%zu of %zu bytes arrived)",
                        f->url, range, r->got, len);
@@ -482,6 +569,37 @@ static http_file *file_find(tv__src_http *h, const char *name)
     return NULL;
 }
 
+/* HEADs f, following the redirects the pull's policy allows one hop at a
+ * time (httpc.h): each hop checked before it is requested, the bearer
+ * dropped at the first hop that leaves the file's own origin. Range GETs
+ * then go straight to where the last hop led. */
+static int head_hops(tv__src_http *h, http_file *f, tv_error *err)
+{
+    int rc;
+    const tv__http_redirects *p = &h->pull->redirects;
+    char first[TV__URL_MAX + 1], o1[300], o2[300];
+    snprintf(first, sizeof(first), "%s", f->url);
+    for (unsigned hops = 0;; hops++) {
+        if ((rc = request(h, f, NULL, 0, 0, err)) || !f->next)
+            return rc;
+        if (hops >= p->max)
+            return tv__seterr(err, TV_E_FORBIDDEN,
+                              "'%s' at %s: more than %u redirects (the last to '%.300s')", f->name,
+                              first, p->max, f->next);
+        if ((rc = tv__http_redirect_check(p, first, f->next, err)))
+            return rc;
+        if (tv__http_origin(first, o1, sizeof(o1)) || tv__http_origin(f->next, o2, sizeof(o2)) ||
+            strcmp(o1, o2) != 0) {
+            free(f->auth_hdr); /* the bearer never leaves the origin it was given for */
+            f->auth_hdr = NULL;
+            f->hop = true;
+        }
+        free(f->url);
+        f->url = f->next;
+        f->next = NULL;
+    }
+}
+
 /* A pull's file (f: the next free slot of h->files): its URL (an s3://
  * one made path-style and signed), bearer or in-memory bytes, HEADed and
  * its length checked against the catalog's. */
@@ -525,7 +643,7 @@ static int pull_file_get(tv__src_http *h, const char *name, http_file *f, http_f
         rc = tv__seterr(err, -ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = request(h, f, NULL, 0, 0, err)))
+    if ((rc = head_hops(h, f, err)))
         goto fail;
     if (f->len != pf->len) {
         rc = tv__seterr(err, TV_E_SOURCE_CHANGED, "'%s' at %s is %llu bytes; the catalog says %llu",
@@ -541,6 +659,7 @@ fail:
     free(f->name);
     free(f->url);
     free(f->auth_hdr);
+    free(f->next);
     return rc;
 }
 
@@ -761,6 +880,7 @@ void tv__src_http_free(tv__src_http *h)
         free(h->files[i].name);
         free(h->files[i].url);
         free(h->files[i].auth_hdr);
+        free(h->files[i].next);
     }
     free(h->files);
     free(h->base);

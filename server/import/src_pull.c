@@ -30,6 +30,8 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err)
         c->source = dup_or_null(p->source, &fail);
         c->on_bad_file = p->on_bad_file;
         c->bad_ctx = p->bad_ctx;
+        c->redirects = p->redirects;
+        c->hub = p->hub;
         c->files = fs;
         c->n_files = fs ? p->n_files : 0;
     }
@@ -40,6 +42,7 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err)
         fs[i].bearer = dup_or_null(a->bearer, &fail);
         fs[i].sha256 = dup_or_null(a->sha256, &fail);
         fs[i].len = a->len;
+        fs[i].sidecar = a->sidecar;
         if (a->data) {
             void *d = malloc(a->data_len ? a->data_len : 1);
             if (d)

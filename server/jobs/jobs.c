@@ -232,6 +232,19 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.http = r->http;
     o.pull = n->pull;
     o.local = n->local;
+    /* hf://: the Hub's listing, resolved here (the worker may wait on it),
+     * becomes a pull (import/source.h). */
+    tv__src_pull *hub = NULL;
+    if (!n->pull && tv__src_is_hub(n->source)) {
+        tv__src_http_opts ho = {.retries = TV__SRC_HTTP_DEFAULT_RETRIES};
+        if (r->http)
+            ho = *r->http;
+        ho.cancel = (tv__http_cancel){.cancelled = is_cancelled, .ctx = r};
+        int hrc = tv__src_hub_resolve(n->source, &ho, &hub, err);
+        if (hrc)
+            return hrc;
+        o.pull = hub;
+    }
     o.generation = n->generation;
     /* A remote import takes over what an interrupted one of the same model
      * and source left (import.h: resume). */
@@ -252,6 +265,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     double t0 = mono_s();
     int rc = tv__import(st, n->model, n->source, &o, &res, err);
     free(resume);
+    tv__src_pull_free(hub);
     if (rc)
         return rc;
     *gen = res.generation;
