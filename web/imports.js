@@ -80,7 +80,9 @@
     ui.source.required = true;
     var hint = TV.el("p", "hint muted",
       "A .safetensors file, an index file (*.safetensors.index.json) or a directory of shards, " +
-      "as a path on the daemon's machine under its import roots (import.roots).");
+      "as a path on the daemon's machine under its import roots (import.roots); or " +
+      "hf://ORG/REPO[@REVISION] from the Hugging Face Hub (the daemon resolves the revision " +
+      "to a commit and fetches with its own token, HF_TOKEN).");
     hint.id = "imp-source-hint";
     ui.source.setAttribute("aria-describedby", hint.id);
     ui.alias = textInput("imp-alias", "optional");
@@ -115,6 +117,22 @@
     return p;
   }
 
+  // hf://ORG/REPO[@REVISION]: the shape the daemon takes (import/src_hub.c),
+  // checked before the request; null when fine or not a Hub source.
+  function hubSourceError(source) {
+    if (!/^hf:\/\//i.test(source)) return null;
+    var m = /^hf:\/\/([^@]+)(?:@(.+))?$/i.exec(source);
+    var part = /^[A-Za-z0-9_]([A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$/;
+    var parts = m ? m[1].split("/") : [];
+    if (!m || parts.length > 2 || !parts.every(function (p) {
+      return part.test(p) && p.indexOf("--") < 0 && p.indexOf("..") < 0;
+    }))
+      return "A Hub source is hf://ORG/REPO or hf://ORG/REPO@REVISION (a branch, tag or commit).";
+    if (m[2] !== undefined && (!/^[A-Za-z0-9._\/+-]{1,255}$/.test(m[2]) || m[2].indexOf("..") >= 0))
+      return "The revision after '@' must be a branch, a tag or a 40-hex commit.";
+    return null;
+  }
+
   function formError(msg) {
     ui.formError.textContent = msg || "";
     ui.formError.hidden = !msg;
@@ -126,6 +144,12 @@
     if (!model || !source) {
       formError(!model ? "Enter the model's name." : "Enter the source path.");
       (!model ? ui.model : ui.source).focus();
+      return;
+    }
+    var hubErr = hubSourceError(source);
+    if (hubErr) {
+      formError(hubErr);
+      ui.source.focus();
       return;
     }
     var body = { model: model, source: source, activate: ui.activate.checked, strict: ui.strict.checked };

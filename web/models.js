@@ -33,6 +33,18 @@
   function mpath(n) { return "/v1/models/" + TV.seg(n); }
   function gpath(n, g) { return mpath(n) + "/generations/" + TV.seg(String(g)); }
 
+  // A Hugging Face Hub import (source hf://REPO@COMMIT): the repository and
+  // the commit it was resolved to, in the source cell.
+  function hubOrigin(td, g) {
+    if (!g.source_repo || !g.source_commit) return;
+    td.textContent = "";
+    td.appendChild(el("span", "hub-repo", "hf://" + g.source_repo));
+    var c = el("span", "hub-commit", "@" + g.source_commit.slice(0, 12));
+    c.title = "commit " + g.source_commit;
+    td.appendChild(c);
+    td.title = g.source + " (repository " + g.source_repo + ", commit " + g.source_commit + ")";
+  }
+
   function badge(cls, text, title) {
     var b = el("span", "badge " + cls, text);
     if (title) b.title = title;
@@ -403,6 +415,7 @@
     tr.appendChild(el("td", "num n-shards", String(g.n_shards)));
     td = el("td", "src mono", g.source === null || g.source === undefined ? "\u2013" : g.source);
     if (g.source) td.title = g.source;
+    hubOrigin(td, g);
     tr.appendChild(td);
     tr.appendChild(el("td", "created", fmtTime(g.created_at)));
     td = el("td", "gen-actions");

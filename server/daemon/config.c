@@ -69,6 +69,10 @@ static const key_def keys[] = {
     {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
     {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
     {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
+    {"import.hf_endpoint", K_STR, F(import_hf_endpoint), SZ(import_hf_endpoint), 0, 0},
+    {"import.hf_token_file", K_STR, F(import_hf_token_file), SZ(import_hf_token_file), 0, 0},
+    {"import.hf_redirect_http", K_BOOL, F(import_hf_redirect_http), 0, 0, 0},
+    {"import.hf_redirect_private", K_BOOL, F(import_hf_redirect_private), 0, 0, 0},
     {"s3.endpoint", K_STR, F(s3_endpoint), SZ(s3_endpoint), 0, 0},
     {"s3.region", K_STR, F(s3_region), SZ(s3_region), 0, 0},
     {"s3.access_key_id", K_STR, F(s3_access_key_id), SZ(s3_access_key_id), 0, 0},
@@ -139,6 +143,7 @@ void tv__config_defaults(tv__config *c)
     c->import_http_retries = 4;
     c->import_http_timeout = 60;
     c->import_http_range = 8u << 20;
+    snprintf(c->import_hf_endpoint, sizeof(c->import_hf_endpoint), "https://huggingface.co");
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");
     c->fastpath_enabled = true;
@@ -615,6 +620,50 @@ static int s3_from_env(tv__config *c, char *const *envp, tv_error *err)
     return 0;
 }
 
+/* The Hub's settings of the daemon's environment: HF_ENDPOINT over
+ * import.hf_endpoint, HF_TOKEN over import.hf_token_file (the file's first
+ * line). The daemon fetches, so the token is the daemon's: a client's
+ * HF_TOKEN is never sent to it. */
+static int hf_from_env(tv__config *c, char *const *envp, tv_error *err)
+{
+    const char *ep = env_get(envp, "HF_ENDPOINT"), *tok = env_get(envp, "HF_TOKEN");
+    if (ep && *ep) {
+        if (strlen(ep) >= sizeof(c->import_hf_endpoint))
+            return tv__seterr(err, TV_E_INVALID_ARG, "$HF_ENDPOINT is too long");
+        snprintf(c->import_hf_endpoint, sizeof(c->import_hf_endpoint), "%s", ep);
+    }
+    if (c->import_hf_endpoint[0] && strncmp(c->import_hf_endpoint, "https://", 8) &&
+        strncmp(c->import_hf_endpoint, "http://", 7))
+        return tv__seterr(err, TV_E_INVALID_ARG,
+                          "import.hf_endpoint '%s' is not an http:// or https:// URL",
+                          c->import_hf_endpoint);
+    c->hf_token[0] = '\0';
+    if (tok && *tok) {
+        if (strlen(tok) >= sizeof(c->hf_token))
+            return tv__seterr(err, TV_E_INVALID_ARG, "$HF_TOKEN is longer than %zu bytes",
+                              sizeof(c->hf_token) - 1);
+        snprintf(c->hf_token, sizeof(c->hf_token), "%s", tok);
+        return 0;
+    }
+    if (!c->import_hf_token_file[0])
+        return 0;
+    FILE *f = fopen(c->import_hf_token_file, "r");
+    if (!f) {
+        int e = errno;
+        return tv__seterr(err, -e, "import.hf_token_file %s: %s", c->import_hf_token_file,
+                          strerror(e));
+    }
+    bool got = fgets(c->hf_token, sizeof(c->hf_token), f) != NULL;
+    fclose(f);
+    if (!got)
+        c->hf_token[0] = '\0';
+    c->hf_token[strcspn(c->hf_token, "\r\n")] = '\0';
+    if (!c->hf_token[0])
+        return tv__seterr(err, TV_E_INVALID_ARG, "import.hf_token_file %s holds no token",
+                          c->import_hf_token_file);
+    return 0;
+}
+
 int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *envp,
                     tv__config_action *action, tv_error *err)
 {
@@ -686,7 +735,7 @@ int tv__config_load(tv__config *c, int argc, char *const *argv, char *const *env
     }
     if ((rc = tv__url_origins_validate(c->import_origins, err)) || (rc = fleet_validate(c, err)))
         return rc;
-    if ((rc = s3_from_env(c, envp, err)))
+    if ((rc = s3_from_env(c, envp, err)) || (rc = hf_from_env(c, envp, err)))
         return rc;
     /* The image follows the store directory unless it was given. */
     if (!c->store_image_set) {

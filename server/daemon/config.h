@@ -57,6 +57,14 @@ typedef struct tv__config {
     unsigned import_http_retries;         /* per Range request */
     unsigned import_http_timeout;         /* seconds without a byte */
     uint64_t import_http_range;           /* bytes per Range request */
+    /* hf:// imports (import/src_hub.c): the Hub's endpoint ($HF_ENDPOINT
+     * overrides it), a file holding the token ($HF_TOKEN overrides it), and
+     * the redirect policy of its file CDN's hops */
+    char import_hf_endpoint[TV__CFG_STR_MAX];
+    char import_hf_token_file[TV__CFG_STR_MAX];
+    bool import_hf_redirect_http;    /* hops to http:// too (else https only) */
+    bool import_hf_redirect_private; /* hops to loopback/private/link-local addresses too */
+    char hf_token[1024];             /* read at load: $HF_TOKEN, else the token file; never logged */
     char s3_endpoint[TV__CFG_STR_MAX];    /* "" = $AWS_ENDPOINT_URL, else AWS */
     char s3_region[64];                   /* "" = $AWS_REGION, else us-east-1 */
     char s3_access_key_id[256];           /* "" = $AWS_ACCESS_KEY_ID */

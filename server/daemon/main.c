@@ -374,6 +374,7 @@ typedef struct tvd {
     tv__fleet *fleet;
     admit_ctx actx;
     tv__src_http_opts http_src; /* the imports' (and the fleet's) http(s) and S3 settings */
+    tv__src_hub_opts hub_src;   /* hf:// imports: import.hf_* */
     char token_path[TV__CFG_STR_MAX + 16];
     char fleet_host[256]; /* HOST[:PORT] of fleet.url, one of the daemon's names */
     char host[256];       /* of http.listen */
@@ -411,6 +412,12 @@ static int start_jobs(tvd *d, tv_error *err)
                                       .retries = c->import_http_retries,
                                       .timeout_s = c->import_http_timeout,
                                       .range = c->import_http_range};
+    d->hub_src = (tv__src_hub_opts){.endpoint = c->import_hf_endpoint,
+                                    .token = c->hf_token[0] ? c->hf_token : NULL,
+                                    .redirects = {.max = TV__HTTP_DEFAULT_REDIRECTS,
+                                                  .allow_http = c->import_hf_redirect_http,
+                                                  .allow_private = c->import_hf_redirect_private}};
+    d->http_src.hub = &d->hub_src;
     tv__jobs_set_http(d->jobs, &d->http_src);
     return 0;
 }

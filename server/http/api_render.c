@@ -12,6 +12,7 @@
 
 #include "fastpath/fastpath.h"
 #include "http/api_internal.h"
+#include "import/source.h"
 
 #ifndef TV__BUILD_GIT /* set by server/CMakeLists.txt: git describe at configure time */
 #define TV__BUILD_GIT "unknown"
@@ -214,6 +215,16 @@ json_t *tv__api_shard_json(const tv__reg_shard *s)
     return done(o, ok);
 }
 
+/* A Hub import's generation records its source as hf://REPO@COMMIT
+ * (import/src_hub.c): the repository and the commit, else JSON nulls. */
+static bool put_origin(json_t *o, const char *source)
+{
+    tv__hub_ref ref;
+    bool hub = tv__src_is_hub(source) && tv__hub_parse(source, &ref, NULL) == 0 && ref.is_commit;
+    return put(o, "source_repo", hub ? tv__api_jstr(ref.repo) : json_null()) &&
+           put(o, "source_commit", hub ? tv__api_jstr(ref.rev) : json_null());
+}
+
 json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias *aliases,
                                 size_t n_aliases, const tv__reg_manifest *shards)
 {
@@ -232,7 +243,7 @@ json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias
          put(o, "n_shards", json_integer(g->n_shards)) &&
          put(o, "n_tensors", json_integer(g->n_tensors)) &&
          put(o, "total_bytes", jint(g->total_bytes)) && put(o, "source", tv__api_jstr(g->source)) &&
-         put(o, "created_at", json_integer(g->created_at));
+         put_origin(o, g->source) && put(o, "created_at", json_integer(g->created_at));
     if (ok && shards) {
         json_t *arr = json_array();
         ok = arr != NULL;
