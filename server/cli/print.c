@@ -221,7 +221,8 @@ static void generation_one(FILE *f, const json_t *g)
             I(g, "total_bytes", b, sizeof b));
     fprintf(f, "source:      %s\n", S(g, "source"));
     if (json_is_string(json_object_get(g, "source_repo")))
-        fprintf(f, "hub repo:    %s\nhub commit:  %s\n", S(g, "source_repo"), S(g, "source_commit"));
+        fprintf(f, "hub repo:    %s\nhub commit:  %s\n", S(g, "source_repo"),
+                S(g, "source_commit"));
     fprintf(f, "created:     %s\n", T(g, "created_at", b, sizeof b));
     size_t i;
     json_t *s;

@@ -64,11 +64,11 @@ typedef struct tv__config {
     char import_hf_token_file[TV__CFG_STR_MAX];
     bool import_hf_redirect_http;    /* hops to http:// too (else https only) */
     bool import_hf_redirect_private; /* hops to loopback/private/link-local addresses too */
-    char hf_token[1024];             /* read at load: $HF_TOKEN, else the token file; never logged */
-    char s3_endpoint[TV__CFG_STR_MAX];    /* "" = $AWS_ENDPOINT_URL, else AWS */
-    char s3_region[64];                   /* "" = $AWS_REGION, else us-east-1 */
-    char s3_access_key_id[256];           /* "" = $AWS_ACCESS_KEY_ID */
-    char s3_secret_access_key[256];       /* never logged */
+    char hf_token[1024]; /* read at load: $HF_TOKEN, else the token file; never logged */
+    char s3_endpoint[TV__CFG_STR_MAX]; /* "" = $AWS_ENDPOINT_URL, else AWS */
+    char s3_region[64];                /* "" = $AWS_REGION, else us-east-1 */
+    char s3_access_key_id[256];        /* "" = $AWS_ACCESS_KEY_ID */
+    char s3_secret_access_key[256];    /* never logged */
     char s3_session_token[TV__CFG_STR_MAX];
     int log_level;                     /* TV_LOG_* of util/internal.h */
     char log_file[TV__CFG_STR_MAX];    /* "stderr" or a path (appended to) */

@@ -161,8 +161,8 @@ int tv__http_redirect_check(const tv__http_redirects *p, const char *first, cons
                           to ? to : "(none)");
     if (b.creds)
         return tv__seterr(err, TV_E_FORBIDDEN,
-                          "a redirect to %s://%s is refused: the URL carries credentials",
-                          b.scheme, b.host);
+                          "a redirect to %s://%s is refused: the URL carries credentials", b.scheme,
+                          b.host);
     bool same = first && !url_split(first, &a) && !strcmp(a.scheme, b.scheme) &&
                 !strcmp(a.host, b.host) && !strcmp(a.port, b.port);
     if (!same && strcmp(b.scheme, "https") && !(p && p->allow_http))
@@ -196,8 +196,7 @@ bool tv__http_addr_private(const char *ip)
            (a[0] == 192 && a[1] == 168) || a[0] >= 224;
 }
 
-static int on_prereq(void *ctx, char *primary_ip, char *local_ip, int primary_port,
-                     int local_port)
+static int on_prereq(void *ctx, char *primary_ip, char *local_ip, int primary_port, int local_port)
 {
     tv__http_refusal *r = ctx;
     (void)local_ip, (void)primary_port, (void)local_port;

@@ -56,7 +56,8 @@ typedef struct tv__src_pull_file {
     size_t data_len;
     const char *sha256; /* 64 lowercase hex: the whole file's expected SHA-256; NULL: none */
     uint64_t len;       /* expected length (ignored for in-memory files) */
-    bool sidecar; /* a non-weight file kept with the generation, fetched whole into memory and checked against sha256 */
+    bool sidecar;       /* a non-weight file kept with the generation, fetched whole into memory and
+                           checked against sha256 */
 } tv__src_pull_file;
 
 typedef struct tv__src_pull {
@@ -231,10 +232,10 @@ const char *tv__src_http_validator(tv__src_http *h, const char *name);
  * their LFS SHA-256, the index and the sidecars (small non-weight files)
  * fetched whole and checked against their git blob SHA-1 (or LFS SHA-256). */
 #define TV__HUB_DEFAULT_ENDPOINT "https://huggingface.co"
-#define TV__HUB_REPO_MAX         194          /* ORG/NAME: 96 + 1 + 96 + NUL */
-#define TV__HUB_REV_MAX          256          /* bytes, NUL included */
-#define TV__HUB_SIDECAR_MAX      (16u << 20)  /* bytes of one sidecar file */
-#define TV__HUB_LISTING_MAX      (32u << 20)  /* bytes of the revision's JSON */
+#define TV__HUB_REPO_MAX         194         /* ORG/NAME: 96 + 1 + 96 + NUL */
+#define TV__HUB_REV_MAX          256         /* bytes, NUL included */
+#define TV__HUB_SIDECAR_MAX      (16u << 20) /* bytes of one sidecar file */
+#define TV__HUB_LISTING_MAX      (32u << 20) /* bytes of the revision's JSON */
 
 /* Where the Hub is and how the daemon talks to it (import.hf_* in the
  * daemon's config, HF_ENDPOINT / HF_TOKEN in its environment). */
@@ -258,10 +259,10 @@ int tv__hub_parse(const char *src, tv__hub_ref *out, tv_error *err);
 
 /* One file of a revision's listing. */
 typedef struct tv__hub_file {
-    char *path;       /* rfilename */
-    uint64_t size;    /* bytes (the LFS size for an LFS file) */
-    char blob[41];    /* git blob SHA-1 (blobId), "" unknown */
-    char sha256[65];  /* the LFS SHA-256, "" for a file in git */
+    char *path;      /* rfilename */
+    uint64_t size;   /* bytes (the LFS size for an LFS file) */
+    char blob[41];   /* git blob SHA-1 (blobId), "" unknown */
+    char sha256[65]; /* the LFS SHA-256, "" for a file in git */
 } tv__hub_file;
 
 typedef struct tv__hub_listing {

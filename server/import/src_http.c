@@ -60,11 +60,11 @@
 #define POOL_MAX 32 /* idle handles kept: 2 readers x GROUP_MAX, and more */
 
 typedef struct http_file {
-    char *name; /* as the checkpoint names it */
-    char *url;  /* a pull's file whose HEAD was redirected: where the last hop led */
-    char *next; /* the redirect the last HEAD answered (a pull with redirects), or NULL */
-    bool hop;   /* url is a redirect's target: no bearer, and private addresses are refused
-                   unless the pull's policy allows them */
+    char *name;          /* as the checkpoint names it */
+    char *url;           /* a pull's file whose HEAD was redirected: where the last hop led */
+    char *next;          /* the redirect the last HEAD answered (a pull with redirects), or NULL */
+    bool hop;            /* url is a redirect's target: no bearer, and private addresses are refused
+                            unless the pull's policy allows them */
     bool s3;             /* signed: an s3:// file (of an s3:// source, or of a pull) */
     char *auth_hdr;      /* "Authorization: Bearer ..." (a pull's peer), or NULL */
     const uint8_t *data; /* a pull's in-memory file (no requests), or NULL */
@@ -365,8 +365,8 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
         rc = a->retry ? tv__seterr(err, -EIO, "HEAD %s: the origin answered %ld", f->url, a->status)
              : a->status == 404 && !(h->pull && h->pull->hub)
                  ? tv__seterr(err, TV_E_CKPT_NOT_FOUND,
-                                             "HEAD %s: the origin answered 404 (not found)", f->url)
-                                : status_error(h, f, "HEAD", a->status, &r, err);
+                              "HEAD %s: the origin answered 404 (not found)", f->url)
+                 : status_error(h, f, "HEAD", a->status, &r, err);
     } else if (cl < 0) {
         rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin sent no Content-Length", f->url);
     } else if (!(rc = hub_linked(h, f, &r, err))) {

@@ -37,8 +37,8 @@
 #include "util/hex.h"
 #include "util/sha256.h"
 
-#define SIDECARS_MAX       64           /* sidecar files kept at most */
-#define SIDECARS_TOTAL_MAX (64u << 20)  /* bytes of them together */
+#define SIDECARS_MAX       64          /* sidecar files kept at most */
+#define SIDECARS_TOTAL_MAX (64u << 20) /* bytes of them together */
 
 /* ---- names ---- */
 
@@ -259,7 +259,7 @@ out:
 
 typedef struct hub {
     tv__hub_ref ref;
-    char endpoint[TV__URL_MAX]; /* no trailing '/' */
+    char endpoint[TV__URL_MAX];                        /* no trailing '/' */
     char what[TV__HUB_REPO_MAX + TV__HUB_REV_MAX + 8]; /* "hf://REPO@REV" for messages */
     const char *token;                                 /* HF_TOKEN, or NULL */
     char *auth;                                        /* "Authorization: Bearer ..." or NULL */
@@ -470,9 +470,9 @@ static bool plain_top(const char *path)
 
 static bool sidecar_kind(const char *path)
 {
-    static const char *const skip[] = {".safetensors", ".bin", ".pt",   ".pth",
-                                       ".h5",          ".msgpack", ".onnx", ".gguf",
-                                       ".ckpt",        ".safetensors.index.json"};
+    static const char *const skip[] = {
+        ".safetensors", ".bin",  ".pt",   ".pth",  ".h5",
+        ".msgpack",     ".onnx", ".gguf", ".ckpt", ".safetensors.index.json"};
     for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
         if (ends_with(path, skip[i]))
             return false;
@@ -665,9 +665,10 @@ static int hub_init(hub *hb, const char *src, const tv__src_http_opts *ho, tv_er
         el--;
     if (el >= sizeof(hb->endpoint) - 1 ||
         (strncasecmp(ep, "https://", 8) && strncasecmp(ep, "http://", 7)))
-        return tv__seterr(err, TV_E_INVALID_ARG,
-                          "the Hub's endpoint '%.200s' (import.hf_endpoint, HF_ENDPOINT) is not an http(s):// URL",
-                          ep);
+        return tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "the Hub's endpoint '%.200s' (import.hf_endpoint, HF_ENDPOINT) is not an http(s):// URL",
+            ep);
     memcpy(hb->endpoint, ep, el);
     snprintf(hb->what, sizeof(hb->what), "hf://%s@%s", hb->ref.repo, hb->ref.rev);
     if (tok && *tok) {
