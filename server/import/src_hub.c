@@ -13,7 +13,7 @@
  * its X-Linked-Size and X-Linked-Etag compared with the listing, and the
  * shard's bytes hashed against the listing's SHA-256 before anything is
  * published (import.c). The index and the sidecars (top-level non-weight
- * files under TV__HUB_SIDECAR_MAX: config, tokenizer, ...) are fetched
+ * files of at most 4 MiB: config, tokenizer, ...) are fetched
  * whole here and checked against their git blob SHA-1 (the Hub's ETag of a
  * file kept in git) or their LFS SHA-256.
  *
@@ -38,7 +38,8 @@
 #include "util/sha256.h"
 
 #define SIDECARS_MAX       64          /* sidecar files kept at most */
-#define SIDECARS_TOTAL_MAX (64u << 20) /* bytes of them together */
+#define SIDECAR_MAX        (4u << 20)  /* bytes of one sidecar */
+#define SIDECARS_TOTAL_MAX (32u << 20) /* bytes of them together */
 
 /* ---- names ---- */
 
@@ -486,7 +487,7 @@ static int fetch_small(hub *hb, const char *commit, const tv__hub_file *f, uint8
                        size_t *len, char sha_hex[65], tv_error *err)
 {
     char url[TV__URL_MAX + 1], sha1[41], etag[80];
-    fetch fr = {.max = TV__HUB_SIDECAR_MAX};
+    fetch fr = {.max = TV__HUB_SMALL_MAX};
     long st = 0;
     int rc;
     *data = NULL;
@@ -575,10 +576,10 @@ static int add_file(hub *hb, const tv__hub_listing *l, const tv__hub_file *f, bo
             return tv__seterr(err, -ENOMEM, "out of memory");
         return 0;
     }
-    if (f->size != UINT64_MAX && f->size > TV__HUB_SIDECAR_MAX)
+    if (f->size != UINT64_MAX && f->size > TV__HUB_SMALL_MAX)
         return tv__seterr(err, TV_E_TOO_LARGE,
                           "%s: '%s' (%llu bytes) is kept in git, not LFS, and over %u bytes",
-                          hb->what, f->path, (unsigned long long)f->size, TV__HUB_SIDECAR_MAX);
+                          hb->what, f->path, (unsigned long long)f->size, TV__HUB_SMALL_MAX);
     uint8_t *data = NULL;
     size_t len = 0;
     int rc = fetch_small(hb, l->commit, f, &data, &len, sha, err);
@@ -623,7 +624,7 @@ static int make_pull(hub *hb, const tv__hub_listing *l, tv__src_pull **out, tv_e
         bool weight = plain_top(f->path) && ends_with(f->path, ".safetensors");
         if (f == idx || (weight && (idx || f == one)))
             rc = add_file(hb, l, f, false, &b, err);
-        else if (sidecar_kind(f->path) && f->size <= TV__HUB_SIDECAR_MAX && n_side < SIDECARS_MAX &&
+        else if (sidecar_kind(f->path) && f->size <= SIDECAR_MAX && n_side < SIDECARS_MAX &&
                  b.sidecar_bytes + f->size <= SIDECARS_TOTAL_MAX) {
             rc = add_file(hb, l, f, true, &b, err);
             n_side++;
@@ -658,6 +659,10 @@ static int hub_init(hub *hb, const char *src, const tv__src_http_opts *ho, tv_er
     const tv__src_hub_opts *o = ho ? ho->hub : NULL;
     const char *ep = o ? o->endpoint : getenv("HF_ENDPOINT");
     const char *tok = o ? o->token : getenv("HF_TOKEN");
+    if (o && (!ep || !*ep))
+        return tv__seterr(err, TV_E_OUTSIDE_ROOTS,
+                          "%s: hf:// imports are off in this daemon (import.hf_endpoint is empty)",
+                          src);
     if (!ep || !*ep)
         ep = TV__HUB_DEFAULT_ENDPOINT;
     size_t el = strlen(ep);
