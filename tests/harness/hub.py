@@ -18,9 +18,11 @@ documents and huggingface_hub's file_download reads them:
 
 Switches: `corrupt` (a set of file names whose CDN bytes have one byte
 flipped), `cut_once` (file names: the first data Range GET past the header
-is cut after half its body, once), `redirect_http` (the CDN URL is given as
-http:// - it is anyway; see `cdn_scheme`), `loop` (the CDN answers 302 to
-itself forever). Counters: `cdn_bytes` (body bytes the CDN sent, per
+is cut after half its body, once), `loop` (the CDN answers 302 to itself
+forever), `throttle` (CDN body bytes per second). The CDN is http:// on
+another address: a daemon must allow http:// and private hops to use it
+(import.hf_redirect_http, import.hf_redirect_private), which tests the
+policy's refusals too. Counters: `cdn_bytes` (body bytes the CDN sent, per
 file), `cdn_auth` (Authorization headers the CDN saw), `requests` (method,
 host, path, status)."""
 import hashlib
@@ -28,6 +30,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 import urllib.parse
 
 
@@ -204,8 +207,10 @@ class _CdnHandler(_Base):
             self.connection.shutdown(socket.SHUT_RDWR)
             hub._log(self.command, "cdn-cut", self.path, status)
             return
-        self.wfile.write(body)
-        hub._count(path, len(body))
+        try:
+            hub._send_body(self.wfile, path, body)
+        except OSError:  # the importer went away (a killed daemon)
+            self.close_connection = True
         hub._log(self.command, "cdn", self.path, status)
 
 
@@ -219,6 +224,7 @@ class Hub:
         self.corrupt = set()
         self.cut_once = set()
         self.loop = False
+        self.throttle = None  # CDN body bytes per second, all transfers together (None: no cap)
         self.cdn_scheme = "http"
         self.cdn_host = "127.0.0.2"
         self.cdn_auth = []
@@ -227,10 +233,24 @@ class Hub:
         self.resolved_revs = []
         self.listings = 0
         self._lock = threading.Lock()
+        self._next = 0.0
 
     def _log(self, method, host, path, status):
         with self._lock:
             self.requests.append((method, host, path, status))
+
+    def _send_body(self, w, path, body):
+        step = (64 << 10) if self.throttle else (1 << 20)
+        for i in range(0, len(body), step):
+            piece = body[i:i + step]
+            if self.throttle:  # one budget for every transfer together
+                with self._lock:
+                    now = time.monotonic()
+                    self._next = max(self._next, now) + len(piece) / self.throttle
+                    wait = self._next - now
+                time.sleep(wait)
+            w.write(piece)
+            self._count(path, len(piece))
 
     def _count(self, path, n):
         with self._lock:
@@ -240,6 +260,7 @@ class Hub:
         self.corrupt.clear()
         self.cut_once.clear()
         self.loop = False
+        self.throttle = None
         self.cdn_auth.clear()
         self.cdn_bytes.clear()
         self.requests.clear()

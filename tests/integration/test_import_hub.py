@@ -9,7 +9,9 @@ more hops than the bound refused); a connection cut mid-file resumed with
 Range; HF_ENDPOINT as a mirror."""
 import json
 import os
+import sqlite3
 import subprocess
+import time
 
 import pytest
 from safetensors.numpy import load, save
@@ -22,8 +24,8 @@ RANGE = 256 << 10  # import.http_range: several Range requests per shard
 NO_HF_ENV = {"HF_TOKEN": None, "HF_ENDPOINT": None}
 
 
-def sharded_files(seed):
-    t = sample_tensors(seed, n=6)
+def sharded_files(seed, per=300_000):
+    t = sample_tensors(seed, n=6, per=per)
     names = sorted(t)
     shards = {"model-00001-of-00002.safetensors": names[:3],
               "model-00002-of-00002.safetensors": names[3:]}
@@ -36,6 +38,21 @@ def sharded_files(seed):
     files["tokenizer.json"] = b'{"version": "1.0"}'
     files[".gitattributes"] = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
     files["pytorch_model.bin"] = b"not kept"
+    return files
+
+
+def big_files():
+    """Two 20 MiB shards: the first takes longer than the importer's resume
+    record interval (2 s) at the test's rate, so a record names flushed
+    bytes while the second is fetched."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    t = {f"big.{i}": rng.integers(0, 255, size=20 << 20, dtype=np.uint8) for i in range(2)}
+    files = {"model-00001-of-00002.safetensors": save({"big.0": t["big.0"]}),
+             "model-00002-of-00002.safetensors": save({"big.1": t["big.1"]})}
+    files["model.safetensors.index.json"] = json.dumps(
+        {"metadata": {}, "weight_map": {"big.0": "model-00001-of-00002.safetensors",
+                                        "big.1": "model-00002-of-00002.safetensors"}}).encode()
     return files
 
 
@@ -64,9 +81,9 @@ def hub():
     n.commit({"pytorch_model.bin": b"x" * 100, "config.json": b"{}"})
     h.repos["org/noweights"] = n
     # one repository per test that must fetch (a shard stored already is bound, not fetched)
-    for i, name in enumerate(("corrupt", "cut", "policy")):
+    for i, name in enumerate(("corrupt", "cut", "policy", "resume")):
         r = Repo()
-        files = sharded_files(10 + i)
+        files = sharded_files(10 + i) if name != "resume" else big_files()
         r.commit(files)
         h.repos[f"org/{name}"] = r
         setattr(h, "files_" + name, files)
@@ -227,3 +244,49 @@ def test_cut_connection_resumes_with_range(daemon, fresh):
     assert any(r[1] == "cdn-cut" for r in hub.requests)
     # only the cut range was fetched again, not the whole file
     assert hub.cdn_bytes[name] < 1.5 * len(hub.files_cut[name]), (hub.cdn_bytes, len(hub.files_cut[name]))
+
+
+def resume_done(d, job_id):
+    """Bytes the job's resume record names written and flushed (0: none)."""
+    con = sqlite3.connect(f"file:{os.path.join(d.store, 'registry.db')}?mode=ro", uri=True,
+                          timeout=10)
+    try:
+        row = con.execute("SELECT resume FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    finally:
+        con.close()
+    if not row or not row[0]:
+        return 0
+    return sum(o["done"] for o in json.loads(row[0])["objects"])
+
+
+def test_interrupted_job_resumes(build_dir, hub, tmp_path_factory):
+    """A daemon killed mid-import keeps what it flushed; the same import
+    again takes it over and fetches only the rest."""
+    hub.reset()
+    files = hub.files_resume
+    d = make_daemon(build_dir, tmp_path_factory, "hubresume",
+                    {"import.hf_endpoint": hub.url, "import.hf_redirect_http": "true",
+                     "import.hf_redirect_private": "true", "import.http_range": "2M"})
+    try:
+        hub.throttle = 8 << 20  # shard 1 takes longer than RESUME_EVERY_S (import.c)
+        job = d.submit_import("hub/resume", "hf://org/resume")["id"]
+        deadline = time.monotonic() + 30
+        while resume_done(d, job) < 20 << 20:  # the first shard written and flushed
+            assert time.monotonic() < deadline, d.job(job)
+            assert d.job(job)["state"] in ("queued", "running"), d.job(job)
+            time.sleep(0.05)
+        d.kill9()
+        d.start()
+        hub.throttle = None
+        hub.cdn_bytes.clear()
+        j = d.import_ok("hub/resume", "hf://org/resume")
+        res = j["result"]
+        assert res["resumed_bytes"] >= 20 << 20, res
+        check_published(d, "hub/resume", res["generation"], tensors_of(files))
+        # what was resumed was not fetched again
+        total = sum(len(v) for k, v in files.items() if k.endswith(".safetensors"))
+        assert sum(hub.cdn_bytes.values()) <= total - res["resumed_bytes"] + (1 << 20), \
+            (hub.cdn_bytes, res)
+    finally:
+        hub.throttle = None
+        d.stop()
