@@ -156,6 +156,20 @@ def test_sharded_import_through_redirects(daemon, fresh, build_dir):
     p = subprocess.run([exe, "generations", "hub/sharded", "--url", url],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and f"hf://org/sharded@{hub.c1}" in p.stdout, p.stdout + p.stderr
+    # the CLI sends an hf:// source as it is (with its HF_TOKEN left at home)
+    env["HF_TOKEN"] = "hf_client_token_not_sent"
+    p = subprocess.run([exe, "import", "hub/cli", "hf://org/sharded@v1.0", "--wait", "--json",
+                        "--url", url], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=daemon.workdir)  # ./var/admin.token
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    gen = doc.get("generation") or doc["result"]["generation"]
+    assert daemon.generations("hub/cli")[-1]["source_commit"] == hub.c1
+    check_published(daemon, "hub/cli", gen, tensors_of(hub.v1))
+    assert hub.cdn_auth == [] and "hf_client_token_not_sent" not in daemon.log_text()
+    p = subprocess.run([exe, "import", "hub/cli", "hf://org/a--b", "--url", url],
+                       capture_output=True, text=True, env=env, timeout=60, cwd=daemon.workdir)
+    assert p.returncode == 1 and "TV_E_BAD_REQUEST" in p.stderr, p.stderr
 
 
 def test_revisions_by_branch_tag_and_commit(daemon, fresh):
