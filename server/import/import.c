@@ -1212,10 +1212,10 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
     size_t pf = j->o->pull ? tv__src_pull_find(j->o->pull, p->info.name) : SIZE_MAX;
     const char *want = pf != SIZE_MAX ? j->o->pull->files[pf].sha256 : NULL;
     if (want && strcmp(want, sha_hex) != 0) {
-        rc = tv__seterr(err, TV_E_HASH_MISMATCH,
-                        "shard '%s' from %s has sha256 %s; the catalog says %s", p->info.name,
+        rc = tv__seterr(err, TV_E_HASH_MISMATCH, "shard '%s' from %s has sha256 %s; %s says %s",
+                        p->info.name,
                         j->o->pull->files[pf].url ? j->o->pull->files[pf].url : "memory", sha_hex,
-                        want);
+                        j->o->pull->hub ? "the Hub's listing" : "the catalog", want);
         if (!p->resumed)
             tv__src_pull_bad(j->o->pull, pf, rc); /* else the earlier source may be at fault */
         goto out_hdr;

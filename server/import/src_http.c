@@ -58,6 +58,8 @@
 #include "httpc/url.h"
 
 #define POOL_MAX 32 /* idle handles kept: 2 readers x GROUP_MAX, and more */
+/* How a pull's messages name it. */
+#define PULL_WHAT(p) ((p)->what ? (p)->what : (p)->source)
 
 typedef struct http_file {
     char *name;          /* as the checkpoint names it */
@@ -197,12 +199,13 @@ static void set_common(tv__src_http *h, CURL *c, const http_file *f, resp *r, ch
 }
 
 /* A hop's connection reached a private address (set_common). */
-static int refused(const http_file *f, const char *what, const resp *r, tv_error *err)
+static int refused(const tv__src_http *h, const http_file *f, const char *what, const resp *r,
+                   tv_error *err)
 {
     return tv__seterr(
         err, TV_E_FORBIDDEN,
-        "%s %s: the redirect for '%s' leads to %s, a loopback, private or link-local address (import.hf_redirect_private allows it)",
-        what, f->url, f->name, r->refusal.ip);
+        "%s: '%s': %s %s: the redirect leads to %s, a loopback, private or link-local address (import.hf_redirect_private allows it)",
+        PULL_WHAT(h->pull), f->name, what, f->url, r->refusal.ip);
 }
 
 static bool is_redirect(long st)
@@ -258,11 +261,11 @@ static int status_error(const tv__src_http *h, const http_file *f, const char *w
         return tv__seterr(
             err, TV_E_FORBIDDEN,
             "%s: '%s': the Hub answered %ld (%s: %.200s): a gated or private repository needs a token of an account that was granted access, given to the daemon (HF_TOKEN in its environment, or import.hf_token_file)",
-            h->pull->source, f->name, st, r->xerr[0] ? r->xerr : "no X-Error-Code",
+            PULL_WHAT(h->pull), f->name, st, r->xerr[0] ? r->xerr : "no X-Error-Code",
             r->xmsg[0] ? r->xmsg : "no message");
     if (h->pull && h->pull->hub && st == 404)
         return tv__seterr(err, TV_E_NOT_FOUND, "%s: '%s': the Hub answered 404 (%s: %.200s)",
-                          h->pull->source, f->name, r->xerr[0] ? r->xerr : "no X-Error-Code",
+                          PULL_WHAT(h->pull), f->name, r->xerr[0] ? r->xerr : "no X-Error-Code",
                           r->xmsg[0] ? r->xmsg : "not found");
     if (f->auth_hdr && (st == 401 || st == 403))
         return tv__seterr(err, TV_E_FORBIDDEN,
@@ -300,7 +303,7 @@ static int hub_linked(const tv__src_http *h, const http_file *f, const resp *r, 
         if (errno || *end || v != pf->len)
             return tv__seterr(err, TV_E_SOURCE_CHANGED,
                               "%s: '%s': the Hub announces X-Linked-Size %s; its listing said %llu",
-                              h->pull->source, f->name, r->linked_size,
+                              PULL_WHAT(h->pull), f->name, r->linked_size,
                               (unsigned long long)pf->len);
     }
     if (r->linked_etag[0] && pf->sha256) {
@@ -314,7 +317,7 @@ static int hub_linked(const tv__src_http *h, const http_file *f, const resp *r, 
             return tv__seterr(
                 err, TV_E_HASH_MISMATCH,
                 "%s: '%s': the Hub announces sha256 %s (X-Linked-Etag); its listing said %s",
-                h->pull->source, f->name, got, want);
+                PULL_WHAT(h->pull), f->name, got, want);
     }
     return 0;
 }
@@ -343,7 +346,7 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     curl_off_t cl = -1;
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
     if (r.refusal.refused) {
-        rc = refused(f, "HEAD", &r, err);
+        rc = refused(h, f, "HEAD", &r, err);
     } else if (tv__http_was_cancelled(cc, &h->o.cancel)) {
         rc = tv__seterr(err, TV_E_CANCELLED, "HEAD %s: cancelled", f->url);
     } else if (cc == CURLE_OK && is_redirect(a->status) && h->pull && h->pull->redirects.max) {
@@ -454,7 +457,7 @@ static int get_end(tv__src_http *h, get_req *q, tv_error *err)
     CURLcode cc = q->cc;
     curl_easy_getinfo(q->c, CURLINFO_RESPONSE_CODE, &a->status);
     if (r->refusal.refused) {
-        rc = refused(f, "GET", r, err);
+        rc = refused(h, f, "GET", r, err);
     } else if (tv__http_was_cancelled(cc, &h->o.cancel)) {
         rc =
             tv__seterr(err, TV_E_CANCELLED, "GET %s bytes %s: cancelled (%zu of %zu bytes arrived)",
@@ -584,10 +587,13 @@ static int head_hops(tv__src_http *h, http_file *f, tv_error *err)
             return rc;
         if (hops >= p->max)
             return tv__seterr(err, TV_E_FORBIDDEN,
-                              "'%s' at %s: more than %u redirects (the last to '%.300s')", f->name,
-                              first, p->max, f->next);
-        if ((rc = tv__http_redirect_check(p, first, f->next, err)))
-            return rc;
+                              "%s: '%s' at %s: more than %u redirects (the last to '%.300s')",
+                              PULL_WHAT(h->pull), f->name, first, p->max, f->next);
+        if ((rc = tv__http_redirect_check(p, first, f->next, err))) {
+            char msg[sizeof(err->msg)];
+            snprintf(msg, sizeof(msg), "%s", err ? err->msg : "");
+            return tv__seterr(err, rc, "%s: '%s': %s", PULL_WHAT(h->pull), f->name, msg);
+        }
         if (tv__http_origin(first, o1, sizeof(o1)) || tv__http_origin(f->next, o2, sizeof(o2)) ||
             strcmp(o1, o2) != 0) {
             free(f->auth_hdr); /* the bearer never leaves the origin it was given for */

@@ -632,15 +632,20 @@ static int make_pull(hub *hb, const tv__hub_listing *l, tv__src_pull **out, tv_e
     }
     if (rc)
         goto fail;
-    char src[sizeof(hb->ref.repo) + 48];
+    char src[sizeof(hb->ref.repo) + 48], what[sizeof(hb->what) + 64];
     snprintf(src, sizeof(src), "hf://%s@%s", hb->ref.repo, l->commit);
+    if (hb->ref.is_commit)
+        snprintf(what, sizeof(what), "%s", src);
+    else
+        snprintf(what, sizeof(what), "%s (commit %s)", hb->what, l->commit);
     tv__src_pull tmpl = {.first = idx ? idx->path : one->path,
                          .first_is_index = idx != NULL,
                          .files = b.files,
                          .n_files = b.n,
                          .source = src,
                          .redirects = hb->redirects,
-                         .hub = true};
+                         .hub = true,
+                         .what = what};
     if ((rc = tv__src_pull_dup(&tmpl, &p, err)))
         goto fail;
     *out = p;

@@ -32,6 +32,7 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err)
         c->bad_ctx = p->bad_ctx;
         c->redirects = p->redirects;
         c->hub = p->hub;
+        c->what = dup_or_null(p->what, &fail);
         c->files = fs;
         c->n_files = fs ? p->n_files : 0;
     }
@@ -77,6 +78,7 @@ void tv__src_pull_free(tv__src_pull *p)
     free(fs);
     free((char *)p->first);
     free((char *)p->source);
+    free((char *)p->what);
     free(p);
 }
 
