@@ -237,13 +237,21 @@ def test_redirect_policy(daemon, fresh, build_dir, hub, tmp_path_factory):
     assert "more than 5 redirects" in j["error"]["message"], j
     fresh.loop = False
     # https only by default: the CDN's http:// is refused; and private addresses too
-    for settings, want in (({}, "only https:// redirects"),
+    tok = tmp_path_factory.mktemp("hubtokfile") / "hf.token"
+    tok.write_text("hf_gate_secret_0123\n")
+    tok.chmod(0o600)
+    for settings, want in (({"import.hf_token_file": str(tok)}, "only https:// redirects"),
                            ({"import.hf_redirect_http": "true"}, "private")):
         d = make_daemon(build_dir, tmp_path_factory, "hubstrict",
                         dict({"import.hf_endpoint": hub.url}, **settings))
         try:
             j = failed(d, "hub/strict", "hf://org/policy")
             assert j["error"]["code"] == "TV_E_FORBIDDEN" and want in j["error"]["message"], j
+            if "import.hf_token_file" in settings:
+                # the token file's token passes the gate: the policy stops it at the CDN
+                j = failed(d, "hub/strict", "hf://org/gated")
+                assert want in j["error"]["message"] and "GatedRepo" not in \
+                    j["error"]["message"], j
         finally:
             d.stop()
 
