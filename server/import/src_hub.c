@@ -12,8 +12,8 @@
  * to the Hub's file CDN, each hop checked (httpc.h: tv__http_redirects),
  * its X-Linked-Size and X-Linked-Etag compared with the listing, and the
  * shard's bytes hashed against the listing's SHA-256 before anything is
- * published (import.c). The index and the sidecars (top-level non-weight
- * files of at most 4 MiB: config, tokenizer, ...) are fetched
+ * published (import.c). The index and the sidecars (non-weight files of
+ * at most 4 MiB, subdirectories too: config, tokenizer, ...) are fetched
  * whole here and checked against their git blob SHA-1 (the Hub's ETag of a
  * file kept in git) or their LFS SHA-256.
  *
@@ -474,10 +474,20 @@ static bool sidecar_kind(const char *path)
     static const char *const skip[] = {
         ".safetensors", ".bin",  ".pt",   ".pth",  ".h5",
         ".msgpack",     ".onnx", ".gguf", ".ckpt", ".safetensors.index.json"};
+    size_t depth = 1, n = strlen(path);
     for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
         if (ends_with(path, skip[i]))
             return false;
-    return plain_top(path);
+    if (n == 0 || n > 512 || path[n - 1] == '/')
+        return false;
+    for (const char *p = path; *p; p++) {
+        if ((p == path || p[-1] == '/') && (*p == '.' || *p == '/')) /* dot files, "//" */
+            return false;
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
+            return false;
+        depth += *p == '/';
+    }
+    return depth <= 9; /* the importer searches 8 subdirectory levels */
 }
 
 /* Fetches file f whole (at most max bytes) and checks its bytes: the LFS
@@ -553,10 +563,13 @@ static void build_free(build *b)
     free(b->files);
 }
 
-/* Adds file f of the listing: streamed (an LFS weight) or fetched whole. */
+/* Adds file f of the listing: streamed by the pull (an LFS weight, or an
+ * LFS sidecar over the cap, which the importer lists as skipped) or
+ * fetched whole now and checked. */
 static int add_file(hub *hb, const tv__hub_listing *l, const tv__hub_file *f, bool sidecar,
                     build *b, tv_error *err)
 {
+    bool stream = f->sha256[0] && (sidecar ? f->size > SIDECAR_MAX : !ends_with(f->path, ".json"));
     tv__src_pull_file *pf = &b->files[b->n];
     char url[TV__URL_MAX + 1], sha[65];
     memset(pf, 0, sizeof(*pf));
@@ -564,7 +577,7 @@ static int add_file(hub *hb, const tv__hub_listing *l, const tv__hub_file *f, bo
     if (!(pf->name = strdup(f->path)))
         return tv__seterr(err, -ENOMEM, "out of memory");
     b->n++; /* freed with the others from here on */
-    if (!sidecar && f->sha256[0] && !ends_with(f->path, ".json")) {
+    if (stream) {
         if (resolve_url(hb, l->commit, f->path, url, sizeof(url)))
             return tv__seterr(err, TV_E_BAD_REQUEST, "%s: '%.200s': the file's URL is too long",
                               hb->what, f->path);
@@ -624,9 +637,10 @@ static int make_pull(hub *hb, const tv__hub_listing *l, tv__src_pull **out, tv_e
         bool weight = plain_top(f->path) && ends_with(f->path, ".safetensors");
         if (f == idx || (weight && (idx || f == one)))
             rc = add_file(hb, l, f, false, &b, err);
-        else if (sidecar_kind(f->path) && f->size <= SIDECAR_MAX && n_side < SIDECARS_MAX &&
-                 b.sidecar_bytes + f->size <= SIDECARS_TOTAL_MAX) {
-            rc = add_file(hb, l, f, true, &b, err);
+        else if (sidecar_kind(f->path) && n_side < SIDECARS_MAX &&
+                 (f->size <= SIDECAR_MAX ? b.sidecar_bytes + f->size <= SIDECARS_TOTAL_MAX
+                                         : f->sha256[0] && f->size != UINT64_MAX)) {
+            rc = add_file(hb, l, f, true, &b, err); /* one over the cap: named, not fetched */
             n_side++;
         }
     }

@@ -16,8 +16,8 @@ documents and huggingface_hub's file_download reads them:
 - the CDN: `HEAD|GET /blobs/{sha256}?X-Sig=...` with single Range support
   (206 + Content-Range), `ETag` = the quoted SHA-256.
 
-Switches: `corrupt` (a set of file names whose CDN bytes have one byte
-flipped), `cut_once` (file names: the first data Range GET past the header
+Switches: `corrupt` (a set of file names whose bytes, from the CDN or the
+resolve route, have one byte flipped), `cut_once` (file names: the first data Range GET past the header
 is cut after half its body, once), `loop` (the CDN answers 302 to itself
 forever), `throttle` (CDN body bytes per second). The CDN is http:// on
 another address: a daemon must allow http:// and private hops to use it
@@ -156,7 +156,10 @@ class _HubHandler(_Base):
             return self.send(302, b"", [("Location", loc), ("X-Linked-Etag", f'"{sha}"'),
                                         ("X-Linked-Size", str(len(data))),
                                         ("X-Repo-Commit", commit), ("ETag", f'"{sha}"')])
-        self.send(200, data, [("ETag", f'"{git_blob_sha1(data)}"'), ("X-Repo-Commit", commit)])
+        etag = f'"{git_blob_sha1(data)}"'
+        if path in hub.corrupt:
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
+        self.send(200, data, [("ETag", etag), ("X-Repo-Commit", commit)])
 
 
 class _CdnHandler(_Base):

@@ -36,6 +36,8 @@ def sharded_files(seed, per=300_000):
     files["model.safetensors.index.json"] = json.dumps({"metadata": {}, "weight_map": wm}).encode()
     files["config.json"] = json.dumps({"model_type": "test", "seed": seed}).encode()
     files["tokenizer.json"] = b'{"version": "1.0"}'
+    files["1_Pooling/config.json"] = b'{"pooling_mode_mean_tokens": true}'
+    files[".cache/x.json"] = b"{}"
     files[".gitattributes"] = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
     files["pytorch_model.bin"] = b"not kept"
     return files
@@ -144,7 +146,13 @@ def test_sharded_import_through_redirects(daemon, fresh, build_dir):
     resolves = [r for r in hub.requests if r[1] == "hub" and "/resolve/" in r[2]]
     assert resolves and all(f"/resolve/{hub.c1}/" in r[2] for r in resolves), resolves
     assert any(r[3] == 302 for r in resolves)
-    assert not any("pytorch_model.bin" in r[2] or ".gitattributes" in r[2] for r in resolves)
+    assert not any("pytorch_model.bin" in r[2] or ".gitattributes" in r[2] or ".cache" in r[2]
+                   for r in resolves), resolves
+    # the sidecars (small non-weight files) were fetched whole and checked (git blob SHA-1)
+    got = {r[2].split(f"/resolve/{hub.c1}/", 1)[1] for r in resolves
+           if r[0] == "GET" and r[3] == 200}
+    assert {"config.json", "tokenizer.json", "1_Pooling/config.json",
+            "model.safetensors.index.json"} <= got, got
     # the CLI shows the repository and the commit
     exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
@@ -193,6 +201,13 @@ def test_corrupted_blob_fails_naming_the_file(daemon, fresh):
     assert j["error"]["code"] == "TV_E_HASH_MISMATCH", j
     assert "model-00002-of-00002.safetensors" in j["error"]["message"], j
     assert daemon.device()["free_bytes"] == free  # no reservation ('writing' object) left
+    # a file kept in git (a sidecar): its git blob SHA-1, before any weight byte
+    fresh.reset()
+    fresh.corrupt.add("config.json")
+    j = failed(daemon, "hub/corrupt", "hf://org/corrupt")
+    assert j["error"]["code"] == "TV_E_HASH_MISMATCH" and "'config.json'" in \
+        j["error"]["message"] and "git blob" in j["error"]["message"], j
+    assert not fresh.cdn_bytes.get("model-00001-of-00002.safetensors"), fresh.cdn_bytes
 
 
 def test_missing_revision_repo_and_weights(daemon, fresh):
