@@ -233,12 +233,10 @@ const char *tv__src_http_validator(tv__src_http *h, const char *name);
  * their LFS SHA-256, the index and the sidecars (small non-weight files)
  * fetched whole and checked against their git blob SHA-1 (or LFS SHA-256). */
 #define TV__HUB_DEFAULT_ENDPOINT "https://huggingface.co"
-#define TV__HUB_REPO_MAX         194 /* ORG/NAME: 96 + 1 + 96 + NUL */
-#define TV__HUB_REV_MAX          256 /* bytes, NUL included */
-#define TV__HUB_SMALL_MAX                                                                          \
-    (16u << 20) /* bytes of a file fetched whole (the index, a file in git)                        \
-                 */
-#define TV__HUB_LISTING_MAX (32u << 20) /* bytes of the revision's JSON */
+#define TV__HUB_REPO_MAX         194         /* ORG/NAME: 96 + 1 + 96 + NUL */
+#define TV__HUB_REV_MAX          256         /* bytes, NUL included */
+#define TV__HUB_SMALL_MAX        (16u << 20) /* bytes of a file fetched whole */
+#define TV__HUB_LISTING_MAX      (32u << 20) /* bytes of the revision's JSON */
 
 /* Where the Hub is and how the daemon talks to it (import.hf_* in the
  * daemon's config, HF_ENDPOINT / HF_TOKEN in its environment). */
