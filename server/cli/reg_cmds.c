@@ -749,13 +749,17 @@ const tv__cli_cmd tv__cli_cmd_import = {
              CLIENT_OPTS},
     .about = "Import a safetensors checkpoint as a new generation of model NAME. SRC is a\n"
              ".safetensors file, a model.safetensors.index.json, a directory holding one, or\n"
-             "an http(s):// or s3:// URL. The daemon takes local sources only under its\n"
-             "import roots (import.roots in its config, --set import.roots=DIR1:DIR2, or\n"
-             "$TENSORVAULT_IMPORT_ROOTS) and URLs only under import.origins. The import is a\n"
+             "an http(s):// or s3:// URL, or hf://ORG/REPO[@REVISION] from the Hugging Face\n"
+             "Hub. The daemon takes local sources only under its import roots (import.roots\n"
+             "in its config, --set import.roots=DIR1:DIR2, or $TENSORVAULT_IMPORT_ROOTS) and\n"
+             "URLs only under import.origins; it fetches hf:// sources with its own\n"
+             "HF_TOKEN (this command never sends its environment's; with --store it is the\n"
+             "one fetching and reads HF_ENDPOINT and HF_TOKEN). The import is a\n"
              "job: on a terminal (or with --wait) a progress bar follows it and the result is\n"
              "printed; otherwise the queued job is printed (follow it with `job ID`).",
     .example = "tensorvault import llama ./Llama-3-8B --activate --alias prod --wait\n"
-               "tensorvault import --store /srv/tv llama ./ckpt --replicas 1,2",
+               "tensorvault import --store /srv/tv llama ./ckpt --replicas 1,2\n"
+               "tensorvault import qwen hf://Qwen/Qwen2.5-0.5B@main --wait",
 };
 
 int tv__cli_import(const tv__cli_ctx *c)

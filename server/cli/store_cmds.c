@@ -21,6 +21,7 @@
 #include "cli/client.h"
 #include "import/alloc.h"
 #include "import/import.h"
+#include "import/source.h"
 #include "store/snapbuild.h"
 #include "store/store.h"
 #include "util/sys.h"
@@ -168,7 +169,14 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     o.progress = on_progress;
     o.progress_ctx = &pr;
     tv__import_result r;
-    rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
+    /* hf://: resolved here (this process fetches: HF_ENDPOINT and HF_TOKEN
+     * of its environment), then imported as a pull. */
+    tv__src_pull *hub = NULL;
+    if (tv__src_is_hub(a->pos[1]) && !(rc = tv__src_hub_resolve(a->pos[1], NULL, &hub, &err)))
+        o.pull = hub;
+    if (!rc)
+        rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
+    tv__src_pull_free(hub);
     tv__cli_progress_end(&pr);
     /* The alias moves like `alias set` (the generation is ready now). */
     if (!rc && alias && (rc = tv__store_alias_set(st, a->pos[0], alias, r.generation, &err))) {

@@ -327,3 +327,24 @@ def test_interrupted_job_resumes(build_dir, hub, tmp_path_factory):
     finally:
         hub.throttle = None
         d.stop()
+
+
+def test_local_mode_uses_its_own_environment(build_dir, hub, tmp_path):
+    """tensorvault import --store: this process fetches, with HF_ENDPOINT and
+    HF_TOKEN of its own environment, under the default redirect policy
+    (https only: the local Hub's http:// CDN is refused once the gate let
+    the token through); both the inline job and the direct importer."""
+    exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
+    store = tmp_path / "s"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    env.update({"HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_gate_secret_0123"})
+    p = subprocess.run([exe, "store", "init", "--store", str(store), "--image",
+                        str(tmp_path / "img"), "--size", "256M"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    for extra in ([], ["--chunk", "1M"]):
+        p = subprocess.run([exe, "import", "--store", str(store), "hub/local", "hf://org/gated",
+                            "--wait", *extra], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert p.returncode == 1 and "only https:// redirects" in p.stderr, (extra, p.stderr)
+        assert "hf://org/gated@main" in p.stderr and "GatedRepo" not in p.stderr, p.stderr
