@@ -322,17 +322,28 @@ static int hub_linked(const tv__src_http *h, const http_file *f, const resp *r, 
     return 0;
 }
 
-/* HEAD: length and validators into f. */
+/* HEAD: length and validators into f. A Hub file's redirect target (a
+ * CDN URL presigned for GET, which a HEAD may not pass) is probed with a
+ * GET of its first byte instead: the length from Content-Range. */
 static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
 {
     char errbuf[CURL_ERROR_SIZE];
     resp r = {0};
+    uint8_t first[1];
+    uint64_t b0, b1, total;
     int rc = 0;
+    bool probe = f->hop && h->pull->hub;
     CURL *c = handle_get(h);
     if (!c)
         return tv__seterr(err, -ENOMEM, "libcurl: no handle");
     set_common(h, c, f, &r, errbuf);
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    if (probe) {
+        r.buf = first;
+        r.cap = sizeof(first);
+        curl_easy_setopt(c, CURLOPT_RANGE, "0-0");
+    } else {
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    }
     bool nomem;
     struct curl_slist *hdrs = s3_headers(h, f, &nomem);
     if (nomem) {
@@ -345,6 +356,15 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
     curl_off_t cl = -1;
     curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    if (probe && cc == CURLE_WRITE_ERROR && r.overflow && a->status == 200)
+        cc = CURLE_OK; /* the whole file was offered: its length is known, the rest not wanted */
+    if (probe && cc == CURLE_OK && a->status == 206) {
+        cl = -1;
+        if (!tv__content_range_parse(r.crange, &b0, &b1, &total) && b0 == 0 && b1 == 0 &&
+            total <= INT64_MAX)
+            cl = (curl_off_t)total;
+        a->status = 200;
+    }
     if (r.refusal.refused) {
         rc = refused(h, f, "HEAD", &r, err);
     } else if (tv__http_was_cancelled(cc, &h->o.cancel)) {
@@ -371,7 +391,8 @@ static int head_once(tv__src_http *h, http_file *f, attempt *a, tv_error *err)
                               "HEAD %s: the origin answered 404 (not found)", f->url)
                  : status_error(h, f, "HEAD", a->status, &r, err);
     } else if (cl < 0) {
-        rc = tv__seterr(err, -EPROTO, "HEAD %s: the origin sent no Content-Length", f->url);
+        rc = tv__seterr(err, -EPROTO, "%s %s: the origin sent no %s", probe ? "GET" : "HEAD",
+                        f->url, probe ? "Content-Range of the file's length" : "Content-Length");
     } else if (!(rc = hub_linked(h, f, &r, err))) {
         f->len = (uint64_t)cl;
         snprintf(f->etag, sizeof(f->etag), "%s", r.etag);

@@ -146,6 +146,9 @@ def test_sharded_import_through_redirects(daemon, fresh, build_dir):
     resolves = [r for r in hub.requests if r[1] == "hub" and "/resolve/" in r[2]]
     assert resolves and all(f"/resolve/{hub.c1}/" in r[2] for r in resolves), resolves
     assert any(r[3] == 302 for r in resolves)
+    # the CDN sees GETs only (a presigned URL may refuse a HEAD): Range GETs, a first byte probed
+    cdn = [r for r in hub.requests if r[1] == "cdn"]
+    assert cdn and all(r[0] == "GET" and r[3] == 206 for r in cdn), cdn
     assert not any("pytorch_model.bin" in r[2] or ".gitattributes" in r[2] or ".cache" in r[2]
                    for r in resolves), resolves
     # the sidecars (small non-weight files) were fetched whole and checked (git blob SHA-1)
