@@ -257,6 +257,11 @@ static int same_file(const http_file *f, const resp *r, tv_error *err)
 static int status_error(const tv__src_http *h, const http_file *f, const char *what, long st,
                         const resp *r, tv_error *err)
 {
+    if (h->pull && h->pull->hub && f->hop && (st == 401 || st == 403 || st == 404 || st == 410))
+        return tv__seterr(
+            err, -EIO,
+            "%s: '%s': the Hub's file CDN answered %ld to %s %s: its presigned URL may have expired; what was written is kept, and the same import again resolves the file anew and resumes",
+            PULL_WHAT(h->pull), f->name, st, what, f->url);
     if (h->pull && h->pull->hub && (st == 401 || st == 403))
         return tv__seterr(
             err, TV_E_FORBIDDEN,

@@ -18,8 +18,9 @@ documents and huggingface_hub's file_download reads them:
 
 Switches: `corrupt` (a set of file names whose bytes, from the CDN or the
 resolve route, have one byte flipped), `cut_once` (file names: the first data Range GET past the header
-is cut after half its body, once), `loop` (the CDN answers 302 to itself
-forever), `throttle` (CDN body bytes per second). The CDN is http:// on
+is cut after half its body, once), `expired` (file names whose CDN data
+Range GETs past the header answer 403, as an expired presigned URL does),
+`loop` (the CDN answers 302 to itself forever), `throttle` (CDN body bytes per second). The CDN is http:// on
 another address: a daemon must allow http:// and private hops to use it
 (import.hf_redirect_http, import.hf_redirect_private), which tests the
 policy's refusals too. Counters: `cdn_bytes` (body bytes the CDN sent, per
@@ -190,6 +191,8 @@ class _CdnHandler(_Base):
         if rng and rng.startswith("bytes="):
             a, b = rng[6:].split("-")
             start, end, status = int(a), min(int(b), len(data) - 1), 206
+        if path in hub.expired and start > 4096:
+            return self.send(403, b"<Error><Code>AccessDenied</Code>Request has expired</Error>")
         body = data[start:end + 1]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -226,6 +229,7 @@ class Hub:
         self.blobs = {}
         self.corrupt = set()
         self.cut_once = set()
+        self.expired = set()
         self.loop = False
         self.throttle = None  # CDN body bytes per second, all transfers together (None: no cap)
         self.cdn_scheme = "http"
@@ -262,6 +266,7 @@ class Hub:
     def reset(self):
         self.corrupt.clear()
         self.cut_once.clear()
+        self.expired.clear()
         self.loop = False
         self.throttle = None
         self.cdn_auth.clear()

@@ -83,7 +83,7 @@ def hub():
     n.commit({"pytorch_model.bin": b"x" * 100, "config.json": b"{}"})
     h.repos["org/noweights"] = n
     # one repository per test that must fetch (a shard stored already is bound, not fetched)
-    for i, name in enumerate(("corrupt", "cut", "policy", "resume")):
+    for i, name in enumerate(("corrupt", "cut", "policy", "resume", "expire")):
         r = Repo()
         files = sharded_files(10 + i) if name != "resume" else big_files()
         r.commit(files)
@@ -272,6 +272,24 @@ def test_redirect_policy(daemon, fresh, build_dir, hub, tmp_path_factory):
                     j["error"]["message"], j
         finally:
             d.stop()
+
+
+def test_expired_cdn_url_keeps_the_reservations(daemon, fresh):
+    """A CDN URL that stops answering (403, an expired presigned URL) fails
+    the job as a transient error: the same import again resolves anew."""
+    free = daemon.device()["free_bytes"]
+    fresh.expired.add("model-00002-of-00002.safetensors")
+    j = failed(daemon, "hub/expire", "hf://org/expire")
+    assert "presigned URL may have expired" in j["error"]["message"], j
+    assert "model-00002-of-00002.safetensors" in j["error"]["message"], j
+    assert daemon.device()["free_bytes"] < free  # its reservations are kept for the next try
+    fresh.expired.clear()
+    j2 = daemon.import_ok("hub/expire", "hf://org/expire")
+    assert f"resuming what job {j['id']} wrote" in daemon.log_text()
+    j = j2
+    check_published(daemon, "hub/expire", j["result"]["generation"],
+                    tensors_of(fresh.files_expire))
+    assert daemon.device()["free_bytes"] < free
 
 
 def test_cut_connection_resumes_with_range(daemon, fresh):
