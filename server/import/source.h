@@ -219,7 +219,7 @@ const char *tv__src_http_validator(tv__src_http *h, const char *name);
  *            subdirectories, opened through the directory held (openat,
  *            O_NOFOLLOW but for the links a Hugging Face snapshot holds),
  *            under the same rules as its shards (st/dirrules.h);
- *   http(s)  a directory cannot be listed: TV__SIDECAR_WELL_KNOWN beside the
+ *   http(s)  a directory cannot be listed: tv__sidecar_well_known beside the
  *            index, each taken when the origin answers 200 (404: absent);
  *   pull     every file of the pull with sidecar set. */
 #define TV__SIDECAR_DEFAULT_MAX   (4u << 20)  /* import.sidecar_max_bytes */
@@ -229,7 +229,7 @@ const char *tv__src_http_validator(tv__src_http *h, const char *name);
 #define TV__SIDECAR_MAX_DEPTH     8           /* subdirectory levels searched */
 
 /* The names an http(s):// origin is asked for beside the checkpoint. */
-extern const char *const TV__SIDECAR_WELL_KNOWN[];
+extern const char *const tv__sidecar_well_known[];
 
 typedef struct tv__sidecar_caps {
     uint64_t max_len;   /* per file; a larger file is skipped (0: the default) */
