@@ -69,6 +69,8 @@ static const key_def keys[] = {
     {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
     {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
     {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
+    {"import.sidecar_max_bytes", K_SIZE, F(import_sidecar_max_bytes), 0, 1, 1u << 30},
+    {"import.sidecar_total_bytes", K_SIZE, F(import_sidecar_total_bytes), 0, 1, 1u << 30},
     {"import.hf_endpoint", K_STR, F(import_hf_endpoint), SZ(import_hf_endpoint), 0, 0},
     {"import.hf_token_file", K_STR, F(import_hf_token_file), SZ(import_hf_token_file), 0, 0},
     {"import.hf_redirect_http", K_BOOL, F(import_hf_redirect_http), 0, 0, 0},
@@ -143,6 +145,8 @@ void tv__config_defaults(tv__config *c)
     c->import_http_retries = 4;
     c->import_http_timeout = 60;
     c->import_http_range = 8u << 20;
+    c->import_sidecar_max_bytes = 4u << 20;
+    c->import_sidecar_total_bytes = 32u << 20;
     snprintf(c->import_hf_endpoint, sizeof(c->import_hf_endpoint), "https://huggingface.co");
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");

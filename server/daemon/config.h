@@ -57,6 +57,8 @@ typedef struct tv__config {
     unsigned import_http_retries;         /* per Range request */
     unsigned import_http_timeout;         /* seconds without a byte */
     uint64_t import_http_range;           /* bytes per Range request */
+    uint64_t import_sidecar_max_bytes;    /* per sidecar file; larger ones are skipped */
+    uint64_t import_sidecar_total_bytes;  /* all sidecar files of an import */
     /* hf:// imports (import/src_hub.c): the Hub's endpoint ($HF_ENDPOINT
      * overrides it), a file holding the token ($HF_TOKEN overrides it), and
      * the redirect policy of its file CDN's hops */

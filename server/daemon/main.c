@@ -416,9 +416,12 @@ static int start_jobs(tvd *d, tv_error *err)
                                     .token = c->hf_token[0] ? c->hf_token : NULL,
                                     .redirects = {.max = TV__HTTP_DEFAULT_REDIRECTS,
                                                   .allow_http = c->import_hf_redirect_http,
-                                                  .allow_private = c->import_hf_redirect_private}};
+                                                  .allow_private = c->import_hf_redirect_private},
+                                    .sidecar_max_len = c->import_sidecar_max_bytes,
+                                    .sidecar_total_len = c->import_sidecar_total_bytes};
     d->http_src.hub = &d->hub_src;
     tv__jobs_set_http(d->jobs, &d->http_src);
+    tv__jobs_set_sidecar_caps(d->jobs, c->import_sidecar_max_bytes, c->import_sidecar_total_bytes);
     return 0;
 }
 

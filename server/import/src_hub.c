@@ -37,10 +37,6 @@
 #include "util/hex.h"
 #include "util/sha256.h"
 
-#define SIDECARS_MAX       64          /* sidecar files kept at most */
-#define SIDECAR_MAX        (4u << 20)  /* bytes of one sidecar */
-#define SIDECARS_TOTAL_MAX (32u << 20) /* bytes of them together */
-
 /* ---- names ---- */
 
 bool tv__src_is_hub(const char *src)
@@ -469,25 +465,15 @@ static bool plain_top(const char *path)
     return true;
 }
 
+/* A sidecar by the importer's rules (sidecar.c): not a weight, an index or
+ * a dot file, a valid path within the depth a directory walk searches. */
 static bool sidecar_kind(const char *path)
 {
-    static const char *const skip[] = {
-        ".safetensors", ".bin",  ".pt",   ".pth",  ".h5",
-        ".msgpack",     ".onnx", ".gguf", ".ckpt", ".safetensors.index.json"};
-    size_t depth = 1, n = strlen(path);
-    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
-        if (ends_with(path, skip[i]))
-            return false;
-    if (n == 0 || n > 512 || path[n - 1] == '/')
-        return false;
-    for (const char *p = path; *p; p++) {
-        if ((p == path || p[-1] == '/') && (*p == '.' || *p == '/')) /* dot files, "//" */
-            return false;
-        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
-            return false;
+    size_t depth = 0;
+    for (const char *p = path; *p; p++)
         depth += *p == '/';
-    }
-    return depth <= 9; /* the importer searches 8 subdirectory levels */
+    return !tv__sidecar_excluded(path) && tv__sidecar_path_valid(path, NULL) == 0 &&
+           depth <= TV__SIDECAR_MAX_DEPTH;
 }
 
 /* Fetches file f whole (at most max bytes) and checks its bytes: the LFS
@@ -548,7 +534,8 @@ fail:
 typedef struct build {
     tv__src_pull_file *files;
     size_t n;
-    uint64_t sidecar_bytes;
+    uint64_t sidecar_bytes;        /* fetched so far */
+    uint64_t side_max, side_total; /* import.sidecar_max_bytes, import.sidecar_total_bytes */
 } build;
 
 static void build_free(build *b)
@@ -563,13 +550,16 @@ static void build_free(build *b)
     free(b->files);
 }
 
-/* Adds file f of the listing: streamed by the pull (an LFS weight, or an
- * LFS sidecar over the cap, which the importer lists as skipped) or
- * fetched whole now and checked. */
+/* Adds file f of the listing: fetched whole now and checked (the index,
+ * a sidecar within the caps), or named by its resolve URL for the pull (an
+ * LFS weight, streamed; a sidecar over import.sidecar_max_bytes, which the
+ * importer lists as skipped without fetching it; one past
+ * import.sidecar_total_bytes, which fails the import there, naming the key). */
 static int add_file(hub *hb, const tv__hub_listing *l, const tv__hub_file *f, bool sidecar,
                     build *b, tv_error *err)
 {
-    bool stream = f->sha256[0] && (sidecar ? f->size > SIDECAR_MAX : !ends_with(f->path, ".json"));
+    bool stream = sidecar ? f->size > b->side_max || b->sidecar_bytes + f->size > b->side_total
+                          : f->sha256[0] && !ends_with(f->path, ".json");
     tv__src_pull_file *pf = &b->files[b->n];
     char url[TV__URL_MAX + 1], sha[65];
     memset(pf, 0, sizeof(*pf));
@@ -582,10 +572,10 @@ static int add_file(hub *hb, const tv__hub_listing *l, const tv__hub_file *f, bo
             return tv__seterr(err, TV_E_BAD_REQUEST, "%s: '%.200s': the file's URL is too long",
                               hb->what, f->path);
         pf->url = strdup(url);
-        pf->sha256 = strdup(f->sha256);
+        pf->sha256 = f->sha256[0] ? strdup(f->sha256) : NULL;
         pf->bearer = hb->token ? strdup(hb->token) : NULL;
         pf->len = f->size;
-        if (!pf->url || !pf->sha256 || (hb->token && !pf->bearer))
+        if (!pf->url || (f->sha256[0] && !pf->sha256) || (hb->token && !pf->bearer))
             return tv__seterr(err, -ENOMEM, "out of memory");
         return 0;
     }
@@ -631,16 +621,17 @@ static int make_pull(hub *hb, const tv__hub_listing *l, tv__src_pull **out, tv_e
             hb->what, l->commit, l->n_files);
     if (!(b.files = calloc(l->n_files, sizeof(*b.files))))
         return tv__seterr(err, -ENOMEM, "out of memory");
+    const tv__src_hub_opts *o = hb->ho ? hb->ho->hub : NULL;
+    b.side_max = o && o->sidecar_max_len ? o->sidecar_max_len : TV__SIDECAR_DEFAULT_MAX;
+    b.side_total = o && o->sidecar_total_len ? o->sidecar_total_len : TV__SIDECAR_DEFAULT_TOTAL;
     size_t n_side = 0;
     for (size_t i = 0; i < l->n_files && !rc; i++) {
         const tv__hub_file *f = &l->files[i];
         bool weight = plain_top(f->path) && ends_with(f->path, ".safetensors");
         if (f == idx || (weight && (idx || f == one)))
             rc = add_file(hb, l, f, false, &b, err);
-        else if (sidecar_kind(f->path) && n_side < SIDECARS_MAX &&
-                 (f->size <= SIDECAR_MAX ? b.sidecar_bytes + f->size <= SIDECARS_TOTAL_MAX
-                                         : f->sha256[0] && f->size != UINT64_MAX)) {
-            rc = add_file(hb, l, f, true, &b, err); /* one over the cap: named, not fetched */
+        else if (sidecar_kind(f->path) && f->size != UINT64_MAX && n_side < TV__SIDECAR_MAX_FILES) {
+            rc = add_file(hb, l, f, true, &b, err);
             n_side++;
         }
     }

@@ -37,6 +37,7 @@ def sharded_files(seed, per=300_000):
     files["config.json"] = json.dumps({"model_type": "test", "seed": seed}).encode()
     files["tokenizer.json"] = b'{"version": "1.0"}'
     files["1_Pooling/config.json"] = b'{"pooling_mode_mean_tokens": true}'
+    files["vocab.txt"] = b"tok\n" * 25_000  # over the daemon's import.sidecar_max_bytes
     files[".cache/x.json"] = b"{}"
     files[".gitattributes"] = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
     files["pytorch_model.bin"] = b"not kept"
@@ -109,7 +110,7 @@ def make_daemon(build_dir, tmp_path_factory, name, settings, env=None):
 def daemon(build_dir, hub, tmp_path_factory):
     d = make_daemon(build_dir, tmp_path_factory, "hub",
                     {"import.hf_endpoint": hub.url, "import.hf_redirect_http": "true",
-                     "import.hf_redirect_private": "true"})
+                     "import.hf_redirect_private": "true", "import.sidecar_max_bytes": "64K"})
     try:
         yield d
     finally:
@@ -156,6 +157,17 @@ def test_sharded_import_through_redirects(daemon, fresh, build_dir):
            if r[0] == "GET" and r[3] == 200}
     assert {"config.json", "tokenizer.json", "1_Pooling/config.json",
             "model.safetensors.index.json"} <= got, got
+    # the sidecars arrived with the generation, byte for byte; the rest did not
+    gen = g["generation"]
+    listed = daemon.ok("GET", f"/v1/models/hub%2Fsharded/generations/{gen}/files")["files"]
+    side = {"config.json", "tokenizer.json", "1_Pooling/config.json"}
+    assert {f["path"] for f in listed} == side, listed
+    for name in side:
+        r = daemon.get(f"/v1/models/hub%2Fsharded/generations/{gen}/files/{name}")
+        assert r.status == 200 and r.body == hub.v1[name], (name, r)
+    assert j["result"]["n_files"] == 3, j["result"]
+    assert [x for x in j["result"]["skipped"] if "vocab.txt" in x], j["result"]
+    assert not any("vocab.txt" in r[2] and r[0] == "GET" for r in resolves)  # never fetched
     # the CLI shows the repository and the commit
     exe = os.path.abspath(os.path.join(build_dir, "tensorvault"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
