@@ -664,7 +664,7 @@ static int follow(tv__cli_client *cl, json_t **job, tv__cli_progress *bar, tv_er
 static int absolute(const char *src, char *out, size_t len, tv_error *err)
 {
     char cwd[TV__CLI_PATH_MAX];
-    if (src[0] == '/' || tv__src_is_url(src)) { /* a URL goes as given */
+    if (src[0] == '/' || tv__src_is_url(src) || tv__src_is_hub(src)) { /* a URL goes as given */
         if (strlen(src) >= len)
             return tv__seterr(err, TV_E_INVALID_ARG, "source path '%.64s...' is too long", src);
         memcpy(out, src, strlen(src) + 1);

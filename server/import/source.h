@@ -92,9 +92,10 @@ size_t tv__src_pull_find(const tv__src_pull *p, const char *name);
  * and for TV_E_CANCELLED (a cancelled transfer says nothing of its source). */
 void tv__src_pull_bad(const tv__src_pull *p, size_t idx, int rc);
 
-/* True when src names an http://, https://, s3:// or hf:// URL (then the
- * importer reads it from the network, never from a path; an hf:// one is
- * resolved into a pull first, tv__src_hub_resolve). */
+/* True when src names an http://, https:// or s3:// URL (then the importer
+ * reads it from the network, never from a path). An hf:// source is not
+ * one (tv__src_is_hub): it is resolved into a pull first
+ * (tv__src_hub_resolve), and no peer can fetch from it as from an origin. */
 bool tv__src_is_url(const char *src);
 
 typedef struct tv__src tv__src;

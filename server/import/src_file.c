@@ -349,7 +349,7 @@ struct tv__src {
 bool tv__src_is_url(const char *src)
 {
     return src && (strncasecmp(src, "http://", 7) == 0 || strncasecmp(src, "https://", 8) == 0 ||
-                   strncasecmp(src, "s3://", 5) == 0 || tv__src_is_hub(src));
+                   strncasecmp(src, "s3://", 5) == 0);
 }
 
 int tv__src_open(const char *src, const tv__src_http_opts *ho, tv__src **out, tv_checkpoint **ck,

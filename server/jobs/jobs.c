@@ -263,7 +263,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
      * and source left (import.h: resume). */
     char *resume = NULL;
     int64_t from = 0;
-    if (n->pull || tv__src_is_url(n->source)) {
+    if (o.pull || tv__src_is_url(n->source)) {
         tv_error e = {0};
         if (tv__reg_job_take_resume(st->reg, n->id, n->model, n->source, &resume, &from, &e))
             tv__log(TV_LOG_WARN, "job %" PRId64 ": not resuming: %s", n->id, e.msg);

@@ -39,7 +39,7 @@ static void test_parse_accepts(void **state)
     assert_false(r.is_commit);
     assert_true(tv__src_is_hub("hf://x"));
     assert_false(tv__src_is_hub("https://huggingface.co/x"));
-    assert_true(tv__src_is_url("hf://org/m"));
+    assert_false(tv__src_is_url("hf://org/m")); /* resolved into a pull, not an origin */
 }
 
 static void test_parse_refuses(void **state)
