@@ -3,6 +3,7 @@
  * precedence (file < environment < flags), and bad values or unknown keys
  * refused with a message naming FILE:LINE (or the variable, or the flag)
  * and the key; the [fastpath] keys and the [access] rule lists. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -553,6 +554,54 @@ static void test_admin_token_file(void **state)
     assert_non_null(strstr(err.msg, "store.admin_token"));
 }
 
+/* import.hf_*: the Hub's endpoint and token file, the daemon's HF_ENDPOINT
+ * and HF_TOKEN over them (the daemon fetches: its token is its own). */
+static void test_hf_keys_and_env(void **state)
+{
+    (void)state;
+    tv__config c;
+    tv__config_action act;
+    tv_error err = {0};
+    char *none[] = {NULL};
+    char *argv[] = {"tensorvaultd", NULL};
+    assert_int_equal(tv__config_load(&c, 1, argv, none, &act, &err), 0);
+    assert_string_equal(c.import_hf_endpoint, "https://huggingface.co");
+    assert_string_equal(c.hf_token, "");
+    assert_false(c.import_hf_redirect_http);
+    assert_false(c.import_hf_redirect_private);
+    const char *tok = write_ini("hf.token", "hf_from_file\nsecond line\n");
+    char set[700];
+    snprintf(set, sizeof set, "import.hf_token_file=%s", tok);
+    char *argv2[] = {"tensorvaultd",
+                     "--set",
+                     set,
+                     "--set",
+                     "import.hf_endpoint=http://mirror:8080/",
+                     "--set",
+                     "import.hf_redirect_private=yes",
+                     NULL};
+    assert_int_equal(tv__config_load(&c, 7, argv2, none, &act, &err), 0);
+    assert_string_equal(c.hf_token, "hf_from_file");
+    assert_string_equal(c.import_hf_endpoint, "http://mirror:8080/");
+    assert_true(c.import_hf_redirect_private);
+    char *envp[] = {"HF_TOKEN=hf_from_env", "HF_ENDPOINT=https://hf-mirror.example", NULL};
+    assert_int_equal(tv__config_load(&c, 7, argv2, envp, &act, &err), 0);
+    assert_string_equal(c.hf_token, "hf_from_env");
+    assert_string_equal(c.import_hf_endpoint, "https://hf-mirror.example");
+    /* a token file that cannot be read, or holds nothing, stops the daemon */
+    char *argv3[] = {"tensorvaultd", "--set", "import.hf_token_file=/nonexistent/hf.token", NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv3, none, &act, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "import.hf_token_file"));
+    const char *empty = write_ini("hf.empty", "\n");
+    snprintf(set, sizeof set, "import.hf_token_file=%s", empty);
+    char *argv4[] = {"tensorvaultd", "--set", set, NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv4, none, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "holds no token"));
+    char *argv5[] = {"tensorvaultd", "--set", "import.hf_endpoint=ftp://x", NULL};
+    assert_int_equal(tv__config_load(&c, 3, argv5, none, &act, &err), TV_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "import.hf_endpoint"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -568,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_fleet_keys),
         cmocka_unit_test(test_s3_keys_and_aws_env),
         cmocka_unit_test(test_admin_token_file),
+        cmocka_unit_test(test_hf_keys_and_env),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
