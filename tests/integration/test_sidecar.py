@@ -193,3 +193,65 @@ def test_denied_uid_gets_403_on_the_files_routes(build_dir, tmp_path):
             assert json.loads(body)["error"]["code"] == "TV_E_PEER_DENIED"
     finally:
         assert dm.stop() == 0, dm.log_text()
+
+
+def cli(build_dir, d, *args, check=True):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSORVAULT_")}
+    env.update(TENSORVAULT_URL=f"http://127.0.0.1:{d.port}",
+               TENSORVAULT_TOKEN_FILE=os.path.join(d.store, "admin.token"))
+    p = subprocess.run([os.path.join(os.path.abspath(build_dir), "tensorvault"), *args],
+                       capture_output=True, text=True, timeout=60, env=env)
+    if check:
+        assert p.returncode == 0, (args, p.stdout, p.stderr)
+    return p
+
+
+def test_cli_files_and_checkout(build_dir, d, work):
+    src, keep = model_dir(work, "c1", seed=7)
+    d.import_ok("c", src, activate=True)
+    d.ok("PUT", "/v1/models/c/aliases/prod", body={"generation": 1})
+
+    doc = json.loads(cli(build_dir, d, "files", "c@prod", "--json").stdout)
+    assert doc == d.ok("GET", "/v1/models/c/generations/1/files")
+    text = cli(build_dir, d, "files", "c").stdout
+    assert "1_Pooling/config.json" in text and sha(keep["config.json"])[:12] in text
+    assert f"{len(keep)} files of c generation 1" in text
+
+    out = work / "co"
+    p = cli(build_dir, d, "checkout", "c@prod", str(out))
+    assert "generation 1" in p.stdout
+    for path, b in keep.items():
+        assert (out / path).read_bytes() == b, path
+    rec = json.loads((out / "tensorvault.json").read_text())
+    assert (rec["model"], rec["generation"], rec["url"]) == ("c", 1, f"http://127.0.0.1:{d.port}")
+    assert rec["files"] == doc["files"]
+    assert [s["name"] for s in rec["shards"]] == ["model.safetensors"]
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {"w": "model.safetensors"}
+    assert not (out / "model.safetensors").exists()
+    # again: nothing differs, nothing is written
+    before = {p: os.stat(out / p).st_ino for p in keep}
+    assert "(%d unchanged)" % (len(keep) + 2) in cli(build_dir, d, "checkout", "c", str(out)).stdout
+    assert before == {p: os.stat(out / p).st_ino for p in keep}
+
+    # a different file in DIR is refused (nothing written), --force replaces it
+    src2, _ = model_dir(work, "c2", extra={"config.json": b'{"model_type": "bert", "v": 2}'})
+    d.import_ok("c", src2)
+    p = cli(build_dir, d, "checkout", "c@2", str(out), check=False)
+    assert p.returncode == 1 and "refusing to overwrite" in p.stderr and "--force" in p.stderr
+    assert (out / "config.json").read_bytes() == keep["config.json"]
+    assert json.loads((out / "tensorvault.json").read_text())["generation"] == 1
+    cli(build_dir, d, "checkout", "c@2", str(out), "--force")
+    assert (out / "config.json").read_bytes() == b'{"model_type": "bert", "v": 2}'
+    assert json.loads((out / "tensorvault.json").read_text())["generation"] == 2
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # a symbolic link inside DIR is not written through
+    shutil.rmtree(out / "1_Pooling")
+    os.symlink(work / "outside", out / "1_Pooling")
+    p = cli(build_dir, d, "checkout", "c@1", str(out), "--force", check=False)
+    assert p.returncode == 1 and "symbolic link" in p.stderr
+    assert not (work / "outside" / "config.json").exists()
+    # a generation that does not exist
+    p = cli(build_dir, d, "checkout", "c@9", str(work / "co9"), check=False)
+    assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
+    assert not (work / "co9").exists()
