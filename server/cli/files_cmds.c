@@ -268,7 +268,7 @@ typedef struct checkout {
     json_t *gen;    /* the generation document (its shards) */
     json_t *record; /* tensorvault.json */
     out_file *out;
-    size_t n_out;
+    size_t n_out, cap_out; /* files, then the index and the record */
 } checkout;
 
 /* Every sidecar file, downloaded and checked against the list. */
@@ -281,6 +281,7 @@ static int fetch_files(checkout *k, tv_error *err)
     snprintf(num, sizeof num, "%" PRId64, k->number);
     if (!(k->out = calloc(n + 2, sizeof(*k->out))))
         return tv__seterr(err, -ENOMEM, "out of memory");
+    k->cap_out = n + 2;
     json_array_foreach(k->files, i, f)
     {
         const char *p = json_string_value(json_object_get(f, "path"));
@@ -466,7 +467,7 @@ int tv__cli_checkout(const tv__cli_ctx *c)
     }
 out:
     tv__cli_client_close(&k.cl);
-    for (size_t i = 0; k.out && i < k.n_out + 2; i++)
+    for (size_t i = 0; i < k.cap_out; i++)
         free(k.out[i].data);
     free(k.out);
     json_decref(k.files);

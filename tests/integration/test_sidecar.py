@@ -255,3 +255,134 @@ def test_cli_files_and_checkout(build_dir, d, work):
     p = cli(build_dir, d, "checkout", "c@9", str(work / "co9"), check=False)
     assert p.returncode == 1 and "TV_E_NOT_FOUND" in p.stderr
     assert not (work / "co9").exists()
+
+
+def test_minilm_checkout_loads_bit_identical(build_dir, tmp_path, monkeypatch):
+    """The acceptance: the real MiniLM directory (weights, config, tokenizer,
+    1_Pooling/) imported through the daemon, `tensorvault checkout
+    minilm@1 DIR`, then transformers' AutoConfig, AutoTokenizer and
+    AutoModel.from_pretrained(DIR) under tensorvault.patched(): the weights
+    come through tensorvault from generation 1 (DIR holds no shard), and
+    the embeddings equal the official loader's on the original directory
+    bit for bit."""
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import tensorvault
+    from tensorvault import _files
+    from transformers import AutoConfig, AutoTokenizer
+
+    from .test_python_switch import embed, minilm_dir
+
+    orig = minilm_dir()
+    os.chmod(tmp_path, 0o755)
+    src = tmp_path / "root" / "minilm"
+    shutil.copytree(orig, src)  # model.safetensors (a link out of the directory) copied
+    dm = Daemon(build_dir, tmp_path, settings={"import.roots": str(tmp_path / "root"),
+                                               "store.image_size": "512M"}, name="ml").start()
+    try:
+        dm.import_ok("minilm", str(src), activate=True)
+        dm.wait_socket()
+        out = tmp_path / "checkout"
+        cli(build_dir, dm, "checkout", "minilm@1", str(out))
+        for rel in ("config.json", "tokenizer.json", "vocab.txt", "1_Pooling/config.json"):
+            assert (out / rel).read_bytes() == (src / rel).read_bytes(), rel
+        assert not (out / "model.safetensors").exists()
+        assert tensorvault._checkout.spec_of(out) == "minilm@1"
+
+        opened = []
+        real = _files.open_file
+        monkeypatch.setattr(_files, "open_file",
+                            lambda *a, **kw: opened.append(real(*a, **kw)) or opened[-1])
+        want, official = embed(orig)
+        assert not opened
+        cfg = AutoConfig.from_pretrained(str(out))
+        ref_cfg = AutoConfig.from_pretrained(orig)
+        assert {**cfg.to_dict(), "_name_or_path": ""} == {**ref_cfg.to_dict(), "_name_or_path": ""}
+        assert AutoTokenizer.from_pretrained(str(out))("a b c")["input_ids"] == \
+            AutoTokenizer.from_pretrained(orig)("a b c")["input_ids"]
+        with tensorvault.patched(socket=dm.socket_path):
+            got, model = embed(str(out))
+        assert opened and all(type(f) is tensorvault.safe_open for f in opened), opened
+        assert {f._spec for f in opened} == {"minilm@1"}
+        assert torch.equal(got, want)  # bit for bit
+        ref = official.state_dict()
+        for name, t in model.state_dict().items():
+            assert torch.equal(t, ref[name]), name
+        # the same through the Python checkout(), by alias: the record names the number
+        dm.ok("PUT", "/v1/models/minilm/aliases/prod", body={"generation": 1})
+        rec = tensorvault.checkout("minilm", tmp_path / "co2", "prod",
+                                   http=f"http://127.0.0.1:{dm.port}")
+        assert rec["generation"] == 1
+        assert json.loads((tmp_path / "co2" / "tensorvault.json").read_bytes())["generation"] == 1
+        assert (tmp_path / "co2" / "model.safetensors.index.json").read_bytes() == \
+            (out / "model.safetensors.index.json").read_bytes()
+        for f in rec["files"]:
+            assert (tmp_path / "co2" / f["path"]).read_bytes() == (out / f["path"]).read_bytes()
+    finally:
+        assert dm.stop() == 0, dm.log_text()
+
+
+def test_vllm_plugin_takes_model_and_generation_from_the_checkout(build_dir, tmp_path):
+    """The vLLM loader (python/tensorvault/vllm.py) pointed at a checkout
+    directory reads the model and generation number of its
+    tensorvault.json (and its store), whatever an alias says since; extra
+    config that disagrees is refused. Without running vLLM: pick(), then,
+    when vLLM is installed, its loader's load_weights on a stand-in."""
+    import tensorvault.vllm as tvllm
+
+    exe = os.path.join(os.path.abspath(build_dir), "tensorvault")
+    store = str(tmp_path / "st")
+    rng = np.random.default_rng(3)
+    w1 = {"w": rng.standard_normal((4, 4)).astype(np.float32)}
+    w2 = {"w": w1["w"] + 1}
+    run = lambda *a: subprocess.run([exe, *a], capture_output=True, text=True, check=True)
+    run("store", "init", "--store", store, "--image", str(tmp_path / "img"), "--size", "64M")
+    for i, w in ((1, w1), (2, w2)):
+        d = tmp_path / f"src{i}"
+        make_checkpoint(d / "model.safetensors", w)
+        (d / "config.json").write_text(json.dumps({"model_type": "x", "v": i}))
+        run("import", "--store", store, "m", str(d))
+    run("alias", "set", "m", "prod", "1", "--store", store)
+    co = tmp_path / "co"
+    run("checkout", "m@prod", str(co), "--store", store)
+    run("alias", "set", "m", "prod", "2", "--store", store)  # the alias moves on; DIR does not
+
+    name, src = tvllm.pick(str(co), {})
+    assert (name, src) == ("m", {"generation": 1, "alias": None, "socket": None, "store": store})
+    assert tvllm.pick(str(co), {"model": "m", "generation": 1})[1]["generation"] == 1
+    assert tvllm.pick(str(co), {"socket": "/x.sock"})[1] == {
+        "generation": 1, "alias": None, "socket": "/x.sock", "store": None}
+    for bad in ({"model": "other"}, {"generation": 2}, {"alias": "prod"}):
+        with pytest.raises(ValueError, match="is a tensorvault checkout of m@1"):
+            tvllm.pick(str(co), bad)
+    # not a checkout: as before
+    assert tvllm.pick("hf/x", {"model": "m", "alias": "prod"}) == (
+        "m", {"generation": None, "alias": "prod", "socket": None, "store": None})
+    assert tvllm.pick(str(tmp_path / "src1"), {})[0] == str(tmp_path / "src1")
+
+    try:
+        import torch
+        from vllm.config.load import LoadConfig
+        from vllm.model_executor.model_loader import get_model_loader
+    except ImportError:
+        return
+    tvllm.register()
+
+    class Cfg:
+        model, quantization = str(co), None
+
+    class Collector(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(4, 4))
+            self.got = {}
+
+        def load_weights(self, weights):
+            self.got.update((n, t.clone()) for n, t in weights)
+            return set(self.got)
+
+    ld = get_model_loader(LoadConfig(load_format="tensorvault", model_loader_extra_config={}))
+    ld.download_model(Cfg())
+    m = Collector()
+    ld.load_weights(m, Cfg())
+    assert np.array_equal(m.got["w"].numpy(), w1["w"])  # generation 1, not the alias's 2
