@@ -386,3 +386,44 @@ def test_vllm_plugin_takes_model_and_generation_from_the_checkout(build_dir, tmp
     m = Collector()
     ld.load_weights(m, Cfg())
     assert np.array_equal(m.got["w"].numpy(), w1["w"])  # generation 1, not the alias's 2
+
+
+def test_http_origin_sidecar_files_are_the_well_known_names(build_dir, tmp_path):
+    """An http(s) origin cannot be listed: the importer asks for the
+    well-known names beside the checkpoint, keeps those answered 200 (one
+    over the per-file cap skipped), ignores a 404, and asks for nothing
+    else (a README.md beside them is not fetched)."""
+    from harness.origin import Origin
+
+    o = Origin(tmp_path / "origin").start()
+    try:
+        root = tmp_path / "origin" / "models" / "m"
+        make_checkpoint(root / "model.safetensors", {"w": np.arange(8, dtype=np.float32)})
+        keep = {"config.json": b'{"model_type": "bert"}', "tokenizer.json": b'{"v": 1}',
+                "chat_template.jinja": b"{{ messages }}"}
+        for p, b in keep.items():
+            (root / p).write_bytes(b)
+        (root / "vocab.txt").write_bytes(b"v" * (MAX + 1))
+        (root / "README.md").write_bytes(b"not asked for")
+        os.chmod(tmp_path, 0o755)
+        dm = Daemon(build_dir, tmp_path, name="org",
+                    settings={"import.origins": f"{o.url}/models/",
+                              "import.sidecar_max_bytes": str(MAX)}).start()
+        try:
+            for i, src in enumerate((o.url_of("models/m/"), o.url_of("models/m/model.safetensors"))):
+                job = dm.import_ok("m", src)
+                assert job["result"]["n_files"] == len(keep), job
+                assert job["result"]["skipped"] == [f"skipped: vocab.txt ({MAX + 1} bytes > {MAX})"]
+                got = files_of(dm, "m", i + 1)
+                assert sorted(got) == sorted(keep)
+                for p, b in keep.items():
+                    assert dm.get(f"/v1/models/m/generations/{i + 1}/files/{p}").body == b
+            asked = {path for _, path, _, _, _ in o.requests()}
+            assert "/models/m/merges.txt" in asked      # 404: ignored
+            assert "/models/m/README.md" not in asked
+            gets = [(m, p) for m, p, _, _, _ in o.requests() if p == "/models/m/vocab.txt"]
+            assert gets and all(m == "HEAD" for m, _ in gets)  # over the cap: never fetched
+        finally:
+            assert dm.stop() == 0, dm.log_text()
+    finally:
+        o.stop()
