@@ -492,7 +492,7 @@
   /* -- sidecar files ------------------------------------------------------- */
 
   function filePath(n, g, p) {
-    return gpath(n, g) + "/files/" + p.split("/").map(TV.seg).join("/");
+    return gpath(n, g) + "/files/" + TV.seg(p); // its "/"s as %2F: any depth
   }
 
   /* The files of generation g and, when it has one, config.json's text

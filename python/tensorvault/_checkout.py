@@ -158,7 +158,7 @@ def checkout(model, directory, generation=None, *, http=None, force=False):
             continue
         if rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
             raise ValueError(f"the daemon listed a file named {rel!r}")
-        data = api.get(base + "/files/" + "/".join(_seg(p) for p in rel.split("/")))
+        data = api.get(base + "/files/" + _seg(rel))  # its '/'s as %2F: any depth
         if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
             raise OSError(f"{rel!r} did not arrive as listed (size or SHA-256 differ)")
         out.append((rel, data))

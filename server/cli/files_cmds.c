@@ -45,33 +45,19 @@
 #define INDEX_NAME    "model.safetensors.index.json"
 #define TENSORS_LIMIT "1000"
 
-/* "/v1/models/NAME/generations/GEN[/tail]": NAME and GEN one segment each,
- * tail's '/' kept between its encoded segments. */
+/* "/v1/models/NAME/generations/GEN[/tail[/FILE]]": NAME, GEN and FILE one
+ * segment each (a file's '/'s as %2F: any depth fits the router). */
 static int gen_path(char *buf, size_t len, const char *name, const char *gen, const char *tail,
-                    tv_error *err)
+                    const char *file, tv_error *err)
 {
-    char seg[1024];
+    char n[1024], g[1024], f[3 * TV__SIDECAR_PATH_MAX + 1];
     int rc;
-    if ((rc = tv__cli_seg(name, seg, sizeof seg, err)))
+    if ((rc = tv__cli_seg(name, n, sizeof n, err)) || (rc = tv__cli_seg(gen, g, sizeof g, err)) ||
+        (file && (rc = tv__cli_seg(file, f, sizeof f, err))))
         return rc;
-    size_t o = (size_t)snprintf(buf, len, "/v1/models/%s/generations/", seg);
-    if ((rc = tv__cli_seg(gen, seg, sizeof seg, err)))
-        return rc;
-    o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "%s", seg);
-    for (const char *p = tail; p && *p;) {
-        const char *e = strchr(p, '/');
-        char part[TV__SIDECAR_PATH_MAX + 1];
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (l >= sizeof part)
-            return tv__seterr(err, TV_E_INVALID_ARG, "path '%.64s...' too long", tail);
-        memcpy(part, p, l);
-        part[l] = '\0';
-        if ((rc = tv__cli_seg(part, seg, sizeof seg, err)))
-            return rc;
-        o += (size_t)snprintf(buf + o, o < len ? len - o : 0, "/%s", seg);
-        p = e ? e + 1 : p + l;
-    }
-    if (o >= len)
+    int w = snprintf(buf, len, "/v1/models/%s/generations/%s%s%s%s%s", n, g, tail ? "/" : "",
+                     tail ? tail : "", file ? "/" : "", file ? f : "");
+    if (w < 0 || (size_t)w >= len)
         return tv__seterr(err, TV_E_INVALID_ARG, "request path too long");
     return 0;
 }
@@ -109,7 +95,7 @@ int tv__cli_files(const tv__cli_ctx *c)
     int rc = spec_of(c, name, sizeof name, gen, sizeof gen);
     if (rc)
         return rc;
-    if ((rc = gen_path(path, sizeof path, name, gen, "files", &err)))
+    if ((rc = gen_path(path, sizeof path, name, gen, "files", NULL, &err)))
         return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
     rc = tv__cli_client_open(c, false, &cl, &err);
     if (!rc)
@@ -130,7 +116,8 @@ int tv__cli_files(const tv__cli_ctx *c)
         json_array_foreach(fs, i, f)
         {
             const char *sha = json_string_value(json_object_get(f, "sha256"));
-            printf("%-48s %10s  %.12s\n", json_string_value(json_object_get(f, "path")),
+            const char *p = json_string_value(json_object_get(f, "path"));
+            printf("%-48s %10s  %.12s\n", p ? p : "-",
                    tv__cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(f, "size")), sz,
                                      sizeof sz),
                    sha ? sha : "-");
@@ -295,9 +282,7 @@ static int fetch_files(checkout *k, tv_error *err)
             continue; /* the checkout writes its own */
         out_file *o = &k->out[k->n_out];
         snprintf(o->path, sizeof o->path, "%s", p);
-        char tail[TV__SIDECAR_PATH_MAX + 8];
-        snprintf(tail, sizeof tail, "files/%s", p);
-        if ((rc = gen_path(path, sizeof path, k->name, num, tail, err)) ||
+        if ((rc = gen_path(path, sizeof path, k->name, num, "files", p, err)) ||
             (rc = tv__cli_call_bytes(&k->cl, path, &o->data, &o->len, err)))
             return rc;
         k->n_out++;
@@ -319,7 +304,7 @@ static int make_index(checkout *k, out_file *o, tv_error *err)
     json_t *map = json_object(), *doc = NULL;
     int rc = 0;
     snprintf(num, sizeof num, "%" PRId64, k->number);
-    if ((rc = gen_path(path, sizeof path, k->name, num, "tensors", err)))
+    if ((rc = gen_path(path, sizeof path, k->name, num, "tensors", NULL, err)))
         goto out;
     char *cursor = NULL;
     for (;;) {
@@ -399,14 +384,14 @@ static int resolve(checkout *k, const char *gen, tv_error *err)
     char path[PATH_BUF], num[24];
     int rc;
     json_t *files = NULL;
-    if ((rc = gen_path(path, sizeof path, k->name, gen, NULL, err)) ||
+    if ((rc = gen_path(path, sizeof path, k->name, gen, NULL, NULL, err)) ||
         (rc = tv__cli_call(&k->cl, "GET", path, NULL, NULL, &k->gen, NULL, err)))
         return rc;
     k->number = (int64_t)json_integer_value(json_object_get(k->gen, "generation"));
     if (k->number <= 0)
         return tv__seterr(err, TV_E_INTERNAL, "the generation document has no number");
     snprintf(num, sizeof num, "%" PRId64, k->number);
-    if ((rc = gen_path(path, sizeof path, k->name, num, "files", err)) ||
+    if ((rc = gen_path(path, sizeof path, k->name, num, "files", NULL, err)) ||
         (rc = tv__cli_call(&k->cl, "GET", path, NULL, NULL, &files, NULL, err))) {
         json_decref(files);
         return rc;

@@ -59,6 +59,7 @@ def model_dir(work, name, seed=1, extra=None):
         "README.md": b"# a model card\n\xe2\x9c\x93 bytes as they are\n",
         "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}',
         "sub/deeper/vocab.txt": b"[PAD]\n[UNK]\nhello\n",
+        "d1/d2/d3/d4/d5/d6/deep.txt": b"seven levels down",
     }
     keep.update(extra or {})
     for p, b in keep.items():
@@ -110,15 +111,15 @@ def test_import_stores_lists_and_serves_sidecar_files(d, work):
     for p, b in want.items():
         assert got[p]["size"] == len(b) and got[p]["sha256"] == sha(b), p
         for spec in ("1", "active"):
-            r = d.get(f"/v1/models/m1/generations/{spec}/files/{p}")
+            r = d.get(f"/v1/models/m1/generations/{spec}/files/{seg(p)}")
             assert r.status == 200 and r.body == b, (p, r)
             assert r.headers["etag"] == f'"{sha(b)}"'
             assert int(r.headers["content-length"]) == len(b)
             ct = "application/json" if p.endswith(".json") else "text/plain"
             assert r.headers["content-type"].startswith(ct), (p, r.headers)
-    # a '/' may also come percent-encoded; an ETag that matches is 304
-    r = d.get("/v1/models/m1/generations/1/files/1_Pooling%2Fconfig.json")
-    assert r.status == 200 and r.body == keep["1_Pooling/config.json"]
+    # a '/' may also come as it is; an ETag that matches is 304
+    r = d.get("/v1/models/m1/generations/1/files/sub/deeper/vocab.txt")
+    assert r.status == 200 and r.body == keep["sub/deeper/vocab.txt"]
     r = d.get("/v1/models/m1/generations/1/files/config.json",
               headers={"If-None-Match": f'"{sha(keep["config.json"])}"'})
     assert r.status == 304
