@@ -2,18 +2,18 @@
 (path, size, short sha256, a download link that answers the file's bytes)
 and renders its config.json as a table of its top-level keys, nested
 values as pretty-printed JSON; a value holding markup is shown as text,
-never parsed as HTML."""
+never parsed as HTML; it fits 1280 and 390 px."""
 import json
 import os
 
-from harness.browser import demo_checkpoint, open_page
+from harness.browser import demo_checkpoint, open_page, shoot
 
 CONFIG = {"model_type": "gpt2", "n_layer": 2, "tie": True,
           "architectures": ["GPT2LMHeadModel"],
           "note": "<img src=x onerror=\"window.pwned=1\"><b>bold</b>"}
 
 
-def test_generation_files_and_config(browser, daemon_factory):
+def test_generation_files_and_config(browser, daemon_factory, artifacts_dir):
     d = daemon_factory()
     ckpt = os.path.join(d.workdir, "ck", "model.safetensors")
     demo_checkpoint(ckpt)
@@ -50,5 +50,14 @@ def test_generation_files_and_config(browser, daemon_factory):
         assert page.query_selector("#shards-1 table.config img") is None
         assert page.evaluate("() => window.pwned === undefined")
         assert watch.problems == []
+        shoot(page, artifacts_dir, "files", "light", "wide")
+    finally:
+        ctx.close()
+    ctx, page, _ = open_page(browser, f"http://127.0.0.1:{d.port}", "#models/m", scheme="dark",
+                             size="narrow")
+    try:
+        page.click("#gens-table tr.gen[data-gen='1'] button.expand")
+        page.wait_for_selector("#shards-1 table.config")
+        shoot(page, artifacts_dir, "files", "dark", "narrow")
     finally:
         ctx.close()
