@@ -428,3 +428,29 @@ def test_http_origin_sidecar_files_are_the_well_known_names(build_dir, tmp_path)
             assert dm.stop() == 0, dm.log_text()
     finally:
         o.stop()
+
+
+def test_sidecar_files_are_published_with_the_generation(build_dir, tv_crash, tmp_path):
+    """kill -9 inside the publishing transaction (crash point "publish")
+    leaves no file and no content; right after its commit ("import.commit")
+    the generation and its files are there together."""
+    exe = os.path.join(os.path.abspath(build_dir), "tensorvault")
+    store = str(tmp_path / "st")
+    subprocess.run([exe, "store", "init", "--store", store, "--image", str(tmp_path / "img"),
+                    "--size", "64M"], check=True, capture_output=True)
+    src, keep = model_dir(tmp_path, "m")
+
+    def rows():
+        db = sqlite3.connect(f"file:{os.path.join(store, 'registry.db')}?mode=ro", uri=True)
+        try:
+            return [db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                    for t in ("generations", "generation_files", "sidecar_blobs")]
+        finally:
+            db.close()
+
+    p = tv_crash("import", "--store", store, "m", src, crash_at="publish")
+    assert p.returncode != 0
+    assert rows() == [0, 0, 0]
+    p = tv_crash("import", "--store", store, "m", src, crash_at="import.commit")
+    assert p.returncode != 0
+    assert rows() == [1, len(keep), len(keep)]
