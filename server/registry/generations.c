@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "registry/notes.h"
 #include "registry/reg_internal.h"
 #include "util/sys.h"
 
@@ -736,6 +737,11 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
     rc = tv__reg_exec(reg, "changing a generation's state", err,
                       "UPDATE generations SET state = ?2 WHERE id = ?1", "it", generation_id,
                       tv__gen_state_name(to));
+    /* A failed import's event is its job's (tv__reg_job_finish). */
+    if (rc == 0 && to != TV__GEN_FAILED)
+        rc = tv__reg_event(reg, to == TV__GEN_READY ? "publish" : "retire", model, number,
+                           json_pack("{s:s}", "state", tv__gen_state_name(from)),
+                           json_pack("{s:s}", "state", tv__gen_state_name(to)), err);
     if (rc == 0)
         tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' generation %lld %s -> %s", model,
                 (long long)number, tv__gen_state_name(from), tv__gen_state_name(to));
@@ -782,6 +788,12 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
                            "UPDATE models SET active_generation = ?2 WHERE id = ?1", "ii",
                            g.model_id, number)))
         goto done;
+    /* A rollback is the activation of an older generation than the active. */
+    if ((rc = tv__reg_event(
+             reg, previous > number ? "rollback" : "activate", model, number,
+             json_pack("{s:o}", "active", previous ? json_integer(previous) : json_null()),
+             json_pack("{s:I}", "active", (json_int_t)number), err)))
+        goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> %lld", model,
             (long long)previous, (long long)number);
 done:
@@ -802,7 +814,10 @@ int tv__reg_generation_deactivate(tv__reg *reg, const char *model, int64_t *was,
         goto done; /* nothing active: nothing to change */
     if ((rc = tv__reg_exec(reg, "deactivating a model", err,
                            "UPDATE models SET active_generation = NULL WHERE name = ?1", "t",
-                           model)))
+                           model)) ||
+        (rc = tv__reg_event(reg, "deactivate", model, previous,
+                            json_pack("{s:I}", "active", (json_int_t)previous),
+                            json_pack("{s:n}", "active"), err)))
         goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> none", model,
             (long long)previous);
