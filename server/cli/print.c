@@ -198,12 +198,20 @@ static void models_table(FILE *f, const json_t *arr)
     size_t i;
     json_t *m;
     bool tags = any_tags(arr);
-    fprintf(f, "%-40s %8s %12s  %-16s%s\n", "MODEL", "ACTIVE", "GENERATIONS", "ALIASES",
-            tags ? " TAGS" : "");
-    json_array_foreach(arr, i, m) fprintf(
-        f, "%-40s %8s %12s  %-16s%s%s\n", S(m, "name"), I(m, "active_generation", a, sizeof a),
-        I(m, "n_generations", g, sizeof g), alias_map(json_object_get(m, "aliases"), al, sizeof al),
-        tags ? " " : "", tags ? tags_text(json_object_get(m, "tags"), tg, sizeof tg) : "");
+    /* TAGS only when some model has tags: a column after ALIASES */
+    fprintf(f, tags ? "%-40s %8s %12s  %-16s TAGS\n" : "%-40s %8s %12s  %s\n", "MODEL", "ACTIVE",
+            "GENERATIONS", "ALIASES");
+    json_array_foreach(arr, i, m)
+    {
+        const char *am = alias_map(json_object_get(m, "aliases"), al, sizeof al);
+        if (tags)
+            fprintf(f, "%-40s %8s %12s  %-16s %s\n", S(m, "name"),
+                    I(m, "active_generation", a, sizeof a), I(m, "n_generations", g, sizeof g), am,
+                    tags_text(json_object_get(m, "tags"), tg, sizeof tg));
+        else
+            fprintf(f, "%-40s %8s %12s  %s\n", S(m, "name"), I(m, "active_generation", a, sizeof a),
+                    I(m, "n_generations", g, sizeof g), am);
+    }
 }
 
 static void gens_table(FILE *f, const json_t *arr)
