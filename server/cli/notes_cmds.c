@@ -215,14 +215,14 @@ static void print_diff(const json_t *doc)
     for (size_t k = 0; json_is_object(files) && k < 3; k++)
         json_array_foreach(json_object_get(files, fk[k]), i, t)
             printf("%s %s\n", fm[k], json_string_value(t));
-    printf("%zu added, %zu removed, %zu changed in dtype or shape, %zu changed in content, "
-           "%" JSON_INTEGER_FORMAT " unchanged (content compared by %s)\n",
-           json_array_size(json_object_get(doc, "added")),
-           json_array_size(json_object_get(doc, "removed")),
-           json_array_size(json_object_get(doc, "changed")),
-           json_array_size(json_object_get(doc, "content_changed")),
-           json_integer_value(json_object_get(doc, "unchanged")),
-           json_string_value(json_object_get(doc, "basis")));
+    printf(
+        "%zu added, %zu removed, %zu changed in dtype or shape, %zu changed in content, %lld unchanged (content compared by %s)\n",
+        json_array_size(json_object_get(doc, "added")),
+        json_array_size(json_object_get(doc, "removed")),
+        json_array_size(json_object_get(doc, "changed")),
+        json_array_size(json_object_get(doc, "content_changed")),
+        (long long)json_integer_value(json_object_get(doc, "unchanged")),
+        json_string_value(json_object_get(doc, "basis")));
 }
 
 static int diff_run(const tv__cli_ctx *c)
