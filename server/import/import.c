@@ -1380,8 +1380,8 @@ static int publish(import_job *j, tv_error *err)
             if ((rc = tv__reg_shard_bind(st->reg, shard_id, plans[s].obj[k].id, err)))
                 goto fail_tx;
     }
-    if ((rc = tv__reg_tensors_insert(st->reg, gen.id, infos, n_t, err)) ||
-        (rc = tv__thash_record(j->thash, st->reg, gen.id, err)) ||
+    if ((rc = tv__reg_tensors_insert_hashed(st->reg, gen.id, infos, n_t, tv__thash_hexes(j->thash),
+                                            err)) ||
         (rc = tv__reg_generation_set_state(st->reg, gen.id, TV__GEN_READY, err)))
         goto fail_tx;
     tv__crash_point("publish");

@@ -12,7 +12,6 @@
 #include <xxhash.h>
 
 #include "import/tensor_hash.h"
-#include "registry/notes.h"
 #include "util/hex.h"
 #include "util/internal.h"
 
@@ -37,6 +36,7 @@ struct tv__thash {
     size_t n_shards;
     const char **names; /* tensor names (the checkpoint's) */
     char (*hex)[33];
+    const char **out; /* tv__thash_hexes */
     size_t n_tensors;
 };
 
@@ -59,6 +59,7 @@ void tv__thash_free(tv__thash *t)
     free(t->sh);
     free(t->names);
     free(t->hex);
+    free(t->out);
     free(t);
 }
 
@@ -69,7 +70,8 @@ int tv__thash_new(const tv_checkpoint *ck, tv__thash **out, tv_error *err)
     *out = NULL;
     if (!t || !(t->sh = calloc(ns ? ns : 1, sizeof *t->sh)) ||
         !(t->names = calloc(nt ? nt : 1, sizeof *t->names)) ||
-        !(t->hex = calloc(nt ? nt : 1, sizeof *t->hex)))
+        !(t->hex = calloc(nt ? nt : 1, sizeof *t->hex)) ||
+        !(t->out = calloc(nt ? nt : 1, sizeof *t->out)))
         goto nomem;
     t->n_shards = ns;
     t->n_tensors = nt;
@@ -153,30 +155,18 @@ void tv__thash_feed(tv__thash *t, size_t shard, uint64_t file_off, const uint8_t
         sh->complete = true;
 }
 
-int tv__thash_record(const tv__thash *t, tv__reg *reg, int64_t generation_id, tv_error *err)
+const char *const *tv__thash_hexes(tv__thash *t)
 {
     if (!t)
-        return 0;
-    const char **names = malloc(sizeof(*names) * (t->n_tensors ? t->n_tensors : 1));
-    const char **hashes = malloc(sizeof(*hashes) * (t->n_tensors ? t->n_tensors : 1));
-    size_t n = 0;
-    int rc = 0;
-    if (!names || !hashes) {
-        rc = tv__seterr(err, -ENOMEM, "out of memory for the tensor hashes");
-        goto out;
-    }
+        return NULL;
+    for (size_t i = 0; i < t->n_tensors; i++)
+        t->out[i] = NULL;
     for (size_t s = 0; s < t->n_shards; s++) {
         const th_shard *sh = &t->sh[s];
         if (!sh->complete || sh->bad || sh->broken)
             continue;
-        for (size_t k = 0; k < sh->n; k++) {
-            names[n] = t->names[sh->r[k].tensor];
-            hashes[n++] = t->hex[sh->r[k].tensor];
-        }
+        for (size_t k = 0; k < sh->n; k++)
+            t->out[sh->r[k].tensor] = t->hex[sh->r[k].tensor];
     }
-    rc = tv__reg_tensors_set_xxh3(reg, generation_id, names, hashes, n, err);
-out:
-    free(names);
-    free(hashes);
-    return rc;
+    return t->out;
 }

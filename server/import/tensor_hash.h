@@ -26,9 +26,9 @@ int tv__thash_new(const tv_checkpoint *ck, tv__thash **out, tv_error *err);
 void tv__thash_free(tv__thash *t);
 /* Feeds bytes [file_off, file_off + len) of shard's file (t NULL: nothing). */
 void tv__thash_feed(tv__thash *t, size_t shard, uint64_t file_off, const uint8_t *p, size_t len);
-/* Records the hashes of the fully hashed shards' tensors with generation
- * generation_id (importing; in the caller's transaction). Returns 0 or the
- * registry's errors. */
-int tv__thash_record(const tv__thash *t, tv__reg *reg, int64_t generation_id, tv_error *err);
+/* Tensor i's (checkpoint order) hash, or NULL when its shard was not
+ * hashed whole, for tv__reg_tensors_insert_hashed: an array of
+ * tv_checkpoint_n_tensors entries owned by t (NULL for t NULL). */
+const char *const *tv__thash_hexes(tv__thash *t);
 
 #endif

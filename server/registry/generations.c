@@ -553,6 +553,12 @@ static int check_tensor(const tv_tensor_info *t, size_t i, const tv__reg_vec *sh
 int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t, size_t n,
                            tv_error *err)
 {
+    return tv__reg_tensors_insert_hashed(reg, generation_id, t, n, NULL, err);
+}
+
+int tv__reg_tensors_insert_hashed(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t,
+                                  size_t n, const char *const *xxh3, tv_error *err)
+{
     if (!reg || (!t && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_insert: NULL argument");
     sqlite3_stmt *st = NULL;
@@ -566,7 +572,7 @@ int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_
         goto done;
     rc = sqlite3_prepare_v3(reg->db,
                             "INSERT INTO tensors (generation_id, shard_id, name, dtype, shape, "
-                            "begin_off, end_off) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            "begin_off, end_off, xxh3) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                             -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
     if (rc != SQLITE_OK) {
         rc = tv__sqlerr(reg->db, err, rc, "preparing the tensor insert");
@@ -585,7 +591,8 @@ int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_
             (rc = tv__reg_bind_i64(reg, st, 4, (int64_t)t[i].dtype, err)) ||
             (rc = sqlite3_bind_text(st, 5, shape, -1, SQLITE_STATIC)) ||
             (rc = tv__reg_bind_u64(reg, st, 6, t[i].begin_off, "tensor begin", err)) ||
-            (rc = tv__reg_bind_u64(reg, st, 7, t[i].end_off, "tensor end", err))) {
+            (rc = tv__reg_bind_u64(reg, st, 7, t[i].end_off, "tensor end", err)) ||
+            (rc = sqlite3_bind_text(st, 8, xxh3 ? xxh3[i] : NULL, -1, SQLITE_STATIC))) {
             if (rc > 0) /* a raw sqlite3_bind_text code */
                 rc = tv__sqlerr(reg->db, err, rc, "binding a tensor");
             goto done;

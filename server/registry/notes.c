@@ -346,41 +346,6 @@ void tv__reg_diff_tensors_free(tv__reg_diff_tensor *t, size_t n)
     free(t);
 }
 
-int tv__reg_tensors_set_xxh3(tv__reg *reg, int64_t generation_id, const char *const *names,
-                             const char *const *hashes, size_t n, tv_error *err)
-{
-    sqlite3_stmt *st = NULL;
-    if (!reg || (n && (!names || !hashes)))
-        return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_set_xxh3: NULL argument");
-    for (size_t i = 0; i < n; i++) {
-        const char *h = hashes[i];
-        bool ok = h && strlen(h) == 32;
-        for (size_t k = 0; ok && k < 32; k++)
-            ok = (h[k] >= '0' && h[k] <= '9') || (h[k] >= 'a' && h[k] <= 'f');
-        if (!ok)
-            return tv__seterr(err, TV_E_INVALID_ARG, "tensor '%s': malformed XXH3-128 '%.40s'",
-                              names[i] ? names[i] : "", h ? h : "");
-    }
-    int rc = tv__reg_level_begin(reg, true, err);
-    if (rc)
-        return rc;
-    rc = tv__reg_stmt(reg, &st, err,
-                      "UPDATE tensors SET xxh3 = ?3 WHERE generation_id = ?1 AND name = ?2", "i",
-                      generation_id);
-    for (size_t i = 0; !rc && i < n; i++) {
-        if ((rc = tv__reg_bind_text(reg, st, 2, names[i], err)) ||
-            (rc = tv__reg_bind_text(reg, st, 3, hashes[i], err)) ||
-            (rc = tv__reg_step_done(reg, st, "recording a tensor hash", err)))
-            break;
-        if (sqlite3_changes(reg->db) != 1)
-            rc = tv__seterr(err, TV_E_NOT_FOUND, "generation %lld has no tensor '%s'",
-                            (long long)generation_id, names[i]);
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-    return tv__reg_level_end(reg, rc, err);
-}
-
 /* ---- the diff core --------------------------------------------------------- */
 
 static json_t *brief_json(const tv__reg_diff_tensor *t)

@@ -135,10 +135,4 @@ void tv__reg_diff_tensors_free(tv__reg_diff_tensor *t, size_t n);
 json_t *tv__diff_tensors_json(const tv__reg_diff_tensor *a, size_t na, const tv__reg_diff_tensor *b,
                               size_t nb);
 
-/* Records the content hashes of a generation's tensors (while importing),
- * by name: hashes[i] is 32 lower-case hex digits for names[i]. Returns 0;
- * TV_E_INVALID_ARG (a malformed hash); TV_E_NOT_FOUND (no such tensor). */
-int tv__reg_tensors_set_xxh3(tv__reg *reg, int64_t generation_id, const char *const *names,
-                             const char *const *hashes, size_t n, tv_error *err);
-
 #endif
