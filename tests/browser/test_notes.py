@@ -43,6 +43,15 @@ def test_events_page_and_notes_on_the_model_page(browser, daemon_factory):
         assert page.text_content("#model-notes-description") == "the demo model"
         # the recent events show the change, by the token's name
         page.wait_for_selector("#model-events tr.event[data-action='notes'][data-actor='admin']")
+        # a generation's own notes, in its expanded row
+        page.click("#gens-table button[data-key='expand:2']")
+        page.wait_for_selector("#gen-notes-2-edit")
+        page.click("#gen-notes-2-edit")
+        page.fill("#gen-notes-2-tags", "data=march")
+        page.click("#gen-notes-2-save")
+        page.wait_for_selector("#gen-notes-2-tags-list li[data-key='data'][data-value='march']")
+        assert d.ok("GET", "/v1/models/demo/generations/2")["tags"] == {"data": "march"}
+        assert d.ok("GET", "/v1/models/demo/generations/1")["tags"] == {}
         # compare 1 -> 2: what the diff route says
         page.select_option("#diff-from", "1")
         page.select_option("#diff-to", "2")
