@@ -2,7 +2,8 @@
  * compares two generations (of one model, or of two): tensors added,
  * removed, changed in dtype or shape, changed in content, the unchanged
  * count (registry/notes.h, tv__diff_tensors_json, says how content is
- * compared), and the generations' sidecar files.
+ * compared), and the generations' sidecar files (tv__reg_files_diff: null
+ * while the registry keeps none).
  * Invariants: the peer may read both models ([access]; the router checked
  * the first); a generation's tensors never change once it is ready, so two
  * reads compare what each generation holds. */
@@ -14,17 +15,6 @@
 #include "registry/notes.h"
 
 static const char *const DIFF_Q[] = {"from", "to", "to_model", NULL};
-
-/* The sidecar files part of a diff: JSON null until the registry keeps a
- * generation's small files (config, tokenizer ...); then
- * {"added": [path], "removed": [path], "changed": [path]}. */
-static json_t *diff_files(tv__reg *reg, int64_t from_id, int64_t to_id)
-{
-    (void)reg;
-    (void)from_id;
-    (void)to_id;
-    return json_null();
-}
 
 static json_t *side_json(const char *model, int64_t number)
 {
@@ -38,7 +28,7 @@ int tv__api_h_diff(tv__api_ctx *c)
     tv__reg_diff_tensor *ta = NULL, *tb = NULL;
     size_t na = 0, nb = 0;
     int64_t from = 0, to = 0;
-    json_t *doc = NULL;
+    json_t *doc = NULL, *files = NULL;
     int rc;
     if ((rc = tv__api_query_allow(c, DIFF_Q)))
         return rc;
@@ -60,16 +50,24 @@ int tv__api_h_diff(tv__api_ctx *c)
         (rc = tv__reg_diff_tensors(reg, ga.id, &ta, &na, &c->err)) ||
         (rc = tv__reg_diff_tensors(reg, gb.id, &tb, &nb, &c->err)))
         goto out;
-    doc = tv__diff_tensors_json(ta, na, tb, nb);
-    if (!doc || json_object_set_new(doc, "from", side_json(model, from)) ||
-        json_object_set_new(doc, "to", side_json(other, to)) ||
-        json_object_set_new(doc, "files", diff_files(reg, ga.id, gb.id))) {
+    /* the generations' sidecar files: null while the registry keeps none */
+    if ((rc = tv__reg_files_diff(reg, ga.id, gb.id, &files, &c->err)))
+        goto out;
+    if (!(doc = tv__diff_tensors_json(ta, na, tb, nb))) {
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    int bad = json_object_set_new(doc, "files", files); /* steals files, also on failure */
+    files = NULL;
+    if (bad || json_object_set_new(doc, "from", side_json(model, from)) ||
+        json_object_set_new(doc, "to", side_json(other, to))) {
         rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
         goto out;
     }
     rc = tv__api_reply(c, 200, doc);
     doc = NULL;
 out:
+    json_decref(files);
     json_decref(doc);
     tv__reg_diff_tensors_free(ta, na);
     tv__reg_diff_tensors_free(tb, nb);

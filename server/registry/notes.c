@@ -411,3 +411,81 @@ json_t *tv__diff_tensors_json(const tv__reg_diff_tensor *a, size_t na, const tv_
                      changed, "content_changed", content, "unchanged", (json_int_t)unchanged,
                      "basis", basis);
 }
+
+/* ---- sidecar files ------------------------------------------------------- */
+
+typedef struct file_row {
+    char *path;
+    char sha256[TV__REG_SHA256_HEX_LEN + 1];
+} file_row;
+
+static int read_file_row(sqlite3_stmt *st, void *record, tv_error *err)
+{
+    file_row *f = record;
+    const unsigned char *p = sqlite3_column_text(st, 0);
+    if (!(f->path = strdup(p ? (const char *)p : "")))
+        return tv__seterr(err, -ENOMEM, "reading files: out of memory");
+    tv__reg_col_text(st, 1, f->sha256, sizeof f->sha256);
+    return 0;
+}
+
+static int files_of(tv__reg *reg, int64_t generation_id, tv__reg_vec *v, tv_error *err)
+{
+    *v = (tv__reg_vec){.size = sizeof(file_row)};
+    return tv__reg_query_list(reg, v, read_file_row, "reading a generation's files", err,
+                              "SELECT path, sha256 FROM generation_files WHERE generation_id = ?1 "
+                              "ORDER BY CAST(path AS BLOB)",
+                              "i", generation_id);
+}
+
+static void files_free(tv__reg_vec *v)
+{
+    file_row *f = v->items;
+    for (size_t i = 0; f && i < v->n; i++)
+        free(f[i].path);
+    free(v->items);
+}
+
+int tv__reg_files_diff(tv__reg *reg, int64_t from_id, int64_t to_id, json_t **out, tv_error *err)
+{
+    tv__reg_vec a = {0}, b = {0};
+    json_t *added = NULL, *removed = NULL, *changed = NULL;
+    *out = NULL;
+    int rc = tv__reg_query_one(reg, NULL, NULL, "looking for the files table", err,
+                               "SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                               "AND name = 'generation_files'",
+                               "");
+    if (rc == TV_E_NOT_FOUND) {
+        *out = json_null();
+        return 0;
+    }
+    if (rc || (rc = files_of(reg, from_id, &a, err)) || (rc = files_of(reg, to_id, &b, err)))
+        goto out;
+    added = json_array();
+    removed = json_array();
+    changed = json_array();
+    const file_row *x = a.items, *y = b.items;
+    size_t i = 0, k = 0;
+    bool ok = added && removed && changed;
+    while (ok && (i < a.n || k < b.n)) {
+        int cmp = i == a.n ? 1 : k == b.n ? -1 : strcmp(x[i].path, y[k].path);
+        if (cmp < 0)
+            ok = !json_array_append_new(removed, json_string(x[i++].path));
+        else if (cmp > 0)
+            ok = !json_array_append_new(added, json_string(y[k++].path));
+        else if (strcmp(x[i].sha256, y[k].sha256))
+            ok = !json_array_append_new(changed, json_string(x[i++].path)), k++;
+        else
+            i++, k++;
+    }
+    if (!ok || !(*out = json_pack("{s:O,s:O,s:O}", "added", added, "removed", removed, "changed",
+                                  changed)))
+        rc = tv__seterr(err, -ENOMEM, "diffing files: out of memory");
+out:
+    json_decref(added);
+    json_decref(removed);
+    json_decref(changed);
+    files_free(&a);
+    files_free(&b);
+    return rc;
+}
