@@ -335,8 +335,9 @@ const tv__cli_cmd tv__cli_cmd_diff = {
     .about = "What changed from generation A to generation B (of the same model, or of\n"
              "another): tensors added (+), removed (-), changed in dtype or shape (~), changed\n"
              "in content (*; by the tensors' XXH3-128, or by their shards' SHA-256 for\n"
-             "generations imported without tensor hashes: \"content may differ\"), and the\n"
-             "unchanged count.",
+             "generations imported without tensor hashes: \"content may differ\"), the\n"
+             "unchanged count, and the sidecar files (config, tokenizer, ...) added, removed\n"
+             "and changed (\"+ file\", \"- file\", \"* file\").",
     .example = "tensorvault diff llama@2 llama@3\n"
                "tensorvault diff llama@prod llama-ft@1",
 };

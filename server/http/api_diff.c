@@ -2,8 +2,8 @@
  * compares two generations (of one model, or of two): tensors added,
  * removed, changed in dtype or shape, changed in content, the unchanged
  * count (registry/notes.h, tv__diff_tensors_json, says how content is
- * compared), and the generations' sidecar files (tv__reg_files_diff: null
- * while the registry keeps none).
+ * compared), and the generations' sidecar files added, removed and changed
+ * (tv__reg_files_diff).
  * Invariants: the peer may read both models ([access]; the router checked
  * the first); a generation's tensors never change once it is ready, so two
  * reads compare what each generation holds. */
@@ -50,7 +50,6 @@ int tv__api_h_diff(tv__api_ctx *c)
         (rc = tv__reg_diff_tensors(reg, ga.id, &ta, &na, &c->err)) ||
         (rc = tv__reg_diff_tensors(reg, gb.id, &tb, &nb, &c->err)))
         goto out;
-    /* the generations' sidecar files: null while the registry keeps none */
     if ((rc = tv__reg_files_diff(reg, ga.id, gb.id, &files, &c->err)))
         goto out;
     if (!(doc = tv__diff_tensors_json(ta, na, tb, nb))) {

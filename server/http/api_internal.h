@@ -10,8 +10,8 @@
  *   api_handles.c  the data route's pool of open tv_model handles
  *   api_<resource>.c  the routes, one file per resource (system, devices,
  *                  models, generations, aliases, tensors, jobs, tokens,
- *                  sessions, shards, blobs, fleet, notes, events, diff): each
- *                  calls only the files above,
+ *                  sessions, shards, blobs, fleet, files, notes, events,
+ *                  diff): each calls only the files above,
  *                  never another route's file
  *   api.c          open and close, the router, authorisation, the dispatch
  * Invariant: a handler either returns 0 with the response document set
@@ -323,6 +323,8 @@ int tv__api_h_blobs(tv__api_ctx *c);
 int tv__api_h_fleet(tv__api_ctx *c);
 int tv__api_h_fleet_alias_put(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
+int tv__api_h_files(tv__api_ctx *c);
+int tv__api_h_file(tv__api_ctx *c);
 int tv__api_h_model_patch(tv__api_ctx *c);      /* api_notes.c */
 int tv__api_h_generation_patch(tv__api_ctx *c); /* api_notes.c */
 int tv__api_h_events(tv__api_ctx *c);           /* api_events.c */

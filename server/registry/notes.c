@@ -451,15 +451,8 @@ int tv__reg_files_diff(tv__reg *reg, int64_t from_id, int64_t to_id, json_t **ou
     tv__reg_vec a = {0}, b = {0};
     json_t *added = NULL, *removed = NULL, *changed = NULL;
     *out = NULL;
-    int rc = tv__reg_query_one(reg, NULL, NULL, "looking for the files table", err,
-                               "SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                               "AND name = 'generation_files'",
-                               "");
-    if (rc == TV_E_NOT_FOUND) {
-        *out = json_null();
-        return 0;
-    }
-    if (rc || (rc = files_of(reg, from_id, &a, err)) || (rc = files_of(reg, to_id, &b, err)))
+    int rc;
+    if ((rc = files_of(reg, from_id, &a, err)) || (rc = files_of(reg, to_id, &b, err)))
         goto out;
     added = json_array();
     removed = json_array();

@@ -136,10 +136,9 @@ json_t *tv__diff_tensors_json(const tv__reg_diff_tensor *a, size_t na, const tv_
                               size_t nb);
 
 /* The sidecar files part of a diff (the generations' small files, table
- * generation_files): {"added": [path], "removed": [path], "changed": [path]}
- * by path (changed: another SHA-256), or JSON null while the registry has
- * no such table. Returns 0 and *out (a new reference); the registry's
- * errors. */
+ * generation_files, migrations/0007_sidecar_files.sql): {"added": [path],
+ * "removed": [path], "changed": [path]} by path (changed: another
+ * SHA-256). Returns 0 and *out (a new reference); the registry's errors. */
 int tv__reg_files_diff(tv__reg *reg, int64_t from_id, int64_t to_id, json_t **out, tv_error *err);
 
 #endif

@@ -258,6 +258,28 @@ def test_diff_reports_exactly_the_changes_api_and_cli_agree(d, work, tv):
         assert r.status in (400, 404), (q, r)
 
 
+def test_diff_names_the_sidecar_files_that_changed(d, work, tv):
+    pa, pb, _, _ = pair(work / "root", "sc")
+    da, db = os.path.dirname(pa), os.path.dirname(pb)
+    for dd, cfg, only in ((da, '{"layers": 2}', "only_a.txt"), (db, '{"layers": 3}', "only_b.txt")):
+        with open(os.path.join(dd, "config.json"), "w") as f:
+            f.write(cfg)
+        with open(os.path.join(dd, "tokenizer.json"), "w") as f:
+            f.write('{"same": true}')
+        with open(os.path.join(dd, only), "w") as f:
+            f.write(only)
+    d.import_ok("sc", da)
+    d.import_ok("sc", db)
+    doc = d.ok("GET", "/v1/models/sc/diff?from=1&to=2")
+    assert doc["files"] == {"added": ["only_b.txt"], "removed": ["only_a.txt"],
+                            "changed": ["config.json"]}
+    env = dict(os.environ, TENSORVAULT_URL=f"http://127.0.0.1:{d.port}",
+               TENSORVAULT_TOKEN=d.token)
+    out = tv("diff", "sc@1", "sc@2", env=env, check=True).stdout.splitlines()
+    assert "+ file only_b.txt" in out and "- file only_a.txt" in out
+    assert "* file config.json" in out
+
+
 def test_tensor_hashes_are_xxh3_of_the_bytes_and_old_generations_fall_back(tmp_path, tv):
     """Through the CLI on a store directory: the recorded hashes are the
     tensors' XXH3-128; a generation imported without them (the column

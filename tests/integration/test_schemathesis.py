@@ -68,6 +68,8 @@ ROUTES = [
     ("patch", "/v1/models/{name}/generations/{gen}", "A"),
     ("get", "/v1/models/{name}/diff", "R"),
     ("get", "/v1/events", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}/files", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}/files/{path}", "R"),
 ]
 
 
