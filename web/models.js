@@ -238,6 +238,7 @@
     view.missing.id = "model-missing";
     view.missing.hidden = true;
     head.appendChild(view.missing);
+    buildNotes(box, ap);
     return box;
   }
 
@@ -386,6 +387,7 @@
     var body = TV.clear(view.gensBody);
     view.gensEmpty.hidden = gens.length !== 0;
     gens.forEach(function (g) { renderGen(body, g); });
+    renderNotes();
     restoreFocus(key);
   }
 
@@ -462,6 +464,7 @@
     cell = el("td");
     cell.colSpan = 8;
     var d = details[n];
+    if (d) cell.appendChild(genNotes(n, d));
     if (!d) {
       cell.appendChild(el("p", "muted", "loading the shards\u2026"));
     } else if (!d.shards.length) {
@@ -755,6 +758,250 @@
   }
 
   /* -- page object --------------------------------------------------------- */
+  /* -- description and tags, compare, recent events ------------------------- */
+  /* Own functions: the notes of the model and of an expanded generation
+   * (shown, and edited with TV.send: PATCH with the session's admin
+   * token), the "compare" picker (GET .../diff) and the model's recent
+   * events (GET /v1/events?model=). */
+  var notes = { editing: null, events: null, diff: null, genEditing: {} };
+
+  function notesReset() { notes = { editing: null, events: null, diff: null, genEditing: {} }; }
+
+  function tagLines(tags) {
+    return Object.keys(tags || {}).sort().map(function (k) { return k + "=" + tags[k]; }).join("\n");
+  }
+
+  /* "k=v" lines -> the PATCH's tags: new and changed keys set, keys no
+   * longer there null (removed). */
+  function tagsPatch(text, old) {
+    var out = {}, seen = {};
+    text.split("\n").forEach(function (line) {
+      line = line.trim();
+      if (!line) return;
+      var i = line.indexOf("=");
+      var k = i < 0 ? line : line.slice(0, i).trim(), v = i < 0 ? "" : line.slice(i + 1).trim();
+      seen[k] = true;
+      if (!old || old[k] !== v) out[k] = v;
+    });
+    Object.keys(old || {}).forEach(function (k) { if (!seen[k]) out[k] = null; });
+    return out;
+  }
+
+  /* The notes of doc (a Model or a Generation) with an Edit button; id is
+   * the prefix of its elements' ids ("model-notes", "gen-notes-3"). */
+  function notesView(doc, id, editing, onEdit, onSave) {
+    var box = el("div", "notes");
+    box.id = id;
+    if (editing) {
+      var form = el("form", "notes-form");
+      form.noValidate = true;
+      var l1 = el("label", null, "Description");
+      l1.htmlFor = id + "-desc";
+      var ta = el("textarea");
+      ta.id = id + "-desc";
+      ta.rows = 3;
+      ta.value = doc.description || "";
+      var l2 = el("label", null, "Tags (KEY=VALUE, one per line)");
+      l2.htmlFor = id + "-tags";
+      var tt = el("textarea", "mono");
+      tt.id = id + "-tags";
+      tt.rows = 4;
+      tt.value = tagLines(doc.tags);
+      var save = el("button", "btn primary", "Save");
+      save.type = "submit";
+      save.id = id + "-save";
+      var cancel = el("button", "btn", "Cancel");
+      cancel.type = "button";
+      cancel.id = id + "-cancel";
+      cancel.addEventListener("click", function () { onEdit(false); });
+      form.addEventListener("submit", function (ev) {
+        ev.preventDefault();
+        var body = { tags: tagsPatch(tt.value, doc.tags) };
+        if (ta.value !== (doc.description || "")) body.description = ta.value;
+        onSave(body);
+      });
+      [l1, ta, l2, tt].forEach(function (x) { form.appendChild(x); });
+      var bar = el("div", "toolbar");
+      bar.appendChild(save);
+      bar.appendChild(cancel);
+      form.appendChild(bar);
+      box.appendChild(form);
+      return box;
+    }
+    var d = el("p", "description" + (doc.description ? "" : " muted"), doc.description || "no description");
+    d.id = id + "-description";
+    box.appendChild(d);
+    var ul = el("ul", "tags");
+    ul.id = id + "-tags-list";
+    Object.keys(doc.tags || {}).sort().forEach(function (k) {
+      var li = el("li", "badge tag", k + "=" + doc.tags[k]);
+      li.dataset.key = k;
+      li.dataset.value = doc.tags[k];
+      ul.appendChild(li);
+    });
+    box.appendChild(ul);
+    var b = button("Edit description and tags", id + "-edit");
+    b.id = id + "-edit";
+    b.addEventListener("click", function () { onEdit(true); });
+    box.appendChild(b);
+    return box;
+  }
+
+  function saveNotes(path, body, done) {
+    return TV.send("PATCH", path, body, SRC_ACT).then(function () {
+      TV.notify("saved");
+      done();
+    }, function () { /* shown in the error box; the form stays */ });
+  }
+
+  function genNotes(n, d) {
+    return notesView(d, "gen-notes-" + n, !!notes.genEditing[n], function (on) {
+      if (on) notes.genEditing[n] = true; else delete notes.genEditing[n];
+      renderModel(true);
+    }, function (body) {
+      saveNotes(gpath(name, n), body, function () {
+        delete notes.genEditing[n];
+        delete details[n]; // re-read with its notes
+        loadModel();
+      });
+    });
+  }
+
+  function buildNotes(box, before) {
+    var np = el("section", "panel notes-panel");
+    np.setAttribute("aria-labelledby", "notes-h");
+    np.appendChild(el("h2", null, "Description and tags")).id = "notes-h";
+    view.notesBox = el("div");
+    np.appendChild(view.notesBox);
+    box.insertBefore(np, before);
+
+    var cp = el("section", "panel compare-panel");
+    cp.setAttribute("aria-labelledby", "compare-h");
+    cp.appendChild(el("h2", null, "Compare generations")).id = "compare-h";
+    var form = el("form", "toolbar");
+    form.noValidate = true;
+    view.diffFrom = el("select");
+    view.diffFrom.id = "diff-from";
+    view.diffTo = el("select");
+    view.diffTo.id = "diff-to";
+    [["From", view.diffFrom], ["Compare with", view.diffTo]].forEach(function (p) {
+      var f = el("div", "field");
+      var l = el("label", null, p[0]);
+      l.htmlFor = p[1].id;
+      f.appendChild(l);
+      f.appendChild(p[1]);
+      form.appendChild(f);
+    });
+    var go = el("button", "btn", "Compare");
+    go.type = "submit";
+    go.id = "diff-go";
+    form.appendChild(go);
+    form.addEventListener("submit", function (ev) { ev.preventDefault(); compare(); });
+    cp.appendChild(form);
+    view.diffOut = el("div", "diff-result");
+    view.diffOut.id = "diff-result";
+    cp.appendChild(view.diffOut);
+    box.appendChild(cp);
+
+    var ep = el("section", "panel recent-events");
+    ep.setAttribute("aria-labelledby", "recent-h");
+    ep.appendChild(el("h2", null, "Recent events")).id = "recent-h";
+    view.eventsBox = el("div", "table-wrap");
+    view.eventsBox.id = "model-events";
+    ep.appendChild(view.eventsBox);
+    view.eventsAll = el("a", "small", "every event of this model");
+    view.eventsAll.id = "model-events-all";
+    ep.appendChild(view.eventsAll);
+    box.appendChild(ep);
+    view.notesPanels = [np, cp, ep];
+  }
+
+  function fillSelect(sel, values, want) {
+    var cur = sel.value || want;
+    TV.clear(sel);
+    values.forEach(function (v) {
+      var o = el("option", null, v);
+      o.value = v;
+      sel.appendChild(o);
+    });
+    if (values.indexOf(cur) >= 0) sel.value = cur;
+  }
+
+  function renderNotes() {
+    if (!view.notesBox) return;
+    view.notesPanels.forEach(function (p) { p.hidden = !model; });
+    if (!model) return;
+    var want = notes.editing ? "edit" : JSON.stringify([model.description, model.tags]);
+    if (view.notesBox.dataset.shows !== want) {
+      view.notesBox.dataset.shows = want;
+      TV.clear(view.notesBox).appendChild(notesView(model, "model-notes", !!notes.editing, function (on) {
+        notes.editing = on ? "model" : null;
+        renderNotes();
+      }, function (body) {
+        saveNotes(mpath(name), body, function () { notes.editing = null; loadModel(); });
+      }));
+    }
+    var nums = gens.map(function (g) { return String(g.generation); });
+    fillSelect(view.diffFrom, nums, nums[1] || nums[0]);
+    fillSelect(view.diffTo, nums, nums[0]);
+    view.eventsAll.href = TV.href("events", [], { model: name });
+    var evs = notes.events;
+    TV.clear(view.eventsBox);
+    if (evs && evs.length) view.eventsBox.appendChild(TV.eventsTable ? TV.eventsTable(evs, false) : el("p", null, ""));
+    else view.eventsBox.appendChild(el("p", "muted", evs ? "no events" : "loading\u2026"));
+  }
+
+  function loadNotes() {
+    var n = name;
+    if (!model) return null; // nothing to show (missing or unreadable: said above)
+    return TV.track("model events", TV.get("/v1/events?limit=10&model=" + TV.seg(n))).then(function (doc) {
+      if (!doc || n !== name || mode !== "model") return;
+      if (JSON.stringify(doc.events) === JSON.stringify(notes.events)) return;
+      notes.events = doc.events;
+      renderNotes();
+    });
+  }
+
+  function diffList(title, cls, items, text) {
+    if (!items.length) return null;
+    var s = el("div", "diff-" + cls);
+    s.appendChild(el("h3", null, title + " (" + items.length + ")"));
+    var ul = el("ul", "mono small");
+    items.forEach(function (t) {
+      var li = el("li", null, text(t));
+      li.dataset.name = t.name;
+      ul.appendChild(li);
+    });
+    s.appendChild(ul);
+    return s;
+  }
+
+  function compare() {
+    var a = view.diffFrom.value, b = view.diffTo.value;
+    if (!a || !b) return null;
+    var out = TV.clear(view.diffOut);
+    out.appendChild(el("p", "muted", "comparing\u2026"));
+    var path = mpath(name) + "/diff?from=" + TV.seg(a) + "&to=" + TV.seg(b);
+    return TV.track("compare", TV.get(path)).then(function (d) {
+      TV.clear(out);
+      if (!d) return;
+      var shape = function (t) { return t.dtype + " " + JSON.stringify(t.shape); };
+      out.dataset.unchanged = String(d.unchanged);
+      out.appendChild(el("p", "diff-summary",
+        d.added.length + " added, " + d.removed.length + " removed, " + d.changed.length +
+        " changed in dtype or shape, " + d.content_changed.length + " changed in content, " +
+        d.unchanged + " unchanged (content compared by " + d.basis + ")"));
+      [diffList("Added", "added", d.added, function (t) { return "+ " + t.name + "  " + shape(t); }),
+       diffList("Removed", "removed", d.removed, function (t) { return "- " + t.name + "  " + shape(t); }),
+       diffList("Changed dtype or shape", "changed", d.changed, function (t) {
+         return "~ " + t.name + "  " + shape(t.from) + " \u2192 " + shape(t.to);
+       }),
+       diffList("Changed content", "content", d.content_changed, function (t) {
+         return "* " + t.name + "  " + t.note;
+       })].forEach(function (x) { if (x) out.appendChild(x); });
+    });
+  }
+
   TV.register("models", {
     init: function (s) {
       sec = s;
@@ -768,7 +1015,7 @@
       var newMode = n === null ? "list" : "model";
       if (newMode !== mode || n !== name) {
         lastSig = null;
-        if (n !== name) { model = null; missing = false; gens = []; details = {}; expanded = {}; }
+        if (n !== name) { model = null; missing = false; gens = []; details = {}; expanded = {}; notesReset(); }
       }
       mode = newMode;
       name = n;
@@ -782,7 +1029,7 @@
     },
     refresh: function () {
       if (inflight) return null; // the action re-reads when it is done
-      return mode === "model" ? loadModel() : loadList();
+      return mode === "model" ? Promise.all([loadModel(), loadNotes()]) : loadList();
     },
     hide: function () {
       TV.setError(SRC_LOAD, null);

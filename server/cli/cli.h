@@ -53,6 +53,9 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_token_list, tv__cli_cmd_token_revoke, tv__cli_cmd_status, tv__cli_cmd_version,
     tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench, tv__cli_cmd_sessions, tv__cli_cmd_fleet,
     tv__cli_cmd_fleet_alias, tv__cli_cmd_files, tv__cli_cmd_checkout;
+/* notes_cmds.c */
+extern const tv__cli_cmd tv__cli_cmd_describe, tv__cli_cmd_tag, tv__cli_cmd_diff,
+    tv__cli_cmd_events;
 
 /* verify on a local store dir, read-only (no job row, no lock: works on a
  * read-only mount and beside a writer); device_id 0 = every device. */

@@ -164,16 +164,54 @@ static const char *alias_map(const json_t *o, char *buf, size_t len)
     return buf;
 }
 
+/* "k=v,k2=v2" of a Tags object ("-" when none). */
+static const char *tags_text(const json_t *tags, char *buf, size_t len)
+{
+    const char *k;
+    json_t *v;
+    size_t off = 0;
+    buf[0] = '\0';
+    json_object_foreach((json_t *)tags, k, v)
+    {
+        int w = snprintf(buf + off, len - off, "%s%s=%s", off ? "," : "", k, json_string_value(v));
+        if (w < 0 || (size_t)w >= len - off)
+            break;
+        off += (size_t)w;
+    }
+    if (!off)
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+/* Whether any object of arr has tags (the TAGS column is shown then). */
+static bool any_tags(const json_t *arr)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) if (json_object_size(json_object_get(o, "tags"))) return true;
+    return false;
+}
+
 static void models_table(FILE *f, const json_t *arr)
 {
-    char a[32], g[32], al[512];
+    char a[32], g[32], al[512], tg[1024];
     size_t i;
     json_t *m;
-    fprintf(f, "%-40s %8s %12s  %s\n", "MODEL", "ACTIVE", "GENERATIONS", "ALIASES");
+    bool tags = any_tags(arr);
+    /* TAGS only when some model has tags: a column after ALIASES */
+    fprintf(f, tags ? "%-40s %8s %12s  %-16s TAGS\n" : "%-40s %8s %12s  %s\n", "MODEL", "ACTIVE",
+            "GENERATIONS", "ALIASES");
     json_array_foreach(arr, i, m)
-        fprintf(f, "%-40s %8s %12s  %s\n", S(m, "name"), I(m, "active_generation", a, sizeof a),
-                I(m, "n_generations", g, sizeof g),
-                alias_map(json_object_get(m, "aliases"), al, sizeof al));
+    {
+        const char *am = alias_map(json_object_get(m, "aliases"), al, sizeof al);
+        if (tags)
+            fprintf(f, "%-40s %8s %12s  %-16s %s\n", S(m, "name"),
+                    I(m, "active_generation", a, sizeof a), I(m, "n_generations", g, sizeof g), am,
+                    tags_text(json_object_get(m, "tags"), tg, sizeof tg));
+        else
+            fprintf(f, "%-40s %8s %12s  %s\n", S(m, "name"), I(m, "active_generation", a, sizeof a),
+                    I(m, "n_generations", g, sizeof g), am);
+    }
 }
 
 static void gens_table(FILE *f, const json_t *arr)
@@ -181,14 +219,17 @@ static void gens_table(FILE *f, const json_t *arr)
     char n[32], sh[32], t[32], b[32], ca[32], al[512];
     size_t i;
     json_t *g;
-    fprintf(f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s\n", "GEN", "STATE", "ACTIVE", "SHARDS",
-            "TENSORS", "SIZE", "CREATED", "ALIASES", "SOURCE");
-    json_array_foreach(arr, i, g)
-        fprintf(f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s\n", I(g, "generation", n, sizeof n),
-                S(g, "state"), json_is_true(json_object_get(g, "active")) ? "*" : "",
-                I(g, "n_shards", sh, sizeof sh), I(g, "n_tensors", t, sizeof t),
-                B(g, "total_bytes", b, sizeof b), T(g, "created_at", ca, sizeof ca),
-                list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al), S(g, "source"));
+    char tg[1024];
+    bool tags = any_tags(arr);
+    fprintf(f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s%s\n", "GEN", "STATE", "ACTIVE", "SHARDS",
+            "TENSORS", "SIZE", "CREATED", "ALIASES", "SOURCE", tags ? "  TAGS" : "");
+    json_array_foreach(arr, i, g) fprintf(
+        f, "%4s %-9s %6s %7s %9s %11s  %-19s  %-16s %s%s%s\n", I(g, "generation", n, sizeof n),
+        S(g, "state"), json_is_true(json_object_get(g, "active")) ? "*" : "",
+        I(g, "n_shards", sh, sizeof sh), I(g, "n_tensors", t, sizeof t),
+        B(g, "total_bytes", b, sizeof b), T(g, "created_at", ca, sizeof ca),
+        list(json_object_get(g, "aliases"), "", ",", "", al, sizeof al), S(g, "source"),
+        tags ? "  " : "", tags ? tags_text(json_object_get(g, "tags"), tg, sizeof tg) : "");
 }
 
 static void replicas_line(FILE *f, const json_t *reps)
@@ -224,6 +265,13 @@ static void generation_one(FILE *f, const json_t *g)
         fprintf(f, "hub repo:    %s\nhub commit:  %s\n", S(g, "source_repo"),
                 S(g, "source_commit"));
     fprintf(f, "created:     %s\n", T(g, "created_at", b, sizeof b));
+    const char *desc = json_string_value(json_object_get(g, "description"));
+    if (desc && *desc)
+        fprintf(f, "description: %s\n", desc);
+    if (json_object_size(json_object_get(g, "tags"))) {
+        char tg[1024];
+        fprintf(f, "tags:        %s\n", tags_text(json_object_get(g, "tags"), tg, sizeof tg));
+    }
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(g, "shards"), i, s)

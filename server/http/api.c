@@ -22,6 +22,7 @@
 #include "fleet/mover.h"
 #include "http/api_internal.h"
 #include "http/history.h"
+#include "registry/notes.h"
 #include "util/hex.h"
 #include "util/internal.h"
 
@@ -275,6 +276,10 @@ static const route ROUTES[] = {
     R("PUT", "/v1/fleet/aliases/{name}/{alias}", ADMIN_, tv__api_h_fleet_alias_put),
     R("GET", "/v1/blobs", FLEET_, tv__api_h_blobs),
     R("GET", "/v1/blobs/{digest}", FLEET_, tv__api_h_blob),
+    R("PATCH", "/v1/models/{name}", ADMIN_, tv__api_h_model_patch),
+    R("PATCH", "/v1/models/{name}/generations/{gen}", ADMIN_, tv__api_h_generation_patch),
+    R("GET", "/v1/models/{name}/diff", READ_, tv__api_h_diff),
+    R("GET", "/v1/events", READ_, tv__api_h_events),
     R("GET", "/v1/models/{name}/generations/{gen}/files", READ_, tv__api_h_files),
     R("GET", "/v1/models/{name}/generations/{gen}/files/{path...}", READ_, tv__api_h_file),
 };
@@ -447,6 +452,23 @@ static int authorize(tv__api_ctx *c, tv__scope need)
             : "this call needs a token (Authorization: Bearer <token>): tokenless reads are allowed to local users only (http.anonymous_reads)");
 }
 
+/* The actor the request's changes are recorded for (registry/notes.h):
+ * set on this thread for the request's duration, cleared when it ends. */
+static void actor_begin(const tv__api_ctx *c)
+{
+    char who[TV__ACTOR_MAX];
+    const tv__api_req *q = c->req;
+    if (q->trusted)
+        snprintf(who, sizeof who, "cli");
+    else if (c->has_token)
+        snprintf(who, sizeof who, "%s", c->token.name);
+    else if (q->peer && q->peer->local)
+        snprintf(who, sizeof who, "local uid %u", (unsigned)q->peer->uid);
+    else
+        snprintf(who, sizeof who, "anonymous");
+    tv__reg_actor_set(who);
+}
+
 /* ---- query parsing ---------------------------------------------------------- */
 
 static int parse_query(tv__api_ctx *c)
@@ -531,6 +553,7 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
     if ((rc = authorize(&c, hit->scope)) || (rc = bind_params(&c, hit->path, &sg)) ||
         (rc = parse_query(&c)))
         goto done;
+    actor_begin(&c);
     /* Every route under a model shows its metadata or bytes: [access]
      * decides before the registry is read, so a refused peer learns nothing
      * of the model, not even whether it exists. */
@@ -547,6 +570,7 @@ done:
         reply_error(&c, tv__api_http_status(rc), rc, c.err.msg);
     }
 out:
+    tv__reg_actor_set(NULL);
     reader_release(&c);
     for (size_t i = 0; i < c.n_params; i++)
         free(c.param[i]);

@@ -21,6 +21,7 @@
 
 #include "fastpath/access.h"
 #include "http/api_internal.h"
+#include "registry/notes.h"
 #include "store/snapbuild.h"
 #include "util/hex.h"
 #include "util/internal.h"
@@ -485,4 +486,22 @@ int tv__api_aliases(tv__api_ctx *c, tv__reg *reg, const char *model, tv__reg_ali
     *out = NULL;
     *n = 0;
     return tv__reg_aliases_list(reg, model, out, n, &c->err);
+}
+
+/* ---- notes (description and tags) ----------------------------------------- */
+
+int tv__api_notes_put(tv__api_ctx *c, tv__reg *reg, json_t *doc, const char *model, int64_t number)
+{
+    char *desc = NULL;
+    json_t *tags = NULL;
+    if (!doc)
+        return tv__seterr(&c->err, -ENOMEM, "out of memory");
+    int rc = tv__reg_notes_get(reg, model, number, &desc, &tags, &c->err);
+    if (rc)
+        return rc;
+    if (json_object_set_new(doc, "description", json_string(desc)) ||
+        json_object_set_new(doc, "tags", tags))
+        rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    free(desc);
+    return rc;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "http/api_internal.h"
+#include "registry/notes.h"
 #include "store/snapbuild.h"
 #include "util/internal.h"
 
@@ -35,6 +36,10 @@ static int generation_reply(tv__api_ctx *c, tv__reg *reg, const char *model, int
         goto out;
     g.active = g.number == active;
     doc = tv__api_generation_json(&g, al, na, NULL);
+    if ((rc = tv__api_notes_put(c, reg, doc, model, g.number))) {
+        json_decref(doc);
+        goto out;
+    }
     if (doc && shards) {
         int bad = json_object_set_new(doc, "shards", shards); /* steals shards */
         shards = NULL;
@@ -79,9 +84,13 @@ int tv__api_h_generations(tv__api_ctx *c)
     for (size_t i = 0; i < n; i++)
         gs[i].active = gs[i].number == m.active_generation;
     arr = json_array();
-    for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, tv__api_generation_json(&gs[i], al, na, NULL)))
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *g = tv__api_generation_json(&gs[i], al, na, NULL);
+        if ((rc = tv__api_notes_put(c, reg, g, c->param[0], gs[i].number)))
+            json_decref(g);
+        else if (json_array_append_new(arr, g))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    }
     if (!rc) {
         char last[24];
         int ll = snprintf(last, sizeof last, "%" PRId64, n ? gs[n - 1].number : 0);

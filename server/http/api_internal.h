@@ -10,7 +10,8 @@
  *   api_handles.c  the data route's pool of open tv_model handles
  *   api_<resource>.c  the routes, one file per resource (system, devices,
  *                  models, generations, aliases, tensors, jobs, tokens,
- *                  sessions, shards, blobs, fleet, files): each calls only the files above,
+ *                  sessions, shards, blobs, fleet, files, notes, events,
+ *                  diff): each calls only the files above,
  *                  never another route's file
  *   api.c          open and close, the router, authorisation, the dispatch
  * Invariant: a handler either returns 0 with the response document set
@@ -245,6 +246,10 @@ int tv__api_bytes_reply(tv__api_ctx *c, const char *etag, uint64_t n, void *src,
                         tv__api_bytes_read_fn read_fn, void (*src_free)(void *src),
                         const char *what);
 
+/* Adds "description" and "tags" of model (number 0) or of its generation
+ * number to doc (api_common.c; NULL doc is -ENOMEM). TV_E_NOT_FOUND. */
+int tv__api_notes_put(tv__api_ctx *c, tv__reg *reg, json_t *doc, const char *model, int64_t number);
+
 /* The renderers of api_render.c not in api.h. */
 /* status: tv__store_device_status's word; message: why, when not "ok". */
 json_t *tv__api_device_json(const tv__reg_device *d, const tv__alloc_space *sp, const char *status,
@@ -320,6 +325,10 @@ int tv__api_h_fleet_alias_put(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
 int tv__api_h_files(tv__api_ctx *c);
 int tv__api_h_file(tv__api_ctx *c);
+int tv__api_h_model_patch(tv__api_ctx *c);      /* api_notes.c */
+int tv__api_h_generation_patch(tv__api_ctx *c); /* api_notes.c */
+int tv__api_h_events(tv__api_ctx *c);           /* api_events.c */
+int tv__api_h_diff(tv__api_ctx *c);             /* api_diff.c */
 
 /* With import roots, a local source is opened now (import/source.h:
  * tv__src_local_open), and must be, as opened, under an import root:

@@ -10,11 +10,32 @@
 #include <string.h>
 
 #include "http/api_internal.h"
+#include "registry/notes.h"
 #include "store/snapbuild.h"
 #include "util/internal.h"
 
 static const char *const NO_FIELDS[] = {NULL};
-static const char *const PAGE_Q[] = {"limit", "cursor", NULL};
+static const char *const MODELS_Q[] = {"limit", "cursor", "tag", NULL};
+
+/* ?tag=KEY=VALUE: the key, checked, and the value (the first '=' splits). */
+static int tag_filter(tv__api_ctx *c, char *key, size_t cap, const char **value)
+{
+    const char *t = tv__api_query(c, "tag");
+    *value = NULL;
+    if (!t)
+        return 0;
+    const char *eq = strchr(t, '=');
+    if (!eq || (size_t)(eq - t) >= cap)
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST,
+                          "tag: '%.100s' is not KEY=VALUE (a key of 1..64 bytes)", t);
+    memcpy(key, t, (size_t)(eq - t));
+    key[eq - t] = '\0';
+    int rc = tv__notes_check_tag_key(key, &c->err);
+    if (rc)
+        return tv__seterr(&c->err, TV_E_BAD_REQUEST, "%s", c->err.msg);
+    *value = eq + 1;
+    return 0;
+}
 
 static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, int *rc)
 {
@@ -26,8 +47,10 @@ static json_t *model_doc(tv__api_ctx *c, tv__reg *reg, const tv__reg_model *m, i
         return NULL;
     json_t *j = tv__api_model_json(&ms, al, na);
     free(al);
-    if (!j)
-        *rc = tv__seterr(&c->err, -ENOMEM, "out of memory");
+    if ((*rc = tv__api_notes_put(c, reg, j, m->name, 0))) {
+        json_decref(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -40,7 +63,10 @@ int tv__api_h_models(tv__api_ctx *c)
     bool more = false;
     json_t *arr = NULL;
     int rc;
-    if ((rc = tv__api_query_allow(c, PAGE_Q)) || (rc = tv__api_query_limit(c, &limit)) ||
+    char tag_key[TV__NOTES_TAG_KEY_MAX + 1];
+    const char *tag_value = NULL;
+    if ((rc = tv__api_query_allow(c, MODELS_Q)) || (rc = tv__api_query_limit(c, &limit)) ||
+        (rc = tag_filter(c, tag_key, sizeof tag_key, &tag_value)) ||
         (rc = tv__api_cursor_get(c, 'm', &after, &kl)) || (rc = tv__api_reader(c, &reg)) ||
         (rc = tv__reg_models_page(reg, after ? after : "", limit, &ms, &n, &more, &c->err)))
         goto out;
@@ -48,6 +74,12 @@ int tv__api_h_models(tv__api_ctx *c)
     for (size_t i = 0; !rc && i < n; i++) {
         if (!tv__api_can_read(c, ms[i].name))
             continue; /* a page may come out short: the cursor still moves on */
+        bool has = true;
+        if (tag_value &&
+            (rc = tv__reg_notes_has_tag(reg, ms[i].name, 0, tag_key, tag_value, &has, &c->err)))
+            break;
+        if (!has)
+            continue; /* the same */
         json_t *j = model_doc(c, reg, &ms[i], &rc);
         if (!rc && json_array_append_new(arr, j))
             rc = tv__seterr(&c->err, -ENOMEM, "out of memory");

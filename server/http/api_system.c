@@ -13,6 +13,7 @@
 
 #include "fastpath/fastpath.h"
 #include "http/api_internal.h"
+#include "registry/notes.h"
 #include "util/internal.h"
 
 static const char *const NO_FIELDS[] = {NULL};
@@ -120,6 +121,13 @@ int tv__api_h_gc(tv__api_ctx *c)
         return rc;
     tv__api_models_release(c->api, NULL);
     rc = tv__store_gc(st, &n, &bytes, &c->err);
+    /* gc is one transaction per object (a crash keeps what it freed): its
+     * event, with the totals, follows them. */
+    if (!rc)
+        rc = tv__reg_event(st->reg, "gc", NULL, 0, NULL,
+                           json_pack("{s:I,s:I}", "n_objects_freed", (json_int_t)n, "freed_bytes",
+                                     (json_int_t)bytes),
+                           &c->err);
     tv__api_shards_forget(c->api);
     tv__api_writer_unlock(c);
     return rc ? rc

@@ -34,6 +34,7 @@
 #include "import/alloc.h"
 #include "import/import.h"
 #include "import/source.h"
+#include "import/tensor_hash.h"
 #include "store/snapbuild.h"
 #include "util/hex.h"
 #include "util/sha256.h"
@@ -90,6 +91,7 @@ typedef struct import_job {
     int64_t started_ns;  /* CLOCK_REALTIME before the source was opened */
     tv__sidecars side;   /* the sidecar files, published with the generation */
     tv__import_result r;
+    tv__thash *thash; /* per-tensor XXH3-128 (import/tensor_hash.h), fed with the SHA-256 */
 } import_job;
 
 static void job_report(import_job *j, size_t shard)
@@ -221,6 +223,9 @@ static int hash_source(import_job *j, size_t s, tv__src_shard *sf, const tv_shar
             return rc;
         }
         tv__sha256_update(&h, buf, n);
+        /* ---- per-tensor hashes: from the same reads as the shard's ---- */
+        tv__thash_feed(j->thash, s, off, buf, n);
+        /* ---- */
         if (off < hdr_end) {
             size_t hn = (size_t)(hdr_end - off < n ? hdr_end - off : n);
             tv__sha256_update(&hh, buf, hn);
@@ -270,6 +275,7 @@ typedef struct wbuf {
     size_t hdr_n;
     size_t shard; /* which shard's object bytes [end - len, end) this is (resume marks) */
     uint64_t end;
+    tv__thash *th; /* the tensor hashes the hasher feeds too (NULL: none) */
     size_t n_targets;
     target t[TV__IMPORT_MAX_DEVICES];
 } wbuf;
@@ -382,6 +388,10 @@ static void *hasher_main(void *arg)
         pthread_mutex_unlock(&w->mu);
         if (b->h)
             tv__sha256_update(b->h, b->p, b->payload);
+        /* ---- per-tensor hashes: the payload at its file offset ---- */
+        if (b->th && b->payload)
+            tv__thash_feed(b->th, b->shard, b->src_off, b->p, b->payload);
+        /* ---- */
         if (b->hh) {
             tv__sha256_update(b->hh, b->p, b->hdr_n);
             memcpy(b->hdr, b->p, b->hdr_n);
@@ -864,6 +874,8 @@ static int step_resolve(import_job *j, const char *src, tv_error *err)
         tv_checkpoint_shard(j->ck, s, &j->plans[s].info);
         j->r.bytes_total += j->plans[s].info.file_len;
     }
+    if ((rc = tv__thash_new(j->ck, &j->thash, err)))
+        return rc;
     step_begin(j, "resolve", j->r.bytes_total);
     if ((rc = job_cancelled(j, err)))
         goto out;
@@ -1167,6 +1179,7 @@ static int write_shard(import_job *j, pipeline *w, size_t s, tv_error *err)
         b->len = n;
         b->shard = s;
         b->end = off + n;
+        b->th = j->thash;
         b->n_targets = 0;
         uint64_t sub = 0;
         for (size_t k = 0; k < n_new; k++) {
@@ -1405,7 +1418,8 @@ static int publish(import_job *j, tv_error *err)
             if ((rc = tv__reg_shard_bind(st->reg, shard_id, plans[s].obj[k].id, err)))
                 goto fail_tx;
     }
-    if ((rc = tv__reg_tensors_insert(st->reg, gen.id, infos, n_t, err)) ||
+    if ((rc = tv__reg_tensors_insert_hashed(st->reg, gen.id, infos, n_t, tv__thash_hexes(j->thash),
+                                            err)) ||
         (rc = publish_sidecars(j, gen.id, err)) ||
         (rc = tv__reg_generation_set_state(st->reg, gen.id, TV__GEN_READY, err)))
         goto fail_tx;
@@ -1545,6 +1559,7 @@ out:
     json_decref(j->resume);
     free(j->bufs);
     free(j->plans);
+    tv__thash_free(j->thash);
     tv_checkpoint_close(j->ck);
     tv__src_free(j->src);
     tv__sidecars_clear(&j->side);

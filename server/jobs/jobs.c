@@ -28,6 +28,7 @@
 
 #include "import/import.h"
 #include "import/source.h"
+#include "registry/notes.h"
 #include "util/internal.h"
 
 #define PROGRESS_MIN_S 0.25 /* at most every 250 ms */
@@ -507,10 +508,13 @@ static void *worker_main(void *p)
         j->running[w] = n;
         j->n_running++;
         pthread_mutex_unlock(&j->lock);
+        /* The events the job writes name who asked for it. */
+        tv__reg_actor_from_job(j->wst[w]->reg, n->id, NULL);
         job_work(j->wst[w], n, &jr, &err);
         pthread_mutex_lock(&j->lock);
         bool imported = n->kind == TV__JOB_IMPORT && jr.final == TV__JOB_SUCCEEDED;
         job_end(j->wst[w], n, &jr, &err);
+        tv__reg_actor_set(NULL);
         if (imported && j->on_import)
             j->on_import(j->on_import_ctx); /* must not block (tv__fleet_kick) */
         j->running[w] = NULL;

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "registry/notes.h"
 #include "registry/reg_internal.h"
 #include "util/sys.h"
 
@@ -554,6 +555,12 @@ static int check_tensor(const tv_tensor_info *t, size_t i, const tv__reg_vec *sh
 int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t, size_t n,
                            tv_error *err)
 {
+    return tv__reg_tensors_insert_hashed(reg, generation_id, t, n, NULL, err);
+}
+
+int tv__reg_tensors_insert_hashed(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t,
+                                  size_t n, const char *const *xxh3, tv_error *err)
+{
     if (!reg || (!t && n))
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_tensors_insert: NULL argument");
     sqlite3_stmt *st = NULL;
@@ -567,7 +574,7 @@ int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_
         goto done;
     rc = sqlite3_prepare_v3(reg->db,
                             "INSERT INTO tensors (generation_id, shard_id, name, dtype, shape, "
-                            "begin_off, end_off) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                            "begin_off, end_off, xxh3) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                             -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
     if (rc != SQLITE_OK) {
         rc = tv__sqlerr(reg->db, err, rc, "preparing the tensor insert");
@@ -586,7 +593,8 @@ int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_
             (rc = tv__reg_bind_i64(reg, st, 4, (int64_t)t[i].dtype, err)) ||
             (rc = sqlite3_bind_text(st, 5, shape, -1, SQLITE_STATIC)) ||
             (rc = tv__reg_bind_u64(reg, st, 6, t[i].begin_off, "tensor begin", err)) ||
-            (rc = tv__reg_bind_u64(reg, st, 7, t[i].end_off, "tensor end", err))) {
+            (rc = tv__reg_bind_u64(reg, st, 7, t[i].end_off, "tensor end", err)) ||
+            (rc = sqlite3_bind_text(st, 8, xxh3 ? xxh3[i] : NULL, -1, SQLITE_STATIC))) {
             if (rc > 0) /* a raw sqlite3_bind_text code */
                 rc = tv__sqlerr(reg->db, err, rc, "binding a tensor");
             goto done;
@@ -738,6 +746,11 @@ static int set_state(tv__reg *reg, int64_t generation_id, tv__gen_state to, tv_e
     rc = tv__reg_exec(reg, "changing a generation's state", err,
                       "UPDATE generations SET state = ?2 WHERE id = ?1", "it", generation_id,
                       tv__gen_state_name(to));
+    /* A failed import's event is its job's (tv__reg_job_finish). */
+    if (rc == 0 && to != TV__GEN_FAILED)
+        rc = tv__reg_event(reg, to == TV__GEN_READY ? "publish" : "retire", model, number,
+                           json_pack("{s:s}", "state", tv__gen_state_name(from)),
+                           json_pack("{s:s}", "state", tv__gen_state_name(to)), err);
     if (rc == 0)
         tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' generation %lld %s -> %s", model,
                 (long long)number, tv__gen_state_name(from), tv__gen_state_name(to));
@@ -784,6 +797,12 @@ int tv__reg_generation_activate(tv__reg *reg, const char *model, int64_t number,
                            "UPDATE models SET active_generation = ?2 WHERE id = ?1", "ii",
                            g.model_id, number)))
         goto done;
+    /* A rollback is the activation of an older generation than the active. */
+    if ((rc = tv__reg_event(
+             reg, previous > number ? "rollback" : "activate", model, number,
+             json_pack("{s:o}", "active", previous ? json_integer(previous) : json_null()),
+             json_pack("{s:I}", "active", (json_int_t)number), err)))
+        goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> %lld", model,
             (long long)previous, (long long)number);
 done:
@@ -804,7 +823,10 @@ int tv__reg_generation_deactivate(tv__reg *reg, const char *model, int64_t *was,
         goto done; /* nothing active: nothing to change */
     if ((rc = tv__reg_exec(reg, "deactivating a model", err,
                            "UPDATE models SET active_generation = NULL WHERE name = ?1", "t",
-                           model)))
+                           model)) ||
+        (rc = tv__reg_event(reg, "deactivate", model, previous,
+                            json_pack("{s:I}", "active", (json_int_t)previous),
+                            json_pack("{s:n}", "active"), err)))
         goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' active generation %lld -> none", model,
             (long long)previous);

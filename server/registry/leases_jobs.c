@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "registry/notes.h"
 #include "registry/reg_internal.h"
 
 /* ------------------------------------------------------------------------ */
@@ -220,15 +221,28 @@ int tv__reg_job_create(tv__reg *reg, const tv__reg_job *spec, int64_t *id, tv_er
     if (spec->device_id < 0)
         return tv__seterr(err, TV_E_INVALID_ARG, "job device id %lld is negative",
                           (long long)spec->device_id);
+    if ((rc = tv__reg_level_begin(reg, true, err)))
+        return rc;
     rc = tv__reg_exec(reg, "creating a job", err,
                       "INSERT INTO jobs (kind, model, source, activate, alias, strict, device_id, "
-                      "bytes_total) VALUES (?1, nullif(?2, ''), nullif(?3, ''), ?4, "
-                      "nullif(?5, ''), ?6, nullif(?7, 0), ?8)",
-                      "tttitiiu", tv__job_kind_name(spec->kind), spec->model, spec->source,
+                      "bytes_total, actor) VALUES (?1, nullif(?2, ''), nullif(?3, ''), ?4, "
+                      "nullif(?5, ''), ?6, nullif(?7, 0), ?8, ?9)",
+                      "tttitiiut", tv__job_kind_name(spec->kind), spec->model, spec->source,
                       (int64_t)spec->activate, spec->alias, (int64_t)spec->strict, spec->device_id,
-                      spec->bytes_total, "bytes_total");
+                      spec->bytes_total, "bytes_total", tv__reg_actor());
+    int64_t job = rc == 0 ? sqlite3_last_insert_rowid(reg->db) : 0;
+    if (rc == 0)
+        rc = tv__reg_event(reg, import ? "import.queued" : "verify.queued",
+                           import ? spec->model : NULL, 0, NULL,
+                           import ? json_pack("{s:I,s:s,s:b,s:s?}", "job", (json_int_t)job,
+                                              "source", spec->source, "activate", spec->activate,
+                                              "alias", spec->alias[0] ? spec->alias : NULL)
+                                  : json_pack("{s:I,s:I}", "job", (json_int_t)job, "device_id",
+                                              (json_int_t)spec->device_id),
+                           err);
+    rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0 && id)
-        *id = sqlite3_last_insert_rowid(reg->db);
+        *id = job;
     return rc;
 }
 
@@ -306,6 +320,27 @@ static int check_result(const char *json, int64_t id, tv_error *err)
                            (long long)id);
 }
 
+/* The event of a job that failed or was cancelled (a succeeded import's is
+ * its generation's "publish"). */
+static int job_finish_event(tv__reg *reg, int64_t id, tv__job_state final, const char *error,
+                            tv_error *err)
+{
+    tv__reg_job j;
+    int rc = tv__reg_job_get(reg, id, &j, err);
+    if (rc)
+        return rc;
+    free(j.result_json);
+    bool import = j.kind == TV__JOB_IMPORT;
+    const char *action = final == TV__JOB_CANCELLED ? "job.cancelled"
+                         : import                   ? "import.failed"
+                                                    : "verify.failed";
+    return tv__reg_event(reg, action, import ? j.model : NULL, j.generation,
+                         json_pack("{s:I}", "job", (json_int_t)id),
+                         json_pack("{s:I,s:s,s:s?}", "job", (json_int_t)id, "state",
+                                   tv__job_state_name(final), "error", error),
+                         err);
+}
+
 int tv__reg_job_finish(tv__reg *reg, int64_t id, tv__job_state final, int code, const char *message,
                        int64_t generation, const char *result_json, tv_error *err)
 {
@@ -336,6 +371,8 @@ int tv__reg_job_finish(tv__reg *reg, int64_t id, tv__job_state final, int code, 
                       "updated_at = CAST(strftime('%s', 'now') AS INTEGER) WHERE id = ?1",
                       "ittitit", id, tv__job_state_name(final), code ? tv_err_name(code) : NULL,
                       (int64_t)code, code ? text : NULL, generation, result_json);
+    if (rc == 0 && final != TV__JOB_SUCCEEDED)
+        rc = job_finish_event(reg, id, final, code ? text : NULL, err);
 done:
     return tv__reg_level_end(reg, rc, err);
 }

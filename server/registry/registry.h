@@ -401,6 +401,12 @@ int tv__reg_shards_lookup(tv__reg *reg, const tv__reg_shard_query *q, tv__reg_sh
  * (duplicate name). */
 int tv__reg_tensors_insert(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t, size_t n,
                            tv_error *err);
+/* The same with each tensor's content hash: xxh3[i] (NULL, or NULL
+ * entries: none) is t[i]'s XXH3-128 as 32 lower-case hex digits
+ * (migrations/0008_registry_notes.sql; the schema refuses another form:
+ * TV_E_REGISTRY). */
+int tv__reg_tensors_insert_hashed(tv__reg *reg, int64_t generation_id, const tv_tensor_info *t,
+                                  size_t n, const char *const *xxh3, tv_error *err);
 
 /* Sets a generation's state along the allowed transitions. To 'ready' it
  * also checks that the generation has at least one shard and that every

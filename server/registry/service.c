@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "registry/notes.h"
 #include "registry/reg_internal.h"
 #include "snap/snapfile.h"
 #include "util/hex.h"
@@ -205,7 +206,9 @@ int tv__reg_model_delete(tv__reg *reg, const char *model, size_t *n_retired, tv_
         (rc = tv__reg_exec(reg, "deleting a model's generations", err,
                            "DELETE FROM generations WHERE model_id = ?1", "i", m.id)) ||
         (rc = tv__reg_exec(reg, "deleting a model", err, "DELETE FROM models WHERE id = ?1", "i",
-                           m.id)))
+                           m.id)) ||
+        (rc = tv__reg_event(reg, "model.delete", model, 0,
+                            json_pack("{s:I}", "n_generations", (json_int_t)c.n_gens), NULL, err)))
         goto done;
 done:
     rc = tv__reg_level_end(reg, rc, err);
@@ -499,6 +502,12 @@ int tv__reg_alias_set(tv__reg *reg, const char *model, const char *alias, int64_
                      "updated_at = CAST(strftime('%s', 'now') AS INTEGER)",
                      "iti", g.model_id, alias, number);
     if (rc == 0)
+        rc = tv__reg_event(reg, "alias.set", model, number,
+                           json_pack("{s:s,s:o}", "alias", alias, "generation",
+                                     previous ? json_integer(previous) : json_null()),
+                           json_pack("{s:s,s:I}", "alias", alias, "generation", (json_int_t)number),
+                           err);
+    if (rc == 0)
         tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' alias '%s' %lld -> %lld", model,
                 alias, (long long)previous, (long long)number);
 done:
@@ -554,7 +563,10 @@ int tv__reg_alias_remove(tv__reg *reg, const char *model, const char *alias, int
         (rc = model_id(reg, model, &id, err)) ||
         (rc = tv__reg_exec(reg, "removing an alias", err,
                            "DELETE FROM aliases WHERE model_id = ?1 AND name = ?2", "it", id,
-                           alias)))
+                           alias)) ||
+        (rc = tv__reg_event(reg, "alias.remove", model, gen,
+                            json_pack("{s:s,s:I}", "alias", alias, "generation", (json_int_t)gen),
+                            json_pack("{s:s,s:n}", "alias", alias, "generation"), err)))
         goto done;
     tv__log(tv__reg_log_level(reg, 1), "registry: model '%s' alias '%s' (generation %lld) removed",
             model, alias, (long long)gen);
@@ -699,6 +711,11 @@ int tv__reg_token_create(tv__reg *reg, const char *name, tv__scope scope,
     if (rc == 0 && out)
         rc = tv__reg_query_one(reg, read_token, out, "reading a token", err,
                                "SELECT " TOKEN_COLS "FROM api_tokens WHERE id = ?1", "i", id);
+    if (rc == 0)
+        rc = tv__reg_event(reg, "token.create", NULL, 0, NULL,
+                           json_pack("{s:I,s:s,s:s}", "id", (json_int_t)id, "name", name, "scope",
+                                     tv__scope_name(scope)),
+                           err);
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0) {
         memcpy(secret_out, secret, sizeof secret);
@@ -793,9 +810,16 @@ int tv__reg_token_revoke(tv__reg *reg, int64_t id, tv__reg_token *out, tv_error 
     if (!reg)
         return tv__seterr(err, TV_E_INVALID_ARG, "tv__reg_token_revoke: NULL registry");
     tv__reg_token t;
+    int64_t was_revoked = 0;
     int rc = tv__reg_level_begin(reg, true, err);
     if (rc)
         return rc;
+    if ((rc = tv__reg_query_one(reg, tv__reg_read_i64, &was_revoked, "reading a token", err,
+                                "SELECT ifnull(revoked_at, 0) FROM api_tokens WHERE id = ?1", "i",
+                                id)) == TV_E_NOT_FOUND)
+        rc = 0; /* answered below */
+    if (rc)
+        goto done;
     if ((rc = tv__reg_exec(reg, "revoking a token", err,
                            "UPDATE api_tokens SET revoked_at = "
                            "coalesce(revoked_at, CAST(strftime('%s', 'now') AS INTEGER)) "
@@ -806,6 +830,13 @@ int tv__reg_token_revoke(tv__reg *reg, int64_t id, tv__reg_token *out, tv_error 
                            "SELECT " TOKEN_COLS "FROM api_tokens WHERE id = ?1", "i", id);
     if (rc == TV_E_NOT_FOUND)
         rc = tv__seterr(err, TV_E_NOT_FOUND, "no token with id %lld", (long long)id);
+    if (rc == 0 && !was_revoked)
+        rc = tv__reg_event(
+            reg, "token.revoke", NULL, 0,
+            json_pack("{s:I,s:s,s:n}", "id", (json_int_t)id, "name", t.name, "revoked_at"),
+            json_pack("{s:I,s:s,s:I}", "id", (json_int_t)id, "name", t.name, "revoked_at",
+                      (json_int_t)t.revoked_at),
+            err);
 done:
     rc = tv__reg_level_end(reg, rc, err);
     if (rc == 0) {

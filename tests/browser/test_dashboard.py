@@ -70,7 +70,7 @@ def test_overview_matches_api(browser, base_url, daemon):
         assert page.is_hidden("#chart-note")
         assert page.is_hidden("#errors")
         assert page.eval_on_selector_all("nav a", "as => as.map(a => a.textContent)") == [
-            "Overview", "Models", "Tensors", "Imports", "Sessions", "Fleet"]
+            "Overview", "Models", "Tensors", "Imports", "Sessions", "Fleet", "Events"]
         assert page.get_attribute("nav a[aria-current='page']", "href") == "#overview"
         assert watch.problems == []
     finally:

@@ -160,7 +160,7 @@ def test_flow_import_list_tensors_bytes_activate_alias_rollback_retire_gc(d, wor
     assert models["next_cursor"] is None
     m = [x for x in models["models"] if x["name"] == "flow"]
     assert m == [{"name": "flow", "active_generation": None, "aliases": {}, "n_generations": 1,
-                  "created_at": m[0]["created_at"]}]
+                  "created_at": m[0]["created_at"], "description": "", "tags": {}}]
     assert d.ok("GET", "/v1/models/flow") == m[0]
     gens = d.ok("GET", "/v1/models/flow/generations")
     assert gens["model"] == "flow" and gens["next_cursor"] is None

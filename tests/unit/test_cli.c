@@ -440,6 +440,14 @@ static const char *const g_usage[][2] = {
     {"fleet alias", "fleet alias MODEL ALIAS GENERATION [--expect V] [--placement N1,N2] "
                     "[--quorum Q] [--timeout S] [--store DIR] [--url URL] [--token-file FILE] "
                     "[--json]"},
+    {"describe", "describe NAME[@GEN] TEXT [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"tag",
+     "tag NAME[@GEN] [KEY=VALUE...] [--rm KEY] [--store DIR] [--url URL] [--token-file FILE] "
+     "[--json]"},
+    {"diff", "diff NAME@A NAME@B|OTHER@B [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"events",
+     "events [NAME] [--limit N] [--before ID] [--store DIR] [--url URL] [--token-file FILE] "
+     "[--json]"},
     {"token create",
      "token create NAME [--scope admin|read|fleet] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
