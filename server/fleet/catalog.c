@@ -386,25 +386,26 @@ void tv__catalog_close(tv__catalog *cat)
 
 typedef struct node_ctx {
     const char *node, *url;
+    char down_s[16];
 } node_ctx;
 
 static int node_seen(tv__catalog *cat, void *p, tv_error *err)
 {
     node_ctx *c = p;
-    const char *params[] = {c->node, c->url ? c->url : ""};
+    const char *params[] = {c->node, c->url ? c->url : "", c->down_s};
     PGresult *res = NULL;
-    /* A name another daemon (another URL) used in the last 30 s is that
-     * daemon's: two nodes under one name would overwrite each other's
-     * reports. */
+    /* A name another daemon (another URL) used in the last node_down_s
+     * seconds is that daemon's: two nodes under one name would overwrite
+     * each other's reports. */
     int rc = q(cat,
                "WITH up AS (INSERT INTO nodes (name, url, last_seen, state) "
                "VALUES ($1, $2, now(), 'up') ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
                "last_seen = now(), state = 'up' WHERE nodes.url = excluded.url OR nodes.url = '' "
-               "OR nodes.last_seen < now() - interval '30 seconds' RETURNING 1) "
+               "OR nodes.last_seen < now() - make_interval(secs => $3::int) RETURNING 1) "
                "SELECT (SELECT count(*) FROM up), n.url, "
                "extract(epoch FROM now() - n.last_seen)::bigint FROM (SELECT 1) AS one "
                "LEFT JOIN nodes n ON n.name = $1",
-               2, params, &res, "registering the node", err);
+               3, params, &res, "registering the node", err);
     if (rc)
         return rc;
     if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0)
@@ -416,11 +417,13 @@ static int node_seen(tv__catalog *cat, void *p, tv_error *err)
     return rc;
 }
 
-int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err)
+int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, unsigned down_s,
+                          tv_error *err)
 {
     if (!node || !node[0])
         return tv__seterr(err, TV_E_INVALID_ARG, "fleet catalog: empty node name");
-    node_ctx c = {node, url};
+    node_ctx c = {.node = node, .url = url};
+    snprintf(c.down_s, sizeof c.down_s, "%u", down_s ? down_s : 30);
     return with_retry(cat, node_seen, &c, err);
 }
 

@@ -70,8 +70,10 @@ int tv__catalog_version(tv__catalog *cat, int *version, tv_error *err);
 
 /* Inserts or refreshes this node's row (url, last_seen = now(), state 'up').
  * Returns 0; TV_E_CONFLICT when a daemon at another URL reported under this
- * name in the last 30 s (the row is left to it); the catalog's errors. */
-int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err);
+ * name in the last down_s seconds (fleet.node_down_s; 0 = 30: the row is
+ * left to it); the catalog's errors. */
+int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, unsigned down_s,
+                          tv_error *err);
 
 /* Publishes a ready generation: m as loaded by tv__reg_tensors_list (its
  * generation, shards and tensors), published_by = node (registered on the

@@ -78,8 +78,10 @@ int tv__fleet_publish_pending(tv__fleet *f)
                 tv__fleet_report_gen(f, g->model, g->number, "ready", g->total_bytes,
                                      g->total_bytes, 0, NULL);
             /* The object store gets what only this node could serve: a
-             * generation imported from a local path (not a pull). */
+             * generation imported from a local path (not a pull: its
+             * source is "fleet:MODEL@N from ...", pull.c). */
             if (rc == 0 && f->object_store[0] && !tv__src_is_url(g->source) &&
+                strncmp(g->source, "fleet:", 6) != 0 &&
                 !tv__fleet_pull_find(f, g->model, g->number, false) && tv__fleet_upload_queue(f, m))
                 rc = -EAGAIN;
             tv__reg_manifest_free(m);
