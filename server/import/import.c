@@ -45,8 +45,8 @@
 /* A resumable import flushes and records how far it got this often
  * (whichever comes first), so a kill loses at most the chunks in flight
  * and about RESUME_EVERY_S of transfer. */
-#define RESUME_EVERY_S   0.5
-#define RESUME_EVERY_LEN (128ull << 20)
+#define RESUME_EVERY_S   0.25
+#define RESUME_EVERY_LEN (64ull << 20)
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
