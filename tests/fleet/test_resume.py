@@ -219,7 +219,18 @@ def test_pull_killed_a_third_in_resumes(fleet_nodes, fleet_net, tmp_path):
     print(f"n2 killed {t_kill:.1f} s into the pull, n1 had served "
           f"{(served1 - served0) / model_bytes:.2f}x of the model")
     n2.start()
+    # the fleet table while n2 pulls the rest: the model's bytes as total
+    # (the unit of a ready row), and the current rate
+    seen = wait_for(lambda: (lambda e: e if e.get("state") == "pulling" and e["rate_bps"] > 0
+                             else None)(placed(n1, "big", "prod", "n2")),
+                    timeout=30, interval=0.2, what="n2 pulling at a rate > 0 in n1's GET /v1/fleet")
+    print(f"n1 shows n2 {seen}")
+    assert seen["bytes_total"] == model_bytes and 0 < seen["bytes_done"] <= model_bytes, seen
+    assert seen["rate_bps"] < 200e6, seen  # the link carries 100 MB/s
     wait_for(lambda: local_alias(n2, "big", "prod") == gen, timeout=60, what="n2 switched")
+    ready = wait_for(lambda: (lambda e: e if e.get("state") == "ready" else None)(
+        placed(n1, "big", "prod", "n2")), what="n2 ready in n1's GET /v1/fleet")
+    assert ready["bytes_total"] == ready["bytes_done"] == model_bytes, ready
     jobs = n2_jobs(n2, "big")
     assert sorted(j["state"] for j in jobs) == ["failed", "succeeded"], jobs
     done = next(j for j in jobs if j["state"] == "succeeded")
@@ -243,6 +254,14 @@ def test_pull_killed_a_third_in_resumes(fleet_nodes, fleet_net, tmp_path):
             want = hashlib.sha256(f.read()).hexdigest()
         body = n2.request("GET", f"/v1/blobs/sha256:{sh['sha256']}").body
         assert len(body) == sh["file_bytes"] and hashlib.sha256(body).hexdigest() == want, sh
+
+
+def placed(node, model, alias, name):
+    """name's entry under model@alias in node's GET /v1/fleet ({}: none)."""
+    for a in node.ok("GET", "/v1/fleet")["aliases"]:
+        if a["model"] == model and a["alias"] == alias:
+            return next((x for x in a["nodes"] if x["node"] == name), {})
+    return {}
 
 
 def n2_jobs(node, model):

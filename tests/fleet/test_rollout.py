@@ -25,8 +25,11 @@ FLEET_TOKEN = "fleet-shared-secret-0123456789"
 def node(build_dir, tmp_path, dsn, name, **extra):
     wd = tmp_path / name
     wd.mkdir(exist_ok=True)
+    # a node is down (and its name free for a daemon at another URL, as n3
+    # started again on another port) 5 s after its last heartbeat, not 30
     settings = {"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": name,
-                "fleet.token": FLEET_TOKEN, "import.roots": str(tmp_path)}
+                "fleet.token": FLEET_TOKEN, "import.roots": str(tmp_path),
+                "fleet.node_down_s": "5"}
     settings.update(extra)
     d = Daemon(build_dir, wd, name=name, settings=settings)
     d.node = name
