@@ -317,8 +317,8 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
     p->n_rate = 0;
     tv__log(TV_LOG_INFO,
             "fleet: pulling model '%s' generation %" PRId64
-            " (%zu shards, %zu from peers: %s): job %" PRId64,
-            p->model, p->number, n_sh, n_peer, used, id);
+            " (%zu shards, %zu from peers): job %" PRId64 ", from %s",
+            p->model, p->number, n_sh, n_peer, id, used);
     tv__fleet_report_gen(f, p->model, p->number, "pulling", 0, p->total, 0, NULL);
 out:
     if (urls)

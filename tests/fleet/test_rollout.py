@@ -131,12 +131,17 @@ def test_rollout_to_every_node_from_a_peer(three, tmp_path):
                          for x in (alias_state(n2, "roll", "prod") or {"nodes": [None]})["nodes"]
                          if x),
              what="every node reports ready and serving")
-    # pulled as the same generation number, recorded with the catalog's source
+    # pulled as the same generation number; the job's source names the
+    # catalog's model@number, the generation's also the peers it came from
+    # (never n1's local path)
     for n in (n2, n3):
         gens = n.generations("roll")
         assert [g["generation"] for g in gens] == [gen]
+        assert gens[0]["source"].startswith(f"fleet:roll@{gen} from n"), gens[0]
+        assert set(gens[0]["source"].split(" from ")[1].split(", ")) <= {"n1", "n2", "n3"}
         jobs = n.ok("GET", "/v1/jobs")["jobs"]
-        assert any(j["model"] == "roll" and j["state"] == "succeeded" for j in jobs)
+        assert any(j["model"] == "roll" and j["state"] == "succeeded"
+                   and j["source"] == f"fleet:roll@{gen}" for j in jobs), jobs
     # the pulls were served by peers (no object store is configured here)
     for n in (n2, n3):
         assert "(2 shards, 2 from peers)" in n.log_text(), n.log_text()
