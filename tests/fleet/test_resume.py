@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import subprocess
 import time
 
 import numpy as np
@@ -193,7 +194,7 @@ def blob_bytes_served(node):
     return int(m.get('tensorvault_read_bytes_total{route="GET /v1/blobs/{digest}"}', 0))
 
 
-def test_pull_killed_a_third_in_resumes(fleet_nodes, fleet_net, tmp_path):
+def test_pull_killed_a_third_in_resumes(build_dir, fleet_nodes, fleet_net, tmp_path):
     """A node SIGKILLed a third into a pull (by the bytes its peer served)
     and started again takes its interrupted pull over: what was written and
     flushed is re-hashed from the device, the peer is asked only for the
@@ -218,15 +219,24 @@ def test_pull_killed_a_third_in_resumes(fleet_nodes, fleet_net, tmp_path):
     served1 = blob_bytes_served(n1)
     print(f"n2 killed {t_kill:.1f} s into the pull, n1 had served "
           f"{(served1 - served0) / model_bytes:.2f}x of the model")
+    # n2's last report before the kill (the catalog keeps it)
+    stale = placed(n1, "big", "prod", "n2").get("bytes_done", 0)
     n2.start()
-    # the fleet table while n2 pulls the rest: the model's bytes as total
-    # (the unit of a ready row), and the current rate
+    # the fleet table while n2 pulls the rest (past its last report before
+    # the kill): the model's bytes as total (the unit of a ready row), and
+    # the current rate
     seen = wait_for(lambda: (lambda e: e if e.get("state") == "pulling" and e["rate_bps"] > 0
-                             else None)(placed(n1, "big", "prod", "n2")),
+                             and e["bytes_done"] > stale else None)(placed(n1, "big", "prod", "n2")),
                     timeout=30, interval=0.2, what="n2 pulling at a rate > 0 in n1's GET /v1/fleet")
     print(f"n1 shows n2 {seen}")
     assert seen["bytes_total"] == model_bytes and 0 < seen["bytes_done"] <= model_bytes, seen
     assert seen["rate_bps"] < 200e6, seen  # the link carries 100 MB/s
+    # and so does `tensorvault fleet`: n2's TOTAL is the generation's SIZE
+    row, size = wait_for(lambda: cli_pull_row(build_dir, n1, 100 * stale / model_bytes),
+                         timeout=20, interval=0.2,
+                         what="n2 pulling at a rate > 0 in tensorvault fleet")
+    print(f"tensorvault fleet: {' '.join(row)} / generation size {size}")
+    assert " ".join(row[4:6]) == size, (row, size)
     wait_for(lambda: local_alias(n2, "big", "prod") == gen, timeout=60, what="n2 switched")
     ready = wait_for(lambda: (lambda e: e if e.get("state") == "ready" else None)(
         placed(n1, "big", "prod", "n2")), what="n2 ready in n1's GET /v1/fleet")
@@ -254,6 +264,24 @@ def test_pull_killed_a_third_in_resumes(fleet_nodes, fleet_net, tmp_path):
             want = hashlib.sha256(f.read()).hexdigest()
         body = n2.request("GET", f"/v1/blobs/sha256:{sh['sha256']}").body
         assert len(body) == sh["file_bytes"] and hashlib.sha256(body).hexdigest() == want, sh
+
+
+def cli_pull_row(build_dir, node, past_pct):
+    """(n2's row, the generation's SIZE) in `tensorvault fleet` against
+    node while n2 pulls big past past_pct % at a rate > 0 (its % and MIB/S
+    columns); None else."""
+    tok = os.path.join(node.workdir, "cli.token")
+    with open(tok, "w") as f:
+        f.write(node.admin_token + "\n")
+    p = subprocess.run([os.path.join(build_dir, "tensorvault"), "fleet", "--url", node.url,
+                        "--token-file", tok], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    lines = [ln.split() for ln in p.stdout.splitlines()]
+    # NODE STATE DONE TOTAL % MIB/S ...: sizes are two words ("1.5 GiB")
+    row = next((w for w in lines if w[:2] == ["n2", "pulling"] and float(w[7]) > 0
+                and float(w[6].rstrip("%")) > past_pct), None)
+    gen = next((w for w in lines if w[:2] == ["big", "1"]), None)
+    return (row, " ".join(gen[2:4])) if row and gen else None
 
 
 def placed(node, model, alias, name):
