@@ -37,6 +37,10 @@ Sections (the keys of --only):
           materialised): >= 2; and a restarted worker (new process, open,
           every tensor) on the model the daemon holds: its seconds, copying
           and, where this build has them, with read-only views (<= 0.1 s);
+  larger  (1 GiB) the model twice the memory tier (cache.bytes = half of
+          it), loaded three times by one tensorvault bench --fastpath: the
+          third load's device bytes per model byte (<= 0.75: the tier keeps
+          the generation's first chunks) and its time over the first's;
   http    wrk -t2 -c64 -d10s of one tensor's metadata route: >= 20,000 req/s
           with no error (non-2xx or socket error).
 
@@ -53,7 +57,7 @@ The machine's load (uptime) is printed before and after. The exit status is
 0 whatever the ratios (a benchmark, not a test).
 
 Usage: table.py [--quick] [--rounds N] [--sizes small,1g,4g]
-                [--only engine,python,clients,warm,http] [--dir DIR]
+                [--only engine,python,clients,warm,larger,http] [--dir DIR]
                 [--build-dir DIR] [--bench-venv DIR] [--json FILE]
 --quick: one round, sizes small and 1g, 4 clients only, wrk 5 s (a few
 minutes; its figures are a smoke test, not results).
@@ -301,9 +305,9 @@ class Daemon:
     """tensorvaultd on a store: HTTP on a free loopback port, the fast path
     on a socket beside the store."""
 
-    def __init__(self, build, store, workdir):
+    def __init__(self, build, store, workdir, extra=""):
         self.exe = os.path.join(build, "tensorvaultd")
-        self.store, self.workdir = store, workdir
+        self.store, self.workdir, self.extra = store, workdir, extra
         self.sock = os.path.join(workdir, "fp.sock")
         self.proc = None
 
@@ -314,7 +318,7 @@ class Daemon:
         cfg = os.path.join(self.workdir, "d.ini")
         with open(cfg, "w") as f:
             f.write(f"[http]\nlisten = 127.0.0.1:{self.port}\n[store]\ndir = {self.store}\n"
-                    f"[log]\nlevel = warn\n[fastpath]\nsocket = {self.sock}\n")
+                    f"[log]\nlevel = warn\n[fastpath]\nsocket = {self.sock}\n{self.extra}")
         if os.path.exists(self.sock):
             os.unlink(self.sock)
         self.log = open(os.path.join(self.workdir, "d.log"), "ab")
@@ -694,6 +698,44 @@ def section_warm(R, T, st, files, daemon, rounds):
           note="" if vp else "no views in this build's Python package")
 
 
+def section_larger(R, T, st, rounds):
+    """A model twice the memory tier (cache.bytes = half the model), loaded
+    three times in a row by one client (tensorvault bench --fastpath): the
+    device bytes of the later loads. Evicting least recently used first, a
+    pass larger than the tier evicts every chunk before the next pass comes
+    back to it (1.0 x the model again); the tier keeps the generation's
+    first chunks instead."""
+    model = st["model_bytes"]
+    metric = "tensorvault_fastpath_device_read_bytes_total"
+    work = os.path.join(os.path.dirname(st["store"]), "store-larger")
+    os.makedirs(work, exist_ok=True)
+    daemon = Daemon(R.build, st["store"], work, f"[cache]\nbytes = {model // 2}\n")
+    log(f"== larger than the tier: cache.bytes {model // 2} ({rounds} rounds)")
+    later, secs = [], []
+    for i in range(rounds):
+        with R.lock:
+            daemon.start()
+            try:
+                R.cold()
+                dev, times = [], []
+                for _ in range(3):
+                    d0 = daemon.metric(metric)
+                    r = R.run_json([R.exe, "bench", "m", f"--fastpath={daemon.sock}", "--json"],
+                                   cold=False)
+                    d1 = daemon.metric(metric)
+                    dev.append(None if d0 is None or d1 is None else (d1 - d0) / model)
+                    times.append(r["seconds"])
+            finally:
+                daemon.stop()
+        later.append(dev[2])
+        secs.append(times[2] / times[0])
+        log(f"  round {i + 1}: device/model per load {dev}, seconds {times}")
+    T.add("larger", "[1g] model 2 x the tier: third load device bytes / model", median(later), "x",
+          0.75, "<=", note=fmt_rounds(later))
+    T.add("larger", "[1g] model 2 x the tier: third load time / first", median(secs), "x",
+          note=fmt_rounds(secs))
+
+
 def section_http(R, T, st, daemon, seconds):
     if not shutil.which("wrk"):
         T.add("http", "tensor metadata req/s (wrk missing)", None, "req/s", 20000)
@@ -744,7 +786,7 @@ def main():
         return generate(a.generate, int(a.rest[0]), int(a.rest[1]))
     rounds = a.rounds or (1 if a.quick else 3)
     sizes = (a.sizes or ("small,1g" if a.quick else "small,1g,4g")).split(",")
-    only = set((a.only or "engine,python,clients,warm,http").split(","))
+    only = set((a.only or "engine,python,clients,warm,larger,http").split(","))
     counts = [4] if a.quick else [4, 8]
     os.makedirs(a.dir, exist_ok=True)
     t_start = time.monotonic()
@@ -768,6 +810,8 @@ def main():
         guarded(R, "clients", section_clients, R, T, st, daemon, rounds, counts)
     if "warm" in only:
         guarded(R, "warm", section_warm, R, T, st, files, daemon, rounds)
+    if "larger" in only:
+        guarded(R, "larger", section_larger, R, T, st, rounds)
     if "http" in only:
         guarded(R, "http", section_http, R, T, st, daemon, 5 if a.quick else 10)
     print(f"# sizes: " + ", ".join(f"{s} {stores[s][0]['model_bytes'] / 1e6:.0f} MB" for s in stores)

@@ -6,7 +6,7 @@
 # ratios within alternating rounds. Run as root on a quiet machine (cold
 # figures drop the page cache). Takes about 25 minutes (--quick: a few).
 # Usage: bench/table.sh [--quick] [--rounds N] [--sizes small,1g,4g]
-#                       [--only engine,python,clients,warm,http] [--json FILE]
+#                       [--only engine,python,clients,warm,larger,http] [--json FILE]
 # Environment: TV_BENCH_DIR (default /tmp/tv-bench-table): checkpoints
 # (cached) and stores; TV_BUILD_DIR: a build to use instead of build/.
 # The Python package measured is this tree's (python/ on PYTHONPATH over

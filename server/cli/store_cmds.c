@@ -167,7 +167,7 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     tv__cli_progress_start(&pr, json);
     o.progress = on_progress;
     o.progress_ctx = &pr;
-    tv__import_result r;
+    tv__import_result r = {0};
     rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
     tv__cli_progress_end(&pr);
     /* The alias moves like `alias set` (the generation is ready now). */
@@ -182,13 +182,18 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     json_t *aliases = json_array();
     if (alias)
         json_array_append_new(aliases, json_string(alias));
+    json_t *skipped = json_array();
+    for (size_t i = 0; skipped && i < r.n_skipped; i++)
+        json_array_append_new(skipped, json_string(r.skipped[i]));
+    tv__import_result_clear(&r);
     json_t *doc =
-        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "model", a->pos[0], "generation",
-                  (json_int_t)r.generation, "active", o.activate, "aliases", aliases, "n_shards",
-                  (json_int_t)r.n_shards, "n_tensors", (json_int_t)r.n_tensors, "total_bytes",
-                  (json_int_t)r.bytes_total, "written_bytes", (json_int_t)r.bytes_written,
-                  "deduplicated_bytes", (json_int_t)r.bytes_deduped, "resumed_bytes",
-                  (json_int_t)r.bytes_resumed, "seconds", r.seconds);
+        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:o}", "model", a->pos[0],
+                  "generation", (json_int_t)r.generation, "active", o.activate, "aliases", aliases,
+                  "n_shards", (json_int_t)r.n_shards, "n_tensors", (json_int_t)r.n_tensors,
+                  "total_bytes", (json_int_t)r.bytes_total, "written_bytes",
+                  (json_int_t)r.bytes_written, "deduplicated_bytes", (json_int_t)r.bytes_deduped,
+                  "resumed_bytes", (json_int_t)r.bytes_resumed, "seconds", r.seconds, "n_files",
+                  (json_int_t)r.n_files, "skipped", skipped);
     tv__cli_print(stdout, json, TV__DOC_IMPORT, doc);
     json_decref(doc);
     return TV__EXIT_OK;

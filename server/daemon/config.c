@@ -69,6 +69,8 @@ static const key_def keys[] = {
     {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
     {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
     {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
+    {"import.sidecar_max_bytes", K_SIZE, F(import_sidecar_max_bytes), 0, 1, 1u << 30},
+    {"import.sidecar_total_bytes", K_SIZE, F(import_sidecar_total_bytes), 0, 1, 1u << 30},
     {"s3.endpoint", K_STR, F(s3_endpoint), SZ(s3_endpoint), 0, 0},
     {"s3.region", K_STR, F(s3_region), SZ(s3_region), 0, 0},
     {"s3.access_key_id", K_STR, F(s3_access_key_id), SZ(s3_access_key_id), 0, 0},
@@ -140,6 +142,8 @@ void tv__config_defaults(tv__config *c)
     c->import_http_retries = 4;
     c->import_http_timeout = 60;
     c->import_http_range = 8u << 20;
+    c->import_sidecar_max_bytes = 4u << 20;
+    c->import_sidecar_total_bytes = 32u << 20;
     c->log_level = TV_LOG_INFO;
     snprintf(c->log_file, sizeof(c->log_file), "stderr");
     c->fastpath_enabled = true;

@@ -57,6 +57,8 @@ typedef struct tv__config {
     unsigned import_http_retries;         /* per Range request */
     unsigned import_http_timeout;         /* seconds without a byte */
     uint64_t import_http_range;           /* bytes per Range request */
+    uint64_t import_sidecar_max_bytes;    /* per sidecar file; larger ones are skipped */
+    uint64_t import_sidecar_total_bytes;  /* all sidecar files of an import */
     char s3_endpoint[TV__CFG_STR_MAX];    /* "" = $AWS_ENDPOINT_URL, else AWS */
     char s3_region[64];                   /* "" = $AWS_REGION, else us-east-1 */
     char s3_access_key_id[256];           /* "" = $AWS_ACCESS_KEY_ID */

@@ -412,6 +412,7 @@ static int start_jobs(tvd *d, tv_error *err)
                                       .timeout_s = c->import_http_timeout,
                                       .range = c->import_http_range};
     tv__jobs_set_http(d->jobs, &d->http_src);
+    tv__jobs_set_sidecar_caps(d->jobs, c->import_sidecar_max_bytes, c->import_sidecar_total_bytes);
     return 0;
 }
 

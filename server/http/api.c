@@ -275,6 +275,8 @@ static const route ROUTES[] = {
     R("PUT", "/v1/fleet/aliases/{name}/{alias}", ADMIN_, tv__api_h_fleet_alias_put),
     R("GET", "/v1/blobs", FLEET_, tv__api_h_blobs),
     R("GET", "/v1/blobs/{digest}", FLEET_, tv__api_h_blob),
+    R("GET", "/v1/models/{name}/generations/{gen}/files", READ_, tv__api_h_files),
+    R("GET", "/v1/models/{name}/generations/{gen}/files/{path...}", READ_, tv__api_h_file),
 };
 #undef R
 
@@ -307,13 +309,23 @@ static bool split(const char *path, segs *out)
     }
 }
 
+/* A last parameter "{name...}" takes every segment left (one or more): a
+ * file path, bound with its '/'s. */
+static bool is_rest(const segs *pt, size_t i)
+{
+    return i + 1 == pt->n && pt->len[i] > 5 && !memcmp(pt->s[i] + pt->len[i] - 4, "...}", 4);
+}
+
 /* Whether the raw segments match pattern (literals compared raw: route
  * literals are plain ASCII, and an encoded literal is another path). */
 static bool match(const char *pattern, const segs *sg)
 {
     segs pt;
-    if (!split(pattern, &pt) || pt.n != sg->n)
+    if (!split(pattern, &pt) || pt.n > sg->n || (pt.n < sg->n && !is_rest(&pt, pt.n - 1)))
         return false;
+    for (size_t i = pt.n; i < sg->n; i++)
+        if (sg->len[i] == 0)
+            return false;
     for (size_t i = 0; i < pt.n; i++) {
         if (pt.s[i][0] == '{') {
             if (sg->len[i] == 0)
@@ -332,8 +344,11 @@ static int bind_params(tv__api_ctx *c, const char *pattern, const segs *sg)
     for (size_t i = 0; i < pt.n; i++) {
         if (pt.s[i][0] != '{')
             continue;
-        int rc = pct_decode(c, sg->s[i], sg->len[i], false, &c->param[c->n_params],
-                            &c->param_len[c->n_params]);
+        /* the rest: its raw segments with their '/'s, decoded as one */
+        size_t len = is_rest(&pt, i) ? (size_t)(sg->s[sg->n - 1] + sg->len[sg->n - 1] - sg->s[i])
+                                     : sg->len[i];
+        int rc =
+            pct_decode(c, sg->s[i], len, false, &c->param[c->n_params], &c->param_len[c->n_params]);
         if (rc)
             return rc;
         c->n_params++;

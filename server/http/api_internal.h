@@ -10,7 +10,7 @@
  *   api_handles.c  the data route's pool of open tv_model handles
  *   api_<resource>.c  the routes, one file per resource (system, devices,
  *                  models, generations, aliases, tensors, jobs, tokens,
- *                  sessions, shards, blobs, fleet): each calls only the files above,
+ *                  sessions, shards, blobs, fleet, files): each calls only the files above,
  *                  never another route's file
  *   api.c          open and close, the router, authorisation, the dispatch
  * Invariant: a handler either returns 0 with the response document set
@@ -318,6 +318,8 @@ int tv__api_h_blobs(tv__api_ctx *c);
 int tv__api_h_fleet(tv__api_ctx *c);
 int tv__api_h_fleet_alias_put(tv__api_ctx *c);
 int tv__api_h_blob(tv__api_ctx *c);
+int tv__api_h_files(tv__api_ctx *c);
+int tv__api_h_file(tv__api_ctx *c);
 
 /* With import roots, a local source is opened now (import/source.h:
  * tv__src_local_open), and must be, as opened, under an import root:

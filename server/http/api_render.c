@@ -232,7 +232,8 @@ json_t *tv__api_generation_json(const tv__reg_generation *g, const tv__reg_alias
          put(o, "n_shards", json_integer(g->n_shards)) &&
          put(o, "n_tensors", json_integer(g->n_tensors)) &&
          put(o, "total_bytes", jint(g->total_bytes)) && put(o, "source", tv__api_jstr(g->source)) &&
-         put(o, "created_at", json_integer(g->created_at));
+         put(o, "created_at", json_integer(g->created_at)) &&
+         put(o, "n_files", json_integer(g->n_files));
     if (ok && shards) {
         json_t *arr = json_array();
         ok = arr != NULL;

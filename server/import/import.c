@@ -90,6 +90,7 @@ typedef struct import_job {
     double last_save;    /* now_s() of the last record */
     uint64_t since_save; /* bytes posted since */
     int64_t started_ns;  /* CLOCK_REALTIME before the source was opened */
+    tv__sidecars side;   /* the sidecar files, published with the generation */
     tv__import_result r;
 } import_job;
 
@@ -1327,6 +1328,51 @@ static int step_verify(import_job *j, tv_error *err)
     return 0;
 }
 
+/* ---- sidecar files ---- */
+
+/* The source's sidecar files, read once the checkpoint is validated and
+ * before anything is written: over the total cap fails here. */
+static int collect_sidecars(import_job *j, tv_error *err)
+{
+    const tv__sidecar_caps caps = {.max_len = j->o->sidecar_max_len,
+                                   .total_len = j->o->sidecar_total_len};
+    int rc = tv__src_sidecars(j->src, &caps, &j->side, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < j->side.n_skipped; i++)
+        tv__log(TV_LOG_WARN, "import of model '%s': sidecar file %s", j->model, j->side.skipped[i]);
+    return job_cancelled(j, err);
+}
+
+/* Inside publish's transaction: the files with the generation. */
+static int publish_sidecars(import_job *j, int64_t gen_id, tv_error *err)
+{
+    if (!j->side.n)
+        return 0;
+    tv__reg_file_in *in = calloc(j->side.n, sizeof(*in));
+    if (!in)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < j->side.n; i++)
+        in[i] = (tv__reg_file_in){.path = j->side.files[i].path,
+                                  .data = j->side.files[i].data,
+                                  .len = j->side.files[i].len,
+                                  .sha256 = j->side.files[i].sha256};
+    int rc = tv__reg_generation_files_add(j->st->reg, gen_id, in, j->side.n, err);
+    free(in);
+    return rc;
+}
+
+void tv__import_result_clear(tv__import_result *res)
+{
+    if (!res)
+        return;
+    for (size_t i = 0; i < res->n_skipped; i++)
+        free(res->skipped[i]);
+    free(res->skipped);
+    res->skipped = NULL;
+    res->n_skipped = 0;
+}
+
 /* 6. Publish last, in one transaction: the objects, the generation, its
  * shards, bindings and tensors. */
 static int publish(import_job *j, tv_error *err)
@@ -1373,6 +1419,7 @@ static int publish(import_job *j, tv_error *err)
                 goto fail_tx;
     }
     if ((rc = tv__reg_tensors_insert(st->reg, gen.id, infos, n_t, err)) ||
+        (rc = publish_sidecars(j, gen.id, err)) ||
         (rc = tv__reg_generation_set_state(st->reg, gen.id, TV__GEN_READY, err)))
         goto fail_tx;
     tv__crash_point("publish");
@@ -1468,7 +1515,8 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
         }
     }
 
-    if ((rc = step_resolve(j, src, err)) || (rc = step_dedup(j, err))) {
+    if ((rc = step_resolve(j, src, err)) || (rc = collect_sidecars(j, err)) ||
+        (rc = step_dedup(j, err))) {
         /* The record taken over stays for the next try only when one may help. */
         if (!transient(rc)) {
             resume_drop_rest(j);
@@ -1488,8 +1536,14 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     j->r.n_shards = j->n_shards;
     j->r.n_tensors = tv_checkpoint_n_tensors(j->ck);
     j->r.seconds = now_s() - t0;
-    if (res)
+    j->r.n_files = j->side.n;
+    if (res) {
         *res = j->r;
+        res->skipped = j->side.skipped; /* handed over */
+        res->n_skipped = j->side.n_skipped;
+        j->side.skipped = NULL;
+        j->side.n_skipped = 0;
+    }
     goto out;
 
 fail_release:
@@ -1510,6 +1564,7 @@ out:
     free(j->plans);
     tv_checkpoint_close(j->ck);
     tv__src_free(j->src);
+    tv__sidecars_clear(&j->side);
     free(j);
     return rc;
 }

@@ -98,6 +98,10 @@ typedef struct tv__import_opts {
     const char *resume;
     void (*resume_save)(void *ctx, const char *json);
     void *resume_ctx;
+    /* The sidecar files' caps (import.sidecar_max_bytes and
+     * import.sidecar_total_bytes; zeros: the defaults, import/source.h). */
+    uint64_t sidecar_max_len;
+    uint64_t sidecar_total_len;
 } tv__import_opts;
 
 typedef struct tv__import_result {
@@ -110,7 +114,13 @@ typedef struct tv__import_result {
     uint64_t
         bytes_resumed; /* canonical bytes an interrupted import had written (not fetched again) */
     double seconds;
+    size_t n_files;   /* sidecar files stored with the generation */
+    size_t n_skipped; /* sidecar files not stored (over the per-file cap, not regular ...) */
+    char **skipped;   /* n_skipped lines "skipped: NAME (why)"; tv__import_result_clear frees */
 } tv__import_result;
+
+/* Frees what a result holds (its skipped lines); NULL-safe, safe twice. */
+void tv__import_result_clear(tv__import_result *res);
 
 /* The name rule for models and aliases, one function for every place that
  * creates one (import today, the daemon and aliases later). A name is

@@ -55,6 +55,8 @@ typedef struct tv__src_pull_file {
     size_t data_len;
     const char *sha256; /* 64 lowercase hex: the whole file's expected SHA-256; NULL: none */
     uint64_t len;       /* expected length (ignored for in-memory files) */
+    bool sidecar;       /* a non-weight file kept with the generation, fetched whole into memory and
+                           checked against sha256 */
 } tv__src_pull_file;
 
 typedef struct tv__src_pull {
@@ -207,5 +209,84 @@ int tv__src_http_read(tv__src_http *h, size_t idx, const tv_shard_info *si, uint
                       size_t len, uint64_t off, tv_error *err);
 /* The validated ETag (else Last-Modified) of file name, or NULL (none). */
 const char *tv__src_http_validator(tv__src_http *h, const char *name);
+
+/* ---- sidecar files (sidecar.c) ----
+ * The small non-weight files of a checkpoint (config.json, the tokenizer's
+ * files, a model card ...) the importer stores with the generation, in the
+ * registry (migrations/0007_sidecar_files.sql). Every source gives them as
+ * in-memory files through tv__src_sidecars:
+ *   local    every regular file of the checkpoint directory and its
+ *            subdirectories, opened through the directory held (openat,
+ *            O_NOFOLLOW but for the links a Hugging Face snapshot holds),
+ *            under the same rules as its shards (st/dirrules.h);
+ *   http(s)  a directory cannot be listed: tv__sidecar_well_known beside the
+ *            index, each taken when the origin answers 200 (404: absent);
+ *   pull     every file of the pull with sidecar set. */
+#define TV__SIDECAR_DEFAULT_MAX   (4u << 20)  /* import.sidecar_max_bytes */
+#define TV__SIDECAR_DEFAULT_TOTAL (32u << 20) /* import.sidecar_total_bytes */
+#define TV__SIDECAR_PATH_MAX      512         /* bytes of a sidecar's path, NUL excluded */
+#define TV__SIDECAR_MAX_FILES     1024        /* files of one generation */
+#define TV__SIDECAR_MAX_DEPTH     8           /* subdirectory levels searched */
+
+/* The names an http(s):// origin is asked for beside the checkpoint. */
+extern const char *const tv__sidecar_well_known[];
+
+typedef struct tv__sidecar_caps {
+    uint64_t max_len;   /* per file; a larger file is skipped (0: the default) */
+    uint64_t total_len; /* all files together; more fails the import (0: the default) */
+} tv__sidecar_caps;
+
+typedef struct tv__sidecar {
+    char *path; /* relative, '/'-separated, checked by tv__sidecar_path_valid */
+    uint8_t *data;
+    size_t len;
+    char sha256[65]; /* lowercase hex */
+} tv__sidecar;
+
+typedef struct tv__sidecars {
+    tv__sidecar *files; /* sorted by path */
+    size_t n, cap;
+    char **skipped; /* "skipped: NAME (why)", one per file not kept */
+    size_t n_skipped, cap_skipped;
+    uint64_t total_len;
+} tv__sidecars;
+
+/* The path rule for a sidecar's name (a pull's or an origin's, and what a
+ * directory walk builds): 1..TV__SIDECAR_PATH_MAX bytes, '/'-separated
+ * components, none empty, "." or "..", no leading '/', no backslash, no
+ * control character (bytes < 0x20 and 0x7f). Returns 0 or TV_E_BAD_REQUEST
+ * naming the path and the fault. */
+int tv__sidecar_path_valid(const char *path, tv_error *err);
+/* Whether a file of a checkpoint directory is not a sidecar: a dot-file
+ * (any component starting with '.'), a *.safetensors shard, a
+ * *.safetensors.index.json index, or a known weight format (*.bin, *.pt,
+ * *.pth, *.ckpt, *.h5, *.msgpack, *.onnx, *.gguf). Takes the path. */
+bool tv__sidecar_excluded(const char *path);
+/* Adds a file to set: copies path and data, hashes it. A file over
+ * caps->max_len is not kept but listed as skipped "(N bytes > cap)"; one
+ * that would take the set over caps->total_len is TV_E_TOO_LARGE naming
+ * import.sidecar_total_bytes; a path already in the set is TV_E_BAD_REQUEST.
+ * Returns 0, those, -ENOMEM. */
+int tv__sidecars_add(tv__sidecars *set, const tv__sidecar_caps *caps, const char *path,
+                     const void *data, size_t len, tv_error *err);
+/* Lists a file not kept: "skipped: PATH (why)". Returns 0 or -ENOMEM. */
+int tv__sidecars_skip(tv__sidecars *set, const char *path, const char *why);
+/* Sorts by path (the order the registry and every listing shows). */
+void tv__sidecars_sort(tv__sidecars *set);
+/* Frees what set holds and empties it (NULL-safe, safe twice). */
+void tv__sidecars_clear(tv__sidecars *set);
+
+/* The sidecar files of s (opened by tv__src_open*) into set (empty).
+ * Returns 0; TV_E_TOO_LARGE (over caps->total_len); TV_E_BAD_REQUEST (a
+ * pull's file with a hostile path); TV_E_HASH_MISMATCH (a pull's file not
+ * its sha256); the source's read errors. */
+int tv__src_sidecars(tv__src *s, const tv__sidecar_caps *caps, tv__sidecars *set, tv_error *err);
+/* Local: the files of l's directory (tv__src_local: the directory named,
+ * or the one the file named lies in). */
+int tv__src_local_sidecars(const tv__src_local *l, const tv__sidecar_caps *caps, tv__sidecars *set,
+                           tv_error *err);
+/* HTTP(S) origins and pulls. */
+int tv__src_http_sidecars(tv__src_http *h, const tv__sidecar_caps *caps, tv__sidecars *set,
+                          tv_error *err);
 
 #endif

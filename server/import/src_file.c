@@ -340,8 +340,10 @@ int tv__src_file_read(tv__src_shard *sf, uint8_t *buf, size_t len, size_t cap, u
 /* ---- dispatch ---------------------------------------------------------------- */
 
 struct tv__src {
-    tv__src_http *http;        /* an origin; NULL: local */
-    tv__src_local_files *held; /* a local source held open; NULL: a local path */
+    tv__src_http *http;         /* an origin; NULL: local */
+    tv__src_local_files *held;  /* a local source held open; NULL: a local path */
+    const tv__src_local *local; /* that source (its sidecar files) */
+    char *path;                 /* a local path: as named (its sidecar files) */
 };
 
 bool tv__src_is_url(const char *src)
@@ -367,6 +369,10 @@ int tv__src_open(const char *src, const tv__src_http_opts *ho, tv__src **out, tv
         char rp[PATH_MAX];
         if ((rc = tv_checkpoint_open(src, NULL, ck, err)))
             goto fail;
+        if (!(s->path = strdup(src))) {
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+            goto fail;
+        }
         snprintf(real, real_len, "%s", realpath(src, rp) ? rp : src);
     }
     *out = s;
@@ -390,6 +396,7 @@ int tv__src_open_local(const tv__src_local *l, tv__src **out, tv_checkpoint **ck
         return rc;
     }
     snprintf(real, real_len, "%s", tv__src_local_real(l));
+    s->local = l;
     *out = s;
     return 0;
 }
@@ -418,6 +425,7 @@ void tv__src_free(tv__src *s)
         return;
     tv__src_http_free(s->http);
     tv__src_local_files_free(s->held);
+    free(s->path);
     free(s);
 }
 
@@ -472,4 +480,23 @@ void tv__src_shard_close(tv__src_shard *sh)
     if (sh->src && !sh->src->http)
         tv__src_file_close(sh);
     sh->fd = -1;
+}
+
+/* ---- sidecar files ---- */
+
+int tv__src_sidecars(tv__src *s, const tv__sidecar_caps *caps, tv__sidecars *set, tv_error *err)
+{
+    if (s->http)
+        return tv__src_http_sidecars(s->http, caps, set, err);
+    if (s->local)
+        return tv__src_local_sidecars(s->local, caps, set, err);
+    /* A local path (the CLI's local mode): the same walk over what the
+     * path names now, without import roots. */
+    tv__src_local *l;
+    int rc = tv__src_local_open(s->path, NULL, 0, &l, err);
+    if (rc)
+        return rc;
+    rc = tv__src_local_sidecars(l, caps, set, err);
+    tv__src_local_free(l);
+    return rc;
 }

@@ -56,6 +56,8 @@
 #include "import/source.h"
 #include "httpc/httpc.h"
 #include "httpc/url.h"
+#include "util/hex.h"
+#include "util/sha256.h"
 
 #define POOL_MAX 32 /* idle handles kept: 2 readers x GROUP_MAX, and more */
 
@@ -910,5 +912,108 @@ int tv__src_http_open(const char *src, const tv__src_http_opts *ho, tv__src_http
     return 0;
 fail:
     tv__src_http_free(h);
+    return rc;
+}
+
+/* ---- sidecar files ---- */
+
+/* File f whole into a new buffer, checked against want_sha (NULL: none). */
+static int sidecar_fetch(tv__src_http *h, http_file *f, const char *want_sha, uint8_t **out,
+                         tv_error *err)
+{
+    int rc;
+    uint8_t *buf = malloc(f->len ? (size_t)f->len : 1);
+    if (!buf)
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    if (f->len && (rc = file_read(h, f, buf, (size_t)f->len, 0, err))) {
+        free(buf);
+        return rc;
+    }
+    if (want_sha) {
+        tv__sha256 sh;
+        uint8_t dig[32];
+        char hex[65];
+        if (tv__sha256_init(&sh)) {
+            free(buf);
+            return tv__seterr(err, -ENOMEM, "out of memory");
+        }
+        tv__sha256_update(&sh, buf, (size_t)f->len);
+        tv__sha256_final(&sh, dig);
+        tv__hex_encode(dig, 32, false, hex);
+        if (strcasecmp(hex, want_sha) != 0) {
+            free(buf);
+            return judged(h, f,
+                          tv__seterr(err, TV_E_HASH_MISMATCH,
+                                     "sidecar file '%s' (%s) hashed to %s, not %s", f->name, f->url,
+                                     hex, want_sha));
+        }
+    }
+    *out = buf;
+    return 0;
+}
+
+/* A pull: every file with sidecar set, in memory or fetched whole. */
+static int pull_sidecars(tv__src_http *h, const tv__sidecar_caps *caps, tv__sidecars *set,
+                         tv_error *err)
+{
+    uint64_t max = caps && caps->max_len ? caps->max_len : TV__SIDECAR_DEFAULT_MAX;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < h->pull->n_files; i++) {
+        const tv__src_pull_file *pf = &h->pull->files[i];
+        if (!pf->sidecar)
+            continue;
+        if ((rc = tv__sidecar_path_valid(pf->name, err)))
+            break;
+        uint64_t len = pf->url ? pf->len : pf->data_len;
+        if (len > max) { /* listed as skipped, never fetched */
+            static const uint8_t none = 0;
+            rc = tv__sidecars_add(set, caps, pf->name, &none, (size_t)len, err);
+            continue;
+        }
+        http_file *f;
+        uint8_t *buf = NULL;
+        if ((rc = file_get(h, pf->name, &f, err)) ||
+            (rc = sidecar_fetch(h, f, pf->sha256, &buf, err)))
+            break;
+        rc = tv__sidecars_add(set, caps, pf->name, buf, (size_t)f->len, err);
+        free(buf);
+    }
+    return rc;
+}
+
+int tv__src_http_sidecars(tv__src_http *h, const tv__sidecar_caps *caps, tv__sidecars *set,
+                          tv_error *err)
+{
+    uint64_t max = caps && caps->max_len ? caps->max_len : TV__SIDECAR_DEFAULT_MAX;
+    int rc = 0;
+    if (h->pull)
+        rc = pull_sidecars(h, caps, set, err);
+    for (size_t i = 0; !h->pull && !rc && tv__sidecar_well_known[i]; i++) {
+        const char *name = tv__sidecar_well_known[i];
+        http_file *f;
+        uint8_t *buf = NULL;
+        tv_error e2 = {0};
+        rc = file_get(h, name, &f, &e2);
+        if (rc == TV_E_CKPT_NOT_FOUND) { /* 404: the origin has none */
+            rc = 0;
+            continue;
+        }
+        if (rc) {
+            if (err)
+                *err = e2;
+            break;
+        }
+        if (f->len > max) {
+            static const uint8_t none = 0;
+            rc = tv__sidecars_add(set, caps, name, &none, (size_t)f->len, err);
+            continue;
+        }
+        if ((rc = sidecar_fetch(h, f, NULL, &buf, err)))
+            break;
+        rc = tv__sidecars_add(set, caps, name, buf, (size_t)f->len, err);
+        free(buf);
+    }
+    if (!rc)
+        tv__sidecars_sort(set);
     return rc;
 }

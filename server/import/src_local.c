@@ -421,3 +421,155 @@ void tv__src_local_files_free(tv__src_local_files *fs)
     free(fs->files);
     free(fs);
 }
+
+/* ---- sidecar files ---- */
+
+/* One directory's walk: dfd (O_RDONLY, its own) listed, its regular files
+ * kept, its subdirectories walked (opened with O_NOFOLLOW: a link to a
+ * directory is not followed). prefix: the directory's path relative to
+ * the checkpoint directory ("" at the top). */
+typedef struct walk {
+    const tv__src_local *l;
+    char real_dir[PATH_MAX];
+    const tv__sidecar_caps *caps;
+    tv__sidecars *set;
+} walk;
+
+static int skip(walk *w, const char *rel, const char *why, tv_error *err)
+{
+    if (tv__sidecars_skip(w->set, rel, why))
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    tv__log(TV_LOG_INFO, "import source %s: sidecar file %s", w->l->real,
+            w->set->skipped[w->set->n_skipped - 1]);
+    return 0;
+}
+
+/* Entry name of directory dfd (rel: its path from the top): a regular file
+ * (or a link the directory rules allow to one), read whole when under the
+ * per-file cap. */
+static int walk_file(walk *w, int dfd, const char *name, const char *rel, bool is_link,
+                     tv_error *err)
+{
+    const tv__src_local *l = w->l;
+    uint64_t max = w->caps && w->caps->max_len ? w->caps->max_len : TV__SIDECAR_DEFAULT_MAX;
+    char real[PATH_MAX], real_parent[PATH_MAX], why[PATH_MAX + 64];
+    struct stat sb;
+    uint8_t *buf = NULL;
+    int rc = 0;
+    /* O_NOFOLLOW for what was no link when listed: a swap to one fails. */
+    int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW);
+    int fd = tv__sys_openat(dfd, name, flags, 0);
+    if (fd < 0)
+        return skip(w, rel, strerror(-fd), err);
+    if (tv__sys.fstat(fd, &sb) < 0 || fd_real(fd, real) || fd_real(dfd, real_parent)) {
+        rc = skip(w, rel, "cannot tell what was opened", err);
+        goto out;
+    }
+    if (!under_roots(l, real)) {
+        snprintf(why, sizeof why, "resolves to %s, outside the import roots", real);
+        rc = skip(w, rel, why, err);
+        goto out;
+    }
+    tv_error e2 = {0};
+    if (tv__st_check_entry(w->real_dir, rel, "sidecar file", real, is_link, real_parent,
+                           S_ISREG(sb.st_mode), &e2)) {
+        snprintf(why, sizeof why, "resolves to %s, outside the checkpoint directory", real);
+        rc = skip(w, rel, why, err);
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = skip(w, rel, "not a regular file", err);
+        goto out;
+    }
+    if ((uint64_t)sb.st_size > max) {
+        snprintf(why, sizeof why, "%llu bytes > %llu", (unsigned long long)sb.st_size,
+                 (unsigned long long)max);
+        rc = skip(w, rel, why, err);
+        goto out;
+    }
+    size_t len = (size_t)sb.st_size;
+    if (!(buf = malloc(len ? len : 1))) {
+        rc = tv__seterr(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = tv__sys_pread_exact(fd, buf, len, 0))) {
+        rc = tv__seterr(err, rc == -ENODATA ? TV_E_SOURCE_CHANGED : rc,
+                        "sidecar file '%s' (%s): read: %s", rel, real, tv_strerror(rc));
+        goto out;
+    }
+    rc = tv__sidecars_add(w->set, w->caps, rel, buf, len, err);
+out:
+    free(buf);
+    tv__sys.close(fd);
+    return rc;
+}
+
+static int walk_dir(walk *w, int dfd, const char *prefix, int depth, tv_error *err)
+{
+    int rc = 0, dup_fd = tv__sys_openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dup_fd < 0)
+        return tv__seterr(err, dup_fd, "%s/%s: %s", w->real_dir, prefix, strerror(-dup_fd));
+    DIR *d = fdopendir(dup_fd);
+    if (!d) {
+        int e = errno;
+        tv__sys.close(dup_fd);
+        return tv__seterr(err, -e, "%s/%s: %s", w->real_dir, prefix, strerror(e));
+    }
+    struct dirent *de;
+    char rel[PATH_MAX];
+    while (!rc && (de = readdir(d))) {
+        const char *name = de->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            continue;
+        if ((size_t)snprintf(rel, sizeof rel, "%s%s%s", prefix, *prefix ? "/" : "", name) >=
+            sizeof rel)
+            continue;
+        if (tv__sidecar_excluded(rel))
+            continue;
+        tv_error e2 = {0};
+        if (tv__sidecar_path_valid(rel, &e2)) {
+            rc = skip(w, rel, "a name the path rule refuses", err);
+            continue;
+        }
+        struct stat lsb;
+        if (fstatat(dfd, name, &lsb, AT_SYMLINK_NOFOLLOW) < 0)
+            continue; /* gone since it was listed */
+        if (S_ISDIR(lsb.st_mode)) {
+            if (depth >= TV__SIDECAR_MAX_DEPTH) {
+                rc = skip(w, rel, "a directory too deep", err);
+                continue;
+            }
+            int sub = tv__sys_openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+            if (sub < 0) {
+                rc = skip(w, rel, strerror(-sub), err);
+                continue;
+            }
+            rc = walk_dir(w, sub, rel, depth + 1, err);
+            tv__sys.close(sub);
+        } else if (S_ISREG(lsb.st_mode) || S_ISLNK(lsb.st_mode)) {
+            rc = walk_file(w, dfd, name, rel, S_ISLNK(lsb.st_mode), err);
+        } else {
+            rc = skip(w, rel, "not a regular file", err);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int tv__src_local_sidecars(const tv__src_local *l, const tv__sidecar_caps *caps, tv__sidecars *set,
+                           tv_error *err)
+{
+    walk w = {.l = l, .caps = caps, .set = set};
+    int rc;
+    if ((rc = fd_real(l->dir_fd, w.real_dir)))
+        return tv__seterr(err, rc, "import source %s: cannot tell where its directory is now: %s",
+                          l->real, strerror(-rc));
+    int dfd = tv__sys_openat(l->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dfd < 0)
+        return tv__seterr(err, dfd, "%s: %s", w.real_dir, strerror(-dfd));
+    rc = walk_dir(&w, dfd, "", 0, err);
+    tv__sys.close(dfd);
+    if (!rc)
+        tv__sidecars_sort(set);
+    return rc;
+}

@@ -40,6 +40,7 @@ int tv__src_pull_dup(const tv__src_pull *p, tv__src_pull **out, tv_error *err)
         fs[i].bearer = dup_or_null(a->bearer, &fail);
         fs[i].sha256 = dup_or_null(a->sha256, &fail);
         fs[i].len = a->len;
+        fs[i].sidecar = a->sidecar;
         if (a->data) {
             void *d = malloc(a->data_len ? a->data_len : 1);
             if (d)

@@ -70,6 +70,7 @@ struct tv__jobs {
     job_node **running;           /* slot per worker, NULL when idle */
     bool default_strict;          /* import.strict */
     tv__src_http_opts http;       /* import.http_* */
+    tv__sidecar_caps side_caps;   /* import.sidecar_* */
     void (*on_import)(void *ctx); /* an import succeeded (fleet: publish) */
     void *on_import_ctx;
     _Atomic uint64_t imported_bytes; /* written by this pool's imports */
@@ -93,7 +94,8 @@ typedef struct run_ctx {
     tv__reg *reg;
     int64_t id;
     const atomic_bool *cancel;
-    const tv__src_http_opts *http; /* NULL: defaults (inline jobs) */
+    const tv__src_http_opts *http;     /* NULL: defaults (inline jobs) */
+    const tv__sidecar_caps *side_caps; /* NULL: defaults (inline jobs) */
     tv__job_watch_fn watch;
     void *watch_ctx;
     double last_write; /* 0 = never */
@@ -198,13 +200,17 @@ static char *import_result_json(const job_node *n, const tv__import_result *res,
     json_t *aliases = json_array();
     if (n->has_alias)
         json_array_append_new(aliases, json_string(n->alias));
-    json_t *o = json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f}", "model", n->model,
-                          "generation", (json_int_t)res->generation, "active", n->activate,
-                          "aliases", aliases, "n_shards", (json_int_t)res->n_shards, "n_tensors",
-                          (json_int_t)res->n_tensors, "total_bytes", (json_int_t)res->bytes_total,
-                          "written_bytes", (json_int_t)res->bytes_written, "deduplicated_bytes",
-                          (json_int_t)res->bytes_deduped, "resumed_bytes",
-                          (json_int_t)res->bytes_resumed, "seconds", seconds);
+    json_t *skipped = json_array();
+    for (size_t i = 0; skipped && i < res->n_skipped; i++)
+        json_array_append_new(skipped, json_string(res->skipped[i]));
+    json_t *o =
+        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:o}", "model", n->model,
+                  "generation", (json_int_t)res->generation, "active", n->activate, "aliases",
+                  aliases, "n_shards", (json_int_t)res->n_shards, "n_tensors",
+                  (json_int_t)res->n_tensors, "total_bytes", (json_int_t)res->bytes_total,
+                  "written_bytes", (json_int_t)res->bytes_written, "deduplicated_bytes",
+                  (json_int_t)res->bytes_deduped, "resumed_bytes", (json_int_t)res->bytes_resumed,
+                  "seconds", seconds, "n_files", (json_int_t)res->n_files, "skipped", skipped);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -218,6 +224,9 @@ static void save_resume(void *ctx, const char *json)
     if (tv__reg_job_set_resume(r->reg, r->id, json, &e))
         tv__log(TV_LOG_WARN, "job %" PRId64 ": resume record not kept: %s", r->id, e.msg);
 }
+
+static int run_import_done(tv__store *st, const job_node *n, const tv__import_result *rp,
+                           int64_t *gen, char **result, double seconds, tv_error *err);
 
 static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen, char **result,
                       tv_error *err)
@@ -233,6 +242,10 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     o.pull = n->pull;
     o.local = n->local;
     o.generation = n->generation;
+    if (r->side_caps) {
+        o.sidecar_max_len = r->side_caps->max_len;
+        o.sidecar_total_len = r->side_caps->total_len;
+    }
     /* A remote import takes over what an interrupted one of the same model
      * and source left (import.h: resume). */
     char *resume = NULL;
@@ -254,6 +267,17 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     free(resume);
     if (rc)
         return rc;
+    rc = run_import_done(st, n, &res, gen, result, mono_s() - t0, err);
+    tv__import_result_clear(&res);
+    return rc;
+}
+
+/* After the import: the alias, then the result document. */
+static int run_import_done(tv__store *st, const job_node *n, const tv__import_result *rp,
+                           int64_t *gen, char **result, double seconds, tv_error *err)
+{
+    int rc;
+    tv__import_result res = *rp;
     *gen = res.generation;
     if (n->has_alias && (rc = tv__store_alias_set(st, n->model, n->alias, res.generation, err))) {
         char msg[sizeof(err->msg)];
@@ -263,7 +287,7 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
                           " was imported but alias '%s' was not set: %s",
                           n->model, res.generation, n->alias, msg);
     }
-    if (!(*result = import_result_json(n, &res, mono_s() - t0)))
+    if (!(*result = import_result_json(n, &res, seconds)))
         return tv__seterr(err, -ENOMEM, "out of memory rendering the import result");
     return 0;
 }
@@ -454,6 +478,7 @@ static void *worker_main(void *p)
         tv_error err = {0};
         job_begin(j->wst[w], n, &n->cancel, NULL, NULL, &jr);
         jr.r.http = &j->http;
+        jr.r.side_caps = &j->side_caps;
         jr.r.imported = &j->imported_bytes;
         j->n_queued--;
         j->running[w] = n;
@@ -493,6 +518,12 @@ void tv__jobs_set_http(tv__jobs *j, const tv__src_http_opts *o)
 {
     if (j && o)
         j->http = *o;
+}
+
+void tv__jobs_set_sidecar_caps(tv__jobs *j, uint64_t max_len, uint64_t total_len)
+{
+    if (j)
+        j->side_caps = (tv__sidecar_caps){.max_len = max_len, .total_len = total_len};
 }
 
 int tv__jobs_start(tv__store *st, unsigned n_workers, size_t queue_len, tv__jobs **out,

@@ -99,6 +99,9 @@ void tv__jobs_set_strict_default(tv__jobs *j, bool strict);
  * (copied; before the first job). */
 struct tv__src_http_opts;
 void tv__jobs_set_http(tv__jobs *j, const struct tv__src_http_opts *o);
+/* import.sidecar_max_bytes and import.sidecar_total_bytes (0: the
+ * defaults, import/source.h); before the first job. */
+void tv__jobs_set_sidecar_caps(tv__jobs *j, uint64_t max_len, uint64_t total_len);
 
 /* Queued jobs waiting and jobs running now (zeros for NULL). They move in
  * one step with the rows' states: after a job's row reads running

@@ -60,7 +60,8 @@ int tv__reg_gen_state_from_text(const unsigned char *s, tv__gen_state *out)
     "SELECT g.id, g.model_id, m.name, g.number, g.state, m.active_generation IS g.number, "        \
     "g.source, g.total_bytes, "                                                                    \
     "(SELECT count(*) FROM shards s WHERE s.generation_id = g.id), "                               \
-    "(SELECT count(*) FROM tensors t WHERE t.generation_id = g.id), g.created_at "                 \
+    "(SELECT count(*) FROM tensors t WHERE t.generation_id = g.id), g.created_at, "                \
+    "(SELECT count(*) FROM generation_files f WHERE f.generation_id = g.id) "                      \
     "FROM generations g JOIN models m ON m.id = g.model_id "
 
 static int read_generation(sqlite3_stmt *st, void *record, tv_error *err)
@@ -80,6 +81,7 @@ static int read_generation(sqlite3_stmt *st, void *record, tv_error *err)
     g->n_shards = sqlite3_column_int64(st, 8);
     g->n_tensors = sqlite3_column_int64(st, 9);
     g->created_at = sqlite3_column_int64(st, 10);
+    g->n_files = sqlite3_column_int64(st, 11);
     return 0;
 }
 

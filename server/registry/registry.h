@@ -294,6 +294,7 @@ typedef struct tv__reg_generation {
     int64_t n_shards;
     int64_t n_tensors;
     int64_t created_at;
+    int64_t n_files; /* sidecar files (files.c) */
 } tv__reg_generation;
 
 /* Creates the model if it does not exist and a new 'importing' generation
@@ -855,5 +856,43 @@ void tv__reg_sha256_hex(const uint8_t digest[32], char out[TV__REG_SHA256_HEX_LE
 
 /* True for exactly 64 lower-case hex digits. */
 bool tv__reg_sha256_valid(const char *hex);
+
+/* ------------------------------------------------------------------------ */
+/* Sidecar files (files.c, migrations/0007_sidecar_files.sql)               */
+/* ------------------------------------------------------------------------ */
+
+#define TV__REG_FILE_PATH_MAX 512 /* bytes of a sidecar file's path, NUL excluded */
+
+typedef struct tv__reg_file_in {
+    const char *path; /* relative, '/'-separated (import/source.h: tv__sidecar_path_valid) */
+    const void *data; /* len bytes */
+    size_t len;
+    const char *sha256; /* 64 lower-case hex digits: SHA-256 of data (checked) */
+} tv__reg_file_in;
+
+typedef struct tv__reg_file {
+    char path[TV__REG_FILE_PATH_MAX + 1];
+    uint64_t len;
+    char sha256[TV__REG_SHA256_HEX_LEN + 1];
+} tv__reg_file;
+
+/* Adds n files to an importing generation: each content stored once
+ * (sidecar_blobs, by its hash: a content already there is not written
+ * again), each path once. Returns 0; TV_E_STATE (the generation is not
+ * importing); -EEXIST (a path twice); TV_E_HASH_MISMATCH (a sha256 that is
+ * not data's). */
+int tv__reg_generation_files_add(tv__reg *reg, int64_t generation_id, const tv__reg_file_in *f,
+                                 size_t n, tv_error *err);
+/* The files of a generation, by path (none: *n = 0). */
+int tv__reg_generation_files_list(tv__reg *reg, int64_t generation_id, tv__reg_file **out,
+                                  size_t *n, tv_error *err);
+/* One file: its row into *meta and its bytes into *data (malloc'd; free()).
+ * TV_E_NOT_FOUND when the generation has no file at path. */
+int tv__reg_generation_file_read(tv__reg *reg, int64_t generation_id, const char *path,
+                                 tv__reg_file *meta, void **data, tv_error *err);
+/* gc of sidecar files: drops the file rows of retired and failed
+ * generations no lease holds, then every blob no row names. *n_blobs and
+ * *bytes (may be NULL): what was dropped. */
+int tv__reg_sidecars_gc(tv__reg *reg, size_t *n_blobs, uint64_t *bytes, tv_error *err);
 
 #endif

@@ -180,6 +180,13 @@ int tv__store_gc(tv__store *st, size_t *n_freed, uint64_t *freed_bytes, tv_error
     }
     free(o);
     free(keep);
+    /* Sidecar files (registry rows, no device space): those of retired and
+     * failed generations, then every content no generation names. */
+    size_t n_side = 0;
+    uint64_t side_bytes = 0;
+    if (rc == 0 && (rc = tv__reg_sidecars_gc(st->reg, &n_side, &side_bytes, err)) == 0 && n_side)
+        tv__log(TV_LOG_INFO, "store %s: gc dropped %zu sidecar files, %llu bytes", st->dir, n_side,
+                (unsigned long long)side_bytes);
     if (rc == 0) {
         if (freed)
             tv__log(TV_LOG_INFO, "store %s: gc freed %zu objects, %llu bytes", st->dir, freed,

@@ -64,6 +64,8 @@ ROUTES = [
     ("put", "/v1/fleet/aliases/{name}/{alias}", "A"),
     ("get", "/v1/blobs", "F"),
     ("get", "/v1/blobs/{digest}", "F"),
+    ("get", "/v1/models/{name}/generations/{gen}/files", "R"),
+    ("get", "/v1/models/{name}/generations/{gen}/files/{path}", "R"),
 ]
 
 
