@@ -495,8 +495,28 @@ static void cb_fmt(copybuf *b, const char *fmt, uint64_t v)
 typedef struct pub_ctx {
     const char *node;
     const tv__reg_manifest *m;
+    const tv__reg_file *files;
+    size_t n_files;
     int published;
 } pub_ctx;
+
+/* Inside the publish transaction: the generation's sidecar files, each
+ * once (a path recorded already is left as it is). */
+static int publish_files(tv__catalog *cat, const pub_ctx *c, const char *num, tv_error *err)
+{
+    int rc = 0;
+    for (size_t i = 0; !rc && i < c->n_files; i++) {
+        const tv__reg_file *fl = &c->files[i];
+        char len[32];
+        snprintf(len, sizeof len, "%" PRIu64, fl->len);
+        const char *fp[] = {c->m->generation.model, num, fl->path, len, fl->sha256};
+        rc = q(cat,
+               "INSERT INTO generation_files (model, number, path, len, sha256) "
+               "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+               5, fp, NULL, "adding a sidecar file", err);
+    }
+    return rc;
+}
 
 /* The generation is there: same shard hashes = no-op, else a conflict. */
 static int compare_existing(tv__catalog *cat, const tv__reg_manifest *m, PGresult *res,
@@ -548,7 +568,7 @@ static int publish(tv__catalog *cat, void *p, tv_error *err)
         rc = compare_existing(cat, m, res, err);
         PQclear(res);
         res = NULL;
-        if (rc)
+        if (rc || (rc = publish_files(cat, c, num, err)))
             goto fail;
         return q(cat, "COMMIT", 0, NULL, NULL, "COMMIT", err);
     }
@@ -625,6 +645,8 @@ static int publish(tv__catalog *cat, void *p, tv_error *err)
     PQclear(res);
     while ((res = PQgetResult(cat->conn)))
         PQclear(res);
+    if ((rc = publish_files(cat, c, num, err)))
+        goto fail;
     json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", "generation", "model", g->model,
                           "generation", (json_int_t)g->number, "node", c->node);
     char *payload = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -646,6 +668,13 @@ fail:
 int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
                                    int *published, tv_error *err)
 {
+    return tv__catalog_publish_generation_ex(cat, node, m, NULL, 0, published, err);
+}
+
+int tv__catalog_publish_generation_ex(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
+                                      const tv__reg_file *files, size_t n_files, int *published,
+                                      tv_error *err)
+{
     if (published)
         *published = 0;
     if (!m || !node || !node[0])
@@ -654,7 +683,7 @@ int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv_
         return tv__seterr(
             err, TV_E_STATE, "fleet catalog: model '%s' generation %" PRId64 " is %s, not ready",
             m->generation.model, m->generation.number, tv__gen_state_name(m->generation.state));
-    pub_ctx c = {node, m, 0};
+    pub_ctx c = {.node = node, .m = m, .files = files, .n_files = n_files};
     int rc = with_retry(cat, publish, &c, err);
     if (rc == 0 && published)
         *published = c.published;

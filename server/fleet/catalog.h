@@ -83,6 +83,13 @@ int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, u
  * message names the shard and both sha256s); TV_E_STATE (m not ready). */
 int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
                                    int *published, tv_error *err);
+/* tv__catalog_publish_generation with the generation's sidecar files
+ * (generation_files, migrations/fleet/0003_generation_files.sql): in the
+ * same transaction, also when the generation was there already (a file
+ * recorded is kept: the first publisher's). */
+int tv__catalog_publish_generation_ex(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
+                                      const tv__reg_file *files, size_t n_files, int *published,
+                                      tv_error *err);
 
 /* Moves (or creates, with expect_version 0) alias of model to generation,
  * placement NULL = every node, else a NULL-terminated list of node names.

@@ -67,10 +67,16 @@ int tv__fleet_publish_pending(tv__fleet *f)
             if (g->state != TV__GEN_READY || is_done(f, g->model, g->number))
                 continue;
             tv__reg_manifest *m = NULL;
+            tv__reg_file *files = NULL;
+            size_t n_files = 0;
             int published = 0;
             rc = tv__reg_tensors_list(f->reg, g->id, &m, &err);
             if (rc == 0)
-                rc = tv__catalog_publish_generation(f->cat, f->node, m, &published, &err);
+                rc = tv__reg_generation_files_list(f->reg, g->id, &files, &n_files, &err);
+            if (rc == 0)
+                rc = tv__catalog_publish_generation_ex(f->cat, f->node, m, files, n_files,
+                                                       &published, &err);
+            free(files);
             /* Ready, a source for peers, once it is in the catalog; the
              * object store's copy follows (a failed upload is retried, and
              * reports ready again). */

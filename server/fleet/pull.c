@@ -20,9 +20,10 @@
 #include "util/internal.h"
 
 /* What a pull needs: the shards with their sources (peers that are up and
- * hold the blob, by name and URL; the object store's copy) and, for
- * several shards, the index's weight map. $1 model, $2 number, $3 this
- * node, $4 fleet.node_down_s. */
+ * hold the blob, by name and URL; the object store's copy), the sidecar
+ * files with the peers that hold the generation ready (their files
+ * routes) and, for several shards, the index's weight map. $1 model, $2
+ * number, $3 this node, $4 fleet.node_down_s. */
 static const char PULL_SQL[] =
     "SELECT json_build_object('source', g.source, 'total_bytes', g.total_bytes, "
     "'shards', (SELECT coalesce(json_agg(json_build_object('idx', s.idx, 'name', s.name, "
@@ -35,6 +36,13 @@ static const char PULL_SQL[] =
     "AND n.last_seen > now() - make_interval(secs => $4::int)), "
     "'blob', (SELECT b.url FROM blobs b WHERE b.sha256 = s.sha256)) ORDER BY s.idx), "
     "'[]'::json) FROM shards s WHERE s.model = g.model AND s.number = g.number), "
+    "'files', (SELECT coalesce(json_agg(json_build_object('path', gf.path, 'len', gf.len, "
+    "'sha256', gf.sha256) ORDER BY gf.path), '[]'::json) FROM generation_files gf "
+    "WHERE gf.model = g.model AND gf.number = g.number), "
+    "'holders', (SELECT coalesce(jsonb_agg(jsonb_build_object('name', n.name, 'url', n.url)), "
+    "'[]'::jsonb) FROM node_generations ng JOIN nodes n ON n.name = ng.node "
+    "WHERE ng.model = g.model AND ng.number = g.number AND ng.state = 'ready' "
+    "AND n.name <> $3 AND n.url <> '' AND n.last_seen > now() - make_interval(secs => $4::int)), "
     "'weight_map', CASE WHEN g.n_shards > 1 THEN (SELECT json_object_agg(t.name, s.name) "
     "FROM tensors t JOIN shards s ON s.model = t.model AND s.number = t.number "
     "AND s.idx = t.shard WHERE t.model = g.model AND t.number = g.number) END) "
@@ -194,6 +202,45 @@ static char *pick_source(tv__fleet *f, pull *p, const char *source, json_t *shar
     return NULL;
 }
 
+/* Appends s to b percent-encoded: every byte but [A-Za-z0-9._~-] (and '/'
+ * when keep_slash) as %XX. false: out of room. */
+static bool url_escape(char *b, size_t cap, const char *s, bool keep_slash)
+{
+    size_t l = strlen(b);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || strchr("._~-", *p) || (keep_slash && *p == '/');
+        if (l + 4 > cap)
+            return false;
+        l += (size_t)snprintf(b + l, cap - l, plain ? "%c" : "%%%02X", *p);
+    }
+    return true;
+}
+
+/* The URL of sidecar file path of model generation number on a peer that
+ * holds the generation ready, not excluded (from a random one on); *from
+ * its node name. NULL: none. */
+static char *pick_file_source(tv__fleet *f, pull *p, json_t *holders, const char *path,
+                              const char **from)
+{
+    size_t n = json_array_size(holders);
+    size_t start = n ? (size_t)rand_r(&f->seed) % n : 0;
+    for (size_t k = 0; k < n; k++) {
+        json_t *h = json_array_get(holders, (start + k) % n);
+        const char *base = json_string_value(json_object_get(h, "url"));
+        char u[TV__URL_MAX + 1];
+        if (!base || snprintf(u, sizeof u, "%s/v1/models/", base) >= (int)sizeof u ||
+            !url_escape(u, sizeof u, p->model, false) ||
+            snprintf(u + strlen(u), sizeof u - strlen(u), "/generations/%" PRId64 "/files/",
+                     p->number) >= (int)(sizeof u - strlen(u)) ||
+            !url_escape(u, sizeof u, path, true) || pull_excluded(f, p, u))
+            continue;
+        *from = json_string_value(json_object_get(h, "name"));
+        return strdup(u);
+    }
+    return NULL;
+}
+
 /* Appends what to a ", "-separated list in buf unless it is there. */
 static void list_add(char *buf, size_t cap, const char *what)
 {
@@ -222,8 +269,17 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
     size_t n_sh = json_array_size(shards);
     const char *source = json_string_value(json_object_get(d, "source"));
     json_t *wm = json_object_get(d, "weight_map");
+    json_t *side = json_object_get(d, "files"), *holders = json_object_get(d, "holders");
     bool index = n_sh > 1;
-    size_t n_files = n_sh + (index ? 1 : 0);
+    /* The sidecar files come from the files route of a peer holding the
+     * generation: with none up, the pull goes on without them (said). */
+    size_t n_side = json_array_size(holders) ? json_array_size(side) : 0;
+    if (json_array_size(side) && !n_side)
+        tv__log(TV_LOG_WARN,
+                "fleet: model '%s' generation %" PRId64
+                ": no peer holding it is up, so its %zu sidecar files are not pulled",
+                p->model, p->number, json_array_size(side));
+    size_t n_files = n_sh + (index ? 1 : 0) + n_side;
     tv__src_pull_file *files = calloc(n_files ? n_files : 1, sizeof(*files));
     char **urls = calloc(n_files ? n_files : 1, sizeof(*urls));
     char *index_text = NULL;
@@ -283,6 +339,29 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
         files[fi].bearer = peer && f->token[0] ? f->token : NULL;
         files[fi].sha256 = json_string_value(json_object_get(sh, "sha256"));
         files[fi].len = (uint64_t)json_integer_value(json_object_get(sh, "bytes"));
+    }
+    for (size_t i = 0; i < n_side; i++, fi++) {
+        json_t *sf = json_array_get(side, i);
+        const char *path = json_string_value(json_object_get(sf, "path")), *from = NULL;
+        if (path && !(urls[fi] = pick_file_source(f, p, holders, path, &from)) &&
+            pull_forgive(f, p))
+            urls[fi] = pick_file_source(f, p, holders, path, &from);
+        if (!urls[fi]) {
+            p->failed = true;
+            snprintf(
+                p->error, sizeof p->error,
+                "no source left for sidecar file '%s': every peer holding the generation failed to serve it",
+                path ? path : "?");
+            rc = 0;
+            goto out;
+        }
+        list_add(used, sizeof used, from);
+        files[fi].name = path;
+        files[fi].url = urls[fi];
+        files[fi].bearer = f->token[0] ? f->token : NULL;
+        files[fi].sha256 = json_string_value(json_object_get(sf, "sha256"));
+        files[fi].len = (uint64_t)json_integer_value(json_object_get(sf, "len"));
+        files[fi].sidecar = true;
     }
     /* The job names what it pulls (the same on every attempt: a new
      * attempt takes over what an interrupted one wrote by model and

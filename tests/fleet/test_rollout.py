@@ -387,3 +387,52 @@ def test_two_daemons_under_one_node_name(build_dir, postgres, tmp_path):
             b.stop()
     finally:
         a.stop()
+
+
+def files_of(d, model, gen):
+    """{path: {path, size, sha256}} of a generation's sidecar files on d."""
+    doc = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/files")
+    return {f["path"]: f for f in doc["files"]}
+
+
+def test_pull_carries_sidecar_files(three, postgres, tmp_path):
+    """A generation's sidecar files (config, tokenizer, a file in a
+    subdirectory, a name that needs escaping) are recorded in the catalog
+    when it is published, and a pull fetches each from a holding peer's
+    files route with the fleet token, checked against the catalog's
+    SHA-256: the pulled generation has the publisher's files, byte for
+    byte."""
+    n1, n2, _ = three
+    src, _ = sharded(tmp_path, "ckside", 11)
+    side = {"config.json": b'{"model_type": "gpt2", "n_layer": 2}',
+            "tokenizer.json": b'{"version": "1.0", "added_tokens": []}',
+            "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}',
+            "notes #1 & more.txt": "caf\u00e9\n".encode()}
+    for p, b in side.items():
+        os.makedirs(os.path.dirname(src / p), exist_ok=True)
+        (src / p).write_bytes(b)
+    gen = publish(n1, "side", src, seen_by=n2)
+    want = files_of(n1, "side", gen)
+    assert sorted(want) == sorted(side), want
+    db = n1.settings["fleet.postgres"].rsplit("/", 1)[1]
+    rows = postgres.psql("SELECT path, len, sha256 FROM generation_files WHERE model = 'side' "
+                         "ORDER BY path", as_app=True, dbname=db).split("\n")
+    assert sorted(r for r in rows if r) == sorted(f"{p}|{f['size']}|{f['sha256']}"
+                                                 for p, f in want.items()), rows
+    # the fleet token reads a sidecar file (as the blobs), nothing else
+    tok = {"Authorization": f"Bearer {FLEET_TOKEN}"}
+    r = n1.request("GET", f"/v1/models/side/generations/{gen}/files/config.json", token=None,
+                   headers=tok)
+    assert r.status == 200 and r.body == side["config.json"], r
+    r = n1.request("GET", f"/v1/models/side/generations/{gen}/tensors", token=None, headers=tok)
+    assert r.status == 403, r
+    assert move(n1, "side", "prod", gen, 0, placement=["n1", "n2"]).status == 200
+    wait_for(lambda: local_alias(n2, "side", "prod") == gen, timeout=60, what="n2 switched")
+    got = files_of(n2, "side", gen)
+    assert got == want, (got, want)
+    for p, b in side.items():
+        r = n2.request("GET", f"/v1/models/side/generations/{gen}/files/"
+                              + "/".join(seg(c) for c in p.split("/")))
+        assert r.status == 200 and r.body == b, (p, r)
+    assert n2.ok("GET", f"/v1/models/side/generations/{gen}")["source"] == \
+        f"fleet:side@{gen} from n1"
