@@ -1,7 +1,9 @@
 /* tensorvault dashboard, the Models page: #models lists every model (its
  * active generation, aliases, generation count); #models/NAME shows one
  * model's generations (state, active and alias badges, sizes, shards with
- * their sha256 and replicas when expanded; a model the daemon does not
+ * their sha256 and replicas when expanded, and its sidecar files: path,
+ * size, short sha256, a download link, config.json as a table of its
+ * top-level keys, every value set with textContent; a model the daemon does not
  * have says so, with a link back) and its actions: activate,
  * retire, rollback, deactivate, point / remove an alias. Every action asks
  * for confirmation (TV.confirm), is sent with TV.send (token dialog, the
@@ -482,8 +484,90 @@
       });
       cell.appendChild(list);
     }
+    if (d) renderFiles(cell, name, d);
     sr.appendChild(cell);
     body.appendChild(sr);
+  }
+
+  /* -- sidecar files ------------------------------------------------------- */
+
+  function filePath(n, g, p) {
+    return gpath(n, g) + "/files/" + TV.seg(p); // its "/"s as %2F: any depth
+  }
+
+  /* The files of generation g and, when it has one, config.json's text
+   * (null files: the daemon has no files route). */
+  function loadFiles(n, g) {
+    return TV.get(gpath(n, g) + "/files").then(function (doc) {
+      var files = (doc && doc.files) || [];
+      var has = files.some(function (f) { return f.path === "config.json"; });
+      if (!has) return { files: files, config: null };
+      return TV.get(filePath(n, g, "config.json"), true).then(function (t) {
+        return { files: files, config: t };
+      }, function () { return { files: files, config: null }; });
+    }, function () { return { files: null, config: null }; });
+  }
+
+  /* config.json: its top-level keys, scalars as they are, the rest as
+   * pretty-printed JSON; text that is no JSON object as it is. */
+  function renderConfig(box, text) {
+    var obj = null;
+    try { obj = JSON.parse(text); } catch (e) { obj = null; }
+    if (!obj || typeof obj !== "object" || Array.isArray(obj)) {
+      box.appendChild(el("pre", "config-raw mono", text));
+      return;
+    }
+    var t = el("table", "config");
+    Object.keys(obj).forEach(function (k) {
+      var v = obj[k], tr = el("tr");
+      tr.dataset.key = k;
+      tr.appendChild(el("th", "mono", k));
+      var td = el("td", "mono");
+      if (v !== null && typeof v === "object") td.appendChild(el("pre", null, JSON.stringify(v, null, 2)));
+      else td.textContent = typeof v === "string" ? v : String(v);
+      tr.appendChild(td);
+      t.appendChild(tr);
+    });
+    box.appendChild(t);
+  }
+
+  function renderFiles(cell, model, d) {
+    var box = el("div", "gen-files");
+    box.appendChild(el("h4", null, "Files"));
+    if (!d.files) {
+      box.appendChild(el("p", "muted", "this daemon lists no files"));
+    } else if (!d.files.length) {
+      box.appendChild(el("p", "muted", "no sidecar files (config, tokenizer, ...) were imported with this generation"));
+    } else {
+      var t = el("table", "files");
+      var hr = el("tr");
+      ["Path", "Size", "SHA-256", ""].forEach(function (h) { hr.appendChild(el("th", null, h)); });
+      t.appendChild(hr);
+      d.files.forEach(function (f) {
+        var tr = el("tr", "file");
+        tr.dataset.path = f.path;
+        tr.appendChild(el("td", "mono file-path", f.path));
+        var sz = el("td", "num", fmtBytes(f.size));
+        sz.title = f.size + " bytes";
+        tr.appendChild(sz);
+        var sh = el("td", "mono sha256", String(f.sha256).slice(0, 12));
+        sh.title = f.sha256;
+        tr.appendChild(sh);
+        var a = el("a", "download", "download");
+        a.href = filePath(model, d.generation, f.path);
+        a.setAttribute("download", f.path.split("/").pop());
+        var td = el("td");
+        td.appendChild(a);
+        tr.appendChild(td);
+        t.appendChild(tr);
+      });
+      box.appendChild(t);
+    }
+    if (d.config !== null && d.config !== undefined) {
+      box.appendChild(el("h4", null, "config.json"));
+      renderConfig(box, d.config);
+    }
+    cell.appendChild(box);
   }
 
   function loadModel() {
@@ -509,7 +593,14 @@
         return byGen[g] && !(details[g] && details[g].state === byGen[g].state);
       });
       return Promise.all(want.map(function (g) {
-        return TV.track(SRC_LOAD, TV.get(gpath(n, g))).then(function (d) { if (d) details[g] = d; });
+        return TV.track(SRC_LOAD, TV.get(gpath(n, g))).then(function (d) {
+          if (!d) return null;
+          return loadFiles(n, g).then(function (f) {
+            d.files = f.files;
+            d.config = f.config;
+            details[g] = d;
+          });
+        });
       })).then(function () {
         if (seq === loadSeq && mode === "model" && n === name) renderModel(false);
       });

@@ -8,6 +8,10 @@ daemon, and the one-line switch that makes existing loaders use it.
   tensorvault.numpy.load_file / load;
 - patch(), unpatch(), patched(): safetensors.safe_open and the loaders
   built on it read the files the registry holds through tensorvault;
+- checkout(model, directory, generation=None): a generation's sidecar
+  files (config, tokenizer, ...), its index and tensorvault.json in a
+  directory a loader can be pointed at (its shards resolve to that
+  generation through the record);
 - weights_iterator, the (name, tensor) iterable of a model's load_weights
   (tensorvault.vllm: the vLLM loader plugin);
 - errors: Error (an instance of safetensors.SafetensorError, of
@@ -17,13 +21,14 @@ The writers (serialize, serialize_file, deserialize, TensorSpec) are the
 official package's, re-exported. docs/python.md has the whole API and the
 deliberate differences. Importing the package imports neither torch nor
 vLLM."""
+from ._checkout import checkout
 from ._native import Error, MissingTensorError, NotFoundError, SafetensorError
 from ._patch import is_patched, patch, patched, unpatch
 from ._safe_open import safe_open
 from ._weights import weights_iterator
 
 __all__ = ["Error", "MissingTensorError", "NotFoundError", "SafetensorError", "safe_open",
-           "patch", "patched", "unpatch", "is_patched", "weights_iterator"]
+           "patch", "patched", "unpatch", "is_patched", "weights_iterator", "checkout"]
 __version__ = "0.2.0"
 
 _OFFICIAL_NAMES = ("serialize", "serialize_file", "deserialize", "TensorSpec")

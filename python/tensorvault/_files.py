@@ -34,6 +34,7 @@ import sqlite3
 import stat
 import urllib.parse
 
+from . import _checkout
 from . import _native as N
 from . import _paths
 from . import _safe_open as S
@@ -210,6 +211,27 @@ def _official(filename, framework, device, backend, why):
     return S.OFFICIAL(filename, framework, device=device, backend=backend)
 
 
+def _open_checkout(path, co, fw, dev, official_args, socket, store, views):
+    """A shard named in a checkout's index (_checkout.py): that shard of the
+    generation its record names, from the store the caller names, else
+    the record's store, else the daemon. A failure goes to the official
+    safe_open when the file is there, else raises naming the generation."""
+    rec, idx, name = co
+    spec = f"{rec['model']}@{rec['generation']}"
+    if store is None and socket is None and isinstance(rec.get("store"), str):
+        store = rec["store"]
+    try:
+        m = S._Model.get(spec, None if store is None else str(store),
+                         None if socket is None else str(socket), True)
+        return S.safe_open._make(m, fw, dev, spec, shard=idx, header=None, views=views)
+    except N.Error as e:
+        if os.path.exists(path):
+            return _official(*official_args, f"its checkout's generation {spec} does not open ({e})")
+        raise N.make_error(e.code,
+                           f"{path!r} is shard {name!r} of {spec} (the checkout's "
+                           f"{_checkout.RECORD}), which does not open: {e}") from None
+
+
 def open_file(filename, framework, device="cpu", backend="mmap", socket=None, store=None,
               http=None, views=False):
     """safe_open of a file: a handle on the shard of the generation that
@@ -231,6 +253,10 @@ def open_file(filename, framework, device="cpu", backend="mmap", socket=None, st
     if fw == "other" or dev.kind == "other":
         return _official(filename, framework, device, backend,
                          f"framework {framework} on device {dev.shown} is not served by tensorvault")
+    co = _checkout.shard_of(path)
+    if co is not None:
+        return _open_checkout(path, co, fw, dev, (filename, framework, device, backend), socket,
+                              store, views)
     found = lookup(path, socket=socket, store=store, http=http)
     if found is None:
         return _official(filename, framework, device, backend,

@@ -7,13 +7,20 @@ register_model_loader("tensorvault"). The loader reads
 load_config.model_loader_extra_config: `model` (default: the model_config's
 model name), `socket`, `store`, `alias`, `generation`, `batch_bytes` (the
 weights_iterator's) and `enable_weights_track` (as vLLM's default loader).
+When the model path is a checkout (`tensorvault checkout NAME@GEN DIR`: a
+directory with tensorvault.json), the model and the generation NUMBER come
+from its record (so the config vLLM reads from DIR and the weights are one
+generation's), and so does the record's store; an extra config `model` or
+`generation` that disagrees with the record, or an `alias`, is refused.
 
 Invariants: importing this module imports neither vLLM nor torch (register()
 and the TensorvaultModelLoader attribute do); register() is idempotent;
 load_weights feeds model.load_weights the (name, tensor) of every tensor in
 file order on the device of the model's parameters."""
+import os
 import threading
 
+from . import _checkout
 from . import _native as N
 from ._safe_open import safe_open
 from ._weights import DEFAULT_BATCH_BYTES, weights_iterator
@@ -86,6 +93,32 @@ def _check_extra(extra):
     return dict(extra)
 
 
+def pick(model_path, extra):
+    """(model name, dict(generation=, alias=, socket=, store=)) the loader
+    reads for vLLM's model path and the checked extra config: a checkout
+    directory's record names the model and the generation number (and,
+    with neither socket nor store in extra, the record's store), else
+    extra's `model` (default: the model path) and its generation or
+    alias."""
+    src = dict(generation=extra.get("generation"), alias=extra.get("alias"),
+               socket=extra.get("socket"), store=extra.get("store"))
+    path = None if model_path is None else os.fspath(model_path)
+    rec = _checkout.read_record(path) if path and os.path.isdir(path) else None
+    if rec is None:
+        return str(extra.get("model") or path), src
+    where = f"{path} is a tensorvault checkout of {rec['model']}@{rec['generation']}"
+    if extra.get("model") is not None and extra["model"] != rec["model"]:
+        raise ValueError(f"model_loader_extra_config model {extra['model']!r}: {where}")
+    if src["generation"] is not None and src["generation"] != rec["generation"]:
+        raise ValueError(f"model_loader_extra_config generation {src['generation']}: {where}")
+    if src["alias"] is not None:
+        raise ValueError(f"model_loader_extra_config alias {src['alias']!r}: {where} (an alias could name another generation than its config's)")
+    src["generation"] = rec["generation"]
+    if src["socket"] is None and src["store"] is None and isinstance(rec.get("store"), str):
+        src["store"] = rec["store"]
+    return rec["model"], src
+
+
 def _weights_not_loaded(model, loaded):
     """The parameter names of model missing from loaded, vLLM's
     DefaultModelLoader.track_weights_loading for unquantized models: the
@@ -140,19 +173,16 @@ def _make_loader_class():
             self.extra = _check_extra(load_config.model_loader_extra_config)
 
         def _model_name(self, model_config):
-            name = self.extra.get("model") or model_config.model
-            return str(name)
+            return pick(model_config.model, self.extra)[0]
 
-        def _source(self):
-            e = self.extra
-            return dict(generation=e.get("generation"), alias=e.get("alias"),
-                        socket=e.get("socket"), store=e.get("store"))
+        def _source(self, model_config):
+            return pick(model_config.model, self.extra)[1]
 
         def download_model(self, model_config):
             """Checks that the model (and generation or alias) exists: opens
             it and closes it again. Nothing is downloaded."""
             name = self._model_name(model_config)
-            src = self._source()
+            src = self._source(model_config)
             try:
                 with safe_open(name, framework="np", **src):
                     pass
@@ -178,7 +208,7 @@ def _make_loader_class():
                                        batch_bytes=self.extra.get("batch_bytes",
                                                                   DEFAULT_BATCH_BYTES),
                                        skip=getattr(model, "is_unused_checkpoint_weight", None),
-                                       **self._source())
+                                       **self._source(model_config))
             try:
                 loaded = model.load_weights(weights)
             finally:

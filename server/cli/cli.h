@@ -52,7 +52,7 @@ extern const tv__cli_cmd tv__cli_cmd_inspect, tv__cli_cmd_store, tv__cli_cmd_imp
     tv__cli_cmd_jobs, tv__cli_cmd_job, tv__cli_cmd_cancel, tv__cli_cmd_token_create,
     tv__cli_cmd_token_list, tv__cli_cmd_token_revoke, tv__cli_cmd_status, tv__cli_cmd_version,
     tv__cli_cmd_demo, tv__cli_cmd_get, tv__cli_cmd_bench, tv__cli_cmd_sessions, tv__cli_cmd_fleet,
-    tv__cli_cmd_fleet_alias;
+    tv__cli_cmd_fleet_alias, tv__cli_cmd_files, tv__cli_cmd_checkout;
 
 /* verify on a local store dir, read-only (no job row, no lock: works on a
  * read-only mount and beside a writer); device_id 0 = every device. */
@@ -95,6 +95,8 @@ int tv__cli_version(const tv__cli_ctx *c);
 int tv__cli_demo(const tv__cli_ctx *c);
 int tv__cli_get_tensor(const tv__cli_ctx *c);
 int tv__cli_bench(const tv__cli_ctx *c);
+int tv__cli_files(const tv__cli_ctx *c);    /* files_cmds.c */
+int tv__cli_checkout(const tv__cli_ctx *c); /* files_cmds.c */
 
 /* The whole CLI: dispatches argv[1] to its subcommand; returns the exit status. */
 int tv__cli_main(int argc, char **argv);

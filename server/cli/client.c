@@ -208,3 +208,91 @@ out:
     free(text);
     return rc;
 }
+
+/* ---- byte answers (sidecar files) ---- */
+
+static int local_bytes(tv__cli_client *cl, const char *path, char **body, size_t *len, int *status,
+                       json_t **doc, tv_error *err)
+{
+    int rc;
+    if (!cl->api && (rc = local_open(cl, err)))
+        return rc;
+    tv__api_req rq = {.method = "GET", .path = path, .trusted = true};
+    tv__api_resp rs;
+    memset(&rs, 0, sizeof(rs));
+    tv__api_handle(cl->api, &rq, &rs);
+    *status = rs.status;
+    rc = 0;
+    if (rs.json) {
+        *doc = json_incref(rs.json);
+    } else {
+        size_t n = rs.stream ? (size_t)rs.stream_len : rs.body_len;
+        if (!(*body = malloc(n + 1))) {
+            rc = tv__seterr(err, -ENOMEM, "out of memory");
+        } else if (rs.stream) {
+            for (size_t off = 0; !rc && off < n;) {
+                ssize_t got = tv__api_stream_read(&rs, off, *body + off, n - off);
+                if (got <= 0)
+                    rc = tv__seterr(err, got < 0 ? (int)got : -EIO, "reading %s: %s", path,
+                                    tv_strerror(got < 0 ? (int)got : -EIO));
+                else
+                    off += (size_t)got;
+            }
+        } else if (n) {
+            memcpy(*body, rs.body, n);
+        }
+        *len = n;
+    }
+    tv__api_resp_free(&rs);
+    return rc;
+}
+
+int tv__cli_call_bytes(tv__cli_client *cl, const char *path, char **body, size_t *body_len,
+                       tv_error *err)
+{
+    int rc = 0, st = 0;
+    json_t *doc = NULL;
+    *body = NULL;
+    *body_len = 0;
+    if (!cl->local) {
+        tv__cli_http_req rq = {.base_url = cl->url,
+                               .unix_path = cl->http.is_unix ? cl->http.value : NULL,
+                               .token = cl->secret,
+                               .method = "GET",
+                               .path = path};
+        tv__cli_http_resp rs = {0};
+        rc = tv__cli_http(&rq, &rs, err);
+        if (rc == TV_E_NO_DAEMON && cl->n_sent == 0 && !cl->url_given && cl->store) {
+            cl->local = true;
+            rc = 0;
+        } else if (!rc) {
+            st = (int)rs.status;
+            if (st >= 200 && st <= 299) {
+                *body = rs.body;
+                *body_len = rs.body_len;
+                rs.body = NULL;
+            } else {
+                json_error_t je;
+                doc = rs.body_len ? json_loadb(rs.body, rs.body_len, 0, &je) : NULL;
+            }
+            free(rs.body);
+        }
+    }
+    if (cl->local && !rc && !st)
+        rc = local_bytes(cl, path, body, body_len, &st, &doc, err);
+    if (!rc) {
+        cl->n_sent++;
+        if (st < 200 || st > 299) {
+            rc = tv__cli_doc_error(doc, st, err);
+            if (rc == TV_E_UNAUTHORIZED && !cl->local)
+                unauthorized(cl, err);
+        }
+    }
+    if (rc) {
+        free(*body);
+        *body = NULL;
+        *body_len = 0;
+    }
+    json_decref(doc);
+    return rc;
+}

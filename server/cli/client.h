@@ -70,6 +70,12 @@ void tv__cli_client_close(tv__cli_client *cl);
 int tv__cli_call(tv__cli_client *cl, const char *method, const char *path, const char *query,
                  json_t *body, json_t **doc, int *status, tv_error *err);
 
+/* tv__cli_call for a GET whose answer is bytes (a sidecar file): *body
+ * (malloc'd, free()) and *body_len get a 2xx answer's body as it came.
+ * Returns as tv__cli_call. */
+int tv__cli_call_bytes(tv__cli_client *cl, const char *path, char **body, size_t *body_len,
+                       tv_error *err);
+
 /* The error object's code and message into err; returns the code
  * (TV_E_INTERNAL naming the status when doc has no error object). */
 int tv__cli_doc_error(const json_t *doc, int status, tv_error *err);

@@ -29,6 +29,7 @@ const tv__cli_cmd *const tv__cli_cmds[] = {
     &tv__cli_cmd_token_revoke, &tv__cli_cmd_status,       &tv__cli_cmd_version,
     &tv__cli_cmd_demo,         &tv__cli_cmd_get,          &tv__cli_cmd_bench,
     &tv__cli_cmd_sessions,     &tv__cli_cmd_fleet_alias,  &tv__cli_cmd_fleet,
+    &tv__cli_cmd_files,        &tv__cli_cmd_checkout,
 };
 const size_t tv__cli_n_cmds = TV_ARRAY_LEN(tv__cli_cmds);
 

@@ -111,6 +111,12 @@ int tv__cli_store(const tv__cli_ctx *c)
 
 /* ---- import -------------------------------------------------------------- */
 
+/* A sidecar file the import did not store, into the result. */
+static void on_skipped(void *ctx, const char *line)
+{
+    json_array_append_new(ctx, json_string(line));
+}
+
 static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
     tv__cli_progress_draw(ctx, done, total, -1, -1, NULL);
@@ -168,6 +174,9 @@ int tv__cli_import_local(const tv__cli_ctx *c)
     o.progress = on_progress;
     o.progress_ctx = &pr;
     tv__import_result r = {0};
+    json_t *skipped = json_array();
+    o.on_skipped = skipped ? on_skipped : NULL;
+    o.skipped_ctx = skipped;
     rc = tv__import(st, a->pos[0], a->pos[1], &o, &r, &err);
     tv__cli_progress_end(&pr);
     /* The alias moves like `alias set` (the generation is ready now). */
@@ -177,15 +186,13 @@ int tv__cli_import_local(const tv__cli_ctx *c)
                    (long long)r.generation, a->pos[0], alias, e2.msg);
     }
     tv__store_close(st);
-    if (rc)
+    if (rc) {
+        json_decref(skipped);
         return tv__cli_failed(c, rc, &err);
+    }
     json_t *aliases = json_array();
     if (alias)
         json_array_append_new(aliases, json_string(alias));
-    json_t *skipped = json_array();
-    for (size_t i = 0; skipped && i < r.n_skipped; i++)
-        json_array_append_new(skipped, json_string(r.skipped[i]));
-    tv__import_result_clear(&r);
     json_t *doc =
         json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:o}", "model", a->pos[0],
                   "generation", (json_int_t)r.generation, "active", o.activate, "aliases", aliases,

@@ -69,7 +69,7 @@ static const key_def keys[] = {
     {"import.http_retries", K_UINT, F(import_http_retries), 0, 0, 100},
     {"import.http_timeout", K_UINT, F(import_http_timeout), 0, 1, 86400},
     {"import.http_range", K_SIZE, F(import_http_range), 0, 64u << 10, 1u << 30},
-    {"import.sidecar_max_bytes", K_SIZE, F(import_sidecar_max_bytes), 0, 1, 1u << 30},
+    {"import.sidecar_max_bytes", K_SIZE, F(import_sidecar_max_bytes), 0, 1, 256u << 20},
     {"import.sidecar_total_bytes", K_SIZE, F(import_sidecar_total_bytes), 0, 1, 1u << 30},
     {"s3.endpoint", K_STR, F(s3_endpoint), SZ(s3_endpoint), 0, 0},
     {"s3.region", K_STR, F(s3_region), SZ(s3_region), 0, 0},

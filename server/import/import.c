@@ -1339,8 +1339,11 @@ static int collect_sidecars(import_job *j, tv_error *err)
     int rc = tv__src_sidecars(j->src, &caps, &j->side, err);
     if (rc)
         return rc;
-    for (size_t i = 0; i < j->side.n_skipped; i++)
+    for (size_t i = 0; i < j->side.n_skipped; i++) {
         tv__log(TV_LOG_WARN, "import of model '%s': sidecar file %s", j->model, j->side.skipped[i]);
+        if (j->o->on_skipped)
+            j->o->on_skipped(j->o->skipped_ctx, j->side.skipped[i]);
+    }
     return job_cancelled(j, err);
 }
 
@@ -1360,17 +1363,6 @@ static int publish_sidecars(import_job *j, int64_t gen_id, tv_error *err)
     int rc = tv__reg_generation_files_add(j->st->reg, gen_id, in, j->side.n, err);
     free(in);
     return rc;
-}
-
-void tv__import_result_clear(tv__import_result *res)
-{
-    if (!res)
-        return;
-    for (size_t i = 0; i < res->n_skipped; i++)
-        free(res->skipped[i]);
-    free(res->skipped);
-    res->skipped = NULL;
-    res->n_skipped = 0;
 }
 
 /* 6. Publish last, in one transaction: the objects, the generation, its
@@ -1537,13 +1529,9 @@ int tv__import(tv__store *st, const char *model, const char *src, const tv__impo
     j->r.n_tensors = tv_checkpoint_n_tensors(j->ck);
     j->r.seconds = now_s() - t0;
     j->r.n_files = j->side.n;
-    if (res) {
+    j->r.n_skipped = j->side.n_skipped;
+    if (res)
         *res = j->r;
-        res->skipped = j->side.skipped; /* handed over */
-        res->n_skipped = j->side.n_skipped;
-        j->side.skipped = NULL;
-        j->side.n_skipped = 0;
-    }
     goto out;
 
 fail_release:

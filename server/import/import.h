@@ -102,6 +102,10 @@ typedef struct tv__import_opts {
      * import.sidecar_total_bytes; zeros: the defaults, import/source.h). */
     uint64_t sidecar_max_len;
     uint64_t sidecar_total_len;
+    /* Hears every sidecar file not stored ("skipped: NAME (why)", also
+     * logged), before the import publishes; may be NULL. */
+    void (*on_skipped)(void *ctx, const char *line);
+    void *skipped_ctx;
 } tv__import_opts;
 
 typedef struct tv__import_result {
@@ -115,12 +119,8 @@ typedef struct tv__import_result {
         bytes_resumed; /* canonical bytes an interrupted import had written (not fetched again) */
     double seconds;
     size_t n_files;   /* sidecar files stored with the generation */
-    size_t n_skipped; /* sidecar files not stored (over the per-file cap, not regular ...) */
-    char **skipped;   /* n_skipped lines "skipped: NAME (why)"; tv__import_result_clear frees */
+    size_t n_skipped; /* sidecar files not stored (tv__import_opts.on_skipped heard them) */
 } tv__import_result;
-
-/* Frees what a result holds (its skipped lines); NULL-safe, safe twice. */
-void tv__import_result_clear(tv__import_result *res);
 
 /* The name rule for models and aliases, one function for every place that
  * creates one (import today, the daemon and aliases later). A name is

@@ -994,7 +994,9 @@ int tv__src_http_sidecars(tv__src_http *h, const tv__sidecar_caps *caps, tv__sid
         uint8_t *buf = NULL;
         tv_error e2 = {0};
         rc = file_get(h, name, &f, &e2);
-        if (rc == TV_E_CKPT_NOT_FOUND) { /* 404: the origin has none */
+        /* 404: the origin has none. An object store answers a missing key
+         * 403 to a caller that may not list the bucket: none either. */
+        if (rc == TV_E_CKPT_NOT_FOUND || (h->s3 && rc == TV_E_FORBIDDEN)) {
             rc = 0;
             continue;
         }

@@ -544,7 +544,13 @@ static int walk_dir(walk *w, int dfd, const char *prefix, int depth, tv_error *e
                 rc = skip(w, rel, strerror(-sub), err);
                 continue;
             }
-            rc = walk_dir(w, sub, rel, depth + 1, err);
+            /* A store's directory (its admin token, its registry) is never
+             * a model's file. */
+            struct stat rsb;
+            if (fstatat(sub, "registry.db", &rsb, AT_SYMLINK_NOFOLLOW) == 0)
+                rc = skip(w, rel, "a directory holding a tensorvault store", err);
+            else
+                rc = walk_dir(w, sub, rel, depth + 1, err);
             tv__sys.close(sub);
         } else if (S_ISREG(lsb.st_mode) || S_ISLNK(lsb.st_mode)) {
             rc = walk_file(w, dfd, name, rel, S_ISLNK(lsb.st_mode), err);

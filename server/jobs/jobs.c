@@ -195,22 +195,21 @@ static bool is_cancelled(void *ctx)
     return r->cancel && atomic_load(r->cancel);
 }
 
-static char *import_result_json(const job_node *n, const tv__import_result *res, double seconds)
+/* skipped: the sidecar files not stored (borrowed). */
+static char *import_result_json(const job_node *n, const tv__import_result *res, json_t *skipped,
+                                double seconds)
 {
     json_t *aliases = json_array();
     if (n->has_alias)
         json_array_append_new(aliases, json_string(n->alias));
-    json_t *skipped = json_array();
-    for (size_t i = 0; skipped && i < res->n_skipped; i++)
-        json_array_append_new(skipped, json_string(res->skipped[i]));
-    json_t *o =
-        json_pack("{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:o}", "model", n->model,
-                  "generation", (json_int_t)res->generation, "active", n->activate, "aliases",
-                  aliases, "n_shards", (json_int_t)res->n_shards, "n_tensors",
-                  (json_int_t)res->n_tensors, "total_bytes", (json_int_t)res->bytes_total,
-                  "written_bytes", (json_int_t)res->bytes_written, "deduplicated_bytes",
-                  (json_int_t)res->bytes_deduped, "resumed_bytes", (json_int_t)res->bytes_resumed,
-                  "seconds", seconds, "n_files", (json_int_t)res->n_files, "skipped", skipped);
+    json_t *o = json_pack(
+        "{s:s,s:I,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:o}", "model", n->model, "generation",
+        (json_int_t)res->generation, "active", n->activate, "aliases", aliases, "n_shards",
+        (json_int_t)res->n_shards, "n_tensors", (json_int_t)res->n_tensors, "total_bytes",
+        (json_int_t)res->bytes_total, "written_bytes", (json_int_t)res->bytes_written,
+        "deduplicated_bytes", (json_int_t)res->bytes_deduped, "resumed_bytes",
+        (json_int_t)res->bytes_resumed, "seconds", seconds, "n_files", (json_int_t)res->n_files,
+        "skipped", json_incref(skipped));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -226,7 +225,14 @@ static void save_resume(void *ctx, const char *json)
 }
 
 static int run_import_done(tv__store *st, const job_node *n, const tv__import_result *rp,
-                           int64_t *gen, char **result, double seconds, tv_error *err);
+                           json_t *skipped, int64_t *gen, char **result, double seconds,
+                           tv_error *err);
+
+/* A sidecar file the import did not store, into its result. */
+static void on_skipped(void *ctx, const char *line)
+{
+    json_array_append_new(ctx, json_string(line));
+}
 
 static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen, char **result,
                       tv_error *err)
@@ -263,18 +269,21 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
     }
     tv__import_result res = {0};
     double t0 = mono_s();
+    json_t *skipped = json_array();
+    o.on_skipped = skipped ? on_skipped : NULL;
+    o.skipped_ctx = skipped;
     int rc = tv__import(st, n->model, n->source, &o, &res, err);
     free(resume);
-    if (rc)
-        return rc;
-    rc = run_import_done(st, n, &res, gen, result, mono_s() - t0, err);
-    tv__import_result_clear(&res);
+    if (!rc)
+        rc = run_import_done(st, n, &res, skipped, gen, result, mono_s() - t0, err);
+    json_decref(skipped);
     return rc;
 }
 
 /* After the import: the alias, then the result document. */
 static int run_import_done(tv__store *st, const job_node *n, const tv__import_result *rp,
-                           int64_t *gen, char **result, double seconds, tv_error *err)
+                           json_t *skipped, int64_t *gen, char **result, double seconds,
+                           tv_error *err)
 {
     int rc;
     tv__import_result res = *rp;
@@ -287,7 +296,7 @@ static int run_import_done(tv__store *st, const job_node *n, const tv__import_re
                           " was imported but alias '%s' was not set: %s",
                           n->model, res.generation, n->alias, msg);
     }
-    if (!(*result = import_result_json(n, &res, seconds)))
+    if (!(*result = import_result_json(n, &res, skipped, seconds)))
         return tv__seterr(err, -ENOMEM, "out of memory rendering the import result");
     return 0;
 }

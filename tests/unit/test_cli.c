@@ -444,6 +444,9 @@ static const char *const g_usage[][2] = {
      "token create NAME [--scope admin|read|fleet] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token list", "token list [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"token revoke", "token revoke ID [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"files", "files NAME[@GEN|@ALIAS] [--store DIR] [--url URL] [--token-file FILE] [--json]"},
+    {"checkout", "checkout NAME[@GEN|@ALIAS] DIR [--force] [--store DIR] [--url URL] "
+                 "[--token-file FILE] [--json]"},
     {"status", "status [--store DIR] [--url URL] [--token-file FILE] [--json]"},
     {"version", "version [--json]"},
     {"demo", "demo [--layers N] [--dir D] [--store DIR] [--url URL] [--token-file FILE] [--json]"},

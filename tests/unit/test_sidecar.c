@@ -191,6 +191,10 @@ static void test_local_walk(void **state)
     assert_int_equal(symlink("config.json", p), 0);
     snprintf(p, sizeof p, "%s/subdir-link", dir);
     assert_int_equal(symlink("sub", p), 0);
+    snprintf(p, sizeof p, "%s/var", dir); /* a store: never walked */
+    assert_int_equal(mkdir(p, 0755), 0);
+    put(p, "registry.db", "x");
+    put(p, "admin.token", "tvk_secret");
 
     const char *roots[] = {root};
     tv__src_local *l = NULL;
@@ -210,6 +214,8 @@ static void test_local_walk(void **state)
     assert_true(skipped(&set, "skipped: secret.txt (resolves to "));
     assert_null(find(&set, "subdir-link/vocab.txt"));
     assert_false(skipped(&set, "skipped: .hidden"));
+    assert_true(skipped(&set, "skipped: var (a directory holding a tensorvault store)"));
+    assert_null(find(&set, "var/admin.token"));
     assert_null(find(&set, "model.safetensors"));
     tv__sidecars_clear(&set);
     tv__src_local_free(l);
@@ -242,13 +248,114 @@ static void test_local_walk(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A pull's files with sidecar set (in memory: no network): kept, checked
+ * against their sha256; a mismatch, a hostile name and the caps. */
+static const char ST_HDR[] = "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}";
+
+static size_t tiny_safetensors(uint8_t *out)
+{
+    uint64_t n = sizeof(ST_HDR) - 1;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(n >> (8 * i));
+    memcpy(out + 8, ST_HDR, n);
+    memcpy(out + 8 + n, "abcd", 4);
+    return 8 + n + 4;
+}
+
+static int pull_sidecars(tv__src_pull_file *files, size_t n, const tv__sidecar_caps *caps,
+                         tv__sidecars *set, tv_error *e)
+{
+    tv__src_pull p = {.first = "model.safetensors", .files = files, .n_files = n, .source = "t"};
+    tv__src *s = NULL;
+    tv_checkpoint *ck = NULL;
+    char real[64];
+    int rc = tv__src_open_pull(&p, NULL, &s, &ck, real, sizeof real, e);
+    assert_int_equal(rc, 0);
+    rc = tv__src_sidecars(s, caps, set, e);
+    tv_checkpoint_close(ck);
+    tv__src_free(s);
+    return rc;
+}
+
+static void test_pull_sidecars(void **state)
+{
+    (void)state;
+    uint8_t st[256];
+    size_t st_len = tiny_safetensors(st);
+    static const char cfg[] = "{\"model_type\": \"x\"}";
+    /* sha256("abc") */
+    static const char abc_sha[] =
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    char cfg_sha[65];
+    tv__sidecars tmp = {0};
+    tv_error e = {0};
+    assert_int_equal(tv__sidecars_add(&tmp, NULL, "x", cfg, sizeof cfg - 1, &e), 0);
+    memcpy(cfg_sha, tmp.files[0].sha256, sizeof cfg_sha);
+    tv__sidecars_clear(&tmp);
+
+    tv__src_pull_file files[] = {
+        {.name = "model.safetensors", .data = st, .data_len = st_len},
+        {.name = "config.json",
+         .data = cfg,
+         .data_len = sizeof cfg - 1,
+         .sha256 = cfg_sha,
+         .sidecar = true},
+        {.name = "tok/vocab.txt", .data = "abc", .data_len = 3, .sidecar = true},
+        {.name = "big.txt",
+         .data = "012345678901234567890123456789",
+         .data_len = 30,
+         .sidecar = true},
+        {.name = "not-a-sidecar.txt", .data = "abc", .data_len = 3},
+    };
+    const tv__sidecar_caps caps = {.max_len = 25};
+    tv__sidecars set = {0};
+    assert_int_equal(pull_sidecars(files, 5, &caps, &set, &e), 0);
+    assert_int_equal(set.n, 2);
+    assert_string_equal(set.files[0].path, "config.json");
+    assert_string_equal(set.files[0].sha256, cfg_sha);
+    assert_string_equal(set.files[1].path, "tok/vocab.txt");
+    assert_string_equal(set.files[1].sha256, abc_sha);
+    assert_int_equal(set.n_skipped, 1);
+    assert_string_equal(set.skipped[0], "skipped: big.txt (30 bytes > 25)");
+    tv__sidecars_clear(&set);
+
+    /* a file that is not its sha256 fails the import */
+    files[1].sha256 = abc_sha;
+    memset(&e, 0, sizeof e);
+    assert_int_equal(pull_sidecars(files, 2, NULL, &set, &e), TV_E_HASH_MISMATCH);
+    assert_non_null(strstr(e.msg, "config.json"));
+    tv__sidecars_clear(&set);
+    files[1].sha256 = cfg_sha;
+
+    /* hostile names are refused */
+    static const char *const bad[] = {"../etc/passwd", "/etc/passwd", "a/../../b", "x\ty"};
+    for (size_t i = 0; i < 4; i++) {
+        files[2].name = bad[i];
+        assert_int_equal(pull_sidecars(files, 3, NULL, &set, &e), TV_E_BAD_REQUEST);
+        tv__sidecars_clear(&set);
+    }
+    files[2].name = "tok/vocab.txt";
+
+    /* over the total cap */
+    const tv__sidecar_caps small = {.total_len = 20};
+    assert_int_equal(pull_sidecars(files, 3, &small, &set, &e), TV_E_TOO_LARGE);
+    assert_non_null(strstr(e.msg, "import.sidecar_total_bytes"));
+    tv__sidecars_clear(&set);
+
+    /* the copy keeps the flag */
+    tv__src_pull p = {.first = "model.safetensors", .files = files, .n_files = 3}, *c = NULL;
+    assert_int_equal(tv__src_pull_dup(&p, &c, &e), 0);
+    assert_false(c->files[0].sidecar);
+    assert_true(c->files[1].sidecar && c->files[2].sidecar);
+    tv__src_pull_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_path_rule),
-        cmocka_unit_test(test_excluded),
-        cmocka_unit_test(test_caps_and_hash),
-        cmocka_unit_test(test_local_walk),
+        cmocka_unit_test(test_path_rule),     cmocka_unit_test(test_excluded),
+        cmocka_unit_test(test_caps_and_hash), cmocka_unit_test(test_local_walk),
+        cmocka_unit_test(test_pull_sidecars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
