@@ -217,6 +217,20 @@ static bool url_escape(char *b, size_t cap, const char *s, bool keep_slash)
     return true;
 }
 
+/* Path components a peer's files route takes as they are: the router's 12
+ * segments less /v1/models/{name}/generations/{gen}/files. A pull's URL
+ * may not hold a percent-encoded '/' (httpc/url.h), so a deeper file, or
+ * any file of a model whose name holds a '/', cannot be asked for. */
+#define FILES_ROUTE_MAX_PARTS 6
+
+static bool file_addressable(const pull *p, const char *path)
+{
+    size_t parts = 1;
+    for (const char *c = path; *c; c++)
+        parts += *c == '/';
+    return !strchr(p->model, '/') && parts <= FILES_ROUTE_MAX_PARTS;
+}
+
 /* The URL of sidecar file path of model generation number on a peer that
  * holds the generation ready, not excluded (from a random one on); *from
  * its node name. NULL: none. */
@@ -272,9 +286,23 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
     json_t *side = json_object_get(d, "files"), *holders = json_object_get(d, "holders");
     bool index = n_sh > 1;
     /* The sidecar files come from the files route of a peer holding the
-     * generation: with none up, the pull goes on without them (said). */
-    size_t n_side = json_array_size(holders) ? json_array_size(side) : 0;
-    if (json_array_size(side) && !n_side)
+     * generation: with none up, or a file no URL can name, the pull goes
+     * on without them (said). */
+    json_t *side_ok = json_array();
+    size_t n_side = 0;
+    for (size_t i = 0; json_array_size(holders) && side_ok && i < json_array_size(side); i++) {
+        json_t *sf = json_array_get(side, i);
+        const char *path = json_string_value(json_object_get(sf, "path"));
+        if (path && file_addressable(p, path))
+            n_side += !json_array_append(side_ok, sf);
+        else
+            tv__log(
+                TV_LOG_WARN,
+                "fleet: model '%s' generation %" PRId64
+                ": sidecar file '%s' is not pulled (more than %d path components, or a model name with '/': a peer's files route cannot be asked for it)",
+                p->model, p->number, path ? path : "?", FILES_ROUTE_MAX_PARTS);
+    }
+    if (json_array_size(side) && !json_array_size(holders))
         tv__log(TV_LOG_WARN,
                 "fleet: model '%s' generation %" PRId64
                 ": no peer holding it is up, so its %zu sidecar files are not pulled",
@@ -341,7 +369,7 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
         files[fi].len = (uint64_t)json_integer_value(json_object_get(sh, "bytes"));
     }
     for (size_t i = 0; i < n_side; i++, fi++) {
-        json_t *sf = json_array_get(side, i);
+        json_t *sf = json_array_get(side_ok, i);
         const char *path = json_string_value(json_object_get(sf, "path")), *from = NULL;
         if (path && !(urls[fi] = pick_file_source(f, p, holders, path, &from)) &&
             pull_forgive(f, p))
@@ -400,6 +428,7 @@ int tv__fleet_pull_start(tv__fleet *f, pull *p, tv_error *err)
             p->model, p->number, n_sh, n_peer, id, used);
     tv__fleet_report_gen(f, p->model, p->number, "pulling", 0, p->total, 0, NULL);
 out:
+    json_decref(side_ok);
     if (urls)
         strv_free(urls, n_files);
     free(files);
