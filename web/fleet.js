@@ -34,7 +34,7 @@
   function nodeRow(tb, n) {
     var tr = TV.el("tr", "fleet-node");
     tr.dataset.node = n.name;
-    var up = n.age_s < 30;
+    var up = typeof n.up === "boolean" ? n.up : n.age_s < 30; /* fleet.node_down_s */
     tr.dataset.up = up ? "1" : "0";
     td(tr, n.name);
     td(tr, n.url);

@@ -393,8 +393,9 @@ static void fleet_doc(FILE *f, const json_t *doc)
     json_array_foreach(json_object_get(doc, "nodes"), i, n)
     {
         double age = json_number_value(json_object_get(n, "age_s"));
+        const json_t *up = json_object_get(n, "up"); /* seen within fleet.node_down_s */
         fprintf(f, "%-24s %-40s %-8s %-5s %8.1f\n", S(n, "name"), S(n, "url"), S(n, "state"),
-                age < 30 ? "up" : "down", age);
+                (json_is_boolean(up) ? json_is_true(up) : age < 30) ? "up" : "down", age);
     }
     json_array_foreach(json_object_get(doc, "aliases"), i, al)
     {

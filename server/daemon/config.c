@@ -109,6 +109,7 @@ static const key_def keys[] = {
     {"fleet.quorum", K_UINT, F(fleet_quorum), 0, 0, 4096},
     {"fleet.rollout_timeout", K_UINT, F(fleet_rollout_timeout), 0, 1, 86400},
     {"fleet.pull_attempts", K_UINT, F(fleet_pull_attempts), 0, 1, 100},
+    {"fleet.node_down_s", K_UINT, F(fleet_node_down_s), 0, 3, 86400},
 };
 #undef F
 #undef SZ
@@ -172,6 +173,7 @@ void tv__config_defaults(tv__config *c)
     c->fleet_quorum = 0;             /* every node the placement names */
     c->fleet_rollout_timeout = 600;
     c->fleet_pull_attempts = 3;
+    c->fleet_node_down_s = 30;
     if (gethostname(c->fleet_node, sizeof(c->fleet_node) - 1) != 0 || !c->fleet_node[0])
         snprintf(c->fleet_node, sizeof(c->fleet_node), "localhost");
     snprintf(c->access_default, sizeof(c->access_default), "uid:%u gid:%u token:*",

@@ -115,6 +115,7 @@ typedef struct tv__config {
     unsigned fleet_quorum;                    /* default quorum of an alias move (0 = all) */
     unsigned fleet_rollout_timeout;           /* seconds before a quorum may switch */
     unsigned fleet_pull_attempts;             /* a pull's tries before it is failed */
+    unsigned fleet_node_down_s;               /* a node unseen this long is down */
 } tv__config;
 
 /* Fills c with the defaults (import.roots = the current directory). */

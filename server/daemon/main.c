@@ -545,7 +545,8 @@ static int start_fleet(tvd *d, tv_error *err)
                          .object_store = c->fleet_object_store,
                          .proxy = c->fleet_proxy,
                          .s3 = &d->http_src.s3,
-                         .pull_attempts = c->fleet_pull_attempts};
+                         .pull_attempts = c->fleet_pull_attempts,
+                         .node_down_s = c->fleet_node_down_s};
     int rc = tv__fleet_start(&fo, &d->fleet, err);
     if (rc)
         return rc;

@@ -386,25 +386,26 @@ void tv__catalog_close(tv__catalog *cat)
 
 typedef struct node_ctx {
     const char *node, *url;
+    char down_s[16];
 } node_ctx;
 
 static int node_seen(tv__catalog *cat, void *p, tv_error *err)
 {
     node_ctx *c = p;
-    const char *params[] = {c->node, c->url ? c->url : ""};
+    const char *params[] = {c->node, c->url ? c->url : "", c->down_s};
     PGresult *res = NULL;
-    /* A name another daemon (another URL) used in the last 30 s is that
-     * daemon's: two nodes under one name would overwrite each other's
-     * reports. */
+    /* A name another daemon (another URL) used in the last node_down_s
+     * seconds is that daemon's: two nodes under one name would overwrite
+     * each other's reports. */
     int rc = q(cat,
                "WITH up AS (INSERT INTO nodes (name, url, last_seen, state) "
                "VALUES ($1, $2, now(), 'up') ON CONFLICT (name) DO UPDATE SET url = excluded.url, "
                "last_seen = now(), state = 'up' WHERE nodes.url = excluded.url OR nodes.url = '' "
-               "OR nodes.last_seen < now() - interval '30 seconds' RETURNING 1) "
+               "OR nodes.last_seen < now() - make_interval(secs => $3::int) RETURNING 1) "
                "SELECT (SELECT count(*) FROM up), n.url, "
                "extract(epoch FROM now() - n.last_seen)::bigint FROM (SELECT 1) AS one "
                "LEFT JOIN nodes n ON n.name = $1",
-               2, params, &res, "registering the node", err);
+               3, params, &res, "registering the node", err);
     if (rc)
         return rc;
     if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0)
@@ -416,11 +417,13 @@ static int node_seen(tv__catalog *cat, void *p, tv_error *err)
     return rc;
 }
 
-int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err)
+int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, unsigned down_s,
+                          tv_error *err)
 {
     if (!node || !node[0])
         return tv__seterr(err, TV_E_INVALID_ARG, "fleet catalog: empty node name");
-    node_ctx c = {node, url};
+    node_ctx c = {.node = node, .url = url};
+    snprintf(c.down_s, sizeof c.down_s, "%u", down_s ? down_s : 30);
     return with_retry(cat, node_seen, &c, err);
 }
 
@@ -492,8 +495,28 @@ static void cb_fmt(copybuf *b, const char *fmt, uint64_t v)
 typedef struct pub_ctx {
     const char *node;
     const tv__reg_manifest *m;
+    const tv__reg_file *files;
+    size_t n_files;
     int published;
 } pub_ctx;
+
+/* Inside the publish transaction: the generation's sidecar files, each
+ * once (a path recorded already is left as it is). */
+static int publish_files(tv__catalog *cat, const pub_ctx *c, const char *num, tv_error *err)
+{
+    int rc = 0;
+    for (size_t i = 0; !rc && i < c->n_files; i++) {
+        const tv__reg_file *fl = &c->files[i];
+        char len[32];
+        snprintf(len, sizeof len, "%" PRIu64, fl->len);
+        const char *fp[] = {c->m->generation.model, num, fl->path, len, fl->sha256};
+        rc = q(cat,
+               "INSERT INTO generation_files (model, number, path, len, sha256) "
+               "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+               5, fp, NULL, "adding a sidecar file", err);
+    }
+    return rc;
+}
 
 /* The generation is there: same shard hashes = no-op, else a conflict. */
 static int compare_existing(tv__catalog *cat, const tv__reg_manifest *m, PGresult *res,
@@ -545,7 +568,7 @@ static int publish(tv__catalog *cat, void *p, tv_error *err)
         rc = compare_existing(cat, m, res, err);
         PQclear(res);
         res = NULL;
-        if (rc)
+        if (rc || (rc = publish_files(cat, c, num, err)))
             goto fail;
         return q(cat, "COMMIT", 0, NULL, NULL, "COMMIT", err);
     }
@@ -622,6 +645,8 @@ static int publish(tv__catalog *cat, void *p, tv_error *err)
     PQclear(res);
     while ((res = PQgetResult(cat->conn)))
         PQclear(res);
+    if ((rc = publish_files(cat, c, num, err)))
+        goto fail;
     json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", "generation", "model", g->model,
                           "generation", (json_int_t)g->number, "node", c->node);
     char *payload = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -643,6 +668,13 @@ fail:
 int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
                                    int *published, tv_error *err)
 {
+    return tv__catalog_publish_generation_ex(cat, node, m, NULL, 0, published, err);
+}
+
+int tv__catalog_publish_generation_ex(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
+                                      const tv__reg_file *files, size_t n_files, int *published,
+                                      tv_error *err)
+{
     if (published)
         *published = 0;
     if (!m || !node || !node[0])
@@ -651,7 +683,7 @@ int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv_
         return tv__seterr(
             err, TV_E_STATE, "fleet catalog: model '%s' generation %" PRId64 " is %s, not ready",
             m->generation.model, m->generation.number, tv__gen_state_name(m->generation.state));
-    pub_ctx c = {node, m, 0};
+    pub_ctx c = {.node = node, .m = m, .files = files, .n_files = n_files};
     int rc = with_retry(cat, publish, &c, err);
     if (rc == 0 && published)
         *published = c.published;

@@ -70,8 +70,10 @@ int tv__catalog_version(tv__catalog *cat, int *version, tv_error *err);
 
 /* Inserts or refreshes this node's row (url, last_seen = now(), state 'up').
  * Returns 0; TV_E_CONFLICT when a daemon at another URL reported under this
- * name in the last 30 s (the row is left to it); the catalog's errors. */
-int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, tv_error *err);
+ * name in the last down_s seconds (fleet.node_down_s; 0 = 30: the row is
+ * left to it); the catalog's errors. */
+int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, unsigned down_s,
+                          tv_error *err);
 
 /* Publishes a ready generation: m as loaded by tv__reg_tensors_list (its
  * generation, shards and tensors), published_by = node (registered on the
@@ -81,6 +83,13 @@ int tv__catalog_node_seen(tv__catalog *cat, const char *node, const char *url, t
  * message names the shard and both sha256s); TV_E_STATE (m not ready). */
 int tv__catalog_publish_generation(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
                                    int *published, tv_error *err);
+/* tv__catalog_publish_generation with the generation's sidecar files
+ * (generation_files, migrations/fleet/0003_generation_files.sql): in the
+ * same transaction, also when the generation was there already (a file
+ * recorded is kept: the first publisher's). */
+int tv__catalog_publish_generation_ex(tv__catalog *cat, const char *node, const tv__reg_manifest *m,
+                                      const tv__reg_file *files, size_t n_files, int *published,
+                                      tv_error *err);
 
 /* Moves (or creates, with expect_version 0) alias of model to generation,
  * placement NULL = every node, else a NULL-terminated list of node names.

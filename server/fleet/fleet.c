@@ -111,7 +111,7 @@ static void *fleet_main(void *p)
             last_beat = 0;
         }
         if (tv__fleet_mono_s() - last_beat >= f->heartbeat_s) {
-            if (tv__catalog_node_seen(f->cat, f->node, f->url, &err)) {
+            if (tv__catalog_node_seen(f->cat, f->node, f->url, f->node_down_s, &err)) {
                 tv__log(f->quiet ? TV_LOG_DEBUG : TV_LOG_WARN, "fleet: %s", err.msg);
                 tv__fleet_set_connected(f, false, err.msg);
                 f->quiet = true;
@@ -121,6 +121,9 @@ static void *fleet_main(void *p)
                     tv__log(TV_LOG_INFO, "fleet: catalog %s reachable again", f->where);
                 f->quiet = false;
                 last_beat = tv__fleet_mono_s();
+                pthread_mutex_lock(&f->mu);
+                f->beat_at = last_beat;
+                pthread_mutex_unlock(&f->mu);
             }
         }
         if ((pending || kicked) && !tv__fleet_stopping(f))
@@ -213,6 +216,12 @@ int tv__fleet_start(const tv__fleet_opts *o, tv__fleet **out, tv_error *err)
     }
     f->retry_s = o->retry_s ? o->retry_s : 3;
     f->heartbeat_s = o->heartbeat_s ? o->heartbeat_s : 10;
+    f->node_down_s = o->node_down_s ? o->node_down_s : 30;
+    /* Three heartbeats per node_down_s: one lost or late does not make
+     * this node look down. */
+    if (f->heartbeat_s > f->node_down_s / 3)
+        f->heartbeat_s = f->node_down_s / 3 ? f->node_down_s / 3 : 1;
+    snprintf(f->node_down_param, sizeof f->node_down_param, "%u", f->node_down_s);
     tv__catalog_redact(o->conninfo, f->where, sizeof f->where);
     if (!f->conninfo || !f->node || !f->url || !f->reg_path || !f->token || !f->object_store ||
         !f->proxy) {

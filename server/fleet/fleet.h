@@ -48,6 +48,11 @@ typedef struct tv__fleet_opts {
     const char *proxy;             /* fleet.proxy */
     const struct tv__s3_opts *s3;  /* the object store's endpoint and keys */
     unsigned pull_attempts;        /* 0 = 3: tries of one generation before it is failed */
+    /* fleet.node_down_s: a node whose last heartbeat is older is down (not
+     * a source, shown down, its name free for another daemon); 0 = 30.
+     * Heartbeats are sent every node_down_s / 3 seconds (at least 1 s, at
+     * most heartbeat_s). */
+    unsigned node_down_s;
 } tv__fleet_opts;
 
 /* Starts the fleet thread (it connects in the background). Returns 0 and

@@ -36,6 +36,10 @@ typedef struct done_key {
     int64_t number;
 } done_key;
 
+/* The polls (about one a second) a pull's rate is measured over: bytes
+ * arrive a pipeline chunk at a time, so a window of several seconds. */
+#define PULL_RATE_SAMPLES 6
+
 /* A generation this node pulls for an alias placed on it. */
 typedef struct pull {
     char model[TV__REG_NAME_MAX + 1];
@@ -47,6 +51,11 @@ typedef struct pull {
     char error[TV__REG_ERROR_MAX];
     char **urls; /* this attempt's URL of each pull file (NULL: in memory) */
     size_t n_urls;
+    uint64_t total; /* the generation's canonical bytes (the catalog's total_bytes) */
+    /* The pull's rate: (time, bytes) of the last polls, oldest first. */
+    double rate_t[PULL_RATE_SAMPLES];
+    uint64_t rate_done[PULL_RATE_SAMPLES];
+    size_t n_rate;
     char **excluded;  /* sources that served bad bytes or failed for good */
     int *excluded_rc; /* why each was excluded (the importer's code) */
     size_t n_excluded;
@@ -65,11 +74,16 @@ struct tv__fleet {
     unsigned pull_attempts;
     pull **pulls;
     size_t n_pulls;
-    json_t *doc;                                   /* the last fleet document read (under mu) */
+    json_t *doc;   /* the last fleet document read (under mu) */
+    double doc_at; /* tv__fleet_mono_s() when doc was read (under mu) */
+    double
+        beat_at; /* tv__fleet_mono_s() of this node's last heartbeat the catalog took (under mu) */
     bool connected;                                /* under mu */
     char last_error[sizeof(((tv_error *)0)->msg)]; /* under mu */
     char where[320];
     unsigned retry_s, heartbeat_s;
+    unsigned node_down_s;     /* fleet.node_down_s: a node unseen this long is down */
+    char node_down_param[16]; /* node_down_s as a query parameter */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cond;

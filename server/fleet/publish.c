@@ -67,10 +67,16 @@ int tv__fleet_publish_pending(tv__fleet *f)
             if (g->state != TV__GEN_READY || is_done(f, g->model, g->number))
                 continue;
             tv__reg_manifest *m = NULL;
+            tv__reg_file *files = NULL;
+            size_t n_files = 0;
             int published = 0;
             rc = tv__reg_tensors_list(f->reg, g->id, &m, &err);
             if (rc == 0)
-                rc = tv__catalog_publish_generation(f->cat, f->node, m, &published, &err);
+                rc = tv__reg_generation_files_list(f->reg, g->id, &files, &n_files, &err);
+            if (rc == 0)
+                rc = tv__catalog_publish_generation_ex(f->cat, f->node, m, files, n_files,
+                                                       &published, &err);
+            free(files);
             /* Ready, a source for peers, once it is in the catalog; the
              * object store's copy follows (a failed upload is retried, and
              * reports ready again). */
@@ -78,8 +84,10 @@ int tv__fleet_publish_pending(tv__fleet *f)
                 tv__fleet_report_gen(f, g->model, g->number, "ready", g->total_bytes,
                                      g->total_bytes, 0, NULL);
             /* The object store gets what only this node could serve: a
-             * generation imported from a local path (not a pull). */
+             * generation imported from a local path (not a pull: its
+             * source is "fleet:MODEL@N from ...", pull.c). */
             if (rc == 0 && f->object_store[0] && !tv__src_is_url(g->source) &&
+                strncmp(g->source, "fleet:", 6) != 0 &&
                 !tv__fleet_pull_find(f, g->model, g->number, false) && tv__fleet_upload_queue(f, m))
                 rc = -EAGAIN;
             tv__reg_manifest_free(m);

@@ -81,20 +81,69 @@ void tv__fleet_set_connected(tv__fleet *f, bool up, const char *error)
     pthread_mutex_unlock(&f->mu);
 }
 
+static double round1(double x)
+{
+    return x < 0 ? 0 : (double)(int64_t)(x * 10 + 0.5) / 10;
+}
+
+/* Ages the document as read (under mu) to now: the catalog's ages were
+ * taken when it was read, read_ago seconds ago (a catalog away keeps the
+ * last document read, and its ages go on growing). This node's age is the
+ * time since its last heartbeat the catalog took. up: seen within
+ * fleet.node_down_s. */
+static void age_document(tv__fleet *f, json_t *out, double now, double read_ago)
+{
+    json_t *nodes = json_object_get(out, "nodes"), *n, *a, *p;
+    size_t i, k;
+    json_array_foreach(nodes, i, n)
+    {
+        const char *name = json_string_value(json_object_get(n, "name"));
+        double age = json_number_value(json_object_get(n, "age_s")) + read_ago;
+        if (name && !strcmp(name, f->node) && f->beat_at > 0)
+            age = now - f->beat_at;
+        json_object_set_new(n, "age_s", json_real(round1(age)));
+        json_object_set_new(n, "up", json_boolean(age < f->node_down_s));
+    }
+    json_array_foreach(json_object_get(out, "aliases"), i, a)
+    {
+        json_t *age = json_object_get(a, "age_s");
+        if (json_is_number(age))
+            json_object_set_new(a, "age_s", json_real(round1(json_number_value(age) + read_ago)));
+        json_array_foreach(json_object_get(a, "nodes"), k, p)
+        {
+            const char *name = json_string_value(json_object_get(p, "node"));
+            json_t *nn;
+            size_t m;
+            json_array_foreach(nodes, m, nn)
+            {
+                const char *nm = json_string_value(json_object_get(nn, "name"));
+                if (name && nm && !strcmp(nm, name))
+                    json_object_set(p, "up", json_object_get(nn, "up"));
+            }
+        }
+    }
+}
+
 json_t *tv__fleet_status(tv__fleet *f)
 {
     if (!f)
         return json_pack("{s:s, s:n, s:n, s:[], s:[], s:[]}", "mode", "standalone", "node",
                          "catalog", "nodes", "aliases", "generations");
     pthread_mutex_lock(&f->mu);
-    json_t *out = json_pack("{s:s, s:s, s:s, s:{s:s, s:b, s:s?}}", "mode", "fleet", "node", f->node,
-                            "url", f->url, "catalog", "where", f->where, "connected", f->connected,
-                            "error", f->last_error[0] ? f->last_error : NULL);
+    double now = tv__fleet_mono_s();
+    double read_ago = f->doc && f->doc_at > 0 ? now - f->doc_at : 0;
+    json_t *out =
+        json_pack("{s:s, s:s, s:s, s:I, s:{s:s, s:b, s:s?, s:f}}", "mode", "fleet", "node", f->node,
+                  "url", f->url, "node_down_s", (json_int_t)f->node_down_s, "catalog", "where",
+                  f->where, "connected", f->connected, "error",
+                  f->last_error[0] ? f->last_error : NULL, "read_s_ago", round1(read_ago));
     static const char *const keys[] = {"nodes", "aliases", "generations"};
     for (size_t i = 0; out && i < 3; i++) {
         json_t *v = f->doc ? json_object_get(f->doc, keys[i]) : NULL;
         json_object_set_new(out, keys[i], v ? json_deep_copy(v) : json_array());
     }
+    if (out)
+        age_document(f, out, now, read_ago);
     pthread_mutex_unlock(&f->mu);
     return out;
 }

@@ -18,12 +18,13 @@
 
 /* Everything GET /v1/fleet shows and the rollout decides on, in one
  * statement: nodes, aliases with every placed node's state, generations
- * with the nodes holding them. */
+ * with the nodes holding them. $1: fleet.node_down_s. */
 static const char FLEET_SQL[] =
     "SELECT json_build_object("
     "'nodes', (SELECT coalesce(json_agg(json_build_object('name', n.name, 'url', n.url, "
     "'state', n.state, 'last_seen', n.last_seen, "
-    "'age_s', round(extract(epoch FROM now() - n.last_seen)::numeric, 1)) ORDER BY n.name), "
+    "'age_s', round(extract(epoch FROM now() - n.last_seen)::numeric, 1), "
+    "'up', n.last_seen > now() - make_interval(secs => $1::int)) ORDER BY n.name), "
     "'[]'::json) FROM nodes n), "
     "'aliases', (SELECT coalesce(json_agg(json_build_object('model', a.model, 'alias', a.alias, "
     "'generation', a.generation, 'version', a.version, 'placement', a.placement, "
@@ -33,7 +34,8 @@ static const char FLEET_SQL[] =
     "'state', coalesce(ng.state, 'missing'), 'bytes_done', coalesce(ng.bytes_done, 0), "
     "'bytes_total', coalesce(ng.bytes_total, 0), 'rate_bps', coalesce(ng.rate_bps, 0), "
     "'error', ng.error, 'serving', na.generation, "
-    "'up', coalesce(nn.last_seen > now() - interval '30 seconds', false)) ORDER BY p.name), "
+    "'up', coalesce(nn.last_seen > now() - make_interval(secs => $1::int), false)) "
+    "ORDER BY p.name), "
     "'[]'::json) FROM (SELECT name FROM nodes WHERE a.placement IS NULL "
     "UNION SELECT unnest(a.placement)) p(name) "
     "LEFT JOIN nodes nn ON nn.name = p.name "
@@ -145,7 +147,8 @@ bool tv__fleet_rollout_round(tv__fleet *f)
     tv_error err = {0};
     if (!f->reg)
         return false; /* the publish pass opens it, and says why it cannot */
-    if (tv__catalog_json(f->cat, FLEET_SQL, 0, NULL, "reading the fleet", &doc, &err)) {
+    const char *pv[] = {f->node_down_param};
+    if (tv__catalog_json(f->cat, FLEET_SQL, 1, pv, "reading the fleet", &doc, &err)) {
         tv__log(f->quiet ? TV_LOG_DEBUG : TV_LOG_WARN, "fleet: %s", err.msg);
         tv__fleet_set_connected(f, false, err.msg);
         return false;
@@ -157,6 +160,7 @@ bool tv__fleet_rollout_round(tv__fleet *f)
     pthread_mutex_lock(&f->mu);
     json_decref(f->doc);
     f->doc = doc;
+    f->doc_at = tv__fleet_mono_s();
     f->connected = true;
     f->last_error[0] = '\0';
     pthread_mutex_unlock(&f->mu);

@@ -363,7 +363,9 @@ static int bind_params(tv__api_ctx *c, const char *pattern, const segs *sg)
 
 /* ---- authorisation ---------------------------------------------------------- */
 
-static int authorize(tv__api_ctx *c, tv__scope need)
+/* fleet_ok: the fleet token may call this route too (a generation's
+ * sidecar file, which peers pull beside its blobs: fleet/pull.c). */
+static int authorize(tv__api_ctx *c, tv__scope need, bool fleet_ok)
 {
     const tv__api_req *q = c->req;
     if (q->trusted) {
@@ -394,7 +396,7 @@ static int authorize(tv__api_ctx *c, tv__scope need)
         if (c->api->fleet_token && l == strlen(c->api->fleet_token) &&
             CRYPTO_memcmp(tok, c->api->fleet_token, l) == 0) {
             c->scope = TV__SCOPE_FLEET;
-            if (need == TV__SCOPE_FLEET)
+            if (need == TV__SCOPE_FLEET || fleet_ok)
                 return 0;
             return tv__seterr(
                 &c->err, TV_E_FORBIDDEN,
@@ -421,6 +423,8 @@ static int authorize(tv__api_ctx *c, tv__scope need)
                                   id, tv__scope_name(got) ? tv__scope_name(got) : "none");
             return 0;
         }
+        if (got == TV__SCOPE_FLEET && fleet_ok)
+            return 0;
         if (got == TV__SCOPE_FLEET)
             return tv__seterr(&c->err, TV_E_FORBIDDEN,
                               "token %" PRId64
@@ -550,14 +554,15 @@ int tv__api_handle(tv__api *api, const tv__api_req *req, tv__api_resp *resp)
         goto done;
     }
     resp->route = hit->tmpl;
-    if ((rc = authorize(&c, hit->scope)) || (rc = bind_params(&c, hit->path, &sg)) ||
-        (rc = parse_query(&c)))
+    if ((rc = authorize(&c, hit->scope, hit->fn == tv__api_h_file)) ||
+        (rc = bind_params(&c, hit->path, &sg)) || (rc = parse_query(&c)))
         goto done;
     actor_begin(&c);
     /* Every route under a model shows its metadata or bytes: [access]
      * decides before the registry is read, so a refused peer learns nothing
      * of the model, not even whether it exists. */
-    if (hit->scope == TV__SCOPE_READ && !strncmp(hit->path, MODEL_ROUTE, strlen(MODEL_ROUTE)) &&
+    if (hit->scope == TV__SCOPE_READ && c.scope != TV__SCOPE_FLEET &&
+        !strncmp(hit->path, MODEL_ROUTE, strlen(MODEL_ROUTE)) &&
         (rc = tv__api_may_read(&c, c.param[0])))
         goto done;
     rc = hit->fn(&c);

@@ -43,9 +43,11 @@
 #define N_BUFS     4
 #define BUF_ALIGN  65536      /* >= every device's io_align */
 #define HUGE_ALIGN (2u << 20) /* the ring's alignment: transparent huge pages fit */
-/* A resumable import flushes and records how far it got this often. */
-#define RESUME_EVERY_S   2.0
-#define RESUME_EVERY_LEN (1ull << 30)
+/* A resumable import flushes and records how far it got this often
+ * (whichever comes first), so a kill loses at most the chunks in flight
+ * and about RESUME_EVERY_S of transfer. */
+#define RESUME_EVERY_S   0.25
+#define RESUME_EVERY_LEN (64ull << 20)
 
 /* One shard's plan: which objects hold it on which device. */
 typedef struct shard_plan {
@@ -796,6 +798,7 @@ static int resume_checkpoint(import_job *j, pipeline *w, tv_error *err)
     pthread_mutex_unlock(&w->mu);
     if (!marked)
         return 0;
+    double t0 = now_s();
     for (size_t i = 0; i < j->n_devs; i++) {
         tv__dev *d;
         if (new_bytes_on(j, j->devs[i]) &&
@@ -812,6 +815,8 @@ static int resume_checkpoint(import_job *j, pipeline *w, tv_error *err)
         }
     }
     resume_save(j, true);
+    tv__log(TV_LOG_DEBUG, "import of model '%s': resume mark (shard %zu, %llu bytes) took %.1f ms",
+            j->model, ms, (unsigned long long)me, (now_s() - t0) * 1e3);
     return 0;
 }
 

@@ -111,10 +111,11 @@ def _node_settings(config):
 
 @pytest.fixture
 def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
-    """A factory: fleet_nodes(n=3, per_node=None, start=True, **config) ->
+    """A factory: fleet_nodes(n=3, per_node=None, start=True, dsn_query=None, **config) ->
     [Node] n1..nN (harness.nodes), started (all spawned, then each
     waited for), each with its own store under tmp_path/nI, fleet.postgres
     a fresh database (the same for all of one call) at the bridge's address
+    (dsn_query: libpq options appended to its URI, "tcp_user_timeout=5000")
     and fleet.node nI. config: more INI keys (see _node_settings);
     per_node: {"n2": {key: value}} on top. The factory's .db is the last
     database made. At test end every node's link is set up again and the
@@ -123,10 +124,10 @@ def fleet_nodes(build_dir, fleet_pg, fleet_net, tmp_path):
     unshaped."""
     made = []
 
-    def make(n=3, per_node=None, start=True, **config):
+    def make(n=3, per_node=None, start=True, dsn_query=None, **config):
         db, _ = fresh_db(fleet_pg, "tvnodes_")
         make.db = db
-        dsn = fleet_pg.dsn_on(fleet_net.host_ip, db)
+        dsn = fleet_pg.dsn_on(fleet_net.host_ip, db) + (f"?{dsn_query}" if dsn_query else "")
         out = []
         for _ in range(n):
             i = len(made) + 1

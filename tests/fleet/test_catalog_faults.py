@@ -133,3 +133,53 @@ def test_connection_notices_a_vanished_server(build_dir, postgres, tmp_path, dsn
     finally:
         if d.alive():
             d.kill9()
+
+
+def test_node_ages_grow_while_the_catalog_is_away(build_dir, postgres, tmp_path):
+    """PostgreSQL stopped: GET /v1/fleet keeps the last document read, and
+    each node's age in it goes on growing (this node's: the time since its
+    last heartbeat the catalog took; a peer's: its age when read plus the
+    time since), so a node unseen for fleet.node_down_s shows down; once the
+    catalog is back the ages are fresh again."""
+    db, dsn = fresh_db(postgres, "tvflt_")
+    down_s = 4
+    d = Daemon(build_dir, tmp_path, name="a",
+               settings={"store.image_size": "256M", "fleet.postgres": dsn,
+                         "fleet.node": "node-a", "fleet.node_down_s": str(down_s)})
+    d.start()
+
+    def me():
+        doc = d.ok("GET", "/v1/fleet")
+        n = [x for x in doc["nodes"] if x["name"] == "node-a"]
+        return doc, (n[0] if n else None)
+
+    try:
+        wait_for(lambda: me()[1] and me()[1]["up"] and me()[0]["catalog"]["connected"],
+                 what="node-a up in its GET /v1/fleet")
+        doc, n = me()
+        assert doc["node_down_s"] == down_s and n["age_s"] < down_s, doc
+        postgres.stop()
+        t_stop = time.monotonic()
+        try:
+            wait_for(lambda: me()[0]["catalog"]["connected"] is False, timeout=20,
+                     what="the catalog seen away")
+            a1 = me()[1]["age_s"]
+            wait_for(lambda: me()[1]["age_s"] >= a1 + 1.5, timeout=10,
+                     what="node-a's age to grow while the catalog is away")
+            doc, n = wait_for(lambda: (lambda dn: dn if dn[1]["up"] is False else None)(me()),
+                              timeout=20, what="node-a down after fleet.node_down_s")
+            away = time.monotonic() - t_stop
+            print(f"catalog away {away:.1f} s: node-a age {n['age_s']} s, "
+                  f"document read {doc['catalog']['read_s_ago']} s ago")
+            # at most a heartbeat (node_down_s / 3) older than the outage
+            assert down_s <= n["age_s"] <= away + down_s / 3 + 1.5, (n, away)
+            assert doc["catalog"]["read_s_ago"] >= 1, doc["catalog"]
+        finally:
+            postgres.start()
+        wait_for(lambda: me()[0]["catalog"]["connected"] and me()[1]["up"], timeout=30,
+                 what="node-a up again once the catalog is back")
+        assert me()[1]["age_s"] < down_s
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.alive():
+            d.kill9()

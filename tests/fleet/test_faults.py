@@ -35,6 +35,7 @@ RATE = "40mbit"  # 5 MB/s: a pull of the 32 MB model takes about 6.5 s
 MODEL_MB = 32
 TIMEOUT_S = 5  # the rollouts' timeout_s (quorum 2)
 KILL_TIMEOUT_S = 8  # the kill waits for the first resume record (a shard flushed, ~3.5 s)
+NODE_DOWN_S = 5  # fleet.node_down_s of the cut-off test (the default 30 s would make it 50 s)
 
 
 @pytest.fixture(autouse=True)
@@ -191,7 +192,11 @@ def test_node_cut_off_mid_pull_finishes_after_link_up(fleet_nodes, tmp_path, pee
     n3 only (quorum 1), so n1 is n3's only source: the peer whose transfer
     stalled because n3 was cut off must not be lost as a source for good."""
     # a stalled transfer fails after 3 s without a byte, one retry
-    nodes = fleet_nodes(3, fleet_token=TOKEN, import_http_timeout=3, import_http_retries=1)
+    # ... a node is down 5 s after its last heartbeat (fleet.node_down_s),
+    # and a catalog connection lost without a reset fails within 5 s (not
+    # the default 30 s of tcp_user_timeout)
+    nodes = fleet_nodes(3, fleet_token=TOKEN, import_http_timeout=3, import_http_retries=1,
+                        fleet_node_down_s=NODE_DOWN_S, dsn_query="tcp_user_timeout=5000")
     n1, n2, n3 = nodes
     src, _, gen = setup_big(nodes, tmp_path, 22)
     n3.shape(RATE)
@@ -212,14 +217,14 @@ def test_node_cut_off_mid_pull_finishes_after_link_up(fleet_nodes, tmp_path, pee
     for name, t in seen.items():
         assert t >= TIMEOUT_S - 0.3, f"{name} switched {t:.1f} s after the move, before the timeout"
     # n1's view of n3: its last report (pulling, bytes stuck), 'up' false
-    # once its heartbeat is 30 s old
-    wait_for(lambda: entry(n1, "big", "prod", "n3").get("up") is False, timeout=50,
+    # once its heartbeat is NODE_DOWN_S old
+    wait_for(lambda: entry(n1, "big", "prod", "n3").get("up") is False, timeout=30,
              what="n1 to show n3 down")
     e = entry(n1, "big", "prod", "n3")
     print(f"n1 shows n3 as {e} ({time.monotonic() - t0:.1f} s after the move)")
     assert e["state"] == "pulling" and 0 < e["bytes_done"] < e["bytes_total"], e
     age = next(x["age_s"] for x in fleet(n1)["nodes"] if x["name"] == "n3")
-    assert age > 30, age
+    assert age >= NODE_DOWN_S, age
     # n3, cut off, still answers inside its namespace: its catalog is away,
     # its pull attempt failed (no byte for 3 s)
     def n3_own(path):

@@ -87,7 +87,8 @@ def test_reach_across_the_bridge(fleet_nodes, fleet_pg, fleet_s3, fleet_net):
 
 
 def test_link_down_and_up(fleet_nodes, fleet_pg):
-    nodes = fleet_nodes(3)
+    # fleet.node_down_s 6: a heartbeat every 2 s (a third of it)
+    nodes = fleet_nodes(3, fleet_node_down_s=6)
     n1, n2, _ = nodes
     db = fleet_nodes.db
     wait_for(lambda: q(fleet_pg, db, "SELECT count(*) FROM nodes") == "3", what="three nodes")
@@ -95,11 +96,11 @@ def test_link_down_and_up(fleet_nodes, fleet_pg):
     st, _ = n2.ns_http(n2.url + "/healthz")
     assert st == 200, "n2 does not answer inside its namespace"
     assert n1.ns_http(n2.url + "/healthz", timeout=1)[0] == 0, "n1 still reaches n2"
-    # the heartbeat (every 10 s) stops: 12 s without one, by PostgreSQL's
+    # the heartbeat (every 2 s) stops: 5 s without one, by PostgreSQL's
     # clock, while n1 goes on
-    wait_for(lambda: (age_s(fleet_pg, db, "n2") or 0) > 12, timeout=20,
+    wait_for(lambda: (age_s(fleet_pg, db, "n2") or 0) > 5, timeout=20,
              what="n2's last_seen to stop advancing")
-    assert age_s(fleet_pg, db, "n1") < 11
+    assert age_s(fleet_pg, db, "n1") < 4.5
     assert n2.alive(), n2.log_tail()
     n2.link_up()
     wait_for(lambda: age_s(fleet_pg, db, "n2") < 2, timeout=25,

@@ -25,8 +25,11 @@ FLEET_TOKEN = "fleet-shared-secret-0123456789"
 def node(build_dir, tmp_path, dsn, name, **extra):
     wd = tmp_path / name
     wd.mkdir(exist_ok=True)
+    # a node is down (and its name free for a daemon at another URL, as n3
+    # started again on another port) 5 s after its last heartbeat, not 30
     settings = {"store.image_size": "256M", "fleet.postgres": dsn, "fleet.node": name,
-                "fleet.token": FLEET_TOKEN, "import.roots": str(tmp_path)}
+                "fleet.token": FLEET_TOKEN, "import.roots": str(tmp_path),
+                "fleet.node_down_s": "5"}
     settings.update(extra)
     d = Daemon(build_dir, wd, name=name, settings=settings)
     d.node = name
@@ -128,12 +131,17 @@ def test_rollout_to_every_node_from_a_peer(three, tmp_path):
                          for x in (alias_state(n2, "roll", "prod") or {"nodes": [None]})["nodes"]
                          if x),
              what="every node reports ready and serving")
-    # pulled as the same generation number, recorded with the catalog's source
+    # pulled as the same generation number; the job's source names the
+    # catalog's model@number, the generation's also the peers it came from
+    # (never n1's local path)
     for n in (n2, n3):
         gens = n.generations("roll")
         assert [g["generation"] for g in gens] == [gen]
+        assert gens[0]["source"].startswith(f"fleet:roll@{gen} from n"), gens[0]
+        assert set(gens[0]["source"].split(" from ")[1].split(", ")) <= {"n1", "n2", "n3"}
         jobs = n.ok("GET", "/v1/jobs")["jobs"]
-        assert any(j["model"] == "roll" and j["state"] == "succeeded" for j in jobs)
+        assert any(j["model"] == "roll" and j["state"] == "succeeded"
+                   and j["source"] == f"fleet:roll@{gen}" for j in jobs), jobs
     # the pulls were served by peers (no object store is configured here)
     for n in (n2, n3):
         assert "(2 shards, 2 from peers)" in n.log_text(), n.log_text()
@@ -379,3 +387,56 @@ def test_two_daemons_under_one_node_name(build_dir, postgres, tmp_path):
             b.stop()
     finally:
         a.stop()
+
+
+def files_of(d, model, gen):
+    """{path: {path, size, sha256}} of a generation's sidecar files on d."""
+    doc = d.ok("GET", f"/v1/models/{seg(model)}/generations/{gen}/files")
+    return {f["path"]: f for f in doc["files"]}
+
+
+def test_pull_carries_sidecar_files(three, postgres, tmp_path):
+    """A generation's sidecar files (config, tokenizer, files in
+    subdirectories down to five levels, a name that needs escaping) are recorded in the catalog
+    when it is published, and a pull fetches each from a holding peer's
+    files route with the fleet token, checked against the catalog's
+    SHA-256: the pulled generation has the publisher's files, byte for
+    byte; one deeper than a peer's files route takes in a pull's URL is
+    left out, and the log says so."""
+    n1, n2, _ = three
+    src, _ = sharded(tmp_path, "ckside", 11)
+    side = {"config.json": b'{"model_type": "gpt2", "n_layer": 2}',
+            "tokenizer.json": b'{"version": "1.0", "added_tokens": []}',
+            "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}',
+            "a/b/c/d/e/deep.txt": b"five levels down\n",
+            "notes #1 & more.txt": "caf\u00e9\n".encode()}
+    # deeper than a peer's files route takes in a pull's URL (no %2F there)
+    too_deep = "a/b/c/d/e/f/g/deeper.txt"
+    for p, b in {**side, too_deep: b"seven levels down\n"}.items():
+        os.makedirs(os.path.dirname(src / p), exist_ok=True)
+        (src / p).write_bytes(b)
+    gen = publish(n1, "side", src, seen_by=n2)
+    want = files_of(n1, "side", gen)
+    assert sorted(want) == sorted([*side, too_deep]), want
+    db = n1.settings["fleet.postgres"].rsplit("/", 1)[1]
+    rows = postgres.psql("SELECT path, len, sha256 FROM generation_files WHERE model = 'side' "
+                         "ORDER BY path", as_app=True, dbname=db).split("\n")
+    assert sorted(r for r in rows if r) == sorted(f"{p}|{f['size']}|{f['sha256']}"
+                                                 for p, f in want.items()), rows
+    # the fleet token reads a sidecar file (as the blobs), nothing else
+    tok = {"Authorization": f"Bearer {FLEET_TOKEN}"}
+    r = n1.request("GET", f"/v1/models/side/generations/{gen}/files/config.json", token=None,
+                   headers=tok)
+    assert r.status == 200 and r.body == side["config.json"], r
+    r = n1.request("GET", f"/v1/models/side/generations/{gen}/tensors", token=None, headers=tok)
+    assert r.status == 403, r
+    assert move(n1, "side", "prod", gen, 0, placement=["n1", "n2"]).status == 200
+    wait_for(lambda: local_alias(n2, "side", "prod") == gen, timeout=60, what="n2 switched")
+    got = files_of(n2, "side", gen)
+    assert got == {p: f for p, f in want.items() if p != too_deep}, (got, want)
+    assert f"sidecar file '{too_deep}' is not pulled" in n2.log_text()
+    for p, b in side.items():
+        r = n2.request("GET", f"/v1/models/side/generations/{gen}/files/{seg(p)}")
+        assert r.status == 200 and r.body == b, (p, r)
+    assert n2.ok("GET", f"/v1/models/side/generations/{gen}")["source"] == \
+        f"fleet:side@{gen} from n1"
