@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Writes the demo checkpoint: GPT-2-shaped, BF16, two shards plus
 model.safetensors.index.json, with the official safetensors writer (numpy +
-ml_dtypes bfloat16, no torch). Deterministic: the same arguments give the
-same bytes. The default is GPT-2 small (12 layers x 768, ~250 MB).
+ml_dtypes bfloat16, no torch), and beside them the model's config.json and
+generation_config.json (transformers' GPT-2 keys: an import keeps them with
+the generation, and a checkout gives a directory transformers builds the
+model from). Deterministic: the same arguments give the same bytes. The
+default is GPT-2 small (12 layers x 768, ~250 MB). The index is written
+last: a directory with it is complete.
 
 Usage: gen_demo.py OUT_DIR [--layers N] [--embd N] [--vocab N] [--ctx N] [--seed N]
 Prints the index path.
@@ -45,8 +49,28 @@ def value(name, shape, rng):
     return (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)).astype(BF16)
 
 
+def configs(layers, embd, vocab, ctx):
+    """config.json and generation_config.json of a GPT-2 of these sizes
+    (heads: 12 where the width allows it, else the largest divisor below)."""
+    heads = next(h for h in range(min(12, embd), 0, -1) if embd % h == 0)
+    eos = vocab - 1
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": layers,
+              "n_embd": embd, "n_head": heads, "n_inner": None, "vocab_size": vocab,
+              "n_positions": ctx, "n_ctx": ctx, "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+              "tie_word_embeddings": True, "bos_token_id": eos, "eos_token_id": eos,
+              "torch_dtype": "bfloat16"}
+    generation = {"bos_token_id": eos, "eos_token_id": eos}
+    return config, generation
+
+
 def write_demo(out_dir, layers=12, embd=768, vocab=50257, ctx=1024, seed=0):
     os.makedirs(out_dir, exist_ok=True)
+    config, generation = configs(layers, embd, vocab, ctx)
+    for name, doc in (("config.json", config), ("generation_config.json", generation)):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
     rng = np.random.default_rng(seed)
     items = shapes(layers, embd, vocab, ctx)
     # Shard 1: the embeddings and the first half of the blocks; shard 2: the rest.

@@ -505,6 +505,11 @@ def test_demo_checkpoint_is_gpt2_shaped(tmp_path):
     assert ten["h.0.mlp.c_fc.weight"].shape == (16, 64) and ten["wte.weight"].shape == (50, 16)
     assert all(v.dtype == ml_dtypes.bfloat16 for v in ten.values())
     assert idx["metadata"]["total_size"] == sum(v.nbytes for v in ten.values())
+    config = json.load(open(out / "config.json"))
+    assert (config["model_type"], config["n_layer"], config["n_embd"], config["vocab_size"],
+            config["n_positions"]) == ("gpt2", 2, 16, 50, 8)
+    assert config["n_embd"] % config["n_head"] == 0 and config["n_head"] == 8
+    assert json.load(open(out / "generation_config.json"))["eos_token_id"] == 49
     # Deterministic: the same arguments give the same bytes.
     p = subprocess.run([sys.executable, os.path.join(root, "scripts", "gen_demo.py"),
                         str(tmp_path / "e"), "--layers", "2", "--embd", "16", "--vocab", "50",
@@ -523,8 +528,35 @@ def test_demo_command_imports_it(tv, tmp_path):
     assert (r["model"], r["generation"], r["active"], r["n_shards"]) == ("demo", 1, True, 2)
     assert r["n_tensors"] == 4 + 12
     assert (tmp_path / "demo" / "model.safetensors.index.json").exists()
+    files = json.loads(tv("files", "--store", s, "demo", "--json", check=True).stdout)["files"]
+    assert sorted(f["path"] for f in files) == ["config.json", "generation_config.json"]
     p = tv("demo", "--store", s, "--layers", "0")
     assert p.returncode == 2 and "'0'" in p.stderr
+
+
+def test_demo_checkout_is_a_model_transformers_builds(tv, tmp_path):
+    """The demo is a whole model: a checkout of it (its config, an index,
+    no weight file) is a directory transformers builds GPT-2 from under
+    tensorvault.patched(), every weight equal to the demo files' and the
+    same logits."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import tensorvault
+    s = str(tmp_path / "s")
+    tv("store", "init", "--store", s, "--image", tmp_path / "img", "--size", "256M", check=True)
+    tv("demo", "--store", s, "--layers", "2", "--dir", tmp_path / "demo", check=True)
+    out = tmp_path / "out"
+    tv("checkout", "--store", s, "demo@1", out, check=True)
+    assert not [f for f in os.listdir(out) if f.endswith(".safetensors")]
+    with tensorvault.patched():
+        m = transformers.AutoModelForCausalLM.from_pretrained(str(out))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "demo"))
+    got, want = m.state_dict(), ref.state_dict()
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, ref(ids).logits)
 
 
 def test_local_import_is_a_job_row(tv, tmp_path):
