@@ -235,6 +235,22 @@ static void on_skipped(void *ctx, const char *line)
     json_array_append_new(ctx, json_string(line));
 }
 
+/* The bytes a resume record (import.c, resume_save) says were flushed:
+ * the sum of its objects' "done" (0 for a record that does not parse). */
+static uint64_t resume_flushed(const char *record)
+{
+    json_t *doc = json_loads(record, 0, NULL), *o;
+    uint64_t sum = 0;
+    size_t i;
+    json_array_foreach(json_object_get(doc, "objects"), i, o)
+    {
+        json_int_t d = json_integer_value(json_object_get(o, "done"));
+        sum += d > 0 ? (uint64_t)d : 0;
+    }
+    json_decref(doc);
+    return sum;
+}
+
 static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen, char **result,
                       tv_error *err)
 {
@@ -275,8 +291,10 @@ static int run_import(tv__store *st, const job_node *n, run_ctx *r, int64_t *gen
         if (tv__reg_job_take_resume(st->reg, n->id, n->model, n->source, &resume, &from, &e))
             tv__log(TV_LOG_WARN, "job %" PRId64 ": not resuming: %s", n->id, e.msg);
         else if (resume)
-            tv__log(TV_LOG_INFO, "job %" PRId64 ": resuming what job %" PRId64 " wrote", n->id,
-                    from);
+            tv__log(TV_LOG_INFO,
+                    "job %" PRId64 ": taking up job %" PRId64 "'s record: %" PRIu64
+                    " bytes it flushed are checked and kept",
+                    n->id, from, resume_flushed(resume));
         o.resume = resume;
         o.resume_save = save_resume;
         o.resume_ctx = r;

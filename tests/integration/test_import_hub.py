@@ -297,7 +297,7 @@ def test_expired_cdn_url_keeps_the_reservations(daemon, fresh):
     assert daemon.device()["free_bytes"] < free  # its reservations are kept for the next try
     fresh.expired.clear()
     j2 = daemon.import_ok("hub/expire", "hf://org/expire")
-    assert f"resuming what job {j['id']} wrote" in daemon.log_text()
+    assert f"taking up job {j['id']}'s record: " in daemon.log_text()
     j = j2
     check_published(daemon, "hub/expire", j["result"]["generation"],
                     tensors_of(fresh.files_expire))
