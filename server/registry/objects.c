@@ -357,6 +357,14 @@ int tv__reg_reclaim_writing(tv__reg *reg, tv__reg_reclaim *out, tv_error *err)
         (rc = tv__reg_query_one(reg, read_count, &r.n_kept, "counting kept reservations", err,
                                 "SELECT count(*) FROM objects WHERE state = 'writing'", "")) ||
         (rc = exec_count(reg,
+                         "INSERT INTO events (actor, action, model, generation, before, after) "
+                         "SELECT 'daemon', CASE kind WHEN 'import' THEN 'import.failed' "
+                         "ELSE 'verify.failed' END, CASE kind WHEN 'import' THEN model END, "
+                         "generation, json_object('job', id), json_object('job', id, 'state', "
+                         "'failed', 'error', 'interrupted by a daemon restart') "
+                         "FROM jobs WHERE state IN ('queued', 'running')",
+                         NULL, err)) ||
+        (rc = exec_count(reg,
                          "UPDATE jobs SET state = 'failed', error_code = 'TV_E_INTERNAL', "
                          "error_errno = -1000, error = 'interrupted by a daemon restart', "
                          "finished_at = CAST(strftime('%s', 'now') AS INTEGER), "

@@ -23,6 +23,7 @@
 #include "import/alloc.h"
 #include "registry/migrate.h"
 #include "registry/reg_internal.h"
+#include "registry/notes.h"
 #include "registry/registry.h"
 #include "tv_test.h"
 
@@ -598,6 +599,18 @@ static void test_reclaim_writing(void **state)
     assert_string_equal(j.error_code, "TV_E_INTERNAL");
     assert_int_equal(j.error_errno, TV_E_INTERNAL);
     free(j.result_json);
+    /* the event log says so, in the same transaction */
+    tv__reg_event_row *ev = NULL;
+    size_t n_ev = 0;
+    bool more = false;
+    assert_int_equal(
+        tv__reg_events_page(f->reg, "llama", 0, 1, NULL, NULL, &ev, &n_ev, &more, &err), 0);
+    assert_int_equal(n_ev, 1);
+    assert_string_equal(ev[0].action, "import.failed");
+    assert_string_equal(ev[0].actor, "daemon");
+    assert_int_equal(ev[0].generation, g.number);
+    assert_non_null(strstr(ev[0].after, "interrupted by a daemon restart"));
+    tv__reg_events_free(ev, n_ev);
     /* the previously active generation is intact */
     int64_t active;
     assert_int_equal(tv__reg_active_generation(f->reg, "llama", &active, &err), 0);
