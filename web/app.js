@@ -428,6 +428,7 @@
    * the line to keep the header short. */
   function setMeta(text) {
     $("meta").textContent = text;
+    $("meta").title = text;
     document.querySelector(".top .brand").title = text;
   }
 

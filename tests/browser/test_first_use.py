@@ -103,6 +103,24 @@ def test_dismiss_stays_on_one_line(browser, env, width, height):
         ctx.close()
 
 
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_wide_header_is_one_line(browser, env, width):
+    """Brand, every section, the version line and Token on one line: the
+    version line (a long store path) is cut with an ellipsis and keeps its
+    whole text in its title."""
+    ctx, page, watch = open_at(browser, env.base, "#overview", width, 900)
+    try:
+        page.wait_for_function("() => document.getElementById('meta').title.startsWith('v')")
+        tops = page.evaluate("""() => ['.brand', '#nav', '#meta', '#token-btn'].map(
+            q => Math.round(document.querySelector('.top ' + q).getBoundingClientRect().top))""")
+        box = page.evaluate("() => document.querySelector('header.top').getBoundingClientRect().height")
+        assert box <= 70, f"the header is {box} px tall at {width} px"
+        assert max(tops) - min(tops) <= 12, tops
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    finally:
+        ctx.close()
+
+
 def test_phone_header_is_compact(browser, env):
     ctx, page, watch = open_at(browser, env.base, "#overview", 390, 844)
     try:
