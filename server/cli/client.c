@@ -23,6 +23,39 @@ int tv__cli_seg(const char *s, char *out, size_t out_len, tv_error *err)
     return 0;
 }
 
+int tv__cli_query_add(char *q, size_t len, const char *key, const char *value, tv_error *err)
+{
+    char enc[1024];
+    if (!value)
+        return 0;
+    if (tv__cli_seg(value, enc, sizeof enc, err))
+        return TV_E_INVALID_ARG;
+    size_t off = strlen(q);
+    int w = snprintf(q + off, len - off, "%s%s=%s", off ? "&" : "", key, enc);
+    if (w < 0 || (size_t)w >= len - off)
+        return tv__seterr(err, TV_E_INVALID_ARG, "query too long at '%s'", key);
+    return 0;
+}
+
+int tv__cli_request(const tv__cli_ctx *c, bool writer, const char *method, const char *path,
+                    const char *query, json_t *body, json_t **doc)
+{
+    tv_error err = {0};
+    tv__cli_client cl;
+    *doc = NULL;
+    int rc = tv__cli_client_open(c, writer, &cl, &err);
+    if (!rc)
+        rc = tv__cli_call(&cl, method, path, query, body, doc, NULL, &err);
+    tv__cli_client_close(&cl);
+    json_decref(body);
+    if (rc) {
+        json_decref(*doc);
+        *doc = NULL;
+        return tv__cli_failed(c, rc, &err);
+    }
+    return 0;
+}
+
 int tv__cli_client_open(const tv__cli_ctx *c, bool writer, tv__cli_client *cl, tv_error *err)
 {
     int rc;

@@ -154,4 +154,24 @@ double tv__cli_mono(void);
  * a model, alias or tensor name. Returns 0 or a usage-style error. */
 int tv__cli_seg(const char *s, char *out, size_t out_len, tv_error *err);
 
+/* Appends "&key=value" (value percent-encoded; nothing for a NULL value)
+ * to the query q of len bytes. Returns 0 or TV_E_INVALID_ARG (too long). */
+int tv__cli_query_add(char *q, size_t len, const char *key, const char *value, tv_error *err);
+
+/* One request of the command of c (body stolen): *doc receives the
+ * answer's document. Returns 0, or the exit code after the failure was
+ * printed (tv__cli_failed). */
+int tv__cli_request(const tv__cli_ctx *c, bool writer, const char *method, const char *path,
+                    const char *query, json_t *body, json_t **doc);
+
+/* The options of every command that talks to the API. */
+#define TV__CLI_CLIENT_OPTS                                                                        \
+    {"--store", "DIR", NULL, "run in this process on the store in DIR, not through tensorvaultd"}, \
+        {"--url", "URL", NULL,                                                                     \
+         "tensorvaultd's HTTP API: http(s)://HOST:PORT, or its UNIX socket (unix:PATH, /PATH)"},   \
+        {"--token-file", "FILE", NULL, "the file holding the API token to send"},                  \
+    {                                                                                              \
+        "--json", NULL, NULL, "print the API's JSON document (docs/openapi.yaml) instead of text"  \
+    }
+
 #endif

@@ -31,15 +31,6 @@
 #include "util/sha256.h"
 #include "util/sys.h"
 
-#define FILES_OPTS                                                                                 \
-    {"--store", "DIR", NULL, "run in this process on the store in DIR, not through tensorvaultd"}, \
-        {"--url", "URL", NULL,                                                                     \
-         "tensorvaultd's HTTP API: http(s)://HOST:PORT, or its UNIX socket (unix:PATH, /PATH)"},   \
-        {"--token-file", "FILE", NULL, "the file holding the API token to send"},                  \
-    {                                                                                              \
-        "--json", NULL, NULL, "print the API's JSON document (docs/openapi.yaml) instead of text"  \
-    }
-
 #define PATH_BUF      8192
 #define RECORD_NAME   "tensorvault.json"
 #define INDEX_NAME    "model.safetensors.index.json"
@@ -78,7 +69,7 @@ const tv__cli_cmd tv__cli_cmd_files = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {FILES_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the sidecar files of a generation (NAME alone: the active one): the\n"
              "config, tokenizer and other non-weight files its import stored, with their\n"
              "sizes and SHA-256.",
@@ -138,7 +129,7 @@ const tv__cli_cmd tv__cli_cmd_checkout = {
     .min_pos = 2,
     .max_pos = 2,
     .opts = {{"--force", NULL, NULL, "replace files in DIR that differ from the generation's"},
-             FILES_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "Write a generation's sidecar files (config, tokenizer, ...) into DIR (created),\n"
              "with model.safetensors.index.json naming its shards and tensorvault.json\n"
              "recording the model and the generation NUMBER they came from. Point a loader\n"

@@ -12,15 +12,6 @@
 #include "cli/client.h"
 #include "util/internal.h"
 
-#define CLIENT_OPTS                                                                                \
-    {"--store", "DIR", NULL, "run in this process on the store in DIR, not through tensorvaultd"}, \
-        {"--url", "URL", NULL,                                                                     \
-         "tensorvaultd's HTTP API: http(s)://HOST:PORT, or its UNIX socket (unix:PATH, /PATH)"},   \
-        {"--token-file", "FILE", NULL, "the file holding the API token to send"},                  \
-    {                                                                                              \
-        "--json", NULL, NULL, "print the API's JSON document (docs/openapi.yaml) instead of text"  \
-    }
-
 #define SEG_MAX  1024
 #define PATH_LEN (3 * SEG_MAX)
 
@@ -56,37 +47,14 @@ static int model_path(char *buf, size_t len, const char *model, const char *gen,
     return 0;
 }
 
-/* Appends "&key=value" (value encoded). */
-static int query_add(char *q, size_t len, const char *key, const char *value, tv_error *err)
-{
-    char enc[SEG_MAX];
-    if (!value)
-        return 0;
-    if (tv__cli_seg(value, enc, sizeof enc, err))
-        return TV_E_INVALID_ARG;
-    size_t off = strlen(q);
-    int w = snprintf(q + off, len - off, "%s%s=%s", off ? "&" : "", key, enc);
-    if (w < 0 || (size_t)w >= len - off)
-        return tv__seterr(err, TV_E_INVALID_ARG, "query too long at '%s'", key);
-    return 0;
-}
-
 /* One request; prints with print(doc) or, with --json, the document. */
 static int request(const tv__cli_ctx *c, bool writer, const char *method, const char *path,
                    const char *query, json_t *body, void (*print)(const json_t *doc))
 {
-    tv_error err = {0};
-    tv__cli_client cl;
     json_t *doc = NULL;
-    int rc = tv__cli_client_open(c, writer, &cl, &err);
-    if (!rc)
-        rc = tv__cli_call(&cl, method, path, query, body, &doc, NULL, &err);
-    tv__cli_client_close(&cl);
-    json_decref(body);
-    if (rc) {
-        json_decref(doc);
-        return tv__cli_failed(c, rc, &err);
-    }
+    int rc = tv__cli_request(c, writer, method, path, query, body, &doc);
+    if (rc)
+        return rc;
     if (c->json) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
@@ -236,11 +204,11 @@ static int diff_run(const tv__cli_ctx *c)
         return u;
     int rc = model_path(path, sizeof path, ma, "", "/diff", &err);
     if (!rc)
-        rc = query_add(q, sizeof q, "from", ga, &err);
+        rc = tv__cli_query_add(q, sizeof q, "from", ga, &err);
     if (!rc)
-        rc = query_add(q, sizeof q, "to", gb, &err);
+        rc = tv__cli_query_add(q, sizeof q, "to", gb, &err);
     if (!rc && strcmp(ma, mb))
-        rc = query_add(q, sizeof q, "to_model", mb, &err);
+        rc = tv__cli_query_add(q, sizeof q, "to_model", mb, &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
     return request(c, false, "GET", path, q, NULL, print_diff);
@@ -288,11 +256,11 @@ static int events_run(const tv__cli_ctx *c)
         return u;
     char lim[24];
     snprintf(lim, sizeof lim, "%" PRIu64, limit);
-    int rc = query_add(q, sizeof q, "limit", lim, &err);
+    int rc = tv__cli_query_add(q, sizeof q, "limit", lim, &err);
     if (!rc && c->a.n_pos)
-        rc = query_add(q, sizeof q, "model", c->a.pos[0], &err);
+        rc = tv__cli_query_add(q, sizeof q, "model", c->a.pos[0], &err);
     if (!rc && tv__cli_get(&c->a, "--before"))
-        rc = query_add(q, sizeof q, "before", tv__cli_get(&c->a, "--before"), &err);
+        rc = tv__cli_query_add(q, sizeof q, "before", tv__cli_get(&c->a, "--before"), &err);
     if (rc)
         return tv__cli_failed(c, rc, &err);
     return request(c, false, "GET", "/v1/events", q, NULL, print_events);
@@ -304,7 +272,7 @@ const tv__cli_cmd tv__cli_cmd_describe = {
     .positionals = "NAME[@GEN] TEXT",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Set the description of model NAME, or of its generation GEN (a number, an alias\n"
              "or active): at most 4096 bytes of UTF-8; \"\" clears it.",
     .example = "tensorvault describe llama \"Llama 3 8B, instruction tuned\"\n"
@@ -317,7 +285,7 @@ const tv__cli_cmd tv__cli_cmd_tag = {
     .positionals = "NAME[@GEN] [KEY=VALUE...]",
     .min_pos = 1,
     .max_pos = TV__CLI_MAX_POS,
-    .opts = {{"--rm", "KEY", NULL, "remove tag KEY"}, CLIENT_OPTS},
+    .opts = {{"--rm", "KEY", NULL, "remove tag KEY"}, TV__CLI_CLIENT_OPTS},
     .about = "Set tags (KEY=VALUE) on model NAME, or on its generation GEN, and/or remove one\n"
              "(--rm KEY). Other tags stay. Keys: 1..64 bytes of [A-Za-z0-9._/-]; values: at\n"
              "most 1024 bytes; at most 64 tags each.",
@@ -331,7 +299,7 @@ const tv__cli_cmd tv__cli_cmd_diff = {
     .positionals = "NAME@A NAME@B|OTHER@B",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "What changed from generation A to generation B (of the same model, or of\n"
              "another): tensors added (+), removed (-), changed in dtype or shape (~), changed\n"
              "in content (*; by the tensors' XXH3-128, or by their shards' SHA-256 for\n"
@@ -350,7 +318,7 @@ const tv__cli_cmd tv__cli_cmd_events = {
     .max_pos = 1,
     .opts = {{"--limit", "N", NULL, "at most N events (1..1000, default 50)"},
              {"--before", "ID", NULL, "only events older than event ID (paging)"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "The event log, newest first: who (a token's name, \"local uid N\", \"cli\"),\n"
              "what (import.queued, publish, activate, rollback, alias.set, notes, ...), when,\n"
              "and the state before and after; of model NAME only when given.",

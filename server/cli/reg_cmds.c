@@ -28,15 +28,6 @@
 #define TV__CLI_SOURCE_DIR "."
 #endif
 
-#define CLIENT_OPTS                                                                                \
-    {"--store", "DIR", NULL, "run in this process on the store in DIR, not through tensorvaultd"}, \
-        {"--url", "URL", NULL,                                                                     \
-         "tensorvaultd's HTTP API: http(s)://HOST:PORT, or its UNIX socket (unix:PATH, /PATH)"},   \
-        {"--token-file", "FILE", NULL, "the file holding the API token to send"},                  \
-    {                                                                                              \
-        "--json", NULL, NULL, "print the API's JSON document (docs/openapi.yaml) instead of text"  \
-    }
-
 #define SEG_MAX 1024 /* an encoded path segment (a 255-byte name is at most 765) */
 
 /* "/v1/a/b/...": each segment percent-encoded; the list ends with NULL. */
@@ -61,37 +52,14 @@ static int path_of(char *buf, size_t len, tv_error *err, ...)
     return rc;
 }
 
-/* Appends "&key=value" (value encoded) to a query buffer. */
-static int query_add(char *q, size_t len, const char *key, const char *value, tv_error *err)
-{
-    char enc[SEG_MAX];
-    if (!value)
-        return 0;
-    if (tv__cli_seg(value, enc, sizeof enc, err))
-        return TV_E_INVALID_ARG;
-    size_t off = strlen(q);
-    int w = snprintf(q + off, len - off, "%s%s=%s", off ? "&" : "", key, enc);
-    if (w < 0 || (size_t)w >= len - off)
-        return tv__seterr(err, TV_E_INVALID_ARG, "query too long at '%s'", key);
-    return 0;
-}
-
 /* One request and its printing: the common body of most commands. */
 static int one(const tv__cli_ctx *c, bool writer, const char *method, const char *path,
                const char *query, json_t *body, tv__cli_doc kind)
 {
-    tv_error err = {0};
-    tv__cli_client cl;
     json_t *doc = NULL;
-    int rc = tv__cli_client_open(c, writer, &cl, &err);
-    if (!rc)
-        rc = tv__cli_call(&cl, method, path, query, body, &doc, NULL, &err);
-    tv__cli_client_close(&cl);
-    json_decref(body);
-    if (rc) {
-        json_decref(doc);
-        return tv__cli_failed(c, rc, &err);
-    }
+    int rc = tv__cli_request(c, writer, method, path, query, body, &doc);
+    if (rc)
+        return rc;
     tv__cli_print(stdout, c->json, kind, doc);
     json_decref(doc);
     return TV__EXIT_OK;
@@ -110,7 +78,7 @@ static int fetch_all(tv__cli_client *cl, const char *path, const char *query, co
     *out = NULL;
     for (;;) {
         snprintf(q, sizeof q, "%s", query ? query : "");
-        if (cursor && (rc = query_add(q, sizeof q, "cursor", cursor, err)))
+        if (cursor && (rc = tv__cli_query_add(q, sizeof q, "cursor", cursor, err)))
             break;
         json_t *page = NULL;
         rc = tv__cli_call(cl, "GET", path, q[0] ? q : NULL, NULL, &page, NULL, err);
@@ -208,7 +176,7 @@ const tv__cli_cmd tv__cli_cmd_models = {
     .positionals = "[NAME]",
     .min_pos = 0,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the models of the registry, or show one: its active generation, how many\n"
              "generations it has and its aliases (alias=generation).",
     .example = "tensorvault models\n"
@@ -232,7 +200,7 @@ const tv__cli_cmd tv__cli_cmd_generations = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the generations of model NAME, by number: state (importing, ready, failed,\n"
              "retired), whether it is active (*), shards, tensors, size, creation time,\n"
              "aliases and the source it was imported from.",
@@ -254,7 +222,7 @@ const tv__cli_cmd tv__cli_cmd_generation = {
     .positionals = "NAME[@GEN|@ALIAS]",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Show one generation (NAME alone: the active one) with its shards: file name,\n"
              "size, SHA-256, and where each replica lies on which device.",
     .example = "tensorvault generation llama@2\n"
@@ -283,7 +251,7 @@ const tv__cli_cmd tv__cli_cmd_tensors = {
              {"--order", "file|name|size", NULL, "file order (default), by name, or largest first"},
              {"--limit", "N", NULL,
               "at most N tensors (1..1000); without it every page is fetched"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "List the tensors of a generation (NAME alone: the active one): name, dtype,\n"
              "shape, size and the shard file holding it.",
     .example = "tensorvault tensors llama --prefix model.layers.0. --order name\n"
@@ -308,12 +276,12 @@ int tv__cli_tensors(const tv__cli_ctx *c)
         return u;
     if (path_of(path, sizeof path, &err, "v1", "models", name, "generations", gen, "tensors",
                 NULL) ||
-        query_add(q, sizeof q, "prefix", tv__cli_get(&c->a, "--prefix"), &err) ||
-        query_add(q, sizeof q, "order", order, &err))
+        tv__cli_query_add(q, sizeof q, "prefix", tv__cli_get(&c->a, "--prefix"), &err) ||
+        tv__cli_query_add(q, sizeof q, "order", order, &err))
         return tv__cli_failed(c, TV_E_INVALID_ARG, &err);
     if (!lim)
         return listing(c, path, q[0] ? q : NULL, "tensors", TV__DOC_TENSORS, NULL);
-    query_add(q, sizeof q, "limit", lim, &err);
+    tv__cli_query_add(q, sizeof q, "limit", lim, &err);
     return one(c, false, "GET", path, q, NULL, TV__DOC_TENSORS);
 }
 
@@ -323,7 +291,7 @@ const tv__cli_cmd tv__cli_cmd_tensor = {
     .positionals = "NAME[@GEN|@ALIAS] TENSOR",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Show one tensor: dtype, shape, shard, its data offsets in the safetensors\n"
              "header, its offset in the shard file, and where its first byte lies on each\n"
              "device holding a replica.",
@@ -349,7 +317,7 @@ const tv__cli_cmd tv__cli_cmd_devices = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the store's devices: kind, path, LBA size, region, space used and free,\n"
              "and whether its label and identity still match (exit 1 when one does not).",
     .example = "tensorvault devices",
@@ -383,7 +351,7 @@ const tv__cli_cmd tv__cli_cmd_activate = {
     .positionals = "NAME GEN|ALIAS",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Make a ready generation of model NAME the active one (what NAME and NAME@active\n"
              "open from now on; readers keep the generation they opened). GEN is a number,\n"
              "or an alias: the generation it points at. Says which generation was active\n"
@@ -399,7 +367,7 @@ const tv__cli_cmd tv__cli_cmd_retire = {
     .min_pos = 2,
     .max_pos = 2,
     .flags = TV__CLI_GEN,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Retire generation GEN of model NAME: it is no longer opened, and `gc` frees its\n"
              "objects once no reader holds it. The active generation and an aliased one\n"
              "cannot be retired (move the alias or activate another first).",
@@ -482,7 +450,7 @@ const tv__cli_cmd tv__cli_cmd_rollback = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Activate the highest ready generation below the active one of model NAME (409\n"
              "when there is none), and say from which generation to which.",
     .example = "tensorvault rollback llama",
@@ -503,7 +471,7 @@ const tv__cli_cmd tv__cli_cmd_deactivate = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Leave model NAME without an active generation: NAME no longer opens (NAME@GEN\n"
              "and NAME@ALIAS still do), so that the model can be deleted. A no-op when none\n"
              "is active.",
@@ -525,7 +493,7 @@ const tv__cli_cmd tv__cli_cmd_delete = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Delete model NAME: every generation is retired and its objects freed. Refused\n"
              "while a generation is active or aliased (deactivate it, remove the aliases).",
     .example = "tensorvault delete llama",
@@ -548,7 +516,7 @@ const tv__cli_cmd tv__cli_cmd_alias_set = {
     .positionals = "NAME ALIAS GEN",
     .min_pos = 3,
     .max_pos = 3,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Point alias ALIAS of model NAME at ready generation GEN, atomically (readers\n"
              "that opened NAME@ALIAS keep the generation they opened). ALIAS is a letter,\n"
              "then up to 63 letters, digits, '.', '_' or '-'; \"active\" activates GEN.",
@@ -562,7 +530,7 @@ const tv__cli_cmd tv__cli_cmd_alias_rm = {
     .positionals = "NAME ALIAS",
     .min_pos = 2,
     .max_pos = 2,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Remove alias ALIAS of model NAME (the generation stays). \"active\" cannot be\n"
              "removed: activate another generation, or deactivate the model.",
     .example = "tensorvault alias rm llama canary",
@@ -574,7 +542,7 @@ const tv__cli_cmd tv__cli_cmd_alias_list = {
     .positionals = "NAME",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the aliases of model NAME and the generation each points at.",
     .example = "tensorvault alias list llama",
 };
@@ -746,7 +714,7 @@ const tv__cli_cmd tv__cli_cmd_import = {
              {"--replicas", "DEV,...", NULL,
               "a copy on each named device (id, path or UUID; needs --store)"},
              {"--chunk", "SIZE", NULL, "bytes per write, 4K..256M (default 8M; needs --store)"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "Import a safetensors checkpoint as a new generation of model NAME. SRC is a\n"
              ".safetensors file, a model.safetensors.index.json, a directory holding one, or\n"
              "an http(s):// or s3:// URL, or hf://ORG/REPO[@REVISION] from the Hugging Face\n"
@@ -794,7 +762,7 @@ const tv__cli_cmd tv__cli_cmd_verify = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {{"--device", "ID", NULL, "only the objects on device ID"}, CLIENT_OPTS},
+    .opts = {{"--device", "ID", NULL, "only the objects on device ID"}, TV__CLI_CLIENT_OPTS},
     .about = "Re-hash every stored object (or those on one device) against the registry's\n"
              "SHA-256 and wait for the result. Each failed object is named on stderr with the\n"
              "models, generations and shards using it; exit 1 when one failed. On a local\n"
@@ -873,7 +841,7 @@ const tv__cli_cmd tv__cli_cmd_gc = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Free the objects no ready or importing generation uses (retired generations',\n"
              "once no reader holds them) and say how much space came back.",
     .example = "tensorvault retire llama 1 && tensorvault gc",
@@ -893,7 +861,7 @@ const tv__cli_cmd tv__cli_cmd_jobs = {
     .opts = {{"--state", "S", NULL,
               "only jobs in state S: queued, running, succeeded, failed, cancelled"},
              {"--kind", "K", NULL, "only jobs of kind K: import or verify"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "List import and verify jobs, newest first: state, model, step, bytes done of\n"
              "the total, the generation made, when it started and how long it ran (or runs).",
     .example = "tensorvault jobs --state running",
@@ -913,8 +881,8 @@ int tv__cli_jobs(const tv__cli_ctx *c)
             c->cmd->name, "bad --state '%s': queued, running, succeeded, failed or cancelled", st);
     if (kind && strcmp(kind, "import") && strcmp(kind, "verify"))
         return tv__cli_usage(c->cmd->name, "bad --kind '%s': import or verify", kind);
-    query_add(q, sizeof q, "state", st, &err);
-    query_add(q, sizeof q, "kind", kind, &err);
+    tv__cli_query_add(q, sizeof q, "state", st, &err);
+    tv__cli_query_add(q, sizeof q, "kind", kind, &err);
     return listing(c, "/v1/jobs", q[0] ? q : NULL, "jobs", TV__DOC_JOBS, NULL);
 }
 
@@ -926,7 +894,7 @@ const tv__cli_cmd tv__cli_cmd_sessions = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the workers connected to the daemon's fast path, one line per open model\n"
              "handle: session, pid, uid, model, generation, bytes delivered.",
     .example = "tensorvault sessions",
@@ -945,7 +913,7 @@ const tv__cli_cmd tv__cli_cmd_fleet = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Show the fleet as this node last read it from the catalog: nodes, fleet\n"
              "aliases with each placed node's pull state, and the catalog's generations.",
     .example = "tensorvault fleet",
@@ -970,7 +938,7 @@ const tv__cli_cmd tv__cli_cmd_fleet_alias = {
              {"--quorum", "Q", NULL,
               "0: every placed node ready before any switches; N: N ready nodes"},
              {"--timeout", "S", NULL, "seconds before a quorum switch (0 = 600)"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "Move (or create) fleet alias ALIAS of MODEL to GENERATION in the catalog:\n"
              "every placed node pulls the generation, then switches. 409 when the alias's\n"
              "version moved since it was read (--expect).",
@@ -1029,7 +997,7 @@ const tv__cli_cmd tv__cli_cmd_job = {
     .positionals = "ID",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Show job ID: state, step, progress, times, and its error if it failed.",
     .example = "tensorvault job 7",
 };
@@ -1040,7 +1008,7 @@ const tv__cli_cmd tv__cli_cmd_cancel = {
     .positionals = "ID",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Cancel queued or running job ID: nothing is published and its reservations are\n"
              "released. Answers at once with the job as it is (a running job stops within\n"
              "about a second).",
@@ -1087,7 +1055,7 @@ const tv__cli_cmd tv__cli_cmd_token_create = {
     .max_pos = 1,
     .opts = {{"--scope", "admin|read|fleet", NULL,
               "admin: every route; read (default): the read routes; fleet: a peer's blob routes"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "Create API token NAME and print its secret, once (the registry keeps only its\n"
              "hash). Give it to a client with --token-file or $TENSORVAULT_TOKEN_FILE.",
     .example = "tensorvault token create ci --scope read > ci.token",
@@ -1099,7 +1067,7 @@ const tv__cli_cmd tv__cli_cmd_token_list = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "List the API tokens (never their secrets): scope, created, revoked.",
     .example = "tensorvault token list",
 };
@@ -1110,7 +1078,7 @@ const tv__cli_cmd tv__cli_cmd_token_revoke = {
     .positionals = "ID",
     .min_pos = 1,
     .max_pos = 1,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Revoke token ID (revoking twice is a no-op).",
     .example = "tensorvault token revoke 3",
 };
@@ -1148,7 +1116,7 @@ const tv__cli_cmd tv__cli_cmd_status = {
     .positionals = "",
     .min_pos = 0,
     .max_pos = 0,
-    .opts = {CLIENT_OPTS},
+    .opts = {TV__CLI_CLIENT_OPTS},
     .about = "Show the daemon's status: version, store, uptime, models, devices, jobs,\n"
              "whether this client may read without a token, and the memory tier.",
     .example = "tensorvault status",
@@ -1170,7 +1138,7 @@ const tv__cli_cmd tv__cli_cmd_demo = {
     .opts = {{"--layers", "N", NULL,
               "transformer layers, 1..96 (default 12: GPT-2 small, about 250 MB)"},
              {"--dir", "D", NULL, "where the checkpoint is written (default var/demo)"},
-             CLIENT_OPTS},
+             TV__CLI_CLIENT_OPTS},
     .about = "Generate a GPT-2-shaped BF16 checkpoint (scripts/gen_demo.py of the source\n"
              "tree, with its .venv python or $TENSORVAULT_PYTHON) and import it as model\n"
              "\"demo\", activated.",
