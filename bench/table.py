@@ -138,13 +138,15 @@ def child(kind, args):
     import numpy  # noqa: F401
     import torch  # noqa: F401
     out = {}
-    if kind in ("tv_store", "tv_fp", "tv_views"):
+    if kind in ("tv_store", "tv_fp", "tv_views", "tv_views_pt"):
         import tensorvault
         src = {"store": args[0]} if kind == "tv_store" else {"socket": args[0]}
         extra = {}
         fw = "pt"
-        if kind == "tv_views":  # read-only arrays: numpy's (torch has no read-only tensor)
+        if kind == "tv_views":  # read-only numpy arrays over the tier
             extra, fw = {views_param(tensorvault): True}, "np"
+        elif kind == "tv_views_pt":  # torch tensors over private copy-on-write maps of the tier
+            extra = {views_param(tensorvault): True}
         t0 = time.monotonic()
         with tensorvault.safe_open(args[1], framework=fw, **src, **extra) as f:
             out = f.get_tensors()
@@ -664,7 +666,7 @@ def section_clients(R, T, st, daemon, rounds, counts):
 
 def section_warm(R, T, st, files, daemon, rounds):
     log(f"== warm ({rounds} rounds)")
-    ratios, second, official, restart, views = [], [], [], [], []
+    ratios, second, official, restart, views, vpt, vratios = [], [], [], [], [], [], []
     import tensorvault
     vp = views_param(tensorvault)
     for i in range(rounds):
@@ -679,8 +681,12 @@ def section_warm(R, T, st, files, daemon, rounds):
                 s = R.py("tv_fp", [daemon.sock, "m"], cold=False)       # second load
                 w = R.py("tv_fp", [daemon.sock, "m"], cold=False)       # a restarted worker
                 v = R.py("tv_views", [daemon.sock, "m"], cold=False) if vp else None
+                t = R.py("tv_views_pt", [daemon.sock, "m"], cold=False) if vp else None
             finally:
                 daemon.stop()
+        if t:
+            vpt.append(t["seconds"])
+            vratios.append(gbs(t) / gbs(o))
         official.append(gbs(o))
         second.append(gbs(s))
         ratios.append(gbs(s) / gbs(o))
@@ -696,6 +702,10 @@ def section_warm(R, T, st, files, daemon, rounds):
           median(restart), "s")
     T.add("warm", "[1g] restarted worker, read-only views", median(views), "s", 0.1, "<=",
           note="" if vp else "no views in this build's Python package")
+    T.add("warm", "[1g] restarted worker, torch views (copy-on-write)", median(vpt) if vpt else None,
+          "s", 0.1, "<=")
+    T.add("warm", "[1g] daemon load, torch views / official warm", median(vratios) if vratios else None,
+          "x", 2.0, note=fmt_rounds(vratios) if vratios else "")
 
 
 def section_larger(R, T, st, rounds):

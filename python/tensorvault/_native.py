@@ -175,6 +175,7 @@ _OPTIONAL_PROTOS = {
     "tv_view_data": (ctypes.c_void_p, [_P]),
     "tv_view_nbytes": (_U64, [_P]),
     "tv_view_release": (None, [_P]),
+    "tv_view_map": (_I, [_P, ctypes.POINTER(ctypes.c_void_p), _E]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _f = getattr(lib, _name)
@@ -247,6 +248,21 @@ class View:
             return memoryview(b"")
         arr = (ctypes.c_ubyte * self.nbytes).from_address(self._addr)
         return memoryview(arr).cast("B").toreadonly()
+
+    def map(self):
+        """The address of the view's bytes in a private, writable,
+        copy-on-write mapping (tv_view_map): reads share the daemon's pages,
+        a write copies its page for this process alone. Valid until
+        release(). Raises Error (TV_E_NOT_SUPPORTED: a library or handle
+        without it)."""
+        if self._v is None:
+            raise ValueError("the view was released")
+        f = optional("tv_view_map")
+        if f is None:
+            raise make_error(TV_E_NOT_SUPPORTED, "this libtensorvault has no tv_view_map")
+        addr, err = ctypes.c_void_p(), tv_error()
+        raise_for(f(self._v, ctypes.byref(addr), ctypes.byref(err)), err)
+        return addr.value or self._addr
 
     def release(self):
         """Gives the view back (under its owner's lock when it has one: a

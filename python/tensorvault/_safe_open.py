@@ -508,6 +508,20 @@ def _view_array(v, dtype, shape):
     return np.frombuffer(memoryview(raw).toreadonly(), dtype=dtype).reshape(shape)
 
 
+def _view_tensor(torch, v, dtype, shape):
+    """A torch tensor over view v's bytes in place: a private, writable,
+    copy-on-write mapping of the tier's pages (tv_view_map), so the tensor
+    is as writable as any and a write reaches no other process. The tensor
+    keeps the view (and its pins) alive; the view is released when the
+    tensor's storage is freed."""
+    if not v.nbytes:
+        v.release()
+        return torch.empty(shape, dtype=dtype)
+    raw = (ctypes.c_ubyte * v.nbytes).from_address(v.map())
+    raw._tv_view = v  # the tensor keeps raw (its buffer), raw keeps the view
+    return torch.frombuffer(raw, dtype=dtype).view(shape)
+
+
 class _Reader:
     """The reads of one framework on one model: what a handle and its
     slices share (a slice keeps it, so it reads after its handle closed).
@@ -540,7 +554,18 @@ class _Reader:
             if all(e.code == N.TV_E_NOT_SUPPORTED for e in errs):
                 return None
             raise errs[0]
-        return {info.name: _view_array(v, dt, shape) for (info, dt, shape), v in zip(shapes, got)}
+        if isinstance(self.fw, _Numpy):
+            return {info.name: _view_array(v, dt, shape)
+                    for (info, dt, shape), v in zip(shapes, got)}
+        try:
+            return {info.name: _view_tensor(self.fw.torch, v, dt, shape)
+                    for (info, dt, shape), v in zip(shapes, got)}
+        except N.Error as e:
+            for x in got:
+                x.release()
+            if e.code == N.TV_E_NOT_SUPPORTED:
+                return None
+            raise
 
     def call(self, host, cuda):
         """host() or, on a CUDA handle, cuda(stream) on the device's current
@@ -641,19 +666,21 @@ class safe_open:
     daemon at socket=, else $TENSORVAULT_SOCKET, else
     /run/tensorvault/tensorvault.sock when it exists (the installed
     daemon's), else ./var/run/tensorvault.sock (_paths.py; its HTTP socket
-    answers the file lookups: _files.py). views=True (framework "np" only;
-    tensorvault's own): whole tensors are read-only numpy arrays over the
-    daemon's memory tier, no copy, pinned there while an array over them
-    lives (a model opened from a store, or through a daemon before
-    fast-path protocol version 3, copies instead)."""
+    answers the file lookups: _files.py). views=True (device "cpu";
+    tensorvault's own): whole tensors are lent from the daemon's memory
+    tier, no copy, pinned there while a tensor over them lives: numpy
+    arrays read-only, torch tensors writable over a private copy-on-write
+    mapping (a write copies the page it touches, for this process alone).
+    A model opened from a store, or through a daemon before fast-path
+    protocol version 3, copies instead."""
 
     def __new__(cls, filename, framework, device="cpu", *, backend="mmap", generation=None,
                 alias=None, socket=None, store=None, views=False):
         path = _file_path(filename)
-        if views and parse_framework(framework) != "numpy":
+        if views and parse_device(device).kind != "cpu":
             raise N.make_error(
                 N.TV_E_INVALID_ARG,
-                f"views=True lends read-only numpy arrays (framework=\"np\"); framework {framework} gets copies: torch has no read-only tensor")
+                f"views=True lends the daemon's host memory; device {parse_device(device).shown} gets copies")
         if path is not None:
             if generation is not None or alias is not None:
                 raise ValueError("safe_open: generation= and alias= choose a model's generation; "

@@ -523,5 +523,47 @@ def test_safe_open_views_are_read_only_arrays_of_the_tier(d, src, ref):
     assert isinstance(copies[next(iter(ref))], np.ndarray)
 
     with pytest.raises(tensorvault.Error) as e:
-        tensorvault.safe_open(name, "pt", socket=d.socket_path, views=True)
-    assert e.value.name == "TV_E_INVALID_ARG" and "read-only" in e.value.message
+        tensorvault.safe_open(name, "pt", "cuda:0", socket=d.socket_path, views=True)
+    assert e.value.name == "TV_E_INVALID_ARG" and "host memory" in e.value.message
+
+
+def test_safe_open_torch_views_are_private_copy_on_write(d, src, ref):
+    """views=True on torch: every tensor lies over the daemon's memory tier
+    (no copy: the tier's view bytes count them), equal to the official
+    loader's bytes and writable; a write stays in this process (the page is
+    copied privately): the next view of the same tensor, another process
+    and a copy through the daemon still read the model's bytes. The pins
+    go with the last tensor over them."""
+    import gc
+
+    import tensorvault
+    torch = pytest.importorskip("torch")
+
+    name, _ = fresh_model(d, src)
+    with tensorvault.safe_open(name, "pt", socket=d.socket_path, views=True) as f:
+        got = f.get_tensors()
+    assert set(got) == set(ref)
+    raw = lambda t: t.reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+    for n, t in got.items():
+        assert raw(t) == ref[n], n
+    assert d.metrics()["tensorvault_tier_view_bytes"] > 0
+    big = max(got, key=lambda n: got[n].nbytes)
+    w = got[big]
+    w.reshape(-1).view(torch.uint8).fill_(0xA5)  # writable, in place
+    assert set(raw(w)) == {0xA5}
+    with tensorvault.safe_open(name, "pt", socket=d.socket_path, views=True) as f:
+        again = f.get_tensor(big)
+    assert raw(again) == ref[big]
+    with tensorvault.safe_open(name, "np", socket=d.socket_path) as f:
+        assert f.get_tensor(big).tobytes() == ref[big]
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, tensorvault\n"
+         "with tensorvault.safe_open(sys.argv[1], 'np', socket=sys.argv[2], views=True) as f:\n"
+         "    sys.stdout.write(f.get_tensor(sys.argv[3]).tobytes().hex())",
+         name, d.socket_path, big], capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert bytes.fromhex(out.stdout) == ref[big]
+    del got, w, again, t, f
+    gc.collect()
+    assert d.metrics()["tensorvault_tier_view_bytes"] == 0

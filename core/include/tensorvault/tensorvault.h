@@ -407,9 +407,23 @@ int tv_tensor_view_batch(tv_model *m, tv_view_req *reqs, size_t n, tv_error *err
  * NULL) and its length in bytes (the tensor's nbytes; 0 for NULL). */
 const void *tv_view_data(const tv_view *v);
 uint64_t tv_view_nbytes(const tv_view *v);
+/* The view's bytes in a private, writable, copy-on-write mapping of the
+ * tier's pages (MAP_PRIVATE): reading shares the daemon's memory (no copy);
+ * the first write to a page copies that page for this process alone, so
+ * neither the daemon, other processes nor a later view ever see it. For
+ * frameworks whose tensors must be writable (torch). The same address
+ * every call; valid, like tv_view_data, until tv_view_release, which
+ * unmaps it (and its private copies). The pins are the view's: a view
+ * that outlives its session reads zeros where the daemon evicted. Returns
+ * 0 and *data (tv_view_data for a 0-byte view); TV_E_INVALID_ARG (NULL
+ * v or data); TV_E_NOT_SUPPORTED (this handle kept no descriptor of the
+ * tier); -errno of mmap (e.g. -ENOMEM where the tier is on hugetlb pages
+ * and none is free for a private copy). */
+int tv_view_map(tv_view *v, void **data, tv_error *err);
 /* Gives the view's pins back to the daemon (when its session lives) and
- * frees it; with the model closed and this its last view, closes the
- * model's handle at the daemon too. NULL-safe. */
+ * frees it (and unmaps tv_view_map's mapping); with the model closed and
+ * this its last view, closes the model's handle at the daemon too.
+ * NULL-safe. */
 void tv_view_release(tv_view *v);
 
 /* Reads a tensor into CUDA device memory with cudaMemcpyAsync on stream (a

@@ -16,11 +16,14 @@
  *     returns only when all of them went back (or the session is closed);
  *   - the snapshot received is validated (seals, size, checksum, model name,
  *     generation) before a tensor record in it is followed;
- *   - every descriptor received is closed once mapped (or refused);
+ *   - every descriptor received is closed once mapped (or refused); a
+ *     version-3 handle keeps a duplicate of its tier's, read-only, for
+ *     tv_view_map's private mappings, closed with the handle's hold;
  *   - a model keeps its mappings until tv_model_close, also after its
  *     session was closed (then its reads fail with TV_E_DISCONNECTED). */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,6 +90,8 @@ static void hold_free(tv__fpc_hold *h)
         tv__cuda_unpin((void *)h->arena);
     if (h->arena)
         tv__sys.munmap((void *)h->arena, h->arena_len);
+    if (h->tier_fd >= 0)
+        tv__sys.close(h->tier_fd);
     free(h);
 }
 
@@ -234,6 +239,7 @@ static int map_model(tv__fpc_model *m, const char *spec, const tv__fp_opened *o,
 {
     if (!(m->hold = calloc(1, sizeof(*m->hold))))
         return tv__seterr(err, -ENOMEM, "out of memory");
+    m->hold->tier_fd = -1;
     m->hold->handle = o->handle;
     m->tier = (o->flags & TV__FP_OPENED_TIER) != 0;
     m->handle = o->handle;
@@ -254,6 +260,14 @@ static int map_model(tv__fpc_model *m, const char *spec, const tv__fp_opened *o,
     m->arena = p;
     m->hold->arena = p;
     m->hold->arena_len = m->arena_len;
+    /* The tier's descriptor stays for tv_view_map (private mappings of a
+     * view's pages); without it views still work, only mapped shared. */
+    struct stat sb;
+    if (m->tier && tv__sys.fstat(fds[1], &sb) == 0 && sb.st_blksize > 0 &&
+        ((uint64_t)sb.st_blksize & ((uint64_t)sb.st_blksize - 1)) == 0) {
+        m->hold->tier_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 0);
+        m->hold->page_len = (size_t)sb.st_blksize;
+    }
     return 0;
 }
 
@@ -835,6 +849,9 @@ struct tv_view {
     uint64_t nbytes;
     uint32_t *slots; /* the view references to give back (RELEASE_VIEW), one per CHUNK entry */
     uint32_t n_slots;
+    void *priv;       /* tv_view_map's private mapping of the view's pages, or NULL */
+    size_t priv_len;  /* its length */
+    size_t priv_skip; /* the view's first byte in it */
 };
 
 /* Gives back n view references of hold h (RELEASE_VIEW) when its session
@@ -864,11 +881,44 @@ TV_API uint64_t tv_view_nbytes(const tv_view *v)
     return v ? v->nbytes : 0;
 }
 
+TV_API int tv_view_map(tv_view *v, void **data, tv_error *err)
+{
+    if (!v || !data)
+        return tv__seterr(err, TV_E_INVALID_ARG, "NULL argument");
+    *data = NULL;
+    const tv__fpc_hold *h = v->hold;
+    if (!v->priv && v->nbytes) {
+        if (h->tier_fd < 0)
+            return tv__seterr(err, TV_E_NOT_SUPPORTED,
+                              "view of %" PRIu64 " bytes: no descriptor of the tier to map it from",
+                              v->nbytes);
+        uint64_t off = (uint64_t)(v->data - h->arena), lo = off - off % h->page_len, hi = 0;
+        if (tv__add_u64(off, v->nbytes, &hi) || tv__align_up_u64(hi, h->page_len, &hi) ||
+            hi > h->arena_len)
+            return tv__seterr(err, TV_E_OVERFLOW,
+                              "view at %" PRIu64 " of %" PRIu64
+                              " bytes: outside the tier's %zu bytes",
+                              off, v->nbytes, h->arena_len);
+        void *p = tv__sys.mmap(NULL, (size_t)(hi - lo), PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                               h->tier_fd, (off_t)lo);
+        if (p == MAP_FAILED)
+            return tv__seterr(err, -errno, "view of %" PRIu64 " bytes: private mapping: %s",
+                              v->nbytes, strerror(errno));
+        v->priv = p;
+        v->priv_len = (size_t)(hi - lo);
+        v->priv_skip = (size_t)(off - lo);
+    }
+    *data = v->priv ? (uint8_t *)v->priv + v->priv_skip : (void *)v->data;
+    return 0;
+}
+
 TV_API void tv_view_release(tv_view *v)
 {
     if (!v)
         return;
     tv__fpc_hold *h = v->hold;
+    if (v->priv)
+        tv__sys.munmap(v->priv, v->priv_len);
     release_views(h, v->slots, v->n_slots);
     free(v->slots);
     free(v);

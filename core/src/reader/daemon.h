@@ -73,6 +73,8 @@ struct tv__fpc_hold {
     uint32_t handle;
     const uint8_t *arena;
     size_t arena_len;
+    int tier_fd;        /* the tier's memfd (a version-3 handle), else -1: private view maps */
+    size_t page_len;    /* its pages' length (st_blksize: 4096, or a hugetlb page's) */
     bool pinned;        /* cudaHostRegister'ed */
     uint32_t n_views;   /* live views */
     bool model_closed;  /* the model is gone: the last view closes the handle */
