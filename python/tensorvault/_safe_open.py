@@ -563,7 +563,9 @@ class _Reader:
         except N.Error as e:
             for x in got:
                 x.release()
-            if e.code == N.TV_E_NOT_SUPPORTED:
+            # no private mapping here (a library or handle without it, or
+            # mmap's -errno: e.g. no free huge page to reserve): copies
+            if e.code == N.TV_E_NOT_SUPPORTED or -1000 < e.code < 0:
                 return None
             raise
 

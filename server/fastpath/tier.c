@@ -427,8 +427,11 @@ int tv__tier_gen_new(tv__tier *t, const char *name, int64_t gen, const uint8_t k
         g->c[i].g = g;
     unsigned huge = t->pages == TV__TIER_PAGES_HUGETLB ? MFD_HUGETLB : 0u;
     g->fd = memfd_create("tensorvault-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING | huge);
-    if (g->fd < 0 && huge) /* the pool may be gone since: small pages then */
+    g->page_len = huge ? t->page_len : SMALL_PAGE;
+    if (g->fd < 0 && huge) { /* the pool may be gone since: small pages then */
         g->fd = memfd_create("tensorvault-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        g->page_len = SMALL_PAGE;
+    }
     if (g->fd < 0) {
         rc =
             tv__seterr(err, -errno, "fastpath tier: '%s': memfd_create: %s", name, strerror(errno));
@@ -717,24 +720,42 @@ uint64_t tv__tier_gen_allocated(const tv__tier_gen *g)
     return (uint64_t)st.st_blocks * 512u;
 }
 
-/* Punches [a, b) of g's memfd, clipped to the data extent [da, db); returns
- * the bytes of the extent it covered. */
+/* Punches the whole pages of [a, b) of g's memfd, clipped to the data
+ * extent [da, db); returns the bytes punched. Only whole pages: a page
+ * that also holds resident bytes stays (on hugetlb pages a partial punch
+ * would only zero it). */
 static uint64_t punch_clip(tv__tier_gen *g, uint64_t a, uint64_t b, uint64_t da, uint64_t db)
 {
     if (a < da)
         a = da;
     if (b > db)
         b = db;
+    a += (g->page_len - a % g->page_len) % g->page_len; /* checked: a < b <= g->len */
+    b -= b % g->page_len;
     if (a >= b)
         return 0;
     punch(g, a, b - a);
     return b - a;
 }
 
+/* The bytes g's resident and reading chunks take in whole pages (what
+ * the memfd holds when no client touched a hole). */
+static uint64_t resident_pages_len(const tv__tier_gen *g)
+{
+    uint64_t sum = 0, p = g->page_len;
+    for (uint32_t i = 0; i < g->n_chunks; i++) {
+        const tv__tier_chunk *c = &g->c[i];
+        if (c->state != TV__TIER_ABSENT)
+            sum += (c->hi + (p - c->hi % p) % p) - (c->lo - c->lo % p); /* checked: <= chunk_len */
+    }
+    return sum;
+}
+
 uint64_t tv__tier_scrub(tv__tier_gen *g)
 {
     uint64_t done = 0, pos = 0;
-    if (tv__tier_gen_allocated(g) <= g->resident_len)
+    if (tv__tier_gen_allocated(g) <= g->resident_len || /* the common case, cheaply */
+        tv__tier_gen_allocated(g) <= resident_pages_len(g))
         return 0;
     while (pos < g->len) {
         off_t d = tv__sys.lseek(g->fd, (off_t)pos, SEEK_DATA);

@@ -77,6 +77,7 @@ struct tv__tier_gen {
     uint8_t *base;   /* the daemon's mapping, read-write */
     size_t len;      /* n_chunks x chunk_len */
     uint32_t n_chunks, chunk_len;
+    uint64_t page_len; /* its memfd's pages: the tier's, or 4096 where hugetlb failed */
     tv__tier_chunk *c;
     bool open;             /* a read group uses it */
     uint64_t floor_len;    /* while open: its staging allowance */
@@ -175,9 +176,10 @@ bool tv__tier_member_owed(const tv__tier_gen *g, int bit);
 
 /* Punches pages of g allocated outside its accounted bytes (a client that
  * touched a hole of its read-only mapping makes the kernel allocate a
- * page there): only when the memfd holds more than it accounts for, then
- * every page of an ABSENT chunk and of a RESIDENT chunk outside [lo, hi).
- * Returns the bytes punched. */
+ * page there): only when the memfd holds more than its chunks take in
+ * whole pages, then every whole page of an ABSENT chunk and of a RESIDENT
+ * chunk outside [lo, hi) (a page holding resident bytes stays). Returns
+ * the bytes punched. */
 uint64_t tv__tier_scrub(tv__tier_gen *g);
 /* The memfd's allocated bytes as the kernel counts them (fstat), or 0. */
 uint64_t tv__tier_gen_allocated(const tv__tier_gen *g);

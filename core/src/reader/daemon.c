@@ -907,6 +907,12 @@ TV_API int tv_view_map(tv_view *v, void **data, tv_error *err)
         v->priv = p;
         v->priv_len = (size_t)(hi - lo);
         v->priv_skip = (size_t)(off - lo);
+#ifdef MADV_POPULATE_READ
+        /* the pages are the view's, resident and pinned: mapping them in one
+         * call beats a fault per page; read-only, so nothing is copied */
+        if (v->priv_len >= POPULATE_MIN)
+            (void)tv__sys.madvise(p, v->priv_len, MADV_POPULATE_READ);
+#endif
     }
     *data = v->priv ? (uint8_t *)v->priv + v->priv_skip : (void *)v->data;
     return 0;
