@@ -147,19 +147,6 @@ typedef struct out_file {
     bool same; /* DIR holds it already, byte for byte */
 } out_file;
 
-static void sha_hex(const void *p, size_t len, char out[65])
-{
-    tv__sha256 h;
-    uint8_t d[32];
-    if (tv__sha256_init(&h)) {
-        out[0] = '\0';
-        return;
-    }
-    tv__sha256_update(&h, p, len);
-    tv__sha256_final(&h, d);
-    tv__hex_encode(d, 32, false, out);
-}
-
 /* Whether DIR/path holds f's bytes (f->same), or a different file that
  * only --force replaces; a symbolic link on the way is refused. */
 static int check_target(const char *dir, out_file *f, bool force, tv_error *err)
@@ -277,7 +264,7 @@ static int fetch_files(checkout *k, tv_error *err)
             (rc = tv__cli_call_bytes(&k->cl, path, &o->data, &o->len, err)))
             return rc;
         k->n_out++;
-        sha_hex(o->data, o->len, sha);
+        tv__sha256_hex(o->data, o->len, sha);
         if ((json_int_t)o->len != size || !want || strcmp(sha, want))
             return tv__seterr(
                 err, TV_E_HASH_MISMATCH,

@@ -140,8 +140,7 @@ int tv__sidecars_add(tv__sidecars *set, const tv__sidecar_caps *caps, const char
     memset(f, 0, sizeof(*f));
     f->path = strdup(path);
     f->data = malloc(len ? len : 1);
-    tv__sha256 h;
-    if (!f->path || !f->data || tv__sha256_init(&h)) {
+    if (!f->path || !f->data) {
         free(f->path);
         free(f->data);
         return tv__seterr(err, -ENOMEM, "out of memory");
@@ -149,10 +148,11 @@ int tv__sidecars_add(tv__sidecars *set, const tv__sidecar_caps *caps, const char
     if (len)
         memcpy(f->data, data, len);
     f->len = len;
-    uint8_t dig[32];
-    tv__sha256_update(&h, f->data, len);
-    tv__sha256_final(&h, dig);
-    tv__hex_encode(dig, 32, false, f->sha256);
+    if (tv__sha256_hex(f->data, len, f->sha256)) {
+        free(f->path);
+        free(f->data);
+        return tv__seterr(err, -ENOMEM, "out of memory");
+    }
     set->total_len = sum;
     set->n++;
     return 0;

@@ -128,18 +128,6 @@ void tv__hub_git_blob_sha1(const void *p, size_t len, char hex[41])
     EVP_MD_CTX_free(c);
 }
 
-static int sha256_hex(const void *p, size_t len, char hex[65])
-{
-    tv__sha256 h;
-    uint8_t dig[32];
-    if (tv__sha256_init(&h))
-        return -ENOMEM;
-    tv__sha256_update(&h, p, len);
-    tv__sha256_final(&h, dig);
-    tv__hex_encode(dig, 32, false, hex);
-    return 0;
-}
-
 /* ---- the listing ---- */
 
 void tv__hub_listing_free(tv__hub_listing *l)
@@ -502,7 +490,7 @@ static int fetch_small(hub *hb, const char *commit, const tv__hub_file *f, uint8
                         fr.got, (unsigned long long)f->size);
         goto fail;
     }
-    if (sha256_hex(fr.buf ? (void *)fr.buf : (void *)"", fr.got, sha_hex)) {
+    if (tv__sha256_hex(fr.buf ? (void *)fr.buf : (void *)"", fr.got, sha_hex)) {
         rc = tv__seterr(err, -ENOMEM, "out of memory");
         goto fail;
     }

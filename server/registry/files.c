@@ -17,14 +17,9 @@
 
 static int check_hash(const tv__reg_file_in *f, tv_error *err)
 {
-    tv__sha256 h;
-    uint8_t dig[32];
     char hex[TV__REG_SHA256_HEX_LEN + 1];
-    if (tv__sha256_init(&h))
+    if (tv__sha256_hex(f->data, f->len, hex))
         return tv__seterr(err, -ENOMEM, "out of memory");
-    tv__sha256_update(&h, f->data, f->len);
-    tv__sha256_final(&h, dig);
-    tv__hex_encode(dig, 32, false, hex);
     if (strcmp(hex, f->sha256) != 0)
         return tv__seterr(err, TV_E_HASH_MISMATCH, "sidecar file '%s' hashes to %s, not %s",
                           f->path, hex, f->sha256);

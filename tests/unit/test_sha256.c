@@ -111,6 +111,16 @@ static void test_incremental_matches_oneshot(void **state)
 
 /* final frees the context; free is NULL-safe and safe twice; a freed
  * context takes updates without effect and init makes it usable again. */
+static void test_hex_of_a_buffer(void **state)
+{
+    (void)state;
+    char hex[65];
+    assert_int_equal(tv__sha256_hex("abc", 3, hex), 0);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_int_equal(tv__sha256_hex(NULL, 0, hex), 0);
+    assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
 static void test_lifetime(void **state)
 {
     (void)state;
@@ -147,6 +157,7 @@ int main(void)
         cmocka_unit_test(test_million_a),
         cmocka_unit_test(test_incremental_matches_oneshot),
         cmocka_unit_test(test_lifetime),
+        cmocka_unit_test(test_hex_of_a_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

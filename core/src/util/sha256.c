@@ -3,6 +3,7 @@
 
 #include <openssl/evp.h>
 
+#include "util/hex.h"
 #include "util/sha256.h"
 
 int tv__sha256_init(tv__sha256 *h)
@@ -37,4 +38,17 @@ void tv__sha256_free(tv__sha256 *h)
         EVP_MD_CTX_free(h->md);
         h->md = NULL;
     }
+}
+
+int tv__sha256_hex(const void *p, size_t len, char hex[65])
+{
+    tv__sha256 h;
+    uint8_t dig[32];
+    hex[0] = '\0';
+    if (tv__sha256_init(&h))
+        return -ENOMEM;
+    tv__sha256_update(&h, p, len);
+    tv__sha256_final(&h, dig);
+    tv__hex_encode(dig, 32, false, hex);
+    return 0;
 }

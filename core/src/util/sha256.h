@@ -18,4 +18,7 @@ void tv__sha256_update(tv__sha256 *h, const void *p, size_t len);
 void tv__sha256_final(tv__sha256 *h, uint8_t out[32]);
 /* Frees without producing a digest. NULL-safe, safe twice. */
 void tv__sha256_free(tv__sha256 *h);
+/* The SHA-256 of [p, p + len) as 64 lowercase hex digits and a NUL.
+ * Returns 0 or -ENOMEM (hex then ""). */
+int tv__sha256_hex(const void *p, size_t len, char hex[65]);
 #endif
