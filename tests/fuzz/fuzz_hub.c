@@ -71,6 +71,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_source(line);
     snprintf(with, sizeof(with), "hf://%s", line);
     check_source(with);
+    /* the sidecar name rule every pull and Hub name passes: what it lets
+     * through stays inside the checkpoint's directory */
+    if (tv__sidecar_path_valid(line, &err) == 0 &&
+        (line[0] == '/' || strstr(line, "//") || strchr(line, '\\') || !strcmp(line, "..") ||
+         !strncmp(line, "../", 3) || strstr(line, "/../") ||
+         (n >= 3 && !strcmp(line + n - 3, "/.."))))
+        abort();
     char hex[41];
     tv__hub_git_blob_sha1(data, size, hex);
     hexlen(hex, 40, 40);

@@ -389,6 +389,32 @@ def test_vllm_plugin_takes_model_and_generation_from_the_checkout(build_dir, tmp
     assert np.array_equal(m.got["w"].numpy(), w1["w"])  # generation 1, not the alias's 2
 
 
+def test_a_malformed_checkout_record_is_no_checkout(tmp_path):
+    """A tensorvault.json that is not a record (not JSON, not an object, no
+    model, a generation that is not a positive integer, no shard list)
+    makes its directory no checkout: nothing resolves through it, so a
+    loader fails on the missing shard file instead of reading other
+    weights; a well-formed one resolves its shards."""
+    from tensorvault import _checkout
+    good = {"model": "m", "generation": 2, "shards": [{"name": "model.safetensors"}]}
+    bad = [b"", b"{", b"[]", json.dumps({**good, "model": 7}).encode(),
+           json.dumps({k: v for k, v in good.items() if k != "model"}).encode(),
+           json.dumps({**good, "generation": 0}).encode(),
+           json.dumps({**good, "generation": "2"}).encode(),
+           json.dumps({**good, "generation": True}).encode(),
+           json.dumps({**good, "shards": {}}).encode(), b"\xff\xfe"]
+    rec = tmp_path / "tensorvault.json"
+    for b in bad:
+        rec.write_bytes(b)
+        assert _checkout.read_record(tmp_path) is None, b
+        assert _checkout.spec_of(tmp_path) is None, b
+        assert _checkout.shard_of(tmp_path / "model.safetensors") is None, b
+    rec.write_text(json.dumps(good))
+    assert _checkout.spec_of(tmp_path) == "m@2"
+    assert _checkout.shard_of(tmp_path / "model.safetensors")[1:] == (0, "model.safetensors")
+    assert _checkout.shard_of(tmp_path / "other.safetensors") is None
+
+
 def test_http_origin_sidecar_files_are_the_well_known_names(build_dir, tmp_path):
     """An http(s) origin cannot be listed: the importer asks for the
     well-known names beside the checkpoint, keeps those answered 200 (one
