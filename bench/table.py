@@ -39,8 +39,8 @@ Sections (the keys of --only):
           and, where this build has them, with read-only views (<= 0.1 s);
   larger  (1 GiB) the model twice the memory tier (cache.bytes = half of
           it), loaded three times by one tensorvault bench --fastpath: the
-          third load's device bytes per model byte (<= 0.75: the tier keeps
-          the generation's first chunks) and its time over the first's;
+          third load's device bytes per model byte (<= 0.75) and its time
+          over the first's;
   http    wrk -t2 -c64 -d10s of one tensor's metadata route: >= 20,000 req/s
           with no error (non-2xx or socket error).
 
@@ -713,8 +713,7 @@ def section_larger(R, T, st, rounds):
     three times in a row by one client (tensorvault bench --fastpath): the
     device bytes of the later loads. Evicting least recently used first, a
     pass larger than the tier evicts every chunk before the next pass comes
-    back to it (1.0 x the model again); the tier keeps the generation's
-    first chunks instead."""
+    back to it (1.0 x the model again)."""
     model = st["model_bytes"]
     metric = "tensorvault_fastpath_device_read_bytes_total"
     work = os.path.join(os.path.dirname(st["store"]), "store-larger")
