@@ -51,8 +51,10 @@ def fleet_daemon(build_dir, workdir, dsn, node, name="d"):
 
 
 def published(postgres, db, model, number):
-    return q(postgres, db, f"SELECT count(*) FROM generations WHERE model = '{model}' "
-                           f"AND number = {number}") == "1"
+    """True once the row is there; False while it is not, including while the
+    daemon's catalog migration has not made the table yet."""
+    return q_or_none(postgres, db, f"SELECT count(*) FROM generations WHERE model = '{model}' "
+                                   f"AND number = {number}") == "1"
 
 
 def test_two_daemons_migrate_once(build_dir, postgres, tmp_path):
