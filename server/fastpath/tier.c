@@ -527,6 +527,23 @@ void tv__tier_gen_close(tv__tier_gen *g)
 
 /* ---- residency and pins -------------------------------------------------------- */
 
+/* The idle chunk to evict to make room for a chunk of g: the LRU's head
+ * (least recently used, any generation), unless that is g's own; then g's
+ * most recently used idle chunk. A generation read in one pass larger
+ * than the tier thus keeps its first chunks for the next load: evicting
+ * least recently used first under such a scan evicts every chunk before
+ * the next pass comes back to it, and a looping load would never hit. */
+static tv__tier_chunk *victim(tv__tier *t, const tv__tier_gen *g)
+{
+    tv__tier_chunk *v = t->lru_head;
+    if (!v || v->g != g)
+        return v;
+    for (tv__tier_chunk *m = t->lru_tail; m; m = m->prev)
+        if (m->g == g)
+            return m;
+    return v;
+}
+
 int tv__tier_reserve(tv__tier_gen *g, uint32_t idx, uint32_t lo, uint32_t hi)
 {
     tv__tier *t = g->t;
@@ -549,7 +566,7 @@ int tv__tier_reserve(tv__tier_gen *g, uint32_t idx, uint32_t lo, uint32_t hi)
         return TV_E_BUSY;
     }
     while (t->resident_len + need > bound(t) && t->lru_head)
-        evict(t->lru_head);
+        evict(victim(t, g));
     g->resident_len = g->resident_len - old + want;
     t->resident_len = t->resident_len - old + want;
     c->state = TV__TIER_READING;

@@ -3,8 +3,10 @@
  * generation, i.e. chunk k of shard s with i = the shard's first chunk + k,
  * at bytes [i x chunk_len, (i + 1) x chunk_len)), made resident by device
  * reads straight into it and evicted by punching its hole, under one memory
- * budget shared by every generation, least recently used first. A chunk
- * read for one worker stays for the next; a generation stays after its
+ * budget shared by every generation, least recently used first (but a
+ * generation that needs room and is itself the least recently used gives
+ * up its most recently used chunk: one pass larger than the budget keeps
+ * its first chunks). A chunk read for one worker stays for the next; a generation stays after its
  * last handle closed (dormant) until the budget needs its memory. This file
  * is the bookkeeping: residency, pins, members' debts, the LRU and the
  * holes; the read groups (group.c) start the reads and serve the requests.
@@ -138,7 +140,8 @@ void tv__tier_gen_close(tv__tier_gen *g);
 
 /* Makes room for chunk idx to become READING over [lo, hi) (from ABSENT,
  * or from idle RESIDENT to read more of it), evicting unprotected idle
- * chunks (the LRU's, least recently used first) as needed. Returns 0 (the
+ * chunks as needed: the LRU's head first, but g's most recently used idle
+ * chunk when the head is g's own (scan resistance). Returns 0 (the
  * chunk is READING, accounted); TV_E_BUSY when the bound leaves no room
  * even so (nothing changed: the chunks that would have to go are in use,
  * pinned by views, or owed to active members). */

@@ -1,7 +1,10 @@
 /* Unit tests of the memory tier's bookkeeping (server/fastpath/tier.c):
- * which idle chunk makes room (the least recently used, another
- * generation's before the one reading), a chunk in use or being read is
- * never the one, and chunks kept keep their bytes. */
+ * which idle chunk makes room. Another generation's least recently used
+ * chunk goes first; a generation read in one pass larger than the budget
+ * gives up its own most recently used chunk, so it keeps its first chunks
+ * and the next pass reads them from memory (least recently used first
+ * would have evicted each of them before that pass came back). Chunks kept
+ * keep their bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,6 +58,31 @@ static tv__tier *small_tier(uint32_t budget_chunks)
     return t;
 }
 
+static void test_a_pass_larger_than_the_budget_keeps_its_head(void **state)
+{
+    (void)state;
+    tv__tier *t = small_tier(4); /* bound: 4 + the floor's 1 = 5 chunks */
+    tv__tier_gen *g = new_gen(t, "big", 10);
+    for (uint32_t i = 0; i < 10; i++)
+        assert_false(load(g, i));
+    tv__tier_stats st;
+    tv__tier_get_stats(t, &st);
+    assert_int_equal(st.resident_len, 5 * CHUNK);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(g->c[i].state, TV__TIER_RESIDENT);
+    unsigned hits2 = 0, hits3 = 0;
+    for (uint32_t i = 0; i < 10; i++)
+        hits2 += load(g, i);
+    for (uint32_t i = 0; i < 10; i++)
+        hits3 += load(g, i);
+    /* least recently used first: 0 hits in every pass */
+    assert_true(hits2 >= 4);
+    assert_true(hits3 >= 4);
+    tv__tier_get_stats(t, &st);
+    assert_true(st.resident_len <= 5 * CHUNK);
+    tv__tier_destroy(t);
+}
+
 static void test_another_generation_goes_first(void **state)
 {
     (void)state;
@@ -106,6 +134,7 @@ static void test_a_chunk_in_use_is_never_the_victim(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_pass_larger_than_the_budget_keeps_its_head),
         cmocka_unit_test(test_another_generation_goes_first),
         cmocka_unit_test(test_a_chunk_in_use_is_never_the_victim),
     };
