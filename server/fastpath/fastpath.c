@@ -387,6 +387,12 @@ static void fp_free(tv__fp *fp)
         tv__sys.close(fp->wake_fd);
     if (fp->epoll_fd >= 0)
         tv__sys.close(fp->epoll_fd);
+    while (fp->uid_views) { /* empty once every session closed */
+        fp_uid_views *v = fp->uid_views;
+        fp->uid_views = v->next;
+        tv__fp_refmap_free(&v->holders);
+        free(v);
+    }
     tv__tier_destroy(fp->tier);
     pthread_mutex_destroy(&fp->mu);
     free(fp->socket_path);

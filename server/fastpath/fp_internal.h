@@ -255,6 +255,18 @@ struct fp_group {
     fp_group *prev, *next;
 };
 
+/* The view pins of one uid on one generation's tier: each chunk counted
+ * once however many of the uid's handles view it (cache.view_bytes_per_uid
+ * bounds the memory a uid pins, and N workers of one user viewing one
+ * model pin it once). */
+typedef struct fp_uid_views {
+    struct fp_uid_views *next;
+    uid_t uid;
+    const tv__tier_gen *tg;
+    fp_refmap holders; /* chunk -> the uid's handles holding a view on it */
+    uint64_t len;      /* bytes of those chunks */
+} fp_uid_views;
+
 struct tv__fp {
     tv__fp_opts o;
     char *socket_path, *store_dir;
@@ -271,15 +283,16 @@ struct tv__fp {
     uint64_t next_session_id;
     fp_group *g_head;
     uint32_t n_groups;
-    tv__tier *tier;     /* the memory tier: every group's chunks, dormant generations */
-    int64_t scrub_ms;   /* the next tv__tier_scrub pass (CLOCK_MONOTONIC) */
-    uint64_t mark;      /* the last per-uid group count's mark (fp_group.mark) */
-    fp_group *dying;    /* groups whose last handle closed this turn (next-linked): freed by
-                           tv__fp_groups_reap once the turn's replies went out */
-    bool again;         /* a slot or credit came free after this turn's scheduling */
-    bool accept_paused; /* accept ran out of descriptors: the listening socket is out of
-                           epoll, retried every FP_ACCEPT_RETRY_MS (fastpath.c) */
-    bool accept_warned; /* said so once since the last successful accept */
+    tv__tier *tier;          /* the memory tier: every group's chunks, dormant generations */
+    fp_uid_views *uid_views; /* per uid and generation: the chunks its views pin */
+    int64_t scrub_ms;        /* the next tv__tier_scrub pass (CLOCK_MONOTONIC) */
+    uint64_t mark;           /* the last per-uid group count's mark (fp_group.mark) */
+    fp_group *dying;         /* groups whose last handle closed this turn (next-linked): freed by
+                                tv__fp_groups_reap once the turn's replies went out */
+    bool again;              /* a slot or credit came free after this turn's scheduling */
+    bool accept_paused;      /* accept ran out of descriptors: the listening socket is out of
+                                epoll, retried every FP_ACCEPT_RETRY_MS (fastpath.c) */
+    bool accept_warned;      /* said so once since the last successful accept */
     /* the loop's current epoll batch: a group freed while it is handled
      * clears its later events there (NULL when no batch is running) */
     struct epoll_event *evs;

@@ -347,13 +347,86 @@ static void hold_slot(fp_handle *h, uint32_t idx)
     took(h, sl->chunk);
 }
 
+/* uid's view pins on generation tg (NULL when none, unless create: then a
+ * new empty record, or NULL when out of memory). */
+static fp_uid_views *uid_views(tv__fp *fp, uid_t uid, const tv__tier_gen *tg, bool create)
+{
+    for (fp_uid_views *v = fp->uid_views; v; v = v->next)
+        if (v->uid == uid && v->tg == tg)
+            return v;
+    if (!create)
+        return NULL;
+    fp_uid_views *v = calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    v->uid = uid;
+    v->tg = tg;
+    v->next = fp->uid_views;
+    fp->uid_views = v;
+    return v;
+}
+
+/* Frees v once it holds no chunk. */
+static void uid_views_forget(tv__fp *fp, fp_uid_views *v)
+{
+    if (v->holders.n)
+        return;
+    for (fp_uid_views **pp = &fp->uid_views; *pp; pp = &(*pp)->next)
+        if (*pp == v) {
+            *pp = v->next;
+            break;
+        }
+    tv__fp_refmap_free(&v->holders);
+    free(v);
+}
+
+/* Bytes of the tier uid pins with views, each chunk once. */
+static uint64_t uid_view_len(const tv__fp *fp, uid_t uid)
+{
+    uint64_t n = 0;
+    for (const fp_uid_views *v = fp->uid_views; v; v = v->next)
+        n += v->uid == uid ? v->len : 0;
+    return n;
+}
+
+/* Handle h took its first view of chunk idx: the uid's pins count it
+ * unless another of its handles holds it. Returns 0 or -ENOMEM. */
+static int uid_view_hold(fp_handle *h, uint32_t idx)
+{
+    tv__fp *fp = h->s->fp;
+    const tv__tier_chunk *tc = &h->g->tg->c[idx];
+    fp_uid_views *v = uid_views(fp, h->s->uid, h->g->tg, true);
+    if (!v)
+        return -ENOMEM;
+    if (tv__fp_refmap_add(&v->holders, idx, 1)) {
+        uid_views_forget(fp, v);
+        return -ENOMEM;
+    }
+    if (tv__fp_refmap_get(&v->holders, idx) == 1)
+        v->len += tc->hi - tc->lo;
+    return 0;
+}
+
+/* Handle h gave back its last view of chunk idx. */
+static void uid_view_drop(fp_handle *h, uint32_t idx)
+{
+    tv__fp *fp = h->s->fp;
+    const tv__tier_chunk *tc = &h->g->tg->c[idx];
+    fp_uid_views *v = uid_views(fp, h->s->uid, h->g->tg, false);
+    if (!v || !tv__fp_refmap_dec(&v->holders, idx))
+        return;
+    if (!tv__fp_refmap_get(&v->holders, idx))
+        v->len -= tc->hi - tc->lo;
+    uid_views_forget(fp, v);
+}
+
 /* Why a view of chunk idx is refused for h (a budget), or NULL. */
 static const char *view_refusal(fp_handle *h, uint32_t idx, char *buf, size_t cap)
 {
     tv__fp *fp = h->s->fp;
     fp_group *g = h->g;
     const tv__tier_chunk *tc = &g->tg->c[idx];
-    uint64_t len = tc->hi - tc->lo, mine = 0;
+    uint64_t len = tc->hi - tc->lo;
     if (fp->o.cache_len < 0) {
         snprintf(buf, cap,
                  "model '%s' generation %" PRId64
@@ -363,9 +436,11 @@ static const char *view_refusal(fp_handle *h, uint32_t idx, char *buf, size_t ca
     }
     if (fp->o.view_len_per_uid == 0 || tv__fp_refmap_get(&h->vrefs, idx))
         return NULL;
-    for (const fp_session *o = fp->s_head; o; o = o->next)
-        for (uint32_t i = 0; o->uid == h->s->uid && i < fp->o.max_handles; i++)
-            mine += o->handles[i] ? o->handles[i]->view_len : 0;
+    /* a chunk another handle of the uid views pins nothing more */
+    const fp_uid_views *v = uid_views(fp, h->s->uid, g->tg, false);
+    if (v && tv__fp_refmap_get(&v->holders, idx))
+        return NULL;
+    uint64_t mine = uid_view_len(fp, h->s->uid);
     if (mine + len <= fp->o.view_len_per_uid)
         return NULL;
     snprintf(buf, cap,
@@ -401,13 +476,16 @@ static uint64_t take_chunk(fp_req *r, uint32_t idx, uint64_t k, bool shared)
             tv__fp_req_fail(r, TV_E_BUSY, why);
             return 0;
         }
-        if (!tv__fp_refmap_get(&h->vrefs, idx))
-            h->view_len += g->tg->c[idx].hi - g->tg->c[idx].lo;
-        if (tv__fp_refmap_add(&h->vrefs, idx, 1)) {
+        bool first = !tv__fp_refmap_get(&h->vrefs, idx);
+        if (tv__fp_refmap_add(&h->vrefs, idx, 1) || (first && uid_view_hold(h, idx))) {
+            if (tv__fp_refmap_get(&h->vrefs, idx))
+                (void)tv__fp_refmap_dec(&h->vrefs, idx);
             tv__tier_vunref(g->tg, idx, 1);
             tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a view reference");
             return 0;
         }
+        if (first)
+            h->view_len += g->tg->c[idx].hi - g->tg->c[idx].lo;
     } else {
         if (tv__fp_refmap_add(&h->crefs, idx, 1)) {
             tv__fp_session_fail(s, -ENOMEM, "fastpath: out of memory for a reference");
@@ -768,8 +846,10 @@ static void handle_close(fp_session *s, fp_handle *h, bool notify)
         tv__tier_unref(g->tg, h->crefs.key[i], h->crefs.val[i]);
     }
     for (uint32_t i = 0; i < h->vrefs.cap; i++)
-        if (h->vrefs.key[i] != UINT32_MAX)
+        if (h->vrefs.key[i] != UINT32_MAX) {
+            uid_view_drop(h, h->vrefs.key[i]);
             tv__tier_vunref(g->tg, h->vrefs.key[i], h->vrefs.val[i]);
+        }
     tv__fp_refmap_free(&h->crefs);
     tv__fp_refmap_free(&h->vrefs);
     tv__tier_member_leave(g->tg, h->member);
@@ -1103,8 +1183,10 @@ static bool release_one(fp_handle *h, uint32_t slot, bool view, int64_t now)
     if (view) {
         if (h->legacy || slot >= g->n_chunks || !tv__fp_refmap_dec(&h->vrefs, slot))
             return false;
-        if (!tv__fp_refmap_get(&h->vrefs, slot))
+        if (!tv__fp_refmap_get(&h->vrefs, slot)) {
             h->view_len -= g->tg->c[slot].hi - g->tg->c[slot].lo;
+            uid_view_drop(h, slot);
+        }
         tv__tier_vunref(g->tg, slot, 1);
     } else if (h->legacy) {
         if (slot >= g->n_slots || h->refs[slot] == 0)

@@ -22,6 +22,8 @@ legacy arena, version-3 sessions read the tier itself) and the C library
     rewritten while other models are loaded through the tier, whose
     resident bytes stay within its bound; a view past the budget is refused
     (TV_E_BUSY naming cache.bytes);
+  - cache.view_bytes_per_uid counts a chunk once however many handles of
+    the uid view it, and refuses a view past it (TV_E_BUSY naming the key);
   - a member killed with SIGKILL while holding views gives its pins back;
   - tensorvault.safe_open(..., views=True): read-only numpy arrays over the
     tier, pinned while an array lives; a store copies; torch refuses it.
@@ -486,6 +488,62 @@ def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
         m.close()
     wait_sessions(tiny, lambda ls: ls == [])
     assert load(tiny.socket_path, a, 3) == ref
+
+
+def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, ref2):
+    """cache.view_bytes_per_uid bounds the tier memory one uid pins with
+    views, each chunk counted once: three handles of the uid (three
+    sessions, as three workers of one user) viewing every tensor of one
+    model are all granted and pin it once; a view of a second model past
+    the bound is refused (TV_E_BUSY naming the key); once the first
+    model's views are given back, the second model's are granted."""
+    size = sum(os.path.getsize(os.path.join(os.path.dirname(src), f))
+               for f in os.listdir(os.path.dirname(src)) if f.endswith(".safetensors"))
+    bound = size * 3 // 2  # one model's chunks, not two
+    st = {**FASTPATH_SETTINGS, "cache.view_bytes_per_uid": str(bound)}
+    dm = Daemon(build_dir, work, settings=st, store=str(work / "peruid_store"),
+                name="peruid").start()
+    dm.wait_socket()
+    models, held = [], []
+    try:
+        a, _ = fresh_model(dm, src)
+        b, _ = fresh_model(dm, src2)
+        for _ in range(3):
+            m = Model(dm.socket_path, a)
+            models.append(m)
+            vs = m.N.views(m.h, list(ref))
+            for n, v in zip(ref, vs):
+                assert not isinstance(v, Exception), (n, v)
+                assert bytes(v.buffer()) == ref[n], n
+            held += vs
+        pinned = dm.metrics()["tensorvault_tier_view_bytes"]
+        assert size <= pinned <= bound, (pinned, size)
+        mb = Model(dm.socket_path, b)
+        models.append(mb)
+        vb = mb.N.views(mb.h, list(ref2))
+        refused = [v for v in vb if isinstance(v, mb.N.Error)]
+        assert refused, "a second model's views passed cache.view_bytes_per_uid"
+        for e in refused:
+            assert e.code == -1203 and "cache.view_bytes_per_uid" in e.message, e.message
+        for v in vb:
+            if not isinstance(v, Exception):
+                v.release()
+        for v in held:
+            v.release()
+        held = []
+        vb = mb.N.views(mb.h, list(ref2))
+        for n, v in zip(ref2, vb):
+            assert not isinstance(v, Exception), (n, v)
+            assert bytes(v.buffer()) == ref2[n], n
+            v.release()
+        assert dm.metrics()["tensorvault_tier_view_bytes"] == 0
+    finally:
+        for v in held:
+            v.release()
+        for m in models:
+            m.close()
+        rc = dm.stop()
+    assert rc == 0, dm.log_text()
 
 
 def test_safe_open_views_are_read_only_arrays_of_the_tier(d, src, ref):
