@@ -22,9 +22,12 @@ Sections (the keys of --only):
           mmap, framework="numpy", safetensors.torch.load_file),
           fastsafetensors on the CPU (nogds=True) and the Run:ai model
           streamer (a bench venv, --bench-venv); targets tensorvault >= every
-          peer on 1 GiB and 4 GiB, >= 0.9 of the best peer on 91 MB;
+          peer on 1 GiB and 4 GiB, >= 0.9 of the best peer on 91 MB; and the
+          in-process Python path >= 0.95 of the C reader loading into newly
+          allocated buffers (`tensorvault bench --store --fresh`);
   clients 4 and 8 clients of `tensorvault bench --fastpath` and of Python
-          get_tensors() through the daemon (1 GiB), each started 0-500 ms
+          get_tensors() through the daemon (1 GiB; copying, and with torch
+          views where this build has them), each started 0-500 ms
           after the previous at random, from a freshly started daemon:
           device bytes per model byte (/metrics
           tensorvault_fastpath_device_read_bytes_total) <= 1.1, the slowest
@@ -39,8 +42,8 @@ Sections (the keys of --only):
           and, where this build has them, with read-only views (<= 0.1 s);
   larger  (1 GiB) the model twice the memory tier (cache.bytes = half of
           it), loaded three times by one tensorvault bench --fastpath: the
-          third load's device bytes per model byte (<= 0.75) and its time
-          over the first's;
+          third load's device bytes per model byte (<= 0.75: the tier keeps
+          the generation's first chunks) and its time over the first's;
   http    wrk -t2 -c64 -d10s of one tensor's metadata route: >= 20,000 req/s
           with no error (non-2xx or socket error).
 
@@ -92,7 +95,8 @@ PEERS = ["st_pt", "st_np", "st_load_file", "fastsafetensors", "runai"]
 LABEL = {
     "fio_qd32": "fio 1 job QD32", "fio_4j": "fio 4 jobs x QD8 (quarters)",
     "tv_auto": "tensorvault bench (default engine)", "tv_pread": "tensorvault bench --engine pread",
-    "tv_store": "tensorvault.safe_open store= pt", "tv_fp": "tensorvault.safe_open fast path pt",
+    "tv_store": "tensorvault.safe_open store= pt",
+    "tv_fresh": "tensorvault bench --fresh (C reader, new buffers)", "tv_fp": "tensorvault.safe_open fast path pt",
     "st_pt": "safetensors safe_open pt (mmap)", "st_np": "safetensors safe_open numpy",
     "st_load_file": "safetensors.torch.load_file", "fastsafetensors": "fastsafetensors 0.5 CPU nogds",
     "runai": "runai-model-streamer 0.17 CPU",
@@ -410,10 +414,12 @@ class Runner:
         s = max(x["read"]["runtime"] for x in j) / 1e3
         return {"bytes": b, "seconds": s}
 
-    def tv(self, st, engine=None):
+    def tv(self, st, engine=None, fresh=False):
         argv = [self.exe, "bench", "--store", st["store"], "m", "--json"]
         if engine:
             argv += ["--engine", engine]
+        if fresh:
+            argv += ["--fresh"]
         r = self.run_json(argv)
         return {"bytes": r["bytes"], "seconds": r["seconds"]}
 
@@ -525,6 +531,7 @@ def section_engine_python(R, T, size, st, files, daemon, do_engine, do_python, r
         fns.update({"fio_qd32": lambda: R.fio(st, 1), "fio_4j": lambda: R.fio(st, 4),
                     "tv_auto": lambda: R.tv(st), "tv_pread": lambda: R.tv(st, "pread")})
     if do_python:
+        fns["tv_fresh"] = lambda: R.tv(st, fresh=True)
         fns["tv_store"] = lambda: R.py("tv_store", [st["store"], "m"])
 
         def fp():
@@ -558,6 +565,9 @@ def section_engine_python(R, T, size, st, files, daemon, do_engine, do_python, r
         for k in peers:
             m, v = ratio_median(runs, "tv_store", k)
             T.add("python", f"{sz} tensorvault store= pt / {LABEL[k]}", m, "x", note=fmt_rounds(v))
+        m, v = ratio_median(runs, "tv_store", "tv_fresh")
+        T.add("python", f"{sz} tensorvault store= pt / C reader (bench --fresh)", m, "x", 0.95,
+              note=fmt_rounds(v))
         m, v = ratio_median(runs, "tv_fp", peers)
         T.add("python", f"{sz} tensorvault fast path pt / best peer", m, "x", note=fmt_rounds(v))
         m, v = ratio_median(runs, "tv_fp", "st_pt")
@@ -599,7 +609,13 @@ def section_clients(R, T, st, daemon, rounds, counts):
     kinds = {
         "C": lambda: [R.exe, "bench", "m", f"--fastpath={daemon.sock}", "--json"],
         "py": lambda: [sys.executable, __file__, "--child", "tv_fp", daemon.sock, "m"],
+        # the same get_tensors with torch views (copy-on-write maps of the
+        # tier): what a loader that copies to the GPU next gets, no host copy
+        "pyv": lambda: [sys.executable, __file__, "--child", "tv_views_pt", daemon.sock, "m"],
     }
+    import tensorvault
+    if not views_param(tensorvault):
+        del kinds["pyv"]
     res = {}
 
     def run(kind, n):
@@ -638,7 +654,7 @@ def section_clients(R, T, st, daemon, rounds, counts):
     log(f"== clients: 1, {', '.join(map(str, counts))} x (bench --fastpath, Python get_tensors), "
         f"lockstep 8 ({rounds} rounds)")
     for i in range(rounds):
-        for kind in ("C", "py"):
+        for kind in kinds:
             one = run(kind, 1)
             res.setdefault((kind, 1), []).append(one)
             for n in counts:
@@ -653,6 +669,7 @@ def section_clients(R, T, st, daemon, rounds, counts):
             r["ratio"] = r["slowest"] / one["slowest"]
             res.setdefault(("lockstep", 8), []).append(r)
     names = {"C": "tensorvault bench --fastpath", "py": "Python get_tensors (daemon)",
+             "pyv": "Python get_tensors, torch views (daemon)",
              "lockstep": "bench_fastpath released at once (best case)"}
     for (kind, n), rs in res.items():
         if n == 1:
@@ -713,7 +730,8 @@ def section_larger(R, T, st, rounds):
     three times in a row by one client (tensorvault bench --fastpath): the
     device bytes of the later loads. Evicting least recently used first, a
     pass larger than the tier evicts every chunk before the next pass comes
-    back to it (1.0 x the model again)."""
+    back to it (1.0 x the model again); the tier keeps the generation's
+    first chunks instead."""
     model = st["model_bytes"]
     metric = "tensorvault_fastpath_device_read_bytes_total"
     work = os.path.join(os.path.dirname(st["store"]), "store-larger")
