@@ -23,6 +23,7 @@ handle is closed (the model is closed when the last handle or slice on it
 is gone); torch is imported only when framework="pt" is used."""
 import ctypes
 import json
+import logging
 import os
 import re
 import threading
@@ -34,6 +35,8 @@ import numpy as np
 from . import _index
 from . import _native as N
 from . import _paths
+
+_log = logging.getLogger("tensorvault")
 
 try:
     from safetensors import safe_open as OFFICIAL
@@ -242,6 +245,7 @@ class _Model:
         self.h = None
         self.c = None
         self.lock = threading.RLock()  # a view's release may come in a read's thread
+        self.said_busy = False  # a view refused by a budget was logged
         self.spec = spec
         bspec = spec.encode()
         if store is not None:
@@ -534,10 +538,13 @@ class _Reader:
         self.m, self.fw, self.views = m, fw, views
 
     def lend(self, infos):
-        """{name: read-only array} of infos as views of the daemon's memory
-        tier, or None when this model lends none (opened from a store, a
-        daemon before protocol version 3, a library without views): the
-        caller copies then."""
+        """({name: view}, [infos to copy]) for infos: views of the daemon's
+        memory tier (read-only numpy arrays, or torch tensors over private
+        copy-on-write maps), in order, and the tensors whose view a budget
+        refused (cache.bytes, cache.view_bytes_per_uid: TV_E_BUSY), which
+        the caller copies; or None when this model lends none (opened from
+        a store, a daemon before protocol version 3, a library without
+        views, no private mapping): the caller copies them all."""
         m = self.m
         shapes = [(info, self.fw.dtype(info), self.fw.storage_shape(info)) for info in infos]
         with m.lock:
@@ -547,22 +554,29 @@ class _Reader:
         if got is None:
             return None
         errs = [x for x in got if isinstance(x, N.Error)]
-        if errs:
+        fatal = [e for e in errs if e.code != N.TV_E_BUSY]
+        if fatal:
             for x in got:
                 if isinstance(x, N.View):
                     x.release()
-            if all(e.code == N.TV_E_NOT_SUPPORTED for e in errs):
+            if any(e.code == N.TV_E_NOT_SUPPORTED for e in fatal):
                 return None
-            raise errs[0]
+            raise fatal[0]
+        if errs and not m.said_busy:  # once per model: a budget, not a failure
+            m.said_busy = True
+            _log.warning("tensorvault: %s; those tensors are copied instead", errs[0].message)
+        lent = [(info, dt, shape, v) for (info, dt, shape), v in zip(shapes, got)
+                if not isinstance(v, N.Error)]
+        rest = [info for info, v in zip(infos, got) if isinstance(v, N.Error)]
         if isinstance(self.fw, _Numpy):
-            return {info.name: _view_array(v, dt, shape)
-                    for (info, dt, shape), v in zip(shapes, got)}
+            return {info.name: _view_array(v, dt, shape) for info, dt, shape, v in lent}, rest
         try:
             return {info.name: _view_tensor(self.fw.torch, v, dt, shape)
-                    for (info, dt, shape), v in zip(shapes, got)}
+                    for info, dt, shape, v in lent}, rest
         except N.Error as e:
             for x in got:
-                x.release()
+                if isinstance(x, N.View):
+                    x.release()
             # no private mapping here (a library or handle without it, or
             # mmap's -errno: e.g. no free huge page to reserve): copies
             if e.code == N.TV_E_NOT_SUPPORTED or -1000 < e.code < 0:
@@ -583,8 +597,8 @@ class _Reader:
         fw, m = self.fw, self.m
         if self.views:
             lent = self.lend([info])
-            if lent is not None:
-                return lent[info.name]
+            if lent is not None and lent[0]:
+                return lent[0][info.name]
         t = fw.empty(info, fw.storage_shape(info))
         if info.nbytes:
             err = N.tv_error()
@@ -597,11 +611,20 @@ class _Reader:
     def read_tensors(self, infos):
         """{name: tensor} of infos, read as one batch (adjacent tensors
         coalesced); every dtype is checked before anything is read."""
-        fw, m = self.fw, self.m
         if self.views and infos:
             lent = self.lend(infos)
             if lent is not None:
-                return lent
+                views, rest = lent
+                if not rest:
+                    return views
+                copies = self.copy_tensors(rest)
+                return {info.name: views[info.name] if info.name in views else copies[info.name]
+                        for info in infos}
+        return self.copy_tensors(infos)
+
+    def copy_tensors(self, infos):
+        """read_tensors' copies: new tensors, one batched read."""
+        fw, m = self.fw, self.m
         shapes = []
         for info in infos:  # the official's order: tensor by tensor, dtype then shape
             fw.dtype(info)

@@ -490,13 +490,20 @@ def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
     assert load(tiny.socket_path, a, 3) == ref
 
 
-def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, ref2):
+def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, ref2, caplog):
     """cache.view_bytes_per_uid bounds the tier memory one uid pins with
     views, each chunk counted once: three handles of the uid (three
     sessions, as three workers of one user) viewing every tensor of one
     model are all granted and pin it once; a view of a second model past
-    the bound is refused (TV_E_BUSY naming the key); once the first
+    the bound is refused (TV_E_BUSY naming the key), and
+    tensorvault.safe_open(..., views=True) then copies the tensors refused
+    (saying so once) and lends the rest, every byte right; once the first
     model's views are given back, the second model's are granted."""
+    import gc
+    import logging
+
+    import tensorvault
+    import torch
     size = sum(os.path.getsize(os.path.join(os.path.dirname(src), f))
                for f in os.listdir(os.path.dirname(src)) if f.endswith(".safetensors"))
     bound = size * 3 // 2  # one model's chunks, not two
@@ -528,6 +535,19 @@ def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, r
         for v in vb:
             if not isinstance(v, Exception):
                 v.release()
+        raw = lambda t: t.reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+        with caplog.at_level(logging.WARNING, logger="tensorvault"):
+            with tensorvault.safe_open(b, "pt", socket=dm.socket_path, views=True) as f:
+                got = f.get_tensors()
+                one = f.get_tensor(max(ref2, key=lambda n: len(ref2[n])))
+        assert set(got) == set(ref2)
+        for n, t in got.items():
+            assert raw(t) == ref2[n], n
+        assert raw(one) == ref2[max(ref2, key=lambda n: len(ref2[n]))]
+        said = [r for r in caplog.records if "cache.view_bytes_per_uid" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in caplog.records]
+        del got, one, f
+        gc.collect()
         for v in held:
             v.release()
         held = []
