@@ -330,6 +330,25 @@ def test_errors(served, backend, tmp_path, monkeypatch):
         assert str(e.value) == f"framework {fw} is invalid"
 
 
+def test_store_that_is_no_store(served, tmp_path):
+    """store= naming a directory that is no store (empty, missing, a file)
+    says so, not that the model is missing; a store without the model
+    still says the model does not exist."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_bytes(b"x")
+    cases = ((tmp_path / "empty", "no registry.db"), (tmp_path / "missing", "no such directory"),
+             (tmp_path / "file", "not a directory"))
+    for d, why in cases:
+        with pytest.raises(tensorvault.NotFoundError) as e:
+            tensorvault.safe_open("m", framework="np", store=str(d))
+        assert e.value.message == f"{d} is not a tensorvault store ({why}" + (
+            "; run 'tensorvault store init')" if why == "no registry.db" else ")"), e.value.message
+    assert not os.path.exists(tmp_path / "empty" / "registry.db")  # nothing made there
+    with pytest.raises(tensorvault.NotFoundError) as e:
+        tensorvault.safe_open("unknown-model", framework="np", store=served["store"])
+    assert "model 'unknown-model' does not exist" in e.value.message
+
+
 SHARD_HEADER_FNS = ("tv_model_n_shards", "tv_model_shard", "tv_read_shard_header")
 
 

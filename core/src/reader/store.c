@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dev/dev.h"
@@ -428,6 +429,34 @@ static int parse_spec(const char *spec, char *name, size_t name_cap, int64_t *ge
     return 0;
 }
 
+/* rc, the failure to open a model's snapshot in store_dir; when store_dir
+ * is no store at all (no such directory, not a directory, or neither
+ * registry.db nor snapshots/ in it), err says that instead and rc is
+ * TV_E_NOT_FOUND, so that a mistyped store is not reported as a missing
+ * model. */
+static int not_a_store(const char *store_dir, int rc, tv_error *err)
+{
+    char p[4096];
+    struct stat sb;
+    if (rc != TV_E_NOT_FOUND && rc != TV_E_SNAPSHOT) /* SNAPSHOT: e.g. a file, not a directory */
+        return rc;
+    if (stat(store_dir, &sb) < 0)
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (%s)", store_dir,
+                          errno == ENOENT ? "no such directory" : strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return tv__seterr(err, TV_E_NOT_FOUND, "%s is not a tensorvault store (not a directory)",
+                          store_dir);
+    if (rc != TV_E_NOT_FOUND)
+        return rc;
+    if (snprintf(p, sizeof p, "%s/registry.db", store_dir) >= (int)sizeof p || stat(p, &sb) == 0)
+        return rc;
+    if (snprintf(p, sizeof p, "%s/snapshots", store_dir) >= (int)sizeof p || stat(p, &sb) == 0)
+        return rc;
+    return tv__seterr(
+        err, TV_E_NOT_FOUND,
+        "%s is not a tensorvault store (no registry.db; run 'tensorvault store init')", store_dir);
+}
+
 TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_opts *opts,
                          tv_model **out, tv_error *err)
 {
@@ -451,8 +480,10 @@ TV_API int tv_model_open(const char *store_dir, const char *spec, const tv_open_
             tv__snapfile_open_alias(store_dir, name, alias, &opened, &m->lease_fd, &buf, &len, err);
     else
         rc = tv__snapfile_open_gen(store_dir, name, gen, &opened, &m->lease_fd, &buf, &len, err);
-    if (rc)
+    if (rc) {
+        rc = not_a_store(store_dir, rc, err);
         goto fail;
+    }
     m->snap_buf = buf; /* mapped read-only: never written */
     m->snap_len = len;
     m->snap_mapped = true;
