@@ -47,8 +47,8 @@ import pytest
 
 import harness.wire as fp
 from harness.daemon import SLOW, Daemon
-from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, fastpath_checkpoint,
-                              reference, wait_sessions)
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, drop_to_nobody,
+                              fastpath_checkpoint, reference, shared_socket, wait_sessions)
 
 SHARE_WAIT_MS = 300
 TINY_CACHE = 512 << 10  # cache.bytes of the tiny daemon: a sixth of a model
@@ -490,31 +490,75 @@ def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
     assert load(tiny.socket_path, a, 3) == ref
 
 
+def views_as_nobody(sock, spec, names):
+    """A forked child that drops to uid 65534 takes views of names of spec
+    (in one handle) and gives them back: {"granted": n, "refused": [text]}
+    or {"exception": text}."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(rfd)
+            drop_to_nobody()
+            m = Model(sock, spec)
+            vs = m.N.views(m.h, names)
+            out = {"granted": sum(not isinstance(v, Exception) for v in vs),
+                   "refused": [v.message for v in vs if isinstance(v, Exception)]}
+            for v in vs:
+                if not isinstance(v, Exception):
+                    v.release()
+            m.close()
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            out = {"exception": repr(e)}
+        os.write(wfd, json.dumps(out).encode())
+        os._exit(0)
+    os.close(wfd)
+    data = b""
+    while True:
+        part = os.read(rfd, 1 << 16)
+        if not part:
+            break
+        data += part
+    os.close(rfd)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
 def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, ref2, caplog):
     """cache.view_bytes_per_uid bounds the tier memory one uid pins with
     views, each chunk counted once: three handles of the uid (three
     sessions, as three workers of one user) viewing every tensor of one
     model are all granted and pin it once; a view of a second model past
-    the bound is refused (TV_E_BUSY naming the key), and
+    the bound is refused (TV_E_BUSY naming the key), while another uid
+    (65534, in a child) has a bound of its own and is granted it;
     tensorvault.safe_open(..., views=True) then copies the tensors refused
     (saying so once) and lends the rest, every byte right; once the first
     model's views are given back, the second model's are granted."""
+    size = sum(os.path.getsize(os.path.join(os.path.dirname(src), f))
+               for f in os.listdir(os.path.dirname(src)) if f.endswith(".safetensors"))
+    bound = size * 3 // 2  # one model's chunks, not two
+    with shared_socket() as (sock, shared):
+        st = {**FASTPATH_SETTINGS, **shared, "cache.view_bytes_per_uid": str(bound),
+              "access.shared": "uid:0 uid:65534"}
+        dm = Daemon(build_dir, work, settings=st, store=str(work / "peruid_store"),
+                    name="peruid").start()
+        dm.wait_socket()
+        uid_views_bound(dm, src, src2, ref, ref2, size, bound, caplog)
+
+
+def uid_views_bound(dm, src, src2, ref, ref2, size, bound, caplog):
+    """The body of test_views_of_one_uid_pin_each_chunk_once on its daemon
+    dm (stopped at the end)."""
     import gc
     import logging
 
     import tensorvault
     import torch
-    size = sum(os.path.getsize(os.path.join(os.path.dirname(src), f))
-               for f in os.listdir(os.path.dirname(src)) if f.endswith(".safetensors"))
-    bound = size * 3 // 2  # one model's chunks, not two
-    st = {**FASTPATH_SETTINGS, "cache.view_bytes_per_uid": str(bound)}
-    dm = Daemon(build_dir, work, settings=st, store=str(work / "peruid_store"),
-                name="peruid").start()
-    dm.wait_socket()
     models, held = [], []
     try:
         a, _ = fresh_model(dm, src)
-        b, _ = fresh_model(dm, src2)
+        b = "shared"  # uid 65534 may open it too
+        dm.import_ok(b, src2, activate=True)
         for _ in range(3):
             m = Model(dm.socket_path, a)
             models.append(m)
@@ -535,6 +579,8 @@ def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, r
         for v in vb:
             if not isinstance(v, Exception):
                 v.release()
+        other = views_as_nobody(dm.socket_path, b, list(ref2))
+        assert other == {"granted": len(ref2), "refused": []}, other
         raw = lambda t: t.reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
         with caplog.at_level(logging.WARNING, logger="tensorvault"):
             with tensorvault.safe_open(b, "pt", socket=dm.socket_path, views=True) as f:
