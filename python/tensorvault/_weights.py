@@ -29,13 +29,19 @@ def batches(sizes, batch_bytes):
 
 
 def weights_iterator(model, device="cpu", *, framework="pt", generation=None, alias=None,
-                     socket=None, store=None, batch_bytes=DEFAULT_BATCH_BYTES, skip=None):
+                     socket=None, store=None, batch_bytes=DEFAULT_BATCH_BYTES, skip=None,
+                     views=False):
     """Yields (name, tensor) for every tensor of `model` (one generation:
     generation= or alias=, else the active one) in file order, on `device`,
     from the daemon at socket= (default as safe_open) or the store directory
     store=. Tensors are read batch_bytes at a time (safe_open.get_tensors).
     skip (optional): a callable name -> bool; the tensors it accepts are
     neither read nor yielded (vLLM's is_unused_checkpoint_weight).
+    views: safe_open's views= (through the daemon, host memory only): each
+    tensor lies over a private copy-on-write map of the daemon's memory
+    tier instead of being copied into new memory, for a consumer that
+    copies it into its own parameter anyway; a tensor kept keeps its pin
+    and the daemon's handle (past the budget, copies).
     Arguments are checked now; the model is opened when the iteration
     starts (its errors, e.g. an unknown model, come from the first next())."""
     if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
@@ -45,7 +51,8 @@ def weights_iterator(model, device="cpu", *, framework="pt", generation=None, al
     if skip is not None and not callable(skip):
         raise ValueError(f"weights_iterator: skip must be callable, got {skip!r}")
     return _iterate(dict(filename=model, framework=framework, device=device, generation=generation,
-                         alias=alias, socket=socket, store=store), batch_bytes, skip)
+                         alias=alias, socket=socket, store=store, views=bool(views)),
+                    batch_bytes, skip)
 
 
 def _iterate(open_kwargs, batch_bytes, skip=None):
