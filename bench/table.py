@@ -41,6 +41,8 @@ Sections (the keys of --only):
           materialised): >= 2; and a restarted worker (new process, open,
           every tensor) on the model the daemon holds: its seconds, copying
           and, where this build has them, with read-only views (<= 0.1 s);
+          and a CPU worker's load_weights (weights_iterator through the
+          daemon into already faulted parameters), copying and with views;
   larger  (1 GiB) the model twice the memory tier (cache.bytes = half of
           it), loaded three times by one tensorvault bench --fastpath: the
           third load's device bytes per model byte (<= 0.75: the tier keeps
@@ -157,6 +159,22 @@ def child(kind, args):
             out = f.get_tensors()
             touch_all(out)
             secs = time.monotonic() - t0
+    elif kind in ("wi_copy", "wi_views"):
+        # a CPU worker's load_weights: weights_iterator through the daemon,
+        # each tensor copied into the model's (already faulted) parameter
+        import tensorvault
+        with tensorvault.safe_open(args[1], framework="pt", socket=args[0]) as f:
+            meta = {k: f.get_slice(k) for k in f.keys()}
+            params = {k: torch.zeros(sl.get_shape(), dtype=getattr(torch, TORCH_DTYPES[sl.get_dtype()]))
+                      for k, sl in meta.items()}
+        t0 = time.monotonic()
+        n = 0
+        for k, t in tensorvault.weights_iterator(args[1], socket=args[0],
+                                                 views=kind == "wi_views"):
+            params[k].copy_(t)
+            n += t.nbytes
+        secs = time.monotonic() - t0
+        out = params
     elif kind in ("st_pt", "st_np"):
         from safetensors import safe_open
         t0 = time.monotonic()
@@ -194,6 +212,11 @@ def child(kind, args):
         raise SystemExit(f"unknown child {kind}")
     print(json.dumps({"bytes": sum(nbytes(t) for t in out.values()), "seconds": secs,
                       "tensors": len(out)}))
+
+
+TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
+                "I8": "int8", "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64",
+                "BOOL": "bool"}
 
 
 def views_param(tensorvault):
@@ -687,8 +710,12 @@ def section_clients(R, T, st, daemon, rounds, counts):
 def section_warm(R, T, st, files, daemon, rounds):
     log(f"== warm ({rounds} rounds)")
     ratios, second, official, restart, views, vpt, vratios = [], [], [], [], [], [], []
+    wcopy, wviews = [], []
+    import inspect
+
     import tensorvault
     vp = views_param(tensorvault)
+    wi = "views" in inspect.signature(tensorvault.weights_iterator).parameters
     for i in range(rounds):
         # official, file in the page cache: one load fills it, the next is timed
         R.py("st_pt", files, cold=True)
@@ -702,6 +729,9 @@ def section_warm(R, T, st, files, daemon, rounds):
                 w = R.py("tv_fp", [daemon.sock, "m"], cold=False)       # a restarted worker
                 v = R.py("tv_views", [daemon.sock, "m"], cold=False) if vp else None
                 t = R.py("tv_views_pt", [daemon.sock, "m"], cold=False) if vp else None
+                if wi:  # a CPU worker's load_weights, restarted on the model in the tier
+                    wcopy.append(R.py("wi_copy", [daemon.sock, "m"], cold=False)["seconds"])
+                    wviews.append(R.py("wi_views", [daemon.sock, "m"], cold=False)["seconds"])
             finally:
                 daemon.stop()
         if t:
@@ -726,6 +756,11 @@ def section_warm(R, T, st, files, daemon, rounds):
           "s", 0.1, "<=")
     T.add("warm", "[1g] daemon load, torch views / official warm", median(vratios) if vratios else None,
           "x", 2.0, note=fmt_rounds(vratios) if vratios else "")
+    if wcopy:
+        T.add("warm", "[1g] load_weights from weights_iterator, copying", median(wcopy), "s",
+              note="rounds " + " ".join(f"{x:.3f}" for x in wcopy))
+        T.add("warm", "[1g] load_weights from weights_iterator, views=True", median(wviews), "s",
+              note="rounds " + " ".join(f"{x:.3f}" for x in wviews))
 
 
 def section_larger(R, T, st, rounds):

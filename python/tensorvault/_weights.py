@@ -7,7 +7,7 @@ batch_bytes with one safe_open.get_tensors(names) each (a tensor bigger than
 batch_bytes is a batch of its own); the safe_open handle is opened on the
 first next() and closed when the iteration ends, fails or the generator is
 closed early (or collected), never left open."""
-from ._safe_open import safe_open
+from ._safe_open import parse_device, safe_open
 
 DEFAULT_BATCH_BYTES = 256 << 20
 
@@ -37,11 +37,12 @@ def weights_iterator(model, device="cpu", *, framework="pt", generation=None, al
     store=. Tensors are read batch_bytes at a time (safe_open.get_tensors).
     skip (optional): a callable name -> bool; the tensors it accepts are
     neither read nor yielded (vLLM's is_unused_checkpoint_weight).
-    views: safe_open's views= (through the daemon, host memory only): each
-    tensor lies over a private copy-on-write map of the daemon's memory
-    tier instead of being copied into new memory, for a consumer that
-    copies it into its own parameter anyway; a tensor kept keeps its pin
-    and the daemon's handle (past the budget, copies).
+    views: safe_open's views= for a host device (ignored for a GPU, whose
+    copies are read from the daemon's memory anyway): through the daemon
+    each tensor lies over a private copy-on-write map of its memory tier
+    instead of being copied into new memory, for a consumer that copies it
+    into its own parameter anyway; a tensor kept keeps its pin and the
+    daemon's handle (past the budget, copies).
     Arguments are checked now; the model is opened when the iteration
     starts (its errors, e.g. an unknown model, come from the first next())."""
     if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes <= 0:
@@ -50,6 +51,11 @@ def weights_iterator(model, device="cpu", *, framework="pt", generation=None, al
         raise ValueError("weights_iterator: give generation= or alias=, not both")
     if skip is not None and not callable(skip):
         raise ValueError(f"weights_iterator: skip must be callable, got {skip!r}")
+    if views:
+        try:
+            views = parse_device(device).kind == "cpu"
+        except Exception:  # a bad device: safe_open says so at the first next()
+            views = False
     return _iterate(dict(filename=model, framework=framework, device=device, generation=generation,
                          alias=alias, socket=socket, store=store, views=bool(views)),
                     batch_bytes, skip)

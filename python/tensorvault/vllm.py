@@ -5,8 +5,9 @@ declared in python/pyproject.toml) in every process it starts; register()
 imports vLLM and registers TensorvaultModelLoader with
 register_model_loader("tensorvault"). The loader reads
 load_config.model_loader_extra_config: `model` (default: the model_config's
-model name), `socket`, `store`, `alias`, `generation`, `batch_bytes` (the
-weights_iterator's) and `enable_weights_track` (as vLLM's default loader).
+model name), `socket`, `store`, `alias`, `generation`, `batch_bytes` and
+`views` (the weights_iterator's) and `enable_weights_track` (as vLLM's
+default loader).
 When the model path is a checkout (`tensorvault checkout NAME@GEN DIR`: a
 directory with tensorvault.json), the model and the generation NUMBER come
 from its record (so the config vLLM reads from DIR and the weights are one
@@ -27,7 +28,7 @@ from ._weights import DEFAULT_BATCH_BYTES, weights_iterator
 
 LOAD_FORMAT = "tensorvault"
 EXTRA_KEYS = ("model", "socket", "store", "alias", "generation", "batch_bytes",
-              "enable_weights_track")
+              "enable_weights_track", "views")
 
 _lock = threading.Lock()
 _loader_cls = None
@@ -90,6 +91,9 @@ def _check_extra(extra):
     track = extra.get("enable_weights_track")
     if track is not None and not isinstance(track, bool):
         raise ValueError(f"model_loader_extra_config enable_weights_track must be a bool, got {track!r}")
+    views = extra.get("views", False)
+    if not isinstance(views, bool):
+        raise ValueError(f"model_loader_extra_config views must be a bool, got {views!r}")
     return dict(extra)
 
 
@@ -208,6 +212,7 @@ def _make_loader_class():
                                        batch_bytes=self.extra.get("batch_bytes",
                                                                   DEFAULT_BATCH_BYTES),
                                        skip=getattr(model, "is_unused_checkpoint_weight", None),
+                                       views=self.extra.get("views", False),
                                        **self._source(model_config))
             try:
                 loaded = model.load_weights(weights)

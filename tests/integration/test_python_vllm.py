@@ -196,6 +196,44 @@ def test_load_weights_delivers_every_tensor_in_file_order(served, backend):
     assert [n for n, _ in m2.got] == served["order"]
 
 
+def test_load_weights_with_views(served):
+    """extra config views=true through the daemon: every tensor load_weights
+    gets lies over the daemon's memory tier (its view bytes count them
+    while the model keeps them; no copy of their own), with the official
+    loader's bytes; writing one changes no other load; once dropped, the
+    pins and the session go. With store= (no tier) the same config copies.
+    A bad value is refused; views on a GPU device are ignored by
+    weights_iterator (its copies are read from the tier anyway)."""
+    import gc
+    d = served["d"]
+    wait_no_session(d)
+    m = Collector()
+    loader(views=True, batch_bytes=4096, socket=served["sock"]).load_weights(m, ModelConfig("m"))
+    assert [n for n, _ in m.got] == served["order"]
+    for name, t in m.got:
+        assert pt_bytes(t) == served["raw"][name][2], name
+    assert d.metrics()["tensorvault_tier_view_bytes"] > 0
+    big = max(m.got, key=lambda x: x[1].nbytes)
+    big[1].reshape(-1).view(torch.uint8).fill_(0xA5)  # private to this process
+    again = Collector()
+    loader(socket=served["sock"]).load_weights(again, ModelConfig("m"))
+    assert pt_bytes(dict(again.got)[big[0]]) == served["raw"][big[0]][2]
+    del m, big, again, name, t
+    gc.collect()
+    assert d.metrics()["tensorvault_tier_view_bytes"] == 0
+    wait_no_session(d)
+    s = Collector()
+    loader(views=True, store=served["store"]).load_weights(s, ModelConfig("m"))
+    assert [pt_bytes(t) for _, t in s.got] == [served["raw"][n][2] for n in served["order"]]
+    with pytest.raises(ValueError):
+        loader(views="yes")
+    it = tensorvault.weights_iterator("m", device="cuda:0", socket=served["sock"], views=True)
+    with pytest.raises(tensorvault.Error) as e:  # no GPU here, or a GPU: never INVALID_ARG
+        next(it)
+        raise tensorvault.Error(0, "TV_E_NONE", "read on a GPU")
+    assert e.value.name != "TV_E_INVALID_ARG", e.value.message
+
+
 def test_load_weights_strict_check(served, seen_iterators):
     order = served["order"]
     # every parameter in the returned set: fine
