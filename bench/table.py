@@ -163,16 +163,12 @@ def child(kind, args):
         # a CPU worker's load_weights: weights_iterator through the daemon,
         # each tensor copied into the model's (already faulted) parameter
         import tensorvault
-        with tensorvault.safe_open(args[1], framework="pt", socket=args[0]) as f:
-            meta = {k: f.get_slice(k) for k in f.keys()}
-            params = {k: torch.zeros(sl.get_shape(), dtype=getattr(torch, TORCH_DTYPES[sl.get_dtype()]))
-                      for k, sl in meta.items()}
+        with tensorvault.safe_open(args[1], framework="pt", socket=args[0], views=True) as f:
+            params = {k: torch.zeros_like(t) for k, t in f.get_tensors().items()}
         t0 = time.monotonic()
-        n = 0
         for k, t in tensorvault.weights_iterator(args[1], socket=args[0],
                                                  views=kind == "wi_views"):
             params[k].copy_(t)
-            n += t.nbytes
         secs = time.monotonic() - t0
         out = params
     elif kind in ("st_pt", "st_np"):
@@ -212,11 +208,6 @@ def child(kind, args):
         raise SystemExit(f"unknown child {kind}")
     print(json.dumps({"bytes": sum(nbytes(t) for t in out.values()), "seconds": secs,
                       "tensors": len(out)}))
-
-
-TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
-                "I8": "int8", "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64",
-                "BOOL": "bool"}
 
 
 def views_param(tensorvault):

@@ -390,10 +390,14 @@ static uint64_t uid_view_len(const tv__fp *fp, uid_t uid)
 }
 
 /* Handle h took its first view of chunk idx: the uid's pins count it
- * unless another of its handles holds it. Returns 0 or -ENOMEM. */
+ * unless another of its handles holds it. Kept only under a per-uid bound
+ * (cache.view_bytes_per_uid; the tier's own bound counts each chunk once
+ * anyway). Returns 0 or -ENOMEM. */
 static int uid_view_hold(fp_handle *h, uint32_t idx)
 {
     tv__fp *fp = h->s->fp;
+    if (!fp->o.view_len_per_uid)
+        return 0;
     const tv__tier_chunk *tc = &h->g->tg->c[idx];
     fp_uid_views *v = uid_views(fp, h->s->uid, h->g->tg, true);
     if (!v)
@@ -411,6 +415,8 @@ static int uid_view_hold(fp_handle *h, uint32_t idx)
 static void uid_view_drop(fp_handle *h, uint32_t idx)
 {
     tv__fp *fp = h->s->fp;
+    if (!fp->o.view_len_per_uid)
+        return;
     const tv__tier_chunk *tc = &h->g->tg->c[idx];
     fp_uid_views *v = uid_views(fp, h->s->uid, h->g->tg, false);
     if (!v || !tv__fp_refmap_dec(&v->holders, idx))

@@ -121,53 +121,60 @@ def drop_to_nobody():
     os.setresuid(NOBODY, NOBODY, NOBODY)
 
 
-def run_as_nobody(sock_path, spec):
-    """Forks a child that drops to uid/gid 65534 (no groups), connects,
-    opens spec and reads every tensor; returns its report (JSON over a pipe):
-    {"error": code, "text", "fatal", "eof"} or {"tensors": {name: sha256}}."""
+def as_nobody(fn):
+    """Runs fn() in a forked child as uid/gid 65534 (no groups) and returns
+    what it returned (JSON over a pipe); an exception in the child fails
+    the caller's assertion with its repr."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         code = 1
+        out = None
         try:
             os.close(rfd)
             drop_to_nobody()
-            out = {"uid": os.getuid()}
-            s = fp.Session(sock_path, timeout=TIMEOUT)
-            try:
-                h = s.open(spec)
-                out["generation"] = h.generation
-                out["tensors"] = {k: hashlib.sha256(v).hexdigest()
-                                  for k, v in s.read_tensors(h).items()}
-            except fp.FpError as e:
-                out.update(error=e.code, text=e.text, fatal=e.fatal)
-                # nothing else follows a refused OPEN: the session is alive and idle
-                try:
-                    m = s.recv(timeout=0.5)
-                    out["after"] = repr(m)
-                except TimeoutError:
-                    out["after"] = None
-            s.close()
-            os.write(wfd, json.dumps(out).encode())
+            out = fn()
             code = 0
         except BaseException as e:  # noqa: BLE001 - report anything to the parent
-            try:
-                os.write(wfd, json.dumps({"exception": repr(e)}).encode())
-            except OSError:
-                pass
+            out = {"exception": repr(e)}
         finally:
-            os._exit(code)
+            try:
+                os.write(wfd, json.dumps(out).encode())
+            finally:
+                os._exit(code)
     os.close(wfd)
     data = b""
-    while True:
-        part = os.read(rfd, 1 << 16)
-        if not part:
-            break
+    while part := os.read(rfd, 1 << 16):
         data += part
     os.close(rfd)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, data
     return json.loads(data)
+
+
+def run_as_nobody(sock_path, spec):
+    """as_nobody: connects, opens spec and reads every tensor; returns
+    {"error": code, "text", "fatal", "after"} or {"tensors": {name: sha256}}
+    (with "uid" and, when opened, "generation")."""
+    def read():
+        out = {"uid": os.getuid()}
+        s = fp.Session(sock_path, timeout=TIMEOUT)
+        try:
+            h = s.open(spec)
+            out["generation"] = h.generation
+            out["tensors"] = {k: hashlib.sha256(v).hexdigest()
+                              for k, v in s.read_tensors(h).items()}
+        except fp.FpError as e:
+            out.update(error=e.code, text=e.text, fatal=e.fatal)
+            # nothing else follows a refused OPEN: the session is alive and idle
+            try:
+                m = s.recv(timeout=0.5)
+                out["after"] = repr(m)
+            except TimeoutError:
+                out["after"] = None
+        s.close()
+        return out
+    return as_nobody(read)
 
 
 def connect_as_nobody(sock_path, n=1):

@@ -47,7 +47,7 @@ import pytest
 
 import harness.wire as fp
 from harness.daemon import SLOW, Daemon
-from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, drop_to_nobody,
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, as_nobody,
                               fastpath_checkpoint, reference, shared_socket, wait_sessions)
 
 SHARE_WAIT_MS = 300
@@ -491,37 +491,19 @@ def test_referenced_chunks_survive_eviction(tiny, src, src2, ref, ref2):
 
 
 def views_as_nobody(sock, spec, names):
-    """A forked child that drops to uid 65534 takes views of names of spec
-    (in one handle) and gives them back: {"granted": n, "refused": [text]}
-    or {"exception": text}."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(rfd)
-            drop_to_nobody()
-            m = Model(sock, spec)
-            vs = m.N.views(m.h, names)
-            out = {"granted": sum(not isinstance(v, Exception) for v in vs),
-                   "refused": [v.message for v in vs if isinstance(v, Exception)]}
-            for v in vs:
-                if not isinstance(v, Exception):
-                    v.release()
-            m.close()
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            out = {"exception": repr(e)}
-        os.write(wfd, json.dumps(out).encode())
-        os._exit(0)
-    os.close(wfd)
-    data = b""
-    while True:
-        part = os.read(rfd, 1 << 16)
-        if not part:
-            break
-        data += part
-    os.close(rfd)
-    os.waitpid(pid, 0)
-    return json.loads(data)
+    """As uid 65534 (a forked child): views of names of spec in one handle,
+    given back; {"granted": n, "refused": [text]}."""
+    def take():
+        m = Model(sock, spec)
+        vs = m.N.views(m.h, names)
+        out = {"granted": sum(not isinstance(v, Exception) for v in vs),
+               "refused": [v.message for v in vs if isinstance(v, Exception)]}
+        for v in vs:
+            if not isinstance(v, Exception):
+                v.release()
+        m.close()
+        return out
+    return as_nobody(take)
 
 
 def test_views_of_one_uid_pin_each_chunk_once(build_dir, work, src, src2, ref, ref2, caplog):

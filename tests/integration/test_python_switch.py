@@ -10,7 +10,6 @@ switch replaces and puts back, a file the registry does not hold going to
 the official loader, safetensors.torch.load_file and load_model switched,
 and [access] (a peer that may not read the model gets the official
 loader's behaviour)."""
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import safetensors.torch
 import torch
 
 import tensorvault
+from harness.fastpath import NOBODY, as_nobody
 from tensorvault import _files, _patch, _safe_open
 from .test_read import daemon_on
 from .test_real_model import minilm_safetensors
@@ -240,37 +240,6 @@ def test_a_changed_file_is_no_longer_matched(build_dir, tmp_path):
     assert _files.lookup_store(_files.identify(path), store) is None
 
 
-NOBODY = 65534
-
-
-def child_as_nobody(fn):
-    """Runs fn() in a forked child as uid/gid 65534 (no groups); returns
-    what it returned (JSON over a pipe)."""
-    from harness.fastpath import drop_to_nobody
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(rfd)
-            drop_to_nobody()
-            out = fn()
-            code = 0
-        except BaseException as e:  # noqa: BLE001 - report anything to the parent
-            out = {"exception": repr(e)}
-        finally:
-            os.write(wfd, json.dumps(out).encode())
-            os._exit(code)
-    os.close(wfd)
-    data = b""
-    while part := os.read(rfd, 1 << 16):
-        data += part
-    os.close(rfd)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, data
-    return json.loads(data)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as uid 65534")
 def test_access_a_denied_peer_gets_the_official_loader(build_dir, tmp_path):
     """[access] decides: uid 65534 may read model "open", not "closed"; the
@@ -307,7 +276,7 @@ def test_access_a_denied_peer_gets_the_official_loader(build_dir, tmp_path):
                             out[m] = [type(f).__module__, f.get_tensor("w").tolist()]
                 return out
 
-            got = child_as_nobody(load)
+            got = as_nobody(load)
             assert got["open"] == ["tensorvault._safe_open", [float(x) for x in range(32)]], got
             assert got["closed"] == ["builtins", [float(x) + 1 for x in range(32)]], got
             # root may read both: both through tensorvault
