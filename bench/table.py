@@ -25,7 +25,11 @@ Sections (the keys of --only):
           peer on 1 GiB and 4 GiB, >= 0.9 of the best peer on 91 MB; and the
           in-process Python path >= 0.95 of the C reader loading into newly
           allocated buffers (`tensorvault bench --store --fresh`, its open
-          counted as the Python load's is);
+          counted as the Python load's is), and through the daemon >= 0.95
+          of the C reader through the daemon (`bench --fastpath --fresh`);
+          beside them, the price of new memory on this machine (the model's
+          size of fresh pages faulted in, GB/s), which every copying loader
+          pays;
   clients 4 and 8 clients of `tensorvault bench --fastpath` and of Python
           get_tensors() through the daemon (1 GiB; copying, and with torch
           views where this build has them), each started 0-500 ms
@@ -53,9 +57,14 @@ Sections (the keys of --only):
 Invariants: each measurement runs in its own process, after sync and a
 dropped page cache (cold: O_DIRECT reads do not use the cache but the
 peers do), except the warm ones, which fill the cache first; Python
-loaders are timed from their open to the last tensor with imports done
-before the clock starts; the order of the measurements rotates from round
-to round, so none always runs first; a ratio is taken within one round,
+loaders are timed from their open to the last tensor; a cold Python child
+imports its loader and runs the code that touches the tensors once on
+small tensors, then says ready, and the page cache is dropped before it
+loads (cold weights in a process whose code is loaded, as in a server
+that built its model), and every load, C or Python, starts 1.5 s after
+the drop; the order of the
+measurements is shuffled each round (seeded), so none always runs first
+or after the same one; a ratio is taken within one round,
 then the median over rounds is reported; the daemon is restarted for every
 cold fast-path measurement (nothing it read before can serve it); every
 measurement holds flock TV_BENCH_LOCK, shared with the other drivers.
@@ -79,6 +88,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -98,13 +108,16 @@ PEERS = ["st_pt", "st_np", "st_load_file", "fastsafetensors", "runai"]
 LABEL = {
     "fio_qd32": "fio 1 job QD32", "fio_4j": "fio 4 jobs x QD8 (quarters)",
     "tv_auto": "tensorvault bench (default engine)", "tv_pread": "tensorvault bench --engine pread",
+    "mem": "new memory: the model's size faulted in (this machine)",
     "tv_store": "tensorvault.safe_open store= pt",
     "tv_fresh": "tensorvault bench --fresh (C reader, new buffers)", "tv_fp": "tensorvault.safe_open fast path pt",
+    "tv_fp_fresh": "tensorvault bench --fastpath --fresh (C reader, daemon)",
     "st_pt": "safetensors safe_open pt (mmap)", "st_np": "safetensors safe_open numpy",
     "st_load_file": "safetensors.torch.load_file", "fastsafetensors": "fastsafetensors 0.5 CPU nogds",
     "runai": "runai-model-streamer 0.17 CPU",
 }
 GEN_SPEC_VERSION = 1
+COLD_PAUSE_S = 1.5
 
 
 def log(msg):
@@ -141,9 +154,25 @@ def nbytes(t):
     return t.numel() * t.element_size() if hasattr(t, "numel") else t.nbytes
 
 
+def ready():
+    """With TV_BENCH_GO=1 (a cold measurement, Runner.py): says "ready"
+    once the child's imports and warm-up are done and waits for "go",
+    which comes after the page cache was dropped, so that every loader's
+    load starts right after the drop, as the C reader's does."""
+    if os.environ.get("TV_BENCH_GO") == "1":
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+
 def child(kind, args):
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
+    import numpy
+    import torch
+    # The measuring instrument's own code is paged in before the clock: a
+    # cold load means weights not in memory, not touch_all's first torch
+    # calls after the page cache was dropped (about 10 ms, which the C
+    # reader, touching nothing, never pays).
+    touch_all({"bf16": torch.zeros(8192, dtype=torch.bfloat16), "f32": torch.zeros(4096),
+               "np": numpy.zeros(8192, dtype=numpy.uint8)})
     out = {}
     if kind in ("tv_store", "tv_fp", "tv_views", "tv_views_pt"):
         import tensorvault
@@ -154,6 +183,7 @@ def child(kind, args):
             extra, fw = {views_param(tensorvault): True}, "np"
         elif kind == "tv_views_pt":  # torch tensors over private copy-on-write maps of the tier
             extra = {views_param(tensorvault): True}
+        ready()
         t0 = time.monotonic()
         with tensorvault.safe_open(args[1], framework=fw, **src, **extra) as f:
             out = f.get_tensors()
@@ -165,14 +195,29 @@ def child(kind, args):
         import tensorvault
         with tensorvault.safe_open(args[1], framework="pt", socket=args[0], views=True) as f:
             params = {k: torch.zeros_like(t) for k, t in f.get_tensors().items()}
+        ready()
         t0 = time.monotonic()
         for k, t in tensorvault.weights_iterator(args[1], socket=args[0],
                                                  views=kind == "wi_views"):
             params[k].copy_(t)
         secs = time.monotonic() - t0
         out = params
+    elif kind == "mem":
+        # the machine's price of new memory: the model's size of fresh
+        # anonymous pages, one byte written to each (what a copying loader's
+        # destinations cost before any byte of the model is copied)
+        import mmap
+        n = int(args[0]) // 4096 * 4096
+        ready()
+        t0 = time.monotonic()
+        buf = mmap.mmap(-1, n)
+        numpy.frombuffer(buf, numpy.uint8)[::4096] = 1
+        secs = time.monotonic() - t0
+        print(json.dumps({"bytes": n, "seconds": secs, "tensors": 0}))
+        return
     elif kind in ("st_pt", "st_np"):
         from safetensors import safe_open
+        ready()
         t0 = time.monotonic()
         for p in args:
             with safe_open(p, framework="pt" if kind == "st_pt" else "numpy") as f:
@@ -182,6 +227,7 @@ def child(kind, args):
         secs = time.monotonic() - t0
     elif kind == "st_load_file":
         from safetensors.torch import load_file
+        ready()
         t0 = time.monotonic()
         for p in args:
             out.update(load_file(p))
@@ -189,6 +235,7 @@ def child(kind, args):
         secs = time.monotonic() - t0
     elif kind == "fastsafetensors":
         from fastsafetensors import fastsafe_open
+        ready()
         t0 = time.monotonic()
         with fastsafe_open(list(args), framework="pt", device="cpu", nogds=True) as f:
             for k in f.keys():
@@ -197,6 +244,7 @@ def child(kind, args):
         secs = time.monotonic() - t0
     elif kind == "runai":
         from runai_model_streamer import SafetensorsStreamer
+        ready()
         t0 = time.monotonic()
         with SafetensorsStreamer() as s:
             s.stream_files(list(args))
@@ -399,6 +447,11 @@ class Runner:
         n = rb.drop_caches()
         if n:
             self.notes.add(n)
+        # A quiet second and a half after the drop, for every loader alike:
+        # the kernel frees the dropped cache and this VM reports the freed
+        # memory to its host (free page reporting), work that would
+        # otherwise land on whichever load starts first.
+        time.sleep(COLD_PAUSE_S)
 
     def run_json(self, argv, cold=True, env=None):
         with self.lock:
@@ -429,8 +482,9 @@ class Runner:
         s = max(x["read"]["runtime"] for x in j) / 1e3
         return {"bytes": b, "seconds": s}
 
-    def tv(self, st, engine=None, fresh=False):
-        argv = [self.exe, "bench", "--store", st["store"], "m", "--json"]
+    def tv(self, st, engine=None, fresh=False, sock=None):
+        argv = [self.exe, "bench", "m", "--json"]
+        argv += [f"--fastpath={sock}"] if sock else ["--store", st["store"]]
         if engine:
             argv += ["--engine", engine]
         if fresh:
@@ -441,8 +495,25 @@ class Runner:
         return {"bytes": r["bytes"], "seconds": r["seconds"]}
 
     def py(self, kind, args, cold=True):
+        """A child's JSON. Cold: the child imports its loader and warms up
+        first, then the page cache is dropped and it loads (ready())."""
         exe = self.bench_py if kind == "runai" else sys.executable
-        return self.run_json([exe, __file__, "--child", kind, *args], cold=cold)
+        argv = [exe, __file__, "--child", kind, *args]
+        if not cold:
+            return self.run_json(argv, cold=False)
+        with self.lock, tempfile.TemporaryFile("w+") as fe:
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fe,
+                                 text=True, env=dict(os.environ, TV_BENCH_GO="1"))
+            said = p.stdout.readline()
+            if said.strip() == "ready":
+                self.cold()
+                out, _ = p.communicate("go\n")
+            else:
+                out, _ = p.communicate("")
+            fe.seek(0)
+            if p.returncode != 0 or said.strip() != "ready":
+                raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {fe.read().strip()[-1500:]}")
+        return last_json(out)
 
 
 class Reentrant:
@@ -487,11 +558,16 @@ def gbs(r):
 
 
 def rounds_of(fns, n):
-    """{key: [result per round]}: every key once per round, the order
-    rotated by one each round."""
+    """{key: [result per round]}: every key once per round, in an order
+    shuffled afresh each round (seeded: the same in every run), so that no
+    measurement always follows the same one (a load that just freed a GiB
+    leaves the next one memory the hypervisor still backs)."""
     keys, out = list(fns), {k: [] for k in fns}
+    rng = random.Random(20261206)
     for i in range(n):
-        for k in keys[i % len(keys):] + keys[:i % len(keys)]:
+        order = keys[:]
+        rng.shuffle(order)
+        for k in order:
             try:
                 out[k].append(fns[k]())
             except Exception as e:  # a peer that cannot load is reported, not fatal
@@ -548,16 +624,18 @@ def section_engine_python(R, T, size, st, files, daemon, do_engine, do_python, r
         fns.update({"fio_qd32": lambda: R.fio(st, 1), "fio_4j": lambda: R.fio(st, 4),
                     "tv_auto": lambda: R.tv(st), "tv_pread": lambda: R.tv(st, "pread")})
     if do_python:
+        fns["mem"] = lambda: R.py("mem", [str(st["model_bytes"])])
         fns["tv_fresh"] = lambda: R.tv(st, fresh=True)
         fns["tv_store"] = lambda: R.py("tv_store", [st["store"], "m"])
 
-        def fp():
+        def fp(c=False):
             daemon.start()
-            try:
-                return R.py("tv_fp", [daemon.sock, "m"])
+            try:  # a daemon started for the load: its tier is empty
+                return R.tv(st, fresh=True, sock=daemon.sock) if c else R.py("tv_fp", [daemon.sock, "m"])
             finally:
                 daemon.stop()
         fns["tv_fp"] = fp
+        fns["tv_fp_fresh"] = lambda: fp(c=True)
         for k in PEERS:
             if k == "runai" and not os.path.exists(R.bench_py):
                 continue
@@ -584,6 +662,9 @@ def section_engine_python(R, T, size, st, files, daemon, do_engine, do_python, r
             T.add("python", f"{sz} tensorvault store= pt / {LABEL[k]}", m, "x", note=fmt_rounds(v))
         m, v = ratio_median(runs, "tv_store", "tv_fresh")
         T.add("python", f"{sz} tensorvault store= pt / C reader (bench --fresh)", m, "x", 0.95,
+              note=fmt_rounds(v))
+        m, v = ratio_median(runs, "tv_fp", "tv_fp_fresh")
+        T.add("python", f"{sz} tensorvault fast path pt / C reader through the daemon", m, "x", 0.95,
               note=fmt_rounds(v))
         m, v = ratio_median(runs, "tv_fp", peers)
         T.add("python", f"{sz} tensorvault fast path pt / best peer", m, "x", note=fmt_rounds(v))
