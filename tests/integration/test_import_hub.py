@@ -340,10 +340,14 @@ def test_interrupted_job_resumes(build_dir, hub, tmp_path_factory):
     try:
         hub.throttle = 8 << 20  # shard 1 takes longer than RESUME_EVERY_S (import.c)
         job = d.submit_import("hub/resume", "hf://org/resume")["id"]
-        deadline = time.monotonic() + 30
-        while resume_done(d, job) < 20 << 20:  # the first shard written and flushed
+        deadline = time.monotonic() + 60
+        while (done := resume_done(d, job)) < 20 << 20:  # the first shard written and flushed
             assert time.monotonic() < deadline, d.job(job)
             assert d.job(job)["state"] in ("queued", "running"), d.job(job)
+            if done:  # records are being kept: slow the rest down, so that a
+                # poller that loses the CPU for a few seconds still sees the
+                # record name the first shard before the job ends
+                hub.throttle = 2 << 20
             time.sleep(0.05)
         d.kill9()
         d.start()
