@@ -62,10 +62,9 @@ imports its loader and runs the code that touches the tensors once on
 small tensors, then says ready, and the page cache is dropped before it
 loads (cold weights in a process whose code is loaded, as in a server
 that built its model), and every load, C or Python, starts 1.5 s after
-the drop; the order of the
-measurements is shuffled each round (seeded), so none always runs first
-or after the same one; a ratio is taken within one round,
-then the median over rounds is reported; the daemon is restarted for every
+the drop; the order of the measurements is shuffled each round
+(seeded), so none always runs first or after the same one; a ratio is
+taken within one round, then the median over rounds is reported; the daemon is restarted for every
 cold fast-path measurement (nothing it read before can serve it); every
 measurement holds flock TV_BENCH_LOCK, shared with the other drivers.
 The machine's load (uptime) is printed before and after. The exit status is
@@ -157,8 +156,8 @@ def nbytes(t):
 def ready():
     """With TV_BENCH_GO=1 (a cold measurement, Runner.py): says "ready"
     once the child's imports and warm-up are done and waits for "go",
-    which comes after the page cache was dropped, so that every loader's
-    load starts right after the drop, as the C reader's does."""
+    which comes COLD_PAUSE_S after the page cache was dropped, as the C
+    reader's start does."""
     if os.environ.get("TV_BENCH_GO") == "1":
         print("ready", flush=True)
         sys.stdin.readline()
