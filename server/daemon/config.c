@@ -100,6 +100,7 @@ static const key_def keys[] = {
     {"fastpath.share_wait_ms", K_UINT, F(fastpath_share_wait_ms), 0, 10, 86400000},
     {"cache.bytes", K_SIZE, F(cache_bytes), 0, 0, UINT64_C(1) << 50},
     {"cache.view_bytes_per_uid", K_SIZE, F(cache_view_bytes_per_uid), 0, 0, UINT64_C(1) << 50},
+    {"cache.dir", K_STR, F(cache_dir), SZ(cache_dir), 0, 0},
     {"fleet.postgres", K_STR, F(fleet_postgres), SZ(fleet_postgres), 0, 0},
     {"fleet.node", K_STR, F(fleet_node), SZ(fleet_node), 1, 0},
     {"fleet.url", K_STR, F(fleet_url), SZ(fleet_url), 0, 0},

@@ -97,6 +97,7 @@ typedef struct tv__config {
     uint64_t cache_bytes;              /* bytes kept resident beyond the groups' staging;
                                           default 1/8 of the physical memory; 0 = none */
     uint64_t cache_view_bytes_per_uid; /* bytes one uid's views may pin; 0 = cache_bytes */
+    char cache_dir[TV__CFG_STR_MAX];   /* a tmpfs directory for the tier's files; "" = memfds */
     /* [access]: who may OPEN a model through the fast path (fastpath/access.h
      * syntax, checked when set): "default" and one key per model */
     char access_default[TV__CFG_RULES_MAX]; /* default: "uid:<getuid()> gid:<getgid()> token:*" */

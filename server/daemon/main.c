@@ -288,6 +288,7 @@ static int start_fastpath(const tv__config *c, admit_ctx *actx, tv__fp **out, tv
         .hold_timeout_ms = c->fastpath_hold_timeout_ms,
         .readahead = c->fastpath_readahead,
         .cache_len = c->cache_bytes ? (int64_t)c->cache_bytes : -1, /* 0: no tier */
+        .cache_dir = c->cache_dir,
         .share_wait_ms = c->fastpath_share_wait_ms,
         .view_len_per_uid = c->cache_view_bytes_per_uid,
         .admit = admit,

@@ -527,8 +527,10 @@ int tv__fp_start(const tv__fp_opts *opts, tv__fp **out, tv_error *err)
     bound = true;
     if ((rc = loop_setup(fp, err)))
         goto fail;
-    if ((rc = tv__tier_create(fp->o.cache_len > 0 ? (uint64_t)fp->o.cache_len : 0, &fp->tier, err)))
+    if ((rc = tv__tier_create(fp->o.cache_len > 0 ? (uint64_t)fp->o.cache_len : 0, fp->o.cache_dir,
+                              &fp->tier, err)))
         goto fail;
+    fp->o.cache_dir = NULL; /* the caller's string: the tier kept its own copy */
     rc = pthread_create(&fp->thread, NULL, loop_main, fp);
     if (rc) {
         rc = tv__seterr(err, -rc, "fastpath: starting the loop thread: %s", strerror(rc));

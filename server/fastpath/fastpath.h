@@ -136,6 +136,9 @@ typedef struct tv__fp_opts {
      * physical memory), < 0 = none (chunks stay only while their group is
      * open and within its staging; no view is granted) */
     int64_t cache_len;
+    /* cache.dir: a directory on a tmpfs for the tier's files (tier.h:
+     * tv__tier_create); NULL or "" = memfds */
+    const char *cache_dir;
     /* a member of a group that takes no chunk this long while the chunks
      * owed to it keep the tier full is declared stalled: the others stop
      * keeping memory for it; 0 = default */

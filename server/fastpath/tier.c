@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,12 @@
 #endif
 #ifndef MADV_HUGEPAGE
 #define MADV_HUGEPAGE 14
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+#ifndef O_TMPFILE
+#define O_TMPFILE (020000000 | O_DIRECTORY)
 #endif
 
 #define SMALL_PAGE  4096u
@@ -45,6 +52,7 @@ struct tv__tier {
     uint32_t n_gens;
     uint32_t pages;
     uint64_t page_len;
+    char *dir; /* cache.dir resolved: the generations' files are unnamed files there */
     bool punch_warned;
     atomic_uint_fast64_t st_bound, st_resident, st_vpinned, st_gens, st_evictions, st_evicted,
         st_scrubbed, st_punch_failures;
@@ -293,23 +301,100 @@ static void choose_pages(tv__tier *t)
                 huge, thp, free_len, t->budget_len);
         return;
     }
-    tv__log(TV_LOG_INFO,
-            "fastpath tier: small pages (%u bytes): %" PRIu64
-            " bytes of hugetlb pages free for a budget of %" PRIu64
-            " bytes (vm.nr_hugepages), shmem THP off (shmem_enabled: %.64s)",
-            SMALL_PAGE, free_len, t->budget_len, thp[0] ? thp : "unknown");
+    tv__log(
+        TV_LOG_INFO,
+        "fastpath tier: small pages (%u bytes): %" PRIu64
+        " bytes of hugetlb pages free for a budget of %" PRIu64
+        " bytes (vm.nr_hugepages), shmem THP off (shmem_enabled: %.64s); cache.dir on a tmpfs mounted huge=within_size gives it huge pages",
+        SMALL_PAGE, free_len, t->budget_len, thp[0] ? thp : "unknown");
 }
 
 /* ---- the tier ------------------------------------------------------------------ */
 
-int tv__tier_create(uint64_t budget_len, tv__tier **out, tv_error *err)
+/* Checks cache.dir: a directory on a tmpfs in which this process can
+ * create an unnamed file, at least budget_len bytes large when it has a
+ * size limit. Sets t->dir (resolved) and the pages: the kernel's own
+ * answer for a file there of one huge page (its st_blksize, as clients
+ * read it too: the huge page where the mount's huge= option and
+ * shmem_enabled's deny/force give one, else 4096). */
+static int use_dir(tv__tier *t, const char *dir, tv_error *err)
+{
+    char *real = realpath(dir, NULL);
+    struct statfs sf;
+    struct stat st;
+    char mi[8192];
+    int rc = 0, fd;
+    if (!real)
+        return tv__seterr(err, errno == ENOMEM ? -ENOMEM : TV_E_INVALID_ARG,
+                          "fastpath tier: cache.dir '%s': %s", dir, strerror(errno));
+    if (statfs(real, &sf)) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG, "fastpath tier: cache.dir '%s': statfs: %s", dir,
+                        strerror(errno));
+        goto fail;
+    }
+    if ((unsigned long)sf.f_type != (unsigned long)TMPFS_MAGIC) {
+        rc = tv__seterr(
+            err, TV_E_INVALID_ARG,
+            "fastpath tier: cache.dir '%s' is not on a tmpfs (file system type 0x%lx): the tier keeps its chunks in memory",
+            dir, (unsigned long)sf.f_type);
+        goto fail;
+    }
+    uint64_t fs_len = 0; /* f_blocks 0: a tmpfs without a size limit */
+    if (!tv__mul_u64((uint64_t)sf.f_blocks, (uint64_t)sf.f_bsize, &fs_len) && fs_len &&
+        fs_len < t->budget_len) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "fastpath tier: cache.dir '%s': its tmpfs holds %" PRIu64
+                        " bytes, less than cache.bytes (%" PRIu64 "): mount it with a larger size=",
+                        dir, fs_len, t->budget_len);
+        goto fail;
+    }
+    fd = tv__sys_open(real, O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0400);
+    if (fd < 0) {
+        rc = tv__seterr(err, TV_E_INVALID_ARG,
+                        "fastpath tier: cache.dir '%s': creating an unnamed file there: %s", dir,
+                        strerror(errno));
+        goto fail;
+    }
+    read_knob("/proc/meminfo", mi, sizeof mi);
+    uint64_t huge = meminfo_len(mi, "Hugepagesize:");
+    t->pages = TV__TIER_PAGES_SMALL;
+    t->page_len = SMALL_PAGE;
+    /* sizing allocates nothing; "within_size" wants the file that large */
+    if (huge > SMALL_PAGE && huge <= (uint64_t)INT64_MAX &&
+        tv__sys.ftruncate(fd, (off_t)huge) == 0 && tv__sys.fstat(fd, &st) == 0 &&
+        (uint64_t)st.st_blksize == huge && (huge & (huge - 1)) == 0) {
+        t->pages = TV__TIER_PAGES_THP;
+        t->page_len = huge;
+    }
+    tv__sys.close(fd);
+    t->dir = real;
+    tv__log(
+        TV_LOG_INFO,
+        "fastpath tier: unnamed files on the tmpfs of %s (cache.dir), %s of %" PRIu64 " bytes%s",
+        t->dir, t->page_len > SMALL_PAGE ? "transparent huge pages" : "small pages", t->page_len,
+        t->page_len > SMALL_PAGE ? "" : ": mount it with huge=within_size for huge pages");
+    return 0;
+fail:
+    free(real);
+    return rc;
+}
+
+int tv__tier_create(uint64_t budget_len, const char *dir, tv__tier **out, tv_error *err)
 {
     tv__tier *t = calloc(1, sizeof(*t));
+    int rc;
     *out = NULL;
     if (!t)
         return tv__seterr(err, -ENOMEM, "fastpath tier: out of memory");
     t->budget_len = budget_len;
-    choose_pages(t);
+    if (dir && *dir) {
+        if ((rc = use_dir(t, dir, err))) {
+            free(t);
+            return rc;
+        }
+    } else {
+        choose_pages(t);
+    }
     publish(t);
     *out = t;
     return 0;
@@ -321,6 +406,7 @@ void tv__tier_destroy(tv__tier *t)
         return;
     while (t->gens)
         tv__tier_gen_free(t->gens);
+    free(t->dir);
     free(t);
 }
 
@@ -426,21 +512,28 @@ int tv__tier_gen_new(tv__tier *t, const char *name, int64_t gen, const uint8_t k
     for (uint32_t i = 0; i < n_chunks; i++)
         g->c[i].g = g;
     unsigned huge = t->pages == TV__TIER_PAGES_HUGETLB ? MFD_HUGETLB : 0u;
-    g->fd = memfd_create("tensorvault-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING | huge);
-    g->page_len = huge ? t->page_len : SMALL_PAGE;
+    if (t->dir) { /* never named (O_EXCL: it cannot be linked later either) */
+        g->fd = tv__sys_open(t->dir, O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0400);
+        g->page_len = t->page_len;
+    } else {
+        g->fd = memfd_create("tensorvault-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING | huge);
+        g->page_len = huge ? t->page_len : SMALL_PAGE;
+    }
     if (g->fd < 0 && huge) { /* the pool may be gone since: small pages then */
         g->fd = memfd_create("tensorvault-tier", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         g->page_len = SMALL_PAGE;
     }
     if (g->fd < 0) {
-        rc =
-            tv__seterr(err, -errno, "fastpath tier: '%s': memfd_create: %s", name, strerror(errno));
+        rc = tv__seterr(err, -errno, "fastpath tier: '%s': %s: %s", name,
+                        t->dir ? "an unnamed file in cache.dir" : "memfd_create", strerror(errno));
         goto fail;
     }
     /* read-only for its owner, nothing for others: a peer of another uid
-     * cannot reopen it writable through /proc (it has no write seal) */
+     * cannot reopen it writable through /proc (it has no write seal); a
+     * file of cache.dir's tmpfs cannot carry seals (only memfds can), and
+     * being unnamed and 0400 is what keeps others from shrinking it */
     if (tv__sys.ftruncate(g->fd, (off_t)len) || fchmod(g->fd, 0400) ||
-        fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+        (!t->dir && fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))) {
         rc = tv__seterr(err, -errno, "fastpath tier: '%s': sizing or sealing %" PRIu64 " bytes: %s",
                         name, len, strerror(errno));
         goto fail;

@@ -1,5 +1,6 @@
 /* The fast path's memory tier: every model generation the fast path opened
- * keeps its chunks in one memfd laid out like its objects (chunk i of the
+ * keeps its chunks in one memfd (or, with cache.dir, one unnamed file on
+ * that tmpfs) laid out like its objects (chunk i of the
  * generation, i.e. chunk k of shard s with i = the shard's first chunk + k,
  * at bytes [i x chunk_len, (i + 1) x chunk_len)), made resident by device
  * reads straight into it and evicted by punching its hole, under one memory
@@ -37,7 +38,10 @@
  *     F_SEAL_SEAL), its inode is the daemon's, read-only for it (0400), and
  *     clients get a descriptor opened read-only: a peer of another uid can
  *     only map it read-only. It has no F_SEAL_FUTURE_WRITE: that seal
- *     forbids punching holes;
+ *     forbids punching holes. A file of cache.dir cannot carry seals (only
+ *     memfds can): it is created unnamed and unlinkable (O_TMPFILE |
+ *     O_EXCL), 0400, so no process but the daemon's uid or root can reach
+ *     it writable to shrink it, and the daemon never does;
  *   - one thread (the fast-path loop) calls everything here; the counters
  *     are atomics other threads may read. */
 #ifndef TV_FASTPATH_TIER_H
@@ -106,12 +110,17 @@ typedef struct tv__tier_stats {
 } tv__tier_stats;
 
 /* A tier of budget_len bytes (0: nothing is kept beyond the open groups'
- * floors, and no view is granted). Chooses its pages: hugetlb when the
- * system has free huge pages for the whole budget, else shared-memory THP
- * when the kernel gives it to memfds (shmem_enabled always / within_size /
- * advise), else small pages; the choice is logged. Returns 0 and *out;
+ * floors, and no view is granted). dir (cache.dir; NULL or "" = none): a
+ * directory on a tmpfs whose unnamed files hold the generations instead of
+ * memfds, on transparent huge pages when that tmpfs is mounted with
+ * huge=within_size or always (whatever shmem_enabled says for memfds,
+ * unless it says deny): the page a file there reports (st_blksize). Without dir it chooses its
+ * pages: hugetlb when the system has free huge pages for the whole budget, else shared-memory THP
+ * when the kernel gives it to memfds (shmem_enabled always / within_size / advise), else small
+ * pages. The choice is logged. Returns 0 and *out; TV_E_INVALID_ARG (dir missing, not a directory
+ * on a tmpfs, a tmpfs smaller than budget_len, or no unnamed file can be created there: named);
  * -ENOMEM. */
-int tv__tier_create(uint64_t budget_len, tv__tier **out, tv_error *err);
+int tv__tier_create(uint64_t budget_len, const char *dir, tv__tier **out, tv_error *err);
 /* Frees every generation (none may be open any more). NULL-safe. */
 void tv__tier_destroy(tv__tier *t);
 /* The page size chunks must be a multiple of (4096, or the huge page's). */

@@ -47,7 +47,7 @@ import pytest
 
 import harness.wire as fp
 from harness.daemon import SLOW, Daemon
-from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, SLOT_LEN, TIMEOUT, as_nobody,
+from harness.fastpath import (CREDIT, FASTPATH_SETTINGS, NOBODY, SLOT_LEN, TIMEOUT, as_nobody,
                               fastpath_checkpoint, reference, shared_socket, wait_sessions)
 
 SHARE_WAIT_MS = 300
@@ -681,3 +681,136 @@ def test_safe_open_torch_views_are_private_copy_on_write(d, src, ref):
     del got, w, again, t, f
     gc.collect()
     assert d.metrics()["tensorvault_tier_view_bytes"] == 0
+
+
+# -- cache.dir: the tier's files on a tmpfs of the operator's ----------------------
+
+
+def huge_tmpfs(path):
+    """Mounts a tmpfs with huge=within_size at path (root only); False when
+    this machine cannot."""
+    if os.geteuid() != 0:
+        return False
+    os.makedirs(path, exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "huge=within_size,size=256m,mode=0700",
+                        "tvtier", str(path)], capture_output=True, text=True)
+    return p.returncode == 0
+
+
+def pmd_mapped_kib(pid, prefix):
+    """ShmemPmdMapped kB of the mappings of pid whose file lies under prefix
+    (an unnamed file shows as PREFIX/#INODE (deleted))."""
+    total, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                inside = len(head) >= 6 and head[5].startswith(prefix + "/")
+            elif inside and line.startswith("ShmemPmdMapped:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_cache_dir_on_a_huge_tmpfs_maps_huge_pages(build_dir, work, src, ref):
+    """cache.dir on a tmpfs mounted huge=within_size: the tier's generations
+    are unnamed files there (the directory stays empty), on transparent
+    huge pages (the daemon maps them 2 MiB at a time), whatever the
+    system's shmem_enabled says for memfds; clients accept the unsealable
+    files; copies, numpy views and torch views equal the official loader,
+    also for a worker of another uid (65534), which can map the tier only
+    read-only. A tmpfs smaller than cache.bytes stops the daemon at start."""
+    import tensorvault
+    mnt = work / "huge_tier"
+    if not huge_tmpfs(mnt):
+        pytest.skip("mounting a tmpfs needs root (mount -t tmpfs -o huge=within_size)")
+    with shared_socket() as (sock, shared):
+        try:
+            huge_tier_daemon(build_dir, work, src, ref, mnt, shared)
+        finally:
+            subprocess.run(["umount", str(mnt)], check=True)
+
+
+def nobody_loads(sock, spec, mnt):
+    """As uid 65534 (a forked child, which cannot reach mnt by its path):
+    spec's tensors copied and as numpy views through the daemon, the
+    SHA-256 of each, the tier descriptors it held while the views lived
+    (under mnt) and how many of them it could map writable."""
+    def run():
+        import mmap
+
+        import tensorvault
+        out = {"tier_fds": 0, "writable": 0}
+        with tensorvault.safe_open(spec, "np", socket=sock) as f:
+            out["copies"] = {n: hashlib.sha256(f.get_tensor(n).tobytes()).hexdigest()
+                             for n in f.keys()}
+        with tensorvault.safe_open(spec, "np", socket=sock, views=True) as f:
+            views = f.get_tensors()
+            out["views"] = {n: hashlib.sha256(a.tobytes()).hexdigest() for n, a in views.items()}
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                try:
+                    target = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    continue
+                if not target.startswith(str(mnt) + "/"):
+                    continue
+                out["tier_fds"] += 1
+                try:
+                    mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE).close()
+                    out["writable"] += 1
+                except OSError:
+                    pass
+            del views
+        return out
+    return as_nobody(run)
+
+
+def huge_tier_daemon(build_dir, work, src, ref, mnt, shared):
+    """The body of test_cache_dir_on_a_huge_tmpfs_maps_huge_pages."""
+    import tensorvault
+    small = Daemon(build_dir, work, name="hugesmall", store=str(work / "hugesmall_store"),
+                   settings={**FASTPATH_SETTINGS, "cache.dir": str(mnt), "cache.bytes": "512M"})
+    assert small.spawn().wait(timeout=TIMEOUT) != 0
+    assert "its tmpfs holds 268435456 bytes, less than cache.bytes" in small.log_text(), \
+        small.log_text()
+    st = {**FASTPATH_SETTINGS, **shared, "cache.dir": str(mnt), "cache.bytes": "64M",
+          "access.h": f"uid:0 uid:{NOBODY}"}
+    dm = Daemon(build_dir, work, settings=st, store=str(work / "huge_store"), name="huge").start()
+    try:
+        dm.wait_socket()
+        assert "transparent huge pages of 2097152 bytes" in dm.log_text(), dm.log_text()
+        dm.import_ok("h", src, activate=True)
+        with tensorvault.safe_open("h", "np", socket=dm.socket_path) as f:
+            copies = {n: f.get_tensor(n).tobytes() for n in f.keys()}
+        assert copies == ref
+        with tensorvault.safe_open("h", "np", socket=dm.socket_path, views=True) as f:
+            views = f.get_tensors()
+            assert {n: a.tobytes() for n, a in views.items()} == ref
+            assert not next(iter(views.values())).flags.writeable
+            del views
+        torch = pytest.importorskip("torch")
+        with tensorvault.safe_open("h", "pt", socket=dm.socket_path, views=True) as f:
+            got = f.get_tensors()
+        raw = lambda t: t.reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+        assert {n: raw(t) for n, t in got.items()} == ref
+        del got
+        want = {n: hashlib.sha256(b).hexdigest() for n, b in ref.items()}
+        other = nobody_loads(dm.socket_path, "h", mnt)
+        assert "exception" not in other, other
+        assert other["copies"] == want and other["views"] == want
+        assert other["tier_fds"] >= 1 and other["writable"] == 0, other
+        print(f"uid {NOBODY}: {len(other['views'])} views, {other['tier_fds']} tier descriptors, "
+              f"none writable")
+        assert os.listdir(mnt) == []
+        assert pmd_mapped_kib(dm.pid, str(mnt)) >= 2048, "no 2 MiB mapping of the tier"
+    finally:
+        assert dm.stop() == 0, dm.log_text()
+
+
+def test_cache_dir_must_be_a_tmpfs(build_dir, work):
+    """A cache.dir that is not on a tmpfs stops the daemon at start with the
+    reason, before it serves anything."""
+    dm = Daemon(build_dir, work, settings={**FASTPATH_SETTINGS, "cache.dir": "/proc"},
+                store=str(work / "notmpfs_store"), name="notmpfs")
+    p = dm.spawn()
+    assert p.wait(timeout=TIMEOUT) != 0
+    assert "cache.dir '/proc' is not on a tmpfs" in dm.log_text(), dm.log_text()

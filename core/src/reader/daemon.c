@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "reader/daemon.h"
@@ -41,6 +42,9 @@
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
 #endif
 
 #define SNAP_SEALS  (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
@@ -159,25 +163,43 @@ void tv__fpc_detach_models(tv_client *c)
     c->n_handles = 0;
 }
 
-/* Checks a received memfd: a regular file of exactly len bytes carrying
- * every seal of want. */
-static int check_memfd(tv_client *c, int fd, uint64_t len, int want, const char *what,
-                       const char *spec, tv_error *err)
+/* Whether fd is what a tier file of the daemon's cache.dir is, which
+ * cannot carry seals: a file on a tmpfs that has no name (no process can
+ * open it by one) and no write permission (no other uid can reopen it
+ * writable through /proc to shrink it under this mapping). */
+static bool unnamed_readonly_tmpfs(int fd, const struct stat *st)
+{
+    struct statfs sf;
+    return st->st_nlink == 0 && (st->st_mode & 0222) == 0 && fstatfs(fd, &sf) == 0 &&
+           (unsigned long)sf.f_type == (unsigned long)TMPFS_MAGIC;
+}
+
+int tv__fpc_check_memfd(int fd, uint64_t len, int want, bool tier, const char *what, tv_error *err)
 {
     struct stat st;
     if (tv__sys.fstat(fd, &st) < 0)
-        return tv__fpc_fail(c, err, TV_E_PROTOCOL, "open '%s': %s descriptor: fstat: %s", spec,
-                            what, strerror(errno));
+        return tv__seterr(err, TV_E_PROTOCOL, "%s descriptor: fstat: %s", what, strerror(errno));
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != len)
-        return tv__fpc_fail(c, err, TV_E_PROTOCOL,
-                            "open '%s': %s descriptor is not a memfd of %llu bytes (%lld bytes)",
-                            spec, what, (unsigned long long)len, (long long)st.st_size);
+        return tv__seterr(err, TV_E_PROTOCOL,
+                          "%s descriptor is not a memfd of %llu bytes (%lld bytes)", what,
+                          (unsigned long long)len, (long long)st.st_size);
     int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || (seals & want) != want)
-        return tv__fpc_fail(c, err, TV_E_PROTOCOL,
-                            "open '%s': %s memfd is not sealed (seals 0x%x, need 0x%x)", spec, what,
-                            seals < 0 ? 0 : (unsigned)seals, (unsigned)want);
-    return 0;
+    if (seals >= 0 && (seals & want) == want)
+        return 0;
+    if (tier && unnamed_readonly_tmpfs(fd, &st))
+        return 0;
+    return tv__seterr(err, TV_E_PROTOCOL, "%s memfd is not sealed (seals 0x%x, need 0x%x)%s", what,
+                      seals < 0 ? 0 : (unsigned)seals, (unsigned)want,
+                      tier ? ", nor an unnamed read-only tmpfs file" : "");
+}
+
+/* Checks a received memfd (tv__fpc_check_memfd), failing the session. */
+static int check_memfd(tv_client *c, int fd, uint64_t len, int want, bool tier, const char *what,
+                       const char *spec, tv_error *err)
+{
+    tv_error e = {0};
+    int rc = tv__fpc_check_memfd(fd, len, want, tier, what, &e);
+    return rc ? tv__fpc_fail(c, err, rc, "open '%s': %s", spec, e.msg) : 0;
 }
 
 /* Validates the snapshot image against the spec and OPENED (generation
@@ -333,10 +355,10 @@ TV_API int tv_model_open_daemon(tv_client *c, const char *spec, const tv_open_op
         return rc;
     if ((rc = check_opened(c, spec, open_id, &o, n_fds, err)))
         goto fail;
-    if ((rc = check_memfd(c, fds[0], o.snap_len, SNAP_SEALS, "snapshot", spec, err)) ||
-        (rc = check_memfd(c, fds[1], o.arena_len,
-                          (o.flags & TV__FP_OPENED_TIER) ? TIER_SEALS : ARENA_SEALS, "arena", spec,
-                          err)))
+    bool tier = (o.flags & TV__FP_OPENED_TIER) != 0;
+    if ((rc = check_memfd(c, fds[0], o.snap_len, SNAP_SEALS, false, "snapshot", spec, err)) ||
+        (rc = check_memfd(c, fds[1], o.arena_len, tier ? TIER_SEALS : ARENA_SEALS, tier, "arena",
+                          spec, err)))
         goto fail;
     if (!(m = calloc(1, sizeof(*m)))) {
         rc = tv__seterr(err, -ENOMEM, "out of memory");

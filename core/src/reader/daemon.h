@@ -123,6 +123,12 @@ struct tv_client {
 /* Closes the session for good: err gets code and the message, and every
  * later call answers TV_E_DISCONNECTED naming it. Returns code. */
 int tv__fpc_fail(tv_client *c, tv_error *err, int code, const char *fmt, ...) TV_PRINTF(4, 5);
+/* Checks a descriptor the daemon sent: a regular file of exactly len bytes
+ * carrying every seal of want; or, when tier, a file of the daemon's
+ * cache.dir, which cannot carry seals: unnamed (no link), with no write
+ * permission, on a tmpfs. what names it in the message. Returns 0 or
+ * TV_E_PROTOCOL (the message says which rule failed). */
+int tv__fpc_check_memfd(int fd, uint64_t len, int want, bool tier, const char *what, tv_error *err);
 /* TV_E_DISCONNECTED naming why the (dead) session closed. */
 int tv__fpc_dead(const tv_client *c, tv_error *err);
 /* A fatal ERROR the daemon sent: closes the session with its code and text. */
