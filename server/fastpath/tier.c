@@ -52,7 +52,8 @@ struct tv__tier {
     uint32_t n_gens;
     uint32_t pages;
     uint64_t page_len;
-    char *dir; /* cache.dir resolved: the generations' files are unnamed files there */
+    char *dir;       /* cache.dir resolved: the generations' files are unnamed files there */
+    uint64_t fs_len; /* the size of cache.dir's tmpfs; 0 = no limit (or memfds) */
     bool punch_warned;
     atomic_uint_fast64_t st_bound, st_resident, st_vpinned, st_gens, st_evictions, st_evicted,
         st_scrubbed, st_punch_failures;
@@ -65,10 +66,19 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static uint64_t bound(const tv__tier *t)
+{
+    uint64_t b = t->budget_len + t->floors_len;
+    /* a page the full tmpfs cannot give would fail the device read into it
+     * (EFAULT): the tmpfs's size is a bound too, the groups' staging
+     * included (it holds at least budget_len: use_dir) */
+    return t->fs_len && t->fs_len < b ? t->fs_len : b;
+}
+
 static void publish(tv__tier *t)
 {
     uint64_t n = t->n_gens;
-    atomic_store_explicit(&t->st_bound, t->budget_len + t->floors_len, memory_order_relaxed);
+    atomic_store_explicit(&t->st_bound, bound(t), memory_order_relaxed);
     atomic_store_explicit(&t->st_resident, t->resident_len, memory_order_relaxed);
     atomic_store_explicit(&t->st_vpinned, t->vpinned_len, memory_order_relaxed);
     atomic_store_explicit(&t->st_gens, n, memory_order_relaxed);
@@ -227,11 +237,6 @@ static void evict(tv__tier_chunk *c)
     publish(g->t);
 }
 
-static uint64_t bound(const tv__tier *t)
-{
-    return t->budget_len + t->floors_len;
-}
-
 void tv__tier_trim(tv__tier *t)
 {
     while (t->resident_len > bound(t) && t->lru_head)
@@ -340,8 +345,9 @@ static int use_dir(tv__tier *t, const char *dir, tv_error *err)
         goto fail;
     }
     uint64_t fs_len = 0; /* f_blocks 0: a tmpfs without a size limit */
-    if (!tv__mul_u64((uint64_t)sf.f_blocks, (uint64_t)sf.f_bsize, &fs_len) && fs_len &&
-        fs_len < t->budget_len) {
+    if (tv__mul_u64((uint64_t)sf.f_blocks, (uint64_t)sf.f_bsize, &fs_len))
+        fs_len = 0;
+    if (fs_len && fs_len < t->budget_len) {
         rc = tv__seterr(err, TV_E_INVALID_ARG,
                         "fastpath tier: cache.dir '%s': its tmpfs holds %" PRIu64
                         " bytes, less than cache.bytes (%" PRIu64 "): mount it with a larger size=",
@@ -368,6 +374,7 @@ static int use_dir(tv__tier *t, const char *dir, tv_error *err)
     }
     tv__sys.close(fd);
     t->dir = real;
+    t->fs_len = fs_len;
     tv__log(
         TV_LOG_INFO,
         "fastpath tier: unnamed files on the tmpfs of %s (cache.dir), %s of %" PRIu64 " bytes%s",

@@ -26,7 +26,11 @@
  *     group_slots x chunk_len), and view-pinned bytes <= budget; a group
  *     that keeps its chunks in use (READING, or referenced by copies and no
  *     view) under its own floor can therefore always make a chunk resident
- *     once the unprotected idle chunks are evicted (tv__tier_reserve);
+ *     once the unprotected idle chunks are evicted (tv__tier_reserve). With
+ *     cache.dir on a tmpfs of a size, that size bounds it too (a page the
+ *     full tmpfs cannot give fails the device read into it); the tmpfs
+ *     holds at least the budget, and a group under its floor then waits
+ *     for its own copies to end rather than being guaranteed a chunk;
  *   - debts: a generation has up to 64 members (its handles), each with a
  *     bit; a chunk owes every active member that has not taken it since it
  *     joined (joining puts every resident chunk in its debt). An idle
@@ -97,7 +101,8 @@ struct tv__tier_gen {
 
 typedef struct tv__tier_stats {
     uint64_t budget_len;     /* cache.bytes */
-    uint64_t bound_len;      /* budget + the open generations' floors */
+    uint64_t bound_len;      /* budget + the open generations' floors, at most
+                                cache.dir's tmpfs size */
     uint64_t resident_len;   /* bytes READING or RESIDENT, every generation */
     uint64_t vpinned_len;    /* bytes of chunks pinned by views */
     uint64_t generations;    /* generations with a memfd (open or dormant) */

@@ -38,6 +38,7 @@ import os
 import random
 import select
 import signal
+import shutil
 import subprocess
 import sys
 import threading
@@ -804,6 +805,37 @@ def huge_tier_daemon(build_dir, work, src, ref, mnt, shared):
         assert pmd_mapped_kib(dm.pid, str(mnt)) >= 2048, "no 2 MiB mapping of the tier"
     finally:
         assert dm.stop() == 0, dm.log_text()
+
+
+def test_cache_dir_as_large_as_the_budget_serves_larger_models(build_dir, work, src, ref):
+    """cache.dir on a tmpfs that holds exactly cache.bytes, and a model three
+    times that: the tier never makes more resident than the tmpfs holds
+    (the groups' staging included), so every load, the first and the
+    next, equals the official loader instead of failing its device reads
+    on a full tmpfs."""
+    import tensorvault
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = work / "exact_tier"
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tvexact", str(mnt)],
+                   check=True)
+    try:
+        st = {**FASTPATH_SETTINGS, "cache.dir": str(mnt), "cache.bytes": "1M"}
+        dm = Daemon(build_dir, work, settings=st, store=str(work / "exact_store"),
+                    name="exact").start()
+        try:
+            dm.wait_socket()
+            dm.import_ok("x", src, activate=True)
+            assert sum(map(len, ref.values())) > 2 * (1 << 20)
+            for _ in range(2):
+                with tensorvault.safe_open("x", "np", socket=dm.socket_path) as f:
+                    assert {n: f.get_tensor(n).tobytes() for n in f.keys()} == ref
+            assert shutil.disk_usage(mnt).used <= 1 << 20
+        finally:
+            assert dm.stop() == 0, dm.log_text()
+    finally:  # lazily: a failed assertion's traceback may still hold a mapping
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def test_cache_dir_must_be_a_tmpfs(build_dir, work):
